@@ -1,0 +1,12 @@
+//go:build tools
+
+// Package tools pins the control-plane commands this module builds; build.sh
+// runs "go build" on each of them. It is never compiled itself.
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubectl"
+)

@@ -1,0 +1,162 @@
+"""A standalone ZooKeeper server for development and tests.
+
+The server is the real one: Debian's ``zookeeper`` package (``/usr/share/java/zookeeper.jar``)
+or the ZooKeeper jars that pyspark ships, started with ``ZooKeeperServerMain`` on a loopback
+port. ``HEDWIG_ZOOKEEPER_CLASSPATH`` overrides the search.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hedwig.errors import HedwigError
+
+DEBIAN_JAR = "/usr/share/java/zookeeper.jar"
+
+
+class ZooKeeperNotFound(HedwigError):
+    pass
+
+
+def find_classpath() -> str:
+    env = os.environ.get("HEDWIG_ZOOKEEPER_CLASSPATH")
+    if env:
+        return env
+    if os.path.exists(DEBIAN_JAR):
+        return DEBIAN_JAR  # its manifest names its dependencies
+    try:
+        import pyspark  # type: ignore[import-not-found, unused-ignore]
+
+        jars = Path(pyspark.__file__).parent / "jars"
+        if glob.glob(str(jars / "zookeeper-*.jar")):
+            return str(jars / "*")
+    except ImportError:
+        pass
+    raise ZooKeeperNotFound(
+        "no ZooKeeper found: install Debian's 'zookeeper' package (make deps does), "
+        "or set HEDWIG_ZOOKEEPER_CLASSPATH"
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def ruok(host: str, port: int, timeout: float = 1.0) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as s:
+            s.sendall(b"ruok")
+            return s.recv(16) == b"imok"
+    except OSError:
+        return False
+
+
+@dataclass
+class ZooKeeperServer:
+    """A ZooKeeper child process; ``start`` waits until it answers ``ruok``."""
+
+    port: int = 0
+    data_dir: str | None = None
+    host: str = "127.0.0.1"
+    tick_ms: int = 200
+    max_session_timeout_ms: int = 60_000
+    log_path: str | None = None
+    proc: subprocess.Popen[bytes] | None = field(default=None, init=False)
+    _tmp: str | None = field(default=None, init=False)
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> ZooKeeperServer:
+        if not self.port:
+            self.port = free_port()
+        if self.data_dir is None:
+            self._tmp = tempfile.mkdtemp(prefix="hedwig-zk-")
+            self.data_dir = self._tmp
+        os.makedirs(self.data_dir, exist_ok=True)
+        cfg = Path(self.data_dir) / "zoo.cfg"
+        cfg.write_text(
+            "\n".join(
+                [
+                    f"tickTime={self.tick_ms}",
+                    f"dataDir={self.data_dir}",
+                    f"clientPort={self.port}",
+                    f"clientPortAddress={self.host}",
+                    "admin.enableServer=false",
+                    f"minSessionTimeout={2 * self.tick_ms}",
+                    f"maxSessionTimeout={self.max_session_timeout_ms}",
+                    "4lw.commands.whitelist=ruok,stat,mntr,srvr,cons",
+                    "maxClientCnxns=0",
+                    "",
+                ]
+            )
+        )
+        java = shutil.which("java") or "java"
+        log = open(self.log_path or os.path.join(self.data_dir, "zookeeper.log"), "ab")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [
+                java,
+                "-Xmx256m",
+                "-Dzookeeper.jmx.log4j.disable=true",
+                "-cp",
+                find_classpath(),
+                "org.apache.zookeeper.server.ZooKeeperServerMain",
+                str(cfg),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+        log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise HedwigError(f"ZooKeeper exited with {self.proc.returncode}; see {self.data_dir}")
+            if ruok(self.host, self.port):
+                return self
+            time.sleep(0.1)
+        self.stop()
+        raise HedwigError(f"ZooKeeper did not start within {timeout}s")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+        if self._tmp:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+    def restart(self, timeout: float = 30.0) -> None:
+        """Stop and start again on the same port and data (for ZooKeeper-restart tests)."""
+        tmp, self._tmp = self._tmp, None
+        self.stop()
+        self._tmp = tmp
+        self.start(timeout)
+
+    def __enter__(self) -> ZooKeeperServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

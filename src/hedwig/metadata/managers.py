@@ -1,0 +1,185 @@
+"""The metadata managers of the design (seed 002), as interfaces any store can implement.
+
+Every write takes the version the writer last read and fails with ``BadVersionError`` if the
+store holds another: this compare-and-set is what keeps two hubs from both believing their
+update won. ``NEW_VERSION`` creates, ``ANY_VERSION`` skips the check (tools and tests only).
+
+Hubs need two things the seed leaves to ZooKeeper and which a second store must also provide:
+``HubRegistry`` (which hubs are alive, with their load) and ``MetadataSession`` (the hub's
+liveness lease: when it is lost, every ephemeral record of the hub is gone and the hub must stop
+acting as an owner at once). ``tests/metadata_conformance.py`` is the suite every
+implementation must pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from enum import Enum
+from typing import Protocol
+
+from hedwig.metadata.records import (
+    HubInfo,
+    HubLoad,
+    HubStatus,
+    LedgerMetadata,
+    LedgerRanges,
+    SubscriptionData,
+    TopicConfig,
+    Version,
+    Versioned,
+)
+
+
+class TopicOwnershipManager(Protocol):
+    async def read_owner_info(self, topic: str) -> Versioned[HubInfo] | None:
+        """The owner record and its version, or ``None`` if nobody owns the topic."""
+        ...
+
+    async def write_owner_info(self, topic: str, owner: HubInfo, version: Version) -> Version:
+        """Claim (``NEW_VERSION``) or update the owner record; ``BadVersionError`` on conflict.
+
+        A claimed record is tied to the writer's session: it disappears when the session does.
+        ``NoTopicOwnerInfoError`` if updating a record that does not exist.
+        """
+        ...
+
+    async def delete_owner_info(self, topic: str, version: Version) -> None:
+        """Release; ``BadVersionError`` if the record changed, ``NoTopicOwnerInfoError`` if gone."""
+        ...
+
+    def watch_owner(self, topic: str, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (once, on the event loop) when the owner record changes or goes."""
+        ...
+
+
+class TopicPersistenceManager(Protocol):
+    async def read_topic_persistence_info(self, topic: str) -> Versioned[LedgerRanges] | None: ...
+
+    async def write_topic_persistence_info(
+        self, topic: str, ranges: LedgerRanges, version: Version
+    ) -> Version:
+        """CAS write; ``NEW_VERSION`` creates. ``NoTopicPersistenceInfoError`` if missing."""
+        ...
+
+    async def delete_topic_persistence_info(self, topic: str, version: Version) -> None: ...
+
+
+class SubscriptionDataManager(Protocol):
+    async def create_subscription_data(
+        self, topic: str, subscriber: str, data: SubscriptionData
+    ) -> Version:
+        """``SubscriptionStateExistsError`` if the subscription exists."""
+        ...
+
+    def is_partial_update_supported(self) -> bool:
+        """True if ``update_subscription_data`` may carry only the changed part."""
+        ...
+
+    async def update_subscription_data(
+        self, topic: str, subscriber: str, data: SubscriptionData, version: Version
+    ) -> Version:
+        """Partial update: parts left ``None`` in ``data`` keep their stored value.
+
+        Stores without partial updates must still accept a complete record here.
+        """
+        ...
+
+    async def replace_subscription_data(
+        self, topic: str, subscriber: str, data: SubscriptionData, version: Version
+    ) -> Version: ...
+
+    async def delete_subscription_data(
+        self, topic: str, subscriber: str, version: Version
+    ) -> None: ...
+
+    async def read_subscription_data(
+        self, topic: str, subscriber: str
+    ) -> Versioned[SubscriptionData] | None: ...
+
+    async def read_subscriptions(self, topic: str) -> dict[str, Versioned[SubscriptionData]]: ...
+
+
+class LedgerMetadataManager(Protocol):
+    async def create_ledger(self, metadata: LedgerMetadata) -> Versioned[LedgerMetadata]:
+        """Store new ledger metadata under a fresh unique id (``metadata.ledger_id`` ignored)."""
+        ...
+
+    async def read_ledger(self, ledger_id: int) -> Versioned[LedgerMetadata] | None: ...
+
+    async def write_ledger(self, metadata: LedgerMetadata, version: Version) -> Version: ...
+
+    async def delete_ledger(self, ledger_id: int, version: Version) -> None: ...
+
+    async def list_ledgers(self) -> list[int]: ...
+
+
+class TopicCatalog(Protocol):
+    """Topics that exist (seed 000: a topic exists once its node does)."""
+
+    async def ensure_topic(self, topic: str) -> None:
+        """Create the topic's node and subscriber root if missing (lazy topic creation)."""
+        ...
+
+    async def topic_exists(self, topic: str) -> bool: ...
+
+    async def read_topic_config(self, topic: str) -> Versioned[TopicConfig] | None: ...
+
+    async def write_topic_config(
+        self, topic: str, config: TopicConfig, version: Version
+    ) -> Version: ...
+
+    async def list_topics(self) -> list[str]: ...
+
+    async def delete_topic(self, topic: str) -> None:
+        """Remove the topic and everything under it (its ledgers' metadata excepted)."""
+        ...
+
+    async def read_region_defaults(self) -> TopicConfig: ...
+
+    async def write_region_defaults(self, config: TopicConfig) -> None: ...
+
+
+class HubRegistry(Protocol):
+    async def register_hub(self, address: str, load: HubLoad) -> int:
+        """Mark the hub alive for the current session; returns its epoch (unique per session)."""
+        ...
+
+    async def update_load(self, address: str, load: HubLoad) -> None: ...
+
+    async def unregister_hub(self, address: str) -> None:
+        """Remove the hub's alive record (it stays registered as a member)."""
+        ...
+
+    async def list_hubs(self) -> list[HubStatus]: ...
+
+
+class SessionState(Enum):
+    CONNECTED = "connected"
+    SUSPENDED = "suspended"  # connection lost, session may still be alive
+    LOST = "lost"  # session expired: every ephemeral record of ours is gone
+
+
+class MetadataSession(Protocol):
+    @property
+    def state(self) -> SessionState: ...
+
+    def add_listener(self, listener: Callable[[SessionState], None]) -> None:
+        """Called on the event loop at every state change."""
+        ...
+
+
+class MetadataStore(Protocol):
+    """One store holding every kind of metadata of one region."""
+
+    region: str
+    ownership: TopicOwnershipManager
+    persistence: TopicPersistenceManager
+    subscriptions: SubscriptionDataManager
+    ledgers: LedgerMetadataManager
+    topics: TopicCatalog
+    hubs: HubRegistry
+    session: MetadataSession
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...

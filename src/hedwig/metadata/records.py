@@ -1,0 +1,358 @@
+"""Records kept in the metadata store, immutable and validated when built.
+
+Each record serialises to compact JSON (``to_json``) and back (``from_json``). JSON rather than
+a binary format because operators read these znodes with ``zkCli.sh`` when things go wrong;
+the records are small and off the publish path. ``docs/zookeeper-layout.md`` shows examples.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, replace
+from enum import Enum
+from typing import Any, Generic, NewType, TypeVar
+
+from hedwig.errors import MetadataError
+
+Version = NewType("Version", int)
+# Passed as the expected version to create a record that must not exist yet.
+NEW_VERSION = Version(-1)
+# Passed as the expected version to overwrite or delete whatever is stored.
+ANY_VERSION = Version(-2)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Versioned(Generic[T]):
+    value: T
+    version: Version
+
+
+def _load(raw: bytes, what: str) -> dict[str, Any]:
+    try:
+        data = json.loads(raw.decode("utf-8")) if raw else {}
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise MetadataError(f"corrupt {what} record: {exc}") from exc
+    if not isinstance(data, dict):
+        raise MetadataError(f"corrupt {what} record: not an object")
+    return data
+
+
+def _dump(data: dict[str, Any]) -> bytes:
+    return json.dumps(data, separators=(",", ":"), sort_keys=True).encode("utf-8")
+
+
+@dataclass(frozen=True, slots=True)
+class HubInfo:
+    """Who owns a topic: the hub's client address and its session epoch.
+
+    ``epoch`` is the creation zxid (czxid) of the hub's ``alive`` znode, which changes every
+    time the hub starts a ZooKeeper session. A record whose address is ours but whose epoch is
+    not is left over from a previous session of ours: stale, safe to delete and claim again.
+    """
+
+    address: str
+    epoch: int
+
+    def to_json(self) -> bytes:
+        return _dump({"address": self.address, "epoch": self.epoch})
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> HubInfo:
+        d = _load(raw, "owner")
+        try:
+            return cls(str(d["address"]), int(d["epoch"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise MetadataError(f"corrupt owner record: {exc}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class TopicLoad:
+    """One topic's share of a hub's load, as EWMA rates per second."""
+
+    msg_in: float = 0.0
+    bytes_in: float = 0.0
+    msg_out: float = 0.0
+    bytes_out: float = 0.0
+    subscribers: int = 0
+    backlog: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class HubLoad:
+    """What a hub writes into its ``alive`` znode. ``timestamp_ms`` lets readers expire it."""
+
+    timestamp_ms: int = 0
+    topics: int = 0
+    connections: int = 0
+    cpu: float = 0.0
+    msg_in: float = 0.0
+    bytes_in: float = 0.0
+    msg_out: float = 0.0
+    bytes_out: float = 0.0
+    topic_loads: dict[str, TopicLoad] = field(default_factory=dict)
+
+    def to_json(self) -> bytes:
+        d = asdict(self)
+        return _dump(d)
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> HubLoad:
+        d = _load(raw, "load")
+        try:
+            tl = {k: TopicLoad(**v) for k, v in dict(d.pop("topic_loads", {})).items()}
+            return cls(topic_loads=tl, **d)
+        except (TypeError, ValueError) as exc:
+            raise MetadataError(f"corrupt load record: {exc}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class HubStatus:
+    """A registered hub as the store sees it: alive if its ephemeral ``alive`` node exists."""
+
+    address: str
+    alive: bool
+    epoch: int = 0
+    load: HubLoad | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicationConfig:
+    """How a topic's ledgers are replicated: ``ensemble >= write_quorum >= ack_quorum >= 1``."""
+
+    ensemble: int = 1
+    write_quorum: int = 1
+    ack_quorum: int = 1
+
+    def __post_init__(self) -> None:
+        if not self.ensemble >= self.write_quorum >= self.ack_quorum >= 1:
+            raise MetadataError(
+                "replication needs ensemble >= write_quorum >= ack_quorum >= 1, got "
+                f"{self.ensemble}/{self.write_quorum}/{self.ack_quorum}"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class TopicConfig:
+    """Per-topic settings stored in the topic znode; ``None`` fields take the region default.
+
+    ``retention_ms`` / ``retention_bytes`` keep consumed messages for late readers (batch jobs
+    reading by sequence id); unconsumed messages are always kept for existing subscribers.
+    """
+
+    replication: ReplicationConfig | None = None
+    retention_ms: int | None = None
+    retention_bytes: int | None = None
+    max_message_size: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("retention_ms", "retention_bytes", "max_message_size"):
+            v = getattr(self, name)
+            if v is not None and v < 0:
+                raise MetadataError(f"{name} must not be negative, got {v}")
+
+    def to_json(self) -> bytes:
+        d: dict[str, Any] = {}
+        if self.replication is not None:
+            d["replication"] = asdict(self.replication)
+        for name in ("retention_ms", "retention_bytes", "max_message_size"):
+            if getattr(self, name) is not None:
+                d[name] = getattr(self, name)
+        return _dump(d)
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> TopicConfig:
+        d = _load(raw, "topic config")
+        try:
+            rep = d.get("replication")
+            return cls(
+                replication=ReplicationConfig(**rep) if rep else None,
+                retention_ms=d.get("retention_ms"),
+                retention_bytes=d.get("retention_bytes"),
+                max_message_size=d.get("max_message_size"),
+            )
+        except (TypeError, ValueError) as exc:
+            raise MetadataError(f"corrupt topic config: {exc}") from exc
+
+    def merged(self, defaults: TopicConfig) -> TopicConfig:
+        """This config with unset fields taken from ``defaults``."""
+        return TopicConfig(
+            replication=self.replication or defaults.replication,
+            retention_ms=self.retention_ms if self.retention_ms is not None else defaults.retention_ms,
+            retention_bytes=(
+                self.retention_bytes if self.retention_bytes is not None else defaults.retention_bytes
+            ),
+            max_message_size=(
+                self.max_message_size
+                if self.max_message_size is not None
+                else defaults.max_message_size
+            ),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerRange:
+    """One ledger of a topic's log and the sequence ids it holds.
+
+    ``end_seq`` is ``None`` while the ledger is the open tail; ``end_seq = start_seq - 1``
+    means the ledger holds no message.
+    """
+
+    ledger_id: int
+    start_seq: int
+    end_seq: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerRanges:
+    """The topic's log: its ledgers in order (the TopicPersistenceManager's record)."""
+
+    ranges: tuple[LedgerRange, ...] = ()
+
+    def to_json(self) -> bytes:
+        return _dump(
+            {"ranges": [[r.ledger_id, r.start_seq, r.end_seq] for r in self.ranges]}
+        )
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> LedgerRanges:
+        d = _load(raw, "ledger ranges")
+        try:
+            return cls(tuple(LedgerRange(int(a), int(b), c) for a, b, c in d.get("ranges", [])))
+        except (TypeError, ValueError) as exc:
+            raise MetadataError(f"corrupt ledger ranges: {exc}") from exc
+
+    @property
+    def last_seq(self) -> int:
+        """The last sequence id of the closed ledgers (0 if none)."""
+        for r in reversed(self.ranges):
+            if r.end_seq is not None:
+                return r.end_seq
+        return self.ranges[0].start_seq - 1 if self.ranges else 0
+
+    def with_tail(self, ledger_id: int, start_seq: int) -> LedgerRanges:
+        return LedgerRanges((*self.ranges, LedgerRange(ledger_id, start_seq)))
+
+    def close_tail(self, end_seq: int) -> LedgerRanges:
+        if not self.ranges or self.ranges[-1].end_seq is not None:
+            return self
+        last = self.ranges[-1]
+        return LedgerRanges((*self.ranges[:-1], replace(last, end_seq=end_seq)))
+
+
+class LedgerState(str, Enum):
+    OPEN = "OPEN"
+    IN_RECOVERY = "IN_RECOVERY"
+    CLOSED = "CLOSED"
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerMetadata:
+    """A ledger's metadata, changed only by CAS (see ``docs/architecture.md``, ledgers).
+
+    ``fragments`` maps a first entry id to the ensemble (storage addresses) used from it on;
+    an ensemble change appends a fragment. ``owner_epoch`` identifies the writer's ownership so
+    a stale owner's metadata writes can be told apart.
+    """
+
+    ledger_id: int
+    topic: str
+    ensemble_size: int
+    write_quorum: int
+    ack_quorum: int
+    fragments: tuple[tuple[int, tuple[str, ...]], ...]
+    state: LedgerState = LedgerState.OPEN
+    last_entry_id: int = -1
+    last_seq: int = 0
+    length: int = 0
+    owner: str = ""
+    owner_epoch: int = 0
+    created_ms: int = 0
+    closed_ms: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.ensemble_size >= self.write_quorum >= self.ack_quorum >= 1:
+            raise MetadataError("ledger needs ensemble >= write_quorum >= ack_quorum >= 1")
+
+    def ensemble_for(self, entry_id: int) -> tuple[str, ...]:
+        current = self.fragments[0][1]
+        for first, ensemble in self.fragments:
+            if first <= entry_id:
+                current = ensemble
+            else:
+                break
+        return current
+
+    def to_json(self) -> bytes:
+        d = asdict(self)
+        d["state"] = self.state.value
+        d["fragments"] = [[f, list(e)] for f, e in self.fragments]
+        return _dump(d)
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> LedgerMetadata:
+        d = _load(raw, "ledger")
+        try:
+            d["state"] = LedgerState(d["state"])
+            d["fragments"] = tuple((int(f), tuple(e)) for f, e in d["fragments"])
+            return cls(**d)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise MetadataError(f"corrupt ledger metadata: {exc}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionPreferences:
+    """What the subscriber asked for; rarely changes."""
+
+    message_window: int = 0
+    message_bound: int = 0
+    options: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionState:
+    """Where the subscriber is; changes as it consumes."""
+
+    consumed_seq: int = 0
+    created_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionData:
+    """A subscription's record. For a partial update, ``None`` parts are left as stored."""
+
+    preferences: SubscriptionPreferences | None = None
+    state: SubscriptionState | None = None
+
+    def to_json(self) -> bytes:
+        d: dict[str, Any] = {}
+        if self.preferences is not None:
+            p = asdict(self.preferences)
+            p["options"] = dict(self.preferences.options)
+            d["preferences"] = p
+        if self.state is not None:
+            d["state"] = asdict(self.state)
+        return _dump(d)
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> SubscriptionData:
+        d = _load(raw, "subscription")
+        try:
+            p = d.get("preferences")
+            s = d.get("state")
+            prefs = None
+            if p is not None:
+                p = dict(p)
+                p["options"] = tuple(sorted(dict(p.get("options", {})).items()))
+                prefs = SubscriptionPreferences(**p)
+            return cls(prefs, SubscriptionState(**s) if s is not None else None)
+        except (TypeError, ValueError) as exc:
+            raise MetadataError(f"corrupt subscription: {exc}") from exc
+
+    def merged_into(self, stored: SubscriptionData) -> SubscriptionData:
+        """``stored`` with the parts this record sets replaced (a partial update)."""
+        return SubscriptionData(
+            self.preferences if self.preferences is not None else stored.preferences,
+            self.state if self.state is not None else stored.state,
+        )

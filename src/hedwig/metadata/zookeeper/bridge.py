@@ -1,0 +1,256 @@
+"""The one place where kazoo's threads meet the asyncio event loop.
+
+kazoo runs its completion callbacks and watches on its own threads. Every callback here
+crosses back with ``loop.call_soon_threadsafe``, so the rest of Hedwig only ever sees
+coroutines and event-loop callbacks. kazoo's exceptions are mapped to ours at this boundary and
+never travel further.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import (
+    BadVersionError as KzBadVersion,
+)
+from kazoo.exceptions import (
+    ConnectionClosedError,
+    ConnectionLoss,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    OperationTimeoutError,
+    SessionExpiredError,
+    ZookeeperError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import ZnodeStat
+
+from hedwig.errors import BadVersionError, MetadataError, MetadataUnavailableError
+from hedwig.metadata.managers import SessionState
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class NodeExists(MetadataError):
+    """The znode to create exists already (translated by the managers)."""
+
+
+class NoNode(MetadataError):
+    """The znode (or its parent) does not exist (translated by the managers)."""
+
+
+class NotEmpty(MetadataError):
+    """The znode to delete has children."""
+
+
+def _translate(exc: BaseException, path: str, version: int) -> BaseException:
+    if isinstance(exc, NodeExistsError):
+        return NodeExists(path)
+    if isinstance(exc, NoNodeError):
+        return NoNode(path)
+    if isinstance(exc, KzBadVersion):
+        return BadVersionError(path, version)
+    if isinstance(exc, NotEmptyError):
+        return NotEmpty(path)
+    if isinstance(
+        exc,
+        ConnectionLoss
+        | SessionExpiredError
+        | ConnectionClosedError
+        | OperationTimeoutError
+        | KazooTimeoutError,
+    ):
+        return MetadataUnavailableError(f"ZooKeeper unavailable ({type(exc).__name__}) at {path}")
+    if isinstance(exc, ZookeeperError | KazooException):
+        return MetadataError(f"ZooKeeper error {type(exc).__name__} at {path}: {exc}")
+    return exc
+
+
+_STATES = {
+    KazooState.CONNECTED: SessionState.CONNECTED,
+    KazooState.SUSPENDED: SessionState.SUSPENDED,
+    KazooState.LOST: SessionState.LOST,
+}
+
+
+class ZkBridge:
+    """An asyncio face on one kazoo client (one ZooKeeper session at a time)."""
+
+    def __init__(self, hosts: str, *, session_timeout: float) -> None:
+        self.hosts = hosts
+        self.session_timeout = session_timeout
+        self._client = KazooClient(
+            hosts=hosts, timeout=session_timeout, connection_retry={"max_tries": -1, "max_delay": 1}
+        )
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._listeners: list[Callable[[SessionState], None]] = []
+        self.state = SessionState.SUSPENDED
+        self._client.add_listener(self._on_state)
+
+    # session ----------------------------------------------------------------------------
+
+    async def start(self, timeout: float = 15.0) -> None:
+        self._loop = asyncio.get_running_loop()
+        try:
+            await self._loop.run_in_executor(None, lambda: self._client.start(timeout=timeout))
+        except (KazooTimeoutError, KazooException) as exc:
+            raise MetadataUnavailableError(f"cannot reach ZooKeeper at {self.hosts}") from exc
+        self.state = SessionState.CONNECTED
+
+    async def close(self) -> None:
+        loop = asyncio.get_running_loop()
+
+        def stop() -> None:
+            try:
+                self._client.stop()
+                self._client.close()
+            except KazooException:  # pragma: no cover - best effort on the way out
+                log.debug("error closing ZooKeeper client", exc_info=True)
+
+        await loop.run_in_executor(None, stop)
+
+    def add_listener(self, listener: Callable[[SessionState], None]) -> None:
+        self._listeners.append(listener)
+
+    @property
+    def session_id(self) -> int:
+        sid = self._client.client_id
+        return int(sid[0]) if sid else 0
+
+    def _on_state(self, kz_state: str) -> None:
+        state = _STATES.get(kz_state)
+        if state is None or self._loop is None:
+            return
+        self._loop.call_soon_threadsafe(self._deliver_state, state)
+
+    def _deliver_state(self, state: SessionState) -> None:
+        self.state = state
+        for listener in list(self._listeners):
+            try:
+                listener(state)
+            except Exception:  # a broken listener must not stop the others
+                log.exception("metadata session listener failed")
+
+    # operations -------------------------------------------------------------------------
+
+    async def _call(self, path: str, version: int, start: Callable[[], Any]) -> Any:
+        loop = self._loop or asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+
+        def done(result: Any) -> None:
+            try:
+                value = result.get()
+            except BaseException as exc:  # noqa: BLE001 - translated below
+                err = _translate(exc, path, version)
+                loop.call_soon_threadsafe(_set_exc, fut, err)
+            else:
+                loop.call_soon_threadsafe(_set_result, fut, value)
+
+        try:
+            start().rawlink(done)
+        except BaseException as exc:  # noqa: BLE001
+            raise _translate(exc, path, version) from exc
+        return await fut
+
+    async def create(
+        self,
+        path: str,
+        value: bytes = b"",
+        *,
+        ephemeral: bool = False,
+        sequence: bool = False,
+        makepath: bool = False,
+    ) -> tuple[str, ZnodeStat]:
+        result = await self._call(
+            path,
+            -1,
+            lambda: self._client.create_async(
+                path,
+                value,
+                ephemeral=ephemeral,
+                sequence=sequence,
+                makepath=makepath,
+                include_data=True,
+            ),
+        )
+        return str(result[0]), result[1]
+
+    async def get(self, path: str) -> tuple[bytes, ZnodeStat]:
+        data, stat = await self._call(path, -1, lambda: self._client.get_async(path))
+        return bytes(data or b""), stat
+
+    async def get_or_none(self, path: str) -> tuple[bytes, ZnodeStat] | None:
+        try:
+            return await self.get(path)
+        except NoNode:
+            return None
+
+    async def set(self, path: str, value: bytes, version: int = -1) -> ZnodeStat:
+        stat: ZnodeStat = await self._call(
+            path, version, lambda: self._client.set_async(path, value, version)
+        )
+        return stat
+
+    async def delete(self, path: str, version: int = -1) -> None:
+        await self._call(path, version, lambda: self._client.delete_async(path, version))
+
+    async def delete_recursive(self, path: str) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(None, lambda: self._client.delete(path, recursive=True))
+        except NoNodeError:
+            return
+        except BaseException as exc:  # noqa: BLE001
+            raise _translate(exc, path, -1) from exc
+
+    async def children(self, path: str) -> list[str]:
+        return list(await self._call(path, -1, lambda: self._client.get_children_async(path)))
+
+    async def exists(self, path: str) -> ZnodeStat | None:
+        return await self._call(path, -1, lambda: self._client.exists_async(path))  # type: ignore[no-any-return]
+
+    async def ensure_path(self, path: str) -> None:
+        try:
+            await self.create(path, b"", makepath=True)
+        except NodeExists:
+            pass
+
+    def watch(self, path: str, callback: Callable[[], None]) -> None:
+        """One-shot: ``callback`` runs on the loop when ``path`` is created, changed or deleted."""
+        loop = self._loop or asyncio.get_running_loop()
+        fired = False
+
+        def on_event(_event: Any) -> None:
+            nonlocal fired
+            if not fired:
+                fired = True
+                loop.call_soon_threadsafe(callback)
+
+        def on_result(result: Any) -> None:
+            try:
+                result.get()
+            except BaseException:  # noqa: BLE001 - the connection is gone: tell the watcher
+                on_event(None)
+
+        try:
+            self._client.exists_async(path, watch=on_event).rawlink(on_result)
+        except BaseException:  # noqa: BLE001
+            on_event(None)
+
+
+def _set_result(fut: asyncio.Future[Any], value: Any) -> None:
+    if not fut.done():
+        fut.set_result(value)
+
+
+def _set_exc(fut: asyncio.Future[Any], exc: BaseException) -> None:
+    if not fut.done():
+        fut.set_exception(exc)

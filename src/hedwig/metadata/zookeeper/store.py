@@ -1,0 +1,370 @@
+"""The metadata managers on ZooKeeper: versions are znode versions, ownership is ephemeral.
+
+Subscription data is one znode per subscription holding preferences and state together, so
+partial updates are not supported (``is_partial_update_supported`` is False): an update must
+carry the whole record, as the seed allows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from hedwig.errors import (
+    BadVersionError,
+    MetadataError,
+    NoLedgerMetadataError,
+    NoSubscriptionStateError,
+    NoTopicOwnerInfoError,
+    NoTopicPersistenceInfoError,
+    SubscriptionStateExistsError,
+)
+from hedwig.metadata.layout import Layout
+from hedwig.metadata.managers import SessionState
+from hedwig.metadata.records import (
+    ANY_VERSION,
+    NEW_VERSION,
+    HubInfo,
+    HubLoad,
+    HubStatus,
+    LedgerMetadata,
+    LedgerRanges,
+    SubscriptionData,
+    TopicConfig,
+    Version,
+    Versioned,
+)
+from hedwig.metadata.zookeeper.bridge import NodeExists, NoNode, ZkBridge
+
+DEFAULT_SESSION_TIMEOUT = 6.0
+
+
+def _v(version: Version) -> int:
+    return -1 if version == ANY_VERSION else int(version)
+
+
+class ZkOwnership:
+    def __init__(self, zk: ZkBridge, layout: Layout) -> None:
+        self._zk = zk
+        self._layout = layout
+
+    async def read_owner_info(self, topic: str) -> Versioned[HubInfo] | None:
+        got = await self._zk.get_or_none(self._layout.owner(topic))
+        if got is None:
+            return None
+        data, stat = got
+        return Versioned(HubInfo.from_json(data), Version(stat.version))
+
+    async def write_owner_info(self, topic: str, owner: HubInfo, version: Version) -> Version:
+        path = self._layout.owner(topic)
+        if version == NEW_VERSION:
+            try:
+                _, stat = await self._zk.create(path, owner.to_json(), ephemeral=True)
+            except NodeExists as exc:
+                raise BadVersionError(path, version) from exc
+            except NoNode as exc:
+                raise MetadataError(f"topic {topic!r} does not exist") from exc
+            return Version(stat.version)
+        try:
+            stat = await self._zk.set(path, owner.to_json(), _v(version))
+        except NoNode as exc:
+            raise NoTopicOwnerInfoError(topic) from exc
+        return Version(stat.version)
+
+    async def delete_owner_info(self, topic: str, version: Version) -> None:
+        try:
+            await self._zk.delete(self._layout.owner(topic), _v(version))
+        except NoNode as exc:
+            raise NoTopicOwnerInfoError(topic) from exc
+
+    def watch_owner(self, topic: str, callback: Callable[[], None]) -> None:
+        self._zk.watch(self._layout.owner(topic), callback)
+
+
+class ZkPersistence:
+    def __init__(self, zk: ZkBridge, layout: Layout) -> None:
+        self._zk = zk
+        self._layout = layout
+
+    async def read_topic_persistence_info(self, topic: str) -> Versioned[LedgerRanges] | None:
+        got = await self._zk.get_or_none(self._layout.persistence(topic))
+        if got is None:
+            return None
+        return Versioned(LedgerRanges.from_json(got[0]), Version(got[1].version))
+
+    async def write_topic_persistence_info(
+        self, topic: str, ranges: LedgerRanges, version: Version
+    ) -> Version:
+        path = self._layout.persistence(topic)
+        if version == NEW_VERSION:
+            try:
+                _, stat = await self._zk.create(path, ranges.to_json(), makepath=True)
+            except NodeExists as exc:
+                raise BadVersionError(path, version) from exc
+            return Version(stat.version)
+        try:
+            stat = await self._zk.set(path, ranges.to_json(), _v(version))
+        except NoNode as exc:
+            raise NoTopicPersistenceInfoError(topic) from exc
+        return Version(stat.version)
+
+    async def delete_topic_persistence_info(self, topic: str, version: Version) -> None:
+        try:
+            await self._zk.delete(self._layout.persistence(topic), _v(version))
+        except NoNode as exc:
+            raise NoTopicPersistenceInfoError(topic) from exc
+
+
+class ZkSubscriptions:
+    def __init__(self, zk: ZkBridge, layout: Layout) -> None:
+        self._zk = zk
+        self._layout = layout
+
+    def is_partial_update_supported(self) -> bool:
+        return False
+
+    async def create_subscription_data(
+        self, topic: str, subscriber: str, data: SubscriptionData
+    ) -> Version:
+        path = self._layout.subscriber(topic, subscriber)
+        try:
+            _, stat = await self._zk.create(path, data.to_json(), makepath=True)
+        except NodeExists as exc:
+            raise SubscriptionStateExistsError(f"{topic}/{subscriber}") from exc
+        return Version(stat.version)
+
+    async def update_subscription_data(
+        self, topic: str, subscriber: str, data: SubscriptionData, version: Version
+    ) -> Version:
+        if data.preferences is None or data.state is None:
+            raise MetadataError(
+                "ZooKeeper stores subscriptions whole: an update must carry preferences and state"
+            )
+        return await self.replace_subscription_data(topic, subscriber, data, version)
+
+    async def replace_subscription_data(
+        self, topic: str, subscriber: str, data: SubscriptionData, version: Version
+    ) -> Version:
+        try:
+            stat = await self._zk.set(
+                self._layout.subscriber(topic, subscriber), data.to_json(), _v(version)
+            )
+        except NoNode as exc:
+            raise NoSubscriptionStateError(f"{topic}/{subscriber}") from exc
+        return Version(stat.version)
+
+    async def delete_subscription_data(
+        self, topic: str, subscriber: str, version: Version
+    ) -> None:
+        try:
+            await self._zk.delete(self._layout.subscriber(topic, subscriber), _v(version))
+        except NoNode as exc:
+            raise NoSubscriptionStateError(f"{topic}/{subscriber}") from exc
+
+    async def read_subscription_data(
+        self, topic: str, subscriber: str
+    ) -> Versioned[SubscriptionData] | None:
+        got = await self._zk.get_or_none(self._layout.subscriber(topic, subscriber))
+        if got is None:
+            return None
+        return Versioned(SubscriptionData.from_json(got[0]), Version(got[1].version))
+
+    async def read_subscriptions(self, topic: str) -> dict[str, Versioned[SubscriptionData]]:
+        try:
+            names = await self._zk.children(self._layout.subscribers(topic))
+        except NoNode:
+            return {}
+        out: dict[str, Versioned[SubscriptionData]] = {}
+        for znode in names:
+            name = Layout.name_of(znode)
+            got = await self.read_subscription_data(topic, name)
+            if got is not None:
+                out[name] = got
+        return out
+
+
+class ZkLedgers:
+    def __init__(self, zk: ZkBridge, layout: Layout) -> None:
+        self._zk = zk
+        self._layout = layout
+
+    async def create_ledger(self, metadata: LedgerMetadata) -> Versioned[LedgerMetadata]:
+        path, stat = await self._zk.create(
+            self._layout.ledger_prefix, metadata.to_json(), sequence=True, makepath=True
+        )
+        lid = Layout.ledger_id_of(path)
+        from dataclasses import replace
+
+        return Versioned(replace(metadata, ledger_id=lid), Version(stat.version))
+
+    async def read_ledger(self, ledger_id: int) -> Versioned[LedgerMetadata] | None:
+        got = await self._zk.get_or_none(self._layout.ledger(ledger_id))
+        if got is None:
+            return None
+        from dataclasses import replace
+
+        md = replace(LedgerMetadata.from_json(got[0]), ledger_id=ledger_id)
+        return Versioned(md, Version(got[1].version))
+
+    async def write_ledger(self, metadata: LedgerMetadata, version: Version) -> Version:
+        try:
+            stat = await self._zk.set(
+                self._layout.ledger(metadata.ledger_id), metadata.to_json(), _v(version)
+            )
+        except NoNode as exc:
+            raise NoLedgerMetadataError(str(metadata.ledger_id)) from exc
+        return Version(stat.version)
+
+    async def delete_ledger(self, ledger_id: int, version: Version) -> None:
+        try:
+            await self._zk.delete(self._layout.ledger(ledger_id), _v(version))
+        except NoNode as exc:
+            raise NoLedgerMetadataError(str(ledger_id)) from exc
+
+    async def list_ledgers(self) -> list[int]:
+        try:
+            names = await self._zk.children(self._layout.ledgers)
+        except NoNode:
+            return []
+        return sorted(Layout.ledger_id_of(n) for n in names)
+
+
+class ZkTopics:
+    def __init__(self, zk: ZkBridge, layout: Layout) -> None:
+        self._zk = zk
+        self._layout = layout
+
+    async def ensure_topic(self, topic: str) -> None:
+        for path in (self._layout.topic(topic), self._layout.subscribers(topic)):
+            try:
+                await self._zk.create(path, b"", makepath=True)
+            except NodeExists:
+                pass
+
+    async def topic_exists(self, topic: str) -> bool:
+        return await self._zk.exists(self._layout.topic(topic)) is not None
+
+    async def read_topic_config(self, topic: str) -> Versioned[TopicConfig] | None:
+        got = await self._zk.get_or_none(self._layout.topic(topic))
+        if got is None:
+            return None
+        return Versioned(TopicConfig.from_json(got[0]), Version(got[1].version))
+
+    async def write_topic_config(
+        self, topic: str, config: TopicConfig, version: Version
+    ) -> Version:
+        path = self._layout.topic(topic)
+        if version == NEW_VERSION:
+            try:
+                _, stat = await self._zk.create(path, config.to_json(), makepath=True)
+            except NodeExists as exc:
+                raise BadVersionError(path, version) from exc
+            await self.ensure_topic(topic)
+            return Version(stat.version)
+        try:
+            stat = await self._zk.set(path, config.to_json(), _v(version))
+        except NoNode as exc:
+            raise MetadataError(f"topic {topic!r} does not exist") from exc
+        return Version(stat.version)
+
+    async def list_topics(self) -> list[str]:
+        try:
+            names = await self._zk.children(self._layout.topics)
+        except NoNode:
+            return []
+        return sorted(Layout.name_of(n) for n in names)
+
+    async def delete_topic(self, topic: str) -> None:
+        await self._zk.delete_recursive(self._layout.topic(topic))
+
+    async def read_region_defaults(self) -> TopicConfig:
+        got = await self._zk.get_or_none(self._layout.defaults)
+        return TopicConfig.from_json(got[0]) if got else TopicConfig()
+
+    async def write_region_defaults(self, config: TopicConfig) -> None:
+        try:
+            await self._zk.set(self._layout.defaults, config.to_json())
+        except NoNode:
+            await self._zk.create(self._layout.defaults, config.to_json(), makepath=True)
+
+
+class ZkHubs:
+    def __init__(self, zk: ZkBridge, layout: Layout) -> None:
+        self._zk = zk
+        self._layout = layout
+
+    async def register_hub(self, address: str, load: HubLoad) -> int:
+        await self._zk.ensure_path(self._layout.host(address))
+        path = self._layout.alive(address)
+        try:
+            _, stat = await self._zk.create(path, load.to_json(), ephemeral=True)
+        except NodeExists:
+            # Left by an earlier session of ours that has not expired yet: it is ours to replace.
+            await self._zk.delete(path)
+            _, stat = await self._zk.create(path, load.to_json(), ephemeral=True)
+        return int(stat.czxid)
+
+    async def update_load(self, address: str, load: HubLoad) -> None:
+        await self._zk.set(self._layout.alive(address), load.to_json())
+
+    async def unregister_hub(self, address: str) -> None:
+        try:
+            await self._zk.delete(self._layout.alive(address))
+        except NoNode:
+            pass
+
+    async def list_hubs(self) -> list[HubStatus]:
+        try:
+            names = await self._zk.children(self._layout.hosts)
+        except NoNode:
+            return []
+        out = []
+        for znode in sorted(names):
+            address = Layout.name_of(znode)
+            got = await self._zk.get_or_none(self._layout.alive(address))
+            if got is None:
+                out.append(HubStatus(address, alive=False))
+            else:
+                try:
+                    load: HubLoad | None = HubLoad.from_json(got[0])
+                except MetadataError:
+                    load = None
+                out.append(HubStatus(address, True, int(got[1].czxid), load))
+        return out
+
+
+class ZkSession:
+    def __init__(self, zk: ZkBridge) -> None:
+        self._zk = zk
+
+    @property
+    def state(self) -> SessionState:
+        return self._zk.state
+
+    def add_listener(self, listener: Callable[[SessionState], None]) -> None:
+        self._zk.add_listener(listener)
+
+
+class ZkMetadataStore:
+    """Every manager of one region on one ZooKeeper session."""
+
+    def __init__(
+        self, hosts: str, region: str, *, session_timeout: float = DEFAULT_SESSION_TIMEOUT
+    ) -> None:
+        self.region = region
+        self.layout = Layout(region)
+        self.zk = ZkBridge(hosts, session_timeout=session_timeout)
+        self.ownership = ZkOwnership(self.zk, self.layout)
+        self.persistence = ZkPersistence(self.zk, self.layout)
+        self.subscriptions = ZkSubscriptions(self.zk, self.layout)
+        self.ledgers = ZkLedgers(self.zk, self.layout)
+        self.topics = ZkTopics(self.zk, self.layout)
+        self.hubs = ZkHubs(self.zk, self.layout)
+        self.session = ZkSession(self.zk)
+
+    async def start(self) -> None:
+        await self.zk.start()
+        for path in (self.layout.topics, self.layout.hosts, self.layout.ledgers):
+            await self.zk.ensure_path(path)
+
+    async def close(self) -> None:
+        await self.zk.close()

@@ -1,0 +1,121 @@
+"""One end of a Hedwig connection, without I/O.
+
+Rules of the state machine (there are only two states):
+
+- OPEN: bytes fed in with ``receive_data`` come out of ``next_frames`` as typed frames, in
+  order. A frame must travel in its legal direction: a hub accepts only requests, a client only
+  answers and events. A frame whose declared length exceeds ``max_frame_size`` is not buffered:
+  its header is read, the rest is skipped as it arrives, and an ``OversizedFrame`` event is
+  returned so the hub can answer that one request with MESSAGE_TOO_LARGE and keep the
+  connection. Everything else that is malformed (bad version, unknown type, short body,
+  trailing bytes) moves the connection to BROKEN.
+- BROKEN: every call raises ``ProtocolError``; the owner of the socket closes it.
+
+``send`` turns frames into bytes; it never fails for a well-typed frame.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from hedwig.errors import ProtocolError
+from hedwig.protocol.frames import (
+    HEADER,
+    HEADER_AFTER_LENGTH,
+    HEADER_SIZE,
+    PROTOCOL_VERSION,
+    Frame,
+    decode_body,
+    encode_frame,
+)
+
+DEFAULT_MAX_FRAME_SIZE = 16 * 1024 * 1024
+
+
+class Role(Enum):
+    HUB = "hub"
+    CLIENT = "client"
+
+
+@dataclass(frozen=True, slots=True)
+class OversizedFrame:
+    """A frame larger than the connection accepts was skipped."""
+
+    frame_type: int
+    request_id: int
+    size: int
+
+
+class Connection:
+    def __init__(self, role: Role, *, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+        self.role = role
+        self.max_frame_size = max_frame_size
+        self._buf = bytearray()
+        self._skip = 0  # bytes of an oversized frame still to discard
+        self._broken: ProtocolError | None = None
+
+    @property
+    def broken(self) -> bool:
+        return self._broken is not None
+
+    def send(self, frame: Frame) -> bytes:
+        return encode_frame(frame)
+
+    def receive_data(self, data: bytes) -> None:
+        if self._broken is not None:
+            raise self._broken
+        if self._skip:
+            dropped = min(self._skip, len(data))
+            self._skip -= dropped
+            data = data[dropped:]
+        self._buf += data
+
+    def next_frames(self) -> list[Frame | OversizedFrame]:
+        """Every complete frame buffered so far; raises ``ProtocolError`` on malformed input."""
+        if self._broken is not None:
+            raise self._broken
+        out: list[Frame | OversizedFrame] = []
+        buf = self._buf
+        pos = 0
+        try:
+            while len(buf) - pos >= HEADER_SIZE:
+                length, version, ftype, flags, rid = HEADER.unpack_from(buf, pos)
+                if version != PROTOCOL_VERSION:
+                    raise ProtocolError(
+                        f"protocol version {version} is not supported (this end speaks "
+                        f"{PROTOCOL_VERSION})"
+                    )
+                if length < HEADER_AFTER_LENGTH:
+                    raise ProtocolError(f"frame length {length} is shorter than its header")
+                total = 4 + length
+                if total > self.max_frame_size:
+                    self._check_direction(ftype)
+                    available = len(buf) - pos
+                    if available >= total:
+                        pos += total
+                    else:
+                        self._skip = total - available
+                        pos = len(buf)
+                    out.append(OversizedFrame(ftype, rid, total))
+                    continue
+                if len(buf) - pos < total:
+                    break
+                self._check_direction(ftype)
+                body = bytes(buf[pos + HEADER_SIZE : pos + total])
+                pos += total
+                out.append(decode_body(ftype, flags, rid, body))
+        except ProtocolError as exc:
+            self._broken = exc
+            raise
+        finally:
+            if pos:
+                del buf[:pos]
+        return out
+
+    def _check_direction(self, ftype: int) -> None:
+        from_client = ftype < 0x80
+        if self.role is Role.HUB and not from_client:
+            raise ProtocolError(f"a client may not send frame type 0x{ftype:02x}")
+        if self.role is Role.CLIENT and from_client:
+            raise ProtocolError(f"a hub may not send frame type 0x{ftype:02x}")

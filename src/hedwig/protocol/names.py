@@ -1,0 +1,52 @@
+"""Topic and subscriber names, and how they become znode names.
+
+Rules:
+- A name is 1 to 255 UTF-8 bytes of printable characters (``str.isprintable``: no control
+  characters, no line breaks, no unassigned or private-use surrogates). Anything else is refused
+  with ``InvalidTopicError`` before it reaches the store, so a hub never creates a znode for it.
+- Every name maps to exactly one znode name and back. Characters outside ``[A-Za-z0-9._~-]``
+  are percent-encoded as their UTF-8 bytes (``a/b`` becomes ``a%2Fb``), so no name can add a
+  path segment. The names ``.`` and ``..`` have their dots encoded too, because ZooKeeper
+  rejects them as node names.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import quote, unquote
+
+from hedwig.errors import InvalidTopicError
+
+MAX_NAME_BYTES = 255
+_SAFE = "._~-"
+
+
+def validate_name(name: str, *, what: str = "topic") -> str:
+    """Return ``name`` unchanged if it is acceptable, otherwise raise ``InvalidTopicError``."""
+    if not isinstance(name, str):
+        raise InvalidTopicError(repr(name), f"{what} name must be a string")
+    if not name:
+        raise InvalidTopicError(name, f"{what} name is empty")
+    try:
+        size = len(name.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise InvalidTopicError(name, f"{what} name is not valid unicode") from exc
+    if size > MAX_NAME_BYTES:
+        raise InvalidTopicError(
+            name[:32] + "...", f"{what} name is {size} bytes, the limit is {MAX_NAME_BYTES}"
+        )
+    if not name.isprintable():
+        raise InvalidTopicError(name, f"{what} name holds a non-printable character")
+    return name
+
+
+def encode_name(name: str) -> str:
+    """The znode name for a valid topic or subscriber name."""
+    encoded = quote(validate_name(name), safe=_SAFE)
+    if encoded in (".", ".."):
+        encoded = encoded.replace(".", "%2E")
+    return encoded
+
+
+def decode_name(znode: str) -> str:
+    """The topic or subscriber name stored under a znode name made by ``encode_name``."""
+    return unquote(znode, errors="strict")

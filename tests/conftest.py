@@ -1,0 +1,24 @@
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from hedwig.devcluster.zookeeper import ZooKeeperServer
+
+
+@pytest.fixture(scope="session")
+def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    """One real ZooKeeper for the whole run; tests separate themselves by region."""
+    server = ZooKeeperServer(data_dir=str(tmp_path_factory.mktemp("zk")))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def region(request: pytest.FixtureRequest) -> str:
+    """A region name unique to the test, so tests share ZooKeeper without sharing state."""
+    name = request.node.name.replace("[", "-").replace("]", "")
+    return f"{name}-{os.getpid()}"[:200]

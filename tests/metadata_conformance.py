@@ -1,0 +1,238 @@
+"""The conformance suite every metadata store must pass.
+
+A store implementation gets its own test module that subclasses ``MetadataConformance`` and
+provides the ``store`` and ``other`` fixtures (two clients of the same region, so sessions and
+ownership can be tested from two hubs' points of view). See ``test_metadata_zookeeper.py`` and
+``test_metadata_memory.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from hedwig.errors import (
+    BadVersionError,
+    MetadataError,
+    NoSubscriptionStateError,
+    NoTopicOwnerInfoError,
+    NoTopicPersistenceInfoError,
+    SubscriptionStateExistsError,
+)
+from hedwig.metadata import (
+    NEW_VERSION,
+    HubInfo,
+    HubLoad,
+    LedgerMetadata,
+    LedgerRange,
+    LedgerRanges,
+    LedgerState,
+    MetadataStore,
+    ReplicationConfig,
+    SessionState,
+    SubscriptionData,
+    SubscriptionPreferences,
+    SubscriptionState,
+    TopicConfig,
+    TopicLoad,
+    Version,
+)
+
+ODD_NAMES = ["plain", "a/b", "../x", ".", "..", "spaced name", "ünïcødé/🚀", "%2F", "x" * 255]
+
+
+class MetadataConformance:
+    # ownership ---------------------------------------------------------------------------
+
+    async def test_claim_is_test_and_set(self, store: MetadataStore, other: MetadataStore) -> None:
+        await store.topics.ensure_topic("t")
+        assert await store.ownership.read_owner_info("t") is None
+        v = await store.ownership.write_owner_info("t", HubInfo("h1:1", 7), NEW_VERSION)
+        with pytest.raises(BadVersionError):
+            await other.ownership.write_owner_info("t", HubInfo("h2:1", 8), NEW_VERSION)
+        got = await other.ownership.read_owner_info("t")
+        assert got is not None and got.value == HubInfo("h1:1", 7) and got.version == v
+
+    async def test_owner_cas_update_and_delete(self, store: MetadataStore) -> None:
+        await store.topics.ensure_topic("t")
+        v0 = await store.ownership.write_owner_info("t", HubInfo("h1:1", 1), NEW_VERSION)
+        v1 = await store.ownership.write_owner_info("t", HubInfo("h1:1", 2), v0)
+        assert v1 != v0
+        with pytest.raises(BadVersionError):
+            await store.ownership.write_owner_info("t", HubInfo("h1:1", 3), v0)
+        with pytest.raises(BadVersionError):
+            await store.ownership.delete_owner_info("t", v0)
+        await store.ownership.delete_owner_info("t", v1)
+        assert await store.ownership.read_owner_info("t") is None
+        with pytest.raises(NoTopicOwnerInfoError):
+            await store.ownership.delete_owner_info("t", v1)
+        with pytest.raises(NoTopicOwnerInfoError):
+            await store.ownership.write_owner_info("t", HubInfo("h", 1), v1)
+
+    async def test_claim_needs_topic(self, store: MetadataStore) -> None:
+        with pytest.raises(MetadataError):
+            await store.ownership.write_owner_info("missing", HubInfo("h:1", 1), NEW_VERSION)
+
+    async def test_owner_watch_fires_on_delete(
+        self, store: MetadataStore, other: MetadataStore
+    ) -> None:
+        await store.topics.ensure_topic("w")
+        v = await store.ownership.write_owner_info("w", HubInfo("h1:1", 1), NEW_VERSION)
+        fired = asyncio.Event()
+        store.ownership.watch_owner("w", fired.set)
+        await other.ownership.delete_owner_info("w", v)
+        await asyncio.wait_for(fired.wait(), 10)
+
+    # persistence -------------------------------------------------------------------------
+
+    async def test_persistence_cas(self, store: MetadataStore) -> None:
+        assert await store.persistence.read_topic_persistence_info("p") is None
+        r1 = LedgerRanges((LedgerRange(1, 1, 10), LedgerRange(2, 11)))
+        v = await store.persistence.write_topic_persistence_info("p", r1, NEW_VERSION)
+        with pytest.raises(BadVersionError):
+            await store.persistence.write_topic_persistence_info("p", r1, NEW_VERSION)
+        r2 = r1.close_tail(20).with_tail(3, 21)
+        v2 = await store.persistence.write_topic_persistence_info("p", r2, v)
+        with pytest.raises(BadVersionError):
+            await store.persistence.write_topic_persistence_info("p", r1, v)
+        got = await store.persistence.read_topic_persistence_info("p")
+        assert got is not None and got.value == r2 and got.version == v2
+        assert got.value.last_seq == 20
+        with pytest.raises(BadVersionError):
+            await store.persistence.delete_topic_persistence_info("p", v)
+        await store.persistence.delete_topic_persistence_info("p", v2)
+        with pytest.raises(NoTopicPersistenceInfoError):
+            await store.persistence.delete_topic_persistence_info("p", v2)
+        with pytest.raises(NoTopicPersistenceInfoError):
+            await store.persistence.write_topic_persistence_info("p", r1, v2)
+
+    # subscriptions -----------------------------------------------------------------------
+
+    async def test_subscription_lifecycle(self, store: MetadataStore) -> None:
+        await store.topics.ensure_topic("s")
+        data = SubscriptionData(
+            SubscriptionPreferences(message_window=10, options=(("a", "b"),)),
+            SubscriptionState(consumed_seq=0, created_ms=5),
+        )
+        v = await store.subscriptions.create_subscription_data("s", "sub1", data)
+        with pytest.raises(SubscriptionStateExistsError):
+            await store.subscriptions.create_subscription_data("s", "sub1", data)
+        got = await store.subscriptions.read_subscription_data("s", "sub1")
+        assert got is not None and got.value == data and got.version == v
+        new = SubscriptionData(data.preferences, SubscriptionState(consumed_seq=42, created_ms=5))
+        v2 = await store.subscriptions.replace_subscription_data("s", "sub1", new, v)
+        with pytest.raises(BadVersionError):
+            await store.subscriptions.replace_subscription_data("s", "sub1", data, v)
+        subs = await store.subscriptions.read_subscriptions("s")
+        assert set(subs) == {"sub1"} and subs["sub1"].value.state == SubscriptionState(42, 5)
+        with pytest.raises(BadVersionError):
+            await store.subscriptions.delete_subscription_data("s", "sub1", v)
+        await store.subscriptions.delete_subscription_data("s", "sub1", v2)
+        assert await store.subscriptions.read_subscription_data("s", "sub1") is None
+        with pytest.raises(NoSubscriptionStateError):
+            await store.subscriptions.replace_subscription_data("s", "sub1", data, v2)
+        with pytest.raises(NoSubscriptionStateError):
+            await store.subscriptions.delete_subscription_data("s", "sub1", v2)
+        assert await store.subscriptions.read_subscriptions("nothing-here") == {}
+
+    async def test_partial_update_semantics(self, store: MetadataStore) -> None:
+        await store.topics.ensure_topic("pu")
+        prefs = SubscriptionPreferences(message_window=3)
+        v = await store.subscriptions.create_subscription_data(
+            "pu", "s", SubscriptionData(prefs, SubscriptionState(1, 0))
+        )
+        state_only = SubscriptionData(None, SubscriptionState(9, 0))
+        if store.subscriptions.is_partial_update_supported():
+            await store.subscriptions.update_subscription_data("pu", "s", state_only, v)
+            got = await store.subscriptions.read_subscription_data("pu", "s")
+            assert got is not None and got.value.preferences == prefs
+            assert got.value.state == SubscriptionState(9, 0)
+        else:
+            with pytest.raises(MetadataError):
+                await store.subscriptions.update_subscription_data("pu", "s", state_only, v)
+            whole = SubscriptionData(prefs, SubscriptionState(9, 0))
+            await store.subscriptions.update_subscription_data("pu", "s", whole, v)
+            got = await store.subscriptions.read_subscription_data("pu", "s")
+            assert got is not None and got.value == whole
+
+    # ledgers -----------------------------------------------------------------------------
+
+    async def test_ledger_metadata_cas(self, store: MetadataStore) -> None:
+        md = LedgerMetadata(0, "t", 1, 1, 1, ((0, ("h:1",)),), owner="h:1", owner_epoch=3)
+        a = await store.ledgers.create_ledger(md)
+        b = await store.ledgers.create_ledger(md)
+        assert a.value.ledger_id != b.value.ledger_id
+        closed = LedgerMetadata(
+            a.value.ledger_id, "t", 1, 1, 1, ((0, ("h:1",)),), LedgerState.CLOSED, 5, 12
+        )
+        v = await store.ledgers.write_ledger(closed, a.version)
+        with pytest.raises(BadVersionError):
+            await store.ledgers.write_ledger(closed, a.version)
+        got = await store.ledgers.read_ledger(a.value.ledger_id)
+        assert got is not None and got.value == closed and got.version == v
+        assert {a.value.ledger_id, b.value.ledger_id} <= set(await store.ledgers.list_ledgers())
+        await store.ledgers.delete_ledger(a.value.ledger_id, v)
+        assert await store.ledgers.read_ledger(a.value.ledger_id) is None
+
+    # topics ------------------------------------------------------------------------------
+
+    @pytest.mark.parametrize("name", ODD_NAMES)
+    async def test_odd_topic_names_round_trip(self, store: MetadataStore, name: str) -> None:
+        await store.topics.ensure_topic(name)
+        await store.topics.ensure_topic(name)  # idempotent
+        assert name in await store.topics.list_topics()
+        await store.subscriptions.create_subscription_data(name, name, SubscriptionData())
+        assert set(await store.subscriptions.read_subscriptions(name)) == {name}
+        await store.ownership.write_owner_info(name, HubInfo("h:1", 1), NEW_VERSION)
+        got = await store.ownership.read_owner_info(name)
+        assert got is not None
+        await store.topics.delete_topic(name)
+        assert name not in await store.topics.list_topics()
+
+    async def test_topic_config(self, store: MetadataStore) -> None:
+        cfg = TopicConfig(ReplicationConfig(3, 3, 2), retention_ms=1000, max_message_size=10)
+        v = await store.topics.write_topic_config("cfg", cfg, NEW_VERSION)
+        got = await store.topics.read_topic_config("cfg")
+        assert got is not None and got.value == cfg
+        with pytest.raises(BadVersionError):
+            await store.topics.write_topic_config("cfg", TopicConfig(), Version(v + 5))
+        defaults = TopicConfig(retention_ms=5)
+        await store.topics.write_region_defaults(defaults)
+        assert await store.topics.read_region_defaults() == defaults
+
+    # hubs and sessions -------------------------------------------------------------------
+
+    async def test_hub_registry(self, store: MetadataStore, other: MetadataStore) -> None:
+        load = HubLoad(timestamp_ms=1, topics=2, topic_loads={"a/b": TopicLoad(msg_in=1.5)})
+        e1 = await store.hubs.register_hub("127.0.0.1:1", load)
+        e2 = await other.hubs.register_hub("127.0.0.1:2", HubLoad())
+        assert e1 != e2
+        hubs = {h.address: h for h in await other.hubs.list_hubs()}
+        assert hubs["127.0.0.1:1"].alive and hubs["127.0.0.1:1"].load == load
+        assert hubs["127.0.0.1:1"].epoch == e1
+        await store.hubs.update_load("127.0.0.1:1", HubLoad(topics=9))
+        hubs = {h.address: h for h in await other.hubs.list_hubs()}
+        assert hubs["127.0.0.1:1"].load == HubLoad(topics=9)
+        await store.hubs.unregister_hub("127.0.0.1:1")
+        hubs = {h.address: h for h in await other.hubs.list_hubs()}
+        assert not hubs["127.0.0.1:1"].alive and hubs["127.0.0.1:2"].alive
+
+    async def test_session_loss_drops_ephemeral_records(
+        self, store: MetadataStore, other: MetadataStore
+    ) -> None:
+        await store.topics.ensure_topic("e")
+        await store.hubs.register_hub("127.0.0.1:9", HubLoad())
+        await store.ownership.write_owner_info("e", HubInfo("127.0.0.1:9", 1), NEW_VERSION)
+        lost = asyncio.Event()
+        store.session.add_listener(lambda s: lost.set() if s is SessionState.LOST else None)
+        await self.expire(store)
+        await asyncio.wait_for(lost.wait(), 30)
+        assert await other.ownership.read_owner_info("e") is None
+        hubs = {h.address: h for h in await other.hubs.list_hubs()}
+        assert not hubs["127.0.0.1:9"].alive
+        # the topic and its subscribers are persistent
+        assert await other.topics.topic_exists("e")
+
+    async def expire(self, store: MetadataStore) -> None:
+        raise NotImplementedError
