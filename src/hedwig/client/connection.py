@@ -1,0 +1,126 @@
+"""One client connection to one hub: requests matched to answers by id, events routed out."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Callable
+
+from hedwig.errors import ConnectionLostError, ProtocolError
+from hedwig.protocol.connection import Connection, Role
+from hedwig.protocol.frames import (
+    Deliver,
+    Error,
+    Frame,
+    SubscriptionForcedClosed,
+    TopicMoved,
+)
+from hedwig.protocol.status import error_for_status
+
+log = logging.getLogger(__name__)
+
+Event = Deliver | TopicMoved | SubscriptionForcedClosed
+
+
+class HubConnection(asyncio.Protocol):
+    def __init__(self, address: str, on_event: Callable[[HubConnection, Event], None],
+                 on_close: Callable[[HubConnection], None]) -> None:
+        self.address = address
+        self._on_event = on_event
+        self._on_close = on_close
+        self._conn = Connection(Role.CLIENT, max_frame_size=64 * 1024 * 1024)
+        self._transport: asyncio.Transport | None = None
+        self._pending: dict[int, asyncio.Future[Frame]] = {}
+        self._ids = itertools.count(1)
+        self._writable = asyncio.Event()
+        self._writable.set()
+        self.closed = False
+
+    @classmethod
+    async def open(
+        cls,
+        address: str,
+        on_event: Callable[[HubConnection, Event], None],
+        on_close: Callable[[HubConnection], None],
+        timeout: float = 5.0,
+    ) -> HubConnection:
+        host, _, port = address.rpartition(":")
+        loop = asyncio.get_running_loop()
+        try:
+            _, proto = await asyncio.wait_for(
+                loop.create_connection(lambda: cls(address, on_event, on_close), host, int(port)),
+                timeout,
+            )
+        except (OSError, TimeoutError, ValueError) as exc:
+            raise ConnectionLostError(f"cannot connect to hub {address}: {exc}") from exc
+        return proto
+
+    def next_id(self) -> int:
+        return next(self._ids) & 0xFFFFFFFF or next(self._ids)
+
+    # asyncio.Protocol ---------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._writable.set()
+        err = ConnectionLostError(f"connection to hub {self.address} lost")
+        for fut in self._pending.values():
+            if not fut.done():
+                fut.set_exception(err)
+        self._pending.clear()
+        self._on_close(self)
+
+    def pause_writing(self) -> None:
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._writable.set()
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self._conn.receive_data(data)
+            frames = self._conn.next_frames()
+        except ProtocolError as exc:
+            log.error("hub %s broke the protocol: %s", self.address, exc)
+            self.close()
+            return
+        for frame in frames:
+            if isinstance(frame, Deliver | TopicMoved | SubscriptionForcedClosed):
+                self._on_event(self, frame)
+                continue
+            rid = getattr(frame, "request_id", 0)
+            fut = self._pending.pop(rid, None)
+            if fut is not None and not fut.done():
+                fut.set_result(frame)
+
+    # requests -----------------------------------------------------------------------------
+
+    def send_nowait(self, frame: Frame) -> asyncio.Future[Frame]:
+        if self.closed or self._transport is None:
+            raise ConnectionLostError(f"connection to hub {self.address} is closed")
+        fut: asyncio.Future[Frame] = asyncio.get_running_loop().create_future()
+        self._pending[getattr(frame, "request_id")] = fut  # noqa: B009
+        self._transport.write(self._conn.send(frame))
+        return fut
+
+    async def request(self, frame: Frame, timeout: float | None = 30.0) -> Frame:
+        """Send and wait for the answer; ERROR answers raise their typed ``ServerError``."""
+        await self._writable.wait()
+        fut = self.send_nowait(frame)
+        try:
+            answer = await asyncio.wait_for(fut, timeout)
+        except TimeoutError:
+            self._pending.pop(getattr(frame, "request_id"), None)  # noqa: B009
+            raise ConnectionLostError(f"hub {self.address} did not answer in {timeout}s") from None
+        if isinstance(answer, Error):
+            raise error_for_status(answer.status, answer.message, answer.detail)
+        return answer
+
+    def close(self) -> None:
+        if self._transport is not None and not self.closed:
+            self._transport.close()

@@ -1,0 +1,95 @@
+"""A thin synchronous facade: the async client on an event loop in a background thread.
+
+For scripts and frameworks without asyncio (Spark executors among them). Every call blocks
+until the async call it wraps has finished; exceptions are the same typed ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine, Iterable, Iterator, Sequence
+from typing import Any, TypeVar
+
+from hedwig.client.client import HedwigClient, PublishResult, Subscriber
+from hedwig.errors import TimeoutError_
+from hedwig.protocol.frames import DeliveredMessage, Messages, SubscribeMode, TopicInfo
+
+T = TypeVar("T")
+
+
+class SyncClient:
+    def __init__(self, hubs: str | Sequence[str], **options: Any) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="hedwig-client", daemon=True)
+        self._thread.start()
+        self._client: HedwigClient = self._run(self._make(hubs, options))
+
+    @staticmethod
+    async def _make(hubs: str | Sequence[str], options: dict[str, Any]) -> HedwigClient:
+        return HedwigClient(hubs, **options)
+
+    def _run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    def __enter__(self) -> SyncClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._loop.is_closed():
+            return
+        self._run(self._client.close())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+        self._loop.close()
+
+    def publish(self, topic: str, value: bytes, **kw: Any) -> PublishResult:
+        return self._run(self._client.publish(topic, value, **kw))
+
+    def publish_many(self, topic: str, values: Iterable[bytes]) -> list[PublishResult]:
+        async def go() -> list[PublishResult]:
+            futs = [self._client.publish_nowait(topic, v) for v in values]
+            return list(await asyncio.gather(*futs))
+
+        return self._run(go())
+
+    def read(self, topic: str, start_seq: int, **kw: Any) -> Messages:
+        return self._run(self._client.read(topic, start_seq, **kw))
+
+    def topic_info(self, topic: str) -> TopicInfo:
+        return self._run(self._client.topic_info(topic))
+
+    def subscribe(
+        self, topic: str, subscriber: str, *, mode: SubscribeMode = SubscribeMode.CREATE_OR_ATTACH,
+        **kw: Any,
+    ) -> SyncSubscriber:
+        sub = self._run(self._client.subscribe(topic, subscriber, mode=mode, **kw))
+        return SyncSubscriber(self, sub)
+
+    def unsubscribe(self, topic: str, subscriber: str) -> None:
+        self._run(self._client.unsubscribe(topic, subscriber))
+
+
+class SyncSubscriber:
+    def __init__(self, owner: SyncClient, sub: Subscriber) -> None:
+        self._owner = owner
+        self._sub = sub
+
+    def next(self, timeout: float | None = None) -> DeliveredMessage:
+        return self._owner._run(self._sub.next(timeout))
+
+    def __iter__(self) -> Iterator[DeliveredMessage]:
+        while True:
+            try:
+                yield self.next(None)
+            except TimeoutError_:
+                return
+
+    def consume(self, seq: int) -> None:
+        self._owner._loop.call_soon_threadsafe(self._sub.consume, seq)
+
+    def close(self) -> None:
+        self._owner._run(self._sub.close())

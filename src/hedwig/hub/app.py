@@ -1,0 +1,319 @@
+"""The hub process: wires storage, metadata, ownership and the front ends, runs until told to stop.
+
+Startup order matters: storage first (so recovered ledgers are readable), then the ZooKeeper
+session, then the client port, and only then the ``alive`` record, so no hub redirects a client
+here before we can answer. Shutdown runs it backwards and hands every topic over first, so
+clients move on at once instead of waiting for a session to expire.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import signal
+import time
+from collections.abc import Coroutine
+from typing import Any
+
+from hedwig.clock import Clock, SystemClock
+from hedwig.hub.config import HubConfig
+from hedwig.hub.http import HealthServer
+from hedwig.hub.load import LoadTracker
+from hedwig.hub.metrics import HubMetrics
+from hedwig.hub.ownership import TopicManager
+from hedwig.hub.server import ClientConnection, HubFrontEnd, HubOperations
+from hedwig.hub.topic import TopicState
+from hedwig.ledger.pool import LocalPool
+from hedwig.ledger.storage import LocalStorage
+from hedwig.metadata.managers import MetadataStore, SessionState
+from hedwig.metadata.records import HubLoad
+from hedwig.metadata.zookeeper import ZkMetadataStore
+from hedwig.protocol import status
+from hedwig.protocol.connection import DEFAULT_MAX_FRAME_SIZE
+from hedwig.protocol.frames import (
+    CloseSubscription,
+    Consume,
+    Frame,
+    Publish,
+    Read,
+    Subscribe,
+    TopicInfo,
+    TopicStats,
+    Unsubscribe,
+)
+
+log = logging.getLogger(__name__)
+
+
+class Hub(HubOperations):
+    def __init__(
+        self,
+        config: HubConfig,
+        *,
+        store: MetadataStore | None = None,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.config = config
+        self.clock = clock or SystemClock()
+        self.store: MetadataStore = store or ZkMetadataStore(
+            config.zk, config.region, session_timeout=config.zk_session_timeout_s
+        )
+        self.metrics = HubMetrics()
+        self.address = config.advertise or config.listen
+        self.storage = LocalStorage(config.data_dir, self.address)
+        self.pool = LocalPool(self.storage)
+        self.topics = TopicManager(
+            address=self.address,
+            config=config,
+            store=self.store,
+            pool=self.pool,
+            clock=self.clock,
+            rng=rng,
+            on_change=self._topics_changed,
+            stats_hook=self._count,
+        )
+        max_frame = max(DEFAULT_MAX_FRAME_SIZE, 2 * config.max_message_size + 65536)
+        self.front = HubFrontEnd(self, max_frame_size=max_frame)
+        self._server: asyncio.AbstractServer | None = None
+        self._http: HealthServer | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._load = LoadTracker()
+        self._ready = False
+        self._stopping = False
+        self.stopped = asyncio.Event()
+
+    # lifecycle ----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.store.session.add_listener(self._on_session)
+        await self.store.start()
+        self.topics.defaults = await self.store.topics.read_region_defaults()
+        host, _, port = self.config.listen.rpartition(":")
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(self.front.protocol, host, int(port))
+        bound = self._server.sockets[0].getsockname()[1]
+        if not self.config.advertise:
+            self.address = f"{host}:{bound}"
+            self.storage.address = self.address
+            self.topics.address = self.address
+        if self.config.metrics_port is not None:
+            self._http = HealthServer(
+                self.metrics.registry, self._readiness, before_scrape=self._refresh_gauges
+            )
+            await self._http.start(self.config.metrics_host, self.config.metrics_port)
+        await self._register()
+        self._spawn(self._load_loop())
+        self._spawn(self._flush_loop())
+        self._spawn(self._gc_loop())
+        self._ready = True
+        self._set_session_metric(SessionState.CONNECTED)
+        log.info("hub %s serving region %r (epoch %d)", self.address, self.config.region, self.topics.epoch)
+
+    async def _register(self) -> None:
+        self.topics.epoch = await self.store.hubs.register_hub(
+            self.address, HubLoad(timestamp_ms=self.clock.wall_ms())
+        )
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        self._tasks.append(asyncio.get_running_loop().create_task(coro))
+
+    async def stop(self) -> None:
+        """Graceful: stop claiming, hand every topic over, flush, deregister, close."""
+        if self._stopping:
+            await self.stopped.wait()
+            return
+        self._stopping = True
+        self._ready = False
+        self.topics.accepting = False
+        log.info("hub %s stopping: releasing %d topics", self.address, len(self.topics.topics))
+        with contextlib.suppress(Exception):
+            await self.store.hubs.unregister_hub(self.address)
+        await self.topics.release_all("hub shutting down")
+        for t in self._tasks:
+            t.cancel()
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self.front.connections):
+            conn.close()
+        if self._http is not None:
+            await self._http.close()
+        with contextlib.suppress(Exception):
+            await self.store.close()
+        await self.storage.close()
+        self.stopped.set()
+
+    def _readiness(self) -> tuple[bool, str]:
+        if not self._ready:
+            return False, "starting or stopping"
+        if self.topics.suspended:
+            return False, "ZooKeeper connection suspended"
+        return True, "ready"
+
+    def _on_session(self, state: SessionState) -> None:
+        self._set_session_metric(state)
+        self.topics.on_session(state)
+        if state is SessionState.LOST:
+            self.metrics.losses.labels("session").inc()
+        if state is SessionState.CONNECTED and self._ready:
+            # A new session after an expiry: our alive record is gone; register again.
+            asyncio.get_running_loop().create_task(self._reregister())
+
+    async def _reregister(self) -> None:
+        try:
+            hubs = await self.store.hubs.list_hubs()
+            mine = [h for h in hubs if h.address == self.address and h.alive]
+            if not mine:
+                await self._register()
+                log.info("re-registered after session loss (epoch %d)", self.topics.epoch)
+        except Exception as exc:  # noqa: BLE001 - the next state change retries
+            log.warning("re-registering failed: %s", exc)
+
+    def _set_session_metric(self, state: SessionState) -> None:
+        for s in SessionState:
+            self.metrics.zk_session.labels(s.value).set(1 if s is state else 0)
+
+    # background loops ---------------------------------------------------------------------
+
+    async def _load_loop(self) -> None:
+        while True:
+            await self.clock.sleep(self.config.load_report_interval_s)
+            try:
+                await self.store.hubs.update_load(self.address, self.load_report())
+            except Exception as exc:  # noqa: BLE001
+                log.debug("load report failed: %s", exc)
+
+    def load_report(self) -> HubLoad:
+        counters = {
+            name: (t.msg_in, t.bytes_in, t.msg_out, t.bytes_out)
+            for name, t in self.topics.topics.items()
+        }
+        extra = {
+            name: (len(t.subscriptions), max((s.backlog for s in t.subscriptions.values()), default=0))
+            for name, t in self.topics.topics.items()
+        }
+        loads = self._load.sample(time.monotonic(), counters, extra)
+        return self._load.report(self.clock.wall_ms(), len(self.front.connections), loads)
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await self.clock.sleep(self.config.consume_flush_interval_s)
+            for t in list(self.topics.topics.values()):
+                with contextlib.suppress(Exception):
+                    await t.flush_marks()
+
+    async def _gc_loop(self) -> None:
+        while True:
+            await self.clock.sleep(self.config.gc_interval_s)
+            await self.topics.collect_garbage()
+
+    def _topics_changed(self) -> None:
+        self.metrics.topics_owned.set(len(self.topics.topics))
+
+    def _count(self, topic: str, direction: str, count: int, size: int) -> None:
+        if direction == "in":
+            self.metrics.messages_in.labels(topic).inc(count)
+            self.metrics.bytes_in.labels(topic).inc(size)
+        else:
+            self.metrics.messages_out.labels(topic).inc(count)
+            self.metrics.bytes_out.labels(topic).inc(size)
+
+    def _refresh_gauges(self) -> None:
+        self.metrics.connections.set(len(self.front.connections))
+        self.metrics.topics_owned.set(len(self.topics.topics))
+        self.metrics.subscriber_backlog.clear()
+        for name, t in self.topics.topics.items():
+            for sname, sub in t.subscriptions.items():
+                self.metrics.subscriber_backlog.labels(name, sname).set(sub.backlog)
+        s = self.storage
+        written = s.bytes_written - getattr(self, "_seen_written", 0)
+        syncs = s.syncs - getattr(self, "_seen_syncs", 0)
+        self.metrics.storage_bytes.inc(written)
+        self.metrics.storage_syncs.inc(syncs)
+        self._seen_written, self._seen_syncs = s.bytes_written, s.syncs
+
+    # operations ---------------------------------------------------------------------------
+
+    async def publish(self, conn: ClientConnection, req: Publish) -> Frame:
+        start = time.perf_counter()
+        owned = await self._acquire(conn, req.topic, req.redirected)
+        answer = await owned.publish(conn, req)
+        self.metrics.publish_latency.observe(time.perf_counter() - start)
+        return answer
+
+    async def _acquire(self, conn: ClientConnection, topic: str, redirected: bool):  # type: ignore[no-untyped-def]
+        try:
+            owned = await self.topics.acquire(topic, redirected=redirected)
+        except status.NotResponsibleError:
+            self.metrics.redirects.inc()
+            raise
+        conn.topics.add(topic)
+        return owned
+
+    async def subscribe(self, conn: ClientConnection, req: Subscribe) -> Frame:
+        try:
+            from hedwig.protocol.names import validate_name
+
+            validate_name(req.subscriber, what="subscriber")
+        except Exception as exc:  # noqa: BLE001
+            raise status.InvalidRequestError(str(exc)) from None
+        owned = await self._acquire(conn, req.topic, req.redirected)
+        return await owned.subscribe(conn, req)
+
+    def consume(self, conn: ClientConnection, req: Consume) -> None:
+        owned = self.topics.topics.get(req.topic)
+        if owned is None or owned.state is not TopicState.OPEN:
+            raise status.NoSuchSubscriptionError(
+                f"topic {req.topic!r} is not served here; subscribe again"
+            )
+        owned.consume(conn, req.subscriber, req.seq)
+
+    async def unsubscribe(self, conn: ClientConnection, req: Unsubscribe) -> None:
+        owned = await self._acquire(conn, req.topic, False)
+        await owned.unsubscribe(conn, req.subscriber)
+
+    async def close_subscription(self, conn: ClientConnection, req: CloseSubscription) -> None:
+        owned = self.topics.topics.get(req.topic)
+        if owned is None:
+            raise status.NoSuchSubscriptionError(f"topic {req.topic!r} is not served here")
+        await owned.close_subscription(conn, req.subscriber)
+
+    async def read(self, conn: ClientConnection, req: Read) -> Frame:
+        owned = await self._acquire(conn, req.topic, req.redirected)
+        return await owned.read(req)
+
+    async def topic_stats(self, conn: ClientConnection, req: TopicStats) -> TopicInfo:
+        owned = await self._acquire(conn, req.topic, req.redirected)
+        return TopicInfo(
+            req.request_id, owned.log.first_seq, owned.log.last_seq, len(owned.subscriptions)
+        )
+
+    def disconnected(self, conn: ClientConnection) -> None:
+        for topic in conn.topics:
+            owned = self.topics.topics.get(topic)
+            if owned is not None:
+                owned.detach_peer(conn)
+
+
+def install_uvloop() -> bool:
+    try:
+        import uvloop
+    except ImportError:
+        return False
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    return True
+
+
+async def serve(config: HubConfig) -> None:
+    """Run a hub until SIGTERM or SIGINT, then stop it gracefully."""
+    hub = Hub(config)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await hub.start()
+    print(f"HUB {hub.address}", flush=True)
+    await stop.wait()
+    await hub.stop()

@@ -1,0 +1,88 @@
+"""Hub settings: grouped, with units in the names and the reason for each default.
+
+Every field can be set by a command-line flag (``hedwig hub --help``) or an environment
+variable ``HEDWIG_<FIELD>`` (upper case), flags winning. Containers use the variables.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields
+
+from hedwig.errors import UsageError
+from hedwig.placement import PlacementPolicy
+
+
+@dataclass(frozen=True, slots=True)
+class HubConfig:
+    zk: str = "127.0.0.1:2181"
+    region: str = "default"
+    # Where clients connect. Port 0 picks a free port (tests); the advertised address is what
+    # other hubs redirect clients to, so it must be reachable by them (a pod's DNS name).
+    listen: str = "127.0.0.1:4080"
+    advertise: str | None = None
+    data_dir: str = "./hedwig-data"
+    metrics_port: int | None = None  # None: no HTTP endpoint
+    metrics_host: str = "127.0.0.1"
+    # A hub that loses ZooKeeper for this long loses its session and every topic with it.
+    # Failover after a crash takes about this long, so keep it short; too short and a GC
+    # pause or a slow disk flaps ownership. (The original Hedwig used 2 s.)
+    zk_session_timeout_s: float = 6.0
+    placement: PlacementPolicy = PlacementPolicy.RANDOM
+    # Largest message (key + value + headers). The original Hedwig allowed 1.2 MB.
+    max_message_size: int = 1024 * 1024
+    # Consume marks are written to ZooKeeper at most this often per subscription, or after
+    # this many messages, whichever comes first; always on detach and clean shutdown. A crash
+    # can therefore redeliver at most this much, never lose anything.
+    consume_flush_interval_s: float = 1.0
+    consume_flush_messages: int = 50
+    # Ledgers roll over past this size, which bounds recovery time and the unit of retention.
+    ledger_max_bytes: int = 64 * 1024 * 1024
+    cache_bytes: int = 32 * 1024 * 1024
+    # Consumed messages stay readable this long for readers by sequence id (batch jobs).
+    default_retention_ms: int | None = 24 * 3600 * 1000
+    default_retention_bytes: int | None = None
+    gc_interval_s: float = 60.0
+    load_report_interval_s: float = 5.0
+    # Load reports older than this are ignored by placement.
+    load_report_max_age_s: float = 30.0
+    # Messages pushed to a subscriber per DELIVER frame at most (bounded by the window too).
+    delivery_batch_messages: int = 1000
+
+    def __post_init__(self) -> None:
+        if self.max_message_size <= 0:
+            raise UsageError("max_message_size must be positive")
+        if self.zk_session_timeout_s <= 0:
+            raise UsageError("zk_session_timeout_s must be positive")
+        host, _, port = self.listen.rpartition(":")
+        if not host or not port.isdigit():
+            raise UsageError(f"listen must be HOST:PORT, got {self.listen!r}")
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None, **overrides: object) -> HubConfig:
+        """Defaults, then ``HEDWIG_*`` variables, then ``overrides`` (non-None only)."""
+        env = os.environ if environ is None else environ
+        values: dict[str, object] = {}
+        for f in fields(cls):
+            raw = env.get(f"HEDWIG_{f.name.upper()}")
+            if raw is not None:
+                values[f.name] = _parse(f.type, raw, f.name)
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)  # type: ignore[arg-type]
+
+
+def _parse(type_name: object, raw: str, name: str) -> object:
+    t = str(type_name)
+    try:
+        if raw == "" and "None" in t:
+            return None
+        if t.startswith("int"):
+            return int(raw)
+        if t.startswith("float"):
+            return float(raw)
+        if "PlacementPolicy" in t:
+            return PlacementPolicy(raw)
+        return raw
+    except ValueError as exc:
+        raise UsageError(f"HEDWIG_{name.upper()}={raw!r}: {exc}") from exc
+

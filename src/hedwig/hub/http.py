@@ -1,0 +1,67 @@
+"""``/metrics``, ``/healthz`` and ``/readyz`` on a small asyncio HTTP server.
+
+Readiness means: registered in ZooKeeper and serving; liveness means the event loop answers.
+Kubernetes uses them for the StatefulSet's probes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+log = logging.getLogger(__name__)
+
+
+class HealthServer:
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        ready: Callable[[], tuple[bool, str]],
+        *,
+        before_scrape: Callable[[], None] | None = None,
+    ) -> None:
+        self._registry = registry
+        self._ready = ready
+        self._before_scrape = before_scrape
+        self._server: asyncio.AbstractServer | None = None
+        self.port = 0
+
+    async def start(self, host: str, port: int) -> None:
+        self._server = await asyncio.start_server(self._handle, host, port)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            request = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+            line = request.split(b"\r\n", 1)[0].decode("latin-1").split()
+            path = line[1].split("?", 1)[0] if len(line) >= 2 else "/"
+            if path == "/metrics":
+                if self._before_scrape is not None:
+                    self._before_scrape()
+                code, ctype, body = 200, CONTENT_TYPE_LATEST, generate_latest(self._registry)
+            elif path == "/healthz":
+                code, ctype, body = 200, "text/plain", b"ok\n"
+            elif path == "/readyz":
+                ok, why = self._ready()
+                code, ctype, body = (200 if ok else 503), "text/plain", (why + "\n").encode()
+            else:
+                code, ctype, body = 404, "text/plain", b"not found\n"
+            reason = {200: "OK", 404: "Not Found", 503: "Service Unavailable"}[code]
+            writer.write(
+                f"HTTP/1.1 {code} {reason}\r\nContent-Type: {ctype}\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+                + body
+            )
+            await writer.drain()
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, OSError):
+            pass
+        finally:
+            writer.close()

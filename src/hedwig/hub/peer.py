@@ -1,0 +1,22 @@
+"""What an owned topic needs from a client connection: a way to push frames, with backpressure."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from hedwig.protocol.frames import Frame
+
+
+class Peer(Protocol):
+    name: str
+
+    @property
+    def closed(self) -> bool: ...
+
+    def send(self, frame: Frame) -> None:
+        """Queue a frame for the client; never blocks."""
+        ...
+
+    async def writable(self) -> None:
+        """Return once the connection's send buffer has drained below its high-water mark."""
+        ...

@@ -1,0 +1,211 @@
+"""Delivery to one subscriber, and its consume mark.
+
+Rules:
+
+- A subscription is attached to at most one connection. Delivery starts after the consume
+  mark (``consumed_seq``), in sequence order, at least once: after a reconnect everything past
+  the persisted mark is delivered again.
+- ``message_window`` bounds delivered-but-unconsumed messages: delivery pauses when the
+  subscriber is that far ahead of its consumes (flow control, as in Hedwig).
+- ``message_bound`` bounds what is kept for the subscriber: when more than that many messages
+  are unconsumed, the mark jumps forward and the oldest are skipped (Hedwig's messageBound).
+- Consumes are cumulative. The mark is written to the metadata store with a compare-and-set,
+  batched (after ``flush_messages`` messages or ``flush_interval`` seconds), and always on
+  detach and release, so a clean shutdown loses no mark and a crash only causes redelivery.
+- A failed compare-and-set means another hub wrote the mark: this hub no longer owns the
+  topic. The subscription stops and the topic is told to step down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+
+from hedwig.errors import BadVersionError, HedwigError, MetadataError
+from hedwig.hub.peer import Peer
+from hedwig.ledger.topic_log import TopicLog
+from hedwig.metadata.managers import MetadataStore
+from hedwig.metadata.records import (
+    SubscriptionData,
+    SubscriptionPreferences,
+    SubscriptionState,
+    Version,
+)
+from hedwig.protocol.frames import Deliver, SubscriptionForcedClosed
+
+log = logging.getLogger(__name__)
+
+
+class Subscription:
+    def __init__(
+        self,
+        topic: str,
+        name: str,
+        data: SubscriptionData,
+        version: Version,
+        *,
+        log_: TopicLog,
+        store: MetadataStore,
+        batch_messages: int,
+        flush_messages: int,
+        on_lost: Callable[[str], None],
+        on_delivered: Callable[[int, int], None] | None = None,
+    ) -> None:
+        self.topic = topic
+        self.name = name
+        self.preferences = data.preferences or SubscriptionPreferences()
+        state = data.state or SubscriptionState()
+        self.consumed_seq = state.consumed_seq
+        self._created_ms = state.created_ms
+        self.persisted_seq = state.consumed_seq
+        self.version = version
+        self._log = log_
+        self._store = store
+        self._batch_messages = batch_messages
+        self._flush_messages = flush_messages
+        self._on_lost = on_lost
+        self._on_delivered = on_delivered
+        self.peer: Peer | None = None
+        self.delivered_seq = self.consumed_seq
+        self._task: asyncio.Task[None] | None = None
+        self._consumed_changed = asyncio.Event()
+        self._flush_lock = asyncio.Lock()
+        self.lost = False
+
+    @property
+    def dirty(self) -> bool:
+        return self.consumed_seq != self.persisted_seq
+
+    @property
+    def backlog(self) -> int:
+        return max(0, self._log.last_seq - self.consumed_seq)
+
+    # attachment ---------------------------------------------------------------------------
+
+    def attach(self, peer: Peer, preferences: SubscriptionPreferences) -> None:
+        if self.peer is not None and self.peer is not peer:
+            self.peer.send(
+                SubscriptionForcedClosed(self.topic, self.name, "attached by another connection")
+            )
+        self.detach_quietly()
+        self.preferences = preferences
+        self.peer = peer
+        self.delivered_seq = self.consumed_seq
+        self._task = asyncio.get_running_loop().create_task(self._deliver(peer))
+
+    def detach_quietly(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+        self.peer = None
+
+    def force_close(self, reason: str) -> None:
+        if self.peer is not None:
+            self.peer.send(SubscriptionForcedClosed(self.topic, self.name, reason))
+        self.detach_quietly()
+
+    # consuming ----------------------------------------------------------------------------
+
+    def consume(self, seq: int) -> bool:
+        """Record a cumulative consume; True if the mark should be flushed now."""
+        seq = min(seq, self._log.last_seq)
+        if seq <= self.consumed_seq:
+            return False
+        self.consumed_seq = seq
+        self._consumed_changed.set()
+        return self.consumed_seq - self.persisted_seq >= self._flush_messages
+
+    async def flush(self) -> None:
+        """Write the consume mark if it moved (compare-and-set on the subscription record)."""
+        if self.lost:
+            return
+        async with self._flush_lock:
+            target = self.consumed_seq
+            if target == self.persisted_seq:
+                return
+            state = SubscriptionState(consumed_seq=target, created_ms=self._created_ms)
+            subs = self._store.subscriptions
+            data = (
+                SubscriptionData(None, state)
+                if subs.is_partial_update_supported()
+                else SubscriptionData(self.preferences, state)
+            )
+            try:
+                self.version = await subs.update_subscription_data(
+                    self.topic, self.name, data, self.version
+                )
+            except BadVersionError:
+                self.lost = True
+                log.warning(
+                    "subscription %r/%r was written by another hub; stepping down",
+                    self.topic,
+                    self.name,
+                )
+                self.force_close("topic moved")
+                self._on_lost("consume mark written by another hub")
+                return
+            except MetadataError as exc:
+                log.warning("could not persist consume mark of %r/%r: %s", self.topic, self.name, exc)
+                return
+            self.persisted_seq = max(self.persisted_seq, target)
+
+    def record(self) -> SubscriptionData:
+        return SubscriptionData(
+            self.preferences, SubscriptionState(self.consumed_seq, self._created_ms)
+        )
+
+    def update_preferences(self, preferences: SubscriptionPreferences) -> None:
+        self.preferences = replace(preferences)
+
+    # delivery -----------------------------------------------------------------------------
+
+    async def _deliver(self, peer: Peer) -> None:
+        lg = self._log
+        next_seq = self.consumed_seq + 1
+        try:
+            while not peer.closed and lg.broken is None:
+                bound = self.preferences.message_bound
+                if bound and lg.last_seq - self.consumed_seq > bound:
+                    self.consumed_seq = lg.last_seq - bound
+                    next_seq = max(next_seq, self.consumed_seq + 1)
+                window = self.preferences.message_window
+                while window and self.delivered_seq - self.consumed_seq >= window:
+                    self._consumed_changed.clear()
+                    await self._consumed_changed.wait()
+                if next_seq > lg.last_seq:
+                    await lg.wait_beyond(next_seq - 1)
+                    continue
+                next_seq = max(next_seq, lg.first_seq)
+                limit = self._batch_messages
+                if window:
+                    limit = min(limit, window - (self.delivered_seq - self.consumed_seq))
+                for cached in await lg.read(next_seq, limit, 4 * 1024 * 1024):
+                    batch = cached.batch
+                    last = batch.last_seq
+                    if window:
+                        last = min(last, self.consumed_seq + window)
+                    if batch.first_seq >= next_seq and last == batch.last_seq:
+                        peer.send(Deliver(self.topic, self.name, batch, cached.raw))
+                    else:
+                        sliced = batch.slice(next_seq, last)
+                        if sliced.count == 0:
+                            break
+                        batch = sliced
+                        peer.send(Deliver(self.topic, self.name, sliced))
+                    self.delivered_seq = batch.last_seq
+                    next_seq = batch.last_seq + 1
+                    if self._on_delivered is not None:
+                        self._on_delivered(batch.count, len(batch.payload))
+                    if window and self.delivered_seq - self.consumed_seq >= window:
+                        break
+                await peer.writable()
+        except asyncio.CancelledError:
+            raise
+        except HedwigError as exc:
+            log.warning("delivery of %r to %r stopped: %s", self.topic, self.name, exc)
+            if not peer.closed:
+                peer.send(SubscriptionForcedClosed(self.topic, self.name, f"delivery failed: {exc}"))
+            if self.peer is peer:
+                self.peer = None

@@ -1,0 +1,283 @@
+"""Writing, recovering and reading one ledger over its ensemble of storage replicas.
+
+Rules (BookKeeper's, see ``docs/architecture.md``):
+
+- A ledger has one writer. Entry ``i`` goes to the write set: ``write_quorum`` replicas taken
+  round-robin from the ensemble starting at ``i mod ensemble_size``.
+- ``add`` returns once the entry has ``ack_quorum`` acknowledgements *and* every earlier entry
+  has been confirmed: confirmations are in order. The last confirmed entry (LAC) rides on
+  every later write so replicas learn it.
+- If too many replicas of a write set fail (more than ``write_quorum - ack_quorum``), or one
+  answers that the ledger is fenced, the writer is broken: every pending and later ``add``
+  fails and the owner must stop using the ledger.
+- Recovery (``recover_ledger``) is how anyone but the writer closes a ledger: mark it
+  IN_RECOVERY, fence the replicas and learn their LAC (enough answers that no ack quorum of
+  unfenced replicas can remain), read forward past the LAC writing back what is found, and close
+  it with a compare-and-set recording the last entry. Afterwards the old writer can never reach
+  an ack quorum again, so everything it ever acknowledged is at or below the recorded end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from hedwig.clock import Clock, SystemClock
+from hedwig.errors import (
+    BadVersionError,
+    LedgerClosedError,
+    LedgerError,
+    LedgerFencedError,
+    NoLedgerMetadataError,
+    NoSuchEntryError,
+    NotEnoughReplicasError,
+)
+from hedwig.ledger.storage import StorageNode
+from hedwig.metadata.managers import LedgerMetadataManager
+from hedwig.metadata.records import LedgerMetadata, LedgerState, Version, Versioned
+
+log = logging.getLogger(__name__)
+
+
+class StoragePool(Protocol):
+    """Maps storage addresses to replicas."""
+
+    def node(self, address: str) -> StorageNode: ...
+
+
+def write_set(md: LedgerMetadata, entry_id: int) -> list[str]:
+    ensemble = md.ensemble_for(entry_id)
+    e = len(ensemble)
+    return [ensemble[(entry_id + k) % e] for k in range(md.write_quorum)]
+
+
+@dataclass
+class _Pending:
+    entry_id: int
+    future: asyncio.Future[int]
+    acks: int = 0
+    failures: int = 0
+
+
+class LedgerWriter:
+    """The single writer of an open ledger."""
+
+    def __init__(
+        self,
+        ledgers: LedgerMetadataManager,
+        pool: StoragePool,
+        metadata: Versioned[LedgerMetadata],
+        *,
+        clock: Clock | None = None,
+    ) -> None:
+        self._ledgers = ledgers
+        self._pool = pool
+        self._md = metadata.value
+        self._version = metadata.version
+        self._clock = clock or SystemClock()
+        self._next_entry = 0
+        self._pending: dict[int, _Pending] = {}
+        self.lac = -1
+        self._broken: LedgerError | None = None
+        self._closed = False
+        self.bytes_added = 0
+
+    @property
+    def ledger_id(self) -> int:
+        return self._md.ledger_id
+
+    @property
+    def metadata(self) -> LedgerMetadata:
+        return self._md
+
+    @property
+    def broken(self) -> LedgerError | None:
+        return self._broken
+
+    async def add(self, payload: bytes) -> int:
+        """Append ``payload``; returns its entry id once it is confirmed."""
+        if self._broken is not None:
+            raise self._broken
+        if self._closed:
+            raise LedgerClosedError(f"ledger {self.ledger_id} is closed")
+        entry_id = self._next_entry
+        self._next_entry += 1
+        self.bytes_added += len(payload)
+        loop = asyncio.get_running_loop()
+        pending = _Pending(entry_id, loop.create_future())
+        self._pending[entry_id] = pending
+        targets = write_set(self._md, entry_id)
+        for address in targets:
+            loop.create_task(self._send(address, pending, payload, len(targets)))
+        return await pending.future
+
+    async def _send(self, address: str, pending: _Pending, payload: bytes, wq: int) -> None:
+        try:
+            node = self._pool.node(address)
+            await node.add_entry(self.ledger_id, pending.entry_id, self.lac, payload)
+        except LedgerFencedError as exc:
+            self._break(exc)
+            return
+        except Exception as exc:  # noqa: BLE001 - any replica failure counts against the quorum
+            pending.failures += 1
+            if pending.failures > wq - self._md.ack_quorum:
+                self._break(
+                    NotEnoughReplicasError(
+                        f"ledger {self.ledger_id} entry {pending.entry_id}: {pending.failures} of "
+                        f"{wq} replicas failed (last: {exc})"
+                    )
+                )
+            return
+        pending.acks += 1
+        if pending.acks == self._md.ack_quorum:
+            self._advance()
+
+    def _advance(self) -> None:
+        while True:
+            nxt = self._pending.get(self.lac + 1)
+            if nxt is None or nxt.acks < self._md.ack_quorum:
+                return
+            del self._pending[nxt.entry_id]
+            self.lac = nxt.entry_id
+            if not nxt.future.done():
+                nxt.future.set_result(nxt.entry_id)
+
+    def _break(self, exc: LedgerError) -> None:
+        if self._broken is None:
+            self._broken = exc
+            log.warning("ledger %d writer broken: %s", self.ledger_id, exc)
+        for p in self._pending.values():
+            if not p.future.done():
+                p.future.set_exception(self._broken)
+        self._pending.clear()
+
+    async def close(self, *, last_seq: int = 0) -> LedgerMetadata:
+        """Wait for pending adds, then record the end of the ledger (CAS on its metadata)."""
+        while self._pending and self._broken is None:
+            await asyncio.wait([p.future for p in self._pending.values()])
+        if self._broken is not None:
+            raise self._broken
+        self._closed = True
+        closed = replace(
+            self._md,
+            state=LedgerState.CLOSED,
+            last_entry_id=self.lac,
+            last_seq=last_seq,
+            length=self.bytes_added,
+            closed_ms=self._clock.wall_ms(),
+        )
+        try:
+            self._version = await self._ledgers.write_ledger(closed, self._version)
+        except BadVersionError as exc:
+            # Someone recovered (and closed) the ledger under us: we were fenced.
+            raise LedgerFencedError(f"ledger {self.ledger_id} was recovered by another hub") from exc
+        self._md = closed
+        return closed
+
+
+async def read_entry(pool: StoragePool, md: LedgerMetadata, entry_id: int) -> bytes:
+    """Read one entry from the first replica of its write set that has it."""
+    last: Exception | None = None
+    for address in write_set(md, entry_id):
+        try:
+            return await pool.node(address).read_entry(md.ledger_id, entry_id)
+        except Exception as exc:  # noqa: BLE001 - try the next replica
+            last = exc
+    if isinstance(last, NoSuchEntryError):
+        raise last
+    raise NotEnoughReplicasError(
+        f"no replica of ledger {md.ledger_id} returned entry {entry_id}: {last}"
+    ) from last
+
+
+async def recover_ledger(
+    ledgers: LedgerMetadataManager,
+    pool: StoragePool,
+    ledger_id: int,
+    *,
+    last_seq_of: Callable[[bytes], int] | None = None,
+    clock: Clock | None = None,
+) -> LedgerMetadata:
+    """Fence, recover and close ``ledger_id``; returns its closed metadata."""
+    clock = clock or SystemClock()
+    while True:
+        got = await ledgers.read_ledger(ledger_id)
+        if got is None:
+            raise NoLedgerMetadataError(str(ledger_id))
+        md, version = got.value, got.version
+        if md.state is LedgerState.CLOSED:
+            return md
+        if md.state is LedgerState.OPEN:
+            try:
+                version = await ledgers.write_ledger(
+                    replace(md, state=LedgerState.IN_RECOVERY), version
+                )
+            except BadVersionError:
+                continue
+            md = replace(md, state=LedgerState.IN_RECOVERY)
+        last_entry, last_payload = await _fence_and_read_forward(pool, md)
+        last_seq = md.last_seq
+        if last_payload is not None and last_seq_of is not None:
+            last_seq = last_seq_of(last_payload)
+        closed = replace(
+            md,
+            state=LedgerState.CLOSED,
+            last_entry_id=last_entry,
+            last_seq=last_seq,
+            closed_ms=clock.wall_ms(),
+        )
+        try:
+            await ledgers.write_ledger(closed, version)
+        except BadVersionError:
+            continue  # another recoverer got there first; read what it recorded
+        return closed
+
+
+async def _fence_and_read_forward(
+    pool: StoragePool, md: LedgerMetadata
+) -> tuple[int, bytes | None]:
+    ensemble = md.fragments[-1][1]
+    needed = len(ensemble) - md.ack_quorum + 1
+
+    async def fence(address: str) -> tuple[int, int] | None:
+        try:
+            return await pool.node(address).read_lac(md.ledger_id, fence=True)
+        except Exception as exc:  # noqa: BLE001
+            log.info("fencing ledger %d on %s failed: %s", md.ledger_id, address, exc)
+            return None
+
+    replies = [r for r in await asyncio.gather(*(fence(a) for a in ensemble)) if r is not None]
+    if len(replies) < needed:
+        raise NotEnoughReplicasError(
+            f"recovering ledger {md.ledger_id}: {len(replies)} of {len(ensemble)} replicas "
+            f"answered, {needed} needed"
+        )
+    lac = max(r[0] for r in replies)
+    # Everything up to the LAC reached an ack quorum; past it, take what any replica has and
+    # write it back so it becomes fully replicated before the ledger is closed on it.
+    entry = lac + 1
+    last_payload: bytes | None = None
+    while True:
+        try:
+            payload = await read_entry(pool, md, entry)
+        except (NoSuchEntryError, NotEnoughReplicasError):
+            break
+        targets = write_set(md, entry)
+        results = await asyncio.gather(
+            *(
+                pool.node(a).add_entry(md.ledger_id, entry, lac, payload, recovery=True)
+                for a in targets
+            ),
+            return_exceptions=True,
+        )
+        if sum(1 for r in results if not isinstance(r, BaseException)) < md.ack_quorum:
+            raise NotEnoughReplicasError(f"writing back ledger {md.ledger_id} entry {entry}")
+        last_payload = payload
+        entry += 1
+    last_entry = entry - 1
+    if last_payload is None and last_entry >= 0:
+        last_payload = await read_entry(pool, md, last_entry)
+    return last_entry, last_payload

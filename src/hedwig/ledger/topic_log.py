@@ -1,0 +1,426 @@
+"""A topic's log: its ledgers in order, as the owning hub sees them.
+
+Rules:
+
+- Opening the log is taking over the topic's storage: recover and close whatever ledger is
+  still open (this fences its writer, whoever it was), create a new ledger, and append it to the
+  topic's ledger list with a compare-and-set on the TopicPersistenceManager record. If that CAS
+  fails, another hub is taking over the same topic: raise ``BadVersionError`` and let the caller
+  step down.
+- Sequence ids are assigned when a batch is appended, before the write is sent, so batches are
+  contiguous and ordered; a failed write breaks the log (``broken``), and no later batch can be
+  confirmed, so there is never a gap below an acknowledged message.
+- Readers see only confirmed batches (up to the LAC).
+- The newest batches are kept in memory (``cache_bytes``) so subscribers that keep up are
+  served without touching the disk.
+- The current ledger is rolled over when it grows past ``ledger_max_bytes``; closed ledgers are
+  collected by ``collect`` once every subscriber has consumed them and retention allows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import logging
+import struct
+from dataclasses import dataclass, field, replace
+
+from hedwig.clock import Clock, SystemClock
+from hedwig.errors import BadVersionError, LedgerError, NoSuchEntryError
+from hedwig.ledger.handle import LedgerWriter, StoragePool, read_entry, recover_ledger
+from hedwig.metadata.managers import MetadataStore
+from hedwig.metadata.records import (
+    NEW_VERSION,
+    LedgerMetadata,
+    LedgerRange,
+    LedgerRanges,
+    ReplicationConfig,
+    Versioned,
+)
+from hedwig.protocol.frames import Batch
+
+log = logging.getLogger(__name__)
+
+_FIRST_SEQ = struct.Struct(">Q")
+
+
+def last_seq_of(entry: bytes) -> int:
+    b = Batch.decode(entry)
+    return b.last_seq
+
+
+@dataclass
+class _Cached:
+    batch: Batch
+    raw: bytes
+
+
+@dataclass
+class _LedgerIndex:
+    """Where each entry of a ledger starts, in sequence ids (for reads by sequence id)."""
+
+    metadata: LedgerMetadata
+    first_seqs: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class LogSettings:
+    """Knobs of a topic log; the hub fills them from its configuration."""
+
+    replication: ReplicationConfig = field(default_factory=ReplicationConfig)
+    ledger_max_bytes: int = 64 * 1024 * 1024  # roll over past this: bounds recovery and GC units
+    cache_bytes: int = 16 * 1024 * 1024  # newest batches served from memory
+
+
+class TopicLog:
+    def __init__(
+        self,
+        topic: str,
+        store: MetadataStore,
+        pool: StoragePool,
+        *,
+        owner: str,
+        owner_epoch: int,
+        ensemble: list[str],
+        settings: LogSettings,
+        clock: Clock | None = None,
+    ) -> None:
+        self.topic = topic
+        self._store = store
+        self._pool = pool
+        self._owner = owner
+        self._epoch = owner_epoch
+        self._ensemble = ensemble
+        self.settings = settings
+        self._clock = clock or SystemClock()
+        self._ranges: Versioned[LedgerRanges] = Versioned(LedgerRanges(), NEW_VERSION)
+        self._writer: LedgerWriter | None = None
+        self._indexes: dict[int, _LedgerIndex] = {}
+        self._next_seq = 1
+        self.last_seq = 0  # last confirmed
+        self._cache: list[_Cached] = []
+        self._cache_seqs: list[int] = []
+        self._cache_size = 0
+        self._changed = asyncio.Event()
+        self._rolling: asyncio.Future[None] | None = None
+        self._ledger_bytes = 0
+        self._inflight = 0
+        self.broken: LedgerError | None = None
+
+    # opening ------------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        got = await self._store.persistence.read_topic_persistence_info(self.topic)
+        ranges = got.value if got else LedgerRanges()
+        version = got.version if got else NEW_VERSION
+        # Recover every ledger still open (normally at most the tail).
+        for r in ranges.ranges:
+            if r.end_seq is None:
+                md = await recover_ledger(
+                    self._store.ledgers,
+                    self._pool,
+                    r.ledger_id,
+                    last_seq_of=last_seq_of,
+                    clock=self._clock,
+                )
+                end = md.last_seq if md.last_entry_id >= 0 else r.start_seq - 1
+                ranges = LedgerRanges(
+                    tuple(
+                        replace(x, end_seq=end) if x.ledger_id == r.ledger_id else x
+                        for x in ranges.ranges
+                    )
+                )
+        last = ranges.last_seq
+        writer = await self._new_writer()
+        new_ranges = ranges.with_tail(writer.ledger_id, last + 1)
+        try:
+            version = await self._store.persistence.write_topic_persistence_info(
+                self.topic, new_ranges, version
+            )
+        except BadVersionError:
+            await self._discard(writer)
+            raise
+        self._ranges = Versioned(new_ranges, version)
+        self._writer = writer
+        self._next_seq = last + 1
+        self.last_seq = last
+        self._ledger_bytes = 0
+
+    async def _new_writer(self) -> LedgerWriter:
+        rep = self.settings.replication
+        md = LedgerMetadata(
+            ledger_id=0,
+            topic=self.topic,
+            ensemble_size=rep.ensemble,
+            write_quorum=rep.write_quorum,
+            ack_quorum=rep.ack_quorum,
+            fragments=((0, tuple(self._ensemble[: rep.ensemble])),),
+            owner=self._owner,
+            owner_epoch=self._epoch,
+            created_ms=self._clock.wall_ms(),
+        )
+        created = await self._store.ledgers.create_ledger(md)
+        return LedgerWriter(self._store.ledgers, self._pool, created, clock=self._clock)
+
+    async def _discard(self, writer: LedgerWriter) -> None:
+        try:
+            got = await self._store.ledgers.read_ledger(writer.ledger_id)
+            if got is not None:
+                await self._store.ledgers.delete_ledger(writer.ledger_id, got.version)
+        except Exception:  # noqa: BLE001 - an orphan ledger is harmless; GC of orphans is separate
+            log.debug("could not discard unused ledger %d", writer.ledger_id, exc_info=True)
+
+    # properties ---------------------------------------------------------------------------
+
+    @property
+    def first_seq(self) -> int:
+        """The first sequence id still stored (later ones may be collected, never earlier)."""
+        ranges = self._ranges.value.ranges
+        return ranges[0].start_seq if ranges else 1
+
+    @property
+    def ranges(self) -> LedgerRanges:
+        return self._ranges.value
+
+    @property
+    def ledger_id(self) -> int:
+        return self._writer.ledger_id if self._writer else -1
+
+    async def wait_beyond(self, seq: int, timeout: float | None = None) -> bool:
+        """Wait until a batch past ``seq`` is confirmed (or the log breaks); True if one is."""
+        while self.last_seq <= seq and self.broken is None:
+            try:
+                await asyncio.wait_for(self._changed.wait(), timeout)
+            except TimeoutError:
+                return False
+        return self.last_seq > seq
+
+    # appending ----------------------------------------------------------------------------
+
+    async def append(
+        self,
+        publisher_id: str,
+        publisher_seq: int,
+        count: int,
+        payload: bytes,
+    ) -> Batch:
+        """Durably append one batch; returns it with its sequence ids."""
+        while self._rolling is not None:
+            await asyncio.shield(self._rolling)
+        if self.broken is not None:
+            raise self.broken
+        writer = self._writer
+        assert writer is not None, "append before open"
+        batch = Batch(
+            self._next_seq, self._clock.wall_ms(), publisher_id, publisher_seq, count, payload
+        )
+        self._next_seq += count
+        raw = batch.encode()
+        self._ledger_bytes += len(raw)
+        self._inflight += 1
+        try:
+            await writer.add(raw)
+        except LedgerError as exc:
+            self.broken = exc
+            self._notify()
+            raise
+        finally:
+            self._inflight -= 1
+        # Confirmation is in order, so this batch directly follows the previous confirmed one.
+        self.last_seq = batch.last_seq
+        self._index_for(writer.metadata).first_seqs.append(batch.first_seq)
+        self._remember(batch, raw)
+        self._notify()
+        if self._ledger_bytes >= self.settings.ledger_max_bytes and self._rolling is None:
+            asyncio.get_running_loop().create_task(self._roll_over())
+        return batch
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def _remember(self, batch: Batch, raw: bytes) -> None:
+        self._cache.append(_Cached(batch, raw))
+        self._cache_seqs.append(batch.first_seq)
+        self._cache_size += len(raw)
+        if self._cache_size > self.settings.cache_bytes:
+            drop = 0
+            while self._cache_size > self.settings.cache_bytes // 2 and drop < len(self._cache) - 1:
+                self._cache_size -= len(self._cache[drop].raw)
+                drop += 1
+            del self._cache[:drop]
+            del self._cache_seqs[:drop]
+
+    def _index_for(self, md: LedgerMetadata) -> _LedgerIndex:
+        idx = self._indexes.get(md.ledger_id)
+        if idx is None:
+            idx = self._indexes[md.ledger_id] = _LedgerIndex(md)
+        return idx
+
+    async def _roll_over(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._rolling = loop.create_future()
+        try:
+            await self._close_current()
+            if self.broken is None:
+                writer = await self._new_writer()
+                ranges = self._ranges.value.with_tail(writer.ledger_id, self.last_seq + 1)
+                version = await self._store.persistence.write_topic_persistence_info(
+                    self.topic, ranges, self._ranges.version
+                )
+                self._ranges = Versioned(ranges, version)
+                self._writer = writer
+                self._ledger_bytes = 0
+        except Exception as exc:  # noqa: BLE001 - a failed roll-over breaks the log
+            log.warning("topic %r: ledger roll-over failed: %s", self.topic, exc)
+            if self.broken is None:
+                self.broken = exc if isinstance(exc, LedgerError) else LedgerError(str(exc))
+            self._notify()
+        finally:
+            fut, self._rolling = self._rolling, None
+            fut.set_result(None)
+
+    async def _close_current(self) -> None:
+        writer = self._writer
+        if writer is None:
+            return
+        while self._inflight and self.broken is None:
+            await self._changed.wait()
+        md = await writer.close(last_seq=self.last_seq)
+        self._index_for(md).metadata = md
+        ranges = self._ranges.value.close_tail(self.last_seq)
+        version = await self._store.persistence.write_topic_persistence_info(
+            self.topic, ranges, self._ranges.version
+        )
+        self._ranges = Versioned(ranges, version)
+
+    async def close(self) -> None:
+        """Graceful end of ownership: flush, close the ledger and record where the log ends."""
+        while self._rolling is not None:
+            await asyncio.shield(self._rolling)
+        if self.broken is None:
+            await self._close_current()
+        self._writer = None
+        self.broken = self.broken or LedgerError("topic log closed")
+        self._notify()
+
+    # reading ------------------------------------------------------------------------------
+
+    async def read(self, start_seq: int, max_messages: int, max_bytes: int) -> list[_Cached]:
+        """Confirmed batches holding ``start_seq`` onwards, within the limits (at least one)."""
+        start_seq = max(start_seq, self.first_seq)
+        if start_seq > self.last_seq:
+            return []
+        if self._cache_seqs and start_seq >= self._cache_seqs[0]:
+            i = bisect.bisect_right(self._cache_seqs, start_seq) - 1
+            out: list[_Cached] = []
+            msgs = size = 0
+            for c in self._cache[i:]:
+                out.append(c)
+                msgs += c.batch.count
+                size += len(c.raw)
+                if msgs >= max_messages or size >= max_bytes:
+                    break
+            return out
+        return await self._read_ledgers(start_seq, max_messages, max_bytes)
+
+    async def _read_ledgers(self, start_seq: int, max_messages: int, max_bytes: int) -> list[_Cached]:
+        out: list[_Cached] = []
+        msgs = size = 0
+        ranges = self._ranges.value.ranges
+        starts = [r.start_seq for r in ranges]
+        ri = max(0, bisect.bisect_right(starts, start_seq) - 1)
+        seq = start_seq
+        while ri < len(ranges) and seq <= self.last_seq:
+            r = ranges[ri]
+            if r.end_seq is not None and r.end_seq < seq:
+                ri += 1
+                continue
+            idx = await self._load_index(r)
+            ei = max(0, bisect.bisect_right(idx.first_seqs, seq) - 1)
+            while ei < len(idx.first_seqs):
+                raw = await read_entry(self._pool, idx.metadata, ei)
+                batch = Batch.decode(raw)
+                if batch.first_seq > self.last_seq:
+                    return out
+                out.append(_Cached(batch, raw))
+                msgs += batch.count
+                size += len(raw)
+                seq = batch.last_seq + 1
+                if msgs >= max_messages or size >= max_bytes:
+                    return out
+                ei += 1
+            ri += 1
+        return out
+
+    async def _load_index(self, r: LedgerRange) -> _LedgerIndex:
+        idx = self._indexes.get(r.ledger_id)
+        if idx is not None and (idx.first_seqs or r.end_seq == r.start_seq - 1):
+            return idx
+        got = await self._store.ledgers.read_ledger(r.ledger_id)
+        if got is None:
+            raise NoSuchEntryError(f"ledger {r.ledger_id} of topic {self.topic!r} is gone")
+        md = got.value
+        idx = _LedgerIndex(md)
+        for eid in range(md.last_entry_id + 1):
+            raw = await read_entry(self._pool, md, eid)
+            idx.first_seqs.append(_FIRST_SEQ.unpack_from(raw)[0])
+        self._indexes[r.ledger_id] = idx
+        return idx
+
+    # garbage collection -------------------------------------------------------------------
+
+    async def collect(
+        self, keep_from_seq: int, *, retention_ms: int | None, retention_bytes: int | None
+    ) -> list[int]:
+        """Delete closed ledgers wholly below ``keep_from_seq`` that retention lets go.
+
+        ``keep_from_seq`` is the first sequence id some subscriber still needs. Retention keeps
+        consumed ledgers for late readers: a ledger goes once it is older than
+        ``retention_ms`` *or* the consumed ledgers after it already hold ``retention_bytes``.
+        ``None`` means no limit of that kind.
+        """
+        ranges = self._ranges.value.ranges
+        now = self._clock.wall_ms()
+        candidates: list[tuple[LedgerRange, LedgerMetadata]] = []
+        for r in ranges[:-1]:
+            if r.end_seq is None or r.end_seq >= keep_from_seq:
+                break
+            got = await self._store.ledgers.read_ledger(r.ledger_id)
+            if got is None:
+                continue
+            candidates.append((r, got.value))
+        doomed: set[int] = set()
+        newer_bytes = 0
+        for r, md in reversed(candidates):
+            size = md.length or 0
+            too_old = retention_ms is not None and now - (md.closed_ms or md.created_ms) >= retention_ms
+            too_big = retention_bytes is not None and newer_bytes >= retention_bytes
+            if too_old or too_big:
+                doomed.add(r.ledger_id)
+            newer_bytes += size
+        # Only a prefix of the log may go: never leave a hole.
+        prefix: list[int] = []
+        for r, _ in candidates:
+            if r.ledger_id not in doomed:
+                break
+            prefix.append(r.ledger_id)
+        if not prefix:
+            return []
+        remaining = LedgerRanges(tuple(r for r in ranges if r.ledger_id not in set(prefix)))
+        version = await self._store.persistence.write_topic_persistence_info(
+            self.topic, remaining, self._ranges.version
+        )
+        self._ranges = Versioned(remaining, version)
+        for lid in prefix:
+            self._indexes.pop(lid, None)
+            got = await self._store.ledgers.read_ledger(lid)
+            if got is None:
+                continue
+            for address in {a for _, ens in got.value.fragments for a in ens}:
+                try:
+                    await self._pool.node(address).delete_ledger(lid)
+                except Exception:  # noqa: BLE001 - an unreachable replica is cleaned up later
+                    log.info("could not delete ledger %d on %s", lid, address)
+            await self._store.ledgers.delete_ledger(lid, got.version)
+        return prefix

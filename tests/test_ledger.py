@@ -1,0 +1,127 @@
+"""The ledger layer in memory (metadata) and on a real disk (storage)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from hedwig.errors import LedgerFencedError
+from hedwig.ledger import LocalPool, LocalStorage, LogSettings, TopicLog, recover_ledger
+from hedwig.ledger.storage import RECORD
+from hedwig.metadata import LedgerState
+from hedwig.metadata.memory import MemoryBackend, MemoryMetadataStore
+from hedwig.protocol.frames import encode_values
+
+
+@pytest.fixture
+async def store() -> MemoryMetadataStore:
+    s = MemoryMetadataStore(MemoryBackend(), "r")
+    await s.start()
+    return s
+
+
+def make_log(store: MemoryMetadataStore, storage: LocalStorage, **kw: int) -> TopicLog:
+    return TopicLog(
+        "t",
+        store,
+        LocalPool(storage),
+        owner="h:1",
+        owner_epoch=1,
+        ensemble=[storage.address],
+        settings=LogSettings(**kw),  # type: ignore[arg-type]
+    )
+
+
+async def test_append_read_and_reopen(store: MemoryMetadataStore, tmp_path: Path) -> None:
+    storage = LocalStorage(tmp_path, "h:1")
+    log = make_log(store, storage)
+    await log.open()
+    for i in range(10):
+        b = await log.append("p", 0, 2, encode_values([b"a%d" % i, b"b%d" % i]))
+        assert b.first_seq == 2 * i + 1
+    assert log.last_seq == 20
+    got = await log.read(5, 100, 1 << 20)
+    assert got[0].batch.first_seq == 5 and sum(c.batch.count for c in got) == 16
+    # crash without closing; a new owner (same disk) recovers the open ledger
+    await storage.close()
+    storage2 = LocalStorage(tmp_path, "h:1")
+    log2 = make_log(store, storage2)
+    await log2.open()
+    assert log2.last_seq == 20
+    assert [r.end_seq for r in log2.ranges.ranges] == [20, None]
+    got = await log2.read(1, 1000, 1 << 20)
+    values = [m.value for c in got for m in c.batch.messages()]
+    assert values[:2] == [b"a0", b"b0"] and len(values) == 20
+    # the old writer is fenced
+    with pytest.raises(LedgerFencedError):
+        await storage2.add_entry(log.ranges.ranges[0].ledger_id, 99, -1, b"x")
+
+
+async def test_stale_writer_cannot_ack_after_recovery(
+    store: MemoryMetadataStore, tmp_path: Path
+) -> None:
+    storage = LocalStorage(tmp_path, "h:1")
+    old = make_log(store, storage)
+    await old.open()
+    await old.append("p", 0, 1, encode_values([b"x"]))
+    new = make_log(store, storage)
+    await new.open()  # recovers and fences old's ledger
+    with pytest.raises(LedgerFencedError):
+        await old.append("p", 0, 1, encode_values([b"y"]))
+    assert new.last_seq == 1
+    md = await store.ledgers.read_ledger(old.ranges.ranges[0].ledger_id)
+    assert md is not None and md.value.state is LedgerState.CLOSED
+
+
+async def test_torn_tail_is_cut(tmp_path: Path) -> None:
+    storage = LocalStorage(tmp_path, "h:1")
+    for i in range(3):
+        await storage.add_entry(7, i, i - 1, b"payload%d" % i)
+    await storage.close()
+    path = tmp_path / "ledgers" / "7.log"
+    size = path.stat().st_size
+    with open(path, "ab") as f:
+        f.write(RECORD.pack(100, 0, 3, 2) + b"short")  # a write cut by a crash
+    storage = LocalStorage(tmp_path, "h:1")
+    assert path.stat().st_size == size
+    assert await storage.read_entry(7, 2) == b"payload2"
+    assert await storage.read_lac(7, fence=False) == (1, 2)
+    # corrupt a byte in the middle record: reading it fails its checksum
+    with open(path, "r+b") as f:
+        f.seek(RECORD.size + 2)
+        f.write(b"X")
+    await storage.close()
+    storage = LocalStorage(tmp_path, "h:1")
+    assert await storage.read_lac(7, fence=False) == (-1, -1)  # cut at the first bad record
+    assert os.path.getsize(path) == 0
+
+
+async def test_roll_over_and_collect(store: MemoryMetadataStore, tmp_path: Path) -> None:
+    storage = LocalStorage(tmp_path, "h:1")
+    log = make_log(store, storage, ledger_max_bytes=200, cache_bytes=100)
+    await log.open()
+    for i in range(20):
+        await log.append("p", 0, 1, encode_values([b"m%02d" % i + b"." * 40]))
+    await log.close()
+    assert len(log.ranges.ranges) > 3
+    # reads span ledgers and come from disk (the cache is tiny)
+    got = await log.read(1, 1000, 1 << 20)
+    assert [c.batch.first_seq for c in got] == list(range(1, 21))
+    dropped = await log.collect(11, retention_ms=0, retention_bytes=None)
+    assert dropped and log.first_seq <= 11
+    assert all(r.end_seq is None or r.end_seq >= 11 or r.start_seq > 11 for r in log.ranges.ranges)
+    for lid in dropped:
+        assert lid not in storage.ledgers()
+    got = await log.read(1, 1000, 1 << 20)
+    assert got[0].batch.first_seq == log.first_seq
+
+
+async def test_recover_empty_ledger(store: MemoryMetadataStore, tmp_path: Path) -> None:
+    storage = LocalStorage(tmp_path, "h:1")
+    log = make_log(store, storage)
+    await log.open()
+    lid = log.ledger_id
+    md = await recover_ledger(store.ledgers, LocalPool(storage), lid)
+    assert md.state is LedgerState.CLOSED and md.last_entry_id == -1
