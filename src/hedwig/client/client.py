@@ -28,7 +28,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from hedwig.clock import Clock, SystemClock
-from hedwig.client.connection import Event, HubConnection
+from hedwig.net.connection import Event, HubConnection
 from hedwig.client.retry import Backoff, RetryPolicy
 from hedwig.errors import ConnectionLostError, HedwigError, TimeoutError_, UsageError
 from hedwig.protocol import status

@@ -25,7 +25,7 @@ from hedwig.hub.metrics import HubMetrics
 from hedwig.hub.ownership import TopicManager
 from hedwig.hub.server import ClientConnection, HubFrontEnd, HubOperations
 from hedwig.hub.topic import TopicState
-from hedwig.ledger.pool import LocalPool
+from hedwig.ledger.pool import HubPool
 from hedwig.ledger.storage import LocalStorage
 from hedwig.metadata.managers import MetadataStore, SessionState
 from hedwig.metadata.records import HubLoad
@@ -64,7 +64,7 @@ class Hub(HubOperations):
         self.metrics = HubMetrics()
         self.address = config.advertise or config.listen
         self.storage = LocalStorage(config.data_dir, self.address)
-        self.pool = LocalPool(self.storage)
+        self.pool = HubPool(self.storage)
         self.topics = TopicManager(
             address=self.address,
             config=config,
@@ -142,6 +142,7 @@ class Hub(HubOperations):
             await self._http.close()
         with contextlib.suppress(Exception):
             await self.store.close()
+        self.pool.close()
         await self.storage.close()
         self.stopped.set()
 

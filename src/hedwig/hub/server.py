@@ -11,15 +11,24 @@ fails is answered with its typed status.
 
 from __future__ import annotations
 
+from typing import cast
+
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from hedwig.errors import HedwigError, ProtocolError
+from hedwig.errors import HedwigError, LedgerFencedError, NoSuchEntryError, ProtocolError
+from hedwig.ledger.storage import StorageNode
 from hedwig.protocol import status
 from hedwig.protocol.connection import Connection, OversizedFrame, Role
 from hedwig.protocol.frames import (
+    AddEntry,
     CloseSubscription,
+    DeleteLedger,
+    Entry,
+    Lac,
+    ReadEntry,
+    ReadLac,
     Consume,
     Error,
     Frame,
@@ -56,10 +65,9 @@ class ClientConnection(asyncio.Protocol):
     # asyncio.Protocol ---------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
-        transport.set_write_buffer_limits(high=HIGH_WATER)
-        peer = transport.get_extra_info("peername")
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        self._transport.set_write_buffer_limits(high=HIGH_WATER)
+        peer = self._transport.get_extra_info("peername")
         self.name = f"{peer[0]}:{peer[1]}" if peer else "?"
         self._hub.connections.add(self)
 
@@ -167,6 +175,21 @@ class HubFrontEnd:
             return await ops.topic_stats(conn, frame)
         if isinstance(frame, Ping):
             return Ok(frame.request_id)
+        # The storage role: ledger replicas for other hubs' topics.
+        storage = ops.storage
+        if isinstance(frame, AddEntry):
+            await storage.add_entry(
+                frame.ledger_id, frame.entry_id, frame.lac, frame.payload, recovery=frame.recovery
+            )
+            return Ok(frame.request_id)
+        if isinstance(frame, ReadEntry):
+            return Entry(frame.request_id, await storage.read_entry(frame.ledger_id, frame.entry_id))
+        if isinstance(frame, ReadLac):
+            lac, last = await storage.read_lac(frame.ledger_id, fence=frame.fence)
+            return Lac(frame.request_id, lac, last)
+        if isinstance(frame, DeleteLedger):
+            await storage.delete_ledger(frame.ledger_id)
+            return Ok(frame.request_id)
         raise status.InvalidRequestError(f"unexpected frame {type(frame).__name__}")
 
 
@@ -174,6 +197,10 @@ def _error(frame: Frame, exc: BaseException) -> Error:
     rid = getattr(frame, "request_id", 0)
     if isinstance(exc, status.ServerError):
         return Error(rid, int(exc.status), str(exc), exc.detail)
+    if isinstance(exc, LedgerFencedError):
+        return Error(rid, status.Status.LEDGER_FENCED, str(exc))
+    if isinstance(exc, NoSuchEntryError):
+        return Error(rid, status.Status.NO_SUCH_ENTRY, str(exc))
     if isinstance(exc, HedwigError):
         return Error(rid, status.Status.SERVICE_UNAVAILABLE, f"{type(exc).__name__}: {exc}")
     log.exception("internal error handling %s", type(frame).__name__, exc_info=exc)
@@ -182,6 +209,8 @@ def _error(frame: Frame, exc: BaseException) -> Error:
 
 class HubOperations:
     """What the front end calls; implemented by ``hedwig.hub.app.Hub``."""
+
+    storage: StorageNode
 
     async def publish(self, conn: ClientConnection, req: Publish) -> Frame:
         raise NotImplementedError

@@ -6,11 +6,12 @@ storage addresses to replicas.
 """
 
 from hedwig.ledger.handle import LedgerWriter, StoragePool, read_entry, recover_ledger
-from hedwig.ledger.pool import LocalPool
+from hedwig.ledger.pool import HubPool, LocalPool
 from hedwig.ledger.storage import LocalStorage, StorageNode
 from hedwig.ledger.topic_log import LogSettings, TopicLog
 
 __all__ = [
+    "HubPool",
     "LedgerWriter",
     "LocalPool",
     "LocalStorage",

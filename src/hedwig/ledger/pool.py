@@ -1,44 +1,29 @@
-"""Storage addresses to replicas.
-
-With one copy per ledger (ensemble size 1) every ledger a hub writes lives on its own disk, so
-the only replica a hub can reach is its own. A ledger whose replica is another hub's disk is
-unreachable until replication across hubs exists: recovering it fails with
-``NotEnoughReplicasError`` and the claim is retried, never completed with data missing.
-"""
+"""Storage addresses to replicas: this hub's own disk, or another hub's storage role."""
 
 from __future__ import annotations
 
-from hedwig.errors import NotEnoughReplicasError
+from hedwig.ledger.remote import RemoteStorage
 from hedwig.ledger.storage import LocalStorage, StorageNode
 
 
-class _Unreachable:
-    def __init__(self, address: str) -> None:
-        self.address = address
-
-    def _fail(self) -> NotEnoughReplicasError:
-        return NotEnoughReplicasError(f"storage replica {self.address} is not reachable")
-
-    async def add_entry(
-        self, ledger_id: int, entry_id: int, lac: int, payload: bytes, *, recovery: bool = False
-    ) -> None:
-        raise self._fail()
-
-    async def read_entry(self, ledger_id: int, entry_id: int) -> bytes:
-        raise self._fail()
-
-    async def read_lac(self, ledger_id: int, *, fence: bool) -> tuple[int, int]:
-        raise self._fail()
-
-    async def delete_ledger(self, ledger_id: int) -> None:
-        raise self._fail()
-
-
-class LocalPool:
+class HubPool:
     def __init__(self, local: LocalStorage) -> None:
         self.local = local
+        self._remote: dict[str, RemoteStorage] = {}
 
     def node(self, address: str) -> StorageNode:
         if address == self.local.address:
             return self.local
-        return _Unreachable(address)
+        node = self._remote.get(address)
+        if node is None:
+            node = self._remote[address] = RemoteStorage(address)
+        return node
+
+    def close(self) -> None:
+        for node in self._remote.values():
+            node.close()
+        self._remote.clear()
+
+
+# Kept for tests that use a single disk.
+LocalPool = HubPool

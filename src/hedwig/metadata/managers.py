@@ -48,7 +48,10 @@ class TopicOwnershipManager(Protocol):
         ...
 
     def watch_owner(self, topic: str, callback: Callable[[], None]) -> None:
-        """Call ``callback`` (once, on the event loop) when the owner record changes or goes."""
+        """Call ``callback`` (once, on the event loop) when the owner record changes or goes.
+
+        Also called at once if the record is already gone when the watch is set.
+        """
         ...
 
 

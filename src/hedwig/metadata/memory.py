@@ -176,7 +176,11 @@ class MemoryMetadataStore:
         self._delete(self._k("owner", topic), version, NoTopicOwnerInfoError(topic))
 
     def watch_owner(self, topic: str, callback: Callable[[], None]) -> None:
-        self._b.watches.setdefault(self._k("owner", topic), []).append(callback)
+        key = self._k("owner", topic)
+        if key not in self._b.data:
+            asyncio.get_running_loop().call_soon(callback)
+            return
+        self._b.watches.setdefault(key, []).append(callback)
 
     # TopicPersistenceManager ----------------------------------------------------------------
 

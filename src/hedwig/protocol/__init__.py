@@ -8,6 +8,12 @@ specification and must change together with ``frames.py``.
 from hedwig.protocol.connection import Connection, OversizedFrame, Role
 from hedwig.protocol.frames import (
     PROTOCOL_VERSION,
+    AddEntry,
+    DeleteLedger,
+    Entry,
+    Lac,
+    ReadEntry,
+    ReadLac,
     Batch,
     CloseSubscription,
     Consume,
@@ -36,6 +42,12 @@ from hedwig.protocol.status import Status, ServerError, error_for_status
 
 __all__ = [
     "PROTOCOL_VERSION",
+    "AddEntry",
+    "DeleteLedger",
+    "Entry",
+    "Lac",
+    "ReadEntry",
+    "ReadLac",
     "Batch",
     "CloseSubscription",
     "Connection",

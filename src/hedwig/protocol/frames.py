@@ -856,6 +856,141 @@ class SubscriptionForcedClosed(_FrameBase):
         return cls(topic, sub, reason)
 
 
+# Storage role (hub to hub) -------------------------------------------------------------------
+# A hub's storage role holds ledger replicas for other hubs' topics. These frames are how a
+# ledger writer or a recovering hub reaches it; ``docs/protocol.md`` lists them with the rest.
+
+_LEDGER_ENTRY = struct.Struct(">QQq")  # ledger id, entry id, lac
+_LEDGER = struct.Struct(">Q")
+_LAC = struct.Struct(">qq")
+
+
+@dataclass(frozen=True, slots=True)
+class AddEntry(_FrameBase):
+    """Store one entry. ``recovery`` adds are allowed on a fenced ledger (write-back)."""
+
+    TYPE: ClassVar[int] = 0x10
+    request_id: int
+    ledger_id: int
+    entry_id: int
+    lac: int
+    payload: bytes
+    recovery: bool = False
+
+    def header_fields(self) -> tuple[int, int]:
+        return (1 if self.recovery else 0), self.request_id
+
+    def body(self) -> bytes:
+        return _LEDGER_ENTRY.pack(self.ledger_id, self.entry_id, self.lac) + self.payload
+
+    @classmethod
+    def decode(cls, flags: int, rid: int, r: _Reader) -> AddEntry:
+        lid, eid, lac = _LEDGER_ENTRY.unpack(r._take(_LEDGER_ENTRY.size))
+        return cls(rid, lid, eid, lac, r.rest(), bool(flags & 1))
+
+
+@dataclass(frozen=True, slots=True)
+class ReadEntry(_FrameBase):
+    """Read one stored entry. Answered by ``Entry`` or NO_SUCH_ENTRY."""
+
+    TYPE: ClassVar[int] = 0x11
+    request_id: int
+    ledger_id: int
+    entry_id: int
+
+    def header_fields(self) -> tuple[int, int]:
+        return 0, self.request_id
+
+    def body(self) -> bytes:
+        return _LEDGER_ENTRY.pack(self.ledger_id, self.entry_id, 0)
+
+    @classmethod
+    def decode(cls, flags: int, rid: int, r: _Reader) -> ReadEntry:
+        lid, eid, _ = _LEDGER_ENTRY.unpack(r._take(_LEDGER_ENTRY.size))
+        r.done()
+        return cls(rid, lid, eid)
+
+
+@dataclass(frozen=True, slots=True)
+class ReadLac(_FrameBase):
+    """The replica's LAC and last stored entry for a ledger; fences it first if asked."""
+
+    TYPE: ClassVar[int] = 0x12
+    request_id: int
+    ledger_id: int
+    fence: bool = False
+
+    def header_fields(self) -> tuple[int, int]:
+        return (1 if self.fence else 0), self.request_id
+
+    def body(self) -> bytes:
+        return _LEDGER.pack(self.ledger_id)
+
+    @classmethod
+    def decode(cls, flags: int, rid: int, r: _Reader) -> ReadLac:
+        (lid,) = _LEDGER.unpack(r._take(_LEDGER.size))
+        r.done()
+        return cls(rid, lid, bool(flags & 1))
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteLedger(_FrameBase):
+    TYPE: ClassVar[int] = 0x13
+    request_id: int
+    ledger_id: int
+
+    def header_fields(self) -> tuple[int, int]:
+        return 0, self.request_id
+
+    def body(self) -> bytes:
+        return _LEDGER.pack(self.ledger_id)
+
+    @classmethod
+    def decode(cls, flags: int, rid: int, r: _Reader) -> DeleteLedger:
+        (lid,) = _LEDGER.unpack(r._take(_LEDGER.size))
+        r.done()
+        return cls(rid, lid)
+
+
+@dataclass(frozen=True, slots=True)
+class Entry(_FrameBase):
+    TYPE: ClassVar[int] = 0x85
+    FROM_CLIENT: ClassVar[bool] = False
+    request_id: int
+    payload: bytes
+
+    def header_fields(self) -> tuple[int, int]:
+        return 0, self.request_id
+
+    def body(self) -> bytes:
+        return self.payload
+
+    @classmethod
+    def decode(cls, flags: int, rid: int, r: _Reader) -> Entry:
+        return cls(rid, r.rest())
+
+
+@dataclass(frozen=True, slots=True)
+class Lac(_FrameBase):
+    TYPE: ClassVar[int] = 0x86
+    FROM_CLIENT: ClassVar[bool] = False
+    request_id: int
+    lac: int
+    last_entry_id: int
+
+    def header_fields(self) -> tuple[int, int]:
+        return 0, self.request_id
+
+    def body(self) -> bytes:
+        return _LAC.pack(self.lac, self.last_entry_id)
+
+    @classmethod
+    def decode(cls, flags: int, rid: int, r: _Reader) -> Lac:
+        lac, last = _LAC.unpack(r._take(_LAC.size))
+        r.done()
+        return cls(rid, lac, last)
+
+
 def _decode_checked_batch(data: bytes) -> Batch:
     batch = Batch.decode(data)
     scan_messages(batch.payload, batch.count, 1 << 62)
@@ -880,6 +1015,12 @@ Frame = Union[
     Deliver,
     TopicMoved,
     SubscriptionForcedClosed,
+    AddEntry,
+    ReadEntry,
+    ReadLac,
+    DeleteLedger,
+    Entry,
+    Lac,
 ]
 
 _Decoder = Callable[[int, int, _Reader], Frame]
@@ -904,6 +1045,12 @@ DECODERS: dict[int, tuple[bool, _Decoder]] = {
         Deliver,
         TopicMoved,
         SubscriptionForcedClosed,
+        AddEntry,
+        ReadEntry,
+        ReadLac,
+        DeleteLedger,
+        Entry,
+        Lac,
     )
 }
 

@@ -26,6 +26,8 @@ class Status(IntEnum):
     UNSUPPORTED_VERSION = 11
     INTERNAL_ERROR = 12
     MESSAGES_UNAVAILABLE = 13
+    LEDGER_FENCED = 14
+    NO_SUCH_ENTRY = 15
 
 
 class ServerError(HedwigError):
@@ -108,6 +110,16 @@ class MessagesUnavailableError(ServerError):
     status = Status.MESSAGES_UNAVAILABLE
 
 
+class LedgerFencedStatusError(ServerError):
+    """A storage replica refused an add: the ledger was fenced by a recovering hub."""
+
+    status = Status.LEDGER_FENCED
+
+
+class NoSuchEntryStatusError(ServerError):
+    status = Status.NO_SUCH_ENTRY
+
+
 _BY_STATUS: dict[int, type[ServerError]] = {
     cls.status: cls
     for cls in (
@@ -124,6 +136,8 @@ _BY_STATUS: dict[int, type[ServerError]] = {
         UnsupportedVersionError,
         InternalServerError,
         MessagesUnavailableError,
+        LedgerFencedStatusError,
+        NoSuchEntryStatusError,
     )
 }
 

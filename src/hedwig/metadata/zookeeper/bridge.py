@@ -224,7 +224,11 @@ class ZkBridge:
             pass
 
     def watch(self, path: str, callback: Callable[[], None]) -> None:
-        """One-shot: ``callback`` runs on the loop when ``path`` is created, changed or deleted."""
+        """One-shot: ``callback`` runs on the loop when ``path`` changes or is deleted.
+
+        If the node is already gone when the watch is registered (it was deleted between our
+        last read and now), the callback runs at once: a watcher must never miss a deletion.
+        """
         loop = self._loop or asyncio.get_running_loop()
         fired = False
 
@@ -236,8 +240,11 @@ class ZkBridge:
 
         def on_result(result: Any) -> None:
             try:
-                result.get()
+                stat = result.get()
             except BaseException:  # noqa: BLE001 - the connection is gone: tell the watcher
+                on_event(None)
+                return
+            if stat is None:
                 on_event(None)
 
         try:

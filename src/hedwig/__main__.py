@@ -1,0 +1,3 @@
+from hedwig.cli.main import main
+
+raise SystemExit(main())

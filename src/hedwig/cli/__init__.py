@@ -1,0 +1,1 @@
+"""The ``hedwig`` command: one module per group of subcommands."""

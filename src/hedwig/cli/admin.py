@@ -1,0 +1,125 @@
+"""``hedwig topics`` and ``hedwig hubs``: what ZooKeeper says about the region."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from typing import Any
+
+from hedwig.net.connection import HubConnection
+from hedwig.errors import HedwigError
+from hedwig.metadata.zookeeper import ZkMetadataStore
+from hedwig.protocol.frames import TopicInfo, TopicStats
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    for name, func, text in (
+        ("topics", run_topics, "topics: owner, subscribers, backlog"),
+        ("hubs", run_hubs, "hubs: alive, topics, load"),
+    ):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("--zk", required=True, help="ZooKeeper HOST:PORT")
+        p.add_argument("--region", default="dev")
+        p.add_argument("--json", action="store_true", help="machine-readable output")
+        p.set_defaults(func=func)
+
+
+def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
+    cells = [[str(r.get(c, "")) for c in columns] for r in rows]
+    widths = [max([len(c), *(len(row[i]) for row in cells)]) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)) for row in cells]
+    return "\n".join(lines)
+
+
+async def _topic_info(owner: str, topic: str) -> TopicInfo | None:
+    """Ask the owner for the topic's bounds, without ever making anyone claim it."""
+    try:
+        conn = await HubConnection.open(owner, lambda *_: None, lambda *_: None, timeout=2)
+    except HedwigError:
+        return None
+    try:
+        # Not redirected: a hub that no longer owns the topic redirects instead of claiming,
+        # unless it chooses itself, which is a claim the topic would get on first use anyway.
+        answer = await conn.request(TopicStats(conn.next_id(), topic, False), timeout=3)
+        return answer if isinstance(answer, TopicInfo) else None
+    except HedwigError:
+        return None
+    finally:
+        conn.close()
+
+
+async def collect_topics(zk: str, region: str) -> list[dict[str, Any]]:
+    store = ZkMetadataStore(zk, region)
+    await store.start()
+    try:
+        rows = []
+        for topic in await store.topics.list_topics():
+            owner = await store.ownership.read_owner_info(topic)
+            subs = await store.subscriptions.read_subscriptions(topic)
+            ranges = await store.persistence.read_topic_persistence_info(topic)
+            marks = [s.value.state.consumed_seq for s in subs.values() if s.value.state]
+            last = ranges.value.last_seq if ranges else 0
+            info = await _topic_info(owner.value.address, topic) if owner else None
+            if info is not None:
+                last = info.last_seq
+            rows.append(
+                {
+                    "topic": topic,
+                    "owner": owner.value.address if owner else None,
+                    "subscribers": len(subs),
+                    "last_seq": last,
+                    "backlog": max((last - m for m in marks), default=0),
+                    "ledgers": len(ranges.value.ranges) if ranges else 0,
+                }
+            )
+        return rows
+    finally:
+        await store.close()
+
+
+async def collect_hubs(zk: str, region: str) -> list[dict[str, Any]]:
+    store = ZkMetadataStore(zk, region)
+    await store.start()
+    try:
+        now = int(time.time() * 1000)
+        return [
+            {
+                "hub": h.address,
+                "alive": h.alive,
+                "topics": h.load.topics if h.load else 0,
+                "msg_in": h.load.msg_in if h.load else 0.0,
+                "msg_out": h.load.msg_out if h.load else 0.0,
+                "connections": h.load.connections if h.load else 0,
+                "report_age_s": round((now - h.load.timestamp_ms) / 1000, 1) if h.load else None,
+            }
+            for h in await store.hubs.list_hubs()
+        ]
+    finally:
+        await store.close()
+
+
+def _run(args: argparse.Namespace, collect: Any, columns: list[str]) -> int:
+    try:
+        rows = asyncio.run(collect(args.zk, args.region))
+    except HedwigError as exc:
+        print(f"hedwig {args.command}: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        print(_table(rows, columns))
+    return 0
+
+
+def run_topics(args: argparse.Namespace) -> int:
+    return _run(args, collect_topics, ["topic", "owner", "subscribers", "last_seq", "backlog"])
+
+
+def run_hubs(args: argparse.Namespace) -> int:
+    return _run(
+        args, collect_hubs, ["hub", "alive", "topics", "msg_in", "msg_out", "connections"]
+    )

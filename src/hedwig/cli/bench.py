@@ -1,0 +1,151 @@
+"""``hedwig bench``: publish (and optionally subscribe) throughput and latency percentiles.
+
+Two modes. Without ``--rate`` the client publishes as fast as acknowledgements come back
+(throughput, batching client, ``--inflight`` batches in flight). With ``--rate`` it publishes on
+a fixed schedule and reports the latency of each message from the moment it was due to its
+durable acknowledgement (so a stalled client cannot hide latency: coordinated omission is
+counted). ``--embedded`` starts ZooKeeper and hub processes first, so the whole measurement is
+one command (``docs/benchmarks.md``). Output is JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from typing import Any
+
+from hedwig.cli.common import add_hub_options, resolve_hubs
+from hedwig.client import HedwigClient, PublishResult
+from hedwig.devcluster.cluster import DevCluster
+from hedwig.errors import HedwigError
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("bench", help="measure publish/subscribe throughput and latency (JSON)")
+    add_hub_options(p)
+    p.add_argument("--embedded", action="store_true", help="start ZooKeeper and hubs first")
+    p.add_argument("--hubs", type=int, default=1, help="hubs to start with --embedded")
+    p.add_argument("--messages", type=int, default=200_000)
+    p.add_argument("--size", type=int, default=100, help="message size in bytes")
+    p.add_argument("--topic", default=None, help="default: a fresh topic per run")
+    p.add_argument("--rate", type=float, default=0.0, help="messages/s (0: as fast as possible)")
+    p.add_argument("--duration", type=float, default=10.0, help="seconds, with --rate")
+    p.add_argument("--inflight", type=int, default=16, help="batches in flight")
+    p.add_argument("--batch", type=int, default=2000, help="messages per batch at most")
+    p.add_argument("--subscribe", action="store_true", help="also measure delivery to a subscriber")
+    p.add_argument("--warmup", type=int, default=20_000, help="messages before measuring")
+    p.set_defaults(func=run_bench)
+
+
+def percentiles(samples: list[float]) -> dict[str, float]:
+    if not samples:
+        return {}
+    s = sorted(samples)
+
+    def pick(q: float) -> float:
+        return round(s[min(len(s) - 1, int(q * len(s)))] * 1000, 3)
+
+    return {"p50_ms": pick(0.50), "p90_ms": pick(0.90), "p99_ms": pick(0.99),
+            "p999_ms": pick(0.999), "max_ms": round(s[-1] * 1000, 3)}
+
+
+async def _throughput(client: HedwigClient, topic: str, n: int, size: int) -> dict[str, Any]:
+    payload = b"x" * size
+    lat: list[float] = []
+    start = time.perf_counter()
+    window = 50_000
+    sent = 0
+    while sent < n:
+        chunk = min(window, n - sent)
+        t0 = time.perf_counter()
+        futs = [client.publish_nowait(topic, payload) for _ in range(chunk)]
+        for f in futs:
+            f.add_done_callback(lambda _f, t0=t0: lat.append(time.perf_counter() - t0))
+        await asyncio.gather(*futs)
+        sent += chunk
+    elapsed = time.perf_counter() - start
+    return {"messages": n, "seconds": round(elapsed, 3), "msgs_per_s": round(n / elapsed),
+            "mb_per_s": round(n * size / elapsed / 1e6, 2), "batch_latency": percentiles(lat)}
+
+
+async def _fixed_rate(
+    client: HedwigClient, topic: str, rate: float, duration: float, size: int
+) -> dict[str, Any]:
+    payload = b"x" * size
+    lat: list[float] = []
+    futs: list[asyncio.Future[PublishResult]] = []
+    total = int(rate * duration)
+    start = time.perf_counter()
+    tick = 0.001
+    sent = 0
+    while sent < total:
+        now = time.perf_counter()
+        due = min(total, int((now - start) * rate) + 1)
+        while sent < due:
+            t_due = start + sent / rate
+            f = client.publish_nowait(topic, payload)
+            f.add_done_callback(lambda _f, t=t_due: lat.append(time.perf_counter() - t))
+            futs.append(f)
+            sent += 1
+        await asyncio.sleep(tick)
+    await asyncio.gather(*futs)
+    elapsed = time.perf_counter() - start
+    return {"target_rate": rate, "messages": total, "achieved_rate": round(total / elapsed),
+            "latency": percentiles(lat)}
+
+
+async def _bench(hubs: list[str], args: argparse.Namespace) -> dict[str, Any]:
+    topic = args.topic or f"bench-{int(time.time() * 1000)}"
+    result: dict[str, Any] = {"topic": topic, "size": args.size, "hubs": hubs}
+    async with HedwigClient(
+        hubs, max_inflight_batches=args.inflight, max_batch_messages=args.batch
+    ) as client:
+        sub_task = None
+        received = 0
+        if args.subscribe:
+            sub = await client.subscribe(topic, "bench-sub", message_window=0)
+
+            async def drain() -> None:
+                nonlocal received
+                async for m in sub:
+                    received += 1
+                    if received % 1000 == 0:
+                        sub.consume(m.seq)
+
+            sub_task = asyncio.create_task(drain())
+        if args.warmup:
+            await _throughput(client, topic, args.warmup, args.size)
+        if args.rate:
+            result["publish"] = await _fixed_rate(client, topic, args.rate, args.duration, args.size)
+        else:
+            result["publish"] = await _throughput(client, topic, args.messages, args.size)
+        if sub_task is not None:
+            expected = args.warmup + result["publish"]["messages"]
+            t0 = time.perf_counter()
+            while received < expected and time.perf_counter() - t0 < 60:
+                await asyncio.sleep(0.05)
+            result["subscribe"] = {"received": received, "expected": expected}
+            sub_task.cancel()
+    return result
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    cluster = None
+    try:
+        if args.embedded:
+            cluster = DevCluster(hubs=args.hubs, region="bench").start()
+            hubs = cluster.addresses
+        else:
+            hubs = resolve_hubs(args)
+        result = asyncio.run(_bench(hubs, args))
+    except HedwigError as exc:
+        print(f"hedwig bench: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if cluster is not None:
+            cluster.stop()
+    print(json.dumps(result, indent=2))
+    return 0

@@ -1,0 +1,91 @@
+"""``hedwig zk`` and ``hedwig hub``: the servers."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+import threading
+
+from hedwig.devcluster.zookeeper import ZooKeeperServer
+from hedwig.errors import HedwigError
+from hedwig.hub.app import install_uvloop, serve
+from hedwig.hub.config import HubConfig
+from hedwig.placement import POLICIES
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("zk", help="run a standalone ZooKeeper for development")
+    p.add_argument("--port", type=int, default=2181)
+    p.add_argument("--data-dir", default=None, help="default: a temporary directory")
+    p.add_argument("--host", default="127.0.0.1")
+    p.set_defaults(func=run_zk)
+
+    p = sub.add_parser(
+        "hub",
+        help="run a hub",
+        description="Run a hub. Every flag can also be set as HEDWIG_<NAME> in the environment "
+        "(e.g. HEDWIG_ZK, HEDWIG_REGION, HEDWIG_LISTEN, HEDWIG_DATA_DIR).",
+    )
+    p.add_argument("--zk", help="ZooKeeper connection string HOST:PORT[,HOST:PORT...]")
+    p.add_argument("--region", help="region name (the ZooKeeper subtree /hedwig/<region>)")
+    p.add_argument("--listen", help="HOST:PORT for clients (port 0: any free port)")
+    p.add_argument("--advertise", help="address other hubs send clients to (default: --listen)")
+    p.add_argument("--data-dir", help="where this hub's ledgers are stored")
+    p.add_argument("--metrics-port", type=int, help="HTTP port for /metrics, /healthz, /readyz")
+    p.add_argument("--metrics-host", help="HTTP listen host (default 127.0.0.1)")
+    p.add_argument(
+        "--zk-session-timeout", type=float, dest="zk_session_timeout_s",
+        help="seconds; a crashed hub's topics move after about this long (default 6)",
+    )
+    p.add_argument("--placement", choices=POLICIES, help="how to choose a hub for a new topic")
+    p.add_argument("--max-message-size", type=int, help="bytes (default 1 MiB)")
+    p.set_defaults(func=run_hub)
+
+
+def run_zk(args: argparse.Namespace) -> int:
+    server = ZooKeeperServer(port=args.port, data_dir=args.data_dir, host=args.host)
+    try:
+        server.start()
+    except HedwigError as exc:
+        print(f"hedwig zk: {exc}", file=sys.stderr)
+        return 1
+    print(f"ZK {server.address}", flush=True)
+    done = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: done.set())
+    try:
+        while not done.wait(0.5):
+            if server.proc is None or server.proc.poll() is not None:
+                print("hedwig zk: ZooKeeper exited", file=sys.stderr)
+                return 1
+    finally:
+        server.stop()
+    return 0
+
+
+def run_hub(args: argparse.Namespace) -> int:
+    try:
+        config = HubConfig.from_env(
+            zk=args.zk,
+            region=args.region,
+            listen=args.listen,
+            advertise=args.advertise,
+            data_dir=args.data_dir,
+            metrics_port=args.metrics_port,
+            metrics_host=args.metrics_host,
+            zk_session_timeout_s=args.zk_session_timeout_s,
+            placement=args.placement,
+            max_message_size=args.max_message_size,
+        )
+    except HedwigError as exc:
+        print(f"hedwig hub: {exc}", file=sys.stderr)
+        return 2
+    install_uvloop()
+    try:
+        asyncio.run(serve(config))
+    except HedwigError as exc:
+        print(f"hedwig hub: {exc}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,226 @@
+"""ZooKeeper and hub processes on one machine, for ``hedwig dev up``, the demo and tests.
+
+Hubs are real ``hedwig hub`` processes on fixed loopback ports, so a hub restarted after a
+``kill -9`` comes back under the same address with the same data directory, exactly as a pod of
+a StatefulSet would. ``freeze``/``thaw`` send SIGSTOP/SIGCONT for the frozen-hub scenarios.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hedwig.devcluster.zookeeper import ZooKeeperServer, free_port
+from hedwig.errors import HedwigError
+
+
+@dataclass
+class HubProcess:
+    zk: str
+    region: str
+    data_dir: str
+    port: int = 0
+    metrics_port: int = 0
+    session_timeout_s: float = 6.0
+    extra_args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen[bytes] | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self.port = self.port or free_port()
+        self.metrics_port = self.metrics_port or free_port()
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}"
+
+    @property
+    def log_path(self) -> str:
+        return os.path.join(self.data_dir, "hub.log")
+
+    def start(self, timeout: float = 30.0) -> HubProcess:
+        os.makedirs(self.data_dir, exist_ok=True)
+        args = [
+            sys.executable,
+            "-m",
+            "hedwig",
+            "hub",
+            "--zk",
+            self.zk,
+            "--region",
+            self.region,
+            "--listen",
+            self.address,
+            "--data-dir",
+            self.data_dir,
+            "--metrics-port",
+            str(self.metrics_port),
+            "--zk-session-timeout",
+            str(self.session_timeout_s),
+            *self.extra_args,
+        ]
+        log = open(self.log_path, "ab")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            args,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **self.env},
+        )
+        log.close()
+        self.wait_ready(timeout)
+        return self
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc is None or self.proc.poll() is not None:
+                raise HedwigError(f"hub {self.address} exited; see {self.log_path}:\n{self.tail()}")
+            try:
+                with urllib.request.urlopen(self.metrics_url + "/readyz", timeout=1) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise HedwigError(f"hub {self.address} not ready within {timeout}s:\n{self.tail()}")
+
+    def tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(Path(self.log_path).read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal(self, sig: int) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+
+    def kill(self) -> None:
+        """``kill -9``: no hand-off, no flush; the ZooKeeper session expires on its own."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+    def freeze(self) -> None:
+        self.signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        self.signal(signal.SIGCONT)
+
+    def stop(self, timeout: float = 20.0) -> int | None:
+        """SIGTERM and wait: the hub hands its topics over before it exits."""
+        if self.proc is None:
+            return None
+        self.signal(signal.SIGCONT)
+        self.signal(signal.SIGTERM)
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait()
+        self.proc = None
+        return code
+
+    def restart(self, timeout: float = 30.0) -> None:
+        self.stop()
+        self.start(timeout)
+
+
+@dataclass
+class DevCluster:
+    """A ZooKeeper and ``hubs`` hub processes; a context manager that cleans up after itself."""
+
+    hubs: int = 3
+    region: str = "dev"
+    base_dir: str | None = None
+    session_timeout_s: float = 6.0
+    hub_args: list[str] = field(default_factory=list)
+    zk_server: ZooKeeperServer | None = field(default=None, init=False)
+    hub_procs: list[HubProcess] = field(default_factory=list, init=False)
+    _tmp: tempfile.TemporaryDirectory[str] | None = field(default=None, init=False)
+
+    @property
+    def zk(self) -> str:
+        assert self.zk_server is not None
+        return self.zk_server.address
+
+    @property
+    def addresses(self) -> list[str]:
+        return [h.address for h in self.hub_procs]
+
+    def start(self) -> DevCluster:
+        if self.base_dir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="hedwig-dev-")
+            self.base_dir = self._tmp.name
+        self.zk_server = ZooKeeperServer(data_dir=os.path.join(self.base_dir, "zk")).start()
+        try:
+            for _ in range(self.hubs):
+                self.add_hub()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def add_hub(self, *, extra_args: list[str] | None = None) -> HubProcess:
+        assert self.base_dir is not None
+        i = len(self.hub_procs)
+        hub = HubProcess(
+            self.zk,
+            self.region,
+            os.path.join(self.base_dir, f"hub{i}"),
+            session_timeout_s=self.session_timeout_s,
+            extra_args=[*self.hub_args, *(extra_args or [])],
+        )
+        self.hub_procs.append(hub)
+        hub.start()
+        return hub
+
+    def hub_at(self, address: str) -> HubProcess:
+        for h in self.hub_procs:
+            if h.address == address:
+                return h
+        raise KeyError(address)
+
+    def stop(self) -> None:
+        for h in self.hub_procs:
+            try:
+                h.stop()
+            except Exception:  # noqa: BLE001 - keep stopping the others
+                h.kill()
+        if self.zk_server is not None:
+            self.zk_server.stop()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def __enter__(self) -> DevCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def port_open(address: str) -> bool:
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=0.5):
+            return True
+    except OSError:
+        return False
