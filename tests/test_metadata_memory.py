@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 
 from hedwig.metadata import MetadataStore
@@ -15,17 +13,17 @@ def backend() -> MemoryBackend:
 
 
 @pytest.fixture
-async def store(backend: MemoryBackend) -> AsyncIterator[MetadataStore]:
+async def store(backend: MemoryBackend) -> MetadataStore:
     s = MemoryMetadataStore(backend, "r")
     await s.start()
-    yield s
+    return s
 
 
 @pytest.fixture
-async def other(backend: MemoryBackend) -> AsyncIterator[MetadataStore]:
+async def other(backend: MemoryBackend) -> MetadataStore:
     s = MemoryMetadataStore(backend, "r")
     await s.start()
-    yield s
+    return s
 
 
 class TestMemoryStore(MetadataConformance):

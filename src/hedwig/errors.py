@@ -44,7 +44,7 @@ class ConnectionLostError(HedwigError):
     """The connection closed while a request was outstanding; its outcome is unknown."""
 
 
-class TimeoutError_(HedwigError, TimeoutError):  # noqa: N801 - the builtin name is taken
+class TimeoutError_(HedwigError, TimeoutError):
     """An operation did not finish within its deadline."""
 
 

@@ -9,9 +9,9 @@ import sys
 import time
 from typing import Any
 
-from hedwig.net.connection import HubConnection
 from hedwig.errors import HedwigError
 from hedwig.metadata.zookeeper import ZkMetadataStore
+from hedwig.net.connection import HubConnection
 from hedwig.protocol.frames import TopicInfo, TopicStats
 
 
@@ -120,6 +120,4 @@ def run_topics(args: argparse.Namespace) -> int:
 
 
 def run_hubs(args: argparse.Namespace) -> int:
-    return _run(
-        args, collect_hubs, ["hub", "alive", "topics", "msg_in", "msg_out", "connections"]
-    )
+    return _run(args, collect_hubs, ["hub", "alive", "topics", "msg_in", "msg_out", "connections"])

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sys
 import time
@@ -48,8 +49,13 @@ def percentiles(samples: list[float]) -> dict[str, float]:
     def pick(q: float) -> float:
         return round(s[min(len(s) - 1, int(q * len(s)))] * 1000, 3)
 
-    return {"p50_ms": pick(0.50), "p90_ms": pick(0.90), "p99_ms": pick(0.99),
-            "p999_ms": pick(0.999), "max_ms": round(s[-1] * 1000, 3)}
+    return {
+        "p50_ms": pick(0.50),
+        "p90_ms": pick(0.90),
+        "p99_ms": pick(0.99),
+        "p999_ms": pick(0.999),
+        "max_ms": round(s[-1] * 1000, 3),
+    }
 
 
 async def _throughput(client: HedwigClient, topic: str, n: int, size: int) -> dict[str, Any]:
@@ -62,13 +68,22 @@ async def _throughput(client: HedwigClient, topic: str, n: int, size: int) -> di
         chunk = min(window, n - sent)
         t0 = time.perf_counter()
         futs = [client.publish_nowait(topic, payload) for _ in range(chunk)]
+
+        def acked(_f: asyncio.Future[PublishResult], t0: float = t0) -> None:
+            lat.append(time.perf_counter() - t0)
+
         for f in futs:
-            f.add_done_callback(lambda _f, t0=t0: lat.append(time.perf_counter() - t0))
+            f.add_done_callback(acked)
         await asyncio.gather(*futs)
         sent += chunk
     elapsed = time.perf_counter() - start
-    return {"messages": n, "seconds": round(elapsed, 3), "msgs_per_s": round(n / elapsed),
-            "mb_per_s": round(n * size / elapsed / 1e6, 2), "batch_latency": percentiles(lat)}
+    return {
+        "messages": n,
+        "seconds": round(elapsed, 3),
+        "msgs_per_s": round(n / elapsed),
+        "mb_per_s": round(n * size / elapsed / 1e6, 2),
+        "batch_latency": percentiles(lat),
+    }
 
 
 async def _fixed_rate(
@@ -87,14 +102,22 @@ async def _fixed_rate(
         while sent < due:
             t_due = start + sent / rate
             f = client.publish_nowait(topic, payload)
-            f.add_done_callback(lambda _f, t=t_due: lat.append(time.perf_counter() - t))
+
+            def acked(_f: asyncio.Future[PublishResult], t: float = t_due) -> None:
+                lat.append(time.perf_counter() - t)
+
+            f.add_done_callback(acked)
             futs.append(f)
             sent += 1
         await asyncio.sleep(tick)
     await asyncio.gather(*futs)
     elapsed = time.perf_counter() - start
-    return {"target_rate": rate, "messages": total, "achieved_rate": round(total / elapsed),
-            "latency": percentiles(lat)}
+    return {
+        "target_rate": rate,
+        "messages": total,
+        "achieved_rate": round(total / elapsed),
+        "latency": percentiles(lat),
+    }
 
 
 async def _bench(hubs: list[str], args: argparse.Namespace) -> dict[str, Any]:
@@ -105,6 +128,8 @@ async def _bench(hubs: list[str], args: argparse.Namespace) -> dict[str, Any]:
     ) as client:
         sub_task = None
         received = 0
+        expected: int | None = None
+        all_received = asyncio.Event()
         if args.subscribe:
             sub = await client.subscribe(topic, "bench-sub", message_window=0)
 
@@ -114,19 +139,24 @@ async def _bench(hubs: list[str], args: argparse.Namespace) -> dict[str, Any]:
                     received += 1
                     if received % 1000 == 0:
                         sub.consume(m.seq)
+                    if expected is not None and received >= expected:
+                        all_received.set()
 
             sub_task = asyncio.create_task(drain())
         if args.warmup:
             await _throughput(client, topic, args.warmup, args.size)
         if args.rate:
-            result["publish"] = await _fixed_rate(client, topic, args.rate, args.duration, args.size)
+            result["publish"] = await _fixed_rate(
+                client, topic, args.rate, args.duration, args.size
+            )
         else:
             result["publish"] = await _throughput(client, topic, args.messages, args.size)
         if sub_task is not None:
             expected = args.warmup + result["publish"]["messages"]
-            t0 = time.perf_counter()
-            while received < expected and time.perf_counter() - t0 < 60:
-                await asyncio.sleep(0.05)
+            if received >= expected:
+                all_received.set()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(all_received.wait(), 60)
             result["subscribe"] = {"received": received, "expected": expected}
             sub_task.cancel()
     return result

@@ -12,16 +12,23 @@ from hedwig.client import HedwigClient, PublishResult, SubscribeMode
 from hedwig.client.retry import RetryPolicy
 from hedwig.errors import HedwigError, TimeoutError_
 
-MODES = {"create": SubscribeMode.CREATE, "attach": SubscribeMode.ATTACH,
-         "create-or-attach": SubscribeMode.CREATE_OR_ATTACH}
+MODES = {
+    "create": SubscribeMode.CREATE,
+    "attach": SubscribeMode.ATTACH,
+    "create-or-attach": SubscribeMode.CREATE_OR_ATTACH,
+}
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("pub", help="publish stdin lines; print SEQ<TAB>MESSAGE per ack")
     add_hub_options(p)
     p.add_argument("topic")
-    p.add_argument("--retry-deadline", type=float, default=30.0,
-                   help="seconds to keep retrying a message through failovers")
+    p.add_argument(
+        "--retry-deadline",
+        type=float,
+        default=30.0,
+        help="seconds to keep retrying a message through failovers",
+    )
     p.set_defaults(func=run_pub)
 
     p = sub.add_parser("sub", help="subscribe; print SEQ<TAB>MESSAGE per message and consume it")
@@ -30,8 +37,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("subscriber")
     p.add_argument("--mode", choices=list(MODES), default="create-or-attach")
     p.add_argument("--count", type=int, default=None, help="exit after this many messages")
-    p.add_argument("--timeout", type=float, default=None,
-                   help="exit after this many seconds without a message")
+    p.add_argument(
+        "--timeout", type=float, default=None, help="exit after this many seconds without a message"
+    )
     p.add_argument("--window", type=int, default=1000, help="message window (flow control)")
     p.set_defaults(func=run_sub)
 

@@ -36,7 +36,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--metrics-port", type=int, help="HTTP port for /metrics, /healthz, /readyz")
     p.add_argument("--metrics-host", help="HTTP listen host (default 127.0.0.1)")
     p.add_argument(
-        "--zk-session-timeout", type=float, dest="zk_session_timeout_s",
+        "--zk-session-timeout",
+        type=float,
+        dest="zk_session_timeout_s",
         help="seconds; a crashed hub's topics move after about this long (default 6)",
     )
     p.add_argument("--placement", choices=POLICIES, help="how to choose a hub for a new topic")

@@ -27,10 +27,10 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from hedwig.clock import Clock, SystemClock
-from hedwig.net.connection import Event, HubConnection
 from hedwig.client.retry import Backoff, RetryPolicy
+from hedwig.clock import Clock, SystemClock
 from hedwig.errors import ConnectionLostError, HedwigError, TimeoutError_, UsageError
+from hedwig.net.connection import Answer, Event, HubConnection
 from hedwig.protocol import status
 from hedwig.protocol.frames import (
     CloseSubscription,
@@ -164,8 +164,13 @@ class HedwigClient:
     def _on_event(self, conn: HubConnection, event: Event) -> None:
         if isinstance(event, Deliver):
             sub = self._subscribers.get((event.topic, event.subscriber))
-            if sub is not None and sub._conn is conn:
-                sub._deliver(event)
+            if sub is not None:
+                if sub._conn is conn:
+                    sub._deliver(event)
+                elif sub._conn is None:
+                    # Delivery can overtake the coroutine that handles the SUBSCRIBED answer
+                    # (both arrive in one read): keep it until we know which hub attached us.
+                    sub._early.setdefault(conn, []).append(event)
             return
         if isinstance(event, TopicMoved):
             if self._owners.get(event.topic) == conn.address:
@@ -187,7 +192,7 @@ class HedwigClient:
 
     async def _topic_request(
         self, topic: str, make: _FrameMaker, *, deadline_s: float | None = None
-    ) -> tuple[Frame, HubConnection]:
+    ) -> tuple[Answer, HubConnection]:
         """Send a topic request to its owner, following redirects and retrying transient errors."""
         policy = self.retry if deadline_s is None else _with_deadline(self.retry, deadline_s)
         backoff = Backoff(policy, self.clock)
@@ -197,7 +202,9 @@ class HedwigClient:
         while True:
             try:
                 conn = await self._connection(address)
-                answer = await conn.request(make(conn.next_id(), redirected), self.request_timeout_s)
+                answer = await conn.request(
+                    make(conn.next_id(), redirected), self.request_timeout_s
+                )
                 self._owners[topic] = address
                 return answer, conn
             except status.NotResponsibleError as exc:
@@ -286,9 +293,7 @@ class HedwigClient:
         key = (topic, subscriber)
         if key in self._subscribers:
             raise UsageError(f"already subscribed to {topic!r} as {subscriber!r}")
-        sub = Subscriber(
-            self, topic, subscriber, mode, message_window, message_bound, auto_consume
-        )
+        sub = Subscriber(self, topic, subscriber, mode, message_window, message_bound, auto_consume)
         self._subscribers[key] = sub
         try:
             await sub._attach(force=force_attach)
@@ -419,8 +424,13 @@ class _TopicPublisher:
                     answer, _ = await client._topic_request(
                         topic,
                         lambda rid, r: Publish(
-                            rid, topic, client.publisher_id, batch.pseq, batch.count,
-                            batch.payload, r,
+                            rid,
+                            topic,
+                            client.publisher_id,
+                            batch.pseq,
+                            batch.count,
+                            batch.payload,
+                            r,
                         ),
                     )
                 except (TimeoutError_, status.ServerError, UsageError) as exc:
@@ -475,6 +485,7 @@ class Subscriber:
         self._reattach: asyncio.Task[None] | None = None
         self.resubscriptions = 0
         self.error: HedwigError | None = None
+        self._early: dict[HubConnection, list[Deliver]] = {}
 
     async def _attach(self, *, force: bool) -> None:
         mode = self._mode
@@ -489,6 +500,9 @@ class Subscriber:
             self._last_seen = answer.consumed_seq
             self._consumed = answer.consumed_seq
         self._conn = conn
+        early, self._early = self._early.get(conn, []), {}
+        for event in early:
+            self._deliver(event)
         # Later re-subscriptions attach to what we created, taking it over from our own dead
         # connection if the hub has not noticed yet.
         self._mode = SubscribeMode.ATTACH
@@ -583,6 +597,6 @@ class Subscriber:
         self._queue.put_nowait(None)
 
 
-def _ignore(fut: asyncio.Future[Frame]) -> None:
+def _ignore(fut: asyncio.Future[Answer]) -> None:
     if not fut.cancelled():
         fut.exception()

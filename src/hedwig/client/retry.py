@@ -20,7 +20,7 @@ class RetryPolicy:
     rng: random.Random = field(default_factory=random.Random, compare=False)
 
     def delay(self, attempt: int) -> float:
-        cap = min(self.max_delay_s, self.initial_delay_s * (2 ** min(attempt, 20)))
+        cap = min(self.max_delay_s, self.initial_delay_s * (2.0 ** min(attempt, 20)))
         return cap / 2 + self.rng.random() * cap / 2
 
 

@@ -21,7 +21,9 @@ T = TypeVar("T")
 class SyncClient:
     def __init__(self, hubs: str | Sequence[str], **options: Any) -> None:
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="hedwig-client", daemon=True)
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="hedwig-client", daemon=True
+        )
         self._thread.start()
         self._client: HedwigClient = self._run(self._make(hubs, options))
 
@@ -63,7 +65,11 @@ class SyncClient:
         return self._run(self._client.topic_info(topic))
 
     def subscribe(
-        self, topic: str, subscriber: str, *, mode: SubscribeMode = SubscribeMode.CREATE_OR_ATTACH,
+        self,
+        topic: str,
+        subscriber: str,
+        *,
+        mode: SubscribeMode = SubscribeMode.CREATE_OR_ATTACH,
         **kw: Any,
     ) -> SyncSubscriber:
         sub = self._run(self._client.subscribe(topic, subscriber, mode=mode, **kw))

@@ -202,7 +202,7 @@ class DevCluster:
         for h in self.hub_procs:
             try:
                 h.stop()
-            except Exception:  # noqa: BLE001 - keep stopping the others
+            except Exception:
                 h.kill()
         if self.zk_server is not None:
             self.zk_server.stop()

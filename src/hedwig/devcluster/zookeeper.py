@@ -122,7 +122,9 @@ class ZooKeeperServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise HedwigError(f"ZooKeeper exited with {self.proc.returncode}; see {self.data_dir}")
+                raise HedwigError(
+                    f"ZooKeeper exited with {self.proc.returncode}; see {self.data_dir}"
+                )
             if ruok(self.host, self.port):
                 return self
             time.sleep(0.1)

@@ -24,7 +24,7 @@ from hedwig.hub.load import LoadTracker
 from hedwig.hub.metrics import HubMetrics
 from hedwig.hub.ownership import TopicManager
 from hedwig.hub.server import ClientConnection, HubFrontEnd, HubOperations
-from hedwig.hub.topic import TopicState
+from hedwig.hub.topic import OwnedTopic, TopicState
 from hedwig.ledger.pool import HubPool
 from hedwig.ledger.storage import LocalStorage
 from hedwig.metadata.managers import MetadataStore, SessionState
@@ -63,7 +63,7 @@ class Hub(HubOperations):
         )
         self.metrics = HubMetrics()
         self.address = config.advertise or config.listen
-        self.storage = LocalStorage(config.data_dir, self.address)
+        self.storage: LocalStorage = LocalStorage(config.data_dir, self.address)
         self.pool = HubPool(self.storage)
         self.topics = TopicManager(
             address=self.address,
@@ -110,7 +110,12 @@ class Hub(HubOperations):
         self._spawn(self._gc_loop())
         self._ready = True
         self._set_session_metric(SessionState.CONNECTED)
-        log.info("hub %s serving region %r (epoch %d)", self.address, self.config.region, self.topics.epoch)
+        log.info(
+            "hub %s serving region %r (epoch %d)",
+            self.address,
+            self.config.region,
+            self.topics.epoch,
+        )
 
     async def _register(self) -> None:
         self.topics.epoch = await self.store.hubs.register_hub(
@@ -169,7 +174,7 @@ class Hub(HubOperations):
             if not mine:
                 await self._register()
                 log.info("re-registered after session loss (epoch %d)", self.topics.epoch)
-        except Exception as exc:  # noqa: BLE001 - the next state change retries
+        except Exception as exc:
             log.warning("re-registering failed: %s", exc)
 
     def _set_session_metric(self, state: SessionState) -> None:
@@ -183,7 +188,7 @@ class Hub(HubOperations):
             await self.clock.sleep(self.config.load_report_interval_s)
             try:
                 await self.store.hubs.update_load(self.address, self.load_report())
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 log.debug("load report failed: %s", exc)
 
     def load_report(self) -> HubLoad:
@@ -192,7 +197,10 @@ class Hub(HubOperations):
             for name, t in self.topics.topics.items()
         }
         extra = {
-            name: (len(t.subscriptions), max((s.backlog for s in t.subscriptions.values()), default=0))
+            name: (
+                len(t.subscriptions),
+                max((s.backlog for s in t.subscriptions.values()), default=0),
+            )
             for name, t in self.topics.topics.items()
         }
         loads = self._load.sample(time.monotonic(), counters, extra)
@@ -244,7 +252,7 @@ class Hub(HubOperations):
         self.metrics.publish_latency.observe(time.perf_counter() - start)
         return answer
 
-    async def _acquire(self, conn: ClientConnection, topic: str, redirected: bool):  # type: ignore[no-untyped-def]
+    async def _acquire(self, conn: ClientConnection, topic: str, redirected: bool) -> OwnedTopic:
         try:
             owned = await self.topics.acquire(topic, redirected=redirected)
         except status.NotResponsibleError:
@@ -258,7 +266,7 @@ class Hub(HubOperations):
             from hedwig.protocol.names import validate_name
 
             validate_name(req.subscriber, what="subscriber")
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise status.InvalidRequestError(str(exc)) from None
         owned = await self._acquire(conn, req.topic, req.redirected)
         return await owned.subscribe(conn, req)

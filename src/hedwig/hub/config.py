@@ -85,4 +85,3 @@ def _parse(type_name: object, raw: str, name: str) -> object:
         return raw
     except ValueError as exc:
         raise UsageError(f"HEDWIG_{name.upper()}={raw!r}: {exc}") from exc
-

@@ -80,9 +80,7 @@ class LoadTracker:
     def _ewma(self, old: float, new: float) -> float:
         return self.alpha * new + (1 - self.alpha) * old
 
-    def report(
-        self, timestamp_ms: int, connections: int, topics: dict[str, TopicLoad]
-    ) -> HubLoad:
+    def report(self, timestamp_ms: int, connections: int, topics: dict[str, TopicLoad]) -> HubLoad:
         return HubLoad(
             timestamp_ms=timestamp_ms,
             topics=len(topics),

@@ -5,7 +5,20 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 LATENCY_BUCKETS = (
-    0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    0.0005,
+    0.001,
+    0.002,
+    0.003,
+    0.005,
+    0.0075,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
 )
 
 
@@ -30,7 +43,9 @@ class HubMetrics:
             registry=r,
         )
         self.requests = Counter(
-            "hedwig_requests", "Requests answered, by operation and status", ["op", "status"],
+            "hedwig_requests",
+            "Requests answered, by operation and status",
+            ["op", "status"],
             registry=r,
         )
         self.topics_owned = Gauge("hedwig_topics_owned", "Topics this hub owns", registry=r)

@@ -23,6 +23,7 @@ longer than it can live, or lost, the topic is dropped at once and its clients a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 from collections.abc import Callable
@@ -252,10 +253,8 @@ class TopicManager:
             await tlog.open()
         except HedwigError as exc:
             log.warning("taking over topic %r failed: %s", topic, exc)
-            try:
+            with contextlib.suppress(HedwigError):
                 await self.store.ownership.delete_owner_info(topic, version)
-            except HedwigError:
-                pass
             if isinstance(exc, BadVersionError):
                 raise status.ServiceUnavailableError(
                     f"topic {topic!r} was taken over concurrently; retry"
@@ -263,6 +262,7 @@ class TopicManager:
             raise status.ServiceUnavailableError(
                 f"cannot recover topic {topic!r} now: {exc}"
             ) from None
+        stats_hook = self._stats_hook
         owned = OwnedTopic(
             topic,
             tlog,
@@ -271,7 +271,7 @@ class TopicManager:
             clock=self.clock,
             hub_settings=self.config,
             on_lost=lambda name, reason: self._lose(name, reason),
-            stats=(lambda d, n, b: self._stats_hook(topic, d, n, b)) if self._stats_hook else None,
+            stats=(lambda d, n, b: stats_hook(topic, d, n, b)) if stats_hook else None,
         )
         try:
             owned.remember_publishers(

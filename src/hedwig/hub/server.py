@@ -11,11 +11,10 @@ fails is answered with its typed status.
 
 from __future__ import annotations
 
-from typing import cast
-
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from typing import cast
 
 from hedwig.errors import HedwigError, LedgerFencedError, NoSuchEntryError, ProtocolError
 from hedwig.ledger.storage import StorageNode
@@ -24,18 +23,18 @@ from hedwig.protocol.connection import Connection, OversizedFrame, Role
 from hedwig.protocol.frames import (
     AddEntry,
     CloseSubscription,
+    Consume,
     DeleteLedger,
     Entry,
-    Lac,
-    ReadEntry,
-    ReadLac,
-    Consume,
     Error,
     Frame,
+    Lac,
     Ok,
     Ping,
     Publish,
     Read,
+    ReadEntry,
+    ReadLac,
     Subscribe,
     TopicInfo,
     TopicStats,
@@ -143,7 +142,7 @@ class HubFrontEnd:
             try:
                 self.ops.consume(conn, frame)
                 conn.send(Ok(frame.request_id))
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 conn.send(_error(frame, exc))
             return
         asyncio.get_running_loop().create_task(self._run(conn, frame))
@@ -151,7 +150,7 @@ class HubFrontEnd:
     async def _run(self, conn: ClientConnection, frame: Frame) -> None:
         try:
             answer = await self._handle(conn, frame)
-        except Exception as exc:  # noqa: BLE001 - every failure becomes a status
+        except Exception as exc:
             conn.send(_error(frame, exc))
             return
         if answer is not None:
@@ -183,7 +182,9 @@ class HubFrontEnd:
             )
             return Ok(frame.request_id)
         if isinstance(frame, ReadEntry):
-            return Entry(frame.request_id, await storage.read_entry(frame.ledger_id, frame.entry_id))
+            return Entry(
+                frame.request_id, await storage.read_entry(frame.ledger_id, frame.entry_id)
+            )
         if isinstance(frame, ReadLac):
             lac, last = await storage.read_lac(frame.ledger_id, fence=frame.fence)
             return Lac(frame.request_id, lac, last)

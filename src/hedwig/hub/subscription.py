@@ -23,7 +23,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import replace
 
-from hedwig.errors import BadVersionError, HedwigError, MetadataError
+from hedwig.errors import BadVersionError, HedwigError, LedgerError, MetadataError
 from hedwig.hub.peer import Peer
 from hedwig.ledger.topic_log import TopicLog
 from hedwig.metadata.managers import MetadataStore
@@ -147,7 +147,9 @@ class Subscription:
                 self._on_lost("consume mark written by another hub")
                 return
             except MetadataError as exc:
-                log.warning("could not persist consume mark of %r/%r: %s", self.topic, self.name, exc)
+                log.warning(
+                    "could not persist consume mark of %r/%r: %s", self.topic, self.name, exc
+                )
                 return
             self.persisted_seq = max(self.persisted_seq, target)
 
@@ -164,6 +166,7 @@ class Subscription:
     async def _deliver(self, peer: Peer) -> None:
         lg = self._log
         next_seq = self.consumed_seq + 1
+        failing = False
         try:
             while not peer.closed and lg.broken is None:
                 bound = self.preferences.message_bound
@@ -181,7 +184,18 @@ class Subscription:
                 limit = self._batch_messages
                 if window:
                     limit = min(limit, window - (self.delivered_seq - self.consumed_seq))
-                for cached in await lg.read(next_seq, limit, 4 * 1024 * 1024):
+                try:
+                    found = await lg.read(next_seq, limit, 4 * 1024 * 1024)
+                except LedgerError as exc:
+                    # A replica is unreachable (a hub restarting): keep the subscriber attached
+                    # and try again; its messages are not lost, only late.
+                    if not failing:
+                        log.warning("delivery of %r to %r waits: %s", self.topic, self.name, exc)
+                    failing = True
+                    await asyncio.sleep(1.0)
+                    continue
+                failing = False
+                for cached in found:
                     batch = cached.batch
                     last = batch.last_seq
                     if window:
@@ -206,6 +220,8 @@ class Subscription:
         except HedwigError as exc:
             log.warning("delivery of %r to %r stopped: %s", self.topic, self.name, exc)
             if not peer.closed:
-                peer.send(SubscriptionForcedClosed(self.topic, self.name, f"delivery failed: {exc}"))
+                peer.send(
+                    SubscriptionForcedClosed(self.topic, self.name, f"delivery failed: {exc}")
+                )
             if self.peer is peer:
                 self.peer = None

@@ -93,9 +93,7 @@ class OwnedTopic:
 
     def _check_open(self) -> None:
         if self.state is not TopicState.OPEN:
-            raise status.TopicMovingError(
-                f"topic {self.name!r} is moving", detail=self.moved_to
-            )
+            raise status.TopicMovingError(f"topic {self.name!r} is moving", detail=self.moved_to)
         if self.log.broken is not None:
             raise status.TopicMovingError(f"topic {self.name!r} lost its log: {self.log.broken}")
 
@@ -161,7 +159,9 @@ class OwnedTopic:
                 raise status.NoSuchSubscriptionError(
                     f"no subscription {req.subscriber!r} on topic {self.name!r}"
                 )
-            data = SubscriptionData(prefs, SubscriptionState(self.log.last_seq, self.clock.wall_ms()))
+            data = SubscriptionData(
+                prefs, SubscriptionState(self.log.last_seq, self.clock.wall_ms())
+            )
             try:
                 version = await self.store.subscriptions.create_subscription_data(
                     self.name, req.subscriber, data
@@ -170,7 +170,9 @@ class OwnedTopic:
                 from hedwig.errors import SubscriptionStateExistsError
 
                 if isinstance(exc, SubscriptionStateExistsError):
-                    raise status.ServiceUnavailableError("subscription created concurrently; retry")
+                    raise status.ServiceUnavailableError(
+                        "subscription created concurrently; retry"
+                    ) from exc
                 raise
             self._check_open()
             sub = self._make_sub(req.subscriber, data, version)
@@ -178,12 +180,16 @@ class OwnedTopic:
             raise status.SubscriptionExistsError(
                 f"subscription {req.subscriber!r} exists on topic {self.name!r}"
             )
-        if sub.peer is not None and sub.peer is not peer and not sub.peer.closed:
-            if not req.force_attach:
-                raise status.SubscriptionBusyError(
-                    f"subscription {req.subscriber!r} is attached to another connection "
-                    "(subscribe with force-attach to take it over)"
-                )
+        if (
+            sub.peer is not None
+            and sub.peer is not peer
+            and not sub.peer.closed
+            and not req.force_attach
+        ):
+            raise status.SubscriptionBusyError(
+                f"subscription {req.subscriber!r} is attached to another connection "
+                "(subscribe with force-attach to take it over)"
+            )
         answer = Subscribed(req.request_id, sub.consumed_seq, self.log.last_seq)
         sub.attach(peer, prefs)
         return answer
@@ -279,9 +285,7 @@ class OwnedTopic:
         cached = await self.log.read(
             max(req.start_seq, first), max(1, min(req.max_messages, 100_000)), max(1, req.max_bytes)
         )
-        return Messages(
-            req.request_id, first, self.log.last_seq, tuple(c.batch for c in cached)
-        )
+        return Messages(req.request_id, first, self.log.last_seq, tuple(c.batch for c in cached))
 
     async def keep_from_seq(self) -> int:
         """The first sequence id some subscriber (attached or not) still needs."""

@@ -37,7 +37,7 @@ from hedwig.errors import (
 )
 from hedwig.ledger.storage import StorageNode
 from hedwig.metadata.managers import LedgerMetadataManager
-from hedwig.metadata.records import LedgerMetadata, LedgerState, Version, Versioned
+from hedwig.metadata.records import LedgerMetadata, LedgerState, Versioned
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +80,8 @@ class LedgerWriter:
         self._clock = clock or SystemClock()
         self._next_entry = 0
         self._pending: dict[int, _Pending] = {}
+        # Replica writes in flight: the loop keeps only weak references to tasks.
+        self._sends: set[asyncio.Task[None]] = set()
         self.lac = -1
         self._broken: LedgerError | None = None
         self._closed = False
@@ -111,7 +113,9 @@ class LedgerWriter:
         self._pending[entry_id] = pending
         targets = write_set(self._md, entry_id)
         for address in targets:
-            loop.create_task(self._send(address, pending, payload, len(targets)))
+            task = loop.create_task(self._send(address, pending, payload, len(targets)))
+            self._sends.add(task)
+            task.add_done_callback(self._sends.discard)
         return await pending.future
 
     async def _send(self, address: str, pending: _Pending, payload: bytes, wq: int) -> None:
@@ -121,7 +125,7 @@ class LedgerWriter:
         except LedgerFencedError as exc:
             self._break(exc)
             return
-        except Exception as exc:  # noqa: BLE001 - any replica failure counts against the quorum
+        except Exception as exc:
             pending.failures += 1
             if pending.failures > wq - self._md.ack_quorum:
                 self._break(
@@ -173,7 +177,9 @@ class LedgerWriter:
             self._version = await self._ledgers.write_ledger(closed, self._version)
         except BadVersionError as exc:
             # Someone recovered (and closed) the ledger under us: we were fenced.
-            raise LedgerFencedError(f"ledger {self.ledger_id} was recovered by another hub") from exc
+            raise LedgerFencedError(
+                f"ledger {self.ledger_id} was recovered by another hub"
+            ) from exc
         self._md = closed
         return closed
 
@@ -184,7 +190,7 @@ async def read_entry(pool: StoragePool, md: LedgerMetadata, entry_id: int) -> by
     for address in write_set(md, entry_id):
         try:
             return await pool.node(address).read_entry(md.ledger_id, entry_id)
-        except Exception as exc:  # noqa: BLE001 - try the next replica
+        except Exception as exc:
             last = exc
     if isinstance(last, NoSuchEntryError):
         raise last
@@ -245,7 +251,7 @@ async def _fence_and_read_forward(
     async def fence(address: str) -> tuple[int, int] | None:
         try:
             return await pool.node(address).read_lac(md.ledger_id, fence=True)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             log.info("fencing ledger %d on %s failed: %s", md.ledger_id, address, exc)
             return None
 

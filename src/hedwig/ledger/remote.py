@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from typing import TypeVarTuple
 
 from hedwig.errors import (
     ConnectionLostError,
@@ -10,9 +12,11 @@ from hedwig.errors import (
     NoSuchEntryError,
     NotEnoughReplicasError,
 )
-from hedwig.net.connection import HubConnection
+from hedwig.net.connection import Answer, HubConnection
 from hedwig.protocol import status
 from hedwig.protocol.frames import AddEntry, DeleteLedger, Entry, Frame, Lac, ReadEntry, ReadLac
+
+Ts = TypeVarTuple("Ts")
 
 
 class RemoteStorage:
@@ -34,10 +38,10 @@ class RemoteStorage:
                 )
         return self._conn
 
-    async def _request(self, make: type[Frame], *args: object) -> Frame:
+    async def _request(self, make: Callable[[int, *Ts], Frame], *args: *Ts) -> Answer:
         try:
             conn = await self._connection()
-            return await conn.request(make(conn.next_id(), *args), self._timeout)  # type: ignore[call-arg]
+            return await conn.request(make(conn.next_id(), *args), self._timeout)
         except status.LedgerFencedStatusError as exc:
             raise LedgerFencedError(str(exc)) from exc
         except status.NoSuchEntryStatusError as exc:

@@ -18,6 +18,7 @@ Rules this module keeps:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import struct
@@ -165,9 +166,11 @@ class LocalStorage:
         raw = os.pread(lf.fd, RECORD.size + plen, pos - RECORD.size)
         got_len, crc, eid, lac = RECORD.unpack_from(raw)
         body = raw[RECORD.size :]
-        if got_len != plen or eid != entry_id or zlib.crc32(
-            body, zlib.crc32(_CRC_PART.pack(eid, lac))
-        ) != crc:
+        if (
+            got_len != plen
+            or eid != entry_id
+            or zlib.crc32(body, zlib.crc32(_CRC_PART.pack(eid, lac))) != crc
+        ):
             raise CorruptEntryError(f"ledger {ledger_id} entry {entry_id} failed its checksum")
         return body
 
@@ -202,10 +205,8 @@ class LocalStorage:
         self._dirty.discard(ledger_id)
         os.close(lf.fd)
         for p in (lf.path, lf.path.with_suffix(".fenced")):
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 p.unlink()
-            except FileNotFoundError:
-                pass
 
     def ledger_size(self, ledger_id: int) -> int:
         lf = self._ledgers.get(ledger_id)

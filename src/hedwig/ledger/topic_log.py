@@ -167,7 +167,7 @@ class TopicLog:
             got = await self._store.ledgers.read_ledger(writer.ledger_id)
             if got is not None:
                 await self._store.ledgers.delete_ledger(writer.ledger_id, got.version)
-        except Exception:  # noqa: BLE001 - an orphan ledger is harmless; GC of orphans is separate
+        except Exception:
             log.debug("could not discard unused ledger %d", writer.ledger_id, exc_info=True)
 
     # properties ---------------------------------------------------------------------------
@@ -271,7 +271,7 @@ class TopicLog:
                 self._ranges = Versioned(ranges, version)
                 self._writer = writer
                 self._ledger_bytes = 0
-        except Exception as exc:  # noqa: BLE001 - a failed roll-over breaks the log
+        except Exception as exc:
             log.warning("topic %r: ledger roll-over failed: %s", self.topic, exc)
             if self.broken is None:
                 self.broken = exc if isinstance(exc, LedgerError) else LedgerError(str(exc))
@@ -324,7 +324,9 @@ class TopicLog:
             return out
         return await self._read_ledgers(start_seq, max_messages, max_bytes)
 
-    async def _read_ledgers(self, start_seq: int, max_messages: int, max_bytes: int) -> list[_Cached]:
+    async def _read_ledgers(
+        self, start_seq: int, max_messages: int, max_bytes: int
+    ) -> list[_Cached]:
         out: list[_Cached] = []
         msgs = size = 0
         ranges = self._ranges.value.ranges
@@ -394,7 +396,9 @@ class TopicLog:
         newer_bytes = 0
         for r, md in reversed(candidates):
             size = md.length or 0
-            too_old = retention_ms is not None and now - (md.closed_ms or md.created_ms) >= retention_ms
+            too_old = (
+                retention_ms is not None and now - (md.closed_ms or md.created_ms) >= retention_ms
+            )
             too_big = retention_bytes is not None and newer_bytes >= retention_bytes
             if too_old or too_big:
                 doomed.add(r.ledger_id)
@@ -420,7 +424,7 @@ class TopicLog:
             for address in {a for _, ens in got.value.fragments for a in ens}:
                 try:
                     await self._pool.node(address).delete_ledger(lid)
-                except Exception:  # noqa: BLE001 - an unreachable replica is cleaned up later
+                except Exception:
                     log.info("could not delete ledger %d on %s", lid, address)
             await self._store.ledgers.delete_ledger(lid, got.version)
         return prefix

@@ -175,13 +175,28 @@ class MetadataStore(Protocol):
     """One store holding every kind of metadata of one region."""
 
     region: str
-    ownership: TopicOwnershipManager
-    persistence: TopicPersistenceManager
-    subscriptions: SubscriptionDataManager
-    ledgers: LedgerMetadataManager
-    topics: TopicCatalog
-    hubs: HubRegistry
-    session: MetadataSession
+
+    # Read-only, so a store may expose its own manager classes (which conform to these).
+    @property
+    def ownership(self) -> TopicOwnershipManager: ...
+
+    @property
+    def persistence(self) -> TopicPersistenceManager: ...
+
+    @property
+    def subscriptions(self) -> SubscriptionDataManager: ...
+
+    @property
+    def ledgers(self) -> LedgerMetadataManager: ...
+
+    @property
+    def topics(self) -> TopicCatalog: ...
+
+    @property
+    def hubs(self) -> HubRegistry: ...
+
+    @property
+    def session(self) -> MetadataSession: ...
 
     async def start(self) -> None: ...
 

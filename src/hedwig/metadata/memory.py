@@ -228,9 +228,7 @@ class MemoryMetadataStore:
         missing = NoSubscriptionStateError(f"{topic}/{subscriber}")
         return Version(self._set(self._k("sub", topic, subscriber), data, version, missing))
 
-    async def delete_subscription_data(
-        self, topic: str, subscriber: str, version: Version
-    ) -> None:
+    async def delete_subscription_data(self, topic: str, subscriber: str, version: Version) -> None:
         missing = NoSubscriptionStateError(f"{topic}/{subscriber}")
         self._delete(self._k("sub", topic, subscriber), version, missing)
 

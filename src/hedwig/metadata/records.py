@@ -179,9 +179,13 @@ class TopicConfig:
         """This config with unset fields taken from ``defaults``."""
         return TopicConfig(
             replication=self.replication or defaults.replication,
-            retention_ms=self.retention_ms if self.retention_ms is not None else defaults.retention_ms,
+            retention_ms=self.retention_ms
+            if self.retention_ms is not None
+            else defaults.retention_ms,
             retention_bytes=(
-                self.retention_bytes if self.retention_bytes is not None else defaults.retention_bytes
+                self.retention_bytes
+                if self.retention_bytes is not None
+                else defaults.retention_bytes
             ),
             max_message_size=(
                 self.max_message_size
@@ -211,9 +215,7 @@ class LedgerRanges:
     ranges: tuple[LedgerRange, ...] = ()
 
     def to_json(self) -> bytes:
-        return _dump(
-            {"ranges": [[r.ledger_id, r.start_seq, r.end_seq] for r in self.ranges]}
-        )
+        return _dump({"ranges": [[r.ledger_id, r.start_seq, r.end_seq] for r in self.ranges]})
 
     @classmethod
     def from_json(cls, raw: bytes) -> LedgerRanges:

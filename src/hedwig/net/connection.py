@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from typing import cast
-
 import asyncio
 import itertools
 import logging
 from collections.abc import Callable
+from typing import cast
 
 from hedwig.errors import ConnectionLostError, ProtocolError
-from hedwig.protocol.connection import Connection, Role
+from hedwig.protocol.connection import Connection, OversizedFrame, Role
 from hedwig.protocol.frames import (
     Deliver,
     Error,
@@ -23,17 +22,24 @@ from hedwig.protocol.status import error_for_status
 log = logging.getLogger(__name__)
 
 Event = Deliver | TopicMoved | SubscriptionForcedClosed
+# What a request can be answered with: an answer too large for this connection is skipped and
+# arrives as its ``OversizedFrame`` header.
+Answer = Frame | OversizedFrame
 
 
 class HubConnection(asyncio.Protocol):
-    def __init__(self, address: str, on_event: Callable[[HubConnection, Event], None],
-                 on_close: Callable[[HubConnection], None]) -> None:
+    def __init__(
+        self,
+        address: str,
+        on_event: Callable[[HubConnection, Event], None],
+        on_close: Callable[[HubConnection], None],
+    ) -> None:
         self.address = address
         self._on_event = on_event
         self._on_close = on_close
         self._conn = Connection(Role.CLIENT, max_frame_size=64 * 1024 * 1024)
         self._transport: asyncio.Transport | None = None
-        self._pending: dict[int, asyncio.Future[Frame]] = {}
+        self._pending: dict[int, asyncio.Future[Answer]] = {}
         self._ids = itertools.count(1)
         self._writable = asyncio.Event()
         self._writable.set()
@@ -101,15 +107,15 @@ class HubConnection(asyncio.Protocol):
 
     # requests -----------------------------------------------------------------------------
 
-    def send_nowait(self, frame: Frame) -> asyncio.Future[Frame]:
+    def send_nowait(self, frame: Frame) -> asyncio.Future[Answer]:
         if self.closed or self._transport is None:
             raise ConnectionLostError(f"connection to hub {self.address} is closed")
-        fut: asyncio.Future[Frame] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         self._pending[getattr(frame, "request_id")] = fut  # noqa: B009
         self._transport.write(self._conn.send(frame))
         return fut
 
-    async def request(self, frame: Frame, timeout: float | None = 30.0) -> Frame:
+    async def request(self, frame: Frame, timeout: float | None = 30.0) -> Answer:
         """Send and wait for the answer; ERROR answers raise their typed ``ServerError``."""
         await self._writable.wait()
         fut = self.send_nowait(frame)

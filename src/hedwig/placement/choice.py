@@ -36,7 +36,9 @@ class PlacementPolicy(str, Enum):
 POLICIES = [p.value for p in PlacementPolicy]
 
 
-def hub_load(h: HubStatus, now_ms: int | None = None, max_age_ms: int | None = None) -> float | None:
+def hub_load(
+    h: HubStatus, now_ms: int | None = None, max_age_ms: int | None = None
+) -> float | None:
     """A hub's load as one number, or ``None`` if unknown or expired."""
     load = h.load
     if load is None:

@@ -16,11 +16,12 @@ counts that do not match, invalid UTF-8, unknown enum values. Nothing else may e
 
 from __future__ import annotations
 
+import builtins
 import struct
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import ClassVar, Union
+from typing import ClassVar
 
 from hedwig.errors import ProtocolError
 
@@ -320,7 +321,7 @@ class _Reader:
         except UnicodeDecodeError as exc:
             raise ProtocolError("string is not valid UTF-8") from exc
 
-    def opt_str(self) -> str | None:
+    def opt_str(self) -> builtins.str | None:
         n = self.u16()
         if n == _NO_STR:
             return None
@@ -728,8 +729,8 @@ class TopicInfo(_FrameBase):
         return 0, self.request_id
 
     def body(self) -> bytes:
-        return _U64.pack(self.first_available) + _U64.pack(self.last_seq) + _U32.pack(
-            self.subscribers
+        return (
+            _U64.pack(self.first_available) + _U64.pack(self.last_seq) + _U32.pack(self.subscribers)
         )
 
     @classmethod
@@ -997,31 +998,31 @@ def _decode_checked_batch(data: bytes) -> Batch:
     return batch
 
 
-Frame = Union[
-    Publish,
-    Subscribe,
-    Consume,
-    Unsubscribe,
-    CloseSubscription,
-    Ping,
-    Read,
-    TopicStats,
-    Ok,
-    Published,
-    Subscribed,
-    Messages,
-    TopicInfo,
-    Error,
-    Deliver,
-    TopicMoved,
-    SubscriptionForcedClosed,
-    AddEntry,
-    ReadEntry,
-    ReadLac,
-    DeleteLedger,
-    Entry,
-    Lac,
-]
+Frame = (
+    Publish
+    | Subscribe
+    | Consume
+    | Unsubscribe
+    | CloseSubscription
+    | Ping
+    | Read
+    | TopicStats
+    | Ok
+    | Published
+    | Subscribed
+    | Messages
+    | TopicInfo
+    | Error
+    | Deliver
+    | TopicMoved
+    | SubscriptionForcedClosed
+    | AddEntry
+    | ReadEntry
+    | ReadLac
+    | DeleteLedger
+    | Entry
+    | Lac
+)
 
 _Decoder = Callable[[int, int, _Reader], Frame]
 
@@ -1058,7 +1059,10 @@ DECODERS: dict[int, tuple[bool, _Decoder]] = {
 def encode_frame(frame: Frame) -> bytes:
     body = frame.body()
     flags, rid = frame.header_fields()
-    return HEADER.pack(len(body) + HEADER_AFTER_LENGTH, PROTOCOL_VERSION, frame.TYPE, flags, rid) + body
+    return (
+        HEADER.pack(len(body) + HEADER_AFTER_LENGTH, PROTOCOL_VERSION, frame.TYPE, flags, rid)
+        + body
+    )
 
 
 def decode_body(ftype: int, flags: int, rid: int, body: bytes) -> Frame:

@@ -9,6 +9,7 @@ never travel further.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -148,7 +149,7 @@ class ZkBridge:
         def done(result: Any) -> None:
             try:
                 value = result.get()
-            except BaseException as exc:  # noqa: BLE001 - translated below
+            except BaseException as exc:
                 err = _translate(exc, path, version)
                 loop.call_soon_threadsafe(_set_exc, fut, err)
             else:
@@ -156,7 +157,7 @@ class ZkBridge:
 
         try:
             start().rawlink(done)
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             raise _translate(exc, path, version) from exc
         return await fut
 
@@ -208,20 +209,18 @@ class ZkBridge:
             await loop.run_in_executor(None, lambda: self._client.delete(path, recursive=True))
         except NoNodeError:
             return
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             raise _translate(exc, path, -1) from exc
 
     async def children(self, path: str) -> list[str]:
         return list(await self._call(path, -1, lambda: self._client.get_children_async(path)))
 
     async def exists(self, path: str) -> ZnodeStat | None:
-        return await self._call(path, -1, lambda: self._client.exists_async(path))  # type: ignore[no-any-return]
+        return await self._call(path, -1, lambda: self._client.exists_async(path))
 
     async def ensure_path(self, path: str) -> None:
-        try:
+        with contextlib.suppress(NodeExists):
             await self.create(path, b"", makepath=True)
-        except NodeExists:
-            pass
 
     def watch(self, path: str, callback: Callable[[], None]) -> None:
         """One-shot: ``callback`` runs on the loop when ``path`` changes or is deleted.
@@ -241,7 +240,7 @@ class ZkBridge:
         def on_result(result: Any) -> None:
             try:
                 stat = result.get()
-            except BaseException:  # noqa: BLE001 - the connection is gone: tell the watcher
+            except BaseException:
                 on_event(None)
                 return
             if stat is None:
@@ -249,7 +248,7 @@ class ZkBridge:
 
         try:
             self._client.exists_async(path, watch=on_event).rawlink(on_result)
-        except BaseException:  # noqa: BLE001
+        except BaseException:
             on_event(None)
 
 

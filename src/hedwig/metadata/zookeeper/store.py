@@ -7,6 +7,7 @@ carry the whole record, as the seed allows.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 from hedwig.errors import (
@@ -152,9 +153,7 @@ class ZkSubscriptions:
             raise NoSubscriptionStateError(f"{topic}/{subscriber}") from exc
         return Version(stat.version)
 
-    async def delete_subscription_data(
-        self, topic: str, subscriber: str, version: Version
-    ) -> None:
+    async def delete_subscription_data(self, topic: str, subscriber: str, version: Version) -> None:
         try:
             await self._zk.delete(self._layout.subscriber(topic, subscriber), _v(version))
         except NoNode as exc:
@@ -235,10 +234,8 @@ class ZkTopics:
 
     async def ensure_topic(self, topic: str) -> None:
         for path in (self._layout.topic(topic), self._layout.subscribers(topic)):
-            try:
+            with contextlib.suppress(NodeExists):
                 await self._zk.create(path, b"", makepath=True)
-            except NodeExists:
-                pass
 
     async def topic_exists(self, topic: str) -> bool:
         return await self._zk.exists(self._layout.topic(topic)) is not None
@@ -307,10 +304,8 @@ class ZkHubs:
         await self._zk.set(self._layout.alive(address), load.to_json())
 
     async def unregister_hub(self, address: str) -> None:
-        try:
+        with contextlib.suppress(NoNode):
             await self._zk.delete(self._layout.alive(address))
-        except NoNode:
-            pass
 
     async def list_hubs(self) -> list[HubStatus]:
         try:

@@ -1,0 +1,236 @@
+"""Real ZooKeeper, real hub processes: redirects, claims, crashes, restarts, bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import struct
+import tempfile
+from collections.abc import Iterator
+
+import pytest
+
+from hedwig.client import HedwigClient, RetryPolicy, SubscribeMode
+from hedwig.devcluster.cluster import DevCluster
+from hedwig.devcluster.zookeeper import ZooKeeperServer
+from hedwig.hub import Hub, HubConfig
+from hedwig.protocol import status
+from hedwig.protocol.frames import HEADER
+from tests.cluster_helpers import eventually, hedwig, owner_of
+
+pytestmark = pytest.mark.integration
+
+SESSION = 2.0
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[DevCluster]:
+    with DevCluster(hubs=3, region="it", session_timeout_s=SESSION) as c:
+        yield c
+
+
+@pytest.fixture
+def fresh_cluster() -> Iterator[DevCluster]:
+    """A cluster of its own, for tests that kill or restart hubs."""
+    with DevCluster(hubs=3, region="crash", session_timeout_s=SESSION) as c:
+        yield c
+
+
+async def test_publish_through_one_hub_subscribe_through_another(cluster: DevCluster) -> None:
+    a, b = cluster.addresses[0], cluster.addresses[1]
+    async with HedwigClient(a) as pub, HedwigClient(b) as subc:
+        sub = await subc.subscribe("redirects/1", "s1")
+        results = [await pub.publish("redirects/1", b"m%d" % i) for i in range(100)]
+        assert [r.seq for r in results] == list(range(1, 101))
+        got = [await sub.next(10) for _ in range(100)]
+        assert [m.value for m in got] == [b"m%d" % i for i in range(100)]
+        assert [m.seq for m in got] == list(range(1, 101))
+        owner = await owner_of(cluster.zk, cluster.region, "redirects/1")
+        assert owner in cluster.addresses
+        # Both clients end up talking to the owner, so at least one of them was redirected.
+        assert pub.owner_of("redirects/1") == owner == subc.owner_of("redirects/1")
+        assert owner != a or owner != b
+
+
+async def test_lazy_creation_and_cli_listing(cluster: DevCluster) -> None:
+    async with HedwigClient(cluster.addresses) as c:
+        for i in range(6):
+            await c.publish(f"lazy-{i}", b"x")
+    out = hedwig("topics", "--zk", cluster.zk, "--region", cluster.region, "--json")
+    assert out.returncode == 0, out.stderr
+    rows = {r["topic"]: r for r in json.loads(out.stdout)}
+    for i in range(6):
+        assert rows[f"lazy-{i}"]["owner"] in cluster.addresses
+        assert rows[f"lazy-{i}"]["last_seq"] == 1
+    hubs = json.loads(hedwig("hubs", "--zk", cluster.zk, "--region", cluster.region, "--json").stdout)
+    assert sorted(h["hub"] for h in hubs if h["alive"]) == sorted(cluster.addresses)
+    table = hedwig("topics", "--zk", cluster.zk, "--region", cluster.region).stdout
+    assert table.splitlines()[0].split() == ["TOPIC", "OWNER", "SUBSCRIBERS", "LAST_SEQ", "BACKLOG"]
+
+
+def test_cli_pub_and_sub(cluster: DevCluster) -> None:
+    hub = cluster.addresses[2]
+    pub = hedwig("pub", "--hub", hub, "cli topic", input="hello\nworld\n")
+    assert pub.returncode == 0, pub.stderr
+    assert pub.stdout.splitlines() == ["1\thello", "2\tworld"]
+    # A subscriber created now starts after the current end; attach mode needs it to exist.
+    sub = hedwig("sub", "--hub", hub, "cli topic", "nobody", "--mode", "attach", "--count", "1",
+                 "--timeout", "2")
+    assert sub.returncode == 1 and "no subscription" in sub.stderr.lower()
+    sub = hedwig("sub", "--hub", hub, "cli topic", "cli-sub", "--count", "1", "--timeout", "1")
+    assert sub.returncode == 1  # nothing new was published after it subscribed
+    hedwig("pub", "--hub", hub, "cli topic", input="third\nfourth\n")
+    sub = hedwig("sub", "--hub", hub, "cli topic", "cli-sub", "--count", "2", "--timeout", "10")
+    assert sub.returncode == 0, sub.stderr
+    assert sub.stdout.splitlines() == ["3\tthird", "4\tfourth"]
+
+
+async def test_claim_race_exactly_one_wins(zk_server: ZooKeeperServer) -> None:
+    hubs = []
+    for _ in range(2):
+        h = Hub(HubConfig(zk=zk_server.address, region="race", listen="127.0.0.1:0",
+                          data_dir=tempfile.mkdtemp(), zk_session_timeout_s=SESSION))
+        await h.start()
+        hubs.append(h)
+    try:
+        for i in range(20):
+            topic = f"race-{i}"
+            results = await asyncio.gather(
+                *(h.topics.acquire(topic, redirected=True) for h in hubs), return_exceptions=True
+            )
+            winners = [h for h, r in zip(hubs, results, strict=True) if not isinstance(r, Exception)]
+            assert len(winners) == 1, results
+            loser = results[0] if isinstance(results[0], Exception) else results[1]
+            assert isinstance(loser, status.NotResponsibleError | status.ServiceUnavailableError)
+            if isinstance(loser, status.NotResponsibleError):
+                assert loser.owner == winners[0].address
+    finally:
+        for h in hubs:
+            await h.stop()
+
+
+async def test_bad_input_gets_clear_errors_and_harms_nothing(cluster: DevCluster) -> None:
+    hub = cluster.addresses[0]
+    async with HedwigClient(hub) as c:
+        await c.publish("bad-input", b"before")
+        # oversized message: the client refuses before sending
+        with pytest.raises(Exception, match="exceeds the limit"):
+            await c.publish("bad-input", b"x" * (2 * 1024 * 1024))
+        # invalid topic names are refused by the hub as well as locally
+        conn = await c._connection(hub)
+        from hedwig.protocol.frames import Publish, encode_values
+
+        for bad in ["", "new\nline", "x" * 300]:
+            with pytest.raises(status.InvalidTopicStatusError):
+                await conn.request(Publish(conn.next_id(), bad, "p", 0, 1, encode_values([b"x"])))
+        # a message over the hub's limit, sent raw
+        owner = await owner_of(cluster.zk, cluster.region, "bad-input")
+        assert owner is not None
+        oconn = await c._connection(owner)
+        with pytest.raises(status.MessageTooLargeError):
+            await oconn.request(
+                Publish(oconn.next_id(), "bad-input", "p", 0, 1, encode_values([b"y" * 1_100_000]))
+            )
+        # a batch whose count lies
+        with pytest.raises(status.InvalidRequestError):
+            await oconn.request(
+                Publish(oconn.next_id(), "bad-input", "p", 0, 5, encode_values([b"y"]))
+            )
+        # unknown subscribers and existing ones
+        with pytest.raises(status.NoSuchSubscriptionError):
+            await c.subscribe("bad-input", "ghost", mode=SubscribeMode.ATTACH)
+        s = await c.subscribe("bad-input", "real", mode=SubscribeMode.CREATE)
+        await s.close()
+        with pytest.raises(status.SubscriptionExistsError):
+            await c.subscribe("bad-input", "real", mode=SubscribeMode.CREATE)
+        # garbage on a raw socket closes that connection only
+        host, port = owner.rsplit(":", 1)
+        with socket.create_connection((host, int(port))) as raw:
+            raw.sendall(HEADER.pack(8, 42, 1, 0, 1))  # protocol version 42
+            raw.settimeout(5)
+            assert raw.recv(100) == b""  # closed by the hub
+        with socket.create_connection((host, int(port))) as raw:
+            raw.sendall(struct.pack(">I", 20) + os.urandom(20))
+            raw.settimeout(5)
+            assert raw.recv(100) == b""
+        # and the hub still serves everyone else
+        r = await c.publish("bad-input", b"after")
+        assert r.seq == 2
+
+
+async def test_kill9_owner_then_restart_loses_nothing(fresh_cluster: DevCluster) -> None:
+    c = fresh_cluster
+    topic = "crash/kill9"
+    retry = RetryPolicy(deadline_s=60)
+    async with HedwigClient(c.addresses, retry=retry) as pub, HedwigClient(
+        c.addresses, retry=retry
+    ) as subc:
+        sub = await subc.subscribe(topic, "survivor")
+        acked = [(await pub.publish(topic, b"a%d" % i)).seq for i in range(200)]
+        owner = await owner_of(c.zk, c.region, topic)
+        assert owner is not None
+        victim = c.hub_at(owner)
+        victim.kill()
+        # keep publishing through the outage: these succeed once the topic is back
+        more = asyncio.gather(*(pub.publish(topic, b"b%d" % i) for i in range(50)))
+        await asyncio.sleep(SESSION + 1)
+        victim.start()
+        acked += [r.seq for r in await more]
+        assert acked == list(range(1, 251))
+        seen = []
+        while len(seen) < 250:
+            m = await sub.next(30)
+            seen.append(m.seq)
+            sub.consume(m.seq)
+        assert seen == list(range(1, 251))
+        assert sub.resubscriptions >= 1
+
+
+async def test_consume_marks_survive_restart(fresh_cluster: DevCluster) -> None:
+    c = fresh_cluster
+    topic = "marks"
+    async with HedwigClient(c.addresses) as client:
+        sub = await client.subscribe(topic, "m")
+        for i in range(100):
+            await client.publish(topic, b"%d" % i)
+        for _ in range(60):
+            m = await sub.next(10)
+            sub.consume(m.seq)
+        await sub.close()
+        owner = await owner_of(c.zk, c.region, topic)
+        assert owner is not None
+        c.hub_at(owner).restart()  # SIGTERM: hands over, then comes back on the same data dir
+    async with HedwigClient(c.addresses) as client:
+        sub = await client.subscribe(topic, "m", mode=SubscribeMode.ATTACH)
+        first = await sub.next(20)
+        assert first.seq == 61
+        assert first.value == b"60"
+        info = await client.topic_info(topic)
+        assert info.last_seq == 100
+
+
+async def test_sigterm_hands_topics_over_quickly(fresh_cluster: DevCluster) -> None:
+    c = fresh_cluster
+    async with HedwigClient(c.addresses) as client:
+        sub = await client.subscribe("handover", "h")
+        await client.publish("handover", b"one")
+        m = await sub.next(10)
+        assert m.value == b"one"
+        sub.consume(m.seq)
+        await asyncio.sleep(0.2)  # consumes are sent without waiting for an answer
+        owner = await owner_of(c.zk, c.region, "handover")
+        assert owner is not None
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        await loop.run_in_executor(None, c.hub_at(owner).stop)
+
+        async def released() -> bool:
+            return await owner_of(c.zk, c.region, "handover") != owner
+
+        await eventually(released, timeout=SESSION)  # sooner than a session expiry
+        r = await client.publish("handover", b"two")
+        assert r.seq == 2
+        assert (await sub.next(10)).value == b"two"
+        assert loop.time() - t0 < 10
