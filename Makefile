@@ -43,7 +43,7 @@ unit: venv
 	$(PY) -m pytest -q -m "not integration" tests
 
 demo: deps
-	$(PY) -m hedwig.demo
+	$(PY) -m hedwig demo
 
 bench: deps
 	$(PY) -m hedwig bench --embedded --messages 300000

@@ -12,7 +12,7 @@ import logging
 import sys
 
 from hedwig import __version__
-from hedwig.cli import admin, bench, dev, pubsub, servers
+from hedwig.cli import admin, bench, demo, dev, pubsub, servers
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     pubsub.register(sub)
     admin.register(sub)
     bench.register(sub)
+    demo.register(sub)
     return parser
 
 
