@@ -32,7 +32,9 @@ async def owner_of(zk: str, region: str, topic: str) -> str | None:
         await store.close()
 
 
-def hedwig(*args: str, input: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def hedwig(
+    *args: str, input: str | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "hedwig", *args],
         input=input,

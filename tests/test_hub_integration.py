@@ -64,7 +64,9 @@ async def test_lazy_creation_and_cli_listing(cluster: DevCluster) -> None:
     for i in range(6):
         assert rows[f"lazy-{i}"]["owner"] in cluster.addresses
         assert rows[f"lazy-{i}"]["last_seq"] == 1
-    hubs = json.loads(hedwig("hubs", "--zk", cluster.zk, "--region", cluster.region, "--json").stdout)
+    hubs = json.loads(
+        hedwig("hubs", "--zk", cluster.zk, "--region", cluster.region, "--json").stdout
+    )
     assert sorted(h["hub"] for h in hubs if h["alive"]) == sorted(cluster.addresses)
     table = hedwig("topics", "--zk", cluster.zk, "--region", cluster.region).stdout
     assert table.splitlines()[0].split() == ["TOPIC", "OWNER", "SUBSCRIBERS", "LAST_SEQ", "BACKLOG"]
@@ -76,8 +78,19 @@ def test_cli_pub_and_sub(cluster: DevCluster) -> None:
     assert pub.returncode == 0, pub.stderr
     assert pub.stdout.splitlines() == ["1\thello", "2\tworld"]
     # A subscriber created now starts after the current end; attach mode needs it to exist.
-    sub = hedwig("sub", "--hub", hub, "cli topic", "nobody", "--mode", "attach", "--count", "1",
-                 "--timeout", "2")
+    sub = hedwig(
+        "sub",
+        "--hub",
+        hub,
+        "cli topic",
+        "nobody",
+        "--mode",
+        "attach",
+        "--count",
+        "1",
+        "--timeout",
+        "2",
+    )
     assert sub.returncode == 1 and "no subscription" in sub.stderr.lower()
     sub = hedwig("sub", "--hub", hub, "cli topic", "cli-sub", "--count", "1", "--timeout", "1")
     assert sub.returncode == 1  # nothing new was published after it subscribed
@@ -90,8 +103,15 @@ def test_cli_pub_and_sub(cluster: DevCluster) -> None:
 async def test_claim_race_exactly_one_wins(zk_server: ZooKeeperServer) -> None:
     hubs = []
     for _ in range(2):
-        h = Hub(HubConfig(zk=zk_server.address, region="race", listen="127.0.0.1:0",
-                          data_dir=tempfile.mkdtemp(), zk_session_timeout_s=SESSION))
+        h = Hub(
+            HubConfig(
+                zk=zk_server.address,
+                region="race",
+                listen="127.0.0.1:0",
+                data_dir=tempfile.mkdtemp(),
+                zk_session_timeout_s=SESSION,
+            )
+        )
         await h.start()
         hubs.append(h)
     try:
@@ -100,7 +120,9 @@ async def test_claim_race_exactly_one_wins(zk_server: ZooKeeperServer) -> None:
             results = await asyncio.gather(
                 *(h.topics.acquire(topic, redirected=True) for h in hubs), return_exceptions=True
             )
-            winners = [h for h, r in zip(hubs, results, strict=True) if not isinstance(r, Exception)]
+            winners = [
+                h for h, r in zip(hubs, results, strict=True) if not isinstance(r, Exception)
+            ]
             assert len(winners) == 1, results
             loser = results[0] if isinstance(results[0], Exception) else results[1]
             assert isinstance(loser, status.NotResponsibleError | status.ServiceUnavailableError)
@@ -164,9 +186,10 @@ async def test_kill9_owner_then_restart_loses_nothing(fresh_cluster: DevCluster)
     c = fresh_cluster
     topic = "crash/kill9"
     retry = RetryPolicy(deadline_s=60)
-    async with HedwigClient(c.addresses, retry=retry) as pub, HedwigClient(
-        c.addresses, retry=retry
-    ) as subc:
+    async with (
+        HedwigClient(c.addresses, retry=retry) as pub,
+        HedwigClient(c.addresses, retry=retry) as subc,
+    ):
         sub = await subc.subscribe(topic, "survivor")
         acked = [(await pub.publish(topic, b"a%d" % i)).seq for i in range(200)]
         owner = await owner_of(c.zk, c.region, topic)

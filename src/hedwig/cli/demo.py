@@ -39,8 +39,10 @@ async def _traffic(cluster: DevCluster, args: argparse.Namespace) -> None:
             assert isinstance(sub, Subscriber)
             async for m in sub:
                 owner = subc.owner_of(sub.topic)
-                print(f"  delivered {sub.topic} #{m.seq}: {m.value.decode()}  (owner {owner})",
-                      flush=True)
+                print(
+                    f"  delivered {sub.topic} #{m.seq}: {m.value.decode()}  (owner {owner})",
+                    flush=True,
+                )
                 sub.consume(m.seq)
 
         tasks = [asyncio.create_task(show(s)) for s in subs]
