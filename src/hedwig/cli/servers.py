@@ -10,7 +10,8 @@ import threading
 
 from hedwig.devcluster.zookeeper import ZooKeeperServer
 from hedwig.errors import HedwigError
-from hedwig.hub.app import install_uvloop, serve
+from hedwig.hub.app import serve
+from hedwig.net.loop import install_uvloop
 from hedwig.hub.config import HubConfig
 from hedwig.placement import POLICIES
 

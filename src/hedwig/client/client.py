@@ -22,6 +22,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import struct
+from collections import deque
 import logging
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
@@ -58,6 +60,9 @@ from hedwig.protocol.names import validate_name
 log = logging.getLogger(__name__)
 
 MAX_REDIRECTS = 3
+_U32 = struct.Struct(">I")
+_NO_KEY = _U32.pack(0xFFFFFFFF)
+_NO_HEADERS = b"\x00\x00"
 
 # Builds a request from its request id and the redirected flag.
 _FrameMaker = Callable[[int, bool], Frame]
@@ -263,12 +268,22 @@ class HedwigClient:
         """Queue one message; the future resolves when it is durable (for pipelined callers)."""
         if self._closed:
             raise UsageError("client is closed")
-        msg = Message(bytes(value), key, tuple(headers))
-        if msg.size > self.max_message_size:
+        pub = self._publishers.get(topic) or self._publisher(topic)
+        if key is None and not headers:
+            # The common case, encoded inline: no Message object on the hot path.
+            size = len(value)
+            raw = b"".join((_NO_KEY, _U32.pack(size), value, _NO_HEADERS))
+        else:
+            msg = Message(bytes(value), key, tuple(headers))
+            size = msg.size
+            buf = bytearray()
+            encode_message(msg, buf)
+            raw = bytes(buf)
+        if size > self.max_message_size:
             raise UsageError(
-                f"message of {msg.size} bytes exceeds the limit of {self.max_message_size}"
+                f"message of {size} bytes exceeds the limit of {self.max_message_size}"
             )
-        return self._publisher(topic).add(msg)
+        return pub.add(raw)
 
     async def flush(self, topic: str | None = None) -> None:
         for name, pub in list(self._publishers.items()):
@@ -348,65 +363,62 @@ class _TopicPublisher:
     def __init__(self, client: HedwigClient, topic: str) -> None:
         self.client = client
         self.topic = topic
-        self._queue: list[tuple[bytes, asyncio.Future[PublishResult]]] = []
-        self._queued_bytes = 0
+        # Encoded messages waiting for a batch, and their futures (two deques: the hot path).
+        self._raws: deque[bytes] = deque()
+        self._futs: deque[asyncio.Future[PublishResult]] = deque()
         self._next_pseq = 1
         self._inflight = asyncio.Semaphore(client.max_inflight_batches)
         self._wakeup = asyncio.Event()
-        self._acked_pseq = 0  # every batch below this publisher seq is acknowledged
         self._settled = asyncio.Event()
         self._gate = asyncio.Event()
         self._gate.set()
         self._failed: set[int] = set()
         self._outstanding: dict[int, _Batch] = {}
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        self._loop = asyncio.get_running_loop()
+        self._task = self._loop.create_task(self._run())
 
-    def add(self, msg: Message) -> asyncio.Future[PublishResult]:
-        buf = bytearray()
-        encode_message(msg, buf)
-        fut: asyncio.Future[PublishResult] = asyncio.get_running_loop().create_future()
-        self._queue.append((bytes(buf), fut))
-        self._queued_bytes += len(buf)
-        self._wakeup.set()
+    def add(self, raw: bytes) -> asyncio.Future[PublishResult]:
+        """Queue one encoded message (``encode_message``'s bytes)."""
+        fut: asyncio.Future[PublishResult] = self._loop.create_future()
+        self._raws.append(raw)
+        self._futs.append(fut)
+        if not self._wakeup.is_set():
+            self._wakeup.set()
         return fut
 
     def stop(self) -> None:
         self._task.cancel()
 
     async def flush(self) -> None:
-        futs = [f for _, f in self._queue] + [
-            f for b in self._outstanding.values() for f in b.futures
-        ]
+        futs = list(self._futs) + [f for b in self._outstanding.values() for f in b.futures]
         if futs:
             await asyncio.gather(*futs, return_exceptions=True)
 
     async def _run(self) -> None:
         client = self.client
         while True:
-            if not self._queue:
+            if not self._raws:
                 self._wakeup.clear()
                 await self._wakeup.wait()
                 if client.linger_s:
                     await asyncio.sleep(client.linger_s)
             await self._inflight.acquire()
             await self._gate.wait()
-            take = 0
+            raws, futs = self._raws, self._futs
+            parts: list[bytes] = []
             size = 0
-            for raw, _ in self._queue:
-                if take and (
-                    take >= client.max_batch_messages or size + len(raw) > client.max_batch_bytes
-                ):
+            max_messages, max_bytes = client.max_batch_messages, client.max_batch_bytes
+            while raws and len(parts) < max_messages:
+                if parts and size + len(raws[0]) > max_bytes:
                     break
-                take += 1
+                raw = raws.popleft()
+                parts.append(raw)
                 size += len(raw)
-            items, self._queue = self._queue[:take], self._queue[take:]
-            self._queued_bytes -= size
-            batch = _Batch(
-                self._next_pseq, take, b"".join(r for r, _ in items), [f for _, f in items]
-            )
+            take = len(parts)
+            batch = _Batch(self._next_pseq, take, b"".join(parts), [futs.popleft() for _ in parts])
             self._next_pseq += take
             self._outstanding[batch.pseq] = batch
-            asyncio.get_running_loop().create_task(self._send(batch))
+            self._loop.create_task(self._send(batch))
 
     async def _send(self, batch: _Batch) -> None:
         client = self.client
@@ -443,10 +455,10 @@ class _TopicPublisher:
                     self._gate.clear()
                     continue
                 assert isinstance(answer, Published)
+                first, dup = answer.first_seq, answer.duplicate
                 for i, f in enumerate(batch.futures):
                     if not f.done():
-                        seq = answer.first_seq + i if answer.first_seq else 0
-                        f.set_result(PublishResult(seq, answer.duplicate))
+                        f.set_result(PublishResult(first + i if first else 0, dup))
                 return
         finally:
             self._outstanding.pop(batch.pseq, None)

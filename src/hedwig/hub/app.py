@@ -306,15 +306,6 @@ class Hub(HubOperations):
                 owned.detach_peer(conn)
 
 
-def install_uvloop() -> bool:
-    try:
-        import uvloop
-    except ImportError:
-        return False
-    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-    return True
-
-
 async def serve(config: HubConfig) -> None:
     """Run a hub until SIGTERM or SIGINT, then stop it gracefully."""
     hub = Hub(config)

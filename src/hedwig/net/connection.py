@@ -103,7 +103,12 @@ class HubConnection(asyncio.Protocol):
             rid = getattr(frame, "request_id", 0)
             fut = self._pending.pop(rid, None)
             if fut is not None and not fut.done():
-                fut.set_result(frame)
+                if isinstance(frame, OversizedFrame):
+                    fut.set_exception(
+                        ProtocolError(f"answer of {frame.size} bytes exceeds the client's limit")
+                    )
+                else:
+                    fut.set_result(frame)
 
     # requests -----------------------------------------------------------------------------
 

@@ -1,0 +1,14 @@
+"""The event loop: uvloop where it is installed (about twice the throughput), asyncio's otherwise."""
+
+from __future__ import annotations
+
+import asyncio
+
+
+def install_uvloop() -> bool:
+    try:
+        import uvloop
+    except ImportError:
+        return False
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    return True
