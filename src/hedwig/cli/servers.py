@@ -11,8 +11,8 @@ import threading
 from hedwig.devcluster.zookeeper import ZooKeeperServer
 from hedwig.errors import HedwigError
 from hedwig.hub.app import serve
-from hedwig.net.loop import install_uvloop
 from hedwig.hub.config import HubConfig
+from hedwig.net.loop import install_uvloop
 from hedwig.placement import POLICIES
 
 

@@ -22,10 +22,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import struct
-from collections import deque
 import logging
+import struct
 import uuid
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
 

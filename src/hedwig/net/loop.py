@@ -1,4 +1,4 @@
-"""The event loop: uvloop where it is installed (about twice the throughput), asyncio's otherwise."""
+"""The event loop: uvloop where installed (about twice the throughput), else asyncio's."""
 
 from __future__ import annotations
 
