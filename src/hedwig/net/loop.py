@@ -1,4 +1,4 @@
-"""The event loop: uvloop where installed (about twice the throughput), else asyncio's."""
+"""The event loop: uvloop where installed (about twice the throughput), else asyncio's own."""
 
 from __future__ import annotations
 
