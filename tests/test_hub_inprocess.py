@@ -1,0 +1,190 @@
+"""Hub behaviour with hubs in this process: flow control, bounds, duplicates, losing ownership.
+
+The hubs listen on real loopback sockets and clients talk to them over TCP; the metadata store
+is the in-memory one (so sessions can be expired at will) or a real ZooKeeper.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from collections.abc import AsyncIterator
+from dataclasses import replace
+
+import pytest
+
+from hedwig.client import HedwigClient, RetryPolicy, SubscribeMode
+from hedwig.devcluster.zookeeper import ZooKeeperServer
+from hedwig.errors import TimeoutError_
+from hedwig.hub import Hub, HubConfig
+from hedwig.hub.topic import TopicState
+from hedwig.metadata.memory import MemoryBackend, MemoryMetadataStore
+from hedwig.protocol import status
+from hedwig.protocol.frames import Publish, Published, encode_values
+from tests.cluster_helpers import eventually
+from tests.test_metadata_zookeeper import expire_session
+
+BASE = HubConfig(listen="127.0.0.1:0", data_dir="unused", zk_session_timeout_s=2.0)
+
+
+def config(**kw: object) -> HubConfig:
+    return replace(BASE, data_dir=tempfile.mkdtemp(prefix="hedwig-hub-"), **kw)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+async def hubs() -> AsyncIterator[list[Hub]]:
+    backend = MemoryBackend()
+    started = []
+    for _ in range(2):
+        hub = Hub(config(), store=MemoryMetadataStore(backend, "mem"))
+        await hub.start()
+        started.append(hub)
+    yield started
+    for hub in started:
+        await hub.stop()
+
+
+async def test_message_window_limits_unconsumed(hubs: list[Hub]) -> None:
+    async with HedwigClient(hubs[0].address) as c:
+        sub = await c.subscribe("window", "w", message_window=5)
+        for i in range(20):
+            await c.publish("window", b"%d" % i)
+        got = [await sub.next(5) for _ in range(5)]
+        assert [m.seq for m in got] == [1, 2, 3, 4, 5]
+        with pytest.raises(TimeoutError_):
+            await sub.next(0.5)  # the window is full until we consume
+        sub.consume(3)
+        more = [await sub.next(5) for _ in range(3)]
+        assert [m.seq for m in more] == [6, 7, 8]
+        with pytest.raises(TimeoutError_):
+            await sub.next(0.3)
+
+
+async def test_message_bound_skips_the_oldest(hubs: list[Hub]) -> None:
+    async with HedwigClient(hubs[0].address) as c:
+        sub = await c.subscribe("bound", "b", message_bound=10)
+        await sub.close()
+        for i in range(50):
+            await c.publish("bound", b"%d" % i)
+        sub = await c.subscribe("bound", "b", mode=SubscribeMode.ATTACH, message_bound=10)
+        first = await sub.next(5)
+        assert first.seq == 41
+
+
+async def test_duplicate_publish_is_not_stored_twice(hubs: list[Hub]) -> None:
+    async with HedwigClient(hubs[0].address) as c:
+        await c.publish("dups", b"warm-up")
+        owner = c.owner_of("dups")
+        assert owner is not None
+        conn = await c._connection(owner)
+        payload = encode_values([b"a", b"b"])
+        first = await conn.request(Publish(conn.next_id(), "dups", "pub-x", 1, 2, payload))
+        again = await conn.request(Publish(conn.next_id(), "dups", "pub-x", 1, 2, payload))
+        assert isinstance(first, Published) and isinstance(again, Published)
+        assert not first.duplicate and again.duplicate
+        assert (again.first_seq, again.last_seq) == (first.first_seq, first.last_seq) == (2, 3)
+        info = await c.topic_info("dups")
+        assert info.last_seq == 3
+
+
+async def test_session_expiry_drops_topics_and_clients_move(hubs: list[Hub]) -> None:
+    async with HedwigClient([h.address for h in hubs], retry=RetryPolicy(deadline_s=20)) as c:
+        sub = await c.subscribe("expiry", "e")
+        await c.publish("expiry", b"one")
+        m = await sub.next(5)
+        sub.consume(m.seq)
+        await asyncio.sleep(0.1)
+        owner = next(h for h in hubs if "expiry" in h.topics.topics)
+        owned = owner.topics.topics["expiry"]
+        assert isinstance(owner.store, MemoryMetadataStore)
+        owner.store.expire()  # as ZooKeeper does after a partition longer than the session
+        assert owned.state is TopicState.CLOSED
+        assert "expiry" not in owner.topics.topics
+        # The old owner refuses at once; clients find the topic again (maybe on the same hub,
+        # once it has a new session) and carry on where they were.
+        await owner.store.start()
+        r = await c.publish("expiry", b"two")
+        assert r.seq == 2
+        assert (await sub.next(10)).value == b"two"
+
+
+async def test_owner_record_deleted_from_outside(hubs: list[Hub]) -> None:
+    async with HedwigClient([h.address for h in hubs]) as c:
+        sub = await c.subscribe("forced", "f")
+        await c.publish("forced", b"one")
+        m = await sub.next(5)
+        sub.consume(m.seq)
+        await asyncio.sleep(0.1)
+        owner = next(h for h in hubs if "forced" in h.topics.topics)
+        got = await owner.store.ownership.read_owner_info("forced")
+        assert got is not None
+        await owner.store.ownership.delete_owner_info("forced", got.version)
+
+        async def dropped() -> bool:
+            return "forced" not in owner.topics.topics
+
+        await eventually(dropped, timeout=5)
+        r = await c.publish("forced", b"two")
+        assert r.seq == 2
+        assert (await sub.next(10)).value == b"two"
+
+
+async def test_retention_collects_consumed_ledgers(hubs: list[Hub]) -> None:
+    hub = hubs[0]
+    async with HedwigClient(hub.address) as c:
+        sub = await c.subscribe("gc", "g", message_window=0)
+        for i in range(5):
+            await c.publish("gc", b"%d" % i)
+        owner = next(h for h in hubs if "gc" in h.topics.topics)
+        owned = owner.topics.topics["gc"]
+        owned.log.settings = replace(owned.log.settings, ledger_max_bytes=1)
+        owned.config = replace(owned.config, retention_ms=0)
+        for i in range(5, 15):
+            await c.publish("gc", b"%d" % i)
+        await asyncio.sleep(0.2)  # roll-overs run in the background
+        assert len(owned.log.ranges.ranges) > 5
+        await owner.topics.collect_garbage()
+        assert len(owned.log.ranges.ranges) > 5  # nothing consumed yet: nothing collected
+        last = None
+        for _ in range(15):
+            last = await sub.next(5)
+        assert last is not None
+        sub.consume(last.seq - 3)
+        await asyncio.sleep(0.2)
+        await owner.topics.collect_garbage()
+        assert owned.log.first_seq > 1
+        assert owned.log.first_seq <= last.seq - 2  # never past what the subscriber still needs
+        with pytest.raises(status.MessagesUnavailableError):
+            await c.read("gc", 1)  # collected: a clear error, not a silent gap
+        earliest = await c.read("gc", 0)  # 0 means "from the first kept message"
+        assert earliest.first_available == owned.log.first_seq
+        assert earliest.batches[0].first_seq == owned.log.first_seq
+
+
+@pytest.fixture
+async def zk_hub(zk_server: ZooKeeperServer, region: str) -> AsyncIterator[Hub]:
+    hub = Hub(config(zk=zk_server.address, region=region))
+    await hub.start()
+    yield hub
+    await hub.stop()
+
+
+async def test_zookeeper_session_expiry(zk_hub: Hub) -> None:
+    """A real ZooKeeper session expired under a hub: it drops its topics and re-registers."""
+    async with HedwigClient(zk_hub.address, retry=RetryPolicy(deadline_s=30)) as c:
+        await c.publish("zk-expiry", b"one")
+        epoch = zk_hub.topics.epoch
+        from hedwig.metadata.zookeeper import ZkMetadataStore
+
+        assert isinstance(zk_hub.store, ZkMetadataStore)
+        await expire_session(zk_hub.store)
+
+        async def dropped() -> bool:
+            return "zk-expiry" not in zk_hub.topics.topics
+
+        await eventually(dropped, timeout=15)
+        r = await c.publish("zk-expiry", b"two")
+        assert r.seq == 2
+        assert zk_hub.topics.epoch != epoch
+        hubs = await zk_hub.store.hubs.list_hubs()
+        assert [h.alive for h in hubs if h.address == zk_hub.address] == [True]
