@@ -46,7 +46,7 @@ def cp() -> Iterator[cluster.ControlPlane]:
     try:
         bins = cluster.bin_dir(build=os.environ.get("HEDWIG_CONTROLPLANE_BUILD") == "1")
     except cluster.ControlPlaneError as exc:
-        pytest.skip(f"{exc} (takes tens of minutes the first time)")
+        pytest.skip(f"{exc} (about 10 minutes the first time)")
     with cluster.ControlPlane(bins=bins) as plane:
         yield plane
 

@@ -28,7 +28,7 @@ HELM_VERSION=v3.22.0
 RECIPE=1
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-CACHE_ROOT=${HEDWIG_CACHE:-$HOME/.cache/hedwig}/controlplane
+CACHE_ROOT=${HEDWIG_CACHE:-${HOME:?set HOME or HEDWIG_CACHE}/.cache/hedwig}/controlplane
 NICE=${HEDWIG_BUILD_NICE:-10}
 
 BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok helm)
@@ -60,8 +60,10 @@ fi
 
 mkdir -p "$CACHE_ROOT"
 # One build at a time per cache (parallel CI jobs or test workers).
-exec 9>"$CACHE_ROOT/.build.lock"
-flock 9
+if command -v flock >/dev/null; then
+    exec 9>"$CACHE_ROOT/.build.lock"
+    flock 9
+fi
 if complete "$DEST"; then
     echo "$DEST/bin"
     exit 0

@@ -34,7 +34,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -109,16 +109,24 @@ def free_port() -> int:
     """A TCP port on 127.0.0.1 that is free right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        return int(s.getsockname()[1])
+
+
+try:  # loaded here, not in the forked child, where loading could deadlock
+    _LIBC: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True)
+except OSError:
+    _LIBC = None
 
 
 def _die_with_parent() -> None:
-    """preexec_fn: SIGTERM the child if the thread that started it dies."""
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
+    """preexec_fn: SIGTERM the child when the thread that started it dies.
+
+    Keeps etcd & co. from outliving a test run that was killed (SIGKILL skips
+    every cleanup). Start the control plane from a thread that outlives it
+    (the main thread, as pytest fixtures do).
+    """
+    if _LIBC is not None:
+        _LIBC.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 class _Process:
@@ -240,7 +248,7 @@ class ControlPlane:
 
     def _start(self) -> None:
         for sub in ("logs", "pki", "etcd", "kubeconfigs", "kwok-home"):
-            (self.workdir / sub).mkdir(parents=True, exist_ok=True)
+            (self.workdir / sub).mkdir(mode=0o700, parents=True, exist_ok=True)
         self._make_pki()
         etcd_port, peer_port = free_port(), free_port()
         self.api_port = free_port()
@@ -279,6 +287,15 @@ class ControlPlane:
                 f"--tls-cert-file={pki / 'apiserver.crt'}",
                 f"--tls-private-key-file={pki / 'apiserver.key'}",
                 f"--client-ca-file={self.ca_file}",
+                # The aggregation layer's front proxy, set up as kubeadm does (it
+                # also spares the controllers' logs "missing requestheader CA").
+                f"--requestheader-client-ca-file={pki / 'front-proxy-ca.crt'}",
+                "--requestheader-allowed-names=front-proxy-client",
+                "--requestheader-username-headers=X-Remote-User",
+                "--requestheader-group-headers=X-Remote-Group",
+                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+                f"--proxy-client-cert-file={pki / 'front-proxy-client.crt'}",
+                f"--proxy-client-key-file={pki / 'front-proxy-client.key'}",
                 f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
                 f"--service-account-key-file={pki / 'sa.pub'}",
                 f"--service-account-signing-key-file={pki / 'sa.key'}",
@@ -386,7 +403,7 @@ class ControlPlane:
     def _process(self, name: str) -> _Process | None:
         return next((p for p in self._processes if p.name == name), None)
 
-    def _wait(self, what: str, ready: Any, process: str) -> None:
+    def _wait(self, what: str, ready: Callable[[], bool], process: str) -> None:
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
             for proc in self._processes:
@@ -401,15 +418,15 @@ class ControlPlane:
             except (OSError, subprocess.SubprocessError):
                 pass
             time.sleep(0.25)
-        proc = self._process(process)
-        tail = f"; log {proc.log_path}:\n{proc.log_tail()}" if proc else ""
+        waited_on = self._process(process)
+        tail = f"; log {waited_on.log_path}:\n{waited_on.log_tail()}" if waited_on else ""
         raise ControlPlaneError(f"timed out after {self.startup_timeout}s waiting for {what}{tail}")
 
     @staticmethod
     def _http_ok(url: str) -> bool:
         try:
             with urllib.request.urlopen(url, timeout=2) as resp:
-                return resp.status == 200
+                return bool(resp.status == 200)
         except (urllib.error.URLError, OSError):
             return False
 
@@ -423,7 +440,7 @@ class ControlPlane:
             with urllib.request.urlopen(
                 self.server + path, timeout=2, context=self._ssl_context()
             ) as resp:
-                return resp.status == 200
+                return bool(resp.status == 200)
         except (urllib.error.URLError, OSError):
             return False
 
@@ -440,8 +457,30 @@ class ControlPlane:
         if proc.returncode != 0:
             raise ControlPlaneError(f"openssl {' '.join(args)} failed:\n{proc.stderr}")
 
-    def _cert(self, name: str, subject: str, ext: str) -> None:
-        """An EC key and a certificate for it signed by the CA."""
+    def _ca(self, name: str, common_name: str) -> None:
+        """A self-signed CA: ``<name>.key`` and ``<name>.crt``."""
+        self._openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", f"{name}.key")
+        self._openssl(
+            "req",
+            "-x509",
+            "-new",
+            "-key",
+            f"{name}.key",
+            "-days",
+            "30",
+            "-sha256",
+            "-subj",
+            f"/CN={common_name}",
+            "-out",
+            f"{name}.crt",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign,digitalSignature",
+        )
+
+    def _cert(self, name: str, subject: str, ext: str, ca: str = "ca") -> None:
+        """An EC key and a certificate for it signed by the CA ``ca``."""
         self._openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", f"{name}.key")
         self._openssl("req", "-new", "-key", f"{name}.key", "-subj", subject, "-out", f"{name}.csr")
         (self.pki / f"{name}.ext").write_text(ext)
@@ -451,9 +490,9 @@ class ControlPlane:
             "-in",
             f"{name}.csr",
             "-CA",
-            "ca.crt",
+            f"{ca}.crt",
             "-CAkey",
-            "ca.key",
+            f"{ca}.key",
             "-CAcreateserial",
             "-days",
             "30",
@@ -465,25 +504,8 @@ class ControlPlane:
         )
 
     def _make_pki(self) -> None:
-        self._openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", "ca.key")
-        self._openssl(
-            "req",
-            "-x509",
-            "-new",
-            "-key",
-            "ca.key",
-            "-days",
-            "30",
-            "-sha256",
-            "-subj",
-            "/CN=hedwig-e2e-ca",
-            "-out",
-            "ca.crt",
-            "-addext",
-            "basicConstraints=critical,CA:TRUE",
-            "-addext",
-            "keyUsage=critical,keyCertSign,cRLSign,digitalSignature",
-        )
+        self._ca("ca", "hedwig-e2e-ca")
+        self._ca("front-proxy-ca", "hedwig-e2e-front-proxy-ca")
         sans = ",".join(
             [
                 "IP:127.0.0.1",
@@ -509,6 +531,7 @@ class ControlPlane:
         self._cert("controller-manager", "/CN=system:kube-controller-manager", client_ext)
         self._cert("scheduler", "/CN=system:kube-scheduler", client_ext)
         self._cert("kwok", "/O=system:masters/CN=kwok", client_ext)
+        self._cert("front-proxy-client", "/CN=front-proxy-client", client_ext, "front-proxy-ca")
         # Service-account token signing key pair.
         self._openssl(
             "genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", "sa.key"
