@@ -110,6 +110,7 @@ async def test_claim_race_exactly_one_wins(zk_server: ZooKeeperServer) -> None:
                 listen="127.0.0.1:0",
                 data_dir=tempfile.mkdtemp(),
                 zk_session_timeout_s=SESSION,
+                replication="2/2/2",
             )
         )
         await h.start()

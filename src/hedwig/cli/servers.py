@@ -44,6 +44,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--placement", choices=POLICIES, help="how to choose a hub for a new topic")
     p.add_argument("--max-message-size", type=int, help="bytes (default 1 MiB)")
+    p.add_argument(
+        "--replication",
+        help="region default ENSEMBLE/WRITE_QUORUM/ACK_QUORUM (default 3/3/2; 1/1/1 for one hub)",
+    )
     p.set_defaults(func=run_hub)
 
 
@@ -81,6 +85,7 @@ def run_hub(args: argparse.Namespace) -> int:
             zk_session_timeout_s=args.zk_session_timeout_s,
             placement=args.placement,
             max_message_size=args.max_message_size,
+            replication=args.replication,
         )
     except HedwigError as exc:
         print(f"hedwig hub: {exc}", file=sys.stderr)

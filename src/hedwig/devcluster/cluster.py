@@ -151,6 +151,9 @@ class DevCluster:
     region: str = "dev"
     base_dir: str | None = None
     session_timeout_s: float = 6.0
+    # ENSEMBLE/WRITE/ACK for the region; by default 3/3/2 with three hubs or more, else every
+    # hub holds every entry (1/1/1 for one hub, 2/2/2 for two).
+    replication: str | None = None
     hub_args: list[str] = field(default_factory=list)
     zk_server: ZooKeeperServer | None = field(default=None, init=False)
     hub_procs: list[HubProcess] = field(default_factory=list, init=False)
@@ -160,6 +163,13 @@ class DevCluster:
     def zk(self) -> str:
         assert self.zk_server is not None
         return self.zk_server.address
+
+    @property
+    def replication_setting(self) -> str:
+        if self.replication:
+            return self.replication
+        n = min(self.hubs, 3)
+        return "3/3/2" if n >= 3 else f"{n}/{n}/{n}"
 
     @property
     def addresses(self) -> list[str]:
@@ -186,7 +196,12 @@ class DevCluster:
             self.region,
             os.path.join(self.base_dir, f"hub{i}"),
             session_timeout_s=self.session_timeout_s,
-            extra_args=[*self.hub_args, *(extra_args or [])],
+            extra_args=[
+                "--replication",
+                self.replication_setting,
+                *self.hub_args,
+                *(extra_args or []),
+            ],
         )
         self.hub_procs.append(hub)
         hub.start()

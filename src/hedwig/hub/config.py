@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, fields
 
-from hedwig.errors import UsageError
+from hedwig.errors import MetadataError, UsageError
+from hedwig.metadata.records import ReplicationConfig
 from hedwig.placement import PlacementPolicy
 
 
@@ -29,6 +30,11 @@ class HubConfig:
     # pause or a slow disk flaps ownership. (The original Hedwig used 2 s.)
     zk_session_timeout_s: float = 6.0
     placement: PlacementPolicy = PlacementPolicy.RANDOM
+    # Region default replication, ENSEMBLE/WRITE_QUORUM/ACK_QUORUM: each ledger lives on
+    # ENSEMBLE hubs, each entry is written to WRITE_QUORUM of them and acknowledged once
+    # ACK_QUORUM have it on disk. 3/3/2 survives any one hub (and a second one for reads);
+    # a single-hub cluster needs 1/1/1. Topics and the region's defaults znode override it.
+    replication: str = "3/3/2"
     # Largest message (key + value + headers). The original Hedwig allowed 1.2 MB.
     max_message_size: int = 1024 * 1024
     # Consume marks are written to ZooKeeper at most this often per subscription, or after
@@ -50,6 +56,7 @@ class HubConfig:
     delivery_batch_messages: int = 1000
 
     def __post_init__(self) -> None:
+        self.replication_config  # noqa: B018 - validates the E/Qw/Qa string
         if self.max_message_size <= 0:
             raise UsageError("max_message_size must be positive")
         if self.zk_session_timeout_s <= 0:
@@ -57,6 +64,10 @@ class HubConfig:
         host, _, port = self.listen.rpartition(":")
         if not host or not port.isdigit():
             raise UsageError(f"listen must be HOST:PORT, got {self.listen!r}")
+
+    @property
+    def replication_config(self) -> ReplicationConfig:
+        return parse_replication(self.replication)
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **overrides: object) -> HubConfig:
@@ -85,3 +96,16 @@ def _parse(type_name: object, raw: str, name: str) -> object:
         return raw
     except ValueError as exc:
         raise UsageError(f"HEDWIG_{name.upper()}={raw!r}: {exc}") from exc
+
+
+def parse_replication(text: str) -> ReplicationConfig:
+    """``"3/3/2"`` to a ReplicationConfig; ``UsageError`` if malformed or inconsistent."""
+    parts = text.replace(" ", "").split("/")
+    try:
+        e, qw, qa = (int(p) for p in parts)
+        return ReplicationConfig(e, qw, qa)
+    except (ValueError, MetadataError) as exc:
+        raise UsageError(
+            f"replication must be ENSEMBLE/WRITE_QUORUM/ACK_QUORUM with "
+            f"ensemble >= write quorum >= ack quorum >= 1, got {text!r}"
+        ) from exc

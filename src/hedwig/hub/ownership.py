@@ -46,7 +46,6 @@ from hedwig.metadata.records import (
     NEW_VERSION,
     HubInfo,
     HubStatus,
-    ReplicationConfig,
     TopicConfig,
     Version,
 )
@@ -223,7 +222,7 @@ class TopicManager:
         own = got.value if got else TopicConfig()
         return own.merged(self.defaults).merged(
             TopicConfig(
-                ReplicationConfig(),
+                self.config.replication_config,
                 self.config.default_retention_ms,
                 self.config.default_retention_bytes,
                 self.config.max_message_size,
@@ -234,8 +233,8 @@ class TopicManager:
         self.stats.claims += 1
         try:
             config = await self.topic_config(topic)
-            replication = config.replication or ReplicationConfig()
-            ensemble = await self._ensemble(replication.ensemble)
+            replication = config.replication or self.config.replication_config
+            ensemble = await self.choose_ensemble(replication.ensemble, replication.ack_quorum)
             tlog = TopicLog(
                 topic,
                 self.store,
@@ -243,6 +242,7 @@ class TopicManager:
                 owner=self.address,
                 owner_epoch=self.epoch,
                 ensemble=ensemble,
+                choose_ensemble=self.choose_ensemble,
                 settings=LogSettings(
                     replication=replication,
                     ledger_max_bytes=self.config.ledger_max_bytes,
@@ -286,16 +286,27 @@ class TopicManager:
         self._on_change()
         return owned
 
-    async def _ensemble(self, size: int) -> list[str]:
-        if size <= 1:
+    async def choose_ensemble(
+        self, size: int, minimum: int, exclude: frozenset[str] = frozenset()
+    ) -> list[str]:
+        """Storage replicas for a new ledger: this hub first (its writes are local), then
+        other alive hubs at random, never one in ``exclude`` (replicas that just failed).
+
+        With fewer than ``size`` hubs alive the ensemble shrinks, down to ``minimum`` (the ack
+        quorum): every acknowledged entry still lands on ack-quorum replicas, so durability
+        holds while a hub is down; the ledger is reported under-replicated, and the next
+        roll-over goes back to full size.
+        """
+        if size <= 1 and self.address not in exclude:
             return [self.address]
         hubs = [h.address for h in await self.store.hubs.list_hubs() if h.alive]
-        others = [a for a in hubs if a != self.address]
+        others = [a for a in hubs if a != self.address and a not in exclude]
         self.rng.shuffle(others)
-        chosen = [self.address, *others][:size]
-        if len(chosen) < size:
+        mine = [] if self.address in exclude else [self.address]
+        chosen = [*mine, *others][:size]
+        if len(chosen) < minimum:
             raise status.ServiceUnavailableError(
-                f"need {size} storage replicas, only {len(chosen)} hubs are alive"
+                f"need at least {minimum} storage replicas, only {len(chosen)} hubs are usable"
             )
         return chosen
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -43,9 +43,17 @@ log = logging.getLogger(__name__)
 
 
 class StoragePool(Protocol):
-    """Maps storage addresses to replicas."""
+    """Maps storage addresses to replicas, and remembers which ones failed lately."""
 
     def node(self, address: str) -> StorageNode: ...
+
+    def preferred(self, addresses: Sequence[str]) -> list[str]:
+        """``addresses`` in the order to try them for a read: local first, suspects last."""
+        ...
+
+    def suspect(self, address: str) -> None:
+        """Note that ``address`` just failed a request."""
+        ...
 
 
 def write_set(md: LedgerMetadata, entry_id: int) -> list[str]:
@@ -72,8 +80,10 @@ class LedgerWriter:
         metadata: Versioned[LedgerMetadata],
         *,
         clock: Clock | None = None,
+        on_replica_failure: Callable[[str], None] | None = None,
     ) -> None:
         self._ledgers = ledgers
+        self._on_replica_failure = on_replica_failure
         self._pool = pool
         self._md = metadata.value
         self._version = metadata.version
@@ -184,16 +194,30 @@ class LedgerWriter:
         return closed
 
 
-async def read_entry(pool: StoragePool, md: LedgerMetadata, entry_id: int) -> bytes:
-    """Read one entry from the first replica of its write set that has it."""
+async def read_entry(
+    pool: StoragePool,
+    md: LedgerMetadata,
+    entry_id: int,
+    *,
+    among: Collection[str] | None = None,
+) -> bytes:
+    """Read one entry from the first replica of its write set that has it.
+
+    Replicas are tried local first and recently failed ones last; ``among`` limits the
+    replicas asked (recovery asks only those that answered its fence).
+    """
     last: Exception | None = None
-    for address in write_set(md, entry_id):
+    targets = [a for a in write_set(md, entry_id) if among is None or a in among]
+    for address in pool.preferred(targets):
         try:
             return await pool.node(address).read_entry(md.ledger_id, entry_id)
-        except Exception as exc:
+        except NoSuchEntryError as exc:
             last = exc
-    if isinstance(last, NoSuchEntryError):
-        raise last
+        except Exception as exc:
+            pool.suspect(address)
+            last = exc
+    if isinstance(last, NoSuchEntryError) or last is None:
+        raise last or NoSuchEntryError(f"ledger {md.ledger_id} entry {entry_id}: no replica")
     raise NotEnoughReplicasError(
         f"no replica of ledger {md.ledger_id} returned entry {entry_id}: {last}"
     ) from last
@@ -255,7 +279,9 @@ async def _fence_and_read_forward(
             log.info("fencing ledger %d on %s failed: %s", md.ledger_id, address, exc)
             return None
 
-    replies = [r for r in await asyncio.gather(*(fence(a) for a in ensemble)) if r is not None]
+    answers = await asyncio.gather(*(fence(a) for a in ensemble))
+    responders = {a for a, r in zip(ensemble, answers, strict=True) if r is not None}
+    replies = [r for r in answers if r is not None]
     if len(replies) < needed:
         raise NotEnoughReplicasError(
             f"recovering ledger {md.ledger_id}: {len(replies)} of {len(ensemble)} replicas "
@@ -268,10 +294,10 @@ async def _fence_and_read_forward(
     last_payload: bytes | None = None
     while True:
         try:
-            payload = await read_entry(pool, md, entry)
+            payload = await read_entry(pool, md, entry, among=responders)
         except (NoSuchEntryError, NotEnoughReplicasError):
             break
-        targets = write_set(md, entry)
+        targets = [a for a in write_set(md, entry) if a in responders]
         results = await asyncio.gather(
             *(
                 pool.node(a).add_entry(md.ledger_id, entry, lac, payload, recovery=True)
@@ -285,5 +311,5 @@ async def _fence_and_read_forward(
         entry += 1
     last_entry = entry - 1
     if last_payload is None and last_entry >= 0:
-        last_payload = await read_entry(pool, md, last_entry)
+        last_payload = await read_entry(pool, md, last_entry, among=responders)
     return last_entry, last_payload

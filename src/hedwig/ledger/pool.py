@@ -2,14 +2,33 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Sequence
+
 from hedwig.ledger.remote import RemoteStorage
 from hedwig.ledger.storage import LocalStorage, StorageNode
+
+SUSPECT_FOR_S = 10.0
 
 
 class HubPool:
     def __init__(self, local: LocalStorage) -> None:
         self.local = local
         self._remote: dict[str, RemoteStorage] = {}
+        self._suspects: dict[str, float] = {}
+
+    def preferred(self, addresses: Sequence[str]) -> list[str]:
+        now = time.monotonic()
+
+        def rank(a: str) -> int:
+            if a == self.local.address:
+                return 0
+            return 2 if self._suspects.get(a, 0.0) > now else 1
+
+        return sorted(addresses, key=rank)
+
+    def suspect(self, address: str) -> None:
+        self._suspects[address] = time.monotonic() + SUSPECT_FOR_S
 
     def node(self, address: str) -> StorageNode:
         if address == self.local.address:

@@ -23,6 +23,7 @@ import asyncio
 import bisect
 import logging
 import struct
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 
 from hedwig.clock import Clock, SystemClock
@@ -38,6 +39,10 @@ from hedwig.metadata.records import (
     Versioned,
 )
 from hedwig.protocol.frames import Batch
+
+# Chooses storage replicas for a new ledger: (wanted size, smallest acceptable size,
+# replicas to avoid) -> addresses.
+EnsembleChooser = Callable[[int, int, frozenset[str]], Awaitable[list[str]]]
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +88,7 @@ class TopicLog:
         owner_epoch: int,
         ensemble: list[str],
         settings: LogSettings,
+        choose_ensemble: EnsembleChooser | None = None,
         clock: Clock | None = None,
     ) -> None:
         self.topic = topic
@@ -91,6 +97,8 @@ class TopicLog:
         self._owner = owner
         self._epoch = owner_epoch
         self._ensemble = ensemble
+        self._choose_ensemble = choose_ensemble
+        self._failed_replicas: set[str] = set()
         self.settings = settings
         self._clock = clock or SystemClock()
         self._ranges: Versioned[LedgerRanges] = Versioned(LedgerRanges(), NEW_VERSION)
@@ -131,7 +139,7 @@ class TopicLog:
                     )
                 )
         last = ranges.last_seq
-        writer = await self._new_writer()
+        writer = await self._new_writer(self._ensemble)
         new_ranges = ranges.with_tail(writer.ledger_id, last + 1)
         try:
             version = await self._store.persistence.write_topic_persistence_info(
@@ -146,21 +154,39 @@ class TopicLog:
         self.last_seq = last
         self._ledger_bytes = 0
 
-    async def _new_writer(self) -> LedgerWriter:
+    async def _new_writer(self, ensemble: list[str]) -> LedgerWriter:
         rep = self.settings.replication
+        ensemble = ensemble[: rep.ensemble]
         md = LedgerMetadata(
             ledger_id=0,
             topic=self.topic,
-            ensemble_size=rep.ensemble,
-            write_quorum=rep.write_quorum,
+            ensemble_size=len(ensemble),
+            write_quorum=min(rep.write_quorum, len(ensemble)),
             ack_quorum=rep.ack_quorum,
-            fragments=((0, tuple(self._ensemble[: rep.ensemble])),),
+            fragments=((0, tuple(ensemble)),),
             owner=self._owner,
             owner_epoch=self._epoch,
             created_ms=self._clock.wall_ms(),
         )
         created = await self._store.ledgers.create_ledger(md)
-        return LedgerWriter(self._store.ledgers, self._pool, created, clock=self._clock)
+        return LedgerWriter(
+            self._store.ledgers,
+            self._pool,
+            created,
+            clock=self._clock,
+            on_replica_failure=self._replica_failed,
+        )
+
+    def _replica_failed(self, address: str) -> None:
+        """A replica missed a write (the entry still reached its ack quorum, or the writer
+        broke). Move on to a ledger whose ensemble avoids it, so later entries are fully
+        replicated again; the auditor re-replicates what the old ledger missed."""
+        if address in self._failed_replicas or self.broken is not None:
+            return
+        self._failed_replicas.add(address)
+        log.warning("topic %r: storage replica %s failed; rolling over", self.topic, address)
+        if self._rolling is None and self._writer is not None:
+            asyncio.get_running_loop().create_task(self._roll_over())
 
     async def _discard(self, writer: LedgerWriter) -> None:
         try:
@@ -257,13 +283,34 @@ class TopicLog:
             idx = self._indexes[md.ledger_id] = _LedgerIndex(md)
         return idx
 
+    async def _next_ensemble(self) -> list[str] | None:
+        """An ensemble for the next ledger, avoiding failed replicas; None if none is possible."""
+        rep = self.settings.replication
+        if self._choose_ensemble is None:
+            healthy = [a for a in self._ensemble if a not in self._failed_replicas]
+            return healthy if len(healthy) >= rep.ack_quorum else None
+        try:
+            return await self._choose_ensemble(
+                rep.ensemble, rep.ack_quorum, frozenset(self._failed_replicas)
+            )
+        except Exception as exc:
+            log.warning("topic %r: no healthy ensemble for a new ledger: %s", self.topic, exc)
+            return None
+
     async def _roll_over(self) -> None:
         loop = asyncio.get_running_loop()
         self._rolling = loop.create_future()
         try:
+            ensemble = await self._next_ensemble()
+            if ensemble is None:
+                # Keep writing to the current ledger, degraded but available; the next failure
+                # or size roll-over tries again.
+                self._failed_replicas.clear()
+                return
             await self._close_current()
             if self.broken is None:
-                writer = await self._new_writer()
+                writer = await self._new_writer(ensemble)
+                self._ensemble = ensemble
                 ranges = self._ranges.value.with_tail(writer.ledger_id, self.last_seq + 1)
                 version = await self._store.persistence.write_topic_persistence_info(
                     self.topic, ranges, self._ranges.version
