@@ -12,7 +12,7 @@ import logging
 import sys
 
 from hedwig import __version__
-from hedwig.cli import admin, bench, demo, dev, pubsub, servers
+from hedwig.cli import admin, bench, demo, dev, pubsub, servers, sim
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     admin.register(sub)
     bench.register(sub)
     demo.register(sub)
+    sim.register(sub)
     return parser
 
 

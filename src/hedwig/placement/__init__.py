@@ -4,5 +4,6 @@ Shared by hubs (choosing a hub for an unowned topic, seed 000) and tools; no I/O
 """
 
 from hedwig.placement.choice import POLICIES, PlacementPolicy, choose_hub
+from hedwig.placement.rebalance import Move, RebalanceConfig, Rebalancer
 
-__all__ = ["POLICIES", "PlacementPolicy", "choose_hub"]
+__all__ = ["POLICIES", "Move", "PlacementPolicy", "RebalanceConfig", "Rebalancer", "choose_hub"]

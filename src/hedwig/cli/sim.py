@@ -1,0 +1,43 @@
+"""``hedwig sim``: the rebalancing policy against synthetic workloads (no cluster needed)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from hedwig.placement.rebalance import RebalanceConfig
+from hedwig.placement.simulator import SCENARIOS, simulate
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("sim", help="simulate the rebalancing policy on synthetic workloads")
+    p.add_argument("--scenario", choices=[*SCENARIOS, "all"], default="all")
+    p.add_argument("--hubs", type=int, default=3)
+    p.add_argument("--topics", type=int, default=60)
+    p.add_argument("--cycles", type=int, default=15)
+    p.add_argument("--confirmations", type=int, default=2)
+    p.add_argument("--max-moves", type=int, default=10)
+    p.add_argument("--margin", type=float, default=0.2, help="overload margin over the mean")
+    p.add_argument("--seed", type=int, default=1)
+    p.set_defaults(func=run_sim)
+
+
+def run_sim(args: argparse.Namespace) -> int:
+    config = RebalanceConfig(
+        overload_margin=args.margin,
+        confirmations=args.confirmations,
+        max_moves_per_cycle=args.max_moves,
+        cooldown_s=300,
+    )
+    names = SCENARIOS if args.scenario == "all" else (args.scenario,)
+    for name in names:
+        result = simulate(
+            name,
+            hubs=args.hubs,
+            topics=args.topics,
+            cycles=args.cycles,
+            config=config,
+            seed=args.seed,
+        )
+        print(json.dumps(result))
+    return 0

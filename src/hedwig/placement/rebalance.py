@@ -1,0 +1,233 @@
+"""The rebalancing policy: a load snapshot in, a list of explained moves out.
+
+Shared by the hubs' self-shedding and the operator, and pure apart from the history it keeps
+between cycles (which hub has looked overloaded for how long, which topic moved when).
+It answers the complaints users have about Pulsar's and Hedwig's balancers
+(``shared/notes/load-balancing.md``):
+
+- Load is traffic, not topic counts: messages per second in plus out (EWMA from the hubs'
+  reports), so one hot topic weighs what it costs.
+- A hub is overloaded when its load exceeds the mean by ``overload_margin`` (relative), and
+  only after ``confirmations`` consecutive cycles, so a burst does not trigger moves.
+- There is a lower bound too: a hub below the mean by ``underload_margin`` (an idle or newly
+  added hub) pulls load towards itself, so new hubs do not stay empty.
+- Each moved topic cools down for ``cooldown_s``; at most ``max_moves_per_cycle`` moves per
+  cycle; topics below ``min_topic_rate`` are not worth a move (unless draining).
+- A hub whose epoch changed (it restarted) starts with a clean history.
+- A destination is never a dead hub, a hub with a stale report, or one that the move would
+  push above the overload line.
+- Optional low-load drain (seed 004): when the region's total load is below
+  ``low_load_threshold`` of its capacity, the least loaded hub's topics are moved to the others
+  as long as they stay below ``drain_target`` of their capacity, so that hub can be removed.
+
+Every move carries a reason string saying which rule produced it and with which numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from hedwig.clock import Clock, SystemClock
+from hedwig.metadata.records import HubStatus, TopicLoad
+
+
+@dataclass(frozen=True, slots=True)
+class RebalanceConfig:
+    # Relative distance from the mean that counts as over/under loaded (0.2 = 20 %).
+    overload_margin: float = 0.2
+    underload_margin: float = 0.3
+    # Consecutive cycles a hub must look overloaded before topics move off it.
+    confirmations: int = 3
+    # A moved topic stays put this long (seconds).
+    cooldown_s: float = 600.0
+    max_moves_per_cycle: int = 10
+    # Topics slower than this (messages/s) are not worth the pause a move costs.
+    min_topic_rate: float = 1.0
+    # Load reports older than this are ignored (the hub may be gone).
+    max_report_age_s: float = 60.0
+    # Low-load drain (seed 004), off by default.
+    low_load_drain: bool = False
+    hub_capacity: float = 50_000.0  # messages/s one hub handles comfortably
+    low_load_threshold: float = 0.2  # drain when total load < this share of total capacity
+    drain_target: float = 0.6  # receivers stay below this share of their capacity
+
+    def __post_init__(self) -> None:
+        if self.overload_margin < 0 or self.underload_margin < 0:
+            raise ValueError("margins must not be negative")
+        if self.confirmations < 1 or self.max_moves_per_cycle < 0:
+            raise ValueError("confirmations must be >= 1 and max_moves_per_cycle >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    topic: str
+    source: str
+    destination: str | None
+    reason: str
+    rate: float = 0.0
+
+
+def topic_rate(load: TopicLoad) -> float:
+    return load.msg_in + load.msg_out
+
+
+@dataclass
+class _HubView:
+    address: str
+    load: float
+    topics: dict[str, float]
+
+
+@dataclass
+class Rebalancer:
+    config: RebalanceConfig = field(default_factory=RebalanceConfig)
+    clock: Clock = field(default_factory=SystemClock)
+    _streaks: dict[str, int] = field(default_factory=dict)
+    _epochs: dict[str, int] = field(default_factory=dict)
+    _moved_at: dict[str, float] = field(default_factory=dict)
+    _moved_rate: dict[str, float] = field(default_factory=dict)
+    moves_per_topic: dict[str, int] = field(default_factory=dict)
+
+    def forget_hub(self, address: str) -> None:
+        self._streaks.pop(address, None)
+        self._epochs.pop(address, None)
+
+    def in_cooldown(self, topic: str) -> bool:
+        at = self._moved_at.get(topic)
+        return at is not None and self.clock.monotonic() - at < self.config.cooldown_s
+
+    def _rate(self, topic: str, load: TopicLoad) -> float:
+        # A topic that just moved reports a low rate at its new hub until the EWMA catches
+        # up; count it at the rate it had when it moved, or the new hub looks idle and pulls
+        # more than its share (overshoot, then moves back: flapping).
+        reported = topic_rate(load)
+        if self.in_cooldown(topic):
+            return max(reported, self._moved_rate.get(topic, 0.0))
+        return reported
+
+    def _views(self, hubs: Sequence[HubStatus]) -> list[_HubView]:
+        now_ms = self.clock.wall_ms()
+        max_age_ms = self.config.max_report_age_s * 1000
+        views = []
+        for h in hubs:
+            if not h.alive or h.load is None or now_ms - h.load.timestamp_ms > max_age_ms:
+                continue
+            if self._epochs.get(h.address) not in (None, h.epoch):
+                self.forget_hub(h.address)  # it restarted: its old streak means nothing
+            self._epochs[h.address] = h.epoch
+            rates = {t: self._rate(t, tl) for t, tl in h.load.topic_loads.items()}
+            views.append(_HubView(h.address, sum(rates.values()), rates))
+        for gone in set(self._streaks) - {v.address for v in views}:
+            self.forget_hub(gone)
+        return views
+
+    def plan(self, hubs: Sequence[HubStatus]) -> list[Move]:
+        """Moves for this cycle (possibly none). Call once per cycle: it counts confirmations."""
+        views = self._views(hubs)
+        if len(views) < 2:
+            return []
+        cfg = self.config
+        total = sum(v.load for v in views)
+        mean = total / len(views)
+        high = mean * (1 + cfg.overload_margin)
+        low = mean * (1 - cfg.underload_margin)
+        for v in views:
+            self._streaks[v.address] = self._streaks.get(v.address, 0) + 1 if v.load > high else 0
+        moves: list[Move] = []
+        if cfg.low_load_drain and total < cfg.low_load_threshold * cfg.hub_capacity * len(views):
+            moves = self._drain(views, total)
+            if moves:
+                return self._commit(moves)
+        confirmed = [v for v in views if self._streaks.get(v.address, 0) >= cfg.confirmations]
+        # Idle or newly added hubs pull load even when nobody is overloaded enough yet, from
+        # hubs that are above the mean (never from ones below it).
+        pullers = [v for v in views if v.load < low]
+        sources = confirmed or ([v for v in views if v.load > mean] if pullers else [])
+        if not sources:
+            return []
+        while len(moves) < cfg.max_moves_per_cycle:
+            src = max(sources, key=lambda v: v.load)
+            dst = min(views, key=lambda v: v.load)
+            if src is dst or src.load <= mean or dst.load >= src.load:
+                break
+            move = self._pick(src, dst, mean, high, low, src in confirmed)
+            if move is None:
+                break
+            rate = src.topics.pop(move.topic)
+            src.load -= rate
+            dst.load += rate
+            dst.topics[move.topic] = rate
+            moves.append(move)
+        return self._commit(moves)
+
+    def _pick(
+        self, src: _HubView, dst: _HubView, mean: float, high: float, low: float, confirmed: bool
+    ) -> Move | None:
+        cfg = self.config
+        excess = src.load - mean
+        room = high - dst.load  # never push the destination over the line
+        gap = src.load - dst.load
+        best: tuple[float, str, float] | None = None
+        for topic, rate in src.topics.items():
+            if rate < cfg.min_topic_rate or self.in_cooldown(topic) or rate > room:
+                continue
+            if rate >= gap:
+                continue  # the move would just swap which hub is the heavier one
+            # Prefer the topic that closes the gap best: as close to the excess as possible.
+            score = abs(excess - rate)
+            if best is None or score < best[0]:
+                best = (score, topic, rate)
+        if best is None:
+            return None
+        _, topic, rate = best
+        if confirmed:
+            why = (
+                f"hub {src.address} carries {src.load:.0f} msg/s, more than "
+                f"{1 + cfg.overload_margin:.2f}x the mean {mean:.0f} for "
+                f"{self._streaks.get(src.address, 0)} checks"
+            )
+        else:
+            why = (
+                f"hub {dst.address} carries {dst.load:.0f} msg/s, under "
+                f"{1 - cfg.underload_margin:.2f}x the mean {mean:.0f}; "
+                f"{src.address} is above it with {src.load:.0f} msg/s"
+            )
+        reason = f"{why}: moving {topic} ({rate:.0f} msg/s) to {dst.address}"
+        return Move(topic, src.address, dst.address, reason, rate)
+
+    def _drain(self, views: list[_HubView], total: float) -> list[Move]:
+        cfg = self.config
+        victim = min(views, key=lambda v: v.load)
+        others = [v for v in views if v is not victim]
+        limit = cfg.drain_target * cfg.hub_capacity
+        moves: list[Move] = []
+        for topic, rate in sorted(victim.topics.items(), key=lambda kv: -kv[1]):
+            if len(moves) >= cfg.max_moves_per_cycle or self.in_cooldown(topic):
+                continue
+            dst = min(others, key=lambda v: v.load)
+            if dst.load + rate > limit:
+                return []  # cannot drain it entirely: do not start
+            dst.load += rate
+            moves.append(
+                Move(
+                    topic,
+                    victim.address,
+                    dst.address,
+                    f"low-load drain: region at {total:.0f} msg/s is under "
+                    f"{cfg.low_load_threshold:.0%} of capacity; emptying {victim.address}: "
+                    f"moving {topic} ({rate:.0f} msg/s) to {dst.address}",
+                    rate,
+                )
+            )
+        return moves
+
+    def _commit(self, moves: list[Move]) -> list[Move]:
+        now = self.clock.monotonic()
+        for m in moves:
+            self._moved_at[m.topic] = now
+            self._moved_rate[m.topic] = m.rate
+            self.moves_per_topic[m.topic] = self.moves_per_topic.get(m.topic, 0) + 1
+        for address in {m.source for m in moves}:
+            self._streaks[address] = 0  # let the hub's next reports show the effect
+        return moves

@@ -1,0 +1,137 @@
+"""Property tests of the rebalancing policy, and its convergence on the simulator's scenarios."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hedwig.clock import ManualClock
+from hedwig.metadata.records import HubLoad, HubStatus, TopicLoad
+from hedwig.placement.rebalance import RebalanceConfig, Rebalancer
+from hedwig.placement.simulator import SCENARIOS, simulate
+
+NOW_MS = ManualClock().wall_ms()
+
+
+def hub(
+    address: str, rates: dict[str, float], *, alive: bool = True, age_ms: int = 0, epoch: int = 1
+) -> HubStatus:
+    loads = {t: TopicLoad(msg_in=r) for t, r in rates.items()}
+    return HubStatus(
+        address, alive, epoch, HubLoad(timestamp_ms=NOW_MS - age_ms, topic_loads=loads)
+    )
+
+
+regions = st.lists(
+    st.tuples(
+        st.booleans(),  # alive
+        st.booleans(),  # stale report
+        st.dictionaries(st.text("abcdef", min_size=1, max_size=4), st.floats(0, 5000), max_size=12),
+    ),
+    min_size=2,
+    max_size=6,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(regions, st.integers(1, 4), st.integers(0, 6), st.floats(0, 1))
+def test_policy_invariants(
+    spec: list[tuple[bool, bool, dict[str, float]]], confirmations: int, cap: int, margin: float
+) -> None:
+    clock = ManualClock()
+    cfg = RebalanceConfig(
+        confirmations=confirmations,
+        max_moves_per_cycle=cap,
+        overload_margin=margin,
+        cooldown_s=100,
+    )
+    policy = Rebalancer(cfg, clock)
+    seen: set[str] = set()
+    hubs = []
+    for i, (alive, stale, rates) in enumerate(spec):
+        rates = {f"{i}-{t}": r for t, r in rates.items() if f"{i}-{t}" not in seen}
+        seen |= set(rates)
+        hubs.append(hub(f"h{i}", rates, alive=alive, age_ms=10**7 if stale else 0))
+    usable = {
+        h.address for h in hubs if h.alive and h.load and NOW_MS - h.load.timestamp_ms < 60_000
+    }
+    moved_at: dict[str, int] = {}
+    for cycle in range(6):
+        moves = policy.plan(hubs)
+        assert len(moves) <= cap
+        loads = {
+            h.address: sum(t.msg_in for t in h.load.topic_loads.values())
+            for h in hubs
+            if h.address in usable and h.load
+        }
+        mean = sum(loads.values()) / max(1, len(loads))
+        for m in moves:
+            assert m.destination in usable and m.source in usable and m.destination != m.source
+            assert m.reason and m.topic in m.reason
+            # never inside its cooldown (cycles are 30 s apart, cooldown 100 s)
+            assert m.topic not in moved_at or (cycle - moved_at[m.topic]) * 30 >= 100
+            moved_at[m.topic] = cycle
+        # no destination ends above the overload line because of this cycle's moves
+        after = dict(loads)
+        for m in moves:
+            assert m.destination is not None
+            after[m.source] -= m.rate
+            after[m.destination] += m.rate
+        for m in moves:
+            assert m.destination is not None
+            assert after[m.destination] <= mean * (1 + margin) + 1e-6
+        clock.advance(30)
+
+
+def test_confirmation_needed_before_shedding() -> None:
+    policy = Rebalancer(RebalanceConfig(confirmations=3, underload_margin=0.9), ManualClock())
+    hubs = [hub("a", {"t1": 900, "t2": 300}), hub("b", {"t3": 600}), hub("c", {"t4": 600})]
+    assert policy.plan(hubs) == []
+    assert policy.plan(hubs) == []
+    moves = policy.plan(hubs)
+    assert moves and moves[0].source == "a" and "3 checks" in moves[0].reason
+
+
+def test_restarted_hub_history_is_forgotten() -> None:
+    policy = Rebalancer(RebalanceConfig(confirmations=2, underload_margin=0.9), ManualClock())
+    busy = {"t1": 900, "t2": 300}
+    others = [hub("b", {"t3": 600}), hub("c", {"t4": 600})]
+    assert policy.plan([hub("a", busy, epoch=1), *others]) == []
+    # it restarted (new epoch): the streak starts again
+    assert policy.plan([hub("a", busy, epoch=2), *others]) == []
+    assert policy.plan([hub("a", busy, epoch=2), *others])
+
+
+def test_new_empty_hub_fills_up_without_waiting() -> None:
+    policy = Rebalancer(RebalanceConfig(confirmations=5), ManualClock())
+    hubs = [
+        hub("a", {f"t{i}": 100 for i in range(10)}),
+        hub("b", {f"u{i}": 100 for i in range(10)}),
+        hub("new", {}),
+    ]
+    moves = policy.plan(hubs)
+    assert moves and all(m.destination == "new" for m in moves)
+    assert "under" in moves[0].reason
+
+
+def test_low_load_drain_empties_the_quietest_hub() -> None:
+    cfg = RebalanceConfig(low_load_drain=True, hub_capacity=1000, low_load_threshold=0.3)
+    policy = Rebalancer(cfg, ManualClock())
+    moves = policy.plan([hub("a", {"t1": 50, "t2": 40}), hub("b", {"t3": 60}), hub("c", {"t4": 5})])
+    assert {m.topic for m in moves} == {"t4"} and moves[0].source == "c"
+    assert "low-load drain" in moves[0].reason
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_simulator_scenarios_converge(scenario: str) -> None:
+    r = simulate(scenario, cycles=15)
+    assert r["imbalance"][-1] <= 1.25, r
+    assert r["max_moves_of_one_topic"] <= 2, r
+    # it settles: the last cycles move nothing
+    assert r["moves_per_cycle"][-5:] == [0] * 5, r
+
+
+def test_skewed_converges_within_five_cycles() -> None:
+    r = simulate("skewed", cycles=5, topics=60)
+    assert r["imbalance"][-1] <= 1.25
