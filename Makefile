@@ -14,7 +14,7 @@ all: test
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,spark]'
 	rm -f $(VENV)/.installed-*
 	touch $@
 
@@ -26,8 +26,8 @@ zookeeper:
 deps: venv zookeeper
 
 lint: venv
-	$(VENV)/bin/ruff check src tests bench
-	$(VENV)/bin/ruff format --check src tests bench
+	$(VENV)/bin/ruff check src tests bench spark-apps
+	$(VENV)/bin/ruff format --check src tests bench spark-apps
 
 typecheck: venv
 	$(VENV)/bin/mypy

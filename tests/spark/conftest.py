@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 
 APPS = str(Path(__file__).resolve().parents[2] / "spark-apps")
 if APPS not in sys.path:
@@ -20,7 +21,7 @@ if APPS not in sys.path:
 
 from hedwig.devcluster.cluster import DevCluster  # noqa: E402
 
-UNIT_MODULES = {"test_options", "test_fetch", "test_planning"}
+UNIT_MODULES = {"test_options", "test_fetch"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -40,7 +41,7 @@ def spark_cluster() -> Iterator[DevCluster]:
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[object]:
+def spark() -> Iterator[SparkSession]:
     from hedwig_spark import local_session
 
     session = local_session("hedwig-tests", extra={"spark.ui.showConsoleProgress": "false"})
