@@ -12,7 +12,7 @@ import logging
 import sys
 
 from hedwig import __version__
-from hedwig.cli import admin, bench, demo, dev, pubsub, servers, sim
+from hedwig.cli import admin, balance, bench, demo, dev, pubsub, servers, sim
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.register(sub)
     demo.register(sub)
     sim.register(sub)
+    balance.register(sub)
     return parser
 
 

@@ -45,6 +45,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--placement", choices=POLICIES, help="how to choose a hub for a new topic")
     p.add_argument("--max-message-size", type=int, help="bytes (default 1 MiB)")
     p.add_argument(
+        "--self-balance",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="shed load to other hubs by the shared policy (default on; off under an operator)",
+    )
+    p.add_argument(
+        "--balance-interval",
+        type=float,
+        dest="balance_interval_s",
+        help="seconds between self-balancing cycles (default 60)",
+    )
+    p.add_argument(
         "--replication",
         help="region default ENSEMBLE/WRITE_QUORUM/ACK_QUORUM (default 3/3/2; 1/1/1 for one hub)",
     )
@@ -86,6 +98,8 @@ def run_hub(args: argparse.Namespace) -> int:
             placement=args.placement,
             max_message_size=args.max_message_size,
             replication=args.replication,
+            self_balance=args.self_balance,
+            balance_interval_s=args.balance_interval_s,
         )
     except HedwigError as exc:
         print(f"hedwig hub: {exc}", file=sys.stderr)

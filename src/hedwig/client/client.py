@@ -45,6 +45,7 @@ from hedwig.protocol.frames import (
     Publish,
     Published,
     Read,
+    ReleaseTopic,
     Subscribe,
     Subscribed,
     SubscribeMode,
@@ -109,6 +110,7 @@ class HedwigClient:
         self._conns: dict[str, HubConnection] = {}
         self._connecting: dict[str, asyncio.Future[HubConnection]] = {}
         self._owners: dict[str, str] = {}
+        self._claim_hints: set[str] = set()
         self._next_hub = itertools.cycle(range(len(self.hubs)))
         self._publishers: dict[str, _TopicPublisher] = {}
         self._subscribers: dict[tuple[str, str], Subscriber] = {}
@@ -181,7 +183,10 @@ class HedwigClient:
             if self._owners.get(event.topic) == conn.address:
                 del self._owners[event.topic]
             if event.new_owner:
+                # The old owner named its successor: go there as a redirected client would,
+                # so it claims the topic rather than choosing again.
                 self._owners[event.topic] = event.new_owner
+                self._claim_hints.add(event.topic)
             for (topic, _), sub in list(self._subscribers.items()):
                 if topic == event.topic and sub._conn is conn:
                     sub._lost(f"topic moved: {event.reason}")
@@ -201,7 +206,8 @@ class HedwigClient:
         """Send a topic request to its owner, following redirects and retrying transient errors."""
         policy = self.retry if deadline_s is None else _with_deadline(self.retry, deadline_s)
         backoff = Backoff(policy, self.clock)
-        redirected = False
+        redirected = topic in self._claim_hints
+        self._claim_hints.discard(topic)
         redirects = 0
         address = self._route(topic)
         while True:
@@ -339,6 +345,12 @@ class HedwigClient:
         answer, _ = await self._topic_request(topic, lambda rid, r: TopicStats(rid, topic, r))
         assert isinstance(answer, TopicInfo)
         return answer
+
+    async def move_topic(
+        self, topic: str, to: str | None = None, *, reason: str = "move requested"
+    ) -> None:
+        """Ask the topic's owner to hand it over gracefully (to ``to`` if given)."""
+        await self._topic_request(topic, lambda rid, r: ReleaseTopic(rid, topic, to, reason))
 
     def owner_of(self, topic: str) -> str | None:
         """The hub this client last saw owning ``topic``."""

@@ -18,6 +18,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from hedwig.clock import Clock, SystemClock
+from hedwig.errors import HedwigError
 from hedwig.hub.config import HubConfig
 from hedwig.hub.http import HealthServer
 from hedwig.hub.load import LoadTracker
@@ -30,6 +31,8 @@ from hedwig.ledger.storage import LocalStorage
 from hedwig.metadata.managers import MetadataStore, SessionState
 from hedwig.metadata.records import HubLoad
 from hedwig.metadata.zookeeper import ZkMetadataStore
+from hedwig.net.connection import HubConnection
+from hedwig.placement.rebalance import Move, Rebalancer
 from hedwig.protocol import status
 from hedwig.protocol.connection import DEFAULT_MAX_FRAME_SIZE
 from hedwig.protocol.frames import (
@@ -38,6 +41,7 @@ from hedwig.protocol.frames import (
     Frame,
     Publish,
     Read,
+    ReleaseTopic,
     Subscribe,
     TopicInfo,
     TopicStats,
@@ -81,6 +85,7 @@ class Hub(HubOperations):
         self._http: HealthServer | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._load = LoadTracker()
+        self.rebalancer = Rebalancer(config.rebalance, self.clock)
         self._ready = False
         self._stopping = False
         self.stopped = asyncio.Event()
@@ -108,6 +113,8 @@ class Hub(HubOperations):
         self._spawn(self._load_loop())
         self._spawn(self._flush_loop())
         self._spawn(self._gc_loop())
+        if self.config.self_balance:
+            self._spawn(self._balance_loop())
         self._ready = True
         self._set_session_metric(SessionState.CONNECTED)
         log.info(
@@ -136,6 +143,7 @@ class Hub(HubOperations):
         log.info("hub %s stopping: releasing %d topics", self.address, len(self.topics.topics))
         with contextlib.suppress(Exception):
             await self.store.hubs.unregister_hub(self.address)
+        self.metrics.releases.labels("hub shutting down").inc(len(self.topics.topics))
         await self.topics.release_all("hub shutting down")
         for t in self._tasks:
             t.cancel()
@@ -218,6 +226,28 @@ class Hub(HubOperations):
             await self.clock.sleep(self.config.gc_interval_s)
             await self.topics.collect_garbage()
 
+    async def _balance_loop(self) -> None:
+        """Seed 000's self-shedding: every hub runs the shared policy on the region's load
+        reports and hands over the topics the policy moves off *this* hub. Off when an
+        operator balances the pool (``--no-self-balance``)."""
+        while True:
+            await self.clock.sleep(self.config.balance_interval_s)
+            try:
+                await self.balance_once()
+            except Exception as exc:
+                log.warning("self-balancing cycle failed: %s", exc)
+
+    async def balance_once(self) -> list[Move]:
+        hubs = await self.store.hubs.list_hubs()
+        mine = [m for m in self.rebalancer.plan(hubs) if m.source == self.address]
+        for m in mine:
+            log.info("shedding: %s", m.reason)
+            try:
+                await self.move(m.topic, m.destination, m.reason)
+            except HedwigError as exc:
+                log.info("moving %r failed: %s", m.topic, exc)
+        return mine
+
     def _topics_changed(self) -> None:
         self.metrics.topics_owned.set(len(self.topics.topics))
 
@@ -299,11 +329,65 @@ class Hub(HubOperations):
             req.request_id, owned.log.first_seq, owned.log.last_seq, len(owned.subscriptions)
         )
 
+    async def release_topic(self, conn: ClientConnection, req: ReleaseTopic) -> None:
+        await self.move(req.topic, req.destination, req.reason)
+
+    async def move(self, topic: str, destination: str | None, reason: str) -> bool:
+        """Hand ``topic`` over gracefully (to ``destination`` if given); False if not ours.
+
+        The destination is asked to claim the topic right away (a redirected request), so the
+        hand-off does not wait for the next client request.
+        """
+        if topic not in self.topics.topics:
+            got = await self.store.ownership.read_owner_info(topic)
+            if got is not None and got.value.address != self.address:
+                raise status.NotResponsibleError(
+                    f"topic {topic!r} is owned by {got.value.address}", detail=got.value.address
+                )
+            return False
+        if destination is not None:
+            if destination == self.address:
+                return True
+            alive = {h.address for h in await self.store.hubs.list_hubs() if h.alive}
+            if destination not in alive:
+                raise status.InvalidRequestError(f"destination {destination} is not an alive hub")
+        moved = await self.topics.release(topic, reason, destination)
+        if moved:
+            self.metrics.releases.labels(_reason_label(reason)).inc()
+            if destination is not None:
+                asyncio.get_running_loop().create_task(self._ask_to_claim(destination, topic))
+        return moved
+
+    async def _ask_to_claim(self, destination: str, topic: str) -> None:
+        try:
+            conn = await HubConnection.open(destination, _ignore_event, _ignore_close, timeout=2)
+        except HedwigError:
+            return
+        try:
+            await conn.request(TopicStats(conn.next_id(), topic, True), timeout=10)
+        except HedwigError as exc:
+            log.info("destination %s did not claim %r at once: %s", destination, topic, exc)
+        finally:
+            conn.close()
+
     def disconnected(self, conn: ClientConnection) -> None:
         for topic in conn.topics:
             owned = self.topics.topics.get(topic)
             if owned is not None:
                 owned.detach_peer(conn)
+
+
+def _reason_label(reason: str) -> str:
+    """A bounded label for a move's reason: the words before the first colon."""
+    return reason.split(":", 1)[0][:40] or "unspecified"
+
+
+def _ignore_event(*_: object) -> None:
+    return None
+
+
+def _ignore_close(*_: object) -> None:
+    return None
 
 
 async def serve(config: HubConfig) -> None:

@@ -7,11 +7,12 @@ variable ``HEDWIG_<FIELD>`` (upper case), flags winning. Containers use the vari
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 from hedwig.errors import MetadataError, UsageError
 from hedwig.metadata.records import ReplicationConfig
 from hedwig.placement import PlacementPolicy
+from hedwig.placement.rebalance import RebalanceConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +53,12 @@ class HubConfig:
     load_report_interval_s: float = 5.0
     # Load reports older than this are ignored by placement.
     load_report_max_age_s: float = 30.0
+    # Self-shedding (seed 000): each hub runs the shared rebalancing policy every
+    # balance_interval_s and hands over the topics it moves off this hub. Turn it off when
+    # an operator rebalances the pool.
+    self_balance: bool = True
+    balance_interval_s: float = 60.0
+    rebalance: RebalanceConfig = field(default_factory=RebalanceConfig)
     # Messages pushed to a subscriber per DELIVER frame at most (bounded by the window too).
     delivery_batch_messages: int = 1000
 
@@ -75,6 +82,8 @@ class HubConfig:
         env = os.environ if environ is None else environ
         values: dict[str, object] = {}
         for f in fields(cls):
+            if f.name == "rebalance":
+                continue  # a group of its own; set in code or by the operator
             raw = env.get(f"HEDWIG_{f.name.upper()}")
             if raw is not None:
                 values[f.name] = _parse(f.type, raw, f.name)
@@ -87,6 +96,12 @@ def _parse(type_name: object, raw: str, name: str) -> object:
     try:
         if raw == "" and "None" in t:
             return None
+        if t.startswith("bool"):
+            if raw.lower() in ("1", "true", "yes", "on"):
+                return True
+            if raw.lower() in ("0", "false", "no", "off"):
+                return False
+            raise ValueError("expected true or false")
         if t.startswith("int"):
             return int(raw)
         if t.startswith("float"):

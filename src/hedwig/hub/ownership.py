@@ -55,6 +55,9 @@ from hedwig.protocol.names import validate_name
 
 log = logging.getLogger(__name__)
 
+# Messages at the end of a topic's log read back on take-over to rebuild duplicate detection.
+DEDUP_WINDOW = 5000
+
 
 @dataclass
 class OwnershipStats:
@@ -274,9 +277,10 @@ class TopicManager:
             stats=(lambda d, n, b: stats_hook(topic, d, n, b)) if stats_hook else None,
         )
         try:
-            owned.remember_publishers(
-                [c.batch for c in await tlog.read(max(1, tlog.last_seq - 10_000), 10_000, 64 << 20)]
-            )
+            # Learn the publishers' last sequences from the end of the log, so a publish
+            # retried through this change of owner is still recognised as a duplicate.
+            recent = await tlog.read(max(1, tlog.last_seq - DEDUP_WINDOW), DEDUP_WINDOW, 8 << 20)
+            owned.remember_publishers([c.batch for c in recent])
         except HedwigError as exc:
             log.info("topic %r: could not read back recent publishers: %s", topic, exc)
         self.topics[topic] = owned

@@ -35,6 +35,7 @@ from hedwig.protocol.frames import (
     Read,
     ReadEntry,
     ReadLac,
+    ReleaseTopic,
     Subscribe,
     TopicInfo,
     TopicStats,
@@ -174,6 +175,9 @@ class HubFrontEnd:
             return await ops.topic_stats(conn, frame)
         if isinstance(frame, Ping):
             return Ok(frame.request_id)
+        if isinstance(frame, ReleaseTopic):
+            await ops.release_topic(conn, frame)
+            return Ok(frame.request_id)
         # The storage role: ledger replicas for other hubs' topics.
         storage = ops.storage
         if isinstance(frame, AddEntry):
@@ -232,6 +236,9 @@ class HubOperations:
         raise NotImplementedError
 
     async def topic_stats(self, conn: ClientConnection, req: TopicStats) -> TopicInfo:
+        raise NotImplementedError
+
+    async def release_topic(self, conn: ClientConnection, req: ReleaseTopic) -> None:
         raise NotImplementedError
 
     def disconnected(self, conn: ClientConnection) -> None:

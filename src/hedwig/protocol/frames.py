@@ -607,6 +607,36 @@ class TopicStats(_FrameBase):
         return cls(rid, topic, bool(flags & FLAG_REDIRECTED))
 
 
+@dataclass(frozen=True, slots=True)
+class ReleaseTopic(_FrameBase):
+    """Ask the owner to hand the topic over gracefully, to ``destination`` if given.
+
+    The owner stops accepting publishes, flushes consume marks, closes its ledger, deletes its
+    owner record and sends TOPIC_MOVED naming the destination to every client of the topic;
+    then it answers OK. A hub that does not own the topic answers NOT_RESPONSIBLE.
+    """
+
+    TYPE: ClassVar[int] = 0x09
+    request_id: int
+    topic: str
+    destination: str | None = None
+    reason: str = "move requested"
+
+    def header_fields(self) -> tuple[int, int]:
+        return 0, self.request_id
+
+    def body(self) -> bytes:
+        return _str(self.topic) + _opt_str(self.destination) + _str(self.reason[:1024])
+
+    @classmethod
+    def decode(cls, flags: int, rid: int, r: _Reader) -> ReleaseTopic:
+        topic = r.str()
+        dest = r.opt_str()
+        reason = r.str()
+        r.done()
+        return cls(rid, topic, dest, reason)
+
+
 # Answers ------------------------------------------------------------------------------------
 
 
@@ -1007,6 +1037,7 @@ Frame = (
     | Ping
     | Read
     | TopicStats
+    | ReleaseTopic
     | Ok
     | Published
     | Subscribed
@@ -1037,6 +1068,7 @@ DECODERS: dict[int, tuple[bool, _Decoder]] = {
         Ping,
         Read,
         TopicStats,
+        ReleaseTopic,
         Ok,
         Published,
         Subscribed,

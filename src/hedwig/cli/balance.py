@@ -1,0 +1,90 @@
+"""``hedwig move`` and ``hedwig rebalance``: move topics by hand or by the shared policy."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from dataclasses import asdict, replace
+
+from hedwig.cli.common import add_hub_options, alive_hubs, resolve_hubs
+from hedwig.client import HedwigClient
+from hedwig.errors import HedwigError
+from hedwig.metadata.zookeeper import ZkMetadataStore
+from hedwig.placement.rebalance import Move, RebalanceConfig, Rebalancer
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("move", help="hand a topic over gracefully (to --to, or wherever placed)")
+    add_hub_options(p)
+    p.add_argument("topic")
+    p.add_argument("--to", default=None, help="destination hub HOST:PORT")
+    p.set_defaults(func=run_move)
+
+    p = sub.add_parser("rebalance", help="propose (--dry-run) or apply topic moves by the policy")
+    p.add_argument("--zk", required=True)
+    p.add_argument("--region", default="dev")
+    p.add_argument("--dry-run", action="store_true", help="print the moves, change nothing")
+    p.add_argument("--margin", type=float, default=0.2, help="overload margin over the mean")
+    p.add_argument("--max-moves", type=int, default=10)
+    p.add_argument("--min-topic-rate", type=float, default=1.0)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=run_rebalance)
+
+
+def run_move(args: argparse.Namespace) -> int:
+    try:
+        hubs = resolve_hubs(args)
+
+        async def go() -> None:
+            async with HedwigClient(hubs) as client:
+                await client.move_topic(args.topic, args.to, reason="moved by hand")
+
+        asyncio.run(go())
+    except HedwigError as exc:
+        print(f"hedwig move: {exc}", file=sys.stderr)
+        return 1
+    print(f"moved {args.topic}" + (f" to {args.to}" if args.to else ""))
+    return 0
+
+
+async def plan_and_apply(
+    zk: str, region: str, config: RebalanceConfig, *, dry_run: bool
+) -> list[Move]:
+    store = ZkMetadataStore(zk, region)
+    await store.start()
+    try:
+        hubs = await store.hubs.list_hubs()
+    finally:
+        await store.close()
+    # A one-off run has no history to confirm with: it acts on what the reports show now.
+    moves = Rebalancer(replace(config, confirmations=1)).plan(hubs)
+    if not dry_run and moves:
+        async with HedwigClient(await alive_hubs(zk, region)) as client:
+            for m in moves:
+                await client.move_topic(m.topic, m.destination, reason=m.reason)
+    return moves
+
+
+def run_rebalance(args: argparse.Namespace) -> int:
+    config = RebalanceConfig(
+        overload_margin=args.margin,
+        max_moves_per_cycle=args.max_moves,
+        min_topic_rate=args.min_topic_rate,
+        confirmations=1,
+    )
+    try:
+        moves = asyncio.run(plan_and_apply(args.zk, args.region, config, dry_run=args.dry_run))
+    except HedwigError as exc:
+        print(f"hedwig rebalance: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps([asdict(m) for m in moves], indent=2))
+    elif not moves:
+        print("balanced: no moves")
+    else:
+        verb = "would move" if args.dry_run else "moved"
+        for m in moves:
+            print(f"{verb} {m.topic}: {m.source} -> {m.destination}  ({m.reason})")
+    return 0
