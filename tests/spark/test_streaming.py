@@ -1,0 +1,146 @@
+"""Streaming reads: checkpointed offsets, restarts, topic moves, the per-trigger cap."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from hedwig.client import SyncClient
+from hedwig.devcluster.cluster import DevCluster
+
+from ..cluster_helpers import owner_of
+from .helpers import publish, wait_for
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def start_query(
+    spark: SparkSession, hubs: str, topic: str, out: Path, checkpoint: Path, **options: str
+) -> StreamingQuery:
+    reader = (
+        spark.readStream.format("hedwig")
+        .option("hubs", hubs)
+        .option("topic", topic)
+        .option("startingOffsets", "earliest")
+    )
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return (
+        reader.load()
+        .selectExpr("seq", "CAST(value AS STRING) AS value")
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime="500 milliseconds")
+        .start()
+    )
+
+
+def output_seqs(spark: SparkSession, out: Path) -> list[int]:
+    if not (out / "_spark_metadata").exists():
+        return []
+    df = spark.read.schema("seq long, value string").parquet(str(out))
+    return [r.seq for r in df.select("seq").collect()]
+
+
+class Publisher(threading.Thread):
+    """Publishes ``total`` messages at about ``rate`` per second, in the background."""
+
+    def __init__(self, hubs: str, topic: str, total: int, rate: float) -> None:
+        super().__init__(daemon=True)
+        self.hubs, self.topic, self.total, self.rate = hubs, topic, total, rate
+        self.sent = 0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            with SyncClient(self.hubs.split(",")) as client:
+                step = 20
+                while self.sent < self.total:
+                    n = min(step, self.total - self.sent)
+                    client.publish_many(
+                        self.topic, [f"m{self.sent + i + 1}".encode() for i in range(n)]
+                    )
+                    self.sent += n
+                    time.sleep(n / self.rate)
+        except BaseException as exc:
+            self.error = exc
+
+
+def assert_exactly(spark: SparkSession, out: Path, total: int) -> None:
+    seqs = output_seqs(spark, out)
+    assert len(seqs) == len(set(seqs)), "rows repeated"
+    assert sorted(seqs) == list(range(1, total + 1)), "rows lost"
+
+
+def test_restart_from_checkpoint_neither_loses_nor_repeats(
+    spark: SparkSession, hubs: str, topic: str, tmp_path: Path
+) -> None:
+    out, ck = tmp_path / "out", tmp_path / "checkpoint"
+    publisher = Publisher(hubs, topic, total=3000, rate=250)
+    publisher.start()
+    query = start_query(spark, hubs, topic, out, ck)
+    wait_for(lambda: len(output_seqs(spark, out)) >= 200, what="first rows")
+    query.stop()
+    stopped_at = len(output_seqs(spark, out))
+    assert stopped_at < 3000, "the query must stop before it has read everything"
+    query = start_query(spark, hubs, topic, out, ck)
+    try:
+        publisher.join(60)
+        assert publisher.error is None
+        wait_for(lambda: len(output_seqs(spark, out)) >= 3000, what="all rows")
+        time.sleep(1.5)  # a repeated batch would land now
+    finally:
+        query.stop()
+    assert_exactly(spark, out, 3000)
+
+
+def test_topic_moved_mid_query_does_not_fail_it(
+    spark: SparkSession, spark_cluster: DevCluster, hubs: str, topic: str, tmp_path: Path
+) -> None:
+    out, ck = tmp_path / "out", tmp_path / "checkpoint"
+    publish(hubs, topic, [b"first"])
+    publisher = Publisher(hubs, topic, total=1200, rate=200)
+    publisher.start()
+    query = start_query(spark, hubs, topic, out, ck)
+    try:
+        wait_for(lambda: len(output_seqs(spark, out)) >= 100, what="first rows")
+        owner = _owner(spark_cluster, topic)
+        # Stop the owner (graceful hand-off), then start it again: the topic moves away
+        # while the query keeps reading, and the hub returns with its ledgers.
+        spark_cluster.hub_at(owner).restart()
+        publisher.join(90)
+        assert publisher.error is None
+        wait_for(lambda: len(output_seqs(spark, out)) >= 1201, timeout=120, what="all rows")
+        assert query.isActive and query.exception() is None
+    finally:
+        query.stop()
+    assert_exactly(spark, out, 1201)
+
+
+def _owner(cluster: DevCluster, topic: str) -> str:
+    import asyncio
+
+    got = asyncio.run(owner_of(cluster.zk, cluster.region, topic))
+    assert got is not None
+    return got
+
+
+def test_max_records_per_trigger_caps_each_batch(
+    spark: SparkSession, hubs: str, topic: str, tmp_path: Path
+) -> None:
+    publish(hubs, topic, [b"x"] * 1000)
+    out, ck = tmp_path / "out", tmp_path / "checkpoint"
+    query = start_query(spark, hubs, topic, out, ck, maxRecordsPerTrigger="300")
+    try:
+        wait_for(lambda: len(output_seqs(spark, out)) >= 1000, what="all rows")
+        sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    finally:
+        query.stop()
+    assert max(sizes) <= 300 and sum(sizes) == 1000
+    assert_exactly(spark, out, 1000)
