@@ -1,0 +1,1 @@
+"""Spark applications on Hedwig topics: the traffic heat map (streaming), hub load (batch)."""
