@@ -26,7 +26,7 @@ import logging
 import struct
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from hedwig.client.retry import Backoff, RetryPolicy
@@ -187,6 +187,9 @@ class HedwigClient:
                 # so it claims the topic rather than choosing again.
                 self._owners[event.topic] = event.new_owner
                 self._claim_hints.add(event.topic)
+            pub = self._publishers.get(event.topic)
+            if pub is not None:
+                pub.barrier()
             for (topic, _), sub in list(self._subscribers.items()):
                 if topic == event.topic and sub._conn is conn:
                     sub._lost(f"topic moved: {event.reason}")
@@ -201,9 +204,18 @@ class HedwigClient:
         return owner if owner is not None else self.hubs[next(self._next_hub)]
 
     async def _topic_request(
-        self, topic: str, make: _FrameMaker, *, deadline_s: float | None = None
+        self,
+        topic: str,
+        make: _FrameMaker,
+        *,
+        deadline_s: float | None = None,
+        before_retry: Callable[[], Awaitable[None]] | None = None,
     ) -> tuple[Answer, HubConnection]:
-        """Send a topic request to its owner, following redirects and retrying transient errors."""
+        """Send a topic request to its owner, following redirects and retrying transient errors.
+
+        ``before_retry`` is awaited before every attempt after the first (redirects included):
+        ordered publishing uses it to let earlier batches go first.
+        """
         policy = self.retry if deadline_s is None else _with_deadline(self.retry, deadline_s)
         backoff = Backoff(policy, self.clock)
         redirected = topic in self._claim_hints
@@ -223,6 +235,8 @@ class HedwigClient:
                 if exc.owner and redirects < MAX_REDIRECTS:
                     redirects += 1
                     address, redirected = exc.owner, True
+                    if before_retry is not None:
+                        await before_retry()
                     continue
                 err: HedwigError = exc
             except status.ServerError as exc:
@@ -235,6 +249,10 @@ class HedwigClient:
             except ConnectionLostError as exc:
                 self._owners.pop(topic, None)
                 err = exc
+            if before_retry is not None:
+                # At once, before the backoff sleep: ordered publishing closes its gate here,
+                # so no later batch can reach a new owner ahead of this one.
+                await before_retry()
             if not await backoff.wait():
                 raise TimeoutError_(
                     f"topic {topic!r}: gave up after {policy.deadline_s}s: {err}"
@@ -385,6 +403,7 @@ class _TopicPublisher:
         self._gate = asyncio.Event()
         self._gate.set()
         self._failed: set[int] = set()
+        self._barrier_pseq = 0  # batches below this must settle before the gate reopens
         self._outstanding: dict[int, _Batch] = {}
         self._loop = asyncio.get_running_loop()
         self._task = self._loop.create_task(self._run())
@@ -400,6 +419,21 @@ class _TopicPublisher:
 
     def stop(self) -> None:
         self._task.cancel()
+
+    def barrier(self) -> None:
+        """The topic moved: hold new batches until those in flight have settled, so none of
+        them can reach the new owner ahead of an earlier one still coming back from the old."""
+        if self._outstanding:
+            self._barrier_pseq = max(self._barrier_pseq, self._next_pseq)
+            self._gate.clear()
+
+    def _reopen(self) -> None:
+        if self._barrier_pseq and (
+            not self._outstanding or min(self._outstanding) >= self._barrier_pseq
+        ):
+            self._barrier_pseq = 0
+        if not self._failed and not self._barrier_pseq:
+            self._gate.set()
 
     async def flush(self) -> None:
         futs = list(self._futs) + [f for b in self._outstanding.values() for f in b.futures]
@@ -432,18 +466,31 @@ class _TopicPublisher:
             self._outstanding[batch.pseq] = batch
             self._loop.create_task(self._send(batch))
 
+    async def _wait_turn(self, batch: _Batch) -> None:
+        """Before any re-send: hold back new batches and wait until every earlier batch is
+        settled. Without this a later batch could be stored before an earlier one that is
+        still being retried, and the earlier one would then look like a duplicate."""
+        self._failed.add(batch.pseq)
+        self._gate.clear()
+        while self._outstanding and min(self._outstanding) < batch.pseq:
+            self._settled.clear()
+            await self._settled.wait()
+
     async def _send(self, batch: _Batch) -> None:
         client = self.client
         topic = self.topic
-        first_try = True
+
+        async def wait_turn() -> None:
+            await self._wait_turn(batch)
+
         try:
+            if not self._gate.is_set():
+                # A batch made just before a failure was noticed: it must not overtake the
+                # failed batches on their way to the new owner.
+                while self._outstanding and min(self._outstanding) < batch.pseq:
+                    self._settled.clear()
+                    await self._settled.wait()
             while True:
-                if not first_try:
-                    # Retries go strictly in order: wait until every earlier batch is acked.
-                    while self._outstanding and min(self._outstanding) < batch.pseq:
-                        self._settled.clear()
-                        await self._settled.wait()
-                first_try = False
                 try:
                     answer, _ = await client._topic_request(
                         topic,
@@ -456,6 +503,7 @@ class _TopicPublisher:
                             batch.payload,
                             r,
                         ),
+                        before_retry=wait_turn,
                     )
                 except (TimeoutError_, status.ServerError, UsageError) as exc:
                     for f in batch.futures:
@@ -463,8 +511,7 @@ class _TopicPublisher:
                             f.set_exception(exc)
                     return
                 except HedwigError:
-                    self._failed.add(batch.pseq)
-                    self._gate.clear()
+                    await self._wait_turn(batch)
                     continue
                 assert isinstance(answer, Published)
                 first, dup = answer.first_seq, answer.duplicate
@@ -475,8 +522,7 @@ class _TopicPublisher:
         finally:
             self._outstanding.pop(batch.pseq, None)
             self._failed.discard(batch.pseq)
-            if not self._failed:
-                self._gate.set()
+            self._reopen()
             self._settled.set()
             self._inflight.release()
 

@@ -20,6 +20,7 @@ from enum import Enum
 
 from hedwig.clock import Clock
 from hedwig.errors import HedwigError, LedgerError, ProtocolError
+from hedwig.hub.dedup import RECENT, Known, PublisherTable
 from hedwig.hub.peer import Peer
 from hedwig.hub.subscription import Subscription
 from hedwig.ledger.topic_log import TopicLog
@@ -78,7 +79,7 @@ class OwnedTopic:
         self.state = TopicState.OPEN
         self.subscriptions: dict[str, Subscription] = {}
         self.publishers: set[Peer] = set()
-        self._seen: dict[str, tuple[int, int, int]] = {}  # publisher -> (pseq, first, last)
+        self.publisher_table = PublisherTable()
         self._on_lost = on_lost
         self._stats = stats
         self.moved_to: str | None = None
@@ -113,20 +114,37 @@ class OwnedTopic:
             raise status.InvalidRequestError(f"malformed batch: {exc}") from None
         self.publishers.add(peer)
         pid, pseq = req.publisher_id, req.publisher_seq
+        table = self.publisher_table
         if pseq:
-            seen = self._seen.get(pid)
-            if seen is not None and pseq + req.count - 1 <= seen[0]:
-                exact = seen[0] == pseq + req.count - 1
-                return Published(
-                    req.request_id, seen[1] if exact else 0, seen[2] if exact else 0, True
-                )
+            try:
+                known = await table.check(pid, pseq, req.count)
+            except asyncio.CancelledError:
+                known = None  # the original write failed: this one is the real attempt
+            if known is not None:
+                if not known.first_seq:
+                    log.warning(
+                        "topic %r: publisher %s seq %d..%d is older than the %d batches "
+                        "remembered; answered as a duplicate",
+                        self.name,
+                        pid,
+                        pseq,
+                        pseq + req.count - 1,
+                        RECENT,
+                    )
+                return Published(req.request_id, known.first_seq, known.last_seq, True)
+            table.begin(pid, pseq)
+        stored: Known | None = None
         try:
             batch = await self.log.append(pid, pseq, req.count, req.payload)
+            stored = Known(batch.first_seq, batch.last_seq)
         except LedgerError as exc:
             self._on_lost(self.name, f"ledger failed: {exc}")
             raise status.TopicMovingError(f"topic {self.name!r} lost its log: {exc}") from None
-        if pseq:
-            self._seen[pid] = (pseq + req.count - 1, batch.first_seq, batch.last_seq)
+        finally:
+            if pseq:
+                if stored is not None:
+                    table.learn(pid, pseq, req.count, stored.first_seq)
+                table.end(pid, pseq, stored)
         self.msg_in += req.count
         self.bytes_in += len(req.payload)
         if self._stats is not None:
@@ -134,13 +152,10 @@ class OwnedTopic:
         return Published(req.request_id, batch.first_seq, batch.last_seq)
 
     def remember_publishers(self, batches: list[Batch]) -> None:
-        """Learn publishers' last sequences from batches read back (after a take-over)."""
+        """Learn publishers' sequences from batches read back (after a take-over)."""
         for b in batches:
             if b.publisher_seq:
-                last = b.publisher_seq + b.count - 1
-                seen = self._seen.get(b.publisher_id)
-                if seen is None or seen[0] < last:
-                    self._seen[b.publisher_id] = (last, b.first_seq, b.last_seq)
+                self.publisher_table.learn(b.publisher_id, b.publisher_seq, b.count, b.first_seq)
 
     # subscriptions ------------------------------------------------------------------------
 

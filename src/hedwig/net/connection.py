@@ -14,12 +14,18 @@ from hedwig.protocol.frames import (
     Deliver,
     Error,
     Frame,
+    Ping,
     SubscriptionForcedClosed,
     TopicMoved,
 )
 from hedwig.protocol.status import error_for_status
 
 log = logging.getLogger(__name__)
+
+# A silent hub is pinged after KEEPALIVE_S and dropped if it does not answer in
+# KEEPALIVE_TIMEOUT_S: a frozen hub is noticed within about 3 s.
+KEEPALIVE_S = 1.0
+KEEPALIVE_TIMEOUT_S = 2.0
 
 Event = Deliver | TopicMoved | SubscriptionForcedClosed
 # What a request can be answered with: an answer too large for this connection is skipped and
@@ -44,6 +50,8 @@ class HubConnection(asyncio.Protocol):
         self._writable = asyncio.Event()
         self._writable.set()
         self.closed = False
+        self._last_heard = 0.0
+        self._keepalive: asyncio.Task[None] | None = None
 
     @classmethod
     async def open(
@@ -71,9 +79,36 @@ class HubConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        loop = asyncio.get_running_loop()
+        self._last_heard = loop.time()
+        self._keepalive = loop.create_task(self._keep_alive())
+
+    async def _keep_alive(self) -> None:
+        """Ping a hub that has been silent for KEEPALIVE_S; drop it if it stays silent.
+
+        A frozen or partitioned hub keeps its TCP connections open, so without this a client
+        would wait for it until a request timed out, and a subscriber forever. With it, the
+        connection fails within KEEPALIVE_S + KEEPALIVE_TIMEOUT_S and the client moves on.
+        """
+        loop = asyncio.get_running_loop()
+        while not self.closed:
+            await asyncio.sleep(KEEPALIVE_S)
+            if loop.time() - self._last_heard < KEEPALIVE_S or self.closed:
+                continue
+            try:
+                fut = self.send_nowait(Ping(self.next_id()))
+                await asyncio.wait_for(fut, KEEPALIVE_TIMEOUT_S)
+            except (TimeoutError, ConnectionLostError):
+                if not self.closed:
+                    log.warning("hub %s stopped answering; dropping the connection", self.address)
+                    if self._transport is not None:
+                        self._transport.abort()
+                return
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        if self._keepalive is not None:
+            self._keepalive.cancel()
         self._writable.set()
         err = ConnectionLostError(f"connection to hub {self.address} lost")
         for fut in self._pending.values():
@@ -89,6 +124,7 @@ class HubConnection(asyncio.Protocol):
         self._writable.set()
 
     def data_received(self, data: bytes) -> None:
+        self._last_heard = asyncio.get_running_loop().time()
         try:
             self._conn.receive_data(data)
             frames = self._conn.next_frames()

@@ -1,0 +1,213 @@
+"""A workload that records everything it saw, and the checker of that history.
+
+Publishers publish numbered messages (``<publisher>:<n>``) to a few topics and record every
+acknowledgement (topic, value, sequence id). Subscribers record every delivery. After the
+faults, the whole log of each topic is read back and the history is checked:
+
+1. every acknowledged message is in the log exactly once, at the sequence id its
+   acknowledgement gave;
+2. each publisher's acknowledged messages are in the log in acknowledgement order;
+3. the log holds nothing that was not published, and nothing twice;
+4. each subscriber received every message of the log in log order: redeliveries (after a
+   reconnect) are allowed, gaps never.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from hedwig.client import HedwigClient, RetryPolicy
+from hedwig.errors import HedwigError
+
+
+@dataclass
+class History:
+    acked: dict[str, list[tuple[bytes, int]]] = field(default_factory=lambda: defaultdict(list))
+    failed: int = 0
+    delivered: dict[tuple[str, str], list[tuple[int, bytes]]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
+    log: dict[str, list[tuple[int, bytes]]] = field(default_factory=dict)
+    ack_times: list[float] = field(default_factory=list)
+
+    @property
+    def acked_count(self) -> int:
+        return sum(len(v) for v in self.acked.values())
+
+
+class Workload:
+    def __init__(
+        self,
+        hubs: list[str],
+        topics: list[str],
+        *,
+        publishers: int = 3,
+        subscribers: int = 2,
+        rate: float = 200.0,
+        retry_deadline_s: float = 60.0,
+    ) -> None:
+        self.hubs = hubs
+        self.topics = topics
+        self.publishers = publishers
+        self.subscribers = subscribers
+        self.rate = rate
+        self.retry = RetryPolicy(deadline_s=retry_deadline_s)
+        self.history = History()
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._clients: list[HedwigClient] = []
+
+    async def start(self) -> None:
+        for s in range(self.subscribers):
+            client = HedwigClient(self.hubs, retry=self.retry)
+            self._clients.append(client)
+            for topic in self.topics:
+                sub = await client.subscribe(topic, f"checker-{s}", message_window=500)
+                self._tasks.append(asyncio.create_task(self._drain(topic, f"checker-{s}", sub)))
+        for p in range(self.publishers):
+            client = HedwigClient(self.hubs, retry=self.retry, publisher_id=f"pub{p}")
+            self._clients.append(client)
+            self._tasks.append(asyncio.create_task(self._publish(p, client)))
+
+    async def _publish(self, p: int, client: HedwigClient) -> None:
+        n = 0
+        interval = 1.0 / self.rate
+        pending: list[asyncio.Task[None]] = []
+        while not self._stop.is_set():
+            topic = self.topics[n % len(self.topics)]
+            value = b"pub%d:%d" % (p, n)
+            fut = client.publish_nowait(topic, value)
+            pending.append(asyncio.create_task(self._record(topic, value, fut)))
+            n += 1
+            await asyncio.sleep(interval)
+        await asyncio.gather(*pending)
+
+    async def _record(self, topic: str, value: bytes, fut: asyncio.Future[object]) -> None:
+        try:
+            result = await fut
+        except HedwigError:
+            self.history.failed += 1
+            return
+        seq = getattr(result, "seq", 0)
+        self.history.acked[topic].append((value, seq))
+        self.history.ack_times.append(time.monotonic())
+
+    async def _drain(self, topic: str, name: str, sub: object) -> None:
+        from hedwig.client import Subscriber
+
+        assert isinstance(sub, Subscriber)
+        with contextlib.suppress(asyncio.CancelledError):
+            async for m in sub:
+                self.history.delivered[(topic, name)].append((m.seq, m.value))
+                sub.consume(m.seq)
+
+    async def stop_publishing(self) -> None:
+        self._stop.set()
+        publishers = self._tasks[-self.publishers :]
+        await asyncio.gather(*publishers)
+
+    async def finish(self, timeout: float = 60.0) -> History:
+        """Stop publishing, read every log back, let subscribers catch up, close."""
+        await self.stop_publishing()
+        reader = HedwigClient(self.hubs, retry=self.retry)
+        try:
+            for topic in self.topics:
+                self.history.log[topic] = await read_all(reader, topic)
+        finally:
+            await reader.close()
+        deadline = time.monotonic() + timeout
+        for topic in self.topics:
+            last = self.history.log[topic][-1][0] if self.history.log[topic] else 0
+            for s in range(self.subscribers):
+                key = (topic, f"checker-{s}")
+                while time.monotonic() < deadline:
+                    got = self.history.delivered[key]
+                    if got and max(seq for seq, _ in got) >= last or last == 0:
+                        break
+                    await asyncio.sleep(0.1)
+        for t in self._tasks:
+            t.cancel()
+        for c in self._clients:
+            with contextlib.suppress(HedwigError):
+                await asyncio.wait_for(c.close(), 10)
+        return self.history
+
+
+async def read_all(client: HedwigClient, topic: str) -> list[tuple[int, bytes]]:
+    out: list[tuple[int, bytes]] = []
+    info = await client.topic_info(topic)
+    seq = 0
+    while True:
+        msgs = await client.read(topic, seq, max_messages=5000)
+        for batch in msgs.batches:
+            for m in batch.delivered():
+                if m.seq >= max(seq, 1) and (not out or m.seq > out[-1][0]):
+                    out.append((m.seq, m.value))
+        if not out or out[-1][0] >= max(msgs.last_seq, info.last_seq):
+            return out
+        seq = out[-1][0] + 1
+
+
+def check(history: History) -> None:
+    problems: list[str] = []
+    for topic, log in history.log.items():
+        seqs = [s for s, _ in log]
+        if seqs != list(range(1, len(seqs) + 1)):
+            problems.append(f"{topic}: log sequence ids are not 1..{len(seqs)} without gaps")
+        by_value: dict[bytes, list[int]] = defaultdict(list)
+        for seq, value in log:
+            by_value[value].append(seq)
+        dups = {v: s for v, s in by_value.items() if len(s) > 1}
+        if dups:
+            problems.append(
+                f"{topic}: {len(dups)} messages stored more than once, e.g. "
+                f"{next(iter(dups.items()))}"
+            )
+        strangers = [v for v in by_value if not v.startswith(b"pub")]
+        if strangers:
+            problems.append(f"{topic}: unknown messages in the log: {strangers[:3]}")
+        at = dict(log)
+        last_by_publisher: dict[bytes, int] = {}
+        for value, seq in history.acked.get(topic, []):
+            if seq == 0 and len(by_value.get(value, [])) == 1:
+                problems.append(
+                    f"{topic}: {value!r} acked as a duplicate of unknown place "
+                    f"(it is in the log once, at {by_value[value][0]})"
+                )
+                continue
+            if at.get(seq) != value:
+                problems.append(
+                    f"{topic}: acknowledged {value!r} at seq {seq} but the log holds "
+                    f"{at.get(seq)!r} there"
+                )
+                continue
+            pub, n = value.split(b":")
+            if last_by_publisher.get(pub, -1) > seq:
+                problems.append(f"{topic}: {value!r} acknowledged after a later message")
+            last_by_publisher[pub] = max(last_by_publisher.get(pub, -1), seq)
+        for (t, name), got in history.delivered.items():
+            if t != topic:
+                continue
+            high = 0
+            fresh: list[tuple[int, bytes]] = []
+            for seq, value in got:
+                if seq <= high:
+                    continue  # a redelivery after reconnecting: allowed
+                if seq != high + 1 and high != 0:
+                    problems.append(f"{topic}/{name}: gap after {high}: next delivery was {seq}")
+                    break
+                fresh.append((seq, value))
+                high = seq
+            first = fresh[0][0] if fresh else 1
+            expected = [(s, v) for s, v in log if s >= first]
+            if fresh != expected[: len(fresh)]:
+                problems.append(f"{topic}/{name}: deliveries differ from the log")
+            if len(fresh) < len(expected):
+                problems.append(
+                    f"{topic}/{name}: received up to {high}, the log ends at {log[-1][0]}"
+                )
+    assert not problems, "\n".join(problems[:20])

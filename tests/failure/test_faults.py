@@ -1,0 +1,131 @@
+"""Fault scenarios under load; each checks the full history (see ``history.py``).
+
+Three hubs with 3/3/2 replication, a 2 s ZooKeeper session, publishers and subscribers running
+throughout. With ack quorum 2 of 3, no scenario may lose an acknowledged message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from collections.abc import Iterator
+
+import pytest
+
+from hedwig.devcluster.cluster import DevCluster
+from hedwig.metadata.zookeeper import ZkMetadataStore
+from tests.cluster_helpers import eventually, owner_of
+from tests.failure.history import Workload, check
+
+pytestmark = pytest.mark.integration
+
+SESSION = 2.0
+TOPICS = ["f/a", "f/b", "f/c"]
+
+
+@pytest.fixture
+def cluster() -> Iterator[DevCluster]:
+    import os
+    import tempfile
+
+    keep = os.environ.get("HEDWIG_KEEP_FAULT_LOGS")
+    base = tempfile.mkdtemp(prefix="hedwig-faults-") if keep else None
+    with DevCluster(
+        hubs=3, region="faults", session_timeout_s=SESSION, replication="3/3/2", base_dir=base
+    ) as c:
+        yield c
+
+
+async def run(
+    cluster: DevCluster, fault: object, *, before: float = 2.0, after: float = 4.0
+) -> None:
+    work = Workload(cluster.addresses, TOPICS)
+    await work.start()
+    await asyncio.sleep(before)
+    acked_before = work.history.acked_count
+    assert acked_before > 0
+    await fault()  # type: ignore[operator]
+    await asyncio.sleep(after)
+    history = await work.finish()
+    assert history.acked_count > acked_before, "publishing did not resume after the fault"
+    check(history)
+
+
+async def victim_owner(cluster: DevCluster) -> str:
+    owner = await owner_of(cluster.zk, cluster.region, TOPICS[0])
+    assert owner is not None
+    return owner
+
+
+async def test_kill9_owner_under_load(cluster: DevCluster) -> None:
+    async def fault() -> None:
+        cluster.hub_at(await victim_owner(cluster)).kill()
+
+    await run(cluster, fault, after=SESSION + 4)
+
+
+async def test_kill9_storage_replica_under_load(cluster: DevCluster) -> None:
+    async def fault() -> None:
+        owner = await victim_owner(cluster)
+        replica = next(h for h in cluster.hub_procs if h.address != owner)
+        replica.kill()
+
+    await run(cluster, fault, after=SESSION + 3)
+
+
+async def test_owner_frozen_past_session_timeout(cluster: DevCluster) -> None:
+    frozen: list[str] = []
+
+    async def fault() -> None:
+        owner = await victim_owner(cluster)
+        hub = cluster.hub_at(owner)
+        hub.freeze()
+        frozen.append(owner)
+
+        async def taken_over() -> bool:
+            now = await owner_of(cluster.zk, cluster.region, TOPICS[0])
+            return now is not None and now != owner
+
+        await eventually(taken_over, timeout=SESSION * 5)
+        await asyncio.sleep(1.0)
+        hub.thaw()  # it must notice, acknowledge nothing more, and step down
+
+    await run(cluster, fault, after=3)
+    # the old owner stepped down: it owns none of the topics it lost
+    owners = [await owner_of(cluster.zk, cluster.region, t) for t in TOPICS]
+    assert frozen[0] not in owners or cluster.hub_at(frozen[0]).running
+
+
+async def test_owner_znode_deleted_by_third_party(cluster: DevCluster) -> None:
+    async def fault() -> None:
+        store = ZkMetadataStore(cluster.zk, cluster.region)
+        await store.start()
+        try:
+            for topic in TOPICS:
+                got = await store.ownership.read_owner_info(topic)
+                if got is not None:
+                    await store.ownership.delete_owner_info(topic, got.version)
+        finally:
+            await store.close()
+
+    await run(cluster, fault)
+
+
+async def test_hub_data_lost_and_restarted_empty(cluster: DevCluster) -> None:
+    async def fault() -> None:
+        owner = await victim_owner(cluster)
+        replica = next(h for h in cluster.hub_procs if h.address != owner)
+        replica.kill()
+        shutil.rmtree(replica.data_dir + "/ledgers", ignore_errors=True)
+        await asyncio.sleep(0.5)
+        replica.start()
+
+    await run(cluster, fault, after=SESSION + 3)
+
+
+async def test_zookeeper_restarted_under_load(cluster: DevCluster) -> None:
+    async def fault() -> None:
+        assert cluster.zk_server is not None
+        await asyncio.get_running_loop().run_in_executor(None, cluster.zk_server.restart)
+
+    await run(cluster, fault, after=SESSION + 4)
