@@ -126,7 +126,7 @@ class Workload:
                 key = (topic, f"checker-{s}")
                 while time.monotonic() < deadline:
                     got = self.history.delivered[key]
-                    if got and max(seq for seq, _ in got) >= last or last == 0:
+                    if last == 0 or (got and max(seq for seq, _ in got) >= last):
                         break
                     await asyncio.sleep(0.1)
         for t in self._tasks:
@@ -185,7 +185,7 @@ def check(history: History) -> None:
                     f"{at.get(seq)!r} there"
                 )
                 continue
-            pub, n = value.split(b":")
+            pub = value.split(b":")[0]
             if last_by_publisher.get(pub, -1) > seq:
                 problems.append(f"{topic}: {value!r} acknowledged after a later message")
             last_by_publisher[pub] = max(last_by_publisher.get(pub, -1), seq)
