@@ -1,0 +1,47 @@
+"""``python -m hedwig_operator``: run the operator (kopf) with Hedwig's handlers.
+
+Watches the namespaces given with ``--namespace`` (repeatable; default all namespaces, which
+needs the ClusterRole bound cluster-wide). ``--standalone`` skips kopf's peering: run a single
+replica (the Deployment the chart ships does); peering would need kopf's peering CRDs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Sequence
+
+import kopf
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="hedwig_operator", description=__doc__)
+    parser.add_argument(
+        "-n",
+        "--namespace",
+        action="append",
+        default=[n for n in os.environ.get("HEDWIG_OPERATOR_NAMESPACES", "").split(",") if n],
+        help="namespace to watch (repeatable); default: every namespace",
+    )
+    parser.add_argument("--standalone", action="store_true", default=True)
+    parser.add_argument(
+        "--liveness",
+        default=os.environ.get("HEDWIG_OPERATOR_LIVENESS"),
+        help="e.g. http://0.0.0.0:8080/healthz",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true")
+    args = parser.parse_args(argv)
+
+    import hedwig_operator.handlers  # noqa: F401 - registers the handlers
+
+    kopf.configure(verbose=args.verbose, log_prefix=True)
+    kopf.run(
+        standalone=args.standalone,
+        namespaces=args.namespace,
+        clusterwide=not args.namespace,
+        liveness_endpoint=args.liveness,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,54 @@
+"""The pool's ConfigMap: the hub settings every pod shares, as ``HEDWIG_*`` variables.
+
+The hub reads every setting from the environment (``src/hedwig/hub/config.py``), so the
+ConfigMap is mounted with ``envFrom`` and the pod template carries a hash of its data: a
+change of settings rolls the pods, as it must, since hubs read them at start only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from hedwig_operator.builders.labels import child_metadata, configmap_name
+from hedwig_operator.resources import DATA_DIR, HUB_PORT, METRICS_PORT
+from hedwig_operator.specs import PoolSpec
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def hub_environment(pool: PoolSpec) -> dict[str, str]:
+    """The settings shared by every hub of the pool (the advertised address is per pod)."""
+    env = {
+        "HEDWIG_ZK": pool.zk_connect,
+        "HEDWIG_REGION": pool.region,
+        "HEDWIG_LISTEN": f"0.0.0.0:{HUB_PORT}",
+        "HEDWIG_DATA_DIR": DATA_DIR,
+        "HEDWIG_METRICS_PORT": str(METRICS_PORT),
+        # Probes come from the kubelet on the pod's IP, not from loopback.
+        "HEDWIG_METRICS_HOST": "0.0.0.0",
+        "HEDWIG_PLACEMENT": pool.placement,
+        "HEDWIG_ZK_SESSION_TIMEOUT_S": _number(pool.zk_session_timeout_s),
+    }
+    if pool.replication is not None:
+        r = pool.replication
+        env["HEDWIG_REPLICATION"] = f"{r.ensemble}/{r.write_quorum}/{r.ack_quorum}"
+    if pool.max_message_size is not None:
+        env["HEDWIG_MAX_MESSAGE_SIZE"] = str(pool.max_message_size)
+    return env
+
+
+def config_hash(data: dict[str, str]) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def build_configmap(pool: PoolSpec) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": child_metadata(pool, configmap_name(pool)),
+        "data": hub_environment(pool),
+    }

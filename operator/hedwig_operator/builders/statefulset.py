@@ -1,0 +1,184 @@
+"""The pool's StatefulSet: one pod per hub, each with its own volume and stable name.
+
+Why each choice:
+
+- StatefulSet, not Deployment: a hub's ledgers live on its disk and other hubs read them
+  through its advertised name, so both must survive a restart (a restarted hub "comes back
+  under the same address with the same data directory", docs/operations.md).
+- ``HEDWIG_ADVERTISE`` is built from the pod's name through the headless Service, so the
+  address a hub writes into ZooKeeper resolves inside the cluster.
+- ``podManagementPolicy: Parallel``: hubs do not depend on each other to start, and scaling
+  by several hubs should not wait for each in turn. Rolling updates still go one pod at a
+  time (the PodDisruptionBudget and RollingUpdate), which is what keeps topics served.
+- Probes: readiness is the hub's ``/readyz`` (registered in ZooKeeper and serving), liveness
+  its ``/healthz`` (the event loop answers), with a startup probe so a hub recovering long
+  ledgers is not killed while it starts.
+- ``preStop`` sleeps briefly so endpoints stop routing new clients to the hub; then SIGTERM
+  makes the hub hand every topic over before it exits, within the grace period. A drain
+  endpoint in the hub would let the hook wait for the hand-off itself (a core request).
+- Pods run as a non-root user with a read-only root filesystem; ``fsGroup`` makes the
+  volume writable by that user.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hedwig_operator.builders.configmap import build_configmap, config_hash
+from hedwig_operator.builders.labels import (
+    child_metadata,
+    configmap_name,
+    headless_service_name,
+    pool_labels,
+    selector_labels,
+    statefulset_name,
+)
+from hedwig_operator.resources import (
+    ANNOTATION_CONFIG_HASH,
+    DATA_DIR,
+    HUB_PORT,
+    METRICS_PORT,
+)
+from hedwig_operator.specs import PoolSpec
+
+HUB_UID = 10001
+VOLUME_NAME = "data"
+
+
+def _container(pool: PoolSpec) -> dict[str, Any]:
+    advertise = f"$(POD_NAME).{headless_service_name(pool)}.{pool.namespace}.svc:{HUB_PORT}"
+    container: dict[str, Any] = {
+        "name": "hub",
+        "image": pool.image,
+        "command": ["hedwig", "hub"],
+        "envFrom": [{"configMapRef": {"name": configmap_name(pool)}}],
+        "env": [
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {"name": "HEDWIG_ADVERTISE", "value": advertise},
+        ],
+        "ports": [
+            {"name": "hub", "containerPort": HUB_PORT, "protocol": "TCP"},
+            {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
+        ],
+        "readinessProbe": {
+            "httpGet": {"path": "/readyz", "port": "metrics"},
+            "periodSeconds": 5,
+            "failureThreshold": 2,
+        },
+        "livenessProbe": {
+            "httpGet": {"path": "/healthz", "port": "metrics"},
+            "periodSeconds": 10,
+            "timeoutSeconds": 5,
+            "failureThreshold": 6,
+        },
+        "startupProbe": {
+            "httpGet": {"path": "/healthz", "port": "metrics"},
+            "periodSeconds": 2,
+            "failureThreshold": 150,
+        },
+        "lifecycle": {"preStop": {"sleep": {"seconds": pool.pre_stop_sleep_s}}},
+        "volumeMounts": [
+            {"name": VOLUME_NAME, "mountPath": DATA_DIR},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ],
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+    if pool.image_pull_policy:
+        container["imagePullPolicy"] = pool.image_pull_policy
+    if pool.resources:
+        container["resources"] = dict(pool.resources)
+    return container
+
+
+def _volume_claim_template(pool: PoolSpec) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": pool.storage.size}},
+    }
+    if pool.storage.storage_class is not None:
+        spec["storageClassName"] = pool.storage.storage_class
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": VOLUME_NAME, "labels": selector_labels(pool)},
+        "spec": spec,
+    }
+
+
+def build_statefulset(pool: PoolSpec) -> dict[str, Any]:
+    labels = pool_labels(pool, with_version=True)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": child_metadata(pool, statefulset_name(pool)),
+        "spec": {
+            "replicas": pool.replicas,
+            "serviceName": headless_service_name(pool),
+            "podManagementPolicy": "Parallel",
+            "updateStrategy": {"type": "RollingUpdate"},
+            "persistentVolumeClaimRetentionPolicy": {
+                "whenDeleted": pool.storage.when_deleted,
+                "whenScaled": pool.storage.when_scaled,
+            },
+            "selector": {"matchLabels": selector_labels(pool)},
+            "template": {
+                "metadata": {
+                    "labels": labels,
+                    "annotations": {
+                        ANNOTATION_CONFIG_HASH: config_hash(build_configmap(pool)["data"]),
+                    },
+                },
+                "spec": {
+                    "terminationGracePeriodSeconds": pool.termination_grace_period_s,
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": HUB_UID,
+                        "runAsGroup": HUB_UID,
+                        "fsGroup": HUB_UID,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                    "topologySpreadConstraints": [
+                        {
+                            "maxSkew": 1,
+                            "topologyKey": "kubernetes.io/hostname",
+                            "whenUnsatisfiable": "ScheduleAnyway",
+                            "labelSelector": {"matchLabels": selector_labels(pool)},
+                        }
+                    ],
+                    "containers": [_container(pool)],
+                    # The root filesystem is read-only; Python and the hub may still want /tmp.
+                    "volumes": [{"name": "tmp", "emptyDir": {}}],
+                },
+            },
+            "volumeClaimTemplates": [_volume_claim_template(pool)],
+        },
+    }
+
+
+def rollout_in_progress(statefulset: dict[str, Any] | None) -> str | None:
+    """Why the StatefulSet is still rolling out, or None if it has settled.
+
+    Settled means the controller has seen the latest spec, every replica runs the current
+    revision, and every replica is ready. Hubs restart during a rollout, so their load
+    reports say nothing about balance then: rebalancing waits.
+    """
+    if statefulset is None:
+        return "the StatefulSet does not exist yet"
+    meta = statefulset.get("metadata", {})
+    spec = statefulset.get("spec", {})
+    status = statefulset.get("status", {})
+    replicas = int(spec.get("replicas", 1))
+    if int(status.get("observedGeneration", 0)) < int(meta.get("generation", 0)):
+        return "the StatefulSet controller has not seen the latest spec yet"
+    update_rev, current_rev = status.get("updateRevision"), status.get("currentRevision")
+    if update_rev and current_rev and update_rev != current_rev:
+        return f"pods are being updated to revision {update_rev}"
+    if int(status.get("updatedReplicas", 0)) < replicas:
+        return f"{status.get('updatedReplicas', 0)} of {replicas} pods run the current revision"
+    if int(status.get("readyReplicas", 0)) < replicas:
+        return f"{status.get('readyReplicas', 0)} of {replicas} pods are ready"
+    return None

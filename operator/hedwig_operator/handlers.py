@@ -1,0 +1,201 @@
+"""The kopf registrations: thin adapters from kopf's callbacks to the reconcilers.
+
+- HubPool: create/update/resume apply the children (StatefulSet, Services, ConfigMap, PDB)
+  and record ``observedGeneration``; an event handler (no finalizer) keeps one
+  ``PoolWorker`` per pool, which refreshes status and rebalances.
+- Topic: create/update/resume reconcile the topic's znode and status; an index of Topics by
+  pool (``topic_entries``) tells which resource manages which topic name, and which Topics
+  a pool's worker refreshes. A delete handler, filtered to ``deletionPolicy: Delete`` without
+  ``hedwig.io/finalizer: "false"``, is the only reason a Topic gets a finalizer.
+
+Domain problems (bad spec, unknown pool, ZooKeeper down) end up in the status, never as
+handler failures: the pool's worker retries them on its own schedule. Only API-server
+errors are retried by kopf (``TemporaryError``).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import kopf
+
+from hedwig_operator.conditions import condition
+from hedwig_operator.context import Context
+from hedwig_operator.hubs import ClientHubRequests
+from hedwig_operator.kube import KubeError
+from hedwig_operator.kube.http import HttpKubeApi
+from hedwig_operator.metadata import MetadataConnections
+from hedwig_operator.pools import apply_children, selector_string
+from hedwig_operator.recorder import record_event
+from hedwig_operator.resources import (
+    FINALIZER,
+    GROUP,
+    KOPF_PREFIX,
+    POOL_PLURAL,
+    TOPIC_PLURAL,
+    VERSION,
+)
+from hedwig_operator.settings import OperatorSettings
+from hedwig_operator.specs import SpecError, parse_pool
+from hedwig_operator.topics import (
+    TopicClaim,
+    TransientError,
+    claim_of,
+    claims_key,
+    delete_topic_data,
+    reconcile_topic,
+    wants_finalizer,
+)
+from hedwig_operator.workers import PoolKey, TopicEntry, Workers
+
+log = logging.getLogger(__name__)
+
+
+class _State:
+    """What the handlers share: built at start-up, torn down at clean-up."""
+
+    ctx: Context | None = None
+    workers: Workers | None = None
+    topic_index: kopf.Index[PoolKey, TopicEntry] | None = None
+
+
+STATE = _State()
+
+
+def _ctx() -> Context:
+    if STATE.ctx is None:  # pragma: no cover - kopf runs startup handlers first
+        raise kopf.TemporaryError("the operator is still starting", delay=1)
+    return STATE.ctx
+
+
+def _plain(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A detached copy of a kopf body (kopf reuses and replaces its views)."""
+    return copy.deepcopy(dict(body))
+
+
+def _topics_of(key: PoolKey) -> Iterable[TopicEntry]:
+    index = STATE.topic_index
+    if index is None or key not in index:
+        return []
+    return list(index[key])
+
+
+def _claims(index: kopf.Index[PoolKey, TopicEntry], body: Mapping[str, Any]) -> list[TopicClaim]:
+    meta, spec = body.get("metadata") or {}, body.get("spec") or {}
+    key = claims_key(str(meta.get("namespace")), str(spec.get("pool")))
+    return [e.claim for e in index[key]] if key in index else []
+
+
+@kopf.on.startup()
+async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+    settings.persistence.finalizer = FINALIZER
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=KOPF_PREFIX)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=KOPF_PREFIX, key="last-handled-configuration"
+    )
+    # CRDs are installed before the operator; watching for new ones would need cluster-wide
+    # list/watch on CRDs and namespaces, which the operator does not otherwise need.
+    settings.scanning.disabled = True
+    # Handler logs become Events only for warnings; moves and deletions post their own.
+    settings.posting.level = logging.WARNING
+    ops = OperatorSettings.from_env()
+    STATE.ctx = Context(
+        kube=HttpKubeApi.from_environment(),
+        metadata=MetadataConnections(
+            session_timeout_s=ops.zk_session_timeout_s, connect_timeout_s=ops.zk_connect_timeout_s
+        ),
+        hubs=ClientHubRequests(),
+        settings=ops,
+    )
+    STATE.workers = Workers(STATE.ctx, _topics_of)
+
+
+@kopf.on.cleanup()
+async def cleanup(**_: Any) -> None:
+    if STATE.workers is not None:
+        await STATE.workers.stop_all()
+    if STATE.ctx is not None:
+        await STATE.ctx.kube.close()
+        await STATE.ctx.metadata.close()
+
+
+# ------------------------------------------------------------------------------- Topics
+
+
+@kopf.index(GROUP, VERSION, TOPIC_PLURAL)
+def topic_entries(body: kopf.Body, **_: Any) -> dict[PoolKey, TopicEntry]:
+    claim = claim_of(body)
+    if claim is None:
+        return {}
+    return {claims_key(claim.namespace, claim.pool): TopicEntry(claim, _plain(body))}
+
+
+@kopf.on.resume(GROUP, VERSION, TOPIC_PLURAL)
+@kopf.on.create(GROUP, VERSION, TOPIC_PLURAL)
+@kopf.on.update(GROUP, VERSION, TOPIC_PLURAL)
+async def topic_changed(body: kopf.Body, patch: kopf.Patch, **kwargs: Any) -> None:
+    ctx = _ctx()
+    claims = _claims(kwargs["topic_entries"], body)
+    try:
+        status, _retry = await reconcile_topic(ctx, body, claims)
+    except KubeError as exc:
+        raise kopf.TemporaryError(f"API server: {exc}", delay=ctx.settings.retry_delay_s) from exc
+    for key, value in status.items():
+        patch.status[key] = value
+
+
+@kopf.on.delete(
+    GROUP, VERSION, TOPIC_PLURAL, when=lambda body, **_: wants_finalizer(body), timeout=900
+)
+async def topic_deleted(body: kopf.Body, **kwargs: Any) -> None:
+    ctx = _ctx()
+    claims = _claims(kwargs["topic_entries"], body)
+    try:
+        outcome = await delete_topic_data(ctx, body, claims)
+    except (TransientError, KubeError) as exc:
+        raise kopf.TemporaryError(str(exc), delay=ctx.settings.retry_delay_s) from exc
+    await record_event(ctx.kube, body, "TopicDataDeleted", outcome)
+
+
+# ------------------------------------------------------------------------------ HubPools
+
+
+@kopf.on.resume(GROUP, VERSION, POOL_PLURAL)
+@kopf.on.create(GROUP, VERSION, POOL_PLURAL)
+@kopf.on.update(GROUP, VERSION, POOL_PLURAL)
+async def pool_changed(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+    ctx = _ctx()
+    try:
+        pool = parse_pool(body)
+    except SpecError as exc:
+        patch.status["conditions"] = [
+            condition("Ready", False, "InvalidSpec", str(exc), body.status.get("conditions"))
+        ]
+        raise kopf.PermanentError(str(exc)) from exc
+    try:
+        await apply_children(ctx.kube, pool)
+    except KubeError as exc:
+        await record_event(ctx.kube, body, "ApplyFailed", str(exc), warning=True)
+        raise kopf.TemporaryError(
+            f"applying children: {exc}", delay=ctx.settings.retry_delay_s
+        ) from exc
+    patch.status["observedGeneration"] = pool.generation
+    patch.status["region"] = pool.region
+    patch.status["selector"] = selector_string(pool)
+
+
+@kopf.on.event(GROUP, VERSION, POOL_PLURAL)
+async def pool_event(type: str, body: kopf.Body, **kwargs: Any) -> None:
+    STATE.topic_index = kwargs["topic_entries"]
+    workers = STATE.workers
+    if workers is None:  # pragma: no cover - startup runs first
+        return
+    meta = body.get("metadata") or {}
+    key = (str(meta.get("namespace")), str(meta.get("name")))
+    if type == "DELETED":
+        await workers.stop(key)
+    else:
+        workers.ensure(_plain(body))

@@ -1,0 +1,61 @@
+"""Requests the operator sends to hubs through the client library.
+
+Two only:
+
+- ``activate``: a TopicStats request for a topic nobody owns, which makes a hub claim it (by
+  its placement policy) and recover its log. The operator does this so that a Topic resource
+  is Ready with an owner, and a topic whose owner died gets a new one without waiting for a
+  client to ask.
+- ``release``: ask the owner to hand a topic over gracefully (``HedwigClient.move_topic``):
+  it stops, flushes, closes its ledger, releases its owner record and tells its clients where
+  the topic went. Hubs that do not support it answer with an error; the caller then falls
+  back to deleting the owner znode, which is always safe (ledger fencing).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol
+
+from hedwig.client import HedwigClient
+from hedwig.errors import HedwigError
+
+log = logging.getLogger(__name__)
+
+
+class HubRequests(Protocol):
+    async def activate(self, addresses: Sequence[str], topic: str, timeout_s: float) -> None:
+        """Make some hub own ``topic``; raises on failure or timeout."""
+        ...
+
+    async def release(
+        self, owner: str, topic: str, destination: str | None, reason: str, timeout_s: float
+    ) -> str | None:
+        """Ask ``owner`` to hand ``topic`` over; None if it did, else why not."""
+        ...
+
+
+class ClientHubRequests:
+    """``HubRequests`` through short-lived ``HedwigClient`` instances (requests are rare: a
+    topic without owner, a move)."""
+
+    async def activate(self, addresses: Sequence[str], topic: str, timeout_s: float) -> None:
+        async with HedwigClient(list(addresses), request_timeout_s=timeout_s) as client:
+            await asyncio.wait_for(client.topic_info(topic), timeout_s)
+
+    async def release(
+        self, owner: str, topic: str, destination: str | None, reason: str, timeout_s: float
+    ) -> str | None:
+        async with HedwigClient([owner], request_timeout_s=timeout_s) as client:
+            move: Callable[..., Awaitable[None]] | None = getattr(client, "move_topic", None)
+            if move is None:
+                return "the client library has no graceful move"
+            try:
+                await asyncio.wait_for(move(topic, to=destination, reason=reason), timeout_s)
+            except TimeoutError:
+                return f"no hand-off within {timeout_s:.0f}s"
+            except HedwigError as exc:
+                return f"the hub refused the hand-off: {exc}"
+        return None

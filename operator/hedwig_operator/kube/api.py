@@ -1,0 +1,86 @@
+"""``KubeApi``: what the operator asks of the API server, and the errors it can get back."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+# Plural resource names of the kinds the operator touches (no discovery needed for these).
+PLURALS: dict[str, str] = {
+    "ConfigMap": "configmaps",
+    "Service": "services",
+    "StatefulSet": "statefulsets",
+    "PodDisruptionBudget": "poddisruptionbudgets",
+    "Event": "events",
+    "Pod": "pods",
+    "HubPool": "hubpools",
+    "Topic": "topics",
+}
+
+
+class KubeError(Exception):
+    """The API server refused a request (``status`` is the HTTP status, 0 if unreachable)."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectRef:
+    """Enough of an object to address it, and to name it in an Event."""
+
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+    uid: str = ""
+
+
+def ref_of(body: Mapping[str, Any]) -> ObjectRef:
+    meta = body.get("metadata", {})
+    return ObjectRef(
+        api_version=str(body.get("apiVersion", "")),
+        kind=str(body.get("kind", "")),
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        uid=str(meta.get("uid", "")),
+    )
+
+
+def object_path(api_version: str, kind: str, namespace: str, name: str | None = None) -> str:
+    """The REST path of a namespaced object (or of its collection when ``name`` is None)."""
+    plural = PLURALS.get(kind)
+    if plural is None:
+        raise ValueError(f"unknown kind {kind!r}")
+    prefix = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+    path = f"{prefix}/namespaces/{namespace}/{plural}"
+    return f"{path}/{name}" if name is not None else path
+
+
+class KubeApi(Protocol):
+    async def apply(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
+        """Server-side apply as the operator's field manager, forcing conflicts (the operator
+        owns its children's fields); returns the object as stored."""
+        ...
+
+    async def get(self, ref: ObjectRef) -> dict[str, Any] | None:
+        """The object, or None if it does not exist."""
+        ...
+
+    async def patch_status(self, ref: ObjectRef, status: Mapping[str, Any]) -> None:
+        """JSON merge patch of the object's status subresource."""
+        ...
+
+    async def create(self, manifest: Mapping[str, Any]) -> None:
+        """Create an object (used for Events)."""
+        ...
+
+    async def close(self) -> None: ...

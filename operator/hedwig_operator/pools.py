@@ -1,0 +1,97 @@
+"""HubPool reconciliation: its children exist as built, and its status tells how the hubs are.
+
+Children are written by server-side apply with ``force``: the operator owns every field it
+sets, a user's ``kubectl edit`` of those fields is undone at the next reconciliation, and
+fields it does not set (another controller's annotations) are left alone. Re-applying an
+unchanged object is a no-op on the server, so the pool's worker re-applies on every refresh
+to repair drift (a deleted Service comes back).
+
+Status combines two views that can disagree, and shows both: the StatefulSet's (pods
+scheduled and ready) and ZooKeeper's (hubs registered alive in the region, with their load).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from hedwig.metadata import HubStatus
+from hedwig_operator.builders import build_pool_children, selector_labels
+from hedwig_operator.builders.labels import statefulset_name
+from hedwig_operator.conditions import condition
+from hedwig_operator.kube import KubeApi, ObjectRef
+from hedwig_operator.specs import PoolSpec
+
+# A load report older than this is ignored by placement and rebalancing (hub default 30 s).
+STALE_REPORT_MS = 30_000
+
+
+def statefulset_ref(pool: PoolSpec) -> ObjectRef:
+    return ObjectRef("apps/v1", "StatefulSet", pool.namespace, statefulset_name(pool))
+
+
+async def apply_children(kube: KubeApi, pool: PoolSpec) -> None:
+    """Apply every child; ``KubeError`` propagates (the caller retries)."""
+    for manifest in build_pool_children(pool):
+        await kube.apply(manifest)
+
+
+def selector_string(pool: PoolSpec) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(selector_labels(pool).items()))
+
+
+def hub_entry(hub: HubStatus, now_ms: int) -> dict[str, Any]:
+    entry: dict[str, Any] = {"address": hub.address, "alive": hub.alive}
+    load = hub.load
+    if load is not None:
+        entry.update(
+            topics=load.topics,
+            connections=load.connections,
+            cpu=round(load.cpu, 3),
+            messagesInPerSecond=load.msg_in,
+            messagesOutPerSecond=load.msg_out,
+            bytesInPerSecond=load.bytes_in,
+            bytesOutPerSecond=load.bytes_out,
+            reportStale=now_ms - load.timestamp_ms > STALE_REPORT_MS,
+        )
+    return entry
+
+
+def build_pool_status(
+    pool: PoolSpec,
+    *,
+    statefulset: Mapping[str, Any] | None,
+    hubs: Sequence[HubStatus] | None,
+    zk_error: str | None,
+    previous: Mapping[str, Any] | None,
+    now_ms: int,
+    now: dt.datetime | None = None,
+) -> dict[str, Any]:
+    """The pool's status from the StatefulSet and ZooKeeper (``hubs`` None if unreadable)."""
+    previous = previous or {}
+    sts_status = (statefulset or {}).get("status") or {}
+    ready = int(sts_status.get("readyReplicas", 0))
+    replicas = int(sts_status.get("replicas", 0))
+    alive = sum(1 for h in hubs or () if h.alive)
+    if statefulset is None:
+        ok, reason, message = False, "StatefulSetMissing", "the StatefulSet does not exist yet"
+    elif zk_error is not None:
+        ok, reason, message = False, "ZooKeeperUnavailable", zk_error
+    elif ready < pool.replicas:
+        ok, reason = False, "HubsNotReady"
+        message = f"{ready} of {pool.replicas} hub pods are ready; {alive} hubs alive in ZooKeeper"
+    else:
+        ok, reason = True, "HubsReady"
+        message = f"{ready} of {pool.replicas} hub pods are ready; {alive} hubs alive in ZooKeeper"
+    status: dict[str, Any] = {
+        "replicas": replicas,
+        "readyHubs": ready,
+        "aliveHubs": alive,
+        "selector": selector_string(pool),
+        "region": pool.region,
+        "conditions": [condition("Ready", ok, reason, message, previous.get("conditions"), now)],
+    }
+    if hubs is not None:
+        status["hubs"] = [hub_entry(h, now_ms) for h in hubs]
+    return status

@@ -1,0 +1,153 @@
+"""One rebalancing cycle of one pool, and the history kept between cycles.
+
+Guards first, in this order, each giving the cycle's ``result`` in the pool's status:
+``Disabled`` (spec or operator switch), ``Paused`` (``spec.rebalancing.paused`` or the
+``hedwig.io/rebalance-paused: "true"`` annotation), ``RolloutInProgress`` (hubs restart during a
+StatefulSet rollout, so their load says nothing about balance, and moving topics onto a hub
+about to restart is wasted work). While a guard holds, the policy is not consulted at all, so
+overload confirmations only count checks made on a settled pool.
+
+Each move is performed (``perform_move``) and reported: an Event on the pool and on the Topic
+resource that manages the topic (if any), with the policy's reason; the Topic's
+``status.lastMove``; the pool's ``status.lastRebalance``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from hedwig.errors import MetadataError
+from hedwig.metadata import HubStatus
+from hedwig.placement.rebalance import RebalanceConfig, Rebalancer
+from hedwig_operator.builders.statefulset import rollout_in_progress
+from hedwig_operator.conditions import now_iso
+from hedwig_operator.context import Context
+from hedwig_operator.kube import KubeError, ObjectRef
+from hedwig_operator.pools import statefulset_ref
+from hedwig_operator.rebalancing.load import PrometheusError, fetch_prometheus_load
+from hedwig_operator.rebalancing.mover import MoveOutcome, perform_move
+from hedwig_operator.recorder import record_event
+from hedwig_operator.resources import API_VERSION, POOL_KIND, TOPIC_KIND
+from hedwig_operator.specs import PoolSpec
+from hedwig_operator.topics import TopicClaim
+
+log = logging.getLogger(__name__)
+
+MAX_MOVES_IN_STATUS = 20
+
+
+@dataclass
+class RebalanceState:
+    """A pool's policy instance (it keeps confirmations and cooldowns between cycles). A new
+    configuration starts a new policy: its history was counted against other thresholds."""
+
+    rebalancer: Rebalancer | None = None
+    config: RebalanceConfig | None = None
+    total_moves: int = 0
+    last_result: str = ""
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    def policy(self, config: RebalanceConfig, ctx: Context) -> Rebalancer:
+        if self.rebalancer is None or config != self.config:
+            self.rebalancer = Rebalancer(config, ctx.clock)
+            self.config = config
+        return self.rebalancer
+
+
+def _summary(result: str, detail: str, moves: list[dict[str, Any]], now: str) -> dict[str, Any]:
+    return {"time": now, "result": result, "message": detail, "moves": moves}
+
+
+def _move_entry(outcome: MoveOutcome, now: str) -> dict[str, Any]:
+    m = outcome.move
+    return {
+        "topic": m.topic,
+        "from": m.source,
+        "to": outcome.new_owner,
+        "plannedTo": m.destination,
+        "method": outcome.method,
+        "reason": m.reason,
+        "detail": outcome.detail,
+        "time": now,
+    }
+
+
+async def rebalance_cycle(
+    ctx: Context,
+    pool: PoolSpec,
+    state: RebalanceState,
+    claims_of: Callable[[str], Iterable[TopicClaim]],
+    *,
+    now: dt.datetime | None = None,
+) -> dict[str, Any]:
+    """Run one cycle; returns the pool's ``status.lastRebalance``.
+
+    ``claims_of(topic)`` gives the Topic resources of this pool naming ``topic`` (for events).
+    """
+    stamp = now_iso(now)
+    spec = pool.rebalancing
+    if not spec.enabled or not ctx.settings.rebalancing_enabled:
+        return _summary("Disabled", "rebalancing is disabled", [], stamp)
+    if pool.rebalancing_paused:
+        return _summary(
+            "Paused", "rebalancing is paused by the pool's spec or annotation", [], stamp
+        )
+    try:
+        statefulset = await ctx.kube.get(statefulset_ref(pool))
+    except KubeError as exc:
+        return _summary("Error", f"cannot read the StatefulSet: {exc}", [], stamp)
+    rolling = rollout_in_progress(statefulset)
+    if rolling is not None:
+        return _summary("RolloutInProgress", f"waiting for the rollout: {rolling}", [], stamp)
+    try:
+        store = await ctx.metadata.get(pool.zk_connect, pool.region)
+        hubs: list[HubStatus] = await store.hubs.list_hubs()
+        if spec.prometheus is not None:
+            hubs = await fetch_prometheus_load(spec.prometheus, pool, hubs, ctx.clock.wall_ms())
+    except (MetadataError, PrometheusError) as exc:
+        return _summary("Error", f"cannot read the hubs' load: {exc}", [], stamp)
+
+    moves = state.policy(spec.to_config(), ctx).plan(hubs)
+    if not moves:
+        return _summary("Balanced", f"no move needed among {len(hubs)} hubs", [], stamp)
+    alive = [h.address for h in hubs if h.alive]
+    entries: list[dict[str, Any]] = []
+    pool_target = ObjectRef(API_VERSION, POOL_KIND, pool.namespace, pool.name, pool.uid)
+    for move in moves:
+        try:
+            outcome = await perform_move(store, ctx.hubs, move, alive, ctx.settings)
+        except MetadataError as exc:
+            log.warning("pool %s: moving %r failed: %s", pool.name, move.topic, exc)
+            outcome = MoveOutcome(move, "skipped", None, f"ZooKeeper error: {exc}")
+        entry = _move_entry(outcome, stamp)
+        entries.append(entry)
+        if not outcome.performed:
+            continue
+        state.total_moves += 1
+        message = (
+            f"topic {move.topic!r} moved from {move.source} to "
+            f"{outcome.new_owner or 'a new owner (not claimed yet)'} ({outcome.method}): "
+            f"{move.reason}"
+        )
+        await record_event(ctx.kube, pool_target, "TopicMoved", message)
+        for claim in claims_of(move.topic):
+            topic_target = ObjectRef(
+                API_VERSION, TOPIC_KIND, claim.namespace, claim.name, claim.uid
+            )
+            await record_event(ctx.kube, topic_target, "TopicMoved", message)
+            last_move = {k: entry[k] for k in ("from", "to", "method", "reason", "time")}
+            try:
+                await ctx.kube.patch_status(topic_target, {"lastMove": last_move})
+            except KubeError as exc:
+                log.warning("could not record the move on Topic %s: %s", claim.name, exc)
+    performed = sum(1 for e in entries if e["method"] != "skipped")
+    return _summary(
+        "Moved" if performed else "NothingMoved",
+        f"{performed} of {len(entries)} planned moves performed",
+        entries[:MAX_MOVES_IN_STATUS],
+        stamp,
+    )

@@ -1,0 +1,49 @@
+"""Names shared by the CRDs, the builders and the handlers.
+
+They are part of the operator's contract with users (labels and annotations appear in their
+manifests and selectors), so they live in one module and the CRD files in ``crds/`` are tested
+against them.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+GROUP: Final = "hedwig.io"
+VERSION: Final = "v1alpha1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+
+POOL_KIND: Final = "HubPool"
+POOL_PLURAL: Final = "hubpools"
+TOPIC_KIND: Final = "Topic"
+TOPIC_PLURAL: Final = "topics"
+
+# Server-side apply field manager: every field the operator sets on a child is owned by it.
+FIELD_MANAGER: Final = "hedwig-operator"
+
+# Finalizer kopf puts on Topics whose data must be deleted with them (deletionPolicy Delete).
+FINALIZER: Final = f"{GROUP}/topic-data"
+
+# Annotations users set.
+ANNOTATION_REBALANCE_PAUSED: Final = f"{GROUP}/rebalance-paused"  # "true" pauses rebalancing
+ANNOTATION_FINALIZER: Final = f"{GROUP}/finalizer"  # "false": never hold a Topic's deletion
+# Annotations the operator sets on the pod template.
+ANNOTATION_CONFIG_HASH: Final = f"{GROUP}/config-hash"
+
+# Kopf's bookkeeping annotations go under our own prefix, not kopf.zalando.org.
+KOPF_PREFIX: Final = f"operator.{GROUP}"
+
+# The hub's ports inside a pod. Fixed: the hub image, probes and Services all agree on them.
+HUB_PORT: Final = 4080
+METRICS_PORT: Final = 9100
+DATA_DIR: Final = "/var/lib/hedwig"
+
+LABEL_NAME: Final = "app.kubernetes.io/name"
+LABEL_INSTANCE: Final = "app.kubernetes.io/instance"
+LABEL_COMPONENT: Final = "app.kubernetes.io/component"
+LABEL_PART_OF: Final = "app.kubernetes.io/part-of"
+LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
+LABEL_VERSION: Final = "app.kubernetes.io/version"
+LABEL_POOL: Final = f"{GROUP}/pool"
+
+HUB_APP_NAME: Final = "hedwig-hub"

@@ -1,0 +1,29 @@
+"""Specs of the operator's resources, parsed from their JSON into frozen dataclasses.
+
+The API server applies the CRDs' defaults before the operator sees an object; the same defaults
+are repeated here (and a test checks that they agree with ``crds/``) so that the builders and
+reconcilers work on objects that did not pass through a server, as in unit tests.
+A spec that cannot be parsed raises ``SpecError`` with the field's path in its message.
+"""
+
+from hedwig_operator.specs.common import SpecError
+from hedwig_operator.specs.pool import (
+    PoolSpec,
+    PrometheusSpec,
+    RebalancingSpec,
+    StorageSpec,
+    parse_pool,
+)
+from hedwig_operator.specs.topic import DeletionPolicy, TopicSpec, parse_topic
+
+__all__ = [
+    "DeletionPolicy",
+    "PoolSpec",
+    "PrometheusSpec",
+    "RebalancingSpec",
+    "SpecError",
+    "StorageSpec",
+    "TopicSpec",
+    "parse_pool",
+    "parse_topic",
+]

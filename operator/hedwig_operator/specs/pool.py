@@ -1,0 +1,219 @@
+"""The HubPool spec: a pool of hubs serving one ZooKeeper region, and how it is rebalanced.
+
+Defaults repeat those of ``crds/hubpools.hedwig.io.yaml`` (a unit test keeps them equal). The
+region defaults to the pool's name because most users run one pool per region and should not
+have to say it twice; it cannot change later (the CRD refuses it), since every topic's metadata
+lives under it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from hedwig.metadata import ReplicationConfig
+from hedwig.placement import POLICIES
+from hedwig.placement.rebalance import RebalanceConfig
+from hedwig_operator.resources import ANNOTATION_REBALANCE_PAUSED
+from hedwig_operator.specs.common import (
+    Raw,
+    SpecError,
+    bool_or,
+    float_or,
+    int_or,
+    opt_int,
+    opt_str,
+    replication,
+    req_str,
+    section,
+)
+
+RETENTION_POLICIES = ("Retain", "Delete")
+
+# Defaults of PoolSpec's fields that parse_pool also needs (slotted dataclasses hide them).
+DEFAULT_REPLICAS = 3
+DEFAULT_PLACEMENT = "load-weighted"
+DEFAULT_ZK_SESSION_TIMEOUT_S = 6.0
+DEFAULT_GRACE_PERIOD_S = 60
+DEFAULT_PRE_STOP_SLEEP_S = 5
+
+
+@dataclass(frozen=True, slots=True)
+class StorageSpec:
+    size: str = "10Gi"
+    storage_class: str | None = None
+    # StatefulSet persistentVolumeClaimRetentionPolicy: Retain keeps a hub's ledgers when the
+    # pool is deleted or scaled down, which is the safe default for data users may still need.
+    when_deleted: str = "Retain"
+    when_scaled: str = "Retain"
+
+
+@dataclass(frozen=True, slots=True)
+class PrometheusSpec:
+    url: str
+    hub_label: str = "pod"
+    selector: str | None = None
+    window: str = "2m"
+
+
+@dataclass(frozen=True, slots=True)
+class RebalancingSpec:
+    """``spec.rebalancing``; ``to_config`` gives the shared policy's settings."""
+
+    enabled: bool = True
+    paused: bool = False
+    interval_s: int = 60
+    overload_margin: float = 0.2
+    underload_margin: float = 0.3
+    confirmations: int = 3
+    cooldown_s: float = 600.0
+    # Two moves a cycle: each move pauses a topic briefly, and storms of moves are what users
+    # of other systems complain about most (load-balancing notes, complaint 1).
+    max_moves_per_cycle: int = 2
+    min_topic_rate: float = 1.0
+    max_report_age_s: float = 60.0
+    low_load_drain: bool = False
+    low_load_threshold: float = 0.2
+    hub_capacity: float = 50_000.0
+    prometheus: PrometheusSpec | None = None
+
+    def to_config(self) -> RebalanceConfig:
+        return RebalanceConfig(
+            overload_margin=self.overload_margin,
+            underload_margin=self.underload_margin,
+            confirmations=self.confirmations,
+            cooldown_s=self.cooldown_s,
+            max_moves_per_cycle=self.max_moves_per_cycle,
+            min_topic_rate=self.min_topic_rate,
+            max_report_age_s=self.max_report_age_s,
+            low_load_drain=self.low_load_drain,
+            low_load_threshold=self.low_load_threshold,
+            hub_capacity=self.hub_capacity,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PoolSpec:
+    """A HubPool, identified by namespace and name, with its spec and what the handlers need
+    from its metadata (uid for owner references, generation, the pause annotation)."""
+
+    namespace: str
+    name: str
+    image: str
+    zk_connect: str
+    uid: str = ""
+    generation: int = 0
+    replicas: int = DEFAULT_REPLICAS
+    image_pull_policy: str | None = None
+    resources: Mapping[str, Any] = field(default_factory=dict)
+    storage: StorageSpec = field(default_factory=StorageSpec)
+    zk_session_timeout_s: float = DEFAULT_ZK_SESSION_TIMEOUT_S
+    region_override: str | None = None
+    placement: str = DEFAULT_PLACEMENT
+    replication: ReplicationConfig | None = None
+    max_message_size: int | None = None
+    termination_grace_period_s: int = DEFAULT_GRACE_PERIOD_S
+    pre_stop_sleep_s: int = DEFAULT_PRE_STOP_SLEEP_S
+    rebalancing: RebalancingSpec = field(default_factory=RebalancingSpec)
+    paused_by_annotation: bool = False
+
+    @property
+    def region(self) -> str:
+        return self.region_override or self.name
+
+    @property
+    def rebalancing_paused(self) -> bool:
+        return self.rebalancing.paused or self.paused_by_annotation
+
+
+def _prometheus(raw: Raw, path: str) -> PrometheusSpec | None:
+    if raw.get("prometheus") is None:
+        return None
+    p = section(raw, "prometheus", path)
+    where = f"{path}.prometheus"
+    return PrometheusSpec(
+        url=req_str(p, "url", where),
+        hub_label=opt_str(p, "hubLabel", where) or "pod",
+        selector=opt_str(p, "selector", where),
+        window=opt_str(p, "window", where) or "2m",
+    )
+
+
+def parse_rebalancing(raw: Raw, path: str = "spec.rebalancing") -> RebalancingSpec:
+    d = RebalancingSpec()
+    return RebalancingSpec(
+        enabled=bool_or(raw, "enabled", path, d.enabled),
+        paused=bool_or(raw, "paused", path, d.paused),
+        interval_s=int_or(raw, "intervalSeconds", path, d.interval_s, minimum=1),
+        overload_margin=float_or(raw, "overloadMargin", path, d.overload_margin),
+        underload_margin=float_or(raw, "underloadMargin", path, d.underload_margin),
+        confirmations=int_or(raw, "confirmations", path, d.confirmations, minimum=1),
+        cooldown_s=float_or(raw, "cooldownSeconds", path, d.cooldown_s),
+        max_moves_per_cycle=int_or(raw, "maxMovesPerCycle", path, d.max_moves_per_cycle, minimum=0),
+        min_topic_rate=float_or(raw, "minTopicRate", path, d.min_topic_rate),
+        max_report_age_s=float_or(raw, "maxReportAgeSeconds", path, d.max_report_age_s),
+        low_load_drain=bool_or(raw, "lowLoadDrain", path, d.low_load_drain),
+        low_load_threshold=float_or(raw, "lowLoadThreshold", path, d.low_load_threshold),
+        hub_capacity=float_or(raw, "hubCapacity", path, d.hub_capacity, minimum=1.0),
+        prometheus=_prometheus(raw, path),
+    )
+
+
+def _storage(raw: Raw) -> StorageSpec:
+    path = "spec.storage"
+    d = StorageSpec()
+    size = raw.get("size", d.size)
+    if isinstance(size, bool) or not isinstance(size, str | int):
+        raise SpecError(f"{path}.size", "must be a quantity such as 10Gi")
+    when_deleted = opt_str(raw, "whenDeleted", path) or d.when_deleted
+    when_scaled = opt_str(raw, "whenScaled", path) or d.when_scaled
+    for key, value in (("whenDeleted", when_deleted), ("whenScaled", when_scaled)):
+        if value not in RETENTION_POLICIES:
+            raise SpecError(f"{path}.{key}", f"must be Retain or Delete, got {value!r}")
+    return StorageSpec(
+        size=str(size),
+        storage_class=opt_str(raw, "storageClassName", path),
+        when_deleted=when_deleted,
+        when_scaled=when_scaled,
+    )
+
+
+def parse_pool(body: Raw) -> PoolSpec:
+    """A HubPool object (as the API server returns it) to a ``PoolSpec``."""
+    meta = section(body, "metadata", "")
+    spec = section(body, "spec", "")
+    annotations = section(meta, "annotations", "metadata")
+    zk = section(spec, "zookeeper", "spec")
+    placement = opt_str(spec, "placement", "spec") or DEFAULT_PLACEMENT
+    if placement not in POLICIES:
+        raise SpecError("spec.placement", f"must be one of {', '.join(POLICIES)}")
+    rebalancing = parse_rebalancing(section(spec, "rebalancing", "spec"))
+    return PoolSpec(
+        namespace=req_str(meta, "namespace", "metadata"),
+        name=req_str(meta, "name", "metadata"),
+        uid=opt_str(meta, "uid", "metadata") or "",
+        generation=int_or(meta, "generation", "metadata", 0),
+        image=req_str(spec, "image", "spec"),
+        zk_connect=req_str(zk, "connect", "spec.zookeeper"),
+        replicas=int_or(spec, "replicas", "spec", DEFAULT_REPLICAS, minimum=0),
+        image_pull_policy=opt_str(spec, "imagePullPolicy", "spec"),
+        resources=dict(section(spec, "resources", "spec")),
+        storage=_storage(section(spec, "storage", "spec")),
+        zk_session_timeout_s=float_or(
+            zk, "sessionTimeoutSeconds", "spec.zookeeper", DEFAULT_ZK_SESSION_TIMEOUT_S
+        ),
+        region_override=opt_str(spec, "region", "spec"),
+        placement=placement,
+        replication=replication(spec, "replication", "spec"),
+        max_message_size=opt_int(spec, "maxMessageSizeBytes", "spec", minimum=1),
+        termination_grace_period_s=int_or(
+            spec, "terminationGracePeriodSeconds", "spec", DEFAULT_GRACE_PERIOD_S
+        ),
+        pre_stop_sleep_s=int_or(
+            spec, "preStopSleepSeconds", "spec", DEFAULT_PRE_STOP_SLEEP_S, minimum=0
+        ),
+        rebalancing=rebalancing,
+        paused_by_annotation=str(annotations.get(ANNOTATION_REBALANCE_PAUSED, "")).lower()
+        == "true",
+    )

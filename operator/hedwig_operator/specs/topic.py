@@ -1,0 +1,85 @@
+"""The Topic spec, and the ``TopicConfig`` record it becomes in the topic's znode.
+
+``topicName`` defaults to ``metadata.name`` because Kubernetes names cannot hold every topic
+name (``a/b``, capitals, 255 bytes), while most topics are plain; the CRD makes it immutable.
+Whether the hubs accept the name is decided by the core's own ``validate_name``, not by a copy
+of its rules, so the operator and the hubs can never disagree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from hedwig.metadata import ReplicationConfig, TopicConfig
+from hedwig_operator.specs.common import (
+    Raw,
+    SpecError,
+    int_or,
+    opt_int,
+    opt_str,
+    replication,
+    req_str,
+    section,
+)
+
+
+class DeletionPolicy(str, Enum):
+    # Deleting the Topic leaves the topic and its messages in place (the safe default: a
+    # mistaken `kubectl delete` must not lose data, and no finalizer is needed).
+    KEEP = "Keep"
+    # Deleting the Topic deletes the topic's metadata (znodes, ledger records) first, behind a
+    # finalizer.
+    DELETE = "Delete"
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSpec:
+    namespace: str
+    name: str
+    pool: str
+    topic_name: str
+    uid: str = ""
+    generation: int = 0
+    creation_timestamp: str = ""
+    replication: ReplicationConfig | None = None
+    retention_ms: int | None = None
+    retention_bytes: int | None = None
+    max_message_size: int | None = None
+    deletion_policy: DeletionPolicy = DeletionPolicy.KEEP
+
+    def config(self) -> TopicConfig:
+        """The record the topic's znode must hold; unset fields take the region default."""
+        return TopicConfig(
+            replication=self.replication,
+            retention_ms=self.retention_ms,
+            retention_bytes=self.retention_bytes,
+            max_message_size=self.max_message_size,
+        )
+
+
+def parse_topic(body: Raw) -> TopicSpec:
+    """A Topic object (as the API server returns it) to a ``TopicSpec``."""
+    meta = section(body, "metadata", "")
+    spec = section(body, "spec", "")
+    retention = section(spec, "retention", "spec")
+    name = req_str(meta, "name", "metadata")
+    policy = opt_str(spec, "deletionPolicy", "spec") or DeletionPolicy.KEEP.value
+    try:
+        deletion_policy = DeletionPolicy(policy)
+    except ValueError as exc:
+        raise SpecError("spec.deletionPolicy", "must be Keep or Delete") from exc
+    return TopicSpec(
+        namespace=req_str(meta, "namespace", "metadata"),
+        name=name,
+        uid=opt_str(meta, "uid", "metadata") or "",
+        generation=int_or(meta, "generation", "metadata", 0),
+        creation_timestamp=opt_str(meta, "creationTimestamp", "metadata") or "",
+        pool=req_str(spec, "pool", "spec"),
+        topic_name=opt_str(spec, "topicName", "spec") or name,
+        replication=replication(spec, "replication", "spec"),
+        retention_ms=opt_int(retention, "timeMs", "spec.retention", minimum=0),
+        retention_bytes=opt_int(retention, "sizeBytes", "spec.retention", minimum=0),
+        max_message_size=opt_int(spec, "maxMessageSizeBytes", "spec", minimum=1),
+        deletion_policy=deletion_policy,
+    )

@@ -1,0 +1,229 @@
+"""One background task per HubPool: status refresh and rebalancing, on their own intervals.
+
+Why not kopf timers or daemons: kopf puts a finalizer on every object that has one, so every
+Topic and pool would be stuck in Terminating whenever the operator is not running (a pain
+users of other operators report, load-balancing notes, complaint 9). Instead the operator
+watches pools with an event handler (which needs no finalizer) and keeps a task per pool here;
+the task refreshes the pool's status and the status of the pool's Topics every
+``status_interval_s`` and runs a rebalancing cycle every ``spec.rebalancing.intervalSeconds``.
+Topics thus need a finalizer only when their data must be deleted with them.
+
+A change of the pool (a new watch event) wakes the task at once, so a new spec is acted on
+without waiting for the next tick. Errors are logged and retried at the next tick; the task
+stops when the pool is deleted or the operator shuts down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from hedwig.errors import MetadataError
+from hedwig.metadata import HubStatus
+from hedwig_operator.conditions import changed
+from hedwig_operator.context import Context
+from hedwig_operator.kube import KubeError, ObjectRef
+from hedwig_operator.pools import apply_children, build_pool_status, statefulset_ref
+from hedwig_operator.rebalancing import RebalanceState, rebalance_cycle
+from hedwig_operator.resources import API_VERSION, POOL_KIND, TOPIC_KIND
+from hedwig_operator.specs import PoolSpec, SpecError, parse_pool
+from hedwig_operator.topics import TopicClaim, reconcile_topic
+
+log = logging.getLogger(__name__)
+
+PoolKey = tuple[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class TopicEntry:
+    """A Topic as the pool's worker sees it: its claim and its latest body."""
+
+    claim: TopicClaim
+    body: Mapping[str, Any]
+
+
+# The Topics of a pool (by the claims index), read at each refresh.
+TopicsOf = Callable[[PoolKey], Iterable[TopicEntry]]
+
+
+class PoolWorker:
+    def __init__(self, ctx: Context, body: Mapping[str, Any], topics_of: TopicsOf) -> None:
+        self.ctx = ctx
+        self.body = body
+        self.topics_of = topics_of
+        meta = body.get("metadata", {})
+        self.key: PoolKey = (str(meta.get("namespace")), str(meta.get("name")))
+        self.rebalance = RebalanceState()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._next_rebalance: float | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(
+            self.run(), name=f"hubpool-{self.key[0]}-{self.key[1]}"
+        )
+
+    def update(self, body: Mapping[str, Any]) -> None:
+        """A newer version of the pool. Wakes the task only when the spec or annotations
+        changed: the task's own status writes come back as events too, and must not make
+        it refresh again at once."""
+        old, self.body = self.body, body
+        if _intent(old) != _intent(body):
+            self._wake.set()
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def run(self) -> None:
+        clock = self.ctx.clock
+        while True:
+            self._wake.clear()
+            delay = self.ctx.settings.status_interval_s
+            try:
+                pool = parse_pool(self.body)
+            except SpecError as exc:
+                log.warning("pool %s/%s: invalid spec: %s", *self.key, exc)
+                pool = None
+            if pool is not None:
+                try:
+                    await self.refresh(pool)
+                except Exception:
+                    log.exception("pool %s/%s: refresh failed", *self.key)
+                now = clock.monotonic()
+                if self._next_rebalance is None:
+                    # The first cycle waits one interval: hubs' load reports need that long to
+                    # mean anything after an operator restart.
+                    self._next_rebalance = now + pool.rebalancing.interval_s
+                if now >= self._next_rebalance:
+                    try:
+                        await self.rebalance_once(pool)
+                    except Exception:
+                        log.exception("pool %s/%s: rebalancing failed", *self.key)
+                    self._next_rebalance = clock.monotonic() + pool.rebalancing.interval_s
+                delay = min(delay, max(0.0, self._next_rebalance - clock.monotonic()))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), delay)
+
+    def pool_ref(self, pool: PoolSpec) -> ObjectRef:
+        return ObjectRef(API_VERSION, POOL_KIND, pool.namespace, pool.name, pool.uid)
+
+    async def refresh(self, pool: PoolSpec) -> None:
+        """Repair the children, then refresh the pool's and its Topics' status."""
+        ctx = self.ctx
+        applied = True
+        try:
+            await apply_children(ctx.kube, pool)
+        except KubeError as exc:
+            applied = False
+            log.warning("pool %s: applying children failed: %s", pool.name, exc)
+        statefulset = await ctx.kube.get(statefulset_ref(pool))
+        hubs: list[HubStatus] | None = None
+        zk_error = None
+        try:
+            store = await ctx.metadata.get(pool.zk_connect, pool.region)
+            hubs = await store.hubs.list_hubs()
+        except MetadataError as exc:
+            zk_error = f"ZooKeeper {pool.zk_connect}: {exc}"
+        previous = self.body.get("status") or {}
+        status = build_pool_status(
+            pool,
+            statefulset=statefulset,
+            hubs=hubs,
+            zk_error=zk_error,
+            previous=previous,
+            now_ms=ctx.clock.wall_ms(),
+        )
+        if applied:
+            status["observedGeneration"] = pool.generation
+        if changed(previous, status):
+            await ctx.kube.patch_status(self.pool_ref(pool), status)
+        if hubs is not None:
+            await self.refresh_topics(pool, hubs)
+
+    async def refresh_topics(self, pool: PoolSpec, hubs: list[HubStatus]) -> None:
+        entries = list(self.topics_of(self.key))
+        claims = [e.claim for e in entries]
+        for entry in entries:
+            if (entry.body.get("metadata") or {}).get("deletionTimestamp"):
+                continue
+            status, _ = await reconcile_topic(
+                self.ctx, entry.body, claims, pool_body=self.body, hubs=hubs
+            )
+            if changed(entry.body.get("status") or {}, status):
+                ref = ObjectRef(
+                    API_VERSION,
+                    TOPIC_KIND,
+                    entry.claim.namespace,
+                    entry.claim.name,
+                    entry.claim.uid,
+                )
+                try:
+                    await self.ctx.kube.patch_status(ref, status)
+                except KubeError as exc:
+                    if not exc.not_found:
+                        log.warning("Topic %s: status update failed: %s", entry.claim.name, exc)
+
+    async def rebalance_once(self, pool: PoolSpec) -> None:
+        def claims_of(topic: str) -> list[TopicClaim]:
+            return [e.claim for e in self.topics_of(self.key) if e.claim.topic_name == topic]
+
+        summary = await rebalance_cycle(self.ctx, pool, self.rebalance, claims_of)
+        status: dict[str, Any] = {"lastRebalance": summary}
+        if summary["moves"]:
+            status["lastMoves"] = {"time": summary["time"], "moves": summary["moves"]}
+        status["totalMoves"] = self.rebalance.total_moves
+        previous = self.body.get("status") or {}
+        # A quiet cycle that repeats the previous result is not worth a write.
+        last = previous.get("lastRebalance") or {}
+        if (
+            summary["moves"]
+            or last.get("result") != summary["result"]
+            or (last.get("message") != summary["message"])
+        ):
+            await self.ctx.kube.patch_status(self.pool_ref(pool), status)
+
+
+def _intent(body: Mapping[str, Any]) -> tuple[Any, Any, Any]:
+    meta = body.get("metadata") or {}
+    return (meta.get("generation"), meta.get("annotations"), meta.get("deletionTimestamp"))
+
+
+class Workers:
+    """The running PoolWorkers, by (namespace, name)."""
+
+    def __init__(self, ctx: Context, topics_of: TopicsOf) -> None:
+        self.ctx = ctx
+        self.topics_of = topics_of
+        self._workers: dict[PoolKey, PoolWorker] = {}
+
+    def ensure(self, body: Mapping[str, Any]) -> PoolWorker:
+        meta = body.get("metadata", {})
+        key = (str(meta.get("namespace")), str(meta.get("name")))
+        worker = self._workers.get(key)
+        if worker is None:
+            worker = PoolWorker(self.ctx, body, self.topics_of)
+            self._workers[key] = worker
+            worker.start()
+        else:
+            worker.update(body)
+        return worker
+
+    def get(self, key: PoolKey) -> PoolWorker | None:
+        return self._workers.get(key)
+
+    async def stop(self, key: PoolKey) -> None:
+        worker = self._workers.pop(key, None)
+        if worker is not None:
+            await worker.stop()
+
+    async def stop_all(self) -> None:
+        for key in list(self._workers):
+            await self.stop(key)

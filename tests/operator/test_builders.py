@@ -1,0 +1,179 @@
+"""The pure manifest builders: what a HubPool becomes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hedwig_operator import resources
+from hedwig_operator.builders import (
+    build_client_service,
+    build_configmap,
+    build_headless_service,
+    build_pdb,
+    build_pool_children,
+    build_statefulset,
+    hub_address,
+)
+from hedwig_operator.builders.labels import image_version
+from hedwig_operator.builders.statefulset import rollout_in_progress
+from hedwig_operator.specs import parse_pool
+
+from .fakes import pool_body
+
+SELECTOR = {"app.kubernetes.io/name": "hedwig-hub", "app.kubernetes.io/instance": "pool"}
+
+
+def pool(**spec: Any):  # type: ignore[no-untyped-def]
+    return parse_pool(pool_body(spec=spec))
+
+
+def test_every_child_is_owned_by_the_pool_and_labelled() -> None:
+    children = build_pool_children(pool())
+    assert [c["kind"] for c in children] == [
+        "ConfigMap",
+        "Service",
+        "Service",
+        "StatefulSet",
+        "PodDisruptionBudget",
+    ]
+    for child in children:
+        meta = child["metadata"]
+        assert meta["namespace"] == "ns"
+        (owner,) = meta["ownerReferences"]
+        assert owner == {
+            "apiVersion": "hedwig.io/v1alpha1",
+            "kind": "HubPool",
+            "name": "pool",
+            "uid": "pool-uid",
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+        assert meta["labels"]["app.kubernetes.io/managed-by"] == "hedwig-operator"
+        assert meta["labels"]["app.kubernetes.io/part-of"] == "hedwig"
+        assert SELECTOR.items() <= meta["labels"].items()
+
+
+def test_statefulset_shape() -> None:
+    sts = build_statefulset(pool(replicas=4, resources={"requests": {"cpu": "1"}}))
+    spec = sts["spec"]
+    assert spec["replicas"] == 4
+    assert spec["serviceName"] == "pool-headless"
+    assert spec["selector"] == {"matchLabels": SELECTOR}
+    assert spec["persistentVolumeClaimRetentionPolicy"] == {
+        "whenDeleted": "Retain",
+        "whenScaled": "Retain",
+    }
+    template = spec["template"]
+    assert template["metadata"]["labels"]["app.kubernetes.io/version"] == "1.2"
+    pod = template["spec"]
+    assert pod["terminationGracePeriodSeconds"] == 60
+    (c,) = pod["containers"]
+    assert c["image"] == "hedwig/hub:1.2"
+    assert c["resources"] == {"requests": {"cpu": "1"}}
+    assert c["envFrom"] == [{"configMapRef": {"name": "pool-config"}}]
+    env = {e["name"]: e for e in c["env"]}
+    assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert env["HEDWIG_ADVERTISE"]["value"] == "$(POD_NAME).pool-headless.ns.svc:4080"
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert c["lifecycle"] == {"preStop": {"sleep": {"seconds": 5}}}
+    assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"hub": 4080, "metrics": 9100}
+    assert c["volumeMounts"][0] == {"name": "data", "mountPath": resources.DATA_DIR}
+    (claim,) = spec["volumeClaimTemplates"]
+    assert claim["spec"]["resources"] == {"requests": {"storage": "10Gi"}}
+    assert "storageClassName" not in claim["spec"]
+
+
+def test_storage_class_and_retention_policy() -> None:
+    sts = build_statefulset(
+        pool(storage={"size": "1Gi", "storageClassName": "fast", "whenDeleted": "Delete"})
+    )
+    (claim,) = sts["spec"]["volumeClaimTemplates"]
+    assert claim["spec"]["storageClassName"] == "fast"
+    assert claim["spec"]["resources"]["requests"]["storage"] == "1Gi"
+    assert sts["spec"]["persistentVolumeClaimRetentionPolicy"]["whenDeleted"] == "Delete"
+
+
+def test_config_changes_roll_the_pods_and_image_changes_only_the_template() -> None:
+    a = build_statefulset(pool())
+    b = build_statefulset(pool(placement="least-loaded"))
+    c = build_statefulset(pool(image="hedwig/hub:1.3"))
+    hash_of = lambda s: s["spec"]["template"]["metadata"]["annotations"][  # noqa: E731
+        resources.ANNOTATION_CONFIG_HASH
+    ]
+    assert hash_of(a) != hash_of(b)
+    assert hash_of(a) == hash_of(c)
+    assert a["spec"]["selector"] == c["spec"]["selector"]  # selectors are immutable
+    assert c["spec"]["template"]["spec"]["containers"][0]["image"] == "hedwig/hub:1.3"
+
+
+def test_configmap_holds_the_hub_settings() -> None:
+    data = build_configmap(
+        pool(
+            region="eu",
+            replication={"ensemble": 3, "writeQuorum": 3, "ackQuorum": 2},
+            maxMessageSizeBytes=2048,
+            zookeeper={"connect": "zk-0:2181,zk-1:2181", "sessionTimeoutSeconds": 8},
+        )
+    )["data"]
+    assert data == {
+        "HEDWIG_ZK": "zk-0:2181,zk-1:2181",
+        "HEDWIG_REGION": "eu",
+        "HEDWIG_LISTEN": "0.0.0.0:4080",
+        "HEDWIG_DATA_DIR": "/var/lib/hedwig",
+        "HEDWIG_METRICS_PORT": "9100",
+        "HEDWIG_METRICS_HOST": "0.0.0.0",
+        "HEDWIG_PLACEMENT": "load-weighted",
+        "HEDWIG_ZK_SESSION_TIMEOUT_S": "8",
+        "HEDWIG_REPLICATION": "3/3/2",
+        "HEDWIG_MAX_MESSAGE_SIZE": "2048",
+    }
+
+
+def test_services_and_pdb() -> None:
+    headless = build_headless_service(pool())
+    assert headless["metadata"]["name"] == "pool-headless"
+    assert headless["spec"]["clusterIP"] == "None"
+    assert headless["spec"]["publishNotReadyAddresses"] is True
+    assert {p["name"] for p in headless["spec"]["ports"]} == {"hub", "metrics"}
+    client = build_client_service(pool())
+    assert client["metadata"]["name"] == "pool"
+    assert client["spec"]["selector"] == SELECTOR
+    assert [p["port"] for p in client["spec"]["ports"]] == [4080]
+    pdb = build_pdb(pool())
+    assert pdb["spec"] == {"maxUnavailable": 1, "selector": {"matchLabels": SELECTOR}}
+
+
+def test_hub_address_is_the_pods_stable_dns_name() -> None:
+    assert hub_address(pool(), 2) == "pool-2.pool-headless.ns.svc:4080"
+
+
+def test_image_version() -> None:
+    assert image_version("hub") is None
+    assert image_version("registry:5000/hedwig/hub") is None
+    assert image_version("registry:5000/hedwig/hub:2.0") == "2.0"
+    assert image_version("hub@sha256:abc") == "sha256-abc"
+
+
+def sts_with(generation: int = 2, **status: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"generation": generation},
+        "spec": {"replicas": 3},
+        "status": {
+            "observedGeneration": 2,
+            "currentRevision": "r1",
+            "updateRevision": "r1",
+            "updatedReplicas": 3,
+            "readyReplicas": 3,
+            **status,
+        },
+    }
+
+
+def test_rollout_in_progress() -> None:
+    assert rollout_in_progress(sts_with()) is None
+    assert rollout_in_progress(None) is not None
+    assert "latest spec" in str(rollout_in_progress(sts_with(generation=3)))
+    assert "revision r2" in str(rollout_in_progress(sts_with(updateRevision="r2")))
+    assert "1 of 3 pods run" in str(rollout_in_progress(sts_with(updatedReplicas=1)))
+    assert "2 of 3 pods are ready" in str(rollout_in_progress(sts_with(readyReplicas=2)))

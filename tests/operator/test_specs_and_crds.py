@@ -1,0 +1,191 @@
+"""Specs parse as the API server would store them, and agree with the CRDs in ``crds/``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hedwig_operator import resources
+from hedwig_operator.specs import (
+    DeletionPolicy,
+    PoolSpec,
+    RebalancingSpec,
+    SpecError,
+    StorageSpec,
+    parse_pool,
+    parse_topic,
+)
+
+from hedwig.metadata import ReplicationConfig, TopicConfig
+
+from .fakes import pool_body, topic_body
+
+CRDS = Path(__file__).resolve().parents[2] / "crds"
+
+
+def crd(plural: str) -> dict[str, Any]:
+    return yaml.safe_load((CRDS / f"{plural}.{resources.GROUP}.yaml").read_text())
+
+
+def schema(plural: str) -> dict[str, Any]:
+    (version,) = crd(plural)["spec"]["versions"]
+    return version["schema"]["openAPIV3Schema"]
+
+
+def test_crds_match_the_operators_names() -> None:
+    for plural, kind in (
+        (resources.POOL_PLURAL, resources.POOL_KIND),
+        (resources.TOPIC_PLURAL, resources.TOPIC_KIND),
+    ):
+        c = crd(plural)
+        assert c["metadata"]["name"] == f"{plural}.{resources.GROUP}"
+        assert c["spec"]["group"] == resources.GROUP
+        assert c["spec"]["names"]["kind"] == kind
+        assert c["spec"]["names"]["shortNames"]
+        assert "hedwig" in c["spec"]["names"]["categories"]
+        (version,) = c["spec"]["versions"]
+        assert version["name"] == resources.VERSION
+        assert version["subresources"]["status"] == {}
+        columns = {col["name"]: col["jsonPath"] for col in version["additionalPrinterColumns"]}
+        assert columns["Ready"] == '.status.conditions[?(@.type=="Ready")].status'
+        assert "Age" in columns
+
+
+def test_pool_crd_scale_subresource_points_at_status_the_operator_writes() -> None:
+    (version,) = crd("hubpools")["spec"]["versions"]
+    scale = version["subresources"]["scale"]
+    assert scale == {
+        "specReplicasPath": ".spec.replicas",
+        "statusReplicasPath": ".status.replicas",
+        "labelSelectorPath": ".status.selector",
+    }
+
+
+def test_pool_crd_defaults_are_the_specs_defaults() -> None:
+    props = schema("hubpools")["properties"]["spec"]["properties"]
+    rb = props["rebalancing"]["properties"]
+    d = RebalancingSpec()
+    pairs = {
+        "enabled": d.enabled,
+        "paused": d.paused,
+        "intervalSeconds": d.interval_s,
+        "overloadMargin": d.overload_margin,
+        "underloadMargin": d.underload_margin,
+        "confirmations": d.confirmations,
+        "cooldownSeconds": d.cooldown_s,
+        "maxMovesPerCycle": d.max_moves_per_cycle,
+        "minTopicRate": d.min_topic_rate,
+        "maxReportAgeSeconds": d.max_report_age_s,
+        "lowLoadDrain": d.low_load_drain,
+        "lowLoadThreshold": d.low_load_threshold,
+        "hubCapacity": d.hub_capacity,
+    }
+    assert set(pairs) | {"prometheus"} == set(rb)
+    for key, value in pairs.items():
+        assert rb[key]["default"] == value, key
+    p = parse_pool(pool_body())
+    assert props["replicas"]["default"] == p.replicas
+    assert props["placement"]["default"] == p.placement
+    assert props["zookeeper"]["properties"]["sessionTimeoutSeconds"]["default"] == (
+        p.zk_session_timeout_s
+    )
+    assert props["terminationGracePeriodSeconds"]["default"] == p.termination_grace_period_s
+    assert props["preStopSleepSeconds"]["default"] == p.pre_stop_sleep_s
+    st = props["storage"]["properties"]
+    assert st["size"]["default"] == StorageSpec().size
+    assert st["whenDeleted"]["default"] == StorageSpec().when_deleted
+    assert st["whenScaled"]["default"] == StorageSpec().when_scaled
+
+
+def test_topic_crd_defaults_and_rules() -> None:
+    spec = schema("topics")["properties"]["spec"]
+    assert spec["properties"]["deletionPolicy"]["default"] == DeletionPolicy.KEEP.value
+    assert spec["properties"]["deletionPolicy"]["enum"] == [p.value for p in DeletionPolicy]
+    assert spec["properties"]["retention"]["properties"]["timeMs"]["minimum"] == 0
+    assert spec["properties"]["topicName"]["maxLength"] == 255
+    rules = [r["rule"] for r in spec["properties"]["replication"]["x-kubernetes-validations"]]
+    assert rules == ["self.ackQuorum <= self.writeQuorum && self.writeQuorum <= self.ensemble"]
+
+
+def test_parse_pool_defaults() -> None:
+    p = parse_pool(pool_body())
+    assert p == PoolSpec(
+        namespace="ns",
+        name="pool",
+        uid="pool-uid",
+        generation=1,
+        image="hedwig/hub:1.2",
+        zk_connect="zk:2181",
+    )
+    assert p.region == "pool"
+    assert not p.rebalancing_paused
+    assert p.rebalancing.to_config().max_moves_per_cycle == 2
+
+
+def test_parse_pool_full() -> None:
+    body = pool_body(
+        spec={
+            "replicas": 5,
+            "region": "eu",
+            "placement": "least-loaded",
+            "replication": {"ensemble": 3, "writeQuorum": 3, "ackQuorum": 2},
+            "storage": {"size": 1024, "storageClassName": "fast", "whenScaled": "Delete"},
+            "rebalancing": {
+                "paused": True,
+                "intervalSeconds": 30,
+                "cooldownSeconds": 5,
+                "prometheus": {"url": "http://prom:9090"},
+            },
+        }
+    )
+    body["metadata"]["annotations"] = {resources.ANNOTATION_REBALANCE_PAUSED: "true"}
+    p = parse_pool(body)
+    assert p.region == "eu"
+    assert p.replication == ReplicationConfig(3, 3, 2)
+    assert p.storage == StorageSpec("1024", "fast", "Retain", "Delete")
+    assert p.rebalancing.interval_s == 30
+    assert p.rebalancing.prometheus is not None and p.rebalancing.prometheus.hub_label == "pod"
+    assert p.rebalancing_paused and p.paused_by_annotation
+    assert p.rebalancing.to_config().cooldown_s == 5
+
+
+@pytest.mark.parametrize(
+    ("spec", "path"),
+    [
+        ({"replication": {"ensemble": 1, "writeQuorum": 2, "ackQuorum": 1}}, "spec.replication"),
+        ({"placement": "nearest"}, "spec.placement"),
+        ({"replicas": -1}, "spec.replicas"),
+        ({"zookeeper": {}}, "spec.zookeeper.connect"),
+        ({"storage": {"whenDeleted": "Keep"}}, "spec.storage.whenDeleted"),
+    ],
+)
+def test_parse_pool_refuses(spec: dict[str, Any], path: str) -> None:
+    with pytest.raises(SpecError) as err:
+        parse_pool(pool_body(spec=spec))
+    assert err.value.path == path
+
+
+def test_parse_topic() -> None:
+    t = parse_topic(
+        topic_body(
+            spec={
+                "topicName": "a/b c",
+                "replication": {"ensemble": 3, "writeQuorum": 2, "ackQuorum": 2},
+                "retention": {"timeMs": 60000, "sizeBytes": 0},
+                "maxMessageSizeBytes": 100,
+                "deletionPolicy": "Delete",
+            }
+        )
+    )
+    assert t.topic_name == "a/b c"
+    assert t.deletion_policy is DeletionPolicy.DELETE
+    assert t.config() == TopicConfig(ReplicationConfig(3, 2, 2), 60000, 0, 100)
+    assert parse_topic(topic_body("plain")).topic_name == "plain"
+    assert parse_topic(topic_body()).config() == TopicConfig()
+
+
+def test_parse_topic_refuses_negative_retention() -> None:
+    with pytest.raises(SpecError, match=r"spec.retention.timeMs: must be at least 0"):
+        parse_topic(topic_body(spec={"retention": {"timeMs": -1}}))

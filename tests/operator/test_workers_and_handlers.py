@@ -1,0 +1,159 @@
+"""The pool's worker (status refresh) and the kopf handlers, called as plain functions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+import pytest
+from hedwig_operator import handlers
+from hedwig_operator.kube import KubeError
+from hedwig_operator.topics import claim_of, claims_key
+from hedwig_operator.workers import PoolWorker, TopicEntry, Workers
+
+from .fakes import World, pool_body, topic_body
+from .test_rebalancing import settled_statefulset
+
+
+def entries(*bodies: dict[str, Any]) -> list[TopicEntry]:
+    out = []
+    for b in bodies:
+        claim = claim_of(b)
+        assert claim is not None
+        out.append(TopicEntry(claim, b))
+    return out
+
+
+async def test_refresh_applies_children_and_writes_pool_and_topic_status() -> None:
+    w = await World().start()
+    pool = pool_body(spec={"region": "r1", "replicas": 2})
+    w.kube.put(pool)
+    w.kube.put(settled_statefulset())
+    w.kube.objects[("StatefulSet", "ns", "pool")]["status"].update(replicas=2)
+    topic = topic_body()
+    w.kube.put(topic)
+    await w.register("hub-0", {"orders": 3.0})
+    worker = PoolWorker(w.ctx, pool, lambda key: entries(topic) if key == ("ns", "pool") else [])
+    await worker.refresh(worker_pool(worker))
+    kinds = sorted(m["kind"] for m in w.kube.applied)
+    assert kinds == ["ConfigMap", "PodDisruptionBudget", "Service", "Service", "StatefulSet"]
+    status = w.kube.objects[("HubPool", "ns", "pool")]["status"]
+    assert status["readyHubs"] == 2
+    assert status["replicas"] == 2
+    assert status["aliveHubs"] == 1
+    assert status["region"] == "r1"
+    assert status["observedGeneration"] == 1
+    assert status["conditions"][0]["reason"] == "HubsReady"
+    (hub,) = status["hubs"]
+    assert hub["address"] == "hub-0" and hub["messagesInPerSecond"] == 3.0
+    topic_status = w.kube.objects[("Topic", "ns", "orders")]["status"]
+    assert topic_status["owner"] == "hub-0"
+    assert topic_status["conditions"][0]["reason"] == "Owned"
+
+    # A second refresh with nothing changed writes no status.
+    worker.body = w.kube.objects[("HubPool", "ns", "pool")]
+    patches = len(w.kube.status_patches)
+    topic_now = w.kube.objects[("Topic", "ns", "orders")]
+    worker.topics_of = lambda key: entries(topic_now)
+    await worker.refresh(worker_pool(worker))
+    assert len(w.kube.status_patches) == patches
+
+
+def worker_pool(worker: PoolWorker):  # type: ignore[no-untyped-def]
+    from hedwig_operator.specs import parse_pool
+
+    return parse_pool(worker.body)
+
+
+async def test_pool_status_when_zookeeper_is_down() -> None:
+    w = await World().start()
+    w.zookeeper_down()
+    pool = pool_body()
+    w.kube.put(pool)
+    w.kube.put(settled_statefulset())
+    worker = PoolWorker(w.ctx, pool, lambda key: [])
+    await worker.refresh(worker_pool(worker))
+    cond = w.kube.objects[("HubPool", "ns", "pool")]["status"]["conditions"][0]
+    assert (cond["status"], cond["reason"]) == ("False", "ZooKeeperUnavailable")
+
+
+async def test_worker_runs_and_stops() -> None:
+    w = await World().start()
+    w.ctx.settings = type(w.ctx.settings)(status_interval_s=0.01)
+    pool = pool_body(spec={"region": "r1"})
+    w.kube.put(pool)
+    workers = Workers(w.ctx, lambda key: [])
+    worker = workers.ensure(pool)
+    assert workers.ensure(pool) is worker
+    for _ in range(100):
+        if w.kube.applied:
+            break
+        await __import__("asyncio").sleep(0.01)
+    assert w.kube.applied
+    await workers.stop_all()
+    assert workers.get(("ns", "pool")) is None
+
+
+class FakeIndex(dict):  # type: ignore[type-arg]
+    """kopf.Index is a mapping of key to a collection of values."""
+
+
+@pytest.fixture
+def world_state(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    async def make() -> World:
+        w = await World().start()
+        monkeypatch.setattr(handlers.STATE, "ctx", w.ctx)
+        return w
+
+    return make
+
+
+async def test_topic_handler_writes_status_through_the_patch(world_state) -> None:  # type: ignore[no-untyped-def]
+    w = await world_state()
+    w.kube.put(pool_body(spec={"region": "r1"}))
+    await w.register("hub-0")
+    body = topic_body()
+    index = FakeIndex({claims_key("ns", "pool"): entries(body)})
+    patch = kopf.Patch()
+    await handlers.topic_changed(body=kopf.Body(body), patch=patch, topic_entries=index)
+    assert patch["status"]["conditions"][0]["reason"] == "Owned"
+    assert patch["status"]["owner"] == "hub-0"
+
+
+async def test_topic_delete_handler_retries_while_zookeeper_is_down(world_state) -> None:  # type: ignore[no-untyped-def]
+    w = await world_state()
+    w.kube.put(pool_body())
+    w.zookeeper_down()
+    body = topic_body(spec={"deletionPolicy": "Delete"})
+    with pytest.raises(kopf.TemporaryError):
+        await handlers.topic_deleted(body=kopf.Body(body), topic_entries=FakeIndex())
+
+
+async def test_pool_handler_applies_children_and_reports_failures(world_state) -> None:  # type: ignore[no-untyped-def]
+    w = await world_state()
+    body = pool_body(spec={"region": "r1"})
+    patch = kopf.Patch()
+    await handlers.pool_changed(body=kopf.Body(body), patch=patch)
+    assert len(w.kube.applied) == 5
+    assert patch["status"]["observedGeneration"] == 1
+    assert patch["status"]["selector"] == (
+        "app.kubernetes.io/instance=pool,app.kubernetes.io/name=hedwig-hub"
+    )
+    w.kube.fail_apply = KubeError(403, "Forbidden", "no")
+    with pytest.raises(kopf.TemporaryError):
+        await handlers.pool_changed(body=kopf.Body(body), patch=kopf.Patch())
+    (event,) = w.kube.events_for("HubPool", "pool")
+    assert event["type"] == "Warning" and event["reason"] == "ApplyFailed"
+
+    bad = pool_body(spec={"placement": "nearest"})
+    patch = kopf.Patch()
+    with pytest.raises(kopf.PermanentError):
+        await handlers.pool_changed(body=kopf.Body(bad), patch=patch)
+    assert patch["status"]["conditions"][0]["reason"] == "InvalidSpec"
+
+
+def test_topic_index_holds_valid_claims_only() -> None:
+    body = topic_body()
+    (value,) = handlers.topic_entries(body=kopf.Body(body)).values()
+    assert value.claim.topic_name == "orders"
+    assert handlers.topic_entries(body=kopf.Body(topic_body(spec={"topicName": "a\x00"}))) == {}
