@@ -12,7 +12,7 @@ import logging
 import sys
 
 from hedwig import __version__
-from hedwig.cli import admin, balance, bench, demo, dev, pubsub, servers, sim
+from hedwig.cli import admin, balance, bench, demo, dev, ledgers, pubsub, servers, sim
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.register(sub)
     sim.register(sub)
     balance.register(sub)
+    ledgers.register(sub)
     return parser
 
 

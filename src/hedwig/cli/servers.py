@@ -51,6 +51,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="shed load to other hubs by the shared policy (default on; off under an operator)",
     )
     p.add_argument(
+        "--audit-interval",
+        type=float,
+        dest="audit_interval_s",
+        help="seconds between ledger audits for under-replication (default 30)",
+    )
+    p.add_argument(
+        "--load-report-interval",
+        type=float,
+        dest="load_report_interval_s",
+        help="seconds between load reports in the alive znode (default 5)",
+    )
+    p.add_argument(
         "--balance-interval",
         type=float,
         dest="balance_interval_s",
@@ -100,6 +112,8 @@ def run_hub(args: argparse.Namespace) -> int:
             replication=args.replication,
             self_balance=args.self_balance,
             balance_interval_s=args.balance_interval_s,
+            audit_interval_s=args.audit_interval_s,
+            load_report_interval_s=args.load_report_interval_s,
         )
     except HedwigError as exc:
         print(f"hedwig hub: {exc}", file=sys.stderr)

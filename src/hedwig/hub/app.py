@@ -26,6 +26,7 @@ from hedwig.hub.metrics import HubMetrics
 from hedwig.hub.ownership import TopicManager
 from hedwig.hub.server import ClientConnection, HubFrontEnd, HubOperations
 from hedwig.hub.topic import OwnedTopic, TopicState
+from hedwig.ledger.auditor import Auditor, AuditReport
 from hedwig.ledger.pool import HubPool
 from hedwig.ledger.storage import LocalStorage
 from hedwig.metadata.managers import MetadataStore, SessionState
@@ -86,6 +87,9 @@ class Hub(HubOperations):
         self._tasks: list[asyncio.Task[None]] = []
         self._load = LoadTracker()
         self.rebalancer = Rebalancer(config.rebalance, self.clock)
+        self.auditor = Auditor(
+            address=self.address, store=self.store, pool=self.pool, wanted_size=self._wanted_size
+        )
         self._ready = False
         self._stopping = False
         self.stopped = asyncio.Event()
@@ -104,6 +108,7 @@ class Hub(HubOperations):
             self.address = f"{host}:{bound}"
             self.storage.address = self.address
             self.topics.address = self.address
+            self.auditor.address = self.address
         if self.config.metrics_port is not None:
             self._http = HealthServer(
                 self.metrics.registry, self._readiness, before_scrape=self._refresh_gauges
@@ -113,6 +118,7 @@ class Hub(HubOperations):
         self._spawn(self._load_loop())
         self._spawn(self._flush_loop())
         self._spawn(self._gc_loop())
+        self._spawn(self._audit_loop())
         if self.config.self_balance:
             self._spawn(self._balance_loop())
         self._ready = True
@@ -225,6 +231,27 @@ class Hub(HubOperations):
         while True:
             await self.clock.sleep(self.config.gc_interval_s)
             await self.topics.collect_garbage()
+
+    async def _wanted_size(self, topic: str) -> int:
+        config = await self.topics.topic_config(topic)
+        return (config.replication or self.config.replication_config).ensemble
+
+    async def _audit_loop(self) -> None:
+        while True:
+            await self.clock.sleep(self.config.audit_interval_s)
+            try:
+                await self.audit_once()
+            except Exception as exc:
+                log.warning("ledger audit failed: %s", exc)
+
+    async def audit_once(self) -> AuditReport:
+        for owned in list(self.topics.topics.values()):
+            if owned.log.degraded and await owned.log.restore_replication():
+                log.info("topic %r: back to full replication", owned.name)
+        report = await self.auditor.run_once()
+        self.metrics.under_replicated.set(report.failed)
+        self.metrics.ledger_repairs.inc(report.repaired)
+        return report
 
     async def _balance_loop(self) -> None:
         """Seed 000's self-shedding: every hub runs the shared policy on the region's load

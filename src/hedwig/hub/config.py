@@ -50,6 +50,8 @@ class HubConfig:
     default_retention_ms: int | None = 24 * 3600 * 1000
     default_retention_bytes: int | None = None
     gc_interval_s: float = 60.0
+    # How often each hub audits its share of the closed ledgers for lost or lagging replicas.
+    audit_interval_s: float = 30.0
     load_report_interval_s: float = 5.0
     # Load reports older than this are ignored by placement.
     load_report_max_age_s: float = 30.0

@@ -73,6 +73,14 @@ class HubMetrics:
         self.storage_bytes = Counter(
             "hedwig_storage_bytes_written", "Bytes written to ledger storage", registry=r
         )
+        self.under_replicated = Gauge(
+            "hedwig_ledgers_under_replicated",
+            "Ledgers this hub audits that stayed under-replicated after its last audit",
+            registry=r,
+        )
+        self.ledger_repairs = Counter(
+            "hedwig_ledger_repairs", "Under-replicated ledgers repaired by this hub", registry=r
+        )
         self.storage_syncs = Counter(
             "hedwig_storage_syncs", "fdatasync calls by the group commit", registry=r
         )

@@ -136,7 +136,11 @@ class LedgerWriter:
             self._break(exc)
             return
         except Exception as exc:
+            # Any replica failure counts against the quorum; the log rolls over to a healthy
+            # ensemble so later entries are fully replicated again.
             pending.failures += 1
+            if self._on_replica_failure is not None:
+                self._on_replica_failure(address)
             if pending.failures > wq - self._md.ack_quorum:
                 self._break(
                     NotEnoughReplicasError(

@@ -46,3 +46,26 @@ class HubPool:
 
 # Kept for tests that use a single disk.
 LocalPool = HubPool
+
+
+class RemotePool:
+    """Every replica over the wire: for tools that run outside a hub (``hedwig ledgers``)."""
+
+    def __init__(self) -> None:
+        self._remote: dict[str, RemoteStorage] = {}
+
+    def node(self, address: str) -> StorageNode:
+        node = self._remote.get(address)
+        if node is None:
+            node = self._remote[address] = RemoteStorage(address, timeout_s=3.0)
+        return node
+
+    def preferred(self, addresses: Sequence[str]) -> list[str]:
+        return list(addresses)
+
+    def suspect(self, address: str) -> None:
+        return None
+
+    def close(self) -> None:
+        for node in self._remote.values():
+            node.close()

@@ -283,6 +283,31 @@ class TopicLog:
             idx = self._indexes[md.ledger_id] = _LedgerIndex(md)
         return idx
 
+    @property
+    def degraded(self) -> bool:
+        """The open ledger has fewer replicas than the topic wants (made while hubs were down)."""
+        writer = self._writer
+        return (
+            writer is not None
+            and writer.metadata.ensemble_size < self.settings.replication.ensemble
+        )
+
+    async def restore_replication(self) -> bool:
+        """Roll over to a full-size ensemble if enough hubs are back; True if it did."""
+        if not self.degraded or self._rolling is not None or self.broken is not None:
+            return False
+        rep = self.settings.replication
+        if self._choose_ensemble is None:
+            return False
+        try:
+            full = await self._choose_ensemble(rep.ensemble, rep.ensemble, frozenset())
+        except Exception:
+            return False
+        if len(full) < rep.ensemble:
+            return False
+        await self._roll_over()
+        return True
+
     async def _next_ensemble(self) -> list[str] | None:
         """An ensemble for the next ledger, avoiding failed replicas; None if none is possible."""
         rep = self.settings.replication

@@ -1,0 +1,92 @@
+"""``hedwig ledgers``: every ledger of a region, and which ones are under-replicated."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from typing import Any
+
+from hedwig.cli.admin import _table
+from hedwig.errors import HedwigError
+from hedwig.hub.config import parse_replication
+from hedwig.ledger.auditor import inspect
+from hedwig.ledger.pool import RemotePool
+from hedwig.metadata.records import LedgerState
+from hedwig.metadata.zookeeper import ZkMetadataStore
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("ledgers", help="ledgers, their replicas and replication health")
+    p.add_argument("--zk", required=True)
+    p.add_argument("--region", default="dev")
+    p.add_argument("--under-replicated", action="store_true", help="only unhealthy ledgers")
+    p.add_argument(
+        "--replication",
+        default="3/3/2",
+        help="the region default the hubs run with (topics may override it); default 3/3/2",
+    )
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=run_ledgers)
+
+
+async def collect(zk: str, region: str, default_size: int) -> list[dict[str, Any]]:
+    store = ZkMetadataStore(zk, region)
+    pool = RemotePool()
+    await store.start()
+    try:
+        alive = {h.address for h in await store.hubs.list_hubs() if h.alive}
+        region_defaults = await store.topics.read_region_defaults()
+        rows = []
+        for lid in await store.ledgers.list_ledgers():
+            got = await store.ledgers.read_ledger(lid)
+            if got is None:
+                continue
+            md = got.value
+            cfg = await store.topics.read_topic_config(md.topic)
+            rep = (cfg.value.replication if cfg else None) or region_defaults.replication
+            wanted = rep.ensemble if rep else default_size
+            row: dict[str, Any] = {
+                "ledger": lid,
+                "topic": md.topic,
+                "state": md.state.value,
+                "replicas": ",".join(md.fragments[-1][1]) if md.fragments else "",
+                "quorums": f"{md.ensemble_size}/{md.write_quorum}/{md.ack_quorum}",
+                "entries": md.last_entry_id + 1 if md.state is LedgerState.CLOSED else None,
+                "bytes": md.length,
+            }
+            if md.state is LedgerState.CLOSED:
+                health = await inspect(md, pool, alive, wanted)
+                row["under_replicated"] = health.under_replicated
+                row["dead"] = ",".join(health.dead)
+                row["lagging"] = ",".join(health.lagging)
+                row["wanted"] = wanted
+            else:
+                dead = [a for _, e in md.fragments for a in e if a not in alive]
+                row["under_replicated"] = bool(dead) or md.ensemble_size < wanted
+                row["dead"] = ",".join(dead)
+                row["lagging"] = ""
+                row["wanted"] = wanted
+            rows.append(row)
+        return rows
+    finally:
+        pool.close()
+        await store.close()
+
+
+def run_ledgers(args: argparse.Namespace) -> int:
+    try:
+        size = parse_replication(args.replication).ensemble
+        rows = asyncio.run(collect(args.zk, args.region, size))
+    except HedwigError as exc:
+        print(f"hedwig ledgers: {exc}", file=sys.stderr)
+        return 1
+    if args.under_replicated:
+        rows = [r for r in rows if r["under_replicated"]]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        cols = ["ledger", "topic", "state", "quorums", "replicas", "dead", "lagging", "entries"]
+        print(_table(rows, cols))
+    return 0

@@ -1,0 +1,212 @@
+"""Finding and repairing under-replicated ledgers.
+
+A closed ledger is under-replicated when one of its replicas is on a hub that is no longer
+alive, when a live replica is missing entries (its hub was down during the writes, or came back
+with an empty disk), or when it was written with a smaller ensemble than its topic wants
+(ledgers created while hubs were down). Repairs:
+
+- a dead replica is replaced: its entries are copied from the surviving replicas to an alive
+  hub outside the ensemble, then the fragment's ensemble is changed with a compare-and-set;
+- a live replica missing entries is caught up by copying them to it;
+- a small ensemble (every replica holding every entry) grows by copying all entries to a new
+  replica and recording it with a compare-and-set.
+
+Copies use the storage role's recovery adds, so they work on fenced ledgers too. Open ledgers
+belong to their writer (or to the recovery of the next owner) and are left alone. The work is
+split between hubs without coordination: each alive hub audits the ledgers whose id modulo the
+number of alive hubs is its position among them; overlaps after membership changes are
+harmless because every metadata change is a compare-and-set.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
+
+from hedwig.errors import BadVersionError, HedwigError
+from hedwig.ledger.handle import StoragePool, read_entry, write_set
+from hedwig.metadata.managers import MetadataStore
+from hedwig.metadata.records import LedgerMetadata, LedgerState, Version
+
+log = logging.getLogger(__name__)
+
+# Wanted ensemble size for a topic (from its configuration and the region's defaults).
+WantedSize = Callable[[str], Awaitable[int]]
+
+
+@dataclass
+class LedgerHealth:
+    ledger_id: int
+    topic: str
+    ensemble: tuple[str, ...]
+    dead: list[str] = field(default_factory=list)
+    lagging: dict[str, int] = field(default_factory=dict)  # replica -> entries missing
+    wanted: int = 0
+
+    @property
+    def under_replicated(self) -> bool:
+        return bool(self.dead or self.lagging) or len(self.ensemble) < self.wanted
+
+
+@dataclass
+class AuditReport:
+    checked: int = 0
+    under_replicated: list[LedgerHealth] = field(default_factory=list)
+    repaired: int = 0
+    failed: int = 0
+
+
+def _fragments(md: LedgerMetadata) -> list[tuple[int, int, tuple[str, ...]]]:
+    """``(first_entry, last_entry, ensemble)`` of each non-empty fragment of a closed ledger."""
+    out = []
+    frags = list(md.fragments)
+    for i, (first, ensemble) in enumerate(frags):
+        last = frags[i + 1][0] - 1 if i + 1 < len(frags) else md.last_entry_id
+        if last >= first:
+            out.append((first, last, ensemble))
+    return out
+
+
+async def inspect(
+    md: LedgerMetadata, pool: StoragePool, alive: set[str], wanted: int
+) -> LedgerHealth:
+    """What is wrong with a closed ledger (asks live replicas for their last entry)."""
+    current = md.fragments[-1][1] if md.fragments else ()
+    health = LedgerHealth(md.ledger_id, md.topic, tuple(current), wanted=wanted)
+    for first, last, ensemble in _fragments(md):
+        for address in ensemble:
+            if address not in alive:
+                if address not in health.dead:
+                    health.dead.append(address)
+                continue
+            if md.ensemble_size != md.write_quorum:
+                continue  # striped ledgers: per-entry checks are not done here
+            try:
+                _, stored = await pool.node(address).read_lac(md.ledger_id, fence=False)
+            except HedwigError:
+                continue
+            if stored < last:
+                health.lagging[address] = health.lagging.get(address, 0) + (
+                    last - max(stored, first - 1)
+                )
+    return health
+
+
+class Auditor:
+    def __init__(
+        self,
+        *,
+        address: str,
+        store: MetadataStore,
+        pool: StoragePool,
+        wanted_size: WantedSize,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.address = address
+        self.store = store
+        self.pool = pool
+        self.wanted_size = wanted_size
+        self.rng = rng or random.Random()
+        self.last = AuditReport()
+
+    async def run_once(self) -> AuditReport:
+        report = AuditReport()
+        alive = sorted(h.address for h in await self.store.hubs.list_hubs() if h.alive)
+        if self.address not in alive:
+            return report
+        position, members = alive.index(self.address), len(alive)
+        for lid in await self.store.ledgers.list_ledgers():
+            if lid % members != position:
+                continue
+            got = await self.store.ledgers.read_ledger(lid)
+            if got is None or got.value.state is not LedgerState.CLOSED:
+                continue
+            report.checked += 1
+            md, version = got.value, got.version
+            try:
+                wanted = await self.wanted_size(md.topic)
+            except HedwigError:
+                wanted = md.ensemble_size
+            health = await inspect(md, self.pool, set(alive), wanted)
+            if not health.under_replicated:
+                continue
+            report.under_replicated.append(health)
+            try:
+                await self.repair(md, version, health, set(alive))
+                report.repaired += 1
+            except HedwigError as exc:
+                report.failed += 1
+                log.warning("ledger %d of %r stays under-replicated: %s", lid, md.topic, exc)
+        self.last = report
+        return report
+
+    async def _copy(
+        self, md: LedgerMetadata, entries: list[int], to: str, sources: set[str]
+    ) -> None:
+        target = self.pool.node(to)
+        for entry in entries:
+            payload = await read_entry(self.pool, md, entry, among=sources)
+            await target.add_entry(md.ledger_id, entry, md.last_entry_id, payload, recovery=True)
+
+    async def repair(
+        self, md: LedgerMetadata, version: Version, health: LedgerHealth, alive: set[str]
+    ) -> None:
+        everyone = {a for _, e in md.fragments for a in e}
+        healthy = alive - set(health.dead)
+        # 1. replace dead replicas, fragment by fragment
+        fragments = list(md.fragments)
+        for first, last, ensemble in _fragments(md):
+            for dead in [a for a in ensemble if a in health.dead]:
+                spare = sorted(alive - everyone)
+                if not spare:
+                    raise HedwigError(f"no spare hub to replace {dead}")
+                new = self.rng.choice(spare)
+                entries = [e for e in range(first, last + 1) if dead in write_set(md, e)]
+                await self._copy(md, entries, new, healthy & set(ensemble))
+                everyone.add(new)
+                idx = next(j for j, (f, _) in enumerate(fragments) if f == first)
+                fragments[idx] = (first, tuple(new if a == dead else a for a in fragments[idx][1]))
+                log.info(
+                    "ledger %d: replica %s replaced by %s (%d entries)",
+                    md.ledger_id,
+                    dead,
+                    new,
+                    len(entries),
+                )
+        # 2. catch up lagging live replicas
+        for address, _missing in health.lagging.items():
+            for first, last, ensemble in _fragments(md):
+                if address not in ensemble:
+                    continue
+                _, stored = await self.pool.node(address).read_lac(md.ledger_id, fence=False)
+                entries = list(range(max(first, stored + 1), last + 1))
+                await self._copy(md, entries, address, healthy & set(ensemble) - {address})
+                log.info(
+                    "ledger %d: caught %s up by %d entries", md.ledger_id, address, len(entries)
+                )
+        # 3. grow a full-copy ledger that was written with too few replicas
+        grown = md
+        current = fragments[-1][1] if fragments else ()
+        if (
+            len(fragments) == 1
+            and md.ensemble_size == md.write_quorum
+            and len(current) < health.wanted
+        ):
+            spare = sorted(alive - set(current) - set(health.dead))
+            extra = spare[: health.wanted - len(current)]
+            for new in extra:
+                await self._copy(md, list(range(md.last_entry_id + 1)), new, healthy & set(current))
+            if extra:
+                current = (*current, *extra)
+                fragments[0] = (fragments[0][0], current)
+                grown = replace(md, ensemble_size=len(current), write_quorum=len(current))
+        changed = replace(grown, fragments=tuple(fragments))
+        if changed != md:
+            try:
+                await self.store.ledgers.write_ledger(changed, version)
+            except BadVersionError as exc:
+                raise HedwigError(
+                    f"ledger {md.ledger_id} changed during repair; next round"
+                ) from exc
