@@ -196,6 +196,6 @@ async def pool_event(type: str, body: kopf.Body, **kwargs: Any) -> None:
     meta = body.get("metadata") or {}
     key = (str(meta.get("namespace")), str(meta.get("name")))
     if type == "DELETED":
-        await workers.stop(key)
+        await workers.pool_deleted(key)
     else:
         workers.ensure(_plain(body))

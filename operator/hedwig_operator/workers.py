@@ -224,6 +224,22 @@ class Workers:
         if worker is not None:
             await worker.stop()
 
+    async def pool_deleted(self, key: PoolKey) -> None:
+        """Stop the pool's task and tell its Topics their pool is gone (their data stays)."""
+        await self.stop(key)
+        entries = list(self.topics_of(key))
+        claims = [e.claim for e in entries]
+        for entry in entries:
+            status, _ = await reconcile_topic(self.ctx, entry.body, claims)
+            ref = ObjectRef(
+                API_VERSION, TOPIC_KIND, entry.claim.namespace, entry.claim.name, entry.claim.uid
+            )
+            try:
+                await self.ctx.kube.patch_status(ref, status)
+            except KubeError as exc:
+                if not exc.not_found:
+                    log.warning("Topic %s: status update failed: %s", entry.claim.name, exc)
+
     async def stop_all(self) -> None:
         for key in list(self._workers):
             await self.stop(key)

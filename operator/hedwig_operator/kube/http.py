@@ -4,7 +4,7 @@ Credentials come from the official client's config loaders (in-cluster ServiceAc
 then ``$KUBECONFIG`` / ``~/.kube/config``) so tokens, client certificates and exec plugins work
 as users expect; requests are made with aiohttp (which kopf already uses) so nothing blocks the
 event loop. The in-cluster token is re-read when it rotates: the loader's refresh hook runs
-on every request through ``get_api_key_with_prefix``.
+on every request through ``auth_settings``.
 """
 
 from __future__ import annotations
@@ -57,7 +57,9 @@ class HttpKubeApi:
             ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
 
         def auth() -> str | None:
-            value = cfg.get_api_key_with_prefix("authorization")
+            # Calls the loader's refresh hook, so a rotated token is picked up.
+            bearer = cfg.auth_settings().get("BearerToken")
+            value = bearer["value"] if bearer else None
             return str(value) if value else None
 
         return cls(str(cfg.host), ssl_context=ctx, auth_header=auth)

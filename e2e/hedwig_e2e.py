@@ -1,0 +1,257 @@
+"""Helpers of the operator's end-to-end tests: the operator process, waiting, ZooKeeper reads,
+and a publish/subscribe workload that keeps count of every acknowledged message.
+
+Pods never run here (kwok fakes them), so hubs are local ``hedwig hub`` processes registered in
+the pool's region of a local ZooKeeper; the operator is a local process too, authenticated
+with a ServiceAccount token bound to ``operator/deploy/rbac.yaml``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from hedwig.client import HedwigClient
+from hedwig.metadata import HubInfo, TopicConfig, open_store
+
+ROOT = Path(__file__).resolve().parents[1]
+CRDS = ROOT / "crds"
+RBAC = ROOT / "operator" / "deploy" / "rbac.yaml"
+OPERATOR_DIR = ROOT / "operator"
+
+T = TypeVar("T")
+
+
+def wait_for(
+    what: str, check: Callable[[], T | None], timeout: float = 60.0, interval: float = 0.5
+) -> T:
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
+
+
+def rbac_manifests(namespace: str) -> list[dict[str, Any]]:
+    """The shipped RBAC, moved to ``namespace``."""
+    docs = [d for d in yaml.safe_load_all(RBAC.read_text()) if d]
+    out = []
+    for doc in docs:
+        doc = copy.deepcopy(doc)
+        if "namespace" in doc["metadata"]:
+            doc["metadata"]["namespace"] = namespace
+        for subject in doc.get("subjects", []):
+            subject["namespace"] = namespace
+        out.append(doc)
+    return out
+
+
+def crd_manifests() -> list[dict[str, Any]]:
+    return [yaml.safe_load(p.read_text()) for p in sorted(CRDS.glob("*.yaml"))]
+
+
+class OperatorProcess:
+    """``python -m hedwig_operator -n NS`` with a kubeconfig; logs to ``log_path``."""
+
+    def __init__(
+        self,
+        namespace: str,
+        env: Mapping[str, str],
+        log_path: Path,
+        liveness_port: int,
+        settings: Mapping[str, str],
+    ) -> None:
+        self.namespace = namespace
+        self.log_path = log_path
+        self.liveness = f"http://127.0.0.1:{liveness_port}/healthz"
+        self.env = {
+            **env,
+            **settings,
+            "PYTHONPATH": os.pathsep.join(
+                [str(OPERATOR_DIR), *filter(None, [env.get("PYTHONPATH")])]
+            ),
+        }
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 60.0) -> OperatorProcess:
+        log = open(self.log_path, "ab")  # noqa: SIM115 - closed below, the child keeps its copy
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "hedwig_operator",
+                "-n",
+                self.namespace,
+                "--liveness",
+                self.liveness,
+                "--verbose",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=self.env,
+        )
+        log.close()
+
+        def alive() -> bool:
+            if self.proc is None or self.proc.poll() is not None:
+                raise AssertionError(f"the operator exited:\n{self.tail()}")
+            try:
+                with urllib.request.urlopen(self.liveness, timeout=1) as r:
+                    return bool(r.status == 200)
+            except OSError:
+                return False
+
+        wait_for("the operator's liveness endpoint", alive, timeout)
+        return self
+
+    def tail(self, lines: int = 60) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+
+# ---------------------------------------------------------------------------- ZooKeeper
+
+
+async def _with_store(zk: str, region: str, fn: Callable[[Any], Any]) -> Any:
+    store = open_store(zk, region)
+    await store.start()
+    try:
+        return await fn(store)
+    finally:
+        await store.close()
+
+
+def topic_config(zk: str, region: str, topic: str) -> TopicConfig | None:
+    async def read(store: Any) -> TopicConfig | None:
+        got = await store.topics.read_topic_config(topic)
+        return got.value if got is not None else None
+
+    return asyncio.run(_with_store(zk, region, read))  # type: ignore[no-any-return]
+
+
+def topic_owner(zk: str, region: str, topic: str) -> HubInfo | None:
+    async def read(store: Any) -> HubInfo | None:
+        got = await store.ownership.read_owner_info(topic)
+        return got.value if got is not None else None
+
+    return asyncio.run(_with_store(zk, region, read))  # type: ignore[no-any-return]
+
+
+def topic_exists(zk: str, region: str, topic: str) -> bool:
+    return bool(asyncio.run(_with_store(zk, region, lambda s: s.topics.topic_exists(topic))))
+
+
+# ----------------------------------------------------------------------------- Workload
+
+
+class Workload:
+    """Publishers and subscribers on some topics, in a thread with its own event loop (so
+    the test's blocking kubectl calls never stall them). Every acknowledged message is
+    remembered; ``stop`` waits for the subscribers to have received every one of them."""
+
+    def __init__(self, hubs: list[str], topics: list[str], rate_per_topic: float) -> None:
+        self.hubs = hubs
+        self.topics = topics
+        self.interval = 1.0 / rate_per_topic
+        self.acked: dict[str, set[bytes]] = {t: set() for t in topics}
+        self.received: dict[str, set[bytes]] = {t: set() for t in topics}
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._subscribed = threading.Event()
+        self._thread = threading.Thread(target=self._main, name="workload", daemon=True)
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def start(self, timeout: float = 60.0) -> Workload:
+        self._thread.start()
+        if not self._subscribed.wait(timeout):
+            raise AssertionError(f"subscribing timed out; errors: {self.errors}")
+        return self
+
+    def _main(self) -> None:
+        asyncio.run(self._run())
+
+    async def _run(self) -> None:
+        async with HedwigClient(self.hubs) as client:
+            subs = [await client.subscribe(t, "e2e-reader") for t in self.topics]
+            self._subscribed.set()
+            readers = [
+                asyncio.create_task(self._read(t, s))
+                for t, s in zip(self.topics, subs, strict=True)
+            ]
+            writers = [asyncio.create_task(self._write(client, t)) for t in self.topics]
+            while not self._stop.is_set():  # noqa: ASYNC110 - set from another thread
+                await asyncio.sleep(0.1)
+            for w in writers:
+                w.cancel()
+            await asyncio.gather(*writers, return_exceptions=True)
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and any(  # noqa: ASYNC110
+                not self.acked[t] <= self.received[t] for t in self.topics
+            ):
+                await asyncio.sleep(0.2)
+            for r in readers:
+                r.cancel()
+            await asyncio.gather(*readers, return_exceptions=True)
+
+    async def _write(self, client: HedwigClient, topic: str) -> None:
+        n = 0
+        while True:
+            n += 1
+            value = f"{topic}-{n}".encode()
+            try:
+                await client.publish(topic, value)
+                self.acked[topic].add(value)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a failed publish is not acknowledged: fine to lose
+                self.errors.append(f"publish {topic}: {exc!r}")
+            await asyncio.sleep(self.interval)
+
+    async def _read(self, topic: str, sub: Any) -> None:
+        while True:
+            try:
+                msg = await sub.next(timeout=5)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                continue
+            self.received[topic].add(msg.value)
+            sub.consume(msg.seq)
+
+    def acked_count(self) -> int:
+        return sum(len(v) for v in self.acked.values())
+
+    def stop(self) -> dict[str, set[bytes]]:
+        """Stop publishing; return, per topic, acknowledged messages never received."""
+        self._stop.set()
+        self._thread.join(120)
+        return {t: self.acked[t] - self.received[t] for t in self.topics}

@@ -1,0 +1,536 @@
+"""The operator end to end, against a real API server (e2e/controlplane), with ZooKeeper and
+hub processes running locally.
+
+The operator runs as a local process under a ServiceAccount token bound to the shipped RBAC
+(``operator/deploy/rbac.yaml``), so these tests also prove that RBAC is enough. kwok moves the
+StatefulSet's pods to Running; the hubs that really serve are local ``hedwig hub`` processes
+registered in the pool's region. Statically provisioned hostPath volumes (storage class
+``e2e-static``) satisfy the pools' volume claims, as there is no provisioner.
+
+Tests share one control plane, ZooKeeper and operator; each pool has its own region.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+from controlplane import cluster  # noqa: E402
+from hedwig_e2e import (  # noqa: E402
+    OperatorProcess,
+    Workload,
+    crd_manifests,
+    rbac_manifests,
+    topic_config,
+    topic_exists,
+    topic_owner,
+    wait_for,
+)
+
+from hedwig.devcluster.cluster import HubProcess  # noqa: E402
+from hedwig.devcluster.zookeeper import ZooKeeperServer, free_port  # noqa: E402
+from hedwig.metadata import ReplicationConfig, TopicConfig  # noqa: E402
+
+if importlib.util.find_spec("pytest_timeout") is not None:
+    pytestmark = pytest.mark.timeout(300)
+
+NS = "hedwig-e2e"
+GROUP_VERSION = "hedwig.io/v1alpha1"
+STORAGE_CLASS = "e2e-static"
+OPERATOR_SETTINGS = {
+    "HEDWIG_OPERATOR_STATUS_INTERVAL_S": "1",
+    "HEDWIG_OPERATOR_ACTIVATE_TIMEOUT_S": "15",
+    "HEDWIG_OPERATOR_GRACEFUL_MOVE_TIMEOUT_S": "5",
+    "HEDWIG_OPERATOR_RETRY_DELAY_S": "2",
+}
+
+
+@dataclass
+class Bed:
+    cp: cluster.ControlPlane
+    zk: str
+    operator: OperatorProcess
+    workdir: Path
+    hubs: list[HubProcess] = field(default_factory=list)
+    volumes: int = 0
+
+    # -- Kubernetes, as admin (the operator alone uses the ServiceAccount) -----------------
+    def kubectl(self, *args: str, check: bool = True) -> Any:
+        return self.cp.kubectl(*args, "-n", NS, check=check)
+
+    def get(self, kind: str, name: str) -> dict[str, Any] | None:
+        proc = self.kubectl("get", kind, name, "-o", "json", check=False)
+        return json.loads(proc.stdout) if proc.returncode == 0 else None
+
+    def status(self, kind: str, name: str) -> dict[str, Any]:
+        return (self.get(kind, name) or {}).get("status") or {}
+
+    def ready(self, kind: str, name: str) -> dict[str, Any]:
+        for c in self.status(kind, name).get("conditions") or []:
+            if c["type"] == "Ready":
+                return dict(c)
+        return {}
+
+    def apply(self, manifest: dict[str, Any], check: bool = True) -> Any:
+        return self.cp.apply(manifest, namespace=NS, check=check)
+
+    def events(self, name: str, reason: str) -> list[dict[str, Any]]:
+        items = json.loads(
+            self.kubectl(
+                "get", "events", "-o", "json", "--field-selector", f"involvedObject.name={name}"
+            ).stdout
+        )["items"]
+        return [e for e in items if e["reason"] == reason]
+
+    def add_volumes(self, n: int) -> None:
+        """Static volumes for the pools' claims (no provisioner runs here)."""
+        for _ in range(n):
+            self.volumes += 1
+            self.cp.apply(
+                {
+                    "apiVersion": "v1",
+                    "kind": "PersistentVolume",
+                    "metadata": {"name": f"e2e-volume-{self.volumes}"},
+                    "spec": {
+                        "capacity": {"storage": "1Gi"},
+                        "accessModes": ["ReadWriteOnce"],
+                        "storageClassName": STORAGE_CLASS,
+                        "persistentVolumeReclaimPolicy": "Retain",
+                        "hostPath": {"path": str(self.workdir / f"volume-{self.volumes}")},
+                    },
+                }
+            )
+
+    # -- hubs ---------------------------------------------------------------------------
+    def start_hub(self, region: str) -> HubProcess:
+        hub = HubProcess(
+            self.zk,
+            region,
+            str(self.workdir / f"hub-{len(self.hubs)}"),
+            session_timeout_s=4.0,
+            extra_args=["--replication", "1/1/1", "--placement", "least-loaded"],
+        )
+        self.hubs.append(hub)
+        return hub.start()
+
+
+def pool_manifest(name: str, replicas: int = 2, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": GROUP_VERSION,
+        "kind": "HubPool",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "replicas": replicas,
+            "image": "hedwig/hub:e2e",
+            "region": name,
+            "storage": {"size": "1Gi", "storageClassName": STORAGE_CLASS},
+            **spec,
+        },
+    }
+
+
+def topic_manifest(name: str, pool: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": GROUP_VERSION,
+        "kind": "Topic",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"pool": pool, **spec},
+    }
+
+
+@pytest.fixture(scope="module")
+def bed() -> Iterator[Bed]:
+    try:
+        bins = cluster.bin_dir(build=os.environ.get("HEDWIG_CONTROLPLANE_BUILD") == "1")
+    except cluster.ControlPlaneError as exc:
+        pytest.skip(f"{exc} (about 10 minutes the first time)")
+    workdir = Path(tempfile.mkdtemp(prefix="hedwig-e2e-operator-"))
+    with cluster.ControlPlane(bins=bins) as cp, ZooKeeperServer() as zk:
+        cp.create_namespace(NS)
+        cp.apply(crd_manifests())
+        cp.kubectl(
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/hubpools.hedwig.io",
+            "crd/topics.hedwig.io",
+        )
+        cp.apply(rbac_manifests(NS))
+        kubeconfig = cp.token_kubeconfig(NS, "hedwig-operator")
+        operator = OperatorProcess(
+            NS, cp.env(kubeconfig), workdir / "operator.log", free_port(), OPERATOR_SETTINGS
+        )
+        bed = Bed(cp, zk.address, operator, workdir)
+        operator.start()
+        try:
+            yield bed
+        finally:
+            operator.stop()
+            for hub in bed.hubs:
+                hub.kill()
+            print(f"operator log {operator.log_path}:\n{operator.tail(80)}")
+
+
+@pytest.fixture(scope="module")
+def alpha(bed: Bed) -> str:
+    """Pool ``alpha``: 2 replicas, 2 hubs alive in region ``alpha``."""
+    bed.add_volumes(2)
+    bed.start_hub("alpha")
+    bed.start_hub("alpha")
+    bed.apply(pool_manifest("alpha", zookeeper={"connect": bed.zk}))
+    return "alpha"
+
+
+def test_operator_rbac_is_least_privilege(bed: Bed) -> None:
+    kc = bed.cp.token_kubeconfig(NS, "hedwig-operator")
+
+    def can(*args: str) -> bool:
+        proc = bed.cp.kubectl("auth", "can-i", *args, kubeconfig=kc, check=False)
+        return proc.stdout.strip() == "yes"
+
+    assert can("patch", "hubpools.hedwig.io", "-n", NS)
+    assert can("patch", "topics.hedwig.io", "--subresource=status", "-n", NS)
+    assert can("create", "statefulsets.apps", "-n", NS)
+    assert can("create", "events", "-n", NS)
+    assert not can("delete", "statefulsets.apps", "-n", NS)
+    assert not can("get", "secrets", "-n", NS)
+    assert not can("list", "pods", "-n", NS)
+    assert not can("get", "topics.hedwig.io", "-n", "default")  # only where it is bound
+    assert not can("create", "customresourcedefinitions.apiextensions.k8s.io")
+
+
+def test_hubpool_becomes_statefulset_services_pdb_and_status(bed: Bed, alpha: str) -> None:
+    pool = wait_for("the HubPool", lambda: bed.get("hubpool", alpha))
+    uid = pool["metadata"]["uid"]
+    names = {
+        "statefulset": alpha,
+        "service": alpha,
+        "configmap": f"{alpha}-config",
+        "poddisruptionbudget": alpha,
+    }
+    for kind, name in [*names.items(), ("service", f"{alpha}-headless")]:
+        obj = wait_for(f"{kind} {name}", lambda k=kind, n=name: bed.get(k, n), timeout=30)
+        (owner,) = obj["metadata"]["ownerReferences"]
+        assert (owner["kind"], owner["name"], owner["uid"]) == ("HubPool", alpha, uid)
+        assert owner["controller"] is True
+    sts = bed.get("statefulset", alpha)
+    assert sts is not None
+    container = sts["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["HEDWIG_ADVERTISE"] == f"$(POD_NAME).{alpha}-headless.{NS}.svc:4080"
+    assert container["lifecycle"]["preStop"]["sleep"]["seconds"] == 5
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    headless = bed.get("service", f"{alpha}-headless")
+    assert headless is not None
+    assert headless["spec"]["clusterIP"] == "None"
+    config = bed.get("configmap", f"{alpha}-config")
+    assert config is not None
+    assert config["data"]["HEDWIG_ZK"] == bed.zk
+
+    # kwok runs the pods; ZooKeeper has the local hubs; the status shows both.
+    def settled() -> dict[str, Any] | None:
+        s = bed.status("hubpool", alpha)
+        return s if s.get("readyHubs") == 2 and s.get("aliveHubs") == 2 else None
+
+    status = wait_for("2 ready pods and 2 alive hubs in the pool's status", settled, 90)
+    assert status["replicas"] == 2
+    assert status["region"] == alpha
+    assert status["observedGeneration"] == pool["metadata"]["generation"]
+    assert {h["address"] for h in status["hubs"]} == {
+        h.address for h in bed.hubs if h.region == alpha
+    }
+    assert bed.ready("hubpool", alpha)["status"] == "True"
+    table = bed.kubectl("get", "hp", alpha).stdout
+    assert "READY HUBS" in table
+    assert alpha in table
+
+
+def test_topics_get_their_znodes_and_an_owner(bed: Bed, alpha: str) -> None:
+    bed.apply(
+        topic_manifest(
+            "orders",
+            alpha,
+            topicName="orders/eu",
+            replication={"ensemble": 1, "writeQuorum": 1, "ackQuorum": 1},
+            retention={"timeMs": 3600000, "sizeBytes": 1048576},
+            maxMessageSizeBytes=4096,
+        )
+    )
+    bed.apply(topic_manifest("payments", alpha))
+    hubs = {h.address for h in bed.hubs if h.region == alpha}
+    for name, topic in (("orders", "orders/eu"), ("payments", "payments")):
+        cond = wait_for(
+            f"Topic {name} Ready",
+            lambda n=name: bed.ready("topic", n).get("status") == "True" and bed.ready("topic", n),
+            60,
+        )
+        assert cond["reason"] == "Owned"
+        status = bed.status("topic", name)
+        assert status["owner"] in hubs
+        assert status["topicName"] == topic
+        owner = topic_owner(bed.zk, alpha, topic)
+        assert owner is not None
+        assert owner.address == status["owner"]
+    assert topic_config(bed.zk, alpha, "orders/eu") == TopicConfig(
+        ReplicationConfig(1, 1, 1), 3600000, 1048576, 4096
+    )
+    assert topic_config(bed.zk, alpha, "payments") == TopicConfig()
+
+    # A change propagates to the znode.
+    bed.kubectl(
+        "patch", "topic", "orders", "--type=merge", "-p", '{"spec":{"retention":{"timeMs":60000}}}'
+    )
+    wait_for(
+        "the new retention in ZooKeeper",
+        lambda: (
+            (c := topic_config(bed.zk, alpha, "orders/eu")) is not None and c.retention_ms == 60000
+        ),
+        30,
+    )
+    wait_for(
+        "observedGeneration 2",
+        lambda: bed.status("topic", "orders").get("observedGeneration") == 2,
+        30,
+    )
+
+
+def test_invalid_topics_are_refused_or_not_ready(bed: Bed, alpha: str) -> None:
+    refused = bed.apply(
+        topic_manifest(
+            "bad-quorum", alpha, replication={"ensemble": 3, "writeQuorum": 2, "ackQuorum": 3}
+        ),
+        check=False,
+    )
+    assert refused.returncode != 0
+    assert "ackQuorum <= writeQuorum <= ensemble" in refused.stderr
+    refused = bed.apply(
+        topic_manifest("bad-retention", alpha, retention={"timeMs": -5}), check=False
+    )
+    assert refused.returncode != 0
+    assert "spec.retention.timeMs" in refused.stderr
+    assert bed.get("topic", "bad-quorum") is None
+    assert bed.get("topic", "bad-retention") is None
+
+    bed.apply(topic_manifest("no-pool", "missing-pool"))
+    bed.apply(topic_manifest("too-long", alpha, topicName="é" * 200))  # 400 bytes
+    bed.apply(topic_manifest("control", alpha, topicName="tab\tname"))
+    for name, reason, text in (
+        ("no-pool", "PoolNotFound", "missing-pool"),
+        ("too-long", "InvalidTopicName", "400 bytes"),
+        ("control", "InvalidTopicName", "non-printable"),
+    ):
+        cond = wait_for(f"{name} not Ready", lambda n=name: bed.ready("topic", n), 30)
+        assert (cond["status"], cond["reason"]) == ("False", reason), cond
+        assert text in cond["message"]
+
+    # Two resources claiming one topic: the later one is refused.
+    bed.apply(topic_manifest("payments-again", alpha, topicName="payments"))
+    cond = wait_for("the conflict", lambda: bed.ready("topic", "payments-again"), 30)
+    assert (cond["status"], cond["reason"]) == ("False", "ResourceConflict")
+    assert f"{NS}/payments" in cond["message"]
+    assert bed.ready("topic", "payments")["status"] == "True"
+
+    # topicName and pool cannot change.
+    changed = bed.kubectl(
+        "patch",
+        "topic",
+        "payments",
+        "--type=merge",
+        "-p",
+        '{"spec":{"topicName":"other"}}',
+        check=False,
+    )
+    assert changed.returncode != 0
+    assert "topicName cannot change" in changed.stderr
+
+
+def test_topic_deletion_follows_the_deletion_policy(bed: Bed, alpha: str) -> None:
+    bed.apply(topic_manifest("kept", alpha))
+    bed.apply(topic_manifest("dropped", alpha, deletionPolicy="Delete"))
+    for name in ("kept", "dropped"):
+        wait_for(f"{name} Ready", lambda n=name: bed.ready("topic", n).get("status") == "True", 60)
+    assert topic_exists(bed.zk, alpha, "kept")
+    assert topic_exists(bed.zk, alpha, "dropped")
+    assert "hedwig.io/topic-data" in bed.get("topic", "dropped")["metadata"]["finalizers"]
+    assert not bed.get("topic", "kept")["metadata"].get("finalizers")
+
+    bed.kubectl("delete", "topic", "kept", "--wait=true", "--timeout=30s")
+    assert topic_exists(bed.zk, alpha, "kept")
+
+    bed.kubectl("delete", "topic", "dropped", "--wait=true", "--timeout=60s")
+    assert not topic_exists(bed.zk, alpha, "dropped")
+    assert bed.events("dropped", "TopicDataDeleted")
+
+    # The finalizer can be turned off; the data then stays.
+    bed.apply(topic_manifest("dropped", alpha, deletionPolicy="Delete"))
+    wait_for("dropped Ready again", lambda: bed.ready("topic", "dropped").get("status") == "True")
+    bed.kubectl("annotate", "topic", "dropped", "hedwig.io/finalizer=false")
+    wait_for(
+        "the finalizer removed",
+        lambda: not (bed.get("topic", "dropped") or {}).get("metadata", {}).get("finalizers"),
+        30,
+    )
+    bed.kubectl("delete", "topic", "dropped", "--wait=true", "--timeout=30s")
+    assert topic_exists(bed.zk, alpha, "dropped")
+
+
+def test_scaling_the_pool(bed: Bed, alpha: str) -> None:
+    bed.add_volumes(1)
+    bed.kubectl("scale", "hubpool", alpha, "--replicas=3")
+    wait_for(
+        "3 replicas in the StatefulSet",
+        lambda: (bed.get("statefulset", alpha) or {}).get("spec", {}).get("replicas") == 3,
+    )
+    wait_for(
+        "3 ready hubs in the status", lambda: bed.status("hubpool", alpha).get("readyHubs") == 3, 90
+    )
+    assert bed.status("hubpool", alpha)["replicas"] == 3
+    bed.kubectl("scale", "hubpool", alpha, "--replicas=1")
+    wait_for(
+        "1 pod left",
+        lambda: (
+            len(
+                json.loads(
+                    bed.kubectl(
+                        "get", "pods", "-l", f"app.kubernetes.io/instance={alpha}", "-o", "json"
+                    ).stdout
+                )["items"]
+            )
+            == 1
+        ),
+        90,
+    )
+    wait_for("status replicas 1", lambda: bed.status("hubpool", alpha).get("replicas") == 1)
+
+
+def test_image_change_rolls_the_statefulset(bed: Bed, alpha: str) -> None:
+    bed.kubectl(
+        "patch", "hubpool", alpha, "--type=merge", "-p", '{"spec":{"image":"hedwig/hub:e2e-2"}}'
+    )
+
+    def rolled() -> bool:
+        pods = json.loads(
+            bed.kubectl(
+                "get", "pods", "-l", f"app.kubernetes.io/instance={alpha}", "-o", "json"
+            ).stdout
+        )
+        images = {p["spec"]["containers"][0]["image"] for p in pods["items"]}
+        return images == {"hedwig/hub:e2e-2"}
+
+    wait_for("the pods to run the new image", rolled, 90)
+    sts = bed.get("statefulset", alpha)
+    assert sts is not None
+    assert sts["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/version"] == "e2e-2"
+
+
+def test_skewed_load_moves_topics_without_losing_acknowledged_messages(bed: Bed) -> None:
+    pool = "beta"
+    bed.add_volumes(2)
+    first = bed.start_hub(pool)
+    bed.apply(
+        pool_manifest(
+            pool,
+            zookeeper={"connect": bed.zk},
+            rebalancing={
+                "intervalSeconds": 2,
+                "confirmations": 1,
+                "maxMovesPerCycle": 1,
+                "cooldownSeconds": 600,
+                "minTopicRate": 1,
+            },
+        )
+    )
+    topics = ["load-a", "load-b", "load-c", "load-d"]
+    for t in topics:
+        bed.apply(topic_manifest(t, pool))
+    for t in topics:
+        wait_for(f"{t} owned", lambda n=t: bed.status("topic", n).get("owner") == first.address, 60)
+    workload = Workload([first.address], topics, rate_per_topic=20).start()
+    try:
+        wait_for("messages flowing", lambda: workload.acked_count() > 100, 60)
+        second = bed.start_hub(pool)  # idle: the policy pulls load onto it
+
+        def moved() -> list[str]:
+            return [
+                t
+                for t in topics
+                if (o := topic_owner(bed.zk, pool, t)) is not None and o.address == second.address
+            ]
+
+        on_second = wait_for("a topic re-owned by the new hub", moved, 90)
+        before = workload.acked_count()
+        wait_for(
+            "publishing to go on after the move", lambda: workload.acked_count() > before + 100, 60
+        )
+    finally:
+        missing = workload.stop()
+    assert all(not m for m in missing.values()), {t: len(m) for t, m in missing.items()}
+
+    moved_topic = on_second[0]
+    status = bed.status("topic", moved_topic)
+    last_move = wait_for(
+        "the Topic's lastMove", lambda: bed.status("topic", moved_topic).get("lastMove"), 30
+    )
+    assert last_move["from"] == first.address
+    assert last_move["method"] in ("graceful", "forced")
+    assert "msg/s" in last_move["reason"]
+    assert (
+        status["owner"] == second.address
+        or bed.status("topic", moved_topic)["owner"] == second.address
+    )
+    topic_events = wait_for(
+        "a TopicMoved event on the Topic", lambda: bed.events(moved_topic, "TopicMoved"), 30
+    )
+    assert "msg/s" in topic_events[0]["message"]
+    assert bed.events(pool, "TopicMoved")
+    pool_status = bed.status("hubpool", pool)
+    assert pool_status["totalMoves"] >= 1
+    assert pool_status["lastMoves"]["moves"]
+    pool_events = bed.events(pool, "TopicMoved")
+    assert any(repr(moved_topic) in e["message"] for e in pool_events)
+
+
+def test_paused_pool_does_not_rebalance(bed: Bed) -> None:
+    bed.kubectl("annotate", "hubpool", "beta", "hedwig.io/rebalance-paused=true")
+    wait_for(
+        "lastRebalance Paused",
+        lambda: bed.status("hubpool", "beta").get("lastRebalance", {}).get("result") == "Paused",
+        30,
+    )
+
+
+def test_deleting_the_pool_removes_its_children(bed: Bed, alpha: str) -> None:
+    bed.kubectl("delete", "hubpool", alpha, "--wait=true", "--timeout=60s")
+    for kind, name in (
+        ("statefulset", alpha),
+        ("service", alpha),
+        ("service", f"{alpha}-headless"),
+        ("configmap", f"{alpha}-config"),
+        ("poddisruptionbudget", alpha),
+    ):
+        wait_for(
+            f"{kind} {name} garbage-collected", lambda k=kind, n=name: bed.get(k, n) is None, 60
+        )
+    cond = wait_for(
+        "orders to notice",
+        lambda: (
+            bed.ready("topic", "orders").get("reason") == "PoolNotFound"
+            and bed.ready("topic", "orders")
+        ),
+        30,
+    )
+    assert cond["status"] == "False"
+    # The topic's data stays: deleting a pool deletes no topic.
+    assert topic_exists(bed.zk, alpha, "orders/eu")
