@@ -28,6 +28,8 @@ from traffic.positions import Position
 log = logging.getLogger(__name__)
 
 TURN_PROBABILITY = 0.3
+# Share of turning vehicles that turn towards the centre of the map.
+DOWNTOWN_BIAS = 0.7
 ARTERIAL_KMH = 60.0
 LOCAL_KMH = 35.0
 # Congestion: speed is multiplied by 1 - DEPTH * exp(-(distance / RADIUS)^2).
@@ -97,8 +99,11 @@ class Simulator:
         if passed and self.rng.random() < TURN_PROBABILITY:
             at = min(passed, key=lambda c: abs(c - old))
             # Turn onto the crossing road; the rest of the distance is driven next step.
+            # Most drivers head downtown: that is where the traffic (and the heat) is.
             v.horizontal, v.line, v.pos = not v.horizontal, at, v.line
-            v.direction = self.rng.choice((1, -1))
+            centre = (self.grid.width_m if v.horizontal else self.grid.height_m) / 2
+            towards = 1 if v.pos < centre else -1
+            v.direction = towards if self.rng.random() < DOWNTOWN_BIAS else -towards
             return
         if new < 0 or new >= span:
             new = min(max(new, 0.0), span - 0.01)
@@ -116,6 +121,8 @@ async def publish_positions(
     on_tick: Callable[[int], None] | None = None,
 ) -> int:
     """Step the simulation every ``interval_s`` and publish; returns messages published."""
+    # Learn every quadrant's owner before publishing (see hedwig_spark.writer for why).
+    await asyncio.gather(*(client.topic_info(t) for t in sim.grid.topics()))
     published = 0
     while not stop.is_set():
         started = time.monotonic()
