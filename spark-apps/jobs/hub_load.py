@@ -82,7 +82,12 @@ def load_records(statuses: Iterable[HubStatus], time_ms: int) -> list[bytes]:
 
 
 async def record(
-    zookeeper: str, region: str, hubs: Sequence[str], every_s: float, count: int | None
+    zookeeper: str,
+    region: str,
+    hubs: Sequence[str],
+    every_s: float,
+    count: int | None,
+    topic: str = LOAD_TOPIC,
 ) -> int:
     """Snapshot the hubs' load reports into the load topic every ``every_s`` seconds."""
     store = ZkMetadataStore(zookeeper, region)
@@ -93,7 +98,7 @@ async def record(
             while count is None or written < count:
                 statuses = await store.hubs.list_hubs()
                 for raw in load_records(statuses, int(time.time() * 1000)):
-                    await client.publish(LOAD_TOPIC, raw)
+                    await client.publish(topic, raw)
                 written += 1
                 if count is None or written < count:
                     await asyncio.sleep(every_s)
@@ -244,8 +249,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.mode == "record":
         if not (args.zookeeper and args.hubs):
             raise SystemExit("record needs --zookeeper (load reports) and --hubs (to publish)")
+        hubs = args.hubs.split(",")
         asyncio.run(
-            record(args.zookeeper, args.region, args.hubs.split(","), args.every, args.count)
+            record(args.zookeeper, args.region, hubs, args.every, args.count, args.load_topic)
         )
         return
     spark = session(args, "hub-load")
