@@ -146,14 +146,19 @@ class Rebalancer:
         sources = confirmed or ([v for v in views if v.load > mean] if pullers else [])
         if not sources:
             return []
-        while len(moves) < cfg.max_moves_per_cycle:
-            src = max(sources, key=lambda v: v.load)
+        candidates = list(sources)
+        while candidates and len(moves) < cfg.max_moves_per_cycle:
+            src = max(candidates, key=lambda v: v.load)
             dst = min(views, key=lambda v: v.load)
             if src is dst or src.load <= mean or dst.load >= src.load:
-                break
+                candidates.remove(src)
+                continue
             move = self._pick(src, dst, mean, high, low, src in confirmed)
             if move is None:
-                break
+                # Nothing on this hub can move (cooling down, too big, too small): the next
+                # busiest hub may still help the underloaded one.
+                candidates.remove(src)
+                continue
             rate = src.topics.pop(move.topic)
             src.load -= rate
             dst.load += rate

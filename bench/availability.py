@@ -1,0 +1,171 @@
+"""Unavailability of a topic while it changes owner, with a publisher running.
+
+    .venv/bin/python bench/availability.py move --moves 40
+    .venv/bin/python bench/availability.py failover --rounds 5 --session-timeout 2
+
+``move``: graceful hand-offs (``RELEASE_TOPIC`` with a destination) back and forth between hubs
+while a publisher sends 1,000 messages/s; for each move, the unavailability is the time from
+the hand-off request to the first acknowledgement of a message published after it.
+
+``failover``: ``kill -9`` of the owner; the time from the kill until a message published after
+the kill is acknowledged by another hub. Expected: about the ZooKeeper session timeout (the
+dead owner's ephemeral record must expire before anyone may claim) plus recovery.
+
+Both print JSON with percentiles.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from typing import Any
+
+from hedwig.client import HedwigClient, RetryPolicy
+from hedwig.devcluster.cluster import DevCluster
+from hedwig.metadata.zookeeper import ZkMetadataStore
+
+
+def pct(samples: list[float]) -> dict[str, float]:
+    s = sorted(samples)
+    if not s:
+        return {}
+
+    def at(q: float) -> float:
+        return round(s[min(len(s) - 1, int(q * len(s)))] * 1000, 1)
+
+    return {
+        "n": len(s),
+        "p50_ms": at(0.5),
+        "p90_ms": at(0.9),
+        "p99_ms": at(0.99),
+        "max_ms": round(s[-1] * 1000, 1),
+    }
+
+
+async def owner(zk: str, region: str, topic: str) -> str | None:
+    store = ZkMetadataStore(zk, region)
+    await store.start()
+    try:
+        got = await store.ownership.read_owner_info(topic)
+        return got.value.address if got else None
+    finally:
+        await store.close()
+
+
+class Publisher:
+    """Publishes at a steady rate; records (sent_at, acked_at) of every message."""
+
+    def __init__(self, client: HedwigClient, topic: str, rate: float) -> None:
+        self.client, self.topic, self.rate = client, topic, rate
+        self.acks: list[tuple[float, float]] = []
+        self._stop = False
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def run(self) -> None:
+        n = 0
+        start = time.monotonic()
+        while not self._stop:
+            sent = time.monotonic()
+            fut = self.client.publish_nowait(self.topic, b"x" * 100)
+            self._tasks.append(asyncio.create_task(self._wait(sent, fut)))
+            n += 1
+            await asyncio.sleep(max(0.0, start + n / self.rate - time.monotonic()))
+
+    async def _wait(self, sent: float, fut: asyncio.Future[Any]) -> None:
+        await fut
+        self.acks.append((sent, time.monotonic()))
+
+    def first_ack_after(self, t: float) -> float | None:
+        later = [a for s, a in self.acks if s >= t]
+        return min(later) if later else None
+
+    async def stop(self) -> None:
+        self._stop = True
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+async def bench_move(moves: int, rate: float) -> dict[str, Any]:
+    with DevCluster(hubs=3, region="bench-move", hub_args=["--no-self-balance"]) as c:
+        async with HedwigClient(c.addresses, retry=RetryPolicy(deadline_s=30)) as client:
+            pub = Publisher(client, "moving", rate)
+            task = asyncio.create_task(pub.run())
+            await asyncio.sleep(1.0)
+            gaps = []
+            worst = []
+            for i in range(moves):
+                current = await owner(c.zk, c.region, "moving")
+                dest = next(a for a in c.addresses if a != current)
+                t0 = time.monotonic()
+                await client.move_topic("moving", dest)
+                await asyncio.sleep(0.4)
+                first = pub.first_ack_after(t0)
+                if first is not None:
+                    gaps.append(first - t0)
+                window = [a - s for s, a in pub.acks if t0 <= s <= t0 + 0.3]
+                if window:
+                    worst.append(max(window))
+                await asyncio.sleep(0.1 + 0.05 * (i % 3))
+            await pub.stop()
+            task.cancel()
+            return {
+                "benchmark": "graceful-move",
+                "rate": rate,
+                "unavailability": pct(gaps),
+                "worst_publish_latency_per_move": pct(worst),
+            }
+
+
+async def bench_failover(rounds: int, session: float, rate: float) -> dict[str, Any]:
+    times = []
+    for r in range(rounds):
+        with DevCluster(
+            hubs=3, region=f"bench-fo{r}", session_timeout_s=session, hub_args=["--no-self-balance"]
+        ) as c:
+            async with HedwigClient(c.addresses, retry=RetryPolicy(deadline_s=60)) as client:
+                pub = Publisher(client, "failing", rate)
+                task = asyncio.create_task(pub.run())
+                await asyncio.sleep(1.5)
+                victim = await owner(c.zk, c.region, "failing")
+                assert victim is not None
+                t0 = time.monotonic()
+                c.hub_at(victim).kill()
+                first = None
+                for _ in range(1200):  # poll for at most 60 s
+                    first = pub.first_ack_after(t0)
+                    if first is not None:
+                        break
+                    await asyncio.sleep(0.05)
+                if first is not None:
+                    times.append(first - t0)
+                await pub.stop()
+                task.cancel()
+    return {
+        "benchmark": "failover-after-kill-9",
+        "session_timeout_s": session,
+        "rate": rate,
+        "time_to_accept_again": pct(times),
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="what", required=True)
+    m = sub.add_parser("move")
+    m.add_argument("--moves", type=int, default=40)
+    m.add_argument("--rate", type=float, default=1000)
+    f = sub.add_parser("failover")
+    f.add_argument("--rounds", type=int, default=5)
+    f.add_argument("--session-timeout", type=float, default=2.0)
+    f.add_argument("--rate", type=float, default=500)
+    args = p.parse_args()
+    if args.what == "move":
+        out = asyncio.run(bench_move(args.moves, args.rate))
+    else:
+        out = asyncio.run(bench_failover(args.rounds, args.session_timeout, args.rate))
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

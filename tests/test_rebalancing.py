@@ -1,0 +1,112 @@
+"""Rebalancing with real hubs: 60 topics with skewed rates, all on one hub, spread out by the
+hubs' own shedding (the shared policy), without losing or reordering anything."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+
+import pytest
+
+from hedwig.client import HedwigClient, RetryPolicy
+from hedwig.devcluster.cluster import DevCluster
+from hedwig.metadata.zookeeper import ZkMetadataStore
+from tests.failure.history import History, check, read_all
+
+pytestmark = pytest.mark.integration
+
+TOPICS = [f"skew-{k:02d}" for k in range(60)]
+RATES = {t: 80.0 / (k + 1) ** 0.8 for k, t in enumerate(TOPICS)}  # ~900 msg/s in all
+CYCLE = 3.0
+HUB_ARGS = ["--balance-interval", str(CYCLE), "--load-report-interval", "1"]
+
+
+async def owners(store: ZkMetadataStore) -> dict[str, str]:
+    out = {}
+    for t in TOPICS:
+        got = await store.ownership.read_owner_info(t)
+        if got is not None:
+            out[t] = got.value.address
+    return out
+
+
+def ratio(owned: dict[str, str], hubs: list[str]) -> float:
+    load = Counter({h: 0.0 for h in hubs})
+    for t, h in owned.items():
+        load[h] += RATES[t]
+    mean = sum(load.values()) / len(hubs)
+    return max(load.values()) / mean
+
+
+async def test_skewed_topics_spread_out_and_a_new_hub_gets_its_share() -> None:
+    with DevCluster(
+        hubs=1, region="skew", session_timeout_s=3.0, replication="1/1/1", hub_args=HUB_ARGS
+    ) as c:
+        history = History()
+        stop = asyncio.Event()
+        async with HedwigClient(
+            c.addresses, retry=RetryPolicy(deadline_s=30), publisher_id="skewpub"
+        ) as client:
+            for t in TOPICS:  # every topic is created on the only hub
+                r = await client.publish(t, b"pub0:first-" + t.encode())
+                history.acked[t].append((b"pub0:first-" + t.encode(), r.seq))
+
+            async def publish(topic: str) -> None:
+                n = 0
+                while not stop.is_set():
+                    value = b"pub0:%d" % n
+                    try:
+                        r = await client.publish(topic, value)
+                        history.acked[topic].append((value, r.seq))
+                    except Exception:  # a failed publish is simply not acknowledged
+                        history.failed += 1
+                    n += 1
+                    await asyncio.sleep(1 / RATES[topic])
+
+            tasks = [asyncio.create_task(publish(t)) for t in TOPICS]
+            sub = await client.subscribe(TOPICS[0], "order-check", message_window=0)
+
+            async def drain() -> None:
+                async for m in sub:
+                    history.delivered[(TOPICS[0], "order-check")].append((m.seq, m.value))
+                    sub.consume(m.seq)
+
+            drainer = asyncio.create_task(drain())
+            store = ZkMetadataStore(c.zk, c.region)
+            await store.start()
+            try:
+                await asyncio.sleep(2.5)  # load reports of the only hub
+                c.add_hub(extra_args=HUB_ARGS)
+                c.add_hub(extra_args=HUB_ARGS)
+                moves: Counter[str] = Counter()
+                last = await owners(store)
+                t_end = time.monotonic() + 5 * CYCLE + 3
+                while time.monotonic() < t_end:
+                    await asyncio.sleep(0.5)
+                    now = await owners(store)
+                    for t, h in now.items():
+                        if last.get(t) not in (None, h):
+                            moves[t] += 1
+                    last.update(now)
+                r3 = ratio(last, c.addresses)
+                assert r3 <= 1.25, f"max/mean rate {r3:.2f} after 5 cycles on 3 hubs"
+                assert max(moves.values()) <= 2, moves.most_common(3)
+                # a fourth hub joins later and receives its share
+                fourth = c.add_hub(extra_args=HUB_ARGS)
+                t_end = time.monotonic() + 5 * CYCLE + 3
+                while time.monotonic() < t_end:
+                    await asyncio.sleep(0.5)
+                    last.update(await owners(store))
+                share = sum(RATES[t] for t, h in last.items() if h == fourth.address)
+                assert share >= 0.5 * sum(RATES.values()) / 4, f"fourth hub carries {share:.0f}"
+                assert ratio(last, c.addresses) <= 1.5
+            finally:
+                stop.set()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                await store.close()
+            for t in TOPICS:
+                history.log[t] = await read_all(client, t)
+            await asyncio.sleep(1)
+            drainer.cancel()
+        check(history)
