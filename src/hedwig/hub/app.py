@@ -79,6 +79,7 @@ class Hub(HubOperations):
             rng=rng,
             on_change=self._topics_changed,
             stats_hook=self._count,
+            on_claimed=self.metrics.ownerless.observe,
         )
         max_frame = max(DEFAULT_MAX_FRAME_SIZE, 2 * config.max_message_size + 65536)
         self.front = HubFrontEnd(self, max_frame_size=max_frame)

@@ -57,6 +57,13 @@ class HubMetrics:
         self.releases = Counter(
             "hedwig_topic_releases", "Topics handed over gracefully", ["reason"], registry=r
         )
+        self.ownerless = Histogram(
+            "hedwig_topic_ownerless_seconds",
+            "Time a topic spent without an owner before this hub claimed it (from the previous "
+            "owner's hand-off, or its last message after a crash)",
+            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300),
+            registry=r,
+        )
         self.redirects = Counter("hedwig_redirects", "Requests redirected", registry=r)
         self.zk_session = Gauge(
             "hedwig_zk_session_state",

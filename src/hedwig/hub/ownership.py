@@ -80,7 +80,9 @@ class TopicManager:
         rng: random.Random | None = None,
         on_change: Callable[[], None] | None = None,
         stats_hook: Callable[[str, str, int, int], None] | None = None,
+        on_claimed: Callable[[float], None] | None = None,
     ) -> None:
+        self._on_claimed = on_claimed
         self.address = address
         self.config = config
         self.store = store
@@ -283,6 +285,8 @@ class TopicManager:
             owned.remember_publishers([c.batch for c in recent])
         except HedwigError as exc:
             log.info("topic %r: could not read back recent publishers: %s", topic, exc)
+        if tlog.previous_end_ms and self._on_claimed is not None:
+            self._on_claimed(max(0.0, (self.clock.wall_ms() - tlog.previous_end_ms) / 1000))
         self.topics[topic] = owned
         self._owner_versions[topic] = version
         self._watch(topic)

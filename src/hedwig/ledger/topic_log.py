@@ -114,6 +114,7 @@ class TopicLog:
         self._ledger_bytes = 0
         self._inflight = 0
         self.broken: LedgerError | None = None
+        self.previous_end_ms: int | None = None
 
     # opening ------------------------------------------------------------------------------
 
@@ -122,8 +123,10 @@ class TopicLog:
         ranges = got.value if got else LedgerRanges()
         version = got.version if got else NEW_VERSION
         # Recover every ledger still open (normally at most the tail).
+        recovered: set[int] = set()
         for r in ranges.ranges:
             if r.end_seq is None:
+                recovered.add(r.ledger_id)
                 md = await recover_ledger(
                     self._store.ledgers,
                     self._pool,
@@ -139,6 +142,7 @@ class TopicLog:
                     )
                 )
         last = ranges.last_seq
+        self.previous_end_ms = await self._previous_end_ms(ranges, recovered)
         writer = await self._new_writer(self._ensemble)
         new_ranges = ranges.with_tail(writer.ledger_id, last + 1)
         try:
@@ -153,6 +157,24 @@ class TopicLog:
         self._next_seq = last + 1
         self.last_seq = last
         self._ledger_bytes = 0
+
+    async def _previous_end_ms(self, ranges: LedgerRanges, recovered: set[int]) -> int | None:
+        """When the previous owner stopped writing: its close time after a hand-off, else the
+        time of its last message (a crash); for the ownerless-time metric."""
+        if not ranges.ranges:
+            return None
+        got = await self._store.ledgers.read_ledger(ranges.ranges[-1].ledger_id)
+        if got is None:
+            return None
+        md = got.value
+        if md.ledger_id not in recovered:
+            return md.closed_ms or None
+        if md.last_entry_id < 0:
+            return md.created_ms or None
+        try:
+            return Batch.decode(await read_entry(self._pool, md, md.last_entry_id)).publish_time_ms
+        except LedgerError:
+            return None
 
     async def _new_writer(self, ensemble: list[str]) -> LedgerWriter:
         rep = self.settings.replication
