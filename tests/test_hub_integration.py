@@ -258,3 +258,39 @@ async def test_sigterm_hands_topics_over_quickly(fresh_cluster: DevCluster) -> N
         assert r.seq == 2
         assert (await sub.next(10)).value == b"two"
         assert loop.time() - t0 < 10
+
+
+def test_sync_client(cluster: DevCluster) -> None:
+    from hedwig.client import SyncClient
+
+    with SyncClient(cluster.addresses) as c:
+        sub = c.subscribe("sync-topic", "s")
+        results = c.publish_many("sync-topic", [b"a", b"b", b"c"])
+        assert [r.seq for r in results] == [1, 2, 3]
+        got = [sub.next(10) for _ in range(3)]
+        assert [m.value for m in got] == [b"a", b"b", b"c"]
+        sub.consume(3)
+        assert c.topic_info("sync-topic").last_seq == 3
+        assert c.read("sync-topic", 1).batches[0].first_seq == 1
+
+
+async def test_cli_move_and_rebalance(cluster: DevCluster) -> None:
+    async with HedwigClient(cluster.addresses) as c:
+        await c.publish("cli-move", b"x")
+    owner = await owner_of(cluster.zk, cluster.region, "cli-move")
+    dest = next(a for a in cluster.addresses if a != owner)
+    out = hedwig("move", "--zk", cluster.zk, "--region", cluster.region, "cli-move", "--to", dest)
+    assert out.returncode == 0, out.stderr
+
+    async def moved() -> bool:
+        return await owner_of(cluster.zk, cluster.region, "cli-move") == dest
+
+    await eventually(moved, timeout=10)
+    out = hedwig("rebalance", "--zk", cluster.zk, "--region", cluster.region, "--dry-run")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith(("balanced", "would move"))
+    out = hedwig("ledgers", "--zk", cluster.zk, "--region", cluster.region, "--json")
+    assert out.returncode == 0, out.stderr
+    assert any(r["topic"] == "cli-move" for r in json.loads(out.stdout))
+    sim = hedwig("sim", "--scenario", "skewed")
+    assert sim.returncode == 0 and json.loads(sim.stdout)["imbalance"][-1] <= 1.25

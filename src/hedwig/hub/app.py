@@ -202,7 +202,9 @@ class Hub(HubOperations):
         while True:
             await self.clock.sleep(self.config.load_report_interval_s)
             try:
-                await self.store.hubs.update_load(self.address, self.load_report())
+                report = self.load_report()
+                self._export_load(report)
+                await self.store.hubs.update_load(self.address, report)
             except Exception as exc:
                 log.debug("load report failed: %s", exc)
 
@@ -220,6 +222,21 @@ class Hub(HubOperations):
         }
         loads = self._load.sample(time.monotonic(), counters, extra)
         return self._load.report(self.clock.wall_ms(), len(self.front.connections), loads)
+
+    def _export_load(self, report: HubLoad) -> None:
+        """The load report, as Prometheus gauges too (same numbers the policy sees)."""
+        m = self.metrics
+        m.topic_rate.clear()
+        for topic, tl in report.topic_loads.items():
+            m.topic_rate.labels(topic, "in", "messages").set(tl.msg_in)
+            m.topic_rate.labels(topic, "out", "messages").set(tl.msg_out)
+            m.topic_rate.labels(topic, "in", "bytes").set(tl.bytes_in)
+            m.topic_rate.labels(topic, "out", "bytes").set(tl.bytes_out)
+        m.hub_rate.labels("in", "messages").set(report.msg_in)
+        m.hub_rate.labels("out", "messages").set(report.msg_out)
+        m.hub_rate.labels("in", "bytes").set(report.bytes_in)
+        m.hub_rate.labels("out", "bytes").set(report.bytes_out)
+        m.hub_cpu.set(report.cpu)
 
     async def _flush_loop(self) -> None:
         while True:

@@ -80,6 +80,19 @@ class HubMetrics:
         self.storage_bytes = Counter(
             "hedwig_storage_bytes_written", "Bytes written to ledger storage", registry=r
         )
+        self.topic_rate = Gauge(
+            "hedwig_topic_rate",
+            "EWMA rate per topic as in the hub's load report (messages or bytes per second)",
+            ["topic", "direction", "unit"],
+            registry=r,
+        )
+        self.hub_rate = Gauge(
+            "hedwig_hub_rate",
+            "EWMA rate of the whole hub as in its load report",
+            ["direction", "unit"],
+            registry=r,
+        )
+        self.hub_cpu = Gauge("hedwig_hub_cpu", "CPU seconds per second used by the hub", registry=r)
         self.under_replicated = Gauge(
             "hedwig_ledgers_under_replicated",
             "Ledgers this hub audits that stayed under-replicated after its last audit",
