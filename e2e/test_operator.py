@@ -23,12 +23,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 from controlplane import cluster  # noqa: E402
 from hedwig_e2e import (  # noqa: E402
+    ROOT,
     OperatorProcess,
     Workload,
     crd_manifests,
@@ -209,6 +211,13 @@ def test_operator_rbac_is_least_privilege(bed: Bed) -> None:
     assert not can("list", "pods", "-n", NS)
     assert not can("get", "topics.hedwig.io", "-n", "default")  # only where it is bound
     assert not can("create", "customresourcedefinitions.apiextensions.k8s.io")
+
+
+def test_shipped_operator_deployment_passes_server_side_validation(bed: Bed) -> None:
+    deployment = yaml.safe_load((ROOT / "operator" / "deploy" / "operator.yaml").read_text())
+    deployment["metadata"]["namespace"] = NS
+    bed.cp.kubectl("apply", "--dry-run=server", "-f", "-", input=json.dumps(deployment))
+    assert bed.get("deployment", "hedwig-operator") is None  # a dry run creates nothing
 
 
 def test_hubpool_becomes_statefulset_services_pdb_and_status(bed: Bed, alpha: str) -> None:
@@ -435,8 +444,14 @@ def test_image_change_rolls_the_statefulset(bed: Bed, alpha: str) -> None:
     assert sts["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/version"] == "e2e-2"
 
 
-def test_skewed_load_moves_topics_without_losing_acknowledged_messages(bed: Bed) -> None:
-    pool = "beta"
+@pytest.mark.parametrize(
+    ("pool", "graceful"), [("beta", True), ("gamma", False)], ids=["graceful", "forced"]
+)
+def test_skewed_load_moves_topics_without_losing_acknowledged_messages(
+    bed: Bed, pool: str, graceful: bool
+) -> None:
+    """graceful: the owner hands over (when the hub supports it); forced: the operator
+    deletes the owner znode and the owner's watch makes it stop."""
     bed.add_volumes(2)
     first = bed.start_hub(pool)
     bed.apply(
@@ -449,10 +464,11 @@ def test_skewed_load_moves_topics_without_losing_acknowledged_messages(bed: Bed)
                 "maxMovesPerCycle": 1,
                 "cooldownSeconds": 600,
                 "minTopicRate": 1,
+                "gracefulHandOff": graceful,
             },
         )
     )
-    topics = ["load-a", "load-b", "load-c", "load-d"]
+    topics = [f"{pool}-{x}" for x in "abcd"]
     for t in topics:
         bed.apply(topic_manifest(t, pool))
     for t in topics:
@@ -484,7 +500,9 @@ def test_skewed_load_moves_topics_without_losing_acknowledged_messages(bed: Bed)
         "the Topic's lastMove", lambda: bed.status("topic", moved_topic).get("lastMove"), 30
     )
     assert last_move["from"] == first.address
-    assert last_move["method"] in ("graceful", "forced")
+    assert last_move["method"] == ("graceful" if graceful else "forced") or (
+        graceful and last_move["method"] == "forced"  # a hub without hand-off support
+    )
     assert "msg/s" in last_move["reason"]
     assert (
         status["owner"] == second.address

@@ -103,6 +103,14 @@ async def test_graceful_hand_off_when_the_hub_supports_it() -> None:
     assert move["to"] == "hub-1"
 
 
+async def test_graceful_hand_off_can_be_turned_off() -> None:
+    w = await skewed_world(graceful=True, gracefulHandOff=False)
+    (move,) = (await cycle(w))["moves"]
+    assert move["method"] == "forced"
+    assert "off for this pool" in move["detail"]
+    assert not w.hubs.releases
+
+
 async def test_guards() -> None:
     w = await skewed_world(paused=True)
     assert (await cycle(w))["result"] == "Paused"

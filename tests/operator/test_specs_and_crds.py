@@ -81,6 +81,7 @@ def test_pool_crd_defaults_are_the_specs_defaults() -> None:
         "lowLoadDrain": d.low_load_drain,
         "lowLoadThreshold": d.low_load_threshold,
         "hubCapacity": d.hub_capacity,
+        "gracefulHandOff": d.graceful_hand_off,
     }
     assert set(pairs) | {"prometheus"} == set(rb)
     for key, value in pairs.items():
@@ -189,3 +190,32 @@ def test_parse_topic() -> None:
 def test_parse_topic_refuses_negative_retention() -> None:
     with pytest.raises(SpecError, match=r"spec.retention.timeMs: must be at least 0"):
         parse_topic(topic_body(spec={"retention": {"timeMs": -1}}))
+
+
+def test_shipped_rbac_covers_what_the_operator_writes() -> None:
+    from hedwig_operator.builders import build_pool_children
+    from hedwig_operator.kube.api import PLURALS
+
+    docs = list(yaml.safe_load_all((CRDS.parent / "operator" / "deploy" / "rbac.yaml").read_text()))
+    (role,) = [d for d in docs if d["kind"] == "ClusterRole"]
+
+    def allowed(group: str, resource: str, verb: str) -> bool:
+        return any(
+            group in r["apiGroups"] and resource in r["resources"] and verb in r["verbs"]
+            for r in role["rules"]
+        )
+
+    for child in build_pool_children(parse_pool(pool_body())):
+        group = child["apiVersion"].rpartition("/")[0]
+        for verb in ("get", "create", "patch"):  # server-side apply creates or patches
+            assert allowed(group, PLURALS[child["kind"]], verb), (child["kind"], verb)
+    for plural in (resources.POOL_PLURAL, resources.TOPIC_PLURAL):
+        for verb in ("get", "list", "watch", "patch"):
+            assert allowed(resources.GROUP, plural, verb)
+        assert allowed(resources.GROUP, f"{plural}/status", "patch")
+    assert allowed("", "events", "create")
+    # Nothing the operator does not need: no deletes, no secrets, no wildcards.
+    for rule in role["rules"]:
+        assert "delete" not in rule["verbs"]
+        assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"]
+        assert "secrets" not in rule["resources"]

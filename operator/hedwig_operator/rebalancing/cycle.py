@@ -119,7 +119,9 @@ async def rebalance_cycle(
     pool_target = ObjectRef(API_VERSION, POOL_KIND, pool.namespace, pool.name, pool.uid)
     for move in moves:
         try:
-            outcome = await perform_move(store, ctx.hubs, move, alive, ctx.settings)
+            outcome = await perform_move(
+                store, ctx.hubs, move, alive, ctx.settings, graceful=spec.graceful_hand_off
+            )
         except MetadataError as exc:
             log.warning("pool %s: moving %r failed: %s", pool.name, move.topic, exc)
             outcome = MoveOutcome(move, "skipped", None, f"ZooKeeper error: {exc}")
@@ -133,6 +135,7 @@ async def rebalance_cycle(
             f"{outcome.new_owner or 'a new owner (not claimed yet)'} ({outcome.method}): "
             f"{move.reason}"
         )
+        log.info("pool %s/%s: %s", pool.namespace, pool.name, message)
         await record_event(ctx.kube, pool_target, "TopicMoved", message)
         for claim in claims_of(move.topic):
             topic_target = ObjectRef(

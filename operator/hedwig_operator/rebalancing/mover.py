@@ -46,14 +46,20 @@ async def perform_move(
     move: Move,
     alive: Sequence[str],
     settings: OperatorSettings,
+    *,
+    graceful: bool = True,
 ) -> MoveOutcome:
     topic = move.topic
     before = await store.ownership.read_owner_info(topic)
     if before is None or before.value.address != move.source:
         now = before.value.address if before is not None else "nobody"
         return MoveOutcome(move, "skipped", now, f"owner changed since the plan (now {now})")
-    why_not = await hubs.release(
-        move.source, topic, move.destination, move.reason, settings.graceful_move_timeout_s
+    why_not = (
+        await hubs.release(
+            move.source, topic, move.destination, move.reason, settings.graceful_move_timeout_s
+        )
+        if graceful
+        else "graceful hand-off is off for this pool"
     )
     after = await store.ownership.read_owner_info(topic)
     method = "graceful"

@@ -76,6 +76,8 @@ class RebalancingSpec:
     low_load_drain: bool = False
     low_load_threshold: float = 0.2
     hub_capacity: float = 50_000.0
+    # Ask the owner for a graceful hand-off first; off, moves only delete the owner znode.
+    graceful_hand_off: bool = True
     prometheus: PrometheusSpec | None = None
 
     def to_config(self) -> RebalanceConfig:
@@ -156,6 +158,7 @@ def parse_rebalancing(raw: Raw, path: str = "spec.rebalancing") -> RebalancingSp
         low_load_drain=bool_or(raw, "lowLoadDrain", path, d.low_load_drain),
         low_load_threshold=float_or(raw, "lowLoadThreshold", path, d.low_load_threshold),
         hub_capacity=float_or(raw, "hubCapacity", path, d.hub_capacity, minimum=1.0),
+        graceful_hand_off=bool_or(raw, "gracefulHandOff", path, d.graceful_hand_off),
         prometheus=_prometheus(raw, path),
     )
 
