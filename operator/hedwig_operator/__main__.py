@@ -1,8 +1,9 @@
 """``python -m hedwig_operator``: run the operator (kopf) with Hedwig's handlers.
 
 Watches the namespaces given with ``--namespace`` (repeatable; default all namespaces, which
-needs the ClusterRole bound cluster-wide). ``--standalone`` skips kopf's peering: run a single
-replica (the Deployment the chart ships does); peering would need kopf's peering CRDs.
+needs the ClusterRole bound cluster-wide). It always runs standalone, without kopf's peering:
+run a single replica (the reference Deployment does); peering would need kopf's peering CRDs
+and their RBAC.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ def main(argv: Sequence[str] | None = None) -> None:
         default=[n for n in os.environ.get("HEDWIG_OPERATOR_NAMESPACES", "").split(",") if n],
         help="namespace to watch (repeatable); default: every namespace",
     )
-    parser.add_argument("--standalone", action="store_true", default=True)
     parser.add_argument(
         "--liveness",
         default=os.environ.get("HEDWIG_OPERATOR_LIVENESS"),
@@ -36,7 +36,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     kopf.configure(verbose=args.verbose, log_prefix=True)
     kopf.run(
-        standalone=args.standalone,
+        standalone=True,
         namespaces=args.namespace,
         clusterwide=not args.namespace,
         liveness_endpoint=args.liveness,
