@@ -82,7 +82,11 @@ class Hub(HubOperations):
             on_claimed=self.metrics.ownerless.observe,
         )
         max_frame = max(DEFAULT_MAX_FRAME_SIZE, 2 * config.max_message_size + 65536)
-        self.front = HubFrontEnd(self, max_frame_size=max_frame)
+        self.front = HubFrontEnd(
+            self,
+            max_frame_size=max_frame,
+            on_answer=lambda op, st: self.metrics.requests.labels(op, st).inc(),
+        )
         self._server: asyncio.AbstractServer | None = None
         self._http: HealthServer | None = None
         self._tasks: list[asyncio.Task[None]] = []

@@ -126,10 +126,18 @@ class ClientConnection(asyncio.Protocol):
 class HubFrontEnd:
     """Routes frames to the hub's operations and turns exceptions into ERROR frames."""
 
-    def __init__(self, hub: HubOperations, *, max_frame_size: int) -> None:
+    def __init__(
+        self,
+        hub: HubOperations,
+        *,
+        max_frame_size: int,
+        on_answer: Callable[[str, str], None] | None = None,
+    ) -> None:
         self.ops = hub
         self.max_frame_size = max_frame_size
         self.connections: set[ClientConnection] = set()
+        # Told (operation, status) for every answered request: the hedwig_requests metric.
+        self._on_answer = on_answer or (lambda op, st: None)
 
     def protocol(self) -> ClientConnection:
         return ClientConnection(self)
@@ -149,13 +157,17 @@ class HubFrontEnd:
         asyncio.get_running_loop().create_task(self._run(conn, frame))
 
     async def _run(self, conn: ClientConnection, frame: Frame) -> None:
+        op = _OPS.get(type(frame), "other")
         try:
             answer = await self._handle(conn, frame)
         except Exception as exc:
-            conn.send(_error(frame, exc))
+            error = _error(frame, exc)
+            conn.send(error)
+            self._on_answer(op, _status_name(error.status))
             return
         if answer is not None:
             conn.send(answer)
+        self._on_answer(op, "ok")
 
     async def _handle(self, conn: ClientConnection, frame: Frame) -> Frame | None:
         ops = self.ops
@@ -196,6 +208,29 @@ class HubFrontEnd:
             await storage.delete_ledger(frame.ledger_id)
             return Ok(frame.request_id)
         raise status.InvalidRequestError(f"unexpected frame {type(frame).__name__}")
+
+
+_OPS: dict[type, str] = {
+    Publish: "publish",
+    Subscribe: "subscribe",
+    Unsubscribe: "unsubscribe",
+    CloseSubscription: "close_subscription",
+    Read: "read",
+    TopicStats: "topic_stats",
+    ReleaseTopic: "release_topic",
+    Ping: "ping",
+    AddEntry: "add_entry",
+    ReadEntry: "read_entry",
+    ReadLac: "read_lac",
+    DeleteLedger: "delete_ledger",
+}
+
+
+def _status_name(code: int) -> str:
+    try:
+        return status.Status(code).name.lower()
+    except ValueError:
+        return str(code)
 
 
 def _error(frame: Frame, exc: BaseException) -> Error:
