@@ -96,6 +96,7 @@ class Hub(HubOperations):
             address=self.address, store=self.store, pool=self.pool, wanted_size=self._wanted_size
         )
         self._ready = False
+        self._report_pending = False
         self._stopping = False
         self.stopped = asyncio.Event()
 
@@ -205,12 +206,21 @@ class Hub(HubOperations):
     async def _load_loop(self) -> None:
         while True:
             await self.clock.sleep(self.config.load_report_interval_s)
-            try:
-                report = self.load_report()
-                self._export_load(report)
-                await self.store.hubs.update_load(self.address, report)
-            except Exception as exc:
-                log.debug("load report failed: %s", exc)
+            await self._report_load()
+
+    async def _report_load(self) -> None:
+        try:
+            report = self.load_report()
+            self._export_load(report)
+            await self.store.hubs.update_load(self.address, report)
+        except Exception as exc:
+            log.debug("load report failed: %s", exc)
+
+    async def _report_soon(self) -> None:
+        # Coalesces a burst of claims or releases into one report shortly after.
+        await self.clock.sleep(0.2)
+        self._report_pending = False
+        await self._report_load()
 
     def load_report(self) -> HubLoad:
         counters = {
@@ -298,7 +308,12 @@ class Hub(HubOperations):
         return mine
 
     def _topics_changed(self) -> None:
+        """A topic was claimed or let go: report the new load now, not at the next interval,
+        so placement and rebalancing elsewhere see it."""
         self.metrics.topics_owned.set(len(self.topics.topics))
+        if self._ready and not self._report_pending:
+            self._report_pending = True
+            asyncio.get_running_loop().create_task(self._report_soon())
 
     def _count(self, topic: str, direction: str, count: int, size: int) -> None:
         if direction == "in":
