@@ -132,16 +132,27 @@ def _owner(cluster: DevCluster, topic: str) -> str:
     return got
 
 
-def test_max_records_per_trigger_caps_each_batch(
+def test_max_records_per_trigger_caps_each_batch_across_a_restart(
     spark: SparkSession, hubs: str, topic: str, tmp_path: Path
 ) -> None:
     publish(hubs, topic, [b"x"] * 1000)
     out, ck = tmp_path / "out", tmp_path / "checkpoint"
+    sizes: list[int] = []
+    query = start_query(spark, hubs, topic, out, ck, maxRecordsPerTrigger="300")
+    try:
+        wait_for(lambda: len(output_seqs(spark, out)) >= 300, what="first batch")
+    finally:
+        query.stop()
+        sizes += [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    # On Spark 4.1 latestOffset is not told where a batch starts: after a restart the source
+    # must learn it from the checkpoint (the engine replans the last batch first).
     query = start_query(spark, hubs, topic, out, ck, maxRecordsPerTrigger="300")
     try:
         wait_for(lambda: len(output_seqs(spark, out)) >= 1000, what="all rows")
-        sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+        time.sleep(1.5)
     finally:
         query.stop()
-    assert max(sizes) <= 300 and sum(sizes) == 1000
+        sizes += [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    # (a batch cut short by the stop is replayed whole: its rows count twice here, not in out)
+    assert max(sizes) <= 300 and sum(sizes) >= 1000
     assert_exactly(spark, out, 1000)
