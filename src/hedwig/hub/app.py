@@ -80,6 +80,7 @@ class Hub(HubOperations):
             on_change=self._topics_changed,
             stats_hook=self._count,
             on_claimed=self.metrics.ownerless.observe,
+            on_lost=lambda reason: self.metrics.losses.labels(_reason_label(reason)).inc(),
         )
         max_frame = max(DEFAULT_MAX_FRAME_SIZE, 2 * config.max_message_size + 65536)
         self.front = HubFrontEnd(
@@ -181,8 +182,6 @@ class Hub(HubOperations):
     def _on_session(self, state: SessionState) -> None:
         self._set_session_metric(state)
         self.topics.on_session(state)
-        if state is SessionState.LOST:
-            self.metrics.losses.labels("session").inc()
         if state is SessionState.CONNECTED and self._ready:
             # A new session after an expiry: our alive record is gone; register again.
             asyncio.get_running_loop().create_task(self._reregister())

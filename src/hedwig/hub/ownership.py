@@ -81,8 +81,10 @@ class TopicManager:
         on_change: Callable[[], None] | None = None,
         stats_hook: Callable[[str, str, int, int], None] | None = None,
         on_claimed: Callable[[float], None] | None = None,
+        on_lost: Callable[[str], None] | None = None,
     ) -> None:
         self._on_claimed = on_claimed
+        self._on_lost = on_lost
         self.address = address
         self.config = config
         self.store = store
@@ -350,6 +352,8 @@ class TopicManager:
         self.stats.losses += 1
         log.warning("lost topic %r: %s", topic, reason)
         owned.lose(reason, new_owner)
+        if self._on_lost is not None:
+            self._on_lost(reason)
         self._on_change()
 
     # releasing ----------------------------------------------------------------------------
