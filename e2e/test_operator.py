@@ -520,6 +520,33 @@ def test_skewed_load_moves_topics_without_losing_acknowledged_messages(
     assert any(repr(moved_topic) in e["message"] for e in pool_events)
 
 
+def test_rebalancing_waits_while_the_statefulset_rolls_out(bed: Bed) -> None:
+    # A third hub whose volume does not exist yet: its pod stays Pending, the rollout cannot
+    # settle, and rebalancing must wait for it.
+    bed.kubectl("scale", "hubpool", "gamma", "--replicas=3")
+    last = wait_for(
+        "lastRebalance RolloutInProgress",
+        lambda: (
+            (r := bed.status("hubpool", "gamma").get("lastRebalance", {})).get("result")
+            == "RolloutInProgress"
+            and r
+        ),
+        30,
+        interval=0.2,
+    )
+    assert "of 3 pods" in last["message"]
+    bed.add_volumes(1)
+    wait_for(
+        "rebalancing to resume once the pods are ready",
+        lambda: (
+            bed.status("hubpool", "gamma").get("lastRebalance", {}).get("result")
+            not in (None, "RolloutInProgress")
+        ),
+        90,
+        interval=0.2,
+    )
+
+
 def test_paused_pool_does_not_rebalance(bed: Bed) -> None:
     bed.kubectl("annotate", "hubpool", "beta", "hedwig.io/rebalance-paused=true")
     wait_for(
