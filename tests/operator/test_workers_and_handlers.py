@@ -157,3 +157,23 @@ def test_topic_index_holds_valid_claims_only() -> None:
     (value,) = handlers.topic_entries(body=kopf.Body(body)).values()
     assert value.claim.topic_name == "orders"
     assert handlers.topic_entries(body=kopf.Body(topic_body(spec={"topicName": "a\x00"}))) == {}
+
+
+async def test_deleting_a_pool_tells_its_topics() -> None:
+    w = await World().start()
+    topic = topic_body()
+    w.kube.put(topic)
+    workers = Workers(w.ctx, lambda key: entries(topic) if key == ("ns", "pool") else [])
+    await workers.pool_deleted(("ns", "pool"))
+    cond = w.kube.objects[("Topic", "ns", "orders")]["status"]["conditions"][0]
+    assert (cond["status"], cond["reason"]) == ("False", "PoolNotFound")
+
+
+async def test_only_spec_or_annotation_changes_wake_the_worker() -> None:
+    w = await World().start()
+    pool = pool_body()
+    worker = PoolWorker(w.ctx, pool, lambda key: [])
+    worker.update({**pool, "status": {"readyHubs": 1}})
+    assert not worker._wake.is_set()
+    worker.update({**pool, "metadata": {**pool["metadata"], "generation": 2}})
+    assert worker._wake.is_set()
