@@ -294,3 +294,59 @@ async def test_cli_move_and_rebalance(cluster: DevCluster) -> None:
     assert any(r["topic"] == "cli-move" for r in json.loads(out.stdout))
     sim = hedwig("sim", "--scenario", "skewed")
     assert sim.returncode == 0 and json.loads(sim.stdout)["imbalance"][-1] <= 1.25
+
+
+async def test_drain_hands_everything_over(fresh_cluster: DevCluster) -> None:
+    c = fresh_cluster
+    async with HedwigClient(c.addresses) as client:
+        for i in range(6):
+            await client.publish(f"drain-{i}", b"x")
+        owner = await owner_of(c.zk, c.region, "drain-0")
+        assert owner is not None
+        hub = c.hub_at(owner)
+        loop = asyncio.get_running_loop()
+        out = await loop.run_in_executor(
+            None, lambda: hedwig("drain", "--metrics-port", str(hub.metrics_port))
+        )
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.startswith("released ")
+        for i in range(6):
+            assert await owner_of(c.zk, c.region, f"drain-{i}") != owner
+            r = await client.publish(f"drain-{i}", b"y")
+            assert r.seq == 2
+        assert await owner_of(c.zk, c.region, "drain-0") not in (None, owner)
+
+
+async def test_orphan_ledger_replicas_are_collected(zk_server: ZooKeeperServer) -> None:
+    hub = Hub(
+        HubConfig(
+            zk=zk_server.address,
+            region="orphans",
+            listen="127.0.0.1:0",
+            data_dir=tempfile.mkdtemp(),
+            replication="1/1/1",
+        )
+    )
+    await hub.start()
+    try:
+        async with HedwigClient(hub.address) as client:
+            # "drop" first: a replica is only collected once a later ledger exists, so that one
+            # being created right now is never mistaken for an orphan
+            await client.publish("drop", b"x")
+            await client.publish("keep", b"x")
+        await hub.topics.release("drop", "test")
+        ledgers = (await hub.store.persistence.read_topic_persistence_info("drop")).value  # type: ignore[union-attr]
+        await hub.store.topics.delete_topic("drop")
+        for r in ledgers.ranges:
+            got = await hub.store.ledgers.read_ledger(r.ledger_id)
+            assert got is not None
+            await hub.store.ledgers.delete_ledger(r.ledger_id, got.version)
+        dropped = await hub._collect_orphan_ledgers()
+        assert sorted(dropped) == sorted(
+            r.ledger_id for r in ledgers.ranges if r.ledger_id in dropped
+        )
+        assert dropped and all(lid not in hub.storage.ledgers() for lid in dropped)
+        async with HedwigClient(hub.address) as client:
+            assert (await client.publish("keep", b"y")).seq == 2
+    finally:
+        await hub.stop()

@@ -7,6 +7,7 @@ import asyncio
 import signal
 import sys
 import threading
+import urllib.request
 
 from hedwig.devcluster.zookeeper import ZooKeeperServer
 from hedwig.errors import HedwigError
@@ -22,6 +23,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--data-dir", default=None, help="default: a temporary directory")
     p.add_argument("--host", default="127.0.0.1")
     p.set_defaults(func=run_zk)
+
+    p = sub.add_parser(
+        "drain",
+        help="hand over every topic of a running hub (for a preStop hook)",
+        description="POST /drain on a hub's metrics port: the hub stops taking topics, hands "
+        "every topic it owns over to other hubs, and answers when it is done.",
+    )
+    p.add_argument("--metrics-port", type=int, default=9100)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--timeout", type=float, default=60.0)
+    p.set_defaults(func=run_drain)
 
     p = sub.add_parser(
         "hub",
@@ -73,6 +85,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="region default ENSEMBLE/WRITE_QUORUM/ACK_QUORUM (default 3/3/2; 1/1/1 for one hub)",
     )
     p.set_defaults(func=run_hub)
+
+
+def run_drain(args: argparse.Namespace) -> int:
+    url = f"http://{args.host}:{args.metrics_port}/drain"
+    try:
+        with urllib.request.urlopen(
+            urllib.request.Request(url, method="POST"), timeout=args.timeout
+        ) as r:
+            print(r.read().decode().strip())
+    except OSError as exc:
+        print(f"hedwig drain: {url}: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def run_zk(args: argparse.Namespace) -> int:

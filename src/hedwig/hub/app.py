@@ -118,7 +118,10 @@ class Hub(HubOperations):
             self.auditor.address = self.address
         if self.config.metrics_port is not None:
             self._http = HealthServer(
-                self.metrics.registry, self._readiness, before_scrape=self._refresh_gauges
+                self.metrics.registry,
+                self._readiness,
+                before_scrape=self._refresh_gauges,
+                drain=self.drain,
             )
             await self._http.start(self.config.metrics_host, self.config.metrics_port)
         await self._register()
@@ -144,6 +147,19 @@ class Hub(HubOperations):
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         self._tasks.append(asyncio.get_running_loop().create_task(coro))
+
+    async def drain(self) -> int:
+        """Stop taking topics and hand over every topic this hub owns; keeps serving the
+        storage role (other hubs' ledgers) until the process is stopped. Returns the number of
+        topics handed over."""
+        self._ready = False
+        self.topics.accepting = False
+        with contextlib.suppress(Exception):
+            await self.store.hubs.unregister_hub(self.address)
+        count = len(self.topics.topics)
+        self.metrics.releases.labels("hub draining").inc(count)
+        await self.topics.release_all("hub draining")
+        return count
 
     async def stop(self) -> None:
         """Graceful: stop claiming, hand every topic over, flush, deregister, close."""
@@ -279,10 +295,26 @@ class Hub(HubOperations):
         for owned in list(self.topics.topics.values()):
             if owned.log.degraded and await owned.log.restore_replication():
                 log.info("topic %r: back to full replication", owned.name)
+        await self._collect_orphan_ledgers()
         report = await self.auditor.run_once()
         self.metrics.under_replicated.set(report.failed)
         self.metrics.ledger_repairs.inc(report.repaired)
         return report
+
+    async def _collect_orphan_ledgers(self) -> list[int]:
+        """Delete local replicas of ledgers whose metadata is gone (the topic was deleted, or
+        a collection's delete did not reach this hub). Ledger ids only grow, so a file with an
+        id above the highest known one may belong to a ledger being created: it is kept."""
+        known = set(await self.store.ledgers.list_ledgers())
+        if not known:
+            return []
+        ceiling = max(known)
+        orphans = [lid for lid in self.storage.ledgers() if lid <= ceiling and lid not in known]
+        for lid in orphans:
+            await self.storage.delete_ledger(lid)
+        if orphans:
+            log.info("deleted %d orphan ledger replicas: %s", len(orphans), orphans[:10])
+        return orphans
 
     async def _balance_loop(self) -> None:
         """Seed 000's self-shedding: every hub runs the shared policy on the region's load

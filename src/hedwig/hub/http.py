@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
@@ -22,10 +22,12 @@ class HealthServer:
         ready: Callable[[], tuple[bool, str]],
         *,
         before_scrape: Callable[[], None] | None = None,
+        drain: Callable[[], Awaitable[int]] | None = None,
     ) -> None:
         self._registry = registry
         self._ready = ready
         self._before_scrape = before_scrape
+        self._drain = drain
         self._server: asyncio.AbstractServer | None = None
         self.port = 0
 
@@ -42,8 +44,16 @@ class HealthServer:
         try:
             request = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
             line = request.split(b"\r\n", 1)[0].decode("latin-1").split()
+            method = line[0] if line else "GET"
             path = line[1].split("?", 1)[0] if len(line) >= 2 else "/"
-            if path == "/metrics":
+            if path == "/drain" and method == "POST" and self._drain is not None:
+                # For a preStop hook: hand every topic over and answer when done, so the pod
+                # is stopped only after its clients have somewhere to go.
+                released = await self._drain()
+                code, ctype, body = 200, "text/plain", f"released {released} topics\n".encode()
+            elif path == "/drain":
+                code, ctype, body = 405, "text/plain", b"POST to drain\n"
+            elif path == "/metrics":
                 if self._before_scrape is not None:
                     self._before_scrape()
                 code, ctype, body = 200, CONTENT_TYPE_LATEST, generate_latest(self._registry)
@@ -54,7 +64,12 @@ class HealthServer:
                 code, ctype, body = (200 if ok else 503), "text/plain", (why + "\n").encode()
             else:
                 code, ctype, body = 404, "text/plain", b"not found\n"
-            reason = {200: "OK", 404: "Not Found", 503: "Service Unavailable"}[code]
+            reason = {
+                200: "OK",
+                404: "Not Found",
+                405: "Method Not Allowed",
+                503: "Service Unavailable",
+            }[code]
             writer.write(
                 f"HTTP/1.1 {code} {reason}\r\nContent-Type: {ctype}\r\n"
                 f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
