@@ -76,7 +76,11 @@ def test_statefulset_shape() -> None:
     assert env["HEDWIG_ADVERTISE"]["value"] == "$(POD_NAME).pool-headless.ns.svc:4080"
     assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
-    assert c["lifecycle"] == {"preStop": {"sleep": {"seconds": 5}}}
+    assert c["lifecycle"]["preStop"]["exec"]["command"] == [
+        "sh",
+        "-c",
+        "sleep 5; exec hedwig drain --metrics-port 9100",
+    ]
     assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"hub": 4080, "metrics": 9100}
     assert c["volumeMounts"][0] == {"name": "data", "mountPath": resources.DATA_DIR}
     (claim,) = spec["volumeClaimTemplates"]

@@ -13,9 +13,9 @@ Why each choice:
 - Probes: readiness is the hub's ``/readyz`` (registered in ZooKeeper and serving), liveness
   its ``/healthz`` (the event loop answers), with a startup probe so a hub recovering long
   ledgers is not killed while it starts.
-- ``preStop`` sleeps briefly so endpoints stop routing new clients to the hub; then SIGTERM
-  makes the hub hand every topic over before it exits, within the grace period. A drain
-  endpoint in the hub would let the hook wait for the hand-off itself (a core request).
+- ``preStop`` sleeps briefly so endpoints stop routing new clients to the hub, then runs
+  ``hedwig drain``, which returns once the hub has handed every topic over; the SIGTERM that
+  follows finds nothing left to move.
 - Pods run as a non-root user with a read-only root filesystem; ``fsGroup`` makes the
   volume writable by that user.
 """
@@ -76,7 +76,18 @@ def _container(pool: PoolSpec) -> dict[str, Any]:
             "periodSeconds": 2,
             "failureThreshold": 150,
         },
-        "lifecycle": {"preStop": {"sleep": {"seconds": pool.pre_stop_sleep_s}}},
+        "lifecycle": {
+            "preStop": {
+                "exec": {
+                    "command": [
+                        "sh",
+                        "-c",
+                        f"sleep {pool.pre_stop_sleep_s}; "
+                        f"exec hedwig drain --metrics-port {METRICS_PORT}",
+                    ]
+                }
+            }
+        },
         "volumeMounts": [
             {"name": VOLUME_NAME, "mountPath": DATA_DIR},
             {"name": "tmp", "mountPath": "/tmp"},
