@@ -119,6 +119,7 @@ def test_topic_moved_mid_query_does_not_fail_it(
         assert publisher.error is None
         wait_for(lambda: len(output_seqs(spark, out)) >= 1201, timeout=120, what="all rows")
         assert query.isActive and query.exception() is None
+        assert _owner(spark_cluster, topic) != owner, "the topic should have moved"
     finally:
         query.stop()
     assert_exactly(spark, out, 1201)
