@@ -10,9 +10,9 @@ updated cells are
 - written as Parquet under ``<output-dir>/batch_id=N`` (overwritten if the batch is replayed,
   so the files are exactly-once too); the latest row per (window_start, cx, cy) is the answer.
 
-Publishing is idempotent per micro-batch: the batch writer's ``writerId`` is the job name and
-the batch id, stable across restarts from the same checkpoint, and rows are sorted first so a
-replay publishes the same messages in the same order.
+Publishing is idempotent per micro-batch: the batch writer's ``writerId`` is made of the
+query id (kept in the checkpoint) and the batch id, and rows are sorted first so a replay
+publishes the same messages in the same order.
 
     spark-submit jobs/traffic_heatmap.py --hubs h:4100 --checkpoint /ck --output-dir /out
 """
@@ -25,6 +25,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
+from hedwig_spark.writer import QUERY_ID_PROPERTY
 from jobs.common import add_cluster_args, cluster_options, session
 from traffic.grid import Grid
 from traffic.positions import SPARK_SCHEMA
@@ -114,7 +115,11 @@ class HeatmapSink:
             writer = cells.transform(to_messages).write.format("hedwig").mode("append")
             for k, v in self.source.items():
                 writer = writer.option(k, v)
-            writer.option("topic", self.topic).option("writerId", f"{self.name}:{batch_id}").save()
+            # The query id survives restarts from the checkpoint and differs from any earlier
+            # query's, so a replayed batch repeats its publisher ids and nothing else does.
+            query_id = cells.sparkSession.sparkContext.getLocalProperty(QUERY_ID_PROPERTY)
+            writer_id = f"{self.name}:{query_id}:{batch_id}"
+            writer.option("topic", self.topic).option("writerId", writer_id).save()
             if self.output_dir:
                 cells.write.mode("overwrite").parquet(f"{self.output_dir}/batch_id={batch_id}")
         finally:
