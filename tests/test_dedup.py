@@ -40,3 +40,15 @@ async def test_resend_during_the_original_write_waits_for_it() -> None:
     t.learn("p", 5, 1, first_seq=42)
     t.end("p", 5, Known(42, 42))
     assert await waiter == Known(42, 42)
+
+
+async def test_least_recently_seen_publishers_are_forgotten() -> None:
+    from hedwig.hub import dedup
+
+    t = PublisherTable()
+    for i in range(dedup.MAX_PUBLISHERS + 5):
+        t.learn(f"p{i}", 1, 1, first_seq=i + 1)
+    assert await t.check("p0", 1, 1) is None  # forgotten
+    assert await t.check(f"p{dedup.MAX_PUBLISHERS + 4}", 1, 1) == Known(
+        dedup.MAX_PUBLISHERS + 5, dedup.MAX_PUBLISHERS + 5
+    )

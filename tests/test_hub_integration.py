@@ -350,3 +350,14 @@ async def test_orphan_ledger_replicas_are_collected(zk_server: ZooKeeperServer) 
             assert (await client.publish("keep", b"y")).seq == 2
     finally:
         await hub.stop()
+
+
+async def test_pipelined_first_publishes_to_new_topics_stay_in_order(cluster: DevCluster) -> None:
+    """The owner is unknown at first: the client must not let a later batch reach some hub
+    that claims the topic ahead of an earlier batch sent elsewhere."""
+    async with HedwigClient(cluster.addresses, max_batch_messages=100) as c:
+        topics = [f"order-new-{i}" for i in range(8)]
+        futures = {t: [c.publish_nowait(t, b"%d" % n) for n in range(1000)] for t in topics}
+        for t, futs in futures.items():
+            seqs = [(await f).seq for f in futs]
+            assert seqs == list(range(1, 1001)), t

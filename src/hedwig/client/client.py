@@ -450,6 +450,12 @@ class _TopicPublisher:
                     await asyncio.sleep(client.linger_s)
             await self._inflight.acquire()
             await self._gate.wait()
+            # While the owner is unknown (a new topic, or just moved), one batch at a time:
+            # pipelined first tries could reach different hubs, and whichever claims the topic
+            # first would store a later batch ahead of an earlier one.
+            while self.topic not in client._owners and self._outstanding:
+                self._settled.clear()
+                await self._settled.wait()
             raws, futs = self._raws, self._futs
             parts: list[bytes] = []
             size = 0

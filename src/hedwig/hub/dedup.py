@@ -16,6 +16,10 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 RECENT = 256
+# Publishers remembered per topic, least recently seen forgotten first: writers that use a new
+# id per job or batch (Spark) must not grow the table forever. A forgotten publisher's very
+# late re-send would be stored again.
+MAX_PUBLISHERS = 10_000
 
 
 @dataclass
@@ -34,7 +38,7 @@ class Known:
 
 class PublisherTable:
     def __init__(self) -> None:
-        self._pubs: dict[str, _Publisher] = {}
+        self._pubs: OrderedDict[str, _Publisher] = OrderedDict()
         self._inflight: dict[tuple[str, int], asyncio.Future[Known]] = {}
 
     async def check(self, publisher: str, pseq: int, count: int) -> Known | None:
@@ -68,7 +72,13 @@ class PublisherTable:
                 fut.set_result(stored)
 
     def learn(self, publisher: str, pseq: int, count: int, first_seq: int) -> None:
-        pub = self._pubs.setdefault(publisher, _Publisher())
+        pub = self._pubs.get(publisher)
+        if pub is None:
+            pub = self._pubs[publisher] = _Publisher()
+            while len(self._pubs) > MAX_PUBLISHERS:
+                self._pubs.popitem(last=False)
+        else:
+            self._pubs.move_to_end(publisher)
         last = pseq + count - 1
         pub.highest = max(pub.highest, last)
         pub.batches[pseq] = (first_seq, first_seq + count - 1)
