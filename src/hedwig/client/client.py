@@ -61,6 +61,7 @@ from hedwig.protocol.names import validate_name
 log = logging.getLogger(__name__)
 
 MAX_REDIRECTS = 3
+HAND_OFF_PAUSE_S = 0.01
 _U32 = struct.Struct(">I")
 _NO_KEY = _U32.pack(0xFFFFFFFF)
 _NO_HEADERS = b"\x00\x00"
@@ -221,6 +222,7 @@ class HedwigClient:
         redirected = topic in self._claim_hints
         self._claim_hints.discard(topic)
         redirects = 0
+        hand_off_waits = 0
         address = self._route(topic)
         while True:
             try:
@@ -243,8 +245,18 @@ class HedwigClient:
                 if not exc.retriable:
                     raise
                 self._owners.pop(topic, None)
-                if isinstance(exc, status.TopicMovingError) and exc.detail:
+                if isinstance(exc, status.TopicMovingError) and exc.detail and hand_off_waits < 25:
+                    # A hand-off to a named hub is under way and takes a few tens of ms: go
+                    # there after a short fixed pause (the destination is told to claim as
+                    # soon as the old owner is done), rather than backing off exponentially.
+                    hand_off_waits += 1
+                    redirects = 0
+                    address, redirected = exc.detail, True
                     self._owners[topic] = exc.detail
+                    if before_retry is not None:
+                        await before_retry()
+                    await self.clock.sleep(HAND_OFF_PAUSE_S)
+                    continue
                 err = exc
             except ConnectionLostError as exc:
                 self._owners.pop(topic, None)

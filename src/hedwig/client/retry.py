@@ -14,7 +14,8 @@ class RetryPolicy:
     # First wait, then doubled per attempt up to max_delay_s; full jitter spreads reconnecting
     # clients so 100k of them do not hit the new owner in the same millisecond.
     initial_delay_s: float = 0.02
-    max_delay_s: float = 1.0
+    # Kept short: during a failover the wait between attempts adds directly to the outage.
+    max_delay_s: float = 0.5
     # Give up after this long in total (a failover takes about the ZooKeeper session timeout).
     deadline_s: float = 30.0
     rng: random.Random = field(default_factory=random.Random, compare=False)
