@@ -63,6 +63,24 @@ def q(expr: str, legend: str) -> Query:
     return Query(" ".join(expr.split()), legend)
 
 
+def event_increase(metric: str, by: str, window: str = EVENT_WINDOW) -> str:
+    """Events counted by a labelled counter over ``window``, the first ones included.
+
+    A labelled counter (``hedwig_topic_releases_total{reason}``) only appears at its first
+    event, so ``increase()`` never sees that event. A series created within the window (its
+    ``_created`` sample, from prometheus-client, says when) counts its whole value instead.
+    """
+    seconds = int(window.removesuffix("m")) * 60 if window.endswith("m") else int(window[:-1])
+    total = f"{metric}_total{{{SEL}}}"
+    created = f"{metric}_created{{{SEL}}}"
+    recent = f"(time() - {created} < {seconds})"
+    on = "on (namespace, pool, pod, reason)"
+    return (
+        f"sum by ({by}) ((increase({total}[{window}]) unless {on} {recent}) "
+        f"or ({total} and {on} {recent}))"
+    )
+
+
 def hub_load(sel: str = SEL) -> str:
     """Each hub's load as the rebalancing policy sees it: EWMA messages/s in plus out."""
     return f'sum by (namespace, pool, pod) (hedwig_hub_rate{{{sel}, unit="messages"}})'
@@ -166,16 +184,8 @@ ROWS: tuple[tuple[str, tuple[Panel, ...]], ...] = (
                 "shutting down) and topics lost without a hand-off (ZooKeeper session loss), "
                 f"per {EVENT_WINDOW}.",
                 (
-                    q(
-                        f"sum by (reason) (increase(hedwig_topic_releases_total{{{SEL}}}"
-                        f"[{EVENT_WINDOW}]))",
-                        "handed over: {{reason}}",
-                    ),
-                    q(
-                        f"sum by (reason) (increase(hedwig_topic_losses_total{{{SEL}}}"
-                        f"[{EVENT_WINDOW}]))",
-                        "lost: {{reason}}",
-                    ),
+                    q(event_increase("hedwig_topic_releases", "reason"), "handed over: {{reason}}"),
+                    q(event_increase("hedwig_topic_losses", "reason"), "lost: {{reason}}"),
                 ),
                 width=6,
             ),

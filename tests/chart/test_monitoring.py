@@ -180,14 +180,52 @@ CASES: list[tuple[str, list[dict[str, str]], str, list[tuple[dict[str, str], str
             # p-0's first loss creates the counter at 180 s (its _created sample says so);
             # p-1 lost its session again long after its first loss; p-2's only loss is
             # older than the window.
-            _series("hedwig_topic_losses_total", "_ _ _ 1 1 1", pod="p-0", reason="session"),
             _series(
-                "hedwig_topic_losses_created", "_ _ _ 180 180 180", pod="p-0", reason="session"
+                "hedwig_topic_losses_total",
+                "_ _ _ 1 1 1",
+                pod="p-0",
+                reason="ZooKeeper session expired",
             ),
-            _series("hedwig_topic_losses_total", "1x20 2 2", pod="p-1", reason="session"),
-            _series("hedwig_topic_losses_created", "-3600x22", pod="p-1", reason="session"),
-            _series("hedwig_topic_losses_total", "1x22", pod="p-2", reason="session"),
-            _series("hedwig_topic_losses_created", "-3600x22", pod="p-2", reason="session"),
+            _series(
+                "hedwig_topic_losses_created",
+                "_ _ _ 180 180 180",
+                pod="p-0",
+                reason="ZooKeeper session expired",
+            ),
+            _series(
+                "hedwig_topic_losses_total",
+                "1x20 2 2",
+                pod="p-1",
+                reason="ZooKeeper session expired",
+            ),
+            _series(
+                "hedwig_topic_losses_created",
+                "-3600x22",
+                pod="p-1",
+                reason="ZooKeeper session expired",
+            ),
+            _series(
+                "hedwig_topic_losses_total", "1x22", pod="p-2", reason="ZooKeeper session expired"
+            ),
+            _series(
+                "hedwig_topic_losses_created",
+                "-3600x22",
+                pod="p-2",
+                reason="ZooKeeper session expired",
+            ),
+            # p-3 lost a topic to a forced move, not to ZooKeeper: no alert.
+            _series(
+                "hedwig_topic_losses_total",
+                "_ _ _ 1 1 1",
+                pod="p-3",
+                reason="ownership record removed",
+            ),
+            _series(
+                "hedwig_topic_losses_created",
+                "_ _ _ 180 180 180",
+                pod="p-3",
+                reason="ownership record removed",
+            ),
         ],
         "19m",
         [],  # p-0's loss (at 3m) is older than 10 minutes; p-1's second comes at 21m
