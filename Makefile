@@ -89,3 +89,34 @@ e2e: deps controlplane
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+
+# The Helm chart, the images, the alerts and the dashboard (charts/hedwig, hub_image,
+# operator/Dockerfile, skaffold.yaml, monitoring/; docs/deploying.md). Their static tests are
+# tests/chart (in `pytest tests`: helm, promtool, hadolint, a rehearsal of the images' build
+# stages); e2e/test_chart.py and e2e/test_monitoring.py run against the control plane and a
+# real Prometheus. `make test` runs all of it.
+.PHONY: prometheus lint-chart dashboards dashboard-picture
+CHART_LINTED := monitoring tests/chart e2e/test_chart.py e2e/test_monitoring.py
+HELM = $$(e2e/controlplane/build.sh | tail -1)/helm
+
+# Debian's prometheus (and promtool), for the alert and dashboard tests.
+prometheus:
+	@monitoring/ensure-prometheus.sh
+
+lint-chart: venv controlplane
+	$(VENV)/bin/ruff check $(CHART_LINTED)
+	$(VENV)/bin/ruff format --check $(CHART_LINTED)
+	$(VENV)/bin/hadolint hub_image/Dockerfile operator/Dockerfile
+	$(PY) monitoring/dashboards.py --check
+	$(HELM) lint --strict charts/hedwig
+	for f in charts/hedwig/ci/*-values.yaml; do $(HELM) lint --strict charts/hedwig -f $$f || exit 1; done
+
+# Regenerate charts/hedwig/dashboards/*.json from monitoring/dashboards.py.
+dashboards: venv
+	$(PY) monitoring/dashboards.py
+
+# Refresh docs/load-dashboard.png: real hubs under load, scraped by Prometheus, drawn.
+dashboard-picture: deps prometheus controlplane
+	HEDWIG_DASHBOARD_PICTURE=$(CURDIR)/docs/load-dashboard.png $(PY) -m pytest -q -s e2e/test_monitoring.py
+
+test: prometheus lint-chart
