@@ -300,8 +300,10 @@ def bed(tmp_path: Path) -> Iterator[tuple[DevCluster, Prometheus]]:
             yield dev, prometheus
         finally:
             prometheus.stop()
+            # No hand-offs on the way out: ZooKeeper may be gone, SIGTERM would wait for it.
             for h in dev.hub_procs:
                 h.thaw()
+                h.kill()
 
 
 def test_alerts_and_dashboard_queries_on_real_hubs(
