@@ -361,3 +361,29 @@ async def test_pipelined_first_publishes_to_new_topics_stay_in_order(cluster: De
         for t, futs in futures.items():
             seqs = [(await f).seq for f in futs]
             assert seqs == list(range(1, 1001)), t
+
+
+async def test_stop_without_zookeeper_is_bounded(zk_server: ZooKeeperServer) -> None:
+    """SIGTERM while ZooKeeper is gone: the hand-off cannot finish, the stop still does."""
+    zk = ZooKeeperServer().start()
+    hub = Hub(
+        HubConfig(
+            zk=zk.address,
+            region="nozk",
+            listen="127.0.0.1:0",
+            data_dir=tempfile.mkdtemp(),
+            replication="1/1/1",
+            zk_session_timeout_s=2.0,
+        )
+    )
+    await hub.start()
+    try:
+        async with HedwigClient(hub.address) as c:
+            await c.publish("nozk", b"x")
+        zk.kill()
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        await asyncio.wait_for(hub.stop(), 30)
+        assert loop.time() - t0 < 15
+    finally:
+        zk.stop()
