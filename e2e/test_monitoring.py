@@ -362,12 +362,22 @@ def test_alerts_and_dashboard_queries_on_real_hubs(
     prom.data("a loss by reason", f'hedwig_topic_losses_total{{pod="{pod(2)}"}} > 0', 30)
     side["taken"].stop()
 
-    # 2. The orphan's publisher stops and its owner, hub 1, dies.
+    # 2. The orphan's publisher stops and its owner, hub 1, dies (once hub 1 has reported
+    # the orphan's traffic: a rate needs a few load reports).
+    prom.data(
+        "the orphan's traffic on hub 1",
+        f'hedwig_topic_rate{{topic="orphan", pod="{pod(1)}", unit="messages", direction="in"}} > 1',
+        30,
+    )
     side["orphan"].stop()
     events.append((time.time(), "demo-1 killed"))
     dev.hub_procs[1].kill()
-    ownerless = prom.data("a topic without owner", rules["HedwigTopicWithoutOwner"]["expr"], 30)
-    assert "orphan" in {r["metric"]["topic"] for r in ownerless}
+    expr = rules["HedwigTopicWithoutOwner"]["expr"]
+    wait_for(
+        "orphan without an owner",
+        lambda: "orphan" in {r["metric"]["topic"] for r in prom.query(expr)},
+        30,
+    )
     prom.alert_seen("HedwigTopicWithoutOwner")
     down = prom.data("hub 1 down", rules["HedwigHubDown"]["expr"], 30)
     assert {r["metric"]["pod"] for r in down} == {pod(1)}
