@@ -64,21 +64,9 @@ def q(expr: str, legend: str) -> Query:
 
 
 def event_increase(metric: str, by: str, window: str = EVENT_WINDOW) -> str:
-    """Events counted by a labelled counter over ``window``, the first ones included.
-
-    A labelled counter (``hedwig_topic_releases_total{reason}``) only appears at its first
-    event, so ``increase()`` never sees that event. A series created within the window (its
-    ``_created`` sample, from prometheus-client, says when) counts its whole value instead.
-    """
-    seconds = int(window.removesuffix("m")) * 60 if window.endswith("m") else int(window[:-1])
-    total = f"{metric}_total{{{SEL}}}"
-    created = f"{metric}_created{{{SEL}}}"
-    recent = f"(time() - {created} < {seconds})"
-    on = "on (namespace, pool, pod, reason)"
-    return (
-        f"sum by ({by}) ((increase({total}[{window}]) unless {on} {recent}) "
-        f"or ({total} and {on} {recent}))"
-    )
+    """Events counted by a labelled counter over ``window``. The hubs create every label value
+    at 0 when they start, so ``increase()`` sees the first event too."""
+    return f"sum by ({by}) (increase({metric}_total{{{SEL}}}[{window}]))"
 
 
 def hub_load(sel: str = SEL) -> str:

@@ -129,6 +129,7 @@ def test_configmap_holds_the_hub_settings() -> None:
         "HEDWIG_METRICS_HOST": "0.0.0.0",
         "HEDWIG_PLACEMENT": "load-weighted",
         "HEDWIG_ZK_SESSION_TIMEOUT_S": "8",
+        "HEDWIG_SELF_BALANCE": "false",
         "HEDWIG_REPLICATION": "3/3/2",
         "HEDWIG_MAX_MESSAGE_SIZE": "2048",
     }

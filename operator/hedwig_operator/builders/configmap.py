@@ -32,6 +32,9 @@ def hub_environment(pool: PoolSpec) -> dict[str, str]:
         "HEDWIG_METRICS_HOST": "0.0.0.0",
         "HEDWIG_PLACEMENT": pool.placement,
         "HEDWIG_ZK_SESSION_TIMEOUT_S": _number(pool.zk_session_timeout_s),
+        # One balancer per pool: when the operator rebalances, the hubs' own shedding is off
+        # (two policies with separate histories would fight over the same topics).
+        "HEDWIG_SELF_BALANCE": "false" if pool.rebalancing.enabled else "true",
     }
     if pool.replication is not None:
         r = pool.replication

@@ -25,6 +25,7 @@ from hedwig.hub.http import HealthServer
 from hedwig.hub.load import LoadTracker
 from hedwig.hub.metrics import HubMetrics
 from hedwig.hub.ownership import TopicManager
+from hedwig.hub.reasons import loss_label, reason_label
 from hedwig.hub.server import ClientConnection, HubFrontEnd, HubOperations
 from hedwig.hub.topic import OwnedTopic, TopicState
 from hedwig.ledger.auditor import Auditor, AuditReport
@@ -81,7 +82,7 @@ class Hub(HubOperations):
             on_change=self._topics_changed,
             stats_hook=self._count,
             on_claimed=self.metrics.ownerless.observe,
-            on_lost=lambda reason: self.metrics.losses.labels(_reason_label(reason)).inc(),
+            on_lost=lambda reason: self.metrics.losses.labels(loss_label(reason)).inc(),
         )
         max_frame = max(DEFAULT_MAX_FRAME_SIZE, 2 * config.max_message_size + 65536)
         self.front = HubFrontEnd(
@@ -158,7 +159,7 @@ class Hub(HubOperations):
         with contextlib.suppress(Exception):
             await self.store.hubs.unregister_hub(self.address)
         count = len(self.topics.topics)
-        self.metrics.releases.labels("hub draining").inc(count)
+        self.metrics.releases.labels("drain").inc(count)
         await self.topics.release_all("hub draining")
         return count
 
@@ -177,7 +178,7 @@ class Hub(HubOperations):
         budget = max(5.0, self.config.zk_session_timeout_s)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.store.hubs.unregister_hub(self.address), budget / 2)
-        self.metrics.releases.labels("hub shutting down").inc(len(self.topics.topics))
+        self.metrics.releases.labels("shutdown").inc(len(self.topics.topics))
         try:
             await asyncio.wait_for(self.topics.release_all("hub shutting down"), budget)
         except TimeoutError:
@@ -206,6 +207,8 @@ class Hub(HubOperations):
 
     def _on_session(self, state: SessionState) -> None:
         self._set_session_metric(state)
+        if state is SessionState.LOST:
+            self.metrics.session_losses.inc()
         self.topics.on_session(state)
         if state is SessionState.CONNECTED and self._ready:
             # A new session after an expiry: our alive record is gone; register again.
@@ -457,7 +460,7 @@ class Hub(HubOperations):
                 raise status.InvalidRequestError(f"destination {destination} is not an alive hub")
         moved = await self.topics.release(topic, reason, destination)
         if moved:
-            self.metrics.releases.labels(_reason_label(reason)).inc()
+            self.metrics.releases.labels(reason_label(reason)).inc()
             if destination is not None:
                 asyncio.get_running_loop().create_task(self._ask_to_claim(destination, topic))
         return moved
@@ -479,11 +482,6 @@ class Hub(HubOperations):
             owned = self.topics.topics.get(topic)
             if owned is not None:
                 owned.detach_peer(conn)
-
-
-def _reason_label(reason: str) -> str:
-    """A bounded label for a move's reason: the words before the first colon."""
-    return reason.split(":", 1)[0][:40] or "unspecified"
 
 
 def _ignore_event(*_: object) -> None:

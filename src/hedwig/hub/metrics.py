@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from hedwig.hub.reasons import LOSS_REASONS, MOVE_REASONS
+
 LATENCY_BUCKETS = (
     0.0005,
     0.001,
@@ -64,6 +66,11 @@ class HubMetrics:
             buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300),
             registry=r,
         )
+        self.session_losses = Counter(
+            "hedwig_zk_session_losses",
+            "ZooKeeper sessions this hub lost (expired); each drops every topic it owned",
+            registry=r,
+        )
         self.redirects = Counter("hedwig_redirects", "Requests redirected", registry=r)
         self.zk_session = Gauge(
             "hedwig_zk_session_state",
@@ -104,3 +111,8 @@ class HubMetrics:
         self.storage_syncs = Counter(
             "hedwig_storage_syncs", "fdatasync calls by the group commit", registry=r
         )
+        # Every label value exists from the start, so rate() and increase() see first events.
+        for reason in MOVE_REASONS:
+            self.releases.labels(reason)
+        for reason in LOSS_REASONS:
+            self.losses.labels(reason)
