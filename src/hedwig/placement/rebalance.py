@@ -233,6 +233,7 @@ class Rebalancer:
             self._moved_at[m.topic] = now
             self._moved_rate[m.topic] = m.rate
             self.moves_per_topic[m.topic] = self.moves_per_topic.get(m.topic, 0) + 1
-        for address in {m.source for m in moves}:
-            self._streaks[address] = 0  # let the hub's next reports show the effect
+        # Streaks are not reset: the loads of the next cycle already count moved topics at
+        # their new hubs (``_rate``), so a hub still above the line after its moves keeps its
+        # confirmation and sheds again, instead of waiting ``confirmations`` more cycles.
         return moves
