@@ -20,7 +20,7 @@ from hedwig_spark.connection import HubSession, list_topics, resolve_hubs, topic
 from hedwig_spark.fetch import DataLossError, read_range
 from hedwig_spark.offsets import EARLIEST, LATEST
 from hedwig_spark.options import ReadOptions
-from hedwig_spark.partitions import TopicRange, split_ranges
+from hedwig_spark.partitions import TopicRange, plan_partitions
 
 log = logging.getLogger(__name__)
 
@@ -47,22 +47,7 @@ class HedwigBatchReader(DataSourceReader):
                 self.ranges.append((topic, start, end))
 
     def partitions(self) -> list[InputPartition]:
-        o = self.options
-        pieces = split_ranges(
-            self.ranges, min_partitions=o.min_partitions, max_rows=o.max_rows_per_partition
-        )
-        return [
-            TopicRange(
-                topic,
-                lo,
-                hi,
-                self.hubs,
-                o.cluster.retry_deadline_s,
-                o.fail_on_data_loss,
-                o.fetch_messages,
-            )
-            for topic, lo, hi in pieces
-        ]
+        return plan_partitions(self.ranges, self.options, self.hubs)
 
     def read(self, partition: InputPartition | None) -> Iterator[pa.RecordBatch]:
         # With no partitions to read Spark still runs one task, with ``None``.

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pyspark.sql.datasource import InputPartition
 
 from hedwig_spark.offsets import Offsets
+from hedwig_spark.options import ReadOptions
 
 
 @dataclass(frozen=True)
@@ -75,3 +76,27 @@ def _even(topic: str, lo: int, hi: int, n: int) -> list[tuple[str, int, int]]:
         out.append((topic, lo, lo + step))
         lo += step
     return out
+
+
+def plan_partitions(
+    ranges: list[tuple[str, int, int]], options: ReadOptions, hubs: tuple[str, ...]
+) -> list[InputPartition]:
+    """The input partitions (Spark tasks) reading ``ranges``, split by the options' limits.
+
+    Shared by the batch and the streaming reader, so both split and retry alike.
+    """
+    pieces = split_ranges(
+        ranges, min_partitions=options.min_partitions, max_rows=options.max_rows_per_partition
+    )
+    return [
+        TopicRange(
+            topic,
+            lo,
+            hi,
+            hubs,
+            options.cluster.retry_deadline_s,
+            options.fail_on_data_loss,
+            options.fetch_messages,
+        )
+        for topic, lo, hi in pieces
+    ]

@@ -39,7 +39,7 @@ from hedwig_spark.connection import HubSession, list_topics, resolve_hubs, topic
 from hedwig_spark.fetch import read_range
 from hedwig_spark.offsets import LATEST, Offsets, TopicBounds, normalise
 from hedwig_spark.options import ReadOptions
-from hedwig_spark.partitions import TopicRange, ranges_between, split_ranges
+from hedwig_spark.partitions import TopicRange, plan_partitions, ranges_between
 
 log = logging.getLogger(__name__)
 
@@ -115,24 +115,7 @@ class HedwigStreamReader(DataSourceStreamReader):
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
         self._advance(end)
-        o = self.options
-        pieces = split_ranges(
-            ranges_between(start, end),
-            min_partitions=o.min_partitions,
-            max_rows=o.max_rows_per_partition,
-        )
-        return [
-            TopicRange(
-                topic,
-                lo,
-                hi,
-                self.hubs,
-                o.cluster.retry_deadline_s,
-                o.fail_on_data_loss,
-                o.fetch_messages,
-            )
-            for topic, lo, hi in pieces
-        ]
+        return plan_partitions(ranges_between(start, end), self.options, self.hubs)
 
     def _advance(self, end: Offsets) -> None:
         planned = dict(self._planned or {})
