@@ -21,7 +21,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pytest
 import yaml
+from controlplane import cluster
 
 from hedwig.client import HedwigClient
 from hedwig.metadata import HubInfo, TopicConfig, open_store
@@ -32,6 +34,34 @@ RBAC = ROOT / "operator" / "deploy" / "rbac.yaml"
 OPERATOR_DIR = ROOT / "operator"
 
 T = TypeVar("T")
+
+# The storage class of the static volumes the tests create (no provisioner runs here).
+STORAGE_CLASS = "e2e-static"
+
+
+def control_plane_bins() -> Path:
+    """The cached control-plane binaries. Built first with HEDWIG_CONTROLPLANE_BUILD=1 (``make
+    test`` builds them before pytest); otherwise the tests are skipped when they are missing."""
+    try:
+        return cluster.bin_dir(build=os.environ.get("HEDWIG_CONTROLPLANE_BUILD") == "1")
+    except cluster.ControlPlaneError as exc:
+        pytest.skip(f"{exc} (about 10 minutes the first time)")
+
+
+def static_volume(name: str, path: Path, size: str) -> dict[str, Any]:
+    """A PersistentVolume on the local disk, for a volume claim to bind to."""
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": name},
+        "spec": {
+            "capacity": {"storage": size},
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": STORAGE_CLASS,
+            "persistentVolumeReclaimPolicy": "Retain",
+            "hostPath": {"path": str(path)},
+        },
+    }
 
 
 def wait_for(

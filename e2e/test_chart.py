@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -31,7 +30,15 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 from controlplane import cluster  # noqa: E402
-from hedwig_e2e import ROOT, OperatorProcess, topic_owner, wait_for  # noqa: E402
+from hedwig_e2e import (  # noqa: E402
+    ROOT,
+    STORAGE_CLASS,
+    OperatorProcess,
+    control_plane_bins,
+    static_volume,
+    topic_owner,
+    wait_for,
+)
 
 from hedwig.devcluster.cluster import HubProcess  # noqa: E402
 from hedwig.devcluster.zookeeper import ZooKeeperServer, free_port  # noqa: E402
@@ -41,7 +48,6 @@ if importlib.util.find_spec("pytest_timeout") is not None:
 
 CHART = ROOT / "charts" / "hedwig"
 NS = "hedwig"
-STORAGE_CLASS = "e2e-static"
 MONITORING_KINDS = {
     "servicemonitors": "ServiceMonitor",
     "podmonitors": "PodMonitor",
@@ -83,11 +89,7 @@ def monitoring_crd(plural: str, kind: str) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def cp() -> Iterator[cluster.ControlPlane]:
-    try:
-        bins = cluster.bin_dir(build=os.environ.get("HEDWIG_CONTROLPLANE_BUILD") == "1")
-    except cluster.ControlPlaneError as exc:
-        pytest.skip(f"{exc} (about 10 minutes the first time)")
-    with cluster.ControlPlane(bins=bins) as plane:
+    with cluster.ControlPlane(bins=control_plane_bins()) as plane:
         yield plane
 
 
@@ -99,20 +101,7 @@ def workdir() -> Path:
 def add_volumes(cp: cluster.ControlPlane, workdir: Path, prefix: str, n: int) -> None:
     """Static volumes for volume claims (no provisioner runs here)."""
     for i in range(n):
-        cp.apply(
-            {
-                "apiVersion": "v1",
-                "kind": "PersistentVolume",
-                "metadata": {"name": f"{prefix}-{i}"},
-                "spec": {
-                    "capacity": {"storage": "10Gi"},
-                    "accessModes": ["ReadWriteOnce"],
-                    "storageClassName": STORAGE_CLASS,
-                    "persistentVolumeReclaimPolicy": "Retain",
-                    "hostPath": {"path": str(workdir / f"{prefix}-{i}")},
-                },
-            }
-        )
+        cp.apply(static_volume(f"{prefix}-{i}", workdir / f"{prefix}-{i}", "10Gi"))
 
 
 def test_rendered_chart_passes_server_side_dry_run(cp: cluster.ControlPlane) -> None:

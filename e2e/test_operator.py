@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -31,10 +30,13 @@ if str(HERE) not in sys.path:
 from controlplane import cluster  # noqa: E402
 from hedwig_e2e import (  # noqa: E402
     ROOT,
+    STORAGE_CLASS,
     OperatorProcess,
     Workload,
+    control_plane_bins,
     crd_manifests,
     rbac_manifests,
+    static_volume,
     topic_config,
     topic_exists,
     topic_owner,
@@ -50,7 +52,6 @@ if importlib.util.find_spec("pytest_timeout") is not None:
 
 NS = "hedwig-e2e"
 GROUP_VERSION = "hedwig.io/v1alpha1"
-STORAGE_CLASS = "e2e-static"
 OPERATOR_SETTINGS = {
     "HEDWIG_OPERATOR_STATUS_INTERVAL_S": "1",
     "HEDWIG_OPERATOR_ACTIVATE_TIMEOUT_S": "15",
@@ -101,18 +102,9 @@ class Bed:
         for _ in range(n):
             self.volumes += 1
             self.cp.apply(
-                {
-                    "apiVersion": "v1",
-                    "kind": "PersistentVolume",
-                    "metadata": {"name": f"e2e-volume-{self.volumes}"},
-                    "spec": {
-                        "capacity": {"storage": "1Gi"},
-                        "accessModes": ["ReadWriteOnce"],
-                        "storageClassName": STORAGE_CLASS,
-                        "persistentVolumeReclaimPolicy": "Retain",
-                        "hostPath": {"path": str(self.workdir / f"volume-{self.volumes}")},
-                    },
-                }
+                static_volume(
+                    f"e2e-volume-{self.volumes}", self.workdir / f"volume-{self.volumes}", "1Gi"
+                )
             )
 
     # -- hubs ---------------------------------------------------------------------------
@@ -154,10 +146,7 @@ def topic_manifest(name: str, pool: str, **spec: Any) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def bed() -> Iterator[Bed]:
-    try:
-        bins = cluster.bin_dir(build=os.environ.get("HEDWIG_CONTROLPLANE_BUILD") == "1")
-    except cluster.ControlPlaneError as exc:
-        pytest.skip(f"{exc} (about 10 minutes the first time)")
+    bins = control_plane_bins()
     workdir = Path(tempfile.mkdtemp(prefix="hedwig-e2e-operator-"))
     with cluster.ControlPlane(bins=bins) as cp, ZooKeeperServer() as zk:
         cp.create_namespace(NS)
