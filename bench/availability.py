@@ -24,7 +24,7 @@ from typing import Any
 
 from hedwig.client import HedwigClient, RetryPolicy
 from hedwig.devcluster.cluster import DevCluster
-from hedwig.metadata.zookeeper import ZkMetadataStore
+from hedwig.metadata import open_store
 
 
 def pct(samples: list[float]) -> dict[str, float]:
@@ -45,7 +45,7 @@ def pct(samples: list[float]) -> dict[str, float]:
 
 
 async def owner(zk: str, region: str, topic: str) -> str | None:
-    store = ZkMetadataStore(zk, region)
+    store = open_store(zk, region=region)
     await store.start()
     try:
         got = await store.ownership.read_owner_info(topic)

@@ -172,7 +172,7 @@ class OperatorProcess:
 
 
 async def _with_store(zk: str, region: str, fn: Callable[[Any], Any]) -> Any:
-    store = open_store(zk, region)
+    store = open_store(zk, region=region)
     await store.start()
     try:
         return await fn(store)

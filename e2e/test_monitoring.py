@@ -261,7 +261,7 @@ def force_release(zk: str, topic: str) -> None:
     """Delete the topic's owner record, as the operator's forced move does."""
 
     async def go() -> None:
-        store = open_store(zk, POOL)
+        store = open_store(zk, region=POOL)
         await store.start()
         try:
             got = await store.ownership.read_owner_info(topic)

@@ -8,7 +8,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 
-from hedwig.metadata.zookeeper import ZkMetadataStore
+from hedwig.metadata import open_store
 
 
 async def eventually(
@@ -23,7 +23,7 @@ async def eventually(
 
 
 async def owner_of(zk: str, region: str, topic: str) -> str | None:
-    store = ZkMetadataStore(zk, region)
+    store = open_store(zk, region=region)
     await store.start()
     try:
         got = await store.ownership.read_owner_info(topic)

@@ -11,7 +11,7 @@ import pytest
 
 from hedwig.client import HedwigClient, RetryPolicy
 from hedwig.devcluster.cluster import DevCluster
-from hedwig.metadata.zookeeper import ZkMetadataStore
+from hedwig.metadata import MetadataStore, open_store
 from tests.failure.history import History, check, read_all
 
 pytestmark = pytest.mark.integration
@@ -22,7 +22,7 @@ CYCLE = 3.0
 HUB_ARGS = ["--balance-interval", str(CYCLE), "--load-report-interval", "1"]
 
 
-async def owners(store: ZkMetadataStore) -> dict[str, str]:
+async def owners(store: MetadataStore) -> dict[str, str]:
     out = {}
     for t in TOPICS:
         got = await store.ownership.read_owner_info(t)
@@ -73,7 +73,7 @@ async def test_skewed_topics_spread_out_and_a_new_hub_gets_its_share() -> None:
                     sub.consume(m.seq)
 
             drainer = asyncio.create_task(drain())
-            store = ZkMetadataStore(c.zk, c.region)
+            store = open_store(c.zk, region=c.region)
             await store.start()
             try:
                 await asyncio.sleep(2.5)  # load reports of the only hub

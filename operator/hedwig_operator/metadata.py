@@ -30,7 +30,7 @@ class MetadataConnections:
         connect_timeout_s: float = 10.0,
     ) -> None:
         self._opener: Opener = opener or (
-            lambda zk, region: open_store(zk, region, session_timeout=session_timeout_s)
+            lambda url, region: open_store(url, region=region, session_timeout_s=session_timeout_s)
         )
         self._connect_timeout_s = connect_timeout_s
         self._stores: dict[tuple[str, str], MetadataStore] = {}

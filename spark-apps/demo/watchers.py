@@ -22,7 +22,7 @@ from demo.state import DemoState, HubView
 from hedwig.client import HedwigClient
 from hedwig.devcluster.cluster import DevCluster
 from hedwig.errors import HedwigError
-from hedwig.metadata.zookeeper import ZkMetadataStore
+from hedwig.metadata import open_store
 from hedwig.protocol.status import MessagesUnavailableError
 from jobs.hub_load import LOAD_TOPIC, load_records
 from traffic.simulator import Simulator, publish_positions
@@ -72,7 +72,7 @@ async def follow_heatmap(
 async def watch_cluster(
     cluster: DevCluster, state: DemoState, stop: asyncio.Event, record_every_s: float = 5.0
 ) -> None:
-    store = ZkMetadataStore(cluster.zk, cluster.region)
+    store = open_store(cluster.zk, region=cluster.region)
     await store.start()
     last_record = 0.0
     try:

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from hedwig.client import HedwigClient, RetryPolicy
-from hedwig.metadata.zookeeper import ZkMetadataStore
+from hedwig.metadata import MetadataStore, open_store
 from hedwig_spark.offsets import TopicBounds
 from hedwig_spark.options import DEFAULT_RETRY_DEADLINE_S, ClusterOptions
 
@@ -82,12 +82,12 @@ class HubSession:
         self.close()
 
 
-def _run_zk(cluster: ClusterOptions, fn: Callable[[ZkMetadataStore], Awaitable[T]]) -> T:
+def _run_zk(cluster: ClusterOptions, fn: Callable[[MetadataStore], Awaitable[T]]) -> T:
     zookeeper = cluster.zookeeper
     assert zookeeper is not None
 
     async def go() -> T:
-        store = ZkMetadataStore(zookeeper, cluster.region)
+        store = open_store(zookeeper, region=cluster.region)
         await store.start()
         try:
             return await fn(store)
@@ -102,7 +102,7 @@ def resolve_hubs(cluster: ClusterOptions) -> tuple[str, ...]:
     if cluster.hubs:
         return cluster.hubs
 
-    async def alive(store: ZkMetadataStore) -> list[str]:
+    async def alive(store: MetadataStore) -> list[str]:
         return [h.address for h in await store.hubs.list_hubs() if h.alive]
 
     hubs = _run_zk(cluster, alive)
@@ -116,7 +116,7 @@ def resolve_hubs(cluster: ClusterOptions) -> tuple[str, ...]:
 def list_topics(cluster: ClusterOptions, pattern: re.Pattern[str]) -> list[str]:
     """Topics in ZooKeeper whose whole name matches ``pattern`` (as Kafka's subscribePattern)."""
 
-    async def topics(store: ZkMetadataStore) -> list[str]:
+    async def topics(store: MetadataStore) -> list[str]:
         return await store.topics.list_topics()
 
     return sorted(t for t in _run_zk(cluster, topics) if pattern.fullmatch(t))

@@ -31,8 +31,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from hedwig.client import HedwigClient
+from hedwig.metadata import open_store
 from hedwig.metadata.records import HubStatus
-from hedwig.metadata.zookeeper import ZkMetadataStore
 from jobs.common import add_cluster_args, cluster_options, session
 
 LOAD_TOPIC = "hedwig.load"
@@ -90,7 +90,7 @@ async def record(
     topic: str = LOAD_TOPIC,
 ) -> int:
     """Snapshot the hubs' load reports into the load topic every ``every_s`` seconds."""
-    store = ZkMetadataStore(zookeeper, region)
+    store = open_store(zookeeper, region=region)
     await store.start()
     written = 0
     try:

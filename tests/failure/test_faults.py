@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from hedwig.devcluster.cluster import DevCluster
-from hedwig.metadata.zookeeper import ZkMetadataStore
+from hedwig.metadata import open_store
 from tests.cluster_helpers import eventually, owner_of
 from tests.failure.history import Workload, check
 
@@ -111,7 +111,7 @@ async def test_owner_frozen_past_session_timeout(cluster: DevCluster) -> None:
 
 async def test_owner_znode_deleted_by_third_party(cluster: DevCluster) -> None:
     async def fault() -> None:
-        store = ZkMetadataStore(cluster.zk, cluster.region)
+        store = open_store(cluster.zk, region=cluster.region)
         await store.start()
         try:
             for topic in TOPICS:

@@ -82,10 +82,10 @@ def test_load_topic_history(
 
 
 def _snapshot(cluster: DevCluster) -> list[dict[str, object]]:
-    from hedwig.metadata.zookeeper import ZkMetadataStore
+    from hedwig.metadata import open_store
 
     async def go() -> list[bytes]:
-        store = ZkMetadataStore(cluster.zk, cluster.region)
+        store = open_store(cluster.zk, region=cluster.region)
         await store.start()
         try:
             return hub_load.load_records(await store.hubs.list_hubs(), 0)

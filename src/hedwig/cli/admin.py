@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from hedwig.errors import HedwigError
-from hedwig.metadata.zookeeper import ZkMetadataStore
+from hedwig.metadata import open_store
 from hedwig.net.connection import HubConnection
 from hedwig.protocol.frames import TopicInfo, TopicStats
 
@@ -53,7 +53,7 @@ async def _topic_info(owner: str, topic: str) -> TopicInfo | None:
 
 
 async def collect_topics(zk: str, region: str) -> list[dict[str, Any]]:
-    store = ZkMetadataStore(zk, region)
+    store = open_store(zk, region=region)
     await store.start()
     try:
         rows = []
@@ -82,7 +82,7 @@ async def collect_topics(zk: str, region: str) -> list[dict[str, Any]]:
 
 
 async def collect_hubs(zk: str, region: str) -> list[dict[str, Any]]:
-    store = ZkMetadataStore(zk, region)
+    store = open_store(zk, region=region)
     await store.start()
     try:
         now = int(time.time() * 1000)

@@ -11,7 +11,7 @@ from dataclasses import asdict, replace
 from hedwig.cli.common import add_hub_options, alive_hubs, resolve_hubs
 from hedwig.client import HedwigClient
 from hedwig.errors import HedwigError
-from hedwig.metadata.zookeeper import ZkMetadataStore
+from hedwig.metadata import open_store
 from hedwig.placement.rebalance import Move, RebalanceConfig, Rebalancer
 
 
@@ -52,7 +52,7 @@ def run_move(args: argparse.Namespace) -> int:
 async def plan_and_apply(
     zk: str, region: str, config: RebalanceConfig, *, dry_run: bool
 ) -> list[Move]:
-    store = ZkMetadataStore(zk, region)
+    store = open_store(zk, region=region)
     await store.start()
     try:
         hubs = await store.hubs.list_hubs()

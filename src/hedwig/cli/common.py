@@ -6,7 +6,7 @@ import argparse
 import asyncio
 
 from hedwig.errors import UsageError
-from hedwig.metadata.zookeeper import ZkMetadataStore
+from hedwig.metadata import open_store
 
 
 def add_hub_options(p: argparse.ArgumentParser, *, zk_required: bool = False) -> None:
@@ -16,7 +16,7 @@ def add_hub_options(p: argparse.ArgumentParser, *, zk_required: bool = False) ->
 
 
 async def alive_hubs(zk: str, region: str) -> list[str]:
-    store = ZkMetadataStore(zk, region)
+    store = open_store(zk, region=region)
     await store.start()
     try:
         return [h.address for h in await store.hubs.list_hubs() if h.alive]

@@ -13,8 +13,8 @@ from hedwig.errors import HedwigError
 from hedwig.hub.config import parse_replication
 from hedwig.ledger.auditor import inspect
 from hedwig.ledger.pool import RemotePool
+from hedwig.metadata import open_store
 from hedwig.metadata.records import LedgerState
-from hedwig.metadata.zookeeper import ZkMetadataStore
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -32,7 +32,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 async def collect(zk: str, region: str, default_size: int) -> list[dict[str, Any]]:
-    store = ZkMetadataStore(zk, region)
+    store = open_store(zk, region=region)
     pool = RemotePool()
     await store.start()
     try:

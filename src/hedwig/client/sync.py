@@ -7,8 +7,9 @@ until the async call it wraps has finished; exceptions are the same typed ones.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
-from collections.abc import Coroutine, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from hedwig.client.client import HedwigClient, PublishResult, Subscriber
@@ -33,6 +34,22 @@ class SyncClient:
 
     def _run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    def submit(self, fn: Callable[[HedwigClient], Awaitable[T]]) -> concurrent.futures.Future[T]:
+        """Start ``fn(client)`` on the client's loop and return at once.
+
+        For callers that keep several requests in flight from plain threads (a Spark reader
+        keeps the next READ going while it decodes the previous answer).
+        """
+
+        async def run() -> T:
+            return await fn(self._client)
+
+        return asyncio.run_coroutine_threadsafe(run(), self._loop)
+
+    def call(self, fn: Callable[[HedwigClient], Awaitable[T]], timeout: float | None = None) -> T:
+        """``fn(client)`` on the client's loop; blocks until it is done."""
+        return self.submit(fn).result(timeout)
 
     def __enter__(self) -> SyncClient:
         return self

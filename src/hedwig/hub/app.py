@@ -31,9 +31,9 @@ from hedwig.hub.topic import OwnedTopic, TopicState
 from hedwig.ledger.auditor import Auditor, AuditReport
 from hedwig.ledger.pool import HubPool
 from hedwig.ledger.storage import LocalStorage
+from hedwig.metadata import open_store
 from hedwig.metadata.managers import MetadataStore, SessionState
 from hedwig.metadata.records import HubLoad
-from hedwig.metadata.zookeeper import ZkMetadataStore
 from hedwig.net.connection import HubConnection
 from hedwig.placement.rebalance import Move, Rebalancer
 from hedwig.protocol import status
@@ -65,8 +65,8 @@ class Hub(HubOperations):
     ) -> None:
         self.config = config
         self.clock = clock or SystemClock()
-        self.store: MetadataStore = store or ZkMetadataStore(
-            config.zk, config.region, session_timeout=config.zk_session_timeout_s
+        self.store: MetadataStore = store or open_store(
+            config.zk, region=config.region, session_timeout_s=config.zk_session_timeout_s
         )
         self.metrics = HubMetrics()
         self.address = config.advertise or config.listen

@@ -11,6 +11,7 @@ from hedwig.metadata.managers import (
     TopicOwnershipManager,
     TopicPersistenceManager,
 )
+from hedwig.metadata.opening import open_store
 from hedwig.metadata.records import (
     ANY_VERSION,
     NEW_VERSION,
@@ -60,10 +61,3 @@ __all__ = [
     "Versioned",
     "open_store",
 ]
-
-
-def open_store(zk: str, region: str, *, session_timeout: float = 6.0) -> MetadataStore:
-    """The default store for a ZooKeeper connection string."""
-    from hedwig.metadata.zookeeper import ZkMetadataStore
-
-    return ZkMetadataStore(zk, region, session_timeout=session_timeout)

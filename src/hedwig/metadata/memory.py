@@ -97,6 +97,13 @@ class MemoryMetadataStore:
     async def close(self) -> None:
         self._b.expire(self._session_id)
 
+    async def __aenter__(self) -> MemoryMetadataStore:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
     def expire(self) -> None:
         """Expire this store's session, as ZooKeeper would after a long partition."""
         self._b.expire(self._session_id)

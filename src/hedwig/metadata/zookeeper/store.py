@@ -363,3 +363,10 @@ class ZkMetadataStore:
 
     async def close(self) -> None:
         await self.zk.close()
+
+    async def __aenter__(self) -> ZkMetadataStore:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

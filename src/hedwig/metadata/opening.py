@@ -1,0 +1,73 @@
+"""One way to open a metadata store: from a URL.
+
+Every component (hubs, the CLI, the operator, the Spark source, benchmarks) names its store with
+one string, so a deployment switches stores by changing that string and nothing else:
+
+- ``zk://HOST:PORT[,HOST:PORT...]`` or a bare ``HOST:PORT[,...]``: ZooKeeper (the default
+  store, and the only one that survives a process restart today);
+- ``memory://NAME``: the in-process store. Stores opened with the same NAME in one process share
+  their data, as hubs sharing one ZooKeeper do; for tests and single-process demos.
+
+``open_store`` returns the store unstarted; use it as an async context manager (``async with
+open_store(url, region=r) as store``), which starts it and closes it, or call ``start`` and
+``close`` yourself when its lifetime is not a block (a hub's store lives as long as the hub).
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from hedwig.errors import UsageError
+from hedwig.metadata.managers import MetadataStore
+from hedwig.metadata.memory import MemoryBackend, MemoryMetadataStore
+
+DEFAULT_SESSION_TIMEOUT_S = 6.0
+
+# Named in-process backends: every ``memory://NAME`` store of this process with the same NAME.
+_MEMORY_BACKENDS: dict[str, MemoryBackend] = {}
+
+
+def memory_backend(name: str) -> MemoryBackend:
+    """The shared in-process backend behind ``memory://NAME`` (created on first use)."""
+    backend = _MEMORY_BACKENDS.get(name)
+    if backend is None:
+        backend = _MEMORY_BACKENDS[name] = MemoryBackend()
+    return backend
+
+
+def open_store(
+    url: str, *, region: str, session_timeout_s: float = DEFAULT_SESSION_TIMEOUT_S
+) -> MetadataStore:
+    """The store ``url`` names, for ``region``; ``UsageError`` if the URL is not understood.
+
+    ``session_timeout_s`` is how long the store keeps this process's ephemeral records (owner
+    records, the alive record) after it stops hearing from it: the failover time after a crash.
+    """
+    if not url or not url.strip():
+        raise UsageError("the metadata store URL is empty (e.g. zk://127.0.0.1:2181)")
+    url = url.strip()
+    if "://" not in url:
+        return _zookeeper(url, region, session_timeout_s)
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme in ("zk", "zookeeper"):
+        if not parts.netloc:
+            raise UsageError(f"{url!r}: a ZooKeeper URL needs HOST:PORT (zk://127.0.0.1:2181)")
+        if parts.path not in ("", "/"):
+            raise UsageError(f"{url!r}: ZooKeeper URLs take no path; the region is separate")
+        return _zookeeper(parts.netloc, region, session_timeout_s)
+    if scheme == "memory":
+        name = parts.netloc or parts.path.strip("/") or "default"
+        return MemoryMetadataStore(memory_backend(name), region)
+    raise UsageError(f"{url!r}: unknown metadata store {scheme!r} (use zk:// or memory://)")
+
+
+def _zookeeper(hosts: str, region: str, session_timeout_s: float) -> MetadataStore:
+    for host in hosts.split(","):
+        name, _, port = host.rpartition(":")
+        if not name or not port.isdigit():
+            raise UsageError(f"ZooKeeper address {host!r} must be HOST:PORT")
+    # Imported here: kazoo starts threads only when a ZooKeeper store is actually used.
+    from hedwig.metadata.zookeeper import ZkMetadataStore
+
+    return ZkMetadataStore(hosts, region, session_timeout=session_timeout_s)
