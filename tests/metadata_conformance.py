@@ -15,10 +15,10 @@ import pytest
 from hedwig.errors import (
     BadVersionError,
     MetadataError,
-    NoSubscriptionStateError,
+    NoSuchSubscriptionError,
     NoTopicOwnerInfoError,
     NoTopicPersistenceInfoError,
-    SubscriptionStateExistsError,
+    SubscriptionExistsError,
 )
 from hedwig.metadata import (
     NEW_VERSION,
@@ -116,7 +116,7 @@ class MetadataConformance:
             SubscriptionState(consumed_seq=0, created_ms=5),
         )
         v = await store.subscriptions.create_subscription_data("s", "sub1", data)
-        with pytest.raises(SubscriptionStateExistsError):
+        with pytest.raises(SubscriptionExistsError):
             await store.subscriptions.create_subscription_data("s", "sub1", data)
         got = await store.subscriptions.read_subscription_data("s", "sub1")
         assert got is not None and got.value == data and got.version == v
@@ -130,9 +130,9 @@ class MetadataConformance:
             await store.subscriptions.delete_subscription_data("s", "sub1", v)
         await store.subscriptions.delete_subscription_data("s", "sub1", v2)
         assert await store.subscriptions.read_subscription_data("s", "sub1") is None
-        with pytest.raises(NoSubscriptionStateError):
+        with pytest.raises(NoSuchSubscriptionError):
             await store.subscriptions.replace_subscription_data("s", "sub1", data, v2)
-        with pytest.raises(NoSubscriptionStateError):
+        with pytest.raises(NoSuchSubscriptionError):
             await store.subscriptions.delete_subscription_data("s", "sub1", v2)
         assert await store.subscriptions.read_subscriptions("nothing-here") == {}
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
+from hedwig.errors import OutOfOrderError
 from hedwig.hub.dedup import RECENT, Known, PublisherTable
 
 
@@ -33,7 +36,7 @@ async def test_very_old_batch_is_a_duplicate_of_unknown_place() -> None:
 
 async def test_resend_during_the_original_write_waits_for_it() -> None:
     t = PublisherTable()
-    t.begin("p", 5)
+    t.begin("p", 5, 1)
     waiter = asyncio.create_task(t.check("p", 5, 1))
     await asyncio.sleep(0)
     assert not waiter.done()
@@ -52,3 +55,30 @@ async def test_least_recently_seen_publishers_are_forgotten() -> None:
     assert await t.check(f"p{dedup.MAX_PUBLISHERS + 4}", 1, 1) == Known(
         dedup.MAX_PUBLISHERS + 5, dedup.MAX_PUBLISHERS + 5
     )
+
+
+async def test_a_known_publishers_gap_is_refused_until_the_earlier_batch_is_stored() -> None:
+    t = PublisherTable()
+    t.learn("p", 1, 10, first_seq=1)
+    with pytest.raises(OutOfOrderError) as refused:
+        await t.check("p", 21, 10)  # 11..20 went elsewhere, or are being retried
+    assert refused.value.expected == 11
+    assert await t.check("p", 11, 10) is None
+    t.begin("p", 11, 10)  # being written: the next one may follow it at once (pipelined)
+    assert await t.check("p", 21, 10) is None
+    t.begin("p", 21, 10)
+    with pytest.raises(OutOfOrderError):
+        await t.check("p", 41, 10)
+    t.learn("p", 11, 10, first_seq=11)
+    t.end("p", 11, Known(11, 20))
+    t.learn("p", 21, 10, first_seq=21)
+    t.end("p", 21, Known(21, 30))
+    assert await t.check("p", 31, 10) is None
+
+
+async def test_an_unknown_publisher_starts_anywhere() -> None:
+    t = PublisherTable()
+    assert await t.check("new", 500, 1) is None  # its earlier messages may be long gone
+    t.begin("new", 500, 1)
+    with pytest.raises(OutOfOrderError):
+        await t.check("new", 502, 1)

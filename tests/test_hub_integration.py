@@ -15,9 +15,26 @@ import pytest
 from hedwig.client import HedwigClient, RetryPolicy, SubscribeMode
 from hedwig.devcluster.cluster import DevCluster
 from hedwig.devcluster.zookeeper import ZooKeeperServer
+from hedwig.errors import (
+    InvalidRequestError,
+    InvalidTopicError,
+    MessageTooLargeError,
+    NoSuchSubscriptionError,
+    NotResponsibleError,
+    ServiceUnavailableError,
+    SubscriptionExistsError,
+)
 from hedwig.hub import Hub, HubConfig
-from hedwig.protocol import status
-from hedwig.protocol.frames import HEADER
+from hedwig.protocol import (
+    Connection,
+    EncodedMessages,
+    Error,
+    Publish,
+    Reply,
+    Role,
+    error_from_frame,
+)
+from hedwig.protocol.wire import HEADER
 from tests.cluster_helpers import eventually, hedwig, owner_of
 
 pytestmark = pytest.mark.integration
@@ -36,6 +53,44 @@ def fresh_cluster() -> Iterator[DevCluster]:
     """A cluster of its own, for tests that kill or restart hubs."""
     with DevCluster(hubs=3, region="crash", session_timeout_s=SESSION) as c:
         yield c
+
+
+def lying_publish(topic: str, *, count: int, values: list[bytes]) -> bytes:
+    """A PUBLISH frame whose batch count is not the number of messages it holds."""
+    honest = Connection(Role.CLIENT).send(
+        Publish(
+            request_id=1,
+            topic=topic,
+            publisher_id="p",
+            publisher_seq=0,
+            messages=EncodedMessages.of_values(values),
+        )
+    )
+    payload = EncodedMessages.of_values(values).payload
+    count_at = len(honest) - len(payload) - 4
+    return honest[:count_at] + struct.pack(">I", count) + honest[count_at + 4 :]
+
+
+async def raw_request(address: str, frame: bytes) -> Reply:
+    """Send bytes on a connection of their own; the answer, or its error raised."""
+    host, port = address.rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(frame)
+        conn = Connection(Role.CLIENT)
+        while True:
+            chunk = await asyncio.wait_for(reader.read(65536), 10)
+            assert chunk, "the hub closed the connection instead of answering"
+            conn.receive_data(chunk)
+            frames = conn.next_frames()
+            if frames:
+                answer = frames[0]
+                if isinstance(answer, Error):
+                    raise error_from_frame(answer)
+                assert not isinstance(answer, tuple)
+                return answer  # type: ignore[return-value]
+    finally:
+        writer.close()
 
 
 async def test_publish_through_one_hub_subscribe_through_another(cluster: DevCluster) -> None:
@@ -126,8 +181,8 @@ async def test_claim_race_exactly_one_wins(zk_server: ZooKeeperServer) -> None:
             ]
             assert len(winners) == 1, results
             loser = results[0] if isinstance(results[0], Exception) else results[1]
-            assert isinstance(loser, status.NotResponsibleError | status.ServiceUnavailableError)
-            if isinstance(loser, status.NotResponsibleError):
+            assert isinstance(loser, NotResponsibleError | ServiceUnavailableError)
+            if isinstance(loser, NotResponsibleError):
                 assert loser.owner == winners[0].address
     finally:
         for h in hubs:
@@ -142,31 +197,35 @@ async def test_bad_input_gets_clear_errors_and_harms_nothing(cluster: DevCluster
         with pytest.raises(Exception, match="exceeds the limit"):
             await c.publish("bad-input", b"x" * (2 * 1024 * 1024))
         # invalid topic names are refused by the hub as well as locally
-        conn = await c._connection(hub)
-        from hedwig.protocol.frames import Publish, encode_values
+        conn = await c.connection(hub)
+
+        def publish(rid: int, topic: str, value: bytes) -> Publish:
+            return Publish(
+                request_id=rid,
+                topic=topic,
+                publisher_id="p",
+                publisher_seq=0,
+                messages=EncodedMessages.of_values([value]),
+            )
 
         for bad in ["", "new\nline", "x" * 300]:
-            with pytest.raises(status.InvalidTopicStatusError):
-                await conn.request(Publish(conn.next_id(), bad, "p", 0, 1, encode_values([b"x"])))
+            with pytest.raises(InvalidTopicError):
+                await conn.request(publish(conn.next_id(), bad, b"x"))
         # a message over the hub's limit, sent raw
         owner = await owner_of(cluster.zk, cluster.region, "bad-input")
         assert owner is not None
-        oconn = await c._connection(owner)
-        with pytest.raises(status.MessageTooLargeError):
-            await oconn.request(
-                Publish(oconn.next_id(), "bad-input", "p", 0, 1, encode_values([b"y" * 1_100_000]))
-            )
-        # a batch whose count lies
-        with pytest.raises(status.InvalidRequestError):
-            await oconn.request(
-                Publish(oconn.next_id(), "bad-input", "p", 0, 5, encode_values([b"y"]))
-            )
+        oconn = await c.connection(owner)
+        with pytest.raises(MessageTooLargeError):
+            await oconn.request(publish(oconn.next_id(), "bad-input", b"y" * 1_100_000))
+        # a batch whose count lies (built by hand: the frame's constructor refuses it)
+        with pytest.raises(InvalidRequestError):
+            await raw_request(owner, lying_publish("bad-input", count=5, values=[b"y"]))
         # unknown subscribers and existing ones
-        with pytest.raises(status.NoSuchSubscriptionError):
+        with pytest.raises(NoSuchSubscriptionError):
             await c.subscribe("bad-input", "ghost", mode=SubscribeMode.ATTACH)
         s = await c.subscribe("bad-input", "real", mode=SubscribeMode.CREATE)
         await s.close()
-        with pytest.raises(status.SubscriptionExistsError):
+        with pytest.raises(SubscriptionExistsError):
             await c.subscribe("bad-input", "real", mode=SubscribeMode.CREATE)
         # garbage on a raw socket closes that connection only
         host, port = owner.rsplit(":", 1)
@@ -341,7 +400,7 @@ async def test_orphan_ledger_replicas_are_collected(zk_server: ZooKeeperServer) 
             got = await hub.store.ledgers.read_ledger(r.ledger_id)
             assert got is not None
             await hub.store.ledgers.delete_ledger(r.ledger_id, got.version)
-        dropped = await hub._collect_orphan_ledgers()
+        dropped = await hub.auditor.collect_orphans()
         assert sorted(dropped) == sorted(
             r.ledger_id for r in ledgers.ranges if r.ledger_id in dropped
         )

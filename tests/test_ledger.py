@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from hedwig.errors import LedgerFencedError
-from hedwig.ledger import LocalPool, LocalStorage, LogSettings, TopicLog, recover_ledger
+from hedwig.ledger import LocalFirstReplicas, LocalStorage, LogSettings, TopicLog, recover_ledger
 from hedwig.ledger.storage import RECORD
 from hedwig.metadata import LedgerState
 from hedwig.metadata.memory import MemoryBackend, MemoryMetadataStore
-from hedwig.protocol.frames import encode_values
+from hedwig.protocol import EncodedMessages
 
 
 @pytest.fixture
@@ -26,7 +26,7 @@ def make_log(store: MemoryMetadataStore, storage: LocalStorage, **kw: int) -> To
     return TopicLog(
         "t",
         store,
-        LocalPool(storage),
+        LocalFirstReplicas(storage),
         owner="h:1",
         owner_epoch=1,
         ensemble=[storage.address],
@@ -39,11 +39,11 @@ async def test_append_read_and_reopen(store: MemoryMetadataStore, tmp_path: Path
     log = make_log(store, storage)
     await log.open()
     for i in range(10):
-        b = await log.append("p", 0, 2, encode_values([b"a%d" % i, b"b%d" % i]))
+        b = await log.append("p", 0, EncodedMessages.of_values([b"a%d" % i, b"b%d" % i]))
         assert b.first_seq == 2 * i + 1
     assert log.last_seq == 20
     got = await log.read(5, 100, 1 << 20)
-    assert got[0].batch.first_seq == 5 and sum(c.batch.count for c in got) == 16
+    assert got[0].first_seq == 5 and sum(c.count for c in got) == 16
     # crash without closing; a new owner (same disk) recovers the open ledger
     await storage.close()
     storage2 = LocalStorage(tmp_path, "h:1")
@@ -52,7 +52,7 @@ async def test_append_read_and_reopen(store: MemoryMetadataStore, tmp_path: Path
     assert log2.last_seq == 20
     assert [r.end_seq for r in log2.ranges.ranges] == [20, None]
     got = await log2.read(1, 1000, 1 << 20)
-    values = [m.value for c in got for m in c.batch.messages()]
+    values = [m.value for c in got for m in c.messages.decode()]
     assert values[:2] == [b"a0", b"b0"] and len(values) == 20
     # the old writer is fenced
     with pytest.raises(LedgerFencedError):
@@ -65,11 +65,11 @@ async def test_stale_writer_cannot_ack_after_recovery(
     storage = LocalStorage(tmp_path, "h:1")
     old = make_log(store, storage)
     await old.open()
-    await old.append("p", 0, 1, encode_values([b"x"]))
+    await old.append("p", 0, EncodedMessages.of_values([b"x"]))
     new = make_log(store, storage)
     await new.open()  # recovers and fences old's ledger
     with pytest.raises(LedgerFencedError):
-        await old.append("p", 0, 1, encode_values([b"y"]))
+        await old.append("p", 0, EncodedMessages.of_values([b"y"]))
     assert new.last_seq == 1
     md = await store.ledgers.read_ledger(old.ranges.ranges[0].ledger_id)
     assert md is not None and md.value.state is LedgerState.CLOSED
@@ -103,19 +103,19 @@ async def test_roll_over_and_collect(store: MemoryMetadataStore, tmp_path: Path)
     log = make_log(store, storage, ledger_max_bytes=200, cache_bytes=100)
     await log.open()
     for i in range(20):
-        await log.append("p", 0, 1, encode_values([b"m%02d" % i + b"." * 40]))
+        await log.append("p", 0, EncodedMessages.of_values([b"m%02d" % i + b"." * 40]))
     await log.close()
     assert len(log.ranges.ranges) > 3
     # reads span ledgers and come from disk (the cache is tiny)
     got = await log.read(1, 1000, 1 << 20)
-    assert [c.batch.first_seq for c in got] == list(range(1, 21))
+    assert [c.first_seq for c in got] == list(range(1, 21))
     dropped = await log.collect(11, retention_ms=0, retention_bytes=None)
     assert dropped and log.first_seq <= 11
     assert all(r.end_seq is None or r.end_seq >= 11 or r.start_seq > 11 for r in log.ranges.ranges)
     for lid in dropped:
         assert lid not in storage.ledgers()
     got = await log.read(1, 1000, 1 << 20)
-    assert got[0].batch.first_seq == log.first_seq
+    assert got[0].first_seq == log.first_seq
 
 
 async def test_recover_empty_ledger(store: MemoryMetadataStore, tmp_path: Path) -> None:
@@ -123,5 +123,5 @@ async def test_recover_empty_ledger(store: MemoryMetadataStore, tmp_path: Path) 
     log = make_log(store, storage)
     await log.open()
     lid = log.ledger_id
-    md = await recover_ledger(store.ledgers, LocalPool(storage), lid)
+    md = await recover_ledger(store.ledgers, LocalFirstReplicas(storage), lid)
     assert md.state is LedgerState.CLOSED and md.last_entry_id == -1

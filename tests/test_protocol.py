@@ -13,10 +13,12 @@ from hedwig.errors import InvalidTopicError, ProtocolError
 from hedwig.protocol import (
     AddEntry,
     Batch,
+    CloseReason,
     CloseSubscription,
     Connection,
     Consume,
     Deliver,
+    EncodedMessages,
     Error,
     Lac,
     Message,
@@ -40,7 +42,8 @@ from hedwig.protocol import (
     encode_name,
     validate_name,
 )
-from hedwig.protocol.frames import HEADER, encode_values, scan_messages
+from hedwig.protocol.messages import encode_values, scan_messages
+from hedwig.protocol.wire import HEADER, PROTOCOL_VERSION
 
 MESSAGES = st.lists(
     st.builds(
@@ -67,37 +70,90 @@ def roundtrip(frame: object, sender: Role) -> object:
 @given(MESSAGES, st.text(min_size=1, max_size=20), st.integers(0, 2**63))
 def test_publish_and_deliver_round_trip(msgs: list[Message], topic: str, pseq: int) -> None:
     count, payload = encode_messages(msgs)
-    pub = Publish(7, topic, "p", pseq, count, payload, redirected=True)
+    messages = EncodedMessages(count=count, payload=payload)
+    pub = Publish(
+        request_id=7,
+        topic=topic,
+        publisher_id="p",
+        publisher_seq=pseq,
+        messages=messages,
+        redirected=True,
+    )
     assert roundtrip(pub, Role.CLIENT) == pub
-    batch = Batch(5, 123, "p", pseq, count, payload)
-    out = roundtrip(Deliver(topic, "s", batch), Role.HUB)
+    batch = Batch(
+        first_seq=5, publish_time_ms=123, publisher_id="p", publisher_seq=pseq, messages=messages
+    )
+    out = roundtrip(Deliver(topic=topic, subscriber="s", batch=batch), Role.HUB)
     assert isinstance(out, Deliver)
-    assert out.batch == batch and out.batch.messages() == msgs
+    assert out.batch == batch and out.batch.messages.decode() == msgs
     assert [m.seq for m in out.batch.delivered()] == list(range(5, 5 + count))
 
 
 @pytest.mark.parametrize(
     ("frame", "sender"),
     [
-        (Subscribe(1, "t", "s", SubscribeMode.ATTACH, 10, 20, True, True), Role.CLIENT),
-        (Consume(2, "t", "s", 99), Role.CLIENT),
-        (Unsubscribe(3, "t", "s"), Role.CLIENT),
-        (CloseSubscription(4, "t", "s"), Role.CLIENT),
-        (Ping(5), Role.CLIENT),
-        (Read(6, "t", 10, 100, 1000, True), Role.CLIENT),
-        (AddEntry(7, 1, 2, -1, b"xyz", True), Role.CLIENT),
-        (ReadLac(8, 3, True), Role.CLIENT),
-        (Ok(9), Role.HUB),
-        (Published(10, 1, 5, True), Role.HUB),
-        (Subscribed(11, 3, 9), Role.HUB),
-        (Error(12, 1, "go elsewhere", "h:1"), Role.HUB),
-        (Error(13, 7, "bad", None), Role.HUB),
-        (TopicMoved("t", "h:2", "rebalanced", None), Role.HUB),
-        (TopicMoved("t", None, "gone", "s"), Role.HUB),
-        (SubscriptionForcedClosed("t", "s", "taken over"), Role.HUB),
-        (Lac(14, -1, 5), Role.HUB),
         (
-            Messages(15, 1, 2, (Batch(1, 0, "p", 0, 2, encode_values([b"a", b"b"])),)),
+            Subscribe(
+                request_id=1,
+                topic="t",
+                subscriber="s",
+                mode=SubscribeMode.ATTACH,
+                message_window=10,
+                message_bound=20,
+                redirected=True,
+                force_attach=True,
+            ),
+            Role.CLIENT,
+        ),
+        (Consume(request_id=2, topic="t", subscriber="s", seq=99), Role.CLIENT),
+        (Unsubscribe(request_id=3, topic="t", subscriber="s"), Role.CLIENT),
+        (CloseSubscription(request_id=4, topic="t", subscriber="s"), Role.CLIENT),
+        (Ping(request_id=5), Role.CLIENT),
+        (
+            Read(
+                request_id=6,
+                topic="t",
+                start_seq=10,
+                max_messages=100,
+                max_bytes=1000,
+                redirected=True,
+            ),
+            Role.CLIENT,
+        ),
+        (
+            AddEntry(request_id=7, ledger_id=1, entry_id=2, lac=-1, payload=b"xyz", recovery=True),
+            Role.CLIENT,
+        ),
+        (ReadLac(request_id=8, ledger_id=3, fence=True), Role.CLIENT),
+        (Ok(request_id=9), Role.HUB),
+        (Published(request_id=10, first_seq=1, last_seq=5, duplicate=True), Role.HUB),
+        (Subscribed(request_id=11, consumed_seq=3, last_seq=9), Role.HUB),
+        (Error(request_id=12, status=1, message="go elsewhere", address="h:1"), Role.HUB),
+        (Error(request_id=13, status=7, message="bad", address=None), Role.HUB),
+        (TopicMoved(topic="t", new_owner="h:2", reason="rebalanced", subscriber=None), Role.HUB),
+        (TopicMoved(topic="t", new_owner=None, reason="gone", subscriber="s"), Role.HUB),
+        (
+            SubscriptionForcedClosed(
+                topic="t", subscriber="s", code=CloseReason.TAKEN_OVER, reason="taken over"
+            ),
+            Role.HUB,
+        ),
+        (Lac(request_id=14, lac=-1, last_entry_id=5), Role.HUB),
+        (
+            Messages(
+                request_id=15,
+                first_available=1,
+                last_seq=2,
+                batches=(
+                    Batch(
+                        first_seq=1,
+                        publish_time_ms=0,
+                        publisher_id="p",
+                        publisher_seq=0,
+                        messages=EncodedMessages.of_values([b"a", b"b"]),
+                    ),
+                ),
+            ),
             Role.HUB,
         ),
     ],
@@ -108,7 +164,16 @@ def test_frames_round_trip(frame: object, sender: Role) -> None:
 
 def test_pipelined_frames_split_anywhere() -> None:
     src = Connection(Role.CLIENT)
-    frames = [Publish(i, "t", "p", i, 1, encode_values([b"m%d" % i])) for i in range(1, 50)]
+    frames = [
+        Publish(
+            request_id=i,
+            topic="t",
+            publisher_id="p",
+            publisher_seq=i,
+            messages=EncodedMessages.of_values([b"m%d" % i]),
+        )
+        for i in range(1, 50)
+    ]
     data = b"".join(src.send(f) for f in frames)
     for step in (1, 7, 64, len(data)):
         dst = Connection(Role.HUB)
@@ -121,7 +186,7 @@ def test_pipelined_frames_split_anywhere() -> None:
 
 def test_wrong_direction_is_refused() -> None:
     hub = Connection(Role.HUB)
-    hub.receive_data(Connection(Role.HUB).send(Ok(1)))
+    hub.receive_data(Connection(Role.HUB).send(Ok(request_id=1)))
     with pytest.raises(ProtocolError):
         hub.next_frames()
     assert hub.broken
@@ -144,15 +209,23 @@ def test_bad_version_and_unknown_type() -> None:
 
 def test_oversized_frame_is_skipped_not_fatal() -> None:
     c = Connection(Role.HUB, max_frame_size=1024)
-    big = Connection(Role.CLIENT).send(Publish(3, "t", "p", 0, 1, encode_values([b"x" * 5000])))
-    small = Connection(Role.CLIENT).send(Ping(4))
+    big = Connection(Role.CLIENT).send(
+        Publish(
+            request_id=3,
+            topic="t",
+            publisher_id="p",
+            publisher_seq=0,
+            messages=EncodedMessages.of_values([b"x" * 5000]),
+        )
+    )
+    small = Connection(Role.CLIENT).send(Ping(request_id=4))
     data = big + small
     got: list[object] = []
     for i in range(0, len(data), 100):
         c.receive_data(data[i : i + 100])
         got += c.next_frames()
     assert got[0] == OversizedFrame(0x01, 3, len(big))
-    assert got[1:] == [Ping(4)]
+    assert got[1:] == [Ping(request_id=4)]
 
 
 def test_batch_count_mismatch_and_oversized_message() -> None:
@@ -181,11 +254,17 @@ def test_fuzz_garbage_never_crashes(data: bytes, role: Role) -> None:
 @given(
     st.sampled_from(
         [
-            Publish(1, "t", "p", 1, 2, encode_values([b"a", b"b"])),
-            Subscribe(2, "t", "s"),
-            Consume(3, "t", "s", 4),
-            Read(4, "t", 1, 2, 3),
-            AddEntry(5, 1, 1, 0, b"x"),
+            Publish(
+                request_id=1,
+                topic="t",
+                publisher_id="p",
+                publisher_seq=1,
+                messages=EncodedMessages.of_values([b"a", b"b"]),
+            ),
+            Subscribe(request_id=2, topic="t", subscriber="s"),
+            Consume(request_id=3, topic="t", subscriber="s", seq=4),
+            Read(request_id=4, topic="t", start_seq=1, max_messages=2, max_bytes=3),
+            AddEntry(request_id=5, ledger_id=1, entry_id=1, lac=0, payload=b"x"),
         ]
     ),
     st.integers(0, 200),
@@ -212,17 +291,17 @@ def test_fuzz_mutated_and_truncated_frames(frame: object, pos: int, byte: int, c
 
 
 def test_truncated_frame_waits_for_more() -> None:
-    raw = Connection(Role.CLIENT).send(Consume(3, "t", "s", 4))
+    raw = Connection(Role.CLIENT).send(Consume(request_id=3, topic="t", subscriber="s", seq=4))
     c = Connection(Role.HUB)
     c.receive_data(raw[:-1])
     assert c.next_frames() == []
     c.receive_data(raw[-1:])
-    assert c.next_frames() == [Consume(3, "t", "s", 4)]
+    assert c.next_frames() == [Consume(request_id=3, topic="t", subscriber="s", seq=4)]
 
 
 def test_length_prefix_claims_more_than_arrives() -> None:
     c = Connection(Role.HUB)
-    c.receive_data(struct.pack(">I", 100) + b"\x01\x06\x00\x00\x00\x00\x00\x01")
+    c.receive_data(struct.pack(">IBBHI", 100, PROTOCOL_VERSION, 0x06, 0, 1))
     assert c.next_frames() == []
 
 

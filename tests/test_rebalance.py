@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from hedwig.clock import ManualClock
@@ -36,6 +36,17 @@ regions = st.lists(
 
 @settings(max_examples=300, deadline=None)
 @given(regions, st.integers(1, 4), st.integers(0, 6), st.floats(0, 1))
+# Found by this test: a topic pulled onto a hub was pulled off it again in the same cycle.
+@example(
+    spec=[
+        (True, False, {}),
+        (True, False, {"a": 2.0, "b": 1023.0, "aa": 2.0, "aaa": 2046.0}),
+        (True, False, {"a": 1.81849031534216, "b": 1024.0, "c": 1024.0, "aa": 1024.0}),
+    ],
+    confirmations=1,
+    cap=5,
+    margin=1.0,
+)
 def test_policy_invariants(
     spec: list[tuple[bool, bool, dict[str, float]]], confirmations: int, cap: int, margin: float
 ) -> None:

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import Protocol
 
 from hedwig.client import HedwigClient
 from hedwig.errors import HedwigError
+from hedwig.protocol import MoveKind
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +32,13 @@ class HubRequests(Protocol):
         ...
 
     async def release(
-        self, owner: str, topic: str, destination: str | None, reason: str, timeout_s: float
+        self,
+        owner: str,
+        topic: str,
+        destination: str | None,
+        reason: str,
+        timeout_s: float,
+        kind: MoveKind = MoveKind.REQUESTED,
     ) -> str | None:
         """Ask ``owner`` to hand ``topic`` over; None if it did, else why not."""
         ...
@@ -46,14 +53,19 @@ class ClientHubRequests:
             await asyncio.wait_for(client.topic_info(topic), timeout_s)
 
     async def release(
-        self, owner: str, topic: str, destination: str | None, reason: str, timeout_s: float
+        self,
+        owner: str,
+        topic: str,
+        destination: str | None,
+        reason: str,
+        timeout_s: float,
+        kind: MoveKind = MoveKind.REQUESTED,
     ) -> str | None:
         async with HedwigClient([owner], request_timeout_s=timeout_s) as client:
-            move: Callable[..., Awaitable[None]] | None = getattr(client, "move_topic", None)
-            if move is None:
-                return "the client library has no graceful move"
             try:
-                await asyncio.wait_for(move(topic, to=destination, reason=reason), timeout_s)
+                await asyncio.wait_for(
+                    client.move_topic(topic, to=destination, reason=reason, kind=kind), timeout_s
+                )
             except TimeoutError:
                 return f"no hand-off within {timeout_s:.0f}s"
             except HedwigError as exc:

@@ -21,9 +21,8 @@ import time
 from demo.state import DemoState, HubView
 from hedwig.client import HedwigClient
 from hedwig.devcluster.cluster import DevCluster
-from hedwig.errors import HedwigError
+from hedwig.errors import HedwigError, MessagesUnavailableError
 from hedwig.metadata import open_store
-from hedwig.protocol.status import MessagesUnavailableError
 from jobs.hub_load import LOAD_TOPIC, load_records
 from traffic.simulator import Simulator, publish_positions
 
@@ -51,7 +50,7 @@ async def follow_heatmap(
             try:
                 answer = await client.read(topic, next_seq, max_messages=5000)
             except MessagesUnavailableError as exc:
-                next_seq = int(exc.detail or next_seq)
+                next_seq = exc.first_available or next_seq
                 continue
             except HedwigError as exc:
                 log.warning("reading %s: %s", topic, exc)

@@ -25,8 +25,8 @@ from collections.abc import Iterator
 import pyarrow as pa
 
 from hedwig.client import HedwigClient
-from hedwig.protocol.frames import Messages
-from hedwig.protocol.status import MessagesUnavailableError
+from hedwig.errors import MessagesUnavailableError
+from hedwig.protocol import Messages
 from hedwig_spark.connection import HubSession
 from hedwig_spark.partitions import TopicRange
 from hedwig_spark.schema import to_record_batch
@@ -65,7 +65,7 @@ def _read(session: HubSession, part: TopicRange) -> Iterator[pa.RecordBatch]:
         try:
             answer = pending.result()
         except MessagesUnavailableError as exc:
-            first = int(exc.detail) if exc.detail and exc.detail.isdigit() else end
+            first = exc.first_available or end
             _lost(part, seq, min(first, end), "collected by retention")
             seq = max(seq + 1, min(first, end))
             if seq < end:

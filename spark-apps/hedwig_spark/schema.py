@@ -31,7 +31,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from hedwig.protocol.frames import Batch, decode_messages
+from hedwig.protocol import Batch
 
 HEADER_TYPE = StructType(
     [StructField("key", StringType(), False), StructField("value", BinaryType(), True)]
@@ -72,7 +72,7 @@ def to_record_batch(topic: str, batches: Sequence[Batch]) -> pa.RecordBatch:
     times: list[int] = []
     publishers: list[str] = []
     for b in batches:
-        messages = decode_messages(b.payload, b.count)
+        messages = b.messages.decode()
         seqs.extend(range(b.first_seq, b.first_seq + b.count))
         times.extend([b.publish_time_ms * 1000] * b.count)
         publishers.extend([b.publisher_id] * b.count)

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Protocol
+from collections.abc import Awaitable
+from typing import Protocol, TypeVar
+
+T = TypeVar("T")
 
 
 class Clock(Protocol):
@@ -22,6 +25,11 @@ class Clock(Protocol):
 
     async def sleep(self, seconds: float) -> None: ...
 
+    async def wait_for(self, aw: Awaitable[T], timeout: float | None) -> T:
+        """``aw``'s result, or ``TimeoutError`` (and ``aw`` cancelled) after ``timeout``
+        seconds of this clock; ``None`` waits forever."""
+        ...
+
 
 class SystemClock:
     def monotonic(self) -> float:
@@ -32,6 +40,9 @@ class SystemClock:
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
+
+    async def wait_for(self, aw: Awaitable[T], timeout: float | None) -> T:
+        return await asyncio.wait_for(aw, timeout)
 
 
 class ManualClock:
@@ -52,6 +63,28 @@ class ManualClock:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._sleepers.append((self._now + seconds, fut))
         await fut
+
+    async def wait_for(self, aw: Awaitable[T], timeout: float | None) -> T:
+        task = asyncio.ensure_future(aw)
+        if timeout is None:
+            return await task
+        timer = asyncio.ensure_future(self.sleep(timeout))
+        try:
+            done, _ = await asyncio.wait({task, timer}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        finally:
+            timer.cancel()
+        if task in done:
+            return task.result()
+        task.cancel()
+        raise TimeoutError(f"no result within {timeout} s of the manual clock")
+
+    @property
+    def sleepers(self) -> int:
+        """Sleeps waiting for the clock to move (for tests that advance it step by step)."""
+        return sum(1 for _, f in self._sleepers if not f.done())
 
     def advance(self, seconds: float) -> None:
         self._now += seconds

@@ -1,51 +1,176 @@
-"""One exception root for everything Hedwig raises.
+"""One exception root for everything Hedwig raises, one class per condition.
 
-Errors are split by origin, because callers react differently to each:
+Classes are grouped by where the condition arises, because callers react differently to each:
 
-- ``UsageError``: the caller did something the library refuses locally (bad topic name,
-  oversized message). Retrying the same call cannot help.
+- ``UsageError``: the caller did something the library refuses (a bad name, an oversized
+  message). Retrying the same call cannot help.
 - ``ProtocolError``: the peer sent bytes we cannot parse, or a frame that is illegal in the
   connection's state. The connection is unusable afterwards.
-- ``ServerError`` and its subclasses: a hub answered a request with a non-OK status. Each status
-  code maps to exactly one class (see ``hedwig.protocol.status``), so ``except
-  NotResponsibleError`` reads like the protocol.
-- ``MetadataError`` and its subclasses: the metadata store refused or failed an operation
-  (bad version, missing node). Library exceptions (kazoo's) never leak past the module that
-  wraps the library; they are re-raised as these with ``from exc``.
-- ``LedgerError`` and its subclasses: the storage layer refused an operation (fenced, closed).
-- ``ConnectionLostError``: the transport went away; the request may or may not have happened.
+- ``ConnectionLostError`` and ``DeadlineExceededError``: the transport went away, or an
+  operation ran out of time; the outcome of what was in flight is unknown.
+- ``RequestError`` and its subclasses: conditions of a hub's request handling that have no
+  other home (the topic is owned elsewhere, it is moving, the hub cannot serve now).
+- ``MetadataError``: the metadata store refused or failed an operation (bad version, missing
+  record). Library exceptions (kazoo's) never leak past the module that wraps the library; they
+  are re-raised as these with ``from exc``.
+- ``LedgerError``: the storage layer refused an operation (fenced, closed, entry missing).
+
+There is exactly one class per condition, wherever it is detected: the subscription a hub finds
+missing in the metadata store and the one a client is told about are both
+``NoSuchSubscriptionError``. A hub answers a failed request with a wire status, and the client
+raises the same class again; the table between classes and statuses is
+``hedwig.protocol.status``, consulted only where a hub writes its answer and where a client
+reads it.
+
+Every exception says whether trying the same thing again later can succeed (``retriable``),
+and carries what a caller needs as typed fields (``owner``, ``destination``,
+``first_available``), never inside its message only.
 """
 
 from __future__ import annotations
+
+from typing import ClassVar
 
 
 class HedwigError(Exception):
     """Root of every exception Hedwig raises on purpose."""
 
+    # Whether the same operation may succeed if tried again later (after a backoff, or at the
+    # hub a redirect names). Clients retry only these.
+    retriable: ClassVar[bool] = False
+
+
+# Local misuse -------------------------------------------------------------------------------
+
 
 class UsageError(HedwigError, ValueError):
-    """A call the library refuses locally; retrying it unchanged cannot succeed."""
+    """A call the library refuses; retrying it unchanged cannot succeed."""
 
 
 class InvalidTopicError(UsageError):
-    """A topic or subscriber name that cannot be stored safely."""
+    """A topic or subscriber name that cannot be stored safely (checked locally and by hubs)."""
 
-    def __init__(self, name: str, reason: str) -> None:
-        super().__init__(f"invalid name {name!r}: {reason}")
+    def __init__(self, message: str, *, name: str = "", reason: str = "") -> None:
+        super().__init__(message)
         self.name = name
         self.reason = reason
+
+    @classmethod
+    def for_name(cls, name: str, reason: str) -> InvalidTopicError:
+        return cls(f"invalid name {name!r}: {reason}", name=name, reason=reason)
+
+
+class MessageTooLargeError(UsageError):
+    """A message (or a whole frame) over the limit; ``size`` and ``limit`` in bytes, 0 if
+    unknown (a hub's answer carries only its message)."""
+
+    def __init__(self, message: str, *, size: int = 0, limit: int = 0) -> None:
+        super().__init__(message)
+        self.size = size
+        self.limit = limit
+
+
+# The connection ------------------------------------------------------------------------------
 
 
 class ProtocolError(HedwigError):
     """The peer broke the wire protocol; the connection must be closed."""
 
 
+class MalformedBatchError(ProtocolError):
+    """A batch whose messages do not add up to its count. The frame around it is intact, so a
+    hub refuses only that request (INVALID_REQUEST) and keeps the connection."""
+
+
 class ConnectionLostError(HedwigError):
     """The connection closed while a request was outstanding; its outcome is unknown."""
 
+    retriable = True
 
-class TimeoutError_(HedwigError, TimeoutError):
-    """An operation did not finish within its deadline."""
+
+class DeadlineExceededError(HedwigError, TimeoutError):
+    """An operation did not finish within its deadline (retries included)."""
+
+
+class EarlierBatchFailedError(HedwigError):
+    """A publish was given up because an earlier batch of the same publisher failed for good:
+    storing it now would put it in the log ahead of messages published before it."""
+
+
+# Request handling on a hub ---------------------------------------------------------------------
+
+
+class RequestError(HedwigError):
+    """A hub could not serve a request, for a reason of its own request handling."""
+
+
+class NotResponsibleError(RequestError):
+    """The hub does not own the topic; ``owner`` is the hub that does (or should), if known."""
+
+    retriable = True
+
+    def __init__(self, message: str, *, owner: str | None = None) -> None:
+        super().__init__(message)
+        self.owner = owner
+
+
+class TopicMovingError(RequestError):
+    """The topic is being handed over, or its owner just lost it; ``destination`` names the
+    hub it is going to, when known."""
+
+    retriable = True
+
+    def __init__(self, message: str, *, destination: str | None = None) -> None:
+        super().__init__(message)
+        self.destination = destination
+
+
+class ServiceUnavailableError(RequestError):
+    """The hub cannot serve now (starting, stopping, reconnecting to its metadata store, or
+    short of storage replicas); the same request may succeed later."""
+
+    retriable = True
+
+
+class SubscriptionBusyError(RequestError):
+    """The subscription is attached to another connection (force-attach takes it over)."""
+
+
+class InvalidRequestError(RequestError):
+    """A well-framed request the hub refuses (a batch whose count lies, no messages, an
+    unexpected frame)."""
+
+
+class MessagesUnavailableError(RequestError):
+    """The requested messages were collected by retention; ``first_available`` is the first
+    sequence id still kept."""
+
+    def __init__(self, message: str, *, first_available: int = 0) -> None:
+        super().__init__(message)
+        self.first_available = first_available
+
+
+class OutOfOrderError(RequestError):
+    """The batch would leave a gap in its publisher's sequence; ``expected`` is the publisher
+    sequence the hub stores next. Retried once the publisher's earlier batches have settled."""
+
+    retriable = True
+
+    def __init__(self, message: str, *, expected: int = 0) -> None:
+        super().__init__(message)
+        self.expected = expected
+
+
+class UnsupportedVersionError(RequestError):
+    """The peer speaks a protocol version this end does not."""
+
+
+class InternalError(RequestError):
+    """A bug on the hub (logged there with its cause). Not retried: retrying a bug for the
+    whole retry deadline only hides it."""
+
+
+# Metadata ----------------------------------------------------------------------------------------
 
 
 class MetadataError(HedwigError):
@@ -55,10 +180,16 @@ class MetadataError(HedwigError):
 class BadVersionError(MetadataError):
     """A compare-and-set lost: the stored version differs from the expected one."""
 
-    def __init__(self, path: str, expected: int) -> None:
-        super().__init__(f"bad version for {path}: expected {expected}")
+    retriable = True
+
+    def __init__(self, message: str, *, path: str = "", expected: int = 0) -> None:
+        super().__init__(message)
         self.path = path
         self.expected = expected
+
+    @classmethod
+    def at(cls, path: str, expected: int) -> BadVersionError:
+        return cls(f"bad version for {path}: expected {expected}", path=path, expected=expected)
 
 
 class NoTopicOwnerInfoError(MetadataError):
@@ -73,16 +204,21 @@ class NoLedgerMetadataError(MetadataError):
     """No metadata exists for the ledger."""
 
 
-class SubscriptionStateExistsError(MetadataError):
+class SubscriptionExistsError(MetadataError):
     """Creating a subscription that already exists."""
 
 
-class NoSubscriptionStateError(MetadataError):
-    """The subscription does not exist."""
+class NoSuchSubscriptionError(MetadataError):
+    """The subscription does not exist (or is not attached where it is used)."""
 
 
 class MetadataUnavailableError(MetadataError):
     """The store cannot be reached now (disconnected, session lost); retrying later may work."""
+
+    retriable = True
+
+
+# Ledgers -------------------------------------------------------------------------------------
 
 
 class LedgerError(HedwigError):

@@ -14,6 +14,7 @@ from hedwig_operator.settings import OperatorSettings
 from hedwig.errors import MetadataUnavailableError
 from hedwig.metadata import NEW_VERSION, HubInfo, HubLoad, MetadataStore, TopicLoad
 from hedwig.metadata.memory import MemoryBackend, MemoryMetadataStore
+from hedwig.protocol import MoveKind
 
 Key = tuple[str, str, str]
 
@@ -99,7 +100,13 @@ class FakeHubs:
             )
 
     async def release(
-        self, owner: str, topic: str, destination: str | None, reason: str, timeout_s: float
+        self,
+        owner: str,
+        topic: str,
+        destination: str | None,
+        reason: str,
+        timeout_s: float,
+        kind: MoveKind = MoveKind.REQUESTED,
     ) -> str | None:
         self.releases.append((owner, topic, destination))
         if not self.graceful:

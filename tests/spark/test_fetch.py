@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from hedwig.protocol.frames import Batch, Messages, encode_values
-from hedwig.protocol.status import MessagesUnavailableError
+from hedwig.errors import MessagesUnavailableError
+from hedwig.protocol import Batch, EncodedMessages, Messages
 from hedwig_spark.fetch import DataLossError, _read
 from hedwig_spark.partitions import TopicRange
 
@@ -28,20 +28,30 @@ class FakeTopic:
             n = min(size, last - start + 1)
             if start + n - 1 >= first:
                 values = [f"v{s}".encode() for s in range(start, start + n)]
-                self.batches.append(Batch(start, 1000, "p", start, n, encode_values(values)))
+                self.batches.append(
+                    Batch(
+                        first_seq=start,
+                        publish_time_ms=1000,
+                        publisher_id="p",
+                        publisher_seq=start,
+                        messages=EncodedMessages.of_values(values),
+                    )
+                )
             start += n
         self.requests: list[tuple[int, int]] = []
 
     async def read(self, topic: str, start: int, *, max_messages: int, max_bytes: int) -> Messages:
         self.requests.append((start, max_messages))
         if start < self.first:
-            raise MessagesUnavailableError("collected", detail=str(self.first))
+            raise MessagesUnavailableError("collected", first_available=self.first)
         out, n = [], 0
         for b in self.batches:
             if b.last_seq >= start and n < max_messages:
                 out.append(b)
                 n += b.count
-        return Messages(1, self.first, self.last, tuple(out))
+        return Messages(
+            request_id=1, first_available=self.first, last_seq=self.last, batches=tuple(out)
+        )
 
 
 class FakeSession:

@@ -56,7 +56,12 @@ async def perform_move(
         return MoveOutcome(move, "skipped", now, f"owner changed since the plan (now {now})")
     why_not = (
         await hubs.release(
-            move.source, topic, move.destination, move.reason, settings.graceful_move_timeout_s
+            move.source,
+            topic,
+            move.destination,
+            move.reason,
+            settings.graceful_move_timeout_s,
+            move.kind,
         )
         if graceful
         else "graceful hand-off is off for this pool"

@@ -12,7 +12,7 @@ from typing import Any
 from hedwig.errors import HedwigError
 from hedwig.metadata import open_store
 from hedwig.net.connection import HubConnection
-from hedwig.protocol.frames import TopicInfo, TopicStats
+from hedwig.protocol import TopicInfo, TopicStats
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -38,13 +38,15 @@ def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
 async def _topic_info(owner: str, topic: str) -> TopicInfo | None:
     """Ask the owner for the topic's bounds, without ever making anyone claim it."""
     try:
-        conn = await HubConnection.open(owner, lambda *_: None, lambda *_: None, timeout=2)
+        conn = await HubConnection.open(owner, timeout=2)
     except HedwigError:
         return None
     try:
         # Not redirected: a hub that no longer owns the topic redirects instead of claiming,
         # unless it chooses itself, which is a claim the topic would get on first use anyway.
-        answer = await conn.request(TopicStats(conn.next_id(), topic, False), timeout=3)
+        answer = await conn.request(
+            TopicStats(request_id=conn.next_id(), topic=topic, redirected=False), timeout=3
+        )
         return answer if isinstance(answer, TopicInfo) else None
     except HedwigError:
         return None

@@ -12,7 +12,7 @@ from hedwig.cli.admin import _table
 from hedwig.errors import HedwigError
 from hedwig.hub.config import parse_replication
 from hedwig.ledger.auditor import inspect
-from hedwig.ledger.pool import RemotePool
+from hedwig.ledger.replicas import RemoteReplicas
 from hedwig.metadata import open_store
 from hedwig.metadata.records import LedgerState
 
@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 async def collect(zk: str, region: str, default_size: int) -> list[dict[str, Any]]:
     store = open_store(zk, region=region)
-    pool = RemotePool()
+    replicas = RemoteReplicas()
     await store.start()
     try:
         alive = {h.address for h in await store.hubs.list_hubs() if h.alive}
@@ -57,7 +57,7 @@ async def collect(zk: str, region: str, default_size: int) -> list[dict[str, Any
                 "bytes": md.length,
             }
             if md.state is LedgerState.CLOSED:
-                health = await inspect(md, pool, alive, wanted)
+                health = await inspect(md, replicas, alive, wanted)
                 row["under_replicated"] = health.under_replicated
                 row["dead"] = ",".join(health.dead)
                 row["lagging"] = ",".join(health.lagging)
@@ -71,7 +71,7 @@ async def collect(zk: str, region: str, default_size: int) -> list[dict[str, Any
             rows.append(row)
         return rows
     finally:
-        pool.close()
+        replicas.close()
         await store.close()
 
 

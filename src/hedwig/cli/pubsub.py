@@ -10,7 +10,7 @@ import threading
 from hedwig.cli.common import add_hub_options, resolve_hubs
 from hedwig.client import HedwigClient, PublishResult, SubscribeMode
 from hedwig.client.retry import RetryPolicy
-from hedwig.errors import HedwigError, TimeoutError_
+from hedwig.errors import DeadlineExceededError, HedwigError
 
 MODES = {
     "create": SubscribeMode.CREATE,
@@ -122,7 +122,7 @@ async def _sub(hubs: list[str], args: argparse.Namespace) -> int:
         while args.count is None or received < args.count:
             try:
                 msg = await sub.next(args.timeout)
-            except TimeoutError_:
+            except DeadlineExceededError:
                 if args.count is not None:
                     print(
                         f"hedwig sub: timed out after {args.timeout}s with {received} of "

@@ -11,7 +11,7 @@ import urllib.request
 
 from hedwig.devcluster.zookeeper import ZooKeeperServer
 from hedwig.errors import HedwigError
-from hedwig.hub.app import serve
+from hedwig.hub import serve
 from hedwig.hub.config import HubConfig
 from hedwig.net.loop import install_uvloop
 from hedwig.placement import POLICIES

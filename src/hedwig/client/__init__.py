@@ -1,9 +1,16 @@
-"""The Hedwig client library: ``HedwigClient`` (asyncio) and ``SyncClient`` (threads)."""
+"""The Hedwig client library: ``HedwigClient`` (asyncio) and ``SyncClient`` (threads).
 
-from hedwig.client.client import HedwigClient, PublishResult, Subscriber
+``client`` is the facade; ``routing`` (connections, owners, redirects, retries),
+``publisher`` (ordered batched publishing) and ``subscriber`` (one subscription) do the work;
+``retry`` holds the backoff policy and ``sync`` the thread-based facade.
+"""
+
+from hedwig.client.client import HedwigClient
+from hedwig.client.publisher import PublishResult
 from hedwig.client.retry import RetryPolicy
+from hedwig.client.subscriber import Subscriber
 from hedwig.client.sync import SyncClient, SyncSubscriber
-from hedwig.protocol.frames import DeliveredMessage, Message, SubscribeMode
+from hedwig.protocol import DeliveredMessage, Message, SubscribeMode
 
 __all__ = [
     "DeliveredMessage",

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from hedwig.clock import Clock, SystemClock
 
@@ -19,6 +18,9 @@ class RetryPolicy:
     # Give up after this long in total (a failover takes about the ZooKeeper session timeout).
     deadline_s: float = 30.0
     rng: random.Random = field(default_factory=random.Random, compare=False)
+
+    def with_deadline(self, deadline_s: float) -> RetryPolicy:
+        return replace(self, deadline_s=deadline_s)
 
     def delay(self, attempt: int) -> float:
         cap = min(self.max_delay_s, self.initial_delay_s * (2.0 ** min(attempt, 20)))
@@ -45,6 +47,3 @@ class Backoff:
         await self._clock.sleep(max(0.0, min(self._policy.delay(self.attempt), remaining)))
         self.attempt += 1
         return True
-
-
-Sleep = Callable[[float], Awaitable[None]]

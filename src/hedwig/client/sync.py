@@ -12,9 +12,11 @@ import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from hedwig.client.client import HedwigClient, PublishResult, Subscriber
-from hedwig.errors import TimeoutError_
-from hedwig.protocol.frames import DeliveredMessage, Messages, SubscribeMode, TopicInfo
+from hedwig.client.client import HedwigClient
+from hedwig.client.publisher import PublishResult
+from hedwig.client.subscriber import Subscriber
+from hedwig.errors import DeadlineExceededError
+from hedwig.protocol import DeliveredMessage, Messages, SubscribeMode, TopicInfo
 
 T = TypeVar("T")
 
@@ -108,7 +110,7 @@ class SyncSubscriber:
         while True:
             try:
                 yield self.next(None)
-            except TimeoutError_:
+            except DeadlineExceededError:
                 return
 
     def consume(self, seq: int) -> None:

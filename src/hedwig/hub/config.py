@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass, field, fields
 
 from hedwig.errors import MetadataError, UsageError
-from hedwig.metadata.records import ReplicationConfig
+from hedwig.metadata.records import ReplicationConfig, TopicConfig
 from hedwig.placement import PlacementPolicy
 from hedwig.placement.rebalance import RebalanceConfig
 
@@ -78,6 +78,14 @@ class HubConfig:
     def replication_config(self) -> ReplicationConfig:
         return parse_replication(self.replication)
 
+    def topic_settings(self, config: TopicConfig) -> TopicSettings:
+        """What an owned topic needs: the hub's settings, with the topic's own overrides."""
+        return TopicSettings(
+            max_message_size=config.max_message_size or self.max_message_size,
+            delivery_batch_messages=self.delivery_batch_messages,
+            consume_flush_messages=self.consume_flush_messages,
+        )
+
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **overrides: object) -> HubConfig:
         """Defaults, then ``HEDWIG_*`` variables, then ``overrides`` (non-None only)."""
@@ -126,3 +134,15 @@ def parse_replication(text: str) -> ReplicationConfig:
             f"replication must be ENSEMBLE/WRITE_QUORUM/ACK_QUORUM with "
             f"ensemble >= write quorum >= ack quorum >= 1, got {text!r}"
         ) from exc
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSettings:
+    """The settings an owned topic works with (``HubConfig.topic_settings``)."""
+
+    # Largest message accepted, in bytes (key + value + headers).
+    max_message_size: int
+    # Messages pushed to a subscriber per DELIVER frame at most (bounded by its window too).
+    delivery_batch_messages: int
+    # A subscription's consume mark is written after this many messages (or on a timer).
+    consume_flush_messages: int

@@ -1,4 +1,4 @@
-"""Duplicate detection for idempotent publishing.
+"""Duplicate detection and per-publisher order for idempotent publishing.
 
 A publisher numbers its messages per topic (``publisher_seq``); a batch covers
 ``publisher_seq .. publisher_seq + count - 1``. The owner remembers, per publisher, the highest
@@ -7,6 +7,14 @@ acknowledgement was lost to a crash or a move) is answered with the sequence ids
 has instead of being stored again. A re-send that arrives while the original is still being
 written waits for it. After a change of owner the table is rebuilt from the end of the log
 (``learn``), which is what makes retries through a failover safe.
+
+Order, as Kafka's idempotent producer keeps it: a known publisher's batch is stored only if it
+starts right after what is stored or being written for that publisher. A batch that would leave
+a gap (an earlier one was sent to another hub, or is still being retried) is refused with
+``OutOfOrderError``, which the client retries once the earlier batches have settled. So however
+a client's pipelined batches are scattered by a move, the log holds them in its order. A
+publisher the table does not know (new, or not seen in the part of the log read back after a
+change of owner) is taken at whatever sequence it starts.
 """
 
 from __future__ import annotations
@@ -14,6 +22,8 @@ from __future__ import annotations
 import asyncio
 from collections import OrderedDict
 from dataclasses import dataclass, field
+
+from hedwig.errors import OutOfOrderError
 
 RECENT = 256
 # Publishers remembered per topic, least recently seen forgotten first: writers that use a new
@@ -40,14 +50,28 @@ class PublisherTable:
     def __init__(self) -> None:
         self._pubs: OrderedDict[str, _Publisher] = OrderedDict()
         self._inflight: dict[tuple[str, int], asyncio.Future[Known]] = {}
+        # Per publisher: how many batches are being written now, and the last sequence of them.
+        self._writing: dict[str, tuple[int, int]] = {}
 
     async def check(self, publisher: str, pseq: int, count: int) -> Known | None:
-        """The stored place of this batch if it is a duplicate, else ``None``."""
+        """The stored place of this batch if it is a duplicate, else ``None`` (store it).
+
+        ``OutOfOrderError`` if storing it would leave a gap in a known publisher's sequence.
+        """
         waiting = self._inflight.get((publisher, pseq))
         if waiting is not None:
             return await asyncio.shield(waiting)
         pub = self._pubs.get(publisher)
+        writing = self._writing.get(publisher)
         if pub is None or pseq + count - 1 > pub.highest:
+            if pub is not None or writing is not None:
+                expected = max(pub.highest if pub else 0, writing[1] if writing else 0) + 1
+                if pseq > expected:
+                    raise OutOfOrderError(
+                        f"publisher {publisher} sent sequence {pseq}, the next stored here "
+                        f"is {expected}: earlier batches first",
+                        expected=expected,
+                    )
             return None
         place = pub.batches.get(pseq)
         if place is not None:
@@ -59,11 +83,16 @@ class PublisherTable:
             return None
         return Known(0, 0)
 
-    def begin(self, publisher: str, pseq: int) -> None:
+    def begin(self, publisher: str, pseq: int, count: int) -> None:
         fut: asyncio.Future[Known] = asyncio.get_running_loop().create_future()
         self._inflight[(publisher, pseq)] = fut
+        n, last = self._writing.get(publisher, (0, 0))
+        self._writing[publisher] = (n + 1, max(last, pseq + count - 1))
 
     def end(self, publisher: str, pseq: int, stored: Known | None) -> None:
+        n, last = self._writing.pop(publisher, (1, 0))
+        if n > 1:
+            self._writing[publisher] = (n - 1, last)
         fut = self._inflight.pop((publisher, pseq), None)
         if fut is not None and not fut.done():
             if stored is None:

@@ -1,10 +1,18 @@
-"""The hub's Prometheus metrics, in a registry of its own (several hubs may share a process)."""
+"""The hub's Prometheus metrics, in a registry of its own (several hubs may share a process).
+
+``HubMetrics`` is the hub's ``HubEvents``: its parts report what happens, and the counters
+follow. Gauges that describe the present (connections, backlogs, load rates) are set when
+Prometheus scrapes and when a load report is made (``export_load``).
+"""
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from hedwig.hub.reasons import LOSS_REASONS, MOVE_REASONS
+from hedwig.hub.events import LossKind
+from hedwig.metadata.managers import SessionState
+from hedwig.metadata.records import HubLoad
+from hedwig.protocol.kinds import MoveKind
 
 LATENCY_BUCKETS = (
     0.0005,
@@ -112,7 +120,62 @@ class HubMetrics:
             "hedwig_storage_syncs", "fdatasync calls by the group commit", registry=r
         )
         # Every label value exists from the start, so rate() and increase() see first events.
-        for reason in MOVE_REASONS:
-            self.releases.labels(reason)
-        for reason in LOSS_REASONS:
-            self.losses.labels(reason)
+        for move in MoveKind:
+            self.releases.labels(move.label)
+        for loss in LossKind:
+            self.losses.labels(loss.value)
+
+    # HubEvents ------------------------------------------------------------------------------
+
+    def published(self, topic: str, messages: int, size: int) -> None:
+        self.messages_in.labels(topic).inc(messages)
+        self.bytes_in.labels(topic).inc(size)
+
+    def publish_answered(self, seconds: float) -> None:
+        self.publish_latency.observe(seconds)
+
+    def delivered(self, topic: str, messages: int, size: int) -> None:
+        self.messages_out.labels(topic).inc(messages)
+        self.bytes_out.labels(topic).inc(size)
+
+    def claimed(self, topic: str, ownerless_s: float | None) -> None:
+        self.claims.inc()
+        if ownerless_s is not None:
+            self.ownerless.observe(ownerless_s)
+
+    def released(self, topic: str, kind: MoveKind) -> None:
+        self.releases.labels(kind.label).inc()
+
+    def lost(self, topic: str, kind: LossKind) -> None:
+        self.losses.labels(kind.value).inc()
+
+    def owned_changed(self, count: int) -> None:
+        self.topics_owned.set(count)
+
+    def redirected(self, topic: str) -> None:
+        self.redirects.inc()
+
+    def answered(self, op: str, status: str) -> None:
+        self.requests.labels(op, status).inc()
+
+    def session_changed(self, state: SessionState) -> None:
+        for s in SessionState:
+            self.zk_session.labels(s.value).set(1 if s is state else 0)
+        if state is SessionState.LOST:
+            self.session_losses.inc()
+
+    # present-state gauges ------------------------------------------------------------------
+
+    def export_load(self, report: HubLoad) -> None:
+        """The load report, as gauges too (the same numbers the policy sees)."""
+        self.topic_rate.clear()
+        for topic, tl in report.topic_loads.items():
+            self.topic_rate.labels(topic, "in", "messages").set(tl.msg_in)
+            self.topic_rate.labels(topic, "out", "messages").set(tl.msg_out)
+            self.topic_rate.labels(topic, "in", "bytes").set(tl.bytes_in)
+            self.topic_rate.labels(topic, "out", "bytes").set(tl.bytes_out)
+        self.hub_rate.labels("in", "messages").set(report.msg_in)
+        self.hub_rate.labels("out", "messages").set(report.msg_out)
+        self.hub_rate.labels("in", "bytes").set(report.bytes_in)
+        self.hub_rate.labels("out", "bytes").set(report.bytes_out)
+        self.hub_cpu.set(report.cpu)

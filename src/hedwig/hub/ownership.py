@@ -1,4 +1,6 @@
-"""Which topics this hub owns: claiming, redirecting, watching and releasing (seed 000).
+"""Which topics this hub owns: claiming, redirecting, watching and releasing.
+
+The rules follow ``docs/architecture.md`` ("Ownership").
 
 Rules, for a request on topic T that this hub does not already serve:
 
@@ -25,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -33,24 +34,25 @@ from hedwig.clock import Clock
 from hedwig.errors import (
     BadVersionError,
     HedwigError,
-    InvalidTopicError,
     MetadataError,
     NoTopicOwnerInfoError,
+    NotResponsibleError,
+    ServiceUnavailableError,
+    TopicMovingError,
 )
+from hedwig.hub.choices import HubChoices
 from hedwig.hub.config import HubConfig
+from hedwig.hub.events import HubEvents, LossKind
 from hedwig.hub.topic import OwnedTopic, TopicState
-from hedwig.ledger.handle import StoragePool
+from hedwig.ledger.replicas import Replicas
 from hedwig.ledger.topic_log import LogSettings, TopicLog
 from hedwig.metadata.managers import MetadataStore, SessionState
 from hedwig.metadata.records import (
     NEW_VERSION,
     HubInfo,
-    HubStatus,
     TopicConfig,
     Version,
 )
-from hedwig.placement import choose_hub
-from hedwig.protocol import status
 from hedwig.protocol.names import validate_name
 
 log = logging.getLogger(__name__)
@@ -68,40 +70,38 @@ class OwnershipStats:
     losses: int = 0
 
 
-class TopicManager:
+class TopicOwnership:
+    """The topics this hub owns, and the rules by which it claims, keeps and lets them go."""
+
     def __init__(
         self,
         *,
         address: str,
         config: HubConfig,
         store: MetadataStore,
-        pool: StoragePool,
+        replicas: Replicas,
         clock: Clock,
-        rng: random.Random | None = None,
+        events: HubEvents,
+        choices: HubChoices,
         on_change: Callable[[], None] | None = None,
-        stats_hook: Callable[[str, str, int, int], None] | None = None,
-        on_claimed: Callable[[float], None] | None = None,
-        on_lost: Callable[[str], None] | None = None,
     ) -> None:
-        self._on_claimed = on_claimed
-        self._on_lost = on_lost
         self.address = address
         self.config = config
         self.store = store
-        self.pool = pool
+        self.replicas = replicas
+        self.events = events
         self.clock = clock
-        self.rng = rng or random.Random()
+        self.choices = choices
         self.epoch = 0
         self.topics: dict[str, OwnedTopic] = {}
         self._owner_versions: dict[str, Version] = {}
         self._claims: dict[str, asyncio.Future[OwnedTopic]] = {}
-        self._hubs_cache: tuple[float, list[HubStatus]] | None = None
         self._suspended_since: float | None = None
         self._expiry_task: asyncio.Task[None] | None = None
         self.accepting = True
         self.stats = OwnershipStats()
+        # Called whenever the set of owned topics changes (the hub reports its load soon after).
         self._on_change = on_change or (lambda: None)
-        self._stats_hook = stats_hook
         self.defaults = TopicConfig()
 
     # session ------------------------------------------------------------------------------
@@ -121,20 +121,20 @@ class TopicManager:
                 self._expiry_task = None
         elif state is SessionState.LOST:
             self._suspended_since = None
-            self.drop_all("ZooKeeper session expired")
+            self.drop_all(LossKind.SESSION, "ZooKeeper session expired")
 
     async def _expire_later(self) -> None:
         await self.clock.sleep(self.config.zk_session_timeout_s * 0.9)
         if self._suspended_since is not None:
-            self.drop_all("ZooKeeper unreachable for the session timeout")
+            self.drop_all(LossKind.SESSION, "ZooKeeper unreachable for the session timeout")
 
     @property
     def suspended(self) -> bool:
         return self._suspended_since is not None
 
-    def drop_all(self, reason: str) -> None:
+    def drop_all(self, kind: LossKind, reason: str) -> None:
         for name in list(self.topics):
-            self._lose(name, reason)
+            self.lose(name, kind, reason)
 
     # resolving ----------------------------------------------------------------------------
 
@@ -143,18 +143,15 @@ class TopicManager:
         owned = self.topics.get(topic)
         if owned is not None and owned.state is TopicState.OPEN:
             if self.suspended:
-                raise status.ServiceUnavailableError("hub is reconnecting to ZooKeeper; retry")
+                raise ServiceUnavailableError("hub is reconnecting to ZooKeeper; retry")
             return owned
         if owned is not None:
-            raise status.TopicMovingError(f"topic {topic!r} is moving", detail=owned.moved_to)
-        try:
-            validate_name(topic)
-        except InvalidTopicError as exc:
-            raise status.InvalidTopicStatusError(str(exc)) from None
+            raise TopicMovingError(f"topic {topic!r} is moving", destination=owned.moved_to)
+        validate_name(topic)
         if not self.accepting:
-            raise status.ServiceUnavailableError("hub is shutting down", detail=None)
+            raise ServiceUnavailableError("hub is shutting down")
         if self.suspended:
-            raise status.ServiceUnavailableError("hub is reconnecting to ZooKeeper; retry")
+            raise ServiceUnavailableError("hub is reconnecting to ZooKeeper; retry")
         pending = self._claims.get(topic)
         if pending is not None:
             return await asyncio.shield(pending)
@@ -172,57 +169,43 @@ class TopicManager:
         return owned
 
     async def _resolve(self, topic: str, redirected: bool) -> OwnedTopic:
-        try:
-            await self.store.topics.ensure_topic(topic)
-            for _attempt in range(3):
-                owner = await self.store.ownership.read_owner_info(topic)
-                if owner is not None:
-                    info = owner.value
-                    if info.address != self.address:
-                        self.stats.redirects += 1
-                        raise status.NotResponsibleError(
-                            f"topic {topic!r} is owned by {info.address}", detail=info.address
-                        )
-                    # Our own record but not a topic we serve: left by an earlier session of
-                    # ours, or by a take-over that failed. Remove it and claim afresh.
-                    try:
-                        await self.store.ownership.delete_owner_info(topic, owner.version)
-                    except (BadVersionError, NoTopicOwnerInfoError):
-                        continue
-                if not redirected:
-                    target = await self._choose(topic)
-                    if target is not None and target != self.address:
-                        self.stats.redirects += 1
-                        raise status.NotResponsibleError(
-                            f"topic {topic!r} is assigned to {target}", detail=target
-                        )
-                try:
-                    version = await self.store.ownership.write_owner_info(
-                        topic, HubInfo(self.address, self.epoch), NEW_VERSION
+        await self.store.topics.ensure_topic(topic)
+        for _attempt in range(3):
+            owner = await self.store.ownership.read_owner_info(topic)
+            if owner is not None:
+                info = owner.value
+                if info.address != self.address:
+                    self._redirect(topic)
+                    raise NotResponsibleError(
+                        f"topic {topic!r} is owned by {info.address}", owner=info.address
                     )
-                except BadVersionError:
-                    self.stats.claim_conflicts += 1
-                    redirected = True  # someone claimed it: the next read finds them
+                # Our own record but not a topic we serve: left by an earlier session of
+                # ours, or by a take-over that failed. Remove it and claim afresh.
+                try:
+                    await self.store.ownership.delete_owner_info(topic, owner.version)
+                except (BadVersionError, NoTopicOwnerInfoError):
                     continue
-                return await self._take_over(topic, version)
-            raise status.ServiceUnavailableError(f"topic {topic!r}: ownership is changing; retry")
-        except status.ServerError:
-            raise
-        except MetadataError as exc:
-            raise status.ServiceUnavailableError(f"metadata store: {exc}") from None
+            if not redirected:
+                target = await self.choices.owner_for(topic)
+                if target is not None and target != self.address:
+                    self._redirect(topic)
+                    raise NotResponsibleError(
+                        f"topic {topic!r} is assigned to {target}", owner=target
+                    )
+            try:
+                version = await self.store.ownership.write_owner_info(
+                    topic, HubInfo(self.address, self.epoch), NEW_VERSION
+                )
+            except BadVersionError:
+                self.stats.claim_conflicts += 1
+                redirected = True  # someone claimed it: the next read finds them
+                continue
+            return await self._take_over(topic, version)
+        raise ServiceUnavailableError(f"topic {topic!r}: ownership is changing; retry")
 
-    async def _choose(self, topic: str) -> str | None:
-        now = self.clock.monotonic()
-        if self._hubs_cache is None or now - self._hubs_cache[0] > 1.0:
-            self._hubs_cache = (now, await self.store.hubs.list_hubs())
-        return choose_hub(
-            self._hubs_cache[1],
-            self.config.placement,
-            topic,
-            rng=self.rng,
-            now_ms=self.clock.wall_ms(),
-            max_age_ms=int(self.config.load_report_max_age_s * 1000),
-        )
+    def _redirect(self, topic: str) -> None:
+        self.stats.redirects += 1
+        self.events.redirected(topic)
 
     async def topic_config(self, topic: str) -> TopicConfig:
         got = await self.store.topics.read_topic_config(topic)
@@ -241,15 +224,15 @@ class TopicManager:
         try:
             config = await self.topic_config(topic)
             replication = config.replication or self.config.replication_config
-            ensemble = await self.choose_ensemble(replication.ensemble, replication.ack_quorum)
+            ensemble = await self.choices.ensemble(replication.ensemble, replication.ack_quorum)
             tlog = TopicLog(
                 topic,
                 self.store,
-                self.pool,
+                self.replicas,
                 owner=self.address,
                 owner_epoch=self.epoch,
                 ensemble=ensemble,
-                choose_ensemble=self.choose_ensemble,
+                choose_ensemble=self.choices.ensemble,
                 settings=LogSettings(
                     replication=replication,
                     ledger_max_bytes=self.config.ledger_max_bytes,
@@ -263,62 +246,38 @@ class TopicManager:
             with contextlib.suppress(HedwigError):
                 await self.store.ownership.delete_owner_info(topic, version)
             if isinstance(exc, BadVersionError):
-                raise status.ServiceUnavailableError(
+                raise ServiceUnavailableError(
                     f"topic {topic!r} was taken over concurrently; retry"
                 ) from None
-            raise status.ServiceUnavailableError(
-                f"cannot recover topic {topic!r} now: {exc}"
-            ) from None
-        stats_hook = self._stats_hook
+            raise ServiceUnavailableError(f"cannot recover topic {topic!r} now: {exc}") from None
         owned = OwnedTopic(
             topic,
             tlog,
             self.store,
             config,
+            settings=self.config.topic_settings(config),
             clock=self.clock,
-            hub_settings=self.config,
-            on_lost=lambda name, reason: self._lose(name, reason),
-            stats=(lambda d, n, b: stats_hook(topic, d, n, b)) if stats_hook else None,
+            events=self.events,
+            on_lost=self.lose,
         )
         try:
             # Learn the publishers' last sequences from the end of the log, so a publish
             # retried through this change of owner is still recognised as a duplicate.
             recent = await tlog.read(max(1, tlog.last_seq - DEDUP_WINDOW), DEDUP_WINDOW, 8 << 20)
-            owned.remember_publishers([c.batch for c in recent])
+            owned.remember_publishers(recent)
         except HedwigError as exc:
             log.info("topic %r: could not read back recent publishers: %s", topic, exc)
-        if tlog.previous_end_ms and self._on_claimed is not None:
-            self._on_claimed(max(0.0, (self.clock.wall_ms() - tlog.previous_end_ms) / 1000))
+        ownerless = None
+        if tlog.previous_end_ms:
+            ownerless = max(0.0, (self.clock.wall_ms() - tlog.previous_end_ms) / 1000)
+        self.events.claimed(topic, ownerless)
         self.topics[topic] = owned
         self._owner_versions[topic] = version
+        self.choices.claimed(topic)
         self._watch(topic)
         log.info("claimed topic %r (log at %d)", topic, tlog.last_seq)
-        self._on_change()
+        self._changed()
         return owned
-
-    async def choose_ensemble(
-        self, size: int, minimum: int, exclude: frozenset[str] = frozenset()
-    ) -> list[str]:
-        """Storage replicas for a new ledger: this hub first (its writes are local), then
-        other alive hubs at random, never one in ``exclude`` (replicas that just failed).
-
-        With fewer than ``size`` hubs alive the ensemble shrinks, down to ``minimum`` (the ack
-        quorum): every acknowledged entry still lands on ack-quorum replicas, so durability
-        holds while a hub is down; the ledger is reported under-replicated, and the next
-        roll-over goes back to full size.
-        """
-        if size <= 1 and self.address not in exclude:
-            return [self.address]
-        hubs = [h.address for h in await self.store.hubs.list_hubs() if h.alive]
-        others = [a for a in hubs if a != self.address and a not in exclude]
-        self.rng.shuffle(others)
-        mine = [] if self.address in exclude else [self.address]
-        chosen = [*mine, *others][:size]
-        if len(chosen) < minimum:
-            raise status.ServiceUnavailableError(
-                f"need at least {minimum} storage replicas, only {len(chosen)} hubs are usable"
-            )
-        return chosen
 
     # watching -----------------------------------------------------------------------------
 
@@ -342,9 +301,10 @@ class TopicManager:
             self._watch(topic)
             return
         new_owner = got.value.address if got is not None else None
-        self._lose(topic, "ownership record removed", new_owner)
+        self.lose(topic, LossKind.OWNERSHIP_REMOVED, "ownership record removed", new_owner)
 
-    def _lose(self, topic: str, reason: str, new_owner: str | None = None) -> None:
+    def lose(self, topic: str, kind: LossKind, reason: str, new_owner: str | None = None) -> None:
+        """Stop serving ``topic`` at once (no hand-off): its clients are told it moved."""
         owned = self.topics.pop(topic, None)
         self._owner_versions.pop(topic, None)
         if owned is None:
@@ -352,8 +312,11 @@ class TopicManager:
         self.stats.losses += 1
         log.warning("lost topic %r: %s", topic, reason)
         owned.lose(reason, new_owner)
-        if self._on_lost is not None:
-            self._on_lost(reason)
+        self.events.lost(topic, kind)
+        self._changed()
+
+    def _changed(self) -> None:
+        self.events.owned_changed(len(self.topics))
         self._on_change()
 
     # releasing ----------------------------------------------------------------------------
@@ -364,6 +327,8 @@ class TopicManager:
         if owned is None:
             return False
         await owned.release(reason, new_owner)
+        if new_owner is not None:
+            self.choices.assign(topic, new_owner)
         self.topics.pop(topic, None)
         version = self._owner_versions.pop(topic, None)
         if version is not None:
@@ -372,27 +337,10 @@ class TopicManager:
             except HedwigError as exc:
                 log.info("releasing %r: owner record already gone (%s)", topic, exc)
         self.stats.releases += 1
-        self._on_change()
+        self._changed()
         return True
 
     async def release_all(self, reason: str) -> None:
         await asyncio.gather(
             *(self.release(t, reason) for t in list(self.topics)), return_exceptions=True
         )
-
-    async def collect_garbage(self) -> None:
-        for owned in list(self.topics.values()):
-            if owned.state is not TopicState.OPEN:
-                continue
-            try:
-                await owned.flush_marks()
-                keep = await owned.keep_from_seq()
-                dropped = await owned.log.collect(
-                    keep,
-                    retention_ms=owned.config.retention_ms,
-                    retention_bytes=owned.config.retention_bytes,
-                )
-                if dropped:
-                    log.info("topic %r: collected ledgers %s", owned.name, dropped)
-            except HedwigError as exc:
-                log.info("topic %r: garbage collection skipped: %s", owned.name, exc)

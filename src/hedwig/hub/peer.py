@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from hedwig.protocol.frames import Frame
+from hedwig.protocol import Frame
 
 
 class Peer(Protocol):

@@ -21,8 +21,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import replace
 
+from hedwig.clock import Clock
 from hedwig.errors import BadVersionError, HedwigError, LedgerError, MetadataError
 from hedwig.hub.peer import Peer
 from hedwig.ledger.topic_log import TopicLog
@@ -33,7 +33,10 @@ from hedwig.metadata.records import (
     SubscriptionState,
     Version,
 )
-from hedwig.protocol.frames import Deliver, SubscriptionForcedClosed
+from hedwig.protocol import CloseReason, Deliver, SubscriptionForcedClosed
+
+# How long delivery waits before reading again when a storage replica does not answer.
+READ_RETRY_S = 1.0
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +51,7 @@ class Subscription:
         *,
         log_: TopicLog,
         store: MetadataStore,
+        clock: Clock,
         batch_messages: int,
         flush_messages: int,
         on_lost: Callable[[str], None],
@@ -63,6 +67,7 @@ class Subscription:
         self.version = version
         self._log = log_
         self._store = store
+        self._clock = clock
         self._batch_messages = batch_messages
         self._flush_messages = flush_messages
         self._on_lost = on_lost
@@ -86,9 +91,7 @@ class Subscription:
 
     def attach(self, peer: Peer, preferences: SubscriptionPreferences) -> None:
         if self.peer is not None and self.peer is not peer:
-            self.peer.send(
-                SubscriptionForcedClosed(self.topic, self.name, "attached by another connection")
-            )
+            self._send_closed(self.peer, CloseReason.TAKEN_OVER, "attached by another connection")
         self.detach_quietly()
         self.preferences = preferences
         self.peer = peer
@@ -101,10 +104,17 @@ class Subscription:
             self._task = None
         self.peer = None
 
-    def force_close(self, reason: str) -> None:
+    def force_close(self, code: CloseReason, reason: str) -> None:
         if self.peer is not None:
-            self.peer.send(SubscriptionForcedClosed(self.topic, self.name, reason))
+            self._send_closed(self.peer, code, reason)
         self.detach_quietly()
+
+    def _send_closed(self, peer: Peer, code: CloseReason, reason: str) -> None:
+        peer.send(
+            SubscriptionForcedClosed(
+                topic=self.topic, subscriber=self.name, code=code, reason=reason
+            )
+        )
 
     # consuming ----------------------------------------------------------------------------
 
@@ -143,7 +153,7 @@ class Subscription:
                     self.topic,
                     self.name,
                 )
-                self.force_close("topic moved")
+                self.force_close(CloseReason.OWNER_CHANGED, "topic moved")
                 self._on_lost("consume mark written by another hub")
                 return
             except MetadataError as exc:
@@ -152,14 +162,6 @@ class Subscription:
                 )
                 return
             self.persisted_seq = max(self.persisted_seq, target)
-
-    def record(self) -> SubscriptionData:
-        return SubscriptionData(
-            self.preferences, SubscriptionState(self.consumed_seq, self._created_ms)
-        )
-
-    def update_preferences(self, preferences: SubscriptionPreferences) -> None:
-        self.preferences = replace(preferences)
 
     # delivery -----------------------------------------------------------------------------
 
@@ -192,22 +194,18 @@ class Subscription:
                     if not failing:
                         log.warning("delivery of %r to %r waits: %s", self.topic, self.name, exc)
                     failing = True
-                    await asyncio.sleep(1.0)
+                    await self._clock.sleep(READ_RETRY_S)
                     continue
                 failing = False
-                for cached in found:
-                    batch = cached.batch
+                for batch in found:
                     last = batch.last_seq
                     if window:
                         last = min(last, self.consumed_seq + window)
-                    if batch.first_seq >= next_seq and last == batch.last_seq:
-                        peer.send(Deliver(self.topic, self.name, batch, cached.raw))
-                    else:
-                        sliced = batch.slice(next_seq, last)
-                        if sliced.count == 0:
+                    if batch.first_seq < next_seq or last != batch.last_seq:
+                        batch = batch.slice(next_seq, last)
+                        if batch.count == 0:
                             break
-                        batch = sliced
-                        peer.send(Deliver(self.topic, self.name, sliced))
+                    peer.send(Deliver(topic=self.topic, subscriber=self.name, batch=batch))
                     self.delivered_seq = batch.last_seq
                     next_seq = batch.last_seq + 1
                     if self._on_delivered is not None:
@@ -220,8 +218,6 @@ class Subscription:
         except HedwigError as exc:
             log.warning("delivery of %r to %r stopped: %s", self.topic, self.name, exc)
             if not peer.closed:
-                peer.send(
-                    SubscriptionForcedClosed(self.topic, self.name, f"delivery failed: {exc}")
-                )
+                self._send_closed(peer, CloseReason.DELIVERY_FAILED, f"delivery failed: {exc}")
             if self.peer is peer:
                 self.peer = None

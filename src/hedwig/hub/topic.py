@@ -6,9 +6,11 @@ Rules:
   watch, release) are made by ``hedwig.hub.ownership``; this object only obeys them: it is
   created OPEN after a successful claim and log take-over, and moves to CLOSED through
   ``release`` (graceful: flush marks, close the ledger, tell clients where the topic went) or
-  ``lose`` (sudden: the ownership znode or the session is gone; stop at once, tell clients).
+  ``lose`` (sudden: the ownership record or the session is gone; stop at once, tell clients).
 - A publish with a publisher id and publisher sequence is a duplicate when that publisher's
   last stored sequence already covers it; duplicates are answered, not stored again.
+- A write that fails breaks the log: the topic reports itself lost (another hub may have taken
+  over) and the publisher is told the topic is moving, so it finds the new owner.
 """
 
 from __future__ import annotations
@@ -19,8 +21,20 @@ from collections.abc import Callable
 from enum import Enum
 
 from hedwig.clock import Clock
-from hedwig.errors import HedwigError, LedgerError, ProtocolError
+from hedwig.errors import (
+    HedwigError,
+    InvalidRequestError,
+    LedgerError,
+    MessagesUnavailableError,
+    MessageTooLargeError,
+    NoSuchSubscriptionError,
+    SubscriptionBusyError,
+    SubscriptionExistsError,
+    TopicMovingError,
+)
+from hedwig.hub.config import TopicSettings
 from hedwig.hub.dedup import RECENT, Known, PublisherTable
+from hedwig.hub.events import HubEvents, LossKind
 from hedwig.hub.peer import Peer
 from hedwig.hub.subscription import Subscription
 from hedwig.ledger.topic_log import TopicLog
@@ -30,10 +44,11 @@ from hedwig.metadata.records import (
     SubscriptionPreferences,
     SubscriptionState,
     TopicConfig,
+    Version,
 )
-from hedwig.protocol import status
-from hedwig.protocol.frames import (
+from hedwig.protocol import (
     Batch,
+    CloseReason,
     Messages,
     Publish,
     Published,
@@ -42,10 +57,12 @@ from hedwig.protocol.frames import (
     Subscribed,
     SubscribeMode,
     TopicMoved,
-    scan_messages,
 )
 
 log = logging.getLogger(__name__)
+
+# Told (topic, why, text) when the topic's log fails under it.
+LostCallback = Callable[[str, LossKind, str], None]
 
 
 class TopicState(Enum):
@@ -62,62 +79,56 @@ class OwnedTopic:
         store: MetadataStore,
         config: TopicConfig,
         *,
+        settings: TopicSettings,
         clock: Clock,
-        hub_settings: object,
-        on_lost: Callable[[str, str], None],
-        stats: Callable[[str, int, int], None] | None = None,
+        events: HubEvents,
+        on_lost: LostCallback,
     ) -> None:
-        from hedwig.hub.config import HubConfig
-
-        assert isinstance(hub_settings, HubConfig)
         self.name = name
         self.log = log_
         self.store = store
         self.config = config
+        self.settings = settings
         self.clock = clock
-        self.settings = hub_settings
         self.state = TopicState.OPEN
         self.subscriptions: dict[str, Subscription] = {}
         self.publishers: set[Peer] = set()
         self.publisher_table = PublisherTable()
+        self._events = events
         self._on_lost = on_lost
-        self._stats = stats
         self.moved_to: str | None = None
+        # Cumulative counts, for the load report's rates.
         self.msg_in = 0
         self.bytes_in = 0
         self.msg_out = 0
         self.bytes_out = 0
 
-    @property
-    def max_message_size(self) -> int:
-        return self.config.max_message_size or self.settings.max_message_size
-
     def _check_open(self) -> None:
         if self.state is not TopicState.OPEN:
-            raise status.TopicMovingError(f"topic {self.name!r} is moving", detail=self.moved_to)
+            raise TopicMovingError(f"topic {self.name!r} is moving", destination=self.moved_to)
         if self.log.broken is not None:
-            raise status.TopicMovingError(f"topic {self.name!r} lost its log: {self.log.broken}")
+            raise TopicMovingError(f"topic {self.name!r} lost its log: {self.log.broken}")
 
     # publish ------------------------------------------------------------------------------
 
     async def publish(self, peer: Peer, req: Publish) -> Published:
         self._check_open()
-        if req.count <= 0:
-            raise status.InvalidRequestError("a publish must carry at least one message")
-        try:
-            scan_messages(req.payload, req.count, self.max_message_size)
-        except ValueError as exc:
-            raise status.MessageTooLargeError(
-                f"message of {exc.args[0]} bytes exceeds the limit of {self.max_message_size}"
-            ) from None
-        except ProtocolError as exc:
-            raise status.InvalidRequestError(f"malformed batch: {exc}") from None
+        messages = req.messages
+        if messages.count <= 0:
+            raise InvalidRequestError("a publish must carry at least one message")
+        limit = self.settings.max_message_size
+        if messages.largest is not None and messages.largest > limit:
+            raise MessageTooLargeError(
+                f"message of {messages.largest} bytes exceeds the limit of {limit}",
+                size=messages.largest,
+                limit=limit,
+            )
         self.publishers.add(peer)
-        pid, pseq = req.publisher_id, req.publisher_seq
+        pid, pseq, count = req.publisher_id, req.publisher_seq, messages.count
         table = self.publisher_table
         if pseq:
             try:
-                known = await table.check(pid, pseq, req.count)
+                known = await table.check(pid, pseq, count)
             except asyncio.CancelledError:
                 known = None  # the original write failed: this one is the real attempt
             if known is not None:
@@ -128,28 +139,35 @@ class OwnedTopic:
                         self.name,
                         pid,
                         pseq,
-                        pseq + req.count - 1,
+                        pseq + count - 1,
                         RECENT,
                     )
-                return Published(req.request_id, known.first_seq, known.last_seq, True)
-            table.begin(pid, pseq)
+                return Published(
+                    request_id=req.request_id,
+                    first_seq=known.first_seq,
+                    last_seq=known.last_seq,
+                    duplicate=True,
+                )
+            table.begin(pid, pseq, count)
         stored: Known | None = None
         try:
-            batch = await self.log.append(pid, pseq, req.count, req.payload)
+            batch = await self.log.append(pid, pseq, messages)
             stored = Known(batch.first_seq, batch.last_seq)
         except LedgerError as exc:
-            self._on_lost(self.name, f"ledger failed: {exc}")
-            raise status.TopicMovingError(f"topic {self.name!r} lost its log: {exc}") from None
+            self._on_lost(self.name, LossKind.LEDGER, f"ledger failed: {exc}")
+            raise TopicMovingError(f"topic {self.name!r} lost its log: {exc}") from None
         finally:
             if pseq:
                 if stored is not None:
-                    table.learn(pid, pseq, req.count, stored.first_seq)
+                    table.learn(pid, pseq, count, stored.first_seq)
                 table.end(pid, pseq, stored)
-        self.msg_in += req.count
-        self.bytes_in += len(req.payload)
-        if self._stats is not None:
-            self._stats("in", req.count, len(req.payload))
-        return Published(req.request_id, batch.first_seq, batch.last_seq)
+        size = len(messages.payload)
+        self.msg_in += count
+        self.bytes_in += size
+        self._events.published(self.name, count, size)
+        return Published(
+            request_id=req.request_id, first_seq=batch.first_seq, last_seq=batch.last_seq
+        )
 
     def remember_publishers(self, batches: list[Batch]) -> None:
         """Learn publishers' sequences from batches read back (after a take-over)."""
@@ -162,18 +180,46 @@ class OwnedTopic:
     async def subscribe(self, peer: Peer, req: Subscribe) -> Subscribed:
         self._check_open()
         prefs = SubscriptionPreferences(req.message_window, req.message_bound)
-        sub = self.subscriptions.get(req.subscriber)
-        if sub is None:
-            got = await self.store.subscriptions.read_subscription_data(self.name, req.subscriber)
-            self._check_open()
-            sub = self.subscriptions.get(req.subscriber)  # raced with another subscribe
-            if sub is None and got is not None:
-                sub = self._make_sub(req.subscriber, got.value, got.version)
-        if sub is None:
+        sub = await self._find_or_create(req)
+        if (
+            sub.peer is not None
+            and sub.peer is not peer
+            and not sub.peer.closed
+            and not req.force_attach
+        ):
+            raise SubscriptionBusyError(
+                f"subscription {req.subscriber!r} is attached to another connection "
+                "(subscribe with force-attach to take it over)"
+            )
+        answer = Subscribed(
+            request_id=req.request_id, consumed_seq=sub.consumed_seq, last_seq=self.log.last_seq
+        )
+        sub.attach(peer, prefs)
+        return answer
+
+    async def _find_or_create(self, req: Subscribe) -> Subscription:
+        """The subscription ``req`` names, read from the store or created as its mode says."""
+        while True:
+            sub = self.subscriptions.get(req.subscriber)
+            if sub is None:
+                got = await self.store.subscriptions.read_subscription_data(
+                    self.name, req.subscriber
+                )
+                self._check_open()
+                sub = self.subscriptions.get(req.subscriber)  # raced with another subscribe
+                if sub is None and got is not None:
+                    sub = self._make_sub(req.subscriber, got.value, got.version)
+            if sub is not None:
+                if req.mode is SubscribeMode.CREATE:
+                    raise SubscriptionExistsError(
+                        f"subscription {req.subscriber!r} exists on topic {self.name!r}"
+                    )
+                return sub
             if req.mode is SubscribeMode.ATTACH:
-                raise status.NoSuchSubscriptionError(
+                raise NoSuchSubscriptionError(
                     f"no subscription {req.subscriber!r} on topic {self.name!r}"
                 )
+            prefs = SubscriptionPreferences(req.message_window, req.message_bound)
             data = SubscriptionData(
                 prefs, SubscriptionState(self.log.last_seq, self.clock.wall_ms())
             )
@@ -181,47 +227,26 @@ class OwnedTopic:
                 version = await self.store.subscriptions.create_subscription_data(
                     self.name, req.subscriber, data
                 )
-            except HedwigError as exc:
-                from hedwig.errors import SubscriptionStateExistsError
-
-                if isinstance(exc, SubscriptionStateExistsError):
-                    raise status.ServiceUnavailableError(
-                        "subscription created concurrently; retry"
-                    ) from exc
-                raise
+            except SubscriptionExistsError:
+                if req.mode is SubscribeMode.CREATE:
+                    raise
+                continue  # created concurrently: attach to that one
             self._check_open()
-            sub = self._make_sub(req.subscriber, data, version)
-        elif req.mode is SubscribeMode.CREATE:
-            raise status.SubscriptionExistsError(
-                f"subscription {req.subscriber!r} exists on topic {self.name!r}"
-            )
-        if (
-            sub.peer is not None
-            and sub.peer is not peer
-            and not sub.peer.closed
-            and not req.force_attach
-        ):
-            raise status.SubscriptionBusyError(
-                f"subscription {req.subscriber!r} is attached to another connection "
-                "(subscribe with force-attach to take it over)"
-            )
-        answer = Subscribed(req.request_id, sub.consumed_seq, self.log.last_seq)
-        sub.attach(peer, prefs)
-        return answer
+            existing = self.subscriptions.get(req.subscriber)
+            return existing or self._make_sub(req.subscriber, data, version)
 
-    def _make_sub(self, name: str, data: SubscriptionData, version: int) -> Subscription:
-        from hedwig.metadata.records import Version
-
+    def _make_sub(self, name: str, data: SubscriptionData, version: Version) -> Subscription:
         sub = Subscription(
             self.name,
             name,
             data,
-            Version(version),
+            version,
             log_=self.log,
             store=self.store,
+            clock=self.clock,
             batch_messages=self.settings.delivery_batch_messages,
             flush_messages=self.settings.consume_flush_messages,
-            on_lost=lambda reason: self._on_lost(self.name, reason),
+            on_lost=lambda why: self._on_lost(self.name, LossKind.LEDGER, why),
             on_delivered=self._delivered,
         )
         self.subscriptions[name] = sub
@@ -230,13 +255,12 @@ class OwnedTopic:
     def _delivered(self, count: int, size: int) -> None:
         self.msg_out += count
         self.bytes_out += size
-        if self._stats is not None:
-            self._stats("out", count, size)
+        self._events.delivered(self.name, count, size)
 
     def _attached(self, peer: Peer, subscriber: str) -> Subscription:
         sub = self.subscriptions.get(subscriber)
         if sub is None or sub.peer is not peer:
-            raise status.NoSuchSubscriptionError(
+            raise NoSuchSubscriptionError(
                 f"subscription {subscriber!r} on topic {self.name!r} is not attached here"
             )
         return sub
@@ -256,24 +280,17 @@ class OwnedTopic:
         sub = self.subscriptions.pop(subscriber, None)
         if sub is not None:
             if sub.peer is not peer:
-                sub.force_close("unsubscribed by another connection")
+                sub.force_close(CloseReason.UNSUBSCRIBED, "unsubscribed by another connection")
             sub.detach_quietly()
             version = sub.version
         else:
             got = await self.store.subscriptions.read_subscription_data(self.name, subscriber)
             if got is None:
-                raise status.NoSuchSubscriptionError(
+                raise NoSuchSubscriptionError(
                     f"no subscription {subscriber!r} on topic {self.name!r}"
                 )
             version = got.version
-        from hedwig.errors import NoSubscriptionStateError
-
-        try:
-            await self.store.subscriptions.delete_subscription_data(self.name, subscriber, version)
-        except NoSubscriptionStateError:
-            raise status.NoSuchSubscriptionError(
-                f"no subscription {subscriber!r} on topic {self.name!r}"
-            ) from None
+        await self.store.subscriptions.delete_subscription_data(self.name, subscriber, version)
 
     def detach_peer(self, peer: Peer) -> None:
         self.publishers.discard(peer)
@@ -293,14 +310,19 @@ class OwnedTopic:
         self._check_open()
         first = self.log.first_seq
         if req.start_seq and req.start_seq < first:
-            raise status.MessagesUnavailableError(
+            raise MessagesUnavailableError(
                 f"messages before {first} of topic {self.name!r} were collected by retention",
-                detail=str(first),
+                first_available=first,
             )
-        cached = await self.log.read(
+        batches = await self.log.read(
             max(req.start_seq, first), max(1, min(req.max_messages, 100_000)), max(1, req.max_bytes)
         )
-        return Messages(req.request_id, first, self.log.last_seq, tuple(c.batch for c in cached))
+        return Messages(
+            request_id=req.request_id,
+            first_available=first,
+            last_seq=self.log.last_seq,
+            batches=tuple(batches),
+        )
 
     async def keep_from_seq(self) -> int:
         """The first sequence id some subscriber (attached or not) still needs."""
@@ -317,9 +339,10 @@ class OwnedTopic:
             if sub.peer is not None:
                 peers.add(sub.peer)
                 sub.detach_quietly()
+        moved = TopicMoved(topic=self.name, new_owner=self.moved_to, reason=reason)
         for peer in peers:
             if not peer.closed:
-                peer.send(TopicMoved(self.name, self.moved_to, reason))
+                peer.send(moved)
         self.publishers.clear()
 
     async def release(self, reason: str, new_owner: str | None = None) -> None:
@@ -333,13 +356,13 @@ class OwnedTopic:
         try:
             await self.flush_marks()
             await self.log.close()
-        except HedwigError as exc:
+        except HedwigError as exc:  # the hand-off goes on: the next owner recovers the ledger
             log.warning("topic %r: closing the log on release failed: %s", self.name, exc)
         self.state = TopicState.CLOSED
         self._notify_moved(reason)
 
     def lose(self, reason: str, new_owner: str | None = None) -> None:
-        """Ownership is gone (znode deleted, session lost): stop at once."""
+        """Ownership is gone (record deleted, session lost): stop at once."""
         if self.state is TopicState.CLOSED:
             return
         self.state = TopicState.CLOSED

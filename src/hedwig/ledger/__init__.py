@@ -1,23 +1,25 @@
-"""Per-topic logs made of ledgers (``docs/architecture.md``, and the invariants in ledgers.md).
+"""Per-topic logs made of ledgers (``docs/architecture.md``, "Storage: ledgers and fencing").
 
-``storage`` is the replica role (entries on disk), ``handle`` writes, recovers and reads one
-ledger over its ensemble, ``topic_log`` strings a topic's ledgers together, and ``pool`` maps
-storage addresses to replicas.
+``storage`` is the replica role (entries on disk), ``remote`` reaches another hub's replica,
+``replicas`` maps storage addresses to replicas, ``handle`` writes, recovers and reads one
+ledger over its ensemble, ``topic_log`` strings a topic's ledgers together, ``log_reader``
+reads them back by sequence id, ``retention`` decides which may go, and ``auditor`` repairs
+under-replicated ledgers and collects orphaned replicas.
 """
 
-from hedwig.ledger.handle import LedgerWriter, StoragePool, read_entry, recover_ledger
-from hedwig.ledger.pool import HubPool, LocalPool
+from hedwig.ledger.handle import LedgerWriter, read_entry, recover_ledger
+from hedwig.ledger.replicas import LocalFirstReplicas, RemoteReplicas, Replicas
 from hedwig.ledger.storage import LocalStorage, StorageNode
 from hedwig.ledger.topic_log import LogSettings, TopicLog
 
 __all__ = [
-    "HubPool",
     "LedgerWriter",
-    "LocalPool",
+    "LocalFirstReplicas",
     "LocalStorage",
     "LogSettings",
+    "RemoteReplicas",
+    "Replicas",
     "StorageNode",
-    "StoragePool",
     "TopicLog",
     "read_entry",
     "recover_ledger",

@@ -11,6 +11,9 @@ with an empty disk), or when it was written with a smaller ensemble than its top
 - a small ensemble (every replica holding every entry) grows by copying all entries to a new
   replica and recording it with a compare-and-set.
 
+The auditor also collects orphans: replicas on this hub's disk whose ledger metadata is gone
+(the topic was deleted, or a collection's delete did not reach this hub).
+
 Copies use the storage role's recovery adds, so they work on fenced ledgers too. Open ledgers
 belong to their writer (or to the recovery of the next owner) and are left alone. The work is
 split between hubs without coordination: each alive hub audits the ledgers whose id modulo the
@@ -26,7 +29,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 
 from hedwig.errors import BadVersionError, HedwigError
-from hedwig.ledger.handle import StoragePool, read_entry, write_set
+from hedwig.ledger.handle import read_entry, write_set
+from hedwig.ledger.replicas import Replicas
+from hedwig.ledger.storage import LocalStorage
 from hedwig.metadata.managers import MetadataStore
 from hedwig.metadata.records import LedgerMetadata, LedgerState, Version
 
@@ -56,6 +61,7 @@ class AuditReport:
     under_replicated: list[LedgerHealth] = field(default_factory=list)
     repaired: int = 0
     failed: int = 0
+    orphans_deleted: list[int] = field(default_factory=list)
 
 
 def _fragments(md: LedgerMetadata) -> list[tuple[int, int, tuple[str, ...]]]:
@@ -70,7 +76,7 @@ def _fragments(md: LedgerMetadata) -> list[tuple[int, int, tuple[str, ...]]]:
 
 
 async def inspect(
-    md: LedgerMetadata, pool: StoragePool, alive: set[str], wanted: int
+    md: LedgerMetadata, replicas: Replicas, alive: set[str], wanted: int
 ) -> LedgerHealth:
     """What is wrong with a closed ledger (asks live replicas for their last entry)."""
     current = md.fragments[-1][1] if md.fragments else ()
@@ -84,7 +90,7 @@ async def inspect(
             if md.ensemble_size != md.write_quorum:
                 continue  # striped ledgers: per-entry checks are not done here
             try:
-                _, stored = await pool.node(address).read_lac(md.ledger_id, fence=False)
+                _, stored = await replicas.node(address).read_lac(md.ledger_id, fence=False)
             except HedwigError:
                 continue
             if stored < last:
@@ -100,19 +106,22 @@ class Auditor:
         *,
         address: str,
         store: MetadataStore,
-        pool: StoragePool,
+        replicas: Replicas,
+        local: LocalStorage,
         wanted_size: WantedSize,
         rng: random.Random | None = None,
     ) -> None:
         self.address = address
         self.store = store
-        self.pool = pool
+        self.local = local
+        self.replicas = replicas
         self.wanted_size = wanted_size
         self.rng = rng or random.Random()
         self.last = AuditReport()
 
     async def run_once(self) -> AuditReport:
         report = AuditReport()
+        report.orphans_deleted = await self.collect_orphans()
         alive = sorted(h.address for h in await self.store.hubs.list_hubs() if h.alive)
         if self.address not in alive:
             return report
@@ -129,7 +138,7 @@ class Auditor:
                 wanted = await self.wanted_size(md.topic)
             except HedwigError:
                 wanted = md.ensemble_size
-            health = await inspect(md, self.pool, set(alive), wanted)
+            health = await inspect(md, self.replicas, set(alive), wanted)
             if not health.under_replicated:
                 continue
             report.under_replicated.append(health)
@@ -142,12 +151,27 @@ class Auditor:
         self.last = report
         return report
 
+    async def collect_orphans(self) -> list[int]:
+        """Delete this hub's replicas of ledgers whose metadata is gone. Ledger ids only grow,
+        so a replica with an id above the highest known one may belong to a ledger being
+        created: it is kept."""
+        known = set(await self.store.ledgers.list_ledgers())
+        if not known:
+            return []
+        ceiling = max(known)
+        orphans = [lid for lid in self.local.ledgers() if lid <= ceiling and lid not in known]
+        for lid in orphans:
+            await self.local.delete_ledger(lid)
+        if orphans:
+            log.info("deleted %d orphan ledger replicas: %s", len(orphans), orphans[:10])
+        return orphans
+
     async def _copy(
         self, md: LedgerMetadata, entries: list[int], to: str, sources: set[str]
     ) -> None:
-        target = self.pool.node(to)
+        target = self.replicas.node(to)
         for entry in entries:
-            payload = await read_entry(self.pool, md, entry, among=sources)
+            payload = await read_entry(self.replicas, md, entry, among=sources)
             await target.add_entry(md.ledger_id, entry, md.last_entry_id, payload, recovery=True)
 
     async def repair(
@@ -180,7 +204,7 @@ class Auditor:
             for first, last, ensemble in _fragments(md):
                 if address not in ensemble:
                     continue
-                _, stored = await self.pool.node(address).read_lac(md.ledger_id, fence=False)
+                _, stored = await self.replicas.node(address).read_lac(md.ledger_id, fence=False)
                 entries = list(range(max(first, stored + 1), last + 1))
                 await self._copy(md, entries, address, healthy & set(ensemble) - {address})
                 log.info(

@@ -21,9 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
-from typing import Protocol
 
 from hedwig.clock import Clock, SystemClock
 from hedwig.errors import (
@@ -35,25 +34,11 @@ from hedwig.errors import (
     NoSuchEntryError,
     NotEnoughReplicasError,
 )
-from hedwig.ledger.storage import StorageNode
+from hedwig.ledger.replicas import Replicas
 from hedwig.metadata.managers import LedgerMetadataManager
 from hedwig.metadata.records import LedgerMetadata, LedgerState, Versioned
 
 log = logging.getLogger(__name__)
-
-
-class StoragePool(Protocol):
-    """Maps storage addresses to replicas, and remembers which ones failed lately."""
-
-    def node(self, address: str) -> StorageNode: ...
-
-    def preferred(self, addresses: Sequence[str]) -> list[str]:
-        """``addresses`` in the order to try them for a read: local first, suspects last."""
-        ...
-
-    def suspect(self, address: str) -> None:
-        """Note that ``address`` just failed a request."""
-        ...
 
 
 def write_set(md: LedgerMetadata, entry_id: int) -> list[str]:
@@ -76,7 +61,7 @@ class LedgerWriter:
     def __init__(
         self,
         ledgers: LedgerMetadataManager,
-        pool: StoragePool,
+        replicas: Replicas,
         metadata: Versioned[LedgerMetadata],
         *,
         clock: Clock | None = None,
@@ -84,7 +69,7 @@ class LedgerWriter:
     ) -> None:
         self._ledgers = ledgers
         self._on_replica_failure = on_replica_failure
-        self._pool = pool
+        self._replicas = replicas
         self._md = metadata.value
         self._version = metadata.version
         self._clock = clock or SystemClock()
@@ -130,7 +115,7 @@ class LedgerWriter:
 
     async def _send(self, address: str, pending: _Pending, payload: bytes, wq: int) -> None:
         try:
-            node = self._pool.node(address)
+            node = self._replicas.node(address)
             await node.add_entry(self.ledger_id, pending.entry_id, self.lac, payload)
         except LedgerFencedError as exc:
             self._break(exc)
@@ -199,7 +184,7 @@ class LedgerWriter:
 
 
 async def read_entry(
-    pool: StoragePool,
+    replicas: Replicas,
     md: LedgerMetadata,
     entry_id: int,
     *,
@@ -212,13 +197,13 @@ async def read_entry(
     """
     last: Exception | None = None
     targets = [a for a in write_set(md, entry_id) if among is None or a in among]
-    for address in pool.preferred(targets):
+    for address in replicas.preferred(targets):
         try:
-            return await pool.node(address).read_entry(md.ledger_id, entry_id)
+            return await replicas.node(address).read_entry(md.ledger_id, entry_id)
         except NoSuchEntryError as exc:
             last = exc
         except Exception as exc:
-            pool.suspect(address)
+            replicas.suspect(address)
             last = exc
     if isinstance(last, NoSuchEntryError) or last is None:
         raise last or NoSuchEntryError(f"ledger {md.ledger_id} entry {entry_id}: no replica")
@@ -229,7 +214,7 @@ async def read_entry(
 
 async def recover_ledger(
     ledgers: LedgerMetadataManager,
-    pool: StoragePool,
+    replicas: Replicas,
     ledger_id: int,
     *,
     last_seq_of: Callable[[bytes], int] | None = None,
@@ -252,7 +237,7 @@ async def recover_ledger(
             except BadVersionError:
                 continue
             md = replace(md, state=LedgerState.IN_RECOVERY)
-        last_entry, last_payload = await _fence_and_read_forward(pool, md)
+        last_entry, last_payload = await _fence_and_read_forward(replicas, md)
         last_seq = md.last_seq
         if last_payload is not None and last_seq_of is not None:
             last_seq = last_seq_of(last_payload)
@@ -271,14 +256,14 @@ async def recover_ledger(
 
 
 async def _fence_and_read_forward(
-    pool: StoragePool, md: LedgerMetadata
+    replicas: Replicas, md: LedgerMetadata
 ) -> tuple[int, bytes | None]:
     ensemble = md.fragments[-1][1]
     needed = len(ensemble) - md.ack_quorum + 1
 
     async def fence(address: str) -> tuple[int, int] | None:
         try:
-            return await pool.node(address).read_lac(md.ledger_id, fence=True)
+            return await replicas.node(address).read_lac(md.ledger_id, fence=True)
         except Exception as exc:
             log.info("fencing ledger %d on %s failed: %s", md.ledger_id, address, exc)
             return None
@@ -298,13 +283,13 @@ async def _fence_and_read_forward(
     last_payload: bytes | None = None
     while True:
         try:
-            payload = await read_entry(pool, md, entry, among=responders)
+            payload = await read_entry(replicas, md, entry, among=responders)
         except (NoSuchEntryError, NotEnoughReplicasError):
             break
         targets = [a for a in write_set(md, entry) if a in responders]
         results = await asyncio.gather(
             *(
-                pool.node(a).add_entry(md.ledger_id, entry, lac, payload, recovery=True)
+                replicas.node(a).add_entry(md.ledger_id, entry, lac, payload, recovery=True)
                 for a in targets
             ),
             return_exceptions=True,
@@ -315,5 +300,5 @@ async def _fence_and_read_forward(
         entry += 1
     last_entry = entry - 1
     if last_payload is None and last_entry >= 0:
-        last_payload = await read_entry(pool, md, last_entry, among=responders)
+        last_payload = await read_entry(replicas, md, last_entry, among=responders)
     return last_entry, last_payload

@@ -1,71 +1,98 @@
-"""Another hub's storage role, reached over the wire (the storage frames of the protocol)."""
+"""Another hub's storage role, reached over the wire (the storage frames of the protocol).
+
+Answers come back as the ledger layer's own exceptions (a fenced ledger is
+``LedgerFencedError`` whichever replica fenced it); anything else that goes wrong with the
+replica (it is down, slow, or refuses) is ``NotEnoughReplicasError`` for that replica, which the
+writer and recovery count against their quorums.
+"""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import TypeVarTuple
 
-from hedwig.errors import (
-    ConnectionLostError,
-    LedgerFencedError,
-    NoSuchEntryError,
-    NotEnoughReplicasError,
+from hedwig.clock import Clock, SystemClock
+from hedwig.errors import HedwigError, LedgerFencedError, NoSuchEntryError, NotEnoughReplicasError
+from hedwig.net.connection import HubConnection
+from hedwig.net.transport import TCP, Network
+from hedwig.protocol import (
+    AddEntry,
+    DeleteLedger,
+    Entry,
+    Lac,
+    ReadEntry,
+    ReadLac,
+    Reply,
+    Request,
 )
-from hedwig.net.connection import Answer, HubConnection
-from hedwig.protocol import status
-from hedwig.protocol.frames import AddEntry, DeleteLedger, Entry, Frame, Lac, ReadEntry, ReadLac
-
-Ts = TypeVarTuple("Ts")
 
 
 class RemoteStorage:
-    def __init__(self, address: str, *, timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        address: str,
+        *,
+        timeout_s: float = 10.0,
+        network: Network = TCP,
+        clock: Clock | None = None,
+    ) -> None:
         self.address = address
         self._timeout = timeout_s
+        self._network = network
+        self._clock = clock or SystemClock()
         self._conn: HubConnection | None = None
-        self._connecting: asyncio.Lock | None = None
+        self._connecting = asyncio.Lock()
 
     async def _connection(self) -> HubConnection:
         if self._conn is not None and not self._conn.closed:
             return self._conn
-        if self._connecting is None:
-            self._connecting = asyncio.Lock()
         async with self._connecting:
             if self._conn is None or self._conn.closed:
                 self._conn = await HubConnection.open(
-                    self.address, lambda *_: None, lambda *_: None, timeout=self._timeout
+                    self.address, network=self._network, clock=self._clock, timeout=self._timeout
                 )
         return self._conn
 
-    async def _request(self, make: Callable[[int, *Ts], Frame], *args: *Ts) -> Answer:
+    async def _request(self, make: Callable[[int], Request]) -> Reply:
+        """Send ``make(request_id)`` on the connection to the replica."""
         try:
             conn = await self._connection()
-            return await conn.request(make(conn.next_id(), *args), self._timeout)
-        except status.LedgerFencedStatusError as exc:
-            raise LedgerFencedError(str(exc)) from exc
-        except status.NoSuchEntryStatusError as exc:
-            raise NoSuchEntryError(str(exc)) from exc
-        except (status.ServerError, ConnectionLostError) as exc:
+            return await conn.request(make(conn.next_id()), self._timeout)
+        except (LedgerFencedError, NoSuchEntryError):
+            raise
+        except HedwigError as exc:
             raise NotEnoughReplicasError(f"storage replica {self.address}: {exc}") from exc
 
     async def add_entry(
         self, ledger_id: int, entry_id: int, lac: int, payload: bytes, *, recovery: bool = False
     ) -> None:
-        await self._request(AddEntry, ledger_id, entry_id, lac, payload, recovery)
+        await self._request(
+            lambda rid: AddEntry(
+                request_id=rid,
+                ledger_id=ledger_id,
+                entry_id=entry_id,
+                lac=lac,
+                payload=payload,
+                recovery=recovery,
+            )
+        )
 
     async def read_entry(self, ledger_id: int, entry_id: int) -> bytes:
-        answer = await self._request(ReadEntry, ledger_id, entry_id)
+        answer = await self._request(
+            lambda rid: ReadEntry(request_id=rid, ledger_id=ledger_id, entry_id=entry_id)
+        )
         assert isinstance(answer, Entry)
         return answer.payload
 
     async def read_lac(self, ledger_id: int, *, fence: bool) -> tuple[int, int]:
-        answer = await self._request(ReadLac, ledger_id, fence)
+        answer = await self._request(
+            lambda rid: ReadLac(request_id=rid, ledger_id=ledger_id, fence=fence)
+        )
         assert isinstance(answer, Lac)
         return answer.lac, answer.last_entry_id
 
     async def delete_ledger(self, ledger_id: int) -> None:
-        await self._request(DeleteLedger, ledger_id)
+        await self._request(lambda rid: DeleteLedger(request_id=rid, ledger_id=ledger_id))
 
     def close(self) -> None:
         if self._conn is not None:

@@ -23,12 +23,11 @@ import logging
 import os
 import struct
 import zlib
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from hedwig.errors import CorruptEntryError, LedgerFencedError, NoSuchEntryError
+from hedwig.errors import CorruptEntryError, LedgerError, LedgerFencedError, NoSuchEntryError
 
 log = logging.getLogger(__name__)
 
@@ -174,10 +173,6 @@ class LocalStorage:
             raise CorruptEntryError(f"ledger {ledger_id} entry {entry_id} failed its checksum")
         return body
 
-    def entries(self, ledger_id: int) -> Iterator[int]:
-        lf = self._ledgers.get(ledger_id)
-        return iter(sorted(lf.offsets)) if lf else iter(())
-
     async def read_lac(self, ledger_id: int, *, fence: bool) -> tuple[int, int]:
         lf = self._ledgers.get(ledger_id)
         if lf is None:
@@ -208,10 +203,6 @@ class LocalStorage:
             with contextlib.suppress(FileNotFoundError):
                 p.unlink()
 
-    def ledger_size(self, ledger_id: int) -> int:
-        lf = self._ledgers.get(ledger_id)
-        return lf.size if lf else 0
-
     # group commit -------------------------------------------------------------------------
 
     def _kick(self) -> None:
@@ -236,10 +227,11 @@ class LocalStorage:
                 await loop.run_in_executor(None, _write_and_sync, [(fd, b) for fd, b, _ in groups])
             except OSError as exc:
                 log.error("ledger storage write failed: %s", exc)
+                failed = LedgerError(f"storage write failed: {exc}")
                 for _, _, futs in groups:
                     for f in futs:
                         if not f.done():
-                            f.set_exception(exc)
+                            f.set_exception(failed)
                 continue
             self.syncs += len(groups)
             for _, data, futs in groups:

@@ -12,33 +12,34 @@ Rules:
   confirmed, so there is never a gap below an acknowledged message.
 - Readers see only confirmed batches (up to the LAC).
 - The newest batches are kept in memory (``cache_bytes``) so subscribers that keep up are
-  served without touching the disk.
+  served without touching the disk (``hedwig.ledger.log_reader``).
 - The current ledger is rolled over when it grows past ``ledger_max_bytes``; closed ledgers are
-  collected by ``collect`` once every subscriber has consumed them and retention allows.
+  collected by ``collect`` once every subscriber has consumed them and retention allows
+  (``hedwig.ledger.retention``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import bisect
 import logging
-import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 
 from hedwig.clock import Clock, SystemClock
-from hedwig.errors import BadVersionError, LedgerError, NoSuchEntryError
-from hedwig.ledger.handle import LedgerWriter, StoragePool, read_entry, recover_ledger
+from hedwig.errors import BadVersionError, LedgerError
+from hedwig.ledger.handle import LedgerWriter, read_entry, recover_ledger
+from hedwig.ledger.log_reader import LogReader
+from hedwig.ledger.replicas import Replicas
+from hedwig.ledger.retention import collectable_prefix, delete_ledger_everywhere
 from hedwig.metadata.managers import MetadataStore
 from hedwig.metadata.records import (
     NEW_VERSION,
     LedgerMetadata,
-    LedgerRange,
     LedgerRanges,
     ReplicationConfig,
     Versioned,
 )
-from hedwig.protocol.frames import Batch
+from hedwig.protocol import Batch, EncodedMessages
 
 # Chooses storage replicas for a new ledger: (wanted size, smallest acceptable size,
 # replicas to avoid) -> addresses.
@@ -46,26 +47,9 @@ EnsembleChooser = Callable[[int, int, frozenset[str]], Awaitable[list[str]]]
 
 log = logging.getLogger(__name__)
 
-_FIRST_SEQ = struct.Struct(">Q")
-
 
 def last_seq_of(entry: bytes) -> int:
-    b = Batch.decode(entry)
-    return b.last_seq
-
-
-@dataclass
-class _Cached:
-    batch: Batch
-    raw: bytes
-
-
-@dataclass
-class _LedgerIndex:
-    """Where each entry of a ledger starts, in sequence ids (for reads by sequence id)."""
-
-    metadata: LedgerMetadata
-    first_seqs: list[int] = field(default_factory=list)
+    return Batch.from_stored(entry).last_seq
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +66,7 @@ class TopicLog:
         self,
         topic: str,
         store: MetadataStore,
-        pool: StoragePool,
+        replicas: Replicas,
         *,
         owner: str,
         owner_epoch: int,
@@ -93,7 +77,7 @@ class TopicLog:
     ) -> None:
         self.topic = topic
         self._store = store
-        self._pool = pool
+        self._replicas = replicas
         self._owner = owner
         self._epoch = owner_epoch
         self._ensemble = ensemble
@@ -103,12 +87,9 @@ class TopicLog:
         self._clock = clock or SystemClock()
         self._ranges: Versioned[LedgerRanges] = Versioned(LedgerRanges(), NEW_VERSION)
         self._writer: LedgerWriter | None = None
-        self._indexes: dict[int, _LedgerIndex] = {}
+        self._reader = LogReader(topic, store.ledgers, replicas, settings.cache_bytes)
         self._next_seq = 1
         self.last_seq = 0  # last confirmed
-        self._cache: list[_Cached] = []
-        self._cache_seqs: list[int] = []
-        self._cache_size = 0
         self._changed = asyncio.Event()
         self._rolling: asyncio.Future[None] | None = None
         self._ledger_bytes = 0
@@ -129,7 +110,7 @@ class TopicLog:
                 recovered.add(r.ledger_id)
                 md = await recover_ledger(
                     self._store.ledgers,
-                    self._pool,
+                    self._replicas,
                     r.ledger_id,
                     last_seq_of=last_seq_of,
                     clock=self._clock,
@@ -172,7 +153,8 @@ class TopicLog:
         if md.last_entry_id < 0:
             return md.created_ms or None
         try:
-            return Batch.decode(await read_entry(self._pool, md, md.last_entry_id)).publish_time_ms
+            entry = await read_entry(self._replicas, md, md.last_entry_id)
+            return Batch.from_stored(entry).publish_time_ms
         except LedgerError:
             return None
 
@@ -193,7 +175,7 @@ class TopicLog:
         created = await self._store.ledgers.create_ledger(md)
         return LedgerWriter(
             self._store.ledgers,
-            self._pool,
+            self._replicas,
             created,
             clock=self._clock,
             on_replica_failure=self._replica_failed,
@@ -246,13 +228,9 @@ class TopicLog:
     # appending ----------------------------------------------------------------------------
 
     async def append(
-        self,
-        publisher_id: str,
-        publisher_seq: int,
-        count: int,
-        payload: bytes,
+        self, publisher_id: str, publisher_seq: int, messages: EncodedMessages
     ) -> Batch:
-        """Durably append one batch; returns it with its sequence ids."""
+        """Durably append one batch; returns it with its sequence ids (and its stored bytes)."""
         while self._rolling is not None:
             await asyncio.shield(self._rolling)
         if self.broken is not None:
@@ -260,9 +238,13 @@ class TopicLog:
         writer = self._writer
         assert writer is not None, "append before open"
         batch = Batch(
-            self._next_seq, self._clock.wall_ms(), publisher_id, publisher_seq, count, payload
-        )
-        self._next_seq += count
+            first_seq=self._next_seq,
+            publish_time_ms=self._clock.wall_ms(),
+            publisher_id=publisher_id,
+            publisher_seq=publisher_seq,
+            messages=messages,
+        ).with_raw()
+        self._next_seq += messages.count
         raw = batch.encode()
         self._ledger_bytes += len(raw)
         self._inflight += 1
@@ -276,8 +258,7 @@ class TopicLog:
             self._inflight -= 1
         # Confirmation is in order, so this batch directly follows the previous confirmed one.
         self.last_seq = batch.last_seq
-        self._index_for(writer.metadata).first_seqs.append(batch.first_seq)
-        self._remember(batch, raw)
+        self._reader.written(writer.metadata, batch)
         self._notify()
         if self._ledger_bytes >= self.settings.ledger_max_bytes and self._rolling is None:
             asyncio.get_running_loop().create_task(self._roll_over())
@@ -286,24 +267,6 @@ class TopicLog:
     def _notify(self) -> None:
         self._changed.set()
         self._changed = asyncio.Event()
-
-    def _remember(self, batch: Batch, raw: bytes) -> None:
-        self._cache.append(_Cached(batch, raw))
-        self._cache_seqs.append(batch.first_seq)
-        self._cache_size += len(raw)
-        if self._cache_size > self.settings.cache_bytes:
-            drop = 0
-            while self._cache_size > self.settings.cache_bytes // 2 and drop < len(self._cache) - 1:
-                self._cache_size -= len(self._cache[drop].raw)
-                drop += 1
-            del self._cache[:drop]
-            del self._cache_seqs[:drop]
-
-    def _index_for(self, md: LedgerMetadata) -> _LedgerIndex:
-        idx = self._indexes.get(md.ledger_id)
-        if idx is None:
-            idx = self._indexes[md.ledger_id] = _LedgerIndex(md)
-        return idx
 
     @property
     def degraded(self) -> bool:
@@ -381,7 +344,7 @@ class TopicLog:
         while self._inflight and self.broken is None:
             await self._changed.wait()
         md = await writer.close(last_seq=self.last_seq)
-        self._index_for(md).metadata = md
+        self._reader.closed(md)
         ranges = self._ranges.value.close_tail(self.last_seq)
         version = await self._store.persistence.write_topic_persistence_info(
             self.topic, ranges, self._ranges.version
@@ -400,125 +363,41 @@ class TopicLog:
 
     # reading ------------------------------------------------------------------------------
 
-    async def read(self, start_seq: int, max_messages: int, max_bytes: int) -> list[_Cached]:
+    async def read(self, start_seq: int, max_messages: int, max_bytes: int) -> list[Batch]:
         """Confirmed batches holding ``start_seq`` onwards, within the limits (at least one)."""
-        start_seq = max(start_seq, self.first_seq)
-        if start_seq > self.last_seq:
-            return []
-        if self._cache_seqs and start_seq >= self._cache_seqs[0]:
-            i = bisect.bisect_right(self._cache_seqs, start_seq) - 1
-            out: list[_Cached] = []
-            msgs = size = 0
-            for c in self._cache[i:]:
-                out.append(c)
-                msgs += c.batch.count
-                size += len(c.raw)
-                if msgs >= max_messages or size >= max_bytes:
-                    break
-            return out
-        return await self._read_ledgers(start_seq, max_messages, max_bytes)
-
-    async def _read_ledgers(
-        self, start_seq: int, max_messages: int, max_bytes: int
-    ) -> list[_Cached]:
-        out: list[_Cached] = []
-        msgs = size = 0
-        ranges = self._ranges.value.ranges
-        starts = [r.start_seq for r in ranges]
-        ri = max(0, bisect.bisect_right(starts, start_seq) - 1)
-        seq = start_seq
-        while ri < len(ranges) and seq <= self.last_seq:
-            r = ranges[ri]
-            if r.end_seq is not None and r.end_seq < seq:
-                ri += 1
-                continue
-            idx = await self._load_index(r)
-            ei = max(0, bisect.bisect_right(idx.first_seqs, seq) - 1)
-            while ei < len(idx.first_seqs):
-                raw = await read_entry(self._pool, idx.metadata, ei)
-                batch = Batch.decode(raw)
-                if batch.first_seq > self.last_seq:
-                    return out
-                out.append(_Cached(batch, raw))
-                msgs += batch.count
-                size += len(raw)
-                seq = batch.last_seq + 1
-                if msgs >= max_messages or size >= max_bytes:
-                    return out
-                ei += 1
-            ri += 1
-        return out
-
-    async def _load_index(self, r: LedgerRange) -> _LedgerIndex:
-        idx = self._indexes.get(r.ledger_id)
-        if idx is not None and (idx.first_seqs or r.end_seq == r.start_seq - 1):
-            return idx
-        got = await self._store.ledgers.read_ledger(r.ledger_id)
-        if got is None:
-            raise NoSuchEntryError(f"ledger {r.ledger_id} of topic {self.topic!r} is gone")
-        md = got.value
-        idx = _LedgerIndex(md)
-        for eid in range(md.last_entry_id + 1):
-            raw = await read_entry(self._pool, md, eid)
-            idx.first_seqs.append(_FIRST_SEQ.unpack_from(raw)[0])
-        self._indexes[r.ledger_id] = idx
-        return idx
+        return await self._reader.read(
+            self._ranges.value.ranges,
+            max(start_seq, self.first_seq),
+            self.last_seq,
+            max_messages,
+            max_bytes,
+        )
 
     # garbage collection -------------------------------------------------------------------
 
     async def collect(
         self, keep_from_seq: int, *, retention_ms: int | None, retention_bytes: int | None
     ) -> list[int]:
-        """Delete closed ledgers wholly below ``keep_from_seq`` that retention lets go.
-
-        ``keep_from_seq`` is the first sequence id some subscriber still needs. Retention keeps
-        consumed ledgers for late readers: a ledger goes once it is older than
-        ``retention_ms`` *or* the consumed ledgers after it already hold ``retention_bytes``.
-        ``None`` means no limit of that kind.
-        """
+        """Delete closed ledgers wholly below ``keep_from_seq`` (the first sequence id some
+        subscriber still needs) that retention lets go; returns their ids."""
         ranges = self._ranges.value.ranges
-        now = self._clock.wall_ms()
-        candidates: list[tuple[LedgerRange, LedgerMetadata]] = []
-        for r in ranges[:-1]:
-            if r.end_seq is None or r.end_seq >= keep_from_seq:
-                break
-            got = await self._store.ledgers.read_ledger(r.ledger_id)
-            if got is None:
-                continue
-            candidates.append((r, got.value))
-        doomed: set[int] = set()
-        newer_bytes = 0
-        for r, md in reversed(candidates):
-            size = md.length or 0
-            too_old = (
-                retention_ms is not None and now - (md.closed_ms or md.created_ms) >= retention_ms
-            )
-            too_big = retention_bytes is not None and newer_bytes >= retention_bytes
-            if too_old or too_big:
-                doomed.add(r.ledger_id)
-            newer_bytes += size
-        # Only a prefix of the log may go: never leave a hole.
-        prefix: list[int] = []
-        for r, _ in candidates:
-            if r.ledger_id not in doomed:
-                break
-            prefix.append(r.ledger_id)
+        prefix = await collectable_prefix(
+            self._store.ledgers,
+            ranges,
+            keep_from_seq,
+            now_ms=self._clock.wall_ms(),
+            retention_ms=retention_ms,
+            retention_bytes=retention_bytes,
+        )
         if not prefix:
             return []
-        remaining = LedgerRanges(tuple(r for r in ranges if r.ledger_id not in set(prefix)))
+        gone = set(prefix)
+        remaining = LedgerRanges(tuple(r for r in ranges if r.ledger_id not in gone))
         version = await self._store.persistence.write_topic_persistence_info(
             self.topic, remaining, self._ranges.version
         )
         self._ranges = Versioned(remaining, version)
         for lid in prefix:
-            self._indexes.pop(lid, None)
-            got = await self._store.ledgers.read_ledger(lid)
-            if got is None:
-                continue
-            for address in {a for _, ens in got.value.fragments for a in ens}:
-                try:
-                    await self._pool.node(address).delete_ledger(lid)
-                except Exception:
-                    log.info("could not delete ledger %d on %s", lid, address)
-            await self._store.ledgers.delete_ledger(lid, got.version)
+            self._reader.forget(lid)
+            await delete_ledger_everywhere(self._store.ledgers, self._replicas, lid)
         return prefix

@@ -71,7 +71,7 @@ class SubscriptionDataManager(Protocol):
     async def create_subscription_data(
         self, topic: str, subscriber: str, data: SubscriptionData
     ) -> Version:
-        """``SubscriptionStateExistsError`` if the subscription exists."""
+        """``SubscriptionExistsError`` if the subscription exists."""
         ...
 
     def is_partial_update_supported(self) -> bool:

@@ -21,10 +21,10 @@ from hedwig.errors import (
     MetadataError,
     MetadataUnavailableError,
     NoLedgerMetadataError,
-    NoSubscriptionStateError,
+    NoSuchSubscriptionError,
     NoTopicOwnerInfoError,
     NoTopicPersistenceInfoError,
-    SubscriptionStateExistsError,
+    SubscriptionExistsError,
 )
 from hedwig.metadata.managers import SessionState
 from hedwig.metadata.records import (
@@ -108,6 +108,16 @@ class MemoryMetadataStore:
         """Expire this store's session, as ZooKeeper would after a long partition."""
         self._b.expire(self._session_id)
 
+    def disconnect(self) -> None:
+        """Lose the connection but keep the session, as a ZooKeeper client does when its
+        server goes away briefly: operations fail until ``reconnect``."""
+        if self._state is SessionState.CONNECTED:
+            self._set_state(SessionState.SUSPENDED)
+
+    def reconnect(self) -> None:
+        if self._state is SessionState.SUSPENDED and self._session_id in self._b.sessions:
+            self._set_state(SessionState.CONNECTED)
+
     def _lost(self) -> None:
         self._set_state(SessionState.LOST)
 
@@ -139,7 +149,7 @@ class MemoryMetadataStore:
     def _create(self, key: tuple[str, ...], value: Any, *, ephemeral: bool = False) -> _Entry:
         self._check()
         if key in self._b.data:
-            raise BadVersionError("/".join(key), NEW_VERSION)
+            raise BadVersionError.at("/".join(key), NEW_VERSION)
         entry = _Entry(value, 0, self._session_id if ephemeral else None, next(self._b.counter))
         self._b.data[key] = entry
         self._b.fire(key)
@@ -150,7 +160,7 @@ class MemoryMetadataStore:
         if entry is None:
             raise missing
         if version != ANY_VERSION and entry.version != version:
-            raise BadVersionError("/".join(key), version)
+            raise BadVersionError.at("/".join(key), version)
         entry.value = value
         entry.version += 1
         self._b.fire(key)
@@ -161,7 +171,7 @@ class MemoryMetadataStore:
         if entry is None:
             raise missing
         if version != ANY_VERSION and entry.version != version:
-            raise BadVersionError("/".join(key), version)
+            raise BadVersionError.at("/".join(key), version)
         del self._b.data[key]
         self._b.fire(key)
 
@@ -216,7 +226,7 @@ class MemoryMetadataStore:
     ) -> Version:
         key = self._k("sub", topic, subscriber)
         if self._get(key) is not None:
-            raise SubscriptionStateExistsError(f"{topic}/{subscriber}")
+            raise SubscriptionExistsError(f"{topic}/{subscriber}")
         return Version(self._create(key, data).version)
 
     async def update_subscription_data(
@@ -224,7 +234,7 @@ class MemoryMetadataStore:
     ) -> Version:
         key = self._k("sub", topic, subscriber)
         e = self._get(key)
-        missing = NoSubscriptionStateError(f"{topic}/{subscriber}")
+        missing = NoSuchSubscriptionError(f"{topic}/{subscriber}")
         if e is None:
             raise missing
         return Version(self._set(key, data.merged_into(e.value), version, missing))
@@ -232,11 +242,11 @@ class MemoryMetadataStore:
     async def replace_subscription_data(
         self, topic: str, subscriber: str, data: SubscriptionData, version: Version
     ) -> Version:
-        missing = NoSubscriptionStateError(f"{topic}/{subscriber}")
+        missing = NoSuchSubscriptionError(f"{topic}/{subscriber}")
         return Version(self._set(self._k("sub", topic, subscriber), data, version, missing))
 
     async def delete_subscription_data(self, topic: str, subscriber: str, version: Version) -> None:
-        missing = NoSubscriptionStateError(f"{topic}/{subscriber}")
+        missing = NoSuchSubscriptionError(f"{topic}/{subscriber}")
         self._delete(self._k("sub", topic, subscriber), version, missing)
 
     async def read_subscription_data(

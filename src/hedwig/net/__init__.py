@@ -1,6 +1,8 @@
-"""Client-side connections to a hub over TCP (asyncio), shared by the client library and by
-hubs talking to each other's storage role."""
+"""Connections between clients and hubs, and between hubs: ``HubConnection`` over a
+``Network`` (TCP, or in memory for tests)."""
 
-from hedwig.net.connection import Event, HubConnection
+from hedwig.net.connection import HubConnection
+from hedwig.net.memory import MemoryNetwork
+from hedwig.net.transport import TCP, Network, TcpNetwork
 
-__all__ = ["Event", "HubConnection"]
+__all__ = ["TCP", "HubConnection", "MemoryNetwork", "Network", "TcpNetwork"]

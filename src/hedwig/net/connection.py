@@ -1,4 +1,10 @@
-"""One client connection to one hub: requests matched to answers by id, events routed out."""
+"""One connection to one hub: requests matched to answers by id, events routed out.
+
+Used by the client library and by hubs talking to each other (storage replicas, claim
+requests). It wraps the sans-IO ``hedwig.protocol.Connection`` in an ``asyncio.Protocol``; the
+``Network`` it is opened on decides whether bytes go over TCP or stay in memory, and every wait
+(connecting, answers, keepalive) runs on the injected clock.
+"""
 
 from __future__ import annotations
 
@@ -8,17 +14,24 @@ import logging
 from collections.abc import Callable
 from typing import cast
 
+from hedwig.clock import Clock, SystemClock
 from hedwig.errors import ConnectionLostError, ProtocolError
-from hedwig.protocol.connection import Connection, OversizedFrame, Role
-from hedwig.protocol.frames import (
+from hedwig.net.transport import TCP, Network
+from hedwig.protocol import (
+    Connection,
     Deliver,
     Error,
-    Frame,
+    Event,
+    OversizedFrame,
     Ping,
+    RefusedFrame,
+    Reply,
+    Request,
+    Role,
     SubscriptionForcedClosed,
     TopicMoved,
+    error_from_frame,
 )
-from hedwig.protocol.status import error_for_status
 
 log = logging.getLogger(__name__)
 
@@ -26,26 +39,37 @@ log = logging.getLogger(__name__)
 # KEEPALIVE_TIMEOUT_S: a frozen hub is noticed within about 3 s.
 KEEPALIVE_S = 1.0
 KEEPALIVE_TIMEOUT_S = 2.0
+CONNECT_TIMEOUT_S = 5.0
+# Answers can be large (a READ of many batches).
+MAX_ANSWER_BYTES = 64 * 1024 * 1024
 
-Event = Deliver | TopicMoved | SubscriptionForcedClosed
-# What a request can be answered with: an answer too large for this connection is skipped and
-# arrives as its ``OversizedFrame`` header.
-Answer = Frame | OversizedFrame
+EventHandler = Callable[["HubConnection", Event], None]
+CloseHandler = Callable[["HubConnection"], None]
+
+
+def _ignore_event(conn: HubConnection, event: Event) -> None:
+    return None
+
+
+def _ignore_close(conn: HubConnection) -> None:
+    return None
 
 
 class HubConnection(asyncio.Protocol):
     def __init__(
         self,
         address: str,
-        on_event: Callable[[HubConnection, Event], None],
-        on_close: Callable[[HubConnection], None],
+        on_event: EventHandler,
+        on_close: CloseHandler,
+        clock: Clock,
     ) -> None:
         self.address = address
         self._on_event = on_event
         self._on_close = on_close
-        self._conn = Connection(Role.CLIENT, max_frame_size=64 * 1024 * 1024)
+        self._clock = clock
+        self._conn = Connection(Role.CLIENT, max_frame_size=MAX_ANSWER_BYTES)
         self._transport: asyncio.Transport | None = None
-        self._pending: dict[int, asyncio.Future[Answer]] = {}
+        self._pending: dict[int, asyncio.Future[Reply]] = {}
         self._ids = itertools.count(1)
         self._writable = asyncio.Event()
         self._writable.set()
@@ -57,20 +81,18 @@ class HubConnection(asyncio.Protocol):
     async def open(
         cls,
         address: str,
-        on_event: Callable[[HubConnection, Event], None],
-        on_close: Callable[[HubConnection], None],
-        timeout: float = 5.0,
+        on_event: EventHandler = _ignore_event,
+        on_close: CloseHandler = _ignore_close,
+        *,
+        network: Network = TCP,
+        clock: Clock | None = None,
+        timeout: float = CONNECT_TIMEOUT_S,
     ) -> HubConnection:
-        host, _, port = address.rpartition(":")
-        loop = asyncio.get_running_loop()
-        try:
-            _, proto = await asyncio.wait_for(
-                loop.create_connection(lambda: cls(address, on_event, on_close), host, int(port)),
-                timeout,
-            )
-        except (OSError, TimeoutError, ValueError) as exc:
-            raise ConnectionLostError(f"cannot connect to hub {address}: {exc}") from exc
-        return proto
+        """Connect; ``ConnectionLostError`` if the hub cannot be reached in ``timeout`` s."""
+        clk = clock or SystemClock()
+        return await network.connect(
+            address, lambda: cls(address, on_event, on_close, clk), timeout_s=timeout
+        )
 
     def next_id(self) -> int:
         return next(self._ids) & 0xFFFFFFFF or next(self._ids)
@@ -79,9 +101,8 @@ class HubConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
-        loop = asyncio.get_running_loop()
-        self._last_heard = loop.time()
-        self._keepalive = loop.create_task(self._keep_alive())
+        self._last_heard = self._clock.monotonic()
+        self._keepalive = asyncio.get_running_loop().create_task(self._keep_alive())
 
     async def _keep_alive(self) -> None:
         """Ping a hub that has been silent for KEEPALIVE_S; drop it if it stays silent.
@@ -90,14 +111,13 @@ class HubConnection(asyncio.Protocol):
         would wait for it until a request timed out, and a subscriber forever. With it, the
         connection fails within KEEPALIVE_S + KEEPALIVE_TIMEOUT_S and the client moves on.
         """
-        loop = asyncio.get_running_loop()
         while not self.closed:
-            await asyncio.sleep(KEEPALIVE_S)
-            if loop.time() - self._last_heard < KEEPALIVE_S or self.closed:
+            await self._clock.sleep(KEEPALIVE_S)
+            if self._clock.monotonic() - self._last_heard < KEEPALIVE_S or self.closed:
                 continue
             try:
-                fut = self.send_nowait(Ping(self.next_id()))
-                await asyncio.wait_for(fut, KEEPALIVE_TIMEOUT_S)
+                fut = self.send_nowait(Ping(request_id=self.next_id()))
+                await self._clock.wait_for(fut, KEEPALIVE_TIMEOUT_S)
             except (TimeoutError, ConnectionLostError):
                 if not self.closed:
                     log.warning("hub %s stopped answering; dropping the connection", self.address)
@@ -124,7 +144,7 @@ class HubConnection(asyncio.Protocol):
         self._writable.set()
 
     def data_received(self, data: bytes) -> None:
-        self._last_heard = asyncio.get_running_loop().time()
+        self._last_heard = self._clock.monotonic()
         try:
             self._conn.receive_data(data)
             frames = self._conn.next_frames()
@@ -136,37 +156,40 @@ class HubConnection(asyncio.Protocol):
             if isinstance(frame, Deliver | TopicMoved | SubscriptionForcedClosed):
                 self._on_event(self, frame)
                 continue
-            rid = getattr(frame, "request_id", 0)
-            fut = self._pending.pop(rid, None)
-            if fut is not None and not fut.done():
-                if isinstance(frame, OversizedFrame):
-                    fut.set_exception(
-                        ProtocolError(f"answer of {frame.size} bytes exceeds the client's limit")
-                    )
-                else:
-                    fut.set_result(frame)
+            fut = self._pending.pop(frame.request_id, None)
+            if fut is None or fut.done():
+                continue
+            if isinstance(frame, OversizedFrame):
+                fut.set_exception(
+                    ProtocolError(f"answer of {frame.size} bytes exceeds the client's limit")
+                )
+            elif isinstance(frame, RefusedFrame):  # pragma: no cover - clients raise instead
+                fut.set_exception(frame.error)
+            else:
+                fut.set_result(cast(Reply, frame))
 
     # requests -----------------------------------------------------------------------------
 
-    def send_nowait(self, frame: Frame) -> asyncio.Future[Answer]:
+    def send_nowait(self, frame: Request) -> asyncio.Future[Reply]:
+        """Send ``frame``; the future resolves with its answer (an ``Error`` as it came)."""
         if self.closed or self._transport is None:
             raise ConnectionLostError(f"connection to hub {self.address} is closed")
-        fut: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
-        self._pending[getattr(frame, "request_id")] = fut  # noqa: B009
+        fut: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        self._pending[frame.request_id] = fut
         self._transport.write(self._conn.send(frame))
         return fut
 
-    async def request(self, frame: Frame, timeout: float | None = 30.0) -> Answer:
-        """Send and wait for the answer; ERROR answers raise their typed ``ServerError``."""
+    async def request(self, frame: Request, timeout: float | None = 30.0) -> Reply:
+        """Send and wait for the answer; an ERROR answer raises its exception."""
         await self._writable.wait()
         fut = self.send_nowait(frame)
         try:
-            answer = await asyncio.wait_for(fut, timeout)
+            answer = await self._clock.wait_for(fut, timeout)
         except TimeoutError:
-            self._pending.pop(getattr(frame, "request_id"), None)  # noqa: B009
+            self._pending.pop(frame.request_id, None)
             raise ConnectionLostError(f"hub {self.address} did not answer in {timeout}s") from None
         if isinstance(answer, Error):
-            raise error_for_status(answer.status, answer.message, answer.detail)
+            raise error_from_frame(answer)
         return answer
 
     def close(self) -> None:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 from hedwig.clock import Clock, SystemClock
 from hedwig.metadata.records import HubStatus, TopicLoad
+from hedwig.protocol.kinds import MoveKind
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,11 +62,15 @@ class RebalanceConfig:
 
 @dataclass(frozen=True, slots=True)
 class Move:
+    """One topic to hand over: from where, to where, why (``kind`` for metrics and events,
+    ``reason`` with the numbers for people), and the rate it carried when it was chosen."""
+
     topic: str
     source: str
     destination: str | None
     reason: str
     rate: float = 0.0
+    kind: MoveKind = MoveKind.REQUESTED
 
 
 def topic_rate(load: TopicLoad) -> float:
@@ -153,7 +158,7 @@ class Rebalancer:
             if src is dst or src.load <= mean or dst.load >= src.load:
                 candidates.remove(src)
                 continue
-            move = self._pick(src, dst, mean, high, low, src in confirmed)
+            move = self._pick(src, dst, mean, high, src in confirmed, {m.topic for m in moves})
             if move is None:
                 # Nothing on this hub can move (cooling down, too big, too small): the next
                 # busiest hub may still help the underloaded one.
@@ -167,7 +172,13 @@ class Rebalancer:
         return self._commit(moves)
 
     def _pick(
-        self, src: _HubView, dst: _HubView, mean: float, high: float, low: float, confirmed: bool
+        self,
+        src: _HubView,
+        dst: _HubView,
+        mean: float,
+        high: float,
+        confirmed: bool,
+        moved: set[str],
     ) -> Move | None:
         cfg = self.config
         excess = src.load - mean
@@ -177,6 +188,8 @@ class Rebalancer:
         for topic, rate in src.topics.items():
             if rate < cfg.min_topic_rate or self.in_cooldown(topic) or rate > room:
                 continue
+            if topic in moved:
+                continue  # already moving this cycle (onto this hub): never twice at once
             if rate >= gap:
                 continue  # the move would just swap which hub is the heavier one
             # Prefer the topic that closes the gap best: as close to the excess as possible.
@@ -199,7 +212,8 @@ class Rebalancer:
                 f"{src.address} is above it with {src.load:.0f} msg/s"
             )
         reason = f"{why}: moving {topic} ({rate:.0f} msg/s) to {dst.address}"
-        return Move(topic, src.address, dst.address, reason, rate)
+        kind = MoveKind.OVERLOAD if confirmed else MoveKind.UNDERLOAD
+        return Move(topic, src.address, dst.address, reason, rate, kind)
 
     def _drain(self, views: list[_HubView], total: float) -> list[Move]:
         cfg = self.config
@@ -223,6 +237,7 @@ class Rebalancer:
                     f"{cfg.low_load_threshold:.0%} of capacity; emptying {victim.address}: "
                     f"moving {topic} ({rate:.0f} msg/s) to {dst.address}",
                     rate,
+                    MoveKind.DRAIN,
                 )
             )
         return moves

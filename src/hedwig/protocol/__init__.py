@@ -1,61 +1,79 @@
 """The Hedwig wire protocol, sans-IO: bytes in, typed frames out; typed frames in, bytes out.
 
 Nothing here touches a socket or an event loop. The hub and the client both wrap
-``Connection`` from ``hedwig.protocol.connection``; ``docs/protocol.md`` is the byte-level
-specification and must change together with ``frames.py``.
+``Connection``; ``docs/protocol.md`` is the byte-level specification. Where things are:
+
+- ``wire``: the header, integers and strings;
+- ``messages``: messages, batches and their encoding;
+- ``schema``: how a frame is declared once and gets its codec;
+- ``client_frames`` and ``storage_frames``: the frames themselves;
+- ``codec``: the registry of frame types, and frames to bytes and back;
+- ``connection``: the per-connection state machine (buffering, direction, oversized frames);
+- ``status``: status codes and the table between them and exceptions;
+- ``kinds``: enumerations on the wire; ``names``: topic and subscriber names.
 """
 
-from hedwig.protocol.connection import Connection, OversizedFrame, Role
-from hedwig.protocol.frames import (
-    PROTOCOL_VERSION,
-    AddEntry,
-    Batch,
+from hedwig.protocol.client_frames import (
     CloseSubscription,
     Consume,
-    DeleteLedger,
     Deliver,
-    Entry,
     Error,
-    Frame,
-    Lac,
-    Message,
     Messages,
     Ok,
     Ping,
     Publish,
     Published,
     Read,
-    ReadEntry,
-    ReadLac,
     ReleaseTopic,
     Subscribe,
     Subscribed,
-    SubscribeMode,
     SubscriptionForcedClosed,
     TopicInfo,
     TopicMoved,
     TopicStats,
     Unsubscribe,
+)
+from hedwig.protocol.codec import FRAME_TYPES, Event, Frame, Reply, Request
+from hedwig.protocol.connection import Connection, OversizedFrame, RefusedFrame, Role
+from hedwig.protocol.kinds import CloseReason, MoveKind, SubscribeMode
+from hedwig.protocol.messages import (
+    Batch,
+    DeliveredMessage,
+    EncodedMessage,
+    EncodedMessages,
+    Message,
+    encode_message,
     encode_messages,
+    encode_value,
+    encode_values,
 )
 from hedwig.protocol.names import decode_name, encode_name, validate_name
-from hedwig.protocol.status import ServerError, Status, error_for_status
+from hedwig.protocol.status import Status, error_from_frame
+from hedwig.protocol.storage_frames import AddEntry, DeleteLedger, Entry, Lac, ReadEntry, ReadLac
+from hedwig.protocol.wire import PROTOCOL_VERSION
 
 __all__ = [
+    "FRAME_TYPES",
     "PROTOCOL_VERSION",
     "AddEntry",
     "Batch",
+    "CloseReason",
     "CloseSubscription",
     "Connection",
     "Consume",
     "DeleteLedger",
     "Deliver",
+    "DeliveredMessage",
+    "EncodedMessage",
+    "EncodedMessages",
     "Entry",
     "Error",
+    "Event",
     "Frame",
     "Lac",
     "Message",
     "Messages",
+    "MoveKind",
     "Ok",
     "OversizedFrame",
     "Ping",
@@ -64,9 +82,11 @@ __all__ = [
     "Read",
     "ReadEntry",
     "ReadLac",
+    "RefusedFrame",
     "ReleaseTopic",
+    "Reply",
+    "Request",
     "Role",
-    "ServerError",
     "Status",
     "Subscribe",
     "SubscribeMode",
@@ -77,8 +97,11 @@ __all__ = [
     "TopicStats",
     "Unsubscribe",
     "decode_name",
+    "encode_message",
     "encode_messages",
     "encode_name",
-    "error_for_status",
+    "encode_value",
+    "encode_values",
+    "error_from_frame",
     "validate_name",
 ]

@@ -7,8 +7,10 @@ Rules of the state machine (there are only two states):
   answers and events. A frame whose declared length exceeds ``max_frame_size`` is not buffered:
   its header is read, the rest is skipped as it arrives, and an ``OversizedFrame`` event is
   returned so the hub can answer that one request with MESSAGE_TOO_LARGE and keep the
-  connection. Everything else that is malformed (bad version, unknown type, short body,
-  trailing bytes) moves the connection to BROKEN.
+  connection. A request whose framing is intact but whose batch does not hold the messages it
+  counts is returned as ``RefusedFrame``, for the hub to answer INVALID_REQUEST, and the
+  connection stays OPEN too. Everything else that is malformed (bad version, unknown type,
+  short body, trailing bytes) moves the connection to BROKEN.
 - BROKEN: every call raises ``ProtocolError``; the owner of the socket closes it.
 
 ``send`` turns frames into bytes; it never fails for a well-typed frame.
@@ -19,15 +21,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from hedwig.errors import ProtocolError
-from hedwig.protocol.frames import (
+from hedwig.errors import MalformedBatchError, ProtocolError
+from hedwig.protocol.codec import Frame, decode_body, encode_frame
+from hedwig.protocol.wire import (
+    FIRST_HUB_TYPE,
     HEADER,
     HEADER_AFTER_LENGTH,
     HEADER_SIZE,
     PROTOCOL_VERSION,
-    Frame,
-    decode_body,
-    encode_frame,
 )
 
 DEFAULT_MAX_FRAME_SIZE = 16 * 1024 * 1024
@@ -45,6 +46,15 @@ class OversizedFrame:
     frame_type: int
     request_id: int
     size: int
+
+
+@dataclass(frozen=True, slots=True)
+class RefusedFrame:
+    """A request with intact framing but invalid content (a batch whose count lies)."""
+
+    frame_type: int
+    request_id: int
+    error: MalformedBatchError
 
 
 class Connection:
@@ -71,11 +81,11 @@ class Connection:
             data = data[dropped:]
         self._buf += data
 
-    def next_frames(self) -> list[Frame | OversizedFrame]:
+    def next_frames(self) -> list[Frame | OversizedFrame | RefusedFrame]:
         """Every complete frame buffered so far; raises ``ProtocolError`` on malformed input."""
         if self._broken is not None:
             raise self._broken
-        out: list[Frame | OversizedFrame] = []
+        out: list[Frame | OversizedFrame | RefusedFrame] = []
         buf = self._buf
         pos = 0
         try:
@@ -104,7 +114,12 @@ class Connection:
                 self._check_direction(ftype)
                 body = bytes(buf[pos + HEADER_SIZE : pos + total])
                 pos += total
-                out.append(decode_body(ftype, flags, rid, body))
+                try:
+                    out.append(decode_body(ftype, flags, rid, body))
+                except MalformedBatchError as exc:
+                    if self.role is not Role.HUB:
+                        raise
+                    out.append(RefusedFrame(ftype, rid, exc))
         except ProtocolError as exc:
             self._broken = exc
             raise
@@ -114,7 +129,7 @@ class Connection:
         return out
 
     def _check_direction(self, ftype: int) -> None:
-        from_client = ftype < 0x80
+        from_client = ftype < FIRST_HUB_TYPE
         if self.role is Role.HUB and not from_client:
             raise ProtocolError(f"a client may not send frame type 0x{ftype:02x}")
         if self.role is Role.CLIENT and from_client:

@@ -23,19 +23,19 @@ _SAFE = "._~-"
 def validate_name(name: str, *, what: str = "topic") -> str:
     """Return ``name`` unchanged if it is acceptable, otherwise raise ``InvalidTopicError``."""
     if not isinstance(name, str):
-        raise InvalidTopicError(repr(name), f"{what} name must be a string")
+        raise InvalidTopicError.for_name(repr(name), f"{what} name must be a string")
     if not name:
-        raise InvalidTopicError(name, f"{what} name is empty")
+        raise InvalidTopicError.for_name(name, f"{what} name is empty")
     try:
         size = len(name.encode("utf-8"))
     except UnicodeEncodeError as exc:
-        raise InvalidTopicError(name, f"{what} name is not valid unicode") from exc
+        raise InvalidTopicError.for_name(name, f"{what} name is not valid unicode") from exc
     if size > MAX_NAME_BYTES:
-        raise InvalidTopicError(
+        raise InvalidTopicError.for_name(
             name[:32] + "...", f"{what} name is {size} bytes, the limit is {MAX_NAME_BYTES}"
         )
     if not name.isprintable():
-        raise InvalidTopicError(name, f"{what} name holds a non-printable character")
+        raise InvalidTopicError.for_name(name, f"{what} name holds a non-printable character")
     return name
 
 

@@ -1,14 +1,49 @@
-"""Status codes a hub answers with, and the one exception class registered for each.
+"""Status codes, and the one table between exceptions and the statuses a hub answers with.
 
-Codes are part of the wire format (``docs/protocol.md``): never renumber, only add. A client
-that receives a code it does not know raises the base ``ServerError`` with that code.
+A hub answers a failed request with an ERROR frame: a status code, a message, and the typed
+detail the caller needs (``Error.address``, ``Error.seq``). This table is the only
+place where exceptions become statuses (``error_frame``, called where a hub writes its answer)
+and statuses become exceptions again (``error_from_frame``, called where a client reads one).
+Each status comes back as exactly one class, the first row that has it.
+
+An exception no row covers is a bug: the hub logs it with its cause and answers
+INTERNAL_ERROR, which clients do not retry.
+
+Codes are part of the wire format (``docs/protocol.md``): never renumber, only add.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from enum import IntEnum
 
-from hedwig.errors import HedwigError
+from hedwig.errors import (
+    BadVersionError,
+    ConnectionLostError,
+    DeadlineExceededError,
+    HedwigError,
+    InternalError,
+    InvalidRequestError,
+    InvalidTopicError,
+    LedgerError,
+    LedgerFencedError,
+    MalformedBatchError,
+    MessagesUnavailableError,
+    MessageTooLargeError,
+    MetadataError,
+    NoSuchEntryError,
+    NoSuchSubscriptionError,
+    NotResponsibleError,
+    OutOfOrderError,
+    RequestError,
+    ServiceUnavailableError,
+    SubscriptionBusyError,
+    SubscriptionExistsError,
+    TopicMovingError,
+    UnsupportedVersionError,
+)
+from hedwig.protocol.client_frames import Error
 
 
 class Status(IntEnum):
@@ -28,121 +63,112 @@ class Status(IntEnum):
     MESSAGES_UNAVAILABLE = 13
     LEDGER_FENCED = 14
     NO_SUCH_ENTRY = 15
-
-
-class ServerError(HedwigError):
-    """A hub answered with a non-OK status. ``detail`` carries the owner for redirects."""
-
-    status: Status | int = Status.INTERNAL_ERROR
-    retriable = False
-
-    def __init__(self, message: str, *, status: int | None = None, detail: str | None = None):
-        super().__init__(message)
-        if status is not None:
-            self.status = status
-        self.detail = detail
-
-
-class NotResponsibleError(ServerError):
-    """The hub does not own the topic; ``owner`` is where to go, if known."""
-
-    status = Status.NOT_RESPONSIBLE_FOR_TOPIC
-    retriable = True
+    OUT_OF_ORDER = 16
 
     @property
-    def owner(self) -> str | None:
-        return self.detail
+    def label(self) -> str:
+        """The status as a metric label value."""
+        return self.name.lower()
 
 
-class BadVersionError(ServerError):
-    status = Status.BAD_VERSION
-    retriable = True
+MESSAGE_LIMIT = 4096  # characters of an error message that travel
 
 
-class NoSuchSubscriptionError(ServerError):
-    status = Status.NO_SUCH_SUBSCRIPTION
+@dataclass(frozen=True)
+class _Row:
+    error: type[HedwigError]
+    status: Status
+    # The exception's typed field that travels in ``Error.address`` / ``Error.seq``.
+    address: str | None = None
+    seq: str | None = None
 
 
-class SubscriptionExistsError(ServerError):
-    status = Status.SUBSCRIPTION_EXISTS
+# Most specific first: an exception is answered with the first row it is an instance of.
+_TABLE: tuple[_Row, ...] = (
+    _Row(NotResponsibleError, Status.NOT_RESPONSIBLE_FOR_TOPIC, address="owner"),
+    _Row(TopicMovingError, Status.TOPIC_MOVING, address="destination"),
+    _Row(ServiceUnavailableError, Status.SERVICE_UNAVAILABLE),
+    _Row(SubscriptionBusyError, Status.SUBSCRIPTION_BUSY),
+    _Row(InvalidRequestError, Status.INVALID_REQUEST),
+    _Row(MessagesUnavailableError, Status.MESSAGES_UNAVAILABLE, seq="first_available"),
+    _Row(OutOfOrderError, Status.OUT_OF_ORDER, seq="expected"),
+    _Row(UnsupportedVersionError, Status.UNSUPPORTED_VERSION),
+    _Row(InternalError, Status.INTERNAL_ERROR),
+    _Row(InvalidTopicError, Status.INVALID_TOPIC),
+    _Row(MessageTooLargeError, Status.MESSAGE_TOO_LARGE),
+    _Row(NoSuchSubscriptionError, Status.NO_SUCH_SUBSCRIPTION),
+    _Row(SubscriptionExistsError, Status.SUBSCRIPTION_EXISTS),
+    _Row(BadVersionError, Status.BAD_VERSION),
+    _Row(LedgerFencedError, Status.LEDGER_FENCED),
+    _Row(NoSuchEntryError, Status.NO_SUCH_ENTRY),
+    # Conditions with no status of their own, answered with what the client should do:
+    # a batch whose count lies is refused; an unreachable metadata store, storage replicas
+    # short of a quorum, a lost or slow connection to another hub all pass: try again later.
+    _Row(MalformedBatchError, Status.INVALID_REQUEST),
+    _Row(MetadataError, Status.SERVICE_UNAVAILABLE),
+    _Row(LedgerError, Status.SERVICE_UNAVAILABLE),
+    _Row(ConnectionLostError, Status.SERVICE_UNAVAILABLE),
+    _Row(DeadlineExceededError, Status.SERVICE_UNAVAILABLE),
+)
+
+# The class a client raises for each status: the first row that has it.
+_BY_STATUS: dict[int, _Row] = {}
+for _row in _TABLE:
+    _BY_STATUS.setdefault(_row.status, _row)
 
 
-class MessageTooLargeError(ServerError):
-    status = Status.MESSAGE_TOO_LARGE
+def status_of(exc: BaseException) -> Status | None:
+    """The status a hub answers ``exc`` with; ``None`` if no row covers it (a bug)."""
+    row = _row_for(exc)
+    return row.status if row is not None else None
 
 
-class InvalidTopicStatusError(ServerError):
-    status = Status.INVALID_TOPIC
+def _row_for(exc: BaseException) -> _Row | None:
+    for row in _TABLE:
+        if isinstance(exc, row.error):
+            return row
+    return None
 
 
-class InvalidRequestError(ServerError):
-    status = Status.INVALID_REQUEST
-
-
-class ServiceUnavailableError(ServerError):
-    status = Status.SERVICE_UNAVAILABLE
-    retriable = True
-
-
-class TopicMovingError(ServerError):
-    """The topic is being handed over; ``detail`` names the destination when known."""
-
-    status = Status.TOPIC_MOVING
-    retriable = True
-
-
-class SubscriptionBusyError(ServerError):
-    status = Status.SUBSCRIPTION_BUSY
-
-
-class UnsupportedVersionError(ServerError):
-    status = Status.UNSUPPORTED_VERSION
-
-
-class InternalServerError(ServerError):
-    status = Status.INTERNAL_ERROR
-    retriable = True
-
-
-class MessagesUnavailableError(ServerError):
-    """The requested messages were collected by retention; ``detail`` is the first kept seq."""
-
-    status = Status.MESSAGES_UNAVAILABLE
-
-
-class LedgerFencedStatusError(ServerError):
-    """A storage replica refused an add: the ledger was fenced by a recovering hub."""
-
-    status = Status.LEDGER_FENCED
-
-
-class NoSuchEntryStatusError(ServerError):
-    status = Status.NO_SUCH_ENTRY
-
-
-_BY_STATUS: dict[int, type[ServerError]] = {
-    cls.status: cls
-    for cls in (
-        NotResponsibleError,
-        BadVersionError,
-        NoSuchSubscriptionError,
-        SubscriptionExistsError,
-        MessageTooLargeError,
-        InvalidTopicStatusError,
-        InvalidRequestError,
-        ServiceUnavailableError,
-        TopicMovingError,
-        SubscriptionBusyError,
-        UnsupportedVersionError,
-        InternalServerError,
-        MessagesUnavailableError,
-        LedgerFencedStatusError,
-        NoSuchEntryStatusError,
+def error_frame(request_id: int, exc: BaseException) -> Error | None:
+    """The ERROR answer to a request that failed with ``exc``; ``None`` if unmapped."""
+    row = _row_for(exc)
+    if row is None:
+        return None
+    return Error(
+        request_id=request_id,
+        status=row.status,
+        message=str(exc)[:MESSAGE_LIMIT],
+        address=getattr(exc, row.address) if row.address else None,
+        seq=getattr(exc, row.seq) if row.seq else 0,
     )
-}
 
 
-def error_for_status(status: int, message: str, detail: str | None = None) -> ServerError:
-    """The exception a client raises for an ERROR frame."""
-    cls = _BY_STATUS.get(status, ServerError)
-    return cls(message, status=status, detail=detail)
+def internal_error_frame(request_id: int, exc: BaseException) -> Error:
+    """The answer to a failure nobody mapped (log its cause where this is called)."""
+    return Error(
+        request_id=request_id,
+        status=Status.INTERNAL_ERROR,
+        message=f"internal error: {type(exc).__name__}",
+    )
+
+
+def error_from_frame(frame: Error) -> HedwigError:
+    """The exception a client raises for an ERROR answer."""
+    row = _BY_STATUS.get(frame.status)
+    if row is None:
+        return RequestError(f"hub answered with unknown status {frame.status}: {frame.message}")
+    make: Callable[..., HedwigError] = row.error
+    typed: dict[str, object] = {}
+    if row.address:
+        typed[row.address] = frame.address
+    if row.seq:
+        typed[row.seq] = frame.seq
+    return make(frame.message, **typed)
+
+
+def status_label(code: int) -> str:
+    try:
+        return Status(code).label
+    except ValueError:
+        return str(code)

@@ -58,7 +58,7 @@ def _translate(exc: BaseException, path: str, version: int) -> BaseException:
     if isinstance(exc, NoNodeError):
         return NoNode(path)
     if isinstance(exc, KzBadVersion):
-        return BadVersionError(path, version)
+        return BadVersionError.at(path, version)
     if isinstance(exc, NotEmptyError):
         return NotEmpty(path)
     if isinstance(

@@ -14,10 +14,10 @@ from hedwig.errors import (
     BadVersionError,
     MetadataError,
     NoLedgerMetadataError,
-    NoSubscriptionStateError,
+    NoSuchSubscriptionError,
     NoTopicOwnerInfoError,
     NoTopicPersistenceInfoError,
-    SubscriptionStateExistsError,
+    SubscriptionExistsError,
 )
 from hedwig.metadata.layout import Layout
 from hedwig.metadata.managers import SessionState
@@ -61,7 +61,7 @@ class ZkOwnership:
             try:
                 _, stat = await self._zk.create(path, owner.to_json(), ephemeral=True)
             except NodeExists as exc:
-                raise BadVersionError(path, version) from exc
+                raise BadVersionError.at(path, version) from exc
             except NoNode as exc:
                 raise MetadataError(f"topic {topic!r} does not exist") from exc
             return Version(stat.version)
@@ -100,7 +100,7 @@ class ZkPersistence:
             try:
                 _, stat = await self._zk.create(path, ranges.to_json(), makepath=True)
             except NodeExists as exc:
-                raise BadVersionError(path, version) from exc
+                raise BadVersionError.at(path, version) from exc
             return Version(stat.version)
         try:
             stat = await self._zk.set(path, ranges.to_json(), _v(version))
@@ -130,7 +130,7 @@ class ZkSubscriptions:
         try:
             _, stat = await self._zk.create(path, data.to_json(), makepath=True)
         except NodeExists as exc:
-            raise SubscriptionStateExistsError(f"{topic}/{subscriber}") from exc
+            raise SubscriptionExistsError(f"{topic}/{subscriber}") from exc
         return Version(stat.version)
 
     async def update_subscription_data(
@@ -150,14 +150,14 @@ class ZkSubscriptions:
                 self._layout.subscriber(topic, subscriber), data.to_json(), _v(version)
             )
         except NoNode as exc:
-            raise NoSubscriptionStateError(f"{topic}/{subscriber}") from exc
+            raise NoSuchSubscriptionError(f"{topic}/{subscriber}") from exc
         return Version(stat.version)
 
     async def delete_subscription_data(self, topic: str, subscriber: str, version: Version) -> None:
         try:
             await self._zk.delete(self._layout.subscriber(topic, subscriber), _v(version))
         except NoNode as exc:
-            raise NoSubscriptionStateError(f"{topic}/{subscriber}") from exc
+            raise NoSuchSubscriptionError(f"{topic}/{subscriber}") from exc
 
     async def read_subscription_data(
         self, topic: str, subscriber: str
@@ -254,7 +254,7 @@ class ZkTopics:
             try:
                 _, stat = await self._zk.create(path, config.to_json(), makepath=True)
             except NodeExists as exc:
-                raise BadVersionError(path, version) from exc
+                raise BadVersionError.at(path, version) from exc
             await self.ensure_topic(topic)
             return Version(stat.version)
         try:

@@ -1,0 +1,247 @@
+"""Ordered, batched, pipelined publishing to one topic.
+
+Messages queue up and are cut into batches (up to ``max_batch_messages`` messages and
+``max_batch_bytes`` bytes); each batch carries the publisher id and the publisher sequence of
+its first message, so a hub recognises a re-sent batch and does not store it twice. Up to
+``max_inflight_batches`` batches are in flight at once. The log must hold each publisher's
+messages in the order they were published, through moves and failures; these rules keep it so.
+
+A batch is *outstanding* from when it is cut until it is *settled* (acknowledged, or failed for
+good). The *gate* decides when the next batch may be cut:
+
+    state          entered when                      a new batch               left when
+    -------------  --------------------------------  ------------------------  ------------------
+    open           none of the below applies         is cut and sent at once   -
+    owner unknown  no owner known (first use, moved) waits until none is       an answer names
+                                                     outstanding               the owner
+    re-sending     a batch failed; it is sent again  waits: the gate is shut   every failed batch
+                                                                               has settled
+    barrier        TOPIC_MOVED came while batches    waits: the gate is shut   every batch cut
+                   were outstanding                                            before the move
+                                                                               has settled
+
+and a batch that is sent again, or that was cut just before the gate closed, first waits until
+every batch cut before it has settled: without that, a later batch could be stored ahead of an
+earlier one still being retried, and the earlier one would then look like a duplicate.
+
+Hubs keep the order too: a hub refuses a batch that would leave a gap in its publisher's
+sequence (OUT_OF_ORDER), and the batch is sent again after the earlier ones. So when a batch
+fails for good (its retry deadline passed, or a hub refused it outright), the batches after it
+can never be stored in order under the same identity: they fail too
+(``EarlierBatchFailedError``), and later messages go out under a new identity (the publisher
+id with an epoch suffix, sequences from 1 again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from dataclasses import dataclass
+from typing import Protocol
+
+from hedwig.client.routing import Router
+from hedwig.clock import Clock
+from hedwig.errors import EarlierBatchFailedError, HedwigError
+from hedwig.protocol import EncodedMessage, EncodedMessages, Publish, Published
+
+
+@dataclass(frozen=True, slots=True)
+class PublishResult:
+    """Where a message landed: its sequence id in the topic (0 if a duplicate of unknown place)."""
+
+    seq: int
+    duplicate: bool = False
+
+
+class BatchLimits(Protocol):
+    max_batch_messages: int
+    max_batch_bytes: int
+    max_inflight_batches: int
+    linger_s: float
+
+
+@dataclass
+class _Batch:
+    publisher_id: str
+    pseq: int
+    messages: EncodedMessages
+    futures: list[asyncio.Future[PublishResult]]
+
+
+class TopicPublisher:
+    def __init__(
+        self,
+        topic: str,
+        *,
+        publisher_id: str,
+        router: Router,
+        limits: BatchLimits,
+        clock: Clock,
+    ) -> None:
+        self.topic = topic
+        self._base_id = publisher_id
+        self._publisher_id = publisher_id
+        self._epoch = 0
+        # Per identity, the first publisher sequence that failed for good.
+        self._broken_from: dict[str, int] = {}
+        self._router = router
+        self._limits = limits
+        self._clock = clock
+        # Encoded messages waiting for a batch, and their futures (two deques: the hot path).
+        self._raws: deque[EncodedMessage] = deque()
+        self._futs: deque[asyncio.Future[PublishResult]] = deque()
+        self._next_pseq = 1
+        self._inflight = asyncio.Semaphore(limits.max_inflight_batches)
+        self._wakeup = asyncio.Event()
+        self._settled = asyncio.Event()
+        self._gate = asyncio.Event()
+        self._gate.set()
+        self._failed: set[int] = set()
+        self._barrier_pseq = 0  # batches below this must settle before the gate reopens
+        self._outstanding: dict[int, _Batch] = {}
+        self._loop = asyncio.get_running_loop()
+        self._task = self._loop.create_task(self._run())
+
+    def add(self, raw: EncodedMessage) -> asyncio.Future[PublishResult]:
+        """Queue one encoded message; the future resolves once it is durable."""
+        fut: asyncio.Future[PublishResult] = self._loop.create_future()
+        self._raws.append(raw)
+        self._futs.append(fut)
+        if not self._wakeup.is_set():
+            self._wakeup.set()
+        return fut
+
+    def stop(self) -> None:
+        self._task.cancel()
+
+    def barrier(self) -> None:
+        """The topic moved: hold new batches until those in flight have settled, so none of
+        them can reach the new owner ahead of an earlier one still coming back from the old."""
+        if self._outstanding:
+            self._barrier_pseq = max(self._barrier_pseq, self._next_pseq)
+            self._gate.clear()
+
+    async def flush(self) -> None:
+        """Wait until every message queued so far has settled."""
+        futs = list(self._futs) + [f for b in self._outstanding.values() for f in b.futures]
+        if futs:
+            await asyncio.gather(*futs, return_exceptions=True)
+
+    # the gate -------------------------------------------------------------------------------
+
+    def _reopen(self) -> None:
+        if self._barrier_pseq and (
+            not self._outstanding or min(self._outstanding) >= self._barrier_pseq
+        ):
+            self._barrier_pseq = 0
+        if not self._failed and not self._barrier_pseq:
+            self._gate.set()
+
+    async def _earlier_settled(self, pseq: int) -> None:
+        while self._outstanding and min(self._outstanding) < pseq:
+            self._settled.clear()
+            await self._settled.wait()
+
+    async def _wait_turn(self, batch: _Batch) -> None:
+        """Before any re-send: close the gate and wait until every earlier batch settled."""
+        self._failed.add(batch.pseq)
+        self._gate.clear()
+        await self._earlier_settled(batch.pseq)
+        broken = self._broken_from.get(batch.publisher_id)
+        if broken is not None and batch.pseq > broken:
+            raise EarlierBatchFailedError(
+                f"topic {self.topic!r}: an earlier batch of this publisher failed for good"
+            )
+
+    def _failed_for_good(self, batch: _Batch) -> None:
+        """Batches after this one cannot be stored in order any more: start a new identity."""
+        known = self._broken_from.get(batch.publisher_id)
+        self._broken_from[batch.publisher_id] = min(batch.pseq, known or batch.pseq)
+        if batch.publisher_id == self._publisher_id:
+            self._epoch += 1
+            self._publisher_id = f"{self._base_id}~{self._epoch}"
+            self._next_pseq = 1
+
+    # cutting and sending ----------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        limits = self._limits
+        while True:
+            if not self._raws:
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                if limits.linger_s:
+                    await self._clock.sleep(limits.linger_s)
+            await self._inflight.acquire()
+            await self._gate.wait()
+            # Owner unknown: one batch at a time. Pipelined first tries could reach different
+            # hubs, and whichever claims the topic first would store a later batch ahead of an
+            # earlier one.
+            while self._router.owner_of(self.topic) is None and self._outstanding:
+                self._settled.clear()
+                await self._settled.wait()
+            batch = self._cut(limits.max_batch_messages, limits.max_batch_bytes)
+            self._outstanding[batch.pseq] = batch
+            self._loop.create_task(self._send(batch))
+
+    def _cut(self, max_messages: int, max_bytes: int) -> _Batch:
+        raws, futs = self._raws, self._futs
+        parts: list[EncodedMessage] = []
+        size = 0
+        while raws and len(parts) < max_messages:
+            if parts and size + len(raws[0]) > max_bytes:
+                break
+            raw = raws.popleft()
+            parts.append(raw)
+            size += len(raw)
+        batch = _Batch(
+            self._publisher_id,
+            self._next_pseq,
+            EncodedMessages.of(parts),
+            [futs.popleft() for _ in parts],
+        )
+        self._next_pseq += len(parts)
+        return batch
+
+    async def _send(self, batch: _Batch) -> None:
+        topic, pid = self.topic, batch.publisher_id
+
+        async def wait_turn() -> None:
+            await self._wait_turn(batch)
+
+        try:
+            if not self._gate.is_set():
+                # Cut just before a failure was noticed: it must not overtake the failed
+                # batches on their way to the new owner.
+                await self._earlier_settled(batch.pseq)
+            try:
+                answer, _ = await self._router.topic_request(
+                    topic,
+                    lambda rid, redirected: Publish(
+                        request_id=rid,
+                        topic=topic,
+                        publisher_id=pid,
+                        publisher_seq=batch.pseq,
+                        messages=batch.messages,
+                        redirected=redirected,
+                    ),
+                    before_retry=wait_turn,
+                )
+            except HedwigError as exc:
+                if not isinstance(exc, EarlierBatchFailedError):
+                    self._failed_for_good(batch)
+                for f in batch.futures:
+                    if not f.done():
+                        f.set_exception(exc)
+                return
+            assert isinstance(answer, Published)
+            first, dup = answer.first_seq, answer.duplicate
+            for i, f in enumerate(batch.futures):
+                if not f.done():
+                    f.set_result(PublishResult(first + i if first else 0, dup))
+        finally:
+            self._outstanding.pop(batch.pseq, None)
+            self._failed.discard(batch.pseq)
+            self._reopen()
+            self._settled.set()
+            self._inflight.release()

@@ -1,0 +1,215 @@
+"""Routing a client's requests: connections to hubs, who owns which topic, redirects, retries.
+
+A request for a topic goes to the hub last known to own it, else to one of the hubs the client
+was given (round robin). A NOT_RESPONSIBLE answer names the owner (or the hub chosen to become
+it); the request is sent there with the redirected flag, so that hub claims instead of choosing
+again. TOPIC_MOVING naming a destination means a hand-off is under way: the request goes there
+after a short pause. Other retriable failures (SERVICE_UNAVAILABLE, a lost connection) are
+retried with jittered backoff until the retry deadline, which is how a client rides through a
+hub failure or a topic move. Everything waits on the injected clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Awaitable, Callable, Sequence
+
+from hedwig.client.retry import Backoff, RetryPolicy
+from hedwig.clock import Clock
+from hedwig.errors import (
+    DeadlineExceededError,
+    HedwigError,
+    NotResponsibleError,
+    OutOfOrderError,
+    TopicMovingError,
+)
+from hedwig.net.connection import HubConnection
+from hedwig.net.transport import Network
+from hedwig.protocol import Event, Reply, Request, TopicMoved
+
+# Redirects followed for one attempt before backing off (a topic whose owner keeps changing).
+MAX_REDIRECTS = 3
+# A hand-off to a named hub takes a few tens of milliseconds: retry there after this pause, at
+# most this many times, instead of backing off exponentially.
+HAND_OFF_PAUSE_S = 0.01
+MAX_HAND_OFF_WAITS = 25
+
+# Builds a request from its request id and the redirected flag.
+RequestMaker = Callable[[int, bool], Request]
+
+
+class Router:
+    def __init__(
+        self,
+        hubs: Sequence[str],
+        *,
+        retry: RetryPolicy,
+        request_timeout_s: float,
+        connect_timeout_s: float,
+        clock: Clock,
+        network: Network,
+        on_event: Callable[[HubConnection, Event], None],
+        on_close: Callable[[HubConnection], None],
+    ) -> None:
+        self.hubs = list(hubs)
+        self.retry = retry
+        self.request_timeout_s = request_timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        self.clock = clock
+        self.network = network
+        self._on_event = on_event
+        self._on_close = on_close
+        self._conns: dict[str, HubConnection] = {}
+        self._connecting: dict[str, asyncio.Future[HubConnection]] = {}
+        self._owners: dict[str, str] = {}
+        self._claim_hints: set[str] = set()
+        self._next_hub = itertools.cycle(range(len(self.hubs)))
+
+    # connections ------------------------------------------------------------------------------
+
+    async def connection(self, address: str) -> HubConnection:
+        """The open connection to ``address``, opened if needed (once, however many ask)."""
+        conn = self._conns.get(address)
+        if conn is not None and not conn.closed:
+            return conn
+        pending = self._connecting.get(address)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        fut: asyncio.Future[HubConnection] = asyncio.get_running_loop().create_future()
+        self._connecting[address] = fut
+        try:
+            conn = await HubConnection.open(
+                address,
+                self._event,
+                self._closed,
+                network=self.network,
+                clock=self.clock,
+                timeout=self.connect_timeout_s,
+            )
+        except BaseException as exc:
+            fut.set_exception(exc)
+            fut.exception()  # retrieved: waiters get it through shield
+            raise
+        finally:
+            self._connecting.pop(address, None)
+        self._conns[address] = conn
+        fut.set_result(conn)
+        return conn
+
+    def close(self) -> None:
+        for conn in list(self._conns.values()):
+            conn.close()
+
+    def _closed(self, conn: HubConnection) -> None:
+        if self._conns.get(conn.address) is conn:
+            del self._conns[conn.address]
+        for topic, owner in list(self._owners.items()):
+            if owner == conn.address:
+                del self._owners[topic]
+        self._on_close(conn)
+
+    def _event(self, conn: HubConnection, event: Event) -> None:
+        if isinstance(event, TopicMoved):
+            if self._owners.get(event.topic) == conn.address:
+                del self._owners[event.topic]
+            if event.new_owner:
+                # The old owner named its successor: go there as a redirected client would,
+                # so it claims the topic rather than choosing again.
+                self._owners[event.topic] = event.new_owner
+                self._claim_hints.add(event.topic)
+        self._on_event(conn, event)
+
+    # owners -------------------------------------------------------------------------------------
+
+    def owner_of(self, topic: str) -> str | None:
+        """The hub this client last saw owning ``topic``."""
+        return self._owners.get(topic)
+
+    def _route(self, topic: str) -> str:
+        owner = self._owners.get(topic)
+        return owner if owner is not None else self.hubs[next(self._next_hub)]
+
+    # requests -----------------------------------------------------------------------------------
+
+    async def topic_request(
+        self,
+        topic: str,
+        make: RequestMaker,
+        *,
+        deadline_s: float | None = None,
+        before_retry: Callable[[], Awaitable[None]] | None = None,
+    ) -> tuple[Reply, HubConnection]:
+        """Send a topic request to its owner, following redirects and retrying transient errors.
+
+        ``before_retry`` is awaited before every attempt after the first (redirects included):
+        ordered publishing uses it to let earlier batches go first.
+        """
+        policy = self.retry if deadline_s is None else self.retry.with_deadline(deadline_s)
+        backoff = Backoff(policy, self.clock)
+        redirected = topic in self._claim_hints
+        self._claim_hints.discard(topic)
+        redirects = 0
+        hand_off_waits = 0
+        out_of_order = 0
+        address = self._route(topic)
+        while True:
+            try:
+                conn = await self.connection(address)
+                answer = await conn.request(
+                    make(conn.next_id(), redirected), self.request_timeout_s
+                )
+                self._owners[topic] = address
+                return answer, conn
+            except NotResponsibleError as exc:
+                self._owners.pop(topic, None)
+                if exc.owner and redirects < MAX_REDIRECTS:
+                    redirects += 1
+                    address, redirected = exc.owner, True
+                    if before_retry is not None:
+                        await before_retry()
+                    continue
+                err: HedwigError = exc
+            except OutOfOrderError as exc:
+                # The owner is right; an earlier batch has not reached it yet. Once the
+                # earlier batches have settled (``before_retry``), send again, to the same hub.
+                if before_retry is not None:
+                    await before_retry()
+                out_of_order += 1
+                if out_of_order > 1 and not await backoff.wait():
+                    raise DeadlineExceededError(
+                        f"topic {topic!r}: no answer within the retry deadline of "
+                        f"{policy.deadline_s:g} s; last error: {exc}"
+                    ) from exc
+                continue
+            except HedwigError as exc:
+                if not exc.retriable:
+                    raise
+                self._owners.pop(topic, None)
+                if (
+                    isinstance(exc, TopicMovingError)
+                    and exc.destination
+                    and hand_off_waits < MAX_HAND_OFF_WAITS
+                ):
+                    # The destination is told to claim as soon as the old owner is done.
+                    hand_off_waits += 1
+                    redirects = 0
+                    address, redirected = exc.destination, True
+                    self._owners[topic] = exc.destination
+                    if before_retry is not None:
+                        await before_retry()
+                    await self.clock.sleep(HAND_OFF_PAUSE_S)
+                    continue
+                err = exc
+            if before_retry is not None:
+                # At once, before the backoff sleep: ordered publishing closes its gate here,
+                # so no later batch can reach a new owner ahead of this one.
+                await before_retry()
+            if not await backoff.wait():
+                raise DeadlineExceededError(
+                    f"topic {topic!r}: no answer within the retry deadline of "
+                    f"{policy.deadline_s:g} s; last error: {err}"
+                ) from err
+            redirects = 0
+            redirected = False
+            address = self._route(topic)

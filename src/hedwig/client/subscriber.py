@@ -1,0 +1,243 @@
+"""A subscription as the client sees it: an async iterator of messages, in order, that
+re-subscribes by itself.
+
+Rules:
+
+- Delivery is at least once: after a re-subscription the hub sends again everything past the
+  consume mark it has persisted. The subscriber remembers the last sequence id it handed out
+  and drops redeliveries at or below it, so the caller sees each message once per process.
+- A lost connection, TOPIC_MOVED, or a SUBSCRIPTION_FORCED_CLOSED whose reason says so (the
+  owner changed, delivery failed) makes it attach again, wherever the topic now is, with
+  backoff and without a deadline. A forced close because another connection took the
+  subscription over (or deleted it) stops it: it does not fight back; ``next`` raises.
+- Deliveries can overtake the answer to SUBSCRIBE (both arrive in one read): they are held,
+  per connection, until the answer says which connection the subscription is attached on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from hedwig.client.retry import Backoff
+from hedwig.client.routing import Router
+from hedwig.errors import (
+    DeadlineExceededError,
+    HedwigError,
+    SubscriptionBusyError,
+    UsageError,
+)
+from hedwig.net.connection import HubConnection
+from hedwig.protocol import (
+    CloseSubscription,
+    Consume,
+    Deliver,
+    DeliveredMessage,
+    Reply,
+    Subscribe,
+    Subscribed,
+    SubscribeMode,
+    SubscriptionForcedClosed,
+)
+
+log = logging.getLogger(__name__)
+
+CLOSE_TIMEOUT_S = 5.0
+
+
+class Subscriber:
+    """An attached subscription: ``async for msg in sub`` yields messages in order."""
+
+    def __init__(
+        self,
+        router: Router,
+        topic: str,
+        name: str,
+        *,
+        mode: SubscribeMode,
+        window: int,
+        bound: int,
+        auto_consume: bool,
+    ) -> None:
+        self._router = router
+        self.topic = topic
+        self.name = name
+        self._mode = mode
+        self._window = window
+        self._bound = bound
+        self._auto_consume = auto_consume
+        self._conn: HubConnection | None = None
+        self._queue: asyncio.Queue[DeliveredMessage | HedwigError | None] = asyncio.Queue()
+        self._last_seen = 0
+        self._consumed = 0
+        self._closed = False
+        self._reattach: asyncio.Task[None] | None = None
+        self._early: dict[HubConnection, list[Deliver]] = {}
+        self.resubscriptions = 0
+        # Deliveries that arrived before the SUBSCRIBED answer and were held for it.
+        self.held_deliveries = 0
+        self.error: HedwigError | None = None
+
+    @property
+    def connection(self) -> HubConnection | None:
+        """The connection the subscription is attached on (``None`` while re-attaching)."""
+        return self._conn
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    async def attach(self, *, force: bool) -> None:
+        mode = self._mode
+        answer, conn = await self._router.topic_request(
+            self.topic,
+            lambda rid, redirected: Subscribe(
+                request_id=rid,
+                topic=self.topic,
+                subscriber=self.name,
+                mode=mode,
+                message_window=self._window,
+                message_bound=self._bound,
+                redirected=redirected,
+                force_attach=force,
+            ),
+        )
+        assert isinstance(answer, Subscribed)
+        if self._last_seen == 0:
+            self._last_seen = answer.consumed_seq
+            self._consumed = answer.consumed_seq
+        self._conn = conn
+        early, self._early = self._early.get(conn, []), {}
+        for event in early:
+            self._take(event)
+        # Later re-subscriptions attach to what we created, taking it over from our own dead
+        # connection if the hub has not noticed yet.
+        self._mode = SubscribeMode.ATTACH
+
+    # events from the connection -----------------------------------------------------------
+
+    def on_deliver(self, conn: HubConnection, event: Deliver) -> None:
+        if self._conn is conn:
+            self._take(event)
+        elif self._conn is None:
+            self.held_deliveries += 1
+            self._early.setdefault(conn, []).append(event)
+
+    def on_moved(self, conn: HubConnection, reason: str) -> None:
+        if self._conn is conn:
+            self._lost(f"topic moved: {reason}")
+
+    def on_connection_lost(self, conn: HubConnection) -> None:
+        if self._conn is conn:
+            self._lost("connection to hub lost")
+
+    def on_forced_close(self, conn: HubConnection, event: SubscriptionForcedClosed) -> None:
+        if self._conn is not conn:
+            return
+        if event.code.resubscribe:
+            self._lost(f"closed by hub: {event.reason}")
+            return
+        # Someone else took the subscription over, or deleted it, on purpose: stop.
+        self._conn = None
+        if not self._closed:
+            self.error = SubscriptionBusyError(f"closed by hub: {event.reason}")
+            self._queue.put_nowait(self.error)
+
+    def _take(self, event: Deliver) -> None:
+        for m in event.batch.delivered():
+            if m.seq > self._last_seen:
+                self._last_seen = m.seq
+                self._queue.put_nowait(m)
+
+    def _lost(self, reason: str) -> None:
+        self._conn = None
+        if self._closed:
+            return
+        if self._reattach is None or self._reattach.done():
+            log.info("subscription %r/%r: %s; re-subscribing", self.topic, self.name, reason)
+            self._reattach = asyncio.get_running_loop().create_task(self._resubscribe())
+
+    async def _resubscribe(self) -> None:
+        router = self._router
+        backoff = Backoff(router.retry, router.clock)
+        while not self._closed and self._conn is None:
+            try:
+                await self.attach(force=True)
+                self.resubscriptions += 1
+                return
+            except HedwigError as exc:
+                if not exc.retriable and not isinstance(exc, DeadlineExceededError):
+                    self.error = exc
+                    self._queue.put_nowait(exc)
+                    return
+                if not await backoff.wait():
+                    backoff = Backoff(router.retry, router.clock)
+
+    # the caller's side --------------------------------------------------------------------
+
+    def __aiter__(self) -> AsyncIterator[DeliveredMessage]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[DeliveredMessage]:
+        while True:
+            item = await self._queue.get()
+            if item is None:
+                return
+            if isinstance(item, HedwigError):
+                raise item
+            yield item
+            if self._auto_consume:
+                self.consume(item.seq)
+
+    async def next(self, timeout: float | None = None) -> DeliveredMessage:
+        """The next message; ``DeadlineExceededError`` after ``timeout`` seconds."""
+        try:
+            item = await self._router.clock.wait_for(self._queue.get(), timeout)
+        except TimeoutError:
+            raise DeadlineExceededError(f"no message on {self.topic!r} within {timeout}s") from None
+        if item is None:
+            raise UsageError("subscriber is closed")
+        if isinstance(item, HedwigError):
+            raise item
+        if self._auto_consume:
+            self.consume(item.seq)
+        return item
+
+    def consume(self, seq: int) -> None:
+        """Cumulatively consume every message up to ``seq`` (sent without waiting)."""
+        if seq <= self._consumed:
+            return
+        self._consumed = seq
+        conn = self._conn
+        if conn is None or conn.closed:
+            return  # the hub redelivers past its mark after re-subscription: at least once
+        with contextlib.suppress(HedwigError):
+            fut = conn.send_nowait(
+                Consume(request_id=conn.next_id(), topic=self.topic, subscriber=self.name, seq=seq)
+            )
+            fut.add_done_callback(_ignore)
+
+    async def close(self) -> None:
+        """Stop delivery; the subscription and its consume mark stay on the hub."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._reattach is not None:
+            self._reattach.cancel()
+        conn, self._conn = self._conn, None
+        if conn is not None and not conn.closed:
+            with contextlib.suppress(HedwigError, TimeoutError):
+                await conn.request(
+                    CloseSubscription(
+                        request_id=conn.next_id(), topic=self.topic, subscriber=self.name
+                    ),
+                    CLOSE_TIMEOUT_S,
+                )
+        self._queue.put_nowait(None)
+
+
+def _ignore(fut: asyncio.Future[Reply]) -> None:
+    if not fut.cancelled():
+        fut.exception()

@@ -1,0 +1,114 @@
+"""Where things go, as a hub decides it: which hub should own an unowned topic, and which
+hubs store a new ledger.
+
+An unowned topic's requests are answered consistently: once this hub has sent a topic's
+request to some hub (its placement choice, or where it just handed the topic over), it sends
+that topic's requests there for ``ASSIGNMENT_HOLD_S``, while the chosen hub is alive. Without
+this, a client's pipelined requests to a hub that just lost the topic could be sent to two
+would-be owners, and the later of them stored first.
+"""
+
+from __future__ import annotations
+
+import random
+
+from hedwig.clock import Clock
+from hedwig.errors import ServiceUnavailableError
+from hedwig.hub.config import HubConfig
+from hedwig.metadata.managers import MetadataStore
+from hedwig.metadata.records import HubStatus
+from hedwig.placement import choose_hub
+
+# How long a placement decision for an unowned topic holds (a client follows a redirect in a
+# round trip or two; a chosen hub that does not claim in this time is chosen afresh).
+ASSIGNMENT_HOLD_S = 2.0
+# The alive hubs are read from the metadata store at most this often for placement.
+HUBS_CACHE_S = 1.0
+# Assignments kept at most (expired ones are pruned first).
+MAX_ASSIGNMENTS = 100_000
+
+
+class HubChoices:
+    def __init__(
+        self,
+        *,
+        address: str,
+        config: HubConfig,
+        store: MetadataStore,
+        clock: Clock,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.address = address
+        self._config = config
+        self._store = store
+        self._clock = clock
+        self._rng = rng or random.Random()
+        self._hubs: tuple[float, list[HubStatus]] | None = None
+        self._assigned: dict[str, tuple[str, float]] = {}
+
+    async def _alive(self) -> list[HubStatus]:
+        now = self._clock.monotonic()
+        if self._hubs is None or now - self._hubs[0] > HUBS_CACHE_S:
+            self._hubs = (now, await self._store.hubs.list_hubs())
+        return self._hubs[1]
+
+    # owners -------------------------------------------------------------------------------
+
+    async def owner_for(self, topic: str) -> str | None:
+        """The hub that should claim unowned ``topic`` (maybe this one); ``None``: any."""
+        hubs = await self._alive()
+        held = self._assigned.get(topic)
+        if held is not None:
+            target, until = held
+            if self._clock.monotonic() < until and any(
+                h.alive and h.address == target for h in hubs
+            ):
+                return target
+            del self._assigned[topic]
+        chosen = choose_hub(
+            hubs,
+            self._config.placement,
+            topic,
+            rng=self._rng,
+            now_ms=self._clock.wall_ms(),
+            max_age_ms=int(self._config.load_report_max_age_s * 1000),
+        )
+        if chosen is not None and chosen != self.address:
+            self.assign(topic, chosen)
+        return chosen
+
+    def assign(self, topic: str, hub: str) -> None:
+        """Send ``topic``'s requests to ``hub`` for a while (it was chosen, or handed it)."""
+        now = self._clock.monotonic()
+        if len(self._assigned) >= MAX_ASSIGNMENTS:
+            self._assigned = {t: a for t, a in self._assigned.items() if a[1] > now}
+        self._assigned[topic] = (hub, now + ASSIGNMENT_HOLD_S)
+
+    def claimed(self, topic: str) -> None:
+        self._assigned.pop(topic, None)
+
+    # ensembles ----------------------------------------------------------------------------
+
+    async def ensemble(
+        self, size: int, minimum: int, exclude: frozenset[str] = frozenset()
+    ) -> list[str]:
+        """Storage replicas for a new ledger: this hub first (its writes are local), then
+        other alive hubs at random, never one in ``exclude`` (replicas that just failed).
+
+        With fewer than ``size`` hubs alive the ensemble shrinks, down to ``minimum`` (the ack
+        quorum): every acknowledged entry still lands on ack-quorum replicas, so durability
+        holds while a hub is down; the ledger is reported under-replicated, and the next
+        roll-over goes back to full size.
+        """
+        if size <= 1 and self.address not in exclude:
+            return [self.address]
+        hubs = [h.address for h in await self._store.hubs.list_hubs() if h.alive]
+        others = [a for a in hubs if a != self.address and a not in exclude]
+        self._rng.shuffle(others)
+        mine = [] if self.address in exclude else [self.address]
+        chosen = [*mine, *others][:size]
+        if len(chosen) < minimum:
+            raise ServiceUnavailableError(
+                f"need at least {minimum} storage replicas, only {len(chosen)} hubs are usable"
+            )
+        return chosen

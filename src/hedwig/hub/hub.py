@@ -1,0 +1,252 @@
+"""The hub process: wires its parts together and runs them until told to stop.
+
+The parts: ``LocalStorage`` (this hub's ledger replicas), ``TopicOwnership`` (which topics it
+owns), ``HubRequests`` (what each request does), ``HubFrontEnd`` (connections, and the one
+error boundary), ``HubLoops`` (periodic work), ``HubMetrics`` (the events every part reports).
+
+Startup order matters: storage first (so recovered ledgers are readable), then the metadata
+session, then the client port, and only then the ``alive`` record, so no hub redirects a client
+here before we can answer. Shutdown runs it backwards and hands every topic over first, so
+clients move on at once instead of waiting for a session to expire.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import logging
+import random
+import signal
+
+from hedwig.clock import Clock, SystemClock
+from hedwig.hub.choices import HubChoices
+from hedwig.hub.config import HubConfig
+from hedwig.hub.events import LossKind
+from hedwig.hub.http import HealthServer
+from hedwig.hub.loops import HubLoops
+from hedwig.hub.metrics import HubMetrics
+from hedwig.hub.ownership import TopicOwnership
+from hedwig.hub.requests import HubRequests
+from hedwig.hub.server import HubFrontEnd
+from hedwig.ledger.auditor import Auditor
+from hedwig.ledger.replicas import LocalFirstReplicas
+from hedwig.ledger.storage import LocalStorage
+from hedwig.metadata import open_store
+from hedwig.metadata.managers import MetadataStore, SessionState
+from hedwig.metadata.records import HubLoad
+from hedwig.net.transport import TCP, Listener, Network
+from hedwig.protocol import MoveKind
+from hedwig.protocol.connection import DEFAULT_MAX_FRAME_SIZE
+
+log = logging.getLogger(__name__)
+
+
+class Hub:
+    def __init__(
+        self,
+        config: HubConfig,
+        *,
+        store: MetadataStore | None = None,
+        network: Network = TCP,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.config = config
+        self.clock = clock or SystemClock()
+        self.network = network
+        self.store: MetadataStore = store or open_store(
+            config.zk, region=config.region, session_timeout_s=config.zk_session_timeout_s
+        )
+        self.metrics = HubMetrics()
+        self.address = config.advertise or config.listen
+        self.storage = LocalStorage(config.data_dir, self.address)
+        self.replicas = LocalFirstReplicas(self.storage, network=network, clock=self.clock)
+        self.choices = HubChoices(
+            address=self.address, config=config, store=self.store, clock=self.clock, rng=rng
+        )
+        self.topics = TopicOwnership(
+            address=self.address,
+            config=config,
+            store=self.store,
+            replicas=self.replicas,
+            clock=self.clock,
+            events=self.metrics,
+            choices=self.choices,
+            on_change=self._topics_changed,
+        )
+        self.requests = HubRequests(
+            ownership=self.topics,
+            storage=self.storage,
+            store=self.store,
+            events=self.metrics,
+            network=network,
+            clock=self.clock,
+        )
+        max_frame = max(DEFAULT_MAX_FRAME_SIZE, 2 * config.max_message_size + 65536)
+        self.front = HubFrontEnd(self.requests, max_frame_size=max_frame, events=self.metrics)
+        self.auditor = Auditor(
+            address=self.address,
+            store=self.store,
+            replicas=self.replicas,
+            local=self.storage,
+            wanted_size=self._wanted_size,
+        )
+        self.loops = HubLoops(
+            config=config,
+            store=self.store,
+            ownership=self.topics,
+            requests=self.requests,
+            auditor=self.auditor,
+            storage=self.storage,
+            metrics=self.metrics,
+            clock=self.clock,
+            connections=lambda: len(self.front.connections),
+        )
+        self._listener: Listener | None = None
+        self._http: HealthServer | None = None
+        self._ready = False
+        self._stopping = False
+        self.stopped = asyncio.Event()
+
+    # lifecycle ----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.store.session.add_listener(self._on_session)
+        await self.store.start()
+        self.topics.defaults = await self.store.topics.read_region_defaults()
+        self._listener = await self.network.listen(self.config.listen, self.front.protocol)
+        if not self.config.advertise:
+            self._set_address(self._listener.address)
+        if self.config.metrics_port is not None:
+            self._http = HealthServer(
+                self.metrics.registry,
+                self._readiness,
+                before_scrape=self.loops.refresh_gauges,
+                drain=self.drain,
+            )
+            await self._http.start(self.config.metrics_host, self.config.metrics_port)
+        await self._register()
+        self.loops.start()
+        self._ready = True
+        self.metrics.session_changed(SessionState.CONNECTED)
+        log.info(
+            "hub %s serving region %r (epoch %d)",
+            self.address,
+            self.config.region,
+            self.topics.epoch,
+        )
+
+    def _set_address(self, address: str) -> None:
+        """The bound address, once the port is known (listening on port 0)."""
+        self.address = address
+        self.storage.address = address
+        self.choices.address = address
+        self.topics.address = address
+        self.auditor.address = address
+
+    async def _register(self) -> None:
+        self.topics.epoch = await self.store.hubs.register_hub(
+            self.address, HubLoad(timestamp_ms=self.clock.wall_ms())
+        )
+
+    async def drain(self) -> int:
+        """Stop taking topics and hand over every topic this hub owns; keeps serving the
+        storage role (other hubs' ledgers) until the process is stopped. Returns the number of
+        topics handed over."""
+        self._ready = False
+        self.topics.accepting = False
+        with contextlib.suppress(Exception):
+            await self.store.hubs.unregister_hub(self.address)
+        return await self._release_all(MoveKind.DRAIN, "hub draining")
+
+    async def _release_all(self, kind: MoveKind, reason: str) -> int:
+        names = list(self.topics.topics)
+        for name in names:
+            self.metrics.released(name, kind)
+        await self.topics.release_all(reason)
+        return len(names)
+
+    async def stop(self) -> None:
+        """Graceful: stop claiming, hand every topic over, flush, deregister, close."""
+        if self._stopping:
+            await self.stopped.wait()
+            return
+        self._stopping = True
+        self._ready = False
+        self.topics.accepting = False
+        log.info("hub %s stopping: releasing %d topics", self.address, len(self.topics.topics))
+        # Without ZooKeeper a hand-off cannot complete (kazoo queues the requests until it
+        # reconnects): bound the graceful part, then stop anyway. The ledgers' fencing keeps
+        # an unfinished hand-off safe; the next owner recovers.
+        budget = max(5.0, self.config.zk_session_timeout_s)
+        with contextlib.suppress(Exception):
+            await self.clock.wait_for(self.store.hubs.unregister_hub(self.address), budget / 2)
+        try:
+            await self.clock.wait_for(
+                self._release_all(MoveKind.SHUTDOWN, "hub shutting down"), budget
+            )
+        except TimeoutError:
+            log.warning("hand-offs did not finish within %.0f s; stopping anyway", budget)
+            self.topics.drop_all(LossKind.STOPPED, "hub stopped")
+        self.loops.stop()
+        if self._listener is not None:
+            self._listener.close()
+        for conn in list(self.front.connections):
+            conn.close()
+        if self._http is not None:
+            await self._http.close()
+        with contextlib.suppress(Exception):
+            await self.clock.wait_for(self.store.close(), 5.0)
+        self.replicas.close()
+        await self.storage.close()
+        self.stopped.set()
+
+    def _readiness(self) -> tuple[bool, str]:
+        if not self._ready:
+            return False, "starting or stopping"
+        if self.topics.suspended:
+            return False, "ZooKeeper connection suspended"
+        return True, "ready"
+
+    def _on_session(self, state: SessionState) -> None:
+        self.metrics.session_changed(state)
+        self.topics.on_session(state)
+        if state is SessionState.CONNECTED and self._ready:
+            # A new session after an expiry: our alive record is gone; register again.
+            asyncio.get_running_loop().create_task(self._reregister())
+
+    async def _reregister(self) -> None:
+        try:
+            hubs = await self.store.hubs.list_hubs()
+            mine = [h for h in hubs if h.address == self.address and h.alive]
+            if not mine:
+                await self._register()
+                log.info("re-registered after session loss (epoch %d)", self.topics.epoch)
+        except Exception as exc:
+            log.warning("re-registering failed: %s", exc)
+
+    def _topics_changed(self) -> None:
+        self.loops.topics_changed()
+
+    async def _wanted_size(self, topic: str) -> int:
+        config = await self.topics.topic_config(topic)
+        return (config.replication or self.config.replication_config).ensemble
+
+
+async def serve(config: HubConfig) -> None:
+    """Run a hub until SIGTERM or SIGINT, then stop it gracefully."""
+    hub = Hub(config)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await hub.start()
+    # Almost everything a hub allocates is freed by reference counting; the cycle collector
+    # only adds pauses to the publish path. Freeze what startup allocated and run it rarely.
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(100_000, 50, 100)
+    print(f"HUB {hub.address}", flush=True)
+    await stop.wait()
+    await hub.stop()

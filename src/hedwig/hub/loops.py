@@ -1,0 +1,197 @@
+"""A hub's periodic work: load reports, consume-mark flushes, garbage collection, the ledger
+audit and self-balancing, each on its own interval of the injected clock.
+
+Each loop survives its own failures (logged, tried again next interval): a metadata store that
+is briefly unreachable must not stop a hub from reporting load or collecting garbage later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from hedwig.clock import Clock
+from hedwig.errors import HedwigError
+from hedwig.hub.config import HubConfig
+from hedwig.hub.load import LoadTracker
+from hedwig.hub.metrics import HubMetrics
+from hedwig.hub.ownership import TopicOwnership
+from hedwig.hub.requests import HubRequests
+from hedwig.hub.topic import TopicState
+from hedwig.ledger.auditor import Auditor, AuditReport
+from hedwig.ledger.storage import LocalStorage
+from hedwig.metadata.managers import MetadataStore
+from hedwig.metadata.records import HubLoad
+from hedwig.placement.rebalance import Move, Rebalancer
+
+log = logging.getLogger(__name__)
+
+# A burst of claims or releases is reported once, this long after the first of them.
+REPORT_SOON_S = 0.2
+
+
+class HubLoops:
+    def __init__(
+        self,
+        *,
+        config: HubConfig,
+        store: MetadataStore,
+        ownership: TopicOwnership,
+        requests: HubRequests,
+        auditor: Auditor,
+        storage: LocalStorage,
+        metrics: HubMetrics,
+        clock: Clock,
+        connections: Callable[[], int],
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.ownership = ownership
+        self.requests = requests
+        self.auditor = auditor
+        self.storage = storage
+        self.metrics = metrics
+        self.clock = clock
+        self._connections = connections
+        self.rebalancer = Rebalancer(config.rebalance, clock)
+        self._load = LoadTracker()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._report_pending = False
+        self._running = False
+        self._seen_written = 0
+        self._seen_syncs = 0
+
+    def start(self) -> None:
+        self._running = True
+        c = self.config
+        self._every(c.load_report_interval_s, self.report_load)
+        self._every(c.consume_flush_interval_s, self.flush_marks)
+        self._every(c.gc_interval_s, self.collect_garbage)
+        self._every(c.audit_interval_s, self.audit_once, "ledger audit")
+        if c.self_balance:
+            self._every(c.balance_interval_s, self.balance_once, "self-balancing cycle")
+
+    def stop(self) -> None:
+        self._running = False
+        for t in self._tasks:
+            t.cancel()
+
+    def _every(
+        self, interval_s: float, work: Callable[[], Coroutine[Any, Any, Any]], what: str = ""
+    ) -> None:
+        async def loop() -> None:
+            while True:
+                await self.clock.sleep(interval_s)
+                try:
+                    await work()
+                except Exception as exc:
+                    log.warning("%s failed: %s", what or work.__name__, exc)
+
+        self._tasks.append(asyncio.get_running_loop().create_task(loop()))
+
+    # load reports ---------------------------------------------------------------------------
+
+    def load_report(self) -> HubLoad:
+        topics = self.ownership.topics
+        counters = {
+            name: (t.msg_in, t.bytes_in, t.msg_out, t.bytes_out) for name, t in topics.items()
+        }
+        extra = {
+            name: (
+                len(t.subscriptions),
+                max((s.backlog for s in t.subscriptions.values()), default=0),
+            )
+            for name, t in topics.items()
+        }
+        loads = self._load.sample(time.monotonic(), counters, extra)
+        return self._load.report(self.clock.wall_ms(), self._connections(), loads)
+
+    async def report_load(self) -> None:
+        try:
+            report = self.load_report()
+            self.metrics.export_load(report)
+            await self.store.hubs.update_load(self.requests.address, report)
+        except Exception as exc:
+            log.debug("load report failed: %s", exc)
+
+    def topics_changed(self) -> None:
+        """A topic was claimed or let go: report the new load now, not at the next interval,
+        so placement and rebalancing elsewhere see it."""
+        if self._running and not self._report_pending:
+            self._report_pending = True
+            asyncio.get_running_loop().create_task(self._report_soon())
+
+    async def _report_soon(self) -> None:
+        await self.clock.sleep(REPORT_SOON_S)
+        self._report_pending = False
+        await self.report_load()
+
+    # consume marks, garbage, audit ---------------------------------------------------------
+
+    async def flush_marks(self) -> None:
+        for t in list(self.ownership.topics.values()):
+            with contextlib.suppress(HedwigError):
+                await t.flush_marks()
+
+    async def collect_garbage(self) -> None:
+        """Delete ledgers every subscriber has consumed and retention lets go."""
+        for owned in list(self.ownership.topics.values()):
+            if owned.state is not TopicState.OPEN:
+                continue
+            try:
+                await owned.flush_marks()
+                keep = await owned.keep_from_seq()
+                dropped = await owned.log.collect(
+                    keep,
+                    retention_ms=owned.config.retention_ms,
+                    retention_bytes=owned.config.retention_bytes,
+                )
+                if dropped:
+                    log.info("topic %r: collected ledgers %s", owned.name, dropped)
+            except HedwigError as exc:
+                log.info("topic %r: garbage collection skipped: %s", owned.name, exc)
+
+    async def audit_once(self) -> AuditReport:
+        for owned in list(self.ownership.topics.values()):
+            if owned.log.degraded and await owned.log.restore_replication():
+                log.info("topic %r: back to full replication", owned.name)
+        report = await self.auditor.run_once()
+        self.metrics.under_replicated.set(report.failed)
+        self.metrics.ledger_repairs.inc(report.repaired)
+        return report
+
+    # self-balancing ------------------------------------------------------------------------
+
+    async def balance_once(self) -> list[Move]:
+        """The shared rebalancing policy, run on the region's load reports; this hub hands
+        over the topics the policy moves off it. Off when an operator balances the pool
+        (``--no-self-balance``)."""
+        hubs = await self.store.hubs.list_hubs()
+        mine = [m for m in self.rebalancer.plan(hubs) if m.source == self.requests.address]
+        for m in mine:
+            log.info("shedding: %s", m.reason)
+            try:
+                await self.requests.move(m.topic, m.destination, m.kind, m.reason)
+            except HedwigError as exc:
+                log.info("moving %r failed: %s", m.topic, exc)
+        return mine
+
+    # gauges --------------------------------------------------------------------------------
+
+    def refresh_gauges(self) -> None:
+        """Before a scrape: the gauges that describe the present."""
+        m = self.metrics
+        m.connections.set(self._connections())
+        m.topics_owned.set(len(self.ownership.topics))
+        m.subscriber_backlog.clear()
+        for name, t in self.ownership.topics.items():
+            for sname, sub in t.subscriptions.items():
+                m.subscriber_backlog.labels(name, sname).set(sub.backlog)
+        s = self.storage
+        m.storage_bytes.inc(s.bytes_written - self._seen_written)
+        m.storage_syncs.inc(s.syncs - self._seen_syncs)
+        self._seen_written, self._seen_syncs = s.bytes_written, s.syncs

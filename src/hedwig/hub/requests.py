@@ -1,0 +1,234 @@
+"""What each request does on a hub: publish, subscribe, read, move, and the storage role.
+
+Topic requests first find the topic through ``TopicOwnership.acquire`` (which serves it, claims
+it, or raises ``NotResponsibleError`` naming the owner), then hand the request to the
+``OwnedTopic``. Storage requests (from other hubs' ledger writers, recovery and auditors) go to
+this hub's ``LocalStorage``. Moves hand a topic over gracefully and ask the destination to claim
+it at once. Errors are raised as they are; ``hedwig.hub.server`` turns them into answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from hedwig.clock import Clock
+from hedwig.errors import (
+    HedwigError,
+    InvalidRequestError,
+    NoSuchSubscriptionError,
+    NotResponsibleError,
+)
+from hedwig.hub.events import HubEvents
+from hedwig.hub.ownership import TopicOwnership
+from hedwig.hub.server import ClientConnection
+from hedwig.hub.topic import OwnedTopic, TopicState
+from hedwig.ledger.storage import LocalStorage
+from hedwig.metadata.managers import MetadataStore
+from hedwig.net.connection import HubConnection
+from hedwig.net.transport import Network
+from hedwig.protocol import (
+    AddEntry,
+    CloseSubscription,
+    Consume,
+    DeleteLedger,
+    Entry,
+    Lac,
+    MoveKind,
+    Ping,
+    Publish,
+    Read,
+    ReadEntry,
+    ReadLac,
+    ReleaseTopic,
+    Reply,
+    Request,
+    Subscribe,
+    TopicInfo,
+    TopicStats,
+    Unsubscribe,
+    validate_name,
+)
+
+log = logging.getLogger(__name__)
+
+# How long a released topic's destination is given to claim it (a TOPIC_STATS with the
+# redirected flag), and to be connected to.
+CLAIM_TIMEOUT_S = 10.0
+CLAIM_CONNECT_TIMEOUT_S = 2.0
+
+
+class HubRequests:
+    """Serves requests for one hub (``hedwig.hub.server.RequestHandler``)."""
+
+    def __init__(
+        self,
+        *,
+        ownership: TopicOwnership,
+        storage: LocalStorage,
+        store: MetadataStore,
+        events: HubEvents,
+        network: Network,
+        clock: Clock,
+    ) -> None:
+        self.ownership = ownership
+        self.storage = storage
+        self.store = store
+        self.events = events
+        self.network = network
+        self.clock = clock
+        self._routes: dict[type, Callable[[ClientConnection, Any], Awaitable[Reply | None]]] = {
+            Publish: self.publish,
+            Subscribe: self.subscribe,
+            Unsubscribe: self.unsubscribe,
+            CloseSubscription: self.close_subscription,
+            Read: self.read,
+            TopicStats: self.topic_stats,
+            ReleaseTopic: self.release_topic,
+            Ping: self.ping,
+            AddEntry: self.add_entry,
+            ReadEntry: self.read_entry,
+            ReadLac: self.read_lac,
+            DeleteLedger: self.delete_ledger,
+        }
+
+    @property
+    def address(self) -> str:
+        return self.ownership.address
+
+    async def handle(self, conn: ClientConnection, frame: Request) -> Reply | None:
+        route = self._routes.get(type(frame))
+        if route is None:
+            raise InvalidRequestError(f"unexpected frame {type(frame).__name__}")
+        return await route(conn, frame)
+
+    def disconnected(self, conn: ClientConnection) -> None:
+        for topic in conn.topics:
+            owned = self.ownership.topics.get(topic)
+            if owned is not None:
+                owned.detach_peer(conn)
+
+    # topics -------------------------------------------------------------------------------
+
+    async def _acquire(self, conn: ClientConnection, topic: str, redirected: bool) -> OwnedTopic:
+        owned = await self.ownership.acquire(topic, redirected=redirected)
+        conn.topics.add(topic)
+        return owned
+
+    async def publish(self, conn: ClientConnection, req: Publish) -> Reply:
+        start = time.perf_counter()
+        owned = await self._acquire(conn, req.topic, req.redirected)
+        answer = await owned.publish(conn, req)
+        self.events.publish_answered(time.perf_counter() - start)
+        return answer
+
+    async def subscribe(self, conn: ClientConnection, req: Subscribe) -> Reply:
+        validate_name(req.subscriber, what="subscriber")
+        owned = await self._acquire(conn, req.topic, req.redirected)
+        return await owned.subscribe(conn, req)
+
+    def consume(self, conn: ClientConnection, req: Consume) -> None:
+        owned = self.ownership.topics.get(req.topic)
+        if owned is None or owned.state is not TopicState.OPEN:
+            raise NoSuchSubscriptionError(
+                f"topic {req.topic!r} is not served here; subscribe again"
+            )
+        owned.consume(conn, req.subscriber, req.seq)
+
+    async def unsubscribe(self, conn: ClientConnection, req: Unsubscribe) -> None:
+        owned = await self._acquire(conn, req.topic, False)
+        await owned.unsubscribe(conn, req.subscriber)
+
+    async def close_subscription(self, conn: ClientConnection, req: CloseSubscription) -> None:
+        owned = self.ownership.topics.get(req.topic)
+        if owned is None:
+            raise NoSuchSubscriptionError(f"topic {req.topic!r} is not served here")
+        await owned.close_subscription(conn, req.subscriber)
+
+    async def read(self, conn: ClientConnection, req: Read) -> Reply:
+        owned = await self._acquire(conn, req.topic, req.redirected)
+        return await owned.read(req)
+
+    async def topic_stats(self, conn: ClientConnection, req: TopicStats) -> Reply:
+        owned = await self._acquire(conn, req.topic, req.redirected)
+        return TopicInfo(
+            request_id=req.request_id,
+            first_available=owned.log.first_seq,
+            last_seq=owned.log.last_seq,
+            subscribers=len(owned.subscriptions),
+        )
+
+    async def ping(self, conn: ClientConnection, req: Ping) -> None:
+        return None
+
+    # moves --------------------------------------------------------------------------------
+
+    async def release_topic(self, conn: ClientConnection, req: ReleaseTopic) -> None:
+        await self.move(req.topic, req.destination, req.kind, req.reason)
+
+    async def move(self, topic: str, destination: str | None, kind: MoveKind, reason: str) -> bool:
+        """Hand ``topic`` over gracefully (to ``destination`` if given); False if not ours.
+
+        The destination is asked to claim the topic right away (a redirected request), so the
+        hand-off does not wait for the next client request.
+        """
+        if topic not in self.ownership.topics:
+            got = await self.store.ownership.read_owner_info(topic)
+            if got is not None and got.value.address != self.address:
+                raise NotResponsibleError(
+                    f"topic {topic!r} is owned by {got.value.address}", owner=got.value.address
+                )
+            return False
+        if destination is not None:
+            if destination == self.address:
+                return True
+            alive = {h.address for h in await self.store.hubs.list_hubs() if h.alive}
+            if destination not in alive:
+                raise InvalidRequestError(f"destination {destination} is not an alive hub")
+        moved = await self.ownership.release(topic, reason, destination)
+        if moved:
+            self.events.released(topic, kind)
+            if destination is not None:
+                asyncio.get_running_loop().create_task(self._ask_to_claim(destination, topic))
+        return moved
+
+    async def _ask_to_claim(self, destination: str, topic: str) -> None:
+        try:
+            conn = await HubConnection.open(
+                destination,
+                network=self.network,
+                clock=self.clock,
+                timeout=CLAIM_CONNECT_TIMEOUT_S,
+            )
+        except HedwigError:
+            return
+        try:
+            await conn.request(
+                TopicStats(request_id=conn.next_id(), topic=topic, redirected=True),
+                CLAIM_TIMEOUT_S,
+            )
+        except HedwigError as exc:
+            log.info("destination %s did not claim %r at once: %s", destination, topic, exc)
+        finally:
+            conn.close()
+
+    # the storage role ---------------------------------------------------------------------
+
+    async def add_entry(self, conn: ClientConnection, req: AddEntry) -> None:
+        await self.storage.add_entry(
+            req.ledger_id, req.entry_id, req.lac, req.payload, recovery=req.recovery
+        )
+
+    async def read_entry(self, conn: ClientConnection, req: ReadEntry) -> Reply:
+        payload = await self.storage.read_entry(req.ledger_id, req.entry_id)
+        return Entry(request_id=req.request_id, payload=payload)
+
+    async def read_lac(self, conn: ClientConnection, req: ReadLac) -> Reply:
+        lac, last = await self.storage.read_lac(req.ledger_id, fence=req.fence)
+        return Lac(request_id=req.request_id, lac=lac, last_entry_id=last)
+
+    async def delete_ledger(self, conn: ClientConnection, req: DeleteLedger) -> None:
+        await self.storage.delete_ledger(req.ledger_id)

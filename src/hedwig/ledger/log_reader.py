@@ -1,0 +1,151 @@
+"""Reading a topic's log by sequence id: the newest batches from memory, older ones from ledgers.
+
+The owner keeps its newest confirmed batches in memory (up to ``cache_bytes``), so subscribers
+that keep up are served without touching a disk. Older batches are read from the ledgers'
+replicas through a per-ledger index of where each entry's first sequence id is, built when the
+owner wrote the entry or, for ledgers written by earlier owners, by reading the ledger once.
+Batches come back with their stored bytes (``Batch.raw``), which are what is sent on.
+"""
+
+from __future__ import annotations
+
+import bisect
+import struct
+from dataclasses import dataclass, field
+
+from hedwig.errors import NoSuchEntryError
+from hedwig.ledger.handle import read_entry
+from hedwig.ledger.replicas import Replicas
+from hedwig.metadata.managers import LedgerMetadataManager
+from hedwig.metadata.records import LedgerMetadata, LedgerRange
+from hedwig.protocol import Batch
+
+_FIRST_SEQ = struct.Struct(">Q")
+
+
+@dataclass
+class LedgerIndex:
+    """Where each entry of a ledger starts, in sequence ids."""
+
+    metadata: LedgerMetadata
+    first_seqs: list[int] = field(default_factory=list)
+
+
+class LogReader:
+    def __init__(
+        self, topic: str, ledgers: LedgerMetadataManager, replicas: Replicas, cache_bytes: int
+    ) -> None:
+        self._topic = topic
+        self._ledgers = ledgers
+        self._replicas = replicas
+        self.cache_bytes = cache_bytes
+        self._cache: list[Batch] = []
+        self._cache_seqs: list[int] = []
+        self._cache_size = 0
+        self._indexes: dict[int, LedgerIndex] = {}
+
+    # what the writer tells it -----------------------------------------------------------------
+
+    def written(self, md: LedgerMetadata, batch: Batch) -> None:
+        """A batch was confirmed as the next entry of ledger ``md``."""
+        self.index_for(md).first_seqs.append(batch.first_seq)
+        raw = batch.raw or b""
+        self._cache.append(batch)
+        self._cache_seqs.append(batch.first_seq)
+        self._cache_size += len(raw)
+        if self._cache_size > self.cache_bytes:
+            drop = 0
+            while self._cache_size > self.cache_bytes // 2 and drop < len(self._cache) - 1:
+                self._cache_size -= len(self._cache[drop].raw or b"")
+                drop += 1
+            del self._cache[:drop]
+            del self._cache_seqs[:drop]
+
+    def index_for(self, md: LedgerMetadata) -> LedgerIndex:
+        idx = self._indexes.get(md.ledger_id)
+        if idx is None:
+            idx = self._indexes[md.ledger_id] = LedgerIndex(md)
+        return idx
+
+    def closed(self, md: LedgerMetadata) -> None:
+        self.index_for(md).metadata = md
+
+    def forget(self, ledger_id: int) -> None:
+        self._indexes.pop(ledger_id, None)
+
+    # reading --------------------------------------------------------------------------------
+
+    async def read(
+        self,
+        ranges: tuple[LedgerRange, ...],
+        start_seq: int,
+        last_seq: int,
+        max_messages: int,
+        max_bytes: int,
+    ) -> list[Batch]:
+        """Confirmed batches (up to ``last_seq``) holding ``start_seq`` onwards, within the
+        limits; at least one if there is one."""
+        if start_seq > last_seq:
+            return []
+        if self._cache_seqs and start_seq >= self._cache_seqs[0]:
+            i = bisect.bisect_right(self._cache_seqs, start_seq) - 1
+            out: list[Batch] = []
+            msgs = size = 0
+            for b in self._cache[i:]:
+                out.append(b)
+                msgs += b.count
+                size += len(b.raw or b"")
+                if msgs >= max_messages or size >= max_bytes:
+                    break
+            return out
+        return await self._read_ledgers(ranges, start_seq, last_seq, max_messages, max_bytes)
+
+    async def _read_ledgers(
+        self,
+        ranges: tuple[LedgerRange, ...],
+        start_seq: int,
+        last_seq: int,
+        max_messages: int,
+        max_bytes: int,
+    ) -> list[Batch]:
+        out: list[Batch] = []
+        msgs = size = 0
+        starts = [r.start_seq for r in ranges]
+        ri = max(0, bisect.bisect_right(starts, start_seq) - 1)
+        seq = start_seq
+        while ri < len(ranges) and seq <= last_seq:
+            r = ranges[ri]
+            if r.end_seq is not None and r.end_seq < seq:
+                ri += 1
+                continue
+            idx = await self._load_index(r)
+            ei = max(0, bisect.bisect_right(idx.first_seqs, seq) - 1)
+            while ei < len(idx.first_seqs):
+                raw = await read_entry(self._replicas, idx.metadata, ei)
+                batch = Batch.from_stored(raw)
+                if batch.first_seq > last_seq:
+                    return out
+                out.append(batch)
+                msgs += batch.count
+                size += len(raw)
+                seq = batch.last_seq + 1
+                if msgs >= max_messages or size >= max_bytes:
+                    return out
+                ei += 1
+            ri += 1
+        return out
+
+    async def _load_index(self, r: LedgerRange) -> LedgerIndex:
+        idx = self._indexes.get(r.ledger_id)
+        if idx is not None and (idx.first_seqs or r.end_seq == r.start_seq - 1):
+            return idx
+        got = await self._ledgers.read_ledger(r.ledger_id)
+        if got is None:
+            raise NoSuchEntryError(f"ledger {r.ledger_id} of topic {self._topic!r} is gone")
+        md = got.value
+        idx = LedgerIndex(md)
+        for eid in range(md.last_entry_id + 1):
+            raw = await read_entry(self._replicas, md, eid)
+            idx.first_seqs.append(_FIRST_SEQ.unpack_from(raw)[0])
+        self._indexes[r.ledger_id] = idx
+        return idx

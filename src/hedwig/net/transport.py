@@ -1,0 +1,88 @@
+"""How hubs and clients reach each other: one small interface, over TCP or in memory.
+
+Both ends of a Hedwig connection are ``asyncio.Protocol`` objects wrapping the sans-IO
+``hedwig.protocol.Connection``: ``HubConnection`` on the side that asks, the hub's
+``ClientConnection`` on the side that answers. ``Network`` is all they need from the outside
+world: open a connection to an address, or listen on one. ``TcpNetwork`` is the real thing;
+``hedwig.net.memory.MemoryNetwork`` wires the same two protocol objects together in memory, so
+the real client and the real hub code can be tested against each other in milliseconds, with
+faults (a hub that stops answering, a cut connection) made on purpose.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Protocol, TypeVar
+
+from hedwig.clock import Clock, SystemClock
+from hedwig.errors import ConnectionLostError, UsageError
+
+P = TypeVar("P", bound=asyncio.Protocol)
+
+
+class Listener(Protocol):
+    @property
+    def address(self) -> str:
+        """The address connections reach this listener at (with the port it was given)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class Network(Protocol):
+    async def connect(self, address: str, factory: Callable[[], P], *, timeout_s: float) -> P:
+        """Open a connection to ``address``, with ``factory()`` as this end's protocol;
+        ``ConnectionLostError`` if it cannot be made within ``timeout_s``."""
+        ...
+
+    async def listen(self, address: str, factory: Callable[[], asyncio.Protocol]) -> Listener:
+        """Accept connections on ``address`` (port 0: any free port)."""
+        ...
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """``HOST:PORT`` to its parts; ``UsageError`` if it is not one."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise UsageError(f"a hub address is HOST:PORT, got {address!r}")
+    return host, int(port)
+
+
+class _TcpListener:
+    def __init__(self, server: asyncio.Server, host: str) -> None:
+        self._server = server
+        self._host = host
+
+    @property
+    def address(self) -> str:
+        return f"{self._host}:{self._server.sockets[0].getsockname()[1]}"
+
+    def close(self) -> None:
+        self._server.close()
+
+
+class TcpNetwork:
+    """Connections over TCP (uvloop's or asyncio's)."""
+
+    def __init__(self, clock: Clock | None = None) -> None:
+        self._clock = clock or SystemClock()
+
+    async def connect(self, address: str, factory: Callable[[], P], *, timeout_s: float) -> P:
+        host, port = split_address(address)
+        loop = asyncio.get_running_loop()
+        try:
+            _, proto = await self._clock.wait_for(
+                loop.create_connection(factory, host, port), timeout_s
+            )
+        except (OSError, TimeoutError) as exc:
+            raise ConnectionLostError(f"cannot connect to hub {address}: {exc}") from exc
+        return proto
+
+    async def listen(self, address: str, factory: Callable[[], asyncio.Protocol]) -> Listener:
+        host, port = split_address(address)
+        server = await asyncio.get_running_loop().create_server(factory, host, port)
+        return _TcpListener(server, host)
+
+
+TCP = TcpNetwork()

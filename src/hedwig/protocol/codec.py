@@ -1,0 +1,117 @@
+"""Every frame type, and frames to bytes and back.
+
+Every frame is ``u32 length | u8 version | u8 type | u16 flags | u32 request_id | body``;
+``length`` counts the bytes after itself. ``FRAME_TYPES`` is the registry every decoder comes
+from: a frame class listed here is a frame the protocol has (the round-trip tests iterate it, so
+a new frame cannot be left out of them).
+"""
+
+from __future__ import annotations
+
+import struct
+
+from hedwig.errors import ProtocolError
+from hedwig.protocol.client_frames import (
+    CloseSubscription,
+    Consume,
+    Deliver,
+    Error,
+    Messages,
+    Ok,
+    Ping,
+    Publish,
+    Published,
+    Read,
+    ReleaseTopic,
+    Subscribe,
+    Subscribed,
+    SubscriptionForcedClosed,
+    TopicInfo,
+    TopicMoved,
+    TopicStats,
+    Unsubscribe,
+)
+from hedwig.protocol.schema import FrameBase
+from hedwig.protocol.storage_frames import AddEntry, DeleteLedger, Entry, Lac, ReadEntry, ReadLac
+from hedwig.protocol.wire import HEADER, HEADER_AFTER_LENGTH, PROTOCOL_VERSION
+
+# What a client sends a hub (and a hub sends another hub's storage role).
+Request = (
+    Publish
+    | Subscribe
+    | Consume
+    | Unsubscribe
+    | CloseSubscription
+    | Ping
+    | Read
+    | TopicStats
+    | ReleaseTopic
+    | AddEntry
+    | ReadEntry
+    | ReadLac
+    | DeleteLedger
+)
+# What a hub answers a request with.
+Reply = Ok | Published | Subscribed | Messages | TopicInfo | Error | Entry | Lac
+# What a hub pushes unasked.
+Event = Deliver | TopicMoved | SubscriptionForcedClosed
+Frame = Request | Reply | Event
+# The storage role's requests: hub to hub only.
+STORAGE_REQUESTS = (AddEntry, ReadEntry, ReadLac, DeleteLedger)
+
+FRAME_TYPES: tuple[type[FrameBase], ...] = (
+    Publish,
+    Subscribe,
+    Consume,
+    Unsubscribe,
+    CloseSubscription,
+    Ping,
+    Read,
+    TopicStats,
+    ReleaseTopic,
+    AddEntry,
+    ReadEntry,
+    ReadLac,
+    DeleteLedger,
+    Ok,
+    Published,
+    Subscribed,
+    Messages,
+    TopicInfo,
+    Entry,
+    Lac,
+    Error,
+    Deliver,
+    TopicMoved,
+    SubscriptionForcedClosed,
+)
+
+BY_TYPE: dict[int, type[FrameBase]] = {cls.TYPE: cls for cls in FRAME_TYPES}
+assert len(BY_TYPE) == len(FRAME_TYPES), "two frames share a type code"
+
+
+def encode_frame(frame: Frame) -> bytes:
+    body = frame.encode_body()
+    flags, rid = frame.header_fields()
+    return (
+        HEADER.pack(len(body) + HEADER_AFTER_LENGTH, PROTOCOL_VERSION, frame.TYPE, flags, rid)
+        + body
+    )
+
+
+def decode_body(ftype: int, flags: int, rid: int, body: bytes) -> Frame:
+    """The frame of type ``ftype``; ``ProtocolError`` for anything malformed.
+
+    ``MalformedBatchError`` (a ``ProtocolError``) is raised as such, so that a hub can refuse
+    just that request.
+    """
+    cls = BY_TYPE.get(ftype)
+    if cls is None:
+        raise ProtocolError(f"unknown frame type 0x{ftype:02x}")
+    try:
+        frame: Frame = cls.decode(flags, rid, body)
+    except ProtocolError:
+        raise
+    except (struct.error, ValueError, UnicodeDecodeError, IndexError) as exc:
+        raise ProtocolError(f"malformed frame of type 0x{ftype:02x}: {exc}") from exc
+    return frame

@@ -1,0 +1,49 @@
+"""Enumerations that travel on the wire as a ``u8``; values are never renumbered, only added.
+
+They carry meaning that used to travel as prose and be matched by substring: why a topic was
+handed over (``MoveKind``, for metrics and the client's logs) and why a hub closed a
+subscription (``CloseReason``, which decides whether the client subscribes again).
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class SubscribeMode(IntEnum):
+    CREATE = 0
+    ATTACH = 1
+    CREATE_OR_ATTACH = 2
+
+
+class MoveKind(IntEnum):
+    """Why a topic is handed over gracefully. The lower-case name is the metric label."""
+
+    REQUESTED = 0  # by an operator or a user (``hedwig move``)
+    OVERLOAD = 1  # rebalancing: the source hub carries more than the margin over the mean
+    UNDERLOAD = 2  # rebalancing: an underloaded hub pulls work
+    DRAIN = 3  # the hub is draining (preStop, ``hedwig drain``) or the policy empties it
+    SHUTDOWN = 4  # the hub is stopping
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+class CloseReason(IntEnum):
+    """Why a hub closed a subscription on a connection (SUBSCRIPTION_FORCED_CLOSED)."""
+
+    # Another connection attached the subscription with force-attach: the client stops, it
+    # does not fight back.
+    TAKEN_OVER = 0
+    # The subscription was deleted (unsubscribed by another connection).
+    UNSUBSCRIBED = 1
+    # The hub could not go on delivering (its log broke); subscribing again finds the new owner.
+    DELIVERY_FAILED = 2
+    # The hub found it no longer owns the topic (another hub wrote the consume mark).
+    OWNER_CHANGED = 3
+
+    @property
+    def resubscribe(self) -> bool:
+        """Whether the client should attach again (elsewhere) rather than stop."""
+        return self in (CloseReason.DELIVERY_FAILED, CloseReason.OWNER_CHANGED)

@@ -1,0 +1,361 @@
+"""Messages and batches: the bytes a publisher sends, a ledger stores and a subscriber receives.
+
+A message is ``key: u32 len (0xFFFFFFFF = no key) + bytes``, ``value: u32 len + bytes``,
+``headers: u16 count`` then per header ``str name + u32 len + bytes``.
+
+A batch is consecutive messages of one topic, and the same bytes in three places: the unit a
+publisher sends, the unit a ledger stores as one entry, and the unit a subscriber receives::
+
+    u64 first_seq | u64 publish_time_ms | str publisher_id | u64 publisher_seq
+    | u32 count | messages
+
+so the hub never re-encodes a message on the hot path: it prefixes and forwards. Individual
+messages are decoded only by whoever wants to look inside (``Batch.messages``).
+
+``EncodedMessages`` pairs the encoded messages with their count, and every way of making one
+guarantees that the two agree: from messages encoded here (no check needed), or from untrusted
+bytes, which are scanned (``MalformedBatchError`` if the count lies).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import NewType
+
+from hedwig.errors import MalformedBatchError
+from hedwig.protocol.wire import U16, U32, pack_str, read_str
+
+_NO_KEY = 0xFFFFFFFF
+_NO_KEY_BYTES = U32.pack(_NO_KEY)
+_NO_HEADERS = U16.pack(0)
+_BATCH_HEAD = struct.Struct(">QQ")  # first_seq, publish_time_ms
+_PUB_SEQ_COUNT = struct.Struct(">QI")  # publisher_seq, count
+# Bytes a message takes on the wire besides its key, value and headers.
+MESSAGE_OVERHEAD = 4 + 4 + 2
+
+# One message in its wire encoding. Only ``encode_message`` and ``encode_value`` make these, so
+# a list of them always holds exactly one message per element.
+EncodedMessage = NewType("EncodedMessage", bytes)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Message:
+    """One message as a publisher hands it over."""
+
+    value: bytes
+    key: bytes | None = None
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+    @property
+    def size(self) -> int:
+        """The bytes this message counts against the maximum message size."""
+        return (
+            len(self.value)
+            + (len(self.key) if self.key is not None else 0)
+            + sum(len(k.encode()) + len(v) for k, v in self.headers)
+        )
+
+
+def encode_message(m: Message) -> EncodedMessage:
+    out = bytearray()
+    if m.key is None:
+        out += _NO_KEY_BYTES
+    else:
+        out += U32.pack(len(m.key))
+        out += m.key
+    out += U32.pack(len(m.value))
+    out += m.value
+    out += U16.pack(len(m.headers))
+    for name, value in m.headers:
+        out += pack_str(name)
+        out += U32.pack(len(value))
+        out += value
+    return EncodedMessage(bytes(out))
+
+
+def encode_value(value: bytes) -> EncodedMessage:
+    """The common case, fast: a value without key or headers."""
+    return EncodedMessage(b"".join((_NO_KEY_BYTES, U32.pack(len(value)), value, _NO_HEADERS)))
+
+
+def encode_values(values: Sequence[bytes]) -> bytes:
+    """The payload for values without keys or headers (``EncodedMessages.of_values`` wraps it
+    with its count)."""
+    pack = U32.pack
+    return b"".join(_NO_KEY_BYTES + pack(len(v)) + v + _NO_HEADERS for v in values)
+
+
+def encode_messages(messages: Iterable[Message]) -> tuple[int, bytes]:
+    """Encode messages into a batch payload; returns ``(count, payload)``."""
+    parts = [encode_message(m) for m in messages]
+    return len(parts), b"".join(parts)
+
+
+def _scan(payload: bytes, count: int) -> tuple[list[int], int]:
+    """The offset where each message starts and the size of the largest one.
+
+    Raises ``MalformedBatchError`` unless the payload holds exactly ``count`` messages.
+    """
+    offsets: list[int] = []
+    largest = 0
+    pos = 0
+    end = len(payload)
+    unpack32 = U32.unpack_from
+    unpack16 = U16.unpack_from
+    try:
+        for _ in range(count):
+            offsets.append(pos)
+            (klen,) = unpack32(payload, pos)
+            pos += 4
+            size = 0
+            if klen != _NO_KEY:
+                pos += klen
+                size += klen
+            (vlen,) = unpack32(payload, pos)
+            pos += 4 + vlen
+            size += vlen
+            (nh,) = unpack16(payload, pos)
+            pos += 2
+            for _h in range(nh):
+                (hn,) = unpack16(payload, pos)
+                pos += 2 + hn
+                (hv,) = unpack32(payload, pos)
+                pos += 4 + hv
+                size += hn + hv
+            if pos > end:
+                raise MalformedBatchError("message runs past the end of its batch")
+            if size > largest:
+                largest = size
+    except struct.error as exc:
+        raise MalformedBatchError("truncated message in batch") from exc
+    if pos != end:
+        raise MalformedBatchError(f"batch holds {end - pos} bytes after its {count} messages")
+    return offsets, largest
+
+
+def scan_messages(payload: bytes, count: int, max_message_size: int) -> list[int]:
+    """Check a batch payload's structure; return the offset where each message starts.
+
+    Raises ``MalformedBatchError`` if the payload does not hold exactly ``count`` well-formed
+    messages, and ``ValueError`` (with the offending size) if the largest exceeds
+    ``max_message_size``.
+    """
+    offsets, largest = _scan(payload, count)
+    if largest > max_message_size:
+        raise ValueError(largest)
+    return offsets
+
+
+def decode_messages(payload: bytes, count: int) -> list[Message]:
+    out: list[Message] = []
+    pos = 0
+    unpack32 = U32.unpack_from
+    unpack16 = U16.unpack_from
+    try:
+        for _ in range(count):
+            (klen,) = unpack32(payload, pos)
+            pos += 4
+            key: bytes | None = None
+            if klen != _NO_KEY:
+                key = payload[pos : pos + klen]
+                pos += klen
+            (vlen,) = unpack32(payload, pos)
+            pos += 4
+            value = payload[pos : pos + vlen]
+            pos += vlen
+            (nh,) = unpack16(payload, pos)
+            pos += 2
+            headers: list[tuple[str, bytes]] = []
+            for _h in range(nh):
+                name, pos = read_str(payload, pos)
+                (hv,) = unpack32(payload, pos)
+                pos += 4
+                headers.append((name, payload[pos : pos + hv]))
+                pos += hv
+            if pos > len(payload):
+                raise MalformedBatchError("message runs past the end of its batch")
+            out.append(Message(value=value, key=key, headers=tuple(headers)))
+    except struct.error as exc:
+        raise MalformedBatchError("malformed message in batch") from exc
+    if pos != len(payload):
+        raise MalformedBatchError("trailing bytes after the last message of a batch")
+    return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EncodedMessages:
+    """Encoded messages and their count; built only in ways that keep the two in agreement.
+
+    ``largest`` is the size of the largest message when it was measured (bytes parsed from the
+    wire are), else ``None``; a hub checks it against the topic's limit without a second scan.
+    """
+
+    count: int
+    payload: bytes
+    largest: int | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.count < 0:
+            raise MalformedBatchError(f"negative message count {self.count}")
+        if self.largest is None:
+            _, largest = _scan(self.payload, self.count)
+            object.__setattr__(self, "largest", largest)
+
+    @classmethod
+    def of(cls, parts: Sequence[EncodedMessage]) -> EncodedMessages:
+        """Messages encoded by ``encode_message``/``encode_value``: one per part, no scan."""
+        return _trusted(len(parts), b"".join(parts))
+
+    @classmethod
+    def of_values(cls, values: Sequence[bytes]) -> EncodedMessages:
+        return _trusted(len(values), encode_values(values))
+
+    @classmethod
+    def of_messages(cls, messages: Iterable[Message]) -> EncodedMessages:
+        return cls.of([encode_message(m) for m in messages])
+
+    @classmethod
+    def parse(cls, payload: bytes, count: int) -> EncodedMessages:
+        """Untrusted bytes: scanned, ``MalformedBatchError`` if they do not hold ``count``
+        messages."""
+        _, largest = _scan(payload, count)
+        return cls(count=count, payload=payload, largest=largest)
+
+    def decode(self) -> list[Message]:
+        return decode_messages(self.payload, self.count)
+
+
+def _trusted(count: int, payload: bytes) -> EncodedMessages:
+    """An ``EncodedMessages`` whose count is known to match (skips ``__post_init__``'s scan)."""
+    made = object.__new__(EncodedMessages)
+    object.__setattr__(made, "count", count)
+    object.__setattr__(made, "payload", payload)
+    object.__setattr__(made, "largest", None)
+    return made
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveredMessage:
+    """A message as a subscriber or reader sees it: with its place in the topic."""
+
+    seq: int
+    publish_time_ms: int
+    publisher_id: str
+    message: Message
+
+    @property
+    def value(self) -> bytes:
+        return self.message.value
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Batch:
+    """Consecutive messages of one topic, as stored in one ledger entry and delivered.
+
+    ``first_seq`` is the topic sequence id of the first message; the batch covers
+    ``first_seq .. last_seq``. ``publisher_id`` and ``publisher_seq`` identify the publish
+    request, so a retried publish can be recognised as a duplicate. ``raw`` is the batch's
+    encoding when it is already known (read from a ledger, or just written to one), so it is
+    forwarded as it is stored, never encoded again.
+    """
+
+    first_seq: int
+    publish_time_ms: int
+    publisher_id: str
+    publisher_seq: int
+    messages: EncodedMessages
+    raw: bytes | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def count(self) -> int:
+        return self.messages.count
+
+    @property
+    def payload(self) -> bytes:
+        return self.messages.payload
+
+    @property
+    def last_seq(self) -> int:
+        return self.first_seq + self.messages.count - 1
+
+    def encode(self) -> bytes:
+        if self.raw is not None:
+            return self.raw
+        return b"".join(
+            (
+                _BATCH_HEAD.pack(self.first_seq, self.publish_time_ms),
+                pack_str(self.publisher_id),
+                _PUB_SEQ_COUNT.pack(self.publisher_seq, self.messages.count),
+                self.messages.payload,
+            )
+        )
+
+    def with_raw(self) -> Batch:
+        """This batch carrying its encoding (made once, then reused by every reader)."""
+        if self.raw is not None:
+            return self
+        return Batch(
+            first_seq=self.first_seq,
+            publish_time_ms=self.publish_time_ms,
+            publisher_id=self.publisher_id,
+            publisher_seq=self.publisher_seq,
+            messages=self.messages,
+            raw=self.encode(),
+        )
+
+    @classmethod
+    def decode(cls, data: bytes) -> Batch:
+        """A batch from the wire: its messages are checked against its count."""
+        return cls._decode(data, trusted=False)
+
+    @classmethod
+    def from_stored(cls, data: bytes) -> Batch:
+        """A batch read back from a ledger entry: written by a hub from a checked publish and
+        checksummed on disk, so its messages are not scanned again."""
+        return cls._decode(data, trusted=True)
+
+    @classmethod
+    def _decode(cls, data: bytes, *, trusted: bool) -> Batch:
+        try:
+            first_seq, time_ms = _BATCH_HEAD.unpack_from(data, 0)
+            pid, pos = read_str(data, _BATCH_HEAD.size)
+            pseq, count = _PUB_SEQ_COUNT.unpack_from(data, pos)
+        except struct.error as exc:
+            raise MalformedBatchError("truncated batch header") from exc
+        payload = data[pos + _PUB_SEQ_COUNT.size :]
+        messages = _trusted(count, payload) if trusted else EncodedMessages.parse(payload, count)
+        return cls(
+            first_seq=first_seq,
+            publish_time_ms=time_ms,
+            publisher_id=pid,
+            publisher_seq=pseq,
+            messages=messages,
+            raw=data,
+        )
+
+    def delivered(self) -> list[DeliveredMessage]:
+        return [
+            DeliveredMessage(self.first_seq + i, self.publish_time_ms, self.publisher_id, m)
+            for i, m in enumerate(self.messages.decode())
+        ]
+
+    def slice(self, first: int, last: int) -> Batch:
+        """The sub-batch holding sequence ids ``first .. last`` (inclusive)."""
+        first = max(first, self.first_seq)
+        last = min(last, self.last_seq)
+        if first == self.first_seq and last == self.last_seq:
+            return self
+        offsets, _ = _scan(self.payload, self.count)
+        offsets.append(len(self.payload))
+        lo = first - self.first_seq
+        hi = last - self.first_seq + 1
+        count = max(0, hi - lo)
+        return Batch(
+            first_seq=first,
+            publish_time_ms=self.publish_time_ms,
+            publisher_id=self.publisher_id,
+            publisher_seq=self.publisher_seq + lo if self.publisher_seq else 0,
+            messages=_trusted(count, self.payload[offsets[lo] : offsets[hi]] if count else b""),
+        )

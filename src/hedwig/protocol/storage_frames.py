@@ -1,0 +1,74 @@
+"""Frames between hubs for the storage role: ledger replicas for other hubs' topics.
+
+A hub's storage role holds ledger replicas for topics other hubs own. These frames are how a
+ledger's writer, a recovering hub or an auditor reaches it (``hedwig.ledger.remote``); a hub's
+answers are ``Ok``, ``Entry``, ``Lac`` or an error.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from hedwig.protocol.schema import I64, U64, Flag, FrameBase, RequestId, Rest, Sender, frame
+
+# Flag bits, named per frame by the field that holds them.
+Recovery = Annotated[bool, Flag(0)]  # a recovery write-back, allowed on a fenced ledger
+Fence = Annotated[bool, Flag(0)]  # fence the ledger before answering
+
+CLIENT = Sender.CLIENT
+HUB = Sender.HUB
+
+
+@frame(0x10, CLIENT)
+class AddEntry(FrameBase):
+    """Store one entry. Answered by ``Ok``, or LEDGER_FENCED unless ``recovery`` is set."""
+
+    request_id: RequestId
+    ledger_id: U64
+    entry_id: U64
+    lac: I64
+    payload: Rest
+    recovery: Recovery = False
+
+
+@frame(0x11, CLIENT)
+class ReadEntry(FrameBase):
+    """Read one stored entry. Answered by ``Entry`` or NO_SUCH_ENTRY."""
+
+    request_id: RequestId
+    ledger_id: U64
+    entry_id: U64
+
+
+@frame(0x12, CLIENT)
+class ReadLac(FrameBase):
+    """The replica's LAC and last stored entry for a ledger; fences it first if asked."""
+
+    request_id: RequestId
+    ledger_id: U64
+    fence: Fence = False
+
+
+@frame(0x13, CLIENT)
+class DeleteLedger(FrameBase):
+    """Delete this replica of a ledger. Answered by ``Ok``."""
+
+    request_id: RequestId
+    ledger_id: U64
+
+
+@frame(0x85, HUB)
+class Entry(FrameBase):
+    """One stored entry, as it was added."""
+
+    request_id: RequestId
+    payload: Rest
+
+
+@frame(0x86, HUB)
+class Lac(FrameBase):
+    """A replica's last-add-confirmed and last stored entry of a ledger (-1: none)."""
+
+    request_id: RequestId
+    lac: I64
+    last_entry_id: I64

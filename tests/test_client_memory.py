@@ -1,0 +1,240 @@
+"""The real client against real hubs, wired together in memory: ordering through moves,
+failures and reconnects, re-subscription and early deliveries, in milliseconds.
+
+Hubs run their real code on the in-memory metadata store and a ``MemoryNetwork`` (their
+ledgers on a tmpfs, so fsync costs nothing); faults are made on purpose: a suspended metadata
+session (publishes fail and are retried), cut connections, a frozen hub, graceful moves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from hedwig.client import HedwigClient, RetryPolicy
+from hedwig.clock import ManualClock
+from hedwig.errors import SubscriptionBusyError
+from hedwig.hub import Hub, HubConfig
+from hedwig.metadata.memory import MemoryBackend, MemoryMetadataStore
+from hedwig.net import MemoryNetwork
+from hedwig.protocol import MoveKind
+
+SCRATCH = "/dev/shm" if Path("/dev/shm").is_dir() else None
+FAST_RETRY = RetryPolicy(initial_delay_s=0.005, max_delay_s=0.05, deadline_s=10)
+
+
+@dataclass
+class Region:
+    network: MemoryNetwork
+    backend: MemoryBackend
+    hubs: list[Hub] = field(default_factory=list)
+    dirs: list[str] = field(default_factory=list)
+
+    async def add_hub(self, replication: str = "2/2/2") -> Hub:
+        data_dir = tempfile.mkdtemp(prefix="hedwig-mem-", dir=SCRATCH)
+        self.dirs.append(data_dir)
+        config = HubConfig(
+            listen="memory:0",
+            data_dir=data_dir,
+            replication=replication,
+            self_balance=False,
+            zk_session_timeout_s=2.0,
+        )
+        hub = Hub(config, store=MemoryMetadataStore(self.backend, "mem"), network=self.network)
+        await hub.start()
+        self.hubs.append(hub)
+        return hub
+
+    def hub_at(self, address: str | None) -> Hub:
+        return next(h for h in self.hubs if h.address == address)
+
+    def owner(self, topic: str) -> Hub:
+        return next(h for h in self.hubs if topic in h.topics.topics)
+
+    def client(self, **options: object) -> HedwigClient:
+        options.setdefault("retry", FAST_RETRY)
+        return HedwigClient(
+            [h.address for h in self.hubs],
+            network=self.network,
+            **options,  # type: ignore[arg-type]
+        )
+
+
+@pytest.fixture
+async def region() -> AsyncIterator[Region]:
+    r = Region(MemoryNetwork(), MemoryBackend())
+    for _ in range(2):
+        await r.add_hub()
+    yield r
+    for hub in r.hubs:
+        await hub.stop()
+    for d in r.dirs:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+async def until(condition: Callable[[], bool], timeout: float = 3.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.001)
+
+
+async def stored_values(client: HedwigClient, topic: str) -> list[bytes]:
+    answer = await client.read(topic, 1, max_messages=100_000)
+    return [m.value for b in answer.batches for m in b.delivered()]
+
+
+async def publish_around(
+    client: HedwigClient, topic: str, count: int, fault: Callable[[], Awaitable[None]]
+) -> list[int]:
+    """Publish ``count`` messages pipelined, with ``fault`` in the middle; the acked seqs."""
+    futures = [client.publish_nowait(topic, b"m%05d" % i) for i in range(count // 2)]
+    await asyncio.sleep(0)  # the first batches are on their way
+    await fault()
+    futures += [client.publish_nowait(topic, b"m%05d" % i) for i in range(count // 2, count)]
+    return [(await f).seq for f in futures]
+
+
+def expected(count: int) -> list[bytes]:
+    return [b"m%05d" % i for i in range(count)]
+
+
+# ordering ---------------------------------------------------------------------------------
+
+
+async def test_order_kept_through_a_graceful_move(region: Region) -> None:
+    async with region.client(max_batch_messages=50) as c:
+        await c.publish("move", b"warm-up")
+        source = region.owner("move")
+        dest = next(h for h in region.hubs if h is not source)
+
+        async def move() -> None:
+            await source.requests.move("move", dest.address, MoveKind.REQUESTED, "test")
+
+        seqs = await publish_around(c, "move", 2000, move)
+        assert seqs == list(range(2, 2002))
+        assert region.owner("move") is dest
+        assert await stored_values(c, "move") == [b"warm-up", *expected(2000)]
+
+
+async def test_order_kept_through_failed_batches(region: Region) -> None:
+    """The owner's metadata session is suspended: publishes are refused (retriable) until it
+    reconnects; every refused batch is sent again, in order, and stored once."""
+    async with region.client(max_batch_messages=20) as c:
+        await c.publish("fail", b"warm-up")
+        owner = region.owner("fail")
+        store = owner.store
+        assert isinstance(store, MemoryMetadataStore)
+
+        async def suspend() -> None:
+            store.disconnect()
+            asyncio.get_running_loop().call_later(0.1, store.reconnect)
+
+        seqs = await publish_around(c, "fail", 1000, suspend)
+        assert seqs == list(range(2, 1002))
+        assert await stored_values(c, "fail") == [b"warm-up", *expected(1000)]
+
+
+async def test_order_kept_through_a_reconnect(region: Region) -> None:
+    """Every connection to the owner is cut with batches in flight: some were stored, some
+    not; the client reconnects, re-sends them, and the duplicates are recognised."""
+    async with region.client(max_batch_messages=25) as c:
+        await c.publish("cut", b"warm-up")
+        owner = region.owner("cut")
+
+        async def cut() -> None:
+            region.network.sever(owner.address)
+
+        seqs = await publish_around(c, "cut", 1000, cut)
+        values = await stored_values(c, "cut")
+        assert values == [b"warm-up", *expected(1000)]
+        assert sorted(s for s in seqs if s) == sorted(set(s for s in seqs if s))
+
+
+async def test_new_topic_pipelined_to_several_hubs_stays_ordered(region: Region) -> None:
+    """Nobody owns the topic yet: batches must not reach two would-be owners at once."""
+    async with region.client(max_batch_messages=10) as c:
+        seqs = [(await f).seq for f in [c.publish_nowait("fresh", b"%d" % i) for i in range(300)]]
+        assert seqs == list(range(1, 301))
+
+
+# subscribers ------------------------------------------------------------------------------
+
+
+async def test_subscriber_resubscribes_after_its_connection_is_cut(region: Region) -> None:
+    async with region.client() as pub, region.client() as subc:
+        sub = await subc.subscribe("resub", "s")
+        for i in range(50):
+            await pub.publish("resub", b"%d" % i)
+        got = [await sub.next(2) for _ in range(50)]
+        for m in got[:20]:
+            sub.consume(m.seq)
+        region.network.sever(region.owner("resub").address)
+        for i in range(50, 100):
+            await pub.publish("resub", b"%d" % i)
+        while len(got) < 100:
+            got.append(await sub.next(2))
+        assert [m.seq for m in got] == list(range(1, 101))  # redeliveries dropped, none lost
+        assert sub.resubscriptions >= 1
+
+
+async def test_subscriber_follows_a_move(region: Region) -> None:
+    async with region.client() as c:
+        sub = await c.subscribe("follow", "s", auto_consume=True)
+        await c.publish("follow", b"before")
+        assert (await sub.next(2)).value == b"before"
+        source = region.owner("follow")
+        dest = next(h for h in region.hubs if h is not source)
+        await source.requests.move("follow", dest.address, MoveKind.REQUESTED, "test")
+        await c.publish("follow", b"after")
+        assert (await sub.next(2)).value == b"after"
+        assert region.owner("follow") is dest
+
+
+async def test_deliveries_that_overtake_the_subscribed_answer_are_held(region: Region) -> None:
+    """Attaching to a subscription with a backlog: the hub writes SUBSCRIBED and the first
+    DELIVER in one go, and they arrive in one read, before the subscribe call has its answer."""
+    async with region.client() as c:
+        sub = await c.subscribe("early", "s")
+        await sub.close()
+        for i in range(30):
+            await c.publish("early", b"%d" % i)
+        sub = await c.subscribe("early", "s")
+        got = [await sub.next(2) for _ in range(30)]
+        assert [m.seq for m in got] == list(range(1, 31))
+        assert sub.held_deliveries >= 1
+
+
+async def test_a_subscription_taken_over_stops_and_does_not_fight_back(region: Region) -> None:
+    async with region.client() as a, region.client() as b:
+        first = await a.subscribe("taken", "s")
+        await b.subscribe("taken", "s", force_attach=True)
+        with pytest.raises(SubscriptionBusyError):
+            await first.next(2)
+        assert first.resubscriptions == 0
+
+
+# timeouts on the injected clock -----------------------------------------------------------
+
+
+async def test_a_frozen_hub_is_dropped_on_the_clients_clock(region: Region) -> None:
+    """Keepalive runs on the client's clock: a hub that stops answering is dropped once that
+    clock has moved past the keepalive interval and timeout, however little real time passed."""
+    clock = ManualClock()
+    async with region.client(clock=clock) as c:
+        await c.publish("frozen", b"x")
+        owner = region.owner("frozen").address
+        conn = await c.connection(owner)
+        region.network.freeze(owner)
+        for _ in range(40):  # 4 s of the client's clock, in steps
+            clock.advance(0.1)
+            await asyncio.sleep(0.001)
+            if conn.closed:
+                break
+        assert conn.closed
+        region.network.thaw(owner)

@@ -1,0 +1,282 @@
+"""Frames as declared: every frame type round-trips, construction refuses what cannot travel,
+flags are named per frame, and the error table maps every status both ways."""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hedwig import errors
+from hedwig.errors import MalformedBatchError, ProtocolError, UsageError
+from hedwig.protocol import (
+    FRAME_TYPES,
+    Batch,
+    Connection,
+    EncodedMessages,
+    Error,
+    Message,
+    Published,
+    Read,
+    RefusedFrame,
+    Role,
+    Subscribe,
+    encode_value,
+)
+from hedwig.protocol.messages import encode_values
+from hedwig.protocol.schema import (
+    BatchCodec,
+    BatchListCodec,
+    Codec,
+    EnumCodec,
+    FrameBase,
+    Int,
+    MessagesCodec,
+    OptStrCodec,
+    RestCodec,
+    Sender,
+    StrCodec,
+)
+from hedwig.protocol.status import (
+    Status,
+    error_frame,
+    error_from_frame,
+    internal_error_frame,
+    status_of,
+)
+from hedwig.protocol.wire import HEADER, PROTOCOL_VERSION
+
+MESSAGES = st.lists(
+    st.builds(
+        Message,
+        value=st.binary(max_size=32),
+        key=st.none() | st.binary(max_size=8),
+        headers=st.lists(st.tuples(st.text(max_size=6), st.binary(max_size=6)), max_size=2).map(
+            tuple
+        ),
+    ),
+    max_size=5,
+).map(EncodedMessages.of_messages)
+
+BATCHES = st.builds(
+    lambda first, t, pid, pseq, msgs: Batch(
+        first_seq=first, publish_time_ms=t, publisher_id=pid, publisher_seq=pseq, messages=msgs
+    ),
+    st.integers(1, 2**40),
+    st.integers(0, 2**50),
+    st.text(max_size=10),
+    st.integers(0, 2**40),
+    MESSAGES,
+)
+
+
+def strategy_for(codec: Codec) -> st.SearchStrategy[Any]:
+    """An example value for any field codec the schema has; a new codec must be added here."""
+    if isinstance(codec, Int):
+        return st.integers(codec.lo, codec.hi)
+    if isinstance(codec, EnumCodec):
+        return st.sampled_from(list(codec.enum))
+    if isinstance(codec, StrCodec):
+        return st.text(max_size=20)
+    if isinstance(codec, OptStrCodec):
+        return st.none() | st.text(max_size=20)
+    if isinstance(codec, RestCodec):
+        return st.binary(max_size=40)
+    if isinstance(codec, MessagesCodec):
+        return MESSAGES
+    if isinstance(codec, BatchCodec):
+        return BATCHES
+    if isinstance(codec, BatchListCodec):
+        return st.lists(BATCHES, max_size=3).map(tuple)
+    raise AssertionError(f"no example strategy for {type(codec).__name__}")
+
+
+def frame_strategy(cls: type[FrameBase]) -> st.SearchStrategy[Any]:
+    fields: dict[str, st.SearchStrategy[Any]] = {
+        name: strategy_for(codec) for name, codec in cls.FIELD_CODECS
+    }
+    fields.update({name: st.booleans() for name, _ in cls.FLAG_BITS})
+    if "request_id" in cls.__dataclass_fields__:  # type: ignore[attr-defined]
+        fields["request_id"] = st.integers(0, 2**32 - 1)
+    return st.builds(cls, **fields)
+
+
+def roundtrip(frame: Any) -> Any:
+    sender = Role.CLIENT if frame.SENDER is Sender.CLIENT else Role.HUB
+    receiver = Role.HUB if sender is Role.CLIENT else Role.CLIENT
+    dst = Connection(receiver)
+    dst.receive_data(Connection(sender).send(frame))
+    (out,) = dst.next_frames()
+    return out
+
+
+@pytest.mark.parametrize("cls", FRAME_TYPES, ids=lambda c: c.__name__)
+def test_every_frame_type_round_trips(cls: type[FrameBase]) -> None:
+    @settings(max_examples=60, deadline=None)
+    @given(frame_strategy(cls))
+    def check(frame: Any) -> None:
+        assert roundtrip(frame) == frame
+
+    check()
+
+
+def test_type_codes_are_unique_and_in_their_senders_range() -> None:
+    codes = [cls.TYPE for cls in FRAME_TYPES]
+    assert len(set(codes)) == len(codes)
+    for cls in FRAME_TYPES:
+        assert (cls.TYPE >= 0x80) == (cls.SENDER is Sender.HUB), cls.__name__
+
+
+def test_flag_bits_are_named_per_frame() -> None:
+    flags = {cls.__name__: dict(cls.FLAG_BITS) for cls in FRAME_TYPES if cls.FLAG_BITS}
+    assert flags == {
+        "Publish": {"redirected": 0},
+        "Subscribe": {"redirected": 0, "force_attach": 1},
+        "Read": {"redirected": 0},
+        "TopicStats": {"redirected": 0},
+        "AddEntry": {"recovery": 0},
+        "ReadLac": {"fence": 0},
+        "Published": {"duplicate": 0},
+    }
+    header = Connection(Role.CLIENT).send(
+        Subscribe(request_id=1, topic="t", subscriber="s", redirected=False, force_attach=True)
+    )
+    assert HEADER.unpack_from(header)[3] == 0b10
+
+
+def test_construction_is_keyword_only_and_checked() -> None:
+    with pytest.raises(TypeError):
+        Published(1, 2, 3)  # type: ignore[misc]
+    with pytest.raises(UsageError, match="first_seq"):
+        Published(request_id=1, first_seq=-1, last_seq=3)
+    with pytest.raises(UsageError, match="request_id"):
+        Published(request_id=2**32, first_seq=1, last_seq=3)
+    with pytest.raises(UsageError, match="SubscribeMode"):
+        Subscribe(request_id=1, topic="t", subscriber="s", mode=7)  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="str"):
+        Read(request_id=1, topic=b"t", start_seq=0, max_messages=1, max_bytes=1)  # type: ignore[arg-type]
+
+
+def test_a_count_that_does_not_match_the_payload_is_refused_at_construction() -> None:
+    payload = encode_values([b"a", b"bb"])
+    assert EncodedMessages(count=2, payload=payload).largest == 2
+    for wrong in (0, 1, 3):
+        with pytest.raises(MalformedBatchError):
+            EncodedMessages(count=wrong, payload=payload)
+    assert EncodedMessages.of([encode_value(b"a"), encode_value(b"bb")]).payload == payload
+
+
+def _publish_bytes(count: int, payload: bytes, rid: int = 9) -> bytes:
+    """A PUBLISH frame built by hand, so its count can lie (the constructor would refuse)."""
+    topic, pid = b"t", b"p"
+    body = (
+        struct.pack(">H", len(topic))
+        + topic
+        + struct.pack(">H", len(pid))
+        + pid
+        + struct.pack(">QI", 0, count)
+        + payload
+    )
+    return HEADER.pack(len(body) + 8, PROTOCOL_VERSION, 0x01, 0, rid) + body
+
+
+def test_a_lying_batch_is_refused_and_the_connection_stays_open() -> None:
+    hub = Connection(Role.HUB)
+    hub.receive_data(_publish_bytes(5, encode_values([b"y"]), rid=9))
+    hub.receive_data(_publish_bytes(1, encode_values([b"y"]), rid=10))
+    first, second = hub.next_frames()
+    assert isinstance(first, RefusedFrame) and first.request_id == 9
+    assert not hub.broken
+    assert second.count == 1 and second.request_id == 10
+    # A hub that sends a lying batch to a client broke the protocol.
+    client = Connection(Role.CLIENT)
+    bad = Batch(
+        first_seq=1,
+        publish_time_ms=0,
+        publisher_id="p",
+        publisher_seq=0,
+        messages=EncodedMessages.of_values([b"a"]),
+    ).encode()
+    body = struct.pack(">H", 1) + b"t" + struct.pack(">H", 1) + b"s" + bad[:-3] + b"\x00\x00\x05"
+    client.receive_data(HEADER.pack(len(body) + 8, PROTOCOL_VERSION, 0xC0, 0, 0) + body)
+    with pytest.raises(ProtocolError):
+        client.next_frames()
+
+
+def test_read_answers_carry_batches_as_stored() -> None:
+    stored = Batch(
+        first_seq=3,
+        publish_time_ms=7,
+        publisher_id="p",
+        publisher_seq=0,
+        messages=EncodedMessages.of_values([b"x"]),
+    ).with_raw()
+    assert stored.raw is not None
+    assert Batch.from_stored(stored.raw).encode() is stored.raw
+
+
+# The error table ---------------------------------------------------------------------------
+
+
+def test_every_status_comes_back_as_one_class() -> None:
+    for status in Status:
+        if status is Status.OK:
+            continue
+        exc = error_from_frame(Error(request_id=1, status=status, message="m"))
+        assert status_of(exc) is status, status
+        assert str(exc) == "m"
+
+
+@pytest.mark.parametrize(
+    ("exc", "status", "field", "value"),
+    [
+        (
+            errors.NotResponsibleError("x", owner="h:1"),
+            Status.NOT_RESPONSIBLE_FOR_TOPIC,
+            "owner",
+            "h:1",
+        ),
+        (
+            errors.TopicMovingError("x", destination="h:2"),
+            Status.TOPIC_MOVING,
+            "destination",
+            "h:2",
+        ),
+        (
+            errors.MessagesUnavailableError("x", first_available=41),
+            Status.MESSAGES_UNAVAILABLE,
+            "first_available",
+            41,
+        ),
+    ],
+)
+def test_typed_detail_travels(
+    exc: errors.HedwigError, status: Status, field: str, value: object
+) -> None:
+    frame = error_frame(5, exc)
+    assert frame is not None and frame.status == status
+    back = roundtrip(frame)
+    again = error_from_frame(back)
+    assert type(again) is type(exc)
+    assert getattr(again, field) == value
+
+
+def test_domain_errors_map_to_what_the_client_should_do() -> None:
+    assert status_of(errors.MetadataUnavailableError("zk down")) is Status.SERVICE_UNAVAILABLE
+    assert status_of(errors.NotEnoughReplicasError("2 of 3")) is Status.SERVICE_UNAVAILABLE
+    assert status_of(errors.LedgerFencedError("fenced")) is Status.LEDGER_FENCED
+    assert status_of(MalformedBatchError("lies")) is Status.INVALID_REQUEST
+    assert error_from_frame(error_frame(1, errors.SubscriptionExistsError("s"))).retriable is False  # type: ignore[arg-type]
+
+
+def test_an_unmapped_error_is_internal_and_not_retried() -> None:
+    bug = KeyError("oops")
+    assert status_of(bug) is None and error_frame(1, bug) is None
+    answer = internal_error_frame(1, bug)
+    exc = error_from_frame(answer)
+    assert isinstance(exc, errors.InternalError)
+    assert not exc.retriable
+    assert "KeyError" in str(exc)
