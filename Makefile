@@ -11,6 +11,8 @@ PYTEST_ARGS ?=
 
 all: test
 
+# One editable install of the root distribution: the core (hedwig), the operator
+# (hedwig_operator) and the Spark data source (hedwig_spark), with their extras.
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
@@ -33,9 +35,9 @@ lint: venv
 	$(VENV)/bin/ruff check src tests bench spark-apps
 	$(VENV)/bin/ruff format --check src tests bench spark-apps
 
+# The core and spark-apps/ (pyproject.toml's [tool.mypy] files); the operator separately below.
 typecheck: venv
 	$(VENV)/bin/mypy
-	cd spark-apps && $(CURDIR)/$(VENV)/bin/mypy --config-file pyproject.toml
 
 imports: venv
 	$(VENV)/bin/lint-imports
@@ -49,7 +51,7 @@ unit: venv
 
 # The traffic heat map: three hubs, vehicles, Spark streaming, a live page (until Ctrl-C).
 demo: deps
-	$(PY) spark-apps/demo/run_demo.py
+	cd spark-apps && $(CURDIR)/$(PY) -m demo.run_demo
 
 # Refresh docs/spark-demo.png by running the browser test.
 demo-screenshot: deps browser
@@ -63,9 +65,10 @@ bench: deps
 bench-spark: deps
 	$(PY) spark-apps/bench/batch_read.py
 
-# The Kubernetes operator (operator/hedwig_operator, outside src/: it is its own image) and its
-# end-to-end tests against a real control plane built from Go modules (e2e/controlplane: long
-# the first time, instant once cached under ~/.cache/hedwig). `make test` runs all of it.
+# The Kubernetes operator (operator/hedwig_operator, outside src/: it is its own image; the
+# root distribution ships it, so `make venv` installs it) and its end-to-end tests against a
+# real control plane built from Go modules (e2e/controlplane: long the first time, instant
+# once cached under ~/.cache/hedwig). `make test` runs all of it.
 .PHONY: controlplane lint-operator typecheck-operator imports-operator e2e
 OPERATOR_LINTED := operator e2e/test_operator.py e2e/hedwig_e2e.py
 
@@ -77,10 +80,10 @@ lint-operator: venv
 	$(VENV)/bin/ruff format --check $(OPERATOR_LINTED)
 
 typecheck-operator: venv
-	MYPYPATH=operator $(VENV)/bin/mypy -p hedwig_operator
+	$(VENV)/bin/mypy -p hedwig_operator
 
 imports-operator: venv
-	PYTHONPATH=operator $(VENV)/bin/lint-imports --config operator/importlinter.ini
+	$(VENV)/bin/lint-imports --config operator/importlinter.ini
 
 test: lint-operator typecheck-operator imports-operator controlplane
 
