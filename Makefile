@@ -94,10 +94,10 @@ clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
 
 # The Helm chart, the images, the alerts and the dashboard (charts/hedwig, hub_image,
-# operator/Dockerfile, skaffold.yaml, monitoring/; docs/deploying.md). Their static tests are
-# tests/chart (in `pytest tests`: helm, promtool, hadolint, a rehearsal of the images' build
-# stages); e2e/test_chart.py and e2e/test_monitoring.py run against the control plane and a
-# real Prometheus. `make test` runs all of it.
+# operator/Dockerfile, spark-apps/Dockerfile, skaffold.yaml, monitoring/; docs/deploying.md).
+# Their static tests are tests/chart (in `pytest tests`: helm, promtool, hadolint, a rehearsal
+# of the images' build stages); e2e/test_chart.py and e2e/test_monitoring.py run against the
+# control plane and a real Prometheus. `make test` runs all of it.
 .PHONY: prometheus lint-chart dashboards dashboard-picture
 CHART_LINTED := monitoring tests/chart e2e/test_chart.py e2e/test_monitoring.py
 HELM = $$(e2e/controlplane/build.sh | tail -1)/helm
@@ -109,7 +109,7 @@ prometheus:
 lint-chart: venv controlplane
 	$(VENV)/bin/ruff check $(CHART_LINTED)
 	$(VENV)/bin/ruff format --check $(CHART_LINTED)
-	$(VENV)/bin/hadolint hub_image/Dockerfile operator/Dockerfile
+	$(VENV)/bin/hadolint hub_image/Dockerfile operator/Dockerfile spark-apps/Dockerfile
 	$(PY) monitoring/dashboards.py --check
 	$(HELM) lint --strict charts/hedwig
 	for f in charts/hedwig/ci/*-values.yaml; do $(HELM) lint --strict charts/hedwig -f $$f || exit 1; done
