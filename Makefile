@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: all deps venv zookeeper browser lint typecheck imports test unit demo demo-screenshot bench bench-spark clean
+.PHONY: all deps venv zookeeper browser lint typecheck imports imports-spark test unit demo demo-screenshot bench bench-spark clean
 
 all: test
 
@@ -42,8 +42,14 @@ typecheck: venv
 imports: venv
 	$(VENV)/bin/lint-imports
 
+# The Spark source, jobs and demo keep to the client and metadata layers
+# (spark-apps/importlinter.ini). The jobs, the traffic model and the demo are not installed:
+# PYTHONPATH finds them in spark-apps/.
+imports-spark: venv
+	PYTHONPATH=spark-apps $(VENV)/bin/lint-imports --config spark-apps/importlinter.ini
+
 # Every test: static checks, unit and integration tests (real ZooKeeper, real hub processes).
-test: deps browser lint typecheck imports
+test: deps browser lint typecheck imports imports-spark
 	$(PY) -m pytest -q $(PYTEST_ARGS) tests e2e
 
 unit: venv
