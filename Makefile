@@ -7,10 +7,12 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: all deps venv zookeeper browser lint typecheck imports test unit demo demo-screenshot bench bench-spark clean
+.PHONY: all deps venv zookeeper browser lint typecheck imports imports-spark test unit demo demo-screenshot bench bench-spark clean
 
 all: test
 
+# One editable install of the root distribution: the core (hedwig), the operator
+# (hedwig_operator) and the Spark data source (hedwig_spark), with their extras.
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
@@ -33,15 +35,21 @@ lint: venv
 	$(VENV)/bin/ruff check src tests bench spark-apps
 	$(VENV)/bin/ruff format --check src tests bench spark-apps
 
+# The core and spark-apps/ (pyproject.toml's [tool.mypy] files); the operator separately below.
 typecheck: venv
 	$(VENV)/bin/mypy
-	cd spark-apps && $(CURDIR)/$(VENV)/bin/mypy --config-file pyproject.toml
 
 imports: venv
 	$(VENV)/bin/lint-imports
 
+# The Spark source, jobs and demo keep to the client and metadata layers
+# (spark-apps/importlinter.ini). The jobs, the traffic model and the demo are not installed:
+# PYTHONPATH finds them in spark-apps/.
+imports-spark: venv
+	PYTHONPATH=spark-apps $(VENV)/bin/lint-imports --config spark-apps/importlinter.ini
+
 # Every test: static checks, unit and integration tests (real ZooKeeper, real hub processes).
-test: deps browser lint typecheck imports
+test: deps browser lint typecheck imports imports-spark
 	$(PY) -m pytest -q $(PYTEST_ARGS) tests e2e
 
 unit: venv
@@ -49,7 +57,7 @@ unit: venv
 
 # The traffic heat map: three hubs, vehicles, Spark streaming, a live page (until Ctrl-C).
 demo: deps
-	$(PY) spark-apps/demo/run_demo.py
+	cd spark-apps && $(CURDIR)/$(PY) -m demo.run_demo
 
 # Refresh docs/spark-demo.png by running the browser test.
 demo-screenshot: deps browser
@@ -63,9 +71,10 @@ bench: deps
 bench-spark: deps
 	$(PY) spark-apps/bench/batch_read.py
 
-# The Kubernetes operator (operator/hedwig_operator, outside src/: it is its own image) and its
-# end-to-end tests against a real control plane built from Go modules (e2e/controlplane: long
-# the first time, instant once cached under ~/.cache/hedwig). `make test` runs all of it.
+# The Kubernetes operator (operator/hedwig_operator, outside src/: it is its own image; the
+# root distribution ships it, so `make venv` installs it) and its end-to-end tests against a
+# real control plane built from Go modules (e2e/controlplane: long the first time, instant
+# once cached under ~/.cache/hedwig). `make test` runs all of it.
 .PHONY: controlplane lint-operator typecheck-operator imports-operator e2e
 OPERATOR_LINTED := operator e2e/test_operator.py e2e/hedwig_e2e.py
 
@@ -77,10 +86,10 @@ lint-operator: venv
 	$(VENV)/bin/ruff format --check $(OPERATOR_LINTED)
 
 typecheck-operator: venv
-	MYPYPATH=operator $(VENV)/bin/mypy -p hedwig_operator
+	$(VENV)/bin/mypy -p hedwig_operator
 
 imports-operator: venv
-	PYTHONPATH=operator $(VENV)/bin/lint-imports --config operator/importlinter.ini
+	$(VENV)/bin/lint-imports --config operator/importlinter.ini
 
 test: lint-operator typecheck-operator imports-operator controlplane
 
@@ -91,10 +100,10 @@ clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
 
 # The Helm chart, the images, the alerts and the dashboard (charts/hedwig, hub_image,
-# operator/Dockerfile, skaffold.yaml, monitoring/; docs/deploying.md). Their static tests are
-# tests/chart (in `pytest tests`: helm, promtool, hadolint, a rehearsal of the images' build
-# stages); e2e/test_chart.py and e2e/test_monitoring.py run against the control plane and a
-# real Prometheus. `make test` runs all of it.
+# operator/Dockerfile, spark-apps/Dockerfile, skaffold.yaml, monitoring/; docs/deploying.md).
+# Their static tests are tests/chart (in `pytest tests`: helm, promtool, hadolint, a rehearsal
+# of the images' build stages); e2e/test_chart.py and e2e/test_monitoring.py run against the
+# control plane and a real Prometheus. `make test` runs all of it.
 .PHONY: prometheus lint-chart dashboards dashboard-picture
 CHART_LINTED := monitoring tests/chart e2e/test_chart.py e2e/test_monitoring.py
 HELM = $$(e2e/controlplane/build.sh | tail -1)/helm
@@ -106,7 +115,7 @@ prometheus:
 lint-chart: venv controlplane
 	$(VENV)/bin/ruff check $(CHART_LINTED)
 	$(VENV)/bin/ruff format --check $(CHART_LINTED)
-	$(VENV)/bin/hadolint hub_image/Dockerfile operator/Dockerfile
+	$(VENV)/bin/hadolint hub_image/Dockerfile operator/Dockerfile spark-apps/Dockerfile
 	$(PY) monitoring/dashboards.py --check
 	$(HELM) lint --strict charts/hedwig
 	for f in charts/hedwig/ci/*-values.yaml; do $(HELM) lint --strict charts/hedwig -f $$f || exit 1; done

@@ -23,15 +23,14 @@ from typing import Any, TypeVar
 
 import pytest
 import yaml
-from controlplane import cluster
 
+from controlplane import cluster
 from hedwig.client import HedwigClient
 from hedwig.metadata import HubInfo, TopicConfig, open_store
 
 ROOT = Path(__file__).resolve().parents[1]
 CRDS = ROOT / "crds"
 RBAC = ROOT / "operator" / "deploy" / "rbac.yaml"
-OPERATOR_DIR = ROOT / "operator"
 
 T = TypeVar("T")
 
@@ -109,13 +108,7 @@ class OperatorProcess:
         self.namespace = namespace
         self.log_path = log_path
         self.liveness = f"http://127.0.0.1:{liveness_port}/healthz"
-        self.env = {
-            **env,
-            **settings,
-            "PYTHONPATH": os.pathsep.join(
-                [str(OPERATOR_DIR), *filter(None, [env.get("PYTHONPATH")])]
-            ),
-        }
+        self.env = {**env, **settings}
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 60.0) -> OperatorProcess:

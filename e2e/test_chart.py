@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,11 +25,10 @@ from typing import Any
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
-from controlplane import cluster  # noqa: E402
-from hedwig_e2e import (  # noqa: E402
+from controlplane import cluster
+from hedwig.devcluster.cluster import HubProcess
+from hedwig.devcluster.zookeeper import ZooKeeperServer, free_port
+from hedwig_e2e import (
     ROOT,
     STORAGE_CLASS,
     OperatorProcess,
@@ -39,9 +37,6 @@ from hedwig_e2e import (  # noqa: E402
     topic_owner,
     wait_for,
 )
-
-from hedwig.devcluster.cluster import HubProcess  # noqa: E402
-from hedwig.devcluster.zookeeper import ZooKeeperServer, free_port  # noqa: E402
 
 if importlib.util.find_spec("pytest_timeout") is not None:
     pytestmark = pytest.mark.timeout(300)

@@ -16,17 +16,15 @@ import importlib.util
 import json
 import os
 import re
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from controlplane import cluster
+
 HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
-from controlplane import cluster  # noqa: E402
 
 if importlib.util.find_spec("pytest_timeout") is not None:
     # The module fixture's start-up (~15 s) counts against the first test.

@@ -32,7 +32,6 @@ import math
 import os
 import shutil
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -44,20 +43,14 @@ from typing import Any
 import pytest
 import yaml
 
-HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
-from controlplane import cluster  # noqa: E402
-from hedwig_e2e import ROOT, topic_owner, wait_for  # noqa: E402
-
-from hedwig.client import HedwigClient  # noqa: E402
-from hedwig.devcluster.cluster import DevCluster  # noqa: E402
-from hedwig.devcluster.zookeeper import free_port  # noqa: E402
-from hedwig.metadata import open_store  # noqa: E402
-
-sys.path.insert(0, str(ROOT / "monitoring"))
-import dashboards  # noqa: E402
-import render  # noqa: E402
+import dashboards
+import render
+from controlplane import cluster
+from hedwig.client import HedwigClient
+from hedwig.devcluster.cluster import DevCluster
+from hedwig.devcluster.zookeeper import free_port
+from hedwig.metadata import open_store
+from hedwig_e2e import ROOT, topic_owner, wait_for
 
 if importlib.util.find_spec("pytest_timeout") is not None:
     pytestmark = pytest.mark.timeout(400)

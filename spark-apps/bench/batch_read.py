@@ -9,12 +9,6 @@ handed to Spark; nothing is written), ``--runs`` times after a warm-up. Prints o
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 import argparse
 import asyncio
 import json

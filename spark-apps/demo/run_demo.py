@@ -11,16 +11,13 @@ once the page is served, then runs until Ctrl-C (or ``--duration`` seconds). Eve
 (progress, warnings) goes to stderr; data and logs live in a temporary directory that is
 removed on exit unless ``--keep``.
 
-    python spark-apps/demo/run_demo.py [--port 8000] [--vehicles 150] [--move-every 60]
+The demo, the jobs and the traffic model are applications, not installed packages: run them
+from ``spark-apps/``, where their packages are (``make demo`` does),
+
+    cd spark-apps && ../.venv/bin/python -m demo.run_demo [--port 8000] [--move-every 60]
 """
 
 from __future__ import annotations
-
-import sys
-from pathlib import Path
-
-if __package__ in (None, ""):  # run as a script: make the spark-apps packages importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import argparse
 import asyncio
@@ -29,22 +26,27 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 from types import FrameType
 
 from demo.state import DemoState
 from demo.watchers import follow_heatmap, move_topics, run_vehicles, watch_cluster
 from demo.web import serve
 from hedwig.devcluster.cluster import DevCluster
-from hedwig_spark.session import APPS_DIR, prepare_environment
+from hedwig_spark.session import prepare_environment
 from jobs.traffic_heatmap import HEATMAP_TOPIC
 from traffic.grid import Grid
 
 log = logging.getLogger("demo")
 
 WINDOW_S, SLIDE_S = 30, 10
+
+# spark-apps/: the heat-map job runs from there, as ``python -m jobs.traffic_heatmap``.
+APPS_DIR = Path(__file__).resolve().parents[1]
 
 
 def parser() -> argparse.ArgumentParser:
@@ -105,8 +107,6 @@ class Background:
 
 def start_spark(cluster: DevCluster, data: Path, log_file: Path) -> subprocess.Popen[bytes]:
     prepare_environment()
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([APPS_DIR, *[p for p in sys.path if p.endswith("src")]])
     cmd = [
         sys.executable,
         "-m",
@@ -131,7 +131,7 @@ def start_spark(cluster: DevCluster, data: Path, log_file: Path) -> subprocess.P
     try:
         # Its own session: Ctrl-C reaches us, and we stop Spark in order.
         return subprocess.Popen(
-            cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            cmd, cwd=APPS_DIR, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
     finally:
         out.close()

@@ -1,25 +1,28 @@
 """A Hedwig client for Spark's blocking callers, and what the driver asks the cluster.
 
 Spark calls the source from plain threads (the planner, the streaming driver runner, executor
-tasks), never from an event loop. ``HubSession`` runs an asyncio ``HedwigClient`` on a loop in
-a daemon thread and hands out ``concurrent.futures.Future`` objects, so a reader can keep the
-next READ in flight while it decodes the previous answer.
+tasks), never from an event loop. The client library's synchronous facade (``SyncClient``: an
+asyncio ``HedwigClient`` on a loop in a daemon thread) is made for such callers, and its
+``submit`` hands out ``concurrent.futures.Future`` objects, so a reader can keep the next READ
+in flight while it decodes the previous answer. ``HubSession`` is that facade with the
+source's own retry deadline.
 
 Sessions are never pickled: Spark pickles readers and writers to ship them, so they open a
 session where they run and close it when done (``stop()`` is not reliably called on Spark
 4.1, so a long-lived driver session is a daemon thread that dies with the process).
+
+The driver's questions to the metadata store (which hubs are alive, which topics exist) are
+one-off: each opens the store for the question's duration and closes it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import re
-import threading
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from hedwig.client import HedwigClient, RetryPolicy
+from hedwig.client import HedwigClient, RetryPolicy, SyncClient
 from hedwig.metadata import MetadataStore, open_store
 from hedwig_spark.offsets import TopicBounds
 from hedwig_spark.options import DEFAULT_RETRY_DEADLINE_S, ClusterOptions
@@ -27,8 +30,14 @@ from hedwig_spark.options import DEFAULT_RETRY_DEADLINE_S, ClusterOptions
 T = TypeVar("T")
 
 
-class HubSession:
-    """One ``HedwigClient`` on its own event loop thread."""
+class HubSession(SyncClient):
+    """A ``SyncClient`` whose requests retry until the source's ``retryDeadline``.
+
+    Everything else is ``SyncClient``'s: ``submit(fn)`` starts ``fn(client)`` on the client's
+    loop and returns a future, ``call(fn)`` waits for it, ``close()`` (or the end of a ``with``
+    block) closes the client and stops its thread. Other keyword arguments go to
+    ``HedwigClient`` (the writer passes ``publisher_id``).
+    """
 
     def __init__(
         self,
@@ -39,60 +48,19 @@ class HubSession:
     ) -> None:
         if not hubs:
             raise ValueError("no hub address to connect to")
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(
-            target=self._loop.run_forever, name="hedwig-spark", daemon=True
-        )
-        self._thread.start()
         retry = RetryPolicy(deadline_s=retry_deadline_s)
-
-        async def make() -> HedwigClient:
-            return HedwigClient(list(hubs), retry=retry, **client_options)
-
-        self.client: HedwigClient = self._submit_coro(make()).result()
-
-    def _submit_coro(self, coro: Awaitable[T]) -> concurrent.futures.Future[T]:
-        async def run() -> T:
-            return await coro
-
-        return asyncio.run_coroutine_threadsafe(run(), self._loop)
-
-    def submit(self, fn: Callable[[HedwigClient], Awaitable[T]]) -> concurrent.futures.Future[T]:
-        """Start ``fn(client)`` on the session's loop; the future resolves with its result."""
-        return self._submit_coro(fn(self.client))
-
-    def call(self, fn: Callable[[HedwigClient], Awaitable[T]]) -> T:
-        return self.submit(fn).result()
-
-    def close(self) -> None:
-        if self._loop.is_closed():
-            return
-        try:
-            self._submit_coro(self.client.close()).result(30)
-        finally:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(5)
-            if not self._thread.is_alive():
-                self._loop.close()
-
-    def __enter__(self) -> HubSession:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        super().__init__(list(hubs), retry=retry, **client_options)
 
 
-def _run_zk(cluster: ClusterOptions, fn: Callable[[MetadataStore], Awaitable[T]]) -> T:
-    zookeeper = cluster.zookeeper
-    assert zookeeper is not None
+def _ask_store(cluster: ClusterOptions, fn: Callable[[MetadataStore], Awaitable[T]]) -> T:
+    """``fn(store)`` on the cluster's metadata store, opened for this question only."""
+    url = cluster.zookeeper
+    if url is None:
+        raise ValueError("set the 'zookeeper' option to look the cluster up")
 
     async def go() -> T:
-        store = open_store(zookeeper, region=cluster.region)
-        await store.start()
-        try:
+        async with open_store(url, region=cluster.region) as store:
             return await fn(store)
-        finally:
-            await store.close()
 
     return asyncio.run(go())
 
@@ -105,7 +73,7 @@ def resolve_hubs(cluster: ClusterOptions) -> tuple[str, ...]:
     async def alive(store: MetadataStore) -> list[str]:
         return [h.address for h in await store.hubs.list_hubs() if h.alive]
 
-    hubs = _run_zk(cluster, alive)
+    hubs = _ask_store(cluster, alive)
     if not hubs:
         raise RuntimeError(
             f"no alive hub in region {cluster.region!r} of ZooKeeper {cluster.zookeeper}"
@@ -119,10 +87,10 @@ def list_topics(cluster: ClusterOptions, pattern: re.Pattern[str]) -> list[str]:
     async def topics(store: MetadataStore) -> list[str]:
         return await store.topics.list_topics()
 
-    return sorted(t for t in _run_zk(cluster, topics) if pattern.fullmatch(t))
+    return sorted(t for t in _ask_store(cluster, topics) if pattern.fullmatch(t))
 
 
-def topic_bounds(session: HubSession, topics: Sequence[str]) -> dict[str, TopicBounds]:
+def topic_bounds(session: SyncClient, topics: Sequence[str]) -> dict[str, TopicBounds]:
     """First available and last sequence id of each topic, asked of the owners concurrently."""
 
     async def ask(client: HedwigClient) -> dict[str, TopicBounds]:

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
-from hedwig.client import HedwigClient
+from hedwig.client import HedwigClient, SyncClient
 from hedwig.errors import MessagesUnavailableError
 from hedwig.protocol import Messages
 from hedwig_spark.connection import HubSession
@@ -48,7 +48,7 @@ def read_range(part: TopicRange) -> Iterator[pa.RecordBatch]:
         yield from _read(session, part)
 
 
-def _read(session: HubSession, part: TopicRange) -> Iterator[pa.RecordBatch]:
+def _read(session: SyncClient, part: TopicRange) -> Iterator[pa.RecordBatch]:
     topic, end = part.topic, part.end
 
     def request(seq: int) -> concurrent.futures.Future[Messages]:

@@ -1,11 +1,11 @@
 """A small local SparkSession with the source registered: for tests, the demo and laptops.
 
-Two things make a local session work with a Python data source from a checkout:
-
-- Spark starts Python workers with ``PYSPARK_PYTHON`` (default: ``python3`` on the PATH, which
-  may lack pyarrow and hedwig), so we point it at this interpreter;
-- workers unpickle readers and writers by module name, so the folder holding
-  ``hedwig_spark`` must be on their ``PYTHONPATH`` (installed packages need nothing).
+Spark starts Python workers with ``PYSPARK_PYTHON`` (default: ``python3`` on the PATH, which
+may lack pyarrow and hedwig), so we point it at this interpreter. Workers unpickle readers and
+writers by module name, so they must be able to import ``hedwig_spark``: it is part of the
+``hedwig`` distribution (``pip install 'hedwig[spark]'``; ``make venv`` installs it editable),
+so an interpreter that has it installed needs nothing else, in a checkout or in the Spark
+image alike.
 
 Settings keep Spark small on a shared two-core machine: ``local[2]``, two shuffle partitions,
 no UI, a modest driver heap.
@@ -15,20 +15,14 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-APPS_DIR = str(Path(__file__).resolve().parent.parent)
-
 
 def prepare_environment() -> None:
-    """Make Python workers use this interpreter and find this package."""
+    """Make Python workers use this interpreter, which has this package installed."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if APPS_DIR not in paths:
-        os.environ["PYTHONPATH"] = os.pathsep.join([APPS_DIR, *paths])
 
 
 def local_session(

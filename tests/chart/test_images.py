@@ -2,14 +2,17 @@
 .dockerignore files against what they copy, their shape (multi-stage, non-root, health check,
 labels, pinned dependencies), and their build stages rehearsed command by command in a sandbox
 (a clean virtualenv from the pinned constraints). The hub so installed then runs against a real
-ZooKeeper and passes the image's own HEALTHCHECK command."""
+ZooKeeper and passes the image's own HEALTHCHECK command. The Spark image has Spark's own shape
+(its user, its entrypoint, Java): it gets the lint, the context check and its pyarrow pin."""
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -22,6 +25,8 @@ IMAGES = {
     "hub": ROOT / "hub_image" / "Dockerfile",
     "operator": ROOT / "operator" / "Dockerfile",
 }
+SPARK_IMAGE = ROOT / "spark-apps" / "Dockerfile"
+LINTED = {**IMAGES, "spark": SPARK_IMAGE}
 CONSTRAINTS = ROOT / "hub_image" / "constraints.txt"
 
 
@@ -34,9 +39,9 @@ def _pins() -> dict[str, str]:
     return pins
 
 
-@pytest.mark.parametrize("image", sorted(IMAGES))
+@pytest.mark.parametrize("image", sorted(LINTED))
 def test_hadolint_passes(image: str) -> None:
-    proc = run([tool_path("hadolint"), "--failure-threshold", "info", IMAGES[image]], check=False)
+    proc = run([tool_path("hadolint"), "--failure-threshold", "info", LINTED[image]], check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -65,9 +70,9 @@ def test_image_shape(image: str) -> None:
     assert installs and all("-c constraints.txt" in a for a in installs)
 
 
-@pytest.mark.parametrize("image", sorted(IMAGES))
+@pytest.mark.parametrize("image", sorted(LINTED))
 def test_dockerignore_sends_exactly_what_the_image_copies(image: str) -> None:
-    path = IMAGES[image]
+    path = LINTED[image]
     ignore = path.with_name("Dockerfile.dockerignore")
     for stage in dockerfile.parse(path):
         for ins in stage.all("COPY"):
@@ -101,6 +106,17 @@ def test_constraints_pin_every_runtime_dependency() -> None:
         assert f"{name}=={pins[name]}".lower() in text.lower().replace("_", "-"), (
             f"{name} {pins[name]} differs from pyproject.toml: run hub_image/lock.sh"
         )
+
+
+def test_spark_image_installs_pyarrow_at_the_spark_extras_pin() -> None:
+    """The Spark image installs the `spark` extra by hand (its pyspark is Spark's own)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    pins = (d.partition("==") for d in project["optional-dependencies"]["spark"])
+    extra = {name.lower(): version for name, _, version in pins}
+    assert set(extra) == {"pyspark", "pyarrow"}, "the Spark image installs only pyarrow by hand"
+    text = SPARK_IMAGE.read_text()
+    assert re.findall(r"pyarrow==([\w.]+)", text) == [extra["pyarrow"]]
+    assert f"apache/spark:{extra['pyspark']}" in text
 
 
 def _rehearse(image: str, tmp_path: Path) -> tuple[dockerfile.Sandbox, dockerfile.Stage]:

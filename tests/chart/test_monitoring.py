@@ -8,19 +8,14 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from tests.chart.tools import CHART, ROOT, one, render, run, tool_path
-
-sys.path.insert(0, str(ROOT / "monitoring"))
 import dashboards
-
-sys.path.pop(0)
+from tests.chart.tools import CHART, one, render, run, tool_path
 
 LABELS = {"namespace": "ns", "pool": "p"}
 

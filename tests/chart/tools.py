@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
+from controlplane import cluster
+
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "hedwig"
 CI_VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
@@ -30,11 +32,6 @@ def _missing(what: str) -> None:
 
 def helm_path() -> Path:
     """The helm built with the control plane (the version the e2e tests use), else PATH's."""
-    sys.path.insert(0, str(ROOT / "e2e"))
-    try:
-        from controlplane import cluster
-    finally:
-        sys.path.pop(0)
     try:
         return cluster.bin_dir(build=False) / "helm"
     except cluster.ControlPlaneError:

@@ -3,11 +3,13 @@
 Starting Spark costs 5-7 s and a cluster about one, so both are shared by every Spark test;
 tests keep apart by using topics of their own (``topic`` fixture). Every test here is marked
 ``spark``; those that need hubs are marked ``integration`` too (``make unit`` skips them).
+
+``hedwig_spark`` is installed (``make venv``), which is how Spark's Python workers find it;
+the jobs and the traffic model are imported from ``spark-apps/`` (pytest's ``pythonpath``).
 """
 
 from __future__ import annotations
 
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,11 +17,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-APPS = str(Path(__file__).resolve().parents[2] / "spark-apps")
-if APPS not in sys.path:
-    sys.path.insert(0, APPS)
-
-from hedwig.devcluster.cluster import DevCluster  # noqa: E402
+from hedwig.devcluster.cluster import DevCluster
 
 UNIT_MODULES = {"test_options", "test_fetch"}
 

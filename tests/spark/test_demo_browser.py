@@ -1,8 +1,9 @@
 """The demo, end to end, seen through a real browser (Debian's chromium, headless).
 
-Runs ``spark-apps/demo/run_demo.py`` as ``make demo`` does, waits for its one ``DEMO URL``
-line, lets Spark produce heat maps, then has chromium render the page and checks the DOM it
-built: cells coloured by traffic and every quadrant labelled with the hub that owns its topic.
+Runs the demo as ``make demo`` does (``python -m demo.run_demo`` in ``spark-apps/``), waits
+for its one ``DEMO URL`` line, lets Spark produce heat maps, then has chromium render the page
+and checks the DOM it built: cells coloured by traffic and every quadrant labelled with the hub
+that owns its topic.
 The screenshot goes to the test's temporary directory, or to ``$HEDWIG_DEMO_SCREENSHOT``
 (``make demo-screenshot`` points it at ``docs/spark-demo.png``).
 """
@@ -68,7 +69,8 @@ def get_state(url: str) -> dict[str, object]:
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (make test installs it)")
 def test_demo_page_shows_heat_and_owner_hubs(tmp_path: Path) -> None:
     demo = subprocess.Popen(
-        [sys.executable, str(ROOT / "spark-apps" / "demo" / "run_demo.py"), "--duration", "300"],
+        [sys.executable, "-m", "demo.run_demo", "--duration", "300"],
+        cwd=ROOT / "spark-apps",
         stdout=subprocess.PIPE,
         stderr=open(tmp_path / "demo.log", "wb"),  # noqa: SIM115
         text=True,
