@@ -8,6 +8,14 @@ import pytest
 from hedwig.devcluster.zookeeper import ZooKeeperServer
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that needs the real ZooKeeper is an integration test (``make unit`` skips them),
+    whether it asks for the server itself or through another fixture."""
+    for item in items:
+        if "zk_server" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.integration)
+
+
 @pytest.fixture(scope="session")
 def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
     """One real ZooKeeper for the whole run; tests separate themselves by region."""

@@ -6,7 +6,6 @@ is the in-memory one (so sessions can be expired at will) or a real ZooKeeper.
 
 from __future__ import annotations
 
-import asyncio
 import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -105,7 +104,7 @@ async def test_session_expiry_drops_topics_and_clients_move(hubs: list[Hub]) -> 
         await c.publish("expiry", b"one")
         m = await sub.next(5)
         sub.consume(m.seq)
-        await asyncio.sleep(0.1)
+        assert await sub.sync()
         owner = next(h for h in hubs if "expiry" in h.topics.topics)
         owned = owner.topics.topics["expiry"]
         assert isinstance(owner.store, MemoryMetadataStore)
@@ -126,7 +125,7 @@ async def test_owner_record_deleted_from_outside(hubs: list[Hub]) -> None:
         await c.publish("forced", b"one")
         m = await sub.next(5)
         sub.consume(m.seq)
-        await asyncio.sleep(0.1)
+        assert await sub.sync()
         owner = next(h for h in hubs if "forced" in h.topics.topics)
         got = await owner.store.ownership.read_owner_info("forced")
         assert got is not None
@@ -155,7 +154,11 @@ async def test_retention_collects_consumed_ledgers(hubs: list[Hub]) -> None:
         owned.config = replace(owned.config, retention_ms=0)
         for i in range(5, 15):
             await c.publish("gc", b"%d" % i)
-        await asyncio.sleep(0.2)  # roll-overs run in the background
+
+        async def rolled_over() -> bool:  # roll-overs run in the background
+            return len(owned.log.ranges.ranges) > 5
+
+        await eventually(rolled_over, timeout=5)
         assert len(owned.log.ranges.ranges) > 5
         await owner.loops.collect_garbage()
         assert len(owned.log.ranges.ranges) > 5  # nothing consumed yet: nothing collected
@@ -164,7 +167,7 @@ async def test_retention_collects_consumed_ledgers(hubs: list[Hub]) -> None:
             last = await sub.next(5)
         assert last is not None
         sub.consume(last.seq - 3)
-        await asyncio.sleep(0.2)
+        assert await sub.sync()
         await owner.loops.collect_garbage()
         assert owned.log.first_seq > 1
         assert owned.log.first_seq <= last.seq - 2  # never past what the subscriber still needs
@@ -183,6 +186,7 @@ async def zk_hub(zk_server: ZooKeeperServer, region: str) -> AsyncIterator[Hub]:
     await hub.stop()
 
 
+@pytest.mark.integration
 async def test_zookeeper_session_expiry(zk_hub: Hub) -> None:
     """A real ZooKeeper session expired under a hub: it drops its topics and re-registers."""
     async with HedwigClient(zk_hub.address, retry=RetryPolicy(deadline_s=30)) as c:

@@ -4,7 +4,6 @@ hubs' own shedding (the shared policy), without losing or reordering anything.""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import Counter
 
 import pytest
@@ -12,6 +11,7 @@ import pytest
 from hedwig.client import HedwigClient, RetryPolicy
 from hedwig.devcluster.cluster import DevCluster
 from hedwig.metadata import MetadataStore, open_store
+from tests.cluster_helpers import eventually
 from tests.failure.history import History, check, read_all
 
 pytestmark = pytest.mark.integration
@@ -75,41 +75,62 @@ async def test_skewed_topics_spread_out_and_a_new_hub_gets_its_share() -> None:
             drainer = asyncio.create_task(drain())
             store = open_store(c.zk, region=c.region)
             await store.start()
-            try:
-                await asyncio.sleep(2.5)  # load reports of the only hub
-                c.add_hub(extra_args=HUB_ARGS)
-                c.add_hub(extra_args=HUB_ARGS)
-                moves: Counter[str] = Counter()
-                last = await owners(store)
-                best = ratio(last, c.addresses)
-                t_end = time.monotonic() + 5 * CYCLE + 3
-                while time.monotonic() < t_end:
-                    await asyncio.sleep(0.5)
+            moves: Counter[str] = Counter()
+            last: dict[str, str] = {}
+
+            async def follow() -> None:
+                """Owners as ZooKeeper shows them, every half second; counts each move."""
+                while True:
                     now = await owners(store)
                     for t, h in now.items():
                         if last.get(t) not in (None, h):
                             moves[t] += 1
                     last.update(now)
-                    best = min(best, ratio(last, c.addresses))
-                assert best <= 1.25, f"max/mean rate never below {best:.2f} in 5 cycles on 3 hubs"
+                    await asyncio.sleep(0.5)
+
+            async def reported() -> bool:  # the only hub's load report shows the traffic
+                hubs = await store.hubs.list_hubs()
+                load = hubs[0].load if hubs else None
+                return load is not None and sum(tl.msg_in for tl in load.topic_loads.values()) > 0
+
+            async def balanced(bound: float) -> bool:
+                return bool(last) and ratio(last, c.addresses) <= bound
+
+            follower = asyncio.create_task(follow())
+            try:
+                await eventually(reported, timeout=10)
+                c.add_hub(extra_args=HUB_ARGS)
+                c.add_hub(extra_args=HUB_ARGS)
+                # How fast and how calmly the policy converges (within 5 cycles, no topic moved
+                # more than twice) is checked cycle by cycle by the simulator
+                # (tests/test_rebalance.py); here real hubs must get there and stay there.
+                await eventually(lambda: balanced(1.25), timeout=12 * CYCLE)
+                await asyncio.sleep(2 * CYCLE)  # two more cycles: it stays balanced
                 r3 = ratio(last, c.addresses)
-                assert r3 <= 1.3, f"max/mean rate {r3:.2f} after 5 cycles: it did not stay balanced"
-                assert max(moves.values()) <= 2, moves.most_common(3)
+                assert r3 <= 1.3, f"max/mean rate {r3:.2f}: it did not stay balanced"
+                assert max(moves.values()) <= 3, moves.most_common(3)
                 # a fourth hub joins later and receives its share
                 fourth = c.add_hub(extra_args=HUB_ARGS)
-                t_end = time.monotonic() + 5 * CYCLE + 3
-                while time.monotonic() < t_end:
-                    await asyncio.sleep(0.5)
-                    last.update(await owners(store))
-                share = sum(RATES[t] for t, h in last.items() if h == fourth.address)
-                assert share >= 0.5 * sum(RATES.values()) / 4, f"fourth hub carries {share:.0f}"
-                assert ratio(last, c.addresses) <= 1.5
+
+                async def fourth_has_its_share() -> bool:
+                    share = sum(RATES[t] for t, h in last.items() if h == fourth.address)
+                    return share >= 0.5 * sum(RATES.values()) / 4
+
+                await eventually(fourth_has_its_share, timeout=12 * CYCLE)
+                await eventually(lambda: balanced(1.5), timeout=6 * CYCLE)
             finally:
                 stop.set()
+                follower.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
                 await store.close()
             for t in TOPICS:
                 history.log[t] = await read_all(client, t)
-            await asyncio.sleep(1)
+
+            async def drained() -> bool:  # the order-check subscriber got to the end of the log
+                delivered = history.delivered[(TOPICS[0], "order-check")]
+                end = history.log[TOPICS[0]][-1][0]
+                return bool(delivered) and max(seq for seq, _ in delivered) >= end
+
+            await eventually(drained, timeout=10)
             drainer.cancel()
         check(history)

@@ -42,11 +42,11 @@ async def run(
 ) -> None:
     work = Workload(cluster.addresses, TOPICS)
     await work.start()
-    await asyncio.sleep(before)
+    await asyncio.sleep(before)  # load before the fault
     acked_before = work.history.acked_count
     assert acked_before > 0
     await fault()  # type: ignore[operator]
-    await asyncio.sleep(after)
+    await asyncio.sleep(after)  # load during and after it
     history = await work.finish()
     assert history.acked_count > acked_before, "publishing did not resume after the fault"
     check(history)

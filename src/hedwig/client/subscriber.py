@@ -35,6 +35,7 @@ from hedwig.protocol import (
     Consume,
     Deliver,
     DeliveredMessage,
+    Error,
     Reply,
     Subscribe,
     Subscribed,
@@ -75,6 +76,7 @@ class Subscriber:
         self._closed = False
         self._reattach: asyncio.Task[None] | None = None
         self._early: dict[HubConnection, list[Deliver]] = {}
+        self._last_consume: asyncio.Future[Reply] | None = None
         self.resubscriptions = 0
         # Deliveries that arrived before the SUBSCRIBED answer and were held for it.
         self.held_deliveries = 0
@@ -218,6 +220,20 @@ class Subscriber:
                 Consume(request_id=conn.next_id(), topic=self.topic, subscriber=self.name, seq=seq)
             )
             fut.add_done_callback(_ignore)
+            self._last_consume = fut
+
+    async def sync(self, timeout: float | None = 10.0) -> bool:
+        """Wait until the hub has taken every consume sent so far (it persists them with its
+        next flush); False if the last one was lost with its connection (the hub will then
+        redeliver from its mark: at least once) or did not come back within ``timeout``."""
+        fut = self._last_consume
+        if fut is None:
+            return True
+        try:
+            answer = await self._router.clock.wait_for(asyncio.shield(fut), timeout)
+        except (HedwigError, TimeoutError):
+            return False
+        return not isinstance(answer, Error)
 
     async def close(self) -> None:
         """Stop delivery; the subscription and its consume mark stay on the hub."""

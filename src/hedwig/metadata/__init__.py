@@ -1,4 +1,7 @@
-"""Metadata managers (seed 002): ownership, persistence info, subscriptions, ledgers, hubs."""
+"""Metadata managers: ownership, persistence info, subscriptions, ledgers, hubs.
+
+``docs/architecture.md`` ("Metadata") and ``docs/zookeeper-layout.md`` describe them.
+"""
 
 from hedwig.metadata.managers import (
     HubRegistry,

@@ -1,10 +1,12 @@
-"""The metadata managers of the design (seed 002), as interfaces any store can implement.
+"""The metadata managers, as interfaces any store can implement (``docs/architecture.md``,
+"Metadata").
 
 Every write takes the version the writer last read and fails with ``BadVersionError`` if the
 store holds another: this compare-and-set is what keeps two hubs from both believing their
 update won. ``NEW_VERSION`` creates, ``ANY_VERSION`` skips the check (tools and tests only).
 
-Hubs need two things the seed leaves to ZooKeeper and which a second store must also provide:
+Hubs need two things the original design leaves to ZooKeeper and which a second store must
+also provide:
 ``HubRegistry`` (which hubs are alive, with their load) and ``MetadataSession`` (the hub's
 liveness lease: when it is lost, every ephemeral record of the hub is gone and the hub must stop
 acting as an owner at once). ``tests/metadata_conformance.py`` is the suite every
@@ -117,7 +119,7 @@ class LedgerMetadataManager(Protocol):
 
 
 class TopicCatalog(Protocol):
-    """Topics that exist (seed 000: a topic exists once its node does)."""
+    """Topics that exist (a topic exists once its node does; topics are created lazily)."""
 
     async def ensure_topic(self, topic: str) -> None:
         """Create the topic's node and subscriber root if missing (lazy topic creation)."""

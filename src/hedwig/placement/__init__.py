@@ -1,6 +1,6 @@
 """Placement: which hub should own a topic. Pure functions of a load snapshot.
 
-Shared by hubs (choosing a hub for an unowned topic, seed 000) and tools; no I/O here.
+Shared by hubs (choosing a hub for an unowned topic) and tools; no I/O here.
 """
 
 from hedwig.placement.choice import POLICIES, PlacementPolicy, choose_hub

@@ -1,11 +1,11 @@
 """Choosing a hub for a topic nobody owns.
 
-- ``random``: uniform among alive hubs (seed 000's default).
-- ``load-weighted``: random, weighted towards hubs with less load (seed 000's option), so a
+- ``random``: uniform among alive hubs (the original Hedwig's default).
+- ``load-weighted``: random, weighted towards hubs with less load (the original's option), so a
   hot hub still gets some topics but fewer; a burst of claims does not all land on the one hub
   that looked idlest a moment ago, which is what plain least-loaded does.
 - ``least-loaded``: the hub with the least load; ties broken at random.
-- ``consistent-hash``: the topic's place on a hash ring of alive hubs (seed 004), so every hub
+- ``consistent-hash``: the topic's place on a hash ring of alive hubs, so every hub
   computes the same answer without coordination and a joining or leaving hub moves only its
   share of topics.
 

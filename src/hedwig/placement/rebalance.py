@@ -3,7 +3,7 @@
 Shared by the hubs' self-shedding and the operator, and pure apart from the history it keeps
 between cycles (which hub has looked overloaded for how long, which topic moved when).
 It answers the complaints users have about Pulsar's and Hedwig's balancers
-(``shared/notes/load-balancing.md``):
+(``docs/architecture.md``, "Moving topics"):
 
 - Load is traffic, not topic counts: messages per second in plus out (EWMA from the hubs'
   reports), so one hot topic weighs what it costs.
@@ -16,7 +16,7 @@ It answers the complaints users have about Pulsar's and Hedwig's balancers
 - A hub whose epoch changed (it restarted) starts with a clean history.
 - A destination is never a dead hub, a hub with a stale report, or one that the move would
   push above the overload line.
-- Optional low-load drain (seed 004): when the region's total load is below
+- Optional low-load drain: when the region's total load is below
   ``low_load_threshold`` of its capacity, the least loaded hub's topics are moved to the others
   as long as they stay below ``drain_target`` of their capacity, so that hub can be removed.
 
@@ -47,7 +47,7 @@ class RebalanceConfig:
     min_topic_rate: float = 1.0
     # Load reports older than this are ignored (the hub may be gone).
     max_report_age_s: float = 60.0
-    # Low-load drain (seed 004), off by default.
+    # Low-load drain, off by default.
     low_load_drain: bool = False
     hub_capacity: float = 50_000.0  # messages/s one hub handles comfortably
     low_load_threshold: float = 0.2  # drain when total load < this share of total capacity

@@ -115,3 +115,17 @@ def decode_body(ftype: int, flags: int, rid: int, body: bytes) -> Frame:
     except (struct.error, ValueError, UnicodeDecodeError, IndexError) as exc:
         raise ProtocolError(f"malformed frame of type 0x{ftype:02x}: {exc}") from exc
     return frame
+
+
+def describe_body(cls: type[FrameBase]) -> str:
+    """A frame's body as ``docs/protocol.md`` shows it: ``type name`` per field, in order."""
+    parts = [
+        codec.doc.format(name=name) if "{name}" in codec.doc else f"{codec.doc} {name}"
+        for name, codec in cls.FIELD_CODECS
+    ]
+    return ", ".join(parts) if parts else "empty"
+
+
+def describe_flags(cls: type[FrameBase]) -> str:
+    """A frame's flag bits as ``docs/protocol.md`` shows them."""
+    return ", ".join(f"bit {bit} {name}" for name, bit in cls.FLAG_BITS) or "-"

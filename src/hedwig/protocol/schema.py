@@ -132,7 +132,7 @@ class OptStrCodec(Codec):
 class RestCodec(Codec):
     """Opaque bytes up to the end of the body (a ledger entry)."""
 
-    doc = "bytes (rest of body)"
+    doc = "{name}: bytes to the end"
     takes_rest = True
 
     def check(self, name: str, value: Any) -> None:
@@ -149,7 +149,7 @@ class RestCodec(Codec):
 class MessagesCodec(Codec):
     """``u32 count`` then the encoded messages to the end of the body."""
 
-    doc = "u32 count, messages (rest of body)"
+    doc = "u32 count, {name} to the end"
     takes_rest = True
 
     def check(self, name: str, value: Any) -> None:
@@ -170,7 +170,7 @@ class MessagesCodec(Codec):
 class BatchCodec(Codec):
     """One batch, to the end of the body, sent as stored (``Batch.raw``)."""
 
-    doc = "batch (rest of body)"
+    doc = "{name}: a batch, to the end"
     takes_rest = True
 
     def check(self, name: str, value: Any) -> None:
@@ -187,7 +187,7 @@ class BatchCodec(Codec):
 class BatchListCodec(Codec):
     """``u32 n`` then n times ``u32 size + batch``, each sent as stored."""
 
-    doc = "u32 n, n x (u32 size, batch)"
+    doc = "u32 n, {name}: n x (u32 size, batch)"
 
     def check(self, name: str, value: Any) -> None:
         if not isinstance(value, tuple) or not all(isinstance(b, Batch) for b in value):
