@@ -55,9 +55,9 @@ class HubConfig:
     load_report_interval_s: float = 5.0
     # Load reports older than this are ignored by placement.
     load_report_max_age_s: float = 30.0
-    # Self-shedding (docs/architecture.md, "Moving topics"): each hub runs the shared rebalancing policy every
-    # balance_interval_s and hands over the topics it moves off this hub. Turn it off when
-    # an operator rebalances the pool.
+    # Self-shedding (docs/architecture.md, "Moving topics"): each hub runs the shared
+    # rebalancing policy every balance_interval_s and hands over the topics it moves off this
+    # hub. Turn it off when an operator rebalances the pool.
     self_balance: bool = True
     balance_interval_s: float = 60.0
     rebalance: RebalanceConfig = field(default_factory=RebalanceConfig)
