@@ -19,6 +19,7 @@ from hedwig.protocol import (
     EncodedMessages,
     Error,
     Message,
+    Publish,
     Published,
     Read,
     RefusedFrame,
@@ -26,20 +27,19 @@ from hedwig.protocol import (
     Subscribe,
     encode_value,
 )
-from hedwig.protocol.messages import encode_values
-from hedwig.protocol.schema import (
+from hedwig.protocol.fields import (
     BatchCodec,
     BatchListCodec,
     Codec,
     EnumCodec,
-    FrameBase,
     Int,
     MessagesCodec,
     OptStrCodec,
     RestCodec,
-    Sender,
     StrCodec,
 )
+from hedwig.protocol.messages import encode_values
+from hedwig.protocol.schema import FrameBase, Sender
 from hedwig.protocol.status import (
     Status,
     error_frame,
@@ -149,7 +149,7 @@ def test_flag_bits_are_named_per_frame() -> None:
 
 def test_construction_is_keyword_only_and_checked() -> None:
     with pytest.raises(TypeError):
-        Published(1, 2, 3)  # type: ignore[misc]
+        Published(1, 2, 3)  # type: ignore[call-arg]
     with pytest.raises(UsageError, match="first_seq"):
         Published(request_id=1, first_seq=-1, last_seq=3)
     with pytest.raises(UsageError, match="request_id"):
@@ -190,6 +190,7 @@ def test_a_lying_batch_is_refused_and_the_connection_stays_open() -> None:
     first, second = hub.next_frames()
     assert isinstance(first, RefusedFrame) and first.request_id == 9
     assert not hub.broken
+    assert isinstance(second, Publish)
     assert second.count == 1 and second.request_id == 10
     # A hub that sends a lying batch to a client broke the protocol.
     client = Connection(Role.CLIENT)

@@ -262,7 +262,7 @@ async def test_kill9_owner_then_restart_loses_nothing(fresh_cluster: DevCluster)
         victim.start()
         acked += [r.seq for r in await more]
         assert acked == list(range(1, 251))
-        seen = []
+        seen: list[int] = []
         while len(seen) < 250:
             m = await sub.next(30)
             seen.append(m.seq)

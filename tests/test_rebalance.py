@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -15,7 +17,7 @@ NOW_MS = ManualClock().wall_ms()
 
 
 def hub(
-    address: str, rates: dict[str, float], *, alive: bool = True, age_ms: int = 0, epoch: int = 1
+    address: str, rates: Mapping[str, float], *, alive: bool = True, age_ms: int = 0, epoch: int = 1
 ) -> HubStatus:
     loads = {t: TopicLoad(msg_in=r) for t, r in rates.items()}
     return HubStatus(

@@ -17,7 +17,9 @@ from tests.failure.history import History, check, read_all
 pytestmark = pytest.mark.integration
 
 TOPICS = [f"skew-{k:02d}" for k in range(60)]
-RATES = {t: 80.0 / (k + 1) ** 0.8 for k, t in enumerate(TOPICS)}  # ~900 msg/s in all
+RATES: dict[str, float] = {
+    t: 80.0 / float(k + 1) ** 0.8 for k, t in enumerate(TOPICS)
+}  # ~900 msg/s in all
 CYCLE = 3.0
 HUB_ARGS = ["--balance-interval", str(CYCLE), "--load-report-interval", "1"]
 
@@ -32,9 +34,9 @@ async def owners(store: MetadataStore) -> dict[str, str]:
 
 
 def ratio(owned: dict[str, str], hubs: list[str]) -> float:
-    load = Counter({h: 0.0 for h in hubs})
+    load: dict[str, float] = {h: 0.0 for h in hubs}
     for t, h in owned.items():
-        load[h] += RATES[t]
+        load[h] = load.get(h, 0.0) + RATES[t]
     mean = sum(load.values()) / len(hubs)
     return max(load.values()) / mean
 
@@ -113,7 +115,7 @@ async def test_skewed_topics_spread_out_and_a_new_hub_gets_its_share() -> None:
                 fourth = c.add_hub(extra_args=HUB_ARGS)
 
                 async def fourth_has_its_share() -> bool:
-                    share = sum(RATES[t] for t, h in last.items() if h == fourth.address)
+                    share: float = sum(RATES[t] for t, h in last.items() if h == fourth.address)
                     return share >= 0.5 * sum(RATES.values()) / 4
 
                 await eventually(fourth_has_its_share, timeout=12 * CYCLE)

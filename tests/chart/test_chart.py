@@ -37,7 +37,9 @@ def test_ci_values_files_exist() -> None:
 
 @pytest.mark.parametrize("values", [None, *CI_VALUES], ids=lambda v: v.name if v else "defaults")
 def test_helm_lint_strict(values: Path | None) -> None:
-    args = ["lint", "--strict", CHART] + (["-f", values] if values else [])
+    args: list[str | Path] = ["lint", "--strict", CHART]
+    if values:
+        args += ["-f", values]
     out = helm(*args).stdout
     assert "0 chart(s) failed" in out, out
 

@@ -20,7 +20,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from hedwig.client import HedwigClient, RetryPolicy
+from hedwig.client import HedwigClient, PublishResult, RetryPolicy
 from hedwig.errors import HedwigError
 
 
@@ -86,7 +86,7 @@ class Workload:
             await asyncio.sleep(interval)
         await asyncio.gather(*pending)
 
-    async def _record(self, topic: str, value: bytes, fut: asyncio.Future[object]) -> None:
+    async def _record(self, topic: str, value: bytes, fut: asyncio.Future[PublishResult]) -> None:
         try:
             result = await fut
         except HedwigError:

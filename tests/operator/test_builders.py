@@ -102,9 +102,12 @@ def test_config_changes_roll_the_pods_and_image_changes_only_the_template() -> N
     a = build_statefulset(pool())
     b = build_statefulset(pool(placement="least-loaded"))
     c = build_statefulset(pool(image="hedwig/hub:1.3"))
-    hash_of = lambda s: s["spec"]["template"]["metadata"]["annotations"][  # noqa: E731
-        resources.ANNOTATION_CONFIG_HASH
-    ]
+
+    def hash_of(s: dict[str, Any]) -> str:
+        return str(
+            s["spec"]["template"]["metadata"]["annotations"][resources.ANNOTATION_CONFIG_HASH]
+        )
+
     assert hash_of(a) != hash_of(b)
     assert hash_of(a) == hash_of(c)
     assert a["spec"]["selector"] == c["spec"]["selector"]  # selectors are immutable

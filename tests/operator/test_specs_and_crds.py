@@ -26,12 +26,14 @@ CRDS = Path(__file__).resolve().parents[2] / "crds"
 
 
 def crd(plural: str) -> dict[str, Any]:
-    return yaml.safe_load((CRDS / f"{plural}.{resources.GROUP}.yaml").read_text())
+    loaded: dict[str, Any] = yaml.safe_load((CRDS / f"{plural}.{resources.GROUP}.yaml").read_text())
+    return loaded
 
 
 def schema(plural: str) -> dict[str, Any]:
     (version,) = crd(plural)["spec"]["versions"]
-    return version["schema"]["openAPIV3Schema"]
+    found: dict[str, Any] = version["schema"]["openAPIV3Schema"]
+    return found
 
 
 def test_crds_match_the_operators_names() -> None:

@@ -7,6 +7,7 @@ import json
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
@@ -81,7 +82,7 @@ def test_load_topic_history(
     assert {busy, quiet} <= {r["topic"] for r in written}
 
 
-def _snapshot(cluster: DevCluster) -> list[dict[str, object]]:
+def _snapshot(cluster: DevCluster) -> list[dict[str, Any]]:
     from hedwig.metadata import open_store
 
     async def go() -> list[bytes]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.query import StreamingQuery
 
 from hedwig.client import SyncClient
 from hedwig.devcluster.cluster import DevCluster

@@ -11,8 +11,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from hedwig.errors import UsageError
-from hedwig.protocol.kinds import CloseReason, MoveKind, SubscribeMode
-from hedwig.protocol.schema import (
+from hedwig.protocol.fields import (
     U16,
     U32,
     U64,
@@ -20,14 +19,13 @@ from hedwig.protocol.schema import (
     CountedMessages,
     EnumCodec,
     Flag,
-    FrameBase,
     OneBatch,
     OptStr,
     RequestId,
-    Sender,
     Str,
-    frame,
 )
+from hedwig.protocol.kinds import CloseReason, MoveKind, SubscribeMode
+from hedwig.protocol.schema import FrameBase, Sender, frame
 
 # Flag bits, named per frame by the field that holds them.
 Redirected = Annotated[bool, Flag(0)]  # sent here by another hub's redirect: claim, do not choose

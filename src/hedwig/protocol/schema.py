@@ -18,8 +18,8 @@ checks (integers in range, enums known), generating straight-line code for each 
 codec by hand. Flag bits are named per frame by the field that holds them. Body fields are
 encoded in declaration order; a field that takes the rest of the body must come last.
 
-``FIELD_CODECS`` of a frame class lists its body fields and their codecs, which is what
-``docs/protocol.md`` tables show and what the round-trip tests draw examples from.
+``FIELD_CODECS`` of a frame class lists its body fields and their codecs (``fields``), which
+is what ``docs/protocol.md`` tables show and what the round-trip tests draw examples from.
 """
 
 from __future__ import annotations
@@ -28,11 +28,20 @@ import struct
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import Enum, IntEnum
-from typing import Annotated, Any, ClassVar, TypeVar, dataclass_transform
+from enum import Enum
+from typing import Any, ClassVar, TypeVar, dataclass_transform
 
 from hedwig.errors import ProtocolError, UsageError
 from hedwig.protocol import wire
+from hedwig.protocol.fields import (
+    U32_CODEC,
+    Codec,
+    EnumCodec,
+    Flag,
+    RequestIdMarker,
+    decode_batches,
+    encode_batches,
+)
 from hedwig.protocol.messages import Batch, EncodedMessages
 
 
@@ -41,213 +50,6 @@ class Sender(Enum):
 
     CLIENT = "client"
     HUB = "hub"
-
-
-# Field codecs --------------------------------------------------------------------------------
-
-
-class Codec:
-    """How one field travels. ``fmt`` is set for fixed-width fields, which get packed
-    together; others give an encoding expression and decoding statements."""
-
-    doc: str = "?"
-    fmt: str | None = None
-    takes_rest = False
-
-    def check(self, name: str, value: Any) -> None:
-        """Raise ``UsageError`` if ``value`` cannot travel in this field."""
-
-    def encode_expr(self, value: str) -> str:
-        raise NotImplementedError
-
-    def decode_lines(self, target: str) -> list[str]:
-        """Statements reading ``data`` at ``pos`` into ``target``, advancing ``pos``."""
-        raise NotImplementedError
-
-    def from_fixed(self, raw: str) -> str:
-        """For fixed-width fields: the expression turning the unpacked int into the value."""
-        return raw
-
-    def to_fixed(self, value: str) -> str:
-        return value
-
-
-class Int(Codec):
-    def __init__(self, fmt: str, lo: int, hi: int, name: str) -> None:
-        self.fmt = fmt
-        self.lo = lo
-        self.hi = hi
-        self.doc = name
-
-    def check(self, name: str, value: Any) -> None:
-        if not isinstance(value, int) or not self.lo <= value <= self.hi:
-            raise UsageError(f"{name} must be an integer in {self.lo}..{self.hi}, got {value!r}")
-
-
-class EnumCodec(Codec):
-    def __init__(self, enum: type[IntEnum]) -> None:
-        self.enum = enum
-        self.fmt = "B"
-        self.doc = f"u8 {enum.__name__}"
-
-    def check(self, name: str, value: Any) -> None:
-        if not isinstance(value, self.enum):
-            raise UsageError(f"{name} must be a {self.enum.__name__}, got {value!r}")
-
-    def from_fixed(self, raw: str) -> str:
-        return f"_enum_{self.enum.__name__}({raw})"
-
-    def to_fixed(self, value: str) -> str:
-        return value
-
-
-class StrCodec(Codec):
-    doc = "str"
-
-    def check(self, name: str, value: Any) -> None:
-        if not isinstance(value, str):
-            raise UsageError(f"{name} must be a str, got {type(value).__name__}")
-
-    def encode_expr(self, value: str) -> str:
-        return f"_pack_str({value})"
-
-    def decode_lines(self, target: str) -> list[str]:
-        return [f"{target}, pos = _read_str(data, pos)"]
-
-
-class OptStrCodec(Codec):
-    doc = "opt str"
-
-    def check(self, name: str, value: Any) -> None:
-        if value is not None and not isinstance(value, str):
-            raise UsageError(f"{name} must be a str or None, got {type(value).__name__}")
-
-    def encode_expr(self, value: str) -> str:
-        return f"_pack_opt_str({value})"
-
-    def decode_lines(self, target: str) -> list[str]:
-        return [f"{target}, pos = _read_opt_str(data, pos)"]
-
-
-class RestCodec(Codec):
-    """Opaque bytes up to the end of the body (a ledger entry)."""
-
-    doc = "{name}: bytes to the end"
-    takes_rest = True
-
-    def check(self, name: str, value: Any) -> None:
-        if not isinstance(value, bytes):
-            raise UsageError(f"{name} must be bytes, got {type(value).__name__}")
-
-    def encode_expr(self, value: str) -> str:
-        return value
-
-    def decode_lines(self, target: str) -> list[str]:
-        return [f"{target} = data[pos:]", "pos = len(data)"]
-
-
-class MessagesCodec(Codec):
-    """``u32 count`` then the encoded messages to the end of the body."""
-
-    doc = "u32 count, {name} to the end"
-    takes_rest = True
-
-    def check(self, name: str, value: Any) -> None:
-        if not isinstance(value, EncodedMessages):
-            raise UsageError(f"{name} must be EncodedMessages, got {type(value).__name__}")
-
-    def encode_expr(self, value: str) -> str:
-        return f"_U32.pack({value}.count) + {value}.payload"
-
-    def decode_lines(self, target: str) -> list[str]:
-        return [
-            "(_count,) = _U32.unpack_from(data, pos)",
-            f"{target} = _EncodedMessages.parse(data[pos + 4:], _count)",
-            "pos = len(data)",
-        ]
-
-
-class BatchCodec(Codec):
-    """One batch, to the end of the body, sent as stored (``Batch.raw``)."""
-
-    doc = "{name}: a batch, to the end"
-    takes_rest = True
-
-    def check(self, name: str, value: Any) -> None:
-        if not isinstance(value, Batch):
-            raise UsageError(f"{name} must be a Batch, got {type(value).__name__}")
-
-    def encode_expr(self, value: str) -> str:
-        return f"{value}.encode()"
-
-    def decode_lines(self, target: str) -> list[str]:
-        return [f"{target} = _Batch.decode(data[pos:])", "pos = len(data)"]
-
-
-class BatchListCodec(Codec):
-    """``u32 n`` then n times ``u32 size + batch``, each sent as stored."""
-
-    doc = "u32 n, {name}: n x (u32 size, batch)"
-
-    def check(self, name: str, value: Any) -> None:
-        if not isinstance(value, tuple) or not all(isinstance(b, Batch) for b in value):
-            raise UsageError(f"{name} must be a tuple of Batch")
-
-    def encode_expr(self, value: str) -> str:
-        return f"_encode_batches({value})"
-
-    def decode_lines(self, target: str) -> list[str]:
-        return [f"{target}, pos = _decode_batches(data, pos)"]
-
-
-def _encode_batches(batches: tuple[Batch, ...]) -> bytes:
-    parts = [wire.U32.pack(len(batches))]
-    for b in batches:
-        raw = b.encode()
-        parts.append(wire.U32.pack(len(raw)))
-        parts.append(raw)
-    return b"".join(parts)
-
-
-def _decode_batches(data: bytes, pos: int) -> tuple[tuple[Batch, ...], int]:
-    (n,) = wire.U32.unpack_from(data, pos)
-    pos += 4
-    out = []
-    for _ in range(n):
-        raw, pos = wire.read_sized(data, pos)
-        out.append(Batch.decode(raw))
-    return tuple(out), pos
-
-
-@dataclass(frozen=True)
-class Flag:
-    """A boolean carried as one bit of the header's flags."""
-
-    bit: int
-
-
-class _RequestIdMarker:
-    """The header's request id (0 for events, which answer nothing)."""
-
-
-U8_CODEC = Int("B", 0, 0xFF, "u8")
-U16_CODEC = Int("H", 0, 0xFFFF, "u16")
-U32_CODEC = Int("I", 0, 0xFFFFFFFF, "u32")
-U64_CODEC = Int("Q", 0, 2**64 - 1, "u64")
-I64_CODEC = Int("q", -(2**63), 2**63 - 1, "i64")
-
-RequestId = Annotated[int, _RequestIdMarker()]
-U8 = Annotated[int, U8_CODEC]
-U16 = Annotated[int, U16_CODEC]
-U32 = Annotated[int, U32_CODEC]
-U64 = Annotated[int, U64_CODEC]
-I64 = Annotated[int, I64_CODEC]
-Str = Annotated[str, StrCodec()]
-OptStr = Annotated[str | None, OptStrCodec()]
-Rest = Annotated[bytes, RestCodec()]
-CountedMessages = Annotated[EncodedMessages, MessagesCodec()]
-OneBatch = Annotated[Batch, BatchCodec()]
-Batches = Annotated[tuple[Batch, ...], BatchListCodec()]
 
 
 # Frames --------------------------------------------------------------------------------------
@@ -297,7 +99,7 @@ def frame(type_code: int, sender: Sender) -> Callable[[F], F]:
             if not meta:
                 raise TypeError(f"{cls.__name__}.{name} has no wire type")
             marker = meta[0]
-            if isinstance(marker, _RequestIdMarker):
+            if isinstance(marker, RequestIdMarker):
                 rid_field = name
             elif isinstance(marker, Flag):
                 flags.append((name, marker.bit))
@@ -337,8 +139,8 @@ def _namespace(body: list[tuple[str, Codec]]) -> dict[str, Any]:
         "_U32": wire.U32,
         "_EncodedMessages": EncodedMessages,
         "_Batch": Batch,
-        "_encode_batches": _encode_batches,
-        "_decode_batches": _decode_batches,
+        "encode_batches": encode_batches,
+        "decode_batches": decode_batches,
         "_ProtocolError": ProtocolError,
     }
     for _, codec in body:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from hedwig.protocol.schema import I64, U64, Flag, FrameBase, RequestId, Rest, Sender, frame
+from hedwig.protocol.fields import I64, U64, Flag, RequestId, Rest
+from hedwig.protocol.schema import FrameBase, Sender, frame
 
 # Flag bits, named per frame by the field that holds them.
 Recovery = Annotated[bool, Flag(0)]  # a recovery write-back, allowed on a fenced ledger

@@ -1,0 +1,222 @@
+"""Field codecs: how each kind of frame field travels, for ``hedwig.protocol.schema``.
+
+A frame declares each field's wire type in its annotation with one of the aliases at the end
+(``Str``, ``U64``, ``CountedMessages``...). A codec either is fixed-width (``fmt``: adjacent
+ones are packed together by one ``struct.Struct``) or gives an expression that encodes the
+field and statements that decode it, which the schema pastes into each frame's generated
+codec. ``check`` runs when a frame is built, so a value that cannot travel is refused there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Annotated, Any
+
+from hedwig.errors import UsageError
+from hedwig.protocol import wire
+from hedwig.protocol.messages import Batch, EncodedMessages
+
+
+class Codec:
+    """How one field travels. ``fmt`` is set for fixed-width fields, which get packed
+    together; others give an encoding expression and decoding statements."""
+
+    doc: str = "?"
+    fmt: str | None = None
+    takes_rest = False
+
+    def check(self, name: str, value: Any) -> None:
+        """Raise ``UsageError`` if ``value`` cannot travel in this field."""
+
+    def encode_expr(self, value: str) -> str:
+        raise NotImplementedError
+
+    def decode_lines(self, target: str) -> list[str]:
+        """Statements reading ``data`` at ``pos`` into ``target``, advancing ``pos``."""
+        raise NotImplementedError
+
+    def from_fixed(self, raw: str) -> str:
+        """For fixed-width fields: the expression turning the unpacked int into the value."""
+        return raw
+
+    def to_fixed(self, value: str) -> str:
+        return value
+
+
+class Int(Codec):
+    def __init__(self, fmt: str, lo: int, hi: int, name: str) -> None:
+        self.fmt = fmt
+        self.lo = lo
+        self.hi = hi
+        self.doc = name
+
+    def check(self, name: str, value: Any) -> None:
+        if not isinstance(value, int) or not self.lo <= value <= self.hi:
+            raise UsageError(f"{name} must be an integer in {self.lo}..{self.hi}, got {value!r}")
+
+
+class EnumCodec(Codec):
+    def __init__(self, enum: type[IntEnum]) -> None:
+        self.enum = enum
+        self.fmt = "B"
+        self.doc = f"u8 {enum.__name__}"
+
+    def check(self, name: str, value: Any) -> None:
+        if not isinstance(value, self.enum):
+            raise UsageError(f"{name} must be a {self.enum.__name__}, got {value!r}")
+
+    def from_fixed(self, raw: str) -> str:
+        return f"_enum_{self.enum.__name__}({raw})"
+
+    def to_fixed(self, value: str) -> str:
+        return value
+
+
+class StrCodec(Codec):
+    doc = "str"
+
+    def check(self, name: str, value: Any) -> None:
+        if not isinstance(value, str):
+            raise UsageError(f"{name} must be a str, got {type(value).__name__}")
+
+    def encode_expr(self, value: str) -> str:
+        return f"_pack_str({value})"
+
+    def decode_lines(self, target: str) -> list[str]:
+        return [f"{target}, pos = _read_str(data, pos)"]
+
+
+class OptStrCodec(Codec):
+    doc = "opt str"
+
+    def check(self, name: str, value: Any) -> None:
+        if value is not None and not isinstance(value, str):
+            raise UsageError(f"{name} must be a str or None, got {type(value).__name__}")
+
+    def encode_expr(self, value: str) -> str:
+        return f"_pack_opt_str({value})"
+
+    def decode_lines(self, target: str) -> list[str]:
+        return [f"{target}, pos = _read_opt_str(data, pos)"]
+
+
+class RestCodec(Codec):
+    """Opaque bytes up to the end of the body (a ledger entry)."""
+
+    doc = "{name}: bytes to the end"
+    takes_rest = True
+
+    def check(self, name: str, value: Any) -> None:
+        if not isinstance(value, bytes):
+            raise UsageError(f"{name} must be bytes, got {type(value).__name__}")
+
+    def encode_expr(self, value: str) -> str:
+        return value
+
+    def decode_lines(self, target: str) -> list[str]:
+        return [f"{target} = data[pos:]", "pos = len(data)"]
+
+
+class MessagesCodec(Codec):
+    """``u32 count`` then the encoded messages to the end of the body."""
+
+    doc = "u32 count, {name} to the end"
+    takes_rest = True
+
+    def check(self, name: str, value: Any) -> None:
+        if not isinstance(value, EncodedMessages):
+            raise UsageError(f"{name} must be EncodedMessages, got {type(value).__name__}")
+
+    def encode_expr(self, value: str) -> str:
+        return f"_U32.pack({value}.count) + {value}.payload"
+
+    def decode_lines(self, target: str) -> list[str]:
+        return [
+            "(_count,) = _U32.unpack_from(data, pos)",
+            f"{target} = _EncodedMessages.parse(data[pos + 4:], _count)",
+            "pos = len(data)",
+        ]
+
+
+class BatchCodec(Codec):
+    """One batch, to the end of the body, sent as stored (``Batch.raw``)."""
+
+    doc = "{name}: a batch, to the end"
+    takes_rest = True
+
+    def check(self, name: str, value: Any) -> None:
+        if not isinstance(value, Batch):
+            raise UsageError(f"{name} must be a Batch, got {type(value).__name__}")
+
+    def encode_expr(self, value: str) -> str:
+        return f"{value}.encode()"
+
+    def decode_lines(self, target: str) -> list[str]:
+        return [f"{target} = _Batch.decode(data[pos:])", "pos = len(data)"]
+
+
+class BatchListCodec(Codec):
+    """``u32 n`` then n times ``u32 size + batch``, each sent as stored."""
+
+    doc = "u32 n, {name}: n x (u32 size, batch)"
+
+    def check(self, name: str, value: Any) -> None:
+        if not isinstance(value, tuple) or not all(isinstance(b, Batch) for b in value):
+            raise UsageError(f"{name} must be a tuple of Batch")
+
+    def encode_expr(self, value: str) -> str:
+        return f"encode_batches({value})"
+
+    def decode_lines(self, target: str) -> list[str]:
+        return [f"{target}, pos = decode_batches(data, pos)"]
+
+
+def encode_batches(batches: tuple[Batch, ...]) -> bytes:
+    parts = [wire.U32.pack(len(batches))]
+    for b in batches:
+        raw = b.encode()
+        parts.append(wire.U32.pack(len(raw)))
+        parts.append(raw)
+    return b"".join(parts)
+
+
+def decode_batches(data: bytes, pos: int) -> tuple[tuple[Batch, ...], int]:
+    (n,) = wire.U32.unpack_from(data, pos)
+    pos += 4
+    out = []
+    for _ in range(n):
+        raw, pos = wire.read_sized(data, pos)
+        out.append(Batch.decode(raw))
+    return tuple(out), pos
+
+
+@dataclass(frozen=True)
+class Flag:
+    """A boolean carried as one bit of the header's flags."""
+
+    bit: int
+
+
+class RequestIdMarker:
+    """The header's request id (0 for events, which answer nothing)."""
+
+
+U8_CODEC = Int("B", 0, 0xFF, "u8")
+U16_CODEC = Int("H", 0, 0xFFFF, "u16")
+U32_CODEC = Int("I", 0, 0xFFFFFFFF, "u32")
+U64_CODEC = Int("Q", 0, 2**64 - 1, "u64")
+I64_CODEC = Int("q", -(2**63), 2**63 - 1, "i64")
+
+RequestId = Annotated[int, RequestIdMarker()]
+U8 = Annotated[int, U8_CODEC]
+U16 = Annotated[int, U16_CODEC]
+U32 = Annotated[int, U32_CODEC]
+U64 = Annotated[int, U64_CODEC]
+I64 = Annotated[int, I64_CODEC]
+Str = Annotated[str, StrCodec()]
+OptStr = Annotated[str | None, OptStrCodec()]
+Rest = Annotated[bytes, RestCodec()]
+CountedMessages = Annotated[EncodedMessages, MessagesCodec()]
+OneBatch = Annotated[Batch, BatchCodec()]
+Batches = Annotated[tuple[Batch, ...], BatchListCodec()]
