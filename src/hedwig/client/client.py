@@ -28,6 +28,7 @@ from hedwig.net.connection import CONNECT_TIMEOUT_S, HubConnection
 from hedwig.net.transport import TCP, Network
 from hedwig.protocol import (
     Deliver,
+    EncodedMessage,
     Event,
     Message,
     Messages,
@@ -41,9 +42,10 @@ from hedwig.protocol import (
     TopicStats,
     Unsubscribe,
     encode_message,
-    encode_value,
     validate_name,
 )
+from hedwig.protocol.messages import NO_HEADERS, NO_KEY_BYTES
+from hedwig.protocol.wire import U32 as _U32
 
 
 class HedwigClient:
@@ -187,8 +189,12 @@ class HedwigClient:
             raise UsageError("client is closed")
         pub = self._publishers.get(topic) or self._publisher(topic)
         if key is None and not headers:
-            size = len(value)  # the common case: no Message object on the hot path
-            raw = encode_value(value)
+            # The common case, encoded inline exactly as ``encode_value`` does: a function call
+            # per message (even ``cast``) is a few per cent of a publisher's throughput.
+            size = len(value)
+            raw: EncodedMessage = b"".join(  # type: ignore[assignment]
+                (NO_KEY_BYTES, _U32.pack(size), value, NO_HEADERS)
+            )
         else:
             msg = Message(value=bytes(value), key=key, headers=tuple(headers))
             size = msg.size
