@@ -9,73 +9,22 @@ session (publishes fail and are retried), cut connections, a frozen hub, gracefu
 from __future__ import annotations
 
 import asyncio
-import shutil
-import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 
-from hedwig.client import HedwigClient, RetryPolicy
+from hedwig.client import HedwigClient
 from hedwig.clock import ManualClock
 from hedwig.errors import SubscriptionBusyError
-from hedwig.hub import Hub, HubConfig
-from hedwig.metadata.memory import MemoryBackend, MemoryMetadataStore
-from hedwig.net import MemoryNetwork
+from hedwig.metadata.memory import MemoryMetadataStore
 from hedwig.protocol import MoveKind
-
-SCRATCH = "/dev/shm" if Path("/dev/shm").is_dir() else None
-FAST_RETRY = RetryPolicy(initial_delay_s=0.005, max_delay_s=0.05, deadline_s=10)
-
-
-@dataclass
-class Region:
-    network: MemoryNetwork
-    backend: MemoryBackend
-    hubs: list[Hub] = field(default_factory=list)
-    dirs: list[str] = field(default_factory=list)
-
-    async def add_hub(self, replication: str = "2/2/2") -> Hub:
-        data_dir = tempfile.mkdtemp(prefix="hedwig-mem-", dir=SCRATCH)
-        self.dirs.append(data_dir)
-        config = HubConfig(
-            listen="memory:0",
-            data_dir=data_dir,
-            replication=replication,
-            self_balance=False,
-            zk_session_timeout_s=2.0,
-        )
-        hub = Hub(config, store=MemoryMetadataStore(self.backend, "mem"), network=self.network)
-        await hub.start()
-        self.hubs.append(hub)
-        return hub
-
-    def hub_at(self, address: str | None) -> Hub:
-        return next(h for h in self.hubs if h.address == address)
-
-    def owner(self, topic: str) -> Hub:
-        return next(h for h in self.hubs if topic in h.topics.topics)
-
-    def client(self, **options: object) -> HedwigClient:
-        options.setdefault("retry", FAST_RETRY)
-        return HedwigClient(
-            [h.address for h in self.hubs],
-            network=self.network,
-            **options,  # type: ignore[arg-type]
-        )
+from tests.memory_region import Region, memory_region
 
 
 @pytest.fixture
 async def region() -> AsyncIterator[Region]:
-    r = Region(MemoryNetwork(), MemoryBackend())
-    for _ in range(2):
-        await r.add_hub()
-    yield r
-    for hub in r.hubs:
-        await hub.stop()
-    for d in r.dirs:
-        shutil.rmtree(d, ignore_errors=True)
+    async for r in memory_region(2):
+        yield r
 
 
 async def until(condition: Callable[[], bool], timeout: float = 3.0) -> None:

@@ -161,6 +161,22 @@ class OutOfOrderError(RequestError):
         self.expected = expected
 
 
+class NoSuchTopicError(RequestError):
+    """The topic does not exist (reads, statistics, descriptions and deletions never create
+    one; publishing or subscribing does)."""
+
+
+class TopicInUseError(RequestError):
+    """The topic cannot be deleted while a subscription is attached (delete with force to
+    close them)."""
+
+
+class NotEnoughHubsError(RequestError):
+    """The region has fewer hubs than the topic's replication needs, and always had: a lone hub
+    with the default 3/3/2 replication. Start more hubs, or use a smaller replication (for one
+    hub, 1/1/1). Not retried unless the client is asked to wait for hubs."""
+
+
 class UnsupportedVersionError(RequestError):
     """The peer speaks a protocol version this end does not."""
 

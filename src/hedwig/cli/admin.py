@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import sys
 import time
+from collections.abc import Callable, Coroutine
 from typing import Any
 
+from hedwig.cli.common import add_json_option, add_zk_options, report, resolve_zk
+from hedwig.cli.output import emit
 from hedwig.errors import HedwigError
 from hedwig.metadata import open_store
 from hedwig.net.connection import HubConnection
@@ -21,18 +22,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         ("hubs", run_hubs, "hubs: alive, topics, load"),
     ):
         p = sub.add_parser(name, help=text)
-        p.add_argument("--zk", required=True, help="ZooKeeper HOST:PORT")
-        p.add_argument("--region", default="dev")
-        p.add_argument("--json", action="store_true", help="machine-readable output")
+        add_zk_options(p)
+        add_json_option(p)
         p.set_defaults(func=func)
-
-
-def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
-    cells = [[str(r.get(c, "")) for c in columns] for r in rows]
-    widths = [max([len(c), *(len(row[i]) for row in cells)]) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True))]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)) for row in cells]
-    return "\n".join(lines)
 
 
 async def _topic_info(owner: str, topic: str) -> TopicInfo | None:
@@ -104,16 +96,15 @@ async def collect_hubs(zk: str, region: str) -> list[dict[str, Any]]:
         await store.close()
 
 
-def _run(args: argparse.Namespace, collect: Any, columns: list[str]) -> int:
+Collect = Callable[[str, str], Coroutine[Any, Any, list[dict[str, Any]]]]
+
+
+def _run(args: argparse.Namespace, collect: Collect, columns: list[str]) -> int:
     try:
-        rows = asyncio.run(collect(args.zk, args.region))
+        rows = asyncio.run(collect(resolve_zk(args), args.region))
     except HedwigError as exc:
-        print(f"hedwig {args.command}: {exc}", file=sys.stderr)
-        return 1
-    if args.json:
-        print(json.dumps(rows, indent=2))
-    else:
-        print(_table(rows, columns))
+        return report(str(args.command), exc)
+    emit(rows, columns, as_json=args.json)
     return 0
 
 

@@ -5,10 +5,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import sys
 from dataclasses import asdict, replace
 
-from hedwig.cli.common import add_hub_options, alive_hubs, resolve_hubs
+from hedwig.cli.common import (
+    add_hub_options,
+    add_json_option,
+    add_zk_options,
+    alive_hubs,
+    report,
+    resolve_hubs,
+    resolve_zk,
+)
 from hedwig.client import HedwigClient
 from hedwig.errors import HedwigError
 from hedwig.metadata import open_store
@@ -23,13 +30,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=run_move)
 
     p = sub.add_parser("rebalance", help="propose (--dry-run) or apply topic moves by the policy")
-    p.add_argument("--zk", required=True)
-    p.add_argument("--region", default="dev")
+    add_zk_options(p)
     p.add_argument("--dry-run", action="store_true", help="print the moves, change nothing")
     p.add_argument("--margin", type=float, default=0.2, help="overload margin over the mean")
     p.add_argument("--max-moves", type=int, default=10)
     p.add_argument("--min-topic-rate", type=float, default=1.0)
-    p.add_argument("--json", action="store_true")
+    add_json_option(p)
     p.set_defaults(func=run_rebalance)
 
 
@@ -43,9 +49,8 @@ def run_move(args: argparse.Namespace) -> int:
 
         asyncio.run(go())
     except HedwigError as exc:
-        print(f"hedwig move: {exc}", file=sys.stderr)
-        return 1
-    print(f"moved {args.topic}" + (f" to {args.to}" if args.to else ""))
+        return report("move", exc)
+    print(f"handed {args.topic} over" + (f" to {args.to}" if args.to else ""))
     return 0
 
 
@@ -63,7 +68,7 @@ async def plan_and_apply(
     if not dry_run and moves:
         async with HedwigClient(await alive_hubs(zk, region)) as client:
             for m in moves:
-                await client.move_topic(m.topic, m.destination, reason=m.reason)
+                await client.move_topic(m.topic, m.destination, reason=m.reason, kind=m.kind)
     return moves
 
 
@@ -75,10 +80,10 @@ def run_rebalance(args: argparse.Namespace) -> int:
         confirmations=1,
     )
     try:
-        moves = asyncio.run(plan_and_apply(args.zk, args.region, config, dry_run=args.dry_run))
+        zk = resolve_zk(args)
+        moves = asyncio.run(plan_and_apply(zk, args.region, config, dry_run=args.dry_run))
     except HedwigError as exc:
-        print(f"hedwig rebalance: {exc}", file=sys.stderr)
-        return 1
+        return report("rebalance", exc)
     if args.json:
         print(json.dumps([asdict(m) for m in moves], indent=2))
     elif not moves:

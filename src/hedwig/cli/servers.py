@@ -7,6 +7,7 @@ import asyncio
 import signal
 import sys
 import threading
+import urllib.error
 import urllib.request
 
 from hedwig.devcluster.zookeeper import ZooKeeperServer
@@ -33,6 +34,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--metrics-port", type=int, default=9100)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--timeout", type=float, default=60.0)
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="drain even the last alive hub (its topics then wait for a hub to come back)",
+    )
     p.set_defaults(func=run_drain)
 
     p = sub.add_parser(
@@ -88,12 +94,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run_drain(args: argparse.Namespace) -> int:
-    url = f"http://{args.host}:{args.metrics_port}/drain"
+    url = f"http://{args.host}:{args.metrics_port}/drain" + ("?force=1" if args.force else "")
     try:
         with urllib.request.urlopen(
             urllib.request.Request(url, method="POST"), timeout=args.timeout
         ) as r:
             print(r.read().decode().strip())
+    except urllib.error.HTTPError as exc:
+        print(f"hedwig drain: {exc.read().decode().strip() or exc}", file=sys.stderr)
+        return 1
     except OSError as exc:
         print(f"hedwig drain: {url}: {exc}", file=sys.stderr)
         return 1

@@ -20,6 +20,7 @@ from hedwig.clock import Clock
 from hedwig.errors import (
     DeadlineExceededError,
     HedwigError,
+    NotEnoughHubsError,
     NotResponsibleError,
     OutOfOrderError,
     TopicMovingError,
@@ -51,7 +52,13 @@ class Router:
         network: Network,
         on_event: Callable[[HubConnection, Event], None],
         on_close: Callable[[HubConnection], None],
+        wait_for_hubs: bool = False,
+        on_wait: Callable[[str, HedwigError, float], None] | None = None,
     ) -> None:
+        self.wait_for_hubs = wait_for_hubs
+        # Told (topic, why, seconds waited so far) before each backoff: tools show transient
+        # waits instead of hanging in silence.
+        self.on_wait = on_wait
         self.hubs = list(hubs)
         self.retry = retry
         self.request_timeout_s = request_timeout_s
@@ -183,7 +190,9 @@ class Router:
                     ) from exc
                 continue
             except HedwigError as exc:
-                if not exc.retriable:
+                if not exc.retriable and not (
+                    self.wait_for_hubs and isinstance(exc, NotEnoughHubsError)
+                ):
                     raise
                 self._owners.pop(topic, None)
                 if (
@@ -205,6 +214,8 @@ class Router:
                 # At once, before the backoff sleep: ordered publishing closes its gate here,
                 # so no later batch can reach a new owner ahead of this one.
                 await before_retry()
+            if self.on_wait is not None:
+                self.on_wait(topic, err, backoff.elapsed)
             if not await backoff.wait():
                 raise DeadlineExceededError(
                     f"topic {topic!r}: no answer within the retry deadline of "

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,7 +51,8 @@ class HubProcess:
     def log_path(self) -> str:
         return os.path.join(self.data_dir, "hub.log")
 
-    def start(self, timeout: float = 30.0) -> HubProcess:
+    def start(self, timeout: float = 30.0, *, wait: bool = True) -> HubProcess:
+        """Start the hub process; with ``wait``, return once it answers ready."""
         os.makedirs(self.data_dir, exist_ok=True)
         args = [
             sys.executable,
@@ -80,7 +82,8 @@ class HubProcess:
             env={**os.environ, **self.env},
         )
         log.close()
-        self.wait_ready(timeout)
+        if wait:
+            self.wait_ready(timeout)
         return self
 
     def wait_ready(self, timeout: float = 30.0) -> None:
@@ -92,6 +95,9 @@ class HubProcess:
                 with urllib.request.urlopen(self.metrics_url + "/readyz", timeout=1) as r:
                     if r.status == 200:
                         return
+            except urllib.error.HTTPError as exc:
+                if exc.read().decode(errors="replace").startswith("too few hubs"):
+                    return  # up, and as ready as a region this small can be (it says why)
             except OSError:
                 pass
             time.sleep(0.05)
@@ -148,13 +154,17 @@ class DevCluster:
     """A ZooKeeper and ``hubs`` hub processes; a context manager that cleans up after itself."""
 
     hubs: int = 3
-    region: str = "dev"
+    region: str = "default"
     base_dir: str | None = None
     session_timeout_s: float = 6.0
     # ENSEMBLE/WRITE/ACK for the region; by default 3/3/2 with three hubs or more, else every
     # hub holds every entry (1/1/1 for one hub, 2/2/2 for two).
     replication: str | None = None
     hub_args: list[str] = field(default_factory=list)
+    # Ports to use when free (hub i takes hub_ports[i] = (client port, metrics port)), so a
+    # cluster restarted on the same data directory keeps its addresses; 0 or missing: any.
+    zk_port: int = 0
+    hub_ports: list[tuple[int, int]] = field(default_factory=list)
     zk_server: ZooKeeperServer | None = field(default=None, init=False)
     hub_procs: list[HubProcess] = field(default_factory=list, init=False)
     _tmp: tempfile.TemporaryDirectory[str] | None = field(default=None, init=False)
@@ -179,22 +189,31 @@ class DevCluster:
         if self.base_dir is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="hedwig-dev-")
             self.base_dir = self._tmp.name
-        self.zk_server = ZooKeeperServer(data_dir=os.path.join(self.base_dir, "zk")).start()
+        self.zk_server = ZooKeeperServer(
+            port=self.zk_port if port_free(self.zk_port) else 0,
+            data_dir=os.path.join(self.base_dir, "zk"),
+        ).start()
         try:
-            for _ in range(self.hubs):
-                self.add_hub()
+            # All at once, then wait: a new region's first hub is not ready until enough hubs
+            # for the replication have joined (as the pods of a StatefulSet start in parallel).
+            started = [self.add_hub(wait=False) for _ in range(self.hubs)]
+            for hub in started:
+                hub.wait_ready()
         except BaseException:
             self.stop()
             raise
         return self
 
-    def add_hub(self, *, extra_args: list[str] | None = None) -> HubProcess:
+    def add_hub(self, *, extra_args: list[str] | None = None, wait: bool = True) -> HubProcess:
         assert self.base_dir is not None
         i = len(self.hub_procs)
+        port, metrics = self.hub_ports[i] if i < len(self.hub_ports) else (0, 0)
         hub = HubProcess(
             self.zk,
             self.region,
             os.path.join(self.base_dir, f"hub{i}"),
+            port=port if port_free(port) else 0,
+            metrics_port=metrics if port_free(metrics) else 0,
             session_timeout_s=self.session_timeout_s,
             extra_args=[
                 "--replication",
@@ -204,7 +223,7 @@ class DevCluster:
             ],
         )
         self.hub_procs.append(hub)
-        hub.start()
+        hub.start(wait=wait)
         return hub
 
     def hub_at(self, address: str) -> HubProcess:
@@ -230,6 +249,18 @@ class DevCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def port_free(port: int) -> bool:
+    """Whether ``port`` can be listened on at 127.0.0.1 (0: never, ask for any)."""
+    if not port:
+        return False
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def port_open(address: str) -> bool:

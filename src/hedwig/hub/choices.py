@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 
 from hedwig.clock import Clock
-from hedwig.errors import ServiceUnavailableError
+from hedwig.errors import NotEnoughHubsError, ServiceUnavailableError
 from hedwig.hub.config import HubConfig
 from hedwig.metadata.managers import MetadataStore
 from hedwig.metadata.records import HubStatus
@@ -102,12 +102,20 @@ class HubChoices:
         """
         if size <= 1 and self.address not in exclude:
             return [self.address]
-        hubs = [h.address for h in await self._store.hubs.list_hubs() if h.alive]
+        registered = await self._store.hubs.list_hubs()
+        hubs = [h.address for h in registered if h.alive]
         others = [a for a in hubs if a != self.address and a not in exclude]
         self._rng.shuffle(others)
         mine = [] if self.address in exclude else [self.address]
         chosen = [*mine, *others][:size]
         if len(chosen) < minimum:
+            if len(registered) < minimum:
+                # Not an outage: this region never had enough hubs. Say so, and how to fix it.
+                raise NotEnoughHubsError(
+                    f"the replication needs at least {minimum} hubs and this region has "
+                    f"{len(registered)}: start more hubs, or use a smaller replication "
+                    "(--replication 1/1/1 for a single hub)"
+                )
             raise ServiceUnavailableError(
                 f"need at least {minimum} storage replicas, only {len(chosen)} hubs are usable"
             )

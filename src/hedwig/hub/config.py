@@ -49,7 +49,17 @@ class HubConfig:
     # Consumed messages stay readable this long for readers by sequence id (batch jobs).
     default_retention_ms: int | None = 24 * 3600 * 1000
     default_retention_bytes: int | None = None
+    # Off unless set (here, in the region's defaults, or per topic): a topic nobody published
+    # to or attached to for this long, and with no subscription left, is deleted; a
+    # subscription nobody attached to or consumed from for this long is deleted, so an
+    # abandoned one stops pinning its messages on disk (Pulsar's inactive-topic and
+    # subscription expiration). Checked every gc_interval_s.
+    default_inactive_topic_expiry_ms: int | None = None
+    default_subscription_expiry_ms: int | None = None
     gc_interval_s: float = 60.0
+    # Give a topic up whenever its ledger rolls over, so topics drift between hubs even
+    # without load differences (the topic-management design's periodic abandonment). Off.
+    release_on_rollover: bool = False
     # How often each hub audits its share of the closed ledgers for lost or lagging replicas.
     audit_interval_s: float = 30.0
     load_report_interval_s: float = 5.0

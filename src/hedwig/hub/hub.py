@@ -20,6 +20,7 @@ import random
 import signal
 
 from hedwig.clock import Clock, SystemClock
+from hedwig.errors import UsageError
 from hedwig.hub.choices import HubChoices
 from hedwig.hub.config import HubConfig
 from hedwig.hub.events import LossKind
@@ -121,12 +122,15 @@ class Hub:
         if self.config.metrics_port is not None:
             self._http = HealthServer(
                 self.metrics.registry,
-                self._readiness,
+                self.readiness,
                 before_scrape=self.loops.refresh_gauges,
                 drain=self.drain,
             )
             await self._http.start(self.config.metrics_host, self.config.metrics_port)
         await self._register()
+        await self.loops.check_hub_count()
+        if self.loops.short_of_hubs is not None:
+            log.warning("%s", self.loops.short_of_hubs)
         self.loops.start()
         self._ready = True
         self.metrics.session_changed(SessionState.CONNECTED)
@@ -150,10 +154,21 @@ class Hub:
             self.address, HubLoad(timestamp_ms=self.clock.wall_ms())
         )
 
-    async def drain(self) -> int:
+    async def drain(self, force: bool = False) -> int:
         """Stop taking topics and hand over every topic this hub owns; keeps serving the
         storage role (other hubs' ledgers) until the process is stopped. Returns the number of
-        topics handed over."""
+        topics handed over.
+
+        The last alive hub refuses (``UsageError``) unless ``force``: its topics would have
+        nowhere to go, and would wait, unserved, for a hub to come back."""
+        if not force and self.topics.topics:
+            alive = [h for h in await self.store.hubs.list_hubs() if h.alive]
+            if all(h.address == self.address for h in alive):
+                raise UsageError(
+                    f"hub {self.address} is the last alive hub of region "
+                    f"{self.config.region!r}: its {len(self.topics.topics)} topics would have "
+                    "nowhere to go (drain with force to do it anyway)"
+                )
         self._ready = False
         self.topics.accepting = False
         with contextlib.suppress(Exception):
@@ -202,11 +217,14 @@ class Hub:
         await self.storage.close()
         self.stopped.set()
 
-    def _readiness(self) -> tuple[bool, str]:
+    def readiness(self) -> tuple[bool, str]:
         if not self._ready:
             return False, "starting or stopping"
         if self.topics.suspended:
             return False, "ZooKeeper connection suspended"
+        short = self.loops.short_of_hubs
+        if short is not None:
+            return False, short
         return True, "ready"
 
     def _on_session(self, state: SessionState) -> None:
@@ -247,6 +265,6 @@ async def serve(config: HubConfig) -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(100_000, 50, 100)
-    print(f"HUB {hub.address}", flush=True)
+    print(f"HUB {hub.address} region={config.region} store={config.zk}", flush=True)
     await stop.wait()
     await hub.stop()

@@ -119,7 +119,20 @@ class HubMetrics:
         self.storage_syncs = Counter(
             "hedwig_storage_syncs", "fdatasync calls by the group commit", registry=r
         )
+        self.deletions = Counter(
+            "hedwig_topic_deletions",
+            "Topics this hub deleted, by reason (requested, expired)",
+            ["reason"],
+            registry=r,
+        )
+        self.subscription_expiries = Counter(
+            "hedwig_subscription_expiries",
+            "Subscriptions this hub deleted because nobody used them for their expiry time",
+            registry=r,
+        )
         # Every label value exists from the start, so rate() and increase() see first events.
+        for reason in ("requested", "expired"):
+            self.deletions.labels(reason)
         for move in MoveKind:
             self.releases.labels(move.label)
         for loss in LossKind:
@@ -151,6 +164,12 @@ class HubMetrics:
 
     def owned_changed(self, count: int) -> None:
         self.topics_owned.set(count)
+
+    def deleted(self, topic: str, *, expired: bool) -> None:
+        self.deletions.labels("expired" if expired else "requested").inc()
+
+    def subscription_expired(self, topic: str, subscriber: str) -> None:
+        self.subscription_expiries.inc()
 
     def redirected(self, topic: str) -> None:
         self.redirects.inc()

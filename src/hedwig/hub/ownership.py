@@ -35,6 +35,8 @@ from hedwig.errors import (
     BadVersionError,
     HedwigError,
     MetadataError,
+    NoSuchTopicError,
+    NotEnoughHubsError,
     NoTopicOwnerInfoError,
     NotResponsibleError,
     ServiceUnavailableError,
@@ -45,6 +47,7 @@ from hedwig.hub.config import HubConfig
 from hedwig.hub.events import HubEvents, LossKind
 from hedwig.hub.topic import OwnedTopic, TopicState
 from hedwig.ledger.replicas import Replicas
+from hedwig.ledger.retention import delete_ledger_everywhere
 from hedwig.ledger.topic_log import LogSettings, TopicLog
 from hedwig.metadata.managers import MetadataStore, SessionState
 from hedwig.metadata.records import (
@@ -53,6 +56,7 @@ from hedwig.metadata.records import (
     TopicConfig,
     Version,
 )
+from hedwig.protocol import MoveKind
 from hedwig.protocol.names import validate_name
 
 log = logging.getLogger(__name__)
@@ -138,8 +142,12 @@ class TopicOwnership:
 
     # resolving ----------------------------------------------------------------------------
 
-    async def acquire(self, topic: str, *, redirected: bool) -> OwnedTopic:
-        """The topic if this hub serves it (claiming it if the rules say so); else raises."""
+    async def acquire(self, topic: str, *, redirected: bool, create: bool = True) -> OwnedTopic:
+        """The topic if this hub serves it (claiming it if the rules say so); else raises.
+
+        Only publishing and subscribing create a topic (``create``); a read, a statistics or
+        describe request, or a deletion of a topic that does not exist is ``NoSuchTopicError``.
+        """
         owned = self.topics.get(topic)
         if owned is not None and owned.state is TopicState.OPEN:
             if self.suspended:
@@ -154,11 +162,16 @@ class TopicOwnership:
             raise ServiceUnavailableError("hub is reconnecting to ZooKeeper; retry")
         pending = self._claims.get(topic)
         if pending is not None:
-            return await asyncio.shield(pending)
+            try:
+                return await asyncio.shield(pending)
+            except NoSuchTopicError:
+                if not create:
+                    raise
+                # That claim would not create the topic; this request does.
         fut: asyncio.Future[OwnedTopic] = asyncio.get_running_loop().create_future()
         self._claims[topic] = fut
         try:
-            owned = await self._resolve(topic, redirected)
+            owned = await self._resolve(topic, redirected, create)
         except BaseException as exc:
             fut.set_exception(exc)
             fut.exception()  # retrieved: waiters get it through shield
@@ -168,8 +181,11 @@ class TopicOwnership:
         fut.set_result(owned)
         return owned
 
-    async def _resolve(self, topic: str, redirected: bool) -> OwnedTopic:
-        await self.store.topics.ensure_topic(topic)
+    async def _resolve(self, topic: str, redirected: bool, create: bool) -> OwnedTopic:
+        if create:
+            await self.store.topics.ensure_topic(topic)
+        elif not await self.store.topics.topic_exists(topic):
+            raise NoSuchTopicError(f"topic {topic!r} does not exist")
         for _attempt in range(3):
             owner = await self.store.ownership.read_owner_info(topic)
             if owner is not None:
@@ -210,12 +226,15 @@ class TopicOwnership:
     async def topic_config(self, topic: str) -> TopicConfig:
         got = await self.store.topics.read_topic_config(topic)
         own = got.value if got else TopicConfig()
+        c = self.config
         return own.merged(self.defaults).merged(
             TopicConfig(
-                self.config.replication_config,
-                self.config.default_retention_ms,
-                self.config.default_retention_bytes,
-                self.config.max_message_size,
+                replication=c.replication_config,
+                retention_ms=c.default_retention_ms,
+                retention_bytes=c.default_retention_bytes,
+                max_message_size=c.max_message_size,
+                inactive_topic_expiry_ms=c.default_inactive_topic_expiry_ms,
+                subscription_expiry_ms=c.default_subscription_expiry_ms,
             )
         )
 
@@ -233,6 +252,9 @@ class TopicOwnership:
                 owner_epoch=self.epoch,
                 ensemble=ensemble,
                 choose_ensemble=self.choices.ensemble,
+                on_rolled_over=(
+                    (lambda: self._give_up(topic)) if self.config.release_on_rollover else None
+                ),
                 settings=LogSettings(
                     replication=replication,
                     ledger_max_bytes=self.config.ledger_max_bytes,
@@ -245,6 +267,8 @@ class TopicOwnership:
             log.warning("taking over topic %r failed: %s", topic, exc)
             with contextlib.suppress(HedwigError):
                 await self.store.ownership.delete_owner_info(topic, version)
+            if isinstance(exc, NotEnoughHubsError):
+                raise
             if isinstance(exc, BadVersionError):
                 raise ServiceUnavailableError(
                     f"topic {topic!r} was taken over concurrently; retry"
@@ -339,6 +363,34 @@ class TopicOwnership:
         self.stats.releases += 1
         self._changed()
         return True
+
+    async def delete(self, topic: str, *, force: bool, expired: bool = False) -> None:
+        """Delete an owned topic: close it (its subscribers told it is deleted, its publishers
+        that it moved), then its ledgers, then its records, owner record last."""
+        owned = self.topics.get(topic)
+        if owned is None:
+            raise NotResponsibleError(f"topic {topic!r} is not served here")
+        ranges = await owned.close_for_deletion(force=force)
+        # Gone from this hub before its owner record goes, so the watch that fires is not
+        # taken for a loss.
+        self.topics.pop(topic, None)
+        self._owner_versions.pop(topic, None)
+        for r in ranges:
+            await delete_ledger_everywhere(self.store.ledgers, self.replicas, r.ledger_id)
+        await self.store.topics.delete_topic(topic)
+        owned.notify_deleted()
+        log.info("deleted topic %r (%d ledgers)", topic, len(ranges))
+        self.events.deleted(topic, expired=expired)
+        self._changed()
+
+    def _give_up(self, topic: str) -> None:
+        """Its ledger rolled over: hand the topic to whichever hub placement picks next."""
+
+        async def go() -> None:
+            if await self.release(topic, "periodic: its ledger was closed"):
+                self.events.released(topic, MoveKind.PERIODIC)
+
+        asyncio.get_running_loop().create_task(go())
 
     async def release_all(self, reason: str) -> None:
         await asyncio.gather(

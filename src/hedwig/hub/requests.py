@@ -20,6 +20,7 @@ from hedwig.errors import (
     HedwigError,
     InvalidRequestError,
     NoSuchSubscriptionError,
+    NoSuchTopicError,
     NotResponsibleError,
 )
 from hedwig.hub.events import HubEvents
@@ -35,6 +36,8 @@ from hedwig.protocol import (
     CloseSubscription,
     Consume,
     DeleteLedger,
+    DeleteTopic,
+    DescribeTopic,
     Entry,
     Lac,
     MoveKind,
@@ -46,6 +49,7 @@ from hedwig.protocol import (
     ReleaseTopic,
     Reply,
     Request,
+    ResetSubscription,
     Subscribe,
     TopicInfo,
     TopicStats,
@@ -89,6 +93,9 @@ class HubRequests:
             TopicStats: self.topic_stats,
             ReleaseTopic: self.release_topic,
             Ping: self.ping,
+            DeleteTopic: self.delete_topic,
+            ResetSubscription: self.reset_subscription,
+            DescribeTopic: self.describe_topic,
             AddEntry: self.add_entry,
             ReadEntry: self.read_entry,
             ReadLac: self.read_lac,
@@ -113,21 +120,24 @@ class HubRequests:
 
     # topics -------------------------------------------------------------------------------
 
-    async def _acquire(self, conn: ClientConnection, topic: str, redirected: bool) -> OwnedTopic:
-        owned = await self.ownership.acquire(topic, redirected=redirected)
+    async def _acquire(
+        self, conn: ClientConnection, topic: str, redirected: bool, *, create: bool = False
+    ) -> OwnedTopic:
+        """The owned topic; only publishing and subscribing ``create`` it."""
+        owned = await self.ownership.acquire(topic, redirected=redirected, create=create)
         conn.topics.add(topic)
         return owned
 
     async def publish(self, conn: ClientConnection, req: Publish) -> Reply:
         start = time.perf_counter()
-        owned = await self._acquire(conn, req.topic, req.redirected)
+        owned = await self._acquire(conn, req.topic, req.redirected, create=True)
         answer = await owned.publish(conn, req)
         self.events.publish_answered(time.perf_counter() - start)
         return answer
 
     async def subscribe(self, conn: ClientConnection, req: Subscribe) -> Reply:
         validate_name(req.subscriber, what="subscriber")
-        owned = await self._acquire(conn, req.topic, req.redirected)
+        owned = await self._acquire(conn, req.topic, req.redirected, create=True)
         return await owned.subscribe(conn, req)
 
     def consume(self, conn: ClientConnection, req: Consume) -> None:
@@ -161,8 +171,23 @@ class HubRequests:
             subscribers=len(owned.subscriptions),
         )
 
+    async def describe_topic(self, conn: ClientConnection, req: DescribeTopic) -> Reply:
+        owned = await self._acquire(conn, req.topic, req.redirected)
+        return await owned.describe(req)
+
     async def ping(self, conn: ClientConnection, req: Ping) -> None:
         return None
+
+    # lifecycle ----------------------------------------------------------------------------
+
+    async def delete_topic(self, conn: ClientConnection, req: DeleteTopic) -> None:
+        await self._acquire(conn, req.topic, req.redirected)
+        await self.ownership.delete(req.topic, force=req.force)
+
+    async def reset_subscription(self, conn: ClientConnection, req: ResetSubscription) -> Reply:
+        validate_name(req.subscriber, what="subscriber")
+        owned = await self._acquire(conn, req.topic, req.redirected)
+        return await owned.reset_subscription(req)
 
     # moves --------------------------------------------------------------------------------
 
@@ -175,19 +200,24 @@ class HubRequests:
         The destination is asked to claim the topic right away (a redirected request), so the
         hand-off does not wait for the next client request.
         """
+        if destination is not None and destination != self.address:
+            alive = {h.address for h in await self.store.hubs.list_hubs() if h.alive}
+            if destination not in alive:
+                raise InvalidRequestError(f"destination {destination} is not an alive hub")
         if topic not in self.ownership.topics:
             got = await self.store.ownership.read_owner_info(topic)
             if got is not None and got.value.address != self.address:
                 raise NotResponsibleError(
                     f"topic {topic!r} is owned by {got.value.address}", owner=got.value.address
                 )
+            if not await self.store.topics.topic_exists(topic):
+                raise NoSuchTopicError(f"topic {topic!r} does not exist")
+            if destination is not None:
+                # Nobody owns it: what the caller wants is the destination owning it.
+                asyncio.get_running_loop().create_task(self._ask_to_claim(destination, topic))
             return False
-        if destination is not None:
-            if destination == self.address:
-                return True
-            alive = {h.address for h in await self.store.hubs.list_hubs() if h.alive}
-            if destination not in alive:
-                raise InvalidRequestError(f"destination {destination} is not an alive hub")
+        if destination == self.address:
+            return True
         moved = await self.ownership.release(topic, reason, destination)
         if moved:
             self.events.released(topic, kind)

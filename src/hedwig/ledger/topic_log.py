@@ -74,6 +74,7 @@ class TopicLog:
         settings: LogSettings,
         choose_ensemble: EnsembleChooser | None = None,
         clock: Clock | None = None,
+        on_rolled_over: Callable[[], None] | None = None,
     ) -> None:
         self.topic = topic
         self._store = store
@@ -82,6 +83,7 @@ class TopicLog:
         self._epoch = owner_epoch
         self._ensemble = ensemble
         self._choose_ensemble = choose_ensemble
+        self._on_rolled_over = on_rolled_over
         self._failed_replicas: set[str] = set()
         self.settings = settings
         self._clock = clock or SystemClock()
@@ -261,7 +263,7 @@ class TopicLog:
         self._reader.written(writer.metadata, batch)
         self._notify()
         if self._ledger_bytes >= self.settings.ledger_max_bytes and self._rolling is None:
-            asyncio.get_running_loop().create_task(self._roll_over())
+            asyncio.get_running_loop().create_task(self._roll_over(sized=True))
         return batch
 
     def _notify(self) -> None:
@@ -307,7 +309,7 @@ class TopicLog:
             log.warning("topic %r: no healthy ensemble for a new ledger: %s", self.topic, exc)
             return None
 
-    async def _roll_over(self) -> None:
+    async def _roll_over(self, *, sized: bool = False) -> None:
         loop = asyncio.get_running_loop()
         self._rolling = loop.create_future()
         try:
@@ -328,6 +330,8 @@ class TopicLog:
                 self._ranges = Versioned(ranges, version)
                 self._writer = writer
                 self._ledger_bytes = 0
+                if sized and self._on_rolled_over is not None:
+                    self._on_rolled_over()
         except Exception as exc:
             log.warning("topic %r: ledger roll-over failed: %s", self.topic, exc)
             if self.broken is None:

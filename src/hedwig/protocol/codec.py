@@ -14,7 +14,9 @@ from hedwig.errors import ProtocolError
 from hedwig.protocol.client_frames import (
     CloseSubscription,
     Consume,
+    DeleteTopic,
     Deliver,
+    DescribeTopic,
     Error,
     Messages,
     Ok,
@@ -23,9 +25,11 @@ from hedwig.protocol.client_frames import (
     Published,
     Read,
     ReleaseTopic,
+    ResetSubscription,
     Subscribe,
     Subscribed,
     SubscriptionForcedClosed,
+    TopicDescription,
     TopicInfo,
     TopicMoved,
     TopicStats,
@@ -46,13 +50,16 @@ Request = (
     | Read
     | TopicStats
     | ReleaseTopic
+    | DeleteTopic
+    | ResetSubscription
+    | DescribeTopic
     | AddEntry
     | ReadEntry
     | ReadLac
     | DeleteLedger
 )
 # What a hub answers a request with.
-Reply = Ok | Published | Subscribed | Messages | TopicInfo | Error | Entry | Lac
+Reply = Ok | Published | Subscribed | Messages | TopicInfo | TopicDescription | Error | Entry | Lac
 # What a hub pushes unasked.
 Event = Deliver | TopicMoved | SubscriptionForcedClosed
 Frame = Request | Reply | Event
@@ -69,6 +76,9 @@ FRAME_TYPES: tuple[type[FrameBase], ...] = (
     Read,
     TopicStats,
     ReleaseTopic,
+    DeleteTopic,
+    ResetSubscription,
+    DescribeTopic,
     AddEntry,
     ReadEntry,
     ReadLac,
@@ -78,6 +88,7 @@ FRAME_TYPES: tuple[type[FrameBase], ...] = (
     Subscribed,
     Messages,
     TopicInfo,
+    TopicDescription,
     Entry,
     Lac,
     Error,
