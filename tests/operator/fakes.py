@@ -87,6 +87,7 @@ class FakeHubs:
         self.graceful = graceful
         self.activations: list[tuple[list[str], str]] = []
         self.releases: list[tuple[str, str, str | None]] = []
+        self.deletions: list[str] = []
         self.fail_activation: Exception | None = None
 
     async def activate(self, addresses: Sequence[str], topic: str, timeout_s: float) -> None:
@@ -98,6 +99,10 @@ class FakeHubs:
             await self.store.ownership.write_owner_info(
                 topic, HubInfo(addresses[0], 1), NEW_VERSION
             )
+
+    async def delete(self, addresses: Sequence[str], topic: str, timeout_s: float) -> str | None:
+        self.deletions.append(topic)
+        return "these hubs do not delete topics"
 
     async def release(
         self,

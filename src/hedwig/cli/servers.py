@@ -9,13 +9,14 @@ import sys
 import threading
 import urllib.error
 import urllib.request
+from dataclasses import fields
 
 from hedwig.devcluster.zookeeper import ZooKeeperServer
 from hedwig.errors import HedwigError
 from hedwig.hub import serve
 from hedwig.hub.config import HubConfig
 from hedwig.net.loop import install_uvloop
-from hedwig.placement import POLICIES
+from hedwig.placement import POLICIES, PlacementPolicy
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -44,52 +45,24 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "hub",
         help="run a hub",
-        description="Run a hub. Every flag can also be set as HEDWIG_<NAME> in the environment "
-        "(e.g. HEDWIG_ZK, HEDWIG_REGION, HEDWIG_LISTEN, HEDWIG_DATA_DIR).",
+        description="Run a hub. Every setting is a flag and an environment variable "
+        "HEDWIG_<NAME> (e.g. HEDWIG_ZK, HEDWIG_REGION, HEDWIG_LISTEN, HEDWIG_DATA_DIR); flags "
+        "win. docs/operations.md lists them all.",
     )
-    p.add_argument("--zk", help="ZooKeeper connection string HOST:PORT[,HOST:PORT...]")
-    p.add_argument("--region", help="region name (the ZooKeeper subtree /hedwig/<region>)")
-    p.add_argument("--listen", help="HOST:PORT for clients (port 0: any free port)")
-    p.add_argument("--advertise", help="address other hubs send clients to (default: --listen)")
-    p.add_argument("--data-dir", help="where this hub's ledgers are stored")
-    p.add_argument("--metrics-port", type=int, help="HTTP port for /metrics, /healthz, /readyz")
-    p.add_argument("--metrics-host", help="HTTP listen host (default 127.0.0.1)")
-    p.add_argument(
-        "--zk-session-timeout",
-        type=float,
-        dest="zk_session_timeout_s",
-        help="seconds; a crashed hub's topics move after about this long (default 6)",
-    )
-    p.add_argument("--placement", choices=POLICIES, help="how to choose a hub for a new topic")
-    p.add_argument("--max-message-size", type=int, help="bytes (default 1 MiB)")
-    p.add_argument(
-        "--self-balance",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="shed load to other hubs by the shared policy (default on; off under an operator)",
-    )
-    p.add_argument(
-        "--audit-interval",
-        type=float,
-        dest="audit_interval_s",
-        help="seconds between ledger audits for under-replication (default 30)",
-    )
-    p.add_argument(
-        "--load-report-interval",
-        type=float,
-        dest="load_report_interval_s",
-        help="seconds between load reports in the alive znode (default 5)",
-    )
-    p.add_argument(
-        "--balance-interval",
-        type=float,
-        dest="balance_interval_s",
-        help="seconds between self-balancing cycles (default 60)",
-    )
-    p.add_argument(
-        "--replication",
-        help="region default ENSEMBLE/WRITE_QUORUM/ACK_QUORUM (default 3/3/2; 1/1/1 for one hub)",
-    )
+    for f in fields(HubConfig):
+        doc = f.metadata.get("doc")
+        if doc is None:
+            continue  # a group set in code or by the operator (rebalancing)
+        flag = "--" + f.name.removesuffix("_s").replace("_", "-")
+        default = f.default.value if isinstance(f.default, PlacementPolicy) else f.default
+        text = f"{doc} (env HEDWIG_{f.name.upper()}; default {default})"
+        kind = str(f.type)
+        if kind.startswith("bool"):
+            p.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, help=text)
+        elif "PlacementPolicy" in kind:
+            p.add_argument(flag, dest=f.name, choices=POLICIES, help=text)
+        else:
+            p.add_argument(flag, dest=f.name, type=_converter(kind), help=text)
     p.set_defaults(func=run_hub)
 
 
@@ -130,25 +103,15 @@ def run_zk(args: argparse.Namespace) -> int:
     return 0
 
 
+def _converter(kind: str) -> type:
+    return int if kind.startswith("int") else float if kind.startswith("float") else str
+
+
 def run_hub(args: argparse.Namespace) -> int:
     try:
-        config = HubConfig.from_env(
-            zk=args.zk,
-            region=args.region,
-            listen=args.listen,
-            advertise=args.advertise,
-            data_dir=args.data_dir,
-            metrics_port=args.metrics_port,
-            metrics_host=args.metrics_host,
-            zk_session_timeout_s=args.zk_session_timeout_s,
-            placement=args.placement,
-            max_message_size=args.max_message_size,
-            replication=args.replication,
-            self_balance=args.self_balance,
-            balance_interval_s=args.balance_interval_s,
-            audit_interval_s=args.audit_interval_s,
-            load_report_interval_s=args.load_report_interval_s,
-        )
+        given = {f.name: getattr(args, f.name, None) for f in fields(HubConfig)}
+        given.pop("rebalance", None)
+        config = HubConfig.from_env(**given)
     except HedwigError as exc:
         print(f"hedwig hub: {exc}", file=sys.stderr)
         return 2
