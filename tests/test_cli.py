@@ -168,6 +168,10 @@ def test_topic_and_subscription_lifecycle(dev: Cli) -> None:
                 break
             time.sleep(0.2)
         assert [(s["subscription"], s["attached"]) for s in subs] == [("watcher", True)]
+        described = json.loads(dev("topic", "describe", "life", "--json").stdout)
+        assert described["first_seq"] == 1 and described["last_seq"] == 10
+        assert described["subscriptions"] == described["attached"] == 1
+        assert described["owner"] in dev("dev", "status").stdout
         reset = dev("subscription", "reset", "life", "watcher", "--to", "4")
         assert reset.returncode == 0 and "restarts at 4" in reset.stdout
         refused = dev("topic", "delete", "life")
@@ -180,6 +184,8 @@ def test_topic_and_subscription_lifecycle(dev: Cli) -> None:
         assert out.decode().splitlines()[-7:] == [f"{i}\tm{i - 1}" for i in range(4, 11)]
     finally:
         attached.kill()
+    gone = dev("topic", "describe", "life")
+    assert gone.returncode == 1 and "does not exist" in gone.stderr
     assert dev("pub", "life2", "-q", input="x\n").returncode == 0
     dev("sub", "life2", "gone", "--count", "0")
     assert dev("subscription", "delete", "life2", "gone").returncode == 0
@@ -257,3 +263,16 @@ def test_first_mistakes_fail_at_once_and_say_what_to_do() -> None:
         assert "yyyy" not in big.stderr  # the message is not echoed
         drain = cli("drain", "--metrics-port", str(lone.hub_procs[0].metrics_port))
         assert drain.returncode == 0  # owns nothing: nothing to strand
+
+
+def test_bench_reports_delivery_rate_and_latency(dev: Cli) -> None:
+    out = dev("bench", "--subscribe", "--messages", "5000", "--warmup", "1000", timeout=120)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["publish"]["messages"] == 5000 and result["publish"]["msgs_per_s"] > 0
+    delivered = result["subscribe"]
+    assert delivered["received"] == delivered["expected"] == 6000
+    assert delivered["delivered_per_s"] > 0
+    # Every hundredth measured message carries its publish time: 50 samples.
+    lat = delivered["publish_to_delivery"]
+    assert 0 < lat["p50_ms"] <= lat["p99_ms"] <= lat["max_ms"] < 60_000

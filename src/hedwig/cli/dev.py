@@ -3,10 +3,11 @@
 ``dev up`` starts it and keeps it until Ctrl-C (or ``dev down``); a hub that dies is reported
 and left dead, as in production, so failover can be watched, and ``dev restart`` brings it
 back on the same port and data. ``dev kill`` is a crash (``kill -9``), ``dev stop`` a graceful
-stop (the hub hands its topics over). Ports: 40123 for ZooKeeper and 41001, 41002... for hubs
-(metrics on 42001...) when free, and with ``--data-dir`` the ports of the previous run, so
-addresses survive restarts. The endpoints go into a state file, where the other commands find
-them when given no ``--hub`` or ``--zk``.
+stop (the hub hands its topics over). Ports: 24000 for ZooKeeper and 24001, 24002... for hubs
+(metrics on 24101...) when free, and with ``--data-dir`` the ports of the previous run, so
+addresses survive restarts. They sit below Linux's ephemeral range (32768 and up), where an
+outgoing connection could hold one by chance. The endpoints go into a state file, where the
+other commands find them when given no ``--hub`` or ``--zk``.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from __future__ import annotations
 import argparse
 import json
 import signal
+import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +28,10 @@ from hedwig.devcluster.cluster import DevCluster
 from hedwig.devcluster.control import ControlServer, describe, request, write_state
 from hedwig.errors import HedwigError, UsageError
 
-ZK_PORT = 40123
-HUB_PORT = 41001
-METRICS_PORT = 42001
+ZK_PORT = 24000
+HUB_PORT = 24001
+METRICS_PORT = 24101
+DETACH_WAIT_S = 120.0
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -44,6 +48,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--replication",
         default=None,
         help="ENSEMBLE/WRITE_QUORUM/ACK_QUORUM (default 3/3/2 with 3 hubs or more, else N/N/N)",
+    )
+    up.add_argument(
+        "--detach",
+        "-d",
+        action="store_true",
+        help="run in the background once ready ('hedwig dev down' stops it; log beside the state)",
     )
     up.set_defaults(func=run_up)
 
@@ -92,6 +102,8 @@ def _save_ports(cluster: DevCluster) -> None:
 def run_up(args: argparse.Namespace) -> int:
     if args.hubs < 1:
         return report("dev up", UsageError("--hubs must be at least 1"))
+    if args.detach:
+        return _detach(args)
     if _socket().exists():
         try:
             request(_socket(), {"op": "status"}, timeout=2)
@@ -148,6 +160,44 @@ def run_up(args: argparse.Namespace) -> int:
     return 0
 
 
+def _detach(args: argparse.Namespace) -> int:
+    """Start ``dev up`` again as a background process in its own session (a closed terminal does
+    not stop it), wait until it is ready, print its endpoints and return."""
+    argv = [sys.executable, "-m", "hedwig", "dev", "up", "--hubs", str(args.hubs)]
+    argv += ["--region", args.region, "--zk-session-timeout", str(args.zk_session_timeout)]
+    if args.data_dir is not None:
+        argv += ["--data-dir", args.data_dir]
+    if args.replication is not None:
+        argv += ["--replication", args.replication]
+    log_path = dev_state_path().with_suffix(".log")
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    deadline = time.monotonic() + DETACH_WAIT_S
+    while True:
+        text = log_path.read_text(errors="replace")
+        if "READY " in text:
+            print(text, end="", flush=True)
+            print(f"running in the background (pid {proc.pid}, log {log_path}); 'hedwig dev down'")
+            return 0
+        if proc.poll() is not None:
+            print(text, end="", file=sys.stderr)
+            return proc.returncode or 1
+        if time.monotonic() > deadline:
+            proc.terminate()
+            return report(
+                "dev up",
+                UsageError(f"the cluster was not ready in {DETACH_WAIT_S:.0f} s (log {log_path})"),
+            )
+        time.sleep(0.1)
+
+
 def _print_endpoints(cluster: DevCluster, state_path: Path) -> None:
     lines = [
         f"region      {cluster.region}  (replication {cluster.replication_setting})",
@@ -179,7 +229,14 @@ def run_control(args: argparse.Namespace) -> int:
     except HedwigError as exc:
         return report(f"dev {args.op}", exc)
     if args.op == "down":
-        print("stopping the development cluster")
+        # Return once it has stopped, so a ``dev up`` straight after finds its ports free.
+        print("stopping the development cluster", flush=True)
+        deadline = time.monotonic() + DETACH_WAIT_S
+        while dev_state_path().exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if dev_state_path().exists():
+            return report("dev down", UsageError("the development cluster is still stopping"))
+        print("stopped")
     else:
         state = "running" if answer.get("running") else "down"
         print(f"hub {answer.get('hub')}: {state}")

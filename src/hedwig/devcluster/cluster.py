@@ -256,6 +256,8 @@ def port_free(port: int) -> bool:
     if not port:
         return False
     with socket.socket() as s:
+        # As the servers bind: a connection lingering in TIME_WAIT does not hold the port.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:
