@@ -193,20 +193,16 @@ def test_topic_and_subscription_lifecycle(dev: Cli) -> None:
     assert again.returncode == 1 and "hedwig subscriptions" in again.stderr
 
 
-def test_progress_only_on_a_terminal(dev: Cli) -> None:
-    lines = b"".join(b"%099d\n" % i for i in range(200_000))
-    source = Path(tempfile.mkdtemp()) / "lines"
-    source.write_bytes(lines)
-    piped = dev("pub", "progress", "-q", input=lines)
-    assert piped.returncode == 0 and "\r" not in piped.stderr
+def on_a_terminal(cli: Cli, *args: str, stdin: Path | None = None) -> tuple[int, str]:
+    """Run ``hedwig`` with stderr on a pseudo-terminal; its exit status and what it wrote there."""
     leader, follower = pty.openpty()
-    with open(source, "rb") as stdin:
+    with open(stdin or os.devnull, "rb") as source:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "hedwig", "pub", "progress", "-q"],
-            stdin=stdin,
+            [sys.executable, "-m", "hedwig", *args],
+            stdin=source,
             stdout=subprocess.DEVNULL,
             stderr=follower,
-            env=dev.env,
+            env=cli.env,
         )
         os.close(follower)
         seen = b""
@@ -218,10 +214,25 @@ def test_progress_only_on_a_terminal(dev: Cli) -> None:
             if not chunk:
                 break
             seen += chunk
-        assert proc.wait(60) == 0
+        code = proc.wait(60)
     os.close(leader)
-    text = seen.decode(errors="replace")
+    return code, seen.decode(errors="replace")
+
+
+def test_progress_only_on_a_terminal(dev: Cli) -> None:
+    lines = b"".join(b"%099d\n" % i for i in range(200_000))
+    source = Path(tempfile.mkdtemp()) / "lines"
+    source.write_bytes(lines)
+    piped = dev("pub", "progress", "-q", input=lines)
+    assert piped.returncode == 0 and "\r" not in piped.stderr
+    code, text = on_a_terminal(dev, "pub", "progress", "-q", stdin=source)
+    assert code == 0
     assert "acknowledged" in text and "\r" in text  # the line rewritten in place, a summary
+    # A region listing counts the topics it has read, then clears the line.
+    code, text = on_a_terminal(dev, "topics")
+    assert code == 0 and "reading topics: " in text and text.endswith("\r")
+    listed = dev("topics")
+    assert listed.returncode == 0 and listed.stderr == ""
 
 
 def test_settings_from_the_environment_and_log_level_anywhere(dev: Cli) -> None:

@@ -16,6 +16,7 @@ from hedwig.cli.common import (
     resolve_hubs,
     resolve_zk,
 )
+from hedwig.cli.output import Progress
 from hedwig.client import HedwigClient
 from hedwig.errors import HedwigError
 from hedwig.metadata import open_store
@@ -55,7 +56,12 @@ def run_move(args: argparse.Namespace) -> int:
 
 
 async def plan_and_apply(
-    zk: str, region: str, config: RebalanceConfig, *, dry_run: bool
+    zk: str,
+    region: str,
+    config: RebalanceConfig,
+    *,
+    dry_run: bool,
+    progress: Progress | None = None,
 ) -> list[Move]:
     store = open_store(zk, region=region)
     await store.start()
@@ -67,8 +73,14 @@ async def plan_and_apply(
     moves = Rebalancer(replace(config, confirmations=1)).plan(hubs)
     if not dry_run and moves:
         async with HedwigClient(await alive_hubs(zk, region)) as client:
-            for m in moves:
+            for i, m in enumerate(moves, 1):
+                if progress is not None:
+                    progress.show(
+                        f"moving {i}/{len(moves)}: {m.topic} -> {m.destination}", force=True
+                    )
                 await client.move_topic(m.topic, m.destination, reason=m.reason, kind=m.kind)
+    if progress is not None:
+        progress.done()
     return moves
 
 
@@ -81,7 +93,9 @@ def run_rebalance(args: argparse.Namespace) -> int:
     )
     try:
         zk = resolve_zk(args)
-        moves = asyncio.run(plan_and_apply(zk, args.region, config, dry_run=args.dry_run))
+        moves = asyncio.run(
+            plan_and_apply(zk, args.region, config, dry_run=args.dry_run, progress=Progress())
+        )
     except HedwigError as exc:
         return report("rebalance", exc)
     if args.json:

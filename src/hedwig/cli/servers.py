@@ -7,10 +7,12 @@ import asyncio
 import signal
 import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 from dataclasses import fields
 
+from hedwig.cli.output import Progress
 from hedwig.devcluster.zookeeper import ZooKeeperServer
 from hedwig.errors import HedwigError
 from hedwig.hub import serve
@@ -67,19 +69,52 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run_drain(args: argparse.Namespace) -> int:
-    url = f"http://{args.host}:{args.metrics_port}/drain" + ("?force=1" if args.force else "")
-    try:
-        with urllib.request.urlopen(
-            urllib.request.Request(url, method="POST"), timeout=args.timeout
-        ) as r:
-            print(r.read().decode().strip())
-    except urllib.error.HTTPError as exc:
-        print(f"hedwig drain: {exc.read().decode().strip() or exc}", file=sys.stderr)
+    base = f"http://{args.host}:{args.metrics_port}"
+    url = f"{base}/drain" + ("?force=1" if args.force else "")
+    answer: list[str] = []
+    failure: list[str] = []
+
+    def drain() -> None:
+        try:
+            with urllib.request.urlopen(
+                urllib.request.Request(url, method="POST"), timeout=args.timeout
+            ) as r:
+                answer.append(r.read().decode().strip())
+        except urllib.error.HTTPError as exc:
+            failure.append(exc.read().decode().strip() or str(exc))
+        except OSError as exc:
+            failure.append(f"{url}: {exc}")
+
+    worker = threading.Thread(target=drain, daemon=True)
+    worker.start()
+    progress = Progress()
+    start = time.monotonic()
+    while worker.is_alive():
+        worker.join(0.5)
+        if worker.is_alive() and progress.enabled:
+            left = _owned_topics(base)
+            progress.show(
+                f"draining {args.host}:{args.metrics_port}: "
+                f"{'?' if left is None else left} topics left, {time.monotonic() - start:.0f} s"
+            )
+    progress.done()
+    if failure:
+        print(f"hedwig drain: {failure[0]}", file=sys.stderr)
         return 1
-    except OSError as exc:
-        print(f"hedwig drain: {url}: {exc}", file=sys.stderr)
-        return 1
+    print(answer[0] if answer else "drained")
     return 0
+
+
+def _owned_topics(base: str) -> int | None:
+    """The hub's ``hedwig_topics_owned`` gauge, for drain progress (None if unreadable)."""
+    try:
+        with urllib.request.urlopen(f"{base}/metrics", timeout=1) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith("hedwig_topics_owned "):
+                    return int(float(line.split()[1]))
+    except (OSError, ValueError):
+        pass
+    return None
 
 
 def run_zk(args: argparse.Namespace) -> int:
