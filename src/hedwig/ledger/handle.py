@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, replace
 
 from hedwig.clock import Clock, SystemClock
@@ -255,6 +255,43 @@ async def recover_ledger(
         return closed
 
 
+# Once enough replicas have answered a fence, the others get this long to answer too (more
+# answers mean more places to read from) before recovery goes on without them.
+FENCE_STRAGGLER_S = 0.1
+_background: set[asyncio.Task[object]] = set()
+
+
+async def _enough_fenced(
+    ensemble: Collection[str],
+    needed: int,
+    fence: Callable[[str], Awaitable[tuple[int, int] | None]],
+) -> dict[str, tuple[int, int]]:
+    """Fence every replica; return the answers once ``needed`` of them are in (plus whatever
+    arrives within ``FENCE_STRAGGLER_S``), or once every replica has answered or failed.
+
+    A replica that is down or cut off may take a whole storage timeout to fail; waiting for it
+    would make every take-over of its topics that slow, when the quorum rules do not need it.
+    Its fence request goes on in the background, so it is fenced if it comes back.
+    """
+    tasks = {asyncio.ensure_future(fence(a)): a for a in ensemble}
+    answers: dict[str, tuple[int, int]] = {}
+    pending = set(tasks)
+    while pending and len(answers) < needed:
+        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        for t in done:
+            if (r := t.result()) is not None:
+                answers[tasks[t]] = r
+    if pending:
+        done, pending = await asyncio.wait(pending, timeout=FENCE_STRAGGLER_S)
+        for t in done:
+            if (r := t.result()) is not None:
+                answers[tasks[t]] = r
+    for t in pending:
+        _background.add(t)
+        t.add_done_callback(_background.discard)
+    return answers
+
+
 async def _fence_and_read_forward(
     replicas: Replicas, md: LedgerMetadata
 ) -> tuple[int, bytes | None]:
@@ -268,15 +305,14 @@ async def _fence_and_read_forward(
             log.info("fencing ledger %d on %s failed: %s", md.ledger_id, address, exc)
             return None
 
-    answers = await asyncio.gather(*(fence(a) for a in ensemble))
-    responders = {a for a, r in zip(ensemble, answers, strict=True) if r is not None}
-    replies = [r for r in answers if r is not None]
+    replies = await _enough_fenced(ensemble, needed, fence)
+    responders = set(replies)
     if len(replies) < needed:
         raise NotEnoughReplicasError(
             f"recovering ledger {md.ledger_id}: {len(replies)} of {len(ensemble)} replicas "
             f"answered, {needed} needed"
         )
-    lac = max(r[0] for r in replies)
+    lac = max(r[0] for r in replies.values())
     # Everything up to the LAC reached an ack quorum; past it, take what any replica has and
     # write it back so it becomes fully replicated before the ledger is closed on it.
     entry = lac + 1
