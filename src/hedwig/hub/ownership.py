@@ -39,7 +39,7 @@ import logging
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 
-from hedwig.clock import Clock
+from hedwig.clock import Clock, Throttle
 from hedwig.errors import (
     BadVersionError,
     HedwigError,
@@ -75,6 +75,8 @@ DEDUP_WINDOW = 5000
 # While ZooKeeper is out of reach past the session timeout, how often the hub asks its open
 # ledgers' replicas whether another hub has fenced them.
 FENCING_CHECK_S = 1.0
+# A failure that repeats for one topic (every client retry) is a warning at most this often.
+WARN_EVERY_S = 10.0
 
 
 @dataclass
@@ -116,6 +118,7 @@ class TopicOwnership:
         self._fencing_task: asyncio.Task[None] | None = None
         self.accepting = True
         self._dropping = False
+        self._warn_throttle = Throttle(WARN_EVERY_S, clock)
         self._tasks: set[asyncio.Task[None]] = set()  # the loop keeps only weak references
         self.stats = OwnershipStats()
         # Called whenever the set of owned topics changes (the hub reports its load soon after).
@@ -308,7 +311,8 @@ class TopicOwnership:
             )
             await tlog.open()
         except HedwigError as exc:
-            log.warning("taking over topic %r failed: %s", topic, exc)
+            level = logging.WARNING if self._warn_throttle.allow(topic) else logging.DEBUG
+            log.log(level, "taking over topic %r failed: %s", topic, exc)
             with contextlib.suppress(HedwigError):
                 await self.store.ownership.delete_owner_info(topic, version)
             if isinstance(exc, NotEnoughHubsError):
