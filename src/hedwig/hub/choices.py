@@ -11,6 +11,7 @@ would-be owners, and the later of them stored first.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 from hedwig.clock import Clock
 from hedwig.errors import NotEnoughHubsError, ServiceUnavailableError
@@ -50,6 +51,8 @@ class HubChoices:
         self._hubs: tuple[float, list[HubStatus]] | None = None
         self._assigned: dict[str, tuple[str, float]] = {}
         self._unfit: dict[str, float] = {}
+        # Hubs the rebalancing policy has drained: new topics go elsewhere.
+        self.drained: Callable[[], frozenset[str]] = frozenset
 
     async def _alive(self) -> list[HubStatus]:
         now = self._clock.monotonic()
@@ -82,6 +85,7 @@ class HubChoices:
         for a topic this hub cannot store now, none but this one is alive)."""
         hubs = await self._alive()
         fit = self.can_store(topic)
+        drained = self.drained()
         held = self._assigned.get(topic)
         if held is not None:
             target, until = held
@@ -97,7 +101,7 @@ class HubChoices:
             rng=self._rng,
             now_ms=self._clock.wall_ms(),
             max_age_ms=int(self._config.load_report_max_age_s * 1000),
-            exclude=None if fit else (lambda a: a == self.address),
+            exclude=lambda a: (a == self.address and not fit) or a in drained,
         )
         if chosen is not None and chosen != self.address:
             self.assign(topic, chosen)

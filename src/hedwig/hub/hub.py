@@ -104,6 +104,8 @@ class Hub:
             clock=self.clock,
             connections=lambda: len(self.front.connections),
         )
+        # New topics are not placed on hubs a low-load drain is emptying.
+        self.choices.drained = lambda: self.loops.rebalancer.drained
         self._listener: Listener | None = None
         self._http: HealthServer | None = None
         self._ready = False
