@@ -245,3 +245,44 @@ async def test_recovery_needs_only_the_replicas_the_quorums_require(
     )
     await asyncio.wait_for(new.open(), 5)
     assert new.last_seq == 5
+
+
+async def test_recovery_writes_back_on_a_stand_in_when_a_replica_is_gone(
+    store: MemoryMetadataStore, tmp_path: Path
+) -> None:
+    """2/2/2: an entry reached one replica before the other went away. It may have been
+    acknowledged, so recovery must keep it, which needs two copies: it writes the entry back
+    on a stand-in replica and records the new fragment, instead of failing until the lost
+    replica returns."""
+    cluster = Cluster(tmp_path, 3)
+    settings = LogSettings(replication=ReplicationConfig(2, 2, 2))
+    old = TopicLog(
+        "t", store, cluster, owner="h:1", owner_epoch=1, ensemble=["h:1", "h:2"], settings=settings
+    )
+    await old.open()
+    await old.append("p", 1, EncodedMessages.of_values([b"acked"]))
+    cluster.cut = {"h:2": Unreachable("h:2")}
+    with pytest.raises(NotEnoughReplicasError):
+        await old.append("p", 2, EncodedMessages.of_values([b"on one replica only"]))
+    lid = old.ledger_id
+    new = TopicLog(
+        "t",
+        store,
+        cluster,
+        owner="h:1",
+        owner_epoch=2,
+        ensemble=["h:1", "h:3"],
+        choose_ensemble=cluster.choose,
+        settings=settings,
+    )
+    await new.open()
+    assert new.last_seq == 2
+    md = await store.ledgers.read_ledger(lid)
+    assert md is not None and md.value.state is LedgerState.CLOSED
+    assert md.value.fragments == ((0, ("h:1", "h:2")), (1, ("h:1", "h:3")))
+    assert await cluster.disks["h:3"].read_entry(lid, 1)
+    got = await new.read(1, 10, 1 << 20)
+    assert [m.value for b in got for m in b.messages.decode()] == [
+        b"acked",
+        b"on one replica only",
+    ]

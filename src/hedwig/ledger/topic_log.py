@@ -123,6 +123,7 @@ class TopicLog:
                     r.ledger_id,
                     last_seq_of=last_seq_of,
                     clock=self._clock,
+                    replacements=self._stand_ins,
                 )
                 end = md.last_seq if md.last_entry_id >= 0 else r.start_seq - 1
                 ranges = LedgerRanges(
@@ -147,6 +148,12 @@ class TopicLog:
         self._next_seq = last + 1
         self.last_seq = last
         self._ledger_bytes = 0
+
+    async def _stand_ins(self, count: int, avoid: frozenset[str]) -> list[str]:
+        """Replicas for a recovery to write back on, in place of unreachable ones."""
+        if self._choose_ensemble is None:
+            return []
+        return await self._choose_ensemble(count, count, avoid)
 
     async def _previous_end_ms(self, ranges: LedgerRanges, recovered: set[int]) -> int | None:
         """When the previous owner stopped writing: its close time after a hand-off, else the
