@@ -5,16 +5,19 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from hedwig.errors import LedgerFencedError, NotEnoughReplicasError
 from hedwig.ledger import LocalFirstReplicas, LocalStorage, LogSettings, TopicLog, recover_ledger
+from hedwig.ledger.auditor import Auditor, inspect
+from hedwig.ledger.handle import write_set
 from hedwig.ledger.storage import RECORD, StorageNode
 from hedwig.metadata import LedgerState
 from hedwig.metadata.memory import MemoryBackend, MemoryMetadataStore
-from hedwig.metadata.records import ReplicationConfig
+from hedwig.metadata.records import HubLoad, LedgerMetadata, ReplicationConfig
 from hedwig.protocol import EncodedMessages
 
 
@@ -286,3 +289,55 @@ async def test_recovery_writes_back_on_a_stand_in_when_a_replica_is_gone(
         b"acked",
         b"on one replica only",
     ]
+
+
+async def test_a_striped_ledger_replica_missing_its_entries_is_caught_up(
+    store: MemoryMetadataStore, tmp_path: Path
+) -> None:
+    """3/2/2 (striped): each entry goes to two of three replicas. A replica that missed the
+    entries of its write sets from entry 3 on is reported lagging and caught up."""
+    cluster = Cluster(tmp_path, 3)
+    names = ("h:1", "h:2", "h:3")
+    for name in names:
+        await store.hubs.register_hub(name, HubLoad())
+    created = await store.ledgers.create_ledger(
+        LedgerMetadata(
+            ledger_id=0,
+            topic="t",
+            ensemble_size=3,
+            write_quorum=2,
+            ack_quorum=2,
+            fragments=((0, names),),
+        )
+    )
+    md = created.value
+    for entry in range(6):
+        for name in write_set(md, entry):
+            if name == "h:3" and entry >= 3:
+                continue  # h:3 was away
+            await cluster.disks[name].add_entry(md.ledger_id, entry, entry - 1, b"e%d" % entry)
+    closed = replace(md, state=LedgerState.CLOSED, last_entry_id=5)
+    await store.ledgers.write_ledger(closed, created.version)
+    health = await inspect(closed, cluster, set(names), wanted=3)
+    expected = [e for e in range(3, 6) if "h:3" in write_set(md, e)]
+    assert health.lagging == {"h:3": len(expected)} and not health.dead
+    auditors = [
+        Auditor(
+            address=name,
+            store=store,
+            replicas=cluster,
+            local=cluster.disks[name],
+            wanted_size=lambda _t: _three(),
+        )
+        for name in names
+    ]
+    for auditor in auditors:
+        await auditor.run_once()
+    for e in expected:
+        assert await cluster.disks["h:3"].read_entry(md.ledger_id, e) == b"e%d" % e
+    assert sum(a.copied_bytes["catch-up"] for a in auditors) == 2 * len(expected)
+    assert sum(a.copied_bytes["replace"] for a in auditors) == 0
+
+
+async def _three() -> int:
+    return 3

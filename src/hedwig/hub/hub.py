@@ -92,6 +92,8 @@ class Hub:
             replicas=self.replicas,
             local=self.storage,
             wanted_size=self._wanted_size,
+            delay_s=config.rereplication_delay_s,
+            clock=self.clock,
         )
         self.loops = HubLoops(
             config=config,
