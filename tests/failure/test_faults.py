@@ -172,3 +172,27 @@ async def test_two_of_three_hubs_down_then_one_back(cluster: DevCluster) -> None
     history = await work.finish()
     assert history.acked_count > stalled_at, "publishing did not resume when a hub came back"
     check(history)
+
+
+async def test_publishing_goes_on_through_a_zookeeper_outage(cluster: DevCluster) -> None:
+    """ZooKeeper down for four session timeouts under load: owners keep acknowledging on their
+    open ledgers the whole time (no owner could have been replaced: nobody reaches ZooKeeper),
+    and everything catches up when it is back."""
+    assert cluster.zk_server is not None
+    zk = cluster.zk_server
+    work = Workload(cluster.addresses, TOPICS)
+    await work.start()
+    await asyncio.sleep(2.0)
+    loop = asyncio.get_running_loop()
+    await loop.run_in_executor(None, zk.stop)
+    try:
+        down_at = work.history.acked_count
+        await asyncio.sleep(SESSION * 4)
+        during = work.history.acked_count - down_at
+    finally:
+        await loop.run_in_executor(None, zk.start)
+    # 3 publishers x 200/s for 8 s: well over half of it acknowledged while ZooKeeper was down.
+    assert during > 0.5 * 3 * 200 * SESSION * 4, f"only {during} acknowledged during the outage"
+    await asyncio.sleep(SESSION + 2)
+    history = await work.finish()
+    check(history)
