@@ -3,6 +3,7 @@
     .venv/bin/python bench/availability.py move --moves 40
     .venv/bin/python bench/availability.py failover --rounds 20 --session-timeout 2 [--fault freeze]
     .venv/bin/python bench/availability.py zk-outage --outage 60
+    .venv/bin/python bench/availability.py rolling-restart --hubs 5
 
 ``move``: graceful hand-offs (``RELEASE_TOPIC`` with a destination) back and forth between hubs
 while a publisher sends 1,000 messages/s; for each move, the unavailability is the time from
@@ -16,6 +17,12 @@ plus recovery; the goal is at most the session timeout plus 2 s.
 ``zk-outage``: ZooKeeper stopped for ``--outage`` seconds while a publisher sends 1,000
 messages/s; the longest publish latency and the longest gap between acknowledgements during
 the outage (the owner keeps publishing on its open ledger; the goal is no pause over 100 ms).
+
+``rolling-restart``: a pool of ``--hubs`` hubs at 3/3/2 with topics and a publisher; each hub
+is stopped (SIGTERM), kept down past the session timeout and started again, in turn. Reports
+the bytes the auditors copied, by kind: ``replace`` (replicas re-created elsewhere; the goal
+is zero, as every hub is back within the re-replication delay) and ``catch-up`` (entries a
+restarted replica missed while down, copied back to it).
 
 Both print JSON with percentiles.
 """
@@ -191,6 +198,59 @@ async def bench_zk_outage(outage: float, rate: float) -> dict[str, Any]:
     }
 
 
+def scrape_copied(cluster: DevCluster) -> dict[str, float]:
+    import urllib.request
+
+    totals: dict[str, float] = {}
+    for h in cluster.hub_procs:
+        with urllib.request.urlopen(h.metrics_url + "/metrics", timeout=5) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith("hedwig_rereplicated_bytes_total{"):
+                    kind = line.split('kind="', 1)[1].split('"', 1)[0]
+                    totals[kind] = totals.get(kind, 0.0) + float(line.rsplit(" ", 1)[1])
+    return totals
+
+
+async def bench_rolling_restart(hubs: int, rate: float, session: float) -> dict[str, Any]:
+    args = ["--no-self-balance", "--audit-interval", "2"]
+    with DevCluster(
+        hubs=hubs,
+        region="bench-rolling",
+        session_timeout_s=session,
+        replication="3/3/2",
+        hub_args=args,
+    ) as c:
+        async with HedwigClient(c.addresses, retry=RetryPolicy(deadline_s=60)) as client:
+            topics = [f"rolling-{i}" for i in range(2 * hubs)]
+            for t in topics:
+                await client.publish(t, b"x" * 100)
+            pubs = [Publisher(client, t, rate / len(topics)) for t in topics]
+            tasks = [asyncio.create_task(p.run()) for p in pubs]
+            loop = asyncio.get_running_loop()
+            t0 = time.monotonic()
+            for hub in list(c.hub_procs):
+                await loop.run_in_executor(None, hub.stop)
+                await asyncio.sleep(session + 1)
+                await loop.run_in_executor(None, hub.start)
+                await asyncio.sleep(2)
+            elapsed = time.monotonic() - t0
+            await asyncio.sleep(6)  # audits with every hub back
+            for p in pubs:
+                await p.stop()
+            for t in tasks:
+                t.cancel()
+            copied = scrape_copied(c)
+    return {
+        "benchmark": "rolling-restart",
+        "hubs": hubs,
+        "replication": "3/3/2",
+        "rate": rate,
+        "restart_seconds": round(elapsed, 1),
+        "acknowledged": sum(len(p.acks) for p in pubs),
+        "copied_bytes": {k: int(v) for k, v in sorted(copied.items())},
+    }
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="what", required=True)
@@ -205,13 +265,19 @@ def main() -> None:
     z = sub.add_parser("zk-outage")
     z.add_argument("--outage", type=float, default=60.0)
     z.add_argument("--rate", type=float, default=1000)
+    r = sub.add_parser("rolling-restart")
+    r.add_argument("--hubs", type=int, default=5)
+    r.add_argument("--rate", type=float, default=500)
+    r.add_argument("--session-timeout", type=float, default=2.0)
     args = p.parse_args()
     if args.what == "move":
         out = asyncio.run(bench_move(args.moves, args.rate))
     elif args.what == "failover":
         out = asyncio.run(bench_failover(args.rounds, args.session_timeout, args.rate, args.fault))
-    else:
+    elif args.what == "zk-outage":
         out = asyncio.run(bench_zk_outage(args.outage, args.rate))
+    else:
+        out = asyncio.run(bench_rolling_restart(args.hubs, args.rate, args.session_timeout))
     print(json.dumps(out))
 
 

@@ -49,8 +49,11 @@ EnsembleChooser = Callable[[int, int, frozenset[str]], Awaitable[list[str]]]
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-# A replica that failed a write is left out of this topic's new ledgers for this long.
-REPLICA_FAILURE_HOLD_S = 30.0
+# A replica that failed a write is left out of this topic's new ledgers for this long: longer
+# than a session timeout, so a hub that died has left the registry by then, and short enough
+# that hubs restarted one after the other (a rolling restart) do not all stay avoided and
+# shrink new ledgers below the wanted ensemble.
+REPLICA_FAILURE_HOLD_S = 10.0
 
 
 def last_seq_of(entry: bytes) -> int:
