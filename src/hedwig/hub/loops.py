@@ -207,7 +207,9 @@ class HubLoops:
             if owned.log.degraded and await owned.log.restore_replication():
                 log.info("topic %r: back to full replication", owned.name)
         report = await self.auditor.run_once()
-        self.metrics.under_replicated.set(report.failed)
+        # Under-replicated: ledgers left so by a failed repair, and ledgers waiting for a gone
+        # hub within the re-replication delay (one copy short either way).
+        self.metrics.under_replicated.set(report.failed + report.waiting)
         self.metrics.ledger_repairs.inc(report.repaired)
         self.metrics.ledgers_waiting.set(report.waiting)
         for kind, total in self.auditor.copied_bytes.items():

@@ -110,7 +110,9 @@ class HubMetrics:
         self.hub_cpu = Gauge("hedwig_hub_cpu", "CPU seconds per second used by the hub", registry=r)
         self.under_replicated = Gauge(
             "hedwig_ledgers_under_replicated",
-            "Ledgers this hub audits that stayed under-replicated after its last audit",
+            "Ledgers this hub audits that stayed under-replicated after its last audit "
+            "(repairs that failed, and ledgers waiting for a hub gone less than the "
+            "re-replication delay)",
             registry=r,
         )
         self.ledger_repairs = Counter(
