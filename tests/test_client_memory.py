@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 
@@ -27,7 +27,7 @@ from hedwig.hub.choices import HUBS_CACHE_S
 from hedwig.metadata.memory import MemoryMetadataStore
 from hedwig.net import MemoryNetwork
 from hedwig.net.transport import Listener
-from hedwig.protocol import MoveKind
+from hedwig.protocol import MoveKind, Subscribed
 from tests.memory_region import Region, memory_region
 
 P = TypeVar("P", bound=asyncio.Protocol)
@@ -328,3 +328,51 @@ async def cut_off_client_waits(region: Region) -> None:
         view.unreachable.clear()  # the partition heals
         result = await asyncio.wait_for(pending, 10)
     assert result.seq == 2 and region.owner("island") is owner
+
+
+async def test_a_move_told_with_the_subscribed_answer_is_not_missed(region: Region) -> None:
+    """The topic moves right after the hub answered a re-subscription, and its TOPIC_MOVED is
+    handled before the subscriber has taken the answer in. Attached at a hub that no longer
+    serves the topic, it would wait for ever; it subscribes again instead."""
+    async with region.client() as c:
+        sub = await c.subscribe("racing", "r")
+        await c.publish("racing", b"before")
+        assert (await sub.next(5)).value == b"before"
+        owner = region.owner("racing")
+        dest = next(h for h in region.hubs if h is not owner)
+        original = c.router.topic_request
+        armed = [True]
+
+        async def racing(topic: str, make: Any, **kw: Any) -> Any:
+            answer, conn = await original(topic, make, **kw)
+            if isinstance(answer, Subscribed) and armed:
+                armed.clear()
+                await owner.requests.move(topic, dest.address, MoveKind.REQUESTED, "race")
+                await asyncio.sleep(0.05)  # its TOPIC_MOVED reaches the client first
+            return answer, conn
+
+        c.router.topic_request = racing  # type: ignore[method-assign]
+        region.network.sever(owner.address)  # the subscriber re-subscribes
+        async with asyncio.timeout(5):
+            while armed:
+                await asyncio.sleep(0.01)
+        r = await c.publish("racing", b"after")
+        assert r.seq == 2 and region.owner("racing") is dest
+        assert (await sub.next(5)).value == b"after"
+
+
+async def test_a_pure_subscriber_follows_a_graceful_move(region: Region) -> None:
+    """A subscriber that does not publish on its connection is told of a hand-off too. The
+    hub used to detach subscriptions before collecting whom to tell, so such a subscriber
+    stayed attached to a hub that no longer served the topic and waited for ever."""
+    async with region.client() as reader, region.client() as writer:
+        sub = await reader.subscribe("handed", "r")
+        await writer.publish("handed", b"before")
+        assert (await sub.next(5)).value == b"before"
+        owner = region.owner("handed")
+        dest = next(h for h in region.hubs if h is not owner)
+        await owner.requests.move("handed", dest.address, MoveKind.REQUESTED, "test")
+        await writer.publish("handed", b"after")
+        assert region.owner("handed") is dest
+        assert (await sub.next(5)).value == b"after"
+        assert sub.resubscriptions >= 1

@@ -10,6 +10,7 @@ import asyncio
 import shutil
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -27,14 +28,15 @@ TOPICS = ["f/a", "f/b", "f/c"]
 
 
 @pytest.fixture
-def cluster() -> Iterator[DevCluster]:
-    import os
-    import tempfile
-
-    keep = os.environ.get("HEDWIG_KEEP_FAULT_LOGS")
-    base = tempfile.mkdtemp(prefix="hedwig-faults-") if keep else None
+def cluster(tmp_path: Path) -> Iterator[DevCluster]:
+    # Under pytest's temporary directory, so the hubs' and ZooKeeper's logs of the last runs
+    # are there to read after a failure.
     with DevCluster(
-        hubs=3, region="faults", session_timeout_s=SESSION, replication="3/3/2", base_dir=base
+        hubs=3,
+        region="faults",
+        session_timeout_s=SESSION,
+        replication="3/3/2",
+        base_dir=str(tmp_path / "cluster"),
     ) as c:
         yield c
 
@@ -183,16 +185,20 @@ async def test_publishing_goes_on_through_a_zookeeper_outage(cluster: DevCluster
     work = Workload(cluster.addresses, TOPICS)
     await work.start()
     await asyncio.sleep(2.0)
+    up_at = work.history.acked_count
+    await asyncio.sleep(SESSION * 4)  # the same length with ZooKeeper up, to compare with
     loop = asyncio.get_running_loop()
     await loop.run_in_executor(None, zk.stop)
     try:
         down_at = work.history.acked_count
+        before = down_at - up_at
         await asyncio.sleep(SESSION * 4)
         during = work.history.acked_count - down_at
     finally:
         await loop.run_in_executor(None, zk.start)
-    # 3 publishers x 200/s for 8 s: well over half of it acknowledged while ZooKeeper was down.
-    assert during > 0.5 * 3 * 200 * SESSION * 4, f"only {during} acknowledged during the outage"
+    # As much acknowledged with ZooKeeper down as just before with it up (give or take what a
+    # busy machine takes away).
+    assert during > 0.7 * before, f"{during} acknowledged during the outage, {before} before"
     await asyncio.sleep(SESSION + 2)
     history = await work.finish()
     check(history)

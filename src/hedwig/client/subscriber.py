@@ -79,6 +79,9 @@ class Subscriber:
         self._closed = False
         self._reattach: asyncio.Task[None] | None = None
         self._early: dict[HubConnection, list[Deliver]] = {}
+        # A move or loss told on a connection while an attach was waiting for its answer: the
+        # answer and the event can arrive in one read, and the event is handled first.
+        self._early_loss: dict[HubConnection, str] = {}
         # The hub moved the consume mark (RESET): take its position on the next attach, even
         # if it is behind what was handed out already.
         self._reset = False
@@ -99,6 +102,7 @@ class Subscriber:
 
     async def attach(self, *, force: bool) -> None:
         mode = self._mode
+        self._early_loss = {}  # what was told before this request is about an older attachment
         answer, conn = await self._router.topic_request(
             self.topic,
             lambda rid, redirected: Subscribe(
@@ -124,6 +128,11 @@ class Subscriber:
         # Later re-subscriptions attach to what we created, taking it over from our own dead
         # connection if the hub has not noticed yet.
         self._mode = SubscribeMode.ATTACH
+        lost, self._early_loss = self._early_loss.get(conn), {}
+        if lost is not None:
+            # The hub let the topic (or this attachment) go right after answering: attached
+            # there, nothing would ever be delivered. Subscribe again.
+            self._lost(lost)
 
     # events from the connection -----------------------------------------------------------
 
@@ -137,12 +146,19 @@ class Subscriber:
     def on_moved(self, conn: HubConnection, reason: str) -> None:
         if self._conn is conn:
             self._lost(f"topic moved: {reason}")
+        elif self._conn is None:
+            self._early_loss[conn] = f"topic moved: {reason}"
 
     def on_connection_lost(self, conn: HubConnection) -> None:
         if self._conn is conn:
             self._lost("connection to hub lost")
+        elif self._conn is None:
+            self._early_loss[conn] = "connection to hub lost"
 
     def on_forced_close(self, conn: HubConnection, event: SubscriptionForcedClosed) -> None:
+        if self._conn is None and event.code.resubscribe:
+            self._early_loss[conn] = f"closed by hub: {event.reason}"
+            return
         if self._conn is not conn:
             return
         if event.code is CloseReason.RESET:
@@ -198,7 +214,7 @@ class Subscriber:
             try:
                 await self.attach(force=True)
                 self.resubscriptions += 1
-                return
+                continue  # attached, unless a move told with the answer undid it at once
             except HedwigError as exc:
                 if not exc.retriable and not isinstance(exc, DeadlineExceededError):
                     self.error = exc

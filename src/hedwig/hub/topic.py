@@ -264,11 +264,18 @@ class OwnedTopic:
 
     # leaving ------------------------------------------------------------------------------
 
-    def _notify_moved(self, reason: str) -> None:
+    def _clients(self) -> set[Peer]:
+        """The connections publishing to or subscribed to this topic."""
         peers = set(self.publishers)
         for sub in self.subscriptions.values():
             if sub.peer is not None:
                 peers.add(sub.peer)
+        return peers
+
+    def _notify_moved(self, reason: str, peers: set[Peer] | None = None) -> None:
+        """Tell every client of the topic it moved. ``peers``: the clients as they were
+        before subscriptions were detached (a hand-off detaches them first)."""
+        peers = (peers or set()) | self._clients()
         self.subs.detach_all()
         moved = TopicMoved(topic=self.name, new_owner=self.moved_to, reason=reason)
         for peer in peers:
@@ -277,11 +284,14 @@ class OwnedTopic:
         self.publishers.clear()
 
     async def release(self, reason: str, new_owner: str | None = None) -> None:
-        """Graceful hand-off: stop, flush marks, close the ledger, then tell clients."""
+        """Graceful hand-off: stop, flush marks, close the ledger, then tell clients (the
+        subscribers too, though their deliveries stopped first: a subscriber that is not
+        also publishing would otherwise wait for ever at a hub that no longer serves it)."""
         if self.state is not TopicState.OPEN:
             return
         self.state = TopicState.CLOSING
         self.moved_to = new_owner
+        clients = self._clients()
         self.subs.detach_all()
         try:
             await self.flush_marks()
@@ -289,7 +299,7 @@ class OwnedTopic:
         except HedwigError as exc:  # the hand-off goes on: the next owner recovers the ledger
             log.warning("topic %r: closing the log on release failed: %s", self.name, exc)
         self.state = TopicState.CLOSED
-        self._notify_moved(reason)
+        self._notify_moved(reason, clients)
 
     def lose(self, reason: str, new_owner: str | None = None) -> None:
         """Ownership is gone (record deleted, session lost): stop at once."""
