@@ -105,9 +105,12 @@ class LabCluster:
         return work
 
     def note(self, what: str) -> float:
-        """Record an event (for the summary); its time (``time.monotonic``)."""
+        """Record an event, also in ``events.log`` at once (a run that hangs still tells what
+        it did); its time (``time.monotonic``)."""
         now = time.monotonic()
         self.events.append((now, what))
+        with open(self.base_dir / "events.log", "a") as f:
+            f.write(f"{time.strftime('%H:%M:%S')} {now - self._t0:8.2f}s  {what}\n")
         return now
 
     def add_fault(self, fault: Fault) -> Fault:
@@ -158,7 +161,7 @@ class ProcessFault:
     """A fault done to a process (freeze, kill), undone by ``undo`` (thaw, restart)."""
 
     description: str
-    _undo: Callable[[], None]
+    _undo: Callable[[], object]
     active: bool = True
 
     def undo(self) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -98,6 +99,11 @@ class RemoteWorkload:
 
 
 async def _child() -> None:
+    # the workload's progress and the client's warnings go to the log (stderr)
+    logging.basicConfig(
+        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    logging.getLogger("tests.failure.history").setLevel(logging.INFO)
     loop = asyncio.get_running_loop()
 
     async def readline() -> dict[str, Any]:
