@@ -59,6 +59,9 @@ class Region:
     def owner(self, topic: str) -> Hub:
         return next(h for h in self.hubs if topic in h.topics.topics)
 
+    def owner_among(self, topic: str, hubs: list[Hub]) -> Hub | None:
+        return next((h for h in hubs if topic in h.topics.topics), None)
+
     def client(self, **options: object) -> HedwigClient:
         options.setdefault("retry", FAST_RETRY)
         return HedwigClient(

@@ -153,6 +153,7 @@ def test_flag_bits_are_named_per_frame() -> None:
         "DescribeTopic": {"redirected": 0},
         "AddEntry": {"recovery": 0},
         "ReadLac": {"fence": 0},
+        "Lac": {"fenced": 0},
         "Published": {"duplicate": 0},
     }
     header = Connection(Role.CLIENT).send(

@@ -88,6 +88,17 @@ class ConnectionLostError(HedwigError):
     retriable = True
 
 
+class OwnerUnreachableError(ConnectionLostError):
+    """The hubs name an owner this client cannot reach (it is down, frozen, or cut off from
+    this client). The client does not wait on it again and again: it asks the other hubs until
+    the owner answers or a new one takes the topic over, which happens once the old owner's
+    metadata session ends."""
+
+    def __init__(self, message: str, *, owner: str) -> None:
+        super().__init__(message)
+        self.owner = owner
+
+
 class DeadlineExceededError(HedwigError, TimeoutError):
     """An operation did not finish within its deadline (retries included)."""
 

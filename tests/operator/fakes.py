@@ -36,6 +36,7 @@ class FakeKube:
         self.objects: dict[Key, dict[str, Any]] = {}
         self.applied: list[dict[str, Any]] = []
         self.status_patches: list[tuple[ObjectRef, dict[str, Any]]] = []
+        self.patches: list[tuple[ObjectRef, dict[str, Any]]] = []
         self.events: list[dict[str, Any]] = []
         self.fail_apply: KubeError | None = None
 
@@ -63,6 +64,13 @@ class FakeKube:
             raise KubeError(404, "NotFound", f"{ref.kind} {ref.name} not found")
         self.status_patches.append((ref, copy.deepcopy(dict(status))))
         _merge(self.objects[key].setdefault("status", {}), status)
+
+    async def patch(self, ref: ObjectRef, body: Mapping[str, Any]) -> None:
+        key = (ref.kind, ref.namespace, ref.name)
+        if key not in self.objects:
+            raise KubeError(404, "NotFound", f"{ref.kind} {ref.name} not found")
+        self.patches.append((ref, copy.deepcopy(dict(body))))
+        _merge(self.objects[key], body)
 
     async def create(self, manifest: Mapping[str, Any]) -> None:
         self.events.append(copy.deepcopy(dict(manifest)))

@@ -11,6 +11,7 @@ from hedwig_operator.specs.pool import (
     PoolSpec,
     PrometheusSpec,
     RebalancingSpec,
+    ScaleDownSpec,
     StorageSpec,
     parse_pool,
 )
@@ -21,6 +22,7 @@ __all__ = [
     "PoolSpec",
     "PrometheusSpec",
     "RebalancingSpec",
+    "ScaleDownSpec",
     "SpecError",
     "StorageSpec",
     "TopicSpec",

@@ -11,6 +11,7 @@ would-be owners, and the later of them stored first.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 from hedwig.clock import Clock
 from hedwig.errors import NotEnoughHubsError, ServiceUnavailableError
@@ -26,6 +27,10 @@ ASSIGNMENT_HOLD_S = 2.0
 HUBS_CACHE_S = 1.0
 # Assignments kept at most (expired ones are pruned first).
 MAX_ASSIGNMENTS = 100_000
+# After this hub lost a topic because it could not write its log (its storage replicas out of
+# reach), it sends the topic's requests to other hubs for this long instead of claiming it
+# again: a claim would only fail the same way, after a storage timeout.
+STORAGE_FAILURE_HOLD_S = 30.0
 
 
 class HubChoices:
@@ -45,6 +50,9 @@ class HubChoices:
         self._rng = rng or random.Random()
         self._hubs: tuple[float, list[HubStatus]] | None = None
         self._assigned: dict[str, tuple[str, float]] = {}
+        self._unfit: dict[str, float] = {}
+        # Hubs the rebalancing policy has drained: new topics go elsewhere.
+        self.drained: Callable[[], frozenset[str]] = frozenset
 
     async def _alive(self) -> list[HubStatus]:
         now = self._clock.monotonic()
@@ -54,9 +62,30 @@ class HubChoices:
 
     # owners -------------------------------------------------------------------------------
 
+    def cannot_store(self, topic: str) -> None:
+        """This hub just failed to write ``topic``'s log: leave the topic to others a while."""
+        now = self._clock.monotonic()
+        self._unfit = {t: u for t, u in self._unfit.items() if u > now}
+        self._unfit[topic] = now + STORAGE_FAILURE_HOLD_S
+        held = self._assigned.get(topic)
+        if held is not None and held[0] == self.address:
+            del self._assigned[topic]
+
+    def can_store(self, topic: str) -> bool:
+        until = self._unfit.get(topic)
+        if until is None:
+            return True
+        if self._clock.monotonic() >= until:
+            del self._unfit[topic]
+            return True
+        return False
+
     async def owner_for(self, topic: str) -> str | None:
-        """The hub that should claim unowned ``topic`` (maybe this one); ``None``: any."""
+        """The hub that should claim unowned ``topic`` (maybe this one); ``None``: any (or,
+        for a topic this hub cannot store now, none but this one is alive)."""
         hubs = await self._alive()
+        fit = self.can_store(topic)
+        drained = self.drained()
         held = self._assigned.get(topic)
         if held is not None:
             target, until = held
@@ -72,6 +101,7 @@ class HubChoices:
             rng=self._rng,
             now_ms=self._clock.wall_ms(),
             max_age_ms=int(self._config.load_report_max_age_s * 1000),
+            exclude=lambda a: (a == self.address and not fit) or a in drained,
         )
         if chosen is not None and chosen != self.address:
             self.assign(topic, chosen)

@@ -98,6 +98,12 @@ class HubConfig:
     audit_interval_s: float = setting(
         30.0, "seconds between audits of this hub's share of ledgers for lost replicas"
     )
+    # BookKeeper's lost-bookie recovery delay: a hub that restarts (a rolling upgrade, a
+    # rescheduled pod) comes back with its disk, so copying its ledgers at once is wasted work.
+    rereplication_delay_s: float = setting(
+        120.0,
+        "seconds a hub may be gone before its ledger replicas are re-created on other hubs",
+    )
     load_report_interval_s: float = setting(
         5.0, "seconds between load reports in the hub's alive record"
     )

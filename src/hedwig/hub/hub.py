@@ -92,6 +92,8 @@ class Hub:
             replicas=self.replicas,
             local=self.storage,
             wanted_size=self._wanted_size,
+            delay_s=config.rereplication_delay_s,
+            clock=self.clock,
         )
         self.loops = HubLoops(
             config=config,
@@ -104,6 +106,8 @@ class Hub:
             clock=self.clock,
             connections=lambda: len(self.front.connections),
         )
+        # New topics are not placed on hubs a low-load drain is emptying.
+        self.choices.drained = lambda: self.loops.rebalancer.drained
         self._listener: Listener | None = None
         self._http: HealthServer | None = None
         self._ready = False

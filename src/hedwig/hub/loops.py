@@ -55,6 +55,7 @@ class HubLoops:
         self.ownership = ownership
         self.requests = requests
         self.auditor = auditor
+        self._copied_seen: dict[str, int] = {}
         self.storage = storage
         self.metrics = metrics
         self.clock = clock
@@ -208,6 +209,11 @@ class HubLoops:
         report = await self.auditor.run_once()
         self.metrics.under_replicated.set(report.failed)
         self.metrics.ledger_repairs.inc(report.repaired)
+        self.metrics.ledgers_waiting.set(report.waiting)
+        for kind, total in self.auditor.copied_bytes.items():
+            seen = self._copied_seen.get(kind, 0)
+            self.metrics.rereplicated_bytes.labels(kind).inc(total - seen)
+            self._copied_seen[kind] = total
         return report
 
     # self-balancing ------------------------------------------------------------------------

@@ -116,6 +116,20 @@ class HubMetrics:
         self.ledger_repairs = Counter(
             "hedwig_ledger_repairs", "Under-replicated ledgers repaired by this hub", registry=r
         )
+        self.ledgers_waiting = Gauge(
+            "hedwig_ledgers_waiting_for_replica",
+            "Ledgers this hub audits with a replica on a hub gone for less than the "
+            "re-replication delay (not copied yet: it may come back)",
+            registry=r,
+        )
+        self.rereplicated_bytes = Counter(
+            "hedwig_rereplicated_bytes",
+            "Bytes this hub's audits copied to replicas, by kind (replace: a lost replica "
+            "re-created elsewhere; catch-up: a replica that missed entries; grow: a ledger "
+            "written with too few replicas)",
+            ["kind"],
+            registry=r,
+        )
         self.storage_syncs = Counter(
             "hedwig_storage_syncs", "fdatasync calls by the group commit", registry=r
         )

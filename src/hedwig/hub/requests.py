@@ -258,7 +258,8 @@ class HubRequests:
 
     async def read_lac(self, conn: ClientConnection, req: ReadLac) -> Reply:
         lac, last = await self.storage.read_lac(req.ledger_id, fence=req.fence)
-        return Lac(request_id=req.request_id, lac=lac, last_entry_id=last)
+        fenced = self.storage.is_fenced(req.ledger_id)
+        return Lac(request_id=req.request_id, lac=lac, last_entry_id=last, fenced=fenced)
 
     async def delete_ledger(self, conn: ClientConnection, req: DeleteLedger) -> None:
         await self.storage.delete_ledger(req.ledger_id)

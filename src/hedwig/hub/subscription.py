@@ -82,6 +82,7 @@ class Subscription:
         self._task: asyncio.Task[None] | None = None
         self._consumed_changed = asyncio.Event()
         self._flush_lock = asyncio.Lock()
+        self._flush_failing = False
         self.lost = False
 
     @property
@@ -170,10 +171,19 @@ class Subscription:
                 self._on_lost("consume mark written by another hub")
                 return
             except MetadataError as exc:
-                log.warning(
-                    "could not persist consume mark of %r/%r: %s", self.topic, self.name, exc
+                # Said once per outage: the mark stays dirty and the next flush catches up.
+                log.log(
+                    logging.DEBUG if self._flush_failing else logging.WARNING,
+                    "could not persist consume mark of %r/%r (later flushes catch up): %s",
+                    self.topic,
+                    self.name,
+                    exc,
                 )
+                self._flush_failing = True
                 return
+            if self._flush_failing:
+                log.info("consume mark of %r/%r persisted again", self.topic, self.name)
+                self._flush_failing = False
             self.persisted_seq = target
             self._persisted_active_ms = active
 

@@ -145,7 +145,9 @@ class OwnedTopic:
                 known = None  # the original write failed: this one is the real attempt
             if known is not None:
                 if not known.first_seq:
-                    log.warning(
+                    # A late copy of a batch stored long ago (a connection the client gave up
+                    # on, delivering at last): handled, nothing to worry an operator with.
+                    log.debug(
                         "topic %r: publisher %s seq %d..%d is older than the %d batches "
                         "remembered; answered as a duplicate",
                         self.name,
