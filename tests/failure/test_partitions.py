@@ -111,7 +111,7 @@ async def scenario(
     lc.heal_all()
     healed_at = lc.note("healed")
     await asyncio.sleep(after)
-    history = await work.finish()
+    history = await work.finish(timeout=20.0)  # subscribers catch up within a second or so
     for topic, acks in extra.items():
         history.acked[topic].extend(acks)  # checked like the workload's own
     out = Outcome(history, owners, victim, fault_at, healed_at, moved_to)
