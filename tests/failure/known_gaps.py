@@ -20,10 +20,12 @@ _STALL = re.compile(r"^\S+/checker-\d+: received up to \d+, the log ends at \d+$
 class SubscribersStalled(AssertionError):
     """Subscribers stopped receiving while their topic's log went on; nothing else wrong.
 
-    Seen after an owner's ZooKeeper session expired while clients still reached it (a one-way
-    partition from ZooKeeper to the owner): on the heal the owner drops its topics ("ZooKeeper
-    session expired") and claims them again; publishing goes on, but its subscriptions log
-    "was written by another hub; stepping down" over and over and deliver nothing more."""
+    Seen when an owner drops a topic and it is claimed again while its subscribers are
+    attached: after the owner's ZooKeeper session expired behind a one-way partition from
+    ZooKeeper ("dropping all N topics: ZooKeeper session expired", then "subscription ... was
+    written by another hub; stepping down" over and over), and in the nemesis after a ledger
+    failure ("lost topic ...: ledger failed"). Publishing goes on; the subscribers receive
+    nothing more."""
 
 
 def check_history(history: History) -> None:

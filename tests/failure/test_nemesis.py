@@ -18,7 +18,7 @@ from tests.failure.nemesis import run_nemesis
 
 DURATION = float(os.environ.get("HEDWIG_NEMESIS_DURATION", "60"))
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(DURATION + 240)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(DURATION + 300)]
 
 
 async def test_nemesis_short_run(lab: Lab, lab_dir: Path) -> None:
