@@ -237,7 +237,10 @@ def main() -> None:
     print(report.summary())
     print(f"logs: {base}")
     assert report.history is not None
-    check(report.history)
+    try:
+        check(report.history)
+    except AssertionError as exc:
+        sys.exit(f"history check FAILED (seed {seed}; logs in {base}):\n{exc}")
     print("history check passed")
     print(json.dumps({"seed": seed, "acked": report.history.acked_count}))
 
