@@ -36,3 +36,12 @@ def check_history(history: History) -> None:
         if 0 < len(problems) < _SHOWN and all(_STALL.match(p) for p in problems):
             raise SubscribersStalled(str(exc)) from exc
         raise
+
+
+def check_history_text(history: History) -> str:
+    """``"ok"``, or what ``check_history`` found (for reports that go on regardless)."""
+    try:
+        check_history(history)
+    except AssertionError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return "ok"

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import time
 import urllib.request
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
@@ -26,7 +25,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster_helpers import eventually
 from tests.failure.history import History
 from tests.failure.known_gaps import SubscribersStalled, check_history
 from tests.failure.lab.cluster import LabCluster, ProcessFault, longest_pause
@@ -88,7 +86,8 @@ async def scenario(
 ) -> Outcome:
     """Load, then ``inject(victim)`` for ``hold`` seconds, heal everything, load ``after``
     seconds more, then check the whole history. With ``takeover``, another client makes
-    another hub take the victim's topics over while the fault holds (``force_takeover``)."""
+    another hub take the victim's topics over while the fault holds
+    (``LabCluster.force_takeover``)."""
     work = lc.workload(TOPICS, rate=100.0)
     await work.start()
     await asyncio.sleep(2.0)
@@ -103,7 +102,7 @@ async def scenario(
     extra: dict[str, list[tuple[bytes, int]]] = {}
     if takeover:
         await asyncio.gather(
-            asyncio.sleep(hold), force_takeover(lc, victim, victim_topics, extra, fault_at)
+            asyncio.sleep(hold), lc.force_takeover(victim, victim_topics, extra, fault_at)
         )
     else:
         await asyncio.sleep(hold)
@@ -123,37 +122,6 @@ async def scenario(
     assert max(history.ack_times) > healed_at, "nothing acknowledged after the heal"
     check_history(history)
     return out
-
-
-async def force_takeover(
-    lc: LabCluster,
-    victim: str,
-    topics: list[str],
-    acked: dict[str, list[tuple[bytes, int]]],
-    fault_at: float,
-) -> None:
-    """Once the victim's session has expired (its owner records gone), publish to its topics
-    from the controller through the other hubs only: one of them claims each topic, fencing
-    the victim's ledger, after which the victim must acknowledge nothing more (the history
-    check would find a lost acknowledgement). The takeover is noted with its time."""
-    from hedwig.client import HedwigClient, RetryPolicy
-
-    async def released() -> bool:
-        return victim not in (await lc.owners(topics)).values()
-
-    await eventually(released, timeout=3 * SESSION, interval=0.2)
-    lc.note(f"victim's owner records gone after {time.monotonic() - fault_at:.2f}s")
-    others = [a for a in lc.dev.addresses if a != victim]
-    async with HedwigClient(
-        others, retry=RetryPolicy(deadline_s=20), publisher_id="pubctl"
-    ) as client:
-        for n, topic in enumerate(topics):
-            value = b"pubctl:%d" % n
-            result = await client.publish(topic, value)
-            acked.setdefault(topic, []).append((value, result.seq))
-    new = await lc.owners(topics)
-    lc.note(f"taken over after {time.monotonic() - fault_at:.2f}s: {new}")
-    assert all(new[t] not in (None, victim) for t in topics), f"no takeover: {new}"
 
 
 def report(name: str, out: Outcome, lc: LabCluster) -> None:

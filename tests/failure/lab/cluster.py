@@ -11,14 +11,15 @@ from __future__ import annotations
 import contextlib
 import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from hedwig.client import HedwigClient, RetryPolicy
 from hedwig.devcluster.cluster import DevCluster, HubProcess
 from hedwig.devcluster.hosts import Host
-from tests.cluster_helpers import owner_of
+from tests.cluster_helpers import eventually, owner_of
 from tests.failure.lab.netns import Lab, Node
 from tests.failure.lab.partitions import heal
 from tests.failure.lab.remote import RemoteWorkload
@@ -47,6 +48,7 @@ class LabCluster:
     workloads: list[RemoteWorkload] = field(default_factory=list, init=False)
     events: list[tuple[float, str]] = field(default_factory=list, init=False)
     _t0: float = field(default_factory=time.monotonic, init=False)
+    _takeovers: Iterator[int] = field(default_factory=itertools.count, init=False)
 
     def start(self) -> LabCluster:
         zk = self.lab.add_node("zk")
@@ -134,6 +136,38 @@ class LabCluster:
         if self.cluster is not None:
             for h in self.cluster.hub_procs:
                 h.thaw()
+
+    async def force_takeover(
+        self,
+        victim: str,
+        topics: list[str],
+        acked: dict[str, list[tuple[bytes, int]]],
+        fault_at: float,
+    ) -> None:
+        """Once the victim's session has expired (its owner records gone), publish to its
+        topics from the controller through the other hubs only: one of them claims each topic,
+        fencing the victim's ledger, after which the victim must acknowledge nothing more (the
+        history check would find a lost acknowledgement). The acknowledgements go to ``acked``
+        (publishers ``pubctl<n>``) for the history check; the takeover is noted with its time."""
+
+        async def released() -> bool:
+            return victim not in (await self.owners(topics)).values()
+
+        await eventually(released, timeout=3 * self.session_timeout_s, interval=0.2)
+        self.note(f"victim's owner records gone after {time.monotonic() - fault_at:.2f}s")
+        others = [a for a in self.dev.addresses if a != victim]
+        # A fresh publisher id each time: a client that reused one would restart its sequence
+        # numbers and be (rightly) deduplicated against the earlier messages.
+        publisher = f"pubctl{next(self._takeovers)}"
+        retry = RetryPolicy(deadline_s=20)
+        async with HedwigClient(others, retry=retry, publisher_id=publisher) as client:
+            for n, topic in enumerate(topics):
+                value = b"%s:%d" % (publisher.encode(), n)
+                result = await client.publish(topic, value)
+                acked.setdefault(topic, []).append((value, result.seq))
+        new = await self.owners(topics)
+        self.note(f"taken over after {time.monotonic() - fault_at:.2f}s: {new}")
+        assert all(new[t] not in (None, victim) for t in topics), f"no takeover: {new}"
 
     def summary(self) -> str:
         return "\n".join(f"{t - self._t0:8.2f}s  {what}" for t, what in self.events)
