@@ -31,6 +31,7 @@ from tests.failure.known_gaps import check_history_text
 from tests.failure.lab.cluster import LabCluster, longest_pause
 from tests.failure.lab.netns import Lab, sweep, unavailable_reason
 from tests.failure.lab.partitions import cut, isolate
+from tests.failure.lab.remote import history_to_json
 
 SESSION = 4.0
 HOLD = 8.0
@@ -75,6 +76,7 @@ async def rounds(lab: Lab, base: Path, fault: str, count: int) -> dict[str, Any]
         history = await work.finish(timeout=30.0)
         for topic, acks in extra.items():
             history.acked[topic].extend(acks)
+        (base / "history.json").write_text(json.dumps(history_to_json(history)))
         times = [
             round(max(longest_pause(history.topic_ack_times[t], a, b) for t in ts), 2)
             for a, b, ts in windows
