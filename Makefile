@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: all deps venv zookeeper browser lint typecheck imports imports-spark test unit demo demo-screenshot bench bench-spark clean
+.PHONY: all deps venv zookeeper browser lint typecheck imports imports-spark test unit demo demo-screenshot bench bench-spark nemesis clean
 
 all: test
 
@@ -95,6 +95,14 @@ test: lint-operator typecheck-operator imports-operator controlplane
 
 e2e: deps controlplane
 	$(PY) -m pytest -q $(PYTEST_ARGS) e2e
+
+# A long nemesis run against the network lab (tests/failure/nemesis.py; docs/failure-testing.md):
+# random partitions, slow links and disks, kill -9, freezes and ZooKeeper restarts for
+# DURATION seconds under load, then the whole history checked. SEED=n replays a run.
+DURATION ?= 600
+SEED ?=
+nemesis: deps
+	$(PY) -m tests.failure.nemesis --duration $(DURATION) $(if $(SEED),--seed $(SEED))
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
 from hedwig.client import HedwigClient, PublishResult, RetryPolicy
 from hedwig.errors import HedwigError
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -33,6 +36,8 @@ class History:
     )
     log: dict[str, list[tuple[int, bytes]]] = field(default_factory=dict)
     ack_times: list[float] = field(default_factory=list)
+    # when each topic's acknowledgements arrived (time.monotonic), for measuring pauses
+    topic_ack_times: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
 
     @property
     def acked_count(self) -> int:
@@ -94,7 +99,9 @@ class Workload:
             return
         seq = getattr(result, "seq", 0)
         self.history.acked[topic].append((value, seq))
-        self.history.ack_times.append(time.monotonic())
+        now = time.monotonic()
+        self.history.ack_times.append(now)
+        self.history.topic_ack_times[topic].append(now)
 
     async def _drain(self, topic: str, name: str, sub: object) -> None:
         from hedwig.client import Subscriber
@@ -113,10 +120,12 @@ class Workload:
     async def finish(self, timeout: float = 60.0) -> History:
         """Stop publishing, read every log back, let subscribers catch up, close."""
         await self.stop_publishing()
+        log.info("publishing stopped: %d acknowledged", self.history.acked_count)
         reader = HedwigClient(self.hubs, retry=self.retry)
         try:
             for topic in self.topics:
                 self.history.log[topic] = await read_all(reader, topic)
+                log.info("read %s back: %d messages", topic, len(self.history.log[topic]))
         finally:
             await reader.close()
         deadline = time.monotonic() + timeout
@@ -129,6 +138,8 @@ class Workload:
                     if last == 0 or (got and max(seq for seq, _ in got) >= last):
                         break
                     await asyncio.sleep(0.1)
+                high = max((q for q, _ in self.history.delivered[key]), default=0)
+                log.info("%s/%s: delivered up to %d of %d", topic, key[1], high, last)
         for t in self._tasks:
             t.cancel()
         for c in self._clients:

@@ -19,6 +19,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hedwig.devcluster.hosts import LOOPBACK, Host
 from hedwig.devcluster.zookeeper import ZooKeeperServer, free_port
 from hedwig.errors import HedwigError
 
@@ -33,6 +34,8 @@ class HubProcess:
     session_timeout_s: float = 6.0
     extra_args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
+    # Where it runs (default: this machine's loopback); see ``hosts.py``.
+    host: Host = LOOPBACK
     proc: subprocess.Popen[bytes] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
@@ -41,11 +44,11 @@ class HubProcess:
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host.address}:{self.port}"
 
     @property
     def metrics_url(self) -> str:
-        return f"http://127.0.0.1:{self.metrics_port}"
+        return f"http://{self.host.address}:{self.metrics_port}"
 
     @property
     def log_path(self) -> str:
@@ -55,6 +58,7 @@ class HubProcess:
         """Start the hub process; with ``wait``, return once it answers ready."""
         os.makedirs(self.data_dir, exist_ok=True)
         args = [
+            *self.host.launch,
             sys.executable,
             "-m",
             "hedwig",
@@ -69,6 +73,8 @@ class HubProcess:
             self.data_dir,
             "--metrics-port",
             str(self.metrics_port),
+            "--metrics-host",
+            self.host.address,
             "--zk-session-timeout",
             str(self.session_timeout_s),
             *self.extra_args,
@@ -165,6 +171,9 @@ class DevCluster:
     # cluster restarted on the same data directory keeps its addresses; 0 or missing: any.
     zk_port: int = 0
     hub_ports: list[tuple[int, int]] = field(default_factory=list)
+    # Where ZooKeeper and hub i run (default: loopback), e.g. each in a network namespace.
+    zk_host: Host = LOOPBACK
+    hub_hosts: list[Host] = field(default_factory=list)
     zk_server: ZooKeeperServer | None = field(default=None, init=False)
     hub_procs: list[HubProcess] = field(default_factory=list, init=False)
     _tmp: tempfile.TemporaryDirectory[str] | None = field(default=None, init=False)
@@ -192,6 +201,8 @@ class DevCluster:
         self.zk_server = ZooKeeperServer(
             port=self.zk_port if port_free(self.zk_port) else 0,
             data_dir=os.path.join(self.base_dir, "zk"),
+            host=self.zk_host.address,
+            launch=self.zk_host.launch,
         ).start()
         try:
             # All at once, then wait: a new region's first hub is not ready until enough hubs
@@ -208,6 +219,7 @@ class DevCluster:
         assert self.base_dir is not None
         i = len(self.hub_procs)
         port, metrics = self.hub_ports[i] if i < len(self.hub_ports) else (0, 0)
+        host = self.hub_hosts[i] if i < len(self.hub_hosts) else LOOPBACK
         hub = HubProcess(
             self.zk,
             self.region,
@@ -215,6 +227,7 @@ class DevCluster:
             port=port if port_free(port) else 0,
             metrics_port=metrics if port_free(metrics) else 0,
             session_timeout_s=self.session_timeout_s,
+            host=host,
             extra_args=[
                 "--replication",
                 self.replication_setting,

@@ -71,6 +71,8 @@ class ZooKeeperServer:
     tick_ms: int = 200
     max_session_timeout_ms: int = 60_000
     log_path: str | None = None
+    # A command prefix that starts the server elsewhere, e.g. ``ip netns exec NS``.
+    launch: tuple[str, ...] = ()
     proc: subprocess.Popen[bytes] | None = field(default=None, init=False)
     _tmp: str | None = field(default=None, init=False)
 
@@ -106,6 +108,7 @@ class ZooKeeperServer:
         log = open(self.log_path or os.path.join(self.data_dir, "zookeeper.log"), "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [
+                *self.launch,
                 java,
                 "-Xmx256m",
                 "-Dzookeeper.jmx.log4j.disable=true",

@@ -1,0 +1,282 @@
+"""Partitions, slow disks and slow links under load, in the network lab; each checks the history.
+
+Three hubs at 3/3/2, ZooKeeper and the client each in a namespace of their own
+(``tests/failure/lab``), a 4 s ZooKeeper session, three publishers at 100 msg/s each over three
+topics and two subscribers per topic. The victim is the owner of the first topic when the fault
+starts. Each test measures the longest time its topics went without an acknowledgement while
+the fault held ("pause"), prints it, and appends it to ``$HEDWIG_LAB_RESULTS`` if set.
+
+Where the issue asks for failover within the session timeout plus 2 s, the test asserts it
+(``FailoverTooSlow``). A behaviour the hubs do not have yet is a strict xfail limited to its
+own exception (``raises=``, see ``known_gaps.py``): the full history check still runs and any
+other problem fails the test, and the day the hubs are fixed the xfail turns into a failure
+(XPASS), to be flipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import urllib.request
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tests.failure.history import History
+from tests.failure.known_gaps import SubscribersStalled, check_history
+from tests.failure.lab.cluster import LabCluster, ProcessFault, longest_pause
+from tests.failure.lab.disk import SlowDisk, slow_disk_unavailable
+from tests.failure.lab.netns import Lab
+from tests.failure.lab.partitions import cut, isolate, one_way
+from tests.failure.lab.relay import SlowLink
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+SESSION = 4.0
+BOUND = SESSION + 2.0  # the issue's failover goal
+HOLD = SESSION + 5.0  # partitions meant to cause a failover outlast the bound clearly
+TOPICS = ["p/a", "p/b", "p/c"]
+
+
+@pytest.fixture
+def lc(lab: Lab, lab_dir: Path) -> Iterator[LabCluster]:
+    with LabCluster(lab, lab_dir, session_timeout_s=SESSION) as made:
+        yield made
+
+
+class FailoverTooSlow(AssertionError):
+    """The victim's topics paused longer than the session timeout plus 2 s."""
+
+
+def assert_failover(out: Outcome) -> None:
+    if out.victim_pause > BOUND:
+        raise FailoverTooSlow(
+            f"the victim's topics paused {out.victim_pause}s > {BOUND}s "
+            f"(owners before {out.owners}, at the heal {out.owners_at_heal})"
+        )
+
+
+@dataclass
+class Outcome:
+    history: History
+    owners: dict[str, str | None]
+    victim: str
+    fault_at: float
+    healed_at: float
+    owners_at_heal: dict[str, str | None]
+    pauses: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def victim_pause(self) -> float:
+        """The longest pause of the topics the victim owned when the fault began."""
+        return max(p for t, p in self.pauses.items() if self.owners[t] == self.victim)
+
+
+async def scenario(
+    lc: LabCluster,
+    name: str,
+    inject: Callable[[str], Awaitable[None]],
+    *,
+    hold: float = HOLD,
+    after: float = 3.0,
+    takeover: bool = False,
+) -> Outcome:
+    """Load, then ``inject(victim)`` for ``hold`` seconds, heal everything, load ``after``
+    seconds more, then check the whole history. With ``takeover``, another client makes
+    another hub take the victim's topics over while the fault holds
+    (``LabCluster.force_takeover``)."""
+    work = lc.workload(TOPICS, rate=100.0)
+    await work.start()
+    await asyncio.sleep(2.0)
+    before = await work.acked_count()
+    assert before > 0, "nothing acknowledged before the fault"
+    owners = await lc.owners(TOPICS)
+    victim = owners[TOPICS[0]]
+    assert victim is not None
+    fault_at = lc.note(f"{name}: victim {victim}")
+    await inject(victim)
+    victim_topics = [t for t in TOPICS if owners[t] == victim]
+    extra: dict[str, list[tuple[bytes, int]]] = {}
+    if takeover:
+        await asyncio.gather(
+            asyncio.sleep(hold), lc.force_takeover(victim, victim_topics, extra, fault_at)
+        )
+    else:
+        await asyncio.sleep(hold)
+    moved_to = await lc.owners(TOPICS)
+    lc.heal_all()
+    healed_at = lc.note("healed")
+    await asyncio.sleep(after)
+    history = await work.finish(timeout=20.0)  # subscribers catch up within a second or so
+    for topic, acks in extra.items():
+        history.acked[topic].extend(acks)  # checked like the workload's own
+    out = Outcome(history, owners, victim, fault_at, healed_at, moved_to)
+    out.pauses = {
+        t: round(longest_pause(history.topic_ack_times[t], fault_at, healed_at), 2) for t in TOPICS
+    }
+    report(name, out, lc)
+    assert history.acked_count > before, "publishing did not resume after the fault"
+    assert max(history.ack_times) > healed_at, "nothing acknowledged after the heal"
+    check_history(history)
+    return out
+
+
+def report(name: str, out: Outcome, lc: LabCluster) -> None:
+    line = {
+        "scenario": name,
+        "victim_pause_s": out.victim_pause,
+        "pauses_s": out.pauses,
+        "victim": out.victim,
+        "owners_before": out.owners,
+        "owners_at_heal": out.owners_at_heal,
+        "acked": out.history.acked_count,
+        "failed": out.history.failed,
+        "hold_s": round(out.healed_at - out.fault_at, 2),
+    }
+    print(json.dumps(line))
+    print(lc.summary())
+    path = os.environ.get("HEDWIG_LAB_RESULTS")
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps(line) + "\n")
+
+
+def losses(lc: LabCluster, address: str) -> float:
+    with urllib.request.urlopen(lc.hub(address).metrics_url + "/metrics", timeout=5) as r:
+        text = r.read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("hedwig_topic_losses_total{")
+    )
+
+
+async def test_owner_cut_off_from_zookeeper(lc: LabCluster) -> None:
+    """The owner still reaches its replicas and clients, not ZooKeeper: its session expires,
+    another hub takes its topics over (fencing the ledger), and it steps down."""
+
+    async def inject(victim: str) -> None:
+        lc.add_fault(cut(lc.hub_node(victim), [lc.zk_node]))
+
+    out = await scenario(lc, "owner cut off from ZooKeeper", inject, takeover=True)
+    assert_failover(out)
+
+
+async def test_owner_cut_off_from_replicas(lc: LabCluster) -> None:
+    """The owner reaches ZooKeeper and clients but neither other hub: it cannot write, so it
+    must give its topics up, and the others recover them from the two replicas they hold."""
+
+    async def inject(victim: str) -> None:
+        lc.add_fault(cut(lc.hub_node(victim), lc.other_hubs(victim)))
+
+    out = await scenario(lc, "owner cut off from its replicas", inject)
+    assert_failover(out)
+
+
+async def test_client_cut_off_from_owner(lc: LabCluster) -> None:
+    """The clients cannot reach a healthy owner; the other hubs send them back to it. Nothing
+    can move (the owner is fine), so publishes wait out the partition and then go through."""
+
+    async def inject(victim: str) -> None:
+        lc.add_fault(cut(lc.client, [lc.hub_node(victim)]))
+
+    out = await scenario(lc, "client cut off from the owner", inject, hold=6.0)
+    assert out.victim_pause <= 6.0 + BOUND, "publishing did not resume soon after the heal"
+
+
+async def test_one_way_owner_to_zookeeper(lc: LabCluster) -> None:
+    """The owner's packets no longer reach ZooKeeper, ZooKeeper's still reach the owner."""
+
+    async def inject(victim: str) -> None:
+        lc.add_fault(one_way(lc.hub_node(victim), lc.zk_node))
+
+    out = await scenario(lc, "one way: owner to ZooKeeper dropped", inject, takeover=True)
+    assert_failover(out)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=SubscribersStalled,
+    reason="after its session expired behind a one-way partition, the owner drops and claims "
+    "its topics again: publishing goes on, its subscribers receive nothing more",
+)
+async def test_one_way_zookeeper_to_owner(lc: LabCluster) -> None:
+    """ZooKeeper's packets no longer reach the owner, the owner's still reach ZooKeeper: the
+    owner hears nothing and reconnects in vain, its session expires; the clients still talk
+    to it alone, so nobody else claims its topics. After the heal it finds its session gone,
+    drops its topics and claims them again: publishers and subscribers must all go on."""
+
+    async def inject(victim: str) -> None:
+        lc.add_fault(one_way(lc.zk_node, lc.hub_node(victim)))
+
+    await scenario(lc, "one way: ZooKeeper to owner dropped", inject, after=5.0)
+
+
+async def test_isolated_owner_heals(lc: LabCluster) -> None:
+    """The owner is cut from everything past its session, then the partition heals: the
+    others took over, and the old owner rejoins, acknowledges nothing stale, steps down."""
+
+    async def inject(victim: str) -> None:
+        lc.add_fault(isolate(lc.lab, lc.hub_node(victim)))
+
+    out = await scenario(lc, "isolated owner, healed", inject, after=5.0)
+    assert losses(lc, out.victim) >= 1, "the isolated owner never noticed it lost its topics"
+    assert_failover(out)
+
+
+async def test_slow_link_owner_to_replica(lc: LabCluster) -> None:
+    """The owner's connection to one replica is delayed 300 ms each way (a relay): the ack
+    quorum of 2 is met by the other replica, nothing is lost, publishing goes on."""
+
+    async def inject(victim: str) -> None:
+        replica = lc.other_hubs(victim)[0]
+        port = next(h.port for h in lc.dev.hub_procs if h.host.address == replica.ip)
+        lc.add_fault(SlowLink(lc.lab, lc.hub_node(victim), replica, port, 0.3).start())
+
+    out = await scenario(lc, "slow link owner -> replica (300 ms)", inject, hold=8.0)
+    assert out.victim_pause <= BOUND, f"publishing paused {out.victim_pause}s on a slow link"
+
+
+@pytest.fixture
+def slow_disk(lab: Lab) -> Iterator[SlowDisk]:
+    reason = slow_disk_unavailable()
+    if reason:
+        pytest.skip(reason)
+    disk = SlowDisk(lab.id).create()
+    yield disk
+    disk.remove()
+
+
+async def test_slow_disk_on_owner(lab: Lab, lab_dir: Path, slow_disk: SlowDisk) -> None:
+    """Hub 0's fsyncs take 300 ms (dm-delay, or a preloaded fsync delay where the kernel has
+    no device-mapper) while it owns every topic; then a 3 s stall per fsync."""
+    node = lab.add_node("hub0")
+    host = node.host
+    if slow_disk.launch:
+        host = type(host)(host.address, host.launch + slow_disk.launch)
+    hub0_dir = lab_dir / "hub0"
+    if slow_disk.kind == "dm-delay":
+        hub0_dir.symlink_to(slow_disk.path, target_is_directory=True)
+    with LabCluster(lab, lab_dir, session_timeout_s=SESSION, hub_hosts={0: host}) as lc:
+        hub0 = lc.dev.hub_procs[0].address
+
+        async def inject(victim: str) -> None:
+            slow_disk.set_delay(300)
+            lc.add_fault(ProcessFault(f"hub0 fsync +300 ms ({slow_disk.kind})",
+                                      lambda: slow_disk.set_delay(0)))  # fmt: skip
+            await asyncio.sleep(4.0)
+            slow_disk.set_delay(3000)
+            lc.note("hub0 fsync +3000 ms")
+
+        from hedwig.client import HedwigClient
+
+        async with HedwigClient(lc.dev.addresses) as admin:
+            for t in TOPICS:
+                await admin.publish(t, b"pub-setup:0")  # created, then moved to hub 0
+                if await lc.owner(t) != hub0:
+                    await admin.move_topic(t, hub0)
+        out = await scenario(lc, f"slow disk on the owner ({slow_disk.kind})", inject, hold=8.0)
+    print(f"slow disk: victim {out.victim} (hub0 {hub0}), pauses {out.pauses}")
