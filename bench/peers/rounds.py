@@ -140,18 +140,30 @@ class Harness:
 
     def turn(self, r: int, line: Line, nodes: int, workloads: list[Workload]) -> None:
         print(f"round {r + 1}: {line.key}, {nodes} node(s)", file=sys.stderr, flush=True)
-        running = start(line, nodes, self.classpath)
+        try:
+            running = start(line, nodes, self.classpath)
+        except (OSError, RuntimeError, subprocess.CalledProcessError) as exc:
+            for w in workloads:
+                self._record({"workload": w.key, "line": line.key, "error": f"start: {exc}"}, r)
+            return
         try:
             for w in workloads:
                 run_id = f"{r}{line.key[:1]}{w.key}{int(time.time() * 1000) % 10**8}"
+                load = os.getloadavg()[0]
                 result = self.run_one(line, running, w, run_id)
-                result.update(round=r, nodes=nodes, time=time.time())
-                with self.out.open("a") as f:
-                    f.write(json.dumps(result) + "\n")
-                print(f"  {_summary(result)}", file=sys.stderr, flush=True)
+                result.update(nodes=nodes, load_before=round(load, 2))
+                self._record(result, r)
                 time.sleep(1.0)
         finally:
             running.stop()
+
+    def _record(self, result: dict[str, Any], r: int) -> None:
+        """One JSON line per run, with the round, the time and the machine's load average
+        (1 minute) before the run, which says how quiet the machine was."""
+        result.update(round=r, time=time.time())
+        with self.out.open("a") as f:
+            f.write(json.dumps(result) + "\n")
+        print(f"  {_summary(result)}", file=sys.stderr, flush=True)
 
     def run(self) -> None:
         by_nodes: dict[int, list[Workload]] = {}
