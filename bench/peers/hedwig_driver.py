@@ -48,6 +48,7 @@ async def _as_fast_as_possible(
     lat: list[float] = []
     pending: deque[tuple[float, asyncio.Future[PublishResult]]] = deque()
     clock = time.perf_counter
+    cpu0 = time.process_time()
     start = clock()
     for i in range(n):
         fut = client.publish_nowait(topics[i % k], payload(now_ns(), flag, spec.size))
@@ -66,6 +67,7 @@ async def _as_fast_as_possible(
         "messages": n,
         "seconds": round(elapsed, 3),
         "msgs_per_s": round(n / elapsed),
+        "client_cpu_us_per_msg": round((time.process_time() - cpu0) / n * 1e6, 2),
         # Sampled, from send to acknowledgement, under saturation (queueing included).
         "publish": percentiles(lat),
     }
@@ -123,6 +125,7 @@ async def consume(bootstrap: list[str], spec: ConsumeSpec, emit: Emit) -> dict[s
     first_stamp = [0]
     last_ns = [0]
     t0 = now_ns()
+    cpu0 = time.process_time()
     async with HedwigClient(bootstrap) as client:
         subs = [
             await client.subscribe(topic, name, message_window=MESSAGE_WINDOW)
@@ -162,7 +165,9 @@ async def consume(bootstrap: list[str], spec: ConsumeSpec, emit: Emit) -> dict[s
         for task in tasks:
             task.cancel()
         gc.unfreeze()
-    return delivery_result(spec.expected, counts, lat, t0, first_stamp[0], last_ns[0])
+    return delivery_result(
+        spec.expected, counts, lat, t0, first_stamp[0], last_ns[0], time.process_time() - cpu0
+    )
 
 
 def run(role: str, bootstrap: list[str], spec: Any, emit: Emit) -> dict[str, Any]:

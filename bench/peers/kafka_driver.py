@@ -88,6 +88,7 @@ def _as_fast_as_possible(producer: Any, spec: ProduceSpec, n: int, flag: int) ->
             errors[0] += 1
         lat.append(clock() - t)
 
+    cpu0 = time.process_time()
     start = clock()
     for i in range(n):
         value = payload(now_ns(), flag, size)
@@ -110,6 +111,7 @@ def _as_fast_as_possible(producer: Any, spec: ProduceSpec, n: int, flag: int) ->
         "messages": n,
         "seconds": round(elapsed, 3),
         "msgs_per_s": round(n / elapsed),
+        "client_cpu_us_per_msg": round((time.process_time() - cpu0) / n * 1e6, 2),
         # Sampled, from send to acknowledgement, under saturation (queueing included).
         "publish": percentiles(lat),
         "errors": errors[0],
@@ -172,6 +174,7 @@ def produce(
 
 def consume(bootstrap: str, spec: ConsumeSpec, emit: Emit) -> dict[str, Any]:
     t0 = now_ns()
+    cpu0 = time.process_time()
     ensure_topics(bootstrap, spec.topics, spec.replication, spec.min_insync)
     lat: list[float] = []
     counts = [0] * spec.subscribers
@@ -231,7 +234,9 @@ def consume(bootstrap: str, spec: ConsumeSpec, emit: Emit) -> dict[str, Any]:
     gc.unfreeze()
     for c in consumers:
         c.close()
-    return delivery_result(spec.expected, counts, lat, t0, first[0], last[0])
+    return delivery_result(
+        spec.expected, counts, lat, t0, first[0], last[0], time.process_time() - cpu0
+    )
 
 
 def run(

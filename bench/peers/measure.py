@@ -75,13 +75,19 @@ def cpu_seconds(pid: int) -> float:
 
 
 def delivery_result(
-    expected: int, counts: list[int], lat: list[float], t0: int, first: int, last: int
+    expected: int,
+    counts: list[int],
+    lat: list[float],
+    t0: int,
+    first: int,
+    last: int,
+    cpu_s: float,
 ) -> dict[str, Any]:
     """A consumer's figures: ``counts`` per subscription, each expecting ``expected``.
 
     Delivery throughput runs from the later of the consumer's start ``t0`` (a backlog is read
     from then on) and the first message's stamp ``first`` (its send time, for live fan-out)
-    to the last delivery ``last``.
+    to the last delivery ``last``; ``cpu_s`` is the consumer process's CPU time meanwhile.
     """
     received = sum(counts)
     seconds = max(1e-9, (last - max(t0, first)) / 1e9) if last else 0.0
@@ -91,5 +97,6 @@ def delivery_result(
         "complete": all(c >= expected for c in counts),
         "seconds": round(seconds, 3),
         "delivered_per_s": round(received / seconds) if seconds else 0,
+        "client_cpu_us_per_msg": round(cpu_s / received * 1e6, 2) if received else 0.0,
         "e2e": percentiles(lat),
     }

@@ -92,11 +92,23 @@ ROWS: list[Row] = [
         "≥ 1.0",
     ),
     Row(
+        "5",
+        "consumer CPU, µs per message",
+        _path("consume", "client_cpu_us_per_msg", needs_complete=True),
+        False,
+    ),
+    Row(
         "6",
         "delivered msg/s, all 16 subscribers",
         _path("consume", "delivered_per_s", needs_complete=True),
         True,
         "≥ 1.0",
+    ),
+    Row(
+        "6",
+        "consumer CPU, µs per delivered message",
+        _path("consume", "client_cpu_us_per_msg", needs_complete=True),
+        False,
     ),
 ]
 
