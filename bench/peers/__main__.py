@@ -12,6 +12,7 @@ table of medians and spread replaces the peer section of ``docs/benchmarks.md`` 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 from pathlib import Path
@@ -21,6 +22,10 @@ from bench.peers.rounds import ROOT, Harness
 from bench.peers.systems import lines_by_key
 from bench.peers.table import render, write_docs
 from bench.peers.workloads import by_key
+
+
+def _exit(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def main() -> None:
@@ -34,6 +39,10 @@ def main() -> None:
     p.add_argument("--note", default="", help="conditions to print under the table")
     p.add_argument("--table", type=Path, help="render this results file and stop")
     args = p.parse_args()
+    # Started in the background, the harness may inherit an ignored SIGINT: make SIGTERM and
+    # SIGINT unwind it, so every system it started is stopped on the way out.
+    signal.signal(signal.SIGTERM, _exit)
+    signal.signal(signal.SIGINT, _exit)
     docs = ROOT / "docs" / "benchmarks.md"
     if args.table:
         text = render(args.table, note=args.note)

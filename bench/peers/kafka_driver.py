@@ -5,8 +5,9 @@ Python thread serves delivery callbacks in ``poll``, as asyncio serves Hedwig's 
 fixed-rate producer publishes what is due and then polls for at most a millisecond, and an
 as-fast-as-possible producer polls whenever its queue is full. Topics are created by whichever
 role starts first (one partition each, the workload's replication and ``min.insync.replicas``);
-consumers are assigned their partitions from the beginning (no group rebalance to wait for)
-and commit with the client's default auto-commit.
+consumers are assigned their partitions from the beginning (no group rebalance to wait for),
+take each message as soon as it is there (then whatever else is queued, up to 1,000) and
+commit with the client's default auto-commit.
 
 ``confluent_kafka`` is not among the project's dependencies: ``bench/peers/fetch.py`` installs
 it under the cache and the harness puts it on ``PYTHONPATH`` for this driver only.
@@ -200,7 +201,12 @@ def consume(bootstrap: str, spec: ConsumeSpec, emit: Emit) -> dict[str, Any]:
         n = 0
         t = 0
         while n < spec.expected and not stop.is_set():
-            for m in consumer.consume(num_messages=1000, timeout=0.1):
+            # ``consume(n, timeout)`` waits until it has n messages or the timeout passed, which
+            # would hold messages back at low rates: wait for one, then take what is there.
+            head = consumer.poll(0.1)
+            if head is None:
+                continue
+            for m in [head, *consumer.consume(num_messages=999, timeout=0)]:
                 if m.error() is not None:
                     continue
                 due, flag = read_stamp(m.value())
