@@ -76,6 +76,8 @@ ROWS: list[Row] = [
     Row(
         "1", "publish p99 at saturation (sampled), ms", _path("produce", "publish", "p99_ms"), False
     ),
+    Row("1", "producer CPU, µs per message", _path("produce", "client_cpu_us_per_msg"), False),
+    Row("1", "server CPU, % of one core", _path("server_cpu_pct"), False),
     *_latency_rows("2a", True),
     *_latency_rows("2b", True),
     *_latency_rows("3", True),
