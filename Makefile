@@ -70,7 +70,7 @@ bench: deps
 # Hedwig and Kafka side by side on loopback (docs/benchmarks.md, "Side by side with Kafka"):
 # fetches Kafka's jars (Maven Central) and confluent-kafka (PyPI) into ~/.cache/hedwig/peers,
 # runs every workload against each system, alternating, and writes the table into the docs.
-# About 30 minutes with the default 3 rounds; PEERS_ARGS="--rounds 5 --workloads 1 2a" etc.
+# About 20 minutes with the default 3 rounds; PEERS_ARGS="--rounds 5 --workloads 1 2a" etc.
 PEERS_ARGS ?=
 bench-peers: deps
 	$(PY) -m bench.peers $(PEERS_ARGS)

@@ -82,7 +82,7 @@ def test_tiny_hedwig_run_renders_a_table(tmp_path: Path) -> None:
     assert fixed["consume"]["e2e"]["n"] == 2_000  # the warm-up is delivered, not timed
     assert results["5"]["consume"]["received"] == 2_000
 
-    table = render(out)
+    table = render([out])
     assert "| 2a: one topic, 100 B, 10,000 msg/s | publish-to-delivery p99, ms |" in table
     docs = tmp_path / "benchmarks.md"
     docs.write_text(f"# Benchmarks\n\nbefore\n{BEGIN}\nold\n{END}\nafter\n")

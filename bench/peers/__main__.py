@@ -2,7 +2,7 @@
 
     python -m bench.peers                       # fetch, 3 rounds, every workload, write the docs
     python -m bench.peers --rounds 5 --workloads 1 2a --systems hedwig kafka-durable
-    python -m bench.peers --table RESULTS.jsonl # only render a results file into the docs
+    python -m bench.peers --table A.jsonl B.jsonl   # only render results files into the docs
 
 Results go to one JSON line per run under ``~/.cache/hedwig/peers/results/`` (``--out``); the
 table of medians and spread replaces the peer section of ``docs/benchmarks.md`` unless
@@ -37,7 +37,7 @@ def main() -> None:
     p.add_argument("--out", type=Path, help="results file (JSON lines)")
     p.add_argument("--no-docs", action="store_true", help="do not write docs/benchmarks.md")
     p.add_argument("--note", default="", help="conditions to print under the table")
-    p.add_argument("--table", type=Path, help="render this results file and stop")
+    p.add_argument("--table", type=Path, nargs="+", help="render these results files and stop")
     args = p.parse_args()
     # Started in the background, the harness may inherit an ignored SIGINT: make SIGTERM and
     # SIGINT unwind it, so every system it started is stopped on the way out.
@@ -65,7 +65,7 @@ def main() -> None:
         kafka_python_path=str(tools.python_path) if tools else None,
         log=sys.stderr,
     ).run()
-    text = render(out, note=args.note)
+    text = render([out], note=args.note)
     print(text)
     if not args.no_docs:
         write_docs(docs, text)

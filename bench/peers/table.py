@@ -115,8 +115,17 @@ ROWS: list[Row] = [
 ]
 
 
-def load(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+def load(paths: list[Path]) -> list[dict[str, Any]]:
+    """The runs of every file, rounds numbered on from one file to the next."""
+    out: list[dict[str, Any]] = []
+    for path in paths:
+        offset = max((r["round"] for r in out), default=-1) + 1
+        for line in path.read_text().splitlines():
+            if line.strip():
+                result = json.loads(line)
+                result["round"] += offset
+                out.append(result)
+    return out
 
 
 def _fmt(v: float, throughput: bool) -> str:
@@ -141,8 +150,8 @@ def _cell(values: list[float], throughput: bool, rounds: int) -> str:
     return text
 
 
-def render(path: Path, note: str = "") -> str:
-    results = load(path)
+def render(paths: list[Path], note: str = "") -> str:
+    results = load(paths)
     lines = [ln for ln in LINES if any(r["line"] == ln.key for r in results)]
     rounds = max((r["round"] for r in results), default=0) + 1
     titles = {w.key: w.title for w in WORKLOADS}
@@ -178,7 +187,8 @@ def render(path: Path, note: str = "") -> str:
             cells.append(f"{ratio:.2f}" if ratio is not None else "-")
             cells.append(row.target)
         out.append("| " + " | ".join(cells) + " |")
-    footer = f"\nMedian (lowest-highest) of {rounds} rounds; results file `{path.name}`."
+    names = ", ".join(f"`{p.name}`" for p in paths)
+    footer = f"\nMedian (lowest-highest) of {rounds} rounds; results {names}."
     if note:
         footer += f" {note}"
     return "\n".join(out) + "\n" + footer + "\n"
