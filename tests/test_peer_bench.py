@@ -75,12 +75,12 @@ def test_tiny_hedwig_run_renders_a_table(tmp_path: Path) -> None:
     results = {r["workload"]: r for r in map(json.loads, out.read_text().splitlines())}
     assert set(results) == {"1", "2a", "5"}
     assert all("error" not in r for r in results.values()), results
-    assert results["1"]["produce"]["msgs_per_s"] > 0
+    assert results["1"]["produce"]["msgs_per_s"] > 0, results
     fixed = results["2a"]
-    assert fixed["produce"]["publish"]["n"] == 2_000
-    assert fixed["consume"]["complete"]
-    assert fixed["consume"]["e2e"]["n"] == 2_000  # the warm-up is delivered, not timed
-    assert results["5"]["consume"]["received"] == 2_000
+    assert fixed["produce"]["publish"]["n"] == 2_000, fixed
+    assert fixed["consume"]["complete"], fixed
+    assert fixed["consume"]["e2e"]["n"] == 2_000, fixed  # the warm-up is delivered, not timed
+    assert results["5"]["consume"]["received"] == 2_000, results
 
     table = render([out])
     assert "| 2a: one topic, 100 B, 10,000 msg/s | publish-to-delivery p99, ms |" in table
