@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: all deps venv zookeeper browser lint typecheck imports imports-spark test unit demo demo-screenshot bench bench-spark nemesis clean
+.PHONY: all deps venv zookeeper browser lint typecheck imports imports-spark test unit demo demo-screenshot bench bench-spark bench-peers nemesis clean
 
 all: test
 
@@ -66,6 +66,14 @@ demo-screenshot: deps browser
 bench: deps
 	$(PY) -m hedwig bench --embedded --messages 300000
 	$(PY) -m hedwig bench --embedded --rate 10000 --duration 10
+
+# Hedwig and Kafka side by side on loopback (docs/benchmarks.md, "Side by side with Kafka"):
+# fetches Kafka's jars (Maven Central) and confluent-kafka (PyPI) into ~/.cache/hedwig/peers,
+# runs every workload against each system, alternating, and writes the table into the docs.
+# About 20 minutes with the default 3 rounds; PEERS_ARGS="--rounds 5 --workloads 1 2a" etc.
+PEERS_ARGS ?=
+bench-peers: deps
+	$(PY) -m bench.peers $(PEERS_ARGS)
 
 # Batch read throughput of the Spark data source on local[2] (docs/benchmarks.md, Spark).
 bench-spark: deps

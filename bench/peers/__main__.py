@@ -1,0 +1,75 @@
+"""``python -m bench.peers``: Hedwig and Kafka side by side (``make bench-peers``).
+
+    python -m bench.peers                       # fetch, 3 rounds, every workload, write the docs
+    python -m bench.peers --rounds 5 --workloads 1 2a --systems hedwig kafka-durable
+    python -m bench.peers --table A.jsonl B.jsonl   # only render results files into the docs
+
+Results go to one JSON line per run under ``~/.cache/hedwig/peers/results/`` (``--out``); the
+table of medians and spread replaces the peer section of ``docs/benchmarks.md`` unless
+``--no-docs``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from pathlib import Path
+
+from bench.peers import fetch
+from bench.peers.rounds import ROOT, Harness
+from bench.peers.systems import lines_by_key
+from bench.peers.table import render, write_docs
+from bench.peers.workloads import by_key
+
+
+def _exit(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(prog="python -m bench.peers", description=__doc__.split("\n")[0])
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--workloads", nargs="*", help="keys (default: all): 1 2a 2b 3 4 5 6")
+    p.add_argument("--systems", nargs="*", help="hedwig kafka-durable kafka-default")
+    p.add_argument("--scale", type=float, default=1.0, help="shrink counts and durations")
+    p.add_argument("--out", type=Path, help="results file (JSON lines)")
+    p.add_argument("--no-docs", action="store_true", help="do not write docs/benchmarks.md")
+    p.add_argument("--note", default="", help="conditions to print under the table")
+    p.add_argument("--table", type=Path, nargs="+", help="render these results files and stop")
+    args = p.parse_args()
+    # Started in the background, the harness may inherit an ignored SIGINT: make SIGTERM and
+    # SIGINT unwind it, so every system it started is stopped on the way out.
+    signal.signal(signal.SIGTERM, _exit)
+    signal.signal(signal.SIGINT, _exit)
+    docs = ROOT / "docs" / "benchmarks.md"
+    if args.table:
+        text = render(args.table, note=args.note)
+        print(text)
+        if not args.no_docs:
+            write_docs(docs, text)
+        return
+    lines = lines_by_key(args.systems)
+    workloads = [w.scaled(args.scale) for w in by_key(args.workloads)]
+    tools = fetch.fetch() if any(line.system == "kafka" for line in lines) else None
+    out = args.out or fetch.cache_root() / "results" / f"run-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    print(f"results: {out}", file=sys.stderr)
+    Harness(
+        lines=lines,
+        workloads=workloads,
+        rounds=args.rounds,
+        out=out,
+        classpath=tools.classpath if tools else None,
+        kafka_python_path=str(tools.python_path) if tools else None,
+        log=sys.stderr,
+    ).run()
+    text = render([out], note=args.note)
+    print(text)
+    if not args.no_docs:
+        write_docs(docs, text)
+
+
+if __name__ == "__main__":
+    main()

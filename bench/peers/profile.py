@@ -1,0 +1,300 @@
+"""Where the time goes per message on each Hedwig path, sampled with py-spy.
+
+    python -m bench.peers.profile                      # every path, markdown on stdout
+    python -m bench.peers.profile publish --keep DIR   # one path, keep the raw stacks
+
+A one-hub cluster runs a workload of the peer benchmark while py-spy samples the hub and the
+driver process (Python frames, 250 per second, without pausing them, only while a thread holds
+the interpreter lock: a thread blocked in ``fdatasync`` or a socket is not counted). A sample
+whose innermost frame runs the event loop is uvloop's own work (it is C); the others are
+charged to the innermost frame that belongs to Hedwig, by module (so the time ``struct`` or
+``bytes.join`` spends on behalf of the codec counts as codec), else to the ZooKeeper client,
+the benchmark driver or the rest. The processes' CPU time divided by the messages gives the
+cost per message, and each share of the samples a share of that cost (an estimate: CPU spent
+outside the interpreter lock, in system calls, is spread over the shares).
+
+Paths:
+- ``publish``: workload 1 (as fast as acknowledgements come): the client's publish path and
+  the hub's receive and storage path.
+- ``topics``: workload 3 (100 topics at a fixed rate): small batches, many topics.
+- ``catchup``: workload 5 (a backlog read from the start): the hub's delivery from storage and
+  the client's receive path.
+- ``fanout``: workload 6 (16 subscribers, live): delivery to many subscribers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.peers import fetch
+from bench.peers.measure import cpu_seconds
+from bench.peers.rounds import ROOT
+from bench.peers.systems import RunningHedwig
+from bench.peers.workloads import Workload, by_key, to_json
+
+PATHS: dict[str, str] = {"publish": "1", "topics": "3", "catchup": "5", "fanout": "6"}
+RATE = 250
+
+# Innermost frame's file -> the stage it stands for (first match wins).
+STAGES: list[tuple[str, str]] = [
+    ("hedwig/protocol/", "codec (hedwig.protocol)"),
+    ("hedwig/ledger/storage", "storage (ledger.storage)"),
+    ("hedwig/ledger/", "ledger (handle, topic log, reader)"),
+    ("hedwig/hub/", "hub (server, requests, topic, subscription)"),
+    ("hedwig/client/", "client (publisher, subscriber, routing)"),
+    ("hedwig/net/", "connection (hedwig.net)"),
+    ("hedwig/", "other Hedwig"),
+    ("bench/peers/", "benchmark driver"),
+]
+EVENT_LOOP = ("asyncio/runners.py", "selectors.py", "uvloop")
+
+
+@dataclass
+class Sampled:
+    """One process's samples and CPU time over one run."""
+
+    name: str
+    stacks: dict[str, int]
+    cpu_s: float
+
+    @property
+    def total(self) -> int:
+        return sum(self.stacks.values())
+
+
+def stage_of(frames: list[str]) -> str:
+    leaf = frames[-1] if frames else ""
+    # uvloop is C: its own work (epoll, sockets, callbacks' scheduling) shows as the Python
+    # frame that runs the loop.
+    if any(m in leaf for m in EVENT_LOOP):
+        return "event loop (uvloop, sockets)"
+    if any("kazoo/" in f for f in frames):
+        return "ZooKeeper client (kazoo)"
+    for frame in reversed(frames):
+        for marker, stage in STAGES:
+            if marker in frame:
+                return stage
+    return "other (interpreter, stdlib)"
+
+
+def load_raw(path: Path) -> dict[str, int]:
+    stacks: dict[str, int] = collections.Counter()
+    if not path.exists():
+        return stacks
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if stack and count.isdigit():
+            stacks[stack] += int(count)
+    return stacks
+
+
+def _short(frame: str) -> str:
+    """``func (/path/to/src/hedwig/x/y.py)`` -> ``hedwig/x/y.py:func``."""
+    name, _, where = frame.partition(" (")
+    where = where.rstrip(")")
+    for marker in ("/hedwig/", "/bench/", "/python3.11/", "/site-packages/"):
+        if marker in where:
+            where = marker.strip("/") + "/" + where.split(marker, 1)[1]
+            break
+    return f"{where}:{name}"
+
+
+def _leaf(frames: list[str]) -> str:
+    """The innermost frame; generated code (dataclass ``__init__``, named tuple ``__new__``)
+    is named with its caller, which says what it makes."""
+    leaf = _short(frames[-1])
+    if leaf.startswith("<") and len(frames) > 1:
+        return f"{_short(frames[-2])} → {leaf}"
+    return leaf
+
+
+def report(sampled: Sampled, messages: int, top: int = 12) -> str:
+    total = sampled.total or 1
+    per_msg_us = sampled.cpu_s / messages * 1e6 if messages else 0.0
+    by_stage: dict[str, int] = collections.Counter()
+    by_leaf: dict[str, int] = collections.Counter()
+    for stack, n in sampled.stacks.items():
+        frames = stack.split(";")
+        by_stage[stage_of(frames)] += n
+        by_leaf[_leaf(frames)] += n
+    out = [
+        f"**{sampled.name}**: {sampled.cpu_s:.2f} s CPU for {messages:,} messages = "
+        f"**{per_msg_us:.2f} µs per message** ({total:,} samples)",
+        "",
+        "| stage (innermost Hedwig frame) | share | µs/msg |",
+        "|---|---|---|",
+    ]
+    for stage, n in sorted(by_stage.items(), key=lambda kv: -kv[1]):
+        out.append(f"| {stage} | {100 * n / total:.1f} % | {per_msg_us * n / total:.2f} |")
+    out += ["", "| function (self time) | share |", "|---|---|"]
+    for leaf, n in sorted(by_leaf.items(), key=lambda kv: -kv[1])[:top]:
+        out.append(f"| `{leaf}` | {100 * n / total:.1f} % |")
+    return "\n".join(out) + "\n"
+
+
+class Sampler:
+    """py-spy attached to a running process until stopped; its CPU time is read meanwhile
+    (the last reading before the process ends)."""
+
+    def __init__(self, py_spy: Path, pid: int, out: Path, name: str) -> None:
+        self.name, self.pid, self.out = name, pid, out
+        self.proc = subprocess.Popen(
+            [
+                str(py_spy),
+                "record",
+                "--pid",
+                str(pid),
+                "--format",
+                "raw",
+                "--nolineno",
+                "--nonblocking",
+                # Only samples holding the interpreter lock: Python's own work, not a thread
+                # blocked in fdatasync or a socket.
+                "--gil",
+                "--rate",
+                str(RATE),
+                "-o",
+                str(out),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        self.cpu0 = cpu_seconds(pid)
+        self.cpu = self.cpu0
+        self._stop = threading.Event()
+        self._poll = threading.Thread(target=self._watch, daemon=True)
+        self._poll.start()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.1):
+            try:
+                self.cpu = cpu_seconds(self.pid)
+            except OSError:
+                return
+
+    def stop(self) -> Sampled:
+        self._stop.set()
+        self._poll.join()
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        return Sampled(self.name, load_raw(self.out), self.cpu - self.cpu0)
+
+
+def _driver(role: str, bootstrap: list[str], spec: dict[str, object]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "bench.peers.driver",
+            "hedwig",
+            role,
+            ",".join(bootstrap),
+            json.dumps(spec),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+
+
+def _wait(proc: subprocess.Popen[str], event: str) -> dict[str, object]:
+    assert proc.stdout is not None
+    for raw in proc.stdout:
+        got: dict[str, object] = json.loads(raw)
+        if got.get("event") == event:
+            return got
+    raise RuntimeError(f"driver exited before {event!r}")
+
+
+def profile_path(path: str, py_spy: Path, keep: Path) -> str:
+    w: Workload = by_key([PATHS[path]])[0]
+    running = RunningHedwig(1)
+    try:
+        hub_pid = running.server_pids[0]
+        run_id = f"prof{int(time.time())}"
+        produce, consume = w.produce_spec(run_id), w.consume_spec(run_id)
+        samplers: list[Sampler] = []
+        consumer = None
+        if consume is not None and not w.backlog:
+            consumer = _driver("consume", running.bootstrap, to_json(consume))
+            _wait(consumer, "ready")
+        producer = _driver("produce", running.bootstrap, to_json(produce))
+        if path in ("publish", "topics"):
+            _wait(producer, "measuring")
+            samplers.append(Sampler(py_spy, hub_pid, keep / f"{path}-hub.txt", "hub"))
+            samplers.append(
+                Sampler(py_spy, producer.pid, keep / f"{path}-client.txt", "client (producer)")
+            )
+        if path == "fanout":
+            samplers.append(Sampler(py_spy, hub_pid, keep / "fanout-hub.txt", "hub"))
+            assert consumer is not None
+            samplers.append(
+                Sampler(py_spy, consumer.pid, keep / "fanout-client.txt", "client (16 subscribers)")
+            )
+        _wait(producer, "result")
+        producer.wait()
+        if w.backlog:
+            consumer = _driver("consume", running.bootstrap, to_json(consume))  # type: ignore[arg-type]
+            _wait(consumer, "ready")
+            samplers.append(Sampler(py_spy, hub_pid, keep / "catchup-hub.txt", "hub"))
+            samplers.append(
+                Sampler(py_spy, consumer.pid, keep / "catchup-client.txt", "client (consumer)")
+            )
+        result: dict[str, object] = {}
+        if consumer is not None:
+            result = _wait(consumer, "result")
+            consumer.wait()
+        sampled = [s.stop() for s in samplers]
+    finally:
+        running.stop()
+    if path == "publish":
+        messages = produce.messages
+    elif path == "topics":
+        messages = produce.total - produce.warmup
+    else:
+        messages = produce.total * max(1, w.subscribers)
+    text = [f"### {path}: workload {w.key}, {w.title}", ""]
+    if result:
+        text += [
+            f"Delivered {result.get('received')} at {result.get('delivered_per_s')} msg/s.",
+            "",
+        ]
+    for s in sampled:
+        text.append(report(s, messages))
+    return "\n".join(text)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(prog="python -m bench.peers.profile")
+    p.add_argument("paths", nargs="*", help=f"of {sorted(PATHS)} (default: all)")
+    p.add_argument("--keep", type=Path, help="keep py-spy's raw stacks in this directory")
+    args = p.parse_args()
+    unknown = [x for x in args.paths if x not in PATHS]
+    if unknown:
+        p.error(f"unknown paths {unknown}")
+    tools = fetch.fetch()
+    py_spy = tools.python_path / "bin" / "py-spy"
+    with tempfile.TemporaryDirectory(prefix="peers-profile-") as tmp:
+        keep = args.keep or Path(tmp)
+        keep.mkdir(parents=True, exist_ok=True)
+        for path in args.paths or list(PATHS):
+            print(profile_path(path, py_spy, keep), flush=True)
+
+
+if __name__ == "__main__":
+    main()

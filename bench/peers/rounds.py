@@ -1,0 +1,196 @@
+"""Rounds: every line runs every workload, the systems alternating round by round.
+
+In round ``r`` the lines take turns in an order rotated by ``r`` (so no system always runs
+first, on a cooler or warmer machine). Each turn starts the system fresh (one node), runs the
+single-node workloads one after another on fresh topics, and stops it; then the three-node
+workloads the same way. Every run is one JSON line in the results file, as it finishes, so a
+long run that is interrupted keeps what it measured.
+
+For each run: the consumer (if the workload has one, and it is not a backlog read) starts
+first and reports ``ready``; then the producer; the servers' CPU time is sampled when the
+producer reports ``measuring`` and when it reports its result. A backlog's consumer starts
+after the producer is done.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from bench.peers.measure import cpu_seconds
+from bench.peers.systems import Line, Running, start
+from bench.peers.workloads import Workload, to_json
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Driver:
+    """A driver process (``bench/peers/driver.py``) and the JSON events it prints."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], log: TextIO) -> None:
+        self.proc = subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            env=env,
+            cwd=ROOT,
+        )
+        self.events: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for raw in self.proc.stdout:
+            try:
+                self.events.put(json.loads(raw))
+            except json.JSONDecodeError:
+                continue
+        self.events.put(None)
+
+    def wait(self, event: str, timeout: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                got = self.events.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise TimeoutError(f"no {event!r} from the driver in {timeout}s") from None
+            if got is None:
+                raise RuntimeError(f"driver exited ({self.proc.wait()}) before {event!r}")
+            if got.get("event") == event:
+                return got
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
+@dataclass
+class Harness:
+    lines: list[Line]
+    workloads: list[Workload]
+    rounds: int
+    out: Path
+    classpath: str | None
+    kafka_python_path: str | None
+    log: TextIO
+
+    def driver(self, line: Line, role: str, running: Running, spec: dict[str, Any]) -> Driver:
+        env = dict(os.environ)
+        paths = [str(ROOT)]
+        if line.system == "kafka" and self.kafka_python_path:
+            paths.append(self.kafka_python_path)
+        env["PYTHONPATH"] = os.pathsep.join(paths)
+        argv = [
+            sys.executable,
+            "-m",
+            "bench.peers.driver",
+            line.system,
+            role,
+            ",".join(running.bootstrap),
+            json.dumps(spec),
+            json.dumps(line.producer_config),
+        ]
+        return Driver(argv, env, self.log)
+
+    def run_one(
+        self, line: Line, running: Running, workload: Workload, run_id: str
+    ) -> dict[str, Any]:
+        produce = workload.produce_spec(run_id)
+        consume = workload.consume_spec(run_id)
+        result: dict[str, Any] = {"workload": workload.key, "line": line.key}
+        consumer = None
+        producer = None
+        try:
+            if consume is not None and not workload.backlog:
+                consumer = self.driver(line, "consume", running, to_json(consume))
+                consumer.wait("ready", 120)
+            producer = self.driver(line, "produce", running, to_json(produce))
+            producer.wait("measuring", 300)
+            pids = running.server_pids
+            cpu0, t0 = sum(cpu_seconds(p) for p in pids), time.monotonic()
+            got = producer.wait("result", 600)
+            cpu1, t1 = sum(cpu_seconds(p) for p in pids), time.monotonic()
+            got.pop("event")
+            result["produce"] = got
+            result["server_cpu_pct"] = round(100 * (cpu1 - cpu0) / (t1 - t0), 1)
+            if consume is not None:
+                if consumer is None:
+                    consumer = self.driver(line, "consume", running, to_json(consume))
+                got = consumer.wait("result", consume.timeout_s + 120)
+                got.pop("event")
+                result["consume"] = got
+        except (TimeoutError, RuntimeError) as exc:
+            result["error"] = str(exc)
+        finally:
+            for d in (producer, consumer):
+                if d is not None:
+                    d.close()
+        return result
+
+    def turn(self, r: int, line: Line, nodes: int, workloads: list[Workload]) -> None:
+        print(f"round {r + 1}: {line.key}, {nodes} node(s)", file=sys.stderr, flush=True)
+        try:
+            running = start(line, nodes, self.classpath)
+        except (OSError, RuntimeError, subprocess.CalledProcessError) as exc:
+            for w in workloads:
+                self._record({"workload": w.key, "line": line.key, "error": f"start: {exc}"}, r)
+            return
+        try:
+            for w in workloads:
+                run_id = f"{r}{line.key[:1]}{w.key}{int(time.time() * 1000) % 10**8}"
+                load = os.getloadavg()[0]
+                result = self.run_one(line, running, w, run_id)
+                result.update(nodes=nodes, load_before=round(load, 2))
+                self._record(result, r)
+                time.sleep(1.0)
+        finally:
+            running.stop()
+
+    def _record(self, result: dict[str, Any], r: int) -> None:
+        """One JSON line per run, with the round, the time and the machine's load average
+        (1 minute) before the run, which says how quiet the machine was."""
+        result.update(round=r, time=time.time())
+        with self.out.open("a") as f:
+            f.write(json.dumps(result) + "\n")
+        print(f"  {_summary(result)}", file=sys.stderr, flush=True)
+
+    def run(self) -> None:
+        by_nodes: dict[int, list[Workload]] = {}
+        for w in self.workloads:
+            by_nodes.setdefault(w.nodes, []).append(w)
+        for r in range(self.rounds):
+            k = r % len(self.lines)
+            order = self.lines[k:] + self.lines[:k]
+            for nodes in sorted(by_nodes):
+                for line in order:
+                    self.turn(r, line, nodes, by_nodes[nodes])
+
+
+def _summary(result: dict[str, Any]) -> str:
+    parts = [f"workload {result['workload']} {result['line']}"]
+    p = result.get("produce", {})
+    if "msgs_per_s" in p:
+        parts.append(f"{p['msgs_per_s']:,} msg/s")
+    if "publish" in p and "p99_ms" in p["publish"]:
+        parts.append(f"publish p99 {p['publish']['p99_ms']} ms")
+    c = result.get("consume", {})
+    if c:
+        parts.append(f"delivered {c['received']:,}/{c['expected']:,} {c['delivered_per_s']:,}/s")
+        if c["e2e"].get("p99_ms") is not None:
+            parts.append(f"e2e p99 {c['e2e']['p99_ms']} ms")
+    if "server_cpu_pct" in result:
+        parts.append(f"server CPU {result['server_cpu_pct']} %")
+    if "error" in result:
+        parts.append(f"ERROR {result['error']}")
+    return ", ".join(parts)

@@ -1,0 +1,114 @@
+"""The lines of the table: each a system in one configuration, started on loopback.
+
+- ``hedwig``: ZooKeeper and hub processes (``DevCluster``), fsync before every acknowledgement
+  (group commit), 1/1/1 on one hub and 3/3/2 on three.
+- ``kafka-durable``: Kafka with the same durability: ``log.flush.interval.messages=1`` on the
+  brokers; the producer with ``acks=all`` and ``enable.idempotence=true``.
+- ``kafka-default``: Kafka as shipped, the reference line: no flush (the OS writes pages back
+  when it likes), the producer with librdkafka's defaults (``acks=all``, no idempotence,
+  ``linger.ms=5``).
+
+Every system's data directory is a fresh temporary directory on the same file system.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from bench.peers.kafka_server import KafkaCluster
+from hedwig.devcluster.cluster import DevCluster
+
+
+@dataclass(frozen=True)
+class Line:
+    key: str
+    label: str
+    system: str
+    durable: bool = True
+    producer_config: dict[str, Any] = field(default_factory=dict)
+
+
+LINES: list[Line] = [
+    Line("hedwig", "Hedwig (fsync before ack)", "hedwig"),
+    Line(
+        "kafka-durable",
+        "Kafka, flush per append, acks=all, idempotent",
+        "kafka",
+        durable=True,
+        producer_config={"acks": "all", "enable.idempotence": True},
+    ),
+    Line("kafka-default", "Kafka default (no flush)", "kafka", durable=False),
+]
+
+
+def lines_by_key(keys: list[str] | None) -> list[Line]:
+    if not keys:
+        return list(LINES)
+    known = {line.key: line for line in LINES}
+    unknown = [k for k in keys if k not in known]
+    if unknown:
+        raise SystemExit(f"unknown systems {unknown}; known: {sorted(known)}")
+    return [known[k] for k in keys]
+
+
+class Running(Protocol):
+    """A started system: where clients connect, which processes serve, and how to stop."""
+
+    @property
+    def bootstrap(self) -> list[str]: ...
+
+    @property
+    def server_pids(self) -> list[int]: ...
+
+    def stop(self) -> None: ...
+
+
+class RunningHedwig:
+    def __init__(self, nodes: int) -> None:
+        self._tmp = tempfile.TemporaryDirectory(prefix="peers-hedwig-")
+        self.cluster = DevCluster(hubs=nodes, region="peers", base_dir=self._tmp.name).start()
+
+    @property
+    def bootstrap(self) -> list[str]:
+        return self.cluster.addresses
+
+    @property
+    def server_pids(self) -> list[int]:
+        """The hubs (ZooKeeper, Hedwig's metadata store, is not counted: Kafka's controller
+        runs inside its broker process, but ZooKeeper is idle while topics are served)."""
+        return [h.proc.pid for h in self.cluster.hub_procs if h.proc is not None]
+
+    def stop(self) -> None:
+        self.cluster.stop()
+        self._tmp.cleanup()
+
+
+class RunningKafka:
+    def __init__(self, classpath: str, nodes: int, durable: bool) -> None:
+        self._tmp = tempfile.TemporaryDirectory(prefix="peers-kafka-")
+        self.cluster = KafkaCluster(
+            classpath, Path(self._tmp.name), nodes=nodes, durable=durable
+        ).start()
+
+    @property
+    def bootstrap(self) -> list[str]:
+        return self.cluster.bootstrap
+
+    @property
+    def server_pids(self) -> list[int]:
+        return self.cluster.pids
+
+    def stop(self) -> None:
+        self.cluster.stop()
+        self._tmp.cleanup()
+
+
+def start(line: Line, nodes: int, classpath: str | None) -> Running:
+    if line.system == "hedwig":
+        return RunningHedwig(nodes)
+    if classpath is None:
+        raise SystemExit("Kafka is not fetched: run `make bench-peers` (bench/peers/fetch.py)")
+    return RunningKafka(classpath, nodes, line.durable)

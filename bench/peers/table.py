@@ -1,0 +1,204 @@
+"""The table: medians and spread of every figure, per line, from a results file.
+
+Each row is one figure of one workload; each cell the median over the rounds with the lowest
+and highest value beside it; the last columns give Hedwig's median as a ratio of the durable
+Kafka line's and the issue's target for that ratio where there is one. A run that failed or
+whose consumer did not receive everything is left out of that figure (the cell says how many
+runs it rests on when that is fewer than the rounds).
+
+``write_docs`` replaces what stands between the two markers in ``docs/benchmarks.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.peers.systems import LINES
+from bench.peers.workloads import WORKLOADS
+
+BEGIN = "<!-- peers:begin (written by `python -m bench.peers`) -->"
+END = "<!-- peers:end -->"
+
+Get = Callable[[dict[str, Any]], float | None]
+
+
+def _path(*keys: str, needs_complete: bool = False) -> Get:
+    def get(result: dict[str, Any]) -> float | None:
+        if "error" in result:
+            return None
+        if needs_complete and not result.get("consume", {}).get("complete"):
+            return None
+        node: Any = result
+        for k in keys:
+            if not isinstance(node, dict) or k not in node:
+                return None
+            node = node[k]
+        return float(node) if isinstance(node, int | float) else None
+
+    return get
+
+
+@dataclass(frozen=True)
+class Row:
+    workload: str
+    figure: str
+    get: Get
+    throughput: bool  # higher is better (else a latency or a cost: lower is better)
+    target: str = ""
+
+
+def _latency_rows(w: str, targets: bool) -> list[Row]:
+    rows = []
+    for kind, label in (("publish", "publish"), ("e2e", "publish-to-delivery")):
+        for q, name in (
+            ("p50_ms", "p50"),
+            ("p99_ms", "p99"),
+            ("p999_ms", "p99.9"),
+            ("max_ms", "max"),
+        ):
+            get = (
+                _path("produce", "publish", q)
+                if kind == "publish"
+                else _path("consume", "e2e", q, needs_complete=True)
+            )
+            target = "≤ 1.0" if targets and name == "p99" else ""
+            rows.append(Row(w, f"{label} {name}, ms", get, False, target))
+    return rows
+
+
+ROWS: list[Row] = [
+    Row("1", "acknowledged msg/s", _path("produce", "msgs_per_s"), True, "≥ 1.0"),
+    Row(
+        "1", "publish p99 at saturation (sampled), ms", _path("produce", "publish", "p99_ms"), False
+    ),
+    Row("1", "producer CPU, µs per message", _path("produce", "client_cpu_us_per_msg"), False),
+    Row("1", "server CPU, % of one core", _path("server_cpu_pct"), False),
+    *_latency_rows("2a", True),
+    *_latency_rows("2b", True),
+    *_latency_rows("3", True),
+    Row("3", "server CPU, % of one core", _path("server_cpu_pct"), False),
+    Row("4", "acknowledged msg/s", _path("produce", "msgs_per_s"), True, "≥ 1.0"),
+    Row(
+        "4", "publish p99 at saturation (sampled), ms", _path("produce", "publish", "p99_ms"), False
+    ),
+    Row(
+        "5",
+        "catch-up, delivered msg/s",
+        _path("consume", "delivered_per_s", needs_complete=True),
+        True,
+        "≥ 1.0",
+    ),
+    Row(
+        "5",
+        "consumer CPU, µs per message",
+        _path("consume", "client_cpu_us_per_msg", needs_complete=True),
+        False,
+    ),
+    Row(
+        "6",
+        "delivered msg/s, all 16 subscribers",
+        _path("consume", "delivered_per_s", needs_complete=True),
+        True,
+        "≥ 1.0",
+    ),
+    Row(
+        "6",
+        "consumer CPU, µs per delivered message",
+        _path("consume", "client_cpu_us_per_msg", needs_complete=True),
+        False,
+    ),
+]
+
+
+def load(paths: list[Path]) -> list[dict[str, Any]]:
+    """The runs of every file, rounds numbered on from one file to the next."""
+    out: list[dict[str, Any]] = []
+    for path in paths:
+        offset = max((r["round"] for r in out), default=-1) + 1
+        for line in path.read_text().splitlines():
+            if line.strip():
+                result = json.loads(line)
+                result["round"] += offset
+                out.append(result)
+    return out
+
+
+def _fmt(v: float, throughput: bool) -> str:
+    if throughput and v >= 10_000:
+        return f"{v / 1000:,.0f}k"
+    if v >= 100:
+        return f"{v:,.0f}"
+    if v >= 10:
+        return f"{v:.1f}"
+    return f"{v:.2f}"
+
+
+def _cell(values: list[float], throughput: bool, rounds: int) -> str:
+    if not values:
+        return "-"
+    med = statistics.median(values)
+    text = _fmt(med, throughput)
+    if len(values) > 1:
+        text += f" ({_fmt(min(values), throughput)}-{_fmt(max(values), throughput)})"
+    if len(values) < rounds:
+        text += f" [{len(values)} runs]"
+    return text
+
+
+def render(paths: list[Path], note: str = "") -> str:
+    results = load(paths)
+    lines = [ln for ln in LINES if any(r["line"] == ln.key for r in results)]
+    rounds = max((r["round"] for r in results), default=0) + 1
+    titles = {w.key: w.title for w in WORKLOADS}
+    head = ["workload", "figure", *(ln.label for ln in lines)]
+    compare = any(ln.key == "hedwig" for ln in lines) and any(
+        ln.key == "kafka-durable" for ln in lines
+    )
+    if compare:
+        head += ["Hedwig ÷ Kafka durable", "target"]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in ROWS:
+        per_line = {
+            ln.key: [
+                v
+                for r in results
+                if r["workload"] == row.workload and r["line"] == ln.key
+                for v in [row.get(r)]
+                if v is not None
+            ]
+            for ln in lines
+        }
+        if not any(per_line.values()):
+            continue
+        cells = [f"{row.workload}: {titles[row.workload]}", row.figure]
+        cells += [_cell(per_line[ln.key], row.throughput, rounds) for ln in lines]
+        if compare:
+            h, k = per_line["hedwig"], per_line["kafka-durable"]
+            ratio = (
+                statistics.median(h) / statistics.median(k)
+                if h and k and statistics.median(k)
+                else None
+            )
+            cells.append(f"{ratio:.2f}" if ratio is not None else "-")
+            cells.append(row.target)
+        out.append("| " + " | ".join(cells) + " |")
+    names = ", ".join(f"`{p.name}`" for p in paths)
+    footer = f"\nMedian (lowest-highest) of {rounds} rounds; results {names}."
+    if note:
+        footer += f" {note}"
+    return "\n".join(out) + "\n" + footer + "\n"
+
+
+def write_docs(docs: Path, table: str) -> None:
+    text = docs.read_text()
+    if BEGIN in text and END in text:
+        before, rest = text.split(BEGIN, 1)
+        _, after = rest.split(END, 1)
+        docs.write_text(f"{before}{BEGIN}\n{table}{END}{after}")
+    else:
+        docs.write_text(f"{text.rstrip()}\n\n## Side by side with Kafka\n\n{BEGIN}\n{table}{END}\n")
