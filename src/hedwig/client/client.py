@@ -25,7 +25,7 @@ from hedwig.client.subscriber import Subscriber
 from hedwig.clock import Clock, SystemClock
 from hedwig.errors import HedwigError, MessageTooLargeError, UsageError
 from hedwig.net.connection import CONNECT_TIMEOUT_S, HubConnection
-from hedwig.net.transport import TCP, Network
+from hedwig.net.transport import TCP, Network, TcpNetwork
 from hedwig.protocol import (
     Deliver,
     EncodedMessage,
@@ -46,6 +46,7 @@ from hedwig.protocol import (
 )
 from hedwig.protocol.messages import NO_HEADERS, NO_KEY_BYTES
 from hedwig.protocol.wire import U32 as _U32
+from hedwig.security.credentials import ClientSecurity
 
 
 class HedwigClient:
@@ -70,7 +71,11 @@ class HedwigClient:
         request_timeout_s: float = 30.0,
         connect_timeout_s: float = CONNECT_TIMEOUT_S,
         clock: Clock | None = None,
-        network: Network = TCP,
+        network: Network | None = None,
+        # TLS and credentials (``ClientSecurity.from_env()`` reads HEDWIG_* variables and finds
+        # a pod's projected token). None: plaintext and anonymous, which only a hub with
+        # security off accepts.
+        security: ClientSecurity | None = None,
     ) -> None:
         given = [hubs] if isinstance(hubs, str) else list(hubs)
         addresses = [a.strip() for h in given for a in h.split(",") if a.strip()]
@@ -85,6 +90,9 @@ class HedwigClient:
         self.max_message_size = max_message_size
         self.retry = retry or RetryPolicy()
         self.clock = clock or SystemClock()
+        self.security = security or ClientSecurity()
+        if network is None:
+            network = TcpNetwork(client_tls=self.security.tls) if self.security.tls else TCP
         self.router = Router(
             addresses,
             retry=self.retry,
@@ -94,6 +102,7 @@ class HedwigClient:
             network=network,
             on_event=self._on_event,
             on_close=self._on_close,
+            credentials=self.security.credentials,
         )
         self._publishers: dict[str, TopicPublisher] = {}
         self._subscribers: dict[tuple[str, str], Subscriber] = {}

@@ -27,6 +27,7 @@ from hedwig.errors import (
 from hedwig.net.connection import HubConnection
 from hedwig.net.transport import Network
 from hedwig.protocol import Event, Reply, Request, TopicMoved
+from hedwig.security.credentials import Credentials
 
 # Redirects followed for one attempt before backing off (a topic whose owner keeps changing).
 MAX_REDIRECTS = 3
@@ -51,7 +52,10 @@ class Router:
         network: Network,
         on_event: Callable[[HubConnection, Event], None],
         on_close: Callable[[HubConnection], None],
+        credentials: Credentials | None = None,
     ) -> None:
+        # Each new connection authenticates with these (None: a certificate, or anonymous).
+        self.credentials = credentials
         self.hubs = list(hubs)
         self.retry = retry
         self.request_timeout_s = request_timeout_s
@@ -84,6 +88,7 @@ class Router:
                 self._event,
                 self._closed,
                 network=self.network,
+                credentials=self.credentials,
                 clock=self.clock,
                 timeout=self.connect_timeout_s,
             )

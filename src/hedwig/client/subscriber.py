@@ -25,12 +25,14 @@ from hedwig.client.retry import Backoff
 from hedwig.client.routing import Router
 from hedwig.errors import (
     DeadlineExceededError,
+    ForbiddenError,
     HedwigError,
     SubscriptionBusyError,
     UsageError,
 )
 from hedwig.net.connection import HubConnection
 from hedwig.protocol import (
+    CloseReason,
     CloseSubscription,
     Consume,
     Deliver,
@@ -141,10 +143,14 @@ class Subscriber:
         if event.code.resubscribe:
             self._lost(f"closed by hub: {event.reason}")
             return
-        # Someone else took the subscription over, or deleted it, on purpose: stop.
+        # Someone else took the subscription over, or deleted it, on purpose, or the
+        # permission to subscribe was revoked: stop.
         self._conn = None
         if not self._closed:
-            self.error = SubscriptionBusyError(f"closed by hub: {event.reason}")
+            if event.code is CloseReason.ACCESS_REVOKED:
+                self.error = ForbiddenError(f"closed by hub: {event.reason}", topic=self.topic)
+            else:
+                self.error = SubscriptionBusyError(f"closed by hub: {event.reason}")
             self._queue.put_nowait(self.error)
 
     def _take(self, event: Deliver) -> None:

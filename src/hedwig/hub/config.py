@@ -63,6 +63,36 @@ class HubConfig:
     rebalance: RebalanceConfig = field(default_factory=RebalanceConfig)
     # Messages pushed to a subscriber per DELIVER frame at most (bounded by the window too).
     delivery_batch_messages: int = 1000
+    # Security (docs/security.md). Everything is off for a bare hub (tests, `hedwig dev up`):
+    # plaintext, anonymous, and the storage role on the client port. The chart, the operator
+    # and `hedwig dev up --secure` turn it on.
+    # TLS on the client listener: this hub's certificate and key (PEM files, reloaded when
+    # they change), and the CA that client certificates must come from (client certificates
+    # are then accepted as identities).
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_client_ca: str | None = None
+    # The internal listener: hub-to-hub requests (the storage role, claims) are served there
+    # only, to peers with a certificate from the region's hub CA (mutual TLS with
+    # internal_cert/internal_key, which this hub also presents to its peers). Required when
+    # authentication is on.
+    internal_listen: str | None = None
+    internal_advertise: str | None = None
+    internal_ca: str | None = None
+    internal_cert: str | None = None
+    internal_key: str | None = None
+    # Every connection must prove an identity (a client certificate, or a token from one of
+    # token_issuers); and with authorize, every request needs an ACL allowing it (default
+    # deny). super_users (comma-separated principals: the operator's) may do everything.
+    authenticate: bool = False
+    authorize: bool = False
+    super_users: str = ""
+    # Trusted token issuers: a JSON list of objects with hedwig.security.tokens.TokenIssuer's
+    # fields (issuer, audience(s), discovery_url or jwks_url, ca_file, bearer_token_file), or
+    # @FILE holding one.
+    token_issuers: str = ""
+    # Certificates and keys are checked for rotation this often.
+    cert_reload_interval_s: float = 30.0
 
     def __post_init__(self) -> None:
         self.replication_config  # noqa: B018 - validates the E/Qw/Qa string
@@ -73,6 +103,31 @@ class HubConfig:
         host, _, port = self.listen.rpartition(":")
         if not host or not port.isdigit():
             raise UsageError(f"listen must be HOST:PORT, got {self.listen!r}")
+        self._check_security()
+
+    def _check_security(self) -> None:
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise UsageError("TLS needs both tls_cert and tls_key")
+        internal_tls = (self.internal_ca, self.internal_cert, self.internal_key)
+        if any(internal_tls) and not all(internal_tls):
+            raise UsageError("the internal listener's TLS needs internal_ca, _cert and _key")
+        if any(internal_tls) and not self.internal_listen:
+            raise UsageError("internal_ca/_cert/_key are for the internal listener: set it")
+        if self.authorize and not self.authenticate:
+            raise UsageError("authorization needs authentication (authenticate = true)")
+        if self.authenticate and not self.internal_listen:
+            raise UsageError(
+                "with authentication on, hub-to-hub requests need the internal listener "
+                "(internal_listen, with internal_ca/_cert/_key)"
+            )
+        if self.authenticate and not (self.tls_client_ca or self.token_issuers.strip()):
+            raise UsageError(
+                "authentication needs a way to authenticate: tls_client_ca, token_issuers, or both"
+            )
+
+    @property
+    def super_user_set(self) -> frozenset[str]:
+        return frozenset(u.strip() for u in self.super_users.split(",") if u.strip())
 
     @property
     def replication_config(self) -> ReplicationConfig:

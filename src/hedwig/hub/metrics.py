@@ -80,6 +80,12 @@ class HubMetrics:
             registry=r,
         )
         self.redirects = Counter("hedwig_redirects", "Requests redirected", registry=r)
+        self.auth_denied = Counter(
+            "hedwig_auth_denied",
+            "Requests refused by authentication or authorization, by operation and reason",
+            ["op", "reason"],
+            registry=r,
+        )
         self.zk_session = Gauge(
             "hedwig_zk_session_state",
             "ZooKeeper session state (1 for the current state)",
@@ -154,6 +160,9 @@ class HubMetrics:
 
     def redirected(self, topic: str) -> None:
         self.redirects.inc()
+
+    def denied(self, op: str, reason: str) -> None:
+        self.auth_denied.labels(op, reason).inc()
 
     def answered(self, op: str, status: str) -> None:
         self.requests.labels(op, status).inc()

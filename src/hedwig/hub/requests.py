@@ -22,8 +22,10 @@ from hedwig.errors import (
     NoSuchSubscriptionError,
     NotResponsibleError,
 )
+from hedwig.hub.access import AccessControl
 from hedwig.hub.events import HubEvents
 from hedwig.hub.ownership import TopicOwnership
+from hedwig.hub.peers import PeerDirectory
 from hedwig.hub.server import ClientConnection
 from hedwig.hub.topic import OwnedTopic, TopicState
 from hedwig.ledger.storage import LocalStorage
@@ -73,8 +75,14 @@ class HubRequests:
         events: HubEvents,
         network: Network,
         clock: Clock,
+        access: AccessControl | None = None,
+        peers: PeerDirectory | None = None,
     ) -> None:
         self.ownership = ownership
+        # Authorization's create check (None: authorization off); other hubs' internal
+        # listeners, for claim requests (None: no internal listeners).
+        self.access = access
+        self.peers = peers
         self.storage = storage
         self.store = store
         self.events = events
@@ -114,6 +122,11 @@ class HubRequests:
     # topics -------------------------------------------------------------------------------
 
     async def _acquire(self, conn: ClientConnection, topic: str, redirected: bool) -> OwnedTopic:
+        if self.access is not None and topic not in self.ownership.topics:
+            # A topic this hub does not serve may not exist yet: this request would create it.
+            await self.access.check_create(
+                conn, topic, lambda: self.store.topics.topic_exists(topic)
+            )
         owned = await self.ownership.acquire(topic, redirected=redirected)
         conn.topics.add(topic)
         return owned
@@ -197,8 +210,12 @@ class HubRequests:
 
     async def _ask_to_claim(self, destination: str, topic: str) -> None:
         try:
+            # Hub to hub: the destination's internal listener when hubs have one.
+            target = destination
+            if self.peers is not None:
+                target = await self.peers.internal_address(destination)
             conn = await HubConnection.open(
-                destination,
+                target,
                 network=self.network,
                 clock=self.clock,
                 timeout=CLAIM_CONNECT_TIMEOUT_S,

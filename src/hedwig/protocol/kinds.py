@@ -42,6 +42,9 @@ class CloseReason(IntEnum):
     DELIVERY_FAILED = 2
     # The hub found it no longer owns the topic (another hub wrote the consume mark).
     OWNER_CHANGED = 3
+    # The connection's principal lost the permission to subscribe to the topic (an ACL was
+    # removed, or its credentials expired): the client stops with FORBIDDEN.
+    ACCESS_REVOKED = 4
 
     @property
     def resubscribe(self) -> bool:

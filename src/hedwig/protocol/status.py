@@ -19,11 +19,14 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 from hedwig.errors import (
+    AuthenticationError,
     BadVersionError,
     ConnectionLostError,
     DeadlineExceededError,
+    ForbiddenError,
     HedwigError,
     InternalError,
+    InternalOnlyError,
     InvalidRequestError,
     InvalidTopicError,
     LedgerError,
@@ -64,6 +67,9 @@ class Status(IntEnum):
     LEDGER_FENCED = 14
     NO_SUCH_ENTRY = 15
     OUT_OF_ORDER = 16
+    UNAUTHENTICATED = 21
+    FORBIDDEN = 22
+    INTERNAL_ONLY = 23
 
     @property
     def label(self) -> str:
@@ -101,6 +107,9 @@ _TABLE: tuple[_Row, ...] = (
     _Row(BadVersionError, Status.BAD_VERSION),
     _Row(LedgerFencedError, Status.LEDGER_FENCED),
     _Row(NoSuchEntryError, Status.NO_SUCH_ENTRY),
+    _Row(AuthenticationError, Status.UNAUTHENTICATED),
+    _Row(InternalOnlyError, Status.INTERNAL_ONLY),
+    _Row(ForbiddenError, Status.FORBIDDEN),
     # Conditions with no status of their own, answered with what the client should do:
     # a batch whose count lies is refused; an unreachable metadata store, storage replicas
     # short of a quorum, a lost or slow connection to another hub all pass: try again later.
