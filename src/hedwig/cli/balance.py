@@ -8,11 +8,18 @@ import json
 import sys
 from dataclasses import asdict, replace
 
-from hedwig.cli.common import add_hub_options, alive_hubs, resolve_hubs
+from hedwig.cli.common import (
+    add_hub_options,
+    add_security_options,
+    alive_hubs,
+    client_security,
+    resolve_hubs,
+)
 from hedwig.client import HedwigClient
 from hedwig.errors import HedwigError
 from hedwig.metadata import open_store
 from hedwig.placement.rebalance import Move, RebalanceConfig, Rebalancer
+from hedwig.security import ClientSecurity
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -29,6 +36,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--margin", type=float, default=0.2, help="overload margin over the mean")
     p.add_argument("--max-moves", type=int, default=10)
     p.add_argument("--min-topic-rate", type=float, default=1.0)
+    add_security_options(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run_rebalance)
 
@@ -38,7 +46,7 @@ def run_move(args: argparse.Namespace) -> int:
         hubs = resolve_hubs(args)
 
         async def go() -> None:
-            async with HedwigClient(hubs) as client:
+            async with HedwigClient(hubs, security=client_security(args)) as client:
                 await client.move_topic(args.topic, args.to, reason="moved by hand")
 
         asyncio.run(go())
@@ -50,7 +58,12 @@ def run_move(args: argparse.Namespace) -> int:
 
 
 async def plan_and_apply(
-    zk: str, region: str, config: RebalanceConfig, *, dry_run: bool
+    zk: str,
+    region: str,
+    config: RebalanceConfig,
+    *,
+    dry_run: bool,
+    security: ClientSecurity | None = None,
 ) -> list[Move]:
     store = open_store(zk, region=region)
     await store.start()
@@ -61,7 +74,7 @@ async def plan_and_apply(
     # A one-off run has no history to confirm with: it acts on what the reports show now.
     moves = Rebalancer(replace(config, confirmations=1)).plan(hubs)
     if not dry_run and moves:
-        async with HedwigClient(await alive_hubs(zk, region)) as client:
+        async with HedwigClient(await alive_hubs(zk, region), security=security) as client:
             for m in moves:
                 await client.move_topic(m.topic, m.destination, reason=m.reason)
     return moves
@@ -75,7 +88,15 @@ def run_rebalance(args: argparse.Namespace) -> int:
         confirmations=1,
     )
     try:
-        moves = asyncio.run(plan_and_apply(args.zk, args.region, config, dry_run=args.dry_run))
+        moves = asyncio.run(
+            plan_and_apply(
+                args.zk,
+                args.region,
+                config,
+                dry_run=args.dry_run,
+                security=client_security(args),
+            )
+        )
     except HedwigError as exc:
         print(f"hedwig rebalance: {exc}", file=sys.stderr)
         return 1

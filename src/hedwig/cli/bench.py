@@ -20,7 +20,7 @@ import time
 from collections import deque
 from typing import Any
 
-from hedwig.cli.common import add_hub_options, resolve_hubs
+from hedwig.cli.common import add_hub_options, client_security, resolve_hubs
 from hedwig.client import HedwigClient, PublishResult
 from hedwig.devcluster.cluster import DevCluster
 from hedwig.errors import HedwigError
@@ -137,7 +137,10 @@ async def _bench(hubs: list[str], args: argparse.Namespace) -> dict[str, Any]:
     topic = args.topic or f"bench-{int(time.time() * 1000)}"
     result: dict[str, Any] = {"topic": topic, "size": args.size, "hubs": hubs}
     async with HedwigClient(
-        hubs, max_inflight_batches=args.inflight, max_batch_messages=args.batch
+        hubs,
+        max_inflight_batches=args.inflight,
+        max_batch_messages=args.batch,
+        security=client_security(args),
     ) as client:
         sub_task = None
         received = 0

@@ -19,6 +19,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     up.add_argument("--region", default="dev")
     up.add_argument("--data-dir", default=None, help="keep data here (default: temporary)")
     up.add_argument("--zk-session-timeout", type=float, default=6.0)
+    up.add_argument(
+        "--secure",
+        action="store_true",
+        help="TLS, authentication and ACLs with a throwaway CA and credentials (printed)",
+    )
     up.set_defaults(func=run_up)
 
 
@@ -31,6 +36,7 @@ def run_up(args: argparse.Namespace) -> int:
         region=args.region,
         base_dir=args.data_dir,
         session_timeout_s=args.zk_session_timeout,
+        secure=args.secure,
     )
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -41,6 +47,14 @@ def run_up(args: argparse.Namespace) -> int:
         print(f"hedwig dev up: {exc}", file=sys.stderr)
         return 1
     try:
+        if cluster.security is not None:
+            d = cluster.security.directory
+            print(
+                f"SECURE credentials in {d}: '. {d}/env' makes hedwig commands act as the "
+                f"super-user admin ({d}/admin.crt); {d}/alice.crt has no ACLs until "
+                "'hedwig acl add'",
+                flush=True,
+            )
         print(f"READY hubs={','.join(cluster.addresses)} zk={cluster.zk}", flush=True)
         while not done.wait(0.5):
             for h in cluster.hub_procs:

@@ -12,7 +12,7 @@ import logging
 import sys
 
 from hedwig import __version__
-from hedwig.cli import admin, balance, bench, demo, dev, ledgers, pubsub, servers, sim
+from hedwig.cli import acl, admin, balance, bench, demo, dev, ledgers, pubsub, servers, sim
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.register(sub)
     balance.register(sub)
     ledgers.register(sub)
+    acl.register(sub)
     return parser
 
 

@@ -7,10 +7,11 @@ import asyncio
 import sys
 import threading
 
-from hedwig.cli.common import add_hub_options, resolve_hubs
+from hedwig.cli.common import add_hub_options, client_security, resolve_hubs
 from hedwig.client import HedwigClient, PublishResult, SubscribeMode
 from hedwig.client.retry import RetryPolicy
 from hedwig.errors import DeadlineExceededError, HedwigError
+from hedwig.security import ClientSecurity
 
 MODES = {
     "create": SubscribeMode.CREATE,
@@ -54,10 +55,10 @@ def run_pub(args: argparse.Namespace) -> int:
     except HedwigError as exc:
         print(f"hedwig pub: {exc}", file=sys.stderr)
         return 2
-    return asyncio.run(_pub(hubs, args.topic, args.retry_deadline))
+    return asyncio.run(_pub(hubs, args.topic, args.retry_deadline, client_security(args)))
 
 
-async def _pub(hubs: list[str], topic: str, deadline: float) -> int:
+async def _pub(hubs: list[str], topic: str, deadline: float, security: ClientSecurity) -> int:
     loop = asyncio.get_running_loop()
     lines: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=10_000)
 
@@ -69,7 +70,9 @@ async def _pub(hubs: list[str], topic: str, deadline: float) -> int:
     threading.Thread(target=reader, daemon=True).start()
     pending: asyncio.Queue[tuple[bytes, asyncio.Future[PublishResult]] | None] = asyncio.Queue()
     failed = 0
-    async with HedwigClient(hubs, retry=RetryPolicy(deadline_s=deadline)) as client:
+    async with HedwigClient(
+        hubs, retry=RetryPolicy(deadline_s=deadline), security=security
+    ) as client:
 
         async def printer() -> None:
             nonlocal failed
@@ -115,7 +118,7 @@ def run_sub(args: argparse.Namespace) -> int:
 
 async def _sub(hubs: list[str], args: argparse.Namespace) -> int:
     received = 0
-    async with HedwigClient(hubs) as client:
+    async with HedwigClient(hubs, security=client_security(args)) as client:
         sub = await client.subscribe(
             args.topic, args.subscriber, mode=MODES[args.mode], message_window=args.window
         )

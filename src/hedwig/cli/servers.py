@@ -33,6 +33,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--metrics-port", type=int, default=9100)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--timeout", type=float, default=60.0)
+    p.add_argument(
+        "--token-file", help="a cluster admin's token (needed unless the hub is on this machine)"
+    )
     p.set_defaults(func=run_drain)
 
     p = sub.add_parser(
@@ -84,14 +87,60 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--replication",
         help="region default ENSEMBLE/WRITE_QUORUM/ACK_QUORUM (default 3/3/2; 1/1/1 for one hub)",
     )
+    g = p.add_argument_group("security (docs/security.md; all off by default)")
+    g.add_argument("--tls-cert", help="this hub's certificate (PEM) for the client listener")
+    g.add_argument("--tls-key", help="its private key (PEM)")
+    g.add_argument("--tls-client-ca", help="CA of client certificates (accepted as identities)")
+    g.add_argument("--internal-listen", help="HOST:PORT of the hub-to-hub listener")
+    g.add_argument("--internal-advertise", help="address other hubs reach it at")
+    g.add_argument("--internal-ca", help="the region's hub CA (peers must be signed by it)")
+    g.add_argument("--internal-cert", help="this hub's certificate from the hub CA")
+    g.add_argument("--internal-key", help="its private key")
+    g.add_argument(
+        "--authenticate",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="every connection must prove an identity",
+    )
+    g.add_argument(
+        "--authorize",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="every request needs an ACL allowing it (default deny)",
+    )
+    g.add_argument("--super-users", help="comma-separated principals allowed everything")
+    g.add_argument(
+        "--token-issuers", help="trusted token issuers: a JSON list, or @FILE holding one"
+    )
     p.set_defaults(func=run_hub)
+
+
+SECURITY_FLAGS = (
+    "tls_cert",
+    "tls_key",
+    "tls_client_ca",
+    "internal_listen",
+    "internal_advertise",
+    "internal_ca",
+    "internal_cert",
+    "internal_key",
+    "authenticate",
+    "authorize",
+    "super_users",
+    "token_issuers",
+)
 
 
 def run_drain(args: argparse.Namespace) -> int:
     url = f"http://{args.host}:{args.metrics_port}/drain"
+    headers = {}
+    if args.token_file:
+        # From another machine a hub drains only for a cluster admin's token.
+        with open(args.token_file) as f:
+            headers["Authorization"] = f"Bearer {f.read().strip()}"
     try:
         with urllib.request.urlopen(
-            urllib.request.Request(url, method="POST"), timeout=args.timeout
+            urllib.request.Request(url, method="POST", headers=headers), timeout=args.timeout
         ) as r:
             print(r.read().decode().strip())
     except OSError as exc:
@@ -139,6 +188,7 @@ def run_hub(args: argparse.Namespace) -> int:
             balance_interval_s=args.balance_interval_s,
             audit_interval_s=args.audit_interval_s,
             load_report_interval_s=args.load_report_interval_s,
+            **{name: getattr(args, name) for name in SECURITY_FLAGS},
         )
     except HedwigError as exc:
         print(f"hedwig hub: {exc}", file=sys.stderr)

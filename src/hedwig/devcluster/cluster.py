@@ -18,6 +18,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hedwig.devcluster.security import DevSecurity
 from hedwig.devcluster.zookeeper import ZooKeeperServer, free_port
 from hedwig.errors import HedwigError
 
@@ -32,6 +33,8 @@ class HubProcess:
     session_timeout_s: float = 6.0
     extra_args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
+    # The internal (hub-to-hub) listener's port; 0: none (security off).
+    internal_port: int = 0
     proc: subprocess.Popen[bytes] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
@@ -69,6 +72,11 @@ class HubProcess:
             str(self.metrics_port),
             "--zk-session-timeout",
             str(self.session_timeout_s),
+            *(
+                ["--internal-listen", f"127.0.0.1:{self.internal_port}"]
+                if self.internal_port
+                else []
+            ),
             *self.extra_args,
         ]
         log = open(self.log_path, "ab")  # noqa: SIM115
@@ -155,6 +163,10 @@ class DevCluster:
     # hub holds every entry (1/1/1 for one hub, 2/2/2 for two).
     replication: str | None = None
     hub_args: list[str] = field(default_factory=list)
+    # TLS, authentication, ACLs, an internal listener per hub and protected znodes, with
+    # throwaway credentials under BASE/security (``DevSecurity``).
+    secure: bool = False
+    security: DevSecurity | None = field(default=None, init=False)
     zk_server: ZooKeeperServer | None = field(default=None, init=False)
     hub_procs: list[HubProcess] = field(default_factory=list, init=False)
     _tmp: tempfile.TemporaryDirectory[str] | None = field(default=None, init=False)
@@ -179,6 +191,8 @@ class DevCluster:
         if self.base_dir is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="hedwig-dev-")
             self.base_dir = self._tmp.name
+        if self.secure:
+            self.security = DevSecurity.create(os.path.join(self.base_dir, "security"))
         self.zk_server = ZooKeeperServer(data_dir=os.path.join(self.base_dir, "zk")).start()
         try:
             for _ in range(self.hubs):
@@ -196,6 +210,8 @@ class DevCluster:
             self.region,
             os.path.join(self.base_dir, f"hub{i}"),
             session_timeout_s=self.session_timeout_s,
+            env=self.security.hub_env() if self.security else {},
+            internal_port=free_port() if self.security else 0,
             extra_args=[
                 "--replication",
                 self.replication_setting,
