@@ -10,6 +10,8 @@ maps one to the other from the registry, reading it again when it meets a hub it
 
 from __future__ import annotations
 
+import asyncio
+
 from hedwig.clock import Clock
 from hedwig.errors import ConnectionLostError
 from hedwig.metadata.managers import MetadataStore
@@ -24,6 +26,8 @@ class PeerDirectory:
         self._clock = clock
         self._internal: dict[str, str] = {}
         self._refreshed_at = float("-inf")
+        # The registry read under way: concurrent lookups wait for it instead of missing.
+        self._refreshing: asyncio.Task[None] | None = None
 
     async def internal_address(self, address: str) -> str:
         """The internal listener of the hub known as ``address``; ``ConnectionLostError`` if
@@ -31,8 +35,14 @@ class PeerDirectory:
         got = self._internal.get(address)
         if got is not None:
             return got
-        if self._clock.monotonic() - self._refreshed_at >= REFRESH_MIN_INTERVAL_S:
-            await self.refresh()
+        if self._refreshing is not None:
+            await asyncio.shield(self._refreshing)
+        elif self._clock.monotonic() - self._refreshed_at >= REFRESH_MIN_INTERVAL_S:
+            self._refreshing = asyncio.get_running_loop().create_task(self.refresh())
+            try:
+                await asyncio.shield(self._refreshing)
+            finally:
+                self._refreshing = None
         got = self._internal.get(address)
         if got is None:
             raise ConnectionLostError(

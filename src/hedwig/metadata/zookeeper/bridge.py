@@ -237,6 +237,10 @@ class ZkBridge:
         return await self._call(path, -1, lambda: self._client.exists_async(path))
 
     async def ensure_path(self, path: str) -> None:
+        # Look first: on a protected tree a client without the digest may read a node but
+        # not create it, and ZooKeeper checks the permission before the node's existence.
+        if await self.exists(path) is not None:
+            return
         with contextlib.suppress(NodeExists):
             await self.create(path, b"", makepath=True)
 
