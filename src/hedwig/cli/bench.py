@@ -41,6 +41,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--batch", type=int, default=2000, help="messages per batch at most")
     p.add_argument("--subscribe", action="store_true", help="also measure delivery to a subscriber")
     p.add_argument("--warmup", type=int, default=20_000, help="messages before measuring")
+    p.add_argument(
+        "--secure",
+        action="store_true",
+        help="with --embedded: TLS, authentication and ACLs on (as hedwig dev up --secure)",
+    )
     p.set_defaults(func=run_bench)
 
 
@@ -182,8 +187,16 @@ def run_bench(args: argparse.Namespace) -> int:
     cluster = None
     try:
         if args.embedded:
-            cluster = DevCluster(hubs=args.hubs, region="bench").start()
+            cluster = DevCluster(hubs=args.hubs, region="bench", secure=args.secure).start()
             hubs = cluster.addresses
+            if cluster.security is not None:
+                # The benchmark's client is the dev cluster's super-user.
+                env = cluster.security.client_env()
+                args.tls_ca, args.cert, args.key = (
+                    env["HEDWIG_TLS_CA"],
+                    env["HEDWIG_CERT"],
+                    env["HEDWIG_KEY"],
+                )
         else:
             hubs = resolve_hubs(args)
         install_uvloop()

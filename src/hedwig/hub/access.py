@@ -97,6 +97,35 @@ DENIAL_REASONS = (
 )
 
 
+# The (op, reason) pairs a refusal can have, created at start so increase() sees the first.
+_CLIENT_OPS = ("publish", "subscribe", "consume", "unsubscribe", "close_subscription", "read")
+DENIAL_SERIES: tuple[tuple[str, str], ...] = (
+    *(
+        (op, r)
+        for op in (*_CLIENT_OPS, "topic_stats", "release_topic", "ping")
+        for r in (
+            "unauthenticated",
+            "expired",
+        )
+    ),
+    *((op, "forbidden") for op in (*_CLIENT_OPS, "topic_stats", "release_topic", "create")),
+    *((op, "internal_only") for op in ("add_entry", "read_entry", "read_lac", "delete_ledger")),
+    *(
+        ("authenticate", r)
+        for r in (
+            "audience",
+            "issuer",
+            "unknown_key",
+            "signature",
+            "malformed",
+            "expired",
+            "mechanism",
+            "principal_changed",
+        )
+    ),
+)
+
+
 class ListenerRole(Enum):
     CLIENT = "client"
     INTERNAL = "internal"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from hedwig.hub.access import DENIAL_SERIES
 from hedwig.hub.events import LossKind
 from hedwig.metadata.managers import SessionState
 from hedwig.metadata.records import HubLoad
@@ -130,6 +131,8 @@ class HubMetrics:
             self.releases.labels(move.label)
         for loss in LossKind:
             self.losses.labels(loss.value)
+        for op, reason in DENIAL_SERIES:
+            self.auth_denied.labels(op, reason)
 
     # HubEvents ------------------------------------------------------------------------------
 
