@@ -120,7 +120,7 @@ class PoolWorker:
         ctx = self.ctx
         applied = True
         try:
-            await apply_children(ctx.kube, pool)
+            await apply_children(ctx.kube, pool, ctx.trust)
         except KubeError as exc:
             applied = False
             log.warning("pool %s: applying children failed: %s", pool.name, exc)

@@ -11,19 +11,25 @@ from hedwig_operator.specs.pool import (
     PoolSpec,
     PrometheusSpec,
     RebalancingSpec,
+    SecuritySpec,
     StorageSpec,
     parse_pool,
 )
 from hedwig_operator.specs.topic import DeletionPolicy, TopicSpec, parse_topic
+from hedwig_operator.specs.user import AuthenticationType, UserSpec, parse_user
 
 __all__ = [
+    "AuthenticationType",
     "DeletionPolicy",
     "PoolSpec",
     "PrometheusSpec",
     "RebalancingSpec",
+    "SecuritySpec",
     "SpecError",
     "StorageSpec",
     "TopicSpec",
+    "UserSpec",
     "parse_pool",
     "parse_topic",
+    "parse_user",
 ]

@@ -66,12 +66,19 @@ def client_context(
     cert: str | None = None,
     key: str | None = None,
     check_hostname: bool = True,
+    ca_data: str | None = None,
 ) -> ssl.SSLContext:
-    """A connecting end's context: trusts ``ca`` (the system's store if None), presents
-    ``cert`` if given, and checks that the hub's certificate names the address dialled."""
+    """A connecting end's context: trusts ``ca`` (a file) and ``ca_data`` (PEM text), or the
+    system's store if neither; presents ``cert`` if given; checks that the hub's certificate
+    names the address dialled."""
     ctx = _base(ssl.Purpose.SERVER_AUTH)
     if ca:
         _load_ca(ctx, ca)
+    if ca_data:
+        try:
+            ctx.load_verify_locations(cadata=ca_data)
+        except ssl.SSLError as exc:
+            raise UsageError(f"cannot load CA certificates: {exc}") from exc
     if cert:
         _load_chain(ctx, cert, key)
     ctx.check_hostname = check_hostname
