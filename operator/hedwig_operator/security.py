@@ -76,9 +76,12 @@ class PoolTrust:
     _contexts: dict[str, ssl.SSLContext] = field(default_factory=dict)
 
     @classmethod
-    def from_pod(cls) -> PoolTrust:
-        creds = TokenFile(POD_TOKEN_FILE) if os.path.isfile(POD_TOKEN_FILE) else None
-        return cls(credentials=creds)
+    def from_pod(cls, environ: Mapping[str, str] | None = None) -> PoolTrust:
+        """The operator's token: ``HEDWIG_TOKEN_FILE``, else its pod's projected token (the
+        chart mounts one with the audience ``hedwig``)."""
+        env = os.environ if environ is None else environ
+        path = env.get("HEDWIG_TOKEN_FILE") or POD_TOKEN_FILE
+        return cls(credentials=TokenFile(path) if os.path.isfile(path) else None)
 
     def register(self, pool: PoolSpec, ca_pem: str, digest: str) -> None:
         domain = f".{headless_service_name(pool)}.{pool.namespace}.svc"
