@@ -224,7 +224,8 @@ def test_helm_install_creates_the_operator_and_a_pool_the_operator_reconciles(
     assert can("patch", "hubpools.hedwig.io/status")
     assert can("create", "statefulsets.apps")
     assert not can("delete", "statefulsets.apps")
-    assert not can("get", "secrets")
+    assert can("get", "secrets")  # the secured pool's CAs and certificates
+    assert not can("list", "secrets")
 
     hubs = [
         HubProcess(

@@ -38,6 +38,7 @@ from hedwig.security.credentials import POD_TOKEN_FILE, ClientSecurity, Credenti
 from hedwig.security.tls import client_context
 from hedwig_operator.builders.labels import headless_service_name
 from hedwig_operator.builders.security import (
+    ca_cert_configmap,
     ca_secret_name,
     clients_ca_secret_name,
     hub_dns_names,
@@ -138,6 +139,7 @@ async def ensure_pool_security(
     now = now or dt.datetime.now(dt.UTC)
     hub_ca = await _ca(kube, pool, ca_secret_name(pool), "hedwig hubs")
     clients_ca = await _ca(kube, pool, clients_ca_secret_name(pool), "hedwig clients")
+    await kube.apply(ca_cert_configmap(pool, hub_ca.cert_pem))
     ref = ObjectRef("v1", "Secret", pool.namespace, hub_tls_secret_name(pool))
     current = secret_data(await kube.get(ref))
     if (

@@ -345,7 +345,12 @@ def test_network_policies_cover_hubs_zookeeper_and_the_operator() -> None:
     }
     hubs = policies[("hedwig", "hedwig-hubs")]["spec"]
     assert hubs["podSelector"]["matchLabels"]["app.kubernetes.io/name"] == "hedwig-hub"
-    client_rule, metrics_rule = hubs["ingress"]
+    client_rule, internal_rule, metrics_rule = hubs["ingress"]
+    # The hub-to-hub listener of secured pools: from hubs only.
+    assert internal_rule["ports"] == [{"port": 4081, "protocol": "TCP"}]
+    assert [p["podSelector"]["matchLabels"] for p in internal_rule["from"]] == [
+        {"app.kubernetes.io/name": "hedwig-hub", "app.kubernetes.io/part-of": "hedwig"}
+    ]
     assert client_rule["ports"] == [{"port": 4080, "protocol": "TCP"}]
     # Hubs reach each other (replication, hand-offs) and the operator reaches them too.
     selectors = [peer.get("podSelector", {}).get("matchLabels", {}) for peer in client_rule["from"]]

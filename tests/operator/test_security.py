@@ -103,9 +103,11 @@ async def test_pool_secrets_are_made_once_and_the_hub_certificate_renewed() -> N
     cert = x509.load_pem_x509_certificate(hub["tls.crt"])
     sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert "*.pool-headless.ns.svc" in sans.get_values_for_type(x509.DNSName)
-    applied = len(w.kube.applied)
+    ca_cert = w.kube.objects[("ConfigMap", "ns", "pool-ca-cert")]["data"]["ca.crt"]
+    assert ca_cert.encode() == secret(w, "pool-ca")["tls.crt"]  # the certificate, no key
+    secrets = [m for m in w.kube.applied if m["kind"] == "Secret"]
     await ensure_pool_security(w.kube, pool, trust)
-    assert len(w.kube.applied) == applied  # nothing to do
+    assert [m for m in w.kube.applied if m["kind"] == "Secret"] == secrets  # nothing new
     later = dt.datetime.now(dt.UTC) + dt.timedelta(days=70)  # inside the renewal window
     await ensure_pool_security(w.kube, pool, trust, now=later)
     assert secret(w, "pool-hub-tls")["tls.crt"] != hub["tls.crt"]

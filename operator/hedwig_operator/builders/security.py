@@ -7,6 +7,7 @@ security settings, and what the StatefulSet mounts.
 - ``<pool>-hub-tls``: the hubs' certificate (one for the pool: its names cover every pod of
   the headless Service and the client Service), with ``ca.crt`` and ``client-ca.crt``.
   Mounted at ``TLS_DIR``; the hubs reload it when the operator renews it.
+- ``<pool>-ca-cert`` (a ConfigMap): the hub CA's certificate alone, for clients.
 - ``<pool>-zookeeper``: the ZooKeeper digest (``digest``: ``hedwig:<random>``) that the hubs
   and the operator create znodes with.
 """
@@ -44,6 +45,21 @@ def hub_tls_secret_name(pool: PoolSpec) -> str:
 
 def zk_secret_name(pool: PoolSpec) -> str:
     return f"{pool.name}-zookeeper"
+
+
+def ca_cert_configmap_name(pool: PoolSpec) -> str:
+    return f"{pool.name}-ca-cert"
+
+
+def ca_cert_configmap(pool: PoolSpec, ca_pem: bytes) -> dict[str, Any]:
+    """The hub CA's certificate alone, for clients to trust (mount it, or read it as
+    ``HEDWIG_TLS_CA``): public, unlike the Secret that also holds the CA's key."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": child_metadata(pool, ca_cert_configmap_name(pool)),
+        "data": {"ca.crt": ca_pem.decode()},
+    }
 
 
 def hub_dns_names(pool: PoolSpec) -> list[str]:
