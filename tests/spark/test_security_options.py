@@ -5,9 +5,9 @@ from __future__ import annotations
 import ssl
 
 import pytest
-from hedwig_spark.options import parse_cluster
 
 from hedwig.security.ca import CertificateAuthority
+from hedwig_spark.options import parse_cluster
 
 
 def test_security_options_make_the_clients_tls_and_token(tmp_path: object) -> None:
