@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from enum import Enum
 from typing import Protocol
 
@@ -110,6 +110,7 @@ DENIAL_SERIES: tuple[tuple[str, str], ...] = (
     ),
     *((op, "forbidden") for op in (*_CLIENT_OPS, "topic_stats", "release_topic", "create")),
     *((op, "internal_only") for op in ("add_entry", "read_entry", "read_lac", "delete_ledger")),
+    ("connect", "expired"),
     *(
         ("authenticate", r)
         for r in (
@@ -204,7 +205,7 @@ class AccessControl:
                     reason="unauthenticated",
                 ),
             )
-        if principal.expires_ms and self._clock.wall_ms() > principal.expires_ms + LEEWAY_S * 1000:
+        if self.expired(conn):
             self._deny(
                 conn,
                 op,
@@ -252,6 +253,34 @@ class AccessControl:
             self._forbidden(conn, Operation.CREATE, topic),
             topic=topic,
         )
+
+    def expired(self, conn: Caller) -> bool:
+        """Whether ``conn``'s credentials expired (past the leeway) without being renewed."""
+        expires = conn.principal.expires_ms
+        return bool(expires) and self._clock.wall_ms() > expires + LEEWAY_S * 1000
+
+    def close_expired(self, connections: Iterable[Caller], close: Callable[[Caller], None]) -> int:
+        """Close the connections whose credentials expired: a subscriber would otherwise go on
+        receiving deliveries it may no longer be entitled to. A client that still holds valid
+        credentials connects and authenticates again at once."""
+        closed = 0
+        for conn in list(connections):
+            if self.expired(conn):
+                self._events.denied("connect", "expired")
+                audit.warning(
+                    json.dumps(
+                        {
+                            "event": "closed",
+                            "reason": "expired",
+                            "principal": conn.principal.name,
+                            "peer": conn.name,
+                        },
+                        sort_keys=True,
+                    )
+                )
+                close(conn)
+                closed += 1
+        return closed
 
     def cluster_admin(self, principal: Principal) -> bool:
         """Whether ``principal`` may drain hubs and rebalance (``admin`` on the cluster)."""

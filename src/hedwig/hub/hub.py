@@ -49,6 +49,9 @@ from hedwig.security.tokens import TokenVerifier, parse_issuers
 
 log = logging.getLogger(__name__)
 
+# How often connections whose credentials expired are looked for (and closed).
+EXPIRY_CHECK_S = 5.0
+
 
 class Hub:
     def __init__(
@@ -161,6 +164,7 @@ class Hub:
         )
         self._listener: Listener | None = None
         self._internal_listener: Listener | None = None
+        self._expiry: asyncio.Task[None] | None = None
         self._http: HealthServer | None = None
         self._ready = False
         self._stopping = False
@@ -186,6 +190,8 @@ class Hub:
             self._set_address(self._listener.address)
         if self.tls is not None:
             self.tls.start_reloading(self.config.cert_reload_interval_s)
+        if self.config.authenticate:
+            self._expiry = asyncio.get_running_loop().create_task(self._close_expired())
         if self.config.metrics_port is not None:
             self._http = HealthServer(
                 self.metrics.registry,
@@ -262,6 +268,8 @@ class Hub:
         self.loops.stop()
         if self.acl_watcher is not None:
             self.acl_watcher.stop()
+        if self._expiry is not None:
+            self._expiry.cancel()
         if self.tls is not None:
             self.tls.stop_reloading()
         for listener in (self._listener, self._internal_listener):
@@ -315,6 +323,14 @@ class Hub:
         except Exception:
             return False
         return self.access.cluster_admin(principal)
+
+    async def _close_expired(self) -> None:
+        while True:
+            await self.clock.sleep(EXPIRY_CHECK_S)
+            self.access.close_expired(
+                self.front.connections,
+                lambda conn: conn.close(),  # type: ignore[attr-defined]
+            )
 
     def _rules_changed(self, acls: AclSet) -> None:
         """New ACL rules: forget cached decisions, and close the subscriptions whose
