@@ -105,3 +105,45 @@ def test_znodes_cannot_be_changed_by_another_zookeeper_client(cluster: DevCluste
     finally:
         zk.stop()
         zk.close()
+
+
+def test_hedwig_ledgers_reads_replicas_with_a_hub_certificate(cluster: DevCluster) -> None:
+    import json
+
+    hubs = ",".join(cluster.addresses)
+    admin = as_user(cluster, "admin")
+    run(admin, "pub", "--hub", hubs, "ledgered", input="a\nb\n")
+    code, _, err = run(admin, "move", "ledgered", "--hub", hubs)  # closes its ledger
+    assert code == 0, err
+    assert cluster.security is not None
+    hub = {
+        "HEDWIG_INTERNAL_CA": cluster.security.path("hub-ca.crt"),
+        "HEDWIG_INTERNAL_CERT": cluster.security.path("hub.crt"),
+        "HEDWIG_INTERNAL_KEY": cluster.security.path("hub.key"),
+    }
+    args = ("ledgers", "--zk", cluster.zk, "--region", "secure", "--replication", "2/2/2")
+    before = read_lacs_answered(cluster)
+    code, out, err = run(hub, *args, "--json")
+    assert code == 0, err
+    closed = [r for r in json.loads(out) if r["topic"] == "ledgered" and r["state"] == "CLOSED"]
+    # Both replicas answered over their internal listeners: none dead or lagging.
+    assert closed and all(not r["under_replicated"] and not r["lagging"] for r in closed)
+    assert read_lacs_answered(cluster) >= before + 2 * len(closed)
+    # Without a hub certificate nothing reaches the storage role.
+    before = read_lacs_answered(cluster)
+    code, out, err = run({}, *args, "--json")
+    assert code == 0, err
+    assert read_lacs_answered(cluster) == before
+
+
+def read_lacs_answered(cluster: DevCluster) -> float:
+    """READ_LAC requests the hubs answered OK, from their metrics."""
+    import urllib.request
+
+    total = 0.0
+    for hub in cluster.hub_procs:
+        with urllib.request.urlopen(hub.metrics_url + "/metrics", timeout=5) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith('hedwig_requests_total{op="read_lac",status="ok"}'):
+                    total += float(line.split()[-1])
+    return total
