@@ -204,7 +204,8 @@ def _secure_pool(bed: SecureBed) -> None:
         {
             "issuer": cluster.SERVICE_ACCOUNT_ISSUER,
             "audience": "hedwig",
-            "jwks_url": f"{bed.cp.server}/openid/v1/jwks",
+            # The API server's own discovery document names its JWKS.
+            "discovery_url": f"{bed.cp.server}/.well-known/openid-configuration",
             "ca_file": str(bed.cp.ca_file),
         }
     ]

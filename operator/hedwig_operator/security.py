@@ -20,6 +20,7 @@ certificate from the clients CA in a Secret named after it (``ca.crt``, ``tls.cr
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import logging
 import os
@@ -75,6 +76,13 @@ class PoolTrust:
     domains: dict[str, str] = field(default_factory=dict)  # ".<headless>.<ns>.svc" -> CA PEM
     digests: dict[tuple[str, str], str] = field(default_factory=dict)
     _contexts: dict[str, ssl.SSLContext] = field(default_factory=dict)
+    # One reconciler at a time makes a pool's CAs and certificates: the pool's handler, its
+    # worker and its users' handlers run concurrently, and two of them finding no CA must not
+    # both make one (the second would replace the first, and what it signed).
+    _locks: dict[tuple[str, str], asyncio.Lock] = field(default_factory=dict)
+
+    def lock(self, pool: PoolSpec) -> asyncio.Lock:
+        return self._locks.setdefault((pool.namespace, pool.name), asyncio.Lock())
 
     @classmethod
     def from_pod(cls, environ: Mapping[str, str] | None = None) -> PoolTrust:
@@ -136,7 +144,13 @@ async def ensure_pool_security(
     """The pool's CAs, hub certificate and ZooKeeper digest exist and are current."""
     if not pool.security.enabled:
         return
-    now = now or dt.datetime.now(dt.UTC)
+    async with trust.lock(pool):
+        await _ensure_pool_security(kube, pool, trust, now or dt.datetime.now(dt.UTC))
+
+
+async def _ensure_pool_security(
+    kube: KubeApi, pool: PoolSpec, trust: PoolTrust, now: dt.datetime
+) -> None:
     hub_ca = await _ca(kube, pool, ca_secret_name(pool), "hedwig hubs")
     clients_ca = await _ca(kube, pool, clients_ca_secret_name(pool), "hedwig clients")
     await kube.apply(ca_cert_configmap(pool, hub_ca.cert_pem))
@@ -249,7 +263,8 @@ async def reconcile_user(
                 ),
                 retry=True,
             )
-        extra.update(await _user_certificate(kube, pool, user, now))
+        async with trust.lock(pool):
+            extra.update(await _user_certificate(kube, pool, user, now))
     if not pool.security.enabled:
         return UserOutcome(
             ready(

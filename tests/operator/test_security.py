@@ -160,3 +160,25 @@ async def test_users_of_missing_or_unsecured_pools_say_so() -> None:
         w.kube, w.connections, PoolTrust(), user_body("bob", authentication={"type": "tls"})
     )
     assert tls.status["conditions"][0]["reason"] == "PoolNotSecured"
+
+
+async def test_concurrent_reconcilers_make_one_ca() -> None:
+    import asyncio
+
+    from hedwig_operator.kube import ObjectRef
+
+    from .fakes import FakeKube
+
+    class SlowKube(FakeKube):
+        """An API server that takes its time: reconcilers interleave."""
+
+        async def get(self, ref: ObjectRef) -> dict[str, Any] | None:
+            await asyncio.sleep(0.01)
+            return await super().get(ref)
+
+    kube = SlowKube()
+    pool = parse_pool(pool_body(spec=SECURE))
+    trust = PoolTrust()
+    await asyncio.gather(*(ensure_pool_security(kube, pool, trust) for _ in range(3)))
+    cas = [m for m in kube.applied if m["metadata"]["name"] == "pool-ca"]
+    assert len(cas) == 1
