@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 import pytest
 
@@ -166,3 +167,37 @@ async def test_acl_entries_round_trip_in_the_store(secure: SecureRegion) -> None
     got = await store.acls.read_acl("shop/alice")
     assert got is not None and got.value == entry
     assert AclEntry.from_json(entry.to_json()) == entry
+
+
+async def test_clients_re_authenticate_before_their_token_expires(secure: SecureRegion) -> None:
+    class FreshTokens:
+        """A projected token: a new one, valid 4 s, each time it is read."""
+
+        def __init__(self) -> None:
+            self.reads = 0
+
+        def token(self) -> str:
+            self.reads += 1
+            return secure.issuer.token("admin", expires_in_s=4)
+
+    fresh = FreshTokens()
+    security = ClientSecurity(tls=secure.security().tls, credentials=fresh)
+    async with secure.client(security=security) as c:
+        await c.publish("renewed", b"first")
+        (conn,) = [x for h in secure.hubs for x in h.front.connections if "renewed" in x.topics]
+        first = conn.principal.expires_ms
+        await asyncio.sleep(4.5)  # re-authenticated at four fifths of the lifetime
+        assert fresh.reads >= 2
+        assert conn.principal.expires_ms > first
+        await c.publish("renewed", b"second")  # the same connection, still welcome
+        assert not conn.closed
+
+
+def test_a_pods_projected_token_is_found_without_being_named(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("header.claims.signature\n")
+    found = ClientSecurity.from_env({}, pod_token_file=str(token))
+    assert found.credentials is not None and found.credentials.token() == "header.claims.signature"
+    assert ClientSecurity.from_env({}, pod_token_file=str(tmp_path / "none")).credentials is None
+    named = ClientSecurity.from_env({"HEDWIG_TOKEN": "x.y.z"}, pod_token_file=str(token))
+    assert named.credentials is not None and named.credentials.token() == "x.y.z"
