@@ -21,6 +21,7 @@ import random
 import signal
 
 from hedwig.clock import Clock, SystemClock
+from hedwig.errors import UsageError
 from hedwig.hub.access import AccessControl, ListenerRole
 from hedwig.hub.acl_watch import AclWatcher
 from hedwig.hub.choices import HubChoices
@@ -67,6 +68,8 @@ class Hub:
         self.clock = clock or SystemClock()
         # TLS contexts from the configuration; an explicit network (in memory, in tests) is
         # used as it is for every listener and connection.
+        if network is not None and (config.tls_cert or config.internal_cert):
+            raise UsageError("TLS settings need the hub's own TCP network (network=None)")
         self.tls = HubTls(config) if network is None else None
         self.network: Network = network or (self.tls.client_network if self.tls else TCP)
         self.internal_network: Network = network or (self.tls.internal_network if self.tls else TCP)
