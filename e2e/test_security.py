@@ -301,3 +301,25 @@ def test_the_crd_refuses_a_malformed_hedwiguser(bed: SecureBed) -> None:
     proc = bed.apply(user_manifest("broken", {"type": "tls"}, cluster_publish), check=False)
     assert proc.returncode != 0
     assert "the cluster has one operation: admin" in proc.stderr
+
+
+def test_the_operator_reaches_the_secured_hubs_as_itself(bed: SecureBed) -> None:
+    """A Topic of the secured pool gets an owner: the operator's activation request goes to
+    the hubs with TLS (the pool's CA) and its own token, as a super-user."""
+    bed.apply(
+        {
+            "apiVersion": GROUP_VERSION,
+            "kind": "Topic",
+            "metadata": {"name": "audit", "namespace": NS},
+            "spec": {"pool": POOL},
+        }
+    )
+
+    def owner() -> str | None:
+        proc = bed.kubectl("get", "topic", "audit", "-o", "json", check=False)
+        if proc.returncode != 0:
+            return None
+        status = json.loads(proc.stdout).get("status") or {}
+        return status.get("owner")
+
+    assert wait_for("Topic audit owned", owner, 60) in bed.addresses

@@ -26,7 +26,7 @@ import logging
 import os
 import secrets
 import ssl
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,6 +76,7 @@ class PoolTrust:
     domains: dict[str, str] = field(default_factory=dict)  # ".<headless>.<ns>.svc" -> CA PEM
     digests: dict[tuple[str, str], str] = field(default_factory=dict)
     _contexts: dict[str, ssl.SSLContext] = field(default_factory=dict)
+    _by_address: dict[str, str] = field(default_factory=dict)
     # One reconciler at a time makes a pool's CAs and certificates: the pool's handler, its
     # worker and its users' handlers run concurrently, and two of them finding no CA must not
     # both make one (the second would replace the first, and what it signed).
@@ -92,8 +93,19 @@ class PoolTrust:
         path = env.get("HEDWIG_TOKEN_FILE") or POD_TOKEN_FILE
         return cls(credentials=TokenFile(path) if os.path.isfile(path) else None)
 
+    @staticmethod
+    def _domain(pool: PoolSpec) -> str:
+        return f".{headless_service_name(pool)}.{pool.namespace}.svc"
+
+    def note_hubs(self, pool: PoolSpec, addresses: Iterable[str]) -> None:
+        """The addresses a secured pool's hubs registered (pods advertise names in the pool's
+        domain; hubs elsewhere, as in tests, advertise what they like)."""
+        if pool.security.enabled:
+            for address in addresses:
+                self._by_address[address] = self._domain(pool)
+
     def register(self, pool: PoolSpec, ca_pem: str, digest: str) -> None:
-        domain = f".{headless_service_name(pool)}.{pool.namespace}.svc"
+        domain = self._domain(pool)
         if self.domains.get(domain) != ca_pem:
             self.domains[domain] = ca_pem
             self._contexts.pop(domain, None)
@@ -102,8 +114,9 @@ class PoolTrust:
     def security_for(self, address: str) -> ClientSecurity | None:
         """TLS and credentials for a hub address of a secured pool; None for other pools."""
         host = address.rpartition(":")[0]
+        noted = self._by_address.get(address)
         for domain, ca_pem in self.domains.items():
-            if host.endswith(domain) or host.endswith(domain + ".cluster.local"):
+            if domain == noted or host.endswith(domain) or host.endswith(domain + ".cluster.local"):
                 ctx = self._contexts.get(domain)
                 if ctx is None:
                     ctx = self._contexts[domain] = client_context(ca_data=ca_pem)
