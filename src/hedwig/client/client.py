@@ -92,7 +92,15 @@ class HedwigClient:
         self.clock = clock or SystemClock()
         self.security = security or ClientSecurity()
         if network is None:
-            network = TcpNetwork(client_tls=self.security.tls) if self.security.tls else TCP
+            reload = self.security.reload
+            network = (
+                TcpNetwork(
+                    client_tls=self.security.tls,
+                    before_connect=reload.reload_if_changed if reload else None,
+                )
+                if self.security.tls
+                else TCP
+            )
         self.router = Router(
             addresses,
             retry=self.retry,

@@ -78,14 +78,19 @@ class TcpNetwork:
         *,
         client_tls: ssl.SSLContext | None = None,
         server_tls: ssl.SSLContext | None = None,
+        before_connect: Callable[[], object] | None = None,
     ) -> None:
         self._clock = clock or SystemClock()
         self.client_tls = client_tls
         self.server_tls = server_tls
+        # Called before each connection is opened (reloading a renewed client certificate).
+        self._before_connect = before_connect
 
     async def connect(self, address: str, factory: Callable[[], P], *, timeout_s: float) -> P:
         host, port = split_address(address)
         loop = asyncio.get_running_loop()
+        if self._before_connect is not None:
+            self._before_connect()
         tls = self.client_tls
         try:
             _, proto = await self._clock.wait_for(

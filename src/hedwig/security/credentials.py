@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Protocol
 
 from hedwig.errors import UsageError
-from hedwig.security.tls import client_context
+from hedwig.security.tls import ReloadingCertificate, client_context
 
 # Where the chart and the operator's examples mount a projected token with audience "hedwig".
 POD_TOKEN_FILE = "/var/run/secrets/hedwig/token"
@@ -60,6 +60,9 @@ class ClientSecurity:
 
     tls: ssl.SSLContext | None = None
     credentials: Credentials | None = None
+    # Reloads the client certificate into ``tls`` when its files change (the operator renews
+    # a tls user's Secret in place); checked before each new connection.
+    reload: ReloadingCertificate | None = None
 
     @classmethod
     def build(
@@ -77,8 +80,11 @@ class ClientSecurity:
         if key and not cert:
             raise UsageError("a client key needs its certificate (--cert)")
         context = None
+        reload = None
         if tls or tls_ca or cert:
             context = client_context(tls_ca, cert=cert, key=key, check_hostname=check_hostname)
+            if cert:
+                reload = ReloadingCertificate(context, cert, key)
         creds: Credentials | None = None
         if token_file and token:
             raise UsageError("give a token or a token file, not both")
@@ -86,7 +92,7 @@ class ClientSecurity:
             creds = TokenFile(token_file)
         elif token:
             creds = StaticToken(token)
-        return cls(context, creds)
+        return cls(context, creds, reload)
 
     @classmethod
     def from_env(
