@@ -65,10 +65,3 @@ class AclSet:
                     return False
                 allowed = True
         return allowed
-
-    def may_create_somewhere(self, principal: str) -> bool:
-        """Whether any rule lets ``principal`` create topics (a cheap pre-check)."""
-        return principal in self.super_users or any(
-            Operation.CREATE in r.operations and r.effect is Effect.ALLOW
-            for r in self._rules_for(principal)
-        )

@@ -45,8 +45,6 @@ POD_CA = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
 ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "ES256", "ES384")
 # Seconds of clock skew allowed when checking exp/nbf/iat.
 LEEWAY_S = 30
-# Refusal reasons: metric labels and audit categories.
-REASONS = ("expired", "audience", "issuer", "unknown_key", "signature", "malformed", "mechanism")
 
 
 @dataclass(frozen=True, slots=True)
