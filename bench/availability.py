@@ -1,15 +1,28 @@
 """Unavailability of a topic while it changes owner, with a publisher running.
 
     .venv/bin/python bench/availability.py move --moves 40
-    .venv/bin/python bench/availability.py failover --rounds 5 --session-timeout 2
+    .venv/bin/python bench/availability.py failover --rounds 20 --session-timeout 2 [--fault freeze]
+    .venv/bin/python bench/availability.py zk-outage --outage 60
+    .venv/bin/python bench/availability.py rolling-restart --hubs 5
 
 ``move``: graceful hand-offs (``RELEASE_TOPIC`` with a destination) back and forth between hubs
 while a publisher sends 1,000 messages/s; for each move, the unavailability is the time from
 the hand-off request to the first acknowledgement of a message published after it.
 
-``failover``: ``kill -9`` of the owner; the time from the kill until a message published after
-the kill is acknowledged by another hub. Expected: about the ZooKeeper session timeout (the
-dead owner's ephemeral record must expire before anyone may claim) plus recovery.
+``failover``: ``kill -9`` (or, with ``--fault freeze``, SIGSTOP) of the owner; the time from the
+fault until a message published after it is acknowledged by another hub. Expected: about the
+ZooKeeper session timeout (the owner's ephemeral record must expire before anyone may claim)
+plus recovery; the goal is at most the session timeout plus 2 s.
+
+``zk-outage``: ZooKeeper stopped for ``--outage`` seconds while a publisher sends 1,000
+messages/s; the longest publish latency and the longest gap between acknowledgements during
+the outage (the owner keeps publishing on its open ledger; the goal is no pause over 100 ms).
+
+``rolling-restart``: a pool of ``--hubs`` hubs at 3/3/2 with topics and a publisher; each hub
+is stopped (SIGTERM), kept down past the session timeout and started again, in turn. Reports
+the bytes the auditors copied, by kind: ``replace`` (replicas re-created elsewhere; the goal
+is zero, as every hub is back within the re-replication delay) and ``catch-up`` (entries a
+restarted replica missed while down, copied back to it).
 
 Both print JSON with percentiles.
 """
@@ -18,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import time
 from typing import Any
@@ -117,7 +131,7 @@ async def bench_move(moves: int, rate: float) -> dict[str, Any]:
             }
 
 
-async def bench_failover(rounds: int, session: float, rate: float) -> dict[str, Any]:
+async def bench_failover(rounds: int, session: float, rate: float, fault: str) -> dict[str, Any]:
     times = []
     for r in range(rounds):
         with DevCluster(
@@ -129,8 +143,9 @@ async def bench_failover(rounds: int, session: float, rate: float) -> dict[str, 
                 await asyncio.sleep(1.5)
                 victim = await owner(c.zk, c.region, "failing")
                 assert victim is not None
+                hub = c.hub_at(victim)
                 t0 = time.monotonic()
-                c.hub_at(victim).kill()
+                hub.kill() if fault == "kill" else hub.freeze()
                 first = None
                 for _ in range(1200):  # poll for at most 60 s
                     first = pub.first_ack_after(t0)
@@ -139,13 +154,100 @@ async def bench_failover(rounds: int, session: float, rate: float) -> dict[str, 
                     await asyncio.sleep(0.05)
                 if first is not None:
                     times.append(first - t0)
+                if fault == "freeze":
+                    hub.thaw()
                 await pub.stop()
                 task.cancel()
     return {
-        "benchmark": "failover-after-kill-9",
+        "benchmark": f"failover-after-{'kill-9' if fault == 'kill' else 'freeze'}",
         "session_timeout_s": session,
         "rate": rate,
+        "rounds": rounds,
+        "failed_rounds": rounds - len(times),
         "time_to_accept_again": pct(times),
+    }
+
+
+async def bench_zk_outage(outage: float, rate: float) -> dict[str, Any]:
+    with DevCluster(hubs=3, region="bench-zk-outage", hub_args=["--no-self-balance"]) as c:
+        assert c.zk_server is not None
+        async with HedwigClient(c.addresses, retry=RetryPolicy(deadline_s=outage + 30)) as client:
+            pub = Publisher(client, "through-outage", rate)
+            task = asyncio.create_task(pub.run())
+            await asyncio.sleep(2.0)
+            loop = asyncio.get_running_loop()
+            t0 = time.monotonic()
+            await loop.run_in_executor(None, c.zk_server.stop)
+            await asyncio.sleep(outage)
+            t1 = time.monotonic()
+            await loop.run_in_executor(None, c.zk_server.start)
+            await asyncio.sleep(2.0)
+            await pub.stop()
+            task.cancel()
+    during = sorted((s, a) for s, a in pub.acks if t0 <= s <= t1)
+    acks = sorted(a for _, a in during)
+    gaps = [b - a for a, b in itertools.pairwise(acks)]
+    return {
+        "benchmark": "publishing-through-a-zookeeper-outage",
+        "outage_s": outage,
+        "rate": rate,
+        "published_during_outage": len(during),
+        "expected_during_outage": int((t1 - t0) * rate),
+        "publish_latency": pct([a - s for s, a in during]),
+        "longest_gap_between_acks_ms": round(max(gaps, default=0.0) * 1000, 1),
+    }
+
+
+def scrape_copied(cluster: DevCluster) -> dict[str, float]:
+    import urllib.request
+
+    totals: dict[str, float] = {}
+    for h in cluster.hub_procs:
+        with urllib.request.urlopen(h.metrics_url + "/metrics", timeout=5) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith("hedwig_rereplicated_bytes_total{"):
+                    kind = line.split('kind="', 1)[1].split('"', 1)[0]
+                    totals[kind] = totals.get(kind, 0.0) + float(line.rsplit(" ", 1)[1])
+    return totals
+
+
+async def bench_rolling_restart(hubs: int, rate: float, session: float) -> dict[str, Any]:
+    args = ["--no-self-balance", "--audit-interval", "2"]
+    with DevCluster(
+        hubs=hubs,
+        region="bench-rolling",
+        session_timeout_s=session,
+        replication="3/3/2",
+        hub_args=args,
+    ) as c:
+        async with HedwigClient(c.addresses, retry=RetryPolicy(deadline_s=60)) as client:
+            topics = [f"rolling-{i}" for i in range(2 * hubs)]
+            for t in topics:
+                await client.publish(t, b"x" * 100)
+            pubs = [Publisher(client, t, rate / len(topics)) for t in topics]
+            tasks = [asyncio.create_task(p.run()) for p in pubs]
+            loop = asyncio.get_running_loop()
+            t0 = time.monotonic()
+            for hub in list(c.hub_procs):
+                await loop.run_in_executor(None, hub.stop)
+                await asyncio.sleep(session + 1)
+                await loop.run_in_executor(None, hub.start)
+                await asyncio.sleep(2)
+            elapsed = time.monotonic() - t0
+            await asyncio.sleep(6)  # audits with every hub back
+            for p in pubs:
+                await p.stop()
+            for t in tasks:
+                t.cancel()
+            copied = scrape_copied(c)
+    return {
+        "benchmark": "rolling-restart",
+        "hubs": hubs,
+        "replication": "3/3/2",
+        "rate": rate,
+        "restart_seconds": round(elapsed, 1),
+        "acknowledged": sum(len(p.acks) for p in pubs),
+        "copied_bytes": {k: int(v) for k, v in sorted(copied.items())},
     }
 
 
@@ -159,11 +261,23 @@ def main() -> None:
     f.add_argument("--rounds", type=int, default=5)
     f.add_argument("--session-timeout", type=float, default=2.0)
     f.add_argument("--rate", type=float, default=500)
+    f.add_argument("--fault", choices=["kill", "freeze"], default="kill")
+    z = sub.add_parser("zk-outage")
+    z.add_argument("--outage", type=float, default=60.0)
+    z.add_argument("--rate", type=float, default=1000)
+    r = sub.add_parser("rolling-restart")
+    r.add_argument("--hubs", type=int, default=5)
+    r.add_argument("--rate", type=float, default=500)
+    r.add_argument("--session-timeout", type=float, default=2.0)
     args = p.parse_args()
     if args.what == "move":
         out = asyncio.run(bench_move(args.moves, args.rate))
+    elif args.what == "failover":
+        out = asyncio.run(bench_failover(args.rounds, args.session_timeout, args.rate, args.fault))
+    elif args.what == "zk-outage":
+        out = asyncio.run(bench_zk_outage(args.outage, args.rate))
     else:
-        out = asyncio.run(bench_failover(args.rounds, args.session_timeout, args.rate))
+        out = asyncio.run(bench_rolling_restart(args.hubs, args.rate, args.session_timeout))
     print(json.dumps(out))
 
 

@@ -2,80 +2,31 @@
 failures and reconnects, re-subscription and early deliveries, in milliseconds.
 
 Hubs run their real code on the in-memory metadata store and a ``MemoryNetwork`` (their
-ledgers on a tmpfs, so fsync costs nothing); faults are made on purpose: a suspended metadata
-session (publishes fail and are retried), cut connections, a frozen hub, graceful moves.
+ledgers on a tmpfs, so fsync costs nothing); faults are made on purpose: a lost storage
+replica (publishes fail and are retried), a metadata store out of reach, cut connections, a
+frozen hub, graceful moves.
 """
 
 from __future__ import annotations
 
 import asyncio
-import shutil
-import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 
-from hedwig.client import HedwigClient, RetryPolicy
+from hedwig.client import HedwigClient
 from hedwig.clock import ManualClock
 from hedwig.errors import SubscriptionBusyError
-from hedwig.hub import Hub, HubConfig
-from hedwig.metadata.memory import MemoryBackend, MemoryMetadataStore
-from hedwig.net import MemoryNetwork
+from hedwig.hub.choices import HUBS_CACHE_S
+from hedwig.metadata.memory import MemoryMetadataStore
 from hedwig.protocol import MoveKind
-
-SCRATCH = "/dev/shm" if Path("/dev/shm").is_dir() else None
-FAST_RETRY = RetryPolicy(initial_delay_s=0.005, max_delay_s=0.05, deadline_s=10)
-
-
-@dataclass
-class Region:
-    network: MemoryNetwork
-    backend: MemoryBackend
-    hubs: list[Hub] = field(default_factory=list)
-    dirs: list[str] = field(default_factory=list)
-
-    async def add_hub(self, replication: str = "2/2/2") -> Hub:
-        data_dir = tempfile.mkdtemp(prefix="hedwig-mem-", dir=SCRATCH)
-        self.dirs.append(data_dir)
-        config = HubConfig(
-            listen="memory:0",
-            data_dir=data_dir,
-            replication=replication,
-            self_balance=False,
-            zk_session_timeout_s=2.0,
-        )
-        hub = Hub(config, store=MemoryMetadataStore(self.backend, "mem"), network=self.network)
-        await hub.start()
-        self.hubs.append(hub)
-        return hub
-
-    def hub_at(self, address: str | None) -> Hub:
-        return next(h for h in self.hubs if h.address == address)
-
-    def owner(self, topic: str) -> Hub:
-        return next(h for h in self.hubs if topic in h.topics.topics)
-
-    def client(self, **options: object) -> HedwigClient:
-        options.setdefault("retry", FAST_RETRY)
-        return HedwigClient(
-            [h.address for h in self.hubs],
-            network=self.network,
-            **options,  # type: ignore[arg-type]
-        )
+from tests.memory_region import Region, memory_region
 
 
 @pytest.fixture
 async def region() -> AsyncIterator[Region]:
-    r = Region(MemoryNetwork(), MemoryBackend())
-    for _ in range(2):
-        await r.add_hub()
-    yield r
-    for hub in r.hubs:
-        await hub.stop()
-    for d in r.dirs:
-        shutil.rmtree(d, ignore_errors=True)
+    async for r in memory_region(2):
+        yield r
 
 
 async def until(condition: Callable[[], bool], timeout: float = 3.0) -> None:
@@ -123,21 +74,96 @@ async def test_order_kept_through_a_graceful_move(region: Region) -> None:
 
 
 async def test_order_kept_through_failed_batches(region: Region) -> None:
-    """The owner's metadata session is suspended: publishes are refused (retriable) until it
-    reconnects; every refused batch is sent again, in order, and stored once."""
+    """The owner loses its storage replica with batches in flight: its log breaks, it gives
+    the topic up, and the other hub takes it over. Every failed batch is sent again, in
+    order, and stored once."""
     async with region.client(max_batch_messages=20) as c:
         await c.publish("fail", b"warm-up")
         owner = region.owner("fail")
-        store = owner.store
-        assert isinstance(store, MemoryMetadataStore)
+        replica = next(h for h in region.hubs if h is not owner)
 
-        async def suspend() -> None:
-            store.disconnect()
-            asyncio.get_running_loop().call_later(0.1, store.reconnect)
+        async def cut() -> None:
+            # Every connection to the replica, the owner's too, for a moment.
+            region.network.sever(replica.address, refuse=True)
+            asyncio.get_running_loop().call_later(0.2, region.network.restore, replica.address)
 
-        seqs = await publish_around(c, "fail", 1000, suspend)
+        seqs = await publish_around(c, "fail", 1000, cut)
         assert seqs == list(range(2, 1002))
         assert await stored_values(c, "fail") == [b"warm-up", *expected(1000)]
+        # The owner gave its record up and left the topic to the other hub.
+        assert region.owner("fail") is replica
+        assert owner.topics.stats.losses == 1
+
+
+async def test_publishing_goes_on_while_the_metadata_store_is_out_of_reach(
+    region: Region,
+) -> None:
+    """No request of an owned topic needs the store: publishes, deliveries and reads go on
+    while the owner's session is suspended, and the consume marks catch up afterwards."""
+    async with region.client(max_batch_messages=20) as c:
+        sub = await c.subscribe("outage", "reader")
+        await c.publish("outage", b"warm-up")
+        owner = region.owner("outage")
+        store = owner.store
+        assert isinstance(store, MemoryMetadataStore)
+        store.disconnect()
+        try:
+            results = [await c.publish("outage", b"during-%d" % i) for i in range(50)]
+            assert [r.seq for r in results] == list(range(2, 52))
+            got = [await sub.next(2) for _ in range(51)]
+            assert [m.seq for m in got] == list(range(1, 52))
+            sub.consume(51)
+            assert await stored_values(c, "outage") == [b"warm-up"] + [
+                b"during-%d" % i for i in range(50)
+            ]
+            assert owner.topics.stats.losses == 0
+        finally:
+            store.reconnect()
+        sub_state = owner.topics.topics["outage"].subscriptions.get("reader")
+        assert sub_state is not None
+
+        async def flushed() -> bool:
+            await sub_state.flush()
+            return sub_state.persisted_seq == 51
+
+        async with asyncio.timeout(5):
+            while not await flushed():
+                await asyncio.sleep(0.05)
+
+
+async def test_an_owner_cut_off_from_the_store_steps_down_once_fenced() -> None:
+    """The owner cannot reach the store and its session ends there: another hub takes the
+    topic over and fences the ledger. The old owner, still cut off, acknowledges nothing more;
+    it learns from the fenced replicas that it lost the topic, and its subscriber moves on."""
+    async for region in memory_region(3):
+        await cut_off_owner_steps_down(region)
+
+
+async def cut_off_owner_steps_down(region: Region) -> None:
+    async with region.client(max_batch_messages=20) as c:
+        await c.publish("partitioned", b"before")
+        old = region.owner("partitioned")
+        new = next(h for h in region.hubs if h is not old)
+        watcher = await c.subscribe("partitioned", "watcher")
+        store = old.store
+        assert isinstance(store, MemoryMetadataStore)
+        store.disconnect()
+        store.expire()  # the store's view: the session timed out; the owner does not know yet
+        await asyncio.sleep(HUBS_CACHE_S + 0.1)  # the other hub sees it gone from the registry
+        # A client of the other hub publishes there: it claims the topic, which fences the old
+        # owner's ledger first.
+        async with HedwigClient([new.address], network=region.network) as other:
+            r = await other.publish("partitioned", b"after")
+        now = region.owner_among("partitioned", [h for h in region.hubs if h is not old])
+        assert r.seq == 2 and now is not None
+        # The old owner finds its ledger fenced (after the session timeout) and drops it.
+        async with asyncio.timeout(10):
+            while "partitioned" in old.topics.topics:
+                await asyncio.sleep(0.05)
+        assert await stored_values(c, "partitioned") == [b"before", b"after"]
+        # The subscriber was attached to the old owner: it followed the topic to the new one.
+        assert (await watcher.next(10)).value == b"after"
+        store.reconnect()
 
 
 async def test_order_kept_through_a_reconnect(region: Region) -> None:

@@ -37,6 +37,8 @@ from hedwig.protocol.fields import (
     OptStrCodec,
     RestCodec,
     StrCodec,
+    SubscriptionInfo,
+    SubscriptionInfosCodec,
 )
 from hedwig.protocol.messages import encode_values
 from hedwig.protocol.schema import FrameBase, Sender
@@ -91,6 +93,15 @@ def strategy_for(codec: Codec) -> st.SearchStrategy[Any]:
         return BATCHES
     if isinstance(codec, BatchListCodec):
         return st.lists(BATCHES, max_size=3).map(tuple)
+    if isinstance(codec, SubscriptionInfosCodec):
+        infos = st.builds(
+            SubscriptionInfo,
+            st.text(max_size=10),
+            st.integers(0, 2**63),
+            st.booleans(),
+            st.integers(0, 2**50),
+        )
+        return st.lists(infos, max_size=4).map(tuple)
     raise AssertionError(f"no example strategy for {type(codec).__name__}")
 
 
@@ -137,8 +148,12 @@ def test_flag_bits_are_named_per_frame() -> None:
         "Subscribe": {"redirected": 0, "force_attach": 1},
         "Read": {"redirected": 0},
         "TopicStats": {"redirected": 0},
+        "DeleteTopic": {"redirected": 0, "force": 1},
+        "ResetSubscription": {"redirected": 0},
+        "DescribeTopic": {"redirected": 0},
         "AddEntry": {"recovery": 0},
         "ReadLac": {"fence": 0},
+        "Lac": {"fenced": 0},
         "Published": {"duplicate": 0},
     }
     header = Connection(Role.CLIENT).send(

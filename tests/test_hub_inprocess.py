@@ -140,6 +140,19 @@ async def test_owner_record_deleted_from_outside(hubs: list[Hub]) -> None:
         r = await c.publish("forced", b"two")
         assert r.seq == 2
         assert (await sub.next(10)).value == b"two"
+    # The metrics say the same: one loss, and a claim for each time a hub took the topic.
+    claims = sum(
+        h.metrics.registry.get_sample_value("hedwig_topic_claims_total") or 0 for h in hubs
+    )
+    assert claims == sum(h.topics.stats.claims for h in hubs) >= 2
+    losses_seen = sum(
+        h.metrics.registry.get_sample_value(
+            "hedwig_topic_losses_total", {"reason": "ownership-removed"}
+        )
+        or 0
+        for h in hubs
+    )
+    assert losses_seen == 1
 
 
 async def test_retention_collects_consumed_ledgers(hubs: list[Hub]) -> None:

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from hedwig.errors import LedgerFencedError
+from hedwig.errors import LedgerFencedError, NotEnoughReplicasError
 from hedwig.ledger import LocalFirstReplicas, LocalStorage, LogSettings, TopicLog, recover_ledger
-from hedwig.ledger.storage import RECORD
+from hedwig.ledger.auditor import Auditor, inspect
+from hedwig.ledger.handle import write_set
+from hedwig.ledger.storage import RECORD, StorageNode
 from hedwig.metadata import LedgerState
 from hedwig.metadata.memory import MemoryBackend, MemoryMetadataStore
+from hedwig.metadata.records import HubLoad, LedgerMetadata, ReplicationConfig
 from hedwig.protocol import EncodedMessages
 
 
@@ -125,3 +131,213 @@ async def test_recover_empty_ledger(store: MemoryMetadataStore, tmp_path: Path) 
     lid = log.ledger_id
     md = await recover_ledger(store.ledgers, LocalFirstReplicas(storage), lid)
     assert md.state is LedgerState.CLOSED and md.last_entry_id == -1
+
+
+class Unreachable:
+    """A storage replica that cannot be reached: every request fails at once, or hangs."""
+
+    def __init__(self, address: str, *, hang: bool = False) -> None:
+        self.address = address
+        self.hang = hang
+
+    async def _fail(self) -> None:
+        if self.hang:
+            await asyncio.Event().wait()
+        raise NotEnoughReplicasError(f"storage replica {self.address}: unreachable")
+
+    async def add_entry(
+        self, ledger_id: int, entry_id: int, lac: int, payload: bytes, *, recovery: bool = False
+    ) -> None:
+        await self._fail()
+
+    async def read_entry(self, ledger_id: int, entry_id: int) -> bytes:
+        await self._fail()
+        raise AssertionError
+
+    async def read_lac(self, ledger_id: int, *, fence: bool) -> tuple[int, int]:
+        await self._fail()
+        raise AssertionError
+
+    async def fenced(self, ledger_id: int) -> bool:
+        await self._fail()
+        raise AssertionError
+
+    async def delete_ledger(self, ledger_id: int) -> None:
+        await self._fail()
+
+
+class Cluster:
+    """Storage replicas on disk by address, some of which can be cut off."""
+
+    def __init__(self, root: Path, count: int) -> None:
+        self.disks = {f"h:{i}": LocalStorage(root / str(i), f"h:{i}") for i in range(1, count + 1)}
+        self.cut: dict[str, Unreachable] = {}
+
+    def node(self, address: str) -> StorageNode:
+        return self.cut.get(address) or self.disks[address]
+
+    def preferred(self, addresses: Sequence[str]) -> list[str]:
+        return list(addresses)
+
+    def suspect(self, address: str) -> None:
+        return None
+
+    async def choose(self, size: int, minimum: int, avoid: frozenset[str]) -> list[str]:
+        healthy = [a for a in self.disks if a not in avoid and a not in self.cut]
+        return healthy[:size]
+
+
+async def test_two_replicas_failing_at_once_start_one_roll_over(
+    store: MemoryMetadataStore, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    cluster = Cluster(tmp_path, 5)
+    log = TopicLog(
+        "t",
+        store,
+        cluster,
+        owner="h:1",
+        owner_epoch=1,
+        ensemble=["h:1", "h:2", "h:3"],
+        choose_ensemble=cluster.choose,
+        settings=LogSettings(replication=ReplicationConfig(3, 3, 1)),
+    )
+    await log.open()
+    await log.append("p", 1, EncodedMessages.of_values([b"before"]))
+    # Both fail in the same turn of the event loop: one roll-over, to h:1, h:4, h:5.
+    cluster.cut = {a: Unreachable(a) for a in ("h:2", "h:3")}
+    await log.append("p", 2, EncodedMessages.of_values([b"during"]))
+    # The next append waits for the roll-over, then goes to the new ledger.
+    await log.append("p", 3, EncodedMessages.of_values([b"after"]))
+    assert log.broken is None
+    assert len(log.ranges.ranges) == 2
+    md = await store.ledgers.read_ledger(log.ledger_id)
+    assert md is not None and md.value.fragments[-1][1] == ("h:1", "h:4", "h:5")
+    got = await log.read(1, 10, 1 << 20)
+    assert [m.value for b in got for m in b.messages.decode()] == [b"before", b"during", b"after"]
+    await asyncio.sleep(0)
+    assert "never retrieved" not in caplog.text and "roll-over failed" not in caplog.text
+
+
+async def test_recovery_needs_only_the_replicas_the_quorums_require(
+    store: MemoryMetadataStore, tmp_path: Path
+) -> None:
+    """3/3/2: two answers are enough to fence and recover; a third that hangs is not awaited."""
+    cluster = Cluster(tmp_path, 3)
+    settings = LogSettings(replication=ReplicationConfig(3, 3, 2))
+    old = TopicLog(
+        "t",
+        store,
+        cluster,
+        owner="h:1",
+        owner_epoch=1,
+        ensemble=["h:1", "h:2", "h:3"],
+        settings=settings,
+    )
+    await old.open()
+    for i in range(5):
+        await old.append("p", i + 1, EncodedMessages.of_values([b"m%d" % i]))
+    cluster.cut = {"h:1": Unreachable("h:1", hang=True)}  # the old owner's own disk: gone
+    new = TopicLog(
+        "t",
+        store,
+        cluster,
+        owner="h:2",
+        owner_epoch=1,
+        ensemble=["h:2", "h:3"],
+        settings=LogSettings(replication=ReplicationConfig(2, 2, 2)),
+    )
+    await asyncio.wait_for(new.open(), 5)
+    assert new.last_seq == 5
+
+
+async def test_recovery_writes_back_on_a_stand_in_when_a_replica_is_gone(
+    store: MemoryMetadataStore, tmp_path: Path
+) -> None:
+    """2/2/2: an entry reached one replica before the other went away. It may have been
+    acknowledged, so recovery must keep it, which needs two copies: it writes the entry back
+    on a stand-in replica and records the new fragment, instead of failing until the lost
+    replica returns."""
+    cluster = Cluster(tmp_path, 3)
+    settings = LogSettings(replication=ReplicationConfig(2, 2, 2))
+    old = TopicLog(
+        "t", store, cluster, owner="h:1", owner_epoch=1, ensemble=["h:1", "h:2"], settings=settings
+    )
+    await old.open()
+    await old.append("p", 1, EncodedMessages.of_values([b"acked"]))
+    cluster.cut = {"h:2": Unreachable("h:2")}
+    with pytest.raises(NotEnoughReplicasError):
+        await old.append("p", 2, EncodedMessages.of_values([b"on one replica only"]))
+    lid = old.ledger_id
+    new = TopicLog(
+        "t",
+        store,
+        cluster,
+        owner="h:1",
+        owner_epoch=2,
+        ensemble=["h:1", "h:3"],
+        choose_ensemble=cluster.choose,
+        settings=settings,
+    )
+    await new.open()
+    assert new.last_seq == 2
+    md = await store.ledgers.read_ledger(lid)
+    assert md is not None and md.value.state is LedgerState.CLOSED
+    assert md.value.fragments == ((0, ("h:1", "h:2")), (1, ("h:1", "h:3")))
+    assert await cluster.disks["h:3"].read_entry(lid, 1)
+    got = await new.read(1, 10, 1 << 20)
+    assert [m.value for b in got for m in b.messages.decode()] == [
+        b"acked",
+        b"on one replica only",
+    ]
+
+
+async def test_a_striped_ledger_replica_missing_its_entries_is_caught_up(
+    store: MemoryMetadataStore, tmp_path: Path
+) -> None:
+    """3/2/2 (striped): each entry goes to two of three replicas. A replica that missed the
+    entries of its write sets from entry 3 on is reported lagging and caught up."""
+    cluster = Cluster(tmp_path, 3)
+    names = ("h:1", "h:2", "h:3")
+    for name in names:
+        await store.hubs.register_hub(name, HubLoad())
+    created = await store.ledgers.create_ledger(
+        LedgerMetadata(
+            ledger_id=0,
+            topic="t",
+            ensemble_size=3,
+            write_quorum=2,
+            ack_quorum=2,
+            fragments=((0, names),),
+        )
+    )
+    md = created.value
+    for entry in range(6):
+        for name in write_set(md, entry):
+            if name == "h:3" and entry >= 3:
+                continue  # h:3 was away
+            await cluster.disks[name].add_entry(md.ledger_id, entry, entry - 1, b"e%d" % entry)
+    closed = replace(md, state=LedgerState.CLOSED, last_entry_id=5)
+    await store.ledgers.write_ledger(closed, created.version)
+    health = await inspect(closed, cluster, set(names), wanted=3)
+    expected = [e for e in range(3, 6) if "h:3" in write_set(md, e)]
+    assert health.lagging == {"h:3": len(expected)} and not health.dead
+    auditors = [
+        Auditor(
+            address=name,
+            store=store,
+            replicas=cluster,
+            local=cluster.disks[name],
+            wanted_size=lambda _t: _three(),
+        )
+        for name in names
+    ]
+    for auditor in auditors:
+        await auditor.run_once()
+    for e in expected:
+        assert await cluster.disks["h:3"].read_entry(md.ledger_id, e) == b"e%d" % e
+    assert sum(a.copied_bytes["catch-up"] for a in auditors) == 2 * len(expected)
+    assert sum(a.copied_bytes["replace"] for a in auditors) == 0
+
+
+async def _three() -> int:
+    return 3

@@ -150,3 +150,74 @@ def test_skewed_converges_within_five_cycles() -> None:
     assert r["imbalance"][-1] <= 1.25
     # (the real-hub test, tests/test_rebalancing.py, waits for these instead of timing them)
     assert r["max_moves_of_one_topic"] <= 2, r
+
+
+steady_regions = st.lists(
+    st.lists(st.floats(0.5, 400), max_size=15),  # each hub's topics' rates
+    min_size=2,
+    max_size=6,
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(steady_regions, st.booleans(), st.integers(1, 3), st.floats(0.0, 0.75))
+def test_no_topic_moves_twice_while_load_is_unchanged(
+    spec: list[list[float]], drain: bool, min_hubs: int, lag: float
+) -> None:
+    """Hundreds of cycles over a steady load (reports lagging like the real EWMA), with or
+    without low-load drains: every topic moves at most once, and a drained hub stays empty."""
+    clock = ManualClock()
+    cfg = RebalanceConfig(
+        confirmations=2,
+        cooldown_s=300,
+        low_load_drain=drain,
+        hub_capacity=5_000,
+        min_hubs=min_hubs,
+    )
+    policy = Rebalancer(cfg, clock)
+    region: dict[str, dict[str, float]] = {
+        f"h{i}": {f"t{i}-{k}": r for k, r in enumerate(rates)} for i, rates in enumerate(spec)
+    }
+    reported: dict[str, dict[str, float]] = {h: dict(t) for h, t in region.items()}
+    moved: dict[str, int] = {}
+    for _ in range(300):
+        now = clock.wall_ms()
+        snapshot = []
+        for h, topics in region.items():
+            old = reported.get(h, {})
+            reported[h] = {t: lag * old.get(t, 0.0) + (1 - lag) * r for t, r in topics.items()}
+            loads = {t: TopicLoad(msg_in=r) for t, r in reported[h].items()}
+            snapshot.append(HubStatus(h, True, 1, HubLoad(timestamp_ms=now, topic_loads=loads)))
+        for m in policy.plan(snapshot):
+            assert m.destination is not None and m.destination not in policy.drained
+            region[m.destination][m.topic] = region[m.source].pop(m.topic)
+            moved[m.topic] = moved.get(m.topic, 0) + 1
+        clock.advance(60)
+    assert max(moved.values(), default=0) <= 1, moved
+    assert len(policy.drained) <= 1
+    for h in policy.drained:
+        assert not region[h], f"drained hub {h} holds {region[h]}"
+    serving = len(region) - len(policy.drained)
+    assert serving >= min(min_hubs, len(region))
+
+
+def test_a_drained_hub_is_not_refilled_until_the_load_returns() -> None:
+    cfg = RebalanceConfig(low_load_drain=True, hub_capacity=1000, low_load_threshold=0.3)
+    clock = ManualClock()
+    policy = Rebalancer(cfg, clock)
+    region = {"a": {"t1": 50.0, "t2": 40.0}, "b": {"t3": 60.0}, "c": {"t4": 5.0}}
+
+    def cycle() -> list[str]:
+        moves = policy.plan([hub(h, t) for h, t in region.items()], drain_first=["c", "b"])
+        for m in moves:
+            assert m.destination is not None
+            region[m.destination][m.topic] = region[m.source].pop(m.topic)
+        clock.advance(60)
+        return [m.topic for m in moves]
+
+    assert cycle() == ["t4"] and policy.drained == {"c"}
+    for _ in range(20):
+        assert cycle() == []  # neither refilled by the under-load rule nor drained further
+    region["a"]["t1"] = 1500.0  # the load returns: past 60 % of the two serving hubs
+    cycle()
+    assert policy.drained == frozenset()

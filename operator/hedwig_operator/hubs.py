@@ -1,6 +1,6 @@
 """Requests the operator sends to hubs through the client library.
 
-Two only:
+Three:
 
 - ``activate``: a TopicStats request for a topic nobody owns, which makes a hub claim it (by
   its placement policy) and recover its log. The operator does this so that a Topic resource
@@ -10,6 +10,10 @@ Two only:
   it stops, flushes, closes its ledger, releases its owner record and tells its clients where
   the topic went. Hubs that do not support it answer with an error; the caller then falls
   back to deleting the owner znode, which is always safe (ledger fencing).
+- ``delete``: ask the topic's owner to delete it (``HedwigClient.delete_topic`` with force): it
+  closes the topic, deletes every replica of its ledgers, then its records. The caller falls
+  back to deleting the records itself when no hub can do it (the hubs' audits then collect the
+  orphaned replicas).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from hedwig.client import HedwigClient
-from hedwig.errors import HedwigError
+from hedwig.errors import HedwigError, NoSuchTopicError
 from hedwig.protocol import MoveKind
 from hedwig.security import ClientSecurity
 from hedwig_operator.security import PoolTrust
@@ -43,6 +47,10 @@ class HubRequests(Protocol):
         kind: MoveKind = MoveKind.REQUESTED,
     ) -> str | None:
         """Ask ``owner`` to hand ``topic`` over; None if it did, else why not."""
+        ...
+
+    async def delete(self, addresses: Sequence[str], topic: str, timeout_s: float) -> str | None:
+        """Have the topic's owner delete it; None if it did, else why not."""
         ...
 
 
@@ -83,4 +91,16 @@ class ClientHubRequests:
                 return f"no hand-off within {timeout_s:.0f}s"
             except HedwigError as exc:
                 return f"the hub refused the hand-off: {exc}"
+        return None
+
+    async def delete(self, addresses: Sequence[str], topic: str, timeout_s: float) -> str | None:
+        async with HedwigClient(list(addresses), request_timeout_s=timeout_s) as client:
+            try:
+                await asyncio.wait_for(client.delete_topic(topic, force=True), timeout_s)
+            except NoSuchTopicError:
+                return None  # already gone
+            except TimeoutError:
+                return f"no hub deleted it within {timeout_s:.0f}s"
+            except HedwigError as exc:
+                return f"the hubs could not delete it: {exc}"
         return None

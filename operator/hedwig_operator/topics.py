@@ -369,6 +369,16 @@ async def delete_topic_data(
         ranges = await store.persistence.read_topic_persistence_info(topic)
         if not await store.topics.topic_exists(topic):
             return f"topic {topic!r} did not exist in region {pool.region!r}"
+        alive = [h.address for h in await store.hubs.list_hubs() if h.alive]
+        # Best: the owner deletes it (its ledgers' replicas too) through the protocol.
+        why_not = (
+            await ctx.hubs.delete(alive, topic, ctx.settings.activate_timeout_s)
+            if alive
+            else "no hub is alive"
+        )
+        if why_not is None:
+            return f"deleted topic {topic!r} from region {pool.region!r} through its owner"
+        log.info("topic %r: deleting its records directly (%s)", topic, why_not)
         # The topic node first: its owner notices its owner record vanish and stops serving.
         await store.topics.delete_topic(topic)
         ledgers = [r.ledger_id for r in ranges.value.ranges] if ranges is not None else []

@@ -21,7 +21,7 @@ import time
 from demo.state import DemoState, HubView
 from hedwig.client import HedwigClient
 from hedwig.devcluster.cluster import DevCluster
-from hedwig.errors import HedwigError, MessagesUnavailableError
+from hedwig.errors import HedwigError, MessagesUnavailableError, NoSuchTopicError
 from hedwig.metadata import open_store
 from hedwig.security import ClientSecurity
 from jobs.hub_load import LOAD_TOPIC, load_records
@@ -54,6 +54,9 @@ async def follow_heatmap(
                 answer = await client.read(topic, next_seq, max_messages=5000)
             except MessagesUnavailableError as exc:
                 next_seq = exc.first_available or next_seq
+                continue
+            except NoSuchTopicError:  # the job has not written its first heat map yet
+                await _sleep(stop, 1.0)
                 continue
             except HedwigError as exc:
                 log.warning("reading %s: %s", topic, exc)

@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from hedwig.client import HedwigClient, RetryPolicy, SyncClient
+from hedwig.errors import NoSuchTopicError
 from hedwig.metadata import MetadataStore, open_store
 from hedwig_spark.offsets import TopicBounds
 from hedwig_spark.options import DEFAULT_RETRY_DEADLINE_S, ClusterOptions, SecurityOptions
@@ -99,11 +100,15 @@ def list_topics(cluster: ClusterOptions, pattern: re.Pattern[str]) -> list[str]:
 def topic_bounds(session: SyncClient, topics: Sequence[str]) -> dict[str, TopicBounds]:
     """First available and last sequence id of each topic, asked of the owners concurrently."""
 
+    async def bounds(client: HedwigClient, topic: str) -> TopicBounds:
+        try:
+            info = await client.topic_info(topic)
+        except NoSuchTopicError:
+            return TopicBounds(1, 0)  # not created yet: empty (reading never creates it)
+        return TopicBounds(info.first_available, info.last_seq)
+
     async def ask(client: HedwigClient) -> dict[str, TopicBounds]:
-        infos = await asyncio.gather(*(client.topic_info(t) for t in topics))
-        return {
-            t: TopicBounds(i.first_available, i.last_seq)
-            for t, i in zip(topics, infos, strict=True)
-        }
+        got = await asyncio.gather(*(bounds(client, t) for t in topics))
+        return dict(zip(topics, got, strict=True))
 
     return session.call(ask)

@@ -3,8 +3,8 @@
 Spark starts Python workers with ``PYSPARK_PYTHON`` (default: ``python3`` on the PATH, which
 may lack pyarrow and hedwig), so we point it at this interpreter. Workers unpickle readers and
 writers by module name, so they must be able to import ``hedwig_spark``: it is part of the
-``hedwig`` distribution (``pip install 'hedwig[spark]'``; ``make venv`` installs it editable),
-so an interpreter that has it installed needs nothing else, in a checkout or in the Spark
+``hedwig-pubsub`` distribution (``pip install 'hedwig-pubsub[spark]'``; ``make venv`` installs it
+editable), so an interpreter that has it installed needs nothing else, in a checkout or in the Spark
 image alike.
 
 Settings keep Spark small on a shared two-core machine: ``local[2]``, two shuffle partitions,

@@ -110,11 +110,8 @@ class _RowPublisher:
 
 
 async def _publish_chunk(client: HedwigClient, chunk: Sequence[Outgoing]) -> list[PublishResult]:
-    # Learn each new topic's owner first. The client spreads requests for a topic whose owner
-    # it does not know over the hubs it was given, so the pipelined first batches of a new
-    # topic could reach different hubs and be stored out of order.
-    unknown = {topic for topic, *_ in chunk if client.owner_of(topic) is None}
-    await asyncio.gather(*(client.topic_info(topic) for topic in sorted(unknown)))
+    # (A new topic's first batches go out one at a time until its owner is known, and hubs
+    # refuse a batch that would overtake an earlier one: the client keeps the order.)
     # No await until every message is queued: the client cuts batches from a full queue.
     futures = [client.publish_nowait(t, v, key=k, headers=h) for t, v, k, h in chunk]
     return list(await asyncio.gather(*futures))

@@ -121,8 +121,6 @@ async def publish_positions(
     on_tick: Callable[[int], None] | None = None,
 ) -> int:
     """Step the simulation every ``interval_s`` and publish; returns messages published."""
-    # Learn every quadrant's owner before publishing (see hedwig_spark.writer for why).
-    await asyncio.gather(*(client.topic_info(t) for t in sim.grid.topics()))
     published = 0
     while not stop.is_set():
         started = time.monotonic()

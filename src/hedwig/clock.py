@@ -93,3 +93,27 @@ class ManualClock:
         for fut in due:
             if not fut.done():
                 fut.set_result(None)
+
+
+class Throttle:
+    """Lets something through at most once per ``interval_s`` for each key.
+
+    For warnings a lasting condition would otherwise repeat on every retry (a topic that
+    cannot be taken over while hubs are missing): the first says it, the rest go to debug.
+    """
+
+    def __init__(self, interval_s: float, clock: Clock, *, max_keys: int = 10_000) -> None:
+        self._interval = interval_s
+        self._clock = clock
+        self._max_keys = max_keys
+        self._last: dict[object, float] = {}
+
+    def allow(self, key: object = None) -> bool:
+        now = self._clock.monotonic()
+        last = self._last.get(key)
+        if last is not None and now - last < self._interval:
+            return False
+        if len(self._last) >= self._max_keys:
+            self._last = {k: t for k, t in self._last.items() if now - t < self._interval}
+        self._last[key] = now
+        return True

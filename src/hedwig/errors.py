@@ -88,6 +88,17 @@ class ConnectionLostError(HedwigError):
     retriable = True
 
 
+class OwnerUnreachableError(ConnectionLostError):
+    """The hubs name an owner this client cannot reach (it is down, frozen, or cut off from
+    this client). The client does not wait on it again and again: it asks the other hubs until
+    the owner answers or a new one takes the topic over, which happens once the old owner's
+    metadata session ends."""
+
+    def __init__(self, message: str, *, owner: str) -> None:
+        super().__init__(message)
+        self.owner = owner
+
+
 class DeadlineExceededError(HedwigError, TimeoutError):
     """An operation did not finish within its deadline (retries included)."""
 
@@ -165,6 +176,22 @@ class OutOfOrderError(RequestError):
     def __init__(self, message: str, *, expected: int = 0) -> None:
         super().__init__(message)
         self.expected = expected
+
+
+class NoSuchTopicError(RequestError):
+    """The topic does not exist (reads, statistics, descriptions and deletions never create
+    one; publishing or subscribing does)."""
+
+
+class TopicInUseError(RequestError):
+    """The topic cannot be deleted while a subscription is attached (delete with force to
+    close them)."""
+
+
+class NotEnoughHubsError(RequestError):
+    """The region has fewer hubs than the topic's replication needs, and always had: a lone hub
+    with the default 3/3/2 replication. Start more hubs, or use a smaller replication (for one
+    hub, 1/1/1). Not retried unless the client is asked to wait for hubs."""
 
 
 class UnsupportedVersionError(RequestError):

@@ -131,7 +131,13 @@ def _rehearse(image: str, tmp_path: Path) -> tuple[dockerfile.Sandbox, dockerfil
 
 def _frozen(venv: Path) -> dict[str, str]:
     out = run(
-        [venv / "bin" / "pip", "freeze", "--exclude", "hedwig", "--disable-pip-version-check"]
+        [
+            venv / "bin" / "pip",
+            "freeze",
+            "--exclude",
+            "hedwig-pubsub",
+            "--disable-pip-version-check",
+        ]
     )
     frozen = {}
     for line in out.stdout.splitlines():

@@ -13,7 +13,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from hedwig.client import HedwigClient, RetryPolicy
 from hedwig.devcluster.cluster import DevCluster
+from hedwig.errors import DeadlineExceededError
 from hedwig.metadata import open_store
 from hedwig.security import ClientSecurity
 from tests.cluster_helpers import eventually, owner_of
@@ -143,6 +145,58 @@ async def test_zookeeper_restarted_under_load(cluster: DevCluster) -> None:
         await asyncio.get_running_loop().run_in_executor(None, cluster.zk_server.restart)
 
     await run(cluster, fault, after=SESSION + 4)
+
+
+async def test_two_of_three_hubs_down_then_one_back(cluster: DevCluster) -> None:
+    """3/3/2 with two hubs gone: no ack quorum anywhere, so nothing can be written, and no
+    topic can be recovered (recovery needs two answers), so nothing can be read either; clients
+    wait (SERVICE_UNAVAILABLE, retried). When one hub comes back, everything resumes and no
+    acknowledged message is lost."""
+    work = Workload(cluster.addresses, TOPICS, retry_deadline_s=90)
+    await work.start()
+    await asyncio.sleep(2.0)
+    survivor, *victims = cluster.hub_procs
+    for hub in victims:
+        hub.kill()
+    await asyncio.sleep(SESSION + 2)  # the dead hubs' sessions end; writes in flight settle
+    stalled_at = work.history.acked_count
+    await asyncio.sleep(3.0)
+    assert work.history.acked_count == stalled_at, "acknowledged with one replica of three"
+    reader = HedwigClient([survivor.address], retry=RetryPolicy(deadline_s=2))
+    try:
+        with pytest.raises(DeadlineExceededError):
+            await reader.read(TOPICS[0], 1)
+    finally:
+        await reader.close()
+    await asyncio.get_running_loop().run_in_executor(None, victims[0].start)
+    await asyncio.sleep(SESSION + 4)
+    history = await work.finish()
+    assert history.acked_count > stalled_at, "publishing did not resume when a hub came back"
+    check(history)
+
+
+async def test_publishing_goes_on_through_a_zookeeper_outage(cluster: DevCluster) -> None:
+    """ZooKeeper down for four session timeouts under load: owners keep acknowledging on their
+    open ledgers the whole time (no owner could have been replaced: nobody reaches ZooKeeper),
+    and everything catches up when it is back."""
+    assert cluster.zk_server is not None
+    zk = cluster.zk_server
+    work = Workload(cluster.addresses, TOPICS)
+    await work.start()
+    await asyncio.sleep(2.0)
+    loop = asyncio.get_running_loop()
+    await loop.run_in_executor(None, zk.stop)
+    try:
+        down_at = work.history.acked_count
+        await asyncio.sleep(SESSION * 4)
+        during = work.history.acked_count - down_at
+    finally:
+        await loop.run_in_executor(None, zk.start)
+    # 3 publishers x 200/s for 8 s: well over half of it acknowledged while ZooKeeper was down.
+    assert during > 0.5 * 3 * 200 * SESSION * 4, f"only {during} acknowledged during the outage"
+    await asyncio.sleep(SESSION + 2)
+    history = await work.finish()
+    check(history)
 
 
 # The same faults on a secured cluster: TLS, ACLs, and every storage write and recovery

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import shutil
+import urllib.request
 
 import pytest
 
@@ -14,6 +17,11 @@ from tests.failure.history import read_all
 pytestmark = pytest.mark.integration
 
 
+def scrape(url: str) -> str:
+    with urllib.request.urlopen(url + "/metrics", timeout=5) as r:
+        return str(r.read().decode())
+
+
 def under_replicated(cluster: DevCluster) -> list[dict[str, object]]:
     out = hedwig(
         "ledgers", "--zk", cluster.zk, "--region", cluster.region, "--under-replicated", "--json"
@@ -23,13 +31,25 @@ def under_replicated(cluster: DevCluster) -> list[dict[str, object]]:
     return rows
 
 
+def copied(cluster: DevCluster, kind: str) -> float:
+    """Bytes the hubs' audits copied, of ``kind`` (replace, catch-up, grow), summed."""
+    total = 0.0
+    for h in cluster.hub_procs:
+        if not h.running:
+            continue
+        for line in scrape(h.metrics_url).splitlines():
+            if line.startswith(f'hedwig_rereplicated_bytes_total{{kind="{kind}"}}'):
+                total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
 async def test_lost_replica_is_visible_then_repaired_elsewhere() -> None:
     with DevCluster(
         hubs=3,
         region="rerep",
         session_timeout_s=2.0,
         replication="3/3/2",
-        hub_args=["--audit-interval", "1", "--no-self-balance"],
+        hub_args=["--audit-interval", "1", "--no-self-balance", "--rereplication-delay", "4"],
     ) as c:
         async with HedwigClient(c.addresses) as client:
             sent = [b"m%d" % i for i in range(300)]
@@ -47,6 +67,9 @@ async def test_lost_replica_is_visible_then_repaired_elsewhere() -> None:
 
             await eventually(listed, timeout=10)
             c.add_hub()  # a fresh hub: the auditors copy the lost replicas there
+            # ... once the victim has been gone for the re-replication delay, not before.
+            await asyncio.sleep(1.5)
+            assert copied(c, "replace") == 0
 
             async def healthy() -> bool:
                 return under_replicated(c) == []
@@ -79,8 +102,6 @@ async def test_restarted_empty_replica_is_caught_up() -> None:
             # graceful move closes the ledger (before it is answered), so it is audited
             await client.move_topic("catchup", victim.address)
             victim.kill()
-            import shutil
-
             shutil.rmtree(victim.data_dir + "/ledgers")
             victim.start()
 
@@ -91,3 +112,31 @@ async def test_restarted_empty_replica_is_caught_up() -> None:
             await eventually(healthy, timeout=30)
             log = await read_all(client, "catchup")
             assert [v for _, v in log] == [b"%d" % i for i in range(100)]
+
+
+async def test_a_rolling_restart_copies_no_ledger() -> None:
+    """Four hubs at 3/3/2 (so there is always a spare), each restarted in turn: every hub is
+    back within the re-replication delay, so no replica is re-created elsewhere."""
+    with DevCluster(
+        hubs=4,
+        region="rolling",
+        session_timeout_s=2.0,
+        replication="3/3/2",
+        hub_args=["--audit-interval", "1", "--no-self-balance", "--rereplication-delay", "60"],
+    ) as c:
+        async with HedwigClient(c.addresses) as client:
+            topics = [f"rolling-{i}" for i in range(6)]
+            for topic in topics:
+                for i in range(50):
+                    await client.publish(topic, b"%d" % i)
+                await client.move_topic(topic)  # closes its ledger, so it is audited
+            loop = asyncio.get_running_loop()
+            for hub in list(c.hub_procs):
+                await loop.run_in_executor(None, hub.stop)
+                await asyncio.sleep(3)  # past the session timeout: the hub is gone
+                await loop.run_in_executor(None, hub.start)
+            await asyncio.sleep(3)  # a few audits with every hub back
+            assert copied(c, "replace") == 0
+            for topic in topics:
+                log = await read_all(client, topic)
+                assert [v for _, v in log] == [b"%d" % i for i in range(50)]

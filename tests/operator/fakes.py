@@ -36,6 +36,7 @@ class FakeKube:
         self.objects: dict[Key, dict[str, Any]] = {}
         self.applied: list[dict[str, Any]] = []
         self.status_patches: list[tuple[ObjectRef, dict[str, Any]]] = []
+        self.patches: list[tuple[ObjectRef, dict[str, Any]]] = []
         self.events: list[dict[str, Any]] = []
         self.fail_apply: KubeError | None = None
 
@@ -64,6 +65,13 @@ class FakeKube:
         self.status_patches.append((ref, copy.deepcopy(dict(status))))
         _merge(self.objects[key].setdefault("status", {}), status)
 
+    async def patch(self, ref: ObjectRef, body: Mapping[str, Any]) -> None:
+        key = (ref.kind, ref.namespace, ref.name)
+        if key not in self.objects:
+            raise KubeError(404, "NotFound", f"{ref.kind} {ref.name} not found")
+        self.patches.append((ref, copy.deepcopy(dict(body))))
+        _merge(self.objects[key], body)
+
     async def create(self, manifest: Mapping[str, Any]) -> None:
         self.events.append(copy.deepcopy(dict(manifest)))
 
@@ -87,6 +95,7 @@ class FakeHubs:
         self.graceful = graceful
         self.activations: list[tuple[list[str], str]] = []
         self.releases: list[tuple[str, str, str | None]] = []
+        self.deletions: list[str] = []
         self.fail_activation: Exception | None = None
 
     async def activate(self, addresses: Sequence[str], topic: str, timeout_s: float) -> None:
@@ -98,6 +107,10 @@ class FakeHubs:
             await self.store.ownership.write_owner_info(
                 topic, HubInfo(addresses[0], 1), NEW_VERSION
             )
+
+    async def delete(self, addresses: Sequence[str], topic: str, timeout_s: float) -> str | None:
+        self.deletions.append(topic)
+        return "these hubs do not delete topics"
 
     async def release(
         self,

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 from hedwig_operator import resources
+from hedwig_operator.builders.labels import hub_address
 from hedwig_operator.rebalancing import (
     PrometheusError,
     RebalanceState,
@@ -233,3 +234,53 @@ async def test_fetch_prometheus_load_from_a_server() -> None:
             )
     finally:
         await runner.cleanup()
+
+
+async def test_low_load_drain_empties_the_last_hub_then_scales_the_pool_down() -> None:
+    """Four hubs nearly idle: the drain empties the highest ordinal (the pod a StatefulSet
+    removes first), nothing refills it, and once it has stayed empty the pool shrinks by one,
+    never below minReplicas."""
+    w = await World(graceful=True).start()
+    rebalancing = {
+        **REBALANCING,
+        "lowLoadDrain": True,
+        "hubCapacity": 1000,
+        "scaleDown": {"enabled": True, "minReplicas": 3, "emptyForSeconds": 0},
+    }
+    w.kube.put(pool_body(spec={"region": "r1", "replicas": 4, "rebalancing": rebalancing}))
+    w.kube.put(settled_statefulset(4))
+    pool = parse_pool(w.kube.objects[("HubPool", "ns", "pool")])
+    names = [hub_address(pool, i) for i in range(4)]
+    topics = {names[0]: {"a": 10.0}, names[1]: {"b": 10.0}, names[2]: {}, names[3]: {"d": 5.0}}
+    for address, rates in topics.items():
+        for topic in rates:
+            await w.hub_store.topics.ensure_topic(topic)
+            await w.hub_store.ownership.write_owner_info(topic, HubInfo(address, 1), NEW_VERSION)
+        await w.register(address, rates)
+    state = RebalanceState()
+    summary = await cycle(w, state)
+    (move,) = summary["moves"]
+    assert move["topic"] == "d" and move["from"] == names[3]
+    assert "low-load drain" in move["reason"]
+    # The hubs report the move; the drained hub is neither refilled nor kept once empty.
+    topics[names[3]] = {}
+    topics[move["to"]]["d"] = 5.0
+    for address, rates in topics.items():
+        await w.hub_store.hubs.update_load(address, load_of(w, rates))
+    summary = await cycle(w, state)
+    assert summary["result"] == "ScaledDown", summary
+    assert w.kube.objects[("HubPool", "ns", "pool")]["spec"]["replicas"] == 3
+    (event,) = [e for e in w.kube.events_for("HubPool", "pool") if e["reason"] == "ScaledDown"]
+    assert names[3] in event["message"]
+    # At minReplicas: no further drain or scale-down, however idle.
+    w.kube.put(settled_statefulset(3))
+    await w.hub_store.hubs.unregister_hub(names[3])
+    for _ in range(3):
+        summary = await cycle(w, state)
+        assert summary["result"] == "Balanced", summary
+    assert w.kube.objects[("HubPool", "ns", "pool")]["spec"]["replicas"] == 3
+
+
+def load_of(w: World, rates: dict[str, float]) -> HubLoad:
+    loads = {t: TopicLoad(msg_in=r) for t, r in rates.items()}
+    return HubLoad(timestamp_ms=w.ctx.clock.wall_ms(), topics=len(loads), topic_loads=loads)

@@ -85,9 +85,13 @@ def test_pool_crd_defaults_are_the_specs_defaults() -> None:
         "hubCapacity": d.hub_capacity,
         "gracefulHandOff": d.graceful_hand_off,
     }
-    assert set(pairs) | {"prometheus"} == set(rb)
+    assert set(pairs) | {"prometheus", "scaleDown"} == set(rb)
     for key, value in pairs.items():
         assert rb[key]["default"] == value, key
+    sd = rb["scaleDown"]["properties"]
+    assert sd["enabled"]["default"] == d.scale_down.enabled
+    assert sd["minReplicas"]["default"] == d.scale_down.min_replicas
+    assert sd["emptyForSeconds"]["default"] == d.scale_down.empty_for_s
     p = parse_pool(pool_body())
     assert props["replicas"]["default"] == p.replicas
     assert props["placement"]["default"] == p.placement

@@ -33,6 +33,8 @@ from hedwig.protocol import (
     CloseSubscription,
     Consume,
     DeleteLedger,
+    DeleteTopic,
+    DescribeTopic,
     EncodedMessages,
     Ping,
     Publish,
@@ -41,6 +43,8 @@ from hedwig.protocol import (
     ReadLac,
     ReleaseTopic,
     Request,
+    ResetSubscription,
+    ResetTo,
     Subscribe,
     TopicStats,
     Unsubscribe,
@@ -82,6 +86,11 @@ def probes(ledger_id: int) -> list[Probe]:
         ),
         lambda r: TopicStats(request_id=r, topic="probe", redirected=True),
         lambda r: ReleaseTopic(request_id=r, topic="probe"),
+        lambda r: DeleteTopic(request_id=r, topic="probe", force=True),
+        lambda r: ResetSubscription(
+            request_id=r, topic="probe", subscriber="s1", to=ResetTo.EARLIEST
+        ),
+        lambda r: DescribeTopic(request_id=r, topic="probe"),
         lambda r: AddEntry(
             request_id=r, ledger_id=ledger_id, entry_id=0, lac=-1, payload=b"x", recovery=True
         ),

@@ -12,7 +12,6 @@ from hedwig.client import SyncClient
 
 def publish(hubs: str, topic: str, values: Sequence[bytes]) -> None:
     with SyncClient(hubs.split(",")) as client:
-        client.topic_info(topic)  # learn the owner first: see hedwig_spark.writer
         client.publish_many(topic, values)
 
 

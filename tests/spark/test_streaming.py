@@ -60,7 +60,6 @@ class Publisher(threading.Thread):
     def run(self) -> None:
         try:
             with SyncClient(self.hubs.split(",")) as client:
-                client.topic_info(self.topic)  # learn the owner first: see hedwig_spark.writer
                 step = 20
                 while self.sent < self.total:
                     n = min(step, self.total - self.sent)

@@ -81,6 +81,10 @@ class KubeApi(Protocol):
         """JSON merge patch of the object's status subresource."""
         ...
 
+    async def patch(self, ref: ObjectRef, body: Mapping[str, Any]) -> None:
+        """JSON merge patch of the object itself (the scale-down writes ``spec.replicas``)."""
+        ...
+
     async def create(self, manifest: Mapping[str, Any]) -> None:
         """Create an object (used for Events)."""
         ...

@@ -141,6 +141,10 @@ class HttpKubeApi:
             "PATCH", path, body={"status": status}, content_type="application/merge-patch+json"
         )
 
+    async def patch(self, ref: ObjectRef, body: Mapping[str, Any]) -> None:
+        path = object_path(ref.api_version, ref.kind, ref.namespace, ref.name)
+        await self._request("PATCH", path, body=body, content_type="application/merge-patch+json")
+
     async def create(self, manifest: Mapping[str, Any]) -> None:
         meta = manifest["metadata"]
         path = object_path(str(manifest["apiVersion"]), str(manifest["kind"]), meta["namespace"])

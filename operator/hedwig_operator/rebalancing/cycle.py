@@ -10,6 +10,12 @@ overload confirmations only count checks made on a settled pool.
 Each move is performed (``perform_move``) and reported: an Event on the pool and on the Topic
 resource that manages the topic (if any), with the policy's reason; the Topic's
 ``status.lastMove``; the pool's ``status.lastRebalance``.
+
+A low-load drain empties the pool's highest-ordinal hub first (the pod a StatefulSet removes
+when scaled down). With ``spec.rebalancing.scaleDown``, once that hub has stayed drained and
+empty for ``emptyForSeconds``, the operator lowers ``spec.replicas`` by one (never below
+``minReplicas``) and says so in an Event: the drain then frees a server instead of leaving an
+idle hub that the under-load rule would refill.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from typing import Any
 from hedwig.errors import MetadataError
 from hedwig.metadata import HubStatus
 from hedwig.placement.rebalance import RebalanceConfig, Rebalancer
+from hedwig_operator.builders.labels import hub_address
 from hedwig_operator.builders.statefulset import rollout_in_progress
 from hedwig_operator.conditions import now_iso
 from hedwig_operator.context import Context
@@ -37,6 +44,9 @@ from hedwig_operator.topics import TopicClaim
 
 log = logging.getLogger(__name__)
 
+# The replication's ensemble when the pool does not set one (the hubs' default, 3/3/2).
+DEFAULT_ENSEMBLE = 3
+
 MAX_MOVES_IN_STATUS = 20
 
 
@@ -47,6 +57,8 @@ class RebalanceState:
 
     rebalancer: Rebalancer | None = None
     config: RebalanceConfig | None = None
+    # The drained last hub, and since when (monotonic) it has owned no topic.
+    empty_since: tuple[str, float] | None = None
     total_moves: int = 0
     last_result: str = ""
     history: list[dict[str, Any]] = field(default_factory=list)
@@ -56,6 +68,53 @@ class RebalanceState:
             self.rebalancer = Rebalancer(config, ctx.clock)
             self.config = config
         return self.rebalancer
+
+
+async def _maybe_scale_down(
+    ctx: Context,
+    pool: PoolSpec,
+    state: RebalanceState,
+    policy: Rebalancer,
+    hubs: list[HubStatus],
+    drain_first: list[str],
+) -> str | None:
+    """Lower ``spec.replicas`` by one if the last hub has been drained and empty long enough;
+    what was done, or None."""
+    rule = pool.rebalancing.scale_down
+    if not rule.enabled or not drain_first or pool.replicas <= rule.min_replicas:
+        state.empty_since = None
+        return None
+    last = drain_first[0]
+    status = next((h for h in hubs if h.address == last), None)
+    empty = (
+        last in policy.drained
+        and status is not None
+        and status.load is not None
+        and status.load.topics == 0
+    )
+    if not empty:
+        state.empty_since = None
+        return None
+    now = ctx.clock.monotonic()
+    if state.empty_since is None or state.empty_since[0] != last:
+        state.empty_since = (last, now)
+    if now - state.empty_since[1] < rule.empty_for_s:
+        return None
+    replicas = pool.replicas - 1
+    target = ObjectRef(API_VERSION, POOL_KIND, pool.namespace, pool.name, pool.uid)
+    try:
+        await ctx.kube.patch(target, {"spec": {"replicas": replicas}})
+    except KubeError as exc:
+        log.warning("pool %s: scaling down failed: %s", pool.name, exc)
+        return None
+    state.empty_since = None
+    message = (
+        f"scaled down to {replicas} hubs: the low-load drain emptied {last}, which owned no "
+        f"topic for {rule.empty_for_s} s (minReplicas {rule.min_replicas})"
+    )
+    log.info("pool %s/%s: %s", pool.namespace, pool.name, message)
+    await record_event(ctx.kube, target, "ScaledDown", message)
+    return message
 
 
 def _summary(result: str, detail: str, moves: list[dict[str, Any]], now: str) -> dict[str, Any]:
@@ -111,9 +170,16 @@ async def rebalance_cycle(
     except (MetadataError, PrometheusError) as exc:
         return _summary("Error", f"cannot read the hubs' load: {exc}", [], stamp)
 
-    moves = state.policy(spec.to_config(), ctx).plan(hubs)
+    ensemble = pool.replication.ensemble if pool.replication else DEFAULT_ENSEMBLE
+    policy = state.policy(spec.to_config(min_hubs=ensemble), ctx)
+    drain_first = [hub_address(pool, i) for i in reversed(range(pool.replicas))]
+    moves = policy.plan(hubs, drain_first=drain_first)
     if not moves:
+        scaled = await _maybe_scale_down(ctx, pool, state, policy, hubs, drain_first)
+        if scaled is not None:
+            return _summary("ScaledDown", scaled, [], stamp)
         return _summary("Balanced", f"no move needed among {len(hubs)} hubs", [], stamp)
+    state.empty_since = None
     alive = [h.address for h in hubs if h.alive]
     entries: list[dict[str, Any]] = []
     pool_target = ObjectRef(API_VERSION, POOL_KIND, pool.namespace, pool.name, pool.uid)

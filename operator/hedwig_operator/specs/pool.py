@@ -58,6 +58,17 @@ class PrometheusSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class ScaleDownSpec:
+    """``spec.rebalancing.scaleDown``: after a low-load drain has emptied the pool's last hub
+    (the one a StatefulSet removes first) and it stayed empty ``empty_for_s``, lower
+    ``spec.replicas`` by one, never below ``min_replicas``."""
+
+    enabled: bool = False
+    min_replicas: int = 3
+    empty_for_s: int = 300
+
+
+@dataclass(frozen=True, slots=True)
 class RebalancingSpec:
     """``spec.rebalancing``; ``to_config`` gives the shared policy's settings."""
 
@@ -79,9 +90,15 @@ class RebalancingSpec:
     # Ask the owner for a graceful hand-off first; off, moves only delete the owner znode.
     graceful_hand_off: bool = True
     prometheus: PrometheusSpec | None = None
+    scale_down: ScaleDownSpec = field(default_factory=ScaleDownSpec)
 
-    def to_config(self) -> RebalanceConfig:
+    def to_config(self, min_hubs: int = 1) -> RebalanceConfig:
+        """The policy's settings; a drain never leaves fewer than ``min_hubs`` serving hubs
+        (the pool's ensemble size, and the scale-down's floor)."""
+        if self.scale_down.enabled:
+            min_hubs = max(min_hubs, self.scale_down.min_replicas)
         return RebalanceConfig(
+            min_hubs=max(1, min_hubs),
             overload_margin=self.overload_margin,
             underload_margin=self.underload_margin,
             confirmations=self.confirmations,
@@ -186,6 +203,20 @@ def parse_rebalancing(raw: Raw, path: str = "spec.rebalancing") -> RebalancingSp
         hub_capacity=float_or(raw, "hubCapacity", path, d.hub_capacity, minimum=1.0),
         graceful_hand_off=bool_or(raw, "gracefulHandOff", path, d.graceful_hand_off),
         prometheus=_prometheus(raw, path),
+        scale_down=_scale_down(raw, path),
+    )
+
+
+def _scale_down(raw: Raw, path: str) -> ScaleDownSpec:
+    if raw.get("scaleDown") is None:
+        return ScaleDownSpec()
+    s = section(raw, "scaleDown", path)
+    where = f"{path}.scaleDown"
+    d = ScaleDownSpec()
+    return ScaleDownSpec(
+        enabled=bool_or(s, "enabled", where, d.enabled),
+        min_replicas=int_or(s, "minReplicas", where, d.min_replicas, minimum=1),
+        empty_for_s=int_or(s, "emptyForSeconds", where, d.empty_for_s, minimum=0),
     )
 
 

@@ -46,6 +46,8 @@ class TopicSpec:
     retention_ms: int | None = None
     retention_bytes: int | None = None
     max_message_size: int | None = None
+    inactive_topic_expiry_ms: int | None = None
+    subscription_expiry_ms: int | None = None
     deletion_policy: DeletionPolicy = DeletionPolicy.KEEP
 
     def config(self) -> TopicConfig:
@@ -55,6 +57,8 @@ class TopicSpec:
             retention_ms=self.retention_ms,
             retention_bytes=self.retention_bytes,
             max_message_size=self.max_message_size,
+            inactive_topic_expiry_ms=self.inactive_topic_expiry_ms,
+            subscription_expiry_ms=self.subscription_expiry_ms,
         )
 
 
@@ -63,6 +67,7 @@ def parse_topic(body: Raw) -> TopicSpec:
     meta = section(body, "metadata", "")
     spec = section(body, "spec", "")
     retention = section(spec, "retention", "spec")
+    expiry = section(spec, "expiry", "spec")
     name = req_str(meta, "name", "metadata")
     policy = opt_str(spec, "deletionPolicy", "spec") or DeletionPolicy.KEEP.value
     try:
@@ -81,5 +86,9 @@ def parse_topic(body: Raw) -> TopicSpec:
         retention_ms=opt_int(retention, "timeMs", "spec.retention", minimum=0),
         retention_bytes=opt_int(retention, "sizeBytes", "spec.retention", minimum=0),
         max_message_size=opt_int(spec, "maxMessageSizeBytes", "spec", minimum=1),
+        inactive_topic_expiry_ms=opt_int(expiry, "topicInactiveMs", "spec.expiry", minimum=1000),
+        subscription_expiry_ms=opt_int(
+            expiry, "subscriptionInactiveMs", "spec.expiry", minimum=1000
+        ),
         deletion_policy=deletion_policy,
     )

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import sys
 import time
+from collections.abc import Callable, Coroutine
 from typing import Any
 
+from hedwig.cli.common import add_json_option, add_zk_options, report, resolve_zk
+from hedwig.cli.output import Progress, emit
 from hedwig.errors import HedwigError
 from hedwig.metadata import open_store
 from hedwig.net.connection import HubConnection
 from hedwig.protocol import TopicInfo, TopicStats
+
+LISTING_CONCURRENCY = 32
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -21,18 +24,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         ("hubs", run_hubs, "hubs: alive, topics, load"),
     ):
         p = sub.add_parser(name, help=text)
-        p.add_argument("--zk", required=True, help="ZooKeeper HOST:PORT")
-        p.add_argument("--region", default="dev")
-        p.add_argument("--json", action="store_true", help="machine-readable output")
+        add_zk_options(p)
+        add_json_option(p)
         p.set_defaults(func=func)
-
-
-def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
-    cells = [[str(r.get(c, "")) for c in columns] for r in rows]
-    widths = [max([len(c), *(len(row[i]) for row in cells)]) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True))]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)) for row in cells]
-    return "\n".join(lines)
 
 
 async def _topic_info(owner: str, topic: str) -> TopicInfo | None:
@@ -55,31 +49,39 @@ async def _topic_info(owner: str, topic: str) -> TopicInfo | None:
 
 
 async def collect_topics(zk: str, region: str) -> list[dict[str, Any]]:
+    """One row per topic. Topics are read concurrently (a region holds many; each row is a few
+    metadata reads and a question to the owner), with progress on a terminal."""
     store = open_store(zk, region=region)
     await store.start()
+    progress = Progress()
     try:
-        rows = []
-        for topic in await store.topics.list_topics():
-            owner = await store.ownership.read_owner_info(topic)
-            subs = await store.subscriptions.read_subscriptions(topic)
-            ranges = await store.persistence.read_topic_persistence_info(topic)
+        topics = sorted(await store.topics.list_topics())
+        limit = asyncio.Semaphore(LISTING_CONCURRENCY)
+        done = 0
+
+        async def row(topic: str) -> dict[str, Any]:
+            nonlocal done
+            async with limit:
+                owner = await store.ownership.read_owner_info(topic)
+                subs = await store.subscriptions.read_subscriptions(topic)
+                ranges = await store.persistence.read_topic_persistence_info(topic)
+                info = await _topic_info(owner.value.address, topic) if owner else None
+            done += 1
+            progress.show(f"reading topics: {done}/{len(topics)}")
             marks = [s.value.state.consumed_seq for s in subs.values() if s.value.state]
-            last = ranges.value.last_seq if ranges else 0
-            info = await _topic_info(owner.value.address, topic) if owner else None
-            if info is not None:
-                last = info.last_seq
-            rows.append(
-                {
-                    "topic": topic,
-                    "owner": owner.value.address if owner else None,
-                    "subscribers": len(subs),
-                    "last_seq": last,
-                    "backlog": max((last - m for m in marks), default=0),
-                    "ledgers": len(ranges.value.ranges) if ranges else 0,
-                }
-            )
-        return rows
+            last = info.last_seq if info is not None else ranges.value.last_seq if ranges else 0
+            return {
+                "topic": topic,
+                "owner": owner.value.address if owner else None,
+                "subscribers": len(subs),
+                "last_seq": last,
+                "backlog": max((last - m for m in marks), default=0),
+                "ledgers": len(ranges.value.ranges) if ranges else 0,
+            }
+
+        return list(await asyncio.gather(*(row(t) for t in topics)))
     finally:
+        progress.done()
         await store.close()
 
 
@@ -104,16 +106,15 @@ async def collect_hubs(zk: str, region: str) -> list[dict[str, Any]]:
         await store.close()
 
 
-def _run(args: argparse.Namespace, collect: Any, columns: list[str]) -> int:
+Collect = Callable[[str, str], Coroutine[Any, Any, list[dict[str, Any]]]]
+
+
+def _run(args: argparse.Namespace, collect: Collect, columns: list[str]) -> int:
     try:
-        rows = asyncio.run(collect(args.zk, args.region))
+        rows = asyncio.run(collect(resolve_zk(args), args.region))
     except HedwigError as exc:
-        print(f"hedwig {args.command}: {exc}", file=sys.stderr)
-        return 1
-    if args.json:
-        print(json.dumps(rows, indent=2))
-    else:
-        print(_table(rows, columns))
+        return report(str(args.command), exc)
+    emit(rows, columns, as_json=args.json)
     return 0
 
 

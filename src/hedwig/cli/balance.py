@@ -5,16 +5,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import sys
 from dataclasses import asdict, replace
 
 from hedwig.cli.common import (
     add_hub_options,
+    add_json_option,
     add_security_options,
+    add_zk_options,
     alive_hubs,
     client_security,
+    report,
     resolve_hubs,
+    resolve_zk,
 )
+from hedwig.cli.output import Progress
 from hedwig.client import HedwigClient
 from hedwig.errors import HedwigError
 from hedwig.metadata import open_store
@@ -30,14 +34,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=run_move)
 
     p = sub.add_parser("rebalance", help="propose (--dry-run) or apply topic moves by the policy")
-    p.add_argument("--zk", required=True)
-    p.add_argument("--region", default="dev")
+    add_zk_options(p)
+    add_security_options(p)
     p.add_argument("--dry-run", action="store_true", help="print the moves, change nothing")
     p.add_argument("--margin", type=float, default=0.2, help="overload margin over the mean")
     p.add_argument("--max-moves", type=int, default=10)
     p.add_argument("--min-topic-rate", type=float, default=1.0)
-    add_security_options(p)
-    p.add_argument("--json", action="store_true")
+    add_json_option(p)
     p.set_defaults(func=run_rebalance)
 
 
@@ -51,9 +54,8 @@ def run_move(args: argparse.Namespace) -> int:
 
         asyncio.run(go())
     except HedwigError as exc:
-        print(f"hedwig move: {exc}", file=sys.stderr)
-        return 1
-    print(f"moved {args.topic}" + (f" to {args.to}" if args.to else ""))
+        return report("move", exc)
+    print(f"handed {args.topic} over" + (f" to {args.to}" if args.to else ""))
     return 0
 
 
@@ -63,6 +65,7 @@ async def plan_and_apply(
     config: RebalanceConfig,
     *,
     dry_run: bool,
+    progress: Progress | None = None,
     security: ClientSecurity | None = None,
 ) -> list[Move]:
     store = open_store(zk, region=region)
@@ -75,8 +78,14 @@ async def plan_and_apply(
     moves = Rebalancer(replace(config, confirmations=1)).plan(hubs)
     if not dry_run and moves:
         async with HedwigClient(await alive_hubs(zk, region), security=security) as client:
-            for m in moves:
-                await client.move_topic(m.topic, m.destination, reason=m.reason)
+            for i, m in enumerate(moves, 1):
+                if progress is not None:
+                    progress.show(
+                        f"moving {i}/{len(moves)}: {m.topic} -> {m.destination}", force=True
+                    )
+                await client.move_topic(m.topic, m.destination, reason=m.reason, kind=m.kind)
+    if progress is not None:
+        progress.done()
     return moves
 
 
@@ -88,18 +97,19 @@ def run_rebalance(args: argparse.Namespace) -> int:
         confirmations=1,
     )
     try:
+        zk = resolve_zk(args)
         moves = asyncio.run(
             plan_and_apply(
-                args.zk,
+                zk,
                 args.region,
                 config,
                 dry_run=args.dry_run,
+                progress=Progress(),
                 security=client_security(args),
             )
         )
     except HedwigError as exc:
-        print(f"hedwig rebalance: {exc}", file=sys.stderr)
-        return 1
+        return report("rebalance", exc)
     if args.json:
         print(json.dumps([asdict(m) for m in moves], indent=2))
     elif not moves:

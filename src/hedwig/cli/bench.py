@@ -4,7 +4,10 @@ Two modes. Without ``--rate`` the client publishes as fast as acknowledgements c
 (throughput, batching client, ``--inflight`` batches in flight). With ``--rate`` it publishes on
 a fixed schedule and reports the latency of each message from the moment it was due to its
 durable acknowledgement (so a stalled client cannot hide latency: coordinated omission is
-counted). ``--embedded`` starts ZooKeeper and hub processes first, so the whole measurement is
+counted). ``--subscribe`` adds a subscriber in the same process and reports its delivery rate
+and publish-to-delivery latency: every hundredth measured message carries the time it was
+published (or due) in its first bytes, read back on delivery against the same clock.
+``--embedded`` starts ZooKeeper and hub processes first, so the whole measurement is
 one command (``docs/benchmarks.md``). Output is JSON.
 """
 
@@ -15,6 +18,7 @@ import asyncio
 import contextlib
 import gc
 import json
+import struct
 import sys
 import time
 from collections import deque
@@ -49,6 +53,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=run_bench)
 
 
+STAMP = b"T"
+_STAMP = struct.Struct("!d")
+STAMP_EVERY = 100
+
+
+def stamped(size: int, t: float) -> bytes:
+    """A payload of ``size`` bytes (at least 9) carrying the time ``t`` for the subscriber."""
+    head = STAMP + _STAMP.pack(t)
+    return head + b"x" * max(0, size - len(head))
+
+
 def percentiles(samples: list[float]) -> dict[str, float]:
     if not samples:
         return {}
@@ -67,7 +82,12 @@ def percentiles(samples: list[float]) -> dict[str, float]:
 
 
 async def _throughput(
-    client: HedwigClient, topic: str, n: int, size: int, window: int = 64_000
+    client: HedwigClient,
+    topic: str,
+    n: int,
+    size: int,
+    window: int = 64_000,
+    stamp: bool = False,
 ) -> dict[str, Any]:
     """Publish ``n`` messages keeping at most ``window`` unacknowledged (a sliding window).
 
@@ -80,7 +100,10 @@ async def _throughput(
     clock = time.perf_counter
     start = clock()
     for i in range(n):
-        fut = client.publish_nowait(topic, payload)
+        if stamp and i % STAMP_EVERY == 0:
+            fut = client.publish_nowait(topic, stamped(size, clock()))
+        else:
+            fut = client.publish_nowait(topic, payload)
         if i % 100 == 0:
             pending.append((clock(), fut))
         if len(pending) * 100 >= window:
@@ -102,7 +125,12 @@ async def _throughput(
 
 
 async def _fixed_rate(
-    client: HedwigClient, topic: str, rate: float, duration: float, size: int
+    client: HedwigClient,
+    topic: str,
+    rate: float,
+    duration: float,
+    size: int,
+    stamp: bool = False,
 ) -> dict[str, Any]:
     payload = b"x" * size
     lat: list[float] = []
@@ -119,7 +147,10 @@ async def _fixed_rate(
         due = min(total, int((clock() - start) * rate) + 1)
         while sent < due:
             t_due = start + sent / rate
-            f = client.publish_nowait(topic, payload)
+            if stamp and sent % STAMP_EVERY == 0:
+                f = client.publish_nowait(topic, stamped(size, t_due))
+            else:
+                f = client.publish_nowait(topic, payload)
 
             def acked(_f: asyncio.Future[PublishResult], t: float = t_due) -> None:
                 lat.append(clock() - t)
@@ -151,35 +182,52 @@ async def _bench(hubs: list[str], args: argparse.Namespace) -> dict[str, Any]:
         received = 0
         expected: int | None = None
         all_received = asyncio.Event()
+        delivery_lat: list[float] = []
+        measured_from = 0.0
+        last_delivery = 0.0
+        stamp = args.subscribe and args.size > _STAMP.size
+        clock = time.perf_counter
         if args.subscribe:
             sub = await client.subscribe(topic, "bench-sub", message_window=0)
 
             async def drain() -> None:
-                nonlocal received
+                nonlocal received, last_delivery
                 async for m in sub:
                     received += 1
+                    if m.value[:1] == STAMP:
+                        delivery_lat.append(clock() - _STAMP.unpack_from(m.value, 1)[0])
                     if received % 1000 == 0:
                         sub.consume(m.seq)
                     if expected is not None and received >= expected:
+                        last_delivery = clock()
                         all_received.set()
 
             sub_task = asyncio.create_task(drain())
         if args.warmup:
             await _throughput(client, topic, args.warmup, args.size)
+        measured_from = clock()
         if args.rate:
             result["publish"] = await _fixed_rate(
-                client, topic, args.rate, args.duration, args.size
+                client, topic, args.rate, args.duration, args.size, stamp
             )
         else:
-            result["publish"] = await _throughput(client, topic, args.messages, args.size)
+            result["publish"] = await _throughput(
+                client, topic, args.messages, args.size, stamp=stamp
+            )
         if sub_task is not None:
             expected = args.warmup + result["publish"]["messages"]
             if received >= expected:
+                last_delivery = clock()
                 all_received.set()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(all_received.wait(), 60)
-            result["subscribe"] = {"received": received, "expected": expected}
             sub_task.cancel()
+            measured = result["publish"]["messages"]
+            summary: dict[str, Any] = {"received": received, "expected": expected}
+            if all_received.is_set() and last_delivery > measured_from:
+                summary["delivered_per_s"] = round(measured / (last_delivery - measured_from))
+            summary["publish_to_delivery"] = percentiles(delivery_lat)
+            result["subscribe"] = summary
     return result
 
 
@@ -192,7 +240,7 @@ def run_bench(args: argparse.Namespace) -> int:
             if cluster.security is not None:
                 # The benchmark's client is the dev cluster's super-user.
                 env = cluster.security.client_env()
-                args.tls_ca, args.cert, args.key = (
+                args.tls_ca, args.cert, args.cert_key = (
                     env["HEDWIG_TLS_CA"],
                     env["HEDWIG_CERT"],
                     env["HEDWIG_KEY"],

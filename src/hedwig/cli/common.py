@@ -1,19 +1,67 @@
-"""Options shared by the client-side commands: where the hubs are."""
+"""What the client-side commands share: where the hubs are, and how failures are told.
+
+Where the hubs are, in this order: ``--hub`` (or ``HEDWIG_HUB``), the alive hubs ZooKeeper
+lists (``--zk`` or ``HEDWIG_ZK``, with ``--region``/``HEDWIG_REGION``), and last the
+development cluster ``hedwig dev up`` is running on this machine (it leaves its endpoints in a
+state file), so that the commands of the README work as pasted.
+
+Failures are told as ``hedwig COMMAND: what happened`` and, where there is one, what to do next;
+the exit status is 2 for a command used wrongly, 1 for anything else that failed.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
 
-from hedwig.errors import UsageError
+from hedwig.errors import (
+    ConnectionLostError,
+    DeadlineExceededError,
+    HedwigError,
+    InvalidTopicError,
+    MetadataUnavailableError,
+    NoSuchSubscriptionError,
+    NoSuchTopicError,
+    SubscriptionBusyError,
+    TopicInUseError,
+    UsageError,
+)
 from hedwig.metadata import open_store
 from hedwig.security.credentials import POD_TOKEN_FILE, ClientSecurity
 
+# The one region default of every component (hubs, commands, the Spark source, the operator).
+DEFAULT_REGION = "default"
 
-def add_hub_options(p: argparse.ArgumentParser, *, zk_required: bool = False) -> None:
-    p.add_argument("--hub", help="any hub's HOST:PORT (comma-separated for several)")
-    p.add_argument("--zk", required=zk_required, help="ZooKeeper HOST:PORT, to find hubs")
-    p.add_argument("--region", default="dev", help="region (default: dev, as hedwig dev up)")
+
+def dev_state_path() -> Path:
+    """Where ``hedwig dev up`` leaves its endpoints for the other commands."""
+    override = os.environ.get("HEDWIG_DEV_STATE")
+    if override:
+        return Path(override)
+    base = Path(os.environ.get("XDG_RUNTIME_DIR") or Path.home() / ".cache")
+    return base / "hedwig" / "dev-cluster.json"
+
+
+def read_dev_state() -> dict[str, Any] | None:
+    try:
+        state: dict[str, Any] = json.loads(dev_state_path().read_text())
+    except (OSError, ValueError):
+        return None
+    return state
+
+
+def add_hub_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--hub",
+        default=os.environ.get("HEDWIG_HUB"),
+        help="any hub's HOST:PORT, comma-separated for several (env HEDWIG_HUB)",
+    )
+    add_zk_options(p)
     add_security_options(p)
 
 
@@ -21,14 +69,16 @@ def add_security_options(p: argparse.ArgumentParser) -> None:
     """TLS and credentials for reaching secured hubs (docs/security.md)."""
     g = p.add_argument_group(
         "security",
-        "Each option can also be set as HEDWIG_TLS, HEDWIG_TLS_CA, HEDWIG_CERT, HEDWIG_KEY or "
+        "Each option can also be set as HEDWIG_TLS, HEDWIG_TLS_CA, HEDWIG_CERT, HEDWIG_KEY (for "
+        "--cert-key) or "
         "HEDWIG_TOKEN_FILE; inside a pod the projected token at "
         f"{POD_TOKEN_FILE} is used when no token is named.",
     )
     g.add_argument("--tls", action="store_true", default=None, help="connect with TLS")
     g.add_argument("--tls-ca", help="CA certificates (PEM) the hubs' certificates come from")
     g.add_argument("--cert", help="client certificate (PEM): authenticate with it")
-    g.add_argument("--key", help="the client certificate's private key (PEM)")
+    # Not --key: that is a message's key (hedwig pub --key).
+    g.add_argument("--cert-key", dest="cert_key", help="the client certificate's private key (PEM)")
     g.add_argument("--token-file", help="a token (JWT, e.g. a ServiceAccount token) to present")
 
 
@@ -38,26 +88,100 @@ def client_security(args: argparse.Namespace) -> ClientSecurity:
         tls=getattr(args, "tls", None),
         tls_ca=getattr(args, "tls_ca", None),
         cert=getattr(args, "cert", None),
-        key=getattr(args, "key", None),
+        key=getattr(args, "cert_key", None),
         token_file=getattr(args, "token_file", None),
     )
 
 
+def add_zk_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--zk",
+        default=os.environ.get("HEDWIG_ZK"),
+        help="metadata store: ZooKeeper HOST:PORT or zk://... (env HEDWIG_ZK; default: the "
+        "cluster 'hedwig dev up' runs)",
+    )
+    p.add_argument(
+        "--region",
+        default=os.environ.get("HEDWIG_REGION", DEFAULT_REGION),
+        help=f"region (env HEDWIG_REGION; default {DEFAULT_REGION!r})",
+    )
+
+
+def add_json_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="machine-readable output (JSON)")
+
+
 async def alive_hubs(zk: str, region: str) -> list[str]:
-    store = open_store(zk, region=region)
-    await store.start()
-    try:
+    async with open_store(zk, region=region) as store:
         return [h.address for h in await store.hubs.list_hubs() if h.alive]
-    finally:
-        await store.close()
+
+
+def resolve_zk(args: argparse.Namespace) -> str:
+    """The metadata store to use: ``--zk``, else the development cluster's."""
+    if args.zk:
+        return str(args.zk)
+    state = read_dev_state()
+    if state and state.get("zk"):
+        if args.region == DEFAULT_REGION and state.get("region"):
+            args.region = state["region"]
+        return str(state["zk"])
+    raise UsageError(
+        "no metadata store: give --zk HOST:PORT (or set HEDWIG_ZK), or start a local "
+        "cluster with 'hedwig dev up'"
+    )
 
 
 def resolve_hubs(args: argparse.Namespace) -> list[str]:
     if args.hub:
-        return [h for h in args.hub.split(",") if h]
+        return [h.strip() for h in str(args.hub).split(",") if h.strip()]
     if args.zk:
         hubs = asyncio.run(alive_hubs(args.zk, args.region))
         if not hubs:
-            raise UsageError(f"no alive hub in region {args.region!r} at {args.zk}")
+            raise UsageError(
+                f"no alive hub in region {args.region!r} at {args.zk} (is the region right? "
+                "'hedwig hubs' lists what ZooKeeper knows)"
+            )
         return hubs
-    raise UsageError("give --hub HOST:PORT or --zk HOST:PORT")
+    state = read_dev_state()
+    if state and state.get("hubs"):
+        return [str(h["address"]) for h in state["hubs"]]
+    raise UsageError(
+        "no hub to talk to: give --hub HOST:PORT (or set HEDWIG_HUB), or --zk HOST:PORT to "
+        "find the hubs, or start a local cluster with 'hedwig dev up'"
+    )
+
+
+_HINTS: list[tuple[type[HedwigError], str]] = [
+    (NoSuchTopicError, "'hedwig topics' lists the topics; publishing creates one"),
+    (NoSuchSubscriptionError, "'hedwig subscriptions TOPIC' lists its subscriptions"),
+    (TopicInUseError, "--force closes the attached subscribers"),
+    (SubscriptionBusyError, "another process is attached; --force-attach takes it over"),
+    (InvalidTopicError, "names are 1 to 255 bytes of printable UTF-8"),
+    (
+        MetadataUnavailableError,
+        "is ZooKeeper running there? 'hedwig dev up' starts ZooKeeper and hubs on this machine",
+    ),
+    (
+        ConnectionLostError,
+        "is a hub running there? 'hedwig dev up' starts ZooKeeper and hubs on this machine",
+    ),
+    (DeadlineExceededError, "the hubs did not answer in time; 'hedwig hubs' shows which are up"),
+]
+
+
+def hint_for(exc: BaseException) -> str | None:
+    for cls, hint in _HINTS:
+        if isinstance(exc, cls):
+            return hint
+    return None
+
+
+def report(command: str, exc: BaseException, where: str = "") -> int:
+    """Tell the user what failed (``where``: which part of the input) and what to do next;
+    the exit status."""
+    hint = hint_for(exc)
+    what = f"{where}: {exc}" if where else str(exc)
+    print(f"hedwig {command}: {what}" + (f"\n  ({hint})" if hint else ""), file=sys.stderr)
+    # 2: the command was used wrongly (plain UsageError); 1: anything else, a refused name or
+    # message included (the input, not the command line, was at fault).
+    return 2 if type(exc) is UsageError else 1

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import ssl
-import sys
 from typing import Any
 
-from hedwig.cli.admin import _table
+from hedwig.cli.common import add_json_option, add_zk_options, report, resolve_zk
+from hedwig.cli.output import emit
 from hedwig.clock import SystemClock
 from hedwig.errors import ConnectionLostError, HedwigError
 from hedwig.hub.config import parse_replication
@@ -25,15 +24,14 @@ from hedwig.security.tls import client_context
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("ledgers", help="ledgers, their replicas and replication health")
-    p.add_argument("--zk", required=True)
-    p.add_argument("--region", default="dev")
+    add_zk_options(p)
     p.add_argument("--under-replicated", action="store_true", help="only unhealthy ledgers")
     p.add_argument(
         "--replication",
         default="3/3/2",
         help="the region default the hubs run with (topics may override it); default 3/3/2",
     )
-    p.add_argument("--json", action="store_true")
+    add_json_option(p)
     g = p.add_argument_group(
         "secured regions",
         "Replicas of hubs with an internal listener are asked there, as a hub would: with a "
@@ -97,7 +95,7 @@ async def collect(
                 health = await inspect(md, replicas, alive, wanted)
                 row["under_replicated"] = health.under_replicated
                 row["dead"] = ",".join(health.dead)
-                row["lagging"] = ",".join(health.lagging)
+                row["lagging"] = ",".join(f"{a}({n})" for a, n in health.lagging.items())
                 row["wanted"] = wanted
             else:
                 dead = [a for _, e in md.fragments for a in e if a not in alive]
@@ -115,15 +113,29 @@ async def collect(
 def run_ledgers(args: argparse.Namespace) -> int:
     try:
         size = parse_replication(args.replication).ensemble
-        rows = asyncio.run(collect(args.zk, args.region, size, internal_tls(args)))
+        rows = asyncio.run(collect(resolve_zk(args), args.region, size, internal_tls(args)))
     except HedwigError as exc:
-        print(f"hedwig ledgers: {exc}", file=sys.stderr)
-        return 1
+        return report("ledgers", exc)
     if args.under_replicated:
         rows = [r for r in rows if r["under_replicated"]]
-    if args.json:
-        print(json.dumps(rows, indent=2))
-    else:
-        cols = ["ledger", "topic", "state", "quorums", "replicas", "dead", "lagging", "entries"]
-        print(_table(rows, cols))
+    if not args.json:
+        for r in rows:
+            problems = [f"dead: {r['dead']}"] if r["dead"] else []
+            problems += [f"behind: {r['lagging']}"] if r["lagging"] else []
+            if len(r["replicas"].split(",")) < r["wanted"]:
+                problems.append(f"wants {r['wanted']} replicas")
+            r["health"] = "; ".join(problems) or "ok"
+            r["size"] = _size(r["bytes"])
+    cols = ["ledger", "topic", "state", "quorums", "entries", "size", "replicas", "health"]
+    emit(rows, cols, as_json=args.json)
     return 0
+
+
+def _size(n: int | None) -> str:
+    if not n:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return str(n)

@@ -2,7 +2,7 @@
 
 The subcommand names and their output formats are a contract scripts rely on
 (``docs/operations.md``): ``dev up`` prints ``READY hubs=... zk=...``; ``pub`` and ``sub`` print
-``SEQ<TAB>MESSAGE`` lines.
+``SEQ<TAB>MESSAGE`` lines; every listing takes ``--json``.
 """
 
 from __future__ import annotations
@@ -12,37 +12,75 @@ import logging
 import sys
 
 from hedwig import __version__
-from hedwig.cli import acl, admin, balance, bench, demo, dev, ledgers, pubsub, servers, sim
+from hedwig.cli import (
+    acl,
+    admin,
+    balance,
+    bench,
+    demo,
+    dev,
+    ledgers,
+    lifecycle,
+    pub,
+    servers,
+    sim,
+    sub,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hedwig", description=__doc__.split("\n")[0])
     parser.add_argument("--version", action="version", version=f"hedwig {__version__}")
     parser.add_argument(
-        "--log-level", default="WARNING", help="logging level for diagnostics on stderr"
+        "--log-level",
+        default="WARNING",
+        help="logging level for diagnostics on stderr (accepted anywhere on the command line)",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    servers.register(sub)
-    dev.register(sub)
-    pubsub.register(sub)
-    admin.register(sub)
-    bench.register(sub)
-    demo.register(sub)
-    sim.register(sub)
-    balance.register(sub)
-    ledgers.register(sub)
-    acl.register(sub)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    servers.register(commands)
+    dev.register(commands)
+    pub.register(commands)
+    sub.register(commands)
+    lifecycle.register(commands)
+    admin.register(commands)
+    bench.register(commands)
+    demo.register(commands)
+    sim.register(commands)
+    balance.register(commands)
+    ledgers.register(commands)
+    acl.register(commands)
     return parser
 
 
+def _log_level(argv: list[str]) -> tuple[str, list[str]]:
+    """``--log-level X`` wherever it is (before or after the subcommand), and the rest."""
+    level, rest = "WARNING", []
+    it = iter(argv)
+    for arg in it:
+        if arg == "--log-level":
+            level = next(it, level)
+        elif arg.startswith("--log-level="):
+            level = arg.split("=", 1)[1]
+        else:
+            rest.append(arg)
+    return level, rest
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    level, rest = _log_level(list(sys.argv[1:] if argv is None else argv))
+    args = build_parser().parse_args(rest)
+    numeric = getattr(logging, level.upper(), None)
+    if not isinstance(numeric, int):
+        print(f"hedwig: --log-level {level!r} is not a logging level", file=sys.stderr)
+        return 2
     logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper(), logging.WARNING),
+        level=numeric,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    if numeric > logging.DEBUG:
+        # kazoo logs every failed connection attempt; the commands say it once, with a hint.
+        logging.getLogger("kazoo").setLevel(logging.CRITICAL)
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

@@ -7,14 +7,18 @@ import asyncio
 import signal
 import sys
 import threading
+import time
+import urllib.error
 import urllib.request
+from dataclasses import fields
 
+from hedwig.cli.output import Progress
 from hedwig.devcluster.zookeeper import ZooKeeperServer
 from hedwig.errors import HedwigError
 from hedwig.hub import serve
 from hedwig.hub.config import HubConfig
 from hedwig.net.loop import install_uvloop
-from hedwig.placement import POLICIES
+from hedwig.placement import POLICIES, PlacementPolicy
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -34,6 +38,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--timeout", type=float, default=60.0)
     p.add_argument(
+        "--force",
+        action="store_true",
+        help="drain even the last alive hub (its topics then wait for a hub to come back)",
+    )
+    p.add_argument(
         "--token-file", help="a cluster admin's token (needed unless the hub is on this machine)"
     )
     p.set_defaults(func=run_drain)
@@ -41,112 +50,79 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "hub",
         help="run a hub",
-        description="Run a hub. Every flag can also be set as HEDWIG_<NAME> in the environment "
-        "(e.g. HEDWIG_ZK, HEDWIG_REGION, HEDWIG_LISTEN, HEDWIG_DATA_DIR).",
+        description="Run a hub. Every setting is a flag and an environment variable "
+        "HEDWIG_<NAME> (e.g. HEDWIG_ZK, HEDWIG_REGION, HEDWIG_LISTEN, HEDWIG_DATA_DIR); flags "
+        "win. docs/operations.md lists them all.",
     )
-    p.add_argument("--zk", help="ZooKeeper connection string HOST:PORT[,HOST:PORT...]")
-    p.add_argument("--region", help="region name (the ZooKeeper subtree /hedwig/<region>)")
-    p.add_argument("--listen", help="HOST:PORT for clients (port 0: any free port)")
-    p.add_argument("--advertise", help="address other hubs send clients to (default: --listen)")
-    p.add_argument("--data-dir", help="where this hub's ledgers are stored")
-    p.add_argument("--metrics-port", type=int, help="HTTP port for /metrics, /healthz, /readyz")
-    p.add_argument("--metrics-host", help="HTTP listen host (default 127.0.0.1)")
-    p.add_argument(
-        "--zk-session-timeout",
-        type=float,
-        dest="zk_session_timeout_s",
-        help="seconds; a crashed hub's topics move after about this long (default 6)",
-    )
-    p.add_argument("--placement", choices=POLICIES, help="how to choose a hub for a new topic")
-    p.add_argument("--max-message-size", type=int, help="bytes (default 1 MiB)")
-    p.add_argument(
-        "--self-balance",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="shed load to other hubs by the shared policy (default on; off under an operator)",
-    )
-    p.add_argument(
-        "--audit-interval",
-        type=float,
-        dest="audit_interval_s",
-        help="seconds between ledger audits for under-replication (default 30)",
-    )
-    p.add_argument(
-        "--load-report-interval",
-        type=float,
-        dest="load_report_interval_s",
-        help="seconds between load reports in the alive znode (default 5)",
-    )
-    p.add_argument(
-        "--balance-interval",
-        type=float,
-        dest="balance_interval_s",
-        help="seconds between self-balancing cycles (default 60)",
-    )
-    p.add_argument(
-        "--replication",
-        help="region default ENSEMBLE/WRITE_QUORUM/ACK_QUORUM (default 3/3/2; 1/1/1 for one hub)",
-    )
-    g = p.add_argument_group("security (docs/security.md; all off by default)")
-    g.add_argument("--tls-cert", help="this hub's certificate (PEM) for the client listener")
-    g.add_argument("--tls-key", help="its private key (PEM)")
-    g.add_argument("--tls-client-ca", help="CA of client certificates (accepted as identities)")
-    g.add_argument("--internal-listen", help="HOST:PORT of the hub-to-hub listener")
-    g.add_argument("--internal-advertise", help="address other hubs reach it at")
-    g.add_argument("--internal-ca", help="the region's hub CA (peers must be signed by it)")
-    g.add_argument("--internal-cert", help="this hub's certificate from the hub CA")
-    g.add_argument("--internal-key", help="its private key")
-    g.add_argument(
-        "--authenticate",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="every connection must prove an identity",
-    )
-    g.add_argument(
-        "--authorize",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="every request needs an ACL allowing it (default deny)",
-    )
-    g.add_argument("--super-users", help="comma-separated principals allowed everything")
-    g.add_argument(
-        "--token-issuers", help="trusted token issuers: a JSON list, or @FILE holding one"
-    )
+    for f in fields(HubConfig):
+        doc = f.metadata.get("doc")
+        if doc is None:
+            continue  # a group set in code or by the operator (rebalancing)
+        flag = "--" + f.name.removesuffix("_s").replace("_", "-")
+        default = f.default.value if isinstance(f.default, PlacementPolicy) else f.default
+        text = f"{doc} (env HEDWIG_{f.name.upper()}; default {default})"
+        kind = str(f.type)
+        if kind.startswith("bool"):
+            p.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, help=text)
+        elif "PlacementPolicy" in kind:
+            p.add_argument(flag, dest=f.name, choices=POLICIES, help=text)
+        else:
+            p.add_argument(flag, dest=f.name, type=_converter(kind), help=text)
     p.set_defaults(func=run_hub)
 
 
-SECURITY_FLAGS = (
-    "tls_cert",
-    "tls_key",
-    "tls_client_ca",
-    "internal_listen",
-    "internal_advertise",
-    "internal_ca",
-    "internal_cert",
-    "internal_key",
-    "authenticate",
-    "authorize",
-    "super_users",
-    "token_issuers",
-)
-
-
 def run_drain(args: argparse.Namespace) -> int:
-    url = f"http://{args.host}:{args.metrics_port}/drain"
+    base = f"http://{args.host}:{args.metrics_port}"
+    url = f"{base}/drain" + ("?force=1" if args.force else "")
     headers = {}
     if args.token_file:
         # From another machine a hub drains only for a cluster admin's token.
         with open(args.token_file) as f:
             headers["Authorization"] = f"Bearer {f.read().strip()}"
-    try:
-        with urllib.request.urlopen(
-            urllib.request.Request(url, method="POST", headers=headers), timeout=args.timeout
-        ) as r:
-            print(r.read().decode().strip())
-    except OSError as exc:
-        print(f"hedwig drain: {url}: {exc}", file=sys.stderr)
+    answer: list[str] = []
+    failure: list[str] = []
+
+    def drain() -> None:
+        try:
+            with urllib.request.urlopen(
+                urllib.request.Request(url, method="POST", headers=headers), timeout=args.timeout
+            ) as r:
+                answer.append(r.read().decode().strip())
+        except urllib.error.HTTPError as exc:
+            failure.append(exc.read().decode().strip() or str(exc))
+        except OSError as exc:
+            failure.append(f"{url}: {exc}")
+
+    worker = threading.Thread(target=drain, daemon=True)
+    worker.start()
+    progress = Progress()
+    start = time.monotonic()
+    while worker.is_alive():
+        worker.join(0.5)
+        if worker.is_alive() and progress.enabled:
+            left = _owned_topics(base)
+            progress.show(
+                f"draining {args.host}:{args.metrics_port}: "
+                f"{'?' if left is None else left} topics left, {time.monotonic() - start:.0f} s"
+            )
+    progress.done()
+    if failure:
+        print(f"hedwig drain: {failure[0]}", file=sys.stderr)
         return 1
+    print(answer[0] if answer else "drained")
     return 0
+
+
+def _owned_topics(base: str) -> int | None:
+    """The hub's ``hedwig_topics_owned`` gauge, for drain progress (None if unreadable)."""
+    try:
+        with urllib.request.urlopen(f"{base}/metrics", timeout=1) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith("hedwig_topics_owned "):
+                    return int(float(line.split()[1]))
+    except (OSError, ValueError):
+        pass
+    return None
 
 
 def run_zk(args: argparse.Namespace) -> int:
@@ -170,26 +146,15 @@ def run_zk(args: argparse.Namespace) -> int:
     return 0
 
 
+def _converter(kind: str) -> type:
+    return int if kind.startswith("int") else float if kind.startswith("float") else str
+
+
 def run_hub(args: argparse.Namespace) -> int:
     try:
-        config = HubConfig.from_env(
-            zk=args.zk,
-            region=args.region,
-            listen=args.listen,
-            advertise=args.advertise,
-            data_dir=args.data_dir,
-            metrics_port=args.metrics_port,
-            metrics_host=args.metrics_host,
-            zk_session_timeout_s=args.zk_session_timeout_s,
-            placement=args.placement,
-            max_message_size=args.max_message_size,
-            replication=args.replication,
-            self_balance=args.self_balance,
-            balance_interval_s=args.balance_interval_s,
-            audit_interval_s=args.audit_interval_s,
-            load_report_interval_s=args.load_report_interval_s,
-            **{name: getattr(args, name) for name in SECURITY_FLAGS},
-        )
+        given = {f.name: getattr(args, f.name, None) for f in fields(HubConfig)}
+        given.pop("rebalance", None)
+        config = HubConfig.from_env(**given)
     except HedwigError as exc:
         print(f"hedwig hub: {exc}", file=sys.stderr)
         return 2

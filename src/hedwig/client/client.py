@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from hedwig.client.publisher import PublishResult, TopicPublisher
 from hedwig.client.retry import RetryPolicy
@@ -25,9 +25,11 @@ from hedwig.client.subscriber import Subscriber
 from hedwig.clock import Clock, SystemClock
 from hedwig.errors import HedwigError, MessageTooLargeError, UsageError
 from hedwig.net.connection import CONNECT_TIMEOUT_S, HubConnection
-from hedwig.net.transport import TCP, Network, TcpNetwork
+from hedwig.net.transport import TCP, Network, TcpNetwork, split_address
 from hedwig.protocol import (
+    DeleteTopic,
     Deliver,
+    DescribeTopic,
     EncodedMessage,
     Event,
     Message,
@@ -35,8 +37,12 @@ from hedwig.protocol import (
     MoveKind,
     Read,
     ReleaseTopic,
+    ResetSubscription,
+    ResetTo,
+    Subscribed,
     SubscribeMode,
     SubscriptionForcedClosed,
+    TopicDescription,
     TopicInfo,
     TopicMoved,
     TopicStats,
@@ -70,6 +76,11 @@ class HedwigClient:
         # A request not answered in this long fails its attempt (and is retried).
         request_timeout_s: float = 30.0,
         connect_timeout_s: float = CONNECT_TIMEOUT_S,
+        # A region with fewer hubs than a topic's replication needs (a lone hub with 3/3/2)
+        # refuses publishes at once; wait for more hubs instead (up to the retry deadline).
+        wait_for_hubs: bool = False,
+        # Called (topic, error, seconds so far) whenever a request waits to be retried.
+        on_wait: Callable[[str, HedwigError, float], None] | None = None,
         clock: Clock | None = None,
         network: Network | None = None,
         # TLS and credentials (``ClientSecurity.from_env()`` reads HEDWIG_* variables and finds
@@ -81,6 +92,8 @@ class HedwigClient:
         addresses = [a.strip() for h in given for a in h.split(",") if a.strip()]
         if not addresses:
             raise UsageError("at least one hub address is needed")
+        for address in addresses:
+            split_address(address)  # HOST:PORT, or a UsageError now rather than at first use
         self.hubs = addresses
         self.publisher_id = publisher_id or uuid.uuid4().hex
         self.max_batch_messages = max_batch_messages
@@ -110,6 +123,8 @@ class HedwigClient:
             network=network,
             on_event=self._on_event,
             on_close=self._on_close,
+            wait_for_hubs=wait_for_hubs,
+            on_wait=on_wait,
             credentials=self.security.credentials,
         )
         self._publishers: dict[str, TopicPublisher] = {}
@@ -204,6 +219,10 @@ class HedwigClient:
         """Queue one message; the future resolves when it is durable (for pipelined callers)."""
         if self._closed:
             raise UsageError("client is closed")
+        if not isinstance(value, bytes | bytearray | memoryview):
+            raise UsageError(
+                f"a message value is bytes, not {type(value).__name__} (encode text first)"
+            )
         pub = self._publishers.get(topic) or self._publisher(topic)
         if key is None and not headers:
             # The common case, encoded inline exactly as ``encode_value`` does: a function call
@@ -306,6 +325,50 @@ class HedwigClient:
         )
         assert isinstance(answer, TopicInfo)
         return answer
+
+    async def describe_topic(self, topic: str) -> TopicDescription:
+        """The topic's bounds and subscriptions (``NoSuchTopicError`` if it does not exist)."""
+        answer, _ = await self.router.topic_request(
+            topic,
+            lambda rid, redirected: DescribeTopic(
+                request_id=rid, topic=topic, redirected=redirected
+            ),
+        )
+        assert isinstance(answer, TopicDescription)
+        return answer
+
+    async def delete_topic(self, topic: str, *, force: bool = False) -> None:
+        """Delete the topic, its messages and its subscriptions. ``TopicInUseError`` while a
+        subscriber is attached, unless ``force`` (attached subscribers are then closed)."""
+        validate_name(topic)
+        await self.router.topic_request(
+            topic,
+            lambda rid, redirected: DeleteTopic(
+                request_id=rid, topic=topic, redirected=redirected, force=force
+            ),
+        )
+
+    async def reset_subscription(
+        self, topic: str, subscriber: str, to: ResetTo | int = ResetTo.EARLIEST
+    ) -> int:
+        """Move a subscription to a sequence id (delivery restarts at it), to the earliest kept
+        message, or to the end; returns the new consume mark. An attached subscriber is closed
+        and attaches again at the new position."""
+        validate_name(subscriber, what="subscriber")
+        kind, seq = (ResetTo.SEQ, to) if not isinstance(to, ResetTo) else (to, 0)
+        answer, _ = await self.router.topic_request(
+            topic,
+            lambda rid, redirected: ResetSubscription(
+                request_id=rid,
+                topic=topic,
+                subscriber=subscriber,
+                to=kind,
+                seq=seq,
+                redirected=redirected,
+            ),
+        )
+        assert isinstance(answer, Subscribed)
+        return answer.consumed_seq
 
     async def move_topic(
         self,

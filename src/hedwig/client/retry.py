@@ -37,6 +37,10 @@ class Backoff:
         self.attempt = 0
 
     @property
+    def elapsed(self) -> float:
+        return self._clock.monotonic() - self._start
+
+    @property
     def expired(self) -> bool:
         return self._clock.monotonic() - self._start >= self._policy.deadline_s
 

@@ -7,6 +7,13 @@ again. TOPIC_MOVING naming a destination means a hand-off is under way: the requ
 after a short pause. Other retriable failures (SERVICE_UNAVAILABLE, a lost connection) are
 retried with jittered backoff until the retry deadline, which is how a client rides through a
 hub failure or a topic move. Everything waits on the injected clock.
+
+A hub this client just failed to reach (the connection could not be opened, or was dropped
+because the hub stopped answering) is left alone for ``UNREACHABLE_S``: a redirect to it is
+not followed (``OwnerUnreachableError``, shown through ``on_wait``) and requests go to the
+other hubs, which keep naming it the owner until its session ends and a new owner claims the
+topic. A client cut off from a healthy owner therefore waits, visibly, for as long as the
+partition lasts: the hubs cannot hand the topic to another owner while the owner is alive.
 """
 
 from __future__ import annotations
@@ -18,10 +25,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from hedwig.client.retry import Backoff, RetryPolicy
 from hedwig.clock import Clock
 from hedwig.errors import (
+    ConnectionLostError,
     DeadlineExceededError,
     HedwigError,
+    NotEnoughHubsError,
     NotResponsibleError,
     OutOfOrderError,
+    OwnerUnreachableError,
     TopicMovingError,
 )
 from hedwig.net.connection import HubConnection
@@ -35,6 +45,8 @@ MAX_REDIRECTS = 3
 # most this many times, instead of backing off exponentially.
 HAND_OFF_PAUSE_S = 0.01
 MAX_HAND_OFF_WAITS = 25
+# A hub that could not be reached is not tried again (nor followed in a redirect) for this long.
+UNREACHABLE_S = 2.0
 
 # Builds a request from its request id and the redirected flag.
 RequestMaker = Callable[[int, bool], Request]
@@ -52,8 +64,14 @@ class Router:
         network: Network,
         on_event: Callable[[HubConnection, Event], None],
         on_close: Callable[[HubConnection], None],
+        wait_for_hubs: bool = False,
+        on_wait: Callable[[str, HedwigError, float], None] | None = None,
         credentials: Credentials | None = None,
     ) -> None:
+        self.wait_for_hubs = wait_for_hubs
+        # Told (topic, why, seconds waited so far) before each backoff: tools show transient
+        # waits instead of hanging in silence.
+        self.on_wait = on_wait
         # Each new connection authenticates with these (None: a certificate, or anonymous).
         self.credentials = credentials
         self.hubs = list(hubs)
@@ -69,6 +87,7 @@ class Router:
         self._owners: dict[str, str] = {}
         self._claim_hints: set[str] = set()
         self._next_hub = itertools.cycle(range(len(self.hubs)))
+        self._unreachable: dict[str, float] = {}
 
     # connections ------------------------------------------------------------------------------
 
@@ -107,6 +126,8 @@ class Router:
             conn.close()
 
     def _closed(self, conn: HubConnection) -> None:
+        if conn.went_silent:
+            self._failed(conn.address)
         if self._conns.get(conn.address) is conn:
             del self._conns[conn.address]
         for topic, owner in list(self._owners.items()):
@@ -133,7 +154,26 @@ class Router:
 
     def _route(self, topic: str) -> str:
         owner = self._owners.get(topic)
-        return owner if owner is not None else self.hubs[next(self._next_hub)]
+        if owner is not None and not self.unreachable(owner):
+            return owner
+        for _ in range(len(self.hubs)):
+            candidate = self.hubs[next(self._next_hub)]
+            if not self.unreachable(candidate):
+                return candidate
+        return self.hubs[next(self._next_hub)]  # none is known to answer: try anyway
+
+    def unreachable(self, address: str) -> bool:
+        """Whether ``address`` failed to answer this client in the last ``UNREACHABLE_S``."""
+        until = self._unreachable.get(address)
+        if until is None:
+            return False
+        if self.clock.monotonic() >= until:
+            del self._unreachable[address]
+            return False
+        return True
+
+    def _failed(self, address: str) -> None:
+        self._unreachable[address] = self.clock.monotonic() + UNREACHABLE_S
 
     # requests -----------------------------------------------------------------------------------
 
@@ -168,13 +208,20 @@ class Router:
                 return answer, conn
             except NotResponsibleError as exc:
                 self._owners.pop(topic, None)
-                if exc.owner and redirects < MAX_REDIRECTS:
+                if exc.owner and self.unreachable(exc.owner):
+                    err: HedwigError = OwnerUnreachableError(
+                        f"topic {topic!r}: its owner {exc.owner} does not answer this client; "
+                        "waiting for it, or for another hub to take the topic over",
+                        owner=exc.owner,
+                    )
+                elif exc.owner and redirects < MAX_REDIRECTS:
                     redirects += 1
                     address, redirected = exc.owner, True
                     if before_retry is not None:
                         await before_retry()
                     continue
-                err: HedwigError = exc
+                else:
+                    err = exc
             except OutOfOrderError as exc:
                 # The owner is right; an earlier batch has not reached it yet. Once the
                 # earlier batches have settled (``before_retry``), send again, to the same hub.
@@ -188,8 +235,12 @@ class Router:
                     ) from exc
                 continue
             except HedwigError as exc:
-                if not exc.retriable:
+                if not exc.retriable and not (
+                    self.wait_for_hubs and isinstance(exc, NotEnoughHubsError)
+                ):
                     raise
+                if isinstance(exc, ConnectionLostError):
+                    self._failed(address)
                 self._owners.pop(topic, None)
                 if (
                     isinstance(exc, TopicMovingError)
@@ -210,6 +261,8 @@ class Router:
                 # At once, before the backoff sleep: ordered publishing closes its gate here,
                 # so no later batch can reach a new owner ahead of this one.
                 await before_retry()
+            if self.on_wait is not None:
+                self.on_wait(topic, err, backoff.elapsed)
             if not await backoff.wait():
                 raise DeadlineExceededError(
                     f"topic {topic!r}: no answer within the retry deadline of "

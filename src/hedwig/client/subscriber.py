@@ -27,6 +27,8 @@ from hedwig.errors import (
     DeadlineExceededError,
     ForbiddenError,
     HedwigError,
+    NoSuchSubscriptionError,
+    NoSuchTopicError,
     SubscriptionBusyError,
     UsageError,
 )
@@ -78,6 +80,9 @@ class Subscriber:
         self._closed = False
         self._reattach: asyncio.Task[None] | None = None
         self._early: dict[HubConnection, list[Deliver]] = {}
+        # The hub moved the consume mark (RESET): take its position on the next attach, even
+        # if it is behind what was handed out already.
+        self._reset = False
         self._last_consume: asyncio.Future[Reply] | None = None
         self.resubscriptions = 0
         # Deliveries that arrived before the SUBSCRIBED answer and were held for it.
@@ -109,7 +114,8 @@ class Subscriber:
             ),
         )
         assert isinstance(answer, Subscribed)
-        if self._last_seen == 0:
+        if self._last_seen == 0 or self._reset:
+            self._reset = False
             self._last_seen = answer.consumed_seq
             self._consumed = answer.consumed_seq
         self._conn = conn
@@ -140,18 +146,40 @@ class Subscriber:
     def on_forced_close(self, conn: HubConnection, event: SubscriptionForcedClosed) -> None:
         if self._conn is not conn:
             return
+        if event.code is CloseReason.RESET:
+            # Delivery restarts at the new position: what is queued and not handed out yet
+            # belongs to the old one (as a seek discards fetched records).
+            self._reset = True
+            self._drop_queued()
         if event.code.resubscribe:
             self._lost(f"closed by hub: {event.reason}")
             return
-        # Someone else took the subscription over, or deleted it, on purpose, or the
+        # Someone else took the subscription over, deleted it or its topic, on purpose, or the
         # permission to subscribe was revoked: stop.
         self._conn = None
         if not self._closed:
-            if event.code is CloseReason.ACCESS_REVOKED:
-                self.error = ForbiddenError(f"closed by hub: {event.reason}", topic=self.topic)
+            error: HedwigError
+            if event.code is CloseReason.TOPIC_DELETED:
+                error = NoSuchTopicError(f"topic {self.topic!r} was deleted")
+            elif event.code is CloseReason.UNSUBSCRIBED:
+                error = NoSuchSubscriptionError(
+                    f"subscription {self.name!r} was deleted: {event.reason}"
+                )
+            elif event.code is CloseReason.ACCESS_REVOKED:
+                error = ForbiddenError(f"closed by hub: {event.reason}", topic=self.topic)
             else:
-                self.error = SubscriptionBusyError(f"closed by hub: {event.reason}")
-            self._queue.put_nowait(self.error)
+                error = SubscriptionBusyError(f"closed by hub: {event.reason}")
+            self.error = error
+            self._queue.put_nowait(error)
+
+    def _drop_queued(self) -> None:
+        kept: list[HedwigError | None] = []
+        while not self._queue.empty():
+            item = self._queue.get_nowait()
+            if not isinstance(item, DeliveredMessage):
+                kept.append(item)
+        for item in kept:
+            self._queue.put_nowait(item)
 
     def _take(self, event: Deliver) -> None:
         for m in event.batch.delivered():
@@ -200,11 +228,21 @@ class Subscriber:
                 self.consume(item.seq)
 
     async def next(self, timeout: float | None = None) -> DeliveredMessage:
-        """The next message; ``DeadlineExceededError`` after ``timeout`` seconds."""
+        """The next message; ``DeadlineExceededError`` after ``timeout`` seconds (saying so if
+        the hub is holding messages back because the window of unconsumed ones is full)."""
         try:
             item = await self._router.clock.wait_for(self._queue.get(), timeout)
         except TimeoutError:
-            raise DeadlineExceededError(f"no message on {self.topic!r} within {timeout}s") from None
+            why = ""
+            if self._window and self._last_seen - self._consumed >= self._window:
+                why = (
+                    f"; {self._last_seen - self._consumed} messages were handed out and not "
+                    f"consumed, the subscription's window of {self._window}: the hub sends "
+                    "more once they are consumed (Subscriber.consume)"
+                )
+            raise DeadlineExceededError(
+                f"no message on {self.topic!r} within {timeout}s{why}"
+            ) from None
         if item is None:
             raise UsageError("subscriber is closed")
         if isinstance(item, HedwigError):

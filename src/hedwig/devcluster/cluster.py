@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,7 +54,8 @@ class HubProcess:
     def log_path(self) -> str:
         return os.path.join(self.data_dir, "hub.log")
 
-    def start(self, timeout: float = 30.0) -> HubProcess:
+    def start(self, timeout: float = 30.0, *, wait: bool = True) -> HubProcess:
+        """Start the hub process; with ``wait``, return once it answers ready."""
         os.makedirs(self.data_dir, exist_ok=True)
         args = [
             sys.executable,
@@ -88,7 +90,8 @@ class HubProcess:
             env={**os.environ, **self.env},
         )
         log.close()
-        self.wait_ready(timeout)
+        if wait:
+            self.wait_ready(timeout)
         return self
 
     def wait_ready(self, timeout: float = 30.0) -> None:
@@ -100,6 +103,9 @@ class HubProcess:
                 with urllib.request.urlopen(self.metrics_url + "/readyz", timeout=1) as r:
                     if r.status == 200:
                         return
+            except urllib.error.HTTPError as exc:
+                if exc.read().decode(errors="replace").startswith("too few hubs"):
+                    return  # up, and as ready as a region this small can be (it says why)
             except OSError:
                 pass
             time.sleep(0.05)
@@ -156,13 +162,17 @@ class DevCluster:
     """A ZooKeeper and ``hubs`` hub processes; a context manager that cleans up after itself."""
 
     hubs: int = 3
-    region: str = "dev"
+    region: str = "default"
     base_dir: str | None = None
     session_timeout_s: float = 6.0
     # ENSEMBLE/WRITE/ACK for the region; by default 3/3/2 with three hubs or more, else every
     # hub holds every entry (1/1/1 for one hub, 2/2/2 for two).
     replication: str | None = None
     hub_args: list[str] = field(default_factory=list)
+    # Ports to use when free (hub i takes hub_ports[i] = (client port, metrics port)), so a
+    # cluster restarted on the same data directory keeps its addresses; 0 or missing: any.
+    zk_port: int = 0
+    hub_ports: list[tuple[int, int]] = field(default_factory=list)
     # TLS, authentication, ACLs, an internal listener per hub and protected znodes, with
     # throwaway credentials under BASE/security (``DevSecurity``).
     secure: bool = False
@@ -193,22 +203,31 @@ class DevCluster:
             self.base_dir = self._tmp.name
         if self.secure:
             self.security = DevSecurity.create(os.path.join(self.base_dir, "security"))
-        self.zk_server = ZooKeeperServer(data_dir=os.path.join(self.base_dir, "zk")).start()
+        self.zk_server = ZooKeeperServer(
+            port=self.zk_port if port_free(self.zk_port) else 0,
+            data_dir=os.path.join(self.base_dir, "zk"),
+        ).start()
         try:
-            for _ in range(self.hubs):
-                self.add_hub()
+            # All at once, then wait: a new region's first hub is not ready until enough hubs
+            # for the replication have joined (as the pods of a StatefulSet start in parallel).
+            started = [self.add_hub(wait=False) for _ in range(self.hubs)]
+            for hub in started:
+                hub.wait_ready()
         except BaseException:
             self.stop()
             raise
         return self
 
-    def add_hub(self, *, extra_args: list[str] | None = None) -> HubProcess:
+    def add_hub(self, *, extra_args: list[str] | None = None, wait: bool = True) -> HubProcess:
         assert self.base_dir is not None
         i = len(self.hub_procs)
+        port, metrics = self.hub_ports[i] if i < len(self.hub_ports) else (0, 0)
         hub = HubProcess(
             self.zk,
             self.region,
             os.path.join(self.base_dir, f"hub{i}"),
+            port=port if port_free(port) else 0,
+            metrics_port=metrics if port_free(metrics) else 0,
             session_timeout_s=self.session_timeout_s,
             env=self.security.hub_env() if self.security else {},
             internal_port=free_port() if self.security else 0,
@@ -220,7 +239,7 @@ class DevCluster:
             ],
         )
         self.hub_procs.append(hub)
-        hub.start()
+        hub.start(wait=wait)
         return hub
 
     def hub_at(self, address: str) -> HubProcess:
@@ -246,6 +265,20 @@ class DevCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def port_free(port: int) -> bool:
+    """Whether ``port`` can be listened on at 127.0.0.1 (0: never, ask for any)."""
+    if not port:
+        return False
+    with socket.socket() as s:
+        # As the servers bind: a connection lingering in TIME_WAIT does not hold the port.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def port_open(address: str) -> bool:

@@ -28,7 +28,15 @@ class DevSecurity:
 
     @classmethod
     def create(cls, directory: str | Path) -> DevSecurity:
+        """Make the credentials, or reuse those a cluster on the same data directory made (its
+        znodes are protected with that digest)."""
         d = Path(directory)
+        env = d / "env"
+        if env.is_file() and (d / "hub.crt").is_file():
+            for line in env.read_text().splitlines():
+                name, _, value = line.removeprefix("export ").partition("=")
+                if name == "HEDWIG_ZK_DIGEST":
+                    return cls(d, value)
         d.mkdir(parents=True, exist_ok=True)
         d.chmod(0o700)
         hub_ca = CertificateAuthority.create("hedwig dev hubs", days=30)

@@ -47,6 +47,8 @@ from hedwig.protocol import (
     CloseSubscription,
     Consume,
     DeleteLedger,
+    DeleteTopic,
+    DescribeTopic,
     Ping,
     Publish,
     Read,
@@ -54,6 +56,7 @@ from hedwig.protocol import (
     ReadLac,
     ReleaseTopic,
     Request,
+    ResetSubscription,
     Subscribe,
     TopicStats,
     Unsubscribe,
@@ -75,6 +78,11 @@ _NEEDS: dict[type, Operation] = {
     Read: Operation.READ,
     TopicStats: Operation.DESCRIBE,
     ReleaseTopic: Operation.ADMIN,
+    # Deleting a topic destroys its data: admin. Resetting a subscription moves its consume
+    # mark, as consuming does: subscribe. Describing lists its subscriptions: describe.
+    DeleteTopic: Operation.ADMIN,
+    ResetSubscription: Operation.SUBSCRIBE,
+    DescribeTopic: Operation.DESCRIBE,
 }
 # Hub to hub only.
 STORAGE_REQUESTS = (AddEntry, ReadEntry, ReadLac, DeleteLedger)
@@ -98,7 +106,17 @@ DENIAL_REASONS = (
 
 
 # The (op, reason) pairs a refusal can have, created at start so increase() sees the first.
-_CLIENT_OPS = ("publish", "subscribe", "consume", "unsubscribe", "close_subscription", "read")
+_CLIENT_OPS = (
+    "publish",
+    "subscribe",
+    "consume",
+    "unsubscribe",
+    "close_subscription",
+    "read",
+    "delete_topic",
+    "reset_subscription",
+    "describe_topic",
+)
 DENIAL_SERIES: tuple[tuple[str, str], ...] = (
     *(
         (op, r)

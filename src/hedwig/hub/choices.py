@@ -11,9 +11,10 @@ would-be owners, and the later of them stored first.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 from hedwig.clock import Clock
-from hedwig.errors import ServiceUnavailableError
+from hedwig.errors import NotEnoughHubsError, ServiceUnavailableError
 from hedwig.hub.config import HubConfig
 from hedwig.metadata.managers import MetadataStore
 from hedwig.metadata.records import HubStatus
@@ -26,6 +27,10 @@ ASSIGNMENT_HOLD_S = 2.0
 HUBS_CACHE_S = 1.0
 # Assignments kept at most (expired ones are pruned first).
 MAX_ASSIGNMENTS = 100_000
+# After this hub lost a topic because it could not write its log (its storage replicas out of
+# reach), it sends the topic's requests to other hubs for this long instead of claiming it
+# again: a claim would only fail the same way, after a storage timeout.
+STORAGE_FAILURE_HOLD_S = 30.0
 
 
 class HubChoices:
@@ -45,6 +50,9 @@ class HubChoices:
         self._rng = rng or random.Random()
         self._hubs: tuple[float, list[HubStatus]] | None = None
         self._assigned: dict[str, tuple[str, float]] = {}
+        self._unfit: dict[str, float] = {}
+        # Hubs the rebalancing policy has drained: new topics go elsewhere.
+        self.drained: Callable[[], frozenset[str]] = frozenset
 
     async def _alive(self) -> list[HubStatus]:
         now = self._clock.monotonic()
@@ -54,9 +62,30 @@ class HubChoices:
 
     # owners -------------------------------------------------------------------------------
 
+    def cannot_store(self, topic: str) -> None:
+        """This hub just failed to write ``topic``'s log: leave the topic to others a while."""
+        now = self._clock.monotonic()
+        self._unfit = {t: u for t, u in self._unfit.items() if u > now}
+        self._unfit[topic] = now + STORAGE_FAILURE_HOLD_S
+        held = self._assigned.get(topic)
+        if held is not None and held[0] == self.address:
+            del self._assigned[topic]
+
+    def can_store(self, topic: str) -> bool:
+        until = self._unfit.get(topic)
+        if until is None:
+            return True
+        if self._clock.monotonic() >= until:
+            del self._unfit[topic]
+            return True
+        return False
+
     async def owner_for(self, topic: str) -> str | None:
-        """The hub that should claim unowned ``topic`` (maybe this one); ``None``: any."""
+        """The hub that should claim unowned ``topic`` (maybe this one); ``None``: any (or,
+        for a topic this hub cannot store now, none but this one is alive)."""
         hubs = await self._alive()
+        fit = self.can_store(topic)
+        drained = self.drained()
         held = self._assigned.get(topic)
         if held is not None:
             target, until = held
@@ -72,6 +101,7 @@ class HubChoices:
             rng=self._rng,
             now_ms=self._clock.wall_ms(),
             max_age_ms=int(self._config.load_report_max_age_s * 1000),
+            exclude=lambda a: (a == self.address and not fit) or a in drained,
         )
         if chosen is not None and chosen != self.address:
             self.assign(topic, chosen)
@@ -102,12 +132,20 @@ class HubChoices:
         """
         if size <= 1 and self.address not in exclude:
             return [self.address]
-        hubs = [h.address for h in await self._store.hubs.list_hubs() if h.alive]
+        registered = await self._store.hubs.list_hubs()
+        hubs = [h.address for h in registered if h.alive]
         others = [a for a in hubs if a != self.address and a not in exclude]
         self._rng.shuffle(others)
         mine = [] if self.address in exclude else [self.address]
         chosen = [*mine, *others][:size]
         if len(chosen) < minimum:
+            if len(registered) < minimum:
+                # Not an outage: this region never had enough hubs. Say so, and how to fix it.
+                raise NotEnoughHubsError(
+                    f"the replication needs at least {minimum} hubs and this region has "
+                    f"{len(registered)}: start more hubs, or use a smaller replication "
+                    "(--replication 1/1/1 for a single hub)"
+                )
             raise ServiceUnavailableError(
                 f"need at least {minimum} storage replicas, only {len(chosen)} hubs are usable"
             )

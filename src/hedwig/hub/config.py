@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 from hedwig.errors import MetadataError, UsageError
 from hedwig.metadata.records import ReplicationConfig, TopicConfig
@@ -15,84 +16,144 @@ from hedwig.placement import PlacementPolicy
 from hedwig.placement.rebalance import RebalanceConfig
 
 
+def setting(default: Any, doc: str) -> Any:
+    """A field with the sentence ``hedwig hub --help`` and ``docs/operations.md`` show."""
+    return field(default=default, metadata={"doc": doc})
+
+
 @dataclass(frozen=True, slots=True)
 class HubConfig:
-    zk: str = "127.0.0.1:2181"
-    region: str = "default"
-    # Where clients connect. Port 0 picks a free port (tests); the advertised address is what
-    # other hubs redirect clients to, so it must be reachable by them (a pod's DNS name).
-    listen: str = "127.0.0.1:4080"
-    advertise: str | None = None
-    data_dir: str = "./hedwig-data"
-    metrics_port: int | None = None  # None: no HTTP endpoint
-    metrics_host: str = "127.0.0.1"
-    # A hub that loses ZooKeeper for this long loses its session and every topic with it.
+    zk: str = setting("127.0.0.1:2181", "the metadata store: ZooKeeper HOST:PORT[,...] or zk://...")
+    region: str = setting("default", "the region: hubs of one region share its topics")
+    # The advertised address is what other hubs redirect clients to, so it must be reachable
+    # by them (a pod's DNS name); port 0 picks a free port (tests).
+    listen: str = setting("127.0.0.1:4080", "HOST:PORT clients connect to (port 0: any)")
+    advertise: str | None = setting(
+        None, "the address other hubs send clients to (default: the listen address)"
+    )
+    data_dir: str = setting("./hedwig-data", "where this hub's ledger replicas are stored")
+    metrics_port: int | None = setting(
+        None, "HTTP port of /metrics, /healthz, /readyz and /drain (default: none)"
+    )
+    metrics_host: str = setting("127.0.0.1", "the HTTP endpoint's listen host")
     # Failover after a crash takes about this long, so keep it short; too short and a GC
     # pause or a slow disk flaps ownership. (The original Hedwig used 2 s.)
-    zk_session_timeout_s: float = 6.0
-    placement: PlacementPolicy = PlacementPolicy.RANDOM
-    # Region default replication, ENSEMBLE/WRITE_QUORUM/ACK_QUORUM: each ledger lives on
-    # ENSEMBLE hubs, each entry is written to WRITE_QUORUM of them and acknowledged once
-    # ACK_QUORUM have it on disk. 3/3/2 survives any one hub (and a second one for reads);
-    # a single-hub cluster needs 1/1/1. Topics and the region's defaults znode override it.
-    replication: str = "3/3/2"
-    # Largest message (key + value + headers). The original Hedwig allowed 1.2 MB.
-    max_message_size: int = 1024 * 1024
-    # Consume marks are written to ZooKeeper at most this often per subscription, or after
-    # this many messages, whichever comes first; always on detach and clean shutdown. A crash
-    # can therefore redeliver at most this much, never lose anything.
-    consume_flush_interval_s: float = 1.0
-    consume_flush_messages: int = 50
-    # Ledgers roll over past this size, which bounds recovery time and the unit of retention.
-    ledger_max_bytes: int = 64 * 1024 * 1024
-    cache_bytes: int = 32 * 1024 * 1024
-    # Consumed messages stay readable this long for readers by sequence id (batch jobs).
-    default_retention_ms: int | None = 24 * 3600 * 1000
-    default_retention_bytes: int | None = None
-    gc_interval_s: float = 60.0
-    # How often each hub audits its share of the closed ledgers for lost or lagging replicas.
-    audit_interval_s: float = 30.0
-    load_report_interval_s: float = 5.0
-    # Load reports older than this are ignored by placement.
-    load_report_max_age_s: float = 30.0
-    # Self-shedding (docs/architecture.md, "Moving topics"): each hub runs the shared
-    # rebalancing policy every balance_interval_s and hands over the topics it moves off this
-    # hub. Turn it off when an operator rebalances the pool.
-    self_balance: bool = True
-    balance_interval_s: float = 60.0
+    zk_session_timeout_s: float = setting(
+        6.0,
+        "seconds; a hub that loses the metadata store this long loses its topics, and a "
+        "crashed hub's topics move after about this long",
+    )
+    placement: PlacementPolicy = setting(  # noqa: RUF009 - an enum member, immutable
+        PlacementPolicy.RANDOM,
+        "how a hub is chosen for a new topic: random, load-weighted, least-loaded, consistent-hash",
+    )
+    # Each ledger lives on ENSEMBLE hubs, each entry is written to WRITE_QUORUM of them and
+    # acknowledged once ACK_QUORUM have it on disk. Topics and the region's defaults override.
+    replication: str = setting(
+        "3/3/2",
+        "region default ENSEMBLE/WRITE_QUORUM/ACK_QUORUM; 3/3/2 survives any one hub, a "
+        "single hub needs 1/1/1",
+    )
+    max_message_size: int = setting(
+        1024 * 1024, "bytes; larger messages (key + value + headers) are refused"
+    )
+    # A crash can redeliver at most this much, never lose anything.
+    consume_flush_interval_s: float = setting(
+        1.0, "seconds between writes of a subscription's consume mark (at most)"
+    )
+    consume_flush_messages: int = setting(
+        50, "a consume mark is written after this many messages (or the interval)"
+    )
+    ledger_max_bytes: int = setting(
+        64 * 1024 * 1024, "bytes; ledgers roll over past this (the unit of recovery and GC)"
+    )
+    cache_bytes: int = setting(
+        32 * 1024 * 1024, "bytes of newest messages per topic served from memory"
+    )
+    default_retention_ms: int | None = setting(
+        24 * 3600 * 1000,
+        "milliseconds consumed messages stay readable by sequence id (batch readers)",
+    )
+    default_retention_bytes: int | None = setting(
+        None, "bytes of consumed messages kept for readers by sequence id (default: no limit)"
+    )
+    # Pulsar's inactive-topic deletion and subscription expiration, off unless set here, in
+    # the region's defaults, or per topic.
+    default_inactive_topic_expiry_ms: int | None = setting(
+        None,
+        "milliseconds; a topic nobody published to or attached to this long, with no "
+        "subscription left, is deleted (default: never)",
+    )
+    default_subscription_expiry_ms: int | None = setting(
+        None,
+        "milliseconds; a subscription nobody attached to or consumed from this long is "
+        "deleted, so it stops pinning its messages (default: never)",
+    )
+    gc_interval_s: float = setting(
+        60.0, "seconds between garbage collections of consumed ledgers and expiry checks"
+    )
+    # The topic-management design's periodic abandonment: topics drift between hubs even
+    # without load differences.
+    release_on_rollover: bool = setting(False, "give a topic up whenever its ledger rolls over")
+    audit_interval_s: float = setting(
+        30.0, "seconds between audits of this hub's share of ledgers for lost replicas"
+    )
+    # BookKeeper's lost-bookie recovery delay: a hub that restarts (a rolling upgrade, a
+    # rescheduled pod) comes back with its disk, so copying its ledgers at once is wasted work.
+    rereplication_delay_s: float = setting(
+        120.0,
+        "seconds a hub may be gone before its ledger replicas are re-created on other hubs",
+    )
+    load_report_interval_s: float = setting(
+        5.0, "seconds between load reports in the hub's alive record"
+    )
+    load_report_max_age_s: float = setting(
+        30.0, "seconds after which placement ignores a load report"
+    )
+    # Turn it off when an operator rebalances the pool.
+    self_balance: bool = setting(True, "shed load to other hubs by the shared rebalancing policy")
+    balance_interval_s: float = setting(60.0, "seconds between self-balancing cycles")
     rebalance: RebalanceConfig = field(default_factory=RebalanceConfig)
-    # Messages pushed to a subscriber per DELIVER frame at most (bounded by the window too).
-    delivery_batch_messages: int = 1000
+    delivery_batch_messages: int = setting(
+        1000, "messages pushed to a subscriber per DELIVER frame at most"
+    )
     # Security (docs/security.md). Everything is off for a bare hub (tests, `hedwig dev up`):
     # plaintext, anonymous, and the storage role on the client port. The chart, the operator
-    # and `hedwig dev up --secure` turn it on.
-    # TLS on the client listener: this hub's certificate and key (PEM files, reloaded when
-    # they change), and the CA that client certificates must come from (client certificates
-    # are then accepted as identities).
-    tls_cert: str | None = None
-    tls_key: str | None = None
-    tls_client_ca: str | None = None
-    # The internal listener: hub-to-hub requests (the storage role, claims) are served there
-    # only, to peers with a certificate from the region's hub CA (mutual TLS with
-    # internal_cert/internal_key, which this hub also presents to its peers). Required when
-    # authentication is on.
-    internal_listen: str | None = None
-    internal_advertise: str | None = None
-    internal_ca: str | None = None
-    internal_cert: str | None = None
-    internal_key: str | None = None
-    # Every connection must prove an identity (a client certificate, or a token from one of
-    # token_issuers); and with authorize, every request needs an ACL allowing it (default
-    # deny). super_users (comma-separated principals: the operator's) may do everything.
-    authenticate: bool = False
-    authorize: bool = False
-    super_users: str = ""
-    # Trusted token issuers: a JSON list of objects with hedwig.security.tokens.TokenIssuer's
-    # fields (issuer, audience(s), discovery_url or jwks_url, ca_file, bearer_token_file), or
-    # @FILE holding one.
-    token_issuers: str = ""
-    # Certificates and keys are checked for rotation this often.
-    cert_reload_interval_s: float = 30.0
+    # and `hedwig dev up --secure` turn it on. Certificates and keys are PEM files, reloaded
+    # when they change (rotation without a restart).
+    tls_cert: str | None = setting(
+        None, "this hub's certificate for the client listener (TLS on when set)"
+    )
+    tls_key: str | None = setting(None, "the client listener certificate's private key")
+    tls_client_ca: str | None = setting(
+        None, "CA of client certificates, which are then accepted as identities"
+    )
+    # Hub-to-hub requests (the storage role, claims) are served there only, to peers with a
+    # certificate from the region's hub CA; required when authentication is on.
+    internal_listen: str | None = setting(
+        None, "HOST:PORT of the hub-to-hub listener (storage role, claims)"
+    )
+    internal_advertise: str | None = setting(
+        None, "the address other hubs reach the internal listener at"
+    )
+    internal_ca: str | None = setting(
+        None, "the region's hub CA: internal peers must present a certificate from it"
+    )
+    internal_cert: str | None = setting(
+        None, "this hub's certificate from the hub CA (served, and presented to peers)"
+    )
+    internal_key: str | None = setting(None, "the internal certificate's private key")
+    authenticate: bool = setting(
+        False, "every connection must prove an identity (a certificate or a token)"
+    )
+    authorize: bool = setting(False, "every request needs an ACL allowing it (default deny)")
+    super_users: str = setting("", "comma-separated principals allowed everything")
+    # A JSON list of objects with hedwig.security.tokens.TokenIssuer's fields (issuer,
+    # audience(s), discovery_url or jwks_url, ca_file, bearer_token_file), or @FILE.
+    token_issuers: str = setting("", "trusted token issuers: a JSON list, or @FILE holding one")
+    cert_reload_interval_s: float = setting(
+        30.0, "seconds between checks of the certificate files for rotation"
+    )
 
     def __post_init__(self) -> None:
         self.replication_config  # noqa: B018 - validates the E/Qw/Qa string

@@ -59,6 +59,14 @@ class HubEvents(Protocol):
         """The number of topics this hub owns changed."""
         ...
 
+    def deleted(self, topic: str, *, expired: bool) -> None:
+        """This hub deleted the topic (asked to, or because it expired)."""
+        ...
+
+    def subscription_expired(self, topic: str, subscriber: str) -> None:
+        """This hub deleted a subscription nobody used for its topic's expiry time."""
+        ...
+
     def redirected(self, topic: str) -> None:
         """A request was answered with the address of another hub."""
         ...
@@ -99,6 +107,12 @@ class NoEvents:
         return None
 
     def owned_changed(self, count: int) -> None:
+        return None
+
+    def deleted(self, topic: str, *, expired: bool) -> None:
+        return None
+
+    def subscription_expired(self, topic: str, subscriber: str) -> None:
         return None
 
     def redirected(self, topic: str) -> None:

@@ -15,6 +15,8 @@ from collections.abc import Awaitable, Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from hedwig.errors import HedwigError
+
 log = logging.getLogger(__name__)
 
 
@@ -25,7 +27,7 @@ class HealthServer:
         ready: Callable[[], tuple[bool, str]],
         *,
         before_scrape: Callable[[], None] | None = None,
-        drain: Callable[[], Awaitable[int]] | None = None,
+        drain: Callable[[bool], Awaitable[int]] | None = None,
         drain_allowed: Callable[[str, str | None], Awaitable[bool]] | None = None,
     ) -> None:
         self._drain_allowed = drain_allowed
@@ -64,7 +66,7 @@ class HealthServer:
             request = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
             line = request.split(b"\r\n", 1)[0].decode("latin-1").split()
             method = line[0] if line else "GET"
-            path = line[1].split("?", 1)[0] if len(line) >= 2 else "/"
+            path, _, query = (line[1] if len(line) >= 2 else "/").partition("?")
             if (
                 path == "/drain"
                 and method == "POST"
@@ -79,8 +81,11 @@ class HealthServer:
             elif path == "/drain" and method == "POST" and self._drain is not None:
                 # For a preStop hook: hand every topic over and answer when done, so the pod
                 # is stopped only after its clients have somewhere to go.
-                released = await self._drain()
-                code, ctype, body = 200, "text/plain", f"released {released} topics\n".encode()
+                try:
+                    released = await self._drain("force=1" in query.split("&"))
+                    code, ctype, body = 200, "text/plain", f"released {released} topics\n".encode()
+                except HedwigError as exc:
+                    code, ctype, body = 409, "text/plain", f"{exc}\n".encode()
             elif path == "/drain":
                 code, ctype, body = 405, "text/plain", b"POST to drain\n"
             elif path == "/metrics":
@@ -99,6 +104,7 @@ class HealthServer:
                 403: "Forbidden",
                 404: "Not Found",
                 405: "Method Not Allowed",
+                409: "Conflict",
                 503: "Service Unavailable",
             }[code]
             writer.write(

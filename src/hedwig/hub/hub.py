@@ -153,6 +153,8 @@ class Hub:
             replicas=self.replicas,
             local=self.storage,
             wanted_size=self._wanted_size,
+            delay_s=config.rereplication_delay_s,
+            clock=self.clock,
         )
         self.loops = HubLoops(
             config=config,
@@ -165,6 +167,8 @@ class Hub:
             clock=self.clock,
             connections=lambda: len(self.front.connections),
         )
+        # New topics are not placed on hubs a low-load drain is emptying.
+        self.choices.drained = lambda: self.loops.rebalancer.drained
         self._listener: Listener | None = None
         self._internal_listener: Listener | None = None
         self._expiry: asyncio.Task[None] | None = None
@@ -198,13 +202,16 @@ class Hub:
         if self.config.metrics_port is not None:
             self._http = HealthServer(
                 self.metrics.registry,
-                self._readiness,
+                self.readiness,
                 before_scrape=self.loops.refresh_gauges,
                 drain=self.drain,
                 drain_allowed=self._drain_allowed,
             )
             await self._http.start(self.config.metrics_host, self.config.metrics_port)
         await self._register()
+        await self.loops.check_hub_count()
+        if self.loops.short_of_hubs is not None:
+            log.warning("%s", self.loops.short_of_hubs)
         self.loops.start()
         self._ready = True
         self.metrics.session_changed(SessionState.CONNECTED)
@@ -229,10 +236,21 @@ class Hub:
             HubLoad(timestamp_ms=self.clock.wall_ms(), internal=self.internal_address),
         )
 
-    async def drain(self) -> int:
+    async def drain(self, force: bool = False) -> int:
         """Stop taking topics and hand over every topic this hub owns; keeps serving the
         storage role (other hubs' ledgers) until the process is stopped. Returns the number of
-        topics handed over."""
+        topics handed over.
+
+        The last alive hub refuses (``UsageError``) unless ``force``: its topics would have
+        nowhere to go, and would wait, unserved, for a hub to come back."""
+        if not force and self.topics.topics:
+            alive = [h for h in await self.store.hubs.list_hubs() if h.alive]
+            if all(h.address == self.address for h in alive):
+                raise UsageError(
+                    f"hub {self.address} is the last alive hub of region "
+                    f"{self.config.region!r}: its {len(self.topics.topics)} topics would have "
+                    "nowhere to go (drain with force to do it anyway)"
+                )
         self._ready = False
         self.topics.accepting = False
         with contextlib.suppress(Exception):
@@ -288,11 +306,14 @@ class Hub:
         await self.storage.close()
         self.stopped.set()
 
-    def _readiness(self) -> tuple[bool, str]:
+    def readiness(self) -> tuple[bool, str]:
         if not self._ready:
             return False, "starting or stopping"
         if self.topics.suspended:
             return False, "ZooKeeper connection suspended"
+        short = self.loops.short_of_hubs
+        if short is not None:
+            return False, short
         return True, "ready"
 
     def _on_session(self, state: SessionState) -> None:
@@ -373,6 +394,6 @@ async def serve(config: HubConfig) -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(100_000, 50, 100)
-    print(f"HUB {hub.address}", flush=True)
+    print(f"HUB {hub.address} region={config.region} store={config.zk}", flush=True)
     await stop.wait()
     await hub.stop()

@@ -31,6 +31,8 @@ from hedwig.placement.rebalance import Move, Rebalancer
 
 log = logging.getLogger(__name__)
 
+# How /readyz starts its answer when the region has too few hubs for its replication.
+SHORT_OF_HUBS = "too few hubs"
 # A burst of claims or releases is reported once, this long after the first of them.
 REPORT_SOON_S = 0.2
 
@@ -54,6 +56,7 @@ class HubLoops:
         self.ownership = ownership
         self.requests = requests
         self.auditor = auditor
+        self._copied_seen: dict[str, int] = {}
         self.storage = storage
         self.metrics = metrics
         self.clock = clock
@@ -67,6 +70,9 @@ class HubLoops:
         self._running = False
         self._seen_written = 0
         self._seen_syncs = 0
+        # Why this region cannot serve topics at the default replication (too few hubs have
+        # ever joined it), or None; shown at start and by /readyz.
+        self.short_of_hubs: str | None = None
 
     def start(self) -> None:
         self._running = True
@@ -74,6 +80,7 @@ class HubLoops:
         self._every(c.load_report_interval_s, self.report_load)
         self._every(c.consume_flush_interval_s, self.flush_marks)
         self._every(c.gc_interval_s, self.collect_garbage)
+        self._every(c.gc_interval_s, self.expire_idle, "expiring idle topics and subscriptions")
         self._every(c.audit_interval_s, self.audit_once, "ledger audit")
         if c.self_balance:
             self._every(c.balance_interval_s, self.balance_once, "self-balancing cycle")
@@ -120,8 +127,23 @@ class HubLoops:
             if self.internal_address:
                 report = replace(report, internal=self.internal_address)
             await self.store.hubs.update_load(self.requests.address, report)
+            await self.check_hub_count()
         except Exception as exc:
             log.debug("load report failed: %s", exc)
+
+    async def check_hub_count(self) -> None:
+        """Note whether the region has ever had enough hubs for the default replication."""
+        needed = self.config.replication_config.ack_quorum
+        registered = len(await self.store.hubs.list_hubs())
+        if registered >= needed:
+            self.short_of_hubs = None
+            return
+        self.short_of_hubs = (
+            f"{SHORT_OF_HUBS}: region {self.config.region!r} has {registered} hub(s) and the "
+            "replication "
+            f"{self.config.replication} needs at least {needed}: publishing fails until more "
+            "hubs join; start more hubs, or run with --replication 1/1/1 for a single hub"
+        )
 
     def topics_changed(self) -> None:
         """A topic was claimed or let go: report the new load now, not at the next interval,
@@ -160,6 +182,31 @@ class HubLoops:
             except HedwigError as exc:
                 log.info("topic %r: garbage collection skipped: %s", owned.name, exc)
 
+    async def expire_idle(self) -> None:
+        """Delete the subscriptions and then the topics that their expiry settings let go: a
+        subscription nobody attached to or consumed from for ``subscription_expiry_ms``; a topic
+        with no subscription left that nobody published to or attached to for
+        ``inactive_topic_expiry_ms``. Both off unless configured."""
+        for owned in list(self.ownership.topics.values()):
+            if owned.state is not TopicState.OPEN:
+                continue
+            config = owned.config
+            if config.subscription_expiry_ms is not None:
+                for name in await owned.subs.expire(config.subscription_expiry_ms):
+                    log.info("topic %r: subscription %r expired", owned.name, name)
+                    self.metrics.subscription_expired(owned.name, name)
+            limit = config.inactive_topic_expiry_ms
+            idle = owned.idle_for_ms()
+            if limit is None or idle is None or idle < limit:
+                continue
+            if await owned.subs.describe():
+                continue  # subscriptions keep their messages: they expire first, if set to
+            log.info("topic %r: idle for %.0f s, deleting it", owned.name, idle / 1000)
+            try:
+                await self.ownership.delete(owned.name, force=False, expired=True)
+            except HedwigError as exc:
+                log.info("topic %r: not deleted after all: %s", owned.name, exc)
+
     async def audit_once(self) -> AuditReport:
         for owned in list(self.ownership.topics.values()):
             if owned.log.degraded and await owned.log.restore_replication():
@@ -167,6 +214,11 @@ class HubLoops:
         report = await self.auditor.run_once()
         self.metrics.under_replicated.set(report.failed)
         self.metrics.ledger_repairs.inc(report.repaired)
+        self.metrics.ledgers_waiting.set(report.waiting)
+        for kind, total in self.auditor.copied_bytes.items():
+            seen = self._copied_seen.get(kind, 0)
+            self.metrics.rereplicated_bytes.labels(kind).inc(total - seen)
+            self._copied_seen[kind] = total
         return report
 
     # self-balancing ------------------------------------------------------------------------

@@ -123,10 +123,37 @@ class HubMetrics:
         self.ledger_repairs = Counter(
             "hedwig_ledger_repairs", "Under-replicated ledgers repaired by this hub", registry=r
         )
+        self.ledgers_waiting = Gauge(
+            "hedwig_ledgers_waiting_for_replica",
+            "Ledgers this hub audits with a replica on a hub gone for less than the "
+            "re-replication delay (not copied yet: it may come back)",
+            registry=r,
+        )
+        self.rereplicated_bytes = Counter(
+            "hedwig_rereplicated_bytes",
+            "Bytes this hub's audits copied to replicas, by kind (replace: a lost replica "
+            "re-created elsewhere; catch-up: a replica that missed entries; grow: a ledger "
+            "written with too few replicas)",
+            ["kind"],
+            registry=r,
+        )
         self.storage_syncs = Counter(
             "hedwig_storage_syncs", "fdatasync calls by the group commit", registry=r
         )
+        self.deletions = Counter(
+            "hedwig_topic_deletions",
+            "Topics this hub deleted, by reason (requested, expired)",
+            ["reason"],
+            registry=r,
+        )
+        self.subscription_expiries = Counter(
+            "hedwig_subscription_expiries",
+            "Subscriptions this hub deleted because nobody used them for their expiry time",
+            registry=r,
+        )
         # Every label value exists from the start, so rate() and increase() see first events.
+        for reason in ("requested", "expired"):
+            self.deletions.labels(reason)
         for move in MoveKind:
             self.releases.labels(move.label)
         for loss in LossKind:
@@ -160,6 +187,12 @@ class HubMetrics:
 
     def owned_changed(self, count: int) -> None:
         self.topics_owned.set(count)
+
+    def deleted(self, topic: str, *, expired: bool) -> None:
+        self.deletions.labels("expired" if expired else "requested").inc()
+
+    def subscription_expired(self, topic: str, subscriber: str) -> None:
+        self.subscription_expiries.inc()
 
     def redirected(self, topic: str) -> None:
         self.redirects.inc()

@@ -18,8 +18,17 @@ Rules, for a request on topic T that this hub does not already serve:
 
 Concurrent requests for the same topic share one claim. Once owned, the hub knows it still
 owns T from its ZooKeeper session and a watch on the owner record, not by reading it on every
-request: when the watch fires and the record is no longer ours, or the session is suspended for
-longer than it can live, or lost, the topic is dropped at once and its clients are told.
+request: when the watch fires and the record is no longer ours, or the session is lost, the
+topic is dropped at once and its clients are told.
+
+While the hub cannot reach ZooKeeper (the session is suspended), it keeps serving the topics
+it owns on their open ledgers: fencing, not the session, is what keeps two hubs from both
+acknowledging (a hub that takes a topic over fences the ledger's replicas before anything
+else, after which the old owner can no longer reach an ack quorum). So publishing goes on
+through a metadata outage; what needs the store waits (claims are refused, roll-overs and
+consume marks wait and catch up). Past the session timeout another hub may have taken over:
+the hub then asks its open ledgers' replicas whether they were fenced, and drops the topics
+whose ledgers were, so their subscribers move on even when nobody publishes.
 """
 
 from __future__ import annotations
@@ -27,14 +36,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 
-from hedwig.clock import Clock
+from hedwig.clock import Clock, Throttle
 from hedwig.errors import (
     BadVersionError,
     HedwigError,
     MetadataError,
+    NoSuchTopicError,
+    NotEnoughHubsError,
     NoTopicOwnerInfoError,
     NotResponsibleError,
     ServiceUnavailableError,
@@ -45,6 +56,7 @@ from hedwig.hub.config import HubConfig
 from hedwig.hub.events import HubEvents, LossKind
 from hedwig.hub.topic import OwnedTopic, TopicState
 from hedwig.ledger.replicas import Replicas
+from hedwig.ledger.retention import delete_ledger_everywhere
 from hedwig.ledger.topic_log import LogSettings, TopicLog
 from hedwig.metadata.managers import MetadataStore, SessionState
 from hedwig.metadata.records import (
@@ -53,12 +65,18 @@ from hedwig.metadata.records import (
     TopicConfig,
     Version,
 )
+from hedwig.protocol import MoveKind
 from hedwig.protocol.names import validate_name
 
 log = logging.getLogger(__name__)
 
 # Messages at the end of a topic's log read back on take-over to rebuild duplicate detection.
 DEDUP_WINDOW = 5000
+# While ZooKeeper is out of reach past the session timeout, how often the hub asks its open
+# ledgers' replicas whether another hub has fenced them.
+FENCING_CHECK_S = 1.0
+# A failure that repeats for one topic (every client retry) is a warning at most this often.
+WARN_EVERY_S = 10.0
 
 
 @dataclass
@@ -97,8 +115,11 @@ class TopicOwnership:
         self._owner_versions: dict[str, Version] = {}
         self._claims: dict[str, asyncio.Future[OwnedTopic]] = {}
         self._suspended_since: float | None = None
-        self._expiry_task: asyncio.Task[None] | None = None
+        self._fencing_task: asyncio.Task[None] | None = None
         self.accepting = True
+        self._dropping = False
+        self._warn_throttle = Throttle(WARN_EVERY_S, clock)
+        self._tasks: set[asyncio.Task[None]] = set()  # the loop keeps only weak references
         self.stats = OwnershipStats()
         # Called whenever the set of owned topics changes (the hub reports its load soon after).
         self._on_change = on_change or (lambda: None)
@@ -108,57 +129,90 @@ class TopicOwnership:
 
     def on_session(self, state: SessionState) -> None:
         if state is SessionState.SUSPENDED:
-            # We may have lost the session without knowing yet. Stop taking writes; if the
-            # connection does not come back within the session timeout, the session is surely
-            # gone on the server side: drop every topic before another hub can claim it.
+            if self._suspended_since is None:
+                log.warning(
+                    "ZooKeeper unreachable: serving the %d owned topics on their open ledgers "
+                    "(claims wait)",
+                    len(self.topics),
+                )
             self._suspended_since = self.clock.monotonic()
-            if self._expiry_task is None or self._expiry_task.done():
-                self._expiry_task = asyncio.get_running_loop().create_task(self._expire_later())
+            if self._fencing_task is None or self._fencing_task.done():
+                self._fencing_task = asyncio.get_running_loop().create_task(self._watch_fencing())
         elif state is SessionState.CONNECTED:
-            self._suspended_since = None
-            if self._expiry_task is not None:
-                self._expiry_task.cancel()
-                self._expiry_task = None
+            if self._suspended_since is not None:
+                log.warning(
+                    "ZooKeeper reachable again after %.1f s",
+                    self.clock.monotonic() - self._suspended_since,
+                )
+            self._stop_suspension()
         elif state is SessionState.LOST:
-            self._suspended_since = None
+            self._stop_suspension()
             self.drop_all(LossKind.SESSION, "ZooKeeper session expired")
 
-    async def _expire_later(self) -> None:
-        await self.clock.sleep(self.config.zk_session_timeout_s * 0.9)
-        if self._suspended_since is not None:
-            self.drop_all(LossKind.SESSION, "ZooKeeper unreachable for the session timeout")
+    def _stop_suspension(self) -> None:
+        self._suspended_since = None
+        if self._fencing_task is not None:
+            self._fencing_task.cancel()
+            self._fencing_task = None
+
+    async def _watch_fencing(self) -> None:
+        """While suspended past the session timeout, drop the topics whose open ledger another
+        hub has fenced (it took them over), checking every ``FENCING_CHECK_S``."""
+        await self.clock.sleep(self.config.zk_session_timeout_s)
+        while self._suspended_since is not None:
+            for name, owned in list(self.topics.items()):
+                if owned.state is TopicState.OPEN and await owned.log.fenced_elsewhere():
+                    self.lose(name, LossKind.LEDGER, "taken over while ZooKeeper was out of reach")
+            await self.clock.sleep(FENCING_CHECK_S)
 
     @property
     def suspended(self) -> bool:
         return self._suspended_since is not None
 
     def drop_all(self, kind: LossKind, reason: str) -> None:
-        for name in list(self.topics):
-            self.lose(name, kind, reason)
+        names = list(self.topics)
+        if not names:
+            return
+        log.warning("dropping all %d topics: %s", len(names), reason)
+        self._dropping = True
+        try:
+            for name in names:
+                self.lose(name, kind, reason)
+        finally:
+            self._dropping = False
 
     # resolving ----------------------------------------------------------------------------
 
-    async def acquire(self, topic: str, *, redirected: bool) -> OwnedTopic:
-        """The topic if this hub serves it (claiming it if the rules say so); else raises."""
+    async def acquire(self, topic: str, *, redirected: bool, create: bool = True) -> OwnedTopic:
+        """The topic if this hub serves it (claiming it if the rules say so); else raises.
+
+        Only publishing and subscribing create a topic (``create``); a read, a statistics or
+        describe request, or a deletion of a topic that does not exist is ``NoSuchTopicError``.
+        """
         owned = self.topics.get(topic)
         if owned is not None and owned.state is TopicState.OPEN:
-            if self.suspended:
-                raise ServiceUnavailableError("hub is reconnecting to ZooKeeper; retry")
-            return owned
+            return owned  # even while suspended: see the module docstring
         if owned is not None:
             raise TopicMovingError(f"topic {topic!r} is moving", destination=owned.moved_to)
         validate_name(topic)
         if not self.accepting:
             raise ServiceUnavailableError("hub is shutting down")
         if self.suspended:
-            raise ServiceUnavailableError("hub is reconnecting to ZooKeeper; retry")
+            raise ServiceUnavailableError(
+                f"topic {topic!r}: this hub cannot reach ZooKeeper to find or claim its owner"
+            )
         pending = self._claims.get(topic)
         if pending is not None:
-            return await asyncio.shield(pending)
+            try:
+                return await asyncio.shield(pending)
+            except NoSuchTopicError:
+                if not create:
+                    raise
+                # That claim would not create the topic; this request does.
         fut: asyncio.Future[OwnedTopic] = asyncio.get_running_loop().create_future()
         self._claims[topic] = fut
         try:
-            owned = await self._resolve(topic, redirected)
+            owned = await self._resolve(topic, redirected, create)
         except BaseException as exc:
             fut.set_exception(exc)
             fut.exception()  # retrieved: waiters get it through shield
@@ -168,8 +222,11 @@ class TopicOwnership:
         fut.set_result(owned)
         return owned
 
-    async def _resolve(self, topic: str, redirected: bool) -> OwnedTopic:
-        await self.store.topics.ensure_topic(topic)
+    async def _resolve(self, topic: str, redirected: bool, create: bool) -> OwnedTopic:
+        if create:
+            await self.store.topics.ensure_topic(topic)
+        elif not await self.store.topics.topic_exists(topic):
+            raise NoSuchTopicError(f"topic {topic!r} does not exist")
         for _attempt in range(3):
             owner = await self.store.ownership.read_owner_info(topic)
             if owner is not None:
@@ -185,12 +242,18 @@ class TopicOwnership:
                     await self.store.ownership.delete_owner_info(topic, owner.version)
                 except (BadVersionError, NoTopicOwnerInfoError):
                     continue
-            if not redirected:
+            fit = self.choices.can_store(topic)
+            if not redirected or not fit:
                 target = await self.choices.owner_for(topic)
                 if target is not None and target != self.address:
                     self._redirect(topic)
                     raise NotResponsibleError(
                         f"topic {topic!r} is assigned to {target}", owner=target
+                    )
+                if not fit:
+                    raise ServiceUnavailableError(
+                        f"topic {topic!r}: this hub cannot reach the topic's storage now and "
+                        "no other hub is alive"
                     )
             try:
                 version = await self.store.ownership.write_owner_info(
@@ -201,7 +264,7 @@ class TopicOwnership:
                 redirected = True  # someone claimed it: the next read finds them
                 continue
             return await self._take_over(topic, version)
-        raise ServiceUnavailableError(f"topic {topic!r}: ownership is changing; retry")
+        raise ServiceUnavailableError(f"topic {topic!r}: its ownership is changing")
 
     def _redirect(self, topic: str) -> None:
         self.stats.redirects += 1
@@ -210,12 +273,15 @@ class TopicOwnership:
     async def topic_config(self, topic: str) -> TopicConfig:
         got = await self.store.topics.read_topic_config(topic)
         own = got.value if got else TopicConfig()
+        c = self.config
         return own.merged(self.defaults).merged(
             TopicConfig(
-                self.config.replication_config,
-                self.config.default_retention_ms,
-                self.config.default_retention_bytes,
-                self.config.max_message_size,
+                replication=c.replication_config,
+                retention_ms=c.default_retention_ms,
+                retention_bytes=c.default_retention_bytes,
+                max_message_size=c.max_message_size,
+                inactive_topic_expiry_ms=c.default_inactive_topic_expiry_ms,
+                subscription_expiry_ms=c.default_subscription_expiry_ms,
             )
         )
 
@@ -233,6 +299,9 @@ class TopicOwnership:
                 owner_epoch=self.epoch,
                 ensemble=ensemble,
                 choose_ensemble=self.choices.ensemble,
+                on_rolled_over=(
+                    (lambda: self._give_up(topic)) if self.config.release_on_rollover else None
+                ),
                 settings=LogSettings(
                     replication=replication,
                     ledger_max_bytes=self.config.ledger_max_bytes,
@@ -242,12 +311,15 @@ class TopicOwnership:
             )
             await tlog.open()
         except HedwigError as exc:
-            log.warning("taking over topic %r failed: %s", topic, exc)
+            level = logging.WARNING if self._warn_throttle.allow(topic) else logging.DEBUG
+            log.log(level, "taking over topic %r failed: %s", topic, exc)
             with contextlib.suppress(HedwigError):
                 await self.store.ownership.delete_owner_info(topic, version)
+            if isinstance(exc, NotEnoughHubsError):
+                raise
             if isinstance(exc, BadVersionError):
                 raise ServiceUnavailableError(
-                    f"topic {topic!r} was taken over concurrently; retry"
+                    f"topic {topic!r} was taken over concurrently"
                 ) from None
             raise ServiceUnavailableError(f"cannot recover topic {topic!r} now: {exc}") from None
         owned = OwnedTopic(
@@ -306,14 +378,40 @@ class TopicOwnership:
     def lose(self, topic: str, kind: LossKind, reason: str, new_owner: str | None = None) -> None:
         """Stop serving ``topic`` at once (no hand-off): its clients are told it moved."""
         owned = self.topics.pop(topic, None)
-        self._owner_versions.pop(topic, None)
+        version = self._owner_versions.pop(topic, None)
         if owned is None:
             return
         self.stats.losses += 1
-        log.warning("lost topic %r: %s", topic, reason)
+        log.log(self._loss_level(kind), "lost topic %r: %s", topic, reason)
         owned.lose(reason, new_owner)
         self.events.lost(topic, kind)
+        if kind is LossKind.LEDGER:
+            # The log cannot be written here (replicas out of reach, or fenced by a new owner).
+            # Give the owner record up at once, so other hubs stop sending clients here and one
+            # of them claims the topic, instead of waiting for this hub's session to end.
+            self.choices.cannot_store(topic)
+            if version is not None:
+                self._spawn(self._give_up_record(topic, version))
         self._changed()
+
+    def _loss_level(self, kind: LossKind) -> int:
+        """One warning per loss, unless many topics go at once (a session ends): then each is
+        a debug line and ``drop_all`` says it once."""
+        return logging.DEBUG if self._dropping else logging.WARNING
+
+    async def _give_up_record(self, topic: str, version: Version) -> None:
+        try:
+            await self.store.ownership.delete_owner_info(topic, version)
+            log.info("topic %r: gave its owner record up (its log failed here)", topic)
+        except (BadVersionError, NoTopicOwnerInfoError):
+            pass  # a new owner already replaced it (it fenced our ledger)
+        except HedwigError as exc:
+            log.info("topic %r: could not give the owner record up: %s", topic, exc)
+
+    def _spawn(self, coro: Coroutine[object, object, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _changed(self) -> None:
         self.events.owned_changed(len(self.topics))
@@ -339,6 +437,34 @@ class TopicOwnership:
         self.stats.releases += 1
         self._changed()
         return True
+
+    async def delete(self, topic: str, *, force: bool, expired: bool = False) -> None:
+        """Delete an owned topic: close it (its subscribers told it is deleted, its publishers
+        that it moved), then its ledgers, then its records, owner record last."""
+        owned = self.topics.get(topic)
+        if owned is None:
+            raise NotResponsibleError(f"topic {topic!r} is not served here")
+        ranges = await owned.close_for_deletion(force=force)
+        # Gone from this hub before its owner record goes, so the watch that fires is not
+        # taken for a loss.
+        self.topics.pop(topic, None)
+        self._owner_versions.pop(topic, None)
+        for r in ranges:
+            await delete_ledger_everywhere(self.store.ledgers, self.replicas, r.ledger_id)
+        await self.store.topics.delete_topic(topic)
+        owned.notify_deleted()
+        log.info("deleted topic %r (%d ledgers)", topic, len(ranges))
+        self.events.deleted(topic, expired=expired)
+        self._changed()
+
+    def _give_up(self, topic: str) -> None:
+        """Its ledger rolled over: hand the topic to whichever hub placement picks next."""
+
+        async def go() -> None:
+            if await self.release(topic, "periodic: its ledger was closed"):
+                self.events.released(topic, MoveKind.PERIODIC)
+
+        asyncio.get_running_loop().create_task(go())
 
     async def release_all(self, reason: str) -> None:
         await asyncio.gather(

@@ -20,6 +20,7 @@ from hedwig.errors import (
     HedwigError,
     InvalidRequestError,
     NoSuchSubscriptionError,
+    NoSuchTopicError,
     NotResponsibleError,
 )
 from hedwig.hub.access import AccessControl
@@ -37,6 +38,8 @@ from hedwig.protocol import (
     CloseSubscription,
     Consume,
     DeleteLedger,
+    DeleteTopic,
+    DescribeTopic,
     Entry,
     Lac,
     MoveKind,
@@ -48,6 +51,7 @@ from hedwig.protocol import (
     ReleaseTopic,
     Reply,
     Request,
+    ResetSubscription,
     Subscribe,
     TopicInfo,
     TopicStats,
@@ -97,6 +101,9 @@ class HubRequests:
             TopicStats: self.topic_stats,
             ReleaseTopic: self.release_topic,
             Ping: self.ping,
+            DeleteTopic: self.delete_topic,
+            ResetSubscription: self.reset_subscription,
+            DescribeTopic: self.describe_topic,
             AddEntry: self.add_entry,
             ReadEntry: self.read_entry,
             ReadLac: self.read_lac,
@@ -121,26 +128,29 @@ class HubRequests:
 
     # topics -------------------------------------------------------------------------------
 
-    async def _acquire(self, conn: ClientConnection, topic: str, redirected: bool) -> OwnedTopic:
-        if self.access is not None and topic not in self.ownership.topics:
-            # A topic this hub does not serve may not exist yet: this request would create it.
+    async def _acquire(
+        self, conn: ClientConnection, topic: str, redirected: bool, *, create: bool = False
+    ) -> OwnedTopic:
+        """The owned topic; only publishing and subscribing ``create`` it (and need the
+        ``create`` permission for a topic that does not exist yet, with authorization on)."""
+        if create and self.access is not None and topic not in self.ownership.topics:
             await self.access.check_create(
                 conn, topic, lambda: self.store.topics.topic_exists(topic)
             )
-        owned = await self.ownership.acquire(topic, redirected=redirected)
+        owned = await self.ownership.acquire(topic, redirected=redirected, create=create)
         conn.topics.add(topic)
         return owned
 
     async def publish(self, conn: ClientConnection, req: Publish) -> Reply:
         start = time.perf_counter()
-        owned = await self._acquire(conn, req.topic, req.redirected)
+        owned = await self._acquire(conn, req.topic, req.redirected, create=True)
         answer = await owned.publish(conn, req)
         self.events.publish_answered(time.perf_counter() - start)
         return answer
 
     async def subscribe(self, conn: ClientConnection, req: Subscribe) -> Reply:
         validate_name(req.subscriber, what="subscriber")
-        owned = await self._acquire(conn, req.topic, req.redirected)
+        owned = await self._acquire(conn, req.topic, req.redirected, create=True)
         return await owned.subscribe(conn, req)
 
     def consume(self, conn: ClientConnection, req: Consume) -> None:
@@ -174,8 +184,23 @@ class HubRequests:
             subscribers=len(owned.subscriptions),
         )
 
+    async def describe_topic(self, conn: ClientConnection, req: DescribeTopic) -> Reply:
+        owned = await self._acquire(conn, req.topic, req.redirected)
+        return await owned.describe(req)
+
     async def ping(self, conn: ClientConnection, req: Ping) -> None:
         return None
+
+    # lifecycle ----------------------------------------------------------------------------
+
+    async def delete_topic(self, conn: ClientConnection, req: DeleteTopic) -> None:
+        await self._acquire(conn, req.topic, req.redirected)
+        await self.ownership.delete(req.topic, force=req.force)
+
+    async def reset_subscription(self, conn: ClientConnection, req: ResetSubscription) -> Reply:
+        validate_name(req.subscriber, what="subscriber")
+        owned = await self._acquire(conn, req.topic, req.redirected)
+        return await owned.reset_subscription(req)
 
     # moves --------------------------------------------------------------------------------
 
@@ -188,19 +213,24 @@ class HubRequests:
         The destination is asked to claim the topic right away (a redirected request), so the
         hand-off does not wait for the next client request.
         """
+        if destination is not None and destination != self.address:
+            alive = {h.address for h in await self.store.hubs.list_hubs() if h.alive}
+            if destination not in alive:
+                raise InvalidRequestError(f"destination {destination} is not an alive hub")
         if topic not in self.ownership.topics:
             got = await self.store.ownership.read_owner_info(topic)
             if got is not None and got.value.address != self.address:
                 raise NotResponsibleError(
                     f"topic {topic!r} is owned by {got.value.address}", owner=got.value.address
                 )
+            if not await self.store.topics.topic_exists(topic):
+                raise NoSuchTopicError(f"topic {topic!r} does not exist")
+            if destination is not None:
+                # Nobody owns it: what the caller wants is the destination owning it.
+                asyncio.get_running_loop().create_task(self._ask_to_claim(destination, topic))
             return False
-        if destination is not None:
-            if destination == self.address:
-                return True
-            alive = {h.address for h in await self.store.hubs.list_hubs() if h.alive}
-            if destination not in alive:
-                raise InvalidRequestError(f"destination {destination} is not an alive hub")
+        if destination == self.address:
+            return True
         moved = await self.ownership.release(topic, reason, destination)
         if moved:
             self.events.released(topic, kind)
@@ -245,7 +275,8 @@ class HubRequests:
 
     async def read_lac(self, conn: ClientConnection, req: ReadLac) -> Reply:
         lac, last = await self.storage.read_lac(req.ledger_id, fence=req.fence)
-        return Lac(request_id=req.request_id, lac=lac, last_entry_id=last)
+        fenced = self.storage.is_fenced(req.ledger_id)
+        return Lac(request_id=req.request_id, lac=lac, last_entry_id=last, fenced=fenced)
 
     async def delete_ledger(self, conn: ClientConnection, req: DeleteLedger) -> None:
         await self.storage.delete_ledger(req.ledger_id)

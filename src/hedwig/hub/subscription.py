@@ -37,6 +37,8 @@ from hedwig.protocol import CloseReason, Deliver, SubscriptionForcedClosed
 
 # How long delivery waits before reading again when a storage replica does not answer.
 READ_RETRY_S = 1.0
+# Activity alone (an attach, a consume that moved nothing) is written at most this often.
+ACTIVITY_WRITE_MS = 60_000
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +66,9 @@ class Subscription:
         self.consumed_seq = state.consumed_seq
         self._created_ms = state.created_ms
         self.persisted_seq = state.consumed_seq
+        # When a subscriber last attached or consumed (written with the mark, for expiry).
+        self.last_active_ms = state.last_active_ms or state.created_ms
+        self._persisted_active_ms = self.last_active_ms
         self.version = version
         self._log = log_
         self._store = store
@@ -77,11 +82,16 @@ class Subscription:
         self._task: asyncio.Task[None] | None = None
         self._consumed_changed = asyncio.Event()
         self._flush_lock = asyncio.Lock()
+        self._flush_failing = False
         self.lost = False
 
     @property
     def dirty(self) -> bool:
-        return self.consumed_seq != self.persisted_seq
+        """The mark moved, or activity since the last write is worth recording."""
+        return (
+            self.consumed_seq != self.persisted_seq
+            or self.last_active_ms - self._persisted_active_ms >= ACTIVITY_WRITE_MS
+        )
 
     @property
     def backlog(self) -> int:
@@ -95,6 +105,7 @@ class Subscription:
         self.detach_quietly()
         self.preferences = preferences
         self.peer = peer
+        self.last_active_ms = self._clock.wall_ms()
         self.delivered_seq = self.consumed_seq
         self._task = asyncio.get_running_loop().create_task(self._deliver(peer))
 
@@ -124,6 +135,7 @@ class Subscription:
         if seq <= self.consumed_seq:
             return False
         self.consumed_seq = seq
+        self.last_active_ms = self._clock.wall_ms()
         self._consumed_changed.set()
         return self.consumed_seq - self.persisted_seq >= self._flush_messages
 
@@ -132,10 +144,12 @@ class Subscription:
         if self.lost:
             return
         async with self._flush_lock:
-            target = self.consumed_seq
-            if target == self.persisted_seq:
+            if not self.dirty:
                 return
-            state = SubscriptionState(consumed_seq=target, created_ms=self._created_ms)
+            target, active = self.consumed_seq, self.last_active_ms
+            state = SubscriptionState(
+                consumed_seq=target, created_ms=self._created_ms, last_active_ms=active
+            )
             subs = self._store.subscriptions
             data = (
                 SubscriptionData(None, state)
@@ -157,11 +171,32 @@ class Subscription:
                 self._on_lost("consume mark written by another hub")
                 return
             except MetadataError as exc:
-                log.warning(
-                    "could not persist consume mark of %r/%r: %s", self.topic, self.name, exc
+                # Said once per outage: the mark stays dirty and the next flush catches up.
+                log.log(
+                    logging.DEBUG if self._flush_failing else logging.WARNING,
+                    "could not persist consume mark of %r/%r (later flushes catch up): %s",
+                    self.topic,
+                    self.name,
+                    exc,
                 )
+                self._flush_failing = True
                 return
-            self.persisted_seq = max(self.persisted_seq, target)
+            if self._flush_failing:
+                log.info("consume mark of %r/%r persisted again", self.topic, self.name)
+                self._flush_failing = False
+            self.persisted_seq = target
+            self._persisted_active_ms = active
+
+    async def reset(self, mark: int) -> None:
+        """Move the consume mark to ``mark`` (back or forth) and write it at once. An attached
+        subscriber is closed with RESET: it attaches again and delivery restarts there."""
+        if self.peer is not None:
+            self.force_close(CloseReason.RESET, f"subscription reset to after {mark}")
+        self.consumed_seq = mark
+        self.delivered_seq = mark
+        self.last_active_ms = self._clock.wall_ms()
+        self._consumed_changed.set()
+        await self.flush()
 
     # delivery -----------------------------------------------------------------------------
 

@@ -27,9 +27,7 @@ from hedwig.errors import (
     LedgerError,
     MessagesUnavailableError,
     MessageTooLargeError,
-    NoSuchSubscriptionError,
-    SubscriptionBusyError,
-    SubscriptionExistsError,
+    TopicInUseError,
     TopicMovingError,
 )
 from hedwig.hub.config import TopicSettings
@@ -37,25 +35,22 @@ from hedwig.hub.dedup import RECENT, Known, PublisherTable
 from hedwig.hub.events import HubEvents, LossKind
 from hedwig.hub.peer import Peer
 from hedwig.hub.subscription import Subscription
+from hedwig.hub.topic_subscriptions import TopicSubscriptions
 from hedwig.ledger.topic_log import TopicLog
 from hedwig.metadata.managers import MetadataStore
-from hedwig.metadata.records import (
-    SubscriptionData,
-    SubscriptionPreferences,
-    SubscriptionState,
-    TopicConfig,
-    Version,
-)
+from hedwig.metadata.records import LedgerRange, TopicConfig
 from hedwig.protocol import (
     Batch,
     CloseReason,
+    DescribeTopic,
     Messages,
     Publish,
     Published,
     Read,
+    ResetSubscription,
     Subscribe,
     Subscribed,
-    SubscribeMode,
+    TopicDescription,
     TopicMoved,
 )
 
@@ -91,17 +86,34 @@ class OwnedTopic:
         self.settings = settings
         self.clock = clock
         self.state = TopicState.OPEN
-        self.subscriptions: dict[str, Subscription] = {}
+        self.subs = TopicSubscriptions(
+            name,
+            log_=log_,
+            store=store,
+            settings=settings,
+            clock=clock,
+            check_open=self._check_open,
+            on_lost=lambda why: on_lost(name, LossKind.LEDGER, why),
+            on_delivered=self._delivered,
+        )
         self.publishers: set[Peer] = set()
         self.publisher_table = PublisherTable()
         self._events = events
         self._on_lost = on_lost
         self.moved_to: str | None = None
+        # When somebody last published or attached (for inactive-topic expiry); taking the
+        # topic over counts, so a topic is never expired just because it moved.
+        self.last_active_ms = clock.wall_ms()
         # Cumulative counts, for the load report's rates.
         self.msg_in = 0
         self.bytes_in = 0
         self.msg_out = 0
         self.bytes_out = 0
+
+    @property
+    def subscriptions(self) -> dict[str, Subscription]:
+        """The subscriptions this owner has in memory, by name."""
+        return self.subs.by_name
 
     def _check_open(self) -> None:
         if self.state is not TopicState.OPEN:
@@ -133,7 +145,9 @@ class OwnedTopic:
                 known = None  # the original write failed: this one is the real attempt
             if known is not None:
                 if not known.first_seq:
-                    log.warning(
+                    # A late copy of a batch stored long ago (a connection the client gave up
+                    # on, delivering at last): handled, nothing to worry an operator with.
+                    log.debug(
                         "topic %r: publisher %s seq %d..%d is older than the %d batches "
                         "remembered; answered as a duplicate",
                         self.name,
@@ -162,6 +176,7 @@ class OwnedTopic:
                     table.learn(pid, pseq, count, stored.first_seq)
                 table.end(pid, pseq, stored)
         size = len(messages.payload)
+        self.last_active_ms = batch.publish_time_ms
         self.msg_in += count
         self.bytes_in += size
         self._events.published(self.name, count, size)
@@ -175,134 +190,42 @@ class OwnedTopic:
             if b.publisher_seq:
                 self.publisher_table.learn(b.publisher_id, b.publisher_seq, b.count, b.first_seq)
 
-    # subscriptions ------------------------------------------------------------------------
+    # subscriptions (``hedwig.hub.topic_subscriptions``) -------------------------------------
 
     async def subscribe(self, peer: Peer, req: Subscribe) -> Subscribed:
         self._check_open()
-        prefs = SubscriptionPreferences(req.message_window, req.message_bound)
-        sub = await self._find_or_create(req)
-        if (
-            sub.peer is not None
-            and sub.peer is not peer
-            and not sub.peer.closed
-            and not req.force_attach
-        ):
-            raise SubscriptionBusyError(
-                f"subscription {req.subscriber!r} is attached to another connection "
-                "(subscribe with force-attach to take it over)"
-            )
-        answer = Subscribed(
-            request_id=req.request_id, consumed_seq=sub.consumed_seq, last_seq=self.log.last_seq
-        )
-        sub.attach(peer, prefs)
+        answer = await self.subs.subscribe(peer, req)
+        self.last_active_ms = self.clock.wall_ms()
         return answer
 
-    async def _find_or_create(self, req: Subscribe) -> Subscription:
-        """The subscription ``req`` names, read from the store or created as its mode says."""
-        while True:
-            sub = self.subscriptions.get(req.subscriber)
-            if sub is None:
-                got = await self.store.subscriptions.read_subscription_data(
-                    self.name, req.subscriber
-                )
-                self._check_open()
-                sub = self.subscriptions.get(req.subscriber)  # raced with another subscribe
-                if sub is None and got is not None:
-                    sub = self._make_sub(req.subscriber, got.value, got.version)
-            if sub is not None:
-                if req.mode is SubscribeMode.CREATE:
-                    raise SubscriptionExistsError(
-                        f"subscription {req.subscriber!r} exists on topic {self.name!r}"
-                    )
-                return sub
-            if req.mode is SubscribeMode.ATTACH:
-                raise NoSuchSubscriptionError(
-                    f"no subscription {req.subscriber!r} on topic {self.name!r}"
-                )
-            prefs = SubscriptionPreferences(req.message_window, req.message_bound)
-            data = SubscriptionData(
-                prefs, SubscriptionState(self.log.last_seq, self.clock.wall_ms())
-            )
-            try:
-                version = await self.store.subscriptions.create_subscription_data(
-                    self.name, req.subscriber, data
-                )
-            except SubscriptionExistsError:
-                if req.mode is SubscribeMode.CREATE:
-                    raise
-                continue  # created concurrently: attach to that one
-            self._check_open()
-            existing = self.subscriptions.get(req.subscriber)
-            return existing or self._make_sub(req.subscriber, data, version)
+    def consume(self, peer: Peer, subscriber: str, seq: int) -> None:
+        self.subs.consume(peer, subscriber, seq)
 
-    def _make_sub(self, name: str, data: SubscriptionData, version: Version) -> Subscription:
-        sub = Subscription(
-            self.name,
-            name,
-            data,
-            version,
-            log_=self.log,
-            store=self.store,
-            clock=self.clock,
-            batch_messages=self.settings.delivery_batch_messages,
-            flush_messages=self.settings.consume_flush_messages,
-            on_lost=lambda why: self._on_lost(self.name, LossKind.LEDGER, why),
-            on_delivered=self._delivered,
-        )
-        self.subscriptions[name] = sub
-        return sub
+    async def close_subscription(self, peer: Peer, subscriber: str) -> None:
+        await self.subs.close(peer, subscriber)
+
+    async def unsubscribe(self, peer: Peer, subscriber: str) -> None:
+        self._check_open()
+        await self.subs.unsubscribe(peer, subscriber)
+
+    async def reset_subscription(self, req: ResetSubscription) -> Subscribed:
+        self._check_open()
+        return await self.subs.reset(req.request_id, req.subscriber, req.to, req.seq)
+
+    def detach_peer(self, peer: Peer) -> None:
+        self.publishers.discard(peer)
+        self.subs.detach_peer(peer)
+
+    async def flush_marks(self) -> None:
+        await self.subs.flush_marks()
+
+    async def keep_from_seq(self) -> int:
+        return await self.subs.keep_from_seq()
 
     def _delivered(self, count: int, size: int) -> None:
         self.msg_out += count
         self.bytes_out += size
         self._events.delivered(self.name, count, size)
-
-    def _attached(self, peer: Peer, subscriber: str) -> Subscription:
-        sub = self.subscriptions.get(subscriber)
-        if sub is None or sub.peer is not peer:
-            raise NoSuchSubscriptionError(
-                f"subscription {subscriber!r} on topic {self.name!r} is not attached here"
-            )
-        return sub
-
-    def consume(self, peer: Peer, subscriber: str, seq: int) -> None:
-        sub = self._attached(peer, subscriber)
-        if sub.consume(seq):
-            asyncio.get_running_loop().create_task(sub.flush())
-
-    async def close_subscription(self, peer: Peer, subscriber: str) -> None:
-        sub = self._attached(peer, subscriber)
-        sub.detach_quietly()
-        await sub.flush()
-
-    async def unsubscribe(self, peer: Peer, subscriber: str) -> None:
-        self._check_open()
-        sub = self.subscriptions.pop(subscriber, None)
-        if sub is not None:
-            if sub.peer is not peer:
-                sub.force_close(CloseReason.UNSUBSCRIBED, "unsubscribed by another connection")
-            sub.detach_quietly()
-            version = sub.version
-        else:
-            got = await self.store.subscriptions.read_subscription_data(self.name, subscriber)
-            if got is None:
-                raise NoSuchSubscriptionError(
-                    f"no subscription {subscriber!r} on topic {self.name!r}"
-                )
-            version = got.version
-        await self.store.subscriptions.delete_subscription_data(self.name, subscriber, version)
-
-    def detach_peer(self, peer: Peer) -> None:
-        self.publishers.discard(peer)
-        for sub in self.subscriptions.values():
-            if sub.peer is peer:
-                sub.detach_quietly()
-                asyncio.get_running_loop().create_task(sub.flush())
-
-    async def flush_marks(self) -> None:
-        for sub in list(self.subscriptions.values()):
-            if sub.dirty:
-                await sub.flush()
 
     # reads --------------------------------------------------------------------------------
 
@@ -324,12 +247,20 @@ class OwnedTopic:
             batches=tuple(batches),
         )
 
-    async def keep_from_seq(self) -> int:
-        """The first sequence id some subscriber (attached or not) still needs."""
-        subs = await self.store.subscriptions.read_subscriptions(self.name)
-        marks = [v.value.state.consumed_seq for v in subs.values() if v.value.state is not None]
-        marks += [s.consumed_seq for s in self.subscriptions.values()]
-        return (min(marks) if marks else self.log.last_seq) + 1
+    async def describe(self, req: DescribeTopic) -> TopicDescription:
+        self._check_open()
+        return TopicDescription(
+            request_id=req.request_id,
+            first_available=self.log.first_seq,
+            last_seq=self.log.last_seq,
+            subscriptions=await self.subs.describe(),
+        )
+
+    def idle_for_ms(self) -> int | None:
+        """How long nobody published or attached (``None`` while a subscriber is attached)."""
+        if self.subs.any_attached():
+            return None
+        return self.clock.wall_ms() - self.last_active_ms
 
     # leaving ------------------------------------------------------------------------------
 
@@ -338,7 +269,7 @@ class OwnedTopic:
         for sub in self.subscriptions.values():
             if sub.peer is not None:
                 peers.add(sub.peer)
-                sub.detach_quietly()
+        self.subs.detach_all()
         moved = TopicMoved(topic=self.name, new_owner=self.moved_to, reason=reason)
         for peer in peers:
             if not peer.closed:
@@ -351,8 +282,7 @@ class OwnedTopic:
             return
         self.state = TopicState.CLOSING
         self.moved_to = new_owner
-        for sub in self.subscriptions.values():
-            sub.detach_quietly()
+        self.subs.detach_all()
         try:
             await self.flush_marks()
             await self.log.close()
@@ -370,3 +300,29 @@ class OwnedTopic:
         if self.log.broken is None:
             self.log.broken = LedgerError(f"ownership lost: {reason}")
         self._notify_moved(reason)
+
+    async def close_for_deletion(self, *, force: bool) -> tuple[LedgerRange, ...]:
+        """Stop the topic so it can be deleted; its ledgers, to delete next.
+
+        ``TopicInUseError`` while a subscriber is attached, unless ``force``: attached
+        subscribers are then closed with TOPIC_DELETED (they stop; nothing is left to read).
+        """
+        self._check_open()
+        if self.subs.any_attached() and not force:
+            raise TopicInUseError(
+                f"topic {self.name!r} has attached subscribers (delete with force to close them)"
+            )
+        self.state = TopicState.CLOSING
+        self.subs.close_all(CloseReason.TOPIC_DELETED, "topic deleted")
+        try:
+            await self.log.close()
+        except HedwigError as exc:  # its ledgers are deleted anyway
+            log.info("topic %r: closing the log before deletion: %s", self.name, exc)
+        return self.log.ranges.ranges
+
+    def notify_deleted(self) -> None:
+        """The topic is gone: its publishers are told it moved (a later publish creates it
+        afresh, its sequence ids from 1)."""
+        self.state = TopicState.CLOSED
+        self.moved_to = None
+        self._notify_moved("topic deleted")

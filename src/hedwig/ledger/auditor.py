@@ -2,8 +2,13 @@
 
 A closed ledger is under-replicated when one of its replicas is on a hub that is no longer
 alive, when a live replica is missing entries (its hub was down during the writes, or came back
-with an empty disk), or when it was written with a smaller ensemble than its topic wants
-(ledgers created while hubs were down). Repairs:
+with an empty disk; on a striped ledger, entries of its own write sets), or when it was written
+with a smaller ensemble than its topic wants (ledgers created while hubs were down).
+
+A hub that is not alive is given ``delay_s`` (BookKeeper's lost-bookie recovery delay) before
+its replicas are re-created elsewhere: a hub restarting, as in every rolling restart, comes back
+with its disk, and copying its ledgers meanwhile would be work for nothing. Until then its
+ledgers are reported as waiting. Repairs:
 
 - a dead replica is replaced: its entries are copied from the surviving replicas to an alive
   hub outside the ensemble, then the fragment's ensemble is changed with a compare-and-set;
@@ -25,9 +30,10 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field, replace
 
+from hedwig.clock import Clock, SystemClock
 from hedwig.errors import BadVersionError, HedwigError
 from hedwig.ledger.handle import read_entry, write_set
 from hedwig.ledger.replicas import Replicas
@@ -49,9 +55,14 @@ class LedgerHealth:
     dead: list[str] = field(default_factory=list)
     lagging: dict[str, int] = field(default_factory=dict)  # replica -> entries missing
     wanted: int = 0
+    waiting: list[str] = field(default_factory=list)  # not alive, still within the delay
 
     @property
     def under_replicated(self) -> bool:
+        return bool(self.dead or self.lagging or self.waiting) or len(self.ensemble) < self.wanted
+
+    @property
+    def repairable(self) -> bool:
         return bool(self.dead or self.lagging) or len(self.ensemble) < self.wanted
 
 
@@ -61,6 +72,7 @@ class AuditReport:
     under_replicated: list[LedgerHealth] = field(default_factory=list)
     repaired: int = 0
     failed: int = 0
+    waiting: int = 0  # ledgers with a replica on a hub still within the delay
     orphans_deleted: list[int] = field(default_factory=list)
 
 
@@ -75,28 +87,43 @@ def _fragments(md: LedgerMetadata) -> list[tuple[int, int, tuple[str, ...]]]:
     return out
 
 
+def _entries_of(md: LedgerMetadata, address: str, first: int, last: int) -> list[int]:
+    """The entries of ``first..last`` whose write set includes ``address`` (all of them on a
+    ledger whose every entry goes to every replica; every few on a striped one)."""
+    return [e for e in range(first, last + 1) if address in write_set(md, e)]
+
+
 async def inspect(
-    md: LedgerMetadata, replicas: Replicas, alive: set[str], wanted: int
+    md: LedgerMetadata,
+    replicas: Replicas,
+    alive: set[str],
+    wanted: int,
+    waiting: Collection[str] = (),
 ) -> LedgerHealth:
-    """What is wrong with a closed ledger (asks live replicas for their last entry)."""
+    """What is wrong with a closed ledger (asks live replicas for their last entry).
+
+    Replicas write their entries in order, so one that missed writes (its hub was down, or
+    restarted empty) ends before the last entry of its own write sets.
+    """
     current = md.fragments[-1][1] if md.fragments else ()
     health = LedgerHealth(md.ledger_id, md.topic, tuple(current), wanted=wanted)
     for first, last, ensemble in _fragments(md):
         for address in ensemble:
             if address not in alive:
-                if address not in health.dead:
-                    health.dead.append(address)
+                listed = health.waiting if address in waiting else health.dead
+                if address not in listed:
+                    listed.append(address)
                 continue
-            if md.ensemble_size != md.write_quorum:
-                continue  # striped ledgers: per-entry checks are not done here
+            mine = _entries_of(md, address, first, last)
+            if not mine:
+                continue
             try:
                 _, stored = await replicas.node(address).read_lac(md.ledger_id, fence=False)
             except HedwigError:
                 continue
-            if stored < last:
-                health.lagging[address] = health.lagging.get(address, 0) + (
-                    last - max(stored, first - 1)
-                )
+            missing = sum(1 for e in mine if e > stored)
+            if missing:
+                health.lagging[address] = health.lagging.get(address, 0) + missing
     return health
 
 
@@ -110,6 +137,8 @@ class Auditor:
         local: LocalStorage,
         wanted_size: WantedSize,
         rng: random.Random | None = None,
+        delay_s: float = 0.0,
+        clock: Clock | None = None,
     ) -> None:
         self.address = address
         self.store = store
@@ -117,7 +146,22 @@ class Auditor:
         self.replicas = replicas
         self.wanted_size = wanted_size
         self.rng = rng or random.Random()
+        self.delay_s = delay_s
+        self.clock = clock or SystemClock()
         self.last = AuditReport()
+        # Hubs seen in ledgers but not alive, since when (this hub's clock).
+        self._missing_since: dict[str, float] = {}
+        # Bytes written to replicas by repairs, by kind (replace, catch-up, grow).
+        self.copied_bytes: dict[str, int] = {"replace": 0, "catch-up": 0, "grow": 0}
+
+    def _waiting(self, alive: set[str], seen: set[str]) -> set[str]:
+        """Of the hubs ``seen`` in ledgers but not alive, those still within the delay."""
+        now = self.clock.monotonic()
+        missing = seen - alive
+        self._missing_since = {
+            a: self._missing_since.get(a, now) for a in missing
+        }  # a hub back alive starts afresh next time
+        return {a for a, since in self._missing_since.items() if now - since < self.delay_s}
 
     async def run_once(self) -> AuditReport:
         report = AuditReport()
@@ -126,22 +170,29 @@ class Auditor:
         if self.address not in alive:
             return report
         position, members = alive.index(self.address), len(alive)
+        mine: list[tuple[LedgerMetadata, Version]] = []
         for lid in await self.store.ledgers.list_ledgers():
             if lid % members != position:
                 continue
             got = await self.store.ledgers.read_ledger(lid)
-            if got is None or got.value.state is not LedgerState.CLOSED:
-                continue
+            if got is not None and got.value.state is LedgerState.CLOSED:
+                mine.append((got.value, got.version))
+        seen = {a for md, _ in mine for _, e in md.fragments for a in e}
+        waiting = self._waiting(set(alive), seen)
+        for md, version in mine:
+            lid = md.ledger_id
             report.checked += 1
-            md, version = got.value, got.version
             try:
                 wanted = await self.wanted_size(md.topic)
             except HedwigError:
                 wanted = md.ensemble_size
-            health = await inspect(md, self.replicas, set(alive), wanted)
+            health = await inspect(md, self.replicas, set(alive), wanted, waiting)
             if not health.under_replicated:
                 continue
             report.under_replicated.append(health)
+            if not health.repairable:
+                report.waiting += 1
+                continue
             try:
                 await self.repair(md, version, health, set(alive))
                 report.repaired += 1
@@ -167,12 +218,13 @@ class Auditor:
         return orphans
 
     async def _copy(
-        self, md: LedgerMetadata, entries: list[int], to: str, sources: set[str]
+        self, md: LedgerMetadata, entries: list[int], to: str, sources: set[str], kind: str
     ) -> None:
         target = self.replicas.node(to)
         for entry in entries:
             payload = await read_entry(self.replicas, md, entry, among=sources)
             await target.add_entry(md.ledger_id, entry, md.last_entry_id, payload, recovery=True)
+            self.copied_bytes[kind] += len(payload)
 
     async def repair(
         self, md: LedgerMetadata, version: Version, health: LedgerHealth, alive: set[str]
@@ -188,7 +240,7 @@ class Auditor:
                     raise HedwigError(f"no spare hub to replace {dead}")
                 new = self.rng.choice(spare)
                 entries = [e for e in range(first, last + 1) if dead in write_set(md, e)]
-                await self._copy(md, entries, new, healthy & set(ensemble))
+                await self._copy(md, entries, new, healthy & set(ensemble), "replace")
                 everyone.add(new)
                 idx = next(j for j, (f, _) in enumerate(fragments) if f == first)
                 fragments[idx] = (first, tuple(new if a == dead else a for a in fragments[idx][1]))
@@ -205,8 +257,10 @@ class Auditor:
                 if address not in ensemble:
                     continue
                 _, stored = await self.replicas.node(address).read_lac(md.ledger_id, fence=False)
-                entries = list(range(max(first, stored + 1), last + 1))
-                await self._copy(md, entries, address, healthy & set(ensemble) - {address})
+                entries = [e for e in _entries_of(md, address, first, last) if e > stored]
+                await self._copy(
+                    md, entries, address, healthy & set(ensemble) - {address}, "catch-up"
+                )
                 log.info(
                     "ledger %d: caught %s up by %d entries", md.ledger_id, address, len(entries)
                 )
@@ -221,7 +275,9 @@ class Auditor:
             spare = sorted(alive - set(current) - set(health.dead))
             extra = spare[: health.wanted - len(current)]
             for new in extra:
-                await self._copy(md, list(range(md.last_entry_id + 1)), new, healthy & set(current))
+                await self._copy(
+                    md, list(range(md.last_entry_id + 1)), new, healthy & set(current), "grow"
+                )
             if extra:
                 current = (*current, *extra)
                 fragments[0] = (fragments[0][0], current)

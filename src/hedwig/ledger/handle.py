@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, replace
 
 from hedwig.clock import Clock, SystemClock
@@ -39,6 +39,10 @@ from hedwig.metadata.managers import LedgerMetadataManager
 from hedwig.metadata.records import LedgerMetadata, LedgerState, Versioned
 
 log = logging.getLogger(__name__)
+
+# Chooses replicas to stand in for unreachable ones in a recovery: (how many, names to avoid).
+Replacements = Callable[[int, frozenset[str]], Awaitable[list[str]]]
+Fragments = tuple[tuple[int, tuple[str, ...]], ...]
 
 
 def write_set(md: LedgerMetadata, entry_id: int) -> list[str]:
@@ -219,8 +223,13 @@ async def recover_ledger(
     *,
     last_seq_of: Callable[[bytes], int] | None = None,
     clock: Clock | None = None,
+    replacements: Replacements | None = None,
 ) -> LedgerMetadata:
-    """Fence, recover and close ``ledger_id``; returns its closed metadata."""
+    """Fence, recover and close ``ledger_id``; returns its closed metadata.
+
+    ``replacements`` chooses replicas to stand in for ones that did not answer, when an entry
+    past the LAC must be written back and too few of its replicas are reachable.
+    """
     clock = clock or SystemClock()
     while True:
         got = await ledgers.read_ledger(ledger_id)
@@ -237,7 +246,9 @@ async def recover_ledger(
             except BadVersionError:
                 continue
             md = replace(md, state=LedgerState.IN_RECOVERY)
-        last_entry, last_payload = await _fence_and_read_forward(replicas, md)
+        last_entry, last_payload, fragments = await _fence_and_read_forward(
+            replicas, md, replacements
+        )
         last_seq = md.last_seq
         if last_payload is not None and last_seq_of is not None:
             last_seq = last_seq_of(last_payload)
@@ -247,6 +258,7 @@ async def recover_ledger(
             last_entry_id=last_entry,
             last_seq=last_seq,
             closed_ms=clock.wall_ms(),
+            fragments=fragments,
         )
         try:
             await ledgers.write_ledger(closed, version)
@@ -255,9 +267,48 @@ async def recover_ledger(
         return closed
 
 
+# Once enough replicas have answered a fence, the others get this long to answer too (more
+# answers mean more places to read from) before recovery goes on without them.
+FENCE_STRAGGLER_S = 0.1
+_background: set[asyncio.Task[object]] = set()
+
+
+async def _enough_fenced(
+    ensemble: Collection[str],
+    needed: int,
+    fence: Callable[[str], Awaitable[tuple[int, int] | None]],
+) -> dict[str, tuple[int, int]]:
+    """Fence every replica; return the answers once ``needed`` of them are in (plus whatever
+    arrives within ``FENCE_STRAGGLER_S``), or once every replica has answered or failed.
+
+    A replica that is down or cut off may take a whole storage timeout to fail; waiting for it
+    would make every take-over of its topics that slow, when the quorum rules do not need it.
+    Its fence request goes on in the background, so it is fenced if it comes back.
+    """
+    tasks = {asyncio.ensure_future(fence(a)): a for a in ensemble}
+    answers: dict[str, tuple[int, int]] = {}
+    pending = set(tasks)
+    while pending and len(answers) < needed:
+        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        for t in done:
+            if (r := t.result()) is not None:
+                answers[tasks[t]] = r
+    if pending:
+        done, pending = await asyncio.wait(pending, timeout=FENCE_STRAGGLER_S)
+        for t in done:
+            if (r := t.result()) is not None:
+                answers[tasks[t]] = r
+    for t in pending:
+        _background.add(t)
+        t.add_done_callback(_background.discard)
+    return answers
+
+
 async def _fence_and_read_forward(
-    replicas: Replicas, md: LedgerMetadata
-) -> tuple[int, bytes | None]:
+    replicas: Replicas, md: LedgerMetadata, replacements: Replacements | None
+) -> tuple[int, bytes | None, Fragments]:
+    """Fence, read forward past the LAC and write back; returns the last entry, its payload,
+    and the ledger's fragments (with one more if write-backs needed stand-in replicas)."""
     ensemble = md.fragments[-1][1]
     needed = len(ensemble) - md.ack_quorum + 1
 
@@ -268,17 +319,22 @@ async def _fence_and_read_forward(
             log.info("fencing ledger %d on %s failed: %s", md.ledger_id, address, exc)
             return None
 
-    answers = await asyncio.gather(*(fence(a) for a in ensemble))
-    responders = {a for a, r in zip(ensemble, answers, strict=True) if r is not None}
-    replies = [r for r in answers if r is not None]
+    replies = await _enough_fenced(ensemble, needed, fence)
+    responders = set(replies)
     if len(replies) < needed:
         raise NotEnoughReplicasError(
             f"recovering ledger {md.ledger_id}: {len(replies)} of {len(ensemble)} replicas "
             f"answered, {needed} needed"
         )
-    lac = max(r[0] for r in replies)
+    lac = max(r[0] for r in replies.values())
     # Everything up to the LAC reached an ack quorum; past it, take what any replica has and
-    # write it back so it becomes fully replicated before the ledger is closed on it.
+    # write it back so it becomes fully replicated before the ledger is closed on it. Reads
+    # follow the ledger as written (``md``); write-backs follow ``written``, which gains a
+    # fragment with stand-ins when too few of an entry's replicas answered (as BookKeeper's
+    # recovery changes the ensemble): an entry seen on one replica may have been acknowledged,
+    # so it must not be dropped, and cannot be closed on until it has an ack quorum.
+    written = md
+    usable = set(responders)
     entry = lac + 1
     last_payload: bytes | None = None
     while True:
@@ -286,7 +342,10 @@ async def _fence_and_read_forward(
             payload = await read_entry(replicas, md, entry, among=responders)
         except (NoSuchEntryError, NotEnoughReplicasError):
             break
-        targets = [a for a in write_set(md, entry) if a in responders]
+        targets = [a for a in write_set(written, entry) if a in usable]
+        if len(targets) < md.ack_quorum and replacements is not None:
+            written = await _stand_ins(written, entry, usable, replacements)
+            targets = [a for a in write_set(written, entry) if a in usable]
         results = await asyncio.gather(
             *(
                 replicas.node(a).add_entry(md.ledger_id, entry, lac, payload, recovery=True)
@@ -301,4 +360,33 @@ async def _fence_and_read_forward(
     last_entry = entry - 1
     if last_payload is None and last_entry >= 0:
         last_payload = await read_entry(replicas, md, last_entry, among=responders)
-    return last_entry, last_payload
+    return last_entry, last_payload, written.fragments
+
+
+async def _stand_ins(
+    md: LedgerMetadata, entry: int, usable: set[str], replacements: Replacements
+) -> LedgerMetadata:
+    """``md`` with a fragment from ``entry`` on in which the replicas that did not answer are
+    replaced by others (added to ``usable``); ``md`` unchanged if there are not enough."""
+    current = md.ensemble_for(entry)
+    missing = [a for a in current if a not in usable]
+    try:
+        chosen = await replacements(len(missing), frozenset(current) | usable)
+    except Exception as exc:
+        log.info("ledger %d: no stand-in replicas for recovery: %s", md.ledger_id, exc)
+        return md
+    chosen = [a for a in chosen if a not in current][: len(missing)]
+    if len(chosen) < len(missing):
+        return md
+    stand_in = dict(zip(missing, chosen, strict=True))
+    ensemble = tuple(stand_in.get(a, a) for a in current)
+    usable.update(chosen)
+    kept = tuple(f for f in md.fragments if f[0] < entry)
+    log.info(
+        "ledger %d: recovery writes entry %d on, on %s (standing in for %s)",
+        md.ledger_id,
+        entry,
+        ",".join(ensemble),
+        ",".join(missing),
+    )
+    return replace(md, fragments=(*kept, (entry, ensemble)))

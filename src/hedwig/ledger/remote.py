@@ -107,6 +107,13 @@ class RemoteStorage:
         assert isinstance(answer, Lac)
         return answer.lac, answer.last_entry_id
 
+    async def fenced(self, ledger_id: int) -> bool:
+        answer = await self._request(
+            lambda rid: ReadLac(request_id=rid, ledger_id=ledger_id, fence=False)
+        )
+        assert isinstance(answer, Lac)
+        return answer.fenced
+
     async def delete_ledger(self, ledger_id: int) -> None:
         await self._request(lambda rid: DeleteLedger(request_id=rid, ledger_id=ledger_id))
 

@@ -50,6 +50,10 @@ class StorageNode(Protocol):
         """``(lac, last_entry_id)`` known for the ledger; -1 for none. Fences if asked."""
         ...
 
+    async def fenced(self, ledger_id: int) -> bool:
+        """Whether this replica has fenced the ledger (a recovery has begun)."""
+        ...
+
     async def delete_ledger(self, ledger_id: int) -> None: ...
 
 
@@ -189,6 +193,13 @@ class LocalStorage:
             # Entries still waiting for their flush were never acknowledged; they may still
             # land, which recovery then finds, or not: both are correct.
         return lf.lac, lf.last_entry
+
+    def is_fenced(self, ledger_id: int) -> bool:
+        lf = self._ledgers.get(ledger_id)
+        return lf is not None and lf.fenced
+
+    async def fenced(self, ledger_id: int) -> bool:
+        return self.is_fenced(ledger_id)
 
     async def delete_ledger(self, ledger_id: int) -> None:
         lf = self._ledgers.pop(ledger_id, None)

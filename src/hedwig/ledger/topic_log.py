@@ -24,9 +24,10 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 from hedwig.clock import Clock, SystemClock
-from hedwig.errors import BadVersionError, LedgerError
+from hedwig.errors import BadVersionError, HedwigError, LedgerError, MetadataUnavailableError
 from hedwig.ledger.handle import LedgerWriter, read_entry, recover_ledger
 from hedwig.ledger.log_reader import LogReader
 from hedwig.ledger.replicas import Replicas
@@ -46,6 +47,13 @@ from hedwig.protocol import Batch, EncodedMessages
 EnsembleChooser = Callable[[int, int, frozenset[str]], Awaitable[list[str]]]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# A replica that failed a write is left out of this topic's new ledgers for this long: longer
+# than a session timeout, so a hub that died has left the registry by then, and short enough
+# that hubs restarted one after the other (a rolling restart) do not all stay avoided and
+# shrink new ledgers below the wanted ensemble.
+REPLICA_FAILURE_HOLD_S = 10.0
 
 
 def last_seq_of(entry: bytes) -> int:
@@ -74,6 +82,7 @@ class TopicLog:
         settings: LogSettings,
         choose_ensemble: EnsembleChooser | None = None,
         clock: Clock | None = None,
+        on_rolled_over: Callable[[], None] | None = None,
     ) -> None:
         self.topic = topic
         self._store = store
@@ -82,7 +91,9 @@ class TopicLog:
         self._epoch = owner_epoch
         self._ensemble = ensemble
         self._choose_ensemble = choose_ensemble
-        self._failed_replicas: set[str] = set()
+        self._on_rolled_over = on_rolled_over
+        # Replicas that failed a write lately -> until when new ledgers avoid them.
+        self._failed_replicas: dict[str, float] = {}
         self.settings = settings
         self._clock = clock or SystemClock()
         self._ranges: Versioned[LedgerRanges] = Versioned(LedgerRanges(), NEW_VERSION)
@@ -92,6 +103,7 @@ class TopicLog:
         self.last_seq = 0  # last confirmed
         self._changed = asyncio.Event()
         self._rolling: asyncio.Future[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()  # the loop keeps only weak references
         self._ledger_bytes = 0
         self._inflight = 0
         self.broken: LedgerError | None = None
@@ -114,6 +126,7 @@ class TopicLog:
                     r.ledger_id,
                     last_seq_of=last_seq_of,
                     clock=self._clock,
+                    replacements=self._stand_ins,
                 )
                 end = md.last_seq if md.last_entry_id >= 0 else r.start_seq - 1
                 ranges = LedgerRanges(
@@ -138,6 +151,12 @@ class TopicLog:
         self._next_seq = last + 1
         self.last_seq = last
         self._ledger_bytes = 0
+
+    async def _stand_ins(self, count: int, avoid: frozenset[str]) -> list[str]:
+        """Replicas for a recovery to write back on, in place of unreachable ones."""
+        if self._choose_ensemble is None:
+            return []
+        return await self._choose_ensemble(count, count, avoid)
 
     async def _previous_end_ms(self, ranges: LedgerRanges, recovered: set[int]) -> int | None:
         """When the previous owner stopped writing: its close time after a hand-off, else the
@@ -185,12 +204,13 @@ class TopicLog:
         """A replica missed a write (the entry still reached its ack quorum, or the writer
         broke). Move on to a ledger whose ensemble avoids it, so later entries are fully
         replicated again; the auditor re-replicates what the old ledger missed."""
-        if address in self._failed_replicas or self.broken is not None:
+        now = self._clock.monotonic()
+        if self._failed_replicas.get(address, 0.0) > now or self.broken is not None:
             return
-        self._failed_replicas.add(address)
+        self._failed_replicas[address] = now + REPLICA_FAILURE_HOLD_S
         log.warning("topic %r: storage replica %s failed; rolling over", self.topic, address)
-        if self._rolling is None and self._writer is not None:
-            asyncio.get_running_loop().create_task(self._roll_over())
+        if self._writer is not None:
+            self._start_roll_over()
 
     async def _discard(self, writer: LedgerWriter) -> None:
         try:
@@ -260,22 +280,50 @@ class TopicLog:
         self.last_seq = batch.last_seq
         self._reader.written(writer.metadata, batch)
         self._notify()
-        if self._ledger_bytes >= self.settings.ledger_max_bytes and self._rolling is None:
-            asyncio.get_running_loop().create_task(self._roll_over())
+        if self._ledger_bytes >= self.settings.ledger_max_bytes:
+            self._start_roll_over(sized=True)
         return batch
 
     def _notify(self) -> None:
         self._changed.set()
         self._changed = asyncio.Event()
 
+    def _avoided(self) -> frozenset[str]:
+        now = self._clock.monotonic()
+        self._failed_replicas = {a: u for a, u in self._failed_replicas.items() if u > now}
+        return frozenset(self._failed_replicas)
+
     @property
     def degraded(self) -> bool:
-        """The open ledger has fewer replicas than the topic wants (made while hubs were down)."""
+        """The open ledger has fewer replicas than the topic wants (made while hubs were down),
+        or one that failed lately (a roll-over could not move away from it then)."""
         writer = self._writer
-        return (
-            writer is not None
-            and writer.metadata.ensemble_size < self.settings.replication.ensemble
+        if writer is None:
+            return False
+        ensemble = writer.metadata.fragments[-1][1]
+        return writer.metadata.ensemble_size < self.settings.replication.ensemble or bool(
+            self._avoided() & set(ensemble)
         )
+
+    async def fenced_elsewhere(self, timeout_s: float = 2.0) -> bool:
+        """Whether a replica of the open ledger has been fenced, i.e. another hub has begun to
+        recover this log. Asked when this hub cannot reach the metadata store to find out
+        through its owner record; a replica that does not answer counts as not fenced."""
+        writer = self._writer
+        if writer is None:
+            return False
+        ledger_id = writer.ledger_id
+
+        async def ask(address: str) -> bool:
+            try:
+                return await asyncio.wait_for(
+                    self._replicas.node(address).fenced(ledger_id), timeout_s
+                )
+            except (TimeoutError, HedwigError):
+                return False
+
+        ensemble = writer.metadata.fragments[-1][1]
+        return any(await asyncio.gather(*(ask(a) for a in ensemble)))
 
     async def restore_replication(self) -> bool:
         """Roll over to a full-size ensemble if enough hubs are back; True if it did."""
@@ -285,57 +333,73 @@ class TopicLog:
         if self._choose_ensemble is None:
             return False
         try:
-            full = await self._choose_ensemble(rep.ensemble, rep.ensemble, frozenset())
+            full = await self._choose_ensemble(rep.ensemble, rep.ensemble, self._avoided())
         except Exception:
             return False
-        if len(full) < rep.ensemble:
+        if len(full) < rep.ensemble or self._rolling is not None:
             return False
-        await self._roll_over()
+        self._start_roll_over()
+        rolling = self._rolling
+        assert rolling is not None
+        await asyncio.shield(rolling)
         return True
 
     async def _next_ensemble(self) -> list[str] | None:
         """An ensemble for the next ledger, avoiding failed replicas; None if none is possible."""
         rep = self.settings.replication
+        avoid = self._avoided()
         if self._choose_ensemble is None:
-            healthy = [a for a in self._ensemble if a not in self._failed_replicas]
+            healthy = [a for a in self._ensemble if a not in avoid]
             return healthy if len(healthy) >= rep.ack_quorum else None
         try:
-            return await self._choose_ensemble(
-                rep.ensemble, rep.ack_quorum, frozenset(self._failed_replicas)
-            )
+            return await self._choose_ensemble(rep.ensemble, rep.ack_quorum, avoid)
         except Exception as exc:
             log.warning("topic %r: no healthy ensemble for a new ledger: %s", self.topic, exc)
             return None
 
-    async def _roll_over(self) -> None:
+    def _start_roll_over(self, *, sized: bool = False) -> None:
+        """Start a roll-over unless one is running. ``_rolling`` is set here, in the caller's
+        turn of the event loop, so two failures noticed in the same turn start one roll-over,
+        and appends wait for it from the moment it is decided."""
+        if self._rolling is not None:
+            return
         loop = asyncio.get_running_loop()
-        self._rolling = loop.create_future()
+        done: asyncio.Future[None] = loop.create_future()
+        self._rolling = done
+        task = loop.create_task(self._roll_over(done, sized=sized))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _roll_over(self, done: asyncio.Future[None], *, sized: bool = False) -> None:
         try:
             ensemble = await self._next_ensemble()
             if ensemble is None:
-                # Keep writing to the current ledger, degraded but available; the next failure
-                # or size roll-over tries again.
-                self._failed_replicas.clear()
+                # Keep writing to the current ledger, degraded but available; the periodic
+                # check (``restore_replication``) or the next size roll-over tries again.
                 return
             await self._close_current()
             if self.broken is None:
-                writer = await self._new_writer(ensemble)
+                writer = await self._stored(lambda: self._new_writer(ensemble))
                 self._ensemble = ensemble
                 ranges = self._ranges.value.with_tail(writer.ledger_id, self.last_seq + 1)
-                version = await self._store.persistence.write_topic_persistence_info(
-                    self.topic, ranges, self._ranges.version
+                version = await self._stored(
+                    lambda: self._store.persistence.write_topic_persistence_info(
+                        self.topic, ranges, self._ranges.version
+                    )
                 )
                 self._ranges = Versioned(ranges, version)
                 self._writer = writer
                 self._ledger_bytes = 0
+                if sized and self._on_rolled_over is not None:
+                    self._on_rolled_over()
         except Exception as exc:
             log.warning("topic %r: ledger roll-over failed: %s", self.topic, exc)
             if self.broken is None:
                 self.broken = exc if isinstance(exc, LedgerError) else LedgerError(str(exc))
             self._notify()
         finally:
-            fut, self._rolling = self._rolling, None
-            fut.set_result(None)
+            self._rolling = None
+            done.set_result(None)
 
     async def _close_current(self) -> None:
         writer = self._writer
@@ -343,13 +407,33 @@ class TopicLog:
             return
         while self._inflight and self.broken is None:
             await self._changed.wait()
-        md = await writer.close(last_seq=self.last_seq)
+        md = await self._stored(lambda: writer.close(last_seq=self.last_seq))
         self._reader.closed(md)
         ranges = self._ranges.value.close_tail(self.last_seq)
-        version = await self._store.persistence.write_topic_persistence_info(
-            self.topic, ranges, self._ranges.version
+        version = await self._stored(
+            lambda: self._store.persistence.write_topic_persistence_info(
+                self.topic, ranges, self._ranges.version
+            )
         )
         self._ranges = Versioned(ranges, version)
+
+    async def _stored(self, write: Callable[[], Awaitable[T]]) -> T:
+        """``write()``, tried again while the metadata store is out of reach.
+
+        A roll-over caught by a metadata outage half-way cannot be undone (the old ledger may
+        already be closed), so it waits for the store and then completes; appends wait for it.
+        It gives up only when the log breaks (this hub lost the topic meanwhile).
+        """
+        delay = 0.05
+        while True:
+            try:
+                return await write()
+            except MetadataUnavailableError as exc:
+                if self.broken is not None:
+                    raise self.broken from exc
+                log.info("topic %r: metadata store unavailable; retrying (%s)", self.topic, exc)
+                await self._clock.sleep(delay)
+                delay = min(1.0, delay * 2)
 
     async def close(self) -> None:
         """Graceful end of ownership: flush, close the ledger and record where the log ends."""

@@ -66,11 +66,13 @@ class MemoryBackend:
             asyncio.get_running_loop().call_soon(cb)
 
     def expire(self, session: int) -> None:
+        """End a session: its records go; its store learns it at once if connected, else when
+        it reconnects (as a ZooKeeper client cut off from the server does)."""
         for key in [k for k, e in self.data.items() if e.session == session]:
             del self.data[key]
             self.fire(key)
         store = self.sessions.pop(session, None)
-        if store is not None:
+        if store is not None and store.state is SessionState.CONNECTED:
             store._lost()
 
 
@@ -118,8 +120,12 @@ class MemoryMetadataStore:
             self._set_state(SessionState.SUSPENDED)
 
     def reconnect(self) -> None:
-        if self._state is SessionState.SUSPENDED and self._session_id in self._b.sessions:
+        if self._state is not SessionState.SUSPENDED:
+            return
+        if self._session_id in self._b.sessions:
             self._set_state(SessionState.CONNECTED)
+        else:
+            self._lost()  # the session ended while we were away
 
     def _lost(self) -> None:
         self._set_state(SessionState.LOST)

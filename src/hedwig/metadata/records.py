@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
-from typing import Any, Generic, NewType, TypeVar
+from typing import Any, ClassVar, Generic, NewType, TypeVar
 
 from hedwig.errors import MetadataError
 
@@ -142,15 +142,31 @@ class TopicConfig:
 
     ``retention_ms`` / ``retention_bytes`` keep consumed messages for late readers (batch jobs
     reading by sequence id); unconsumed messages are always kept for existing subscribers.
+
+    ``inactive_topic_expiry_ms``: a topic nobody published to and nobody was attached to for
+    this long is deleted (Pulsar's inactive-topic deletion). ``subscription_expiry_ms``: a
+    subscription nobody attached to or consumed from for this long is deleted, so an abandoned
+    one stops pinning its messages on disk (Pulsar's subscription expiration). Both off
+    (``None``) unless set here or in the region's defaults.
     """
 
     replication: ReplicationConfig | None = None
     retention_ms: int | None = None
     retention_bytes: int | None = None
     max_message_size: int | None = None
+    inactive_topic_expiry_ms: int | None = None
+    subscription_expiry_ms: int | None = None
+
+    _NUMBERS: ClassVar[tuple[str, ...]] = (
+        "retention_ms",
+        "retention_bytes",
+        "max_message_size",
+        "inactive_topic_expiry_ms",
+        "subscription_expiry_ms",
+    )
 
     def __post_init__(self) -> None:
-        for name in ("retention_ms", "retention_bytes", "max_message_size"):
+        for name in self._NUMBERS:
             v = getattr(self, name)
             if v is not None and v < 0:
                 raise MetadataError(f"{name} must not be negative, got {v}")
@@ -159,7 +175,7 @@ class TopicConfig:
         d: dict[str, Any] = {}
         if self.replication is not None:
             d["replication"] = asdict(self.replication)
-        for name in ("retention_ms", "retention_bytes", "max_message_size"):
+        for name in self._NUMBERS:
             if getattr(self, name) is not None:
                 d[name] = getattr(self, name)
         return _dump(d)
@@ -171,31 +187,18 @@ class TopicConfig:
             rep = d.get("replication")
             return cls(
                 replication=ReplicationConfig(**rep) if rep else None,
-                retention_ms=d.get("retention_ms"),
-                retention_bytes=d.get("retention_bytes"),
-                max_message_size=d.get("max_message_size"),
+                **{name: d.get(name) for name in cls._NUMBERS},
             )
         except (TypeError, ValueError) as exc:
             raise MetadataError(f"corrupt topic config: {exc}") from exc
 
     def merged(self, defaults: TopicConfig) -> TopicConfig:
         """This config with unset fields taken from ``defaults``."""
-        return TopicConfig(
-            replication=self.replication or defaults.replication,
-            retention_ms=self.retention_ms
-            if self.retention_ms is not None
-            else defaults.retention_ms,
-            retention_bytes=(
-                self.retention_bytes
-                if self.retention_bytes is not None
-                else defaults.retention_bytes
-            ),
-            max_message_size=(
-                self.max_message_size
-                if self.max_message_size is not None
-                else defaults.max_message_size
-            ),
-        )
+        numbers = {}
+        for name in self._NUMBERS:
+            own = getattr(self, name)
+            numbers[name] = own if own is not None else getattr(defaults, name)
+        return TopicConfig(replication=self.replication or defaults.replication, **numbers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,6 +324,8 @@ class SubscriptionState:
 
     consumed_seq: int = 0
     created_ms: int = 0
+    # When a subscriber last attached or consumed (for subscription expiry; 0: unknown).
+    last_active_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)

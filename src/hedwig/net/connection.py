@@ -87,6 +87,8 @@ class HubConnection(asyncio.Protocol):
         self._writable = asyncio.Event()
         self._writable.set()
         self.closed = False
+        # Dropped because the hub stopped answering pings (frozen, or cut off), not closed.
+        self.went_silent = False
         self._last_heard = 0.0
         self._keepalive: asyncio.Task[None] | None = None
         self._reauth: asyncio.Task[None] | None = None
@@ -185,6 +187,7 @@ class HubConnection(asyncio.Protocol):
             except (TimeoutError, ConnectionLostError):
                 if not self.closed:
                     log.warning("hub %s stopped answering; dropping the connection", self.address)
+                    self.went_silent = True
                     if self._transport is not None:
                         self._transport.abort()
                 return

@@ -17,8 +17,15 @@ It answers the complaints users have about Pulsar's and Hedwig's balancers
 - A destination is never a dead hub, a hub with a stale report, or one that the move would
   push above the overload line.
 - Optional low-load drain: when the region's total load is below
-  ``low_load_threshold`` of its capacity, the least loaded hub's topics are moved to the others
-  as long as they stay below ``drain_target`` of their capacity, so that hub can be removed.
+  ``low_load_threshold`` of its capacity, the least loaded hub's topics (or, with
+  ``drain_first``, those of the first hub named there: the one a StatefulSet removes first)
+  are moved to the others as long as they stay below ``drain_target`` of their capacity, so
+  that hub can be removed. A drained hub stays drained, neither a destination nor counted in
+  the mean (else the under-load rule refills it the next cycle, and the two rules flap), until
+  the load on the serving hubs passes ``drain_target`` of their capacity; topics that land on
+  it meanwhile move off again. One hub is drained at a time (the next once it has been
+  removed, so no topic moves twice for one drop in load), never leaving fewer than
+  ``min_hubs`` serving hubs.
 
 Every move carries a reason string saying which rule produced it and with which numbers.
 """
@@ -52,12 +59,15 @@ class RebalanceConfig:
     hub_capacity: float = 50_000.0  # messages/s one hub handles comfortably
     low_load_threshold: float = 0.2  # drain when total load < this share of total capacity
     drain_target: float = 0.6  # receivers stay below this share of their capacity
+    min_hubs: int = 1  # a drain never leaves fewer serving hubs (at least the ensemble size)
 
     def __post_init__(self) -> None:
         if self.overload_margin < 0 or self.underload_margin < 0:
             raise ValueError("margins must not be negative")
         if self.confirmations < 1 or self.max_moves_per_cycle < 0:
             raise ValueError("confirmations must be >= 1 and max_moves_per_cycle >= 0")
+        if self.min_hubs < 1:
+            raise ValueError("min_hubs must be at least 1")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +81,14 @@ class Move:
     reason: str
     rate: float = 0.0
     kind: MoveKind = MoveKind.REQUESTED
+
+
+# A moved topic counts at its rate before the move until its new hub reports this share of it,
+# for at most this many cooldowns.
+SETTLED_SHARE = 0.97
+SETTLE_COOLDOWNS = 3
+# A destination may be filled up to this share of the overload margin above the mean.
+DESTINATION_SHARE_OF_MARGIN = 0.75
 
 
 def topic_rate(load: TopicLoad) -> float:
@@ -93,6 +111,12 @@ class Rebalancer:
     _moved_at: dict[str, float] = field(default_factory=dict)
     _moved_rate: dict[str, float] = field(default_factory=dict)
     moves_per_topic: dict[str, int] = field(default_factory=dict)
+    _drained: set[str] = field(default_factory=set)
+
+    @property
+    def drained(self) -> frozenset[str]:
+        """Hubs emptied by a low-load drain that is still in force (removable)."""
+        return frozenset(self._drained)
 
     def forget_hub(self, address: str) -> None:
         self._streaks.pop(address, None)
@@ -105,11 +129,19 @@ class Rebalancer:
     def _rate(self, topic: str, load: TopicLoad) -> float:
         # A topic that just moved reports a low rate at its new hub until the EWMA catches
         # up; count it at the rate it had when it moved, or the new hub looks idle and pulls
-        # more than its share (overshoot, then moves back: flapping).
+        # more than its share, or its old hub looks overloaded still (overshoot, then moves
+        # back: flapping). Until the report has caught up, not merely for the cooldown: a
+        # slow average can take longer than that (bounded, in case the topic really slowed).
         reported = topic_rate(load)
-        if self.in_cooldown(topic):
-            return max(reported, self._moved_rate.get(topic, 0.0))
-        return reported
+        moved = self._moved_rate.get(topic)
+        if moved is None:
+            return reported
+        at = self._moved_at.get(topic, 0.0)
+        settle_s = max(self.config.cooldown_s, 1.0) * SETTLE_COOLDOWNS
+        if reported >= moved * SETTLED_SHARE or self.clock.monotonic() - at > settle_s:
+            del self._moved_rate[topic]
+            return reported
+        return max(reported, moved)
 
     def _views(self, hubs: Sequence[HubStatus]) -> list[_HubView]:
         now_ms = self.clock.wall_ms()
@@ -123,27 +155,48 @@ class Rebalancer:
             self._epochs[h.address] = h.epoch
             rates = {t: self._rate(t, tl) for t, tl in h.load.topic_loads.items()}
             views.append(_HubView(h.address, sum(rates.values()), rates))
-        for gone in set(self._streaks) - {v.address for v in views}:
+        present = {v.address for v in views}
+        for gone in set(self._streaks) - present:
             self.forget_hub(gone)
+        self._drained &= present  # removed (scaled down) or gone: nothing left to hold
         return views
 
-    def plan(self, hubs: Sequence[HubStatus]) -> list[Move]:
-        """Moves for this cycle (possibly none). Call once per cycle: it counts confirmations."""
-        views = self._views(hubs)
+    def plan(self, hubs: Sequence[HubStatus], *, drain_first: Sequence[str] = ()) -> list[Move]:
+        """Moves for this cycle (possibly none). Call once per cycle: it counts confirmations.
+
+        ``drain_first`` orders the hubs a low-load drain should empty (the first one present
+        and serving is chosen); without it the least loaded hub is.
+        """
+        all_views = self._views(hubs)
+        cfg = self.config
+        total = sum(v.load for v in all_views)
+        views = [v for v in all_views if v.address not in self._drained]
+        if self._drained and (
+            not cfg.low_load_drain or total >= cfg.drain_target * cfg.hub_capacity * len(views)
+        ):
+            self._drained.clear()  # the load came back: every hub serves again
+            views = all_views
+        if len(views) < 2 and not self._drained:
+            return []
+        moves = self._evacuate([v for v in all_views if v.address in self._drained], views)
+        if moves:
+            return self._commit(moves)
         if len(views) < 2:
             return []
-        cfg = self.config
-        total = sum(v.load for v in views)
         mean = total / len(views)
         high = mean * (1 + cfg.overload_margin)
         low = mean * (1 - cfg.underload_margin)
         for v in views:
             self._streaks[v.address] = self._streaks.get(v.address, 0) + 1 if v.load > high else 0
-        moves: list[Move] = []
-        if cfg.low_load_drain and total < cfg.low_load_threshold * cfg.hub_capacity * len(views):
-            moves = self._drain(views, total)
-            if moves:
-                return self._commit(moves)
+        if (
+            cfg.low_load_drain
+            and not self._drained  # one at a time: the next once this one has been removed
+            and len(views) > cfg.min_hubs
+            and total < cfg.low_load_threshold * cfg.hub_capacity * len(views)
+        ):
+            drain = self._drain(views, total, drain_first)
+            if drain is not None:
+                return self._commit(drain)
         confirmed = [v for v in views if self._streaks.get(v.address, 0) >= cfg.confirmations]
         # Idle or newly added hubs pull load even when nobody is overloaded enough yet, from
         # hubs that are above the mean (never from ones below it).
@@ -182,7 +235,10 @@ class Rebalancer:
     ) -> Move | None:
         cfg = self.config
         excess = src.load - mean
-        room = high - dst.load  # never push the destination over the line
+        # Never push the destination near the line: it must stay a quarter of the margin below
+        # it, so a report a few percent off cannot make the next cycle see it overloaded (and
+        # move the topic back).
+        room = mean * (1 + cfg.overload_margin * DESTINATION_SHARE_OF_MARGIN) - dst.load
         gap = src.load - dst.load
         best: tuple[float, str, float] | None = None
         for topic, rate in src.topics.items():
@@ -215,31 +271,57 @@ class Rebalancer:
         kind = MoveKind.OVERLOAD if confirmed else MoveKind.UNDERLOAD
         return Move(topic, src.address, dst.address, reason, rate, kind)
 
-    def _drain(self, views: list[_HubView], total: float) -> list[Move]:
+    def _drain(
+        self, views: list[_HubView], total: float, drain_first: Sequence[str]
+    ) -> list[Move] | None:
+        """Start draining one hub: its moves (maybe none, if it is empty already), or None if
+        no hub can be emptied without pushing the others past ``drain_target``."""
         cfg = self.config
-        victim = min(views, key=lambda v: v.load)
+        by_address = {v.address: v for v in views}
+        preferred = [by_address[a] for a in drain_first if a in by_address]
+        victim = preferred[0] if preferred else min(views, key=lambda v: v.load)
         others = [v for v in views if v is not victim]
         limit = cfg.drain_target * cfg.hub_capacity
+        planned = {v.address: v.load for v in others}
+        for _topic, rate in sorted(victim.topics.items(), key=lambda kv: -kv[1]):
+            dst = min(planned, key=lambda a: planned[a])
+            if planned[dst] + rate > limit:
+                return None  # cannot drain it entirely: do not start
+            planned[dst] += rate
+        self._drained.add(victim.address)
+        why = (
+            f"low-load drain: region at {total:.0f} msg/s is under "
+            f"{cfg.low_load_threshold:.0%} of capacity; emptying {victim.address}"
+        )
+        return self._evacuate([victim], others, why)
+
+    def _evacuate(
+        self, drained: list[_HubView], serving: list[_HubView], why: str | None = None
+    ) -> list[Move]:
+        """Move the topics of drained hubs to the least loaded serving hubs."""
+        cfg = self.config
         moves: list[Move] = []
-        for topic, rate in sorted(victim.topics.items(), key=lambda kv: -kv[1]):
-            if len(moves) >= cfg.max_moves_per_cycle or self.in_cooldown(topic):
-                continue
-            dst = min(others, key=lambda v: v.load)
-            if dst.load + rate > limit:
-                return []  # cannot drain it entirely: do not start
-            dst.load += rate
-            moves.append(
-                Move(
-                    topic,
-                    victim.address,
-                    dst.address,
-                    f"low-load drain: region at {total:.0f} msg/s is under "
-                    f"{cfg.low_load_threshold:.0%} of capacity; emptying {victim.address}: "
-                    f"moving {topic} ({rate:.0f} msg/s) to {dst.address}",
-                    rate,
-                    MoveKind.DRAIN,
+        if not serving:
+            return moves
+        for victim in drained:
+            reason = why or f"{victim.address} is drained (low load)"
+            for topic, rate in sorted(victim.topics.items(), key=lambda kv: -kv[1]):
+                if len(moves) >= cfg.max_moves_per_cycle:
+                    return moves
+                if self.in_cooldown(topic):
+                    continue
+                dst = min(serving, key=lambda v: v.load)
+                dst.load += rate
+                moves.append(
+                    Move(
+                        topic,
+                        victim.address,
+                        dst.address,
+                        f"{reason}: moving {topic} ({rate:.0f} msg/s) to {dst.address}",
+                        rate,
+                        MoveKind.DRAIN,
+                    )
                 )
-            )
         return moves
 
     def _commit(self, moves: list[Move]) -> list[Move]:

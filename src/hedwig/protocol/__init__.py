@@ -16,7 +16,9 @@ Nothing here touches a socket or an event loop. The hub and the client both wrap
 from hedwig.protocol.client_frames import (
     CloseSubscription,
     Consume,
+    DeleteTopic,
     Deliver,
+    DescribeTopic,
     Error,
     Messages,
     Ok,
@@ -25,9 +27,11 @@ from hedwig.protocol.client_frames import (
     Published,
     Read,
     ReleaseTopic,
+    ResetSubscription,
     Subscribe,
     Subscribed,
     SubscriptionForcedClosed,
+    TopicDescription,
     TopicInfo,
     TopicMoved,
     TopicStats,
@@ -35,7 +39,8 @@ from hedwig.protocol.client_frames import (
 )
 from hedwig.protocol.codec import FRAME_TYPES, Event, Frame, Reply, Request
 from hedwig.protocol.connection import Connection, OversizedFrame, RefusedFrame, Role
-from hedwig.protocol.kinds import CloseReason, MoveKind, SubscribeMode
+from hedwig.protocol.fields import SubscriptionInfo
+from hedwig.protocol.kinds import CloseReason, MoveKind, ResetTo, SubscribeMode
 from hedwig.protocol.messages import (
     Batch,
     DeliveredMessage,
@@ -65,8 +70,10 @@ __all__ = [
     "Connection",
     "Consume",
     "DeleteLedger",
+    "DeleteTopic",
     "Deliver",
     "DeliveredMessage",
+    "DescribeTopic",
     "EncodedMessage",
     "EncodedMessages",
     "Entry",
@@ -89,12 +96,16 @@ __all__ = [
     "ReleaseTopic",
     "Reply",
     "Request",
+    "ResetSubscription",
+    "ResetTo",
     "Role",
     "Status",
     "Subscribe",
     "SubscribeMode",
     "Subscribed",
     "SubscriptionForcedClosed",
+    "SubscriptionInfo",
+    "TopicDescription",
     "TopicInfo",
     "TopicMoved",
     "TopicStats",

@@ -23,18 +23,21 @@ from hedwig.protocol.fields import (
     OptStr,
     RequestId,
     Str,
+    Subscriptions,
 )
-from hedwig.protocol.kinds import CloseReason, MoveKind, SubscribeMode
+from hedwig.protocol.kinds import CloseReason, MoveKind, ResetTo, SubscribeMode
 from hedwig.protocol.schema import FrameBase, Sender, frame
 
 # Flag bits, named per frame by the field that holds them.
 Redirected = Annotated[bool, Flag(0)]  # sent here by another hub's redirect: claim, do not choose
 ForceAttach = Annotated[bool, Flag(1)]  # take over a subscription another connection holds
+Force = Annotated[bool, Flag(1)]  # delete even while subscribers are attached
 Duplicate = Annotated[bool, Flag(0)]  # the hub recognised a re-sent batch and stored nothing
 
 Mode = Annotated[SubscribeMode, EnumCodec(SubscribeMode)]
 Kind = Annotated[MoveKind, EnumCodec(MoveKind)]
 Reason = Annotated[CloseReason, EnumCodec(CloseReason)]
+Reset = Annotated[ResetTo, EnumCodec(ResetTo)]
 
 CLIENT = Sender.CLIENT
 HUB = Sender.HUB
@@ -168,6 +171,42 @@ class ReleaseTopic(FrameBase):
             raise UsageError("a release reason is at most 1024 characters")
 
 
+@frame(0x0A, CLIENT)
+class DeleteTopic(FrameBase):
+    """Delete a topic: its messages, ledgers, subscriptions and owner record. Answered by
+    ``Ok``; NO_SUCH_TOPIC if it does not exist; TOPIC_IN_USE while a subscription is attached,
+    unless ``force`` (attached subscribers are then closed with TOPIC_DELETED)."""
+
+    request_id: RequestId
+    topic: Str
+    redirected: Redirected = False
+    force: Force = False
+
+
+@frame(0x0B, CLIENT)
+class ResetSubscription(FrameBase):
+    """Move a subscription's consume mark (``to``: a sequence id, the earliest kept message,
+    or the end). Answered by ``Subscribed`` with the new mark; an attached subscriber is closed
+    with RESET and attaches again at the new position."""
+
+    request_id: RequestId
+    topic: Str
+    subscriber: Str
+    to: Reset
+    seq: U64 = 0
+    redirected: Redirected = False
+
+
+@frame(0x0C, CLIENT)
+class DescribeTopic(FrameBase):
+    """A topic's bounds and subscriptions, from its owner. Answered by ``TopicDescription``;
+    NO_SUCH_TOPIC if it does not exist (describing never creates a topic)."""
+
+    request_id: RequestId
+    topic: Str
+    redirected: Redirected = False
+
+
 # Answers -------------------------------------------------------------------------------------
 
 
@@ -231,6 +270,16 @@ class Error(FrameBase):
     message: Str
     address: OptStr = None
     seq: U64 = 0
+
+
+@frame(0x87, HUB)
+class TopicDescription(FrameBase):
+    """The answer to ``DescribeTopic``."""
+
+    request_id: RequestId
+    first_available: U64
+    last_seq: U64
+    subscriptions: Subscriptions = ()
 
 
 # Events --------------------------------------------------------------------------------------

@@ -14,7 +14,9 @@ from hedwig.errors import ProtocolError
 from hedwig.protocol.client_frames import (
     CloseSubscription,
     Consume,
+    DeleteTopic,
     Deliver,
+    DescribeTopic,
     Error,
     Messages,
     Ok,
@@ -23,9 +25,11 @@ from hedwig.protocol.client_frames import (
     Published,
     Read,
     ReleaseTopic,
+    ResetSubscription,
     Subscribe,
     Subscribed,
     SubscriptionForcedClosed,
+    TopicDescription,
     TopicInfo,
     TopicMoved,
     TopicStats,
@@ -47,6 +51,9 @@ Request = (
     | Read
     | TopicStats
     | ReleaseTopic
+    | DeleteTopic
+    | ResetSubscription
+    | DescribeTopic
     | AddEntry
     | ReadEntry
     | ReadLac
@@ -54,7 +61,18 @@ Request = (
     | Authenticate
 )
 # What a hub answers a request with.
-Reply = Ok | Published | Subscribed | Messages | TopicInfo | Error | Entry | Lac | Authenticated
+Reply = (
+    Ok
+    | Published
+    | Subscribed
+    | Messages
+    | TopicInfo
+    | TopicDescription
+    | Error
+    | Entry
+    | Lac
+    | Authenticated
+)
 # What a hub pushes unasked.
 Event = Deliver | TopicMoved | SubscriptionForcedClosed
 Frame = Request | Reply | Event
@@ -71,6 +89,9 @@ FRAME_TYPES: tuple[type[FrameBase], ...] = (
     Read,
     TopicStats,
     ReleaseTopic,
+    DeleteTopic,
+    ResetSubscription,
+    DescribeTopic,
     AddEntry,
     ReadEntry,
     ReadLac,
@@ -81,6 +102,7 @@ FRAME_TYPES: tuple[type[FrameBase], ...] = (
     Subscribed,
     Messages,
     TopicInfo,
+    TopicDescription,
     Entry,
     Lac,
     Authenticated,

@@ -9,6 +9,7 @@ codec. ``check`` runs when a frame is built, so a value that cannot travel is re
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Annotated, Any
@@ -191,6 +192,55 @@ def decode_batches(data: bytes, pos: int) -> tuple[tuple[Batch, ...], int]:
     return tuple(out), pos
 
 
+@dataclass(frozen=True, slots=True)
+class SubscriptionInfo:
+    """A subscription as DESCRIBE_TOPIC reports it."""
+
+    name: str
+    consumed_seq: int
+    attached: bool
+    last_active_ms: int
+
+
+class SubscriptionInfosCodec(Codec):
+    """``u32 n`` then n times ``str name, u64 consumed_seq, u8 attached, u64 last_active_ms``."""
+
+    doc = "u32 n, {name}: n x (str name, u64 consumed_seq, u8 attached, u64 last_active_ms)"
+
+    def check(self, name: str, value: Any) -> None:
+        if not isinstance(value, tuple) or not all(isinstance(s, SubscriptionInfo) for s in value):
+            raise UsageError(f"{name} must be a tuple of SubscriptionInfo")
+
+    def encode_expr(self, value: str) -> str:
+        return f"encode_subscriptions({value})"
+
+    def decode_lines(self, target: str) -> list[str]:
+        return [f"{target}, pos = decode_subscriptions(data, pos)"]
+
+
+_SUB_TAIL = struct.Struct(">QBQ")
+
+
+def encode_subscriptions(subs: tuple[SubscriptionInfo, ...]) -> bytes:
+    parts = [wire.U32.pack(len(subs))]
+    for s in subs:
+        parts.append(wire.pack_str(s.name))
+        parts.append(_SUB_TAIL.pack(s.consumed_seq, 1 if s.attached else 0, s.last_active_ms))
+    return b"".join(parts)
+
+
+def decode_subscriptions(data: bytes, pos: int) -> tuple[tuple[SubscriptionInfo, ...], int]:
+    (n,) = wire.U32.unpack_from(data, pos)
+    pos += 4
+    out = []
+    for _ in range(n):
+        name, pos = wire.read_str(data, pos)
+        consumed, attached, active = _SUB_TAIL.unpack_from(data, pos)
+        pos += _SUB_TAIL.size
+        out.append(SubscriptionInfo(name, consumed, bool(attached), active))
+    return tuple(out), pos
+
+
 @dataclass(frozen=True)
 class Flag:
     """A boolean carried as one bit of the header's flags."""
@@ -220,3 +270,4 @@ Rest = Annotated[bytes, RestCodec()]
 CountedMessages = Annotated[EncodedMessages, MessagesCodec()]
 OneBatch = Annotated[Batch, BatchCodec()]
 Batches = Annotated[tuple[Batch, ...], BatchListCodec()]
+Subscriptions = Annotated[tuple[SubscriptionInfo, ...], SubscriptionInfosCodec()]

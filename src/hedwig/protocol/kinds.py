@@ -24,6 +24,7 @@ class MoveKind(IntEnum):
     UNDERLOAD = 2  # rebalancing: an underloaded hub pulls work
     DRAIN = 3  # the hub is draining (preStop, ``hedwig drain``) or the policy empties it
     SHUTDOWN = 4  # the hub is stopping
+    PERIODIC = 5  # the topic's ledger rolled over and the hub gives topics up then
 
     @property
     def label(self) -> str:
@@ -42,11 +43,23 @@ class CloseReason(IntEnum):
     DELIVERY_FAILED = 2
     # The hub found it no longer owns the topic (another hub wrote the consume mark).
     OWNER_CHANGED = 3
+    # The topic was deleted (with its subscriptions): stop.
+    TOPIC_DELETED = 4
+    # The subscription was reset to another position: attach again, delivery restarts there.
+    RESET = 5
     # The connection's principal lost the permission to subscribe to the topic (an ACL was
     # removed, or its credentials expired): the client stops with FORBIDDEN.
-    ACCESS_REVOKED = 4
+    ACCESS_REVOKED = 6
 
     @property
     def resubscribe(self) -> bool:
         """Whether the client should attach again (elsewhere) rather than stop."""
-        return self in (CloseReason.DELIVERY_FAILED, CloseReason.OWNER_CHANGED)
+        return self in (CloseReason.DELIVERY_FAILED, CloseReason.OWNER_CHANGED, CloseReason.RESET)
+
+
+class ResetTo(IntEnum):
+    """Where RESET_SUBSCRIPTION moves a subscription's consume mark."""
+
+    SEQ = 0  # just before the given sequence id: delivery restarts at it
+    EARLIEST = 1  # before the first message still kept
+    LATEST = 2  # after the last message: only new messages are delivered

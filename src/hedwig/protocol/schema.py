@@ -40,7 +40,9 @@ from hedwig.protocol.fields import (
     Flag,
     RequestIdMarker,
     decode_batches,
+    decode_subscriptions,
     encode_batches,
+    encode_subscriptions,
 )
 from hedwig.protocol.messages import Batch, EncodedMessages
 
@@ -141,6 +143,8 @@ def _namespace(body: list[tuple[str, Codec]]) -> dict[str, Any]:
         "_Batch": Batch,
         "encode_batches": encode_batches,
         "decode_batches": decode_batches,
+        "encode_subscriptions": encode_subscriptions,
+        "decode_subscriptions": decode_subscriptions,
         "_ProtocolError": ProtocolError,
     }
     for _, codec in body:

@@ -37,12 +37,15 @@ from hedwig.errors import (
     MetadataError,
     NoSuchEntryError,
     NoSuchSubscriptionError,
+    NoSuchTopicError,
+    NotEnoughHubsError,
     NotResponsibleError,
     OutOfOrderError,
     RequestError,
     ServiceUnavailableError,
     SubscriptionBusyError,
     SubscriptionExistsError,
+    TopicInUseError,
     TopicMovingError,
     UnsupportedVersionError,
 )
@@ -67,6 +70,9 @@ class Status(IntEnum):
     LEDGER_FENCED = 14
     NO_SUCH_ENTRY = 15
     OUT_OF_ORDER = 16
+    NO_SUCH_TOPIC = 17
+    TOPIC_IN_USE = 18
+    NOT_ENOUGH_HUBS = 19
     UNAUTHENTICATED = 21
     FORBIDDEN = 22
     INTERNAL_ONLY = 23
@@ -98,6 +104,9 @@ _TABLE: tuple[_Row, ...] = (
     _Row(InvalidRequestError, Status.INVALID_REQUEST),
     _Row(MessagesUnavailableError, Status.MESSAGES_UNAVAILABLE, seq="first_available"),
     _Row(OutOfOrderError, Status.OUT_OF_ORDER, seq="expected"),
+    _Row(NoSuchTopicError, Status.NO_SUCH_TOPIC),
+    _Row(TopicInUseError, Status.TOPIC_IN_USE),
+    _Row(NotEnoughHubsError, Status.NOT_ENOUGH_HUBS),
     _Row(UnsupportedVersionError, Status.UNSUPPORTED_VERSION),
     _Row(InternalError, Status.INTERNAL_ERROR),
     _Row(InvalidTopicError, Status.INVALID_TOPIC),

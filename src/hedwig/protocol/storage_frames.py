@@ -15,6 +15,7 @@ from hedwig.protocol.schema import FrameBase, Sender, frame
 # Flag bits, named per frame by the field that holds them.
 Recovery = Annotated[bool, Flag(0)]  # a recovery write-back, allowed on a fenced ledger
 Fence = Annotated[bool, Flag(0)]  # fence the ledger before answering
+Fenced = Annotated[bool, Flag(0)]  # the replica has fenced the ledger (someone recovered it)
 
 CLIENT = Sender.CLIENT
 HUB = Sender.HUB
@@ -68,8 +69,11 @@ class Entry(FrameBase):
 
 @frame(0x86, HUB)
 class Lac(FrameBase):
-    """A replica's last-add-confirmed and last stored entry of a ledger (-1: none)."""
+    """A replica's last-add-confirmed and last stored entry of a ledger (-1: none), and whether
+    it has fenced the ledger: a writer that cannot reach its metadata store asks this to learn
+    that another hub has taken its topic over, without having to write."""
 
     request_id: RequestId
     lac: I64
     last_entry_id: I64
+    fenced: Fenced = False

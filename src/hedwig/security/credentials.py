@@ -2,7 +2,7 @@
 pod it runs in.
 
 ``ClientSecurity`` is what ``HedwigClient`` takes (``security=``), every CLI command builds (from
-``--tls-ca``, ``--cert``, ``--key``, ``--token-file``) and the Spark source and the operator
+``--tls-ca``, ``--cert``, ``--cert-key``, ``--token-file``) and the Spark source and the operator
 pass on. Nothing given means plaintext and anonymous, which a hub with security off accepts.
 
 Tokens are read from their file each time a connection authenticates, because a projected

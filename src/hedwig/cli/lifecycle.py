@@ -1,0 +1,190 @@
+"""``hedwig topic describe|delete``, ``hedwig subscription create|delete|reset`` and
+``hedwig subscriptions``:
+a topic's and its subscriptions' life, through the hubs (the owner does the work)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+
+from hedwig.cli.common import (
+    add_hub_options,
+    add_json_option,
+    client_security,
+    report,
+    resolve_hubs,
+)
+from hedwig.cli.output import emit
+from hedwig.client import HedwigClient
+from hedwig.errors import HedwigError
+from hedwig.protocol import ResetTo, SubscribeMode
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("topic", help="a topic: describe, delete")
+    tsub = p.add_subparsers(dest="topic_command", required=True, metavar="ACTION")
+    d = tsub.add_parser(
+        "describe", help="a topic's owner, kept sequence ids and subscriptions (creates nothing)"
+    )
+    add_hub_options(d)
+    add_json_option(d)
+    d.add_argument("topic")
+    d.set_defaults(func=run_topic_describe)
+    d = tsub.add_parser("delete", help="delete a topic: its messages, ledgers and subscriptions")
+    add_hub_options(d)
+    d.add_argument("topic")
+    d.add_argument(
+        "--force", action="store_true", help="even while subscribers are attached (they stop)"
+    )
+    d.set_defaults(func=run_topic_delete)
+
+    p = sub.add_parser("subscription", help="a subscription: create, delete, reset")
+    ssub = p.add_subparsers(dest="subscription_command", required=True, metavar="ACTION")
+    c = ssub.add_parser(
+        "create",
+        help="create a subscription now: it receives what is published from here on",
+    )
+    add_hub_options(c)
+    c.add_argument("topic")
+    c.add_argument("subscriber")
+    c.set_defaults(func=run_subscription_create)
+    d = ssub.add_parser("delete", help="delete a subscription and its consume mark")
+    add_hub_options(d)
+    d.add_argument("topic")
+    d.add_argument("subscriber")
+    d.set_defaults(func=run_subscription_delete)
+    r = ssub.add_parser(
+        "reset",
+        help="move a subscription: delivery restarts at a sequence id, the earliest or the end",
+    )
+    add_hub_options(r)
+    r.add_argument("topic")
+    r.add_argument("subscriber")
+    where = r.add_mutually_exclusive_group(required=True)
+    where.add_argument("--to", type=int, metavar="SEQ", help="delivery restarts at SEQ")
+    where.add_argument("--earliest", action="store_true", help="at the first kept message")
+    where.add_argument("--latest", action="store_true", help="after the last message")
+    r.set_defaults(func=run_subscription_reset)
+
+    p = sub.add_parser(
+        "subscriptions", help="a topic's subscriptions: position, backlog, attached, last used"
+    )
+    add_hub_options(p)
+    add_json_option(p)
+    p.add_argument("topic")
+    p.set_defaults(func=run_subscriptions)
+
+
+def _client(args: argparse.Namespace) -> HedwigClient:
+    return HedwigClient(resolve_hubs(args), security=client_security(args))
+
+
+def run_topic_describe(args: argparse.Namespace) -> int:
+    async def go() -> dict[str, object]:
+        async with _client(args) as client:
+            d = await client.describe_topic(args.topic)
+            owner = client.router.owner_of(args.topic)
+        return {
+            "topic": args.topic,
+            "owner": owner,
+            "first_seq": d.first_available,
+            "last_seq": d.last_seq,
+            "messages": max(0, d.last_seq - d.first_available + 1),
+            "subscriptions": len(d.subscriptions),
+            "attached": sum(1 for s in d.subscriptions if s.attached),
+        }
+
+    try:
+        row = asyncio.run(go())
+    except HedwigError as exc:
+        return report("topic describe", exc)
+    if args.json:
+        print(json.dumps(row))
+    else:
+        width = max(len(k) for k in row)
+        for k, v in row.items():
+            print(f"{k:<{width}}  {'-' if v is None else v}")
+    return 0
+
+
+def run_topic_delete(args: argparse.Namespace) -> int:
+    async def go() -> None:
+        async with _client(args) as client:
+            await client.delete_topic(args.topic, force=args.force)
+
+    try:
+        asyncio.run(go())
+    except HedwigError as exc:
+        return report("topic delete", exc)
+    print(f"deleted topic {args.topic}")
+    return 0
+
+
+def run_subscription_create(args: argparse.Namespace) -> int:
+    async def go() -> None:
+        async with _client(args) as client:
+            sub = await client.subscribe(args.topic, args.subscriber, mode=SubscribeMode.CREATE)
+            await sub.close()
+
+    try:
+        asyncio.run(go())
+    except HedwigError as exc:
+        return report("subscription create", exc)
+    print(f"created subscription {args.subscriber} of {args.topic}")
+    return 0
+
+
+def run_subscription_delete(args: argparse.Namespace) -> int:
+    async def go() -> None:
+        async with _client(args) as client:
+            await client.unsubscribe(args.topic, args.subscriber)
+
+    try:
+        asyncio.run(go())
+    except HedwigError as exc:
+        return report("subscription delete", exc)
+    print(f"deleted subscription {args.subscriber} of {args.topic}")
+    return 0
+
+
+def run_subscription_reset(args: argparse.Namespace) -> int:
+    to: ResetTo | int = (
+        ResetTo.EARLIEST if args.earliest else ResetTo.LATEST if args.latest else args.to
+    )
+
+    async def go() -> int:
+        async with _client(args) as client:
+            return await client.reset_subscription(args.topic, args.subscriber, to)
+
+    try:
+        mark = asyncio.run(go())
+    except HedwigError as exc:
+        return report("subscription reset", exc)
+    print(f"subscription {args.subscriber} of {args.topic}: delivery restarts at {mark + 1}")
+    return 0
+
+
+def run_subscriptions(args: argparse.Namespace) -> int:
+    async def go() -> list[dict[str, object]]:
+        async with _client(args) as client:
+            d = await client.describe_topic(args.topic)
+        now = time.time() * 1000
+        return [
+            {
+                "subscription": s.name,
+                "position": s.consumed_seq,
+                "backlog": max(0, d.last_seq - s.consumed_seq),
+                "attached": s.attached,
+                "idle_s": round((now - s.last_active_ms) / 1000) if s.last_active_ms else None,
+            }
+            for s in d.subscriptions
+        ]
+
+    try:
+        rows = asyncio.run(go())
+    except HedwigError as exc:
+        return report("subscriptions", exc)
+    emit(rows, ["subscription", "position", "backlog", "attached", "idle_s"], as_json=args.json)
+    return 0

@@ -1,0 +1,258 @@
+"""The subscriptions of one owned topic: finding or creating, attaching, consuming, resetting,
+deleting, describing and expiring them.
+
+Rules:
+
+- A subscription lives in the metadata store; the owner keeps the ones it has touched in
+  memory (``by_name``) with their consume marks, attached to at most one connection each.
+- CREATE fails if the subscription exists, ATTACH if it does not, CREATE_OR_ATTACH does either;
+  a concurrent create of the same one makes the loser attach to the winner's.
+- A reset moves the mark anywhere between before the first kept message and the end, writes
+  it at once, and closes an attached subscriber with RESET so it attaches again there.
+- A subscription nobody attached to or consumed from for the topic's ``subscription_expiry_ms``
+  is deleted by the owner (off unless configured): an abandoned one would pin its messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from hedwig.clock import Clock
+from hedwig.errors import (
+    NoSuchSubscriptionError,
+    SubscriptionBusyError,
+    SubscriptionExistsError,
+)
+from hedwig.hub.config import TopicSettings
+from hedwig.hub.peer import Peer
+from hedwig.hub.subscription import Subscription
+from hedwig.ledger.topic_log import TopicLog
+from hedwig.metadata.managers import MetadataStore
+from hedwig.metadata.records import (
+    SubscriptionData,
+    SubscriptionPreferences,
+    SubscriptionState,
+    Version,
+)
+from hedwig.protocol import (
+    CloseReason,
+    ResetTo,
+    Subscribe,
+    Subscribed,
+    SubscribeMode,
+    SubscriptionInfo,
+)
+
+
+class TopicSubscriptions:
+    def __init__(
+        self,
+        topic: str,
+        *,
+        log_: TopicLog,
+        store: MetadataStore,
+        settings: TopicSettings,
+        clock: Clock,
+        check_open: Callable[[], None],
+        on_lost: Callable[[str], None],
+        on_delivered: Callable[[int, int], None],
+    ) -> None:
+        self.topic = topic
+        self.by_name: dict[str, Subscription] = {}
+        self._log = log_
+        self._store = store
+        self._settings = settings
+        self._clock = clock
+        self._check_open = check_open
+        self._on_lost = on_lost
+        self._on_delivered = on_delivered
+
+    # attaching --------------------------------------------------------------------------------
+
+    async def subscribe(self, peer: Peer, req: Subscribe) -> Subscribed:
+        prefs = SubscriptionPreferences(req.message_window, req.message_bound)
+        sub = await self._find_or_create(req)
+        if (
+            sub.peer is not None
+            and sub.peer is not peer
+            and not sub.peer.closed
+            and not req.force_attach
+        ):
+            raise SubscriptionBusyError(
+                f"subscription {req.subscriber!r} is attached to another connection "
+                "(subscribe with force-attach to take it over)"
+            )
+        answer = Subscribed(
+            request_id=req.request_id, consumed_seq=sub.consumed_seq, last_seq=self._log.last_seq
+        )
+        sub.attach(peer, prefs)
+        return answer
+
+    async def _find_or_create(self, req: Subscribe) -> Subscription:
+        """The subscription ``req`` names, read from the store or created as its mode says."""
+        while True:
+            sub = await self._find(req.subscriber)
+            if sub is not None:
+                if req.mode is SubscribeMode.CREATE:
+                    raise SubscriptionExistsError(
+                        f"subscription {req.subscriber!r} exists on topic {self.topic!r}"
+                    )
+                return sub
+            if req.mode is SubscribeMode.ATTACH:
+                raise self._missing(req.subscriber)
+            now = self._clock.wall_ms()
+            data = SubscriptionData(
+                SubscriptionPreferences(req.message_window, req.message_bound),
+                SubscriptionState(self._log.last_seq, now, now),
+            )
+            try:
+                version = await self._store.subscriptions.create_subscription_data(
+                    self.topic, req.subscriber, data
+                )
+            except SubscriptionExistsError:
+                if req.mode is SubscribeMode.CREATE:
+                    raise
+                continue  # created concurrently: attach to that one
+            self._check_open()
+            return self.by_name.get(req.subscriber) or self._make(req.subscriber, data, version)
+
+    async def _find(self, name: str) -> Subscription | None:
+        sub = self.by_name.get(name)
+        if sub is not None:
+            return sub
+        got = await self._store.subscriptions.read_subscription_data(self.topic, name)
+        self._check_open()
+        sub = self.by_name.get(name)  # raced with another request
+        if sub is None and got is not None:
+            sub = self._make(name, got.value, got.version)
+        return sub
+
+    def _make(self, name: str, data: SubscriptionData, version: Version) -> Subscription:
+        sub = Subscription(
+            self.topic,
+            name,
+            data,
+            version,
+            log_=self._log,
+            store=self._store,
+            clock=self._clock,
+            batch_messages=self._settings.delivery_batch_messages,
+            flush_messages=self._settings.consume_flush_messages,
+            on_lost=self._on_lost,
+            on_delivered=self._on_delivered,
+        )
+        self.by_name[name] = sub
+        return sub
+
+    def _missing(self, name: str) -> NoSuchSubscriptionError:
+        return NoSuchSubscriptionError(f"no subscription {name!r} on topic {self.topic!r}")
+
+    def _attached(self, peer: Peer, name: str) -> Subscription:
+        sub = self.by_name.get(name)
+        if sub is None or sub.peer is not peer:
+            raise NoSuchSubscriptionError(
+                f"subscription {name!r} on topic {self.topic!r} is not attached here"
+            )
+        return sub
+
+    def any_attached(self) -> bool:
+        return any(s.peer is not None and not s.peer.closed for s in self.by_name.values())
+
+    # consuming --------------------------------------------------------------------------------
+
+    def consume(self, peer: Peer, name: str, seq: int) -> None:
+        sub = self._attached(peer, name)
+        if sub.consume(seq):
+            asyncio.get_running_loop().create_task(sub.flush())
+
+    async def close(self, peer: Peer, name: str) -> None:
+        sub = self._attached(peer, name)
+        sub.detach_quietly()
+        await sub.flush()
+
+    def detach_peer(self, peer: Peer) -> None:
+        for sub in self.by_name.values():
+            if sub.peer is peer:
+                sub.detach_quietly()
+                asyncio.get_running_loop().create_task(sub.flush())
+
+    def detach_all(self) -> None:
+        for sub in self.by_name.values():
+            sub.detach_quietly()
+
+    def close_all(self, code: CloseReason, reason: str) -> None:
+        for sub in self.by_name.values():
+            sub.force_close(code, reason)
+
+    async def flush_marks(self) -> None:
+        for sub in list(self.by_name.values()):
+            if sub.dirty:
+                await sub.flush()
+
+    # changing -----------------------------------------------------------------------------------
+
+    async def unsubscribe(self, peer: Peer | None, name: str) -> None:
+        """Delete the subscription (``peer``: the connection asking, which is not closed)."""
+        sub = self.by_name.pop(name, None)
+        if sub is not None:
+            if sub.peer is not peer:
+                sub.force_close(CloseReason.UNSUBSCRIBED, "unsubscribed by another connection")
+            sub.detach_quietly()
+            version = sub.version
+        else:
+            got = await self._store.subscriptions.read_subscription_data(self.topic, name)
+            if got is None:
+                raise self._missing(name)
+            version = got.version
+        await self._store.subscriptions.delete_subscription_data(self.topic, name, version)
+
+    async def reset(self, req_id: int, name: str, to: ResetTo, seq: int) -> Subscribed:
+        """Move the subscription's consume mark and write it at once."""
+        first, last = self._log.first_seq, self._log.last_seq
+        if to is ResetTo.EARLIEST:
+            mark = first - 1
+        elif to is ResetTo.LATEST:
+            mark = last
+        else:
+            mark = min(max(seq - 1, first - 1), last)
+        sub = await self._find(name)
+        if sub is None:
+            raise self._missing(name)
+        await sub.reset(mark)
+        # (not sub.consumed_seq: an attached subscriber may already be consuming again)
+        return Subscribed(request_id=req_id, consumed_seq=mark, last_seq=last)
+
+    # describing and expiring --------------------------------------------------------------------
+
+    async def describe(self) -> tuple[SubscriptionInfo, ...]:
+        stored = await self._store.subscriptions.read_subscriptions(self.topic)
+        infos: dict[str, SubscriptionInfo] = {}
+        for name, got in stored.items():
+            state = got.value.state or SubscriptionState()
+            active = state.last_active_ms or state.created_ms
+            infos[name] = SubscriptionInfo(name, state.consumed_seq, False, active)
+        for name, sub in self.by_name.items():
+            attached = sub.peer is not None and not sub.peer.closed
+            infos[name] = SubscriptionInfo(name, sub.consumed_seq, attached, sub.last_active_ms)
+        return tuple(infos[n] for n in sorted(infos))
+
+    async def expire(self, expiry_ms: int) -> list[str]:
+        """Delete subscriptions idle for ``expiry_ms`` and not attached; their names."""
+        now = self._clock.wall_ms()
+        gone = []
+        for info in await self.describe():
+            if not info.attached and info.last_active_ms and now - info.last_active_ms >= expiry_ms:
+                try:
+                    await self.unsubscribe(None, info.name)
+                except NoSuchSubscriptionError:
+                    continue
+                gone.append(info.name)
+        return gone
+
+    async def keep_from_seq(self) -> int:
+        """The first sequence id some subscriber (attached or not) still needs."""
+        subs = await self._store.subscriptions.read_subscriptions(self.topic)
+        marks = [v.value.state.consumed_seq for v in subs.values() if v.value.state is not None]
+        marks += [s.consumed_seq for s in self.by_name.values()]
+        return (min(marks) if marks else self._log.last_seq) + 1

@@ -1,0 +1,85 @@
+"""Hubs and clients wired together in memory, for tests of client and hub behaviour that run
+in milliseconds: real hub code on the in-memory metadata store and a ``MemoryNetwork``, with
+the hubs' ledgers on a tmpfs (so fsync costs nothing)."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from hedwig.client import HedwigClient, RetryPolicy
+from hedwig.clock import Clock
+from hedwig.hub import Hub, HubConfig
+from hedwig.metadata.memory import MemoryBackend, MemoryMetadataStore
+from hedwig.net import MemoryNetwork
+
+SCRATCH = "/dev/shm" if Path("/dev/shm").is_dir() else None
+FAST_RETRY = RetryPolicy(initial_delay_s=0.005, max_delay_s=0.05, deadline_s=10)
+
+
+@dataclass
+class Region:
+    network: MemoryNetwork
+    backend: MemoryBackend
+    hubs: list[Hub] = field(default_factory=list)
+    dirs: list[str] = field(default_factory=list)
+
+    async def add_hub(
+        self, replication: str = "2/2/2", *, clock: Clock | None = None, **settings: Any
+    ) -> Hub:
+        data_dir = tempfile.mkdtemp(prefix="hedwig-mem-", dir=SCRATCH)
+        self.dirs.append(data_dir)
+        config = replace(
+            HubConfig(
+                listen="memory:0",
+                data_dir=data_dir,
+                replication=replication,
+                self_balance=False,
+                zk_session_timeout_s=2.0,
+            ),
+            **settings,
+        )
+        hub = Hub(
+            config,
+            store=MemoryMetadataStore(self.backend, "mem"),
+            network=self.network,
+            clock=clock,
+        )
+        await hub.start()
+        self.hubs.append(hub)
+        return hub
+
+    def hub_at(self, address: str | None) -> Hub:
+        return next(h for h in self.hubs if h.address == address)
+
+    def owner(self, topic: str) -> Hub:
+        return next(h for h in self.hubs if topic in h.topics.topics)
+
+    def owner_among(self, topic: str, hubs: list[Hub]) -> Hub | None:
+        return next((h for h in hubs if topic in h.topics.topics), None)
+
+    def client(self, **options: object) -> HedwigClient:
+        options.setdefault("retry", FAST_RETRY)
+        return HedwigClient(
+            [h.address for h in self.hubs],
+            network=self.network,
+            **options,  # type: ignore[arg-type]
+        )
+
+
+async def memory_region(hubs: int = 2, **settings: Any) -> AsyncIterator[Region]:
+    """A region of ``hubs`` hubs in memory, stopped and cleaned up afterwards."""
+    r = Region(MemoryNetwork(), MemoryBackend())
+    for _ in range(hubs):
+        await r.add_hub(**settings)
+    try:
+        yield r
+    finally:
+        for hub in r.hubs:
+            await hub.stop()
+        for d in r.dirs:
+            shutil.rmtree(d, ignore_errors=True)

@@ -1,0 +1,289 @@
+"""The ``hedwig`` command as a user drives it: a development cluster started and controlled with
+``hedwig dev``, commands that find it with no addresses, pipes, JSON, a terminal for progress,
+and the failures users hit first, each with a clear message and a non-zero exit."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hedwig.devcluster.cluster import DevCluster
+
+pytestmark = pytest.mark.integration
+
+
+class Cli:
+    """Runs ``hedwig`` with its own development-cluster state file."""
+
+    def __init__(self, state: Path) -> None:
+        self.env = {**os.environ, "HEDWIG_DEV_STATE": str(state)}
+        for name in ("HEDWIG_HUB", "HEDWIG_ZK", "HEDWIG_REGION"):
+            self.env.pop(name, None)
+
+    def __call__(
+        self, *args: str, input: bytes | str | None = None, timeout: float = 60, **env: str
+    ) -> subprocess.CompletedProcess[str]:
+        data = input.encode() if isinstance(input, str) else input
+        out = subprocess.run(
+            [sys.executable, "-m", "hedwig", *args],
+            input=data,
+            capture_output=True,
+            timeout=timeout,
+            env={**self.env, **env},
+        )
+        return subprocess.CompletedProcess(
+            out.args, out.returncode, out.stdout.decode(errors="replace"), out.stderr.decode()
+        )
+
+
+@pytest.fixture(scope="module")
+def dev() -> Iterator[Cli]:
+    """``hedwig dev up`` with three hubs, as a user starts it, and its control commands."""
+    state = Path(tempfile.mkdtemp(prefix="hedwig-cli-")) / "dev.json"
+    cli = Cli(state)
+    log = open(state.parent / "up.log", "w+b")  # noqa: SIM115
+    up = subprocess.Popen(
+        [sys.executable, "-m", "hedwig", "dev", "up", "--hubs", "3", "--zk-session-timeout", "3"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=cli.env,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while b"READY" not in Path(log.name).read_bytes():
+            assert up.poll() is None, Path(log.name).read_text()
+            assert time.monotonic() < deadline, "dev up did not become ready"
+            time.sleep(0.2)
+        yield cli
+    finally:
+        cli("dev", "down")
+        try:
+            up.wait(60)
+        except subprocess.TimeoutExpired:
+            up.kill()
+        log.close()
+        assert not state.exists(), "dev up left its state file behind"
+
+
+def test_the_readme_session_needs_no_addresses(dev: Cli) -> None:
+    status = json.loads(dev("dev", "status", "--json").stdout)
+    assert [h["running"] for h in status["hubs"]] == [True, True, True]
+    assert status["region"] == "default"
+    sub = subprocess.Popen(
+        [sys.executable, "-m", "hedwig", "sub", "greetings", "reader", "--count", "2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=dev.env,
+    )
+    time.sleep(1.5)  # the subscription exists once the subscriber is attached
+    pub = dev("pub", "greetings", input="hello\nworld\n")
+    assert pub.returncode == 0, pub.stderr
+    out, err = sub.communicate(timeout=30)
+    assert sub.returncode == 0, err
+    assert out.decode().splitlines()[-2:] == [
+        pub.stdout.splitlines()[0],
+        pub.stdout.splitlines()[1],
+    ]
+    topics = json.loads(dev("topics", "--json").stdout)
+    assert any(t["topic"] == "greetings" for t in topics)
+
+
+def test_a_hub_killed_and_restarted_by_hand(dev: Cli) -> None:
+    assert dev("pub", "failover", "-q", input="one\n").returncode == 0
+    killed = dev("dev", "kill", "0")
+    assert killed.returncode == 0 and "down" in killed.stdout
+    # The cluster goes on without it: the topic is served again within the session timeout.
+    pub = dev("pub", "failover", input="two\n")
+    assert pub.returncode == 0, pub.stderr
+    assert pub.stdout == "2\ttwo\n"
+    restarted = dev("dev", "restart", "0")
+    assert restarted.returncode == 0 and "running" in restarted.stdout
+    status = json.loads(dev("dev", "status", "--json").stdout)
+    assert all(h["running"] for h in status["hubs"])
+
+
+def test_pub_fast_with_a_summary(dev: Cli) -> None:
+    lines = b"".join(b"%099d\n" % i for i in range(50_000))
+    pub = dev("pub", "bulk", "--quiet", "--summary", input=lines)
+    assert pub.returncode == 0, pub.stderr
+    assert pub.stdout == ""
+    assert "50000 messages acknowledged" in pub.stderr
+    peek = dev("sub", "bulk", "--peek", "--from", "49999")
+    assert peek.stdout.splitlines() == [f"49999\t{49998:099d}", f"50000\t{49999:099d}"]
+
+
+def test_keys_headers_and_json(dev: Cli) -> None:
+    pub = dev("pub", "keyed", "-K", ":", "-H", "source=cli", input="k1:v1\nk2:v2\n")
+    assert pub.returncode == 0, pub.stderr
+    pub = dev(
+        "pub",
+        "keyed",
+        "--input",
+        "json",
+        input='{"value": "v3", "key": "k3", "headers": {"trace": "t3"}}\n',
+    )
+    assert pub.returncode == 0, pub.stderr
+    rows = [json.loads(x) for x in dev("sub", "keyed", "--peek", "--json").stdout.splitlines()]
+    assert [(r["seq"], r["key"], r["value"]) for r in rows] == [
+        (1, "k1", "v1"),
+        (2, "k2", "v2"),
+        (3, "k3", "v3"),
+    ]
+    assert rows[0]["headers"] == {"source": "cli"} and rows[2]["headers"] == {"trace": "t3"}
+    assert all(r["timestamp"].endswith("+00:00") and r["publisher"] for r in rows)
+    table = dev("sub", "keyed", "--peek", "--print", "key,headers").stdout.splitlines()
+    assert table[0] == "1\tk1\tsource=cli\tv1"
+    bad = dev("sub", "keyed", "--peek", "--print", "colour")
+    assert bad.returncode == 2 and "colour" in bad.stderr
+
+
+def test_peeking_creates_nothing(dev: Cli) -> None:
+    peek = dev("sub", "never-created", "--peek")
+    assert peek.returncode == 1 and "does not exist" in peek.stderr
+    assert "never-created" not in dev("topics").stdout
+
+
+def test_topic_and_subscription_lifecycle(dev: Cli) -> None:
+    assert dev("pub", "life", "-q", input="".join(f"m{i}\n" for i in range(10))).returncode == 0
+    attached = subprocess.Popen(
+        [sys.executable, "-m", "hedwig", "sub", "life", "watcher", "--timeout", "60"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=dev.env,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            subs = json.loads(dev("subscriptions", "life", "--json").stdout or "[]")
+            if any(s["attached"] for s in subs) or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert [(s["subscription"], s["attached"]) for s in subs] == [("watcher", True)]
+        described = json.loads(dev("topic", "describe", "life", "--json").stdout)
+        assert described["first_seq"] == 1 and described["last_seq"] == 10
+        assert described["subscriptions"] == described["attached"] == 1
+        assert described["owner"] in dev("dev", "status").stdout
+        reset = dev("subscription", "reset", "life", "watcher", "--to", "4")
+        assert reset.returncode == 0 and "restarts at 4" in reset.stdout
+        refused = dev("topic", "delete", "life")
+        assert refused.returncode == 1 and "--force" in refused.stderr
+        forced = dev("topic", "delete", "life", "--force")
+        assert forced.returncode == 0, forced.stderr
+        out, err = attached.communicate(timeout=30)
+        assert attached.returncode == 1 and "deleted" in err.decode()
+        # The reset took effect before the deletion: messages from 4 on came again.
+        assert out.decode().splitlines()[-7:] == [f"{i}\tm{i - 1}" for i in range(4, 11)]
+    finally:
+        attached.kill()
+    gone = dev("topic", "describe", "life")
+    assert gone.returncode == 1 and "does not exist" in gone.stderr
+    assert dev("pub", "life2", "-q", input="x\n").returncode == 0
+    dev("sub", "life2", "gone", "--count", "0")
+    assert dev("subscription", "delete", "life2", "gone").returncode == 0
+    again = dev("subscription", "delete", "life2", "gone")
+    assert again.returncode == 1 and "hedwig subscriptions" in again.stderr
+
+
+def on_a_terminal(cli: Cli, *args: str, stdin: Path | None = None) -> tuple[int, str]:
+    """Run ``hedwig`` with stderr on a pseudo-terminal; its exit status and what it wrote there."""
+    leader, follower = pty.openpty()
+    with open(stdin or os.devnull, "rb") as source:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "hedwig", *args],
+            stdin=source,
+            stdout=subprocess.DEVNULL,
+            stderr=follower,
+            env=cli.env,
+        )
+        os.close(follower)
+        seen = b""
+        while True:
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+        code = proc.wait(60)
+    os.close(leader)
+    return code, seen.decode(errors="replace")
+
+
+def test_progress_only_on_a_terminal(dev: Cli) -> None:
+    lines = b"".join(b"%099d\n" % i for i in range(200_000))
+    source = Path(tempfile.mkdtemp()) / "lines"
+    source.write_bytes(lines)
+    piped = dev("pub", "progress", "-q", input=lines)
+    assert piped.returncode == 0 and "\r" not in piped.stderr
+    code, text = on_a_terminal(dev, "pub", "progress", "-q", stdin=source)
+    assert code == 0
+    assert "acknowledged" in text and "\r" in text  # the line rewritten in place, a summary
+    # A region listing counts the topics it has read, then clears the line.
+    code, text = on_a_terminal(dev, "topics")
+    assert code == 0 and "reading topics: " in text and text.endswith("\r")
+    listed = dev("topics")
+    assert listed.returncode == 0 and listed.stderr == ""
+
+
+def test_settings_from_the_environment_and_log_level_anywhere(dev: Cli) -> None:
+    hub = json.loads(dev("dev", "status", "--json").stdout)["hubs"][1]["address"]
+    out = dev("pub", "env-topic", "--log-level", "INFO", input="x\n", HEDWIG_HUB=hub)
+    assert out.returncode == 0, out.stderr
+    bad = dev("pub", "env-topic", "--log-level", "LOUD", input="x\n")
+    assert bad.returncode == 2 and "LOUD" in bad.stderr
+
+
+def test_moves_that_cannot_happen_say_so(dev: Cli) -> None:
+    assert dev("pub", "stays", input="x\n").returncode == 0
+    dead = dev("move", "stays", "--to", "127.0.0.1:9")
+    assert dead.returncode == 1 and "not an alive hub" in dead.stderr
+    missing = dev("move", "no-such-topic")
+    assert missing.returncode == 1 and "does not exist" in missing.stderr
+
+
+def test_first_mistakes_fail_at_once_and_say_what_to_do() -> None:
+    cli = Cli(Path(tempfile.mkdtemp()) / "none.json")
+    no_hub = cli("pub", "t", input="x\n")
+    assert no_hub.returncode == 2 and "hedwig dev up" in no_hub.stderr
+    bad_address = cli("pub", "--hub", "localhost", "t", input="x\n")
+    assert bad_address.returncode == 2 and "HOST:PORT" in bad_address.stderr
+    t0 = time.monotonic()
+    no_zk = cli("topics", "--zk", "127.0.0.1:9", timeout=60)
+    assert no_zk.returncode == 1 and "cannot reach ZooKeeper" in no_zk.stderr
+    assert "Connection refused" not in no_zk.stderr  # kazoo's own retries stay quiet
+    assert time.monotonic() - t0 < 30
+    with DevCluster(hubs=1, replication="3/3/2", session_timeout_s=2) as lone:
+        t0 = time.monotonic()
+        pub = cli("pub", "--hub", lone.addresses[0], "t", input="a\nb\n")
+        assert pub.returncode == 1
+        assert "start more hubs" in pub.stderr and "1/1/1" in pub.stderr
+        assert time.monotonic() - t0 < 10  # at once, not 30 s per message
+        assert "Traceback" not in pub.stderr
+        big = cli("pub", "--hub", lone.addresses[0], "t", input="y" * 2_000_000 + "\n")
+        assert big.returncode == 1 and "line 1 (2,000,000 bytes)" in big.stderr
+        assert "yyyy" not in big.stderr  # the message is not echoed
+        drain = cli("drain", "--metrics-port", str(lone.hub_procs[0].metrics_port))
+        assert drain.returncode == 0  # owns nothing: nothing to strand
+
+
+def test_bench_reports_delivery_rate_and_latency(dev: Cli) -> None:
+    out = dev("bench", "--subscribe", "--messages", "5000", "--warmup", "1000", timeout=120)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["publish"]["messages"] == 5000 and result["publish"]["msgs_per_s"] > 0
+    delivered = result["subscribe"]
+    assert delivered["received"] == delivered["expected"] == 6000
+    assert delivered["delivered_per_s"] > 0
+    # Every hundredth measured message carries its publish time: 50 samples.
+    lat = delivered["publish_to_delivery"]
+    assert 0 < lat["p50_ms"] <= lat["p99_ms"] <= lat["max_ms"] < 60_000

@@ -1,0 +1,209 @@
+"""Topic and subscription lifecycle on real hubs in memory: deleting topics and subscriptions,
+reads that never create, resets, expiry on an injected clock, periodic give-up, a lone hub."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from hedwig.client import RetryPolicy
+from hedwig.clock import ManualClock
+from hedwig.errors import (
+    NoSuchSubscriptionError,
+    NoSuchTopicError,
+    NotEnoughHubsError,
+    TopicInUseError,
+    UsageError,
+)
+from hedwig.protocol import ResetTo
+from tests.memory_region import Region, memory_region
+
+
+@pytest.fixture
+async def region() -> AsyncIterator[Region]:
+    async for r in memory_region(2):
+        yield r
+
+
+async def test_reads_statistics_and_descriptions_never_create_a_topic(region: Region) -> None:
+    async with region.client() as c:
+        for ask in (
+            lambda: c.read("typo", 1),
+            lambda: c.topic_info("typo"),
+            lambda: c.describe_topic("typo"),
+            lambda: c.delete_topic("typo"),
+            lambda: c.reset_subscription("typo", "s"),
+        ):
+            with pytest.raises(NoSuchTopicError):
+                await ask()
+        store = region.hubs[0].store
+        assert not await store.topics.topic_exists("typo")
+        await c.publish("typo", b"now it exists")
+        assert (await c.topic_info("typo")).last_seq == 1
+
+
+async def test_delete_a_topic_with_a_publisher_and_a_subscriber_attached(region: Region) -> None:
+    async with region.client() as pub, region.client() as subc:
+        sub = await subc.subscribe("doomed", "s")
+        for i in range(20):
+            await pub.publish("doomed", b"%d" % i)
+        assert [(await sub.next(2)).seq for _ in range(20)] == list(range(1, 21))
+        owner = region.owner("doomed")
+        ledgers = [r.ledger_id for r in owner.topics.topics["doomed"].log.ranges.ranges]
+        with pytest.raises(TopicInUseError):
+            await pub.delete_topic("doomed")
+        await pub.delete_topic("doomed", force=True)
+        with pytest.raises(NoSuchTopicError):
+            await sub.next(2)  # the subscriber is told, and stops
+        store = owner.store
+        assert not await store.topics.topic_exists("doomed")
+        assert await store.subscriptions.read_subscriptions("doomed") == {}
+        for hub in region.hubs:
+            assert not set(ledgers) & set(hub.storage.ledgers()), "replicas left behind"
+        for lid in ledgers:
+            assert await store.ledgers.read_ledger(lid) is None
+        # The publisher goes on: the topic is created afresh, its sequence ids from 1.
+        assert (await pub.publish("doomed", b"again")).seq == 1
+        description = await pub.describe_topic("doomed")
+        assert (description.last_seq, description.subscriptions) == (1, ())
+
+
+async def test_delete_a_subscription(region: Region) -> None:
+    async with region.client() as c:
+        sub = await c.subscribe("subs", "gone")
+        await c.subscribe("subs", "kept")
+        await c.publish("subs", b"x")
+        await c.unsubscribe("subs", "gone")
+        names = [s.name for s in (await c.describe_topic("subs")).subscriptions]
+        assert names == ["kept"]
+        assert sub.closed
+        with pytest.raises(NoSuchSubscriptionError):
+            await c.unsubscribe("subs", "gone")
+
+
+async def test_reset_a_subscription_while_it_is_attached(region: Region) -> None:
+    async with region.client() as c:
+        sub = await c.subscribe("rewind", "s")
+        for i in range(1, 51):
+            await c.publish("rewind", b"%d" % i)
+        for _ in range(30):
+            sub.consume((await sub.next(2)).seq)
+        assert await sub.sync()
+        async with region.client() as admin:
+            assert await admin.reset_subscription("rewind", "s", 10) == 9
+        # The attached subscriber was closed, attached again, and delivery restarted at 10.
+        got = [(await sub.next(2)).seq for _ in range(41)]
+        assert got == list(range(10, 51))
+        description = await c.describe_topic("rewind")
+        (info,) = description.subscriptions
+        assert info.attached
+        assert await c.reset_subscription("rewind", "s", ResetTo.LATEST) == 50
+        await c.publish("rewind", b"51")
+        assert (await sub.next(2)).seq == 51
+        assert await c.reset_subscription("rewind", "s", ResetTo.EARLIEST) == 0
+        assert (await sub.next(2)).seq == 1
+
+
+async def test_reset_a_detached_subscription_and_one_that_does_not_exist(region: Region) -> None:
+    async with region.client() as c:
+        sub = await c.subscribe("later", "s")
+        for i in range(10):
+            await c.publish("later", b"%d" % i)
+        await sub.close()
+        assert await c.reset_subscription("later", "s", 4) == 3
+        sub = await c.subscribe("later", "s")
+        assert (await sub.next(2)).seq == 4
+        with pytest.raises(NoSuchSubscriptionError):
+            await c.reset_subscription("later", "nobody", ResetTo.EARLIEST)
+
+
+async def test_idle_subscriptions_and_then_idle_topics_expire() -> None:
+    clock = ManualClock()
+    async for region in memory_region(
+        2,
+        clock=clock,
+        default_subscription_expiry_ms=60_000,
+        default_inactive_topic_expiry_ms=300_000,
+    ):
+        async with region.client() as c:
+            sub = await c.subscribe("idle", "abandoned")
+            live = await c.subscribe("idle", "live")
+            await c.publish("idle", b"x")
+            await sub.close()
+            owner = region.owner("idle")
+            clock.advance(61)
+            await owner.loops.expire_idle()
+            names = [s.name for s in (await c.describe_topic("idle")).subscriptions]
+            assert names == ["live"]  # attached: kept however long it has been
+            await live.close()
+            clock.advance(61)
+            await owner.loops.expire_idle()
+            assert (await c.describe_topic("idle")).subscriptions == ()
+            assert await owner.store.topics.topic_exists("idle")  # idle, but not for long enough
+            clock.advance(200)
+            await owner.loops.expire_idle()
+            assert not await owner.store.topics.topic_exists("idle")
+            deletions = owner.metrics.registry.get_sample_value(
+                "hedwig_topic_deletions_total", {"reason": "expired"}
+            )
+            assert deletions == 1
+            expiries = owner.metrics.registry.get_sample_value("hedwig_subscription_expiries_total")
+            assert expiries == 2
+
+
+async def test_expiry_is_off_unless_configured(region: Region) -> None:
+    async with region.client() as c:
+        await c.publish("kept", b"x")
+        sub = await c.subscribe("kept", "s")
+        await sub.close()
+        owner = region.owner("kept")
+        owner.clock = ManualClock(start=10**9)  # a long time later, as the hub sees it
+        await owner.loops.expire_idle()
+        assert [s.name for s in (await c.describe_topic("kept")).subscriptions] == ["s"]
+        assert await owner.store.topics.topic_exists("kept")
+
+
+async def test_topics_given_up_when_their_ledger_rolls_over() -> None:
+    async for region in memory_region(2, release_on_rollover=True, ledger_max_bytes=2000):
+        async with region.client(max_batch_messages=5) as c:
+            seqs = [(await c.publish("drifting", b"x" * 100)).seq for _ in range(200)]
+            assert seqs == list(range(1, 201))
+            releases = sum(
+                h.metrics.registry.get_sample_value(
+                    "hedwig_topic_releases_total", {"reason": "periodic"}
+                )
+                or 0
+                for h in region.hubs
+            )
+            assert releases >= 3
+
+
+async def test_a_lone_hub_says_it_needs_more_hubs_at_once() -> None:
+    async for region in memory_region(1, replication="3/3/2"):
+        hub = region.hubs[0]
+        ready, why = hub.readiness()
+        assert not ready and "1/1/1" in why
+        async with region.client(retry=RetryPolicy(deadline_s=30)) as c:
+            loop = asyncio.get_running_loop()
+            t0 = loop.time()
+            with pytest.raises(NotEnoughHubsError, match="start more hubs"):
+                await c.publish("lonely", b"x")
+            assert loop.time() - t0 < 1  # refused at once, not retried for 30 s
+        async with region.client(wait_for_hubs=True) as c:
+            waiting = asyncio.ensure_future(c.publish("lonely", b"x"))
+            await asyncio.sleep(0.2)
+            assert not waiting.done()
+            await region.add_hub(replication="3/3/2")
+            assert (await waiting).seq == 1
+
+
+async def test_the_last_hub_does_not_drain_unless_forced() -> None:
+    async for region in memory_region(1, replication="1/1/1"):
+        hub = region.hubs[0]
+        async with region.client() as c:
+            await c.publish("stranded", b"x")
+        with pytest.raises(UsageError, match="last alive hub"):
+            await hub.drain()
+        assert await hub.drain(force=True) == 1
