@@ -11,16 +11,26 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TypeVar
 
 import pytest
 
-from hedwig.client import HedwigClient
+from hedwig.client import HedwigClient, RetryPolicy
 from hedwig.clock import ManualClock
-from hedwig.errors import SubscriptionBusyError
+from hedwig.errors import (
+    ConnectionLostError,
+    HedwigError,
+    OwnerUnreachableError,
+    SubscriptionBusyError,
+)
 from hedwig.hub.choices import HUBS_CACHE_S
 from hedwig.metadata.memory import MemoryMetadataStore
+from hedwig.net import MemoryNetwork
+from hedwig.net.transport import Listener
 from hedwig.protocol import MoveKind
 from tests.memory_region import Region, memory_region
+
+P = TypeVar("P", bound=asyncio.Protocol)
 
 
 @pytest.fixture
@@ -264,3 +274,57 @@ async def test_a_frozen_hub_is_dropped_on_the_clients_clock(region: Region) -> N
                 break
         assert conn.closed
         region.network.thaw(owner)
+
+
+class CutOff:
+    """A client's view of the network in which some hubs cannot be reached (a partition
+    between this client and them; the hubs still reach each other)."""
+
+    def __init__(self, network: MemoryNetwork, unreachable: set[str]) -> None:
+        self.network = network
+        self.unreachable = unreachable
+        self.attempts: dict[str, int] = {}
+
+    async def connect(self, address: str, factory: Callable[[], P], *, timeout_s: float) -> P:
+        self.attempts[address] = self.attempts.get(address, 0) + 1
+        if address in self.unreachable:
+            raise ConnectionLostError(f"cannot connect to hub {address}: unreachable")
+        return await self.network.connect(address, factory, timeout_s=timeout_s)
+
+    async def listen(self, address: str, factory: Callable[[], asyncio.Protocol]) -> Listener:
+        return await self.network.listen(address, factory)
+
+
+async def test_a_client_cut_off_from_a_healthy_owner_says_what_it_waits_for() -> None:
+    """The owner is alive, so the other hubs keep naming it and nobody may take its topic over:
+    the client cannot go elsewhere. It waits, asking the other hubs instead of the owner again
+    and again, tells its ``on_wait`` hook why, and goes on once the owner is reachable."""
+    async for region in memory_region(3):
+        await cut_off_client_waits(region)
+
+
+async def cut_off_client_waits(region: Region) -> None:
+    async with region.client() as c:
+        await c.publish("island", b"before")
+    owner = region.owner("island")
+    view = CutOff(region.network, {owner.address})
+    waits: list[HedwigError] = []
+    async with HedwigClient(
+        [h.address for h in region.hubs],
+        network=view,
+        retry=RetryPolicy(initial_delay_s=0.01, max_delay_s=0.05, deadline_s=10),
+        on_wait=lambda _topic, why, _s: waits.append(why),
+    ) as cut_off:
+        pending = asyncio.ensure_future(cut_off.publish("island", b"during"))
+        async with asyncio.timeout(5):
+            while sum(isinstance(w, OwnerUnreachableError) for w in waits) < 10:
+                await asyncio.sleep(0.01)
+        unreachable = [w for w in waits if isinstance(w, OwnerUnreachableError)]
+        assert isinstance(unreachable[0], OwnerUnreachableError)
+        assert unreachable[0].owner == owner.address
+        assert "does not answer this client" in str(unreachable[0])
+        # Ten rounds of waiting, but the owner itself was tried only once in them.
+        assert view.attempts[owner.address] == 1
+        view.unreachable.clear()  # the partition heals
+        result = await asyncio.wait_for(pending, 10)
+    assert result.seq == 2 and region.owner("island") is owner

@@ -41,9 +41,11 @@ from hedwig.security.credentials import Credentials
 log = logging.getLogger(__name__)
 
 # A silent hub is pinged after KEEPALIVE_S and dropped if it does not answer in
-# KEEPALIVE_TIMEOUT_S: a frozen hub is noticed within about 3 s.
+# KEEPALIVE_TIMEOUT_S: a frozen hub is noticed within about 3 s. Silence is checked every
+# KEEPALIVE_CHECK_S, so the ping goes out soon after KEEPALIVE_S, not up to twice that.
 KEEPALIVE_S = 1.0
 KEEPALIVE_TIMEOUT_S = 2.0
+KEEPALIVE_CHECK_S = 0.25
 CONNECT_TIMEOUT_S = 5.0
 # Answers can be large (a READ of many batches).
 MAX_ANSWER_BYTES = 64 * 1024 * 1024
@@ -178,7 +180,7 @@ class HubConnection(asyncio.Protocol):
         connection fails within KEEPALIVE_S + KEEPALIVE_TIMEOUT_S and the client moves on.
         """
         while not self.closed:
-            await self._clock.sleep(KEEPALIVE_S)
+            await self._clock.sleep(KEEPALIVE_CHECK_S)
             if self._clock.monotonic() - self._last_heard < KEEPALIVE_S or self.closed:
                 continue
             try:
