@@ -84,7 +84,7 @@ bench-spark: deps
 # real control plane built from Go modules (e2e/controlplane: long the first time, instant
 # once cached under ~/.cache/hedwig). `make test` runs all of it.
 .PHONY: controlplane lint-operator typecheck-operator imports-operator e2e
-OPERATOR_LINTED := operator e2e/test_operator.py e2e/hedwig_e2e.py
+OPERATOR_LINTED := operator e2e/test_operator.py e2e/test_security.py e2e/hedwig_e2e.py
 
 controlplane:
 	e2e/controlplane/build.sh

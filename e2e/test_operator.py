@@ -191,7 +191,10 @@ def test_operator_rbac_is_least_privilege(bed: Bed) -> None:
     assert can("create", "statefulsets.apps", "-n", NS)
     assert can("create", "events", "-n", NS)
     assert not can("delete", "statefulsets.apps", "-n", NS)
-    assert not can("get", "secrets", "-n", NS)
+    assert can("patch", "hedwigusers.hedwig.io", "--subresource=status", "-n", NS)
+    assert can("get", "secrets", "-n", NS)  # a secured pool's CAs and certificates
+    assert not can("list", "secrets", "-n", NS)
+    assert not can("delete", "secrets", "-n", NS)
     assert not can("list", "pods", "-n", NS)
     assert not can("get", "topics.hedwig.io", "-n", "default")  # only where it is bound
     assert not can("create", "customresourcedefinitions.apiextensions.k8s.io")

@@ -9,6 +9,7 @@ ownership can be tested from two hubs' points of view). See ``test_metadata_zook
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import pytest
 
@@ -21,6 +22,7 @@ from hedwig.errors import (
     SubscriptionExistsError,
 )
 from hedwig.metadata import (
+    ANY_VERSION,
     NEW_VERSION,
     HubInfo,
     HubLoad,
@@ -38,6 +40,7 @@ from hedwig.metadata import (
     TopicLoad,
     Version,
 )
+from hedwig.metadata.acls import AclEntry, AclRule, Operation
 
 ODD_NAMES = ["plain", "a/b", "../x", ".", "..", "spaced name", "ünïcødé/🚀", "%2F", "x" * 255]
 
@@ -233,6 +236,35 @@ class MetadataConformance:
         assert not hubs["127.0.0.1:9"].alive
         # the topic and its subscribers are persistent
         assert await other.topics.topic_exists("e")
+
+    async def test_acl_entries_cas_and_watch(
+        self, store: MetadataStore, other: MetadataStore
+    ) -> None:
+        rule = AclRule("alice", frozenset({Operation.PUBLISH}), name="t")
+        entry = AclEntry((rule,), source="test")
+        fired = asyncio.Event()
+        assert await other.acls.list_acls(watch=fired.set) == {}
+        v = await store.acls.write_acl("ns/alice", entry, NEW_VERSION)
+        await asyncio.wait_for(fired.wait(), 10)
+        with pytest.raises(BadVersionError):
+            await store.acls.write_acl("ns/alice", entry, NEW_VERSION)
+        got = await other.acls.read_acl("ns/alice")
+        assert got is not None and got.value == entry and got.version == v
+        fired.clear()
+        listed = await other.acls.list_acls(watch=fired.set)
+        assert {n: e.value for n, e in listed.items()} == {"ns/alice": entry}
+        changed = AclEntry((rule, replace(rule, name="u")), source="test")
+        v2 = await store.acls.write_acl("ns/alice", changed, v)
+        await asyncio.wait_for(fired.wait(), 10)
+        with pytest.raises(BadVersionError):
+            await store.acls.write_acl("ns/alice", entry, v)
+        fired.clear()
+        await other.acls.list_acls(watch=fired.set)
+        await store.acls.delete_acl("ns/alice", v2)
+        await asyncio.wait_for(fired.wait(), 10)
+        assert await other.acls.list_acls() == {}
+        with pytest.raises(MetadataError):
+            await store.acls.delete_acl("ns/alice", ANY_VERSION)
 
     async def expire(self, store: MetadataStore) -> None:
         raise NotImplementedError

@@ -8,6 +8,7 @@ from hedwig.clock import Clock, SystemClock
 from hedwig_operator.hubs import HubRequests
 from hedwig_operator.kube import KubeApi
 from hedwig_operator.metadata import MetadataConnections
+from hedwig_operator.security import PoolTrust
 from hedwig_operator.settings import OperatorSettings
 
 
@@ -18,3 +19,6 @@ class Context:
     hubs: HubRequests
     settings: OperatorSettings = field(default_factory=OperatorSettings)
     clock: Clock = field(default_factory=SystemClock)
+    # Secured pools' CAs and digests, and the operator's own token (filled in as pools are
+    # reconciled).
+    trust: PoolTrust = field(default_factory=PoolTrust)

@@ -3,6 +3,9 @@
 - HubPool: create/update/resume apply the children (StatefulSet, Services, ConfigMap, PDB)
   and record ``observedGeneration``; an event handler (no finalizer) keeps one
   ``PoolWorker`` per pool, which refreshes status and rebalances.
+- HedwigUser: create/update/resume (and an hourly timer) write its ACL entry and, for a
+  ``tls`` user, its client certificate (``hedwig_operator.security``); a delete handler (with
+  the operator's finalizer) removes the ACL entry.
 - Topic: create/update/resume reconcile the topic's znode and status; an index of Topics by
   pool (``topic_entries``) tells which resource manages which topic name, and which Topics
   a pool's worker refreshes. A delete handler, filtered to ``deletionPolicy: Delete`` without
@@ -22,6 +25,7 @@ from typing import Any
 
 import kopf
 
+from hedwig.errors import HedwigError
 from hedwig_operator.conditions import condition
 from hedwig_operator.context import Context
 from hedwig_operator.hubs import ClientHubRequests
@@ -36,8 +40,10 @@ from hedwig_operator.resources import (
     KOPF_PREFIX,
     POOL_PLURAL,
     TOPIC_PLURAL,
+    USER_PLURAL,
     VERSION,
 )
+from hedwig_operator.security import PoolTrust, delete_user, reconcile_user
 from hedwig_operator.settings import OperatorSettings
 from hedwig_operator.specs import SpecError, parse_pool
 from hedwig_operator.topics import (
@@ -102,13 +108,17 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     # Handler logs become Events only for warnings; moves and deletions post their own.
     settings.posting.level = logging.WARNING
     ops = OperatorSettings.from_env()
+    trust = PoolTrust.from_pod()
     STATE.ctx = Context(
         kube=HttpKubeApi.from_environment(),
         metadata=MetadataConnections(
-            session_timeout_s=ops.zk_session_timeout_s, connect_timeout_s=ops.zk_connect_timeout_s
+            session_timeout_s=ops.zk_session_timeout_s,
+            connect_timeout_s=ops.zk_connect_timeout_s,
+            digests=trust.digests,
         ),
-        hubs=ClientHubRequests(),
+        hubs=ClientHubRequests(trust),
         settings=ops,
+        trust=trust,
     )
     STATE.workers = Workers(STATE.ctx, _topics_of)
 
@@ -176,7 +186,7 @@ async def pool_changed(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
         ]
         raise kopf.PermanentError(str(exc)) from exc
     try:
-        await apply_children(ctx.kube, pool)
+        await apply_children(ctx.kube, pool, ctx.trust)
     except KubeError as exc:
         await record_event(ctx.kube, body, "ApplyFailed", str(exc), warning=True)
         raise kopf.TemporaryError(
@@ -199,3 +209,36 @@ async def pool_event(type: str, body: kopf.Body, **kwargs: Any) -> None:
         await workers.pool_deleted(key)
     else:
         workers.ensure(_plain(body))
+
+
+# ---------------------------------------------------------------------------- HedwigUsers
+
+
+@kopf.on.resume(GROUP, VERSION, USER_PLURAL)
+@kopf.on.create(GROUP, VERSION, USER_PLURAL)
+@kopf.on.update(GROUP, VERSION, USER_PLURAL)
+@kopf.timer(GROUP, VERSION, USER_PLURAL, interval=3600, initial_delay=3600, idle=60)
+async def user_changed(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+    """Write the user's ACL entry (and certificate); hourly too, so certificates are renewed
+    and a pool that appeared later is picked up."""
+    ctx = _ctx()
+    try:
+        outcome = await reconcile_user(ctx.kube, ctx.metadata, ctx.trust, _plain(body))
+    except KubeError as exc:
+        raise kopf.TemporaryError(f"API server: {exc}", delay=ctx.settings.retry_delay_s) from exc
+    for key, value in outcome.status.items():
+        patch.status[key] = value
+    if outcome.retry:
+        raise kopf.TemporaryError(
+            str(outcome.status["conditions"][0]["message"]), delay=ctx.settings.retry_delay_s
+        )
+
+
+@kopf.on.delete(GROUP, VERSION, USER_PLURAL, timeout=600)
+async def user_deleted(body: kopf.Body, **_: Any) -> None:
+    """Remove the user's ACL entry: its access ends on every hub within a second."""
+    ctx = _ctx()
+    try:
+        await delete_user(ctx.kube, ctx.metadata, ctx.trust, _plain(body))
+    except (KubeError, HedwigError) as exc:
+        raise kopf.TemporaryError(str(exc), delay=ctx.settings.retry_delay_s) from exc

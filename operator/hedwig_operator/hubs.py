@@ -26,6 +26,8 @@ from typing import Protocol
 from hedwig.client import HedwigClient
 from hedwig.errors import HedwigError, NoSuchTopicError
 from hedwig.protocol import MoveKind
+from hedwig.security import ClientSecurity
+from hedwig_operator.security import PoolTrust
 
 log = logging.getLogger(__name__)
 
@@ -54,10 +56,19 @@ class HubRequests(Protocol):
 
 class ClientHubRequests:
     """``HubRequests`` through short-lived ``HedwigClient`` instances (requests are rare: a
-    topic without owner, a move)."""
+    topic without owner, a move). A secured pool's hubs are reached with TLS (its hub CA) and
+    the operator's token, from ``trust``."""
+
+    def __init__(self, trust: PoolTrust | None = None) -> None:
+        self.trust = trust or PoolTrust()
+
+    def _security(self, addresses: Sequence[str]) -> ClientSecurity | None:
+        return self.trust.security_for(addresses[0]) if addresses else None
 
     async def activate(self, addresses: Sequence[str], topic: str, timeout_s: float) -> None:
-        async with HedwigClient(list(addresses), request_timeout_s=timeout_s) as client:
+        async with HedwigClient(
+            list(addresses), request_timeout_s=timeout_s, security=self._security(addresses)
+        ) as client:
             await asyncio.wait_for(client.topic_info(topic), timeout_s)
 
     async def release(
@@ -69,7 +80,9 @@ class ClientHubRequests:
         timeout_s: float,
         kind: MoveKind = MoveKind.REQUESTED,
     ) -> str | None:
-        async with HedwigClient([owner], request_timeout_s=timeout_s) as client:
+        async with HedwigClient(
+            [owner], request_timeout_s=timeout_s, security=self._security([owner])
+        ) as client:
             try:
                 await asyncio.wait_for(
                     client.move_topic(topic, to=destination, reason=reason, kind=kind), timeout_s

@@ -21,6 +21,7 @@ from hedwig_operator.builders import build_pool_children, selector_labels
 from hedwig_operator.builders.labels import statefulset_name
 from hedwig_operator.conditions import condition
 from hedwig_operator.kube import KubeApi, ObjectRef
+from hedwig_operator.security import PoolTrust, ensure_pool_security, operator_principal
 from hedwig_operator.specs import PoolSpec
 
 # A load report older than this is ignored by placement and rebalancing (hub default 30 s).
@@ -31,9 +32,12 @@ def statefulset_ref(pool: PoolSpec) -> ObjectRef:
     return ObjectRef("apps/v1", "StatefulSet", pool.namespace, statefulset_name(pool))
 
 
-async def apply_children(kube: KubeApi, pool: PoolSpec) -> None:
-    """Apply every child; ``KubeError`` propagates (the caller retries)."""
-    for manifest in build_pool_children(pool):
+async def apply_children(kube: KubeApi, pool: PoolSpec, trust: PoolTrust | None = None) -> None:
+    """Apply every child (a secured pool's Secrets first); ``KubeError`` propagates (the
+    caller retries)."""
+    if trust is not None:
+        await ensure_pool_security(kube, pool, trust)
+    for manifest in build_pool_children(pool, operator_principal()):
         await kube.apply(manifest)
 
 

@@ -17,6 +17,8 @@ POOL_KIND: Final = "HubPool"
 POOL_PLURAL: Final = "hubpools"
 TOPIC_KIND: Final = "Topic"
 TOPIC_PLURAL: Final = "topics"
+USER_KIND: Final = "HedwigUser"
+USER_PLURAL: Final = "hedwigusers"
 
 # Server-side apply field manager: every field the operator sets on a child is owned by it.
 FIELD_MANAGER: Final = "hedwig-operator"
@@ -35,7 +37,11 @@ KOPF_PREFIX: Final = f"operator.{GROUP}"
 
 # The hub's ports inside a pod. Fixed: the hub image, probes and Services all agree on them.
 HUB_PORT: Final = 4080
+INTERNAL_PORT: Final = 4081  # hub-to-hub (mutual TLS), with spec.security
 METRICS_PORT: Final = 9100
+# Where a secured hub's certificates are mounted (the <pool>-hub-tls Secret).
+TLS_DIR: Final = "/etc/hedwig/tls"
+ZK_DIGEST_DIR: Final = "/etc/hedwig/zookeeper"
 DATA_DIR: Final = "/var/lib/hedwig"
 
 LABEL_NAME: Final = "app.kubernetes.io/name"

@@ -294,6 +294,7 @@ async def reconcile_topic(
                     snapshot=snapshot,
                     retry=True,
                 )
+            ctx.trust.note_hubs(pool, alive)
             try:
                 await ctx.hubs.activate(alive, topic, ctx.settings.activate_timeout_s)
             except (HedwigError, TimeoutError, OSError) as exc:

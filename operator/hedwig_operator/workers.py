@@ -120,7 +120,7 @@ class PoolWorker:
         ctx = self.ctx
         applied = True
         try:
-            await apply_children(ctx.kube, pool)
+            await apply_children(ctx.kube, pool, ctx.trust)
         except KubeError as exc:
             applied = False
             log.warning("pool %s: applying children failed: %s", pool.name, exc)
@@ -130,6 +130,7 @@ class PoolWorker:
         try:
             store = await ctx.metadata.get(pool.zk_connect, pool.region)
             hubs = await store.hubs.list_hubs()
+            ctx.trust.note_hubs(pool, [h.address for h in hubs])
         except MetadataError as exc:
             zk_error = f"ZooKeeper {pool.zk_connect}: {exc}"
         previous = self.body.get("status") or {}

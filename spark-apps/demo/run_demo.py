@@ -63,6 +63,12 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--data-dir", help="keep cluster data, checkpoint and logs here")
     p.add_argument("--keep", action="store_true", help="do not delete the data directory")
+    p.add_argument(
+        "--secure",
+        action="store_true",
+        help="TLS, authentication and ACLs on the hubs (hedwig dev up --secure); the demo,\n"
+        "the simulator and Spark connect as the cluster's super-user",
+    )
     return p
 
 
@@ -170,13 +176,19 @@ def main(argv: list[str] | None = None) -> int:
 
     grid = Grid()
     state = DemoState(grid, WINDOW_S * 1000, SLIDE_S * 1000)
-    cluster = DevCluster(hubs=args.hubs, region="demo", base_dir=str(data / "cluster"))
+    cluster = DevCluster(
+        hubs=args.hubs, region="demo", base_dir=str(data / "cluster"), secure=args.secure
+    )
     spark: subprocess.Popen[bytes] | None = None
     background: Background | None = None
     code = 0
     try:
         log.info("starting ZooKeeper and %d hubs in %s", args.hubs, data)
         cluster.start()
+        if cluster.security is not None:
+            # Every client of the demo (and the Spark job it starts) reads HEDWIG_TLS_CA,
+            # HEDWIG_CERT and HEDWIG_KEY: they act as the cluster's super-user.
+            os.environ.update(cluster.security.client_env())
         background = Background(cluster, state, args)
         background.start()
         log.info("starting the Spark heat-map job (log: %s)", data / "spark.log")

@@ -23,6 +23,7 @@ from hedwig.client import HedwigClient
 from hedwig.devcluster.cluster import DevCluster
 from hedwig.errors import HedwigError, MessagesUnavailableError, NoSuchTopicError
 from hedwig.metadata import open_store
+from hedwig.security import ClientSecurity
 from jobs.hub_load import LOAD_TOPIC, load_records
 from traffic.simulator import Simulator, publish_positions
 
@@ -37,14 +38,16 @@ async def run_vehicles(
     def tick(published: int) -> None:
         state.published = published
 
-    async with HedwigClient(cluster.addresses, publisher_id="demo-vehicles") as client:
+    async with HedwigClient(
+        cluster.addresses, publisher_id="demo-vehicles", security=ClientSecurity.from_env()
+    ) as client:
         await publish_positions(client, sim, stop=stop, on_tick=tick)
 
 
 async def follow_heatmap(
     cluster: DevCluster, state: DemoState, topic: str, stop: asyncio.Event
 ) -> None:
-    async with HedwigClient(cluster.addresses) as client:
+    async with HedwigClient(cluster.addresses, security=ClientSecurity.from_env()) as client:
         next_seq = 1
         while not stop.is_set():
             try:
@@ -78,7 +81,11 @@ async def watch_cluster(
     await store.start()
     last_record = 0.0
     try:
-        async with HedwigClient(cluster.addresses, publisher_id="demo-load-recorder") as client:
+        async with HedwigClient(
+            cluster.addresses,
+            publisher_id="demo-load-recorder",
+            security=ClientSecurity.from_env(),
+        ) as client:
             while not stop.is_set():
                 try:
                     owners: dict[str, str | None] = {}

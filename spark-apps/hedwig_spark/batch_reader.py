@@ -30,7 +30,11 @@ class HedwigBatchReader(DataSourceReader):
         self.options = options
         self.hubs = resolve_hubs(options.cluster)
         topics = list(options.topics) or list_topics(options.cluster, _pattern(options))
-        with HubSession(self.hubs, retry_deadline_s=options.cluster.retry_deadline_s) as s:
+        with HubSession(
+            self.hubs,
+            retry_deadline_s=options.cluster.retry_deadline_s,
+            security=options.cluster.security,
+        ) as s:
             bounds = topic_bounds(s, topics)
         self.ranges: list[tuple[str, int, int]] = []
         for topic in topics:

@@ -26,7 +26,7 @@ from hedwig.client import HedwigClient, RetryPolicy, SyncClient
 from hedwig.errors import NoSuchTopicError
 from hedwig.metadata import MetadataStore, open_store
 from hedwig_spark.offsets import TopicBounds
-from hedwig_spark.options import DEFAULT_RETRY_DEADLINE_S, ClusterOptions
+from hedwig_spark.options import DEFAULT_RETRY_DEADLINE_S, ClusterOptions, SecurityOptions
 
 T = TypeVar("T")
 
@@ -45,12 +45,18 @@ class HubSession(SyncClient):
         hubs: Sequence[str],
         *,
         retry_deadline_s: float = DEFAULT_RETRY_DEADLINE_S,
+        security: SecurityOptions | None = None,
         **client_options: Any,
     ) -> None:
         if not hubs:
             raise ValueError("no hub address to connect to")
         retry = RetryPolicy(deadline_s=retry_deadline_s)
-        super().__init__(list(hubs), retry=retry, **client_options)
+        super().__init__(
+            list(hubs),
+            retry=retry,
+            security=(security or SecurityOptions()).client_security(),
+            **client_options,
+        )
 
 
 def _ask_store(cluster: ClusterOptions, fn: Callable[[MetadataStore], Awaitable[T]]) -> T:

@@ -44,7 +44,9 @@ class DataLossError(RuntimeError):
 def read_range(part: TopicRange) -> Iterator[pa.RecordBatch]:
     if part.rows == 0:
         return
-    with HubSession(part.hubs, retry_deadline_s=part.retry_deadline_s) as session:
+    with HubSession(
+        part.hubs, retry_deadline_s=part.retry_deadline_s, security=part.security
+    ) as session:
         yield from _read(session, part)
 
 

@@ -6,7 +6,8 @@ are accepted as aliases), ``startingOffsets``, ``endingOffsets``, ``failOnDataLo
 ``maxRecordsPerTrigger`` (alias ``maxOffsetsPerTrigger``), ``minPartitions``. The cluster is
 named by ``hubs`` (comma-separated HOST:PORT, any hubs will do: they redirect) or by
 ``zookeeper`` plus ``region`` (the alive hubs are looked up there; ``topicPattern`` needs it,
-since only ZooKeeper knows every topic).
+since only ZooKeeper knows every topic). Secured hubs: ``tls``, ``tlsCaFile``, ``tlsCertFile``,
+``tlsKeyFile``, ``tokenFile`` (``SecurityOptions``).
 
 Spark passes options as a case-insensitive map of strings; we look names up in lower case.
 A bad option fails the query at planning time with ``ValueError`` naming the option.
@@ -18,6 +19,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from hedwig.security import ClientSecurity
 from hedwig_spark.offsets import OffsetSpec, parse_offset_spec
 
 LATEST_SPEC = OffsetSpec("latest")
@@ -27,8 +29,33 @@ DEFAULT_CHUNK_ROWS = 16_000
 
 
 @dataclass(frozen=True, slots=True)
+class SecurityOptions:
+    """How to reach secured hubs (docs/security.md): ``tls`` (``true`` with the system's CAs),
+    ``tlsCaFile``, ``tlsCertFile`` and ``tlsKeyFile`` (a client certificate), ``tokenFile``
+    (a token, e.g. a projected ServiceAccount token). Unset options fall back to the
+    ``HEDWIG_*`` variables of the process reading or writing (driver or executor), and a pod's
+    projected token is found by default. Paths, not contents: they are read where the task
+    runs, so executors need the files too (a mounted Secret)."""
+
+    tls: bool = False
+    tls_ca: str | None = None
+    cert: str | None = None
+    key: str | None = None
+    token_file: str | None = None
+
+    def client_security(self) -> ClientSecurity:
+        return ClientSecurity.from_env(
+            tls=self.tls or None,
+            tls_ca=self.tls_ca,
+            cert=self.cert,
+            key=self.key,
+            token_file=self.token_file,
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterOptions:
-    """Where the hubs are."""
+    """Where the hubs are, and how to reach them."""
 
     hubs: tuple[str, ...] = ()
     zookeeper: str | None = None
@@ -37,6 +64,7 @@ class ClusterOptions:
     # the task fails. A graceful move takes well under a second; a hub that crashed needs its
     # ZooKeeper session to expire (6 s by default) and, with one copy of a topic, to restart.
     retry_deadline_s: float = DEFAULT_RETRY_DEADLINE_S
+    security: SecurityOptions = SecurityOptions()
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,11 +150,21 @@ def parse_cluster(options: Mapping[str, str]) -> ClusterOptions:
     if not hubs and zookeeper is None:
         raise ValueError("set option 'hubs' (HOST:PORT,...) or 'zookeeper' (with 'region')")
     deadline_ms = _int(options, 1, "retryDeadlineMs")
+    tls = (_get(options, "tls") or "false").lower()
+    if tls not in ("true", "false"):
+        raise ValueError(f"option 'tls' must be true or false, got {tls!r}")
     return ClusterOptions(
         hubs=hubs,
         zookeeper=zookeeper,
         region=_get(options, "region") or "default",
         retry_deadline_s=deadline_ms / 1000 if deadline_ms else DEFAULT_RETRY_DEADLINE_S,
+        security=SecurityOptions(
+            tls=tls == "true",
+            tls_ca=_get(options, "tlsCaFile"),
+            cert=_get(options, "tlsCertFile"),
+            key=_get(options, "tlsKeyFile"),
+            token_file=_get(options, "tokenFile"),
+        ),
     )
 
 

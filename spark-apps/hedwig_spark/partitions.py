@@ -15,12 +15,12 @@ micro-batch reads the same rows whatever its partitioning.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pyspark.sql.datasource import InputPartition
 
 from hedwig_spark.offsets import Offsets
-from hedwig_spark.options import ReadOptions
+from hedwig_spark.options import ReadOptions, SecurityOptions
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,7 @@ class TopicRange(InputPartition):
     retry_deadline_s: float
     fail_on_data_loss: bool
     fetch_messages: int
+    security: SecurityOptions = field(default_factory=SecurityOptions)
 
     @property
     def rows(self) -> int:
@@ -97,6 +98,7 @@ def plan_partitions(
             options.cluster.retry_deadline_s,
             options.fail_on_data_loss,
             options.fetch_messages,
+            options.cluster.security,
         )
         for topic, lo, hi in pieces
     ]

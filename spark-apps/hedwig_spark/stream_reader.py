@@ -73,7 +73,9 @@ class HedwigStreamReader(DataSourceStreamReader):
     def _client(self) -> HubSession:
         if self._session is None:
             self._session = HubSession(
-                self.hubs, retry_deadline_s=self.options.cluster.retry_deadline_s
+                self.hubs,
+                retry_deadline_s=self.options.cluster.retry_deadline_s,
+                security=self.options.cluster.security,
             )
         return self._session
 

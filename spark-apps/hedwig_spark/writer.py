@@ -95,6 +95,7 @@ class _RowPublisher:
         with HubSession(
             self.hubs,
             retry_deadline_s=self.options.cluster.retry_deadline_s,
+            security=self.options.cluster.security,
             publisher_id=publisher_id,
         ) as session:
             while True:

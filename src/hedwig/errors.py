@@ -103,6 +103,12 @@ class DeadlineExceededError(HedwigError, TimeoutError):
     """An operation did not finish within its deadline (retries included)."""
 
 
+class TlsError(HedwigError):
+    """A TLS handshake failed, or the peer refused this end's certificate (an unknown CA, a
+    name that does not match, a plaintext peer on a TLS port or the reverse). Retrying with the
+    same configuration cannot succeed."""
+
+
 class EarlierBatchFailedError(HedwigError):
     """A publish was given up because an earlier batch of the same publisher failed for good:
     storing it now would put it in the log ahead of messages published before it."""
@@ -195,6 +201,34 @@ class UnsupportedVersionError(RequestError):
 class InternalError(RequestError):
     """A bug on the hub (logged there with its cause). Not retried: retrying a bug for the
     whole retry deadline only hides it."""
+
+
+class AuthenticationError(RequestError):
+    """The connection has no accepted identity: none given where one is required, or its
+    credentials were refused (expired, for another audience, signed by an unknown key, from an
+    unknown issuer). ``reason`` is a short category for metrics and audit lines."""
+
+    def __init__(self, message: str, *, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class ForbiddenError(RequestError):
+    """The connection's principal may not do this: ``operation`` on ``topic`` (empty for the
+    cluster). The message names all three; the fields are set where the hub decides."""
+
+    def __init__(
+        self, message: str, *, principal: str = "", operation: str = "", topic: str = ""
+    ) -> None:
+        super().__init__(message)
+        self.principal = principal
+        self.operation = operation
+        self.topic = topic
+
+
+class InternalOnlyError(ForbiddenError):
+    """A hub-to-hub request (the storage role, a claim request) sent to a hub's client
+    listener: it is served only on the internal listener, to peers with a hub certificate."""
 
 
 # Metadata ----------------------------------------------------------------------------------------

@@ -202,6 +202,20 @@ def test_default_hubpool_matches_the_crd(values: Path | None) -> None:
     jsonschema.validate(pool["spec"], _openapi_to_jsonschema(_crd_spec_schema()))
 
 
+def test_security_is_on_by_default_and_the_operator_can_prove_who_it_is() -> None:
+    objects = render(namespace="hw")
+    security = one(objects, "HubPool")["spec"]["security"]
+    assert security["enabled"] is True and security["audience"] == "hedwig"
+    operator = one(objects, "Deployment", "hedwig-operator")["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in operator["containers"][0]["env"]}
+    assert env["HEDWIG_OPERATOR_PRINCIPAL"] == "system:serviceaccount:hw:hedwig-operator"
+    (volume,) = operator["volumes"]
+    (source,) = volume["projected"]["sources"]
+    assert source["serviceAccountToken"]["audience"] == "hedwig"
+    mount = operator["containers"][0]["volumeMounts"][0]
+    assert mount["mountPath"] == "/var/run/secrets/hedwig"  # where ClientSecurity looks
+
+
 def test_hubpool_uses_the_chart_zookeeper_or_the_external_one() -> None:
     objects = render(namespace="hw")
     pool = one(objects, "HubPool")
@@ -345,7 +359,12 @@ def test_network_policies_cover_hubs_zookeeper_and_the_operator() -> None:
     }
     hubs = policies[("hedwig", "hedwig-hubs")]["spec"]
     assert hubs["podSelector"]["matchLabels"]["app.kubernetes.io/name"] == "hedwig-hub"
-    client_rule, metrics_rule = hubs["ingress"]
+    client_rule, internal_rule, metrics_rule = hubs["ingress"]
+    # The hub-to-hub listener of secured pools: from hubs only.
+    assert internal_rule["ports"] == [{"port": 4081, "protocol": "TCP"}]
+    assert [p["podSelector"]["matchLabels"] for p in internal_rule["from"]] == [
+        {"app.kubernetes.io/name": "hedwig-hub", "app.kubernetes.io/part-of": "hedwig"}
+    ]
     assert client_rule["ports"] == [{"port": 4080, "protocol": "TCP"}]
     # Hubs reach each other (replication, hand-offs) and the operator reaches them too.
     selectors = [peer.get("podSelector", {}).get("matchLabels", {}) for peer in client_rule["from"]]

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from hedwig.client import HedwigClient, PublishResult, RetryPolicy
 from hedwig.errors import HedwigError
+from hedwig.security import ClientSecurity
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +55,10 @@ class Workload:
         subscribers: int = 2,
         rate: float = 200.0,
         retry_deadline_s: float = 60.0,
+        security: ClientSecurity | None = None,
     ) -> None:
         self.hubs = hubs
+        self.security = security
         self.topics = topics
         self.publishers = publishers
         self.subscribers = subscribers
@@ -68,13 +71,15 @@ class Workload:
 
     async def start(self) -> None:
         for s in range(self.subscribers):
-            client = HedwigClient(self.hubs, retry=self.retry)
+            client = HedwigClient(self.hubs, retry=self.retry, security=self.security)
             self._clients.append(client)
             for topic in self.topics:
                 sub = await client.subscribe(topic, f"checker-{s}", message_window=500)
                 self._tasks.append(asyncio.create_task(self._drain(topic, f"checker-{s}", sub)))
         for p in range(self.publishers):
-            client = HedwigClient(self.hubs, retry=self.retry, publisher_id=f"pub{p}")
+            client = HedwigClient(
+                self.hubs, retry=self.retry, publisher_id=f"pub{p}", security=self.security
+            )
             self._clients.append(client)
             self._tasks.append(asyncio.create_task(self._publish(p, client)))
 
@@ -121,7 +126,7 @@ class Workload:
         """Stop publishing, read every log back, let subscribers catch up, close."""
         await self.stop_publishing()
         log.info("publishing stopped: %d acknowledged", self.history.acked_count)
-        reader = HedwigClient(self.hubs, retry=self.retry)
+        reader = HedwigClient(self.hubs, retry=self.retry, security=self.security)
         try:
             for topic in self.topics:
                 self.history.log[topic] = await read_all(reader, topic)

@@ -18,6 +18,7 @@ from hedwig.client import HedwigClient, RetryPolicy
 from hedwig.devcluster.cluster import DevCluster
 from hedwig.errors import DeadlineExceededError
 from hedwig.metadata import open_store
+from hedwig.security import ClientSecurity
 from tests.cluster_helpers import eventually, owner_of
 from tests.failure.history import Workload, check
 
@@ -202,3 +203,51 @@ async def test_publishing_goes_on_through_a_zookeeper_outage(cluster: DevCluster
     await asyncio.sleep(SESSION + 2)
     history = await work.finish()
     check(history)
+
+
+# The same faults on a secured cluster: TLS, ACLs, and every storage write and recovery
+# going over the hubs' internal listeners (mutual TLS), found through their alive records.
+
+
+@pytest.fixture
+def secure_cluster() -> Iterator[DevCluster]:
+    with DevCluster(
+        hubs=3, region="faults-secure", session_timeout_s=SESSION, replication="3/3/2", secure=True
+    ) as c:
+        yield c
+
+
+def admin(cluster: DevCluster) -> ClientSecurity:
+    assert cluster.security is not None
+    env = cluster.security.client_env()
+    return ClientSecurity.build(
+        tls_ca=env["HEDWIG_TLS_CA"], cert=env["HEDWIG_CERT"], key=env["HEDWIG_KEY"]
+    )
+
+
+async def run_secure(cluster: DevCluster, fault: object, *, after: float) -> None:
+    work = Workload(cluster.addresses, TOPICS, security=admin(cluster))
+    await work.start()
+    await asyncio.sleep(2.0)
+    acked_before = work.history.acked_count
+    assert acked_before > 0
+    await fault()  # type: ignore[operator]
+    await asyncio.sleep(after)
+    history = await work.finish()
+    assert history.acked_count > acked_before, "publishing did not resume after the fault"
+    check(history)
+
+
+async def test_secure_kill9_owner_under_load(secure_cluster: DevCluster) -> None:
+    async def fault() -> None:
+        secure_cluster.hub_at(await victim_owner(secure_cluster)).kill()
+
+    await run_secure(secure_cluster, fault, after=SESSION + 4)
+
+
+async def test_secure_kill9_storage_replica_under_load(secure_cluster: DevCluster) -> None:
+    async def fault() -> None:
+        owner = await victim_owner(secure_cluster)
+        next(h for h in secure_cluster.hub_procs if h.address != owner).kill()
+
+    await run_secure(secure_cluster, fault, after=SESSION + 3)

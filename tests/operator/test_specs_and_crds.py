@@ -215,13 +215,17 @@ def test_shipped_rbac_covers_what_the_operator_writes() -> None:
         group = child["apiVersion"].rpartition("/")[0]
         for verb in ("get", "create", "patch"):  # server-side apply creates or patches
             assert allowed(group, PLURALS[child["kind"]], verb), (child["kind"], verb)
-    for plural in (resources.POOL_PLURAL, resources.TOPIC_PLURAL):
+    for plural in (resources.POOL_PLURAL, resources.TOPIC_PLURAL, resources.USER_PLURAL):
         for verb in ("get", "list", "watch", "patch"):
             assert allowed(resources.GROUP, plural, verb)
         assert allowed(resources.GROUP, f"{plural}/status", "patch")
     assert allowed("", "events", "create")
-    # Nothing the operator does not need: no deletes, no secrets, no wildcards.
+    # A secured pool's CAs and certificates are Secrets it makes and reads back.
+    for verb in ("get", "create", "patch"):
+        assert allowed("", "secrets", verb)
+    # Nothing the operator does not need: no deletes, no listing secrets, no wildcards.
     for rule in role["rules"]:
         assert "delete" not in rule["verbs"]
         assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"]
-        assert "secrets" not in rule["resources"]
+        if "secrets" in rule["resources"]:
+            assert "list" not in rule["verbs"] and "watch" not in rule["verbs"]

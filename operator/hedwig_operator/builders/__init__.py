@@ -25,13 +25,15 @@ from hedwig_operator.builders.statefulset import build_statefulset
 from hedwig_operator.specs import PoolSpec
 
 
-def build_pool_children(pool: PoolSpec) -> list[dict[str, Any]]:
-    """Every object a HubPool owns, in the order they are applied (config before pods)."""
+def build_pool_children(pool: PoolSpec, operator_principal: str = "") -> list[dict[str, Any]]:
+    """Every object a HubPool owns, in the order they are applied (config before pods);
+    ``operator_principal`` is a super-user of a secured pool. (A secured pool's Secrets hold
+    generated keys: ``hedwig_operator.security`` makes them.)"""
     return [
-        build_configmap(pool),
+        build_configmap(pool, operator_principal),
         build_headless_service(pool),
         build_client_service(pool),
-        build_statefulset(pool),
+        build_statefulset(pool, operator_principal),
         build_pdb(pool),
     ]
 

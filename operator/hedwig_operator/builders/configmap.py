@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from hedwig_operator.builders.labels import child_metadata, configmap_name
+from hedwig_operator.builders.security import security_environment
 from hedwig_operator.resources import DATA_DIR, HUB_PORT, METRICS_PORT
 from hedwig_operator.specs import PoolSpec
 
@@ -20,8 +21,10 @@ def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else str(value)
 
 
-def hub_environment(pool: PoolSpec) -> dict[str, str]:
-    """The settings shared by every hub of the pool (the advertised address is per pod)."""
+def hub_environment(pool: PoolSpec, operator_principal: str = "") -> dict[str, str]:
+    """The settings shared by every hub of the pool (the advertised address is per pod);
+    with ``spec.security``, TLS, authentication and ACLs with ``operator_principal`` (the
+    operator's own) as a super-user."""
     env = {
         "HEDWIG_ZK": pool.zk_connect,
         "HEDWIG_REGION": pool.region,
@@ -41,6 +44,7 @@ def hub_environment(pool: PoolSpec) -> dict[str, str]:
         env["HEDWIG_REPLICATION"] = f"{r.ensemble}/{r.write_quorum}/{r.ack_quorum}"
     if pool.max_message_size is not None:
         env["HEDWIG_MAX_MESSAGE_SIZE"] = str(pool.max_message_size)
+    env.update(security_environment(pool, operator_principal))
     return env
 
 
@@ -48,10 +52,10 @@ def config_hash(data: dict[str, str]) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def build_configmap(pool: PoolSpec) -> dict[str, Any]:
+def build_configmap(pool: PoolSpec, operator_principal: str = "") -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": child_metadata(pool, configmap_name(pool)),
-        "data": hub_environment(pool),
+        "data": hub_environment(pool, operator_principal),
     }

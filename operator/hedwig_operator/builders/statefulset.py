@@ -33,10 +33,12 @@ from hedwig_operator.builders.labels import (
     selector_labels,
     statefulset_name,
 )
+from hedwig_operator.builders.security import security_mounts, security_volumes
 from hedwig_operator.resources import (
     ANNOTATION_CONFIG_HASH,
     DATA_DIR,
     HUB_PORT,
+    INTERNAL_PORT,
     METRICS_PORT,
 )
 from hedwig_operator.specs import PoolSpec
@@ -46,7 +48,8 @@ VOLUME_NAME = "data"
 
 
 def _container(pool: PoolSpec) -> dict[str, Any]:
-    advertise = f"$(POD_NAME).{headless_service_name(pool)}.{pool.namespace}.svc:{HUB_PORT}"
+    pod_host = f"$(POD_NAME).{headless_service_name(pool)}.{pool.namespace}.svc"
+    advertise = f"{pod_host}:{HUB_PORT}"
     container: dict[str, Any] = {
         "name": "hub",
         "image": pool.image,
@@ -91,6 +94,7 @@ def _container(pool: PoolSpec) -> dict[str, Any]:
         "volumeMounts": [
             {"name": VOLUME_NAME, "mountPath": DATA_DIR},
             {"name": "tmp", "mountPath": "/tmp"},
+            *security_mounts(pool),
         ],
         "securityContext": {
             "allowPrivilegeEscalation": False,
@@ -98,6 +102,14 @@ def _container(pool: PoolSpec) -> dict[str, Any]:
             "capabilities": {"drop": ["ALL"]},
         },
     }
+    if pool.security.enabled:
+        # Hub-to-hub requests (storage, claims) go to the internal listener, mutual TLS.
+        container["env"].append(
+            {"name": "HEDWIG_INTERNAL_ADVERTISE", "value": f"{pod_host}:{INTERNAL_PORT}"}
+        )
+        container["ports"].append(
+            {"name": "internal", "containerPort": INTERNAL_PORT, "protocol": "TCP"}
+        )
     if pool.image_pull_policy:
         container["imagePullPolicy"] = pool.image_pull_policy
     if pool.resources:
@@ -120,7 +132,7 @@ def _volume_claim_template(pool: PoolSpec) -> dict[str, Any]:
     }
 
 
-def build_statefulset(pool: PoolSpec) -> dict[str, Any]:
+def build_statefulset(pool: PoolSpec, operator_principal: str = "") -> dict[str, Any]:
     labels = pool_labels(pool, with_version=True)
     return {
         "apiVersion": "apps/v1",
@@ -140,7 +152,9 @@ def build_statefulset(pool: PoolSpec) -> dict[str, Any]:
                 "metadata": {
                     "labels": labels,
                     "annotations": {
-                        ANNOTATION_CONFIG_HASH: config_hash(build_configmap(pool)["data"]),
+                        ANNOTATION_CONFIG_HASH: config_hash(
+                            build_configmap(pool, operator_principal)["data"]
+                        ),
                     },
                 },
                 "spec": {
@@ -162,7 +176,7 @@ def build_statefulset(pool: PoolSpec) -> dict[str, Any]:
                     ],
                     "containers": [_container(pool)],
                     # The root filesystem is read-only; Python and the hub may still want /tmp.
-                    "volumes": [{"name": "tmp", "emptyDir": {}}],
+                    "volumes": [{"name": "tmp", "emptyDir": {}}, *security_volumes(pool)],
                 },
             },
             "volumeClaimTemplates": [_volume_claim_template(pool)],

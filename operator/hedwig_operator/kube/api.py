@@ -16,6 +16,8 @@ PLURALS: dict[str, str] = {
     "Pod": "pods",
     "HubPool": "hubpools",
     "Topic": "topics",
+    "HedwigUser": "hedwigusers",
+    "Secret": "secrets",
 }
 
 

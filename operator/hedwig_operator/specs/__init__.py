@@ -12,20 +12,26 @@ from hedwig_operator.specs.pool import (
     PrometheusSpec,
     RebalancingSpec,
     ScaleDownSpec,
+    SecuritySpec,
     StorageSpec,
     parse_pool,
 )
 from hedwig_operator.specs.topic import DeletionPolicy, TopicSpec, parse_topic
+from hedwig_operator.specs.user import AuthenticationType, UserSpec, parse_user
 
 __all__ = [
+    "AuthenticationType",
     "DeletionPolicy",
     "PoolSpec",
     "PrometheusSpec",
     "RebalancingSpec",
     "ScaleDownSpec",
+    "SecuritySpec",
     "SpecError",
     "StorageSpec",
     "TopicSpec",
+    "UserSpec",
     "parse_pool",
     "parse_topic",
+    "parse_user",
 ]

@@ -113,6 +113,31 @@ class RebalancingSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class SecuritySpec:
+    """``spec.security``: TLS on both listeners, authentication, ACLs, protected znodes.
+
+    The operator keeps the pool's CAs and certificates in Secrets (``<pool>-ca``,
+    ``<pool>-clients-ca``, ``<pool>-hub-tls``) and a ZooKeeper digest in
+    ``<pool>-zookeeper``; ``docs/security.md`` describes what each protects.
+    """
+
+    enabled: bool = False
+    # The audience a ServiceAccount token must be for, and the cluster's issuer (what the
+    # API server's --service-account-issuer says).
+    audience: str = "hedwig"
+    service_account_issuer: str = "https://kubernetes.default.svc.cluster.local"
+    # Where the hubs read the issuer's discovery document (the API server, with the pod's
+    # CA and token); jwks_url skips discovery.
+    api_server: str = "https://kubernetes.default.svc"
+    jwks_url: str | None = None
+    # Principals allowed everything besides the operator's own.
+    super_users: tuple[str, ...] = ()
+    # Certificates the operator issues are valid this long, and renewed this long before.
+    certificate_days: int = 90
+    renew_before_days: int = 30
+
+
+@dataclass(frozen=True, slots=True)
 class PoolSpec:
     """A HubPool, identified by namespace and name, with its spec and what the handlers need
     from its metadata (uid for owner references, generation, the pause annotation)."""
@@ -136,6 +161,7 @@ class PoolSpec:
     pre_stop_sleep_s: int = DEFAULT_PRE_STOP_SLEEP_S
     rebalancing: RebalancingSpec = field(default_factory=RebalancingSpec)
     paused_by_annotation: bool = False
+    security: SecuritySpec = field(default_factory=SecuritySpec)
 
     @property
     def region(self) -> str:
@@ -213,6 +239,28 @@ def _storage(raw: Raw) -> StorageSpec:
     )
 
 
+def parse_security(raw: Raw, path: str = "spec.security") -> SecuritySpec:
+    d = SecuritySpec()
+    users = raw.get("superUsers") or []
+    if not isinstance(users, list) or not all(isinstance(u, str) for u in users):
+        raise SpecError(f"{path}.superUsers", "must be a list of principals")
+    days = int_or(raw, "certificateDays", path, d.certificate_days, minimum=2)
+    renew = int_or(raw, "renewBeforeDays", path, d.renew_before_days, minimum=1)
+    if renew >= days:
+        raise SpecError(f"{path}.renewBeforeDays", "must be less than certificateDays")
+    return SecuritySpec(
+        enabled=bool_or(raw, "enabled", path, d.enabled),
+        audience=opt_str(raw, "audience", path) or d.audience,
+        service_account_issuer=opt_str(raw, "serviceAccountIssuer", path)
+        or d.service_account_issuer,
+        api_server=opt_str(raw, "apiServer", path) or d.api_server,
+        jwks_url=opt_str(raw, "jwksUrl", path),
+        super_users=tuple(users),
+        certificate_days=days,
+        renew_before_days=renew,
+    )
+
+
 def parse_pool(body: Raw) -> PoolSpec:
     """A HubPool object (as the API server returns it) to a ``PoolSpec``."""
     meta = section(body, "metadata", "")
@@ -248,6 +296,7 @@ def parse_pool(body: Raw) -> PoolSpec:
             spec, "preStopSleepSeconds", "spec", DEFAULT_PRE_STOP_SLEEP_S, minimum=0
         ),
         rebalancing=rebalancing,
+        security=parse_security(section(spec, "security", "spec")),
         paused_by_annotation=str(annotations.get(ANNOTATION_REBALANCE_PAUSED, "")).lower()
         == "true",
     )

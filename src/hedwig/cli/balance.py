@@ -10,8 +10,10 @@ from dataclasses import asdict, replace
 from hedwig.cli.common import (
     add_hub_options,
     add_json_option,
+    add_security_options,
     add_zk_options,
     alive_hubs,
+    client_security,
     report,
     resolve_hubs,
     resolve_zk,
@@ -21,6 +23,7 @@ from hedwig.client import HedwigClient
 from hedwig.errors import HedwigError
 from hedwig.metadata import open_store
 from hedwig.placement.rebalance import Move, RebalanceConfig, Rebalancer
+from hedwig.security import ClientSecurity
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -32,6 +35,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     p = sub.add_parser("rebalance", help="propose (--dry-run) or apply topic moves by the policy")
     add_zk_options(p)
+    add_security_options(p)
     p.add_argument("--dry-run", action="store_true", help="print the moves, change nothing")
     p.add_argument("--margin", type=float, default=0.2, help="overload margin over the mean")
     p.add_argument("--max-moves", type=int, default=10)
@@ -45,7 +49,7 @@ def run_move(args: argparse.Namespace) -> int:
         hubs = resolve_hubs(args)
 
         async def go() -> None:
-            async with HedwigClient(hubs) as client:
+            async with HedwigClient(hubs, security=client_security(args)) as client:
                 await client.move_topic(args.topic, args.to, reason="moved by hand")
 
         asyncio.run(go())
@@ -62,6 +66,7 @@ async def plan_and_apply(
     *,
     dry_run: bool,
     progress: Progress | None = None,
+    security: ClientSecurity | None = None,
 ) -> list[Move]:
     store = open_store(zk, region=region)
     await store.start()
@@ -72,7 +77,7 @@ async def plan_and_apply(
     # A one-off run has no history to confirm with: it acts on what the reports show now.
     moves = Rebalancer(replace(config, confirmations=1)).plan(hubs)
     if not dry_run and moves:
-        async with HedwigClient(await alive_hubs(zk, region)) as client:
+        async with HedwigClient(await alive_hubs(zk, region), security=security) as client:
             for i, m in enumerate(moves, 1):
                 if progress is not None:
                     progress.show(
@@ -94,7 +99,14 @@ def run_rebalance(args: argparse.Namespace) -> int:
     try:
         zk = resolve_zk(args)
         moves = asyncio.run(
-            plan_and_apply(zk, args.region, config, dry_run=args.dry_run, progress=Progress())
+            plan_and_apply(
+                zk,
+                args.region,
+                config,
+                dry_run=args.dry_run,
+                progress=Progress(),
+                security=client_security(args),
+            )
         )
     except HedwigError as exc:
         return report("rebalance", exc)

@@ -24,7 +24,7 @@ import time
 from collections import deque
 from typing import Any
 
-from hedwig.cli.common import add_hub_options, resolve_hubs
+from hedwig.cli.common import add_hub_options, client_security, resolve_hubs
 from hedwig.client import HedwigClient, PublishResult
 from hedwig.devcluster.cluster import DevCluster
 from hedwig.errors import HedwigError
@@ -45,6 +45,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--batch", type=int, default=2000, help="messages per batch at most")
     p.add_argument("--subscribe", action="store_true", help="also measure delivery to a subscriber")
     p.add_argument("--warmup", type=int, default=20_000, help="messages before measuring")
+    p.add_argument(
+        "--secure",
+        action="store_true",
+        help="with --embedded: TLS, authentication and ACLs on (as hedwig dev up --secure)",
+    )
     p.set_defaults(func=run_bench)
 
 
@@ -168,7 +173,10 @@ async def _bench(hubs: list[str], args: argparse.Namespace) -> dict[str, Any]:
     topic = args.topic or f"bench-{int(time.time() * 1000)}"
     result: dict[str, Any] = {"topic": topic, "size": args.size, "hubs": hubs}
     async with HedwigClient(
-        hubs, max_inflight_batches=args.inflight, max_batch_messages=args.batch
+        hubs,
+        max_inflight_batches=args.inflight,
+        max_batch_messages=args.batch,
+        security=client_security(args),
     ) as client:
         sub_task = None
         received = 0
@@ -227,8 +235,16 @@ def run_bench(args: argparse.Namespace) -> int:
     cluster = None
     try:
         if args.embedded:
-            cluster = DevCluster(hubs=args.hubs, region="bench").start()
+            cluster = DevCluster(hubs=args.hubs, region="bench", secure=args.secure).start()
             hubs = cluster.addresses
+            if cluster.security is not None:
+                # The benchmark's client is the dev cluster's super-user.
+                env = cluster.security.client_env()
+                args.tls_ca, args.cert, args.cert_key = (
+                    env["HEDWIG_TLS_CA"],
+                    env["HEDWIG_CERT"],
+                    env["HEDWIG_KEY"],
+                )
         else:
             hubs = resolve_hubs(args)
         install_uvloop()

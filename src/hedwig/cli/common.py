@@ -32,6 +32,7 @@ from hedwig.errors import (
     UsageError,
 )
 from hedwig.metadata import open_store
+from hedwig.security.credentials import POD_TOKEN_FILE, ClientSecurity
 
 # The one region default of every component (hubs, commands, the Spark source, the operator).
 DEFAULT_REGION = "default"
@@ -61,6 +62,35 @@ def add_hub_options(p: argparse.ArgumentParser) -> None:
         help="any hub's HOST:PORT, comma-separated for several (env HEDWIG_HUB)",
     )
     add_zk_options(p)
+    add_security_options(p)
+
+
+def add_security_options(p: argparse.ArgumentParser) -> None:
+    """TLS and credentials for reaching secured hubs (docs/security.md)."""
+    g = p.add_argument_group(
+        "security",
+        "Each option can also be set as HEDWIG_TLS, HEDWIG_TLS_CA, HEDWIG_CERT, HEDWIG_KEY (for "
+        "--cert-key) or "
+        "HEDWIG_TOKEN_FILE; inside a pod the projected token at "
+        f"{POD_TOKEN_FILE} is used when no token is named.",
+    )
+    g.add_argument("--tls", action="store_true", default=None, help="connect with TLS")
+    g.add_argument("--tls-ca", help="CA certificates (PEM) the hubs' certificates come from")
+    g.add_argument("--cert", help="client certificate (PEM): authenticate with it")
+    # Not --key: that is a message's key (hedwig pub --key).
+    g.add_argument("--cert-key", dest="cert_key", help="the client certificate's private key (PEM)")
+    g.add_argument("--token-file", help="a token (JWT, e.g. a ServiceAccount token) to present")
+
+
+def client_security(args: argparse.Namespace) -> ClientSecurity:
+    """The command's TLS and credentials, from its options, else ``HEDWIG_*`` variables."""
+    return ClientSecurity.from_env(
+        tls=getattr(args, "tls", None),
+        tls_ca=getattr(args, "tls_ca", None),
+        cert=getattr(args, "cert", None),
+        key=getattr(args, "cert_key", None),
+        token_file=getattr(args, "token_file", None),
+    )
 
 
 def add_zk_options(p: argparse.ArgumentParser) -> None:

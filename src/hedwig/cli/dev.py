@@ -45,6 +45,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     up.add_argument("--zk-session-timeout", type=float, default=6.0)
     up.add_argument(
+        "--secure",
+        action="store_true",
+        help="TLS, authentication and ACLs with a throwaway CA and credentials (printed)",
+    )
+    up.add_argument(
         "--replication",
         default=None,
         help="ENSEMBLE/WRITE_QUORUM/ACK_QUORUM (default 3/3/2 with 3 hubs or more, else N/N/N)",
@@ -122,6 +127,7 @@ def run_up(args: argparse.Namespace) -> int:
         replication=args.replication,
         zk_port=zk_port,
         hub_ports=hub_ports,
+        secure=args.secure,
     )
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -138,6 +144,14 @@ def run_up(args: argparse.Namespace) -> int:
         write_state(state_path, describe(cluster))
         control.start()
         _print_endpoints(cluster, state_path)
+        if cluster.security is not None:
+            d = cluster.security.directory
+            print(
+                f"SECURE credentials in {d}: '. {d}/env' makes hedwig commands act as the "
+                f"super-user admin ({d}/admin.crt); {d}/alice.crt has no ACLs until "
+                "'hedwig acl add'",
+                flush=True,
+            )
         print(f"READY hubs={','.join(cluster.addresses)} zk={cluster.zk}", flush=True)
         known_dead: set[str] = set()
         while not done.wait(0.5) and not control.shutdown_requested.is_set():

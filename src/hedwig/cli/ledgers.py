@@ -4,16 +4,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import ssl
 from typing import Any
 
 from hedwig.cli.common import add_json_option, add_zk_options, report, resolve_zk
 from hedwig.cli.output import emit
-from hedwig.errors import HedwigError
+from hedwig.clock import SystemClock
+from hedwig.errors import ConnectionLostError, HedwigError
 from hedwig.hub.config import parse_replication
+from hedwig.hub.peers import PeerDirectory
 from hedwig.ledger.auditor import inspect
 from hedwig.ledger.replicas import RemoteReplicas
 from hedwig.metadata import open_store
 from hedwig.metadata.records import LedgerState
+from hedwig.net.transport import TCP, TcpNetwork
+from hedwig.security.tls import client_context
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -26,12 +32,43 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="the region default the hubs run with (topics may override it); default 3/3/2",
     )
     add_json_option(p)
+    g = p.add_argument_group(
+        "secured regions",
+        "Replicas of hubs with an internal listener are asked there, as a hub would: with a "
+        "certificate from the region's hub CA (also HEDWIG_INTERNAL_CA, HEDWIG_INTERNAL_CERT, "
+        "HEDWIG_INTERNAL_KEY, the hubs' own variables).",
+    )
+    g.add_argument("--hub-ca", help="the region's hub CA (PEM)")
+    g.add_argument("--hub-cert", help="a certificate from it (PEM)")
+    g.add_argument("--hub-key", help="its key (PEM)")
     p.set_defaults(func=run_ledgers)
 
 
-async def collect(zk: str, region: str, default_size: int) -> list[dict[str, Any]]:
+def internal_tls(args: argparse.Namespace) -> ssl.SSLContext | None:
+    ca = args.hub_ca or os.environ.get("HEDWIG_INTERNAL_CA")
+    cert = args.hub_cert or os.environ.get("HEDWIG_INTERNAL_CERT")
+    key = args.hub_key or os.environ.get("HEDWIG_INTERNAL_KEY")
+    if not (ca or cert):
+        return None
+    return client_context(ca, cert=cert, key=key)
+
+
+async def collect(
+    zk: str, region: str, default_size: int, tls: ssl.SSLContext | None = None
+) -> list[dict[str, Any]]:
     store = open_store(zk, region=region)
-    replicas = RemoteReplicas()
+    peers = PeerDirectory(store, SystemClock())
+
+    async def storage_address(address: str) -> str:
+        # A hub's internal listener if it publishes one, else (security off) its address.
+        try:
+            return await peers.internal_address(address)
+        except ConnectionLostError:
+            return address
+
+    replicas = RemoteReplicas(
+        network=TcpNetwork(client_tls=tls) if tls is not None else TCP, resolve=storage_address
+    )
     await store.start()
     try:
         alive = {h.address for h in await store.hubs.list_hubs() if h.alive}
@@ -76,7 +113,7 @@ async def collect(zk: str, region: str, default_size: int) -> list[dict[str, Any
 def run_ledgers(args: argparse.Namespace) -> int:
     try:
         size = parse_replication(args.replication).ensemble
-        rows = asyncio.run(collect(resolve_zk(args), args.region, size))
+        rows = asyncio.run(collect(resolve_zk(args), args.region, size, internal_tls(args)))
     except HedwigError as exc:
         return report("ledgers", exc)
     if args.under_replicated:

@@ -9,7 +9,13 @@ import asyncio
 import json
 import time
 
-from hedwig.cli.common import add_hub_options, add_json_option, report, resolve_hubs
+from hedwig.cli.common import (
+    add_hub_options,
+    add_json_option,
+    client_security,
+    report,
+    resolve_hubs,
+)
 from hedwig.cli.output import emit
 from hedwig.client import HedwigClient
 from hedwig.errors import HedwigError
@@ -72,7 +78,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _client(args: argparse.Namespace) -> HedwigClient:
-    return HedwigClient(resolve_hubs(args))
+    return HedwigClient(resolve_hubs(args), security=client_security(args))
 
 
 def run_topic_describe(args: argparse.Namespace) -> int:

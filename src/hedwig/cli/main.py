@@ -13,6 +13,7 @@ import sys
 
 from hedwig import __version__
 from hedwig.cli import (
+    acl,
     admin,
     balance,
     bench,
@@ -47,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.register(commands)
     balance.register(commands)
     ledgers.register(commands)
+    acl.register(commands)
     return parser
 
 

@@ -21,7 +21,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator
 
-from hedwig.cli.common import add_hub_options, report, resolve_hubs
+from hedwig.cli.common import add_hub_options, client_security, report, resolve_hubs
 from hedwig.cli.output import Progress, rate
 from hedwig.client import HedwigClient, PublishResult, RetryPolicy
 from hedwig.errors import HedwigError, UsageError
@@ -160,6 +160,7 @@ class Publisher:
                 retry=retry,
                 wait_for_hubs=args.wait_for_hubs,
                 on_wait=self._waiting,
+                security=client_security(args),
             ) as client:
                 await self._publish_all(client, start)
                 await self._settle(block=True, room=0)

@@ -42,6 +42,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="store_true",
         help="drain even the last alive hub (its topics then wait for a hub to come back)",
     )
+    p.add_argument(
+        "--token-file", help="a cluster admin's token (needed unless the hub is on this machine)"
+    )
     p.set_defaults(func=run_drain)
 
     p = sub.add_parser(
@@ -71,13 +74,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def run_drain(args: argparse.Namespace) -> int:
     base = f"http://{args.host}:{args.metrics_port}"
     url = f"{base}/drain" + ("?force=1" if args.force else "")
+    headers = {}
+    if args.token_file:
+        # From another machine a hub drains only for a cluster admin's token.
+        with open(args.token_file) as f:
+            headers["Authorization"] = f"Bearer {f.read().strip()}"
     answer: list[str] = []
     failure: list[str] = []
 
     def drain() -> None:
         try:
             with urllib.request.urlopen(
-                urllib.request.Request(url, method="POST"), timeout=args.timeout
+                urllib.request.Request(url, method="POST", headers=headers), timeout=args.timeout
             ) as r:
                 answer.append(r.read().decode().strip())
         except urllib.error.HTTPError as exc:

@@ -17,7 +17,7 @@ import json
 import sys
 from typing import Any
 
-from hedwig.cli.common import add_hub_options, report, resolve_hubs
+from hedwig.cli.common import add_hub_options, client_security, report, resolve_hubs
 from hedwig.client import DeliveredMessage, HedwigClient, SubscribeMode
 from hedwig.errors import DeadlineExceededError, HedwigError, UsageError
 
@@ -127,7 +127,7 @@ def _json_bytes(b: bytes | None) -> str | None:
 
 async def _sub(hubs: list[str], args: argparse.Namespace, fields: list[str]) -> int:
     received = 0
-    async with HedwigClient(hubs) as client:
+    async with HedwigClient(hubs, security=client_security(args)) as client:
         sub = await client.subscribe(
             args.topic, args.subscriber, mode=MODES[args.mode], message_window=args.window
         )
@@ -155,7 +155,7 @@ async def _peek(hubs: list[str], args: argparse.Namespace, fields: list[str]) ->
     printed = 0
     seq = max(0, args.from_seq)
     waited = 0.0
-    async with HedwigClient(hubs) as client:
+    async with HedwigClient(hubs, security=client_security(args)) as client:
         while args.count is None or printed < args.count:
             answer = await client.read(args.topic, seq, max_messages=1000)
             got = False

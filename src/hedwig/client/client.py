@@ -25,7 +25,7 @@ from hedwig.client.subscriber import Subscriber
 from hedwig.clock import Clock, SystemClock
 from hedwig.errors import HedwigError, MessageTooLargeError, UsageError
 from hedwig.net.connection import CONNECT_TIMEOUT_S, HubConnection
-from hedwig.net.transport import TCP, Network, split_address
+from hedwig.net.transport import TCP, Network, TcpNetwork, split_address
 from hedwig.protocol import (
     DeleteTopic,
     Deliver,
@@ -52,6 +52,7 @@ from hedwig.protocol import (
 )
 from hedwig.protocol.messages import NO_HEADERS, NO_KEY_BYTES
 from hedwig.protocol.wire import U32 as _U32
+from hedwig.security.credentials import ClientSecurity
 
 
 class HedwigClient:
@@ -81,7 +82,11 @@ class HedwigClient:
         # Called (topic, error, seconds so far) whenever a request waits to be retried.
         on_wait: Callable[[str, HedwigError, float], None] | None = None,
         clock: Clock | None = None,
-        network: Network = TCP,
+        network: Network | None = None,
+        # TLS and credentials (``ClientSecurity.from_env()`` reads HEDWIG_* variables and finds
+        # a pod's projected token). None: plaintext and anonymous, which only a hub with
+        # security off accepts.
+        security: ClientSecurity | None = None,
     ) -> None:
         given = [hubs] if isinstance(hubs, str) else list(hubs)
         addresses = [a.strip() for h in given for a in h.split(",") if a.strip()]
@@ -98,6 +103,17 @@ class HedwigClient:
         self.max_message_size = max_message_size
         self.retry = retry or RetryPolicy()
         self.clock = clock or SystemClock()
+        self.security = security or ClientSecurity()
+        if network is None:
+            reload = self.security.reload
+            network = (
+                TcpNetwork(
+                    client_tls=self.security.tls,
+                    before_connect=reload.reload_if_changed if reload else None,
+                )
+                if self.security.tls
+                else TCP
+            )
         self.router = Router(
             addresses,
             retry=self.retry,
@@ -109,6 +125,7 @@ class HedwigClient:
             on_close=self._on_close,
             wait_for_hubs=wait_for_hubs,
             on_wait=on_wait,
+            credentials=self.security.credentials,
         )
         self._publishers: dict[str, TopicPublisher] = {}
         self._subscribers: dict[tuple[str, str], Subscriber] = {}

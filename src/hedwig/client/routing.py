@@ -37,6 +37,7 @@ from hedwig.errors import (
 from hedwig.net.connection import HubConnection
 from hedwig.net.transport import Network
 from hedwig.protocol import Event, Reply, Request, TopicMoved
+from hedwig.security.credentials import Credentials
 
 # Redirects followed for one attempt before backing off (a topic whose owner keeps changing).
 MAX_REDIRECTS = 3
@@ -65,11 +66,14 @@ class Router:
         on_close: Callable[[HubConnection], None],
         wait_for_hubs: bool = False,
         on_wait: Callable[[str, HedwigError, float], None] | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
         self.wait_for_hubs = wait_for_hubs
         # Told (topic, why, seconds waited so far) before each backoff: tools show transient
         # waits instead of hanging in silence.
         self.on_wait = on_wait
+        # Each new connection authenticates with these (None: a certificate, or anonymous).
+        self.credentials = credentials
         self.hubs = list(hubs)
         self.retry = retry
         self.request_timeout_s = request_timeout_s
@@ -103,6 +107,7 @@ class Router:
                 self._event,
                 self._closed,
                 network=self.network,
+                credentials=self.credentials,
                 clock=self.clock,
                 timeout=self.connect_timeout_s,
             )

@@ -25,6 +25,7 @@ from hedwig.client.retry import Backoff
 from hedwig.client.routing import Router
 from hedwig.errors import (
     DeadlineExceededError,
+    ForbiddenError,
     HedwigError,
     NoSuchSubscriptionError,
     NoSuchTopicError,
@@ -169,7 +170,8 @@ class Subscriber:
         if event.code.resubscribe:
             self._lost(f"closed by hub: {event.reason}")
             return
-        # Someone else took the subscription over, deleted it or its topic, on purpose: stop.
+        # Someone else took the subscription over, deleted it or its topic, on purpose, or the
+        # permission to subscribe was revoked: stop.
         self._conn = None
         if not self._closed:
             error: HedwigError
@@ -179,6 +181,8 @@ class Subscriber:
                 error = NoSuchSubscriptionError(
                     f"subscription {self.name!r} was deleted: {event.reason}"
                 )
+            elif event.code is CloseReason.ACCESS_REVOKED:
+                error = ForbiddenError(f"closed by hub: {event.reason}", topic=self.topic)
             else:
                 error = SubscriptionBusyError(f"closed by hub: {event.reason}")
             self.error = error

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hedwig.devcluster.hosts import LOOPBACK, Host
+from hedwig.devcluster.security import DevSecurity
 from hedwig.devcluster.zookeeper import ZooKeeperServer, free_port
 from hedwig.errors import HedwigError
 
@@ -36,6 +37,8 @@ class HubProcess:
     env: dict[str, str] = field(default_factory=dict)
     # Where it runs (default: this machine's loopback); see ``hosts.py``.
     host: Host = LOOPBACK
+    # The internal (hub-to-hub) listener's port; 0: none (security off).
+    internal_port: int = 0
     proc: subprocess.Popen[bytes] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
@@ -77,6 +80,11 @@ class HubProcess:
             self.host.address,
             "--zk-session-timeout",
             str(self.session_timeout_s),
+            *(
+                ["--internal-listen", f"{self.host.address}:{self.internal_port}"]
+                if self.internal_port
+                else []
+            ),
             *self.extra_args,
         ]
         log = open(self.log_path, "ab")  # noqa: SIM115
@@ -174,6 +182,10 @@ class DevCluster:
     # Where ZooKeeper and hub i run (default: loopback), e.g. each in a network namespace.
     zk_host: Host = LOOPBACK
     hub_hosts: list[Host] = field(default_factory=list)
+    # TLS, authentication, ACLs, an internal listener per hub and protected znodes, with
+    # throwaway credentials under BASE/security (``DevSecurity``).
+    secure: bool = False
+    security: DevSecurity | None = field(default=None, init=False)
     zk_server: ZooKeeperServer | None = field(default=None, init=False)
     hub_procs: list[HubProcess] = field(default_factory=list, init=False)
     _tmp: tempfile.TemporaryDirectory[str] | None = field(default=None, init=False)
@@ -198,6 +210,8 @@ class DevCluster:
         if self.base_dir is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="hedwig-dev-")
             self.base_dir = self._tmp.name
+        if self.secure:
+            self.security = DevSecurity.create(os.path.join(self.base_dir, "security"))
         self.zk_server = ZooKeeperServer(
             port=self.zk_port if port_free(self.zk_port) else 0,
             data_dir=os.path.join(self.base_dir, "zk"),
@@ -228,6 +242,8 @@ class DevCluster:
             metrics_port=metrics if port_free(metrics) else 0,
             session_timeout_s=self.session_timeout_s,
             host=host,
+            env=self.security.hub_env() if self.security else {},
+            internal_port=free_port() if self.security else 0,
             extra_args=[
                 "--replication",
                 self.replication_setting,

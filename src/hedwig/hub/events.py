@@ -79,6 +79,11 @@ class HubEvents(Protocol):
         """The metadata session changed state (``LOST``: it expired)."""
         ...
 
+    def denied(self, op: str, reason: str) -> None:
+        """A request (or a connection, op ``connect``) was refused by the trust boundary:
+        ``reason`` is a bounded category (``hedwig.hub.access.DENIAL_REASONS``)."""
+        ...
+
 
 class NoEvents:
     """Events nobody listens to (a hub part used on its own, in a test or a tool)."""
@@ -117,4 +122,7 @@ class NoEvents:
         return None
 
     def session_changed(self, state: SessionState) -> None:
+        return None
+
+    def denied(self, op: str, reason: str) -> None:
         return None

@@ -1,7 +1,10 @@
 """``/metrics``, ``/healthz`` and ``/readyz`` on a small asyncio HTTP server.
 
 Readiness means: registered in ZooKeeper and serving; liveness means the event loop answers.
-Kubernetes uses them for the StatefulSet's probes.
+Kubernetes uses them for the StatefulSet's probes. They are read-only and open to anyone who
+can reach the port. ``POST /drain`` changes things: it is served only when ``drain_allowed``
+says so for the caller (the hub allows its own machine, for a preStop hook, and an
+``Authorization: Bearer`` token whose principal may administer the cluster); others get 403.
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ class HealthServer:
         *,
         before_scrape: Callable[[], None] | None = None,
         drain: Callable[[bool], Awaitable[int]] | None = None,
+        drain_allowed: Callable[[str, str | None], Awaitable[bool]] | None = None,
     ) -> None:
+        self._drain_allowed = drain_allowed
         self._registry = registry
         self._ready = ready
         self._before_scrape = before_scrape
@@ -42,13 +47,38 @@ class HealthServer:
             self._server.close()
             await self._server.wait_closed()
 
+    async def _may_drain(self, writer: asyncio.StreamWriter, request: bytes) -> bool:
+        if self._drain_allowed is None:
+            return True
+        peer = writer.get_extra_info("peername")
+        host = str(peer[0]) if peer else ""
+        token = None
+        for line in request.split(b"\r\n")[1:]:
+            name, _, value = line.decode("latin-1").partition(":")
+            if name.strip().lower() == "authorization":
+                scheme, _, credentials = value.strip().partition(" ")
+                if scheme.lower() == "bearer":
+                    token = credentials.strip()
+        return await self._drain_allowed(host, token)
+
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             request = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
             line = request.split(b"\r\n", 1)[0].decode("latin-1").split()
             method = line[0] if line else "GET"
             path, _, query = (line[1] if len(line) >= 2 else "/").partition("?")
-            if path == "/drain" and method == "POST" and self._drain is not None:
+            if (
+                path == "/drain"
+                and method == "POST"
+                and self._drain is not None
+                and not await self._may_drain(writer, request)
+            ):
+                code, ctype, body = (
+                    403,
+                    "text/plain",
+                    b"draining needs a local caller or an admin\n",
+                )
+            elif path == "/drain" and method == "POST" and self._drain is not None:
                 # For a preStop hook: hand every topic over and answer when done, so the pod
                 # is stopped only after its clients have somewhere to go.
                 try:
@@ -71,6 +101,7 @@ class HealthServer:
                 code, ctype, body = 404, "text/plain", b"not found\n"
             reason = {
                 200: "OK",
+                403: "Forbidden",
                 404: "Not Found",
                 405: "Method Not Allowed",
                 409: "Conflict",

@@ -5,9 +5,10 @@ owns), ``HubRequests`` (what each request does), ``HubFrontEnd`` (connections, a
 error boundary), ``HubLoops`` (periodic work), ``HubMetrics`` (the events every part reports).
 
 Startup order matters: storage first (so recovered ledgers are readable), then the metadata
-session, then the client port, and only then the ``alive`` record, so no hub redirects a client
-here before we can answer. Shutdown runs it backwards and hands every topic over first, so
-clients move on at once instead of waiting for a session to expire.
+session and the ACL rules, then the internal and client ports, and only then the ``alive``
+record, so no hub redirects a client here before we can answer. Shutdown runs it backwards and
+hands every topic over first, so clients move on at once instead of waiting for a session to
+expire.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import signal
 
 from hedwig.clock import Clock, SystemClock
 from hedwig.errors import UsageError
+from hedwig.hub.access import AccessControl, ListenerRole
+from hedwig.hub.acl_watch import AclWatcher
 from hedwig.hub.choices import HubChoices
 from hedwig.hub.config import HubConfig
 from hedwig.hub.events import LossKind
@@ -28,19 +31,27 @@ from hedwig.hub.http import HealthServer
 from hedwig.hub.loops import HubLoops
 from hedwig.hub.metrics import HubMetrics
 from hedwig.hub.ownership import TopicOwnership
+from hedwig.hub.peers import PeerDirectory
 from hedwig.hub.requests import HubRequests
-from hedwig.hub.server import HubFrontEnd
+from hedwig.hub.server import ClientConnection, HubFrontEnd
+from hedwig.hub.tls import HubTls
 from hedwig.ledger.auditor import Auditor
 from hedwig.ledger.replicas import LocalFirstReplicas
 from hedwig.ledger.storage import LocalStorage
 from hedwig.metadata import open_store
+from hedwig.metadata.acls import Operation
 from hedwig.metadata.managers import MetadataStore, SessionState
 from hedwig.metadata.records import HubLoad
 from hedwig.net.transport import TCP, Listener, Network
-from hedwig.protocol import MoveKind
+from hedwig.protocol import CloseReason, MoveKind
 from hedwig.protocol.connection import DEFAULT_MAX_FRAME_SIZE
+from hedwig.security.acl import AclSet
+from hedwig.security.tokens import TokenVerifier, parse_issuers
 
 log = logging.getLogger(__name__)
+
+# How often connections whose credentials expired are looked for (and closed).
+EXPIRY_CHECK_S = 5.0
 
 
 class Hub:
@@ -49,20 +60,34 @@ class Hub:
         config: HubConfig,
         *,
         store: MetadataStore | None = None,
-        network: Network = TCP,
+        network: Network | None = None,
         clock: Clock | None = None,
         rng: random.Random | None = None,
     ) -> None:
         self.config = config
         self.clock = clock or SystemClock()
-        self.network = network
+        # TLS contexts from the configuration; an explicit network (in memory, in tests) is
+        # used as it is for every listener and connection.
+        if network is not None and (config.tls_cert or config.internal_cert):
+            raise UsageError("TLS settings need the hub's own TCP network (network=None)")
+        self.tls = HubTls(config) if network is None else None
+        self.network: Network = network or (self.tls.client_network if self.tls else TCP)
+        self.internal_network: Network = network or (self.tls.internal_network if self.tls else TCP)
         self.store: MetadataStore = store or open_store(
             config.zk, region=config.region, session_timeout_s=config.zk_session_timeout_s
         )
         self.metrics = HubMetrics()
         self.address = config.advertise or config.listen
+        self.internal_address = config.internal_advertise or config.internal_listen or ""
+        self.peers = PeerDirectory(self.store, self.clock) if config.internal_listen else None
         self.storage = LocalStorage(config.data_dir, self.address)
-        self.replicas = LocalFirstReplicas(self.storage, network=network, clock=self.clock)
+        self.replicas = LocalFirstReplicas(
+            self.storage,
+            network=self.internal_network,
+            clock=self.clock,
+            resolve=self.peers.internal_address if self.peers else None,
+            forget=self.peers.forget if self.peers else None,
+        )
         self.choices = HubChoices(
             address=self.address, config=config, store=self.store, clock=self.clock, rng=rng
         )
@@ -76,16 +101,52 @@ class Hub:
             choices=self.choices,
             on_change=self._topics_changed,
         )
+        self.access = AccessControl(
+            authenticate=config.authenticate,
+            authorize=config.authorize,
+            internal_plane=bool(config.internal_listen),
+            verifier=TokenVerifier(parse_issuers(config.token_issuers)),
+            super_users=config.super_user_set,
+            events=self.metrics,
+            clock=self.clock,
+        )
         self.requests = HubRequests(
             ownership=self.topics,
             storage=self.storage,
             store=self.store,
             events=self.metrics,
-            network=network,
+            network=self.internal_network,
             clock=self.clock,
+            access=self.access if config.authorize else None,
+            peers=self.peers,
         )
         max_frame = max(DEFAULT_MAX_FRAME_SIZE, 2 * config.max_message_size + 65536)
-        self.front = HubFrontEnd(self.requests, max_frame_size=max_frame, events=self.metrics)
+        # With security entirely off there is nothing to check: no access control on the
+        # path of every request.
+        secured = bool(config.authenticate or config.internal_listen or config.token_issuers)
+        self.front = HubFrontEnd(
+            self.requests,
+            max_frame_size=max_frame,
+            events=self.metrics,
+            access=self.access if secured else None,
+        )
+        self.internal_front = HubFrontEnd(
+            self.requests,
+            max_frame_size=max_frame,
+            events=self.metrics,
+            access=self.access,
+            role=ListenerRole.INTERNAL,
+        )
+        self.acl_watcher = (
+            AclWatcher(
+                self.store,
+                super_users=config.super_user_set,
+                on_rules=self._rules_changed,
+                clock=self.clock,
+            )
+            if config.authorize
+            else None
+        )
         self.auditor = Auditor(
             address=self.address,
             store=self.store,
@@ -109,6 +170,8 @@ class Hub:
         # New topics are not placed on hubs a low-load drain is emptying.
         self.choices.drained = lambda: self.loops.rebalancer.drained
         self._listener: Listener | None = None
+        self._internal_listener: Listener | None = None
+        self._expiry: asyncio.Task[None] | None = None
         self._http: HealthServer | None = None
         self._ready = False
         self._stopping = False
@@ -120,15 +183,29 @@ class Hub:
         self.store.session.add_listener(self._on_session)
         await self.store.start()
         self.topics.defaults = await self.store.topics.read_region_defaults()
+        if self.acl_watcher is not None:
+            await self.acl_watcher.start()
+        if self.config.internal_listen:
+            self._internal_listener = await self.internal_network.listen(
+                self.config.internal_listen, self.internal_front.protocol
+            )
+            if not self.config.internal_advertise:
+                self.internal_address = self._internal_listener.address
+            self.loops.internal_address = self.internal_address
         self._listener = await self.network.listen(self.config.listen, self.front.protocol)
         if not self.config.advertise:
             self._set_address(self._listener.address)
+        if self.tls is not None:
+            self.tls.start_reloading(self.config.cert_reload_interval_s)
+        if self.config.authenticate:
+            self._expiry = asyncio.get_running_loop().create_task(self._close_expired())
         if self.config.metrics_port is not None:
             self._http = HealthServer(
                 self.metrics.registry,
                 self.readiness,
                 before_scrape=self.loops.refresh_gauges,
                 drain=self.drain,
+                drain_allowed=self._drain_allowed,
             )
             await self._http.start(self.config.metrics_host, self.config.metrics_port)
         await self._register()
@@ -155,7 +232,8 @@ class Hub:
 
     async def _register(self) -> None:
         self.topics.epoch = await self.store.hubs.register_hub(
-            self.address, HubLoad(timestamp_ms=self.clock.wall_ms())
+            self.address,
+            HubLoad(timestamp_ms=self.clock.wall_ms(), internal=self.internal_address),
         )
 
     async def drain(self, force: bool = False) -> int:
@@ -209,9 +287,16 @@ class Hub:
             log.warning("hand-offs did not finish within %.0f s; stopping anyway", budget)
             self.topics.drop_all(LossKind.STOPPED, "hub stopped")
         self.loops.stop()
-        if self._listener is not None:
-            self._listener.close()
-        for conn in list(self.front.connections):
+        if self.acl_watcher is not None:
+            self.acl_watcher.stop()
+        if self._expiry is not None:
+            self._expiry.cancel()
+        if self.tls is not None:
+            self.tls.stop_reloading()
+        for listener in (self._listener, self._internal_listener):
+            if listener is not None:
+                listener.close()
+        for conn in [*self.front.connections, *self.internal_front.connections]:
             conn.close()
         if self._http is not None:
             await self._http.close()
@@ -247,6 +332,46 @@ class Hub:
                 log.info("re-registered after session loss (epoch %d)", self.topics.epoch)
         except Exception as exc:
             log.warning("re-registering failed: %s", exc)
+
+    # access control -------------------------------------------------------------------------
+
+    async def _drain_allowed(self, peer_host: str, token: str | None) -> bool:
+        """``POST /drain``: from this machine (a preStop hook), or with a token whose principal
+        may administer the cluster."""
+        if peer_host in ("127.0.0.1", "::1") or peer_host.startswith("127."):
+            return True
+        if token is None or not self.access.verifier:
+            return False
+        try:
+            principal = await self.access.verifier.verify(token)
+        except Exception:
+            return False
+        return self.access.cluster_admin(principal)
+
+    async def _close_expired(self) -> None:
+        while True:
+            await self.clock.sleep(EXPIRY_CHECK_S)
+            self.access.close_expired(
+                self.front.connections,
+                lambda conn: conn.close(),  # type: ignore[attr-defined]
+            )
+
+    def _rules_changed(self, acls: AclSet) -> None:
+        """New ACL rules: forget cached decisions, and close the subscriptions whose
+        connections may no longer subscribe (later publishes are refused by admission)."""
+        self.access.set_acls(acls)
+        for owned in list(self.topics.topics.values()):
+            for sub in list(owned.subscriptions.values()):
+                peer = sub.peer
+                if isinstance(peer, ClientConnection) and not self.access.allowed(
+                    peer, Operation.SUBSCRIBE, owned.name
+                ):
+                    sub.force_close(
+                        CloseReason.ACCESS_REVOKED,
+                        f"principal {peer.principal.name} may no longer subscribe to "
+                        f"topic {owned.name!r}",
+                    )
+                    asyncio.get_running_loop().create_task(sub.flush())
 
     def _topics_changed(self) -> None:
         self.loops.topics_changed()

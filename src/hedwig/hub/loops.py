@@ -12,6 +12,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Coroutine
+from dataclasses import replace
 from typing import Any
 
 from hedwig.clock import Clock
@@ -59,6 +60,8 @@ class HubLoops:
         self.storage = storage
         self.metrics = metrics
         self.clock = clock
+        # This hub's internal listener, published in its load reports (``hedwig.hub.peers``).
+        self.internal_address = ""
         self._connections = connections
         self.rebalancer = Rebalancer(config.rebalance, clock)
         self._load = LoadTracker()
@@ -121,6 +124,8 @@ class HubLoops:
         try:
             report = self.load_report()
             self.metrics.export_load(report)
+            if self.internal_address:
+                report = replace(report, internal=self.internal_address)
             await self.store.hubs.update_load(self.requests.address, report)
             await self.check_hub_count()
         except Exception as exc:

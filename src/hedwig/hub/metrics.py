@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from hedwig.hub.access import DENIAL_SERIES
 from hedwig.hub.events import LossKind
 from hedwig.metadata.managers import SessionState
 from hedwig.metadata.records import HubLoad
@@ -80,6 +81,12 @@ class HubMetrics:
             registry=r,
         )
         self.redirects = Counter("hedwig_redirects", "Requests redirected", registry=r)
+        self.auth_denied = Counter(
+            "hedwig_auth_denied",
+            "Requests refused by authentication or authorization, by operation and reason",
+            ["op", "reason"],
+            registry=r,
+        )
         self.zk_session = Gauge(
             "hedwig_zk_session_state",
             "ZooKeeper session state (1 for the current state)",
@@ -153,6 +160,8 @@ class HubMetrics:
             self.releases.labels(move.label)
         for loss in LossKind:
             self.losses.labels(loss.value)
+        for op, reason in DENIAL_SERIES:
+            self.auth_denied.labels(op, reason)
 
     # HubEvents ------------------------------------------------------------------------------
 
@@ -189,6 +198,9 @@ class HubMetrics:
 
     def redirected(self, topic: str) -> None:
         self.redirects.inc()
+
+    def denied(self, op: str, reason: str) -> None:
+        self.auth_denied.labels(op, reason).inc()
 
     def answered(self, op: str, status: str) -> None:
         self.requests.labels(op, status).inc()

@@ -23,8 +23,10 @@ from hedwig.errors import (
     NoSuchTopicError,
     NotResponsibleError,
 )
+from hedwig.hub.access import AccessControl
 from hedwig.hub.events import HubEvents
 from hedwig.hub.ownership import TopicOwnership
+from hedwig.hub.peers import PeerDirectory
 from hedwig.hub.server import ClientConnection
 from hedwig.hub.topic import OwnedTopic, TopicState
 from hedwig.ledger.storage import LocalStorage
@@ -77,8 +79,14 @@ class HubRequests:
         events: HubEvents,
         network: Network,
         clock: Clock,
+        access: AccessControl | None = None,
+        peers: PeerDirectory | None = None,
     ) -> None:
         self.ownership = ownership
+        # Authorization's create check (None: authorization off); other hubs' internal
+        # listeners, for claim requests (None: no internal listeners).
+        self.access = access
+        self.peers = peers
         self.storage = storage
         self.store = store
         self.events = events
@@ -123,7 +131,12 @@ class HubRequests:
     async def _acquire(
         self, conn: ClientConnection, topic: str, redirected: bool, *, create: bool = False
     ) -> OwnedTopic:
-        """The owned topic; only publishing and subscribing ``create`` it."""
+        """The owned topic; only publishing and subscribing ``create`` it (and need the
+        ``create`` permission for a topic that does not exist yet, with authorization on)."""
+        if create and self.access is not None and topic not in self.ownership.topics:
+            await self.access.check_create(
+                conn, topic, lambda: self.store.topics.topic_exists(topic)
+            )
         owned = await self.ownership.acquire(topic, redirected=redirected, create=create)
         conn.topics.add(topic)
         return owned
@@ -227,8 +240,12 @@ class HubRequests:
 
     async def _ask_to_claim(self, destination: str, topic: str) -> None:
         try:
+            # Hub to hub: the destination's internal listener when hubs have one.
+            target = destination
+            if self.peers is not None:
+                target = await self.peers.internal_address(destination)
             conn = await HubConnection.open(
-                destination,
+                target,
                 network=self.network,
                 clock=self.clock,
                 timeout=CLAIM_CONNECT_TIMEOUT_S,

@@ -8,6 +8,9 @@ This is the only place where a failed request becomes an ERROR answer: the excep
 through the table in ``hedwig.protocol.status``; one that no row covers is a bug, logged here
 with its cause and answered INTERNAL_ERROR, which clients do not retry.
 
+Before anything is served, ``hedwig.hub.access`` admits the request (authentication,
+authorization, the closed hub-to-hub plane); a refusal is answered like any other error.
+
 Bad input never takes the hub down: a malformed frame closes that one connection with a logged
 reason; an oversized frame is skipped and answered MESSAGE_TOO_LARGE; a batch whose count lies
 is answered INVALID_REQUEST; the connection stays open for both.
@@ -22,8 +25,12 @@ from functools import cache
 from typing import Protocol, cast
 
 from hedwig.errors import MessageTooLargeError, ProtocolError
+from hedwig.hub.access import AccessControl, ListenerRole
 from hedwig.hub.events import HubEvents
+from hedwig.metadata.acls import Operation
 from hedwig.protocol import (
+    Authenticate,
+    Authenticated,
     Connection,
     Consume,
     Error,
@@ -36,6 +43,8 @@ from hedwig.protocol import (
     Role,
 )
 from hedwig.protocol.status import error_frame, internal_error_frame, status_label
+from hedwig.security.principal import ANONYMOUS, Principal, PrincipalKind
+from hedwig.security.tls import principal_from_certificate
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +77,11 @@ class ClientConnection(asyncio.Protocol):
         self._closed = False
         self.name = "?"
         self.topics: set[str] = set()
+        # Access control (``hedwig.hub.access``): which listener, who, and cached decisions.
+        self.role = front.role
+        self.principal: Principal = ANONYMOUS
+        self.decisions: dict[tuple[Operation, str], bool] = {}
+        self.acl_generation = -1
 
     # asyncio.Protocol ---------------------------------------------------------------------
 
@@ -76,7 +90,20 @@ class ClientConnection(asyncio.Protocol):
         self._transport.set_write_buffer_limits(high=HIGH_WATER)
         peer = self._transport.get_extra_info("peername")
         self.name = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self._identify(self._transport.get_extra_info("peercert"))
         self._front.connections.add(self)
+
+    def _identify(self, peercert: dict[str, object] | None) -> None:
+        """A verified certificate names the principal (TLS checked it against the CA)."""
+        if self.role is ListenerRole.INTERNAL:
+            # Only a hub of the region gets past the internal listener's handshake (on an
+            # in-memory network, in tests, every peer is a hub).
+            name = principal_from_certificate(peercert) or "memory"
+            self.principal = Principal(f"hub:{name}", PrincipalKind.HUB)
+            return
+        named = principal_from_certificate(peercert)
+        if named is not None:
+            self.principal = Principal(named, PrincipalKind.CERTIFICATE)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
@@ -137,16 +164,32 @@ class ClientConnection(asyncio.Protocol):
 class HubFrontEnd:
     """Routes requests to the handler and answers them, errors through the status table."""
 
-    def __init__(self, handler: RequestHandler, *, max_frame_size: int, events: HubEvents) -> None:
+    def __init__(
+        self,
+        handler: RequestHandler,
+        *,
+        max_frame_size: int,
+        events: HubEvents,
+        access: AccessControl | None = None,
+        role: ListenerRole = ListenerRole.CLIENT,
+    ) -> None:
         self.handler = handler
         self.max_frame_size = max_frame_size
         self.connections: set[ClientConnection] = set()
         self._events = events
+        self.access = access
+        self.role = role
 
     def protocol(self) -> ClientConnection:
         return ClientConnection(self)
 
     def dispatch(self, conn: ClientConnection, frame: Request) -> None:
+        if self.access is not None:
+            try:
+                self.access.admit(conn, frame, op_name(type(frame)))
+            except Exception as exc:
+                conn.send(self._error(frame, exc))
+                return
         if isinstance(frame, Consume):
             # Consumes are frequent and need no I/O before their answer.
             try:
@@ -165,12 +208,21 @@ class HubFrontEnd:
     async def _run(self, conn: ClientConnection, frame: Request) -> None:
         op = op_name(type(frame))
         try:
-            answer = await self.handler.handle(conn, frame)
+            if isinstance(frame, Authenticate):
+                answer: Reply | None = await self._authenticate(conn, frame)
+            else:
+                answer = await self.handler.handle(conn, frame)
         except Exception as exc:
             conn.send(self._error(frame, exc))
             return
         conn.send(answer if answer is not None else Ok(request_id=frame.request_id))
         self._events.answered(op, "ok")
+
+    async def _authenticate(self, conn: ClientConnection, frame: Authenticate) -> Reply:
+        if self.access is None:
+            # No access control at all (a hub part used alone): every connection is anonymous.
+            return Authenticated(request_id=frame.request_id, principal=ANONYMOUS.name)
+        return await self.access.authenticate_with(conn, frame)
 
     def _error(self, frame: Request, exc: Exception) -> Error:
         return self._error_answer(frame.request_id, op_name(type(frame)), exc)

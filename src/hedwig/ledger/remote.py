@@ -9,7 +9,7 @@ writer and recovery count against their quorums.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from hedwig.clock import Clock, SystemClock
 from hedwig.errors import HedwigError, LedgerFencedError, NoSuchEntryError, NotEnoughReplicasError
@@ -26,6 +26,10 @@ from hedwig.protocol import (
     Request,
 )
 
+# Maps a hub's address to where its storage role listens (its internal listener), and is told
+# when that failed (``hedwig.hub.peers.PeerDirectory``).
+Resolve = Callable[[str], Awaitable[str]]
+
 
 class RemoteStorage:
     def __init__(
@@ -35,8 +39,12 @@ class RemoteStorage:
         timeout_s: float = 10.0,
         network: Network = TCP,
         clock: Clock | None = None,
+        resolve: Resolve | None = None,
+        forget: Callable[[str], None] | None = None,
     ) -> None:
         self.address = address
+        self._resolve = resolve
+        self._forget = forget
         self._timeout = timeout_s
         self._network = network
         self._clock = clock or SystemClock()
@@ -48,9 +56,17 @@ class RemoteStorage:
             return self._conn
         async with self._connecting:
             if self._conn is None or self._conn.closed:
-                self._conn = await HubConnection.open(
-                    self.address, network=self._network, clock=self._clock, timeout=self._timeout
-                )
+                target = self.address
+                if self._resolve is not None:
+                    target = await self._resolve(self.address)
+                try:
+                    self._conn = await HubConnection.open(
+                        target, network=self._network, clock=self._clock, timeout=self._timeout
+                    )
+                except HedwigError:
+                    if self._forget is not None:
+                        self._forget(self.address)
+                    raise
         return self._conn
 
     async def _request(self, make: Callable[[int], Request]) -> Reply:

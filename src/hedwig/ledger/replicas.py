@@ -8,11 +8,11 @@ remembers replicas that failed lately, so reads try them last; tools outside a h
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from hedwig.clock import Clock, SystemClock
-from hedwig.ledger.remote import RemoteStorage
+from hedwig.ledger.remote import RemoteStorage, Resolve
 from hedwig.ledger.storage import LocalStorage, StorageNode
 from hedwig.net.transport import TCP, Network
 
@@ -38,10 +38,19 @@ class LocalFirstReplicas:
     """A hub's directory: its own disk for its own address, connections for the others."""
 
     def __init__(
-        self, local: LocalStorage, *, network: Network = TCP, clock: Clock | None = None
+        self,
+        local: LocalStorage,
+        *,
+        network: Network = TCP,
+        clock: Clock | None = None,
+        resolve: Resolve | None = None,
+        forget: Callable[[str], None] | None = None,
     ) -> None:
         self.local = local
         self._network = network
+        # Other hubs' storage roles are on their internal listeners when they have one.
+        self._resolve = resolve
+        self._forget = forget
         self._clock = clock or SystemClock()
         self._remote: dict[str, RemoteStorage] = {}
         self._suspects: dict[str, float] = {}
@@ -65,7 +74,11 @@ class LocalFirstReplicas:
         node = self._remote.get(address)
         if node is None:
             node = self._remote[address] = RemoteStorage(
-                address, network=self._network, clock=self._clock
+                address,
+                network=self._network,
+                clock=self._clock,
+                resolve=self._resolve,
+                forget=self._forget,
             )
         return node
 
@@ -78,15 +91,16 @@ class LocalFirstReplicas:
 class RemoteReplicas:
     """Every replica over the wire: for tools that run outside a hub (``hedwig ledgers``)."""
 
-    def __init__(self, *, network: Network = TCP) -> None:
+    def __init__(self, *, network: Network = TCP, resolve: Resolve | None = None) -> None:
         self._network = network
+        self._resolve = resolve
         self._remote: dict[str, RemoteStorage] = {}
 
     def node(self, address: str) -> StorageNode:
         node = self._remote.get(address)
         if node is None:
             node = self._remote[address] = RemoteStorage(
-                address, timeout_s=3.0, network=self._network
+                address, timeout_s=3.0, network=self._network, resolve=self._resolve
             )
         return node
 

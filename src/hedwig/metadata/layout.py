@@ -37,6 +37,13 @@ class Layout:
         return f"{self.base}/ledgers"
 
     @property
+    def acls(self) -> str:
+        return f"{self.base}/acls"
+
+    def acl(self, name: str) -> str:
+        return f"{self.acls}/{encode_name(name)}"
+
+    @property
     def defaults(self) -> str:
         return f"{self.base}/defaults"
 

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from enum import Enum
 from typing import Protocol
 
+from hedwig.metadata.acls import AclEntry
 from hedwig.metadata.records import (
     HubInfo,
     HubLoad,
@@ -158,6 +159,27 @@ class HubRegistry(Protocol):
     async def list_hubs(self) -> list[HubStatus]: ...
 
 
+class AclManager(Protocol):
+    """The region's access control entries (``hedwig.metadata.acls``), by name."""
+
+    async def list_acls(
+        self, watch: Callable[[], None] | None = None
+    ) -> dict[str, Versioned[AclEntry]]:
+        """Every entry. With ``watch``, it is called once (on the loop) at the first change
+        after this read: an entry written, created or deleted."""
+        ...
+
+    async def read_acl(self, name: str) -> Versioned[AclEntry] | None: ...
+
+    async def write_acl(self, name: str, entry: AclEntry, version: Version) -> Version:
+        """Create (``NEW_VERSION``), overwrite (``ANY_VERSION``) or compare-and-set."""
+        ...
+
+    async def delete_acl(self, name: str, version: Version) -> None:
+        """``MetadataError`` if there is no such entry."""
+        ...
+
+
 class SessionState(Enum):
     CONNECTED = "connected"
     SUSPENDED = "suspended"  # connection lost, session may still be alive
@@ -196,6 +218,9 @@ class MetadataStore(Protocol):
 
     @property
     def hubs(self) -> HubRegistry: ...
+
+    @property
+    def acls(self) -> AclManager: ...
 
     @property
     def session(self) -> MetadataSession: ...

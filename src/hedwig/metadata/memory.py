@@ -26,6 +26,7 @@ from hedwig.errors import (
     NoTopicPersistenceInfoError,
     SubscriptionExistsError,
 )
+from hedwig.metadata.acls import AclEntry
 from hedwig.metadata.managers import SessionState
 from hedwig.metadata.records import (
     ANY_VERSION,
@@ -40,6 +41,7 @@ from hedwig.metadata.records import (
     Version,
     Versioned,
 )
+from hedwig.protocol.names import encode_name
 
 
 @dataclass
@@ -87,6 +89,7 @@ class MemoryMetadataStore:
         self.ledgers = self
         self.topics = self
         self.hubs = self
+        self.acls = self
         self.session = self
 
     # session ------------------------------------------------------------------------------
@@ -326,7 +329,12 @@ class MemoryMetadataStore:
     async def delete_topic(self, topic: str) -> None:
         self._check()
         for key in list(self._b.data):
-            if key[0] == self.region and len(key) >= 3 and key[1] != "ledger" and key[2] == topic:
+            if (
+                key[0] == self.region
+                and len(key) >= 3
+                and key[1] not in ("ledger", "acl")
+                and key[2] == topic
+            ):
                 del self._b.data[key]
                 self._b.fire(key)
 
@@ -368,3 +376,38 @@ class MemoryMetadataStore:
                 else HubStatus(key[2], True, alive.czxid, alive.value)
             )
         return out
+
+    # AclManager -------------------------------------------------------------------------------
+
+    _ACLS_CHANGED = "acls-changed"
+
+    async def list_acls(
+        self, watch: Callable[[], None] | None = None
+    ) -> dict[str, Versioned[AclEntry]]:
+        self._check()
+        out = {
+            key[2]: Versioned(e.value, Version(e.version))
+            for key, e in self._b.data.items()
+            if key[:2] == (self.region, "acl")
+        }
+        if watch is not None:
+            self._b.watches.setdefault(self._k(self._ACLS_CHANGED), []).append(watch)
+        return out
+
+    async def read_acl(self, name: str) -> Versioned[AclEntry] | None:
+        e = self._get(self._k("acl", name))
+        return None if e is None else Versioned(e.value, Version(e.version))
+
+    async def write_acl(self, name: str, entry: AclEntry, version: Version) -> Version:
+        encode_name(name)  # validates, as the ZooKeeper store does
+        key = self._k("acl", name)
+        if version == NEW_VERSION or (version == ANY_VERSION and self._get(key) is None):
+            got = Version(self._create(key, entry).version)
+        else:
+            got = Version(self._set(key, entry, version, MetadataError(f"no ACL entry {name!r}")))
+        self._b.fire(self._k(self._ACLS_CHANGED))
+        return got
+
+    async def delete_acl(self, name: str, version: Version) -> None:
+        self._delete(self._k("acl", name), version, MetadataError(f"no ACL entry {name!r}"))
+        self._b.fire(self._k(self._ACLS_CHANGED))

@@ -15,6 +15,8 @@ open_store(url, region=r) as store``), which starts it and closes it, or call ``
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from hedwig.errors import UsageError
@@ -36,18 +38,27 @@ def memory_backend(name: str) -> MemoryBackend:
 
 
 def open_store(
-    url: str, *, region: str, session_timeout_s: float = DEFAULT_SESSION_TIMEOUT_S
+    url: str,
+    *,
+    region: str,
+    session_timeout_s: float = DEFAULT_SESSION_TIMEOUT_S,
+    digest: str | None = None,
 ) -> MetadataStore:
     """The store ``url`` names, for ``region``; ``UsageError`` if the URL is not understood.
 
     ``session_timeout_s`` is how long the store keeps this process's ephemeral records (owner
     records, the alive record) after it stops hearing from it: the failover time after a crash.
+
+    ZooKeeper digest credentials (``USER:PASSWORD``; every znode created is then writable by
+    that user only, readable by all) come from ``digest``, else the URL
+    (``zk://USER:PASSWORD@HOST:PORT``), else the file named by ``HEDWIG_ZK_DIGEST_FILE``, else
+    ``HEDWIG_ZK_DIGEST``: hubs, the operator and every command share them without a flag.
     """
     if not url or not url.strip():
         raise UsageError("the metadata store URL is empty (e.g. zk://127.0.0.1:2181)")
     url = url.strip()
     if "://" not in url:
-        return _zookeeper(url, region, session_timeout_s)
+        return _zookeeper(url, region, session_timeout_s, digest or _digest_from_env())
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     if scheme in ("zk", "zookeeper"):
@@ -55,14 +66,28 @@ def open_store(
             raise UsageError(f"{url!r}: a ZooKeeper URL needs HOST:PORT (zk://127.0.0.1:2181)")
         if parts.path not in ("", "/"):
             raise UsageError(f"{url!r}: ZooKeeper URLs take no path; the region is separate")
-        return _zookeeper(parts.netloc, region, session_timeout_s)
+        hosts = parts.netloc.rpartition("@")[2]
+        given = parts.netloc.rpartition("@")[0] or None
+        return _zookeeper(hosts, region, session_timeout_s, digest or given or _digest_from_env())
     if scheme == "memory":
         name = parts.netloc or parts.path.strip("/") or "default"
         return MemoryMetadataStore(memory_backend(name), region)
     raise UsageError(f"{url!r}: unknown metadata store {scheme!r} (use zk:// or memory://)")
 
 
-def _zookeeper(hosts: str, region: str, session_timeout_s: float) -> MetadataStore:
+def _digest_from_env() -> str | None:
+    path = os.environ.get("HEDWIG_ZK_DIGEST_FILE")
+    if path:
+        try:
+            return Path(path).read_text().strip() or None
+        except OSError as exc:
+            raise UsageError(f"HEDWIG_ZK_DIGEST_FILE={path}: {exc}") from exc
+    return os.environ.get("HEDWIG_ZK_DIGEST") or None
+
+
+def _zookeeper(
+    hosts: str, region: str, session_timeout_s: float, digest: str | None
+) -> MetadataStore:
     for host in hosts.split(","):
         name, _, port = host.rpartition(":")
         if not name or not port.isdigit():
@@ -70,4 +95,4 @@ def _zookeeper(hosts: str, region: str, session_timeout_s: float) -> MetadataSto
     # Imported here: kazoo starts threads only when a ZooKeeper store is actually used.
     from hedwig.metadata.zookeeper import ZkMetadataStore
 
-    return ZkMetadataStore(hosts, region, session_timeout=session_timeout_s)
+    return ZkMetadataStore(hosts, region, session_timeout=session_timeout_s, digest=digest)

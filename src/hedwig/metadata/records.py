@@ -92,6 +92,9 @@ class HubLoad:
     msg_out: float = 0.0
     bytes_out: float = 0.0
     topic_loads: dict[str, TopicLoad] = field(default_factory=dict)
+    # The hub's internal (hub-to-hub) listener, if it has one: where other hubs send storage
+    # and claim requests (``hedwig.hub.peers``).
+    internal: str = ""
 
     def to_json(self) -> bytes:
         d = asdict(self)

@@ -11,13 +11,16 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import ssl
 from collections.abc import Callable
 from typing import cast
 
 from hedwig.clock import Clock, SystemClock
-from hedwig.errors import ConnectionLostError, ProtocolError
+from hedwig.errors import ConnectionLostError, HedwigError, ProtocolError, TlsError
 from hedwig.net.transport import TCP, Network
 from hedwig.protocol import (
+    Authenticate,
+    Authenticated,
     Connection,
     Deliver,
     Error,
@@ -32,6 +35,8 @@ from hedwig.protocol import (
     TopicMoved,
     error_from_frame,
 )
+from hedwig.protocol.security_frames import TOKEN
+from hedwig.security.credentials import Credentials
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +49,14 @@ KEEPALIVE_CHECK_S = 0.25
 CONNECT_TIMEOUT_S = 5.0
 # Answers can be large (a READ of many batches).
 MAX_ANSWER_BYTES = 64 * 1024 * 1024
+# A TLS connection the hub closes this soon after it was made, before sending a byte, was
+# refused for this end's certificate: TLS 1.3 checks a client certificate after the client has
+# finished its handshake, and the refusing side closes without an alert reaching us.
+REFUSED_WITHIN_S = 1.0
+# A connection authenticated with a token authenticates again, with the token as it is then,
+# after this share of the token's remaining lifetime (a projected token is renewed by the
+# kubelet at 80 % of its life).
+REAUTHENTICATE_AT = 0.8
 
 EventHandler = Callable[["HubConnection", Event], None]
 CloseHandler = Callable[["HubConnection"], None]
@@ -80,6 +93,11 @@ class HubConnection(asyncio.Protocol):
         self.went_silent = False
         self._last_heard = 0.0
         self._keepalive: asyncio.Task[None] | None = None
+        self._reauth: asyncio.Task[None] | None = None
+        self._heard_any = False
+        self._made_at = 0.0
+        # Who the hub says this connection is (after ``authenticate``).
+        self.principal: str | None = None
 
     @classmethod
     async def open(
@@ -91,12 +109,58 @@ class HubConnection(asyncio.Protocol):
         network: Network = TCP,
         clock: Clock | None = None,
         timeout: float = CONNECT_TIMEOUT_S,
+        credentials: Credentials | None = None,
     ) -> HubConnection:
-        """Connect; ``ConnectionLostError`` if the hub cannot be reached in ``timeout`` s."""
+        """Connect, and authenticate with ``credentials`` if given; ``ConnectionLostError`` if
+        the hub cannot be reached in ``timeout`` s, ``TlsError`` if TLS fails,
+        ``AuthenticationError`` if the hub refuses the credentials."""
         clk = clock or SystemClock()
-        return await network.connect(
+        conn = await network.connect(
             address, lambda: cls(address, on_event, on_close, clk), timeout_s=timeout
         )
+        if credentials is not None:
+            try:
+                await conn.authenticate(credentials, timeout)
+            except BaseException:
+                conn.close()
+                raise
+        return conn
+
+    async def authenticate(self, credentials: Credentials, timeout: float) -> None:
+        """Prove who this connection is; then again before the token expires."""
+        answer = await self._authenticate_once(credentials, timeout)
+        self.principal = answer.principal
+        if answer.expires_ms and self._reauth is None:
+            self._reauth = asyncio.get_running_loop().create_task(
+                self._reauthenticate(credentials, answer.expires_ms, timeout)
+            )
+
+    async def _authenticate_once(self, credentials: Credentials, timeout: float) -> Authenticated:
+        answer = await self.request(
+            Authenticate(
+                request_id=self.next_id(), mechanism=TOKEN, credentials=credentials.token()
+            ),
+            timeout,
+        )
+        assert isinstance(answer, Authenticated)
+        return answer
+
+    async def _reauthenticate(
+        self, credentials: Credentials, expires_ms: int, timeout: float
+    ) -> None:
+        while not self.closed:
+            left_s = max(0.0, expires_ms / 1000 - self._clock.wall_ms() / 1000)
+            await self._clock.sleep(max(1.0, left_s * REAUTHENTICATE_AT))
+            if self.closed:
+                return
+            try:
+                answer = await self._authenticate_once(credentials, timeout)
+            except HedwigError as exc:
+                log.warning("re-authenticating to hub %s failed: %s", self.address, exc)
+                return
+            if not answer.expires_ms:
+                return
+            expires_ms = answer.expires_ms
 
     def next_id(self) -> int:
         return next(self._ids) & 0xFFFFFFFF or next(self._ids)
@@ -105,7 +169,7 @@ class HubConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
-        self._last_heard = self._clock.monotonic()
+        self._last_heard = self._made_at = self._clock.monotonic()
         self._keepalive = asyncio.get_running_loop().create_task(self._keep_alive())
 
     async def _keep_alive(self) -> None:
@@ -134,8 +198,24 @@ class HubConnection(asyncio.Protocol):
         self.closed = True
         if self._keepalive is not None:
             self._keepalive.cancel()
+        if self._reauth is not None:
+            self._reauth.cancel()
         self._writable.set()
-        err = ConnectionLostError(f"connection to hub {self.address} lost")
+        err: HedwigError = ConnectionLostError(f"connection to hub {self.address} lost")
+        if isinstance(exc, ssl.SSLError):
+            # The hub refused what this end presented (its certificate) after the handshake.
+            err = TlsError(f"hub {self.address} closed the TLS connection: {exc}")
+        elif (
+            not self._heard_any
+            and self._transport is not None
+            and self._transport.get_extra_info("ssl_object") is not None
+            and self._clock.monotonic() - self._made_at < REFUSED_WITHIN_S
+        ):
+            err = TlsError(
+                f"hub {self.address} closed the TLS connection as soon as it was made: it does "
+                "not accept this end's certificate (one from another CA, or none where one is "
+                "required)"
+            )
         for fut in self._pending.values():
             if not fut.done():
                 fut.set_exception(err)
@@ -150,6 +230,7 @@ class HubConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._last_heard = self._clock.monotonic()
+        self._heard_any = True
         try:
             self._conn.receive_data(data)
             frames = self._conn.next_frames()

@@ -12,11 +12,13 @@ faults (a hub that stops answering, a cut connection) made on purpose.
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
 from hedwig.clock import Clock, SystemClock
-from hedwig.errors import ConnectionLostError, UsageError
+from hedwig.errors import ConnectionLostError, TlsError, UsageError
+from hedwig.net.tls_listener import TlsListener
 
 P = TypeVar("P", bound=asyncio.Protocol)
 
@@ -63,24 +65,56 @@ class _TcpListener:
 
 
 class TcpNetwork:
-    """Connections over TCP (uvloop's or asyncio's)."""
+    """Connections over TCP (uvloop's or asyncio's), with TLS when given contexts.
 
-    def __init__(self, clock: Clock | None = None) -> None:
+    ``client_tls`` is used for the connections this end opens (checking the hub's certificate
+    against the address dialled, and presenting one if it holds a certificate); ``server_tls``
+    for the connections it accepts, on a ``TlsListener`` that tells plaintext clients so.
+    """
+
+    def __init__(
+        self,
+        clock: Clock | None = None,
+        *,
+        client_tls: ssl.SSLContext | None = None,
+        server_tls: ssl.SSLContext | None = None,
+        before_connect: Callable[[], object] | None = None,
+    ) -> None:
         self._clock = clock or SystemClock()
+        self.client_tls = client_tls
+        self.server_tls = server_tls
+        # Called before each connection is opened (reloading a renewed client certificate).
+        self._before_connect = before_connect
 
     async def connect(self, address: str, factory: Callable[[], P], *, timeout_s: float) -> P:
         host, port = split_address(address)
         loop = asyncio.get_running_loop()
+        if self._before_connect is not None:
+            self._before_connect()
+        tls = self.client_tls
         try:
             _, proto = await self._clock.wait_for(
-                loop.create_connection(factory, host, port), timeout_s
+                loop.create_connection(
+                    factory,
+                    host,
+                    port,
+                    ssl=tls,
+                    server_hostname=host if tls is not None else None,
+                ),
+                timeout_s,
             )
+        except ssl.SSLError as exc:
+            raise TlsError(f"TLS handshake with hub {address} failed: {exc}") from exc
+        except ssl.CertificateError as exc:
+            raise TlsError(f"hub {address} has a certificate this client refuses: {exc}") from exc
         except (OSError, TimeoutError) as exc:
             raise ConnectionLostError(f"cannot connect to hub {address}: {exc}") from exc
         return proto
 
     async def listen(self, address: str, factory: Callable[[], asyncio.Protocol]) -> Listener:
         host, port = split_address(address)
+        if self.server_tls is not None:
+            return await TlsListener.start(host, port, factory, self.server_tls)
         server = await asyncio.get_running_loop().create_server(factory, host, port)
         return _TcpListener(server, host)
 

@@ -36,6 +36,7 @@ from hedwig.protocol.client_frames import (
     Unsubscribe,
 )
 from hedwig.protocol.schema import FrameBase
+from hedwig.protocol.security_frames import Authenticate, Authenticated
 from hedwig.protocol.storage_frames import AddEntry, DeleteLedger, Entry, Lac, ReadEntry, ReadLac
 from hedwig.protocol.wire import HEADER, HEADER_AFTER_LENGTH, PROTOCOL_VERSION
 
@@ -57,9 +58,21 @@ Request = (
     | ReadEntry
     | ReadLac
     | DeleteLedger
+    | Authenticate
 )
 # What a hub answers a request with.
-Reply = Ok | Published | Subscribed | Messages | TopicInfo | TopicDescription | Error | Entry | Lac
+Reply = (
+    Ok
+    | Published
+    | Subscribed
+    | Messages
+    | TopicInfo
+    | TopicDescription
+    | Error
+    | Entry
+    | Lac
+    | Authenticated
+)
 # What a hub pushes unasked.
 Event = Deliver | TopicMoved | SubscriptionForcedClosed
 Frame = Request | Reply | Event
@@ -83,6 +96,7 @@ FRAME_TYPES: tuple[type[FrameBase], ...] = (
     ReadEntry,
     ReadLac,
     DeleteLedger,
+    Authenticate,
     Ok,
     Published,
     Subscribed,
@@ -91,6 +105,7 @@ FRAME_TYPES: tuple[type[FrameBase], ...] = (
     TopicDescription,
     Entry,
     Lac,
+    Authenticated,
     Error,
     Deliver,
     TopicMoved,

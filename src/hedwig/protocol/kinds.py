@@ -47,6 +47,9 @@ class CloseReason(IntEnum):
     TOPIC_DELETED = 4
     # The subscription was reset to another position: attach again, delivery restarts there.
     RESET = 5
+    # The connection's principal lost the permission to subscribe to the topic (an ACL was
+    # removed, or its credentials expired): the client stops with FORBIDDEN.
+    ACCESS_REVOKED = 6
 
     @property
     def resubscribe(self) -> bool:

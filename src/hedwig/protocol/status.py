@@ -19,11 +19,14 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 from hedwig.errors import (
+    AuthenticationError,
     BadVersionError,
     ConnectionLostError,
     DeadlineExceededError,
+    ForbiddenError,
     HedwigError,
     InternalError,
+    InternalOnlyError,
     InvalidRequestError,
     InvalidTopicError,
     LedgerError,
@@ -70,6 +73,9 @@ class Status(IntEnum):
     NO_SUCH_TOPIC = 17
     TOPIC_IN_USE = 18
     NOT_ENOUGH_HUBS = 19
+    UNAUTHENTICATED = 21
+    FORBIDDEN = 22
+    INTERNAL_ONLY = 23
 
     @property
     def label(self) -> str:
@@ -110,6 +116,9 @@ _TABLE: tuple[_Row, ...] = (
     _Row(BadVersionError, Status.BAD_VERSION),
     _Row(LedgerFencedError, Status.LEDGER_FENCED),
     _Row(NoSuchEntryError, Status.NO_SUCH_ENTRY),
+    _Row(AuthenticationError, Status.UNAUTHENTICATED),
+    _Row(InternalOnlyError, Status.INTERNAL_ONLY),
+    _Row(ForbiddenError, Status.FORBIDDEN),
     # Conditions with no status of their own, answered with what the client should do:
     # a batch whose count lies is refused; an unreachable metadata store, storage replicas
     # short of a quorum, a lost or slow connection to another hub all pass: try again later.

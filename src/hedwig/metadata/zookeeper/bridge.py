@@ -31,6 +31,7 @@ from kazoo.exceptions import (
 )
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import ZnodeStat
+from kazoo.security import READ_ACL_UNSAFE, make_digest_acl
 
 from hedwig.errors import BadVersionError, MetadataError, MetadataUnavailableError
 from hedwig.metadata.managers import SessionState
@@ -75,6 +76,18 @@ def _translate(exc: BaseException, path: str, version: int) -> BaseException:
     return exc
 
 
+def _digest_acl(digest: str | None) -> tuple[list[tuple[str, str]] | None, list[Any] | None]:
+    """ZooKeeper digest authentication as ``USER:PASSWORD``, and the ACL every znode this
+    client creates gets: everything for that user, reading for anyone (Kafka's
+    ``zookeeper.set.acl``: another client can read the tree, not change or delete it)."""
+    if not digest:
+        return None, None
+    user, sep, password = digest.partition(":")
+    if not sep or not user or not password:
+        raise MetadataError("ZooKeeper digest credentials are USER:PASSWORD")
+    return [("digest", digest)], [make_digest_acl(user, password, all=True), *READ_ACL_UNSAFE]
+
+
 _STATES = {
     KazooState.CONNECTED: SessionState.CONNECTED,
     KazooState.SUSPENDED: SessionState.SUSPENDED,
@@ -85,11 +98,16 @@ _STATES = {
 class ZkBridge:
     """An asyncio face on one kazoo client (one ZooKeeper session at a time)."""
 
-    def __init__(self, hosts: str, *, session_timeout: float) -> None:
+    def __init__(self, hosts: str, *, session_timeout: float, digest: str | None = None) -> None:
         self.hosts = hosts
         self.session_timeout = session_timeout
+        auth_data, default_acl = _digest_acl(digest)
         self._client = KazooClient(
-            hosts=hosts, timeout=session_timeout, connection_retry={"max_tries": -1, "max_delay": 1}
+            hosts=hosts,
+            timeout=session_timeout,
+            connection_retry={"max_tries": -1, "max_delay": 1},
+            auth_data=auth_data,
+            default_acl=default_acl,
         )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._listeners: list[Callable[[SessionState], None]] = []
@@ -219,6 +237,10 @@ class ZkBridge:
         return await self._call(path, -1, lambda: self._client.exists_async(path))
 
     async def ensure_path(self, path: str) -> None:
+        # Look first: on a protected tree a client without the digest may read a node but
+        # not create it, and ZooKeeper checks the permission before the node's existence.
+        if await self.exists(path) is not None:
+            return
         with contextlib.suppress(NodeExists):
             await self.create(path, b"", makepath=True)
 
@@ -250,6 +272,38 @@ class ZkBridge:
             self._client.exists_async(path, watch=on_event).rawlink(on_result)
         except BaseException:
             on_event(None)
+
+    def _one_shot(self, callback: Callable[[], None]) -> Callable[[Any], None]:
+        """A kazoo watch function that runs ``callback`` on the loop, once, however many of
+        the watches it is given to fire."""
+        loop = self._loop or asyncio.get_running_loop()
+        fired = False
+
+        def on_event(_event: Any) -> None:
+            nonlocal fired
+            if not fired:
+                fired = True
+                loop.call_soon_threadsafe(callback)
+
+        return on_event
+
+    async def children_watched(self, path: str, watch: Callable[[Any], None]) -> list[str]:
+        """The children of ``path``; ``watch`` (from ``_one_shot``) fires when they change."""
+        return list(
+            await self._call(path, -1, lambda: self._client.get_children_async(path, watch=watch))
+        )
+
+    async def get_watched(
+        self, path: str, watch: Callable[[Any], None]
+    ) -> tuple[bytes, ZnodeStat] | None:
+        """``path``'s data (``None`` if gone); ``watch`` fires when it changes or goes."""
+        try:
+            data, stat = await self._call(
+                path, -1, lambda: self._client.get_async(path, watch=watch)
+            )
+        except NoNode:
+            return None
+        return bytes(data or b""), stat
 
 
 def _set_result(fut: asyncio.Future[Any], value: Any) -> None:

@@ -1,0 +1,152 @@
+"""A secured pool's pieces, as pure functions: Secret names and manifests, the hubs'
+security settings, and what the StatefulSet mounts.
+
+- ``<pool>-ca``: the pool's hub CA (``tls.crt``, ``tls.key``), which signs the hubs'
+  certificate; clients trust it (``ca.crt`` of every issued Secret).
+- ``<pool>-clients-ca``: the CA of ``tls`` HedwigUsers' client certificates.
+- ``<pool>-hub-tls``: the hubs' certificate (one for the pool: its names cover every pod of
+  the headless Service and the client Service), with ``ca.crt`` and ``client-ca.crt``.
+  Mounted at ``TLS_DIR``; the hubs reload it when the operator renews it.
+- ``<pool>-ca-cert`` (a ConfigMap): the hub CA's certificate alone, for clients.
+- ``<pool>-zookeeper``: the ZooKeeper digest (``digest``: ``hedwig:<random>``) that the hubs
+  and the operator create znodes with.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from hedwig_operator.builders.labels import (
+    child_metadata,
+    client_service_name,
+    headless_service_name,
+)
+from hedwig_operator.resources import INTERNAL_PORT, TLS_DIR, ZK_DIGEST_DIR
+from hedwig_operator.specs import PoolSpec
+
+TLS_VOLUME = "hub-tls"
+ZK_VOLUME = "zookeeper-digest"
+
+
+def ca_secret_name(pool: PoolSpec) -> str:
+    return f"{pool.name}-ca"
+
+
+def clients_ca_secret_name(pool: PoolSpec) -> str:
+    return f"{pool.name}-clients-ca"
+
+
+def hub_tls_secret_name(pool: PoolSpec) -> str:
+    return f"{pool.name}-hub-tls"
+
+
+def zk_secret_name(pool: PoolSpec) -> str:
+    return f"{pool.name}-zookeeper"
+
+
+def ca_cert_configmap_name(pool: PoolSpec) -> str:
+    return f"{pool.name}-ca-cert"
+
+
+def ca_cert_configmap(pool: PoolSpec, ca_pem: bytes) -> dict[str, Any]:
+    """The hub CA's certificate alone, for clients to trust (mount it, or read it as
+    ``HEDWIG_TLS_CA``): public, unlike the Secret that also holds the CA's key."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": child_metadata(pool, ca_cert_configmap_name(pool)),
+        "data": {"ca.crt": ca_pem.decode()},
+    }
+
+
+def hub_dns_names(pool: PoolSpec) -> list[str]:
+    """Every name a client or another hub may dial a hub of the pool by."""
+    headless, client = headless_service_name(pool), client_service_name(pool)
+    ns = pool.namespace
+    return [
+        f"*.{headless}.{ns}.svc",
+        f"*.{headless}.{ns}.svc.cluster.local",
+        client,
+        f"{client}.{ns}",
+        f"{client}.{ns}.svc",
+        f"{client}.{ns}.svc.cluster.local",
+        "localhost",
+    ]
+
+
+def secret_manifest(pool: PoolSpec, name: str, data: Mapping[str, bytes]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": child_metadata(pool, name),
+        "type": "Opaque",
+        "data": {k: base64.b64encode(v).decode() for k, v in sorted(data.items())},
+    }
+
+
+def secret_data(secret: Mapping[str, Any] | None) -> dict[str, bytes]:
+    """A Secret's data, decoded (empty if there is no Secret)."""
+    if not secret:
+        return {}
+    return {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
+
+
+def token_issuers(pool: PoolSpec) -> str:
+    """The hubs' ``token_issuers``: the cluster's ServiceAccount issuer."""
+    issuer: dict[str, Any] = {
+        "issuer": pool.security.service_account_issuer,
+        "audience": pool.security.audience,
+        "ca_file": "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt",
+        "bearer_token_file": "/var/run/secrets/kubernetes.io/serviceaccount/token",
+    }
+    if pool.security.jwks_url:
+        issuer["jwks_url"] = pool.security.jwks_url
+    else:
+        issuer["discovery_url"] = f"{pool.security.api_server}/.well-known/openid-configuration"
+    return json.dumps([issuer], sort_keys=True)
+
+
+def security_environment(pool: PoolSpec, operator_principal: str) -> dict[str, str]:
+    """The hubs' security settings (``HEDWIG_*``), empty when the pool is not secured."""
+    if not pool.security.enabled:
+        return {}
+    supers = (
+        [operator_principal, *pool.security.super_users]
+        if operator_principal
+        else list(pool.security.super_users)
+    )
+    return {
+        "HEDWIG_TLS_CERT": f"{TLS_DIR}/tls.crt",
+        "HEDWIG_TLS_KEY": f"{TLS_DIR}/tls.key",
+        "HEDWIG_TLS_CLIENT_CA": f"{TLS_DIR}/client-ca.crt",
+        "HEDWIG_INTERNAL_LISTEN": f"0.0.0.0:{INTERNAL_PORT}",
+        "HEDWIG_INTERNAL_CA": f"{TLS_DIR}/ca.crt",
+        "HEDWIG_INTERNAL_CERT": f"{TLS_DIR}/tls.crt",
+        "HEDWIG_INTERNAL_KEY": f"{TLS_DIR}/tls.key",
+        "HEDWIG_AUTHENTICATE": "true",
+        "HEDWIG_AUTHORIZE": "true",
+        "HEDWIG_SUPER_USERS": ",".join(supers),
+        "HEDWIG_TOKEN_ISSUERS": token_issuers(pool),
+        "HEDWIG_ZK_DIGEST_FILE": f"{ZK_DIGEST_DIR}/digest",
+    }
+
+
+def security_volumes(pool: PoolSpec) -> list[dict[str, Any]]:
+    if not pool.security.enabled:
+        return []
+    return [
+        {"name": TLS_VOLUME, "secret": {"secretName": hub_tls_secret_name(pool)}},
+        {"name": ZK_VOLUME, "secret": {"secretName": zk_secret_name(pool)}},
+    ]
+
+
+def security_mounts(pool: PoolSpec) -> list[dict[str, Any]]:
+    if not pool.security.enabled:
+        return []
+    return [
+        {"name": TLS_VOLUME, "mountPath": TLS_DIR, "readOnly": True},
+        {"name": ZK_VOLUME, "mountPath": ZK_DIGEST_DIR, "readOnly": True},
+    ]

@@ -1,0 +1,85 @@
+"""Throwaway credentials for ``hedwig dev up --secure``: CAs, certificates, a ZooKeeper digest.
+
+Everything goes into one directory, printed by ``dev up``:
+
+- ``hub-ca.crt``: the region's hub CA (peers on the internal listener, and what clients trust);
+  ``hub.crt``/``hub.key``: the hubs' certificate (127.0.0.1 and localhost, server and client);
+- ``client-ca.crt``: the CA of client certificates; ``admin.crt``/``admin.key`` (a super-user)
+  and ``alice.crt``/``alice.key`` (no ACLs until you add some with ``hedwig acl``);
+- ``env``: ``export`` lines that make every ``hedwig`` command act as admin
+  (``. DIR/env``), with the ZooKeeper digest the hubs protect their znodes with.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+from hedwig.security.ca import CertificateAuthority
+
+SUPER_USER = "admin"
+
+
+@dataclass(frozen=True)
+class DevSecurity:
+    directory: Path
+    zk_digest: str
+
+    @classmethod
+    def create(cls, directory: str | Path) -> DevSecurity:
+        """Make the credentials, or reuse those a cluster on the same data directory made (its
+        znodes are protected with that digest)."""
+        d = Path(directory)
+        env = d / "env"
+        if env.is_file() and (d / "hub.crt").is_file():
+            for line in env.read_text().splitlines():
+                name, _, value = line.removeprefix("export ").partition("=")
+                if name == "HEDWIG_ZK_DIGEST":
+                    return cls(d, value)
+        d.mkdir(parents=True, exist_ok=True)
+        d.chmod(0o700)
+        hub_ca = CertificateAuthority.create("hedwig dev hubs", days=30)
+        client_ca = CertificateAuthority.create("hedwig dev clients", days=30)
+        hub_ca.write(d, "hub-ca")
+        client_ca.write(d, "client-ca")
+        hub_ca.issue(
+            "hub",
+            ip_addresses=["127.0.0.1"],
+            dns_names=["localhost"],
+            server=True,
+            client=True,
+            days=30,
+        ).write(d, "hub")
+        for user in (SUPER_USER, "alice"):
+            client_ca.issue(user, client=True, days=30).write(d, user)
+        digest = f"hedwig:{secrets.token_urlsafe(18)}"
+        made = cls(d, digest)
+        (d / "env").write_text("".join(f"export {k}={v}\n" for k, v in made.client_env().items()))
+        return made
+
+    def path(self, name: str) -> str:
+        return str(self.directory / name)
+
+    def hub_env(self) -> dict[str, str]:
+        """What each hub runs with (the internal listener's port is given per hub)."""
+        return {
+            "HEDWIG_TLS_CERT": self.path("hub.crt"),
+            "HEDWIG_TLS_KEY": self.path("hub.key"),
+            "HEDWIG_TLS_CLIENT_CA": self.path("client-ca.crt"),
+            "HEDWIG_INTERNAL_CA": self.path("hub-ca.crt"),
+            "HEDWIG_INTERNAL_CERT": self.path("hub.crt"),
+            "HEDWIG_INTERNAL_KEY": self.path("hub.key"),
+            "HEDWIG_AUTHENTICATE": "true",
+            "HEDWIG_AUTHORIZE": "true",
+            "HEDWIG_SUPER_USERS": SUPER_USER,
+            "HEDWIG_ZK_DIGEST": self.zk_digest,
+        }
+
+    def client_env(self, user: str = SUPER_USER) -> dict[str, str]:
+        return {
+            "HEDWIG_TLS_CA": self.path("hub-ca.crt"),
+            "HEDWIG_CERT": self.path(f"{user}.crt"),
+            "HEDWIG_KEY": self.path(f"{user}.key"),
+            "HEDWIG_ZK_DIGEST": self.zk_digest,
+        }

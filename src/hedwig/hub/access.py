@@ -1,0 +1,398 @@
+"""The trust boundary at a hub's door: who a connection is, and whether it may send this frame.
+
+Every request passes ``AccessControl.admit`` before it is served (``hedwig.hub.server``), with
+these rules, in order:
+
+1. The **internal listener** serves hubs of the region only: its TLS handshake already required
+   a certificate from the region's hub CA, so every connection there is a hub. It serves the
+   storage role (ADD_ENTRY, READ_ENTRY, READ_LAC, DELETE_LEDGER), claim requests (TOPIC_STATS
+   with the redirected flag) and PING; anything else is FORBIDDEN there.
+2. On the **client listener** the storage frames are INTERNAL_ONLY whenever the hub has an
+   internal listener: no client can add entries, fence or delete a ledger.
+3. With authentication on, a connection that has not proved an identity (a verified client
+   certificate, or AUTHENTICATE with a token) may send only AUTHENTICATE: everything else is
+   UNAUTHENTICATED, and so is every request after its credentials expire.
+4. With authorization on, each request needs its operation on its topic (``_NEEDS``), allowed
+   by the region's ACLs (``hedwig.security.acl``; super-users may do everything). A request
+   that would create a topic also needs ``create`` (``check_create``). Decisions are cached
+   per connection, operation and topic, and forgotten when the rules change (``set_acls``),
+   which is how a revoked permission takes effect on open connections.
+
+Every refusal is counted (``hedwig_auth_denied_total{op,reason}``) and written as one JSON
+line to the ``hedwig.audit`` logger, naming the principal, the operation, the topic, the peer
+and the listener.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from enum import Enum
+from typing import Protocol
+
+from hedwig.clock import Clock
+from hedwig.errors import (
+    AuthenticationError,
+    ForbiddenError,
+    HedwigError,
+    InternalOnlyError,
+)
+from hedwig.hub.events import HubEvents
+from hedwig.metadata.acls import Operation
+from hedwig.protocol import (
+    AddEntry,
+    Authenticate,
+    Authenticated,
+    CloseSubscription,
+    Consume,
+    DeleteLedger,
+    DeleteTopic,
+    DescribeTopic,
+    Ping,
+    Publish,
+    Read,
+    ReadEntry,
+    ReadLac,
+    ReleaseTopic,
+    Request,
+    ResetSubscription,
+    Subscribe,
+    TopicStats,
+    Unsubscribe,
+)
+from hedwig.protocol.security_frames import TOKEN
+from hedwig.security.acl import AclSet
+from hedwig.security.principal import ANONYMOUS, Principal
+from hedwig.security.tokens import LEEWAY_S, TokenVerifier
+
+audit = logging.getLogger("hedwig.audit")
+
+# What each request needs on the client listener: its operation on the topic it names.
+_NEEDS: dict[type, Operation] = {
+    Publish: Operation.PUBLISH,
+    Subscribe: Operation.SUBSCRIBE,
+    Consume: Operation.SUBSCRIBE,
+    Unsubscribe: Operation.SUBSCRIBE,
+    CloseSubscription: Operation.SUBSCRIBE,
+    Read: Operation.READ,
+    TopicStats: Operation.DESCRIBE,
+    ReleaseTopic: Operation.ADMIN,
+    # Deleting a topic destroys its data: admin. Resetting a subscription moves its consume
+    # mark, as consuming does: subscribe. Describing lists its subscriptions: describe.
+    DeleteTopic: Operation.ADMIN,
+    ResetSubscription: Operation.SUBSCRIBE,
+    DescribeTopic: Operation.DESCRIBE,
+}
+# Hub to hub only.
+STORAGE_REQUESTS = (AddEntry, ReadEntry, ReadLac, DeleteLedger)
+INTERNAL_SERVES = frozenset((*STORAGE_REQUESTS, TopicStats, Ping))
+# A connection's cached decisions are dropped past this many (a client touching many topics).
+DECISION_CACHE_SIZE = 4096
+# Bounded categories of ``hedwig_auth_denied_total``'s reason label.
+DENIAL_REASONS = (
+    "unauthenticated",
+    "expired",
+    "forbidden",
+    "internal_only",
+    "audience",
+    "issuer",
+    "unknown_key",
+    "signature",
+    "malformed",
+    "mechanism",
+    "principal_changed",
+)
+
+
+# The (op, reason) pairs a refusal can have, created at start so increase() sees the first.
+_CLIENT_OPS = (
+    "publish",
+    "subscribe",
+    "consume",
+    "unsubscribe",
+    "close_subscription",
+    "read",
+    "delete_topic",
+    "reset_subscription",
+    "describe_topic",
+)
+DENIAL_SERIES: tuple[tuple[str, str], ...] = (
+    *(
+        (op, r)
+        for op in (*_CLIENT_OPS, "topic_stats", "release_topic", "ping")
+        for r in (
+            "unauthenticated",
+            "expired",
+        )
+    ),
+    *((op, "forbidden") for op in (*_CLIENT_OPS, "topic_stats", "release_topic", "create")),
+    *((op, "internal_only") for op in ("add_entry", "read_entry", "read_lac", "delete_ledger")),
+    ("connect", "expired"),
+    *(
+        ("authenticate", r)
+        for r in (
+            "audience",
+            "issuer",
+            "unknown_key",
+            "signature",
+            "malformed",
+            "expired",
+            "mechanism",
+            "principal_changed",
+        )
+    ),
+)
+
+
+class ListenerRole(Enum):
+    CLIENT = "client"
+    INTERNAL = "internal"
+
+
+class Caller(Protocol):
+    """What access control keeps on a connection (``hedwig.hub.server.ClientConnection``)."""
+
+    name: str
+    role: ListenerRole
+    principal: Principal
+    decisions: dict[tuple[Operation, str], bool]
+    acl_generation: int
+
+
+class AccessControl:
+    def __init__(
+        self,
+        *,
+        authenticate: bool,
+        authorize: bool,
+        internal_plane: bool,
+        verifier: TokenVerifier,
+        super_users: frozenset[str],
+        events: HubEvents,
+        clock: Clock,
+    ) -> None:
+        self.authenticate = authenticate
+        self.authorize = authorize
+        self.internal_plane = internal_plane
+        self.verifier = verifier
+        self.super_users = super_users
+        self.acls = AclSet(super_users=super_users)
+        self.generation = 0
+        self._events = events
+        self._clock = clock
+
+    # admission ------------------------------------------------------------------------------
+
+    def admit(self, conn: Caller, frame: Request, op: str) -> None:
+        """Raise the refusal for ``frame`` on ``conn`` (``op`` is its metric label), if any."""
+        ftype = type(frame)
+        if conn.role is ListenerRole.INTERNAL:
+            if ftype not in INTERNAL_SERVES:
+                self._deny(
+                    conn,
+                    op,
+                    "forbidden",
+                    ForbiddenError(f"{op} is not served on the internal listener"),
+                )
+            return
+        if ftype in STORAGE_REQUESTS:
+            if self.internal_plane or self.authenticate:
+                self._deny(
+                    conn,
+                    op,
+                    "internal_only",
+                    InternalOnlyError(
+                        f"{op} is a hub-to-hub request, served only on the hubs' internal listener",
+                        principal=conn.principal.name,
+                        operation=op,
+                    ),
+                )
+            return
+        if ftype is Authenticate or not self.authenticate:
+            return
+        principal = conn.principal
+        if principal.anonymous:
+            self._deny(
+                conn,
+                op,
+                "unauthenticated",
+                AuthenticationError(
+                    f"{op} refused: this hub needs an identity (a client certificate, or a "
+                    "token with AUTHENTICATE) first",
+                    reason="unauthenticated",
+                ),
+            )
+        if self.expired(conn):
+            self._deny(
+                conn,
+                op,
+                "expired",
+                AuthenticationError(
+                    f"the credentials of {principal.name} have expired; authenticate again",
+                    reason="expired",
+                ),
+            )
+        if not self.authorize:
+            return
+        need = _NEEDS.get(ftype)
+        if need is None:
+            return
+        topic: str = frame.topic  # type: ignore[union-attr]
+        if not self.allowed(conn, need, topic):
+            self._deny(conn, op, "forbidden", self._forbidden(conn, need, topic), topic=topic)
+
+    def allowed(self, conn: Caller, op: Operation, topic: str) -> bool:
+        """Whether ``conn`` may do ``op`` on ``topic`` now (cached until the rules change)."""
+        if conn.role is ListenerRole.INTERNAL or not self.authorize:
+            return True
+        if conn.acl_generation != self.generation:
+            conn.decisions.clear()
+            conn.acl_generation = self.generation
+        key = (op, topic)
+        got = conn.decisions.get(key)
+        if got is None:
+            if len(conn.decisions) >= DECISION_CACHE_SIZE:
+                conn.decisions.clear()
+            got = conn.decisions[key] = self.acls.allows(conn.principal.name, op, topic)
+        return got
+
+    async def check_create(
+        self, conn: Caller, topic: str, exists: Callable[[], Awaitable[bool]]
+    ) -> None:
+        """A request for a topic this hub does not serve may create it: it needs ``create``
+        unless the topic exists already."""
+        if self.allowed(conn, Operation.CREATE, topic) or await exists():
+            return
+        self._deny(
+            conn,
+            "create",
+            "forbidden",
+            self._forbidden(conn, Operation.CREATE, topic),
+            topic=topic,
+        )
+
+    def expired(self, conn: Caller) -> bool:
+        """Whether ``conn``'s credentials expired (past the leeway) without being renewed."""
+        expires = conn.principal.expires_ms
+        return bool(expires) and self._clock.wall_ms() > expires + LEEWAY_S * 1000
+
+    def close_expired(self, connections: Iterable[Caller], close: Callable[[Caller], None]) -> int:
+        """Close the connections whose credentials expired: a subscriber would otherwise go on
+        receiving deliveries it may no longer be entitled to. A client that still holds valid
+        credentials connects and authenticates again at once."""
+        closed = 0
+        for conn in list(connections):
+            if self.expired(conn):
+                self._events.denied("connect", "expired")
+                audit.warning(
+                    json.dumps(
+                        {
+                            "event": "closed",
+                            "reason": "expired",
+                            "principal": conn.principal.name,
+                            "peer": conn.name,
+                        },
+                        sort_keys=True,
+                    )
+                )
+                close(conn)
+                closed += 1
+        return closed
+
+    def cluster_admin(self, principal: Principal) -> bool:
+        """Whether ``principal`` may drain hubs and rebalance (``admin`` on the cluster)."""
+        if not self.authorize:
+            return not (self.authenticate and principal.anonymous)
+        return self.acls.allows(principal.name, Operation.ADMIN, None)
+
+    # authentication --------------------------------------------------------------------------
+
+    async def authenticate_with(self, conn: Caller, frame: Authenticate) -> Authenticated:
+        """Serve AUTHENTICATE: check the token, and the connection acts as its principal."""
+        if frame.mechanism != TOKEN:
+            self._deny(
+                conn,
+                "authenticate",
+                "mechanism",
+                AuthenticationError(
+                    f"unknown authentication mechanism {frame.mechanism!r}", reason="mechanism"
+                ),
+            )
+        if not self.verifier:
+            if not self.authenticate:
+                # Security is off: credentials are not needed, and not checked.
+                return Authenticated(request_id=frame.request_id, principal=ANONYMOUS.name)
+            self._deny(
+                conn,
+                "authenticate",
+                "issuer",
+                AuthenticationError("this hub accepts no tokens", reason="issuer"),
+            )
+        try:
+            principal = await self.verifier.verify(frame.credentials)
+        except AuthenticationError as exc:
+            self._deny(conn, "authenticate", exc.reason or "unauthenticated", exc)
+            raise  # pragma: no cover - _deny raises
+        if not conn.principal.anonymous and conn.principal.name != principal.name:
+            self._deny(
+                conn,
+                "authenticate",
+                "principal_changed",
+                AuthenticationError(
+                    f"a connection authenticated as {conn.principal.name} cannot become "
+                    f"{principal.name}",
+                    reason="principal_changed",
+                ),
+            )
+        conn.principal = principal
+        conn.decisions.clear()
+        audit.info(
+            json.dumps(
+                {"event": "authenticated", "principal": principal.name, "peer": conn.name},
+                sort_keys=True,
+            )
+        )
+        return Authenticated(
+            request_id=frame.request_id,
+            principal=principal.name,
+            expires_ms=principal.expires_ms,
+        )
+
+    # rules -------------------------------------------------------------------------------------
+
+    def set_acls(self, acls: AclSet) -> None:
+        """New rules: every cached decision is forgotten (the caller revokes subscriptions)."""
+        self.acls = acls
+        self.generation += 1
+
+    # refusals ----------------------------------------------------------------------------------
+
+    def _forbidden(self, conn: Caller, op: Operation, topic: str) -> ForbiddenError:
+        return ForbiddenError(
+            f"principal {conn.principal.name} may not {op.value} topic {topic!r}",
+            principal=conn.principal.name,
+            operation=op.value,
+            topic=topic,
+        )
+
+    def _deny(
+        self, conn: Caller, op: str, reason: str, exc: HedwigError, *, topic: str = ""
+    ) -> None:
+        self._events.denied(op, reason)
+        audit.warning(
+            json.dumps(
+                {
+                    "event": "denied",
+                    "op": op,
+                    "reason": reason,
+                    "principal": conn.principal.name,
+                    "topic": topic,
+                    "peer": conn.name,
+                    "listener": conn.role.value,
+                    "message": str(exc),
+                },
+                sort_keys=True,
+            )
+        )
+        raise exc

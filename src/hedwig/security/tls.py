@@ -1,0 +1,135 @@
+"""TLS contexts from the standard library's ``ssl``: TLS 1.2 and later, nothing weaker.
+
+Three uses, three builders:
+
+- ``server_context``: a hub's listener. On the client listener a client certificate is optional
+  (token users have none) but verified against the client CA when one is presented; on the
+  internal listener it is required and must come from the region's hub CA.
+- ``client_context``: clients, and hubs reaching other hubs (with their hub certificate).
+- ``ReloadingCertificate``: certificates are rotated by rewriting their files (a Kubernetes
+  Secret's mounted files change in place); a hub reloads them into the same context, so new
+  connections get the new certificate without a restart and open ones are left alone.
+
+``principal_from_certificate`` names the principal of a verified peer certificate.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import ssl
+from typing import Any
+
+from hedwig.errors import UsageError
+
+log = logging.getLogger(__name__)
+
+
+def _base(purpose: ssl.Purpose) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(purpose)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    return ctx
+
+
+def _load_chain(ctx: ssl.SSLContext, cert: str, key: str | None) -> None:
+    try:
+        ctx.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as exc:
+        raise UsageError(f"cannot load certificate {cert} (key {key or cert}): {exc}") from exc
+
+
+def _load_ca(ctx: ssl.SSLContext, ca: str) -> None:
+    try:
+        ctx.load_verify_locations(cafile=ca)
+    except (OSError, ssl.SSLError) as exc:
+        raise UsageError(f"cannot load CA certificates from {ca}: {exc}") from exc
+
+
+def server_context(
+    cert: str, key: str | None, *, client_ca: str | None = None, require_client_cert: bool = False
+) -> ssl.SSLContext:
+    """A listener's context: serves ``cert``; verifies client certificates against
+    ``client_ca`` (required if ``require_client_cert``, else optional)."""
+    if require_client_cert and not client_ca:
+        raise UsageError("requiring client certificates needs a CA to verify them")
+    ctx = _base(ssl.Purpose.CLIENT_AUTH)
+    _load_chain(ctx, cert, key)
+    if client_ca:
+        _load_ca(ctx, client_ca)
+        ctx.verify_mode = ssl.CERT_REQUIRED if require_client_cert else ssl.CERT_OPTIONAL
+    return ctx
+
+
+def client_context(
+    ca: str | None = None,
+    *,
+    cert: str | None = None,
+    key: str | None = None,
+    check_hostname: bool = True,
+    ca_data: str | None = None,
+) -> ssl.SSLContext:
+    """A connecting end's context: trusts ``ca`` (a file) and ``ca_data`` (PEM text), or the
+    system's store if neither; presents ``cert`` if given; checks that the hub's certificate
+    names the address dialled."""
+    ctx = _base(ssl.Purpose.SERVER_AUTH)
+    if ca:
+        _load_ca(ctx, ca)
+    if ca_data:
+        try:
+            ctx.load_verify_locations(cadata=ca_data)
+        except ssl.SSLError as exc:
+            raise UsageError(f"cannot load CA certificates: {exc}") from exc
+    if cert:
+        _load_chain(ctx, cert, key)
+    ctx.check_hostname = check_hostname
+    return ctx
+
+
+class ReloadingCertificate:
+    """Reloads ``cert``/``key`` into ``ctx`` when their files change (rotation in place)."""
+
+    def __init__(self, ctx: ssl.SSLContext, cert: str, key: str | None) -> None:
+        self.ctx = ctx
+        self.cert = cert
+        self.key = key
+        self._stamp = self._mtimes()
+
+    def _mtimes(self) -> tuple[float, float]:
+        def mtime(path: str | None) -> float:
+            try:
+                return os.stat(path).st_mtime if path else 0.0
+            except OSError:
+                return 0.0
+
+        return mtime(self.cert), mtime(self.key)
+
+    def reload_if_changed(self) -> bool:
+        """Load the files again if they changed since; True if the new ones are in use."""
+        stamp = self._mtimes()
+        if stamp == self._stamp:
+            return False
+        try:
+            self.ctx.load_cert_chain(self.cert, self.key)
+        except (OSError, ssl.SSLError) as exc:
+            # Half-written files (a Secret being updated): keep serving the old certificate
+            # and try again next time.
+            log.warning("certificate %s changed but cannot be loaded yet: %s", self.cert, exc)
+            return False
+        self._stamp = stamp
+        log.info("reloaded certificate %s", self.cert)
+        return True
+
+
+def principal_from_certificate(peercert: dict[str, Any] | None) -> str | None:
+    """The principal a verified certificate names: its subject's common name, else its first
+    URI or DNS subject alternative name; ``None`` if it names nothing (or is absent)."""
+    if not peercert:
+        return None
+    for rdn in peercert.get("subject", ()):
+        for name, value in rdn:
+            if name == "commonName" and value:
+                return str(value)
+    for kind, value in peercert.get("subjectAltName", ()):
+        if kind in ("URI", "DNS") and value:
+            return str(value)
+    return None

@@ -1,0 +1,184 @@
+"""Secured pools and HedwigUsers: Secrets with CAs and certificates, the hubs' settings, ACL
+entries written and removed, and the operator's own trust."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+from typing import Any
+
+import pytest
+from cryptography import x509
+from cryptography.x509.oid import NameOID
+from hedwig_operator.builders import build_configmap, build_statefulset
+from hedwig_operator.security import (
+    PoolTrust,
+    delete_user,
+    ensure_pool_security,
+    reconcile_user,
+)
+from hedwig_operator.specs import SpecError, parse_pool, parse_user
+
+from hedwig.metadata.acls import Operation, PatternType
+
+from .fakes import World, pool_body
+
+SECURE = {"region": "r1", "security": {"enabled": True, "superUsers": ["ops:alice"]}}
+
+
+def user_body(name: str = "orders-app", **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "hedwig.io/v1alpha1",
+        "kind": "HedwigUser",
+        "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "generation": 1},
+        "spec": {"pool": "pool", **spec},
+    }
+
+
+SA_USER = user_body(
+    authentication={"type": "serviceAccount", "serviceAccount": "orders"},
+    authorization={
+        "acls": [
+            {
+                "resource": {"name": "orders.", "patternType": "prefix"},
+                "operations": ["publish", "create"],
+            },
+            {"resource": {"type": "cluster"}, "operations": ["admin"], "effect": "deny"},
+        ]
+    },
+)
+
+
+def secret(world: World, name: str) -> dict[str, bytes]:
+    body = world.kube.objects[("Secret", "ns", name)]
+    return {k: base64.b64decode(v) for k, v in body["data"].items()}
+
+
+def test_users_name_their_principal_by_how_they_authenticate() -> None:
+    sa = parse_user(SA_USER)
+    assert sa.principal == "system:serviceaccount:ns:orders"
+    assert sa.acl_name == "ns/orders-app"
+    assert sa.rules[0].pattern is PatternType.PREFIX
+    assert sa.rules[0].operations == {Operation.PUBLISH, Operation.CREATE}
+    tls = parse_user(user_body("bob", authentication={"type": "tls"}))
+    assert tls.principal == "user:ns:bob" and tls.rules == ()
+    with pytest.raises(SpecError, match="serviceAccount"):
+        parse_user(user_body(authentication={"type": "serviceAccount"}))
+    with pytest.raises(SpecError, match="not a valid Operation"):
+        parse_user(
+            user_body(
+                authentication={"type": "tls"},
+                authorization={"acls": [{"operations": ["fly"]}]},
+            )
+        )
+
+
+def test_a_secured_pool_runs_hubs_with_tls_tokens_acls_and_an_internal_listener() -> None:
+    pool = parse_pool(pool_body(spec=SECURE))
+    env = build_configmap(pool, "system:serviceaccount:hedwig:hedwig-operator")["data"]
+    assert env["HEDWIG_AUTHENTICATE"] == env["HEDWIG_AUTHORIZE"] == "true"
+    assert env["HEDWIG_SUPER_USERS"] == "system:serviceaccount:hedwig:hedwig-operator,ops:alice"
+    assert env["HEDWIG_INTERNAL_LISTEN"] == "0.0.0.0:4081"
+    (issuer,) = json.loads(env["HEDWIG_TOKEN_ISSUERS"])
+    assert issuer["issuer"] == "https://kubernetes.default.svc.cluster.local"
+    assert issuer["audience"] == "hedwig"
+    pod = build_statefulset(pool)["spec"]["template"]["spec"]
+    (hub,) = pod["containers"]
+    assert {"name": "internal", "containerPort": 4081, "protocol": "TCP"} in hub["ports"]
+    assert any(e["name"] == "HEDWIG_INTERNAL_ADVERTISE" for e in hub["env"])
+    assert {v["name"] for v in pod["volumes"]} >= {"hub-tls", "zookeeper-digest"}
+    plain = build_configmap(parse_pool(pool_body(spec={"region": "r1"})))["data"]
+    assert "HEDWIG_AUTHENTICATE" not in plain
+
+
+async def test_pool_secrets_are_made_once_and_the_hub_certificate_renewed() -> None:
+    w = await World().start()
+    pool = parse_pool(pool_body(spec=SECURE))
+    trust = PoolTrust()
+    await ensure_pool_security(w.kube, pool, trust)
+    names = {k[2] for k in w.kube.objects if k[0] == "Secret"}
+    assert names == {"pool-ca", "pool-clients-ca", "pool-hub-tls", "pool-zookeeper"}
+    hub = secret(w, "pool-hub-tls")
+    cert = x509.load_pem_x509_certificate(hub["tls.crt"])
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "*.pool-headless.ns.svc" in sans.get_values_for_type(x509.DNSName)
+    ca_cert = w.kube.objects[("ConfigMap", "ns", "pool-ca-cert")]["data"]["ca.crt"]
+    assert ca_cert.encode() == secret(w, "pool-ca")["tls.crt"]  # the certificate, no key
+    secrets = [m for m in w.kube.applied if m["kind"] == "Secret"]
+    await ensure_pool_security(w.kube, pool, trust)
+    assert [m for m in w.kube.applied if m["kind"] == "Secret"] == secrets  # nothing new
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(days=70)  # inside the renewal window
+    await ensure_pool_security(w.kube, pool, trust, now=later)
+    assert secret(w, "pool-hub-tls")["tls.crt"] != hub["tls.crt"]
+    assert secret(w, "pool-ca") == secret(w, "pool-ca")  # the CA is kept
+    assert trust.security_for("pool-0.pool-headless.ns.svc:4080") is not None
+    assert trust.security_for("other-0.other-headless.ns.svc:4080") is None
+    assert trust.digests[("zk:2181", "r1")].startswith("hedwig:")
+
+
+async def test_a_user_becomes_an_acl_entry_and_goes_with_its_resource() -> None:
+    w = await World().start()
+    w.kube.put(pool_body(spec=SECURE))
+    trust = PoolTrust()
+    outcome = await reconcile_user(w.kube, w.connections, trust, SA_USER)
+    (cond,) = outcome.status["conditions"]
+    assert (cond["status"], cond["reason"]) == ("True", "Ready")
+    assert outcome.status["principal"] == "system:serviceaccount:ns:orders"
+    got = await w.operator_store.acls.read_acl("ns/orders-app")
+    assert got is not None and got.value == parse_user(SA_USER).acl_entry
+    await delete_user(w.kube, w.connections, trust, SA_USER)
+    assert await w.operator_store.acls.read_acl("ns/orders-app") is None
+    await delete_user(w.kube, w.connections, trust, SA_USER)  # gone already: fine
+
+
+async def test_a_tls_user_gets_a_certificate_from_the_clients_ca() -> None:
+    w = await World().start()
+    w.kube.put(pool_body(spec=SECURE))
+    body = user_body("bob", authentication={"type": "tls"})
+    outcome = await reconcile_user(w.kube, w.connections, PoolTrust(), body)
+    assert outcome.status["secret"] == "bob"
+    issued = secret(w, "bob")
+    cert = x509.load_pem_x509_certificate(issued["tls.crt"])
+    cn = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value
+    assert cn == "user:ns:bob"
+    clients_ca = x509.load_pem_x509_certificate(secret(w, "pool-clients-ca")["tls.crt"])
+    assert cert.issuer == clients_ca.subject
+    assert issued["ca.crt"] == secret(w, "pool-ca")["tls.crt"]
+    owner = w.kube.objects[("Secret", "ns", "bob")]["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["name"]) == ("HedwigUser", "bob")
+
+
+async def test_users_of_missing_or_unsecured_pools_say_so() -> None:
+    w = await World().start()
+    outcome = await reconcile_user(w.kube, w.connections, PoolTrust(), SA_USER)
+    assert outcome.retry and outcome.status["conditions"][0]["reason"] == "PoolNotFound"
+    w.kube.put(pool_body(spec={"region": "r1"}))
+    outcome = await reconcile_user(w.kube, w.connections, PoolTrust(), SA_USER)
+    assert outcome.status["conditions"][0]["reason"] == "NotEnforced"
+    tls = await reconcile_user(
+        w.kube, w.connections, PoolTrust(), user_body("bob", authentication={"type": "tls"})
+    )
+    assert tls.status["conditions"][0]["reason"] == "PoolNotSecured"
+
+
+async def test_concurrent_reconcilers_make_one_ca() -> None:
+    import asyncio
+
+    from hedwig_operator.kube import ObjectRef
+
+    from .fakes import FakeKube
+
+    class SlowKube(FakeKube):
+        """An API server that takes its time: reconcilers interleave."""
+
+        async def get(self, ref: ObjectRef) -> dict[str, Any] | None:
+            await asyncio.sleep(0.01)
+            return await super().get(ref)
+
+    kube = SlowKube()
+    pool = parse_pool(pool_body(spec=SECURE))
+    trust = PoolTrust()
+    await asyncio.gather(*(ensure_pool_security(kube, pool, trust) for _ in range(3)))
+    cas = [m for m in kube.applied if m["metadata"]["name"] == "pool-ca"]
+    assert len(cas) == 1

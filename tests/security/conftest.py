@@ -1,0 +1,96 @@
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import pytest
+
+from hedwig.client import HedwigClient, RetryPolicy
+from hedwig.hub import Hub, HubConfig
+from hedwig.metadata.memory import MemoryBackend, MemoryMetadataStore
+from hedwig.security import ClientSecurity
+from tests.security.fixtures import Pki, TokenIssuer
+
+FAST_RETRY = RetryPolicy(initial_delay_s=0.01, max_delay_s=0.1, deadline_s=10)
+
+
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return Pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture
+def issuer() -> Iterator[TokenIssuer]:
+    it = TokenIssuer()
+    yield it
+    it.close()
+
+
+def secure_config(pki: Pki, issuer: TokenIssuer, **kw: object) -> HubConfig:
+    base = HubConfig(
+        listen="127.0.0.1:0",
+        data_dir=tempfile.mkdtemp(prefix="hedwig-sec-"),
+        replication="2/2/2",
+        zk_session_timeout_s=2.0,
+        self_balance=False,
+        tls_cert=pki.path("hub.crt"),
+        tls_key=pki.path("hub.key"),
+        tls_client_ca=pki.path("client-ca.crt"),
+        internal_listen="127.0.0.1:0",
+        internal_ca=pki.path("hub-ca.crt"),
+        internal_cert=pki.path("hub.crt"),
+        internal_key=pki.path("hub.key"),
+        authenticate=True,
+        authorize=True,
+        super_users="admin",
+        token_issuers=issuer.issuers_json(),
+    )
+    return replace(base, **kw)  # type: ignore[arg-type]
+
+
+@dataclass
+class SecureRegion:
+    pki: Pki
+    issuer: TokenIssuer
+    backend: MemoryBackend
+    hubs: list[Hub] = field(default_factory=list)
+
+    @property
+    def addresses(self) -> list[str]:
+        return [h.address for h in self.hubs]
+
+    def security(self, *, token_for: str | None = None, cert: str | None = None) -> ClientSecurity:
+        return ClientSecurity.build(
+            tls_ca=self.pki.path("hub-ca.crt"),
+            token=self.issuer.token(token_for) if token_for else None,
+            cert=self.pki.path(f"{cert}.crt") if cert else None,
+            key=self.pki.path(f"{cert}.key") if cert else None,
+        )
+
+    def client(self, **kw: object) -> HedwigClient:
+        kw.setdefault("retry", FAST_RETRY)
+        return HedwigClient(self.addresses, **kw)  # type: ignore[arg-type]
+
+    def store(self) -> MemoryMetadataStore:
+        return MemoryMetadataStore(self.backend, "mem")
+
+
+@pytest.fixture
+async def secure(pki: Pki, issuer: TokenIssuer) -> AsyncIterator[SecureRegion]:
+    region = SecureRegion(pki, issuer, MemoryBackend())
+    for _ in range(2):
+        hub = Hub(secure_config(pki, issuer), store=region.store())
+        await hub.start()
+        region.hubs.append(hub)
+    yield region
+    for hub in region.hubs:
+        await hub.stop()
+        shutil.rmtree(hub.config.data_dir, ignore_errors=True)
+
+
+def files_under(directory: str) -> dict[str, bytes]:
+    root = Path(directory)
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}

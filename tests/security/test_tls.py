@@ -1,0 +1,75 @@
+"""Certificates rotate in place: a hub serves a renewed certificate to new connections without
+restarting, and a client presents its renewed certificate on its next connection."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import ssl
+from pathlib import Path
+
+from cryptography import x509
+
+from hedwig.hub import Hub
+from hedwig.metadata.memory import MemoryBackend
+from hedwig.security.ca import CertificateAuthority
+from hedwig.security.tls import ReloadingCertificate, client_context
+from tests.security.conftest import SecureRegion, secure_config
+from tests.security.fixtures import Pki, TokenIssuer
+
+
+def _renew(ca: CertificateAuthority, directory: Path, name: str, **kw: object) -> None:
+    """Write a new certificate over the old files, a second later (mtime changes)."""
+    issued = ca.issue(name, **kw)  # type: ignore[arg-type]
+    cert, key = directory / f"{name}.crt", directory / f"{name}.key"
+    stamp = cert.stat().st_mtime + 1
+    cert.write_bytes(issued.cert_pem)
+    key.write_bytes(issued.key_pem)
+    os.utime(cert, (stamp, stamp))
+    os.utime(key, (stamp, stamp))
+
+
+def test_reloading_picks_up_rewritten_files(tmp_path: Path) -> None:
+    ca = CertificateAuthority.create("test")
+    ca.issue("alice", client=True).write(tmp_path, "alice")
+    ctx = client_context(cert=str(tmp_path / "alice.crt"), key=str(tmp_path / "alice.key"))
+    reloading = ReloadingCertificate(ctx, str(tmp_path / "alice.crt"), str(tmp_path / "alice.key"))
+    assert not reloading.reload_if_changed()
+    _renew(ca, tmp_path, "alice", client=True)
+    assert reloading.reload_if_changed()
+    assert not reloading.reload_if_changed()
+
+
+async def test_a_hub_serves_its_renewed_certificate_without_restarting(
+    pki: Pki, issuer: TokenIssuer, tmp_path: Path
+) -> None:
+    shutil.copy(pki.path("hub.crt"), tmp_path / "hub.crt")
+    shutil.copy(pki.path("hub.key"), tmp_path / "hub.key")
+    config = secure_config(
+        pki,
+        issuer,
+        replication="1/1/1",
+        tls_cert=str(tmp_path / "hub.crt"),
+        tls_key=str(tmp_path / "hub.key"),
+    )
+    region = SecureRegion(pki, issuer, MemoryBackend())
+    hub = Hub(config, store=region.store())
+    await hub.start()
+    try:
+        before = await _served_serial(hub.address, pki)
+        _renew(pki.hub_ca, tmp_path, "hub", ip_addresses=["127.0.0.1"], server=True, client=True)
+        assert hub.tls is not None and hub.tls.reload() >= 1
+        after = await _served_serial(hub.address, pki)
+        assert after != before
+    finally:
+        await hub.stop()
+
+
+async def _served_serial(address: str, pki: Pki) -> int:
+    host, port = address.rsplit(":", 1)
+    ctx = ssl.create_default_context(cafile=pki.path("hub-ca.crt"))
+    _, writer = await asyncio.open_connection(host, int(port), ssl=ctx)
+    der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
+    writer.close()
+    return int(x509.load_der_x509_certificate(der).serial_number)
