@@ -8,7 +8,11 @@ fail: ``make test`` builds and installs all of it first.
 
 from __future__ import annotations
 
+import asyncio
 import os
+import secrets
+import socket
+import struct
 import subprocess
 import time
 from collections.abc import Callable
@@ -19,6 +23,7 @@ import pytest
 
 from controlplane import cluster
 from controlplane.node import NodeError, node_dir
+from hedwig.net.transport import P, TcpNetwork, split_address
 
 ROOT = Path(__file__).resolve().parents[1]
 IMAGES_BUILD = ROOT / "images" / "build.sh"
@@ -128,3 +133,49 @@ def storage_class(name: str) -> dict[str, Any]:
         "volumeBindingMode": "WaitForFirstConsumer",
         "reclaimPolicy": "Retain",
     }
+
+
+# --------------------------------------------------------------- clients outside the cluster
+
+
+def dns_lookup(name: str, server: tuple[str, int], timeout: float = 2.0) -> str:
+    """The first A record of ``name`` from the DNS server at ``server`` (a minimal query over
+    UDP: the host's resolver does not know the cluster's names)."""
+    query_id = secrets.randbelow(1 << 16)
+    labels = b"".join(bytes([len(p)]) + p.encode() for p in name.rstrip(".").split("."))
+    packet = struct.pack(">HHHHHH", query_id, 0x0100, 1, 0, 0, 0) + labels + b"\0\0\1\0\1"
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.settimeout(timeout)
+        sock.sendto(packet, server)
+        reply = sock.recv(4096)
+    rid, flags, _qd, answers, _ns, _ar = struct.unpack(">HHHHHH", reply[:12])
+    if rid != query_id or flags & 0xF:
+        raise OSError(f"DNS lookup of {name} failed (rcode {flags & 0xF})")
+    pos = 12 + len(labels) + 5
+    for _ in range(answers):
+        pos = pos + 2 if reply[pos] & 0xC0 == 0xC0 else reply.index(b"\0", pos) + 1
+        rtype, _cls, _ttl, length = struct.unpack(">HHIH", reply[pos : pos + 10])
+        pos += 10
+        if rtype == 1 and length == 4:
+            return socket.inet_ntoa(reply[pos : pos + 4])
+        pos += length
+    raise OSError(f"no address for {name}")
+
+
+class ClusterDNSNetwork(TcpNetwork):
+    """TCP for a client outside the cluster that asks the cluster's DNS for the hubs' names:
+    the addresses hubs advertise (``<pod>.<pool>-headless.<ns>.svc:4080``) and the client
+    Service's name resolve to pod and Service IPs, which the host reaches (the pod bridge and
+    kube-proxy). What a laptop on a VPN into the cluster's network does."""
+
+    def __init__(self, dns: tuple[str, int]) -> None:
+        super().__init__()
+        self.dns = dns
+
+    async def connect(self, address: str, factory: Callable[[], P], *, timeout_s: float) -> P:
+        host, port = split_address(address)
+        if host.endswith(".svc"):
+            host += ".cluster.local"
+        if host.endswith(".cluster.local"):
+            host = await asyncio.to_thread(dns_lookup, host, self.dns)
+        return await super().connect(f"{host}:{port}", factory, timeout_s=timeout_s)

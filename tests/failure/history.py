@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from hedwig.client import HedwigClient, PublishResult, RetryPolicy
 from hedwig.errors import HedwigError
+from hedwig.net import TCP, Network
 
 
 @dataclass
@@ -49,8 +50,10 @@ class Workload:
         subscribers: int = 2,
         rate: float = 200.0,
         retry_deadline_s: float = 60.0,
+        network: Network = TCP,
     ) -> None:
         self.hubs = hubs
+        self.network = network
         self.topics = topics
         self.publishers = publishers
         self.subscribers = subscribers
@@ -63,13 +66,15 @@ class Workload:
 
     async def start(self) -> None:
         for s in range(self.subscribers):
-            client = HedwigClient(self.hubs, retry=self.retry)
+            client = HedwigClient(self.hubs, retry=self.retry, network=self.network)
             self._clients.append(client)
             for topic in self.topics:
                 sub = await client.subscribe(topic, f"checker-{s}", message_window=500)
                 self._tasks.append(asyncio.create_task(self._drain(topic, f"checker-{s}", sub)))
         for p in range(self.publishers):
-            client = HedwigClient(self.hubs, retry=self.retry, publisher_id=f"pub{p}")
+            client = HedwigClient(
+                self.hubs, retry=self.retry, publisher_id=f"pub{p}", network=self.network
+            )
             self._clients.append(client)
             self._tasks.append(asyncio.create_task(self._publish(p, client)))
 
@@ -113,7 +118,7 @@ class Workload:
     async def finish(self, timeout: float = 60.0) -> History:
         """Stop publishing, read every log back, let subscribers catch up, close."""
         await self.stop_publishing()
-        reader = HedwigClient(self.hubs, retry=self.retry)
+        reader = HedwigClient(self.hubs, retry=self.retry, network=self.network)
         try:
             for topic in self.topics:
                 self.history.log[topic] = await read_all(reader, topic)
