@@ -24,6 +24,7 @@ Standard library only; the iptables work goes through ``iptables-save``/``iptabl
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -235,6 +236,30 @@ class HostState:
             if value is not None and _read(_sysctl_path(name)) != value:
                 with contextlib.suppress(OSError):
                     _sysctl_path(name).write_text(value)
+
+    def save(self, path: Path) -> None:
+        """Keep the snapshot on disk, so a run that was killed can still be undone by the next."""
+        data = {
+            "sysctls": self.sysctls,
+            "paths": self.paths,
+            "chains": {t: {k: sorted(v) for k, v in c.items()} for t, c in self.chains.items()},
+            "bridge": self.bridge,
+            "bridge_name": self.bridge_name,
+            "cgroup_root": self.cgroup_root,
+        }
+        path.write_text(json.dumps(data))
+
+    @classmethod
+    def load(cls, path: Path) -> HostState:
+        data = json.loads(path.read_text())
+        return cls(
+            sysctls=data["sysctls"],
+            paths=data["paths"],
+            chains={t: {k: set(v) for k, v in c.items()} for t, c in data["chains"].items()},
+            bridge=data["bridge"],
+            bridge_name=data["bridge_name"],
+            cgroup_root=data["cgroup_root"],
+        )
 
     def diff(self, before: HostState) -> list[str]:
         """What differs from ``before`` (empty when the host is as it was)."""

@@ -52,6 +52,8 @@ CLUSTER_DNS = "10.96.0.10"
 CLUSTER_DOMAIN = "cluster.local"
 CGROUP_ROOT = "/hedwig-e2e"
 LOCK_FILE = Path("/run/lock/hedwig-e2e-node.lock")
+#: The host as it was before the running node started (for a run killed before undoing it).
+STATE_FILE = Path("/run/lock/hedwig-e2e-node.host.json")
 
 
 class NodeError(cluster.ControlPlaneError):
@@ -141,6 +143,7 @@ class RealCluster:
         try:
             _clear_leftovers()
             self.host_before = HostState.capture(BRIDGE, CGROUP_ROOT)
+            self.host_before.save(STATE_FILE)
             _run("ip", "link", "add", BRIDGE, "type", "bridge")
             _run("ip", "addr", "add", f"{NODE_IP}/24", "dev", BRIDGE)
             _run("ip", "link", "set", BRIDGE, "up")
@@ -175,6 +178,7 @@ class RealCluster:
             cp.stop(keep=True)  # its files go after the host is undone (mounts live there)
         if self.host_before is not None:
             self.host_before.undo(self.workdir)
+            STATE_FILE.unlink(missing_ok=True)
         if cp is not None and not keep:
             shutil.rmtree(cp.workdir, ignore_errors=True)
         self.cp = None
@@ -226,7 +230,7 @@ class RealCluster:
         containerd = self._spawn(
             "containerd", ["containerd", "--config", w / "containerd" / "config.toml"]
         )
-        _wait("containerd's socket", lambda: self._ctr("version").returncode == 0, 60, [containerd])
+        _wait("containerd's socket", lambda: self.ctr("version").returncode == 0, 60, [containerd])
         for tar in [self.bins / "images" / "pause.tar", *self.images]:
             self.load_image(tar)
 
@@ -267,7 +271,8 @@ class RealCluster:
             [kubelet],
         )
 
-    def _ctr(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    def ctr(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        """``ctr`` against the node's containerd, in Kubernetes' namespace."""
         return subprocess.run(
             ["ctr", "--address", str(self.socket), "--namespace", "k8s.io", *args],
             capture_output=True,
@@ -278,13 +283,13 @@ class RealCluster:
 
     def load_image(self, tar: Path) -> None:
         """Import a docker-archive tar into the node's containerd (as a registry pull would)."""
-        proc = self._ctr("images", "import", str(tar))
+        proc = self.ctr("images", "import", str(tar))
         if proc.returncode != 0:
             raise NodeError(f"ctr images import {tar} failed:\n{proc.stderr}")
 
     def tag_image(self, source: str, target: str) -> None:
         """A second name for an image already on the node (``ctr images tag``)."""
-        proc = self._ctr("images", "tag", "--force", _full_ref(source), _full_ref(target))
+        proc = self.ctr("images", "tag", "--force", _full_ref(source), _full_ref(target))
         if proc.returncode != 0:
             raise NodeError(f"ctr images tag failed:\n{proc.stderr}")
 
@@ -492,13 +497,13 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            tasks = self._ctr("tasks", "list", "--quiet", timeout=30)
+            tasks = self.ctr("tasks", "list", "--quiet", timeout=30)
             if tasks.returncode != 0 or not self._running_tasks():
                 return
             time.sleep(0.5)
 
     def _running_tasks(self) -> list[str]:
-        out = self._ctr("tasks", "list", timeout=30).stdout.splitlines()[1:]
+        out = self.ctr("tasks", "list", timeout=30).stdout.splitlines()[1:]
         return [line.split()[0] for line in out if line.split() and "RUNNING" in line]
 
     def _stop_node(self) -> None:
@@ -508,11 +513,11 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
                 by_name[name].stop()
         if "containerd" in by_name and by_name["containerd"].alive():
             for task in self._running_tasks():
-                self._ctr("tasks", "kill", "--signal", "SIGKILL", task, timeout=30)
+                self.ctr("tasks", "kill", "--signal", "SIGKILL", task, timeout=30)
             time.sleep(0.5)
-            for line in self._ctr("tasks", "list", timeout=30).stdout.splitlines()[1:]:
+            for line in self.ctr("tasks", "list", timeout=30).stdout.splitlines()[1:]:
                 if line.split():
-                    self._ctr("tasks", "delete", "--force", line.split()[0], timeout=30)
+                    self.ctr("tasks", "delete", "--force", line.split()[0], timeout=30)
             by_name["containerd"].stop()
         _kill_cgroup_processes(CGROUP_ROOT)
         if self.socket != Path():
@@ -606,6 +611,10 @@ def _clear_leftovers() -> None:
                 os.kill(int(proc.name), signal.SIGKILL)
     for tmp in Path("/tmp").glob("hedwig-cp-*/node"):
         unmount_under(tmp)
+    if STATE_FILE.exists():
+        # What the killed run found: undo back to it (sysctls included).
+        HostState.load(STATE_FILE).undo(Path("/nonexistent"))
+        STATE_FILE.unlink()
     remove_cgroup(CGROUP_ROOT)
     if bridge_and_ports(BRIDGE):
         from .host import iptables_chains, remove_node_chains

@@ -34,6 +34,9 @@ class History:
     )
     log: dict[str, list[tuple[int, bytes]]] = field(default_factory=dict)
     ack_times: list[float] = field(default_factory=list)
+    # When each topic's acknowledgements came: the longest gap is how long publishing to that
+    # topic stalled (during a failover or a hand-off).
+    topic_ack_times: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
 
     @property
     def acked_count(self) -> int:
@@ -99,7 +102,9 @@ class Workload:
             return
         seq = getattr(result, "seq", 0)
         self.history.acked[topic].append((value, seq))
-        self.history.ack_times.append(time.monotonic())
+        now = time.monotonic()
+        self.history.ack_times.append(now)
+        self.history.topic_ack_times[topic].append(now)
 
     async def _drain(self, topic: str, name: str, sub: object) -> None:
         from hedwig.client import Subscriber
