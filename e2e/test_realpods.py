@@ -36,6 +36,7 @@ import yaml
 from tests.failure.history import History, Workload, check, read_all
 
 import render
+import scrape
 from controlplane import cluster
 from controlplane.node import NODE_IP, NODE_NAME, RealCluster
 from hedwig.client import HedwigClient, SyncClient
@@ -51,7 +52,6 @@ from realpods import (
     storage_class,
     wait_for,
 )
-from scrape import scrape_config
 from traffic.grid import Grid
 from traffic.positions import Position
 
@@ -642,12 +642,13 @@ async def _read_topic(rel: Release, topic: str) -> list[tuple[int, bytes]]:
 UP = 'up{job="hedwig-hub"} == 1'
 
 
-def test_prometheus_finds_and_scrapes_the_hub_pods_through_the_service_monitor(
+def test_prometheus_scrapes_the_hub_pods_the_service_monitor_selects(
     release: Release, tmp_path: Path
 ) -> None:
-    """The chart's ServiceMonitor, turned into Kubernetes service discovery as the Prometheus
-    Operator would: its selector finds the pool's headless Service, and Prometheus scrapes
-    every hub pod, labelled with its namespace, pod and pool."""
+    """The chart's ServiceMonitor resolved against the live objects as the Prometheus Operator
+    would (its selector finds the pool's headless Service, whose endpoints are the hub pods),
+    written as a static configuration for Debian's Prometheus, which has no Kubernetes service
+    discovery: Prometheus scrapes every hub pod, labelled with its namespace, pod and pool."""
     rel, cp = release, release.cp
     binary = shutil.which("prometheus")
     if binary is None:
@@ -670,11 +671,18 @@ def test_prometheus_finds_and_scrapes_the_hub_pods_through_the_service_monitor(
         "templates/monitoring/servicemonitor.yaml",
     ).stdout
     (monitor,) = [d for d in yaml.safe_load_all(rendered) if d]
-    pki = cp.ca_file.parent
-    job = scrape_config(
-        monitor, cp.server, cp.ca_file, pki / "admin.crt", pki / "admin.key", interval="1s"
+    found = scrape.targets(
+        monitor, [NS], lambda kind, ns: cp.kubectl_json("get", kind, "-n", ns)["items"]
     )
+    hubs = {p["metadata"]["name"] for p in rel.hub_pods()}
+    assert {labels["pod"] for _, labels in found} == hubs
     config = tmp_path / "prometheus.yml"
+    job = {
+        "job_name": "hedwig-hub",
+        "scrape_interval": "1s",
+        "scrape_timeout": "900ms",
+        "static_configs": [{"targets": [a], "labels": labels} for a, labels in found],
+    }
     config.write_text(yaml.safe_dump({"scrape_configs": [job]}))
     port = free_port()
     log = tmp_path / "prometheus.log"
@@ -693,22 +701,17 @@ def test_prometheus_finds_and_scrapes_the_hub_pods_through_the_service_monitor(
         )
     url = f"http://127.0.0.1:{port}"
     try:
-        hubs = {p["metadata"]["name"] for p in rel.hub_pods()}
 
         def scraped() -> list[dict[str, Any]] | None:
             assert proc.poll() is None, log.read_text()[-2000:]
             try:
-                got = render.prometheus_get(
-                    url, "/api/v1/query", {"query": 'up{job="hedwig-hub"} == 1'}
-                )
+                got = render.prometheus_get(url, "/api/v1/query", {"query": UP})
             except OSError:
                 return None
             result = list(got["result"]) if isinstance(got, dict) else []
             return result if {r["metric"].get("pod") for r in result} == hubs else None
 
-        started = time.monotonic()
         up = wait_for("Prometheus scraping every hub pod", scraped, 90)
-        FIGURES["prometheus_discovery_s"] = time.monotonic() - started
         for series in up:
             assert series["metric"]["namespace"] == NS
             assert series["metric"]["pool"] == POOL
