@@ -372,6 +372,10 @@ def test_rolling_update_of_the_hub_image_under_load_loses_nothing(release: Relea
     after = {p["metadata"]["name"]: p["metadata"]["uid"] for p in rel.hub_pods()}
     assert set(after) == set(before)
     assert not set(after.values()) & set(before.values()), "every hub pod was replaced"
+    # Every stopping hub's preStop (sleep, then `hedwig drain`, which returns once the hub has
+    # handed its topics over) ran and succeeded: the kubelet reports a failed hook as an event.
+    failed = cp.kubectl_json("get", "events", "-n", NS, "--field-selector=reason=FailedPreStopHook")
+    assert failed["items"] == [], [e["message"] for e in failed["items"]]
     FIGURES["rolling_update_longest_pause_s"] = _longest_pause(history)
     FIGURES["rolling_update_acknowledged"] = history.acked_count
     print(
@@ -592,7 +596,7 @@ def test_spark_heatmap_job_runs_on_kubernetes_driver_and_executor_pods(release: 
         "--available-now",
     ]
     env = {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_")},
         "K8S": cp.server,
         "NAMESPACE": NS,
         "IMAGE": "hedwig-spark:0.1.0",

@@ -5,7 +5,8 @@
 # the cluster's nodes find it (pushed to a registry, or imported into the nodes' runtime).
 # Files already in the image are named with local://. Options before "--" go to
 # spark-submit (credentials, resources); what follows "--" replaces the job's default
-# arguments after --zookeeper/--region (e2e/test_spark_k8s.py runs a bounded job this way).
+# arguments after --zookeeper/--region (e2e/test_realpods.py runs a bounded job this way).
+# The pods run the image's Python whatever PYSPARK_PYTHON says where spark-submit runs.
 set -euo pipefail
 : "${K8S:?set K8S to the API server URL, e.g. https://127.0.0.1:6443}"
 IMAGE="${IMAGE:-hedwig-spark:0.1.0}"
@@ -26,6 +27,8 @@ exec spark-submit \
   --conf spark.kubernetes.namespace="${NAMESPACE}" \
   --conf spark.kubernetes.container.image="${IMAGE}" \
   --conf spark.kubernetes.authenticate.driver.serviceAccountName=spark \
+  --conf spark.pyspark.python=/opt/venv/bin/python \
+  --conf spark.pyspark.driver.python=/opt/venv/bin/python \
   --conf spark.executor.instances=2 \
   --conf spark.executor.memory=1g \
   --conf spark.sql.shuffle.partitions=8 \
