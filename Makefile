@@ -83,11 +83,27 @@ bench-spark: deps
 # root distribution ships it, so `make venv` installs it) and its end-to-end tests against a
 # real control plane built from Go modules (e2e/controlplane: long the first time, instant
 # once cached under ~/.cache/hedwig). `make test` runs all of it.
-.PHONY: controlplane lint-operator typecheck-operator imports-operator e2e
-OPERATOR_LINTED := operator e2e/test_operator.py e2e/test_security.py e2e/hedwig_e2e.py
+.PHONY: controlplane node images lint-operator typecheck-operator imports-operator e2e
+OPERATOR_LINTED := operator e2e/test_operator.py e2e/test_security.py e2e/hedwig_e2e.py \
+	e2e/controlplane e2e/realpods.py e2e/conftest.py e2e/test_node.py e2e/test_realpods.py \
+	e2e/scrape.py
 
 controlplane:
 	e2e/controlplane/build.sh
+
+# The real node of the e2e test bed: kubelet and kube-proxy (the control plane's Kubernetes
+# version), the CNI plugins, CoreDNS and the pause image, cached under ~/.cache/hedwig/node;
+# containerd and runc are Debian's (scripts/ensure-node-packages.sh).
+node: controlplane
+	scripts/ensure-node-packages.sh
+	e2e/controlplane/build-node.sh
+
+# The hub, operator and Spark images from their Dockerfiles, without a Docker engine or a
+# registry (images/build.sh: mmdebstrap base, buildah), as docker-archive tars cached under
+# ~/.cache/hedwig/images by their inputs. IMAGE_PREFIX=registry/path/ names them for a push
+# (docs/deploying.md).
+images:
+	images/build.sh
 
 lint-operator: venv
 	$(VENV)/bin/ruff check $(OPERATOR_LINTED)
@@ -99,7 +115,7 @@ typecheck-operator: venv
 imports-operator: venv
 	$(VENV)/bin/lint-imports --config operator/importlinter.ini
 
-test: lint-operator typecheck-operator imports-operator controlplane
+test: lint-operator typecheck-operator imports-operator controlplane node images
 
 e2e: deps controlplane
 	$(PY) -m pytest -q $(PYTEST_ARGS) e2e

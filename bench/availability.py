@@ -249,8 +249,8 @@ async def bench_rolling_restart(hubs: int, rate: float, session: float) -> dict[
             await asyncio.sleep(6)  # audits with every hub back
             for p in pubs:
                 await p.stop()
-            for t in tasks:
-                t.cancel()
+            for task in tasks:
+                task.cancel()
             copied = scrape_copied(c)
     return {
         "benchmark": "rolling-restart",

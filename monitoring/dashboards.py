@@ -21,9 +21,22 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+# The SDK steers new code to its "v2" dashboard schema (Grafana 12's resource format); Grafana's
+# dashboard provisioning and the chart's sidecar ConfigMaps read the classic JSON model, so that
+# is what is built here, and the SDK's reminder is silenced.
+warnings.filterwarnings("ignore", "Prefer using dashboardv2", DeprecationWarning)
+
+from grafana_foundation_sdk.builders import common as common_b  # noqa: E402
+from grafana_foundation_sdk.builders import dashboard as dash  # noqa: E402
+from grafana_foundation_sdk.builders import prometheus, timeseries  # noqa: E402
+from grafana_foundation_sdk.cog.encoder import JSONEncoder  # noqa: E402
+from grafana_foundation_sdk.models import common  # noqa: E402
+from grafana_foundation_sdk.models import dashboard as model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 OUTPUT = ROOT / "charts" / "hedwig" / "dashboards" / "hedwig-load.json"
@@ -312,138 +325,128 @@ def queries() -> list[tuple[str, Query]]:
 
 
 # ------------------------------------------------------------------------ Grafana JSON model
+#
+# Built with grafana-foundation-sdk, Grafana's own typed builders (generated from Grafana's
+# schemas): field names, enum values and the grid layout come from the library rather than
+# from hand-written dictionaries. tests/chart/test_monitoring.py round-trips the output
+# through the SDK's models.
 
-DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+DATASOURCE = common.DataSourceRef(type_val="prometheus", uid="${datasource}")
 
 
-def _panel_json(panel: Panel, panel_id: int, x: int, y: int) -> dict[str, Any]:
-    defaults: dict[str, Any] = {
-        "unit": panel.unit,
-        "custom": {
-            "drawStyle": "line",
-            "lineWidth": 1,
-            "fillOpacity": 20 if panel.stack else 0,
-            "stacking": {"mode": "normal" if panel.stack else "none", "group": "A"},
-            "showPoints": "never",
-            "spanNulls": False,
-        },
-        "color": {"mode": "palette-classic"},
-    }
+def _panel(panel: Panel) -> timeseries.Panel:
+    built = (
+        timeseries.Panel()
+        .title(panel.title)
+        .description(panel.description)
+        .datasource(DATASOURCE)
+        .span(panel.width)
+        .height(panel.height)
+        .unit(panel.unit)
+        .color_scheme(dash.FieldColor().mode(model.FieldColorModeId.PALETTE_CLASSIC))
+        .draw_style(common.GraphDrawStyle.LINE)
+        .line_width(1)
+        .fill_opacity(20 if panel.stack else 0)
+        .stacking(
+            common_b.StackingConfig()
+            .mode(common.StackingMode.NORMAL if panel.stack else common.StackingMode.NONE)
+            .group("A")
+        )
+        .show_points(common.VisibilityMode.NEVER)
+        .span_nulls(False)
+        .legend(
+            common_b.VizLegendOptions()
+            .display_mode(common.LegendDisplayMode.LIST)
+            .placement(common.LegendPlacement.BOTTOM)
+            .show_legend(True)
+        )
+        .tooltip(
+            common_b.VizTooltipOptions()
+            .mode(common.TooltipDisplayMode.MULTI)
+            .sort(common.SortOrder.DESCENDING)
+        )
+    )
     if panel.min is not None:
-        defaults["min"] = panel.min
+        built = built.min(panel.min)
     if panel.decimals is not None:
-        defaults["decimals"] = panel.decimals
+        built = built.decimals(panel.decimals)
     if panel.thresholds:
-        defaults["thresholds"] = {
-            "mode": "absolute",
-            "steps": [{"color": "green", "value": None}]
-            + [{"color": color, "value": value} for value, color in panel.thresholds],
-        }
-        defaults["custom"]["thresholdsStyle"] = {"mode": "dashed"}
-    return {
-        "id": panel_id,
-        "type": "timeseries",
-        "title": panel.title,
-        "description": panel.description,
-        "datasource": DATASOURCE,
-        "gridPos": {"x": x, "y": y, "w": panel.width, "h": panel.height},
-        "fieldConfig": {"defaults": defaults, "overrides": []},
-        "options": {
-            "legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
-            "tooltip": {"mode": "multi", "sort": "desc"},
-        },
-        "targets": [
-            {
-                "refId": chr(ord("A") + i),
-                "datasource": DATASOURCE,
-                "expr": query.expr,
-                "legendFormat": query.legend,
-                "range": True,
-            }
-            for i, query in enumerate(panel.queries)
-        ],
-    }
+        steps = [model.Threshold(value=None, color="green")]
+        steps += [model.Threshold(value=value, color=color) for value, color in panel.thresholds]
+        built = built.thresholds(
+            dash.ThresholdsConfig().mode(model.ThresholdsMode.ABSOLUTE).steps(steps)
+        ).thresholds_style(
+            common_b.GraphThresholdsStyleConfig().mode(common.GraphThresholdsStyleMode.DASHED)
+        )
+    for i, query in enumerate(panel.queries):
+        built = built.with_target(
+            prometheus.Dataquery()
+            .ref_id(chr(ord("A") + i))
+            .datasource(DATASOURCE)
+            .expr(query.expr)
+            .legend_format(query.legend)
+            .range()
+        )
+    return built
 
 
-def _variable(name: str, label: str, query: str) -> dict[str, Any]:
-    return {
-        "name": name,
-        "label": label,
-        "type": "query",
-        "datasource": DATASOURCE,
-        "query": {"query": query, "refId": f"{name}-variable"},
-        "definition": query,
-        "refresh": 2,
-        "includeAll": True,
-        "multi": True,
-        "allValue": ".*",
-        "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
-        "sort": 1,
-    }
+def _variable(name: str, label: str, query: str) -> dash.QueryVariable:
+    return (
+        dash.QueryVariable(name)
+        .label(label)
+        .datasource(DATASOURCE)
+        .query(query)
+        .definition(query)
+        .refresh(model.VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .include_all(True)
+        .multi(True)
+        .all_value(".*")
+        .current(model.VariableOption(selected=True, text=["All"], value=["$__all"]))
+        .sort(model.VariableSort.ALPHABETICAL_ASC)
+    )
+
+
+def build() -> model.Dashboard:
+    """The dashboard as the SDK's model (rows and panels laid out by its builder)."""
+    board = (
+        dash.Dashboard(TITLE)
+        .uid(UID)
+        .description(
+            "Hedwig hubs: traffic, placement, moves, latency, backlog and health "
+            "(generated by monitoring/dashboards.py)."
+        )
+        .tags(["hedwig"])
+        .editable()
+        .tooltip(model.DashboardCursorSync.CROSSHAIR)
+        .refresh("30s")
+        .time("now-1h", "now")
+        .timezone("")
+        .version(1)
+        .with_variable(
+            dash.DatasourceVariable("datasource").label("Data source").type("prometheus")
+        )
+        .with_variable(
+            _variable("namespace", "Namespace", "label_values(hedwig_topics_owned, namespace)")
+        )
+        .with_variable(
+            _variable(
+                "pool", "Pool", 'label_values(hedwig_topics_owned{namespace=~"$namespace"}, pool)'
+            )
+        )
+    )
+    for row_title, row in ROWS:
+        board = board.with_row(dash.Row(row_title).collapsed(False))
+        for panel in row:
+            board = board.with_panel(_panel(panel))
+    built = board.build()
+    for panel_id, child in enumerate(built.panels or [], start=1):
+        child.id_val = panel_id
+    return built
 
 
 def dashboard() -> dict[str, Any]:
-    out: list[dict[str, Any]] = []
-    y = 0
-    panel_id = 1
-    for row_title, row in ROWS:
-        out.append(
-            {
-                "id": panel_id,
-                "type": "row",
-                "title": row_title,
-                "collapsed": False,
-                "gridPos": {"x": 0, "y": y, "w": 24, "h": 1},
-                "panels": [],
-            }
-        )
-        panel_id += 1
-        y += 1
-        x = 0
-        height = 0
-        for panel in row:
-            if x + panel.width > 24:
-                x, y = 0, y + height
-            out.append(_panel_json(panel, panel_id, x, y))
-            panel_id += 1
-            x += panel.width
-            height = max(height, panel.height)
-        y += height
-    return {
-        "uid": UID,
-        "title": TITLE,
-        "description": "Hedwig hubs: traffic, placement, moves, latency, backlog and health "
-        "(generated by monitoring/dashboards.py).",
-        "tags": ["hedwig"],
-        "editable": True,
-        "graphTooltip": 1,
-        "schemaVersion": 39,
-        "version": 1,
-        "refresh": "30s",
-        "time": {"from": "now-1h", "to": "now"},
-        "timezone": "",
-        "annotations": {"list": []},
-        "links": [],
-        "templating": {
-            "list": [
-                {
-                    "name": "datasource",
-                    "label": "Data source",
-                    "type": "datasource",
-                    "query": "prometheus",
-                    "current": {},
-                    "hide": 0,
-                },
-                _variable("namespace", "Namespace", "label_values(hedwig_topics_owned, namespace)"),
-                _variable(
-                    "pool",
-                    "Pool",
-                    'label_values(hedwig_topics_owned{namespace=~"$namespace"}, pool)',
-                ),
-            ]
-        },
-        "panels": out,
-    }
+    """The dashboard's JSON (Grafana's model), as the chart ships it."""
+    return json.loads(json.dumps(build(), cls=JSONEncoder))  # type: ignore[no-any-return]
 
 
 def render_json() -> str:

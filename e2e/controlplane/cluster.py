@@ -51,6 +51,9 @@ NODE_NAME = "kwok-node-0"
 #: Annotation that tells kwok to manage a node.
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16"
+#: Taint of the fake nodes when a real node runs beside them (pods that want a fake node
+#: tolerate it).
+FAKE_NODE_TAINT = {"key": KWOK_NODE_ANNOTATION, "value": "fake", "effect": "NoSchedule"}
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 
 _bin_dir_cache: Path | None = None
@@ -194,6 +197,8 @@ class ControlPlane:
         bins: str | os.PathLike[str] | None = None,
         startup_timeout: float = 120.0,
         nodes: int = 1,
+        address: str = "127.0.0.1",
+        taint_fake_nodes: bool = False,
     ) -> None:
         self.bin_dir = Path(bins) if bins else bin_dir()
         self._own_workdir = workdir is None
@@ -201,6 +206,10 @@ class ControlPlane:
         self.keep = keep if keep is not None else os.environ.get(KEEP_ENV) == "1"
         self.startup_timeout = startup_timeout
         self.node_count = nodes
+        # The API server's address: loopback, or a real node's address that pods can reach.
+        self.address = address
+        # With a real node beside them, the fake nodes take only pods that tolerate them.
+        self.taint_fake_nodes = taint_fake_nodes
         self.versions = versions(self.bin_dir)
         self.version: str = self.versions.get("kubernetes", "")
         self.stage_dir = self.bin_dir.parent / "stages"
@@ -239,7 +248,7 @@ class ControlPlane:
         self._processes.clear()
         keep = self.keep if keep is None else keep
         if keep:
-            if self._started:
+            if self._started and self.keep:
                 print(f"control plane files kept in {self.workdir}", file=sys.stderr)
         elif self._own_workdir and self.workdir.exists():
             shutil.rmtree(self.workdir, ignore_errors=True)
@@ -252,7 +261,7 @@ class ControlPlane:
         self._make_pki()
         etcd_port, peer_port = free_port(), free_port()
         self.api_port = free_port()
-        self.server = f"https://127.0.0.1:{self.api_port}"
+        self.server = f"https://{self.address}:{self.api_port}"
         self._write_kubeconfigs()
 
         b = self.bin_dir
@@ -280,8 +289,8 @@ class ControlPlane:
             [
                 b / "kube-apiserver",
                 f"--etcd-servers={etcd_url}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
+                f"--bind-address={self.address}",
+                f"--advertise-address={self.address}",
                 f"--secure-port={self.api_port}",
                 f"--cert-dir={pki / 'apiserver'}",
                 f"--tls-cert-file={pki / 'apiserver.crt'}",
@@ -296,6 +305,10 @@ class ControlPlane:
                 "--requestheader-extra-headers-prefix=X-Remote-Extra-",
                 f"--proxy-client-cert-file={pki / 'front-proxy-client.crt'}",
                 f"--proxy-client-key-file={pki / 'front-proxy-client.key'}",
+                # How the API server authenticates to kubelets (logs, exec, port-forward).
+                f"--kubelet-client-certificate={pki / 'apiserver-kubelet-client.crt'}",
+                f"--kubelet-client-key={pki / 'apiserver-kubelet-client.key'}",
+                "--kubelet-preferred-address-types=InternalIP,Hostname",
                 f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
                 f"--service-account-key-file={pki / 'sa.pub'}",
                 f"--service-account-signing-key-file={pki / 'sa.key'}",
@@ -365,7 +378,10 @@ class ControlPlane:
         )
 
         for i in range(self.node_count):
-            self.apply(self._node_manifest(f"kwok-node-{i}"))
+            node = self._node_manifest(f"kwok-node-{i}")
+            if self.taint_fake_nodes:
+                node["spec"] = {"taints": [FAKE_NODE_TAINT]}
+            self.apply(node)
         self._wait(
             "the default ServiceAccount",
             lambda: (
@@ -479,6 +495,30 @@ class ControlPlane:
             "keyUsage=critical,keyCertSign,cRLSign,digitalSignature",
         )
 
+    def client_certificate(self, name: str, subject: str) -> None:
+        """A client certificate ``pki/<name>.crt`` (and key) signed by the cluster's CA, for
+        ``subject`` (e.g. ``/O=system:nodes/CN=system:node:NAME``)."""
+        self._cert(
+            name,
+            subject,
+            "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
+            "extendedKeyUsage=clientAuth\n",
+        )
+
+    def serving_certificate(self, name: str, common_name: str, ips: Sequence[str]) -> None:
+        """A serving certificate ``pki/<name>.crt`` for the given IP addresses."""
+        sans = ",".join(f"IP:{ip}" for ip in ips)
+        self._cert(
+            name,
+            f"/CN={common_name}",
+            "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
+            f"extendedKeyUsage=serverAuth\nsubjectAltName={sans}\n",
+        )
+
+    def certificate_kubeconfig(self, path: Path, user: str, cert: str) -> None:
+        """A kubeconfig at ``path`` authenticating with the client certificate ``cert``."""
+        self._cert_kubeconfig(path, user, cert)
+
     def _cert(self, name: str, subject: str, ext: str, ca: str = "ca") -> None:
         """An EC key and a certificate for it signed by the CA ``ca``."""
         self._openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", f"{name}.key")
@@ -509,6 +549,7 @@ class ControlPlane:
         sans = ",".join(
             [
                 "IP:127.0.0.1",
+                f"IP:{self.address}",
                 "IP:10.96.0.1",
                 "DNS:localhost",
                 "DNS:kubernetes",
@@ -531,6 +572,9 @@ class ControlPlane:
         self._cert("controller-manager", "/CN=system:kube-controller-manager", client_ext)
         self._cert("scheduler", "/CN=system:kube-scheduler", client_ext)
         self._cert("kwok", "/O=system:masters/CN=kwok", client_ext)
+        self._cert(
+            "apiserver-kubelet-client", "/O=system:masters/CN=kube-apiserver-kubelet", client_ext
+        )
         self._cert("front-proxy-client", "/CN=front-proxy-client", client_ext, "front-proxy-ca")
         # Service-account token signing key pair.
         self._openssl(

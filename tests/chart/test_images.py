@@ -3,7 +3,8 @@
 labels, pinned dependencies), and their build stages rehearsed command by command in a sandbox
 (a clean virtualenv from the pinned constraints). The hub so installed then runs against a real
 ZooKeeper and passes the image's own HEALTHCHECK command. The Spark image has Spark's own shape
-(its user, its entrypoint, Java): it gets the lint, the context check and its pyarrow pin."""
+(its user, its entrypoint, Java): it gets the lint, the context check and its pins. The images
+as built (`make images`) are checked by test_built_images.py."""
 
 from __future__ import annotations
 
@@ -108,15 +109,20 @@ def test_constraints_pin_every_runtime_dependency() -> None:
         )
 
 
-def test_spark_image_installs_pyarrow_at_the_spark_extras_pin() -> None:
-    """The Spark image installs the `spark` extra by hand (its pyspark is Spark's own)."""
+def test_spark_image_installs_the_spark_extras_pins() -> None:
+    """The Spark image installs the `spark` extra by hand (PySpark from PyPI is Spark itself:
+    spark-submit, the jars, the Kubernetes backend), at the extra's pins."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     pins = (d.partition("==") for d in project["optional-dependencies"]["spark"])
     extra = {name.lower(): version for name, _, version in pins}
-    assert set(extra) == {"pyspark", "pyarrow"}, "the Spark image installs only pyarrow by hand"
+    assert set(extra) == {"pyspark", "pyarrow"}, "the Spark image installs these two by hand"
     text = SPARK_IMAGE.read_text()
     assert re.findall(r"pyarrow==([\w.]+)", text) == [extra["pyarrow"]]
-    assert f"apache/spark:{extra['pyspark']}" in text
+    assert re.findall(r"pyspark==([\w.]+)", text) == [extra["pyspark"]]
+    # Built on the same base as the other images: no upstream Spark image is pulled.
+    (stage,) = dockerfile.parse(SPARK_IMAGE)
+    assert stage.base == "${PYTHON_IMAGE}"
+    assert "ARG PYTHON_IMAGE=python:3.11-slim-bookworm" in text
 
 
 def _rehearse(image: str, tmp_path: Path) -> tuple[dockerfile.Sandbox, dockerfile.Stage]:

@@ -13,6 +13,12 @@ from typing import Any
 
 import pytest
 import yaml
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.cog.plugins import register_default_plugins
+from grafana_foundation_sdk.cog.runtime import panelcfg_config
+from grafana_foundation_sdk.models import common, units
+from grafana_foundation_sdk.models import dashboard as model
+from grafana_foundation_sdk.models.dashboard import Dashboard
 
 import dashboards
 from tests.chart.tools import CHART, one, render, run, tool_path
@@ -290,6 +296,48 @@ def test_dashboard_panels_cover_what_the_issue_lists() -> None:
             assert target["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
     variables = [v["name"] for v in model["templating"]["list"]]
     assert variables == ["datasource", "namespace", "pool"]
+
+
+def test_dashboard_round_trips_through_the_sdk_models_losing_nothing() -> None:
+    """The shipped JSON read into grafana-foundation-sdk's models and written back is the same
+    JSON: no field it does not know (a misspelled key would vanish), none lost."""
+    shipped = json.loads(dashboards.OUTPUT.read_text())
+    again = json.loads(json.dumps(Dashboard.from_json(shipped), cls=JSONEncoder))
+    assert again == shipped
+
+
+def _values(enum: Any) -> set[str]:
+    return {str(e.value) for e in enum}
+
+
+def test_dashboard_panel_types_and_enum_values_are_ones_the_sdk_knows() -> None:
+    """The round trip keeps unknown enum values and panel types as they are, so check them
+    against the SDK's registry of panel plugins and its enums."""
+    register_default_plugins()
+    shipped = json.loads(dashboards.OUTPUT.read_text())
+    known_units = {v for v in vars(units).values() if isinstance(v, str)}
+    for panel in shipped["panels"]:
+        assert panel["type"] == "row" or panelcfg_config(panel["type"]) is not None, panel["type"]
+        if panel["type"] == "row":
+            continue
+        defaults = panel["fieldConfig"]["defaults"]
+        custom = defaults["custom"]
+        assert defaults["unit"] in known_units, defaults["unit"]
+        assert defaults["color"]["mode"] in _values(model.FieldColorModeId)
+        assert custom["drawStyle"] in _values(common.GraphDrawStyle)
+        assert custom["showPoints"] in _values(common.VisibilityMode)
+        assert custom["stacking"]["mode"] in _values(common.StackingMode)
+        if "thresholds" in defaults:
+            assert defaults["thresholds"]["mode"] in _values(model.ThresholdsMode)
+            assert custom["thresholdsStyle"]["mode"] in _values(common.GraphThresholdsStyleMode)
+        legend, tooltip = panel["options"]["legend"], panel["options"]["tooltip"]
+        assert legend["displayMode"] in _values(common.LegendDisplayMode)
+        assert legend["placement"] in _values(common.LegendPlacement)
+        assert tooltip["mode"] in _values(common.TooltipDisplayMode)
+        assert tooltip["sort"] in _values(common.SortOrder)
+    assert shipped["graphTooltip"] in {e.value for e in model.DashboardCursorSync}
+    for variable in shipped["templating"]["list"]:
+        assert variable["type"] in _values(model.VariableType)
 
 
 def substitute(

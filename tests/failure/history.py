@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from hedwig.client import HedwigClient, PublishResult, RetryPolicy
 from hedwig.errors import HedwigError
+from hedwig.net import TCP, Network
 from hedwig.security import ClientSecurity
 
 log = logging.getLogger(__name__)
@@ -37,7 +38,8 @@ class History:
     )
     log: dict[str, list[tuple[int, bytes]]] = field(default_factory=dict)
     ack_times: list[float] = field(default_factory=list)
-    # when each topic's acknowledgements arrived (time.monotonic), for measuring pauses
+    # When each topic's acknowledgements came: the longest gap is how long publishing to that
+    # topic stalled (during a failover or a hand-off).
     topic_ack_times: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
 
     @property
@@ -56,9 +58,11 @@ class Workload:
         rate: float = 200.0,
         retry_deadline_s: float = 60.0,
         security: ClientSecurity | None = None,
+        network: Network = TCP,
     ) -> None:
         self.hubs = hubs
         self.security = security
+        self.network = network
         self.topics = topics
         self.publishers = publishers
         self.subscribers = subscribers
@@ -71,14 +75,20 @@ class Workload:
 
     async def start(self) -> None:
         for s in range(self.subscribers):
-            client = HedwigClient(self.hubs, retry=self.retry, security=self.security)
+            client = HedwigClient(
+                self.hubs, retry=self.retry, security=self.security, network=self.network
+            )
             self._clients.append(client)
             for topic in self.topics:
                 sub = await client.subscribe(topic, f"checker-{s}", message_window=500)
                 self._tasks.append(asyncio.create_task(self._drain(topic, f"checker-{s}", sub)))
         for p in range(self.publishers):
             client = HedwigClient(
-                self.hubs, retry=self.retry, publisher_id=f"pub{p}", security=self.security
+                self.hubs,
+                retry=self.retry,
+                publisher_id=f"pub{p}",
+                security=self.security,
+                network=self.network,
             )
             self._clients.append(client)
             self._tasks.append(asyncio.create_task(self._publish(p, client)))
@@ -126,7 +136,9 @@ class Workload:
         """Stop publishing, read every log back, let subscribers catch up, close."""
         await self.stop_publishing()
         log.info("publishing stopped: %d acknowledged", self.history.acked_count)
-        reader = HedwigClient(self.hubs, retry=self.retry, security=self.security)
+        reader = HedwigClient(
+            self.hubs, retry=self.retry, security=self.security, network=self.network
+        )
         try:
             for topic in self.topics:
                 self.history.log[topic] = await read_all(reader, topic)

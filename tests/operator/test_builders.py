@@ -185,3 +185,33 @@ def test_rollout_in_progress() -> None:
     assert "revision r2" in str(rollout_in_progress(sts_with(updateRevision="r2")))
     assert "1 of 3 pods run" in str(rollout_in_progress(sts_with(updatedReplicas=1)))
     assert "2 of 3 pods are ready" in str(rollout_in_progress(sts_with(readyReplicas=2)))
+
+
+def test_scheduling_fields_reach_the_pod_template() -> None:
+    spec = build_statefulset(
+        pool(
+            imagePullSecrets=[{"name": "registry"}],
+            nodeSelector={"hedwig.io/hubs": "yes"},
+            tolerations=[{"key": "dedicated", "value": "hedwig", "effect": "NoSchedule"}],
+            affinity={"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}},
+            topologySpreadConstraints=[{"maxSkew": 1, "topologyKey": "zone"}],
+            priorityClassName="high",
+        )
+    )["spec"]["template"]["spec"]
+    assert spec["imagePullSecrets"] == [{"name": "registry"}]
+    assert spec["nodeSelector"] == {"hedwig.io/hubs": "yes"}
+    assert spec["tolerations"][0]["key"] == "dedicated"
+    assert "podAntiAffinity" in spec["affinity"]
+    assert spec["topologySpreadConstraints"] == [{"maxSkew": 1, "topologyKey": "zone"}]
+    assert spec["priorityClassName"] == "high"
+
+
+def test_hubs_get_default_resources_and_spread_when_the_pool_names_none() -> None:
+    spec = build_statefulset(pool())["spec"]["template"]["spec"]
+    assert spec["containers"][0]["resources"] == {
+        "requests": {"cpu": "100m", "memory": "256Mi"},
+        "limits": {"memory": "1Gi"},
+    }
+    (spread,) = spec["topologySpreadConstraints"]
+    assert spread["topologyKey"] == "kubernetes.io/hostname"
+    assert not {"imagePullSecrets", "nodeSelector", "tolerations", "affinity"} & set(spec)

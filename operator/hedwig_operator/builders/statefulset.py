@@ -132,6 +132,38 @@ def _volume_claim_template(pool: PoolSpec) -> dict[str, Any]:
     }
 
 
+def _spread(pool: PoolSpec) -> list[dict[str, Any]]:
+    """The pool's own spread constraints, or: hubs on different nodes where possible (a node
+    lost takes one hub, and its topics' other replicas, with it)."""
+    if pool.scheduling.topology_spread is not None:
+        return [dict(c) for c in pool.scheduling.topology_spread]
+    return [
+        {
+            "maxSkew": 1,
+            "topologyKey": "kubernetes.io/hostname",
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": selector_labels(pool)},
+        }
+    ]
+
+
+def _scheduling(pool: PoolSpec) -> dict[str, Any]:
+    """imagePullSecrets, nodeSelector, tolerations, affinity and priority class, when set."""
+    s = pool.scheduling
+    out: dict[str, Any] = {}
+    if s.image_pull_secrets:
+        out["imagePullSecrets"] = [{"name": n} for n in s.image_pull_secrets]
+    if s.node_selector:
+        out["nodeSelector"] = dict(s.node_selector)
+    if s.tolerations:
+        out["tolerations"] = [dict(t) for t in s.tolerations]
+    if s.affinity:
+        out["affinity"] = dict(s.affinity)
+    if s.priority_class:
+        out["priorityClassName"] = s.priority_class
+    return out
+
+
 def build_statefulset(pool: PoolSpec, operator_principal: str = "") -> dict[str, Any]:
     labels = pool_labels(pool, with_version=True)
     return {
@@ -166,17 +198,11 @@ def build_statefulset(pool: PoolSpec, operator_principal: str = "") -> dict[str,
                         "fsGroup": HUB_UID,
                         "seccompProfile": {"type": "RuntimeDefault"},
                     },
-                    "topologySpreadConstraints": [
-                        {
-                            "maxSkew": 1,
-                            "topologyKey": "kubernetes.io/hostname",
-                            "whenUnsatisfiable": "ScheduleAnyway",
-                            "labelSelector": {"matchLabels": selector_labels(pool)},
-                        }
-                    ],
+                    "topologySpreadConstraints": _spread(pool),
                     "containers": [_container(pool)],
                     # The root filesystem is read-only; Python and the hub may still want /tmp.
                     "volumes": [{"name": "tmp", "emptyDir": {}}, *security_volumes(pool)],
+                    **_scheduling(pool),
                 },
             },
             "volumeClaimTemplates": [_volume_claim_template(pool)],

@@ -37,6 +37,12 @@ DEFAULT_PLACEMENT = "load-weighted"
 DEFAULT_ZK_SESSION_TIMEOUT_S = 6.0
 DEFAULT_GRACE_PERIOD_S = 60
 DEFAULT_PRE_STOP_SLEEP_S = 5
+# Each hub's container when the pool names no resources: enough for a modest pool, and a
+# memory limit so one hub cannot starve its node. Real loads set their own (docs/deploying.md).
+DEFAULT_RESOURCES: Mapping[str, Any] = {
+    "requests": {"cpu": "100m", "memory": "256Mi"},
+    "limits": {"memory": "1Gi"},
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +144,20 @@ class SecuritySpec:
 
 
 @dataclass(frozen=True, slots=True)
+class SchedulingSpec:
+    """Where the hub pods may run and how they get their image: passed to the pod template
+    as given (the API server validates them against the pod's own schema)."""
+
+    image_pull_secrets: tuple[str, ...] = ()
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    affinity: Mapping[str, Any] = field(default_factory=dict)
+    # None: spread the hubs over nodes (kubernetes.io/hostname), as well as the nodes allow.
+    topology_spread: tuple[Mapping[str, Any], ...] | None = None
+    priority_class: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class PoolSpec:
     """A HubPool, identified by namespace and name, with its spec and what the handlers need
     from its metadata (uid for owner references, generation, the pause annotation)."""
@@ -150,7 +170,8 @@ class PoolSpec:
     generation: int = 0
     replicas: int = DEFAULT_REPLICAS
     image_pull_policy: str | None = None
-    resources: Mapping[str, Any] = field(default_factory=dict)
+    resources: Mapping[str, Any] = field(default_factory=lambda: dict(DEFAULT_RESOURCES))
+    scheduling: SchedulingSpec = field(default_factory=SchedulingSpec)
     storage: StorageSpec = field(default_factory=StorageSpec)
     zk_session_timeout_s: float = DEFAULT_ZK_SESSION_TIMEOUT_S
     region_override: str | None = None
@@ -261,6 +282,32 @@ def parse_security(raw: Raw, path: str = "spec.security") -> SecuritySpec:
     )
 
 
+def _objects(raw: Raw, key: str, path: str) -> tuple[Mapping[str, Any], ...]:
+    value = raw.get(key) or []
+    if not isinstance(value, list) or not all(isinstance(v, Mapping) for v in value):
+        raise SpecError(f"{path}.{key}", "must be a list of objects")
+    return tuple(value)
+
+
+def _scheduling(spec: Raw) -> SchedulingSpec:
+    secrets = _objects(spec, "imagePullSecrets", "spec")
+    names = tuple(str(s.get("name", "")) for s in secrets)
+    if not all(names):
+        raise SpecError("spec.imagePullSecrets", "every entry needs a name")
+    selector = section(spec, "nodeSelector", "spec")
+    spread = spec.get("topologySpreadConstraints")
+    return SchedulingSpec(
+        image_pull_secrets=names,
+        node_selector={str(k): str(v) for k, v in selector.items()},
+        tolerations=_objects(spec, "tolerations", "spec"),
+        affinity=dict(section(spec, "affinity", "spec")),
+        topology_spread=None
+        if spread is None
+        else _objects(spec, "topologySpreadConstraints", "spec"),
+        priority_class=opt_str(spec, "priorityClassName", "spec"),
+    )
+
+
 def parse_pool(body: Raw) -> PoolSpec:
     """A HubPool object (as the API server returns it) to a ``PoolSpec``."""
     meta = section(body, "metadata", "")
@@ -280,7 +327,8 @@ def parse_pool(body: Raw) -> PoolSpec:
         zk_connect=req_str(zk, "connect", "spec.zookeeper"),
         replicas=int_or(spec, "replicas", "spec", DEFAULT_REPLICAS, minimum=0),
         image_pull_policy=opt_str(spec, "imagePullPolicy", "spec"),
-        resources=dict(section(spec, "resources", "spec")),
+        resources=dict(section(spec, "resources", "spec")) or dict(DEFAULT_RESOURCES),
+        scheduling=_scheduling(spec),
         storage=_storage(section(spec, "storage", "spec")),
         zk_session_timeout_s=float_or(
             zk, "sessionTimeoutSeconds", "spec.zookeeper", DEFAULT_ZK_SESSION_TIMEOUT_S
