@@ -42,8 +42,11 @@ class HubChoices:
         store: MetadataStore,
         clock: Clock,
         rng: random.Random | None = None,
+        hub_id: str | None = None,
     ) -> None:
         self.address = address
+        # How ledgers name this hub's replicas (``hedwig.hub.identity``).
+        self.hub_id = hub_id or address
         self._config = config
         self._store = store
         self._clock = clock
@@ -130,13 +133,14 @@ class HubChoices:
         holds while a hub is down; the ledger is reported under-replicated, and the next
         roll-over goes back to full size.
         """
-        if size <= 1 and self.address not in exclude:
-            return [self.address]
+        me = self.hub_id
+        if size <= 1 and me not in exclude:
+            return [me]
         registered = await self._store.hubs.list_hubs()
-        hubs = [h.address for h in registered if h.alive]
-        others = [a for a in hubs if a != self.address and a not in exclude]
+        hubs = [h.storage_id for h in registered if h.alive]
+        others = [a for a in hubs if a != me and a not in exclude]
         self._rng.shuffle(others)
-        mine = [] if self.address in exclude else [self.address]
+        mine = [] if me in exclude else [me]
         chosen = [*mine, *others][:size]
         if len(chosen) < minimum:
             if len(registered) < minimum:

@@ -161,7 +161,11 @@ class TopicOwnership:
         await self.clock.sleep(self.config.zk_session_timeout_s)
         while self._suspended_since is not None:
             for name, owned in list(self.topics.items()):
-                if owned.state is TopicState.OPEN and await owned.log.fenced_elsewhere():
+                if (
+                    owned.state is TopicState.OPEN
+                    and await owned.log.fenced_elsewhere()
+                    and self.topics.get(name) is owned
+                ):
                     self.lose(name, LossKind.LEDGER, "taken over while ZooKeeper was out of reach")
             await self.clock.sleep(FENCING_CHECK_S)
 
