@@ -24,6 +24,7 @@ from hedwig.errors import (
     SubscriptionBusyError,
 )
 from hedwig.hub.choices import HUBS_CACHE_S
+from hedwig.hub.events import LossKind
 from hedwig.metadata.memory import MemoryMetadataStore
 from hedwig.net import MemoryNetwork
 from hedwig.net.transport import Listener
@@ -376,3 +377,32 @@ async def test_a_pure_subscriber_follows_a_graceful_move(region: Region) -> None
         assert region.owner("handed") is dest
         assert (await sub.next(5)).value == b"after"
         assert sub.resubscriptions >= 1
+
+
+async def test_a_subscriber_goes_on_when_its_old_owner_never_wrote_the_mark(region: Region) -> None:
+    """The owner lost the topic before it could write the consume mark (its metadata store
+    was out of reach): the next owner starts from an older mark and redelivers what this
+    subscriber has consumed already. The subscriber says its mark again on attaching; before,
+    it dropped the redeliveries as seen without consuming them, they filled the message window
+    and the hub sent nothing more (found by the one-way partition from ZooKeeper)."""
+    async with region.client() as writer, region.client() as reader:
+        sub = await reader.subscribe("marks", "s", message_window=5)
+        for i in range(20):
+            await writer.publish("marks", b"%d" % i)
+        for i in range(20):
+            m = await sub.next(5)
+            assert m.value == b"%d" % i
+            sub.consume(m.seq)
+        await sub.sync()
+        owner = region.owner("marks")
+        got = await owner.store.subscriptions.read_subscription_data("marks", "s")
+        # Not written yet (every 50 messages or each second): the record is behind.
+        assert got is not None and got.value.state is not None
+        assert got.value.state.consumed_seq < 20
+        owner.topics.lose("marks", LossKind.SESSION, "ZooKeeper session expired")
+        for i in range(20, 40):
+            await writer.publish("marks", b"%d" % i)
+        for i in range(20, 40):
+            m = await sub.next(5)
+            assert m.value == b"%d" % i
+            sub.consume(m.seq)

@@ -321,6 +321,7 @@ class OwnedTopic:
         if self.log.broken is None:
             self.log.broken = LedgerError(f"ownership lost: {reason}")
         self._notify_moved(reason)
+        self.subs.stop_all()
 
     async def close_for_deletion(self, *, force: bool) -> tuple[LedgerRange, ...]:
         """Stop the topic so it can be deleted; its ledgers, to delete next.
