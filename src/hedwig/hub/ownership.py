@@ -342,7 +342,18 @@ class TopicOwnership:
             recent = await tlog.read(max(1, tlog.last_seq - DEDUP_WINDOW), DEDUP_WINDOW, 8 << 20)
             owned.remember_publishers(recent)
         except HedwigError as exc:
-            log.info("topic %r: could not read back recent publishers: %s", topic, exc)
+            # Serving without them would store again every batch whose acknowledgement the
+            # previous owner could not send (its clients retry them here): duplicates. Give
+            # the topic up; the next claim tries again.
+            level = logging.WARNING if self._warn_throttle.allow(topic) else logging.DEBUG
+            log.log(level, "taking over topic %r failed: reading back its tail: %s", topic, exc)
+            with contextlib.suppress(HedwigError):
+                await tlog.close()
+            with contextlib.suppress(HedwigError):
+                await self.store.ownership.delete_owner_info(topic, version)
+            raise ServiceUnavailableError(
+                f"cannot read back the end of topic {topic!r} now: {exc}"
+            ) from None
         ownerless = None
         if tlog.previous_end_ms:
             ownerless = max(0.0, (self.clock.wall_ms() - tlog.previous_end_ms) / 1000)

@@ -79,15 +79,16 @@ class PeerDirectory:
     async def refresh(self) -> None:
         self._refreshed_at = self._clock.monotonic()
         alive = [h for h in await self._store.hubs.list_hubs() if h.alive]
-        self._internal = {
-            h.address: h.load.internal for h in alive if h.load is not None and h.load.internal
-        }
-        storage: dict[str, str] = {}
+        # Merged, not replaced: a hub missing from the registry may still be running (its
+        # session expired behind a partition) and serve its replicas at its last address;
+        # only a failed connection makes this directory forget it.
+        self._internal.update(
+            (h.address, h.load.internal) for h in alive if h.load is not None and h.load.internal
+        )
         for h in alive:
             target = self._internal.get(h.address, h.address)
-            storage[h.address] = target
-            storage[h.storage_id] = target
-        self._storage = storage
+            self._storage[h.address] = target
+            self._storage[h.storage_id] = target
 
     def forget(self, member: str) -> None:
         """A connection to ``member`` (an address or a hub id) failed: look it up again next
