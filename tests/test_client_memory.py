@@ -23,6 +23,7 @@ from hedwig.errors import (
     OwnerUnreachableError,
     SubscriptionBusyError,
 )
+from hedwig.hub import ownership
 from hedwig.hub.choices import HUBS_CACHE_S
 from hedwig.hub.events import LossKind
 from hedwig.metadata.memory import MemoryMetadataStore
@@ -406,3 +407,25 @@ async def test_a_subscriber_goes_on_when_its_old_owner_never_wrote_the_mark(regi
             m = await sub.next(5)
             assert m.value == b"%d" % i
             sub.consume(m.seq)
+
+
+async def test_the_next_owner_knows_the_last_batch_of_a_long_log(
+    region: Region, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a change of owner the duplicate table is rebuilt from the end of the log, and
+    must hold its very last batch: that is the one whose acknowledgement the previous owner
+    most likely could not send, so the one its publisher re-sends. With a log longer than the
+    window read back, the read stopped one message short of the end, and the re-sent batch was
+    stored a second time (found by the lab's failover rounds: "stored more than once")."""
+    monkeypatch.setattr(ownership, "DEDUP_WINDOW", 50)
+    async with region.client(publisher_id="p") as c:
+        for i in range(120):
+            await c.publish("long", b"%d" % i)
+        owner = region.owner("long")
+        owner.topics.lose("long", LossKind.SESSION, "ZooKeeper session expired")
+        r = await c.publish("long", b"next")  # claims it again, reading the log back
+        assert r.seq == 121
+        table = region.owner("long").topics.topics["long"].publisher_table
+        for pseq in (120, 119, 71):  # the end of the log, and inside the window read back
+            known = await table.check("p", pseq, 1)
+            assert known is not None and known.first_seq == pseq, pseq

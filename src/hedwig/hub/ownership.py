@@ -339,8 +339,15 @@ class TopicOwnership:
         try:
             # Learn the publishers' last sequences from the end of the log, so a publish
             # retried through this change of owner is still recognised as a duplicate.
-            recent = await tlog.read(max(1, tlog.last_seq - DEDUP_WINDOW), DEDUP_WINDOW, 8 << 20)
-            owned.remember_publishers(recent)
+            # To the very end: the last batches are the ones most likely re-sent, since
+            # their acknowledgements are what the previous owner could not send.
+            start = max(1, tlog.last_seq - DEDUP_WINDOW + 1)
+            while start <= tlog.last_seq:
+                recent = await tlog.read(start, DEDUP_WINDOW, 8 << 20)
+                if not recent:
+                    break
+                owned.remember_publishers(recent)
+                start = recent[-1].last_seq + 1
         except HedwigError as exc:
             # Serving without them would store again every batch whose acknowledgement the
             # previous owner could not send (its clients retry them here): duplicates. Give
