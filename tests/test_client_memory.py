@@ -429,3 +429,18 @@ async def test_the_next_owner_knows_the_last_batch_of_a_long_log(
         for pseq in (120, 119, 71):  # the end of the log, and inside the window read back
             known = await table.check("p", pseq, 1)
             assert known is not None and known.first_seq == pseq, pseq
+
+
+async def test_unowned_topics_are_not_sent_to_a_hub_this_hub_cannot_reach() -> None:
+    """A hub that just failed to reach another (its storage requests there failed) does not
+    send clients of unowned topics to it: cut off by a partition, that hub stays registered
+    until its session expires, and clients sent there would wait for that (found by the lab's
+    failover rounds: an owner whose two-replica ledger lost a replica gave its topics up and
+    redirected them to the very hub that had gone)."""
+    async for region in memory_region(3):
+        a, b, _c = region.hubs
+        chosen = {await a.choices.owner_for(f"t{i}") for i in range(60)}
+        assert b.address in chosen  # reachable: it gets its share
+        a.replicas.suspect(b.hub_id)
+        chosen = {await a.choices.owner_for(f"u{i}") for i in range(60)}
+        assert b.address not in chosen and chosen

@@ -56,6 +56,10 @@ class HubChoices:
         self._unfit: dict[str, float] = {}
         # Hubs the rebalancing policy has drained: new topics go elsewhere.
         self.drained: Callable[[], frozenset[str]] = frozenset
+        # Hubs (by hub id) this hub failed to reach just now: still registered, perhaps cut
+        # off by a partition. Sending a client there would only make it wait until the hub's
+        # session expires, so unowned topics go elsewhere meanwhile.
+        self.unreachable: Callable[[str], bool] = lambda hub_id: False
 
     async def _alive(self) -> list[HubStatus]:
         now = self._clock.monotonic()
@@ -89,11 +93,16 @@ class HubChoices:
         hubs = await self._alive()
         fit = self.can_store(topic)
         drained = self.drained()
+        cut_off = {
+            h.address for h in hubs if h.address != self.address and self.unreachable(h.storage_id)
+        }
         held = self._assigned.get(topic)
         if held is not None:
             target, until = held
-            if self._clock.monotonic() < until and any(
-                h.alive and h.address == target for h in hubs
+            if (
+                self._clock.monotonic() < until
+                and target not in cut_off
+                and any(h.alive and h.address == target for h in hubs)
             ):
                 return target
             del self._assigned[topic]
@@ -104,7 +113,7 @@ class HubChoices:
             rng=self._rng,
             now_ms=self._clock.wall_ms(),
             max_age_ms=int(self._config.load_report_max_age_s * 1000),
-            exclude=lambda a: (a == self.address and not fit) or a in drained,
+            exclude=lambda a: (a == self.address and not fit) or a in drained or a in cut_off,
         )
         if chosen is not None and chosen != self.address:
             self.assign(topic, chosen)

@@ -180,6 +180,7 @@ class Hub:
         )
         # New topics are not placed on hubs a low-load drain is emptying.
         self.choices.drained = lambda: self.loops.rebalancer.drained
+        self.choices.unreachable = self.replicas.suspected
         self._listener: Listener | None = None
         self._internal_listener: Listener | None = None
         self._expiry: asyncio.Task[None] | None = None
