@@ -235,6 +235,10 @@ async def read_entry(
                 address = pending.pop(fut)
                 exc = fut.exception()
                 if exc is None:
+                    for slow in pending.values():
+                        # Outrun by a replica asked after it: tried last for a while, so the
+                        # next reads do not each wait for it first.
+                        replicas.suspect(slow)
                     return fut.result()
                 if not isinstance(exc, NoSuchEntryError):
                     replicas.suspect(address)
