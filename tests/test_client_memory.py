@@ -438,9 +438,14 @@ async def test_unowned_topics_are_not_sent_to_a_hub_this_hub_cannot_reach() -> N
     failover rounds: an owner whose two-replica ledger lost a replica gave its topics up and
     redirected them to the very hub that had gone)."""
     async for region in memory_region(3):
-        a, b, _c = region.hubs
+        a, b, c = region.hubs
         chosen = {await a.choices.owner_for(f"t{i}") for i in range(60)}
         assert b.address in chosen  # reachable: it gets its share
         a.replicas.suspect(b.hub_id)
         chosen = {await a.choices.owner_for(f"u{i}") for i in range(60)}
         assert b.address not in chosen and chosen
+        # Cut off from every other hub (this one's own link is the broken one, say) and unable
+        # to store the topic itself: it still names one, which the clients may reach.
+        a.replicas.suspect(c.hub_id)
+        a.choices.cannot_store("v")
+        assert await a.choices.owner_for("v") in {b.address, c.address}

@@ -106,15 +106,23 @@ class HubChoices:
             ):
                 return target
             del self._assigned[topic]
-        chosen = choose_hub(
-            hubs,
-            self._config.placement,
-            topic,
-            rng=self._rng,
-            now_ms=self._clock.wall_ms(),
-            max_age_ms=int(self._config.load_report_max_age_s * 1000),
-            exclude=lambda a: (a == self.address and not fit) or a in drained or a in cut_off,
-        )
+
+        def choose(avoid: set[str]) -> str | None:
+            return choose_hub(
+                hubs,
+                self._config.placement,
+                topic,
+                rng=self._rng,
+                now_ms=self._clock.wall_ms(),
+                max_age_ms=int(self._config.load_report_max_age_s * 1000),
+                exclude=lambda a: (a == self.address and not fit) or a in drained or a in avoid,
+            )
+
+        # Hubs this one cannot reach are a last resort, not excluded: when this hub is the
+        # one cut off (from its replicas, say), the clients may well reach them.
+        chosen = choose(cut_off)
+        if chosen is None and cut_off:
+            chosen = choose(set())
         if chosen is not None and chosen != self.address:
             self.assign(topic, chosen)
         return chosen
