@@ -42,6 +42,7 @@ from hedwig.protocol import (
     Subscribed,
     SubscribeMode,
     SubscriptionForcedClosed,
+    SubscriptionMoved,
     TopicDescription,
     TopicInfo,
     TopicMoved,
@@ -177,6 +178,10 @@ class HedwigClient:
             sub = self._subscribers.get((event.topic, event.subscriber))
             if sub is not None:
                 sub.on_forced_close(conn, event)
+        elif isinstance(event, SubscriptionMoved):
+            sub = self._subscribers.get((event.topic, event.subscriber))
+            if sub is not None:
+                sub.on_moved(conn, f"served by {event.hub or 'the owner'} now: {event.reason}")
 
     def _on_close(self, conn: HubConnection) -> None:
         for sub in list(self._subscribers.values()):

@@ -163,6 +163,10 @@ class HubLoops:
         for t in list(self.ownership.topics.values()):
             with contextlib.suppress(HedwigError):
                 await t.flush_marks()
+        fanout = self.requests.fanout
+        if fanout is not None:
+            with contextlib.suppress(HedwigError):
+                await fanout.flush_marks()
 
     async def collect_garbage(self) -> None:
         """Delete ledgers every subscriber has consumed and retention lets go."""

@@ -19,6 +19,7 @@ for people and metrics; the store's version is what the compare-and-set checks.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Collection
 from dataclasses import dataclass
 from enum import Enum
 
@@ -70,8 +71,9 @@ class TopicPlan:
     ) -> TopicPlan:
         return cls(PlanMode.FAN_OUT, tuple(sorted(set(hubs))), generation, reason, at_ms)
 
-    def delivery_hub(self, subscriber: str) -> str | None:
-        """The hub that serves ``subscriber`` (``None``: the owner, as for a single topic).
+    def delivery_hub(self, subscriber: str, alive: Collection[str] | None = None) -> str | None:
+        """The hub that serves ``subscriber`` (``None``: the owner, as for a single topic,
+        or when none of the plan's hubs is in ``alive``).
 
         Rendezvous (highest random weight) hashing: every hub scores the subscriber and the
         best score wins, so a subscriber's hub changes only when that hub leaves or a new hub
@@ -79,7 +81,10 @@ class TopicPlan:
         """
         if self.mode is not PlanMode.FAN_OUT:
             return None
-        return max(self.hubs, key=lambda hub: _score(hub, subscriber))
+        hubs = self.hubs if alive is None else [h for h in self.hubs if h in alive]
+        if not hubs:
+            return None
+        return max(hubs, key=lambda hub: _score(hub, subscriber))
 
     def to_json(self) -> bytes:
         return _dump(

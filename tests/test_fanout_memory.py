@@ -1,0 +1,184 @@
+"""Fan-out on real hubs wired in memory: delivery hubs, subscribers spread by id, and every
+reconfiguration (single -> fan-out, adding and removing a delivery hub, fan-out -> single,
+a delivery hub lost) under load with nothing skipped and each subscriber's order kept."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+
+from hedwig.client import HedwigClient, Subscriber
+from hedwig.clock import SystemClock
+from hedwig.errors import NotResponsibleError
+from hedwig.metadata import HubLoad, HubStatus, PlanMode, TopicPlan
+from hedwig.metadata.memory import MemoryMetadataStore
+from hedwig.placement.plans import choose_delivery_hubs, set_topic_mode
+from hedwig.protocol import Subscribe
+from tests.memory_region import Region, memory_region
+
+CLOCK = SystemClock()
+
+
+@pytest.fixture
+async def region() -> AsyncIterator[Region]:
+    async for r in memory_region(3, replication="2/2/2"):
+        yield r
+
+
+async def until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.002)
+
+
+async def set_mode(region: Region, topic: str, mode: PlanMode, hubs: int = 2) -> TopicPlan:
+    return await set_topic_mode(region.hubs[0].store, topic, mode, hubs=hubs, clock=CLOCK)
+
+
+def serving(region: Region, topic: str) -> dict[str, set[str]]:
+    """Which hub has each attached subscription of ``topic`` (owner or delivery hub)."""
+    out: dict[str, set[str]] = {}
+    for hub in region.hubs:
+        names: set[str] = set()
+        owned = hub.topics.topics.get(topic)
+        if owned is not None:
+            names |= {n for n, s in owned.subscriptions.items() if s.peer is not None}
+        delivery = hub.fanout.delivering.get(topic)
+        if delivery is not None:
+            names |= {n for n, s in delivery.subs.by_name.items() if s.peer is not None}
+        out[hub.address] = names
+    return out
+
+
+class Reader:
+    """One subscriber, consuming everything; records the sequence ids it was handed."""
+
+    def __init__(self, sub: Subscriber) -> None:
+        self.sub = sub
+        self.seqs: list[int] = []
+        self.task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        async for m in self.sub:
+            self.seqs.append(m.seq)
+            self.sub.consume(m.seq)
+
+
+async def readers(client: HedwigClient, topic: str, count: int) -> list[Reader]:
+    return [Reader(await client.subscribe(topic, f"s{i:02d}")) for i in range(count)]
+
+
+async def publishing(
+    client: HedwigClient, topic: str, count: int, during: Callable[[], Awaitable[None]]
+) -> int:
+    """Publish ``count`` messages one batch at a time while ``during`` runs; the last seq."""
+    last = 0
+
+    async def publish() -> None:
+        nonlocal last
+        for i in range(count):
+            last = (await client.publish(topic, b"m%05d" % i)).seq
+            await asyncio.sleep(0.001)
+
+    task = asyncio.get_running_loop().create_task(publish())
+    await during()
+    await task
+    return last
+
+
+async def all_delivered(rs: list[Reader], last: int, first: int = 2) -> None:
+    """Every reader got ``first`` .. ``last`` in order, nothing skipped (they subscribed
+    after the topic's first message, so they start after it)."""
+    await until(lambda: all(r.seqs and r.seqs[-1] >= last for r in rs), 10.0)
+    for r in rs:
+        assert r.seqs == list(range(first, last + 1)), r.sub.name
+        r.task.cancel()
+
+
+def test_choice_prefers_current_idle_hubs_and_the_owner_last() -> None:
+    def hub(address: str, out: float, alive: bool = True) -> HubStatus:
+        return HubStatus(address, alive, 1, HubLoad(bytes_out=out))
+
+    hubs = [hub("a", 5), hub("b", 1), hub("c", 3), hub("d", 0, alive=False), hub("o", 0)]
+    assert choose_delivery_hubs(hubs, owner="o", current=(), count=2) == ["b", "c"]
+    assert choose_delivery_hubs(hubs, owner="o", current=("a", "d"), count=2) == ["a", "b"]
+    assert choose_delivery_hubs(hubs, owner="o", current=(), count=4) == ["a", "b", "c", "o"]
+    assert choose_delivery_hubs(hubs, owner="o", current=("a", "b", "c"), count=1) == ["b"]
+
+
+async def test_fan_out_spreads_subscribers_over_delivery_hubs(region: Region) -> None:
+    async with region.client() as pub, region.client() as subc:
+        await pub.publish("hot", b"first")
+        owner = region.owner("hot")
+        plan = await set_mode(region, "hot", PlanMode.FAN_OUT, hubs=2)
+        assert owner.address not in plan.hubs and len(plan.hubs) == 2
+        rs = await readers(subc, "hot", 12)
+        last = await publishing(pub, "hot", 100, lambda: asyncio.sleep(0))
+        await all_delivered(rs, last)
+        where = serving(region, "hot")
+        assert not where[owner.address]
+        assert all(where[h] for h in plan.hubs)  # both delivery hubs serve a share
+        for h in plan.hubs:
+            mine = {f"s{i:02d}" for i in range(12) if plan.delivery_hub(f"s{i:02d}") == h}
+            assert where[h] == mine
+            tail = region.hub_at(h).fanout.delivering["hot"].tail
+            assert tail.upstream == owner.address and tail.polls > 0
+        # The publisher still writes to the owner; subscribing elsewhere is redirected.
+        assert pub.router.owner_of("hot") == owner.address
+        conn = await pub.router.connection(owner.address)
+        with pytest.raises(NotResponsibleError) as err:
+            await conn.request(Subscribe(request_id=conn.next_id(), topic="hot", subscriber="s00"))
+        assert err.value.owner == plan.delivery_hub("s00")
+
+
+async def test_every_reconfiguration_under_load_skips_nothing(region: Region) -> None:
+    """single -> fan-out(2) -> fan-out(1) (a hub removed) -> fan-out(2) (added) -> single."""
+    async with region.client() as pub, region.client() as subc:
+        await pub.publish("re", b"first")
+        rs = await readers(subc, "re", 10)
+
+        async def reconfigure() -> None:
+            for mode, hubs in (
+                (PlanMode.FAN_OUT, 2),
+                (PlanMode.FAN_OUT, 1),
+                (PlanMode.FAN_OUT, 2),
+                (PlanMode.SINGLE, 0),
+            ):
+                await asyncio.sleep(0.1)
+                await set_mode(region, "re", mode, hubs)
+
+        last = await publishing(pub, "re", 300, reconfigure)
+        await all_delivered(rs, last)
+        where = serving(region, "re")
+        owner = region.owner("re")
+        assert where[owner.address] == {f"s{i:02d}" for i in range(10)}  # all back home
+        assert sum(h.fanout.handed_over for h in region.hubs) >= 10
+        await until(lambda: all(not h.fanout.delivering for h in region.hubs))
+
+
+async def test_a_lost_delivery_hub_gives_its_subscribers_to_the_others(region: Region) -> None:
+    async with region.client() as pub, region.client() as subc:
+        await pub.publish("lost", b"first")
+        plan = await set_mode(region, "lost", PlanMode.FAN_OUT, hubs=2)
+        rs = await readers(subc, "lost", 8)
+        victim = region.hub_at(plan.hubs[0])
+        assert serving(region, "lost")[victim.address]
+
+        async def crash() -> None:
+            await asyncio.sleep(0.1)
+            # As kill -9 does: its connections drop, it answers nothing, its session ends.
+            region.network.sever(victim.address, refuse=True)
+            victim.fanout.stop()
+            victim.loops.stop()
+            assert isinstance(victim.store, MemoryMetadataStore)
+            victim.store.expire()
+
+        last = await publishing(pub, "lost", 200, crash)
+        await all_delivered(rs, last)
+        assert serving(region, "lost")[plan.hubs[1]] == {f"s{i:02d}" for i in range(8)}
+        region.hubs.remove(victim)
+        with contextlib.suppress(Exception):
+            await victim.stop()
