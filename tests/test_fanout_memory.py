@@ -126,6 +126,18 @@ async def test_fan_out_spreads_subscribers_over_delivery_hubs(region: Region) ->
             assert where[h] == mine
             tail = region.hub_at(h).fanout.delivering["hot"].tail
             assert tail.upstream == owner.address and tail.polls > 0
+        # The owner's gauges show the plan; each delivery hub counts the topic it delivers.
+        owner.loops.refresh_gauges()
+        await asyncio.sleep(0.01)
+        owner.loops.refresh_gauges()
+        sample = owner.metrics.registry.get_sample_value
+        assert sample("hedwig_topic_mode", {"topic": "hot", "mode": "fan-out"}) == 1
+        assert sample("hedwig_topic_serving_hubs", {"topic": "hot"}) == 2
+        for h in plan.hubs:
+            region.hub_at(h).loops.refresh_gauges()
+            assert (
+                region.hub_at(h).metrics.registry.get_sample_value("hedwig_topics_delivering") == 1
+            )
         # The publisher still writes to the owner; subscribing elsewhere is redirected.
         assert pub.router.owner_of("hot") == owner.address
         conn = await pub.router.connection(owner.address)

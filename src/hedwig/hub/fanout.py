@@ -124,6 +124,19 @@ class FanOut:
         got = await self._store.plans.read_plan(topic, watch=lambda: self._changed(topic))
         return None if got is None or got.value.mode is PlanMode.SINGLE else got.value
 
+    def known_plan(self, topic: str) -> tuple[str, int]:
+        """The topic's mode and serving hubs as far as known without waiting (for gauges);
+        a plan not read yet is read in the background for the next time."""
+        if topic not in self._plans:
+            if topic not in self._loading:
+                task = asyncio.get_running_loop().create_task(self.plan(topic))
+                task.add_done_callback(lambda t: t.cancelled() or t.exception())
+            return (PlanMode.SINGLE.value, 1)
+        plan = self._plans[topic]
+        if plan is None:
+            return (PlanMode.SINGLE.value, 1)
+        return (plan.mode.value, len([h for h in plan.hubs if h in self._alive]) or 1)
+
     def _changed(self, topic: str) -> None:
         self._plans.pop(topic, None)
         self._schedule(topic)

@@ -254,6 +254,15 @@ class HubLoops:
         for name, t in self.ownership.topics.items():
             for sname, sub in t.subscriptions.items():
                 m.subscriber_backlog.labels(name, sname).set(sub.backlog)
+        fanout = self.requests.fanout
+        if fanout is not None:
+            for name, d in fanout.delivering.items():
+                for sname, sub in d.subs.by_name.items():
+                    m.subscriber_backlog.labels(name, sname).set(sub.backlog)
+            m.export_plans(
+                {name: fanout.known_plan(name) for name in self.ownership.topics},
+                len(fanout.delivering),
+            )
         s = self.storage
         m.storage_bytes.inc(s.bytes_written - self._seen_written)
         m.storage_syncs.inc(s.syncs - self._seen_syncs)
