@@ -12,7 +12,7 @@ import pytest
 
 from hedwig.client import HedwigClient, Subscriber
 from hedwig.clock import SystemClock
-from hedwig.errors import NotResponsibleError
+from hedwig.errors import HedwigError, NotResponsibleError
 from hedwig.metadata import HubLoad, HubStatus, PlanMode, TopicPlan
 from hedwig.metadata.memory import MemoryMetadataStore
 from hedwig.placement.plans import choose_delivery_hubs, set_topic_mode
@@ -194,3 +194,25 @@ async def test_a_lost_delivery_hub_gives_its_subscribers_to_the_others(region: R
         region.hubs.remove(victim)
         with contextlib.suppress(Exception):
             await victim.stop()
+
+
+async def test_reset_and_unsubscribe_act_where_the_subscription_is_served(
+    region: Region,
+) -> None:
+    async with region.client() as pub, region.client() as subc, region.client() as admin:
+        await pub.publish("rs", b"first")
+        plan = await set_mode(region, "rs", PlanMode.FAN_OUT, hubs=2)
+        sub = await subc.subscribe("rs", "x", auto_consume=True)
+        for i in range(5):
+            await pub.publish("rs", b"%d" % i)
+        assert [(await sub.next(5)).seq for _ in range(5)] == [2, 3, 4, 5, 6]
+        # Another client resets it: the delivery hub does it and tells the subscriber.
+        assert await admin.reset_subscription("rs", "x", 3) == 2
+        assert [(await sub.next(5)).seq for _ in range(4)] == [3, 4, 5, 6]
+        served_by = plan.delivery_hub("x")
+        assert sub.connection is not None and sub.connection.address == served_by
+        # Deleting it there stops the subscriber; the record is gone.
+        await admin.unsubscribe("rs", "x")
+        with pytest.raises(HedwigError, match="deleted"):
+            await sub.next(5)
+        assert await region.hubs[0].store.subscriptions.read_subscription_data("rs", "x") is None

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from hedwig.client.publisher import PublishResult, TopicPublisher
 from hedwig.client.retry import RetryPolicy
-from hedwig.client.routing import Router
+from hedwig.client.routing import Router, subscription_route
 from hedwig.client.subscriber import Subscriber
 from hedwig.clock import Clock, SystemClock
 from hedwig.errors import HedwigError, MessageTooLargeError, UsageError
@@ -301,6 +301,7 @@ class HedwigClient:
         await self.router.topic_request(
             topic,
             lambda rid, _: Unsubscribe(request_id=rid, topic=topic, subscriber=subscriber),
+            route=subscription_route(topic, subscriber),
         )
 
     # reading and administration -------------------------------------------------------------
@@ -371,6 +372,8 @@ class HedwigClient:
                 seq=seq,
                 redirected=redirected,
             ),
+            # A fan-out topic's subscription is reset where it is served.
+            route=subscription_route(topic, subscriber),
         )
         assert isinstance(answer, Subscribed)
         return answer.consumed_seq

@@ -38,7 +38,7 @@ from hedwig.metadata.managers import MetadataStore
 from hedwig.metadata.plans import PlanMode, TopicPlan
 from hedwig.metadata.records import TopicConfig
 from hedwig.net.transport import Network
-from hedwig.protocol import Subscribe, Subscribed
+from hedwig.protocol import ResetSubscription, Subscribe, Subscribed
 
 log = logging.getLogger(__name__)
 
@@ -244,6 +244,18 @@ class FanOut:
             return False
         await delivery.subs.close(peer, subscriber)
         return True
+
+    async def unsubscribe(self, peer: Peer, topic: str, subscriber: str) -> bool:
+        """Delete a subscription served here; False if it is not served here."""
+        delivery = self.delivering.get(topic)
+        if delivery is None or subscriber not in delivery.subs.by_name:
+            return False
+        await delivery.subs.unsubscribe(peer, subscriber)
+        return True
+
+    async def reset(self, req: ResetSubscription) -> Subscribed:
+        delivery = await self._delivery(req.topic)
+        return await delivery.subs.reset(req.request_id, req.subscriber, req.to, req.seq)
 
     def detach_peer(self, peer: Peer) -> None:
         for delivery in self.delivering.values():

@@ -195,6 +195,10 @@ class HubRequests:
         owned.consume(conn, req.subscriber, req.seq)
 
     async def unsubscribe(self, conn: ClientConnection, req: Unsubscribe) -> None:
+        if self.fanout is not None and await self.fanout.unsubscribe(
+            conn, req.topic, req.subscriber
+        ):
+            return
         owned = await self._acquire(conn, req.topic, False)
         await owned.unsubscribe(conn, req.subscriber)
 
@@ -257,6 +261,18 @@ class HubRequests:
 
     async def reset_subscription(self, conn: ClientConnection, req: ResetSubscription) -> Reply:
         validate_name(req.subscriber, what="subscriber")
+        if self.fanout is not None:
+            # A fan-out topic's subscription is reset where it is served, so its subscriber
+            # is told (RESET) and its one mark writer stays that hub.
+            target = await self.fanout.assigned(req.topic, req.subscriber)
+            if target is not None and target != self.address:
+                raise NotResponsibleError(
+                    f"subscriber {req.subscriber!r} of fan-out topic {req.topic!r} is served "
+                    f"by {target}",
+                    owner=target,
+                )
+            if target is not None and req.topic not in self.ownership.topics:
+                return await self.fanout.reset(req)
         owned = await self._acquire(conn, req.topic, req.redirected)
         await self._share(owned)
         return await owned.reset_subscription(req)

@@ -24,7 +24,13 @@ from collections.abc import Callable
 from typing import Protocol
 
 from hedwig.clock import Clock
-from hedwig.errors import BadVersionError, HedwigError, LedgerError, MetadataError
+from hedwig.errors import (
+    BadVersionError,
+    HedwigError,
+    LedgerError,
+    MetadataError,
+    NoSuchSubscriptionError,
+)
 from hedwig.hub.peer import Peer
 from hedwig.metadata.managers import MetadataStore
 from hedwig.metadata.records import (
@@ -186,6 +192,12 @@ class Subscription:
                 )
                 self.force_close(CloseReason.OWNER_CHANGED, "topic moved")
                 self._on_lost("consume mark written by another hub")
+                return
+            except NoSuchSubscriptionError:
+                # Deleted where this hub did not see it (a fan-out topic's owner was asked):
+                # the subscriber stops, as if it had been unsubscribed here.
+                self.lost = True
+                self.force_close(CloseReason.UNSUBSCRIBED, "subscription deleted")
                 return
             except MetadataError as exc:
                 # Said once per outage: the mark stays dirty and the next flush catches up.

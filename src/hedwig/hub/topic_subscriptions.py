@@ -126,12 +126,13 @@ class TopicSubscriptions:
 
     async def _find(self, name: str) -> Subscription | None:
         sub = self.by_name.get(name)
-        if sub is not None:
+        if sub is not None and not sub.lost:
             return sub
+        self.by_name.pop(name, None)  # lost (written or deleted elsewhere): read it again
         got = await self._store.subscriptions.read_subscription_data(self.topic, name)
         self._check_open()
         sub = self.by_name.get(name)  # raced with another request
-        if sub is None and got is not None:
+        if (sub is None or sub.lost) and got is not None:
             sub = self._make(name, got.value, got.version)
         return sub
 
