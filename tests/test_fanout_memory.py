@@ -16,7 +16,7 @@ from hedwig.errors import HedwigError, NotResponsibleError
 from hedwig.metadata import HubLoad, HubStatus, PlanMode, TopicPlan
 from hedwig.metadata.memory import MemoryMetadataStore
 from hedwig.placement.plans import choose_delivery_hubs, set_topic_mode
-from hedwig.protocol import Subscribe
+from hedwig.protocol import MoveKind, Subscribe
 from tests.memory_region import Region, memory_region
 
 CLOCK = SystemClock()
@@ -216,3 +216,26 @@ async def test_reset_and_unsubscribe_act_where_the_subscription_is_served(
         with pytest.raises(HedwigError, match="deleted"):
             await sub.next(5)
         assert await region.hubs[0].store.subscriptions.read_subscription_data("rs", "x") is None
+
+
+async def test_moving_a_fan_out_topic_keeps_its_delivery_hubs_going(region: Region) -> None:
+    """The topic moves between hubs (to one of its delivery hubs, then back): the tails follow
+    the owner by redirect and no subscriber misses anything."""
+    async with region.client() as pub, region.client() as subc:
+        await pub.publish("mv", b"first")
+        plan = await set_mode(region, "mv", PlanMode.FAN_OUT, hubs=2)
+        first_owner = region.owner("mv")
+        rs = await readers(subc, "mv", 8)
+
+        async def moves() -> None:
+            await asyncio.sleep(0.1)
+            for dest in (plan.hubs[0], first_owner.address):
+                source = region.owner("mv")
+                await source.requests.move("mv", dest, MoveKind.REQUESTED, "test")
+                await until(lambda d=dest: "mv" in region.hub_at(d).topics.topics)  # type: ignore[misc]
+                await asyncio.sleep(0.1)
+
+        last = await publishing(pub, "mv", 200, moves)
+        await all_delivered(rs, last)
+        tail = region.hub_at(plan.hubs[1]).fanout.delivering["mv"].tail
+        assert tail.upstream == first_owner.address

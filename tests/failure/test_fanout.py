@@ -171,3 +171,18 @@ async def test_secure_delivery_hub_refuses_a_subscriber_without_permission(
         async with alice:
             with pytest.raises(ForbiddenError, match="alice may not subscribe"):
                 await alice.subscribe(TOPICS[0], "mallory")
+
+
+async def test_kill9_owner_of_a_fan_out_topic(cluster: DevCluster) -> None:
+    """The delivery hubs' tails follow the topic to its next owner; subscribers attached to
+    the dead owner go to their delivery hubs or the new owner."""
+    async with open_region(cluster) as store:
+
+        async def steps() -> None:
+            await mode(store, PlanMode.FAN_OUT, 1)
+            await asyncio.sleep(1.5)
+            owner = await store.ownership.read_owner_info(TOPICS[0])
+            assert owner is not None
+            cluster.hub_at(owner.value.address).kill()
+
+        await under_load(cluster, steps, after=SESSION + 5)
