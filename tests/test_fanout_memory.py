@@ -239,3 +239,18 @@ async def test_moving_a_fan_out_topic_keeps_its_delivery_hubs_going(region: Regi
         await all_delivered(rs, last)
         tail = region.hub_at(plan.hubs[1]).fanout.delivering["mv"].tail
         assert tail.upstream == first_owner.address
+
+
+async def test_deleting_a_fan_out_topic_stops_its_subscribers_at_delivery_hubs(
+    region: Region,
+) -> None:
+    async with region.client() as pub, region.client() as subc:
+        await pub.publish("del", b"first")
+        await set_mode(region, "del", PlanMode.FAN_OUT, hubs=2)
+        sub = await subc.subscribe("del", "x")
+        await pub.publish("del", b"second")
+        assert (await sub.next(5)).value == b"second"
+        await pub.delete_topic("del", force=True)
+        with pytest.raises(HedwigError, match="deleted"):
+            await sub.next(5)
+        await until(lambda: all("del" not in h.fanout.delivering for h in region.hubs))

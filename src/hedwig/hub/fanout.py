@@ -38,7 +38,7 @@ from hedwig.metadata.managers import MetadataStore
 from hedwig.metadata.plans import PlanMode, TopicPlan
 from hedwig.metadata.records import TopicConfig
 from hedwig.net.transport import Network
-from hedwig.protocol import ResetSubscription, Subscribe, Subscribed
+from hedwig.protocol import CloseReason, ResetSubscription, Subscribe, Subscribed
 
 log = logging.getLogger(__name__)
 
@@ -221,8 +221,16 @@ class FanOut:
         )
         subs.shared = True
         delivery = DeliveryTopic(topic, tail, subs, self._events)
+        tail.on_deleted = lambda: self._deleted(topic)
         log.info("delivering %r from %s", topic, tail.upstream)
         return delivery
+
+    def _deleted(self, topic: str) -> None:
+        """The topic is gone: its subscribers here stop, as the owner's do."""
+        delivery = self.delivering.pop(topic, None)
+        if delivery is not None:
+            delivery.subs.close_all(CloseReason.TOPIC_DELETED, "topic deleted")
+            delivery.stop()
 
     def consume(self, peer: Peer, topic: str, subscriber: str, seq: int) -> bool:
         """Take a consume if the subscription is attached here; False if not ours."""
@@ -280,6 +288,12 @@ class FanOut:
             owned.subs.shared = plan is not None
             await self._hand_over(owned.subs, topic, plan, owner=True)
         delivery = self.delivering.get(topic)
+        if delivery is not None and plan is None:
+            # The plan goes with a deleted topic: tell the subscribers that, not "move".
+            with contextlib.suppress(HedwigError):
+                if not await self._store.topics.topic_exists(topic):
+                    self._deleted(topic)
+                    return
         if delivery is not None:
             await self._hand_over(delivery.subs, topic, plan, owner=False)
             if not delivery.subs.by_name and (plan is None or self.address not in plan.hubs):

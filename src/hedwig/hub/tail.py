@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
+from collections.abc import Callable
 
 from hedwig.clock import Clock
 from hedwig.errors import (
@@ -96,7 +97,9 @@ class TailLog:
         self._target: str | None = None
         self._redirected = False
         self._task: asyncio.Task[None] | None = None
-        # Batches received from the owner, for tests and metrics.
+        # Called once if the topic turns out to be deleted.
+        self.on_deleted: Callable[[], None] | None = None
+        # Answers received from the owner, for tests and metrics.
         self.polls = 0
 
     # lifecycle --------------------------------------------------------------------------------
@@ -169,6 +172,8 @@ class TailLog:
             except NoSuchTopicError as exc:
                 self.broken = LedgerError(f"topic {self.topic!r} was deleted: {exc}")
                 self._notify()
+                if self.on_deleted is not None:
+                    self.on_deleted()
                 return
             except HedwigError as exc:
                 if not failing:
