@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 
 # How /readyz starts its answer when the region has too few hubs for its replication.
 SHORT_OF_HUBS = "too few hubs"
+# Prefixes the counters of topics delivered for another owner (no topic name holds a NUL).
+DELIVERING = "\0delivering\0"
 # A burst of claims or releases is reported once, this long after the first of them.
 REPORT_SOON_S = 0.2
 
@@ -117,8 +119,15 @@ class HubLoops:
             )
             for name, t in topics.items()
         }
+        fanout = self.requests.fanout
+        delivering = fanout.delivering if fanout is not None else {}
+        # Keyed apart from owned topics (a hub may own a topic and deliver it too).
+        for name, d in delivering.items():
+            counters[DELIVERING + name] = (0, 0, d.msg_out, d.bytes_out)
         loads = self._load.sample(time.monotonic(), counters, extra)
-        return self._load.report(self.clock.wall_ms(), self._connections(), loads)
+        owned = {k: v for k, v in loads.items() if not k.startswith(DELIVERING)}
+        others = {k: v for k, v in loads.items() if k.startswith(DELIVERING)}
+        return self._load.report(self.clock.wall_ms(), self._connections(), owned, others)
 
     async def report_load(self) -> None:
         try:
