@@ -346,6 +346,8 @@ class FanOut:
         """Recheck fan-out topics when a hub comes or goes (its subscribers move)."""
         while True:
             await self._clock.sleep(ALIVE_REFRESH_S)
+            if not self.delivering and not any(p is not None for p in self._plans.values()):
+                continue  # no fan-out topic here: nothing to recheck, no registry read
             before = self._alive
             with contextlib.suppress(HedwigError):
                 self._alive_at = float("-inf")
