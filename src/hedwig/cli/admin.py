@@ -125,7 +125,10 @@ def _run(args: argparse.Namespace, collect: Collect, columns: list[str]) -> int:
 
 def run_topics(args: argparse.Namespace) -> int:
     return _run(
-        args, collect_topics, ["topic", "owner", "mode", "subscribers", "last_seq", "backlog"]
+        # MODE last: scripts that split the table by position keep working.
+        args,
+        collect_topics,
+        ["topic", "owner", "subscribers", "last_seq", "backlog", "mode"],
     )
 
 

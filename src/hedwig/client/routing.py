@@ -227,6 +227,10 @@ class Router:
                     make(conn.next_id(), redirected), self.request_timeout_s
                 )
                 self._owners[key] = address
+                if key != topic:
+                    # Usually the owner (a single-hub topic); a fan-out topic's delivery hub
+                    # redirects the topic's other requests to the owner once.
+                    self._owners.setdefault(topic, address)
                 return answer, conn
             except NotResponsibleError as exc:
                 self._owners.pop(key, None)

@@ -127,15 +127,18 @@ class FanOut:
     def known_plan(self, topic: str) -> tuple[str, int]:
         """The topic's mode and serving hubs as far as known without waiting (for gauges);
         a plan not read yet is read in the background for the next time."""
-        if topic not in self._plans:
-            if topic not in self._loading:
-                task = asyncio.get_running_loop().create_task(self.plan(topic))
-                task.add_done_callback(lambda t: t.cancelled() or t.exception())
-            return (PlanMode.SINGLE.value, 1)
-        plan = self._plans[topic]
+        plan = self._plans.get(topic)
+        stale = self._clock.monotonic() - self._alive_at >= ALIVE_REFRESH_S
+        if (topic not in self._plans and topic not in self._loading) or (plan and stale):
+            task = asyncio.get_running_loop().create_task(self._load_for_gauges(topic))
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
         if plan is None:
             return (PlanMode.SINGLE.value, 1)
         return (plan.mode.value, len([h for h in plan.hubs if h in self._alive]) or 1)
+
+    async def _load_for_gauges(self, topic: str) -> None:
+        if await self.plan(topic) is not None:
+            await self._alive_hubs()
 
     def _changed(self, topic: str) -> None:
         self._plans.pop(topic, None)
