@@ -25,6 +25,7 @@ from collections.abc import Callable
 
 from hedwig.clock import Clock
 from hedwig.errors import (
+    MetadataError,
     NoSuchSubscriptionError,
     SubscriptionBusyError,
     SubscriptionExistsError,
@@ -154,9 +155,25 @@ class TopicSubscriptions:
         return sub
 
     def _lost(self, name: str, why: str) -> None:
-        if not self.shared:
-            self._on_lost(why)
+        if self.shared:
+            self._forget(name)
             return
+        # The plan may have become fan-out a moment ago (this hub's watch has not fired yet,
+        # a delivery hub already serves the subscription): look before stepping down.
+        asyncio.get_running_loop().create_task(self._lost_unless_shared(name, why))
+
+    async def _lost_unless_shared(self, name: str, why: str) -> None:
+        try:
+            shared = await self._store.plans.read_plan(self.topic) is not None
+        except MetadataError:
+            shared = False
+        if shared:
+            self.shared = True
+            self._forget(name)
+        else:
+            self._on_lost(why)
+
+    def _forget(self, name: str) -> None:
         sub = self.by_name.get(name)
         if sub is not None and sub.lost:
             del self.by_name[name]
