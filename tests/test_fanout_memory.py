@@ -16,6 +16,7 @@ from hedwig.errors import HedwigError, NotResponsibleError
 from hedwig.metadata import HubLoad, HubStatus, PlanMode, TopicPlan
 from hedwig.metadata.memory import MemoryMetadataStore
 from hedwig.placement.plans import choose_delivery_hubs, set_topic_mode
+from hedwig.placement.scaling import ScalingConfig
 from hedwig.protocol import MoveKind, Subscribe
 from tests.memory_region import Region, memory_region
 
@@ -267,3 +268,47 @@ async def test_deleting_a_fan_out_topic_stops_its_subscribers_at_delivery_hubs(
         with pytest.raises(HedwigError, match="deleted"):
             await sub.next(5)
         await until(lambda: all("del" not in h.fanout.delivering for h in region.hubs))
+
+
+async def test_the_scaling_policy_fans_a_hot_topic_out_and_brings_it_back() -> None:
+    """Real hubs' load reports in, the owner changes its topic's plan, subscribers follow."""
+    scaling = ScalingConfig(
+        hub_capacity=100, confirmations=1, cooldown_s=0, fan_out_above=0.7, back_below=0.3
+    )
+    async for r in memory_region(3, replication="2/2/2", scaling=scaling):
+        await scale_and_back(r)
+
+
+async def scale_and_back(region: Region) -> None:
+    """Load reports in, the owner changes its topic's plan, subscribers follow."""
+    async with region.client() as pub, region.client() as subc:
+        await pub.publish("auto", b"first")
+        owner = region.owner("auto")
+        rs = await readers(subc, "auto", 5)
+
+        async def report_all() -> None:
+            for hub in region.hubs:
+                await hub.loops.report_load()
+
+        await report_all()
+        for i in range(100):
+            await pub.publish("auto", b"%d" % i)
+        await until(lambda: all(r.seqs and r.seqs[-1] >= 101 for r in rs))
+        await report_all()
+        (change,) = await owner.loops.scale_once()
+        assert change.mode is PlanMode.FAN_OUT and "msg/s" in change.reason
+        plan = await region.hubs[0].store.plans.read_plan("auto")
+        assert plan is not None and owner.address not in plan.value.hubs
+        await until(lambda: not serving(region, "auto")[owner.address])
+        # Quiet now: the rates decay, and the topic goes back to its owner alone.
+        for _ in range(8):
+            await asyncio.sleep(0.05)
+            await report_all()
+            changes = await owner.loops.scale_once()
+            if changes:
+                break
+        assert [c.mode for c in changes] == [PlanMode.SINGLE]
+        assert await region.hubs[0].store.plans.read_plan("auto") is None
+        await until(lambda: len(serving(region, "auto")[owner.address]) == 5)
+        last = (await pub.publish("auto", b"after")).seq
+        await all_delivered(rs, last)

@@ -44,3 +44,15 @@ def test_delivery_hub_is_stable_and_moves_few() -> None:
     moved = [s for s in subs if before[s] != after[s]]
     assert all(after[s] == "h4:1" for s in moved)
     assert 500 < len(moved) < 1000
+
+
+def test_load_reports_carry_what_a_hub_delivers_and_ignore_unknown_fields() -> None:
+    import json
+
+    from hedwig.metadata import HubLoad, TopicLoad
+
+    load = HubLoad(msg_out=2.0, delivering={"hot": TopicLoad(msg_out=2.0)})
+    assert HubLoad.from_json(load.to_json()) == load
+    assert b"delivering" not in HubLoad().to_json()  # as before fan-out
+    newer = json.dumps({"timestamp_ms": 5, "from_a_newer_hub": [1]}).encode()
+    assert HubLoad.from_json(newer) == HubLoad(timestamp_ms=5)

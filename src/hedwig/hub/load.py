@@ -101,4 +101,5 @@ class LoadTracker:
             msg_out=round(sum(t.msg_out for t in out), 3),
             bytes_out=round(sum(t.bytes_out for t in out), 1),
             topic_loads=topics,
+            delivering=delivering or {},
         )

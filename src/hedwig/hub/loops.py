@@ -27,7 +27,9 @@ from hedwig.ledger.auditor import Auditor, AuditReport
 from hedwig.ledger.storage import LocalStorage
 from hedwig.metadata.managers import MetadataStore
 from hedwig.metadata.records import HubLoad
+from hedwig.placement.plans import set_topic_mode
 from hedwig.placement.rebalance import Move, Rebalancer
+from hedwig.placement.scaling import ModeChange, ScalingPolicy
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +68,7 @@ class HubLoops:
         self.internal_address = ""
         self._connections = connections
         self.rebalancer = Rebalancer(config.rebalance, clock)
+        self.scaler = ScalingPolicy(config.scaling, clock)
         self._load = LoadTracker()
         self._tasks: list[asyncio.Task[None]] = []
         self._report_pending = False
@@ -86,6 +89,8 @@ class HubLoops:
         self._every(c.audit_interval_s, self.audit_once, "ledger audit")
         if c.self_balance:
             self._every(c.balance_interval_s, self.balance_once, "self-balancing cycle")
+        if c.auto_fan_out:
+            self._every(c.balance_interval_s, self.scale_once, "scaling cycle")
 
     def stop(self) -> None:
         self._running = False
@@ -126,7 +131,9 @@ class HubLoops:
             counters[DELIVERING + name] = (0, 0, d.msg_out, d.bytes_out)
         loads = self._load.sample(time.monotonic(), counters, extra)
         owned = {k: v for k, v in loads.items() if not k.startswith(DELIVERING)}
-        others = {k: v for k, v in loads.items() if k.startswith(DELIVERING)}
+        others = {
+            k.removeprefix(DELIVERING): v for k, v in loads.items() if k.startswith(DELIVERING)
+        }
         return self._load.report(self.clock.wall_ms(), self._connections(), owned, others)
 
     async def report_load(self) -> None:
@@ -250,6 +257,34 @@ class HubLoops:
                 await self.requests.move(m.topic, m.destination, m.kind, m.reason)
             except HedwigError as exc:
                 log.info("moving %r failed: %s", m.topic, exc)
+        return mine
+
+    async def scale_once(self) -> list[ModeChange]:
+        """The shared scaling policy on the region's load reports; this hub changes the plans
+        of the topics it owns (``--auto-fan-out``)."""
+        fanout = self.requests.fanout
+        if fanout is None:
+            return []
+        hubs = await self.store.hubs.list_hubs()
+        plans = {}
+        for topic in list(self.ownership.topics):
+            plan = await fanout.plan(topic)
+            if plan is not None:
+                plans[topic] = plan
+        mine = [c for c in self.scaler.plan(hubs, plans) if c.owner == self.requests.address]
+        for change in mine:
+            log.info("scaling: %s", change.reason)
+            try:
+                await set_topic_mode(
+                    self.store,
+                    change.topic,
+                    change.mode,
+                    hubs=max(1, change.hubs),
+                    reason=change.reason,
+                    clock=self.clock,
+                )
+            except HedwigError as exc:
+                log.info("changing the plan of %r failed: %s", change.topic, exc)
         return mine
 
     # gauges --------------------------------------------------------------------------------

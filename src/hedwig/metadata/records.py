@@ -95,17 +95,39 @@ class HubLoad:
     # The hub's internal (hub-to-hub) listener, if it has one: where other hubs send storage
     # and claim requests (``hedwig.hub.peers``).
     internal: str = ""
+    # Fan-out topics this hub delivers for their owners (their subscribers here): counted in
+    # the totals above, not in ``topic_loads`` (the owner lists and moves the topic).
+    delivering: dict[str, TopicLoad] = field(default_factory=dict)
+
+    _FIELDS: ClassVar[frozenset[str]] = frozenset(
+        [
+            "timestamp_ms",
+            "topics",
+            "connections",
+            "cpu",
+            "msg_in",
+            "bytes_in",
+            "msg_out",
+            "bytes_out",
+            "internal",
+        ]
+    )
 
     def to_json(self) -> bytes:
         d = asdict(self)
+        if not d["delivering"]:
+            del d["delivering"]  # as hubs before fan-out wrote it
         return _dump(d)
 
     @classmethod
     def from_json(cls, raw: bytes) -> HubLoad:
+        """Fields this version does not know are ignored (a newer hub's report)."""
         d = _load(raw, "load")
         try:
-            tl = {k: TopicLoad(**v) for k, v in dict(d.pop("topic_loads", {})).items()}
-            return cls(topic_loads=tl, **d)
+            tl = {k: TopicLoad(**v) for k, v in dict(d.get("topic_loads", {})).items()}
+            dl = {k: TopicLoad(**v) for k, v in dict(d.get("delivering", {})).items()}
+            known = {k: v for k, v in d.items() if k in cls._FIELDS}
+            return cls(topic_loads=tl, delivering=dl, **known)
         except (TypeError, ValueError) as exc:
             raise MetadataError(f"corrupt load record: {exc}") from exc
 
