@@ -53,6 +53,7 @@ from hedwig.protocol.names import validate_name
 from hedwig_operator.conditions import condition, now_iso
 from hedwig_operator.context import Context
 from hedwig_operator.kube import ObjectRef
+from hedwig_operator.recorder import record_event
 from hedwig_operator.resources import (
     ANNOTATION_FINALIZER,
     API_VERSION,
@@ -404,7 +405,10 @@ async def reconcile_topic(
     except HedwigError as exc:  # no hub alive to deliver, and the like
         return result(False, "ScalingFailed", str(exc), topic=topic, snapshot=snapshot, retry=True)
     if changed is not None:
-        log.info("topic %r: plan %s on %s", topic, changed.mode.value, ",".join(changed.hubs))
+        where = f" on {', '.join(changed.hubs)}" if changed.hubs else ""
+        message = f"topic {topic!r} is served {_MODE_NAMES[changed.mode]}{where} (spec.scaling)"
+        log.info("%s", message)
+        await record_event(ctx.kube, body, "ModeChanged", message)
         snapshot = dataclasses.replace(snapshot, plan=changed if changed.hubs else None)
     return result(
         True,

@@ -203,6 +203,10 @@ async def test_scaling_pins_the_plan_and_the_status_shows_it() -> None:
     assert status["plan"]["hubs"] == ["hub-1:4080", "hub-2:4080"]  # not the owner, hub-0
     stored = await w.operator_store.plans.read_plan("orders")
     assert stored is not None and stored.value.hubs == ("hub-1:4080", "hub-2:4080")
+    (event,) = w.kube.events_for("Topic", "orders")
+    assert (
+        event["reason"] == "ModeChanged" and "fanOut on hub-1:4080, hub-2:4080" in event["message"]
+    )
     # Unchanged spec: nothing written again.
     await reconcile_topic(w.ctx, body, [claim_of(body)])  # type: ignore[list-item]
     again = await w.operator_store.plans.read_plan("orders")
@@ -212,6 +216,7 @@ async def test_scaling_pins_the_plan_and_the_status_shows_it() -> None:
     status, _ = await reconcile_topic(w.ctx, body, [claim_of(body)])  # type: ignore[list-item]
     assert status["plan"] == {"mode": "single", "hubs": [], "generation": 0}
     assert await w.operator_store.plans.read_plan("orders") is None
+    assert [e["reason"] for e in w.kube.events_for("Topic", "orders")] == ["ModeChanged"] * 2
     # Ingest is refused plainly; auto leaves whatever is there.
     body["spec"]["scaling"] = {"mode": "ingest"}
     status, retry = await reconcile_topic(w.ctx, body, [claim_of(body)])  # type: ignore[list-item]
