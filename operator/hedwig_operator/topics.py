@@ -218,7 +218,8 @@ _MODE_NAMES = {
 
 async def _ensure_scaling(store: MetadataStore, spec: TopicSpec) -> TopicPlan | None:
     """Make the topic's plan what ``spec.scaling`` pins; the plan written, or None if nothing
-    was pinned or nothing changed. ``auto`` leaves the plan to ``hedwig topic mode``."""
+    was pinned or nothing changed. ``auto`` leaves the plan to ``hedwig topic mode`` and the
+    hubs' ``--auto-fan-out`` policy."""
     mode = spec.scaling_mode
     if mode is ScalingMode.AUTO:
         return None

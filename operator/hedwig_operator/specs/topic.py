@@ -35,8 +35,8 @@ class DeletionPolicy(str, Enum):
 
 class ScalingMode(str, Enum):
     """How the topic is served (``hedwig.metadata.plans``): ``Auto`` leaves the plan to
-    whoever sets it (``hedwig topic mode``; no policy switches modes yet); ``Single`` and
-    ``FanOut`` pin it; ``Ingest`` (lanes) is refused until lanes exist."""
+    whoever sets it (``hedwig topic mode``, the hubs' ``--auto-fan-out`` policy); ``Single``
+    and ``FanOut`` pin it; ``Ingest`` (lanes) is refused until lanes exist."""
 
     AUTO = "auto"
     SINGLE = "single"
