@@ -58,6 +58,9 @@ REQUEST_TIMEOUT_S = 5.0
 CONNECT_TIMEOUT_S = 2.0
 # Redirects followed per request before treating it as a failure.
 MAX_REDIRECTS = 3
+# How long a topic may have no owner record before the tail asks its own hub (which claims
+# by placement), rather than waiting for a hand-off's destination to claim.
+OWNERLESS_WAIT_S = 2.0
 # Backoff between failed polls.
 RETRY_MIN_S = 0.02
 RETRY_MAX_S = 1.0
@@ -96,6 +99,7 @@ class TailLog:
         # redirect; None: look the owner up.
         self._target: str | None = None
         self._redirected = False
+        self._ownerless_since: float | None = None
         self._task: asyncio.Task[None] | None = None
         # Called once if the topic turns out to be deleted.
         self.on_deleted: Callable[[], None] | None = None
@@ -255,8 +259,20 @@ class TailLog:
         target = self._target
         if target is None:
             got = await self._store.ownership.read_owner_info(self.topic)
-            # Nobody owns it: ask ourselves, which claims or redirects as for any request.
-            target = got.value.address if got is not None else self._address
+            if got is not None:
+                target = got.value.address
+                self._ownerless_since = None
+            else:
+                # Nobody owns it. Usually a hand-off is under way and its destination claims
+                # in a few milliseconds: wait for it rather than make a hub claim by placement
+                # (which would defeat the hand-off). Past OWNERLESS_WAIT_S (an owner that
+                # crashed), ask ourselves, which claims or redirects as for any request.
+                now = self._clock.monotonic()
+                if self._ownerless_since is None:
+                    self._ownerless_since = now
+                if now - self._ownerless_since < OWNERLESS_WAIT_S:
+                    raise TopicMovingError(f"topic {self.topic!r} has no owner at the moment")
+                target = self._address
             self._target = target
         if self._conn is not None and not self._conn.closed and self._conn_target == target:
             return self._conn
