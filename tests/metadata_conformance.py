@@ -31,6 +31,7 @@ from hedwig.metadata import (
     LedgerRanges,
     LedgerState,
     MetadataStore,
+    PlanMode,
     ReplicationConfig,
     SessionState,
     SubscriptionData,
@@ -38,6 +39,7 @@ from hedwig.metadata import (
     SubscriptionState,
     TopicConfig,
     TopicLoad,
+    TopicPlan,
     Version,
 )
 from hedwig.metadata.acls import AclEntry, AclRule, Operation
@@ -265,6 +267,51 @@ class MetadataConformance:
         assert await other.acls.list_acls() == {}
         with pytest.raises(MetadataError):
             await store.acls.delete_acl("ns/alice", ANY_VERSION)
+
+    # plans ------------------------------------------------------------------------------------
+
+    async def test_plan_cas_and_watch(self, store: MetadataStore, other: MetadataStore) -> None:
+        """A plan is created, changed and removed only by compare-and-set, and a watch set by
+        a read that found nothing fires when it is created."""
+        with pytest.raises(MetadataError):
+            await store.plans.write_plan("nope", TopicPlan(), NEW_VERSION)
+        await store.topics.ensure_topic("a/b")
+        fired = asyncio.Event()
+        assert await other.plans.read_plan("a/b", watch=fired.set) is None
+        plan = TopicPlan.fan_out(["h2:1", "h1:1"], generation=1, reason="test")
+        v = await store.plans.write_plan("a/b", plan, NEW_VERSION)
+        await asyncio.wait_for(fired.wait(), 10)
+        with pytest.raises(BadVersionError):
+            await other.plans.write_plan("a/b", plan, NEW_VERSION)
+        fired.clear()
+        got = await other.plans.read_plan("a/b", watch=fired.set)
+        assert got is not None and got.value == plan and got.version == v
+        assert got.value.hubs == ("h1:1", "h2:1") and got.value.mode is PlanMode.FAN_OUT
+        wider = TopicPlan.fan_out(["h1:1", "h2:1", "h3:1"], generation=2)
+        v2 = await store.plans.write_plan("a/b", wider, v)
+        await asyncio.wait_for(fired.wait(), 10)
+        with pytest.raises(BadVersionError):
+            await other.plans.write_plan("a/b", plan, v)  # lost the race: nothing written
+        with pytest.raises(BadVersionError):
+            await other.plans.delete_plan("a/b", v)
+        fired.clear()
+        assert await other.plans.read_plan("a/b", watch=fired.set) is not None
+        await store.plans.delete_plan("a/b", v2)
+        await asyncio.wait_for(fired.wait(), 10)
+        assert await other.plans.read_plan("a/b") is None
+        with pytest.raises(MetadataError):
+            await store.plans.delete_plan("a/b", ANY_VERSION)
+        with pytest.raises(MetadataError):
+            await store.plans.write_plan("a/b", plan, v2)  # updating a plan that is gone
+
+    async def test_plan_goes_with_its_topic(self, store: MetadataStore) -> None:
+        await store.topics.ensure_topic("p")
+        await store.plans.write_plan("p", TopicPlan.fan_out(["h:1"], generation=1), NEW_VERSION)
+        fired = asyncio.Event()
+        assert await store.plans.read_plan("p", watch=fired.set) is not None
+        await store.topics.delete_topic("p")
+        await asyncio.wait_for(fired.wait(), 10)
+        assert await store.plans.read_plan("p") is None
 
     async def expire(self, store: MetadataStore) -> None:
         raise NotImplementedError

@@ -287,3 +287,39 @@ def test_bench_reports_delivery_rate_and_latency(dev: Cli) -> None:
     # Every hundredth measured message carries its publish time: 50 samples.
     lat = delivered["publish_to_delivery"]
     assert 0 < lat["p50_ms"] <= lat["p99_ms"] <= lat["max_ms"] < 60_000
+
+
+def test_topic_mode_spreads_subscribers_and_shows_the_plan(dev: Cli) -> None:
+    assert dev("pub", "hotcli", "-q", input="first\n").returncode == 0
+    missing = dev("topic", "mode", "nosuch", "fan-out")
+    assert missing.returncode == 1 and "does not exist" in missing.stderr
+    lanes = dev("topic", "mode", "hotcli", "ingest")
+    assert lanes.returncode == 2 and "not implemented" in lanes.stderr
+    done = dev("topic", "mode", "hotcli", "fan-out", "--hubs", "2", "--json")
+    assert done.returncode == 0, done.stderr
+    (plan,) = json.loads(done.stdout)
+    assert plan["mode"] == "fan-out" and len(plan["hubs"].split(",")) == 2
+    rows = {r["topic"]: r for r in json.loads(dev("topics", "--json").stdout)}
+    assert rows["hotcli"]["mode"] == "fan-out"
+    assert rows["hotcli"]["hubs"] == plan["hubs"].split(",")
+    assert rows["hotcli"]["owner"] not in rows["hotcli"]["hubs"]
+    assert "fan-out" in dev("topics").stdout
+    # A subscriber is served by a delivery hub and gets what is published.
+    sub = subprocess.Popen(
+        [sys.executable, "-m", "hedwig", "sub", "hotcli", "spread", "--count", "1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=dev.env,
+    )
+    try:
+        time.sleep(1.5)
+        assert dev("pub", "hotcli", "-q", input="second\n").returncode == 0
+        out, err = sub.communicate(timeout=30)
+        assert sub.returncode == 0, err.decode()
+        assert out.decode().strip() == "2\tsecond"
+    finally:
+        sub.kill()
+    single = dev("topic", "mode", "hotcli", "single", "--json")
+    assert single.returncode == 0 and json.loads(single.stdout)[0]["mode"] == "single"
+    rows = {r["topic"]: r for r in json.loads(dev("topics", "--json").stdout)}
+    assert rows["hotcli"]["mode"] == "single" and rows["hotcli"]["hubs"] == []

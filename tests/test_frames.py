@@ -151,6 +151,7 @@ def test_flag_bits_are_named_per_frame() -> None:
         "DeleteTopic": {"redirected": 0, "force": 1},
         "ResetSubscription": {"redirected": 0},
         "DescribeTopic": {"redirected": 0},
+        "TailTopic": {"redirected": 0},
         "AddEntry": {"recovery": 0},
         "ReadLac": {"fence": 0},
         "Lac": {"fenced": 0},

@@ -124,7 +124,14 @@ async def test_lazy_creation_and_cli_listing(cluster: DevCluster) -> None:
     )
     assert sorted(h["hub"] for h in hubs if h["alive"]) == sorted(cluster.addresses)
     table = hedwig("topics", "--zk", cluster.zk, "--region", cluster.region).stdout
-    assert table.splitlines()[0].split() == ["TOPIC", "OWNER", "SUBSCRIBERS", "LAST_SEQ", "BACKLOG"]
+    assert table.splitlines()[0].split() == [
+        "TOPIC",
+        "OWNER",
+        "SUBSCRIBERS",
+        "LAST_SEQ",
+        "BACKLOG",
+        "MODE",
+    ]
 
 
 def test_cli_pub_and_sub(cluster: DevCluster) -> None:

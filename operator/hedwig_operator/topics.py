@@ -24,12 +24,14 @@ turns off. ``Keep`` needs no finalizer: nothing happens to the data.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from hedwig.clock import SystemClock
 from hedwig.errors import (
     BadVersionError,
     HedwigError,
@@ -37,11 +39,21 @@ from hedwig.errors import (
     MetadataError,
     NoLedgerMetadataError,
 )
-from hedwig.metadata import ANY_VERSION, NEW_VERSION, HubStatus, MetadataStore, TopicLoad
+from hedwig.metadata import (
+    ANY_VERSION,
+    NEW_VERSION,
+    HubStatus,
+    MetadataStore,
+    PlanMode,
+    TopicLoad,
+    TopicPlan,
+)
+from hedwig.placement.plans import set_topic_mode
 from hedwig.protocol.names import validate_name
 from hedwig_operator.conditions import condition, now_iso
 from hedwig_operator.context import Context
 from hedwig_operator.kube import ObjectRef
+from hedwig_operator.recorder import record_event
 from hedwig_operator.resources import (
     ANNOTATION_FINALIZER,
     API_VERSION,
@@ -50,11 +62,13 @@ from hedwig_operator.resources import (
 from hedwig_operator.specs import (
     DeletionPolicy,
     PoolSpec,
+    ScalingMode,
     SpecError,
     TopicSpec,
     parse_pool,
     parse_topic,
 )
+from hedwig_operator.specs.topic import DEFAULT_FAN_OUT_HUBS
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +126,7 @@ class TopicSnapshot:
     backlog: int
     last_seq: int
     load: TopicLoad | None
+    plan: TopicPlan | None = None
 
 
 def pool_ref(namespace: str, pool: str) -> ObjectRef:
@@ -139,12 +154,14 @@ async def read_snapshot(
             for s in subs.values()
             if s.value.state is not None
         )
+    plan = await store.plans.read_plan(topic)
     return TopicSnapshot(
         owner=owner.value.address if owner is not None else None,
         subscribers=len(subs),
         backlog=backlog,
         last_seq=last_seq,
         load=load,
+        plan=plan.value if plan is not None else None,
     )
 
 
@@ -171,6 +188,12 @@ def build_topic_status(
         status["subscribers"] = snapshot.subscribers
         status["backlog"] = snapshot.backlog
         status["lastSeq"] = snapshot.last_seq
+        plan = snapshot.plan or TopicPlan()
+        status["plan"] = {
+            "mode": _MODE_NAMES[plan.mode],
+            "hubs": list(plan.hubs),
+            "generation": plan.generation,
+        }
         load = snapshot.load
         status["rates"] = (
             {
@@ -183,6 +206,43 @@ def build_topic_status(
             else None
         )
     return status
+
+
+# The plan's modes as the Topic's spec and status name them.
+_MODE_NAMES = {
+    PlanMode.SINGLE: ScalingMode.SINGLE.value,
+    PlanMode.FAN_OUT: ScalingMode.FAN_OUT.value,
+    PlanMode.INGEST: ScalingMode.INGEST.value,
+}
+
+
+async def _ensure_scaling(store: MetadataStore, spec: TopicSpec) -> TopicPlan | None:
+    """Make the topic's plan what ``spec.scaling`` pins; the plan written, or None if nothing
+    was pinned or nothing changed. ``auto`` leaves the plan to ``hedwig topic mode`` and the
+    hubs' ``--auto-fan-out`` policy."""
+    mode = spec.scaling_mode
+    if mode is ScalingMode.AUTO:
+        return None
+    current = await store.plans.read_plan(spec.topic_name)
+    if mode is ScalingMode.SINGLE:
+        if current is None:
+            return None
+        return await set_topic_mode(
+            store, spec.topic_name, PlanMode.SINGLE, reason="Topic spec.scaling", clock=_CLOCK
+        )
+    hubs = spec.max_hubs or DEFAULT_FAN_OUT_HUBS
+    plan = await set_topic_mode(
+        store,
+        spec.topic_name,
+        PlanMode.FAN_OUT,
+        hubs=hubs,
+        reason="Topic spec.scaling",
+        clock=_CLOCK,
+    )
+    return None if current is not None and current.value == plan else plan
+
+
+_CLOCK = SystemClock()
 
 
 async def _ensure_config(store: MetadataStore, spec: TopicSpec) -> str | None:
@@ -324,6 +384,33 @@ async def reconcile_topic(
             snapshot=snapshot,
             retry=True,
         )
+    if spec.scaling_mode is ScalingMode.INGEST:
+        return result(
+            False,
+            "ScalingUnsupported",
+            "spec.scaling.mode ingest: lanes are not implemented yet (use single or fanOut)",
+            topic=topic,
+            snapshot=snapshot,
+        )
+    try:
+        changed = await _ensure_scaling(store, spec)
+    except (MetadataError, TransientError) as exc:
+        return result(
+            False,
+            "ZooKeeperUnavailable",
+            f"ZooKeeper of pool {pool.name} ({pool.zk_connect}): {exc}",
+            topic=topic,
+            snapshot=snapshot,
+            retry=True,
+        )
+    except HedwigError as exc:  # no hub alive to deliver, and the like
+        return result(False, "ScalingFailed", str(exc), topic=topic, snapshot=snapshot, retry=True)
+    if changed is not None:
+        where = f" on {', '.join(changed.hubs)}" if changed.hubs else ""
+        message = f"topic {topic!r} is served {_MODE_NAMES[changed.mode]}{where} (spec.scaling)"
+        log.info("%s", message)
+        await record_event(ctx.kube, body, "ModeChanged", message)
+        snapshot = dataclasses.replace(snapshot, plan=changed if changed.hubs else None)
     return result(
         True,
         "Owned",

@@ -60,6 +60,7 @@ class Workload:
         security: ClientSecurity | None = None,
         network: Network | None = None,
     ) -> None:
+        # None: TCP, with TLS when ``security`` asks for it (the client builds it).
         self.hubs = hubs
         self.security = security
         self.network = network

@@ -190,3 +190,37 @@ async def test_delete_without_pool_keeps_data() -> None:
     w = await World().start()
     outcome = await delete_topic_data(w.ctx, topic_body(spec={"deletionPolicy": "Delete"}), [])
     assert outcome.startswith("data kept: HubPool pool is gone")
+
+
+async def test_scaling_pins_the_plan_and_the_status_shows_it() -> None:
+    w = await world_with_pool()
+    for extra in ("hub-1:4080", "hub-2:4080"):
+        await w.register(extra)
+    body = topic_body(spec={"scaling": {"mode": "fanOut", "maxHubs": 2}})
+    status, retry = await reconcile_topic(w.ctx, body, [claim_of(body)])  # type: ignore[list-item]
+    assert not retry and ready(status)[:2] == ("True", "Owned")
+    assert status["plan"]["mode"] == "fanOut"
+    assert status["plan"]["hubs"] == ["hub-1:4080", "hub-2:4080"]  # not the owner, hub-0
+    stored = await w.operator_store.plans.read_plan("orders")
+    assert stored is not None and stored.value.hubs == ("hub-1:4080", "hub-2:4080")
+    (event,) = w.kube.events_for("Topic", "orders")
+    assert (
+        event["reason"] == "ModeChanged" and "fanOut on hub-1:4080, hub-2:4080" in event["message"]
+    )
+    # Unchanged spec: nothing written again.
+    await reconcile_topic(w.ctx, body, [claim_of(body)])  # type: ignore[list-item]
+    again = await w.operator_store.plans.read_plan("orders")
+    assert again is not None and again.version == stored.version
+    # Back to single: the plan goes.
+    body["spec"]["scaling"] = {"mode": "single"}
+    status, _ = await reconcile_topic(w.ctx, body, [claim_of(body)])  # type: ignore[list-item]
+    assert status["plan"] == {"mode": "single", "hubs": [], "generation": 0}
+    assert await w.operator_store.plans.read_plan("orders") is None
+    assert [e["reason"] for e in w.kube.events_for("Topic", "orders")] == ["ModeChanged"] * 2
+    # Ingest is refused plainly; auto leaves whatever is there.
+    body["spec"]["scaling"] = {"mode": "ingest"}
+    status, retry = await reconcile_topic(w.ctx, body, [claim_of(body)])  # type: ignore[list-item]
+    assert ready(status)[:2] == ("False", "ScalingUnsupported") and not retry
+    body["spec"]["scaling"] = {"mode": "sideways"}
+    status, _ = await reconcile_topic(w.ctx, body, [claim_of(body)])  # type: ignore[list-item]
+    assert ready(status)[1] == "InvalidSpec" and "spec.scaling.mode" in ready(status)[2]

@@ -46,6 +46,7 @@ from hedwig.protocol import (
     ResetSubscription,
     ResetTo,
     Subscribe,
+    TailTopic,
     TopicStats,
     Unsubscribe,
     encode_values,
@@ -97,6 +98,9 @@ def probes(ledger_id: int) -> list[Probe]:
         lambda r: ReadEntry(request_id=r, ledger_id=ledger_id, entry_id=0),
         lambda r: ReadLac(request_id=r, ledger_id=ledger_id, fence=True),
         lambda r: DeleteLedger(request_id=r, ledger_id=ledger_id),
+        lambda r: TailTopic(
+            request_id=r, topic="probe", after_seq=0, max_messages=100, max_bytes=1 << 20, wait_ms=0
+        ),
         lambda r: Ping(request_id=r),
         lambda r: Authenticate(request_id=r, mechanism="token", credentials="not-a-token"),
     ]

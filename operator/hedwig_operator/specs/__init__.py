@@ -16,7 +16,7 @@ from hedwig_operator.specs.pool import (
     StorageSpec,
     parse_pool,
 )
-from hedwig_operator.specs.topic import DeletionPolicy, TopicSpec, parse_topic
+from hedwig_operator.specs.topic import DeletionPolicy, ScalingMode, TopicSpec, parse_topic
 from hedwig_operator.specs.user import AuthenticationType, UserSpec, parse_user
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "PrometheusSpec",
     "RebalancingSpec",
     "ScaleDownSpec",
+    "ScalingMode",
     "SecuritySpec",
     "SpecError",
     "StorageSpec",

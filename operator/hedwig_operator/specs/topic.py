@@ -33,6 +33,21 @@ class DeletionPolicy(str, Enum):
     DELETE = "Delete"
 
 
+class ScalingMode(str, Enum):
+    """How the topic is served (``hedwig.metadata.plans``): ``Auto`` leaves the plan to
+    whoever sets it (``hedwig topic mode``, the hubs' ``--auto-fan-out`` policy); ``Single``
+    and ``FanOut`` pin it; ``Ingest`` (lanes) is refused until lanes exist."""
+
+    AUTO = "auto"
+    SINGLE = "single"
+    FAN_OUT = "fanOut"
+    INGEST = "ingest"
+
+
+# Delivery hubs of a pinned fan-out topic when ``maxHubs`` is not given.
+DEFAULT_FAN_OUT_HUBS = 2
+
+
 @dataclass(frozen=True, slots=True)
 class TopicSpec:
     namespace: str
@@ -49,6 +64,9 @@ class TopicSpec:
     inactive_topic_expiry_ms: int | None = None
     subscription_expiry_ms: int | None = None
     deletion_policy: DeletionPolicy = DeletionPolicy.KEEP
+    scaling_mode: ScalingMode = ScalingMode.AUTO
+    # At most this many delivery hubs (fan-out); None: DEFAULT_FAN_OUT_HUBS.
+    max_hubs: int | None = None
 
     def config(self) -> TopicConfig:
         """The record the topic's znode must hold; unset fields take the region default."""
@@ -74,6 +92,12 @@ def parse_topic(body: Raw) -> TopicSpec:
         deletion_policy = DeletionPolicy(policy)
     except ValueError as exc:
         raise SpecError("spec.deletionPolicy", "must be Keep or Delete") from exc
+    scaling = section(spec, "scaling", "spec")
+    mode = opt_str(scaling, "mode", "spec.scaling") or ScalingMode.AUTO.value
+    try:
+        scaling_mode = ScalingMode(mode)
+    except ValueError as exc:
+        raise SpecError("spec.scaling.mode", "must be auto, single, fanOut or ingest") from exc
     return TopicSpec(
         namespace=req_str(meta, "namespace", "metadata"),
         name=name,
@@ -91,4 +115,6 @@ def parse_topic(body: Raw) -> TopicSpec:
             expiry, "subscriptionInactiveMs", "spec.expiry", minimum=1000
         ),
         deletion_policy=deletion_policy,
+        scaling_mode=scaling_mode,
+        max_hubs=opt_int(scaling, "maxHubs", "spec.scaling", minimum=1),
     )

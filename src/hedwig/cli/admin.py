@@ -11,7 +11,7 @@ from typing import Any
 from hedwig.cli.common import add_json_option, add_zk_options, report, resolve_zk
 from hedwig.cli.output import Progress, emit
 from hedwig.errors import HedwigError
-from hedwig.metadata import open_store
+from hedwig.metadata import PlanMode, open_store
 from hedwig.net.connection import HubConnection
 from hedwig.protocol import TopicInfo, TopicStats
 
@@ -20,7 +20,7 @@ LISTING_CONCURRENCY = 32
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     for name, func, text in (
-        ("topics", run_topics, "topics: owner, subscribers, backlog"),
+        ("topics", run_topics, "topics: owner, mode, subscribers, backlog"),
         ("hubs", run_hubs, "hubs: alive, topics, load"),
     ):
         p = sub.add_parser(name, help=text)
@@ -65,6 +65,7 @@ async def collect_topics(zk: str, region: str) -> list[dict[str, Any]]:
                 owner = await store.ownership.read_owner_info(topic)
                 subs = await store.subscriptions.read_subscriptions(topic)
                 ranges = await store.persistence.read_topic_persistence_info(topic)
+                plan = await store.plans.read_plan(topic)
                 info = await _topic_info(owner.value.address, topic) if owner else None
             done += 1
             progress.show(f"reading topics: {done}/{len(topics)}")
@@ -73,6 +74,10 @@ async def collect_topics(zk: str, region: str) -> list[dict[str, Any]]:
             return {
                 "topic": topic,
                 "owner": owner.value.address if owner else None,
+                "mode": plan.value.mode.value if plan else PlanMode.SINGLE.value,
+                # fan-out: the delivery hubs the plan names; and the plan's generation.
+                "hubs": list(plan.value.hubs) if plan else [],
+                "plan_generation": plan.value.generation if plan else 0,
                 "subscribers": len(subs),
                 "last_seq": last,
                 "backlog": max((last - m for m in marks), default=0),
@@ -119,7 +124,12 @@ def _run(args: argparse.Namespace, collect: Collect, columns: list[str]) -> int:
 
 
 def run_topics(args: argparse.Namespace) -> int:
-    return _run(args, collect_topics, ["topic", "owner", "subscribers", "last_seq", "backlog"])
+    return _run(
+        # MODE last: scripts that split the table by position keep working.
+        args,
+        collect_topics,
+        ["topic", "owner", "subscribers", "last_seq", "backlog", "mode"],
+    )
 
 
 def run_hubs(args: argparse.Namespace) -> int:

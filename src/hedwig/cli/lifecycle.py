@@ -17,13 +17,14 @@ from hedwig.cli.common import (
     resolve_hubs,
 )
 from hedwig.cli.output import emit
+from hedwig.cli.plans import register_topic_mode
 from hedwig.client import HedwigClient
 from hedwig.errors import HedwigError
 from hedwig.protocol import ResetTo, SubscribeMode
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("topic", help="a topic: describe, delete")
+    p = sub.add_parser("topic", help="a topic: describe, delete, mode")
     tsub = p.add_subparsers(dest="topic_command", required=True, metavar="ACTION")
     d = tsub.add_parser(
         "describe", help="a topic's owner, kept sequence ids and subscriptions (creates nothing)"
@@ -39,6 +40,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--force", action="store_true", help="even while subscribers are attached (they stop)"
     )
     d.set_defaults(func=run_topic_delete)
+    register_topic_mode(tsub)
 
     p = sub.add_parser("subscription", help="a subscription: create, delete, reset")
     ssub = p.add_subparsers(dest="subscription_command", required=True, metavar="ACTION")

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from hedwig.client.publisher import PublishResult, TopicPublisher
 from hedwig.client.retry import RetryPolicy
-from hedwig.client.routing import Router
+from hedwig.client.routing import Router, subscription_route
 from hedwig.client.subscriber import Subscriber
 from hedwig.clock import Clock, SystemClock
 from hedwig.errors import HedwigError, MessageTooLargeError, UsageError
@@ -42,6 +42,7 @@ from hedwig.protocol import (
     Subscribed,
     SubscribeMode,
     SubscriptionForcedClosed,
+    SubscriptionMoved,
     TopicDescription,
     TopicInfo,
     TopicMoved,
@@ -177,6 +178,10 @@ class HedwigClient:
             sub = self._subscribers.get((event.topic, event.subscriber))
             if sub is not None:
                 sub.on_forced_close(conn, event)
+        elif isinstance(event, SubscriptionMoved):
+            sub = self._subscribers.get((event.topic, event.subscriber))
+            if sub is not None:
+                sub.on_moved(conn, f"served by {event.hub or 'the owner'} now: {event.reason}")
 
     def _on_close(self, conn: HubConnection) -> None:
         for sub in list(self._subscribers.values()):
@@ -296,6 +301,7 @@ class HedwigClient:
         await self.router.topic_request(
             topic,
             lambda rid, _: Unsubscribe(request_id=rid, topic=topic, subscriber=subscriber),
+            route=subscription_route(topic, subscriber),
         )
 
     # reading and administration -------------------------------------------------------------
@@ -366,6 +372,8 @@ class HedwigClient:
                 seq=seq,
                 redirected=redirected,
             ),
+            # A fan-out topic's subscription is reset where it is served.
+            route=subscription_route(topic, subscriber),
         )
         assert isinstance(answer, Subscribed)
         return answer.consumed_seq

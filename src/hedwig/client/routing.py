@@ -8,6 +8,10 @@ after a short pause. Other retriable failures (SERVICE_UNAVAILABLE, a lost conne
 retried with jittered backoff until the retry deadline, which is how a client rides through a
 hub failure or a topic move. Everything waits on the injected clock.
 
+A fan-out topic's subscriptions are routed on their own (``subscription_route``): each to the
+delivery hub its redirect or SUBSCRIPTION_MOVED named, falling back to the topic's owner, so
+the topic's publishers keep going to the owner while its subscribers spread over the hubs.
+
 A hub this client just failed to reach (the connection could not be opened, or was dropped
 because the hub stopped answering) is left alone for ``UNREACHABLE_S``: a redirect to it is
 not followed (``OwnerUnreachableError``, shown through ``on_wait``) and requests go to the
@@ -36,7 +40,7 @@ from hedwig.errors import (
 )
 from hedwig.net.connection import HubConnection
 from hedwig.net.transport import Network
-from hedwig.protocol import Event, Reply, Request, TopicMoved
+from hedwig.protocol import Event, Reply, Request, SubscriptionMoved, TopicMoved
 from hedwig.security.credentials import Credentials
 
 # Redirects followed for one attempt before backing off (a topic whose owner keeps changing).
@@ -50,6 +54,11 @@ UNREACHABLE_S = 2.0
 
 # Builds a request from its request id and the redirected flag.
 RequestMaker = Callable[[int, bool], Request]
+
+
+def subscription_route(topic: str, subscriber: str) -> str:
+    """The routing key of one subscription (no topic name holds a NUL)."""
+    return f"{topic}\0{subscriber}"
 
 
 class Router:
@@ -136,9 +145,19 @@ class Router:
         self._on_close(conn)
 
     def _event(self, conn: HubConnection, event: Event) -> None:
+        if isinstance(event, SubscriptionMoved):
+            key = subscription_route(event.topic, event.subscriber)
+            self._owners.pop(key, None)
+            if event.hub:
+                self._owners[key] = event.hub
+                self._claim_hints.add(key)
         if isinstance(event, TopicMoved):
             if self._owners.get(event.topic) == conn.address:
                 del self._owners[event.topic]
+            prefix = f"{event.topic}\0"
+            for key, owner in list(self._owners.items()):
+                if key.startswith(prefix) and owner == conn.address:
+                    del self._owners[key]
             if event.new_owner:
                 # The old owner named its successor: go there as a redirected client would,
                 # so it claims the topic rather than choosing again.
@@ -152,8 +171,8 @@ class Router:
         """The hub this client last saw owning ``topic``."""
         return self._owners.get(topic)
 
-    def _route(self, topic: str) -> str:
-        owner = self._owners.get(topic)
+    def _route(self, topic: str, key: str) -> str:
+        owner = self._owners.get(key) or self._owners.get(topic)
         if owner is not None and not self.unreachable(owner):
             return owner
         for _ in range(len(self.hubs)):
@@ -184,30 +203,37 @@ class Router:
         *,
         deadline_s: float | None = None,
         before_retry: Callable[[], Awaitable[None]] | None = None,
+        route: str | None = None,
     ) -> tuple[Reply, HubConnection]:
         """Send a topic request to its owner, following redirects and retrying transient errors.
 
         ``before_retry`` is awaited before every attempt after the first (redirects included):
-        ordered publishing uses it to let earlier batches go first.
+        ordered publishing uses it to let earlier batches go first. ``route``: the key under
+        which the hub that answered is remembered (``subscription_route``; default the topic).
         """
+        key = route or topic
         policy = self.retry if deadline_s is None else self.retry.with_deadline(deadline_s)
         backoff = Backoff(policy, self.clock)
-        redirected = topic in self._claim_hints
-        self._claim_hints.discard(topic)
+        redirected = key in self._claim_hints
+        self._claim_hints.discard(key)
         redirects = 0
         hand_off_waits = 0
         out_of_order = 0
-        address = self._route(topic)
+        address = self._route(topic, key)
         while True:
             try:
                 conn = await self.connection(address)
                 answer = await conn.request(
                     make(conn.next_id(), redirected), self.request_timeout_s
                 )
-                self._owners[topic] = address
+                self._owners[key] = address
+                if key != topic:
+                    # Usually the owner (a single-hub topic); a fan-out topic's delivery hub
+                    # redirects the topic's other requests to the owner once.
+                    self._owners.setdefault(topic, address)
                 return answer, conn
             except NotResponsibleError as exc:
-                self._owners.pop(topic, None)
+                self._owners.pop(key, None)
                 if exc.owner and self.unreachable(exc.owner):
                     err: HedwigError = OwnerUnreachableError(
                         f"topic {topic!r}: its owner {exc.owner} does not answer this client; "
@@ -241,7 +267,7 @@ class Router:
                     raise
                 if isinstance(exc, ConnectionLostError):
                     self._failed(address)
-                self._owners.pop(topic, None)
+                self._owners.pop(key, None)
                 if (
                     isinstance(exc, TopicMovingError)
                     and exc.destination
@@ -251,7 +277,7 @@ class Router:
                     hand_off_waits += 1
                     redirects = 0
                     address, redirected = exc.destination, True
-                    self._owners[topic] = exc.destination
+                    self._owners[key] = exc.destination
                     if before_retry is not None:
                         await before_retry()
                     await self.clock.sleep(HAND_OFF_PAUSE_S)
@@ -270,4 +296,4 @@ class Router:
                 ) from err
             redirects = 0
             redirected = False
-            address = self._route(topic)
+            address = self._route(topic, key)

@@ -6,8 +6,9 @@ Rules:
 - Delivery is at least once: after a re-subscription the hub sends again everything past the
   consume mark it has persisted. The subscriber remembers the last sequence id it handed out
   and drops redeliveries at or below it, so the caller sees each message once per process.
-- A lost connection, TOPIC_MOVED, or a SUBSCRIPTION_FORCED_CLOSED whose reason says so (the
-  owner changed, delivery failed) makes it attach again, wherever the topic now is, with
+- A lost connection, TOPIC_MOVED, SUBSCRIPTION_MOVED (a fan-out topic's plan sends it to
+  another hub), or a SUBSCRIPTION_FORCED_CLOSED whose reason says so (the owner changed,
+  delivery failed) makes it attach again, wherever the topic now is, with
   backoff and without a deadline. A forced close because another connection took the
   subscription over (or deleted it) stops it: it does not fight back; ``next`` raises.
 - Deliveries can overtake the answer to SUBSCRIBE (both arrive in one read): they are held,
@@ -22,7 +23,7 @@ import logging
 from collections.abc import AsyncIterator
 
 from hedwig.client.retry import Backoff
-from hedwig.client.routing import Router
+from hedwig.client.routing import Router, subscription_route
 from hedwig.errors import (
     DeadlineExceededError,
     ForbiddenError,
@@ -116,6 +117,7 @@ class Subscriber:
                 redirected=redirected,
                 force_attach=force,
             ),
+            route=subscription_route(self.topic, self.name),
         )
         assert isinstance(answer, Subscribed)
         if self._last_seen == 0 or self._reset:

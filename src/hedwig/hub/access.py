@@ -6,7 +6,8 @@ these rules, in order:
 1. The **internal listener** serves hubs of the region only: its TLS handshake already required
    a certificate from the region's hub CA, so every connection there is a hub. It serves the
    storage role (ADD_ENTRY, READ_ENTRY, READ_LAC, DELETE_LEDGER), claim requests (TOPIC_STATS
-   with the redirected flag) and PING; anything else is FORBIDDEN there.
+   with the redirected flag), delivery hubs' tails of a fan-out topic (TAIL_TOPIC) and PING;
+   anything else is FORBIDDEN there.
 2. On the **client listener** the storage frames are INTERNAL_ONLY whenever the hub has an
    internal listener: no client can add entries, fence or delete a ledger.
 3. With authentication on, a connection that has not proved an identity (a verified client
@@ -58,6 +59,7 @@ from hedwig.protocol import (
     Request,
     ResetSubscription,
     Subscribe,
+    TailTopic,
     TopicStats,
     Unsubscribe,
 )
@@ -83,10 +85,12 @@ _NEEDS: dict[type, Operation] = {
     DeleteTopic: Operation.ADMIN,
     ResetSubscription: Operation.SUBSCRIBE,
     DescribeTopic: Operation.DESCRIBE,
+    # A delivery hub's tail of the owner's log, sent by a client: reading.
+    TailTopic: Operation.READ,
 }
 # Hub to hub only.
 STORAGE_REQUESTS = (AddEntry, ReadEntry, ReadLac, DeleteLedger)
-INTERNAL_SERVES = frozenset((*STORAGE_REQUESTS, TopicStats, Ping))
+INTERNAL_SERVES = frozenset((*STORAGE_REQUESTS, TopicStats, Ping, TailTopic))
 # A connection's cached decisions are dropped past this many (a client touching many topics).
 DECISION_CACHE_SIZE = 4096
 # Bounded categories of ``hedwig_auth_denied_total``'s reason label.
@@ -116,6 +120,7 @@ _CLIENT_OPS = (
     "delete_topic",
     "reset_subscription",
     "describe_topic",
+    "tail_topic",
 )
 DENIAL_SERIES: tuple[tuple[str, str], ...] = (
     *(

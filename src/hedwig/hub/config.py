@@ -14,6 +14,7 @@ from hedwig.errors import MetadataError, UsageError
 from hedwig.metadata.records import ReplicationConfig, TopicConfig
 from hedwig.placement import PlacementPolicy
 from hedwig.placement.rebalance import RebalanceConfig
+from hedwig.placement.scaling import ScalingConfig
 
 
 def setting(default: Any, doc: str) -> Any:
@@ -118,6 +119,14 @@ class HubConfig:
     self_balance: bool = setting(True, "shed load to other hubs by the shared rebalancing policy")
     balance_interval_s: float = setting(60.0, "seconds between self-balancing cycles")
     rebalance: RebalanceConfig = field(default_factory=RebalanceConfig)
+    # Off by default: spreading a topic is a bigger change than moving one, and an operator
+    # may pin modes instead (Topic.spec.scaling).
+    auto_fan_out: bool = setting(
+        False,
+        "spread a topic's subscribers over delivery hubs when they alone overload its hub, "
+        "and go back when they no longer do (the shared scaling policy)",
+    )
+    scaling: ScalingConfig = field(default_factory=ScalingConfig)
     delivery_batch_messages: int = setting(
         1000, "messages pushed to a subscriber per DELIVER frame at most"
     )

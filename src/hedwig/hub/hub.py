@@ -27,6 +27,7 @@ from hedwig.hub.acl_watch import AclWatcher
 from hedwig.hub.choices import HubChoices
 from hedwig.hub.config import HubConfig
 from hedwig.hub.events import LossKind
+from hedwig.hub.fanout import FanOut
 from hedwig.hub.http import HealthServer
 from hedwig.hub.identity import load_hub_id
 from hedwig.hub.loops import HubLoops
@@ -120,6 +121,16 @@ class Hub:
             events=self.metrics,
             clock=self.clock,
         )
+        self.fanout = FanOut(
+            address=self.address,
+            config=config,
+            store=self.store,
+            ownership=self.topics,
+            network=self.internal_network,
+            clock=self.clock,
+            events=self.metrics,
+            peers=self.peers,
+        )
         self.requests = HubRequests(
             ownership=self.topics,
             storage=self.storage,
@@ -129,6 +140,7 @@ class Hub:
             clock=self.clock,
             access=self.access if config.authorize else None,
             peers=self.peers,
+            fanout=self.fanout,
         )
         max_frame = max(DEFAULT_MAX_FRAME_SIZE, 2 * config.max_message_size + 65536)
         # With security entirely off there is nothing to check: no access control on the
@@ -226,6 +238,7 @@ class Hub:
         if self.loops.short_of_hubs is not None:
             log.warning("%s", self.loops.short_of_hubs)
         self.loops.start()
+        self.fanout.start()
         self._ready = True
         self.metrics.session_changed(SessionState.CONNECTED)
         log.info(
@@ -241,6 +254,7 @@ class Hub:
         self.choices.address = address
         self.topics.address = address
         self.auditor.address = address
+        self.fanout.address = address
 
     async def _register(self) -> None:
         self.topics.epoch = await self.store.hubs.register_hub(
@@ -274,6 +288,7 @@ class Hub:
         return await self._release_all(MoveKind.DRAIN, "hub draining")
 
     async def _release_all(self, kind: MoveKind, reason: str) -> int:
+        await self.fanout.release_all()
         names = list(self.topics.topics)
         for name in names:
             self.metrics.released(name, kind)
@@ -303,6 +318,7 @@ class Hub:
             log.warning("hand-offs did not finish within %.0f s; stopping anyway", budget)
             self.topics.drop_all(LossKind.STOPPED, "hub stopped")
         self.loops.stop()
+        self.fanout.stop()
         if self.acl_watcher is not None:
             self.acl_watcher.stop()
         if self._expiry is not None:
@@ -376,16 +392,18 @@ class Hub:
         """New ACL rules: forget cached decisions, and close the subscriptions whose
         connections may no longer subscribe (later publishes are refused by admission)."""
         self.access.set_acls(acls)
-        for owned in list(self.topics.topics.values()):
-            for sub in list(owned.subscriptions.values()):
+        served = [(t.name, t.subs) for t in self.topics.topics.values()]
+        served += [(t.name, t.subs) for t in self.fanout.delivering.values()]
+        for name, subs in served:
+            for sub in list(subs.by_name.values()):
                 peer = sub.peer
                 if isinstance(peer, ClientConnection) and not self.access.allowed(
-                    peer, Operation.SUBSCRIBE, owned.name
+                    peer, Operation.SUBSCRIBE, name
                 ):
                     sub.force_close(
                         CloseReason.ACCESS_REVOKED,
                         f"principal {peer.principal.name} may no longer subscribe to "
-                        f"topic {owned.name!r}",
+                        f"topic {name!r}",
                     )
                     asyncio.get_running_loop().create_task(sub.flush())
 

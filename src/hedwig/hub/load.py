@@ -80,7 +80,17 @@ class LoadTracker:
     def _ewma(self, old: float, new: float) -> float:
         return self.alpha * new + (1 - self.alpha) * old
 
-    def report(self, timestamp_ms: int, connections: int, topics: dict[str, TopicLoad]) -> HubLoad:
+    def report(
+        self,
+        timestamp_ms: int,
+        connections: int,
+        topics: dict[str, TopicLoad],
+        delivering: dict[str, TopicLoad] | None = None,
+    ) -> HubLoad:
+        """``delivering``: fan-out topics this hub delivers for another owner. Their output
+        counts in the hub's totals (it is this hub's work) but they are not listed as its
+        topics (it cannot move them: their owner can)."""
+        out = [*topics.values(), *(delivering or {}).values()]
         return HubLoad(
             timestamp_ms=timestamp_ms,
             topics=len(topics),
@@ -88,7 +98,8 @@ class LoadTracker:
             cpu=round(self.cpu, 3),
             msg_in=round(sum(t.msg_in for t in topics.values()), 3),
             bytes_in=round(sum(t.bytes_in for t in topics.values()), 1),
-            msg_out=round(sum(t.msg_out for t in topics.values()), 3),
-            bytes_out=round(sum(t.bytes_out for t in topics.values()), 1),
+            msg_out=round(sum(t.msg_out for t in out), 3),
+            bytes_out=round(sum(t.bytes_out for t in out), 1),
             topic_loads=topics,
+            delivering=delivering or {},
         )

@@ -27,12 +27,16 @@ from hedwig.ledger.auditor import Auditor, AuditReport
 from hedwig.ledger.storage import LocalStorage
 from hedwig.metadata.managers import MetadataStore
 from hedwig.metadata.records import HubLoad
+from hedwig.placement.plans import set_topic_mode
 from hedwig.placement.rebalance import Move, Rebalancer
+from hedwig.placement.scaling import ModeChange, ScalingPolicy
 
 log = logging.getLogger(__name__)
 
 # How /readyz starts its answer when the region has too few hubs for its replication.
 SHORT_OF_HUBS = "too few hubs"
+# Prefixes the counters of topics delivered for another owner (no topic name holds a NUL).
+DELIVERING = "\0delivering\0"
 # A burst of claims or releases is reported once, this long after the first of them.
 REPORT_SOON_S = 0.2
 
@@ -66,6 +70,7 @@ class HubLoops:
         self.hub_id = ""
         self._connections = connections
         self.rebalancer = Rebalancer(config.rebalance, clock)
+        self.scaler = ScalingPolicy(config.scaling, clock)
         self._load = LoadTracker()
         self._tasks: list[asyncio.Task[None]] = []
         self._report_pending = False
@@ -86,6 +91,8 @@ class HubLoops:
         self._every(c.audit_interval_s, self.audit_once, "ledger audit")
         if c.self_balance:
             self._every(c.balance_interval_s, self.balance_once, "self-balancing cycle")
+        if c.auto_fan_out:
+            self._every(c.balance_interval_s, self.scale_once, "scaling cycle")
 
     def stop(self) -> None:
         self._running = False
@@ -119,8 +126,17 @@ class HubLoops:
             )
             for name, t in topics.items()
         }
+        fanout = self.requests.fanout
+        delivering = fanout.delivering if fanout is not None else {}
+        # Keyed apart from owned topics (a hub may own a topic and deliver it too).
+        for name, d in delivering.items():
+            counters[DELIVERING + name] = (0, 0, d.msg_out, d.bytes_out)
         loads = self._load.sample(time.monotonic(), counters, extra)
-        return self._load.report(self.clock.wall_ms(), self._connections(), loads)
+        owned = {k: v for k, v in loads.items() if not k.startswith(DELIVERING)}
+        others = {
+            k.removeprefix(DELIVERING): v for k, v in loads.items() if k.startswith(DELIVERING)
+        }
+        return self._load.report(self.clock.wall_ms(), self._connections(), owned, others)
 
     async def report_load(self) -> None:
         try:
@@ -164,6 +180,10 @@ class HubLoops:
         for t in list(self.ownership.topics.values()):
             with contextlib.suppress(HedwigError):
                 await t.flush_marks()
+        fanout = self.requests.fanout
+        if fanout is not None:
+            with contextlib.suppress(HedwigError):
+                await fanout.flush_marks()
 
     async def collect_garbage(self) -> None:
         """Delete ledgers every subscriber has consumed and retention lets go."""
@@ -240,6 +260,34 @@ class HubLoops:
                 log.info("moving %r failed: %s", m.topic, exc)
         return mine
 
+    async def scale_once(self) -> list[ModeChange]:
+        """The shared scaling policy on the region's load reports; this hub changes the plans
+        of the topics it owns (``--auto-fan-out``)."""
+        fanout = self.requests.fanout
+        if fanout is None:
+            return []
+        hubs = await self.store.hubs.list_hubs()
+        plans = {}
+        for topic in list(self.ownership.topics):
+            plan = await fanout.plan(topic)
+            if plan is not None:
+                plans[topic] = plan
+        mine = [c for c in self.scaler.plan(hubs, plans) if c.owner == self.requests.address]
+        for change in mine:
+            log.info("scaling: %s", change.reason)
+            try:
+                await set_topic_mode(
+                    self.store,
+                    change.topic,
+                    change.mode,
+                    hubs=max(1, change.hubs),
+                    reason=change.reason,
+                    clock=self.clock,
+                )
+            except HedwigError as exc:
+                log.info("changing the plan of %r failed: %s", change.topic, exc)
+        return mine
+
     # gauges --------------------------------------------------------------------------------
 
     def refresh_gauges(self) -> None:
@@ -251,6 +299,15 @@ class HubLoops:
         for name, t in self.ownership.topics.items():
             for sname, sub in t.subscriptions.items():
                 m.subscriber_backlog.labels(name, sname).set(sub.backlog)
+        fanout = self.requests.fanout
+        if fanout is not None:
+            for name, d in fanout.delivering.items():
+                for sname, sub in d.subs.by_name.items():
+                    m.subscriber_backlog.labels(name, sname).set(sub.backlog)
+            m.export_plans(
+                {name: fanout.known_plan(name) for name in self.ownership.topics},
+                len(fanout.delivering),
+            )
         s = self.storage
         m.storage_bytes.inc(s.bytes_written - self._seen_written)
         m.storage_syncs.inc(s.syncs - self._seen_syncs)

@@ -99,6 +99,24 @@ class HubMetrics:
             ["topic", "subscriber"],
             registry=r,
         )
+        self.topic_mode = Gauge(
+            "hedwig_topic_mode",
+            "How each topic this hub owns is served (1 for its current mode: single, fan-out)",
+            ["topic", "mode"],
+            registry=r,
+        )
+        self.topic_serving_hubs = Gauge(
+            "hedwig_topic_serving_hubs",
+            "Hubs delivering each topic this hub owns to subscribers (1 for a single-hub topic; "
+            "a fan-out topic's alive delivery hubs)",
+            ["topic"],
+            registry=r,
+        )
+        self.topics_delivering = Gauge(
+            "hedwig_topics_delivering",
+            "Fan-out topics this hub delivers for another owner (tailing its log)",
+            registry=r,
+        )
         self.storage_bytes = Counter(
             "hedwig_storage_bytes_written", "Bytes written to ledger storage", registry=r
         )
@@ -171,6 +189,15 @@ class HubMetrics:
 
     def publish_answered(self, seconds: float) -> None:
         self.publish_latency.observe(seconds)
+
+    def export_plans(self, plans: dict[str, tuple[str, int]], delivering: int) -> None:
+        """Each owned topic's mode and serving hubs; the topics delivered for others."""
+        self.topic_mode.clear()
+        self.topic_serving_hubs.clear()
+        for topic, (mode, serving) in plans.items():
+            self.topic_mode.labels(topic, mode).set(1)
+            self.topic_serving_hubs.labels(topic).set(serving)
+        self.topics_delivering.set(delivering)
 
     def delivered(self, topic: str, messages: int, size: int) -> None:
         self.messages_out.labels(topic).inc(messages)

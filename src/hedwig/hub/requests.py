@@ -25,6 +25,7 @@ from hedwig.errors import (
 )
 from hedwig.hub.access import AccessControl
 from hedwig.hub.events import HubEvents
+from hedwig.hub.fanout import FanOut
 from hedwig.hub.ownership import TopicOwnership
 from hedwig.hub.peers import PeerDirectory
 from hedwig.hub.server import ClientConnection
@@ -42,6 +43,7 @@ from hedwig.protocol import (
     DescribeTopic,
     Entry,
     Lac,
+    Messages,
     MoveKind,
     Ping,
     Publish,
@@ -53,6 +55,7 @@ from hedwig.protocol import (
     Request,
     ResetSubscription,
     Subscribe,
+    TailTopic,
     TopicInfo,
     TopicStats,
     Unsubscribe,
@@ -65,6 +68,8 @@ log = logging.getLogger(__name__)
 # redirected flag), and to be connected to.
 CLAIM_TIMEOUT_S = 10.0
 CLAIM_CONNECT_TIMEOUT_S = 2.0
+# The longest a TAIL_TOPIC waits for a message.
+MAX_TAIL_WAIT_MS = 30_000
 
 
 class HubRequests:
@@ -81,8 +86,12 @@ class HubRequests:
         clock: Clock,
         access: AccessControl | None = None,
         peers: PeerDirectory | None = None,
+        fanout: FanOut | None = None,
     ) -> None:
         self.ownership = ownership
+        # Fan-out topics' delivery (None: this hub serves subscribers of the topics it owns
+        # only, and ignores plans).
+        self.fanout = fanout
         # Authorization's create check (None: authorization off); other hubs' internal
         # listeners, for claim requests (None: no internal listeners).
         self.access = access
@@ -98,6 +107,7 @@ class HubRequests:
             Unsubscribe: self.unsubscribe,
             CloseSubscription: self.close_subscription,
             Read: self.read,
+            TailTopic: self.tail_topic,
             TopicStats: self.topic_stats,
             ReleaseTopic: self.release_topic,
             Ping: self.ping,
@@ -121,6 +131,8 @@ class HubRequests:
         return await route(conn, frame)
 
     def disconnected(self, conn: ClientConnection) -> None:
+        if self.fanout is not None:
+            self.fanout.detach_peer(conn)
         for topic in conn.topics:
             owned = self.ownership.topics.get(topic)
             if owned is not None:
@@ -150,10 +162,31 @@ class HubRequests:
 
     async def subscribe(self, conn: ClientConnection, req: Subscribe) -> Reply:
         validate_name(req.subscriber, what="subscriber")
+        if self.fanout is not None:
+            target = await self.fanout.assigned(req.topic, req.subscriber)
+            if target is not None and target != self.address:
+                raise NotResponsibleError(
+                    f"subscriber {req.subscriber!r} of fan-out topic {req.topic!r} is served "
+                    f"by {target}",
+                    owner=target,
+                )
+            if target is not None and req.topic not in self.ownership.topics:
+                conn.topics.add(req.topic)
+                return await self.fanout.subscribe(conn, req)
         owned = await self._acquire(conn, req.topic, req.redirected, create=True)
+        await self._share(owned)
         return await owned.subscribe(conn, req)
 
+    async def _share(self, owned: OwnedTopic) -> None:
+        """Tell the owned topic whether other hubs serve some of its subscriptions."""
+        if self.fanout is not None:
+            owned.subs.shared = await self.fanout.plan(owned.name) is not None
+
     def consume(self, conn: ClientConnection, req: Consume) -> None:
+        if self.fanout is not None and self.fanout.consume(
+            conn, req.topic, req.subscriber, req.seq
+        ):
+            return
         owned = self.ownership.topics.get(req.topic)
         if owned is None or owned.state is not TopicState.OPEN:
             raise NoSuchSubscriptionError(
@@ -162,10 +195,18 @@ class HubRequests:
         owned.consume(conn, req.subscriber, req.seq)
 
     async def unsubscribe(self, conn: ClientConnection, req: Unsubscribe) -> None:
+        if self.fanout is not None and await self.fanout.unsubscribe(
+            conn, req.topic, req.subscriber
+        ):
+            return
         owned = await self._acquire(conn, req.topic, False)
         await owned.unsubscribe(conn, req.subscriber)
 
     async def close_subscription(self, conn: ClientConnection, req: CloseSubscription) -> None:
+        if self.fanout is not None and await self.fanout.close_subscription(
+            conn, req.topic, req.subscriber
+        ):
+            return
         owned = self.ownership.topics.get(req.topic)
         if owned is None:
             raise NoSuchSubscriptionError(f"topic {req.topic!r} is not served here")
@@ -174,6 +215,27 @@ class HubRequests:
     async def read(self, conn: ClientConnection, req: Read) -> Reply:
         owned = await self._acquire(conn, req.topic, req.redirected)
         return await owned.read(req)
+
+    async def tail_topic(self, conn: ClientConnection, req: TailTopic) -> Reply:
+        """READ with a wait: a delivery hub's long poll of the owner's confirmed log."""
+        owned = await self._acquire(conn, req.topic, req.redirected)
+        if req.max_messages == 0:
+            return Messages(
+                request_id=req.request_id,
+                first_available=owned.log.first_seq,
+                last_seq=owned.log.last_seq,
+            )
+        if req.wait_ms and owned.log.last_seq <= req.after_seq:
+            await owned.log.wait_beyond(req.after_seq, min(req.wait_ms, MAX_TAIL_WAIT_MS) / 1000)
+        return await owned.read(
+            Read(
+                request_id=req.request_id,
+                topic=req.topic,
+                start_seq=req.after_seq + 1,
+                max_messages=req.max_messages,
+                max_bytes=req.max_bytes,
+            )
+        )
 
     async def topic_stats(self, conn: ClientConnection, req: TopicStats) -> Reply:
         owned = await self._acquire(conn, req.topic, req.redirected)
@@ -199,7 +261,20 @@ class HubRequests:
 
     async def reset_subscription(self, conn: ClientConnection, req: ResetSubscription) -> Reply:
         validate_name(req.subscriber, what="subscriber")
+        if self.fanout is not None:
+            # A fan-out topic's subscription is reset where it is served, so its subscriber
+            # is told (RESET) and its one mark writer stays that hub.
+            target = await self.fanout.assigned(req.topic, req.subscriber)
+            if target is not None and target != self.address:
+                raise NotResponsibleError(
+                    f"subscriber {req.subscriber!r} of fan-out topic {req.topic!r} is served "
+                    f"by {target}",
+                    owner=target,
+                )
+            if target is not None and req.topic not in self.ownership.topics:
+                return await self.fanout.reset(req)
         owned = await self._acquire(conn, req.topic, req.redirected)
+        await self._share(owned)
         return await owned.reset_subscription(req)
 
     # moves --------------------------------------------------------------------------------

@@ -21,11 +21,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import Protocol
 
 from hedwig.clock import Clock
-from hedwig.errors import BadVersionError, HedwigError, LedgerError, MetadataError
+from hedwig.errors import (
+    BadVersionError,
+    HedwigError,
+    LedgerError,
+    MetadataError,
+    NoSuchSubscriptionError,
+)
 from hedwig.hub.peer import Peer
-from hedwig.ledger.topic_log import TopicLog
 from hedwig.metadata.managers import MetadataStore
 from hedwig.metadata.records import (
     SubscriptionData,
@@ -33,7 +39,7 @@ from hedwig.metadata.records import (
     SubscriptionState,
     Version,
 )
-from hedwig.protocol import CloseReason, Deliver, SubscriptionForcedClosed
+from hedwig.protocol import Batch, CloseReason, Deliver, SubscriptionForcedClosed
 
 # How long delivery waits before reading again when a storage replica does not answer.
 READ_RETRY_S = 1.0
@@ -41,6 +47,23 @@ READ_RETRY_S = 1.0
 ACTIVITY_WRITE_MS = 60_000
 
 log = logging.getLogger(__name__)
+
+
+class DeliveryLog(Protocol):
+    """What delivery reads: the owner's ``TopicLog``, or a delivery hub's ``TailLog``."""
+
+    @property
+    def first_seq(self) -> int: ...
+
+    @property
+    def last_seq(self) -> int: ...
+
+    @property
+    def broken(self) -> Exception | None: ...
+
+    async def wait_beyond(self, seq: int, timeout: float | None = None) -> bool: ...
+
+    async def read(self, start: int, limit: int, max_bytes: int) -> list[Batch]: ...
 
 
 class Subscription:
@@ -51,7 +74,7 @@ class Subscription:
         data: SubscriptionData,
         version: Version,
         *,
-        log_: TopicLog,
+        log_: DeliveryLog,
         store: MetadataStore,
         clock: Clock,
         batch_messages: int,
@@ -188,6 +211,12 @@ class Subscription:
                 )
                 self.force_close(CloseReason.OWNER_CHANGED, "topic moved")
                 self._on_lost("consume mark written by another hub")
+                return
+            except NoSuchSubscriptionError:
+                # Deleted where this hub did not see it (a fan-out topic's owner was asked):
+                # the subscriber stops, as if it had been unsubscribed here.
+                self.lost = True
+                self.force_close(CloseReason.UNSUBSCRIBED, "subscription deleted")
                 return
             except MetadataError as exc:
                 # Said once per outage: the mark stays dirty and the next flush catches up.

@@ -11,6 +11,11 @@ Rules:
   it at once, and closes an attached subscriber with RESET so it attaches again there.
 - A subscription nobody attached to or consumed from for the topic's ``subscription_expiry_ms``
   is deleted by the owner (off unless configured): an abandoned one would pin its messages.
+- On a fan-out topic (``shared``) several hubs serve the topic's subscriptions, each its own
+  share. A consume mark written by another hub then means that hub serves the subscription
+  now: this one forgets it (the subscriber was closed and attaches again where the plan says)
+  instead of stepping the whole topic down. A subscription the plan sends elsewhere is handed
+  over: detached, its mark written, and only then the subscriber told where to go.
 """
 
 from __future__ import annotations
@@ -20,14 +25,14 @@ from collections.abc import Callable
 
 from hedwig.clock import Clock
 from hedwig.errors import (
+    MetadataError,
     NoSuchSubscriptionError,
     SubscriptionBusyError,
     SubscriptionExistsError,
 )
 from hedwig.hub.config import TopicSettings
 from hedwig.hub.peer import Peer
-from hedwig.hub.subscription import Subscription
-from hedwig.ledger.topic_log import TopicLog
+from hedwig.hub.subscription import DeliveryLog, Subscription
 from hedwig.metadata.managers import MetadataStore
 from hedwig.metadata.records import (
     SubscriptionData,
@@ -42,6 +47,7 @@ from hedwig.protocol import (
     Subscribed,
     SubscribeMode,
     SubscriptionInfo,
+    SubscriptionMoved,
 )
 
 
@@ -50,7 +56,7 @@ class TopicSubscriptions:
         self,
         topic: str,
         *,
-        log_: TopicLog,
+        log_: DeliveryLog,
         store: MetadataStore,
         settings: TopicSettings,
         clock: Clock,
@@ -67,6 +73,8 @@ class TopicSubscriptions:
         self._check_open = check_open
         self._on_lost = on_lost
         self._on_delivered = on_delivered
+        # Other hubs may serve some of this topic's subscriptions (a fan-out plan).
+        self.shared = False
 
     # attaching --------------------------------------------------------------------------------
 
@@ -119,12 +127,13 @@ class TopicSubscriptions:
 
     async def _find(self, name: str) -> Subscription | None:
         sub = self.by_name.get(name)
-        if sub is not None:
+        if sub is not None and not sub.lost:
             return sub
+        self.by_name.pop(name, None)  # lost (written or deleted elsewhere): read it again
         got = await self._store.subscriptions.read_subscription_data(self.topic, name)
         self._check_open()
         sub = self.by_name.get(name)  # raced with another request
-        if sub is None and got is not None:
+        if (sub is None or sub.lost) and got is not None:
             sub = self._make(name, got.value, got.version)
         return sub
 
@@ -139,11 +148,49 @@ class TopicSubscriptions:
             clock=self._clock,
             batch_messages=self._settings.delivery_batch_messages,
             flush_messages=self._settings.consume_flush_messages,
-            on_lost=self._on_lost,
+            on_lost=lambda why: self._lost(name, why),
             on_delivered=self._on_delivered,
         )
         self.by_name[name] = sub
         return sub
+
+    def _lost(self, name: str, why: str) -> None:
+        if self.shared:
+            self._forget(name)
+            return
+        # The plan may have become fan-out a moment ago (this hub's watch has not fired yet,
+        # a delivery hub already serves the subscription): look before stepping down.
+        asyncio.get_running_loop().create_task(self._lost_unless_shared(name, why))
+
+    async def _lost_unless_shared(self, name: str, why: str) -> None:
+        try:
+            shared = await self._store.plans.read_plan(self.topic) is not None
+        except MetadataError:
+            shared = False
+        if shared:
+            self.shared = True
+            self._forget(name)
+        else:
+            self._on_lost(why)
+
+    def _forget(self, name: str) -> None:
+        sub = self.by_name.get(name)
+        if sub is not None and sub.lost:
+            del self.by_name[name]
+
+    async def hand_over(self, name: str, hub: str | None, reason: str) -> bool:
+        """Stop serving ``name`` here: detach it, write its mark, then tell its subscriber to
+        attach at ``hub`` (None: the owner). True if it was attached here."""
+        sub = self.by_name.pop(name, None)
+        if sub is None:
+            return False
+        peer = sub.peer
+        sub.detach_quietly()
+        await sub.flush()
+        if peer is None or peer.closed:
+            return False
+        peer.send(SubscriptionMoved(topic=self.topic, subscriber=name, hub=hub, reason=reason))
+        return True
 
     def _missing(self, name: str) -> NoSuchSubscriptionError:
         return NoSuchSubscriptionError(f"no subscription {name!r} on topic {self.topic!r}")

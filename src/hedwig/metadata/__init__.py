@@ -13,8 +13,10 @@ from hedwig.metadata.managers import (
     TopicCatalog,
     TopicOwnershipManager,
     TopicPersistenceManager,
+    TopicPlanManager,
 )
 from hedwig.metadata.opening import open_store
+from hedwig.metadata.plans import PlanMode, TopicPlan
 from hedwig.metadata.records import (
     ANY_VERSION,
     NEW_VERSION,
@@ -49,6 +51,7 @@ __all__ = [
     "LedgerState",
     "MetadataSession",
     "MetadataStore",
+    "PlanMode",
     "ReplicationConfig",
     "SessionState",
     "SubscriptionData",
@@ -60,6 +63,8 @@ __all__ = [
     "TopicLoad",
     "TopicOwnershipManager",
     "TopicPersistenceManager",
+    "TopicPlan",
+    "TopicPlanManager",
     "Version",
     "Versioned",
     "open_store",

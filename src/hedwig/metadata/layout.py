@@ -53,6 +53,9 @@ class Layout:
     def owner(self, topic: str) -> str:
         return f"{self.topic(topic)}/hub"
 
+    def plan(self, topic: str) -> str:
+        return f"{self.topic(topic)}/plan"
+
     def persistence(self, topic: str) -> str:
         return f"{self.topic(topic)}/ledgers"
 

@@ -20,6 +20,7 @@ from enum import Enum
 from typing import Protocol
 
 from hedwig.metadata.acls import AclEntry
+from hedwig.metadata.plans import TopicPlan
 from hedwig.metadata.records import (
     HubInfo,
     HubLoad,
@@ -180,6 +181,27 @@ class AclManager(Protocol):
         ...
 
 
+class TopicPlanManager(Protocol):
+    """Topics' plans (``hedwig.metadata.plans``); no record means ``single``."""
+
+    async def read_plan(
+        self, topic: str, watch: Callable[[], None] | None = None
+    ) -> Versioned[TopicPlan] | None:
+        """The plan and its version, or ``None``. With ``watch``, it is called once (on the
+        loop) at the next change after this read: the record written, created or deleted, or
+        the topic deleted."""
+        ...
+
+    async def write_plan(self, topic: str, plan: TopicPlan, version: Version) -> Version:
+        """Compare-and-set (``NEW_VERSION`` creates; ``BadVersionError`` on conflict).
+        ``MetadataError`` if the topic does not exist, or if updating a plan that does not."""
+        ...
+
+    async def delete_plan(self, topic: str, version: Version) -> None:
+        """Back to ``single``; ``BadVersionError`` on conflict, ``MetadataError`` if none."""
+        ...
+
+
 class SessionState(Enum):
     CONNECTED = "connected"
     SUSPENDED = "suspended"  # connection lost, session may still be alive
@@ -221,6 +243,9 @@ class MetadataStore(Protocol):
 
     @property
     def acls(self) -> AclManager: ...
+
+    @property
+    def plans(self) -> TopicPlanManager: ...
 
     @property
     def session(self) -> MetadataSession: ...

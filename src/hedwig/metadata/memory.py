@@ -28,6 +28,7 @@ from hedwig.errors import (
 )
 from hedwig.metadata.acls import AclEntry
 from hedwig.metadata.managers import SessionState
+from hedwig.metadata.plans import TopicPlan
 from hedwig.metadata.records import (
     ANY_VERSION,
     NEW_VERSION,
@@ -90,6 +91,7 @@ class MemoryMetadataStore:
         self.topics = self
         self.hubs = self
         self.acls = self
+        self.plans = self
         self.session = self
 
     # session ------------------------------------------------------------------------------
@@ -411,3 +413,26 @@ class MemoryMetadataStore:
     async def delete_acl(self, name: str, version: Version) -> None:
         self._delete(self._k("acl", name), version, MetadataError(f"no ACL entry {name!r}"))
         self._b.fire(self._k(self._ACLS_CHANGED))
+
+    # TopicPlanManager -------------------------------------------------------------------------
+
+    async def read_plan(
+        self, topic: str, watch: Callable[[], None] | None = None
+    ) -> Versioned[TopicPlan] | None:
+        key = self._k("plan", topic)
+        e = self._get(key)
+        if watch is not None:
+            # Keyed by the record: creating, writing or deleting it (or the topic) fires it.
+            self._b.watches.setdefault(key, []).append(watch)
+        return None if e is None else Versioned(e.value, Version(e.version))
+
+    async def write_plan(self, topic: str, plan: TopicPlan, version: Version) -> Version:
+        key = self._k("plan", topic)
+        if self._get(self._k("topic", topic)) is None:
+            raise MetadataError(f"topic {topic!r} does not exist")
+        if version == NEW_VERSION or (version == ANY_VERSION and self._get(key) is None):
+            return Version(self._create(key, plan).version)
+        return Version(self._set(key, plan, version, MetadataError(f"topic {topic!r} has no plan")))
+
+    async def delete_plan(self, topic: str, version: Version) -> None:
+        self._delete(self._k("plan", topic), version, MetadataError(f"topic {topic!r} has no plan"))

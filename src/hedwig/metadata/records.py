@@ -98,17 +98,40 @@ class HubLoad:
     # The hub's stable id (``hedwig.hub.identity``): what ledger ensembles name its replicas
     # by, so they stay reachable when the hub comes back on another address.
     hub_id: str = ""
+    # Fan-out topics this hub delivers for their owners (their subscribers here): counted in
+    # the totals above, not in ``topic_loads`` (the owner lists and moves the topic).
+    delivering: dict[str, TopicLoad] = field(default_factory=dict)
+
+    _FIELDS: ClassVar[frozenset[str]] = frozenset(
+        [
+            "timestamp_ms",
+            "topics",
+            "connections",
+            "cpu",
+            "msg_in",
+            "bytes_in",
+            "msg_out",
+            "bytes_out",
+            "internal",
+            "hub_id",
+        ]
+    )
 
     def to_json(self) -> bytes:
         d = asdict(self)
+        if not d["delivering"]:
+            del d["delivering"]  # as hubs before fan-out wrote it
         return _dump(d)
 
     @classmethod
     def from_json(cls, raw: bytes) -> HubLoad:
+        """Fields this version does not know are ignored (a newer hub's report)."""
         d = _load(raw, "load")
         try:
-            tl = {k: TopicLoad(**v) for k, v in dict(d.pop("topic_loads", {})).items()}
-            return cls(topic_loads=tl, **d)
+            tl = {k: TopicLoad(**v) for k, v in dict(d.get("topic_loads", {})).items()}
+            dl = {k: TopicLoad(**v) for k, v in dict(d.get("delivering", {})).items()}
+            known = {k: v for k, v in d.items() if k in cls._FIELDS}
+            return cls(topic_loads=tl, delivering=dl, **known)
         except (TypeError, ValueError) as exc:
             raise MetadataError(f"corrupt load record: {exc}") from exc
 

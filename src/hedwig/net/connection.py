@@ -32,6 +32,7 @@ from hedwig.protocol import (
     Request,
     Role,
     SubscriptionForcedClosed,
+    SubscriptionMoved,
     TopicMoved,
     error_from_frame,
 )
@@ -239,7 +240,9 @@ class HubConnection(asyncio.Protocol):
             self.close()
             return
         for frame in frames:
-            if isinstance(frame, Deliver | TopicMoved | SubscriptionForcedClosed):
+            if isinstance(
+                frame, Deliver | TopicMoved | SubscriptionForcedClosed | SubscriptionMoved
+            ):
                 self._on_event(self, frame)
                 continue
             fut = self._pending.pop(frame.request_id, None)

@@ -6,7 +6,8 @@ Nothing here touches a socket or an event loop. The hub and the client both wrap
 - ``wire``: the header, integers and strings;
 - ``messages``: messages, batches and their encoding;
 - ``schema``: how a frame is declared once and gets its codec;
-- ``client_frames``, ``storage_frames`` and ``security_frames``: the frames themselves;
+- ``client_frames``, ``storage_frames``, ``security_frames`` and ``plan_frames``: the frames
+  themselves;
 - ``codec``: the registry of frame types, and frames to bytes and back;
 - ``connection``: the per-connection state machine (buffering, direction, oversized frames);
 - ``status``: status codes and the table between them and exceptions;
@@ -53,6 +54,7 @@ from hedwig.protocol.messages import (
     encode_values,
 )
 from hedwig.protocol.names import decode_name, encode_name, validate_name
+from hedwig.protocol.plan_frames import SubscriptionMoved, TailTopic
 from hedwig.protocol.security_frames import Authenticate, Authenticated
 from hedwig.protocol.status import Status, error_from_frame
 from hedwig.protocol.storage_frames import AddEntry, DeleteLedger, Entry, Lac, ReadEntry, ReadLac
@@ -105,6 +107,8 @@ __all__ = [
     "Subscribed",
     "SubscriptionForcedClosed",
     "SubscriptionInfo",
+    "SubscriptionMoved",
+    "TailTopic",
     "TopicDescription",
     "TopicInfo",
     "TopicMoved",

@@ -35,6 +35,7 @@ from hedwig.protocol.client_frames import (
     TopicStats,
     Unsubscribe,
 )
+from hedwig.protocol.plan_frames import SubscriptionMoved, TailTopic
 from hedwig.protocol.schema import FrameBase
 from hedwig.protocol.security_frames import Authenticate, Authenticated
 from hedwig.protocol.storage_frames import AddEntry, DeleteLedger, Entry, Lac, ReadEntry, ReadLac
@@ -59,6 +60,7 @@ Request = (
     | ReadLac
     | DeleteLedger
     | Authenticate
+    | TailTopic
 )
 # What a hub answers a request with.
 Reply = (
@@ -74,7 +76,7 @@ Reply = (
     | Authenticated
 )
 # What a hub pushes unasked.
-Event = Deliver | TopicMoved | SubscriptionForcedClosed
+Event = Deliver | TopicMoved | SubscriptionForcedClosed | SubscriptionMoved
 Frame = Request | Reply | Event
 # The storage role's requests: hub to hub only.
 STORAGE_REQUESTS = (AddEntry, ReadEntry, ReadLac, DeleteLedger)
@@ -97,6 +99,7 @@ FRAME_TYPES: tuple[type[FrameBase], ...] = (
     ReadLac,
     DeleteLedger,
     Authenticate,
+    TailTopic,
     Ok,
     Published,
     Subscribed,
@@ -110,6 +113,7 @@ FRAME_TYPES: tuple[type[FrameBase], ...] = (
     Deliver,
     TopicMoved,
     SubscriptionForcedClosed,
+    SubscriptionMoved,
 )
 
 BY_TYPE: dict[int, type[FrameBase]] = {cls.TYPE: cls for cls in FRAME_TYPES}

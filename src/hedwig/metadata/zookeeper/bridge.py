@@ -293,6 +293,13 @@ class ZkBridge:
             await self._call(path, -1, lambda: self._client.get_children_async(path, watch=watch))
         )
 
+    async def exists_watched(self, path: str, watch: Callable[[Any], None]) -> ZnodeStat | None:
+        """Whether ``path`` exists; ``watch`` fires when it is created, changed or deleted."""
+        stat: ZnodeStat | None = await self._call(
+            path, -1, lambda: self._client.exists_async(path, watch=watch)
+        )
+        return stat
+
     async def get_watched(
         self, path: str, watch: Callable[[Any], None]
     ) -> tuple[bytes, ZnodeStat] | None:

@@ -22,6 +22,7 @@ from hedwig.errors import (
 from hedwig.metadata.acls import AclEntry
 from hedwig.metadata.layout import Layout
 from hedwig.metadata.managers import SessionState
+from hedwig.metadata.plans import TopicPlan
 from hedwig.metadata.records import (
     ANY_VERSION,
     NEW_VERSION,
@@ -391,6 +392,52 @@ class ZkAcls:
             raise MetadataError(f"no ACL entry {name!r}") from exc
 
 
+class ZkPlans:
+    def __init__(self, zk: ZkBridge, layout: Layout) -> None:
+        self._zk = zk
+        self._layout = layout
+
+    async def read_plan(
+        self, topic: str, watch: Callable[[], None] | None = None
+    ) -> Versioned[TopicPlan] | None:
+        path = self._layout.plan(topic)
+        if watch is None:
+            got = await self._zk.get_or_none(path)
+        else:
+            # A data watch when the record exists, else an exists watch (which also fires on
+            # creation); whichever is set fires once.
+            fire = self._zk._one_shot(watch)
+            got = await self._zk.get_watched(path, fire)
+            if got is None and await self._zk.exists_watched(path, fire) is not None:
+                got = await self._zk.get_watched(path, fire)  # created meanwhile
+        if got is None:
+            return None
+        return Versioned(TopicPlan.from_json(got[0]), Version(got[1].version))
+
+    async def write_plan(self, topic: str, plan: TopicPlan, version: Version) -> Version:
+        path = self._layout.plan(topic)
+        if version in (NEW_VERSION, ANY_VERSION):
+            try:
+                _, stat = await self._zk.create(path, plan.to_json())
+                return Version(stat.version)
+            except NodeExists as exc:
+                if version == NEW_VERSION:
+                    raise BadVersionError.at(path, version) from exc
+            except NoNode as exc:
+                raise MetadataError(f"topic {topic!r} does not exist") from exc
+        try:
+            stat = await self._zk.set(path, plan.to_json(), _v(version))
+        except NoNode as exc:
+            raise MetadataError(f"topic {topic!r} has no plan") from exc
+        return Version(stat.version)
+
+    async def delete_plan(self, topic: str, version: Version) -> None:
+        try:
+            await self._zk.delete(self._layout.plan(topic), _v(version))
+        except NoNode as exc:
+            raise MetadataError(f"topic {topic!r} has no plan") from exc
+
+
 class ZkSession:
     def __init__(self, zk: ZkBridge) -> None:
         self._zk = zk
@@ -424,6 +471,7 @@ class ZkMetadataStore:
         self.topics = ZkTopics(self.zk, self.layout)
         self.hubs = ZkHubs(self.zk, self.layout)
         self.acls = ZkAcls(self.zk, self.layout)
+        self.plans = ZkPlans(self.zk, self.layout)
         self.session = ZkSession(self.zk)
 
     async def start(self) -> None:

@@ -1,0 +1,218 @@
+"""Messages delivered per second to many subscribers of one topic: one hub against fan-out.
+
+    .venv/bin/python bench/fanout_throughput.py --subscribers 200 --delivery-hubs 3 \\
+        --cpu-quota 0.25 --duration 10 --procs 2
+
+Four hubs (1/1/1: the storage path is not what is measured), each capped by a cgroup to the
+same CPU share (``--cpu-quota``, CPUs per hub) so that one hub's limit, not the machine's
+other load, bounds what it delivers. One publisher publishes as fast as acknowledgements come.
+Phase 1: the topic is single, ``--subscribers`` subscribers attach (to the owner). Phase 2:
+the topic is fanned out over ``--delivery-hubs`` hubs (not the owner) and as many fresh
+subscribers attach, each sent to its delivery hub. In each phase every subscriber counts the
+messages delivered to it during ``--duration`` seconds after a warm-up.
+
+Subscribers are raw hub connections in ``--procs`` worker processes (SUBSCRIBE, count each
+DELIVER's batch, CONSUME its last sequence id), so the clients cost little per message and
+the hubs are what is measured. Prints JSON: delivered messages per second per phase and
+their ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from typing import Any
+
+from hedwig.clock import SystemClock
+from hedwig.devcluster.cluster import DevCluster
+from hedwig.errors import HedwigError, NotResponsibleError
+from hedwig.metadata import PlanMode, open_store
+from hedwig.net.connection import HubConnection
+from hedwig.placement.plans import set_topic_mode
+from hedwig.protocol import Consume, Deliver, Event, Subscribe
+
+TOPIC = "bench/hot"
+WARMUP_S = 2.0
+
+
+# The worker: raw subscribers -------------------------------------------------------------------
+
+
+async def worker(hubs: list[str], names: list[str], duration: float) -> dict[str, Any]:
+    counted = 0
+    window = [float("inf"), float("-inf")]
+
+    def on_event(conn: HubConnection, event: Event) -> None:
+        nonlocal counted
+        if not isinstance(event, Deliver):
+            return
+        now = time.monotonic()
+        if window[0] <= now <= window[1]:
+            counted += event.batch.count
+        conn.send_nowait(
+            Consume(
+                request_id=conn.next_id(),
+                topic=event.topic,
+                subscriber=event.subscriber,
+                seq=event.batch.last_seq,
+            )
+        ).add_done_callback(lambda f: f.cancelled() or f.exception())
+
+    conns: list[HubConnection] = []
+    for i, name in enumerate(names):
+        address, redirected = hubs[i % len(hubs)], False
+        for _ in range(4):
+            conn = await HubConnection.open(address, on_event)
+            try:
+                await conn.request(
+                    Subscribe(
+                        request_id=conn.next_id(),
+                        topic=TOPIC,
+                        subscriber=name,
+                        message_window=0,
+                        redirected=redirected,
+                    )
+                )
+            except NotResponsibleError as exc:
+                conn.close()
+                if exc.owner is None:
+                    raise
+                address, redirected = exc.owner, True
+                continue
+            conns.append(conn)
+            break
+    print("ATTACHED", flush=True)
+    start = time.monotonic() + WARMUP_S
+    window[0], window[1] = start, start + duration
+    await asyncio.sleep(WARMUP_S + duration + 0.2)
+    for conn in conns:
+        conn.close()
+    return {"delivered": counted, "seconds": duration, "connections": len(conns)}
+
+
+# The driver ----------------------------------------------------------------------------------
+
+
+def start_workers(hubs: list[str], prefix: str, args: argparse.Namespace) -> list[Any]:
+    procs = []
+    per = args.subscribers // args.procs
+    for p in range(args.procs):
+        names = [f"{prefix}-{p}-{i}" for i in range(per)]
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    __file__,
+                    "--worker",
+                    ",".join(hubs),
+                    "--names",
+                    ",".join(names),
+                    "--duration",
+                    str(args.duration),
+                ],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+        )
+    for proc in procs:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if line.strip() != "ATTACHED":
+            raise HedwigError(f"a subscriber worker failed: {line!r}")
+    return procs
+
+
+def collect(procs: list[Any]) -> float:
+    total = 0.0
+    seconds = 1.0
+    for proc in procs:
+        out, _ = proc.communicate(timeout=120)
+        got = json.loads(out.strip().splitlines()[-1])
+        total += got["delivered"]
+        seconds = got["seconds"]
+    return total / seconds
+
+
+async def publish_flat_out(hubs: list[str], stop: asyncio.Event) -> int:
+    from hedwig.client import HedwigClient
+
+    sent = 0
+    async with HedwigClient(hubs) as pub:
+        pending: set[asyncio.Future[Any]] = set()
+        while not stop.is_set():
+            while len(pending) < 2000:
+                pending.add(pub.publish_nowait(TOPIC, b"x" * 100))
+                sent += 1
+            _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.gather(*pending, return_exceptions=True)
+    return sent
+
+
+async def phase(hubs: list[str], prefix: str, args: argparse.Namespace) -> float:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    procs = await loop.run_in_executor(None, start_workers, hubs, prefix, args)
+    publisher = asyncio.create_task(publish_flat_out(hubs, stop))
+    rate = await loop.run_in_executor(None, collect, procs)
+    stop.set()
+    await publisher
+    return rate
+
+
+async def drive(args: argparse.Namespace) -> dict[str, Any]:
+    from bench.fanout import Quotas
+
+    quotas = Quotas(args.cpu_quota) if args.cpu_quota else None
+    with DevCluster(hubs=4, region="bench-throughput", replication="1/1/1") as cluster:
+        try:
+            if quotas is not None:
+                for hub in cluster.hub_procs:
+                    assert hub.proc is not None
+                    quotas.limit(hub.proc.pid)
+            hubs = cluster.addresses
+            async with open_store(cluster.zk, region=cluster.region) as store:
+                from hedwig.client import HedwigClient
+
+                async with HedwigClient(hubs) as c:
+                    await c.publish(TOPIC, b"first")
+                single = await phase(hubs, "single", args)
+                await set_topic_mode(
+                    store, TOPIC, PlanMode.FAN_OUT, hubs=args.delivery_hubs, clock=SystemClock()
+                )
+                await asyncio.sleep(1.0)
+                fanned = await phase(hubs, "fanout", args)
+        finally:
+            if quotas is not None:
+                quotas.remove()
+    return {
+        "subscribers": args.subscribers,
+        "delivery_hubs": args.delivery_hubs,
+        "cpu_quota": args.cpu_quota,
+        "delivered_per_s": {"single": round(single), "fan_out": round(fanned)},
+        "ratio": round(fanned / single, 2) if single else None,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--subscribers", type=int, default=200)
+    parser.add_argument("--delivery-hubs", type=int, default=3)
+    parser.add_argument("--cpu-quota", type=float, default=0.25, help="CPUs per hub (cgroup)")
+    parser.add_argument("--duration", type=float, default=10.0)
+    parser.add_argument("--procs", type=int, default=2, help="subscriber worker processes")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--names", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        got = asyncio.run(worker(args.worker.split(","), args.names.split(","), args.duration))
+        print(json.dumps(got), flush=True)
+        return
+    print(json.dumps(asyncio.run(drive(args)), indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,362 @@
+"""Fan-out: serving one topic's subscribers from several hubs (``hedwig.metadata.plans``).
+
+Rules:
+
+- The owner stays the topic's only writer and sequencer. A *delivery hub* serves the
+  subscribers the plan sends it from a ``TailLog`` of the owner's confirmed log, with the same
+  ``Subscription`` code the owner uses: log order, at least once, nothing skipped, consume
+  marks in the metadata store by compare-and-set.
+- Which hub serves a subscriber is the plan's rendezvous hash over the plan's hubs that are
+  alive (a dead delivery hub's subscribers go to the others; none alive: the owner). Every
+  hub computes the same answer from the same plan and registry, so SUBSCRIBE at a hub that is
+  not the subscriber's is answered NOT_RESPONSIBLE naming the right one.
+- Every hub that serves the topic (owner or delivery hub) watches the plan and rechecks its
+  subscriptions when the plan or the set of alive hubs changes: a subscription that belongs
+  elsewhere now is handed over (``TopicSubscriptions.hand_over``: mark written, then
+  SUBSCRIPTION_MOVED). A delivery hub left with no subscriber and no place in the plan stops
+  tailing.
+- Plans are cached per topic with a watch, so a single-hub topic costs one metadata read per
+  hub once, not one per SUBSCRIBE.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from hedwig.clock import Clock
+from hedwig.errors import HedwigError, MetadataError
+from hedwig.hub.config import HubConfig
+from hedwig.hub.events import HubEvents
+from hedwig.hub.ownership import TopicOwnership
+from hedwig.hub.peer import Peer
+from hedwig.hub.peers import PeerDirectory
+from hedwig.hub.tail import TailLog
+from hedwig.hub.topic_subscriptions import TopicSubscriptions
+from hedwig.metadata.managers import MetadataStore
+from hedwig.metadata.plans import PlanMode, TopicPlan
+from hedwig.metadata.records import TopicConfig
+from hedwig.net.transport import Network
+from hedwig.protocol import CloseReason, ResetSubscription, Subscribe, Subscribed
+
+log = logging.getLogger(__name__)
+
+# The alive hubs are read at most this often (a dead delivery hub's subscribers move to the
+# others within about this plus the metadata session timeout).
+ALIVE_REFRESH_S = 1.0
+
+
+class DeliveryTopic:
+    """A topic this hub delivers but does not own."""
+
+    def __init__(
+        self, topic: str, tail: TailLog, subs: TopicSubscriptions, events: HubEvents
+    ) -> None:
+        self.name = topic
+        self.tail = tail
+        self.subs = subs
+        self._events = events
+        self.msg_out = 0
+        self.bytes_out = 0
+
+    def stop(self) -> None:
+        self.subs.detach_all()
+        self.tail.stop()
+
+
+class FanOut:
+    def __init__(
+        self,
+        *,
+        address: str,
+        config: HubConfig,
+        store: MetadataStore,
+        ownership: TopicOwnership,
+        network: Network,
+        clock: Clock,
+        events: HubEvents,
+        peers: PeerDirectory | None = None,
+    ) -> None:
+        self.address = address
+        self._config = config
+        self._store = store
+        self._ownership = ownership
+        self._network = network
+        self._clock = clock
+        self._events = events
+        self._peers = peers
+        self._plans: dict[str, TopicPlan | None] = {}
+        self._loading: dict[str, asyncio.Future[TopicPlan | None]] = {}
+        self.delivering: dict[str, DeliveryTopic] = {}
+        self._starting: dict[str, asyncio.Future[DeliveryTopic]] = {}
+        self._alive: frozenset[str] = frozenset()
+        self._alive_at = float("-inf")
+        self._task: asyncio.Task[None] | None = None
+        self._applying: dict[str, asyncio.Task[None]] = {}
+        # Subscriptions handed to another hub by a plan change (for tests and metrics).
+        self.handed_over = 0
+
+    # plans ------------------------------------------------------------------------------------
+
+    async def plan(self, topic: str) -> TopicPlan | None:
+        """The topic's plan, from the cache (a watch keeps it current)."""
+        if topic in self._plans:
+            return self._plans[topic]
+        pending = self._loading.get(topic)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        fut: asyncio.Future[TopicPlan | None] = asyncio.get_running_loop().create_future()
+        self._loading[topic] = fut
+        try:
+            plan = await self._read(topic)
+        except BaseException as exc:
+            fut.set_exception(exc)
+            fut.exception()
+            raise
+        finally:
+            self._loading.pop(topic, None)
+        self._plans[topic] = plan
+        fut.set_result(plan)
+        return plan
+
+    async def _read(self, topic: str) -> TopicPlan | None:
+        got = await self._store.plans.read_plan(topic, watch=lambda: self._changed(topic))
+        return None if got is None or got.value.mode is PlanMode.SINGLE else got.value
+
+    def known_plan(self, topic: str) -> tuple[str, int]:
+        """The topic's mode and serving hubs as far as known without waiting (for gauges);
+        a plan not read yet is read in the background for the next time."""
+        plan = self._plans.get(topic)
+        stale = self._clock.monotonic() - self._alive_at >= ALIVE_REFRESH_S
+        if (topic not in self._plans and topic not in self._loading) or (plan and stale):
+            task = asyncio.get_running_loop().create_task(self._load_for_gauges(topic))
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        if plan is None:
+            return (PlanMode.SINGLE.value, 1)
+        return (plan.mode.value, len([h for h in plan.hubs if h in self._alive]) or 1)
+
+    async def _load_for_gauges(self, topic: str) -> None:
+        if await self.plan(topic) is not None:
+            await self._alive_hubs()
+
+    def _changed(self, topic: str) -> None:
+        self._plans.pop(topic, None)
+        self._schedule(topic)
+
+    def _schedule(self, topic: str) -> None:
+        running = self._applying.get(topic)
+        if running is not None and not running.done():
+            # Apply again once this round is over: the change may have come after its read.
+            running.add_done_callback(lambda _: self._schedule(topic))
+            return
+        self._applying[topic] = asyncio.get_running_loop().create_task(self._apply(topic))
+
+    async def assigned(self, topic: str, subscriber: str) -> str | None:
+        """The hub that serves ``subscriber`` of ``topic``; None: the owner (no plan)."""
+        plan = await self.plan(topic)
+        if plan is None:
+            return None
+        return plan.delivery_hub(subscriber, await self._alive_hubs())
+
+    async def _alive_hubs(self) -> frozenset[str]:
+        if self._clock.monotonic() - self._alive_at >= ALIVE_REFRESH_S:
+            self._alive_at = self._clock.monotonic()
+            hubs = await self._store.hubs.list_hubs()
+            self._alive = frozenset(h.address for h in hubs if h.alive)
+        return self._alive
+
+    # delivering -------------------------------------------------------------------------------
+
+    async def subscribe(self, peer: Peer, req: Subscribe) -> Subscribed:
+        delivery = await self._delivery(req.topic)
+        return await delivery.subs.subscribe(peer, req)
+
+    async def _delivery(self, topic: str) -> DeliveryTopic:
+        got = self.delivering.get(topic)
+        if got is not None:
+            return got
+        pending = self._starting.get(topic)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        fut: asyncio.Future[DeliveryTopic] = asyncio.get_running_loop().create_future()
+        self._starting[topic] = fut
+        try:
+            delivery = await self._start(topic)
+        except BaseException as exc:
+            fut.set_exception(exc)
+            fut.exception()
+            raise
+        finally:
+            self._starting.pop(topic, None)
+        self.delivering[topic] = delivery
+        fut.set_result(delivery)
+        return delivery
+
+    async def _start(self, topic: str) -> DeliveryTopic:
+        tail = TailLog(
+            topic,
+            address=self.address,
+            store=self._store,
+            network=self._network,
+            clock=self._clock,
+            peers=self._peers,
+        )
+        await tail.start()
+        config = await self._store.topics.read_topic_config(topic)
+        delivery: DeliveryTopic | None = None
+
+        def delivered(count: int, size: int) -> None:
+            if delivery is not None:
+                delivery.msg_out += count
+                delivery.bytes_out += size
+            self._events.delivered(topic, count, size)
+
+        subs = TopicSubscriptions(
+            topic,
+            log_=tail,
+            store=self._store,
+            settings=self._config.topic_settings(config.value if config else TopicConfig()),
+            clock=self._clock,
+            check_open=lambda: None,
+            on_lost=lambda why: None,
+            on_delivered=delivered,
+        )
+        subs.shared = True
+        delivery = DeliveryTopic(topic, tail, subs, self._events)
+        tail.on_deleted = lambda: self._deleted(topic)
+        log.info("delivering %r from %s", topic, tail.upstream)
+        return delivery
+
+    def _deleted(self, topic: str) -> None:
+        """The topic is gone: its subscribers here stop, as the owner's do."""
+        delivery = self.delivering.pop(topic, None)
+        if delivery is not None:
+            delivery.subs.close_all(CloseReason.TOPIC_DELETED, "topic deleted")
+            delivery.stop()
+
+    def consume(self, peer: Peer, topic: str, subscriber: str, seq: int) -> bool:
+        """Take a consume if the subscription is attached here; False if not ours."""
+        delivery = self.delivering.get(topic)
+        if delivery is None:
+            return False
+        sub = delivery.subs.by_name.get(subscriber)
+        if sub is None or sub.peer is not peer:
+            return False
+        delivery.subs.consume(peer, subscriber, seq)
+        return True
+
+    async def close_subscription(self, peer: Peer, topic: str, subscriber: str) -> bool:
+        delivery = self.delivering.get(topic)
+        if delivery is None:
+            return False
+        sub = delivery.subs.by_name.get(subscriber)
+        if sub is None or sub.peer is not peer:
+            return False
+        await delivery.subs.close(peer, subscriber)
+        return True
+
+    async def unsubscribe(self, peer: Peer, topic: str, subscriber: str) -> bool:
+        """Delete a subscription served here; False if it is not served here."""
+        delivery = self.delivering.get(topic)
+        if delivery is None or subscriber not in delivery.subs.by_name:
+            return False
+        await delivery.subs.unsubscribe(peer, subscriber)
+        return True
+
+    async def reset(self, req: ResetSubscription) -> Subscribed:
+        delivery = await self._delivery(req.topic)
+        return await delivery.subs.reset(req.request_id, req.subscriber, req.to, req.seq)
+
+    def detach_peer(self, peer: Peer) -> None:
+        for delivery in self.delivering.values():
+            delivery.subs.detach_peer(peer)
+
+    async def flush_marks(self) -> None:
+        for delivery in list(self.delivering.values()):
+            await delivery.subs.flush_marks()
+
+    # following the plan -------------------------------------------------------------------------
+
+    async def _apply(self, topic: str) -> None:
+        """Hand over every subscription of ``topic`` served here that the plan now sends
+        elsewhere; stop delivering the topic if nothing is left for this hub."""
+        try:
+            plan = await self.plan(topic)
+        except MetadataError as exc:
+            log.warning("plan of %r unreadable (checked again at its next change): %s", topic, exc)
+            return
+        owned = self._ownership.topics.get(topic)
+        if owned is not None:
+            owned.subs.shared = plan is not None
+            await self._hand_over(owned.subs, topic, plan, owner=True)
+        delivery = self.delivering.get(topic)
+        if delivery is not None and plan is None:
+            # The plan goes with a deleted topic: tell the subscribers that, not "move".
+            with contextlib.suppress(HedwigError):
+                if not await self._store.topics.topic_exists(topic):
+                    self._deleted(topic)
+                    return
+        if delivery is not None:
+            await self._hand_over(delivery.subs, topic, plan, owner=False)
+            if not delivery.subs.by_name and (plan is None or self.address not in plan.hubs):
+                self.delivering.pop(topic, None)
+                delivery.stop()
+                log.info("stopped delivering %r", topic)
+
+    async def _hand_over(
+        self, subs: TopicSubscriptions, topic: str, plan: TopicPlan | None, *, owner: bool
+    ) -> None:
+        """``owner``: these are the owner's subscriptions (which stay when no hub of the plan
+        serves them); else a delivery hub's (which go back to the owner then)."""
+        reason = "single hub" if plan is None else f"plan generation {plan.generation}"
+        for name in list(subs.by_name):
+            try:
+                target = await self.assigned(topic, name)
+            except HedwigError:
+                return
+            if target == self.address or (target is None and owner):
+                continue
+            if await subs.hand_over(name, target, reason):
+                self.handed_over += 1
+
+    async def release_all(self) -> None:
+        """This hub is stopping (its alive record is gone): hand every subscription it
+        delivers to the hub the plan now names."""
+        with contextlib.suppress(HedwigError):
+            self._alive_at = float("-inf")
+            await self._alive_hubs()
+        self._alive = self._alive - {self.address}
+        for topic in list(self.delivering):
+            await self._apply(topic)
+
+    # the periodic check -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._watch_hubs())
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+        for task in self._applying.values():
+            task.cancel()
+        for delivery in self.delivering.values():
+            delivery.stop()
+        self.delivering.clear()
+
+    async def _watch_hubs(self) -> None:
+        """Recheck fan-out topics when a hub comes or goes (its subscribers move)."""
+        while True:
+            await self._clock.sleep(ALIVE_REFRESH_S)
+            if not self.delivering and not any(p is not None for p in self._plans.values()):
+                continue  # no fan-out topic here: nothing to recheck, no registry read
+            before = self._alive
+            with contextlib.suppress(HedwigError):
+                self._alive_at = float("-inf")
+                await self._alive_hubs()
+            if self._alive != before:
+                topics = set(self.delivering)
+                topics |= {t for t, p in self._plans.items() if p is not None}
+                for topic in topics:
+                    self._schedule(topic)

@@ -1,0 +1,42 @@
+"""Frames of topics served by more than one hub (``hedwig.metadata.plans``).
+
+- ``TailTopic``: a delivery hub tails the owner's confirmed log. It is READ with a wait: the
+  owner answers at once if it has messages after ``after_seq``, else when the first arrives or
+  ``wait_ms`` has passed (a long poll, so a delivery hub adds one round trip, not a polling
+  interval). Hub to hub it goes over the internal listener with the hub's certificate; a
+  client may send it too, with the ``read`` permission.
+- ``SubscriptionMoved``: the topic's plan now sends this subscriber to another hub (``hub``;
+  none: the topic's owner). The hub that sent it has stopped delivering and written the
+  subscription's consume mark first, so the subscriber attaches there and delivery continues
+  after the mark: nothing skipped.
+"""
+
+from __future__ import annotations
+
+from hedwig.protocol.client_frames import Redirected
+from hedwig.protocol.fields import U32, U64, OptStr, RequestId, Str
+from hedwig.protocol.schema import FrameBase, Sender, frame
+
+
+@frame(0x30, Sender.CLIENT)
+class TailTopic(FrameBase):
+    """Messages after ``after_seq``, waiting up to ``wait_ms`` for the first. Answered by
+    ``Messages`` (``max_messages`` 0: only the bounds, at once)."""
+
+    request_id: RequestId
+    topic: Str
+    after_seq: U64
+    max_messages: U32
+    max_bytes: U32
+    wait_ms: U32
+    redirected: Redirected = False
+
+
+@frame(0xC3, Sender.HUB)
+class SubscriptionMoved(FrameBase):
+    """Attach this subscription at ``hub`` (none: the topic's owner) from now on."""
+
+    topic: Str
+    subscriber: Str
+    hub: OptStr
+    reason: Str = ""

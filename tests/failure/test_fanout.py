@@ -1,0 +1,188 @@
+"""Fan-out on real hub processes under load, each run checked with the full history
+(``history.py``: nothing acknowledged lost, per-publisher order, every subscriber sees every
+message of the log in order, redeliveries allowed and gaps never).
+
+Three hubs with 3/3/2 replication and a 2 s ZooKeeper session. The plan is changed by
+``set_topic_mode`` exactly as ``hedwig topic mode`` does: single -> fan-out -> a delivery hub
+removed -> added back -> single, and a delivery hub killed with SIGKILL in the middle of a
+change, on a plain cluster and on a secured one (where delivery hubs tail the owner over the
+internal listener with their certificates, and a subscriber without permission is refused at
+a delivery hub).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hedwig.client import HedwigClient
+from hedwig.clock import SystemClock
+from hedwig.devcluster.cluster import DevCluster
+from hedwig.errors import ForbiddenError
+from hedwig.metadata import MetadataStore, PlanMode, TopicPlan, open_store
+from hedwig.placement.plans import set_topic_mode
+from hedwig.security import ClientSecurity
+from tests.failure.history import History, Workload, check
+
+pytestmark = pytest.mark.integration
+
+SESSION = 2.0
+TOPICS = ["fo/a", "fo/b"]
+SUBSCRIBERS = 6
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[DevCluster]:
+    with DevCluster(
+        hubs=3,
+        region="fanout",
+        session_timeout_s=SESSION,
+        replication="3/3/2",
+        base_dir=str(tmp_path / "cluster"),
+    ) as c:
+        yield c
+
+
+@pytest.fixture
+def secure_cluster(tmp_path: Path) -> Iterator[DevCluster]:
+    with DevCluster(
+        hubs=3,
+        region="fanout-secure",
+        session_timeout_s=SESSION,
+        replication="3/3/2",
+        secure=True,
+        base_dir=str(tmp_path / "cluster"),
+    ) as c:
+        yield c
+
+
+def security(cluster: DevCluster, user: str = "admin") -> ClientSecurity | None:
+    if cluster.security is None:
+        return None
+    env = cluster.security.client_env(user)
+    return ClientSecurity.build(
+        tls_ca=env["HEDWIG_TLS_CA"], cert=env["HEDWIG_CERT"], key=env["HEDWIG_KEY"]
+    )
+
+
+def open_region(cluster: DevCluster) -> MetadataStore:
+    digest = cluster.security.zk_digest if cluster.security is not None else None
+    return open_store(cluster.zk, region=cluster.region, digest=digest)
+
+
+async def mode(store: MetadataStore, mode: PlanMode, hubs: int = 2) -> list[TopicPlan]:
+    return [
+        await set_topic_mode(store, t, mode, hubs=hubs, reason="test", clock=SystemClock())
+        for t in TOPICS
+    ]
+
+
+async def under_load(cluster: DevCluster, steps: object, *, after: float) -> History:
+    work = Workload(cluster.addresses, TOPICS, subscribers=SUBSCRIBERS, security=security(cluster))
+    await work.start()
+    await asyncio.sleep(1.5)
+    acked_before = work.history.acked_count
+    assert acked_before > 0
+    await steps()  # type: ignore[operator]
+    await asyncio.sleep(after)
+    history = await work.finish()
+    assert history.acked_count > acked_before, "publishing did not resume"
+    check(history)
+    return history
+
+
+async def test_every_reconfiguration_under_load(cluster: DevCluster) -> None:
+    async with open_region(cluster) as store:
+
+        async def steps() -> None:
+            for m, hubs in (
+                (PlanMode.FAN_OUT, 2),  # single -> fan-out
+                (PlanMode.FAN_OUT, 1),  # a delivery hub removed
+                (PlanMode.FAN_OUT, 2),  # and added
+                (PlanMode.SINGLE, 0),  # fan-out -> single
+            ):
+                await mode(store, m, hubs)
+                await asyncio.sleep(1.0)
+
+        await under_load(cluster, steps, after=2.0)
+        for t in TOPICS:
+            assert await store.plans.read_plan(t) is None
+        owner = await store.ownership.read_owner_info(TOPICS[0])
+        assert owner is not None
+        assert delivered_by_others(cluster, TOPICS[0], owner.value.address) > 0
+
+
+def delivered_by_others(cluster: DevCluster, topic: str, owner: str) -> float:
+    """Messages of ``topic`` delivered by the running hubs other than ``owner``."""
+    total = 0.0
+    for hub in cluster.hub_procs:
+        if hub.address == owner or not hub.running:
+            continue
+        with urllib.request.urlopen(hub.metrics_url + "/metrics", timeout=5) as r:
+            text = r.read().decode()
+        for line in text.splitlines():
+            if line.startswith(f'hedwig_messages_out_total{{topic="{topic}"}}'):
+                total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+async def kill_a_delivery_hub_mid_change(cluster: DevCluster) -> None:
+    async with open_region(cluster) as store:
+
+        async def steps() -> None:
+            plans = await mode(store, PlanMode.FAN_OUT, 2)
+            await asyncio.sleep(1.5)  # subscribers spread over both delivery hubs
+            victim = plans[0].hubs[0]
+            # Remove the other delivery hub and kill this one while subscribers move.
+            change = asyncio.get_running_loop().create_task(mode(store, PlanMode.FAN_OUT, 1))
+            await asyncio.sleep(0.05)
+            cluster.hub_at(victim).kill()
+            await change
+
+        await under_load(cluster, steps, after=SESSION + 5)
+
+
+async def test_kill9_delivery_hub_mid_reconfiguration(cluster: DevCluster) -> None:
+    await kill_a_delivery_hub_mid_change(cluster)
+
+
+async def test_secure_kill9_delivery_hub_mid_reconfiguration(secure_cluster: DevCluster) -> None:
+    await kill_a_delivery_hub_mid_change(secure_cluster)
+
+
+async def test_secure_delivery_hub_refuses_a_subscriber_without_permission(
+    secure_cluster: DevCluster,
+) -> None:
+    admin = HedwigClient(secure_cluster.addresses, security=security(secure_cluster))
+    async with admin, open_region(secure_cluster) as store:
+        await admin.publish(TOPICS[0], b"first")
+        plan = await set_topic_mode(store, TOPICS[0], PlanMode.FAN_OUT, hubs=1, clock=SystemClock())
+        delivery_hub = plan.hubs[0]
+        sub = await admin.subscribe(TOPICS[0], "allowed", auto_consume=True)
+        await admin.publish(TOPICS[0], b"second")
+        assert (await sub.next(10)).value == b"second"
+        assert sub.connection is not None and sub.connection.address == delivery_hub
+        # Alice (no ACLs) asks the delivery hub itself: refused there, before anything else.
+        alice = HedwigClient([delivery_hub], security=security(secure_cluster, "alice"))
+        async with alice:
+            with pytest.raises(ForbiddenError, match="alice may not subscribe"):
+                await alice.subscribe(TOPICS[0], "mallory")
+
+
+async def test_kill9_owner_of_a_fan_out_topic(cluster: DevCluster) -> None:
+    """The delivery hubs' tails follow the topic to its next owner; subscribers attached to
+    the dead owner go to their delivery hubs or the new owner."""
+    async with open_region(cluster) as store:
+
+        async def steps() -> None:
+            await mode(store, PlanMode.FAN_OUT, 1)
+            await asyncio.sleep(1.5)
+            owner = await store.ownership.read_owner_info(TOPICS[0])
+            assert owner is not None
+            cluster.hub_at(owner.value.address).kill()
+
+        await under_load(cluster, steps, after=SESSION + 5)
