@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hedwig.errors import AuthenticationError, ForbiddenError, TlsError
+from hedwig.errors import AuthenticationError, ForbiddenError, NoSuchTopicError, TlsError
 from hedwig.metadata.acls import AclEntry, AclRule, Operation, PatternType, ResourceType
 from hedwig.metadata.records import ANY_VERSION, NEW_VERSION
 from hedwig.security import ClientSecurity
@@ -71,6 +71,64 @@ async def test_a_rule_allows_its_operations_on_its_topics_only(secure: SecureReg
     await settled(secure)
     async with secure.client(security=secure.security(cert="alice")) as alice:
         await alice.publish("orders.new", b"created")
+
+
+async def test_topic_lifecycle_requests_need_their_operations(secure: SecureRegion) -> None:
+    """Deleting a topic destroys its data (admin on the topic), resetting a subscription moves
+    its consume mark (subscribe), describing lists its subscriptions (describe); a user allowed
+    to publish and subscribe can do none of what it was not given, and nothing is changed by a
+    refused request."""
+    async with secure.client(security=secure.security(token_for="admin")) as admin:
+        sub = await admin.subscribe("orders.lifecycle", "reader")
+        for i in range(3):
+            await admin.publish("orders.lifecycle", b"m%d" % i)
+        for _ in range(3):
+            msg = await sub.next(5)
+        sub.consume(msg.seq)
+        await admin.close_subscription("orders.lifecycle", "reader")
+        await admin.publish("orders.doomed", b"x")
+    publisher = AclRule(
+        "alice",
+        frozenset({Operation.PUBLISH, Operation.SUBSCRIBE}),
+        name="orders.",
+        pattern=PatternType.PREFIX,
+    )
+    await grant(secure, "alice", publisher)
+    await settled(secure)
+    async with secure.client(security=secure.security(cert="alice")) as alice:
+        with pytest.raises(ForbiddenError, match=r"alice may not admin topic 'orders\.doomed'"):
+            await alice.delete_topic("orders.doomed", force=True)
+        with pytest.raises(ForbiddenError, match="alice may not describe topic"):
+            await alice.describe_topic("orders.lifecycle")
+        with pytest.raises(ForbiddenError, match="alice may not admin topic"):
+            await alice.move_topic("orders.lifecycle")
+        # Resetting needs subscribe only, as consuming does: alice may rewind the reader.
+        assert await alice.reset_subscription("orders.lifecycle", "reader") == 0
+    await grant(
+        secure,
+        "alice",
+        publisher,
+        AclRule(
+            "alice",
+            frozenset({Operation.ADMIN, Operation.DESCRIBE}),
+            name="orders.doomed",
+        ),
+    )
+    await settled(secure)
+    async with secure.client(security=secure.security(cert="alice")) as alice:
+        with pytest.raises(ForbiddenError, match="alice may not describe topic"):
+            await alice.describe_topic("orders.lifecycle")  # a literal rule: that topic only
+        assert (await alice.describe_topic("orders.doomed")).last_seq == 1
+        await alice.delete_topic("orders.doomed", force=True)
+    async with secure.client(security=secure.security(token_for="admin")) as admin:
+        described = await admin.describe_topic("orders.lifecycle")
+        assert described.last_seq == 3  # untouched by the refusals
+        with pytest.raises(NoSuchTopicError):
+            await admin.describe_topic("orders.doomed")
+    denied = sum(
+        h.metrics.auth_denied.labels("delete_topic", "forbidden")._value.get() for h in secure.hubs
+    )
+    assert denied >= 1
 
 
 async def test_a_deny_rule_wins_and_patterns_match_principals(secure: SecureRegion) -> None:
