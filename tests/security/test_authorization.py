@@ -4,6 +4,8 @@ re-authentication, cluster admin for /drain, and the client's errors."""
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import time
 from pathlib import Path
 
@@ -129,6 +131,42 @@ async def test_topic_lifecycle_requests_need_their_operations(secure: SecureRegi
         h.metrics.auth_denied.labels("delete_topic", "forbidden")._value.get() for h in secure.hubs
     )
     assert denied >= 1
+
+
+async def test_every_refusal_is_an_audit_line_and_a_count(
+    secure: SecureRegion, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A refusal is written as one JSON line to ``hedwig.audit`` naming who, what, which topic,
+    why, from where and on which listener, and counted in ``hedwig_auth_denied_total``."""
+    await grant(secure, "alice", ORDERS)
+    await settled(secure)
+    caplog.set_level(logging.WARNING, logger="hedwig.audit")
+    async with secure.client(security=secure.security(cert="alice")) as alice:
+        with pytest.raises(ForbiddenError):
+            await alice.publish("payments", b"no")
+    async with secure.client(security=secure.security()) as anonymous:
+        with pytest.raises(AuthenticationError):
+            await anonymous.publish("orders.eu", b"no")
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "hedwig.audit"]
+    forbidden = [x for x in lines if x["reason"] == "forbidden"]
+    assert forbidden, lines
+    assert {k: forbidden[0][k] for k in ("event", "op", "principal", "topic", "listener")} == {
+        "event": "denied",
+        "op": "publish",
+        "principal": "alice",
+        "topic": "payments",
+        "listener": "client",
+    }
+    assert forbidden[0]["peer"].startswith("127.0.0.1:")
+    assert "alice may not publish topic 'payments'" in forbidden[0]["message"]
+    assert any(x["reason"] == "unauthenticated" and x["op"] == "publish" for x in lines), lines
+    counted = {
+        reason: sum(
+            h.metrics.auth_denied.labels("publish", reason)._value.get() for h in secure.hubs
+        )
+        for reason in ("forbidden", "unauthenticated")
+    }
+    assert counted["forbidden"] >= 1 and counted["unauthenticated"] >= 1, counted
 
 
 async def test_a_deny_rule_wins_and_patterns_match_principals(secure: SecureRegion) -> None:
