@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from hedwig.client import HedwigClient, PublishResult, RetryPolicy
 from hedwig.errors import HedwigError
-from hedwig.net import TCP, Network
+from hedwig.net import Network
 from hedwig.security import ClientSecurity
 
 log = logging.getLogger(__name__)
@@ -58,10 +58,11 @@ class Workload:
         rate: float = 200.0,
         retry_deadline_s: float = 60.0,
         security: ClientSecurity | None = None,
-        network: Network = TCP,
+        network: Network | None = None,
     ) -> None:
         self.hubs = hubs
         self.security = security
+        # None: each client's own (TCP, with TLS when ``security`` asks for it).
         self.network = network
         self.topics = topics
         self.publishers = publishers
