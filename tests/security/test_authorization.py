@@ -6,16 +6,23 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import shutil
+import socket
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 from hedwig.errors import AuthenticationError, ForbiddenError, NoSuchTopicError, TlsError
+from hedwig.hub import Hub
 from hedwig.metadata.acls import AclEntry, AclRule, Operation, PatternType, ResourceType
+from hedwig.metadata.memory import MemoryBackend
 from hedwig.metadata.records import ANY_VERSION, NEW_VERSION
 from hedwig.security import ClientSecurity
-from tests.security.conftest import SecureRegion
+from tests.security.conftest import SecureRegion, secure_config
+from tests.security.fixtures import Pki, TokenIssuer
 
 ORDERS = AclRule(
     principal="alice",
@@ -253,6 +260,74 @@ async def test_drain_needs_loopback_or_a_cluster_admin(secure: SecureRegion) -> 
     )
     await settled(secure)
     assert await hub._drain_allowed("10.1.2.3", secure.issuer.token("alice"))
+
+
+def _outward_address() -> str | None:
+    """This machine's address on its default route (not loopback), if it has one."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.254", 9))  # nothing is sent: it only picks a route
+        except OSError:
+            return None
+        host = str(probe.getsockname()[0])
+    return None if host.startswith("127.") else host
+
+
+def _http(url: str, *, post: bool = False, token: str | None = None) -> tuple[int, str]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    request = urllib.request.Request(url, method="POST" if post else "GET", headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+async def test_http_drain_from_another_machine_needs_a_cluster_admin_token(
+    pki: Pki, issuer: TokenIssuer
+) -> None:
+    """The HTTP port listening on every interface: from this machine's outward address,
+    ``POST /drain`` is 403 without a token and with a token that may not administer the
+    cluster, and drains with a cluster admin's; ``/metrics`` and ``/healthz`` stay open;
+    from loopback (a preStop hook) draining needs nothing."""
+    outward = _outward_address()
+    if outward is None:
+        pytest.skip("no address but loopback")
+    region = SecureRegion(pki, issuer, MemoryBackend())
+    configs = [secure_config(pki, issuer, metrics_host="0.0.0.0", metrics_port=0), None]
+    try:
+        for config in configs:
+            hub = Hub(config or secure_config(pki, issuer), store=region.store())
+            await hub.start()
+            region.hubs.append(hub)
+        async with region.client(security=region.security(token_for="admin")) as admin:
+            await admin.publish("drained", b"x")
+        http = region.hubs[0]._http
+        assert http is not None
+        remote = f"http://{outward}:{http.port}"
+        local = f"http://127.0.0.1:{http.port}"
+
+        def calls() -> list[tuple[int, str]]:
+            return [
+                _http(remote + "/drain", post=True),
+                _http(remote + "/drain", post=True, token=issuer.token("alice")),
+                _http(remote + "/metrics"),
+                _http(remote + "/healthz"),
+                _http(remote + "/drain", post=True, token=issuer.token("admin")),
+                _http(local + "/drain", post=True),
+            ]
+
+        anonymous, alice, metrics, health, admin_drain, loopback = await asyncio.to_thread(calls)
+        assert anonymous == (403, "draining needs a local caller or an admin\n")
+        assert alice[0] == 403
+        assert metrics[0] == 200 and "hedwig_auth_denied_total" in metrics[1]
+        assert health == (200, "ok\n")
+        assert admin_drain[0] == 200 and admin_drain[1].startswith("released"), admin_drain
+        assert loopback[0] == 200, loopback
+    finally:
+        for hub in region.hubs:
+            await hub.stop()
+            shutil.rmtree(hub.config.data_dir, ignore_errors=True)
 
 
 async def test_acl_entries_round_trip_in_the_store(secure: SecureRegion) -> None:
