@@ -13,7 +13,7 @@ import pytest
 from hedwig.errors import LedgerFencedError, NotEnoughReplicasError
 from hedwig.ledger import LocalFirstReplicas, LocalStorage, LogSettings, TopicLog, recover_ledger
 from hedwig.ledger.auditor import Auditor, inspect
-from hedwig.ledger.handle import write_set
+from hedwig.ledger.handle import SPECULATIVE_READ_S, read_entry, write_set
 from hedwig.ledger.storage import RECORD, StorageNode
 from hedwig.metadata import LedgerState
 from hedwig.metadata.memory import MemoryBackend, MemoryMetadataStore
@@ -341,3 +341,29 @@ async def test_a_striped_ledger_replica_missing_its_entries_is_caught_up(
 
 async def _three() -> int:
     return 3
+
+
+async def test_a_read_does_not_wait_for_a_replica_that_hangs(
+    store: MemoryMetadataStore, tmp_path: Path
+) -> None:
+    """The first replica asked for an entry hangs (cut off, not yet known to be): the next one
+    is asked after ``SPECULATIVE_READ_S`` and its answer is taken, instead of waiting out a
+    storage timeout. (A new owner reading a log's end back waited so during partitions.)"""
+    cluster = Cluster(tmp_path, 2)
+    writer = TopicLog(
+        "t",
+        store,
+        cluster,
+        owner="h:1",
+        owner_epoch=1,
+        ensemble=["h:1", "h:2"],
+        settings=LogSettings(replication=ReplicationConfig(2, 2, 2)),
+    )
+    await writer.open()
+    await writer.append("p", 1, EncodedMessages.of_values([b"kept"]))
+    md = await store.ledgers.read_ledger(writer.ledger_id)
+    assert md is not None
+    cluster.cut = {"h:1": Unreachable("h:1", hang=True)}
+    started = asyncio.get_running_loop().time()
+    raw = await asyncio.wait_for(read_entry(cluster, md.value, 0), 5)
+    assert raw and asyncio.get_running_loop().time() - started < SPECULATIVE_READ_S + 1.0

@@ -74,6 +74,7 @@ def test_statefulset_shape() -> None:
     env = {e["name"]: e for e in c["env"]}
     assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     assert env["HEDWIG_ADVERTISE"]["value"] == "$(POD_NAME).pool-headless.ns.svc:4080"
+    assert env["HEDWIG_HUB_ID"]["value"] == "$(POD_NAME)"  # replicas named by the pod
     assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
     assert c["lifecycle"]["preStop"]["exec"]["command"] == [

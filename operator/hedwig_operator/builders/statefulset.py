@@ -6,7 +6,9 @@ Why each choice:
   through its advertised name, so both must survive a restart (a restarted hub "comes back
   under the same address with the same data directory", docs/operations.md).
 - ``HEDWIG_ADVERTISE`` is built from the pod's name through the headless Service, so the
-  address a hub writes into ZooKeeper resolves inside the cluster.
+  address a hub writes into ZooKeeper resolves inside the cluster. ``HEDWIG_HUB_ID`` is the
+  pod's name: ledgers name the hub's replicas by it (``hedwig.hub.identity``), it matches
+  the id kept on the pod's volume, and ``hedwig ledgers`` reads as the pods are named.
 - ``podManagementPolicy: Parallel``: hubs do not depend on each other to start, and scaling
   by several hubs should not wait for each in turn. Rolling updates still go one pod at a
   time (the PodDisruptionBudget and RollingUpdate), which is what keeps topics served.
@@ -58,6 +60,7 @@ def _container(pool: PoolSpec) -> dict[str, Any]:
         "env": [
             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
             {"name": "HEDWIG_ADVERTISE", "value": advertise},
+            {"name": "HEDWIG_HUB_ID", "value": "$(POD_NAME)"},
         ],
         "ports": [
             {"name": "hub", "containerPort": HUB_PORT, "protocol": "TCP"},

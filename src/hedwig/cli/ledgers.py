@@ -11,7 +11,7 @@ from typing import Any
 from hedwig.cli.common import add_json_option, add_zk_options, report, resolve_zk
 from hedwig.cli.output import emit
 from hedwig.clock import SystemClock
-from hedwig.errors import ConnectionLostError, HedwigError
+from hedwig.errors import HedwigError
 from hedwig.hub.config import parse_replication
 from hedwig.hub.peers import PeerDirectory
 from hedwig.ledger.auditor import inspect
@@ -57,21 +57,22 @@ async def collect(
     zk: str, region: str, default_size: int, tls: ssl.SSLContext | None = None
 ) -> list[dict[str, Any]]:
     store = open_store(zk, region=region)
+    # Ensembles name replicas by hub id; the directory finds each hub's storage role (its
+    # internal listener if it publishes one, else its address).
     peers = PeerDirectory(store, SystemClock())
-
-    async def storage_address(address: str) -> str:
-        # A hub's internal listener if it publishes one, else (security off) its address.
-        try:
-            return await peers.internal_address(address)
-        except ConnectionLostError:
-            return address
-
     replicas = RemoteReplicas(
-        network=TcpNetwork(client_tls=tls) if tls is not None else TCP, resolve=storage_address
+        network=TcpNetwork(client_tls=tls) if tls is not None else TCP,
+        resolve=peers.storage_address,
     )
     await store.start()
     try:
-        alive = {h.address for h in await store.hubs.list_hubs() if h.alive}
+        hubs = [h for h in await store.hubs.list_hubs() if h.alive]
+        alive = {h.storage_id for h in hubs} | {h.address for h in hubs}
+        where = {h.storage_id: h.address for h in hubs if h.storage_id != h.address}
+
+        def named(members: tuple[str, ...]) -> str:
+            return ",".join(f"{m}@{where[m]}" if m in where else m for m in members)
+
         region_defaults = await store.topics.read_region_defaults()
         rows = []
         for lid in await store.ledgers.list_ledgers():
@@ -86,7 +87,7 @@ async def collect(
                 "ledger": lid,
                 "topic": md.topic,
                 "state": md.state.value,
-                "replicas": ",".join(md.fragments[-1][1]) if md.fragments else "",
+                "replicas": named(md.fragments[-1][1]) if md.fragments else "",
                 "quorums": f"{md.ensemble_size}/{md.write_quorum}/{md.ack_quorum}",
                 "entries": md.last_entry_id + 1 if md.state is LedgerState.CLOSED else None,
                 "bytes": md.length,

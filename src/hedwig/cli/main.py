@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 from hedwig import __version__
@@ -53,8 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _log_level(argv: list[str]) -> tuple[str, list[str]]:
-    """``--log-level X`` wherever it is (before or after the subcommand), and the rest."""
-    level, rest = "WARNING", []
+    """``--log-level X`` wherever it is (before or after the subcommand), and the rest;
+    ``HEDWIG_LOG_LEVEL`` when not given (for processes started by others: tests, the lab)."""
+    level, rest = os.environ.get("HEDWIG_LOG_LEVEL", "WARNING"), []
     it = iter(argv)
     for arg in it:
         if arg == "--log-level":

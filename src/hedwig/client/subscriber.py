@@ -123,6 +123,13 @@ class Subscriber:
             self._last_seen = answer.consumed_seq
             self._consumed = answer.consumed_seq
         self._conn = conn
+        if self._consumed > answer.consumed_seq:
+            # The hub's mark is behind what this subscriber consumed: the previous owner
+            # could not write it (its metadata store was out of reach) before it lost the
+            # topic. Say it again. Otherwise the hub redelivers from its mark, this side drops
+            # those as already seen and never consumes them, and once they fill the message
+            # window the hub sends nothing more: the subscriber would stall for good.
+            self._send_consume(conn, self._consumed)
         early, self._early = self._early.get(conn, []), {}
         for event in early:
             self._take(event)
@@ -274,7 +281,10 @@ class Subscriber:
         self._consumed = seq
         conn = self._conn
         if conn is None or conn.closed:
-            return  # the hub redelivers past its mark after re-subscription: at least once
+            return  # said again after re-subscription (see attach)
+        self._send_consume(conn, seq)
+
+    def _send_consume(self, conn: HubConnection, seq: int) -> None:
         with contextlib.suppress(HedwigError):
             fut = conn.send_nowait(
                 Consume(request_id=conn.next_id(), topic=self.topic, subscriber=self.name, seq=seq)

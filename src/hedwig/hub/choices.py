@@ -42,8 +42,11 @@ class HubChoices:
         store: MetadataStore,
         clock: Clock,
         rng: random.Random | None = None,
+        hub_id: str | None = None,
     ) -> None:
         self.address = address
+        # How ledgers name this hub's replicas (``hedwig.hub.identity``).
+        self.hub_id = hub_id or address
         self._config = config
         self._store = store
         self._clock = clock
@@ -53,6 +56,10 @@ class HubChoices:
         self._unfit: dict[str, float] = {}
         # Hubs the rebalancing policy has drained: new topics go elsewhere.
         self.drained: Callable[[], frozenset[str]] = frozenset
+        # Hubs (by hub id) this hub failed to reach just now: still registered, perhaps cut
+        # off by a partition. Sending a client there would only make it wait until the hub's
+        # session expires, so unowned topics go elsewhere meanwhile.
+        self.unreachable: Callable[[str], bool] = lambda hub_id: False
 
     async def _alive(self) -> list[HubStatus]:
         now = self._clock.monotonic()
@@ -86,11 +93,16 @@ class HubChoices:
         hubs = await self._alive()
         fit = self.can_store(topic)
         drained = self.drained()
+        cut_off = {
+            h.address for h in hubs if h.address != self.address and self.unreachable(h.storage_id)
+        }
         held = self._assigned.get(topic)
         if held is not None:
             target, until = held
-            if self._clock.monotonic() < until and any(
-                h.alive and h.address == target for h in hubs
+            if (
+                self._clock.monotonic() < until
+                and target not in cut_off
+                and any(h.alive and h.address == target for h in hubs)
             ):
                 return target
             del self._assigned[topic]
@@ -101,7 +113,7 @@ class HubChoices:
             rng=self._rng,
             now_ms=self._clock.wall_ms(),
             max_age_ms=int(self._config.load_report_max_age_s * 1000),
-            exclude=lambda a: (a == self.address and not fit) or a in drained,
+            exclude=lambda a: (a == self.address and not fit) or a in drained or a in cut_off,
         )
         if chosen is not None and chosen != self.address:
             self.assign(topic, chosen)
@@ -130,13 +142,14 @@ class HubChoices:
         holds while a hub is down; the ledger is reported under-replicated, and the next
         roll-over goes back to full size.
         """
-        if size <= 1 and self.address not in exclude:
-            return [self.address]
+        me = self.hub_id
+        if size <= 1 and me not in exclude:
+            return [me]
         registered = await self._store.hubs.list_hubs()
-        hubs = [h.address for h in registered if h.alive]
-        others = [a for a in hubs if a != self.address and a not in exclude]
+        hubs = [h.storage_id for h in registered if h.alive]
+        others = [a for a in hubs if a != me and a not in exclude]
         self._rng.shuffle(others)
-        mine = [] if self.address in exclude else [self.address]
+        mine = [] if me in exclude else [me]
         chosen = [*mine, *others][:size]
         if len(chosen) < minimum:
             if len(registered) < minimum:

@@ -28,6 +28,7 @@ from hedwig.hub.choices import HubChoices
 from hedwig.hub.config import HubConfig
 from hedwig.hub.events import LossKind
 from hedwig.hub.http import HealthServer
+from hedwig.hub.identity import load_hub_id
 from hedwig.hub.loops import HubLoops
 from hedwig.hub.metrics import HubMetrics
 from hedwig.hub.ownership import TopicOwnership
@@ -79,17 +80,26 @@ class Hub:
         self.metrics = HubMetrics()
         self.address = config.advertise or config.listen
         self.internal_address = config.internal_advertise or config.internal_listen or ""
-        self.peers = PeerDirectory(self.store, self.clock) if config.internal_listen else None
-        self.storage = LocalStorage(config.data_dir, self.address)
+        # Ledgers name this hub's replicas by its id, which stays with its data directory
+        # when its address changes.
+        self.hub_id = load_hub_id(config.data_dir, config.hub_id)
+        self.directory = PeerDirectory(self.store, self.clock)
+        self.peers = self.directory if config.internal_listen else None
+        self.storage = LocalStorage(config.data_dir, self.hub_id)
         self.replicas = LocalFirstReplicas(
             self.storage,
             network=self.internal_network,
             clock=self.clock,
-            resolve=self.peers.internal_address if self.peers else None,
-            forget=self.peers.forget if self.peers else None,
+            resolve=self.directory.storage_address,
+            forget=self.directory.forget,
         )
         self.choices = HubChoices(
-            address=self.address, config=config, store=self.store, clock=self.clock, rng=rng
+            address=self.address,
+            hub_id=self.hub_id,
+            config=config,
+            store=self.store,
+            clock=self.clock,
+            rng=rng,
         )
         self.topics = TopicOwnership(
             address=self.address,
@@ -149,6 +159,7 @@ class Hub:
         )
         self.auditor = Auditor(
             address=self.address,
+            hub_id=self.hub_id,
             store=self.store,
             replicas=self.replicas,
             local=self.storage,
@@ -169,6 +180,7 @@ class Hub:
         )
         # New topics are not placed on hubs a low-load drain is emptying.
         self.choices.drained = lambda: self.loops.rebalancer.drained
+        self.choices.unreachable = self.replicas.suspected
         self._listener: Listener | None = None
         self._internal_listener: Listener | None = None
         self._expiry: asyncio.Task[None] | None = None
@@ -192,6 +204,7 @@ class Hub:
             if not self.config.internal_advertise:
                 self.internal_address = self._internal_listener.address
             self.loops.internal_address = self.internal_address
+        self.loops.hub_id = self.hub_id
         self._listener = await self.network.listen(self.config.listen, self.front.protocol)
         if not self.config.advertise:
             self._set_address(self._listener.address)
@@ -225,7 +238,6 @@ class Hub:
     def _set_address(self, address: str) -> None:
         """The bound address, once the port is known (listening on port 0)."""
         self.address = address
-        self.storage.address = address
         self.choices.address = address
         self.topics.address = address
         self.auditor.address = address
@@ -233,7 +245,11 @@ class Hub:
     async def _register(self) -> None:
         self.topics.epoch = await self.store.hubs.register_hub(
             self.address,
-            HubLoad(timestamp_ms=self.clock.wall_ms(), internal=self.internal_address),
+            HubLoad(
+                timestamp_ms=self.clock.wall_ms(),
+                internal=self.internal_address,
+                hub_id=self.hub_id,
+            ),
         )
 
     async def drain(self, force: bool = False) -> int:
@@ -394,6 +410,9 @@ async def serve(config: HubConfig) -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(100_000, 50, 100)
-    print(f"HUB {hub.address} region={config.region} store={config.zk}", flush=True)
+    print(
+        f"HUB {hub.address} id={hub.hub_id} region={config.region} store={config.zk}",
+        flush=True,
+    )
     await stop.wait()
     await hub.stop()

@@ -60,8 +60,10 @@ class HubLoops:
         self.storage = storage
         self.metrics = metrics
         self.clock = clock
-        # This hub's internal listener, published in its load reports (``hedwig.hub.peers``).
+        # This hub's internal listener and id, published in its load reports
+        # (``hedwig.hub.peers``).
         self.internal_address = ""
+        self.hub_id = ""
         self._connections = connections
         self.rebalancer = Rebalancer(config.rebalance, clock)
         self._load = LoadTracker()
@@ -124,8 +126,7 @@ class HubLoops:
         try:
             report = self.load_report()
             self.metrics.export_load(report)
-            if self.internal_address:
-                report = replace(report, internal=self.internal_address)
+            report = replace(report, internal=self.internal_address, hub_id=self.hub_id)
             await self.store.hubs.update_load(self.requests.address, report)
             await self.check_hub_count()
         except Exception as exc:

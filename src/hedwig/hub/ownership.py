@@ -161,7 +161,11 @@ class TopicOwnership:
         await self.clock.sleep(self.config.zk_session_timeout_s)
         while self._suspended_since is not None:
             for name, owned in list(self.topics.items()):
-                if owned.state is TopicState.OPEN and await owned.log.fenced_elsewhere():
+                if (
+                    owned.state is TopicState.OPEN
+                    and await owned.log.fenced_elsewhere()
+                    and self.topics.get(name) is owned
+                ):
                     self.lose(name, LossKind.LEDGER, "taken over while ZooKeeper was out of reach")
             await self.clock.sleep(FENCING_CHECK_S)
 
@@ -335,10 +339,28 @@ class TopicOwnership:
         try:
             # Learn the publishers' last sequences from the end of the log, so a publish
             # retried through this change of owner is still recognised as a duplicate.
-            recent = await tlog.read(max(1, tlog.last_seq - DEDUP_WINDOW), DEDUP_WINDOW, 8 << 20)
-            owned.remember_publishers(recent)
+            # To the very end: the last batches are the ones most likely re-sent, since
+            # their acknowledgements are what the previous owner could not send.
+            start = max(1, tlog.last_seq - DEDUP_WINDOW + 1)
+            while start <= tlog.last_seq:
+                recent = await tlog.read(start, DEDUP_WINDOW, 8 << 20)
+                if not recent:
+                    break
+                owned.remember_publishers(recent)
+                start = recent[-1].last_seq + 1
         except HedwigError as exc:
-            log.info("topic %r: could not read back recent publishers: %s", topic, exc)
+            # Serving without them would store again every batch whose acknowledgement the
+            # previous owner could not send (its clients retry them here): duplicates. Give
+            # the topic up; the next claim tries again.
+            level = logging.WARNING if self._warn_throttle.allow(topic) else logging.DEBUG
+            log.log(level, "taking over topic %r failed: reading back its tail: %s", topic, exc)
+            with contextlib.suppress(HedwigError):
+                await tlog.close()
+            with contextlib.suppress(HedwigError):
+                await self.store.ownership.delete_owner_info(topic, version)
+            raise ServiceUnavailableError(
+                f"cannot read back the end of topic {topic!r} now: {exc}"
+            ) from None
         ownerless = None
         if tlog.previous_end_ms:
             ownerless = max(0.0, (self.clock.wall_ms() - tlog.previous_end_ms) / 1000)

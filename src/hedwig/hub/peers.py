@@ -1,11 +1,12 @@
-"""Where other hubs' internal listeners are.
+"""Where other hubs are: their internal listeners, and the hubs that ledgers name by id.
 
-A hub is known by its client address everywhere (owner records, ledger ensembles, the hub
-registry), which keeps those records unchanged whether or not the hubs have an internal
-listener. Hub-to-hub requests (the storage role, claim requests) go to the internal listener,
-whose address each hub publishes in its ``alive`` record (``HubLoad.internal``). This directory
-maps one to the other from the registry, reading it again when it meets a hub it does not know
-(at most once a second), and when a connection to a known address fails.
+Owner records and the hub registry know a hub by its client address; ledger ensembles name
+its replicas by its stable id (``hedwig.hub.identity``), so they stay reachable when it comes
+back on another address. Hub-to-hub requests (the storage role, claim requests) go to the
+internal listener when the hub has one. Each hub publishes its id and internal listener in
+its ``alive`` record (``HubLoad``); this directory maps addresses and ids to where to send
+requests, reading the registry again when it meets a hub it does not know (at most once a
+second), and when a connection to a known one fails.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ class PeerDirectory:
         self._store = store
         self._clock = clock
         self._internal: dict[str, str] = {}
+        # Ensemble member (a hub id, or the address of a hub from before ids) -> where its
+        # storage role listens: the internal listener, or (security off) the client address.
+        self._storage: dict[str, str] = {}
         self._refreshed_at = float("-inf")
         # The registry read under way: concurrent lookups wait for it instead of missing.
         self._refreshing: asyncio.Task[None] | None = None
@@ -35,6 +39,34 @@ class PeerDirectory:
         got = self._internal.get(address)
         if got is not None:
             return got
+        await self._refresh_soon()
+        got = self._internal.get(address)
+        if got is None:
+            raise ConnectionLostError(
+                f"hub {address} publishes no internal listener (is it alive?)"
+            )
+        return got
+
+    async def storage_address(self, member: str) -> str:
+        """Where to send storage requests for the replica an ensemble names ``member``.
+
+        A hub id not in the registry is a hub that is not alive (``ConnectionLostError``); an
+        address not in it (a ledger from before ids, whose hub is down) is tried as it is.
+        """
+        got = self._storage.get(member)
+        if got is not None:
+            return got
+        await self._refresh_soon()
+        got = self._storage.get(member)
+        if got is not None:
+            return got
+        if ":" in member:
+            return member
+        raise ConnectionLostError(f"hub {member} is not alive (not in the hub registry)")
+
+    async def _refresh_soon(self) -> None:
+        """Read the registry again, unless that was done less than a second ago; lookups
+        that come while a read is under way wait for it."""
         if self._refreshing is not None:
             await asyncio.shield(self._refreshing)
         elif self._clock.monotonic() - self._refreshed_at >= REFRESH_MIN_INTERVAL_S:
@@ -43,21 +75,23 @@ class PeerDirectory:
                 await asyncio.shield(self._refreshing)
             finally:
                 self._refreshing = None
-        got = self._internal.get(address)
-        if got is None:
-            raise ConnectionLostError(
-                f"hub {address} publishes no internal listener (is it alive?)"
-            )
-        return got
 
     async def refresh(self) -> None:
         self._refreshed_at = self._clock.monotonic()
-        self._internal = {
-            h.address: h.load.internal
-            for h in await self._store.hubs.list_hubs()
-            if h.alive and h.load is not None and h.load.internal
-        }
+        alive = [h for h in await self._store.hubs.list_hubs() if h.alive]
+        # Merged, not replaced: a hub missing from the registry may still be running (its
+        # session expired behind a partition) and serve its replicas at its last address;
+        # only a failed connection makes this directory forget it.
+        self._internal.update(
+            (h.address, h.load.internal) for h in alive if h.load is not None and h.load.internal
+        )
+        for h in alive:
+            target = self._internal.get(h.address, h.address)
+            self._storage[h.address] = target
+            self._storage[h.storage_id] = target
 
-    def forget(self, address: str) -> None:
-        """A connection to ``address``'s internal listener failed: look it up again next time."""
-        self._internal.pop(address, None)
+    def forget(self, member: str) -> None:
+        """A connection to ``member`` (an address or a hub id) failed: look it up again next
+        time."""
+        self._internal.pop(member, None)
+        self._storage.pop(member, None)

@@ -83,6 +83,10 @@ class Subscription:
         self._consumed_changed = asyncio.Event()
         self._flush_lock = asyncio.Lock()
         self._flush_failing = False
+        # A flush started by consume() and not finished: later consumes ride on it rather
+        # than queue one write each (while the store is out of reach they would pile up by
+        # the thousand, then run one after another and starve every other metadata request).
+        self._flush_soon: asyncio.Task[None] | None = None
         self.lost = False
 
     @property
@@ -139,12 +143,27 @@ class Subscription:
         self._consumed_changed.set()
         return self.consumed_seq - self.persisted_seq >= self._flush_messages
 
+    def flush_soon(self) -> None:
+        """Write the mark in the background, unless a background write is already pending
+        (it writes the newest mark when its turn comes)."""
+        if self.lost or (self._flush_soon is not None and not self._flush_soon.done()):
+            return
+        self._flush_soon = asyncio.get_running_loop().create_task(self.flush())
+
+    def stop(self) -> None:
+        """The topic is no longer served here (lost, not handed off): write nothing more.
+        The next owner has the record now; a late write would only fail its compare-and-set,
+        or worse, succeed after the new owner read the record and make the new owner's writes
+        fail."""
+        self.lost = True
+        self.detach_quietly()
+
     async def flush(self) -> None:
         """Write the consume mark if it moved (compare-and-set on the subscription record)."""
         if self.lost:
             return
         async with self._flush_lock:
-            if not self.dirty:
+            if self.lost or not self.dirty:  # lost while this flush waited its turn
                 return
             target, active = self.consumed_seq, self.last_active_ms
             state = SubscriptionState(

@@ -93,7 +93,7 @@ class OwnedTopic:
             settings=settings,
             clock=clock,
             check_open=self._check_open,
-            on_lost=lambda why: on_lost(name, LossKind.LEDGER, why),
+            on_lost=lambda why: self._lost(LossKind.LEDGER, why),
             on_delivered=self._delivered,
         )
         self.publishers: set[Peer] = set()
@@ -168,7 +168,7 @@ class OwnedTopic:
             batch = await self.log.append(pid, pseq, messages)
             stored = Known(batch.first_seq, batch.last_seq)
         except LedgerError as exc:
-            self._on_lost(self.name, LossKind.LEDGER, f"ledger failed: {exc}")
+            self._lost(LossKind.LEDGER, f"ledger failed: {exc}")
             raise TopicMovingError(f"topic {self.name!r} lost its log: {exc}") from None
         finally:
             if pseq:
@@ -264,6 +264,17 @@ class OwnedTopic:
 
     # leaving ------------------------------------------------------------------------------
 
+    def _lost(self, kind: LossKind, why: str) -> None:
+        """Report that this topic cannot go on here, if it is still the one being served.
+
+        Once lost or released, the hub may claim the topic again under the same name; a late
+        failure of this old incarnation (an append in flight fenced by the new one's recovery,
+        a consume mark it wrote first) must not take the new one down: that loop of claims and
+        losses left subscribers receiving nothing while publishing went on.
+        """
+        if self.state is TopicState.OPEN:
+            self._on_lost(self.name, kind, why)
+
     def _clients(self) -> set[Peer]:
         """The connections publishing to or subscribed to this topic."""
         peers = set(self.publishers)
@@ -310,6 +321,7 @@ class OwnedTopic:
         if self.log.broken is None:
             self.log.broken = LedgerError(f"ownership lost: {reason}")
         self._notify_moved(reason)
+        self.subs.stop_all()
 
     async def close_for_deletion(self, *, force: bool) -> tuple[LedgerRange, ...]:
         """Stop the topic so it can be deleted; its ledgers, to delete next.

@@ -164,7 +164,7 @@ class TopicSubscriptions:
     def consume(self, peer: Peer, name: str, seq: int) -> None:
         sub = self._attached(peer, name)
         if sub.consume(seq):
-            asyncio.get_running_loop().create_task(sub.flush())
+            sub.flush_soon()
 
     async def close(self, peer: Peer, name: str) -> None:
         sub = self._attached(peer, name)
@@ -180,6 +180,11 @@ class TopicSubscriptions:
     def detach_all(self) -> None:
         for sub in self.by_name.values():
             sub.detach_quietly()
+
+    def stop_all(self) -> None:
+        """The topic was lost (not handed off): no subscription writes its mark again."""
+        for sub in self.by_name.values():
+            sub.stop()
 
     def close_all(self, code: CloseReason, reason: str) -> None:
         for sub in self.by_name.values():

@@ -133,6 +133,7 @@ class Auditor:
         *,
         address: str,
         store: MetadataStore,
+        hub_id: str | None = None,
         replicas: Replicas,
         local: LocalStorage,
         wanted_size: WantedSize,
@@ -141,6 +142,8 @@ class Auditor:
         clock: Clock | None = None,
     ) -> None:
         self.address = address
+        # How ledgers name this hub's replicas (``hedwig.hub.identity``).
+        self.hub_id = hub_id or address
         self.store = store
         self.local = local
         self.replicas = replicas
@@ -166,10 +169,14 @@ class Auditor:
     async def run_once(self) -> AuditReport:
         report = AuditReport()
         report.orphans_deleted = await self.collect_orphans()
-        alive = sorted(h.address for h in await self.store.hubs.list_hubs() if h.alive)
-        if self.address not in alive:
+        hubs = [h for h in await self.store.hubs.list_hubs() if h.alive]
+        # Ensembles name replicas by hub id; a ledger from before ids names them by address.
+        ids = {h.storage_id for h in hubs}
+        alive = ids | {h.address for h in hubs}
+        order = sorted(ids)
+        if self.hub_id not in order:
             return report
-        position, members = alive.index(self.address), len(alive)
+        position, members = order.index(self.hub_id), len(order)
         mine: list[tuple[LedgerMetadata, Version]] = []
         for lid in await self.store.ledgers.list_ledgers():
             if lid % members != position:
@@ -178,7 +185,7 @@ class Auditor:
             if got is not None and got.value.state is LedgerState.CLOSED:
                 mine.append((got.value, got.version))
         seen = {a for md, _ in mine for _, e in md.fragments for a in e}
-        waiting = self._waiting(set(alive), seen)
+        waiting = self._waiting(alive, seen)
         for md, version in mine:
             lid = md.ledger_id
             report.checked += 1
@@ -186,7 +193,7 @@ class Auditor:
                 wanted = await self.wanted_size(md.topic)
             except HedwigError:
                 wanted = md.ensemble_size
-            health = await inspect(md, self.replicas, set(alive), wanted, waiting)
+            health = await inspect(md, self.replicas, alive, wanted, waiting)
             if not health.under_replicated:
                 continue
             report.under_replicated.append(health)
@@ -194,7 +201,7 @@ class Auditor:
                 report.waiting += 1
                 continue
             try:
-                await self.repair(md, version, health, set(alive))
+                await self.repair(md, version, health, alive, spares=ids)
                 report.repaired += 1
             except HedwigError as exc:
                 report.failed += 1
@@ -227,15 +234,23 @@ class Auditor:
             self.copied_bytes[kind] += len(payload)
 
     async def repair(
-        self, md: LedgerMetadata, version: Version, health: LedgerHealth, alive: set[str]
+        self,
+        md: LedgerMetadata,
+        version: Version,
+        health: LedgerHealth,
+        alive: set[str],
+        spares: set[str] | None = None,
     ) -> None:
+        """``alive``: every name of an alive hub (its id and its address); ``spares``: the
+        names new replicas are given (alive hubs' ids; default ``alive``)."""
         everyone = {a for _, e in md.fragments for a in e}
+        names = alive if spares is None else spares
         healthy = alive - set(health.dead)
         # 1. replace dead replicas, fragment by fragment
         fragments = list(md.fragments)
         for first, last, ensemble in _fragments(md):
             for dead in [a for a in ensemble if a in health.dead]:
-                spare = sorted(alive - everyone)
+                spare = sorted(names - everyone)
                 if not spare:
                     raise HedwigError(f"no spare hub to replace {dead}")
                 new = self.rng.choice(spare)
@@ -272,7 +287,7 @@ class Auditor:
             and md.ensemble_size == md.write_quorum
             and len(current) < health.wanted
         ):
-            spare = sorted(alive - set(current) - set(health.dead))
+            spare = sorted(names - set(current) - set(health.dead))
             extra = spare[: health.wanted - len(current)]
             for new in extra:
                 await self._copy(

@@ -40,6 +40,10 @@ from hedwig.metadata.records import LedgerMetadata, LedgerState, Versioned
 
 log = logging.getLogger(__name__)
 
+# A replica that has not returned an entry in this long is not waited for alone: the next
+# replica of the entry's write set is asked too (see ``read_entry``).
+SPECULATIVE_READ_S = 0.25
+
 # Chooses replicas to stand in for unreachable ones in a recovery: (how many, names to avoid).
 Replacements = Callable[[int, frozenset[str]], Awaitable[list[str]]]
 Fragments = tuple[tuple[int, tuple[str, ...]], ...]
@@ -197,18 +201,49 @@ async def read_entry(
     """Read one entry from the first replica of its write set that has it.
 
     Replicas are tried local first and recently failed ones last; ``among`` limits the
-    replicas asked (recovery asks only those that answered its fence).
+    replicas asked (recovery asks only those that answered its fence). A replica that has
+    not answered within ``SPECULATIVE_READ_S`` is not waited for alone: the next one is asked
+    too and the first answer wins (BookKeeper's speculative reads). Without this a read
+    waited out a whole storage timeout for a hub that was cut off but not yet known to be,
+    e.g. a new owner reading the end of a log back while one replica's hub was partitioned.
     """
-    last: Exception | None = None
-    targets = [a for a in write_set(md, entry_id) if among is None or a in among]
-    for address in replicas.preferred(targets):
-        try:
-            return await replicas.node(address).read_entry(md.ledger_id, entry_id)
-        except NoSuchEntryError as exc:
-            last = exc
-        except Exception as exc:
-            replicas.suspect(address)
-            last = exc
+    targets = replicas.preferred(
+        [a for a in write_set(md, entry_id) if among is None or a in among]
+    )
+    last: BaseException | None = None
+    pending: dict[asyncio.Future[bytes], str] = {}
+    untried = iter(targets)
+
+    def ask_next() -> bool:
+        address = next(untried, None)
+        if address is None:
+            return False
+        read = replicas.node(address).read_entry(md.ledger_id, entry_id)
+        pending[asyncio.ensure_future(read)] = address
+        return True
+
+    try:
+        ask_next()
+        while pending:
+            done, _ = await asyncio.wait(
+                pending, timeout=SPECULATIVE_READ_S, return_when=asyncio.FIRST_COMPLETED
+            )
+            if not done:
+                ask_next()  # the slow one stays asked
+                continue
+            for fut in done:
+                address = pending.pop(fut)
+                exc = fut.exception()
+                if exc is None:
+                    return fut.result()
+                if not isinstance(exc, NoSuchEntryError):
+                    replicas.suspect(address)
+                last = exc
+            if not pending:
+                ask_next()
+    finally:
+        for fut in pending:
+            fut.cancel()
     if isinstance(last, NoSuchEntryError) or last is None:
         raise last or NoSuchEntryError(f"ledger {md.ledger_id} entry {entry_id}: no replica")
     raise NotEnoughReplicasError(

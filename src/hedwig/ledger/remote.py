@@ -41,10 +41,14 @@ class RemoteStorage:
         clock: Clock | None = None,
         resolve: Resolve | None = None,
         forget: Callable[[str], None] | None = None,
+        on_failure: Callable[[str], None] | None = None,
     ) -> None:
         self.address = address
         self._resolve = resolve
         self._forget = forget
+        # Told of every request that failed other than by the replica's answer (the hub's
+        # directory marks the replica suspect: reads try it last, placement avoids its hub).
+        self._on_failure = on_failure
         self._timeout = timeout_s
         self._network = network
         self._clock = clock or SystemClock()
@@ -77,6 +81,8 @@ class RemoteStorage:
         except (LedgerFencedError, NoSuchEntryError):
             raise
         except HedwigError as exc:
+            if self._on_failure is not None:
+                self._on_failure(self.address)
             raise NotEnoughReplicasError(f"storage replica {self.address}: {exc}") from exc
 
     async def add_entry(

@@ -68,6 +68,10 @@ class LocalFirstReplicas:
     def suspect(self, address: str) -> None:
         self._suspects[address] = self._clock.monotonic() + SUSPECT_FOR_S
 
+    def suspected(self, address: str) -> bool:
+        """``address`` failed a request within ``SUSPECT_FOR_S``."""
+        return self._suspects.get(address, 0.0) > self._clock.monotonic()
+
     def node(self, address: str) -> StorageNode:
         if address == self.local.address:
             return self.local
@@ -79,6 +83,7 @@ class LocalFirstReplicas:
                 clock=self._clock,
                 resolve=self._resolve,
                 forget=self._forget,
+                on_failure=self.suspect,
             )
         return node
 

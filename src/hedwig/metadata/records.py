@@ -95,6 +95,9 @@ class HubLoad:
     # The hub's internal (hub-to-hub) listener, if it has one: where other hubs send storage
     # and claim requests (``hedwig.hub.peers``).
     internal: str = ""
+    # The hub's stable id (``hedwig.hub.identity``): what ledger ensembles name its replicas
+    # by, so they stay reachable when the hub comes back on another address.
+    hub_id: str = ""
 
     def to_json(self) -> bytes:
         d = asdict(self)
@@ -118,6 +121,12 @@ class HubStatus:
     alive: bool
     epoch: int = 0
     load: HubLoad | None = None
+
+    @property
+    def storage_id(self) -> str:
+        """How ledger ensembles name this hub's replicas: its id, or (a hub from before ids,
+        whose ledgers name it by address) its address."""
+        return self.load.hub_id if self.load is not None and self.load.hub_id else self.address
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -102,7 +103,8 @@ class RemoteWorkload:
 async def _child() -> None:
     # the workload's progress and the client's warnings go to the log (stderr)
     logging.basicConfig(
-        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=os.environ.get("HEDWIG_LOG_LEVEL", "WARNING"),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     logging.getLogger("tests.failure.history").setLevel(logging.INFO)
     loop = asyncio.get_running_loop()
