@@ -23,7 +23,8 @@ import pytest
 
 from controlplane import cluster
 from controlplane.node import NodeError, node_dir
-from hedwig.net.transport import P, TcpNetwork, split_address
+from hedwig.net.transport import TcpNetwork
+from hedwig.security import ClientSecurity
 
 ROOT = Path(__file__).resolve().parents[1]
 IMAGES_BUILD = ROOT / "images" / "build.sh"
@@ -166,16 +167,21 @@ class ClusterDNSNetwork(TcpNetwork):
     """TCP for a client outside the cluster that asks the cluster's DNS for the hubs' names:
     the addresses hubs advertise (``<pod>.<pool>-headless.<ns>.svc:4080``) and the client
     Service's name resolve to pod and Service IPs, which the host reaches (the pod bridge and
-    kube-proxy). What a laptop on a VPN into the cluster's network does."""
+    kube-proxy). What a laptop on a VPN into the cluster's network does. With ``security``,
+    TLS as the client would do it, checking the hubs' certificates against the names dialled
+    (the pool's certificate covers its Services' names, not pod IPs)."""
 
-    def __init__(self, dns: tuple[str, int]) -> None:
-        super().__init__()
+    def __init__(self, dns: tuple[str, int], security: ClientSecurity | None = None) -> None:
+        reload = security.reload if security else None
+        super().__init__(
+            client_tls=security.tls if security else None,
+            before_connect=reload.reload_if_changed if reload else None,
+        )
         self.dns = dns
 
-    async def connect(self, address: str, factory: Callable[[], P], *, timeout_s: float) -> P:
-        host, port = split_address(address)
+    async def resolve(self, host: str) -> str:
         if host.endswith(".svc"):
             host += ".cluster.local"
         if host.endswith(".cluster.local"):
-            host = await asyncio.to_thread(dns_lookup, host, self.dns)
-        return await super().connect(f"{host}:{port}", factory, timeout_s=timeout_s)
+            return await asyncio.to_thread(dns_lookup, host, self.dns)
+        return host

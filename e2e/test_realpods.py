@@ -17,11 +17,11 @@ Measured figures are printed (``-s``) and collected in ``FIGURES``.
 from __future__ import annotations
 
 import asyncio
+import base64
 import importlib.util
 import itertools
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -41,6 +41,8 @@ from controlplane import cluster
 from controlplane.node import NODE_IP, NODE_NAME, RealCluster
 from hedwig.client import HedwigClient, SyncClient
 from hedwig.devcluster.zookeeper import ZooKeeperServer, free_port
+from hedwig.errors import AuthenticationError
+from hedwig.security import ClientSecurity
 from hedwig_e2e import topic_owner
 from realpods import (
     ROOT,
@@ -64,6 +66,7 @@ POOL = "hedwig"
 HUB_SELECTOR = f"app.kubernetes.io/name=hedwig-hub,app.kubernetes.io/instance={POOL}"
 STORAGE_CLASS = "e2e-local"
 HUB_IMAGE = "hedwig-hub:0.1.0"
+GREETER = "greeter"
 FIGURES: dict[str, float] = {}
 
 
@@ -73,6 +76,9 @@ class Release:
     cp: cluster.ControlPlane
     zk: str
     volumes: Path
+    # The identity of the clients outside the cluster: a ``tls`` HedwigUser allowed every
+    # topic (the chart secures the pool by default), set once the operator has issued it.
+    security: ClientSecurity | None = None
 
     def hub_pods(self) -> list[dict[str, Any]]:
         return pods(self.cp, NS, HUB_SELECTOR)
@@ -88,8 +94,19 @@ class Release:
     def hubpool(self) -> dict[str, Any]:
         return self.cp.kubectl_json("get", "hubpool", POOL, "-n", NS)  # type: ignore[no-any-return]
 
-    def network(self) -> ClusterDNSNetwork:
-        return ClusterDNSNetwork((NODE_IP, self.rc.dns_port))
+    def network(self, security: ClientSecurity | None = None) -> ClusterDNSNetwork:
+        return ClusterDNSNetwork((NODE_IP, self.rc.dns_port), security or self.security)
+
+    def user_files(self, name: str) -> Path:
+        """The Secret the operator issued a ``tls`` HedwigUser (``ca.crt``, ``tls.crt``,
+        ``tls.key``), written to files for a client outside the cluster."""
+        wait_for(f"HedwigUser {name} Ready", lambda: _user_ready(self.cp, name), 60)
+        secret = self.cp.kubectl_json("get", "secret", name, "-n", NS)
+        d = self.volumes.parent / "users" / name
+        d.mkdir(parents=True, exist_ok=True)
+        for key, value in secret["data"].items():
+            (d / key).write_bytes(base64.b64decode(value))
+        return d
 
     def bootstrap(self) -> list[str]:
         """The client Service, as a client outside the cluster names it."""
@@ -153,7 +170,12 @@ def _run_workload(rel: Release, topics: list[str], action: Any, rate: float = 10
 
     async def go() -> History:
         load = Workload(
-            rel.bootstrap(), topics, rate=rate, network=rel.network(), retry_deadline_s=120
+            rel.bootstrap(),
+            topics,
+            rate=rate,
+            network=rel.network(),
+            security=rel.security,
+            retry_deadline_s=120,
         )
         await load.start()
         await asyncio.sleep(3)
@@ -166,25 +188,14 @@ def _run_workload(rel: Release, topics: list[str], action: Any, rate: float = 10
     return history
 
 
-#: What the history check reports when a subscriber stops receiving a topic's tail.
-STALLED = re.compile(r"^\S+/checker-\d+: received up to \d+, the log ends at \d+$")
-
-
 def _check(history: History) -> None:
-    """The failure harness's history check. Every property is enforced, with one exception
-    reported as an expected failure rather than passed over: a subscriber that stopped
-    receiving a topic after a hub pod was force-deleted or killed (seen on real pods in about
-    one run of three, never with local processes; docs/deploying.md, "Known issues"). The log
-    itself (nothing acknowledged lost, no duplicates, per-publisher order) is always checked."""
-    try:
-        check(history)
-    except AssertionError as exc:
-        lines = str(exc).splitlines()
-        end = next((i for i, line in enumerate(lines) if line.startswith("assert ")), len(lines))
-        problems = lines[:end]
-        if problems and all(STALLED.match(line) for line in problems):
-            pytest.xfail(f"subscriber stalled after a failover: {'; '.join(problems)}")
-        raise
+    """The failure harness's history check, every property enforced: nothing acknowledged
+    lost, no duplicates, per-publisher order, and every subscriber receiving every topic's
+    whole log. (A subscriber that stopped receiving a topic after a hub pod was force-deleted
+    or killed was once reported here as an expected failure: when the pod came back, the hubs'
+    self-balancing handed topics to it, and a subscriber that was not also publishing on its
+    connection was never told the topic moved. Fixed in the hub; docs/deploying.md.)"""
+    check(history)
 
 
 def _longest_pause(history: History) -> float:
@@ -200,6 +211,9 @@ def _longest_pause(history: History) -> float:
 
 
 def _client_pod(name: str, command: str) -> dict[str, Any]:
+    """A pod running ``hedwig`` from the hub image as the ServiceAccount ``greeter``: its
+    projected token (audience ``hedwig``) is found where the client looks by default, and it
+    trusts the pool's CA from the ConfigMap the operator publishes (docs/security.md)."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -207,21 +221,103 @@ def _client_pod(name: str, command: str) -> dict[str, Any]:
         "spec": {
             "restartPolicy": "Never",
             "terminationGracePeriodSeconds": 1,
-            "securityContext": {"runAsNonRoot": True, "runAsUser": 10001},
+            "serviceAccountName": GREETER,
+            "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "fsGroup": 10001},
             "containers": [
                 {
                     "name": "client",
                     "image": HUB_IMAGE,
                     "imagePullPolicy": "IfNotPresent",
                     "command": ["sh", "-c", command],
+                    "env": [{"name": "HEDWIG_TLS_CA", "value": "/etc/hedwig-ca/ca.crt"}],
                     "securityContext": {
                         "readOnlyRootFilesystem": True,
                         "allowPrivilegeEscalation": False,
                     },
+                    "volumeMounts": [
+                        {"name": "token", "mountPath": "/var/run/secrets/hedwig", "readOnly": True},
+                        {"name": "ca", "mountPath": "/etc/hedwig-ca", "readOnly": True},
+                    ],
                 }
+            ],
+            "volumes": [
+                {
+                    "name": "token",
+                    "projected": {
+                        "sources": [
+                            {
+                                "serviceAccountToken": {
+                                    "audience": "hedwig",
+                                    "expirationSeconds": 3600,
+                                    "path": "token",
+                                }
+                            }
+                        ]
+                    },
+                },
+                {"name": "ca", "configMap": {"name": f"{POOL}-ca-cert"}},
             ],
         },
     }
+
+
+def _hedwig_user(
+    name: str, authentication: dict[str, Any], acls: list[dict[str, Any]]
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "hedwig.io/v1alpha1",
+        "kind": "HedwigUser",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"pool": POOL, "authentication": authentication, "authorization": {"acls": acls}},
+    }
+
+
+def _user_ready(cp: cluster.ControlPlane, name: str) -> bool:
+    got = cp.kubectl("get", "hedwiguser", name, "-n", NS, "-o", "json", check=False)
+    if got.returncode != 0:
+        return False
+    conditions = (json.loads(got.stdout).get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def _topics(prefix: str, operations: list[str], pattern: str = "prefix") -> list[dict[str, Any]]:
+    return [{"resource": {"name": prefix, "patternType": pattern}, "operations": operations}]
+
+
+def _secure_clients(rel: Release) -> None:
+    """The pool is secured (the chart's default): a client with no identity, or without TLS,
+    is refused. The clients outside get a ``tls`` HedwigUser allowed every topic; the client
+    pods run as the ServiceAccount ``greeter``, whose HedwigUser allows ``greetings`` only."""
+    cp = rel.cp
+    ca_pem = cp.kubectl_json("get", "configmap", f"{POOL}-ca-cert", "-n", NS)["data"]["ca.crt"]
+    ca = rel.volumes.parent / "pool-ca.crt"
+    ca.write_text(ca_pem)
+    for security, refusal in (
+        (None, "TLS connections only"),
+        (ClientSecurity.build(tls_ca=str(ca)), "needs an identity"),
+    ):
+        anonymous = SyncClient(rel.bootstrap(), network=rel.network(security), security=security)
+        try:
+            with pytest.raises(AuthenticationError, match=refusal):
+                anonymous.publish("greetings", b"anonymous")
+        finally:
+            anonymous.close()
+
+    every_topic = ["create", "publish", "subscribe", "read", "describe"]
+    cp.apply(_hedwig_user("outside", {"type": "tls"}, _topics("", every_topic)))
+    cp.kubectl("create", "serviceaccount", GREETER, "-n", NS)
+    cp.apply(
+        _hedwig_user(
+            GREETER,
+            {"type": "serviceAccount", "serviceAccount": GREETER},
+            _topics("greetings", ["create", "publish", "subscribe"], "literal"),
+        )
+    )
+    wait_for(f"HedwigUser {GREETER} Ready", lambda: _user_ready(cp, GREETER), 60)
+    d = rel.user_files("outside")
+    rel.security = ClientSecurity.build(
+        tls_ca=str(d / "ca.crt"), cert=str(d / "tls.crt"), key=str(d / "tls.key")
+    )
 
 
 def _pod_phase(cp: cluster.ControlPlane, name: str) -> str:
@@ -260,6 +356,7 @@ def test_helm_install_runs_the_operator_and_ready_hubs_on_real_pods(release: Rel
     status = wait_for("the HubPool Ready with 3 alive hubs", pool_ready, 120)
     advertised = {h["address"] for h in status["hubs"]}
     assert advertised == {f"{POOL}-{i}.{POOL}-headless.{NS}.svc:4080" for i in range(3)}
+    _secure_clients(rel)
 
     # A Topic applied with kubectl gets an owner among the hubs.
     cp.apply(
@@ -319,7 +416,15 @@ def test_helm_install_runs_the_operator_and_ready_hubs_on_real_pods(release: Rel
 
     wait_for("the inside subscriber to receive the whole log", inside_got_everything, 60)
     print(f"outside: {history.acked_count} acknowledged, inside: {inside} published")
-    cp.kubectl("delete", "pod", "inside-sub", "inside-pub", "-n", NS, "--wait=false")
+
+    # The same ServiceAccount is refused a topic its HedwigUser does not name.
+    cp.apply(_client_pod("inside-denied", f"echo no | exec hedwig pub --hub {POOL}:4080 weather"))
+    wait_for("the refused publisher done", lambda: _pod_phase(cp, "inside-denied") == "Failed", 90)
+    refused = cp.kubectl("logs", "inside-denied", "-n", NS).stdout
+    assert f"system:serviceaccount:{NS}:{GREETER} may not publish" in refused, refused
+    cp.kubectl(
+        "delete", "pod", "inside-sub", "inside-pub", "inside-denied", "-n", NS, "--wait=false"
+    )
 
 
 def topics(test: str) -> list[str]:
@@ -557,8 +662,21 @@ def test_spark_heatmap_job_runs_on_kubernetes_driver_and_executor_pods(release: 
         "create", "token", "spark-submitter", "-n", NS, "--duration=1h"
     ).stdout.strip()
 
+    # The driver and executors reach the secured hubs as a ``tls`` HedwigUser allowed the
+    # ``spark.`` topics: its Secret mounted in every pod, named by the HEDWIG_* variables the
+    # Hedwig source and sink fall back to (spark-apps/hedwig_spark/options.py).
+    every = ["create", "publish", "subscribe", "read", "describe"]
+    cp.apply(_hedwig_user("spark-heatmap", {"type": "tls"}, _topics("spark.", every)))
+    wait_for("HedwigUser spark-heatmap Ready", lambda: _user_ready(cp, "spark-heatmap"), 60)
+    user_dir = "/etc/hedwig-user"
+    user_env = {
+        "HEDWIG_TLS_CA": f"{user_dir}/ca.crt",
+        "HEDWIG_CERT": f"{user_dir}/tls.crt",
+        "HEDWIG_KEY": f"{user_dir}/tls.key",
+    }
+
     grid = Grid(topic_prefix="spark.quadrant")
-    client = SyncClient(rel.bootstrap(), network=rel.network())
+    client = SyncClient(rel.bootstrap(), network=rel.network(), security=rel.security)
     try:
         for p in _script(grid):
             client.publish(grid.topic_at(p.x, p.y), p.to_json(), key=p.vehicle.encode())
@@ -579,6 +697,10 @@ def test_spark_heatmap_job_runs_on_kubernetes_driver_and_executor_pods(release: 
         "spark.kubernetes.executor.deleteOnTermination": "false",
         "spark.kubernetes.submission.waitAppCompletion": "true",
         "spark.kubernetes.report.interval": "5s",
+        "spark.kubernetes.driver.secrets.spark-heatmap": user_dir,
+        "spark.kubernetes.executor.secrets.spark-heatmap": user_dir,
+        **{f"spark.kubernetes.driverEnv.{k}": v for k, v in user_env.items()},
+        **{f"spark.executorEnv.{k}": v for k, v in user_env.items()},
     }
     argv = [str(ROOT / "spark-apps" / "k8s" / "spark-submit.sh")]
     for key, value in conf.items():
@@ -636,7 +758,7 @@ def test_spark_heatmap_job_runs_on_kubernetes_driver_and_executor_pods(release: 
 
 
 async def _read_topic(rel: Release, topic: str) -> list[tuple[int, bytes]]:
-    client = HedwigClient(rel.bootstrap(), network=rel.network())
+    client = HedwigClient(rel.bootstrap(), network=rel.network(), security=rel.security)
     try:
         return await read_all(client, topic)
     finally:

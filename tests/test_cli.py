@@ -323,3 +323,55 @@ def test_topic_mode_spreads_subscribers_and_shows_the_plan(dev: Cli) -> None:
     assert single.returncode == 0 and json.loads(single.stdout)[0]["mode"] == "single"
     rows = {r["topic"]: r for r in json.loads(dev("topics", "--json").stdout)}
     assert rows["hotcli"]["mode"] == "single" and rows["hotcli"]["hubs"] == []
+
+
+def test_dev_up_secure_prints_its_credentials_and_the_commands_use_them(tmp_path: Path) -> None:
+    """``hedwig dev up --secure``: the line it prints names the credentials' directory, whose
+    ``env`` file makes every command the super-user; without it a command is refused, and
+    alice (no ACLs) is refused with her name, the operation and the topic."""
+    cli = Cli(tmp_path / "dev.json")
+    log_path = tmp_path / "up.log"
+    with open(log_path, "w+b") as log:
+        up = subprocess.Popen(
+            [sys.executable, "-m", "hedwig", "dev", "up", "--hubs", "2", "--secure"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=cli.env,
+        )
+        try:
+            deadline = time.monotonic() + 90
+            while b"READY" not in log_path.read_bytes():
+                assert up.poll() is None, log_path.read_text()
+                assert time.monotonic() < deadline, "dev up --secure did not become ready"
+                time.sleep(0.2)
+            (line,) = [x for x in log_path.read_text().splitlines() if x.startswith("SECURE")]
+            directory = Path(line.split()[3].rstrip(":"))
+            admin: dict[str, str] = {}
+            for entry in (directory / "env").read_text().splitlines():
+                name, _, value = entry.removeprefix("export ").partition("=")
+                admin[name] = value
+            assert {"HEDWIG_TLS_CA", "HEDWIG_CERT", "HEDWIG_KEY"} <= set(admin)
+            as_admin, as_alice = Cli(tmp_path / "dev.json"), Cli(tmp_path / "dev.json")
+            as_admin.env.update(admin)
+            done = as_admin("pub", "greetings", input="hello\n")
+            assert done.returncode == 0, done.stderr
+            assert done.stdout == "1\thello\n"
+            done = cli("pub", "greetings", input="anonymous\n")
+            assert done.returncode != 0 and "TLS connections only" in done.stderr
+            as_alice.env.update(
+                admin,
+                HEDWIG_CERT=str(directory / "alice.crt"),
+                HEDWIG_KEY=str(directory / "alice.key"),
+            )
+            done = as_alice("pub", "greetings", input="alice\n")
+            assert done.returncode != 0
+            assert "alice may not publish topic 'greetings'" in done.stderr
+            got = as_admin("sub", "greetings", "--peek", "--count", "1")
+            assert got.returncode == 0, got.stderr
+            assert got.stdout.split("\t")[-1] == "hello\n"
+        finally:
+            cli("dev", "down")
+            try:
+                up.wait(60)
+            except subprocess.TimeoutExpired:
+                up.kill()

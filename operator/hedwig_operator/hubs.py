@@ -94,7 +94,9 @@ class ClientHubRequests:
         return None
 
     async def delete(self, addresses: Sequence[str], topic: str, timeout_s: float) -> str | None:
-        async with HedwigClient(list(addresses), request_timeout_s=timeout_s) as client:
+        async with HedwigClient(
+            list(addresses), request_timeout_s=timeout_s, security=self._security(addresses)
+        ) as client:
             try:
                 await asyncio.wait_for(client.delete_topic(topic, force=True), timeout_s)
             except NoSuchTopicError:

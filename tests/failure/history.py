@@ -63,6 +63,7 @@ class Workload:
         # None: TCP, with TLS when ``security`` asks for it (the client builds it).
         self.hubs = hubs
         self.security = security
+        # None: each client's own (TCP, with TLS when ``security`` asks for it).
         self.network = network
         self.topics = topics
         self.publishers = publishers

@@ -13,12 +13,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoAuthError
+from kazoo.security import Permissions as KazooPermissions
 
 from hedwig.client import HedwigClient, RetryPolicy
 from hedwig.devcluster.cluster import DevCluster
 from hedwig.devcluster.zookeeper import free_port
 from hedwig.errors import DeadlineExceededError
 from hedwig.metadata import open_store
+from hedwig.metadata.layout import Layout
 from hedwig.security import ClientSecurity
 from tests.cluster_helpers import eventually, owner_of
 from tests.failure.history import Workload, check, read_all
@@ -252,6 +256,34 @@ async def test_secure_kill9_storage_replica_under_load(secure_cluster: DevCluste
         next(h for h in secure_cluster.hub_procs if h.address != owner).kill()
 
     await run_secure(secure_cluster, fault, after=SESSION + 3)
+
+
+async def test_secure_zookeeper_restarted_under_load(secure_cluster: DevCluster) -> None:
+    """ZooKeeper restarted under a secured cluster's load: the hubs authenticate again with
+    their digest on the new connection, the records written after the restart carry the same
+    ACLs (readable by all, changed only with the digest), and nothing is lost."""
+    zk = secure_cluster.zk_server
+    assert zk is not None
+
+    async def fault() -> None:
+        await asyncio.get_running_loop().run_in_executor(None, zk.restart)
+
+    await run_secure(secure_cluster, fault, after=SESSION + 4)
+    layout = Layout(secure_cluster.region)
+    outsider = KazooClient(hosts=secure_cluster.zk)
+    outsider.start(timeout=10)
+    try:
+        for topic in TOPICS:
+            owner = layout.owner(topic)
+            acls, _ = outsider.get_acls(owner)
+            assert {a.id.scheme for a in acls} == {"digest", "world"}, acls
+            world = next(a for a in acls if a.id.scheme == "world")
+            assert world.perms == KazooPermissions.READ, acls
+            with pytest.raises(NoAuthError):
+                outsider.delete(owner)
+    finally:
+        outsider.stop()
+        outsider.close()
 
 
 async def test_a_hub_back_on_another_address_keeps_its_replicas(tmp_path: Path) -> None:

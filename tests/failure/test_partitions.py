@@ -172,6 +172,39 @@ async def test_owner_cut_off_from_replicas(lc: LabCluster) -> None:
     assert_failover(out)
 
 
+# The same two failovers on a secured cluster: TLS and ACLs on the client listeners, the
+# storage writes, recovery and fencing of the takeover over the hubs' mutual-TLS internal
+# listeners, ZooKeeper records under their digest ACLs; the clients are the super-user.
+
+
+@pytest.fixture
+def secure_lc(lab: Lab, lab_dir: Path) -> Iterator[LabCluster]:
+    with LabCluster(lab, lab_dir, session_timeout_s=SESSION, secure=True) as made:
+        yield made
+
+
+async def test_secure_owner_cut_off_from_zookeeper(secure_lc: LabCluster) -> None:
+    lc = secure_lc
+    assert lc.dev.security is not None
+
+    async def inject(victim: str) -> None:
+        lc.add_fault(cut(lc.hub_node(victim), [lc.zk_node]))
+
+    out = await scenario(lc, "secured: owner cut off from ZooKeeper", inject, takeover=True)
+    assert_failover(out)
+
+
+async def test_secure_owner_cut_off_from_replicas(secure_lc: LabCluster) -> None:
+    lc = secure_lc
+    assert lc.dev.security is not None
+
+    async def inject(victim: str) -> None:
+        lc.add_fault(cut(lc.hub_node(victim), lc.other_hubs(victim)))
+
+    out = await scenario(lc, "secured: owner cut off from its replicas", inject)
+    assert_failover(out)
+
+
 async def test_client_cut_off_from_owner(lc: LabCluster) -> None:
     """The clients cannot reach a healthy owner; the other hubs send them back to it. Nothing
     can move (the owner is fine), so publishes wait out the partition and then go through."""

@@ -4,16 +4,25 @@ re-authentication, cluster admin for /drain, and the client's errors."""
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
+import shutil
+import socket
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
 
-from hedwig.errors import AuthenticationError, ForbiddenError, TlsError
+from hedwig.errors import AuthenticationError, ForbiddenError, NoSuchTopicError, TlsError
+from hedwig.hub import Hub
 from hedwig.metadata.acls import AclEntry, AclRule, Operation, PatternType, ResourceType
+from hedwig.metadata.memory import MemoryBackend
 from hedwig.metadata.records import ANY_VERSION, NEW_VERSION
 from hedwig.security import ClientSecurity
-from tests.security.conftest import SecureRegion
+from tests.security.conftest import SecureRegion, secure_config
+from tests.security.fixtures import Pki, TokenIssuer
 
 ORDERS = AclRule(
     principal="alice",
@@ -71,6 +80,100 @@ async def test_a_rule_allows_its_operations_on_its_topics_only(secure: SecureReg
     await settled(secure)
     async with secure.client(security=secure.security(cert="alice")) as alice:
         await alice.publish("orders.new", b"created")
+
+
+async def test_topic_lifecycle_requests_need_their_operations(secure: SecureRegion) -> None:
+    """Deleting a topic destroys its data (admin on the topic), resetting a subscription moves
+    its consume mark (subscribe), describing lists its subscriptions (describe); a user allowed
+    to publish and subscribe can do none of what it was not given, and nothing is changed by a
+    refused request."""
+    async with secure.client(security=secure.security(token_for="admin")) as admin:
+        sub = await admin.subscribe("orders.lifecycle", "reader")
+        for i in range(3):
+            await admin.publish("orders.lifecycle", b"m%d" % i)
+        for _ in range(3):
+            msg = await sub.next(5)
+        sub.consume(msg.seq)
+        await admin.close_subscription("orders.lifecycle", "reader")
+        await admin.publish("orders.doomed", b"x")
+    publisher = AclRule(
+        "alice",
+        frozenset({Operation.PUBLISH, Operation.SUBSCRIBE}),
+        name="orders.",
+        pattern=PatternType.PREFIX,
+    )
+    await grant(secure, "alice", publisher)
+    await settled(secure)
+    async with secure.client(security=secure.security(cert="alice")) as alice:
+        with pytest.raises(ForbiddenError, match=r"alice may not admin topic 'orders\.doomed'"):
+            await alice.delete_topic("orders.doomed", force=True)
+        with pytest.raises(ForbiddenError, match="alice may not describe topic"):
+            await alice.describe_topic("orders.lifecycle")
+        with pytest.raises(ForbiddenError, match="alice may not admin topic"):
+            await alice.move_topic("orders.lifecycle")
+        # Resetting needs subscribe only, as consuming does: alice may rewind the reader.
+        assert await alice.reset_subscription("orders.lifecycle", "reader") == 0
+    await grant(
+        secure,
+        "alice",
+        publisher,
+        AclRule(
+            "alice",
+            frozenset({Operation.ADMIN, Operation.DESCRIBE}),
+            name="orders.doomed",
+        ),
+    )
+    await settled(secure)
+    async with secure.client(security=secure.security(cert="alice")) as alice:
+        with pytest.raises(ForbiddenError, match="alice may not describe topic"):
+            await alice.describe_topic("orders.lifecycle")  # a literal rule: that topic only
+        assert (await alice.describe_topic("orders.doomed")).last_seq == 1
+        await alice.delete_topic("orders.doomed", force=True)
+    async with secure.client(security=secure.security(token_for="admin")) as admin:
+        described = await admin.describe_topic("orders.lifecycle")
+        assert described.last_seq == 3  # untouched by the refusals
+        with pytest.raises(NoSuchTopicError):
+            await admin.describe_topic("orders.doomed")
+    denied = sum(
+        h.metrics.auth_denied.labels("delete_topic", "forbidden")._value.get() for h in secure.hubs
+    )
+    assert denied >= 1
+
+
+async def test_every_refusal_is_an_audit_line_and_a_count(
+    secure: SecureRegion, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A refusal is written as one JSON line to ``hedwig.audit`` naming who, what, which topic,
+    why, from where and on which listener, and counted in ``hedwig_auth_denied_total``."""
+    await grant(secure, "alice", ORDERS)
+    await settled(secure)
+    caplog.set_level(logging.WARNING, logger="hedwig.audit")
+    async with secure.client(security=secure.security(cert="alice")) as alice:
+        with pytest.raises(ForbiddenError):
+            await alice.publish("payments", b"no")
+    async with secure.client(security=secure.security()) as anonymous:
+        with pytest.raises(AuthenticationError):
+            await anonymous.publish("orders.eu", b"no")
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "hedwig.audit"]
+    forbidden = [x for x in lines if x["reason"] == "forbidden"]
+    assert forbidden, lines
+    assert {k: forbidden[0][k] for k in ("event", "op", "principal", "topic", "listener")} == {
+        "event": "denied",
+        "op": "publish",
+        "principal": "alice",
+        "topic": "payments",
+        "listener": "client",
+    }
+    assert forbidden[0]["peer"].startswith("127.0.0.1:")
+    assert "alice may not publish topic 'payments'" in forbidden[0]["message"]
+    assert any(x["reason"] == "unauthenticated" and x["op"] == "publish" for x in lines), lines
+    counted = {
+        reason: sum(
+            h.metrics.auth_denied.labels("publish", reason)._value.get() for h in secure.hubs
+        )
+        for reason in ("forbidden", "unauthenticated")
+    }
+    assert counted["forbidden"] >= 1 and counted["unauthenticated"] >= 1, counted
 
 
 async def test_a_deny_rule_wins_and_patterns_match_principals(secure: SecureRegion) -> None:
@@ -157,6 +260,74 @@ async def test_drain_needs_loopback_or_a_cluster_admin(secure: SecureRegion) -> 
     )
     await settled(secure)
     assert await hub._drain_allowed("10.1.2.3", secure.issuer.token("alice"))
+
+
+def _outward_address() -> str | None:
+    """This machine's address on its default route (not loopback), if it has one."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.254", 9))  # nothing is sent: it only picks a route
+        except OSError:
+            return None
+        host = str(probe.getsockname()[0])
+    return None if host.startswith("127.") else host
+
+
+def _http(url: str, *, post: bool = False, token: str | None = None) -> tuple[int, str]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    request = urllib.request.Request(url, method="POST" if post else "GET", headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+async def test_http_drain_from_another_machine_needs_a_cluster_admin_token(
+    pki: Pki, issuer: TokenIssuer
+) -> None:
+    """The HTTP port listening on every interface: from this machine's outward address,
+    ``POST /drain`` is 403 without a token and with a token that may not administer the
+    cluster, and drains with a cluster admin's; ``/metrics`` and ``/healthz`` stay open;
+    from loopback (a preStop hook) draining needs nothing."""
+    outward = _outward_address()
+    if outward is None:
+        pytest.skip("no address but loopback")
+    region = SecureRegion(pki, issuer, MemoryBackend())
+    configs = [secure_config(pki, issuer, metrics_host="0.0.0.0", metrics_port=0), None]
+    try:
+        for config in configs:
+            hub = Hub(config or secure_config(pki, issuer), store=region.store())
+            await hub.start()
+            region.hubs.append(hub)
+        async with region.client(security=region.security(token_for="admin")) as admin:
+            await admin.publish("drained", b"x")
+        http = region.hubs[0]._http
+        assert http is not None
+        remote = f"http://{outward}:{http.port}"
+        local = f"http://127.0.0.1:{http.port}"
+
+        def calls() -> list[tuple[int, str]]:
+            return [
+                _http(remote + "/drain", post=True),
+                _http(remote + "/drain", post=True, token=issuer.token("alice")),
+                _http(remote + "/metrics"),
+                _http(remote + "/healthz"),
+                _http(remote + "/drain", post=True, token=issuer.token("admin")),
+                _http(local + "/drain", post=True),
+            ]
+
+        anonymous, alice, metrics, health, admin_drain, loopback = await asyncio.to_thread(calls)
+        assert anonymous == (403, "draining needs a local caller or an admin\n")
+        assert alice[0] == 403
+        assert metrics[0] == 200 and "hedwig_auth_denied_total" in metrics[1]
+        assert health == (200, "ok\n")
+        assert admin_drain[0] == 200 and admin_drain[1].startswith("released"), admin_drain
+        assert loopback[0] == 200, loopback
+    finally:
+        for hub in region.hubs:
+            await hub.stop()
+            shutil.rmtree(hub.config.data_dir, ignore_errors=True)
 
 
 async def test_acl_entries_round_trip_in_the_store(secure: SecureRegion) -> None:

@@ -220,20 +220,23 @@ async def test_every_frame_from_everyone_refused_and_nothing_changes(
 
     # (d) credentials that prove nothing.
     bad_tokens = {
-        "expired": secure.issuer.token("admin", expires_in_s=-120),
-        "audience": secure.issuer.token("admin", audience="someone-else"),
-        "unknown key": secure.issuer.token("admin", kid="key-2", key=_other_key()),
-        "signature": secure.issuer.token("admin", key=_other_key()),
-        "issuer": secure.issuer.token("admin", issuer="https://elsewhere.example"),
+        "has expired": secure.issuer.token("admin", expires_in_s=-120),
+        "not for audience": secure.issuer.token("admin", audience="someone-else"),
+        "a key issuer .* does not publish": secure.issuer.token(
+            "admin", kid="key-2", key=_other_key()
+        ),
+        "signature does not verify": secure.issuer.token("admin", key=_other_key()),
+        "issuer 'https://elsewhere.example' are not trusted": secure.issuer.token(
+            "admin", issuer="https://elsewhere.example"
+        ),
     }
     for why, token in bad_tokens.items():
-        with pytest.raises(AuthenticationError):
+        with pytest.raises(AuthenticationError, match=why):
             await HubConnection.open(
                 owner.address,
                 network=TcpNetwork(client_tls=secure.security().tls),
                 credentials=StaticToken(token),
             )
-        assert why
     foreign = ClientSecurity.build(
         tls_ca=secure.pki.path("hub-ca.crt"),
         cert=secure.pki.path("foreign-alice.crt"),
@@ -275,6 +278,8 @@ async def test_every_frame_from_everyone_refused_and_nothing_changes(
     denied = owner.metrics.auth_denied
     assert denied.labels("publish", "forbidden")._value.get() > 0
     assert denied.labels("add_entry", "internal_only")._value.get() > 0
+    for reason in ("expired", "audience", "unknown_key", "signature", "issuer"):
+        assert denied.labels("authenticate", reason)._value.get() > 0, reason
 
 
 def _other_key() -> rsa.RSAPrivateKey:

@@ -3,6 +3,7 @@ an internal listener each, protected znodes) with the ``hedwig`` commands agains
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 
@@ -108,8 +109,6 @@ def test_znodes_cannot_be_changed_by_another_zookeeper_client(cluster: DevCluste
 
 
 def test_hedwig_ledgers_reads_replicas_with_a_hub_certificate(cluster: DevCluster) -> None:
-    import json
-
     hubs = ",".join(cluster.addresses)
     admin = as_user(cluster, "admin")
     run(admin, "pub", "--hub", hubs, "ledgered", input="a\nb\n")
@@ -147,3 +146,44 @@ def read_lacs_answered(cluster: DevCluster) -> float:
                 if line.startswith('hedwig_requests_total{op="read_lac",status="ok"}'):
                     total += float(line.split()[-1])
     return total
+
+
+def test_lifecycle_commands_authenticate_and_need_their_operations(cluster: DevCluster) -> None:
+    """``hedwig topic``/``subscription`` with the security flags: a user without the
+    operation is refused with the principal, operation and topic named, and changes nothing;
+    the super-user describes, resets and deletes."""
+    hubs = ",".join(cluster.addresses)
+    admin = as_user(cluster, "admin")
+    code, _, err = run(admin, "pub", "--hub", hubs, "lifecycle.t", input="a\nb\n")
+    assert code == 0, err
+    code, _, err = run(admin, "subscription", "create", "--hub", hubs, "lifecycle.t", "reader")
+    assert code == 0, err
+    alice_env = as_user(cluster, "alice")
+    flags = [
+        "--tls-ca",
+        alice_env["HEDWIG_TLS_CA"],
+        "--cert",
+        alice_env["HEDWIG_CERT"],
+        "--cert-key",
+        alice_env["HEDWIG_KEY"],
+    ]
+    for args, refusal in (
+        (["topic", "describe"], "alice may not describe topic 'lifecycle.t'"),
+        (["topic", "delete", "--force"], "alice may not admin topic 'lifecycle.t'"),
+        (["subscription", "reset", "--earliest"], "alice may not subscribe topic 'lifecycle.t'"),
+    ):
+        target = ["lifecycle.t", "reader"] if args[0] == "subscription" else ["lifecycle.t"]
+        code, _, err = run({}, *args, "--hub", hubs, *flags, *target)
+        assert code != 0 and refusal in err, (args, err)
+    code, out, err = run(admin, "topic", "describe", "--hub", hubs, "--json", "lifecycle.t")
+    assert code == 0, err
+    described = json.loads(out)
+    assert (described["last_seq"], described["subscriptions"]) == (2, 1)  # nothing changed
+    code, _, err = run(
+        admin, "subscription", "reset", "--hub", hubs, "--earliest", "lifecycle.t", "reader"
+    )
+    assert code == 0, err
+    code, _, err = run(admin, "topic", "delete", "--hub", hubs, "--force", "lifecycle.t")
+    assert code == 0, err
+    code, _, err = run(admin, "topic", "describe", "--hub", hubs, "lifecycle.t")
+    assert code != 0

@@ -9,10 +9,15 @@ import shutil
 import ssl
 from pathlib import Path
 
+import pytest
 from cryptography import x509
 
+from hedwig.client import HedwigClient
+from hedwig.errors import UsageError
 from hedwig.hub import Hub
 from hedwig.metadata.memory import MemoryBackend
+from hedwig.net.transport import TCP, TcpNetwork
+from hedwig.security import ClientSecurity
 from hedwig.security.ca import CertificateAuthority
 from hedwig.security.tls import ReloadingCertificate, client_context
 from tests.security.conftest import SecureRegion, secure_config
@@ -73,3 +78,15 @@ async def _served_serial(address: str, pki: Pki) -> int:
     der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
     writer.close()
     return int(x509.load_der_x509_certificate(der).serial_number)
+
+
+def test_a_client_asked_for_tls_refuses_a_network_without_it(pki: Pki) -> None:
+    """A plain TCP network given beside security that asks for TLS would send the client's
+    token in the clear: refused at once, not silently plaintext."""
+    security = ClientSecurity.build(tls_ca=pki.path("hub-ca.crt"), token="secret")
+    with pytest.raises(UsageError, match="does none"):
+        HedwigClient(["127.0.0.1:1"], security=security, network=TCP)
+    with pytest.raises(UsageError, match="does none"):
+        HedwigClient(["127.0.0.1:1"], security=security, network=TcpNetwork())
+    # With TLS on the network it is what the client would have built itself.
+    HedwigClient(["127.0.0.1:1"], security=security, network=TcpNetwork(client_tls=security.tls))

@@ -24,6 +24,9 @@ from pathlib import Path
 
 import pytest
 
+from hedwig.client import SyncClient
+from hedwig.errors import AuthenticationError
+
 from .helpers import wait_for
 
 pytestmark = pytest.mark.timeout(400)
@@ -117,3 +120,53 @@ def test_demo_page_shows_heat_and_owner_hubs(tmp_path: Path) -> None:
     reader.join(5)
     assert demo.returncode == 0, (tmp_path / "demo.log").read_text()[-3000:]
     assert len(lines) == 1, lines  # exactly one line on stdout
+
+
+def test_the_secured_demo_runs_as_the_super_user(tmp_path: Path) -> None:
+    """``--secure``: the hubs are TLS and ACLs (``hedwig dev up --secure``); the simulator, the
+    watchers and the Spark job connect as the super-user, and the heat map fills with the
+    quadrants owned, as in the open demo (its page is the open demo's: the state it shows is
+    checked here)."""
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "demo.run_demo", "--duration", "300", "--secure"],
+        cwd=ROOT / "spark-apps",
+        stdout=subprocess.PIPE,
+        stderr=open(tmp_path / "demo.log", "wb"),  # noqa: SIM115
+        text=True,
+    )
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(demo.stdout or []), daemon=True)
+    reader.start()
+    try:
+        wait_for(lambda: bool(lines) or demo.poll() is not None, timeout=90, what="DEMO line")
+        assert lines, (tmp_path / "demo.log").read_text()[-3000:]
+        m = re.fullmatch(r"DEMO (http://127\.0\.0\.1:\d+/)\n", lines[0])
+        assert m, lines[0]
+        url = m.group(1)
+
+        def ready() -> bool:
+            assert demo.poll() is None, (tmp_path / "demo.log").read_text()[-3000:]
+            s = get_state(url)
+            cells, quadrants = s["cells"], s["quadrants"]
+            assert isinstance(cells, list) and isinstance(quadrants, list)
+            return len(cells) >= 10 and all(q["owner"] for q in quadrants)
+
+        wait_for(ready, timeout=240, what="heat map with owners")
+        quadrants = get_state(url)["quadrants"]
+        assert isinstance(quadrants, list)
+        plaintext = SyncClient([quadrants[0]["owner"]])
+        try:  # the hubs the demo works with are secured
+            with pytest.raises(AuthenticationError, match="TLS connections only"):
+                plaintext.publish("not-allowed", b"x")
+        finally:
+            plaintext.close()
+    finally:
+        if demo.poll() is None:
+            demo.send_signal(signal.SIGINT)
+        try:
+            demo.wait(90)
+        except subprocess.TimeoutExpired:
+            demo.kill()
+            raise
+    reader.join(5)
+    assert demo.returncode == 0, (tmp_path / "demo.log").read_text()[-3000:]

@@ -105,6 +105,16 @@ class HedwigClient:
         self.retry = retry or RetryPolicy()
         self.clock = clock or SystemClock()
         self.security = security or ClientSecurity()
+        if (
+            isinstance(network, TcpNetwork)
+            and network.client_tls is None
+            and self.security.tls is not None
+        ):
+            # Plain TCP given with TLS asked for would send the credentials in the clear.
+            raise UsageError(
+                "security asks for TLS but the network given does none: leave network out, "
+                "or give a TcpNetwork with client_tls"
+            )
         if network is None:
             reload = self.security.reload
             network = (

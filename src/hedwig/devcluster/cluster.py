@@ -211,7 +211,10 @@ class DevCluster:
             self._tmp = tempfile.TemporaryDirectory(prefix="hedwig-dev-")
             self.base_dir = self._tmp.name
         if self.secure:
-            self.security = DevSecurity.create(os.path.join(self.base_dir, "security"))
+            hosts = {"127.0.0.1", *(h.address for h in self.hub_hosts)}
+            self.security = DevSecurity.create(
+                os.path.join(self.base_dir, "security"), ip_addresses=sorted(hosts)
+            )
         self.zk_server = ZooKeeperServer(
             port=self.zk_port if port_free(self.zk_port) else 0,
             data_dir=os.path.join(self.base_dir, "zk"),

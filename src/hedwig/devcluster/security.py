@@ -13,6 +13,7 @@ Everything goes into one directory, printed by ``dev up``:
 from __future__ import annotations
 
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,9 +28,12 @@ class DevSecurity:
     zk_digest: str
 
     @classmethod
-    def create(cls, directory: str | Path) -> DevSecurity:
+    def create(
+        cls, directory: str | Path, *, ip_addresses: Sequence[str] = ("127.0.0.1",)
+    ) -> DevSecurity:
         """Make the credentials, or reuse those a cluster on the same data directory made (its
-        znodes are protected with that digest)."""
+        znodes are protected with that digest). The hubs' certificate names ``ip_addresses``
+        (where the hubs listen: loopback, or each hub's address in a network lab)."""
         d = Path(directory)
         env = d / "env"
         if env.is_file() and (d / "hub.crt").is_file():
@@ -45,7 +49,7 @@ class DevSecurity:
         client_ca.write(d, "client-ca")
         hub_ca.issue(
             "hub",
-            ip_addresses=["127.0.0.1"],
+            ip_addresses=list(ip_addresses),
             dns_names=["localhost"],
             server=True,
             client=True,

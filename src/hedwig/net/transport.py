@@ -86,6 +86,12 @@ class TcpNetwork:
         # Called before each connection is opened (reloading a renewed client certificate).
         self._before_connect = before_connect
 
+    async def resolve(self, host: str) -> str:
+        """The host to dial for ``host``: itself, unless a subclass knows names the system's
+        resolver does not. TLS still checks the certificate against ``host``, the name asked
+        for, not what it resolved to."""
+        return host
+
     async def connect(self, address: str, factory: Callable[[], P], *, timeout_s: float) -> P:
         host, port = split_address(address)
         loop = asyncio.get_running_loop()
@@ -93,10 +99,11 @@ class TcpNetwork:
             self._before_connect()
         tls = self.client_tls
         try:
+            dial = await self.resolve(host)
             _, proto = await self._clock.wait_for(
                 loop.create_connection(
                     factory,
-                    host,
+                    dial,
                     port,
                     ssl=tls,
                     server_hostname=host if tls is not None else None,

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from hedwig.client import HedwigClient, RetryPolicy
 from hedwig.devcluster.cluster import DevCluster, HubProcess
 from hedwig.devcluster.hosts import Host
+from hedwig.security import ClientSecurity
 from tests.cluster_helpers import eventually, owner_of
 from tests.failure.lab.netns import Lab, Node
 from tests.failure.lab.partitions import heal
@@ -43,6 +44,9 @@ class LabCluster:
     hub_args: list[str] = field(default_factory=list)
     # host overrides for hub i (e.g. a launch prefix that slows its disk)
     hub_hosts: dict[int, Host] = field(default_factory=dict)
+    # TLS, authentication, ACLs, internal listeners, protected znodes (``DevCluster.secure``);
+    # the workloads and takeovers then connect as the super-user.
+    secure: bool = False
     cluster: DevCluster | None = field(default=None, init=False)
     faults: list[Fault] = field(default_factory=list, init=False)
     workloads: list[RemoteWorkload] = field(default_factory=list, init=False)
@@ -63,6 +67,7 @@ class LabCluster:
             hub_args=self.hub_args,
             zk_host=zk.host,
             hub_hosts=[self.hub_hosts.get(i, n.host) for i, n in enumerate(nodes)],
+            secure=self.secure,
         )
         self.cluster.start()
         return self
@@ -95,7 +100,20 @@ class LabCluster:
     async def owners(self, topics: list[str]) -> dict[str, str | None]:
         return {t: await self.owner(t) for t in topics}
 
+    def client_security(self) -> dict[str, str] | None:
+        """``ClientSecurity.build`` arguments of the super-user, on a secured cluster."""
+        if self.dev.security is None:
+            return None
+        env = self.dev.security.client_env()
+        return {
+            "tls_ca": env["HEDWIG_TLS_CA"],
+            "cert": env["HEDWIG_CERT"],
+            "key": env["HEDWIG_KEY"],
+        }
+
     def workload(self, topics: list[str], **settings: Any) -> RemoteWorkload:
+        if self.secure:
+            settings.setdefault("security", self.client_security())
         work = RemoteWorkload(
             self.client.host.launch,
             self.base_dir / "workload.log",
@@ -160,7 +178,15 @@ class LabCluster:
         # numbers and be (rightly) deduplicated against the earlier messages.
         publisher = f"pubctl{next(self._takeovers)}"
         retry = RetryPolicy(deadline_s=20)
-        async with HedwigClient(others, retry=retry, publisher_id=publisher) as client:
+        built = self.client_security()
+        security = (
+            ClientSecurity.build(tls_ca=built["tls_ca"], cert=built["cert"], key=built["key"])
+            if built
+            else None
+        )
+        async with HedwigClient(
+            others, retry=retry, publisher_id=publisher, security=security
+        ) as client:
             for n, topic in enumerate(topics):
                 value = b"%s:%d" % (publisher.encode(), n)
                 result = await client.publish(topic, value)

@@ -25,6 +25,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from hedwig.security import ClientSecurity
 from tests.failure.history import History, Workload
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -120,6 +121,8 @@ async def _child() -> None:
         sys.stdout.flush()
 
     settings = await readline()
+    if settings.get("security"):  # ClientSecurity.build's arguments: paths, sent as JSON
+        settings["security"] = ClientSecurity.build(**settings["security"])
     work = Workload(settings.pop("hubs"), settings.pop("topics"), **settings)
     await work.start()
     say({"started": True})
