@@ -83,9 +83,17 @@ def encode_value(value: bytes) -> EncodedMessage:
 
 def encode_values(values: Sequence[bytes]) -> bytes:
     """The payload for values without keys or headers (``EncodedMessages.of_values`` wraps it
-    with its count)."""
-    pack = U32.pack
-    return b"".join(_NO_KEY_BYTES + pack(len(v)) + v + _NO_HEADERS for v in values)
+    with its count).
+
+    Built by slice assignment into one list of parts and a single join: every per-message
+    step (``len``, ``U32.pack``) then runs in C through ``map``, with no intermediate bytes
+    object per message (about a fifth of the cost of concatenating each message)."""
+    n = len(values)
+    parts: list[bytes] = [_NO_HEADERS] * (4 * n)
+    parts[0::4] = (_NO_KEY_BYTES,) * n
+    parts[1::4] = map(U32.pack, map(len, values))
+    parts[2::4] = values
+    return b"".join(parts)
 
 
 def encode_messages(messages: Iterable[Message]) -> tuple[int, bytes]:
@@ -244,6 +252,13 @@ class EncodedMessages:
     def of(cls, parts: Sequence[EncodedMessage]) -> EncodedMessages:
         """Messages encoded by ``encode_message``/``encode_value``: one per part, no scan."""
         return _trusted(len(parts), b"".join(parts))
+
+    @classmethod
+    def of_joined(cls, parts: Sequence[bytes], count: int) -> EncodedMessages:
+        """Parts made here (``encode_message``, ``encode_value``, ``encode_values``) holding
+        ``count`` messages in all: joined, no scan (a publisher's batch of single messages
+        and of chunks handed over together)."""
+        return _trusted(count, b"".join(parts))
 
     @classmethod
     def of_values(cls, values: Sequence[bytes]) -> EncodedMessages:
