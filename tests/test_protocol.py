@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hedwig.errors import InvalidTopicError, ProtocolError
+from hedwig.errors import InvalidTopicError, MalformedBatchError, ProtocolError
 from hedwig.protocol import (
     AddEntry,
     Batch,
@@ -87,6 +87,35 @@ def test_publish_and_deliver_round_trip(msgs: list[Message], topic: str, pseq: i
     assert isinstance(out, Deliver)
     assert out.batch == batch and out.batch.messages.decode() == msgs
     assert [m.seq for m in out.batch.delivered()] == list(range(5, 5 + count))
+    # Decoded once, from the wire, into one flat record per message.
+    assert [d.message for d in out.batch.delivered()] == msgs
+    assert out.batch.delivered() == batch.delivered()
+
+
+@given(MESSAGES, st.data())
+def test_a_delivered_batch_that_lies_is_refused_when_decoded(
+    msgs: list[Message], data: st.DataObject
+) -> None:
+    """Cut short, padded or miscounted: ``MalformedBatchError``, never a wrong message."""
+    count, payload = encode_messages(msgs)
+    head = Batch(
+        first_seq=1,
+        publish_time_ms=0,
+        publisher_id="p",
+        publisher_seq=0,
+        messages=EncodedMessages(count=count, payload=payload),
+    ).encode()[: -len(payload) or None]
+    body = head[:-4]  # without the count
+    cut = data.draw(st.integers(0, max(0, len(payload) - 1)))
+    lies = [
+        body + struct.pack(">I", count + 1) + payload,
+        body + struct.pack(">I", count) + payload + b"\0",
+    ]
+    if payload:
+        lies.append(body + struct.pack(">I", count) + payload[:cut])
+    for raw in lies:
+        with pytest.raises(MalformedBatchError):
+            Batch.decode(raw)
 
 
 @pytest.mark.parametrize(
