@@ -365,3 +365,30 @@ def test_names_bijective(name: str) -> None:
         return
     enc = encode_name(name)
     assert "/" not in enc and enc not in (".", "..") and decode_name(enc) == name
+
+
+@given(MESSAGES, st.data())
+def test_slices_of_a_stored_batch_hold_exactly_their_messages(
+    msgs: list[Message], data: st.DataObject
+) -> None:
+    """A stored batch is cut by every window that ends inside it: each cut holds the messages
+    of its range, and the offsets measured by the first cut serve the later ones."""
+    count, payload = encode_messages(msgs)
+    stored = Batch.from_stored(
+        Batch(
+            first_seq=10,
+            publish_time_ms=1,
+            publisher_id="p",
+            publisher_seq=3,
+            messages=EncodedMessages(count=count, payload=payload),
+        ).encode()
+    )
+    for _ in range(3):
+        first = data.draw(st.integers(10, 10 + count))
+        last = data.draw(st.integers(first - 1, 10 + count))
+        cut = stored.slice(first, last)
+        lo, hi = max(first, 10) - 10, min(last, 9 + count) - 10 + 1
+        assert cut.messages.decode() == msgs[lo:hi]
+        assert [d.seq for d in cut.delivered()] == list(range(10 + lo, 10 + max(lo, hi)))
+        if cut is not stored:
+            assert stored.offsets is not None and len(stored.offsets) == count + 1

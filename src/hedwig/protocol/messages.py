@@ -377,6 +377,10 @@ class Batch:
     raw: bytes | None = field(default=None, compare=False, repr=False)
     # Its messages as delivered, when a scan made them already (a batch from the wire).
     decoded: list[DeliveredMessage] | None = field(default=None, compare=False, repr=False)
+    # Where each message starts in the payload, and its end: measured by the first ``slice``
+    # and kept, because a stored batch is cut again and again (by every subscription whose
+    # window ends inside it, and where the next delivery starts).
+    offsets: list[int] | None = field(default=None, compare=False, repr=False, init=False)
 
     @property
     def count(self) -> int:
@@ -463,8 +467,11 @@ class Batch:
         last = min(last, self.last_seq)
         if first == self.first_seq and last == self.last_seq:
             return self
-        offsets, _ = _scan(self.payload, self.count)
-        offsets.append(len(self.payload))
+        offsets = self.offsets
+        if offsets is None:
+            offsets, _ = _scan(self.payload, self.count)
+            offsets.append(len(self.payload))
+            object.__setattr__(self, "offsets", offsets)
         lo = first - self.first_seq
         hi = last - self.first_seq + 1
         count = max(0, hi - lo)
