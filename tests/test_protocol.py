@@ -87,7 +87,7 @@ def test_publish_and_deliver_round_trip(msgs: list[Message], topic: str, pseq: i
     assert isinstance(out, Deliver)
     assert out.batch == batch and out.batch.messages.decode() == msgs
     assert [m.seq for m in out.batch.delivered()] == list(range(5, 5 + count))
-    # Decoded once, from the wire, into one flat record per message.
+    # One flat record per message, made as they are asked for.
     assert [d.message for d in out.batch.delivered()] == msgs
     assert out.batch.delivered() == batch.delivered()
 

@@ -2,16 +2,18 @@
 then perhaps an error or the end.
 
 Messages arrive a batch at a time, so they are queued a batch at a time: putting a delivered
-batch is one append whatever its size, and handing out a message is an index into the batch
-being handed out (``asyncio.Queue`` would cost a put and a coroutine per message). Errors and
-the end (``None``) are queued between batches, in the order they happened, and handed out
-once each, as a queue would.
+batch is one append whatever its size, and its messages are decoded one at a time as they are
+handed out (``Batch.iter_delivered``), so a queue of many batches holds their bytes, not a
+record per message (``asyncio.Queue`` would cost a put, a record and a coroutine per
+message). Errors and the end (``None``) are queued between batches, in the order they
+happened, and handed out once each, as a queue would.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Iterator
 from typing import Final
 
 from hedwig.errors import HedwigError
@@ -29,17 +31,15 @@ Item = DeliveredMessage | HedwigError | None
 
 class Inbox:
     def __init__(self) -> None:
-        self._items: deque[list[DeliveredMessage] | HedwigError | None] = deque()
-        # The batch being handed out, and the index of its next message.
-        self._current: list[DeliveredMessage] = []
-        self._pos = 0
+        self._items: deque[Iterator[DeliveredMessage] | HedwigError | None] = deque()
+        # The messages of the batch being handed out (``None``: none is).
+        self.current: Iterator[DeliveredMessage] | None = None
         self._waiter: asyncio.Future[None] | None = None
 
-    def put_messages(self, messages: list[DeliveredMessage]) -> None:
-        """Queue a batch's messages (the list is kept, not copied: do not change it)."""
-        if messages:
-            self._items.append(messages)
-            self._wake()
+    def put_messages(self, messages: Iterator[DeliveredMessage]) -> None:
+        """Queue a batch's messages, to be taken from ``messages`` as they are handed out."""
+        self._items.append(messages)
+        self._wake()
 
     def put(self, item: HedwigError | None) -> None:
         """Queue an error, or the end (``None``), after what is queued."""
@@ -48,24 +48,37 @@ class Inbox:
 
     def drop_messages(self) -> None:
         """Forget the messages not handed out yet; errors and the end stay queued."""
-        self._current, self._pos = [], 0
-        kept = [item for item in self._items if not isinstance(item, list)]
-        self._items = deque(kept)
+        self.current = None
+        self._items = deque(i for i in self._items if i is None or isinstance(i, HedwigError))
 
     def pop(self) -> Item | _Empty:
         """The next item, or ``EMPTY``."""
-        current, pos = self._current, self._pos
-        if pos < len(current):
-            self._pos = pos + 1
-            return current[pos]
-        items = self._items
-        while items:
-            item = items.popleft()
-            if not isinstance(item, list):
+        while True:
+            current = self.current
+            if current is not None:
+                m = next(current, None)
+                if m is not None:
+                    return m
+                self.current = None
+            if not self._items:
+                return EMPTY
+            item = self._items.popleft()
+            if item is None or isinstance(item, HedwigError):
                 return item
-            self._current, self._pos = item, 1
-            return item[0]
-        return EMPTY
+            self.current = item
+
+    def next_batch(self) -> Iterator[DeliveredMessage] | HedwigError | _Empty | None:
+        """The messages of the next batch (or the rest of the current one), or the next
+        error or end, or ``EMPTY``; the iterator stays ``current`` until it is used up."""
+        if self.current is not None:
+            return self.current
+        if not self._items:
+            return EMPTY
+        item = self._items.popleft()
+        if item is None or isinstance(item, HedwigError):
+            return item
+        self.current = item
+        return item
 
     async def get(self) -> Item:
         """The next item, once there is one (cancelling the wait loses nothing)."""
@@ -77,7 +90,7 @@ class Inbox:
 
     async def wait(self) -> None:
         """Until there is something to hand out."""
-        while self._pos >= len(self._current) and not self._items:
+        while self.current is None and not self._items:
             waiter = self._waiter = asyncio.get_running_loop().create_future()
             try:
                 await waiter

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 from hedwig.client.inbox import EMPTY, Inbox
 from hedwig.client.retry import Backoff
@@ -194,14 +195,14 @@ class Subscriber:
 
     def _take(self, event: Deliver) -> None:
         """Queue what this batch holds past the last message handed over (the rest are
-        redeliveries): its sequence ids are consecutive, so that is one slice."""
+        redeliveries): its sequence ids are consecutive, so that is all from some point on."""
         batch = event.batch
         last_seen = self._last_seen
         if batch.last_seq <= last_seen:
             return
-        messages = batch.decoded if batch.decoded is not None else batch.delivered()
+        messages = batch.iter_delivered()
         if batch.first_seq <= last_seen:
-            messages = messages[last_seen - batch.first_seq + 1 :]
+            messages = itertools.islice(messages, last_seen - batch.first_seq + 1, None)
         self._last_seen = batch.last_seq
         self._inbox.put_messages(messages)
 
@@ -236,13 +237,20 @@ class Subscriber:
 
     async def _iterate(self) -> AsyncIterator[DeliveredMessage]:
         inbox = self._inbox
-        pop = inbox.pop
         while True:
-            item = pop()
-            if type(item) is DeliveredMessage:
-                yield item
-                if self._auto_consume:
-                    self.consume(item.seq)
+            item = inbox.next_batch()
+            if isinstance(item, Iterator):
+                # A batch's messages, straight from its iterator; it stays the inbox's current
+                # one, so ``next`` takes up where this stops, and a drop (a reset) ends it.
+                for m in item:
+                    yield m
+                    if self._auto_consume:
+                        self.consume(m.seq)
+                    if inbox.current is not item:
+                        break
+                else:
+                    if inbox.current is item:
+                        inbox.current = None
             elif item is EMPTY:
                 await inbox.wait()
             elif item is None:

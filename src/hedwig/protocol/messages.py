@@ -20,11 +20,11 @@ bytes, which are scanned (``MalformedBatchError`` if the count lies).
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, NewType
 
-from hedwig.errors import MalformedBatchError, ProtocolError
+from hedwig.errors import MalformedBatchError
 from hedwig.protocol.wire import U16, U32, pack_str, read_str
 
 _NO_KEY = 0xFFFFFFFF
@@ -309,53 +309,46 @@ class DeliveredMessage(NamedTuple):
 _new_tuple = tuple.__new__
 
 
-def decode_delivered(
-    payload: bytes, count: int, first_seq: int, publish_time_ms: int, publisher_id: str
-) -> list[DeliveredMessage]:
-    """A batch's messages as delivered, in one scan that also checks the structure
-    (``MalformedBatchError`` unless the payload holds exactly ``count`` messages)."""
-    out: list[DeliveredMessage] = []
-    append = out.append
+def iter_delivered(
+    payload: bytes, first_seq: int, publish_time_ms: int, publisher_id: str
+) -> Iterator[DeliveredMessage]:
+    """A checked batch's messages as delivered, one at a time as they are asked for.
+
+    Lazy on purpose: a subscriber makes each record as it hands it out, and the record is
+    usually dropped soon after (so its memory is reused at once), instead of a whole batch of
+    records made up front and kept alive in a queue. ``payload`` must have passed a structure
+    check (``EncodedMessages.parse``), as every batch from the wire has."""
+    new = _new_tuple
     lengths = _KEY_VALUE.unpack_from
     unpack32 = U32.unpack_from
     unpack16 = U16.unpack_from
     end = len(payload)
     pos = 0
-    try:
-        for seq in range(first_seq, first_seq + count):
-            klen, vlen = lengths(payload, pos)
-            key: bytes | None = None
-            if klen != _NO_KEY:
-                key = payload[pos + 4 : pos + 4 + klen]
-                (vlen,) = unpack32(payload, pos + 4 + klen)
-                pos += klen
-            pos += 8
-            value = payload[pos : pos + vlen]
-            pos += vlen
-            (nh,) = unpack16(payload, pos)  # (past the end if the value was cut short)
-            pos += 2
-            headers: tuple[tuple[str, bytes], ...] = ()
-            if nh:
-                found: list[tuple[str, bytes]] = []
-                for _h in range(nh):
-                    name, pos = read_str(payload, pos)
-                    (hv,) = unpack32(payload, pos)
-                    pos += 4
-                    found.append((name, payload[pos : pos + hv]))
-                    pos += hv
-                if pos > end:
-                    raise MalformedBatchError("message runs past the end of its batch")
-                headers = tuple(found)
-            append(
-                _new_tuple(
-                    DeliveredMessage, (seq, publish_time_ms, publisher_id, value, key, headers)
-                )
-            )
-    except (struct.error, ProtocolError) as exc:
-        raise MalformedBatchError("malformed message in batch") from exc
-    if pos != end:
-        raise MalformedBatchError(f"batch does not hold exactly its {count} messages")
-    return out
+    seq = first_seq
+    while pos < end:
+        klen, vlen = lengths(payload, pos)
+        key: bytes | None = None
+        if klen != _NO_KEY:
+            key = payload[pos + 4 : pos + 4 + klen]
+            (vlen,) = unpack32(payload, pos + 4 + klen)
+            pos += klen
+        pos += 8
+        value = payload[pos : pos + vlen]
+        pos += vlen
+        (nh,) = unpack16(payload, pos)
+        pos += 2
+        headers: tuple[tuple[str, bytes], ...] = ()
+        if nh:
+            found: list[tuple[str, bytes]] = []
+            for _h in range(nh):
+                name, pos = read_str(payload, pos)
+                (hv,) = unpack32(payload, pos)
+                pos += 4
+                found.append((name, payload[pos : pos + hv]))
+                pos += hv
+            headers = tuple(found)
+        yield new(DeliveredMessage, (seq, publish_time_ms, publisher_id, value, key, headers))
+        seq += 1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -375,8 +368,6 @@ class Batch:
     publisher_seq: int
     messages: EncodedMessages
     raw: bytes | None = field(default=None, compare=False, repr=False)
-    # Its messages as delivered, when a scan made them already (a batch from the wire).
-    decoded: list[DeliveredMessage] | None = field(default=None, compare=False, repr=False)
     # Where each message starts in the payload, and its end: measured by the first ``slice``
     # and kept, because a stored batch is cut again and again (by every subscription whose
     # window ends inside it, and where the next delivery starts).
@@ -421,8 +412,8 @@ class Batch:
 
     @classmethod
     def decode(cls, data: bytes) -> Batch:
-        """A batch from the wire (what a subscriber or reader receives): its messages are
-        checked against its count by decoding them, in one scan, and kept for ``delivered``."""
+        """A batch from the wire: its messages are checked against its count (one lean scan;
+        they are decoded when asked for, by ``delivered`` or ``iter_delivered``)."""
         return cls._decode(data, trusted=False)
 
     @classmethod
@@ -440,26 +431,23 @@ class Batch:
         except struct.error as exc:
             raise MalformedBatchError("truncated batch header") from exc
         payload = data[pos + _PUB_SEQ_COUNT.size :]
-        decoded = None
-        if not trusted:
-            decoded = decode_delivered(payload, count, first_seq, time_ms, pid)
+        messages = _trusted(count, payload) if trusted else EncodedMessages.parse(payload, count)
         return cls(
             first_seq=first_seq,
             publish_time_ms=time_ms,
             publisher_id=pid,
             publisher_seq=pseq,
-            messages=_trusted(count, payload),
+            messages=messages,
             raw=data,
-            decoded=decoded,
         )
 
+    def iter_delivered(self) -> Iterator[DeliveredMessage]:
+        """Its messages with their places in the topic, made one at a time."""
+        return iter_delivered(self.payload, self.first_seq, self.publish_time_ms, self.publisher_id)
+
     def delivered(self) -> list[DeliveredMessage]:
-        """Its messages with their places in the topic (a new list each call)."""
-        if self.decoded is not None:
-            return list(self.decoded)
-        return decode_delivered(
-            self.payload, self.count, self.first_seq, self.publish_time_ms, self.publisher_id
-        )
+        """Its messages with their places in the topic."""
+        return list(self.iter_delivered())
 
     def slice(self, first: int, last: int) -> Batch:
         """The sub-batch holding sequence ids ``first .. last`` (inclusive)."""
