@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import hedwig.protocol.messages as messages_module
 from hedwig.errors import InvalidTopicError, MalformedBatchError, ProtocolError
 from hedwig.protocol import (
     AddEntry,
@@ -42,7 +43,7 @@ from hedwig.protocol import (
     encode_name,
     validate_name,
 )
-from hedwig.protocol.messages import encode_values, scan_messages
+from hedwig.protocol.messages import encode_message, encode_values, scan_messages
 from hedwig.protocol.wire import HEADER, PROTOCOL_VERSION
 
 MESSAGES = st.lists(
@@ -92,6 +93,7 @@ def test_publish_and_deliver_round_trip(msgs: list[Message], topic: str, pseq: i
     assert out.batch.delivered() == batch.delivered()
 
 
+@settings(deadline=None)  # (timing on shared cores says nothing here)
 @given(MESSAGES, st.data())
 def test_a_delivered_batch_that_lies_is_refused_when_decoded(
     msgs: list[Message], data: st.DataObject
@@ -367,6 +369,7 @@ def test_names_bijective(name: str) -> None:
     assert "/" not in enc and enc not in (".", "..") and decode_name(enc) == name
 
 
+@settings(deadline=None)  # (timing on shared cores says nothing here)
 @given(MESSAGES, st.data())
 def test_slices_of_a_stored_batch_hold_exactly_their_messages(
     msgs: list[Message], data: st.DataObject
@@ -392,3 +395,46 @@ def test_slices_of_a_stored_batch_hold_exactly_their_messages(
         assert [d.seq for d in cut.delivered()] == list(range(10 + lo, 10 + max(lo, hi)))
         if cut is not stored:
             assert stored.offsets is not None and len(stored.offsets) == count + 1
+
+
+def _check_or_error(payload: bytes, count: int) -> int | str:
+    try:
+        return messages_module._largest(payload, count)
+    except MalformedBatchError:
+        return "malformed"
+
+
+@settings(deadline=None)  # (timing on shared cores says nothing here)
+@given(
+    st.integers(16, 40),
+    st.integers(0, 30),
+    st.data(),
+)
+def test_batches_of_equal_messages_are_checked_as_message_by_message(
+    count: int, size: int, data: st.DataObject
+) -> None:
+    """The strided check of equal messages agrees with reading them one by one, on good
+    batches and on every kind of damage (a byte changed, bytes cut or added)."""
+    payload = bytearray(encode_values([b"v" * size] * count))
+    damage = data.draw(st.sampled_from(["none", "byte", "cut", "add", "key"]))
+    if damage == "byte":
+        at = data.draw(st.integers(0, len(payload) - 1))
+        payload[at] = data.draw(st.integers(0, 255))
+    elif damage == "cut":
+        del payload[data.draw(st.integers(0, len(payload) - 1)) :]
+    elif damage == "add":
+        payload += b"\0" * data.draw(st.integers(1, 12))
+    elif damage == "key":
+        payload = (
+            bytearray(encode_message(Message(value=b"v" * size, key=b"k"))) + payload[10 + size :]
+        )
+    fast = _check_or_error(bytes(payload), count)
+    old = messages_module._UNIFORM_FROM
+    messages_module._UNIFORM_FROM = 10**9
+    try:
+        slow = _check_or_error(bytes(payload), count)
+    finally:
+        messages_module._UNIFORM_FROM = old
+    assert fast == slow
+    if damage == "none":
+        assert fast == size
