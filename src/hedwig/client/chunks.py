@@ -41,7 +41,7 @@ def chunk_messages(
         if isinstance(m, Message):
             _check_size(m.size, max_message_size)
             raws.append(encode_message(m))
-        elif isinstance(m, bytes | bytearray | memoryview):
+        elif isinstance(m, (bytes, bytearray, memoryview)):  # (a tuple: no union built per call)
             _check_size(len(m), max_message_size)
             raws.append(encode_value(bytes(m)))
         else:

@@ -55,6 +55,10 @@ from hedwig.protocol.messages import NO_HEADERS, NO_KEY_BYTES
 from hedwig.protocol.wire import U32 as _U32
 from hedwig.security.credentials import ClientSecurity
 
+# What a message value may be. A tuple made once: ``bytes | bytearray | memoryview`` written
+# in the check would build a union object on every publish.
+_VALUE_TYPES = (bytes, bytearray, memoryview)
+
 
 class HedwigClient:
     """Connects to any hub(s); keyword-only options, each with a reasoned default."""
@@ -220,7 +224,7 @@ class HedwigClient:
         """Queue one message; the future resolves when it is durable (for pipelined callers)."""
         if self._closed:
             raise UsageError("client is closed")
-        if not isinstance(value, bytes | bytearray | memoryview):
+        if type(value) is not bytes and not isinstance(value, _VALUE_TYPES):
             raise UsageError(
                 f"a message value is bytes, not {type(value).__name__} (encode text first)"
             )

@@ -243,10 +243,14 @@ class TopicPublisher:
 
     async def flush(self) -> None:
         """Wait until every message queued so far has settled."""
-        waiters = list(self._futs) + [f for b in self._outstanding.values() for f in b.futures]
+        waiters = [f for b in self._outstanding.values() for f in b.futures] + list(self._futs)
         futs = [w.call.future if isinstance(w, _Chunk) else w for w in waiters]
-        if futs:
-            await asyncio.gather(*futs, return_exceptions=True)
+        # One by one, skipping those already settled: a batch settles all its futures at
+        # once, so this waits about once per batch (``gather`` would hook every future), and
+        # ``wait`` leaves the futures alone if this flush is cancelled.
+        for f in futs:
+            if not f.done():
+                await asyncio.wait((f,))
 
     # the gate -------------------------------------------------------------------------------
 
