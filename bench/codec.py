@@ -41,6 +41,7 @@ def steps() -> dict[str, Callable[[], object]]:
         first_seq=1, publish_time_ms=0, publisher_id="p", publisher_seq=1, messages=encoded
     ).with_raw()
     raw = batch.encode()
+    received = m.Batch.decode(raw)  # as a subscriber has it
     return {
         "client: encode and join (publish_nowait + cut)": encode_inline,
         "client: encode many at once (encode_values, publish_batch)": lambda: m.encode_values(
@@ -54,7 +55,7 @@ def steps() -> dict[str, Callable[[], object]]:
             1, COUNT // 2
         ),
         "client: check a delivered batch (Batch.decode)": lambda: m.Batch.decode(raw),
-        "client: decode to messages (Batch.delivered)": lambda: batch.delivered(),
+        "client: decode to messages (Batch.delivered)": lambda: received.delivered(),
     }
 
 

@@ -19,6 +19,7 @@ bytes, which are scanned (``MalformedBatchError`` if the count lies).
 
 from __future__ import annotations
 
+import itertools
 import struct
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -274,6 +275,9 @@ class EncodedMessages:
     count: int
     payload: bytes
     largest: int | None = field(default=None, compare=False, repr=False)
+    # True when a check found every message of one size without key or headers (then
+    # ``largest`` is that size and the messages sit at a fixed stride).
+    uniform: bool = field(default=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.count < 0:
@@ -305,6 +309,9 @@ class EncodedMessages:
     def parse(cls, payload: bytes, count: int) -> EncodedMessages:
         """Untrusted bytes: scanned, ``MalformedBatchError`` if they do not hold ``count``
         messages."""
+        size = _uniform(payload, count)
+        if size is not None:
+            return cls(count=count, payload=payload, largest=size, uniform=True)
         return cls(count=count, payload=payload, largest=_largest(payload, count))
 
     def decode(self) -> list[Message]:
@@ -317,6 +324,7 @@ def _trusted(count: int, payload: bytes) -> EncodedMessages:
     object.__setattr__(made, "count", count)
     object.__setattr__(made, "payload", payload)
     object.__setattr__(made, "largest", None)
+    object.__setattr__(made, "uniform", False)
     return made
 
 
@@ -382,6 +390,21 @@ def iter_delivered(
             headers = tuple(found)
         yield new(DeliveredMessage, (seq, publish_time_ms, publisher_id, value, key, headers))
         seq += 1
+
+
+def _iter_uniform(
+    payload: bytes, size: int, first_seq: int, publish_time_ms: int, publisher_id: str
+) -> Iterator[DeliveredMessage]:
+    """``iter_delivered`` for a batch checked to hold messages of ``size`` bytes without keys
+    or headers: each value is a slice at a fixed stride, nothing to read first."""
+    new = _new_tuple
+    for seq, start in zip(
+        itertools.count(first_seq), range(8, len(payload), size + MESSAGE_OVERHEAD), strict=False
+    ):
+        yield new(
+            DeliveredMessage,
+            (seq, publish_time_ms, publisher_id, payload[start : start + size], None, ()),
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -476,6 +499,15 @@ class Batch:
 
     def iter_delivered(self) -> Iterator[DeliveredMessage]:
         """Its messages with their places in the topic, made one at a time."""
+        messages = self.messages
+        if messages.uniform and messages.largest is not None:
+            return _iter_uniform(
+                messages.payload,
+                messages.largest,
+                self.first_seq,
+                self.publish_time_ms,
+                self.publisher_id,
+            )
         return iter_delivered(self.payload, self.first_seq, self.publish_time_ms, self.publisher_id)
 
     def delivered(self) -> list[DeliveredMessage]:
