@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from hedwig.client import HedwigClient, PublishResult, RetryPolicy
 from hedwig.errors import HedwigError
-from hedwig.net import TCP, Network
+from hedwig.net import Network
 from hedwig.security import ClientSecurity
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,8 @@ class Workload:
         rate: float = 200.0,
         retry_deadline_s: float = 60.0,
         security: ClientSecurity | None = None,
-        network: Network = TCP,
+        # None: the client's own choice (TCP, with TLS when ``security`` asks for it).
+        network: Network | None = None,
     ) -> None:
         self.hubs = hubs
         self.security = security
