@@ -6,7 +6,11 @@
 Each line is one step of a message's way that runs per message in Python: the client's inline
 encoding and batch assembly, the hub's check of an untrusted batch (``_largest``), a subscriber
 window cutting a stored batch (``Batch.slice``), the client's check and decoding of a delivered
-batch. Run it against a compiled build of ``hedwig.protocol`` to see what compiling buys.
+batch. Run it against a compiled build of ``hedwig.protocol`` to see what compiling buys, or
+against an older checkout (``PYTHONPATH=../before/src``) to see what a change bought.
+
+The messages are all of one size, as in the benchmarks; the ``(mixed sizes)`` line checks a
+batch whose sizes differ, which takes the message-by-message path.
 """
 
 from __future__ import annotations
@@ -32,16 +36,26 @@ def steps() -> dict[str, Callable[[], object]]:
         return m.EncodedMessages.of(parts)  # type: ignore[arg-type]
 
     encoded = m.EncodedMessages.of_values(values)
+    mixed = m.EncodedMessages.of_values([v[: SIZE - i % 7] for i, v in enumerate(values)])
     batch = m.Batch(
         first_seq=1, publish_time_ms=0, publisher_id="p", publisher_seq=1, messages=encoded
     ).with_raw()
     raw = batch.encode()
+    received = m.Batch.decode(raw)  # as a subscriber has it
     return {
         "client: encode and join (publish_nowait + cut)": encode_inline,
+        "client: encode many at once (encode_values, publish_batch)": lambda: m.encode_values(
+            values
+        ),
         "hub: check an untrusted batch (_largest)": lambda: m._largest(encoded.payload, COUNT),
-        "hub: cut a stored batch in two (Batch.slice)": lambda: batch.slice(1, COUNT // 2),
+        "hub: check an untrusted batch (_largest, mixed sizes)": lambda: m._largest(
+            mixed.payload, COUNT
+        ),
+        "hub: cut a batch just read in two (Batch.slice)": lambda: m.Batch.from_stored(raw).slice(
+            1, COUNT // 2
+        ),
         "client: check a delivered batch (Batch.decode)": lambda: m.Batch.decode(raw),
-        "client: decode to messages (Batch.delivered)": lambda: batch.delivered(),
+        "client: decode to messages (Batch.delivered)": lambda: received.delivered(),
     }
 
 

@@ -10,14 +10,19 @@ from pathlib import Path
 
 import pytest
 
-from hedwig.errors import LedgerFencedError, NotEnoughReplicasError
+from hedwig.errors import (
+    HedwigError,
+    LedgerFencedError,
+    MetadataUnavailableError,
+    NotEnoughReplicasError,
+)
 from hedwig.ledger import LocalFirstReplicas, LocalStorage, LogSettings, TopicLog, recover_ledger
 from hedwig.ledger.auditor import Auditor, inspect
 from hedwig.ledger.handle import SPECULATIVE_READ_S, read_entry, write_set
 from hedwig.ledger.storage import RECORD, StorageNode
 from hedwig.metadata import LedgerState
 from hedwig.metadata.memory import MemoryBackend, MemoryMetadataStore
-from hedwig.metadata.records import HubLoad, LedgerMetadata, ReplicationConfig
+from hedwig.metadata.records import HubLoad, LedgerMetadata, ReplicationConfig, Version
 from hedwig.protocol import EncodedMessages
 
 
@@ -393,3 +398,44 @@ async def test_a_replica_outrun_by_a_speculative_read_is_tried_last(
     cluster.cut = {"h:1": Unreachable("h:1", hang=True)}
     await asyncio.wait_for(read_entry(cluster, md.value, 0), 5)
     assert suspects == ["h:1"]
+
+
+async def test_a_roll_over_whose_closing_answer_is_lost_goes_on(
+    store: MemoryMetadataStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The compare-and-set that closes the full ledger lands, but its answer is lost (the
+    metadata store's connection dropped, as under heavy load): the roll-over tries the write
+    again, finds the ledger closed exactly as it meant to close it, and goes on, instead of
+    taking its own write for another hub's recovery and refusing every later publish."""
+    storage = LocalStorage(tmp_path, "h:1")
+    log = make_log(store, storage, ledger_max_bytes=200)
+    await log.open()
+    ledgers = store.ledgers
+    write_ledger = ledgers.write_ledger
+    lost: list[int] = []
+
+    async def write_then_lose_the_answer(md: LedgerMetadata, version: Version) -> Version:
+        written = await write_ledger(md, version)
+        if md.state is LedgerState.CLOSED and len(lost) < 2:
+            lost.append(md.ledger_id)
+            raise MetadataUnavailableError("connection lost after the write")
+        return written
+
+    monkeypatch.setattr(ledgers, "write_ledger", write_then_lose_the_answer)
+    for i in range(20):
+        await log.append("p", 0, EncodedMessages.of_values([b"m%02d" % i + b"." * 40]))
+    assert len(lost) == 2 and log.broken is None
+    await log.close()
+    assert len(log.ranges.ranges) > 3
+    got = await log.read(1, 1000, 1 << 20)
+    assert [c.first_seq for c in got] == list(range(1, 21))
+    # A log really taken over by another owner still cannot close: its recovery closed the
+    # ledger (here where this writer would have), and the topic's record moved on.
+    other = make_log(store, storage, ledger_max_bytes=1 << 20)
+    await other.open()
+    await other.append("p", 0, EncodedMessages.of_values([b"x"]))
+    taken = make_log(store, storage, ledger_max_bytes=1 << 20)
+    await taken.open()
+    with pytest.raises(HedwigError):
+        await other.close()
+    assert taken.last_seq == 21

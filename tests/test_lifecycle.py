@@ -11,6 +11,7 @@ import pytest
 from hedwig.client import RetryPolicy
 from hedwig.clock import ManualClock
 from hedwig.errors import (
+    LedgerError,
     NoSuchSubscriptionError,
     NoSuchTopicError,
     NotEnoughHubsError,
@@ -207,3 +208,17 @@ async def test_the_last_hub_does_not_drain_unless_forced() -> None:
         with pytest.raises(UsageError, match="last alive hub"):
             await hub.drain()
         assert await hub.drain(force=True) == 1
+
+
+async def test_a_log_broken_between_publishes_gives_the_topic_up(region: Region) -> None:
+    """A roll-over that fails while no publish waits for it leaves the log broken with nobody
+    told: the next publish gives the topic up (another hub claims it, recovering the log),
+    instead of the owner refusing every publish as long as it lives."""
+    async with region.client(retry=RetryPolicy(initial_delay_s=0.01, deadline_s=5)) as c:
+        assert (await c.publish("broken", b"a")).seq == 1
+        owner = region.owner("broken")
+        owner.topics.topics["broken"].log.broken = LedgerError("roll-over failed")
+        assert (await c.publish("broken", b"b")).seq == 2
+        assert "broken" not in owner.topics.topics
+        answer = await c.read("broken", 1)
+        assert [m.value for b in answer.batches for m in b.delivered()] == [b"a", b"b"]

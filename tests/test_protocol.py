@@ -9,7 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hedwig.errors import InvalidTopicError, ProtocolError
+import hedwig.protocol.messages as messages_module
+from hedwig.errors import InvalidTopicError, MalformedBatchError, ProtocolError
 from hedwig.protocol import (
     AddEntry,
     Batch,
@@ -42,7 +43,7 @@ from hedwig.protocol import (
     encode_name,
     validate_name,
 )
-from hedwig.protocol.messages import encode_values, scan_messages
+from hedwig.protocol.messages import encode_message, encode_values, scan_messages
 from hedwig.protocol.wire import HEADER, PROTOCOL_VERSION
 
 MESSAGES = st.lists(
@@ -87,6 +88,36 @@ def test_publish_and_deliver_round_trip(msgs: list[Message], topic: str, pseq: i
     assert isinstance(out, Deliver)
     assert out.batch == batch and out.batch.messages.decode() == msgs
     assert [m.seq for m in out.batch.delivered()] == list(range(5, 5 + count))
+    # One flat record per message, made as they are asked for.
+    assert [d.message for d in out.batch.delivered()] == msgs
+    assert out.batch.delivered() == batch.delivered()
+
+
+@settings(deadline=None)  # (timing on shared cores says nothing here)
+@given(MESSAGES, st.data())
+def test_a_delivered_batch_that_lies_is_refused_when_decoded(
+    msgs: list[Message], data: st.DataObject
+) -> None:
+    """Cut short, padded or miscounted: ``MalformedBatchError``, never a wrong message."""
+    count, payload = encode_messages(msgs)
+    head = Batch(
+        first_seq=1,
+        publish_time_ms=0,
+        publisher_id="p",
+        publisher_seq=0,
+        messages=EncodedMessages(count=count, payload=payload),
+    ).encode()[: -len(payload) or None]
+    body = head[:-4]  # without the count
+    cut = data.draw(st.integers(0, max(0, len(payload) - 1)))
+    lies = [
+        body + struct.pack(">I", count + 1) + payload,
+        body + struct.pack(">I", count) + payload + b"\0",
+    ]
+    if payload:
+        lies.append(body + struct.pack(">I", count) + payload[:cut])
+    for raw in lies:
+        with pytest.raises(MalformedBatchError):
+            Batch.decode(raw)
 
 
 @pytest.mark.parametrize(
@@ -336,3 +367,97 @@ def test_names_bijective(name: str) -> None:
         return
     enc = encode_name(name)
     assert "/" not in enc and enc not in (".", "..") and decode_name(enc) == name
+
+
+@settings(deadline=None)  # (timing on shared cores says nothing here)
+@given(MESSAGES, st.data())
+def test_slices_of_a_stored_batch_hold_exactly_their_messages(
+    msgs: list[Message], data: st.DataObject
+) -> None:
+    """A stored batch is cut by every window that ends inside it: each cut holds the messages
+    of its range, and the offsets measured by the first cut serve the later ones."""
+    count, payload = encode_messages(msgs)
+    stored = Batch.from_stored(
+        Batch(
+            first_seq=10,
+            publish_time_ms=1,
+            publisher_id="p",
+            publisher_seq=3,
+            messages=EncodedMessages(count=count, payload=payload),
+        ).encode()
+    )
+    for _ in range(3):
+        first = data.draw(st.integers(10, 10 + count))
+        last = data.draw(st.integers(first - 1, 10 + count))
+        cut = stored.slice(first, last)
+        lo, hi = max(first, 10) - 10, min(last, 9 + count) - 10 + 1
+        assert cut.messages.decode() == msgs[lo:hi]
+        assert [d.seq for d in cut.delivered()] == list(range(10 + lo, 10 + max(lo, hi)))
+        if cut is not stored:
+            assert stored.offsets is not None and len(stored.offsets) == count + 1
+
+
+def _check_or_error(payload: bytes, count: int) -> int | str:
+    try:
+        return messages_module._largest(payload, count)
+    except MalformedBatchError:
+        return "malformed"
+
+
+@settings(deadline=None)  # (timing on shared cores says nothing here)
+@given(
+    st.integers(16, 40),
+    st.integers(0, 30),
+    st.data(),
+)
+def test_batches_of_equal_messages_are_checked_as_message_by_message(
+    count: int, size: int, data: st.DataObject
+) -> None:
+    """The strided check of equal messages agrees with reading them one by one, on good
+    batches and on every kind of damage (a byte changed, bytes cut or added)."""
+    payload = bytearray(encode_values([b"v" * size] * count))
+    damage = data.draw(st.sampled_from(["none", "byte", "cut", "add", "key"]))
+    if damage == "byte":
+        at = data.draw(st.integers(0, len(payload) - 1))
+        payload[at] = data.draw(st.integers(0, 255))
+    elif damage == "cut":
+        del payload[data.draw(st.integers(0, len(payload) - 1)) :]
+    elif damage == "add":
+        payload += b"\0" * data.draw(st.integers(1, 12))
+    elif damage == "key":
+        payload = (
+            bytearray(encode_message(Message(value=b"v" * size, key=b"k"))) + payload[10 + size :]
+        )
+    fast = _check_or_error(bytes(payload), count)
+    old = messages_module._UNIFORM_FROM
+    messages_module._UNIFORM_FROM = 10**9
+    try:
+        slow = _check_or_error(bytes(payload), count)
+    finally:
+        messages_module._UNIFORM_FROM = old
+    assert fast == slow
+    if damage == "none":
+        assert fast == size
+
+
+@settings(deadline=None)
+@given(st.integers(16, 40), st.integers(0, 20), st.integers(1, 2**40))
+def test_a_delivered_batch_of_equal_messages_decodes_as_any_other(
+    count: int, size: int, first: int
+) -> None:
+    """Equal messages take the strided path (checked at once, values sliced at a fixed stride);
+    what comes out is what the message-by-message path makes."""
+    values = [bytes([i % 256]) * size for i in range(count)]
+    batch = Batch(
+        first_seq=first,
+        publish_time_ms=5,
+        publisher_id="p",
+        publisher_seq=1,
+        messages=EncodedMessages.of_values(values),
+    )
+    received = Batch.decode(batch.encode())
+    assert received.messages.uniform and received.messages.largest == size
+    assert not batch.messages.uniform
+    assert received.delivered() == batch.delivered()
+    assert [m.value for m in received.delivered()] == values
+    assert [m.seq for m in received.delivered()] == list(range(first, first + count))

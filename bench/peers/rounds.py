@@ -88,6 +88,9 @@ class Harness:
     def driver(self, line: Line, role: str, running: Running, spec: dict[str, Any]) -> Driver:
         env = dict(os.environ)
         paths = [str(ROOT)]
+        # Kept after it: ``bench.before_after`` puts the code under test there.
+        if os.environ.get("PYTHONPATH"):
+            paths.append(os.environ["PYTHONPATH"])
         if line.system == "kafka" and self.kafka_python_path:
             paths.append(self.kafka_python_path)
         env["PYTHONPATH"] = os.pathsep.join(paths)

@@ -60,7 +60,6 @@ class Workload:
         security: ClientSecurity | None = None,
         network: Network | None = None,
     ) -> None:
-        # None: TCP, with TLS when ``security`` asks for it (the client builds it).
         self.hubs = hubs
         self.security = security
         # None: each client's own (TCP, with TLS when ``security`` asks for it).

@@ -372,3 +372,25 @@ def test_a_pods_projected_token_is_found_without_being_named(tmp_path: Path) -> 
     assert ClientSecurity.from_env({}, pod_token_file=str(tmp_path / "none")).credentials is None
     named = ClientSecurity.from_env({"HEDWIG_TOKEN": "x.y.z"}, pod_token_file=str(token))
     assert named.credentials is not None and named.credentials.token() == "x.y.z"
+
+
+async def test_a_batch_is_authorized_as_single_publishes_are(secure: SecureRegion) -> None:
+    """``publish_batch`` goes through the same admission: allowed where a rule allows
+    publishing, refused (the whole call, nothing stored) where none does."""
+    await grant(
+        secure,
+        "admin-topics",
+        AclRule("admin", frozenset(Operation), name="", pattern=PatternType.PREFIX),
+    )
+    async with secure.client(security=secure.security(token_for="admin")) as admin:
+        await admin.publish("orders.batch", b"first")
+        await admin.publish("payments", b"first")
+    await grant(secure, "alice", ORDERS)
+    await settled(secure)
+    async with secure.client(security=secure.security(cert="alice")) as alice:
+        result = await alice.publish_batch("orders.batch", [b"a", b"b", b"c"])
+        assert [r.seq for r in result] == [2, 3, 4]
+        with pytest.raises(ForbiddenError, match="alice may not publish topic 'payments'"):
+            await alice.publish_batch("payments", [b"no", b"no"])
+    async with secure.client(security=secure.security(token_for="admin")) as admin:
+        assert (await admin.topic_info("payments")).last_seq == 1

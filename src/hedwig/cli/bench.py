@@ -25,7 +25,7 @@ from collections import deque
 from typing import Any
 
 from hedwig.cli.common import add_hub_options, client_security, resolve_hubs
-from hedwig.client import HedwigClient, PublishResult
+from hedwig.client import BatchPublishResult, HedwigClient, PublishResult
 from hedwig.devcluster.cluster import DevCluster
 from hedwig.errors import HedwigError
 from hedwig.net.loop import install_uvloop
@@ -43,6 +43,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--duration", type=float, default=10.0, help="seconds, with --rate")
     p.add_argument("--inflight", type=int, default=16, help="batches in flight")
     p.add_argument("--batch", type=int, default=2000, help="messages per batch at most")
+    p.add_argument(
+        "--per-call",
+        type=int,
+        default=1,
+        help="messages per publish call: 1 publishes one by one (publish_nowait), more hands "
+        "them over together (publish_batch_nowait); without --rate",
+    )
     p.add_argument("--subscribe", action="store_true", help="also measure delivery to a subscriber")
     p.add_argument("--warmup", type=int, default=20_000, help="messages before measuring")
     p.add_argument(
@@ -88,12 +95,16 @@ async def _throughput(
     size: int,
     window: int = 64_000,
     stamp: bool = False,
+    per_call: int = 1,
 ) -> dict[str, Any]:
     """Publish ``n`` messages keeping at most ``window`` unacknowledged (a sliding window).
 
     Latency here is time from ``publish`` to acknowledgement under saturation (queueing
-    included), sampled every 100th message.
+    included), sampled every 100th message (with ``per_call`` above 1, every call of at least
+    100 messages, else every call that starts at a multiple of 100).
     """
+    if per_call > 1:
+        return await _throughput_batched(client, topic, n, size, window, stamp, per_call)
     payload = b"x" * size
     lat: list[float] = []
     pending: deque[tuple[float, asyncio.Future[PublishResult]]] = deque()
@@ -117,6 +128,50 @@ async def _throughput(
     elapsed = clock() - start
     return {
         "messages": n,
+        "seconds": round(elapsed, 3),
+        "msgs_per_s": round(n / elapsed),
+        "mb_per_s": round(n * size / elapsed / 1e6, 2),
+        "saturated_latency": percentiles(lat),
+    }
+
+
+async def _throughput_batched(
+    client: HedwigClient,
+    topic: str,
+    n: int,
+    size: int,
+    window: int,
+    stamp: bool,
+    per_call: int,
+) -> dict[str, Any]:
+    """``_throughput`` through ``publish_batch_nowait``, ``per_call`` messages a call."""
+    payload = b"x" * size
+    lat: list[float] = []
+    pending: deque[tuple[float, int, asyncio.Future[BatchPublishResult]]] = deque()
+    clock = time.perf_counter
+    unacked = 0
+    start = clock()
+    for lo in range(0, n, per_call):
+        k = min(per_call, n - lo)
+        values = [payload] * k
+        if stamp:
+            for i in range(-lo % STAMP_EVERY, k, STAMP_EVERY):
+                values[i] = stamped(size, clock())
+        pending.append((clock(), k, client.publish_batch_nowait(topic, values)))
+        unacked += k
+        while unacked >= window:
+            t_sent, done, oldest = pending.popleft()
+            await oldest
+            unacked -= done
+            lat.append(clock() - t_sent)
+    await client.flush(topic)
+    for t_sent, _, fut in pending:
+        await fut
+        lat.append(clock() - t_sent)
+    elapsed = clock() - start
+    return {
+        "messages": n,
+        "per_call": per_call,
         "seconds": round(elapsed, 3),
         "msgs_per_s": round(n / elapsed),
         "mb_per_s": round(n * size / elapsed / 1e6, 2),
@@ -212,7 +267,7 @@ async def _bench(hubs: list[str], args: argparse.Namespace) -> dict[str, Any]:
             )
         else:
             result["publish"] = await _throughput(
-                client, topic, args.messages, args.size, stamp=stamp
+                client, topic, args.messages, args.size, stamp=stamp, per_call=args.per_call
             )
         if sub_task is not None:
             expected = args.warmup + result["publish"]["messages"]

@@ -6,13 +6,14 @@
 """
 
 from hedwig.client.client import HedwigClient
-from hedwig.client.publisher import PublishResult
+from hedwig.client.publisher import BatchPublishResult, PublishResult
 from hedwig.client.retry import RetryPolicy
 from hedwig.client.subscriber import Subscriber
 from hedwig.client.sync import SyncClient, SyncSubscriber
 from hedwig.protocol import DeliveredMessage, Message, SubscribeMode
 
 __all__ = [
+    "BatchPublishResult",
     "DeliveredMessage",
     "HedwigClient",
     "Message",

@@ -30,19 +30,28 @@ fails for good (its retry deadline passed, or a hub refused it outright), the ba
 can never be stored in order under the same identity: they fail too
 (``EarlierBatchFailedError``), and later messages go out under a new identity (the publisher
 id with an epoch suffix, sequences from 1 again).
+
+What waits in the queue is either one message with its own future (``publish_nowait``), or a
+*chunk*: many messages encoded together that settle together (``publish_batch``), each chunk
+small enough to fit a batch on its own. A chunk is never split across batches, so it needs
+one result and one future, not one per message: a caller that already holds many messages
+pays for the bookkeeping once per chunk.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol
+from typing import NamedTuple, Protocol, cast, overload
 
 from hedwig.client.routing import Router
 from hedwig.clock import Clock
 from hedwig.errors import EarlierBatchFailedError, HedwigError
 from hedwig.protocol import EncodedMessage, EncodedMessages, Publish, Published
+
+_new_tuple = tuple.__new__
 
 
 class PublishResult(NamedTuple):
@@ -53,6 +62,95 @@ class PublishResult(NamedTuple):
 
     seq: int
     duplicate: bool = False
+
+
+class BatchPublishResult(Sequence[PublishResult]):
+    """Where the messages of one ``publish_batch`` landed, in the order they were given.
+
+    A sequence of ``PublishResult``, made on demand from one run per chunk (first sequence
+    id, count, duplicate), so a batch of a million messages is a handful of tuples. Chunks are
+    stored in order but need not be adjacent in the topic (other publishers' batches may land
+    between them), hence ``runs`` rather than one first sequence id."""
+
+    __slots__ = ("_len", "_runs")
+
+    def __init__(self, runs: Sequence[tuple[int, int, bool]]) -> None:
+        self._runs = tuple(runs)
+        self._len = sum(n for _, n, _ in self._runs)
+
+    @property
+    def runs(self) -> tuple[tuple[int, int, bool], ...]:
+        """``(first_seq, count, duplicate)`` per chunk (first_seq 0: a duplicate whose place
+        is unknown)."""
+        return self._runs
+
+    def __len__(self) -> int:
+        return self._len
+
+    @overload
+    def __getitem__(self, index: int) -> PublishResult: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[PublishResult]: ...
+    def __getitem__(self, index: int | slice) -> PublishResult | list[PublishResult]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self._len))]
+        if index < 0:
+            index += self._len
+        if not 0 <= index < self._len:
+            raise IndexError(index)
+        for first, n, dup in self._runs:
+            if index < n:
+                return PublishResult(first + index if first else 0, dup)
+            index -= n
+        raise IndexError(index)  # pragma: no cover (the lengths add up)
+
+    def __iter__(self) -> Iterator[PublishResult]:
+        for first, n, dup in self._runs:
+            if first:
+                for seq in range(first, first + n):
+                    yield PublishResult(seq, dup)
+            else:
+                for _ in range(n):
+                    yield PublishResult(0, dup)
+
+    def __repr__(self) -> str:
+        return f"BatchPublishResult(runs={self._runs!r})"
+
+
+class _Call:
+    """One ``publish_batch`` call: its chunks settle one by one, its future once."""
+
+    __slots__ = ("future", "pending", "runs")
+
+    def __init__(self, future: asyncio.Future[BatchPublishResult], chunks: int) -> None:
+        self.future = future
+        self.runs: list[tuple[int, int, bool]] = [(0, 0, False)] * chunks
+        self.pending = chunks
+
+    def settle(self, index: int, first: int, count: int, dup: bool) -> None:
+        self.runs[index] = (first, count, dup)
+        self.pending -= 1
+        if not self.pending and not self.future.done():
+            self.future.set_result(BatchPublishResult(self.runs))
+
+    def fail(self, exc: BaseException) -> None:
+        if not self.future.done():
+            self.future.set_exception(exc)
+
+
+class _Chunk:
+    """A queued chunk: ``count`` messages (encoded together in the queue) of one call."""
+
+    __slots__ = ("call", "count", "index")
+
+    def __init__(self, call: _Call, index: int, count: int) -> None:
+        self.call = call
+        self.index = index
+        self.count = count
+
+
+_Future = asyncio.Future[PublishResult]
+_Waiter = _Future | _Chunk
 
 
 class BatchLimits(Protocol):
@@ -67,7 +165,9 @@ class _Batch:
     publisher_id: str
     pseq: int
     messages: EncodedMessages
-    futures: list[asyncio.Future[PublishResult]]
+    # One per message, or one per chunk (then ``has_chunks``).
+    futures: list[_Waiter]
+    has_chunks: bool = False
 
 
 class TopicPublisher:
@@ -89,9 +189,11 @@ class TopicPublisher:
         self._router = router
         self._limits = limits
         self._clock = clock
-        # Encoded messages waiting for a batch, and their futures (two deques: the hot path).
-        self._raws: deque[EncodedMessage] = deque()
-        self._futs: deque[asyncio.Future[PublishResult]] = deque()
+        # Encoded messages (or chunks) waiting for a batch, and their futures (two deques: the
+        # hot path). While no chunk is queued, every element is one message.
+        self._raws: deque[bytes] = deque()
+        self._futs: deque[_Waiter] = deque()
+        self._chunks_queued = 0
         self._next_pseq = 1
         self._inflight = asyncio.Semaphore(limits.max_inflight_batches)
         self._wakeup = asyncio.Event()
@@ -113,6 +215,22 @@ class TopicPublisher:
             self._wakeup.set()
         return fut
 
+    def add_chunks(self, chunks: Sequence[tuple[bytes, int]]) -> asyncio.Future[BatchPublishResult]:
+        """Queue chunks of encoded messages (``(payload, count)``, each within the batch
+        limits); the future resolves once all are durable, or fails with the first failure."""
+        fut: asyncio.Future[BatchPublishResult] = self._loop.create_future()
+        if not chunks:
+            fut.set_result(BatchPublishResult(()))
+            return fut
+        call = _Call(fut, len(chunks))
+        for i, (payload, count) in enumerate(chunks):
+            self._raws.append(payload)
+            self._futs.append(_Chunk(call, i, count))
+        self._chunks_queued += len(chunks)
+        if not self._wakeup.is_set():
+            self._wakeup.set()
+        return fut
+
     def stop(self) -> None:
         self._task.cancel()
 
@@ -125,9 +243,14 @@ class TopicPublisher:
 
     async def flush(self) -> None:
         """Wait until every message queued so far has settled."""
-        futs = list(self._futs) + [f for b in self._outstanding.values() for f in b.futures]
-        if futs:
-            await asyncio.gather(*futs, return_exceptions=True)
+        waiters = [f for b in self._outstanding.values() for f in b.futures] + list(self._futs)
+        futs = [w.call.future if isinstance(w, _Chunk) else w for w in waiters]
+        # One by one, skipping those already settled: a batch settles all its futures at
+        # once, so this waits about once per batch (``gather`` would hook every future), and
+        # ``wait`` leaves the futures alone if this flush is cancelled.
+        for f in futs:
+            if not f.done():
+                await asyncio.wait((f,))
 
     # the gate -------------------------------------------------------------------------------
 
@@ -187,8 +310,10 @@ class TopicPublisher:
             self._loop.create_task(self._send(batch))
 
     def _cut(self, max_messages: int, max_bytes: int) -> _Batch:
+        if self._chunks_queued:
+            return self._cut_chunks(max_messages, max_bytes)
         raws, futs = self._raws, self._futs
-        parts: list[EncodedMessage] = []
+        parts: list[bytes] = []
         size = 0
         while raws and len(parts) < max_messages:
             if parts and size + len(raws[0]) > max_bytes:
@@ -199,10 +324,40 @@ class TopicPublisher:
         batch = _Batch(
             self._publisher_id,
             self._next_pseq,
-            EncodedMessages.of(parts),
+            EncodedMessages.of_joined(parts, len(parts)),
             [futs.popleft() for _ in parts],
         )
         self._next_pseq += len(parts)
+        return batch
+
+    def _cut_chunks(self, max_messages: int, max_bytes: int) -> _Batch:
+        """``_cut`` while chunks are queued: a chunk counts its messages and is never split."""
+        raws, futs = self._raws, self._futs
+        parts: list[bytes] = []
+        waiters: list[_Waiter] = []
+        size = count = chunks = 0
+        while raws:
+            raw, waiter = raws[0], futs[0]
+            n = waiter.count if isinstance(waiter, _Chunk) else 1
+            if parts and (size + len(raw) > max_bytes or count + n > max_messages):
+                break
+            raws.popleft()
+            futs.popleft()
+            parts.append(raw)
+            waiters.append(waiter)
+            size += len(raw)
+            count += n
+            if isinstance(waiter, _Chunk):
+                chunks += 1
+        self._chunks_queued -= chunks
+        batch = _Batch(
+            self._publisher_id,
+            self._next_pseq,
+            EncodedMessages.of_joined(parts, count),
+            waiters,
+            has_chunks=bool(chunks),
+        )
+        self._next_pseq += count
         return batch
 
     async def _send(self, batch: _Batch) -> None:
@@ -232,18 +387,43 @@ class TopicPublisher:
             except HedwigError as exc:
                 if not isinstance(exc, EarlierBatchFailedError):
                     self._failed_for_good(batch)
-                for f in batch.futures:
-                    if not f.done():
-                        f.set_exception(exc)
+                for w in batch.futures:
+                    if isinstance(w, _Chunk):
+                        w.call.fail(exc)
+                    elif not w.done():
+                        w.set_exception(exc)
                 return
             assert isinstance(answer, Published)
             first, dup = answer.first_seq, answer.duplicate
-            for i, f in enumerate(batch.futures):
-                if not f.done():
-                    f.set_result(PublishResult(first + i if first else 0, dup))
+            if batch.has_chunks:
+                _settle_mixed(batch.futures, first, dup)
+            elif first:
+                # One tuple per message, made without ``PublishResult.__new__`` (a Python
+                # function: twice the cost).
+                for seq, f in enumerate(cast(list[_Future], batch.futures), first):
+                    if not f.done():
+                        f.set_result(_new_tuple(PublishResult, (seq, dup)))
+            else:
+                unknown = PublishResult(0, dup)
+                for f in cast(list[_Future], batch.futures):
+                    if not f.done():
+                        f.set_result(unknown)
         finally:
             self._outstanding.pop(batch.pseq, None)
             self._failed.discard(batch.pseq)
             self._reopen()
             self._settled.set()
             self._inflight.release()
+
+
+def _settle_mixed(waiters: list[_Waiter], first: int, dup: bool) -> None:
+    """Resolve a batch of single messages and chunks, in order, from its first sequence id."""
+    seq = first
+    for w in waiters:
+        if isinstance(w, _Chunk):
+            w.call.settle(w.index, seq if first else 0, w.count, dup)
+            seq += w.count
+        else:
+            if not w.done():
+                w.set_result(PublishResult(seq if first else 0, dup))
+            seq += 1

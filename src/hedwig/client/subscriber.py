@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
+from hedwig.client.inbox import EMPTY, Inbox
 from hedwig.client.retry import Backoff
 from hedwig.client.routing import Router, subscription_route
 from hedwig.errors import (
@@ -75,7 +77,7 @@ class Subscriber:
         self._bound = bound
         self._auto_consume = auto_consume
         self._conn: HubConnection | None = None
-        self._queue: asyncio.Queue[DeliveredMessage | HedwigError | None] = asyncio.Queue()
+        self._inbox = Inbox()
         self._last_seen = 0
         self._consumed = 0
         self._closed = False
@@ -195,22 +197,23 @@ class Subscriber:
             else:
                 error = SubscriptionBusyError(f"closed by hub: {event.reason}")
             self.error = error
-            self._queue.put_nowait(error)
+            self._inbox.put(error)
 
     def _drop_queued(self) -> None:
-        kept: list[HedwigError | None] = []
-        while not self._queue.empty():
-            item = self._queue.get_nowait()
-            if not isinstance(item, DeliveredMessage):
-                kept.append(item)
-        for item in kept:
-            self._queue.put_nowait(item)
+        self._inbox.drop_messages()
 
     def _take(self, event: Deliver) -> None:
-        for m in event.batch.delivered():
-            if m.seq > self._last_seen:
-                self._last_seen = m.seq
-                self._queue.put_nowait(m)
+        """Queue what this batch holds past the last message handed over (the rest are
+        redeliveries): its sequence ids are consecutive, so that is all from some point on."""
+        batch = event.batch
+        last_seen = self._last_seen
+        if batch.last_seq <= last_seen:
+            return
+        messages = batch.iter_delivered()
+        if batch.first_seq <= last_seen:
+            messages = itertools.islice(messages, last_seen - batch.first_seq + 1, None)
+        self._last_seen = batch.last_seq
+        self._inbox.put_messages(messages)
 
     def _lost(self, reason: str) -> None:
         self._conn = None
@@ -231,7 +234,7 @@ class Subscriber:
             except HedwigError as exc:
                 if not exc.retriable and not isinstance(exc, DeadlineExceededError):
                     self.error = exc
-                    self._queue.put_nowait(exc)
+                    self._inbox.put(exc)
                     return
                 if not await backoff.wait():
                     backoff = Backoff(router.retry, router.clock)
@@ -242,21 +245,34 @@ class Subscriber:
         return self._iterate()
 
     async def _iterate(self) -> AsyncIterator[DeliveredMessage]:
+        inbox = self._inbox
         while True:
-            item = await self._queue.get()
-            if item is None:
+            item = inbox.next_batch()
+            if isinstance(item, Iterator):
+                # A batch's messages, straight from its iterator; it stays the inbox's current
+                # one, so ``next`` takes up where this stops, and a drop (a reset) ends it.
+                for m in item:
+                    yield m
+                    if self._auto_consume:
+                        self.consume(m.seq)
+                    if inbox.current is not item:
+                        break
+                else:
+                    if inbox.current is item:
+                        inbox.current = None
+            elif item is EMPTY:
+                await inbox.wait()
+            elif item is None:
                 return
-            if isinstance(item, HedwigError):
+            else:
+                assert isinstance(item, HedwigError)
                 raise item
-            yield item
-            if self._auto_consume:
-                self.consume(item.seq)
 
     async def next(self, timeout: float | None = None) -> DeliveredMessage:
         """The next message; ``DeadlineExceededError`` after ``timeout`` seconds (saying so if
         the hub is holding messages back because the window of unconsumed ones is full)."""
         try:
-            item = await self._router.clock.wait_for(self._queue.get(), timeout)
+            item = await self._router.clock.wait_for(self._inbox.get(), timeout)
         except TimeoutError:
             why = ""
             if self._window and self._last_seen - self._consumed >= self._window:
@@ -323,7 +339,7 @@ class Subscriber:
                     ),
                     CLOSE_TIMEOUT_S,
                 )
-        self._queue.put_nowait(None)
+        self._inbox.put(None)
 
 
 def _ignore(fut: asyncio.Future[Reply]) -> None:

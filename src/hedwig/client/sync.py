@@ -71,11 +71,9 @@ class SyncClient:
         return self._run(self._client.publish(topic, value, **kw))
 
     def publish_many(self, topic: str, values: Iterable[bytes]) -> list[PublishResult]:
-        async def go() -> list[PublishResult]:
-            futs = [self._client.publish_nowait(topic, v) for v in values]
-            return list(await asyncio.gather(*futs))
-
-        return self._run(go())
+        """Publish many values at once (``HedwigClient.publish_batch``); returns when all are
+        durable."""
+        return list(self._run(self._client.publish_batch(topic, list(values))))
 
     def read(self, topic: str, start_seq: int, **kw: Any) -> Messages:
         return self._run(self._client.read(topic, start_seq, **kw))

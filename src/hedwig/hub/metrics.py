@@ -180,12 +180,21 @@ class HubMetrics:
             self.losses.labels(loss.value)
         for op, reason in DENIAL_SERIES:
             self.auth_denied.labels(op, reason)
+        # The labelled series of the per-request counters, looked up once each: ``labels()``
+        # takes a lock and builds a key every time, a measurable share of a one-message
+        # publish. Series are never removed, so a cached child stays the registered one.
+        self._in: dict[str, tuple[Counter, Counter]] = {}
+        self._out: dict[str, tuple[Counter, Counter]] = {}
+        self._answers: dict[tuple[str, str], Counter] = {}
 
     # HubEvents ------------------------------------------------------------------------------
 
     def published(self, topic: str, messages: int, size: int) -> None:
-        self.messages_in.labels(topic).inc(messages)
-        self.bytes_in.labels(topic).inc(size)
+        series = self._in.get(topic)
+        if series is None:
+            series = self._in[topic] = (self.messages_in.labels(topic), self.bytes_in.labels(topic))
+        series[0].inc(messages)
+        series[1].inc(size)
 
     def publish_answered(self, seconds: float) -> None:
         self.publish_latency.observe(seconds)
@@ -200,8 +209,14 @@ class HubMetrics:
         self.topics_delivering.set(delivering)
 
     def delivered(self, topic: str, messages: int, size: int) -> None:
-        self.messages_out.labels(topic).inc(messages)
-        self.bytes_out.labels(topic).inc(size)
+        series = self._out.get(topic)
+        if series is None:
+            series = self._out[topic] = (
+                self.messages_out.labels(topic),
+                self.bytes_out.labels(topic),
+            )
+        series[0].inc(messages)
+        series[1].inc(size)
 
     def claimed(self, topic: str, ownerless_s: float | None) -> None:
         self.claims.inc()
@@ -230,7 +245,10 @@ class HubMetrics:
         self.auth_denied.labels(op, reason).inc()
 
     def answered(self, op: str, status: str) -> None:
-        self.requests.labels(op, status).inc()
+        child = self._answers.get((op, status))
+        if child is None:
+            child = self._answers[op, status] = self.requests.labels(op, status)
+        child.inc()
 
     def session_changed(self, state: SessionState) -> None:
         for s in SessionState:

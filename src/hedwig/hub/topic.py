@@ -119,6 +119,10 @@ class OwnedTopic:
         if self.state is not TopicState.OPEN:
             raise TopicMovingError(f"topic {self.name!r} is moving", destination=self.moved_to)
         if self.log.broken is not None:
+            # Broken with no publish waiting on it (a roll-over that failed in the
+            # background): give the topic up now, as a failed append does, so that a claim
+            # recovers the log; left owned, the topic would refuse every request.
+            self._on_lost(self.name, LossKind.LEDGER, f"ledger failed: {self.log.broken}")
             raise TopicMovingError(f"topic {self.name!r} lost its log: {self.log.broken}")
 
     # publish ------------------------------------------------------------------------------

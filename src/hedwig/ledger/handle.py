@@ -183,12 +183,29 @@ class LedgerWriter:
         try:
             self._version = await self._ledgers.write_ledger(closed, self._version)
         except BadVersionError as exc:
-            # Someone recovered (and closed) the ledger under us: we were fenced.
-            raise LedgerFencedError(
-                f"ledger {self.ledger_id} was recovered by another hub"
-            ) from exc
+            # Either someone recovered (and closed) the ledger under us, or this very write
+            # landed on an earlier try whose answer was lost (the store's connection dropped;
+            # the caller tries again): then the ledger reads closed exactly as we closed it.
+            got = await self._ledgers.read_ledger(self.ledger_id)
+            if got is None or not _same_end(got.value, closed):
+                raise LedgerFencedError(
+                    f"ledger {self.ledger_id} was recovered by another hub"
+                ) from exc
+            log.info("ledger %d: closed by an earlier try whose answer was lost", self.ledger_id)
+            self._version = got.version
+            closed = got.value
         self._md = closed
         return closed
+
+
+def _same_end(stored: LedgerMetadata, closed: LedgerMetadata) -> bool:
+    """Whether ``stored`` is closed where ``closed`` ends (whoever wrote it, nothing this
+    writer acknowledged is past it)."""
+    return (
+        stored.state is LedgerState.CLOSED
+        and stored.last_entry_id == closed.last_entry_id
+        and stored.last_seq == closed.last_seq
+    )
 
 
 async def read_entry(

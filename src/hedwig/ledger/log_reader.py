@@ -5,6 +5,11 @@ that keep up are served without touching a disk. Older batches are read from the
 replicas through a per-ledger index of where each entry's first sequence id is, built when the
 owner wrote the entry or, for ledgers written by earlier owners, by reading the ledger once.
 Batches come back with their stored bytes (``Batch.raw``), which are what is sent on.
+
+The last few entries read from ledgers are kept too (``RECENT_ENTRIES``): a subscriber
+catching up reads a stored batch once for each window it spans (its window ends inside the
+batch, and the next delivery starts there), and the same ``Batch`` keeps where its messages
+start, so each is read from a replica and scanned once.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from hedwig.metadata.records import LedgerMetadata, LedgerRange
 from hedwig.protocol import Batch
 
 _FIRST_SEQ = struct.Struct(">Q")
+# Entries read from ledgers and kept, per topic (a few windows' worth of 2,000-message batches).
+RECENT_ENTRIES = 8
 
 
 @dataclass
@@ -43,6 +50,7 @@ class LogReader:
         self._cache_seqs: list[int] = []
         self._cache_size = 0
         self._indexes: dict[int, LedgerIndex] = {}
+        self._recent: dict[tuple[int, int], Batch] = {}
 
     # what the writer tells it -----------------------------------------------------------------
 
@@ -72,6 +80,8 @@ class LogReader:
 
     def forget(self, ledger_id: int) -> None:
         self._indexes.pop(ledger_id, None)
+        for key in [k for k in self._recent if k[0] == ledger_id]:
+            del self._recent[key]
 
     # reading --------------------------------------------------------------------------------
 
@@ -121,19 +131,29 @@ class LogReader:
             idx = await self._load_index(r)
             ei = max(0, bisect.bisect_right(idx.first_seqs, seq) - 1)
             while ei < len(idx.first_seqs):
-                raw = await read_entry(self._replicas, idx.metadata, ei)
-                batch = Batch.from_stored(raw)
+                batch = await self._entry(idx.metadata, ei)
                 if batch.first_seq > last_seq:
                     return out
                 out.append(batch)
                 msgs += batch.count
-                size += len(raw)
+                size += len(batch.raw or b"")
                 seq = batch.last_seq + 1
                 if msgs >= max_messages or size >= max_bytes:
                     return out
                 ei += 1
             ri += 1
         return out
+
+    async def _entry(self, md: LedgerMetadata, entry: int) -> Batch:
+        """Entry ``entry`` of ledger ``md`` as a batch, from the recent ones if it is there."""
+        key = (md.ledger_id, entry)
+        batch = self._recent.get(key)
+        if batch is None:
+            batch = Batch.from_stored(await read_entry(self._replicas, md, entry))
+            self._recent[key] = batch
+            if len(self._recent) > RECENT_ENTRIES:
+                del self._recent[next(iter(self._recent))]
+        return batch
 
     async def _load_index(self, r: LedgerRange) -> LedgerIndex:
         idx = self._indexes.get(r.ledger_id)

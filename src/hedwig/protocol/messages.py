@@ -19,10 +19,11 @@ bytes, which are scanned (``MalformedBatchError`` if the count lies).
 
 from __future__ import annotations
 
+import itertools
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import NewType
+from typing import NamedTuple, NewType
 
 from hedwig.errors import MalformedBatchError
 from hedwig.protocol.wire import U16, U32, pack_str, read_str
@@ -83,9 +84,17 @@ def encode_value(value: bytes) -> EncodedMessage:
 
 def encode_values(values: Sequence[bytes]) -> bytes:
     """The payload for values without keys or headers (``EncodedMessages.of_values`` wraps it
-    with its count)."""
-    pack = U32.pack
-    return b"".join(_NO_KEY_BYTES + pack(len(v)) + v + _NO_HEADERS for v in values)
+    with its count).
+
+    Built by slice assignment into one list of parts and a single join: every per-message
+    step (``len``, ``U32.pack``) then runs in C through ``map``, with no intermediate bytes
+    object per message (about a fifth of the cost of concatenating each message)."""
+    n = len(values)
+    parts: list[bytes] = [_NO_HEADERS] * (4 * n)
+    parts[0::4] = (_NO_KEY_BYTES,) * n
+    parts[1::4] = map(U32.pack, map(len, values))
+    parts[2::4] = values
+    return b"".join(parts)
 
 
 def encode_messages(messages: Iterable[Message]) -> tuple[int, bytes]:
@@ -94,11 +103,40 @@ def encode_messages(messages: Iterable[Message]) -> tuple[int, bytes]:
     return len(parts), b"".join(parts)
 
 
+# Batches at least this long are first tried as equal messages (``_uniform``).
+_UNIFORM_FROM = 16
+
+
+def _uniform(payload: bytes, count: int) -> int | None:
+    """The size of every message, if the payload is ``count`` messages of one size without
+    keys or headers (the common batch: records of one schema), else ``None``.
+
+    Checked without a Python step per message: the messages then sit at a fixed stride, so
+    each of the ten framing bytes of every message (the no-key marker, the value length, the
+    empty header count) is compared at once by a strided slice. If all match, reading the
+    payload message by message would find exactly that layout."""
+    if count < _UNIFORM_FROM or len(payload) < MESSAGE_OVERHEAD:
+        return None
+    klen, vlen = _KEY_VALUE.unpack_from(payload, 0)
+    stride = vlen + MESSAGE_OVERHEAD
+    if klen != _NO_KEY or stride * count != len(payload):
+        return None
+    framing = _KEY_VALUE.pack(_NO_KEY, vlen) + _NO_HEADERS
+    starts = (0, 1, 2, 3, 4, 5, 6, 7, vlen + 8, vlen + 9)
+    for k, start in enumerate(starts):
+        if payload[start::stride] != framing[k : k + 1] * count:
+            return None
+    return int(vlen)
+
+
 def _scan(payload: bytes, count: int) -> tuple[list[int], int]:
     """The offset where each message starts and the size of the largest one.
 
     Raises ``MalformedBatchError`` unless the payload holds exactly ``count`` messages.
     """
+    size = _uniform(payload, count)
+    if size is not None:
+        return list(range(0, len(payload), size + MESSAGE_OVERHEAD)), size
     offsets: list[int] = []
     largest = 0
     pos = 0
@@ -138,8 +176,12 @@ def _scan(payload: bytes, count: int) -> tuple[list[int], int]:
 
 def _largest(payload: bytes, count: int) -> int:
     """The check every publish goes through, so it is lean (no offsets, and a message without
-    a key has its key and value lengths read in one go): the size of the largest message, or
-    ``MalformedBatchError`` unless the payload holds exactly ``count`` messages."""
+    a key has its key and value lengths read in one go, and a batch of equal messages is
+    checked at once): the size of the largest message, or ``MalformedBatchError`` unless the
+    payload holds exactly ``count`` messages."""
+    uniform = _uniform(payload, count)
+    if uniform is not None:
+        return uniform
     largest = 0
     pos = 0
     lengths = _KEY_VALUE.unpack_from
@@ -233,6 +275,9 @@ class EncodedMessages:
     count: int
     payload: bytes
     largest: int | None = field(default=None, compare=False, repr=False)
+    # True when a check found every message of one size without key or headers (then
+    # ``largest`` is that size and the messages sit at a fixed stride).
+    uniform: bool = field(default=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.count < 0:
@@ -246,6 +291,13 @@ class EncodedMessages:
         return _trusted(len(parts), b"".join(parts))
 
     @classmethod
+    def of_joined(cls, parts: Sequence[bytes], count: int) -> EncodedMessages:
+        """Parts made here (``encode_message``, ``encode_value``, ``encode_values``) holding
+        ``count`` messages in all: joined, no scan (a publisher's batch of single messages
+        and of chunks handed over together)."""
+        return _trusted(count, b"".join(parts))
+
+    @classmethod
     def of_values(cls, values: Sequence[bytes]) -> EncodedMessages:
         return _trusted(len(values), encode_values(values))
 
@@ -257,6 +309,9 @@ class EncodedMessages:
     def parse(cls, payload: bytes, count: int) -> EncodedMessages:
         """Untrusted bytes: scanned, ``MalformedBatchError`` if they do not hold ``count``
         messages."""
+        size = _uniform(payload, count)
+        if size is not None:
+            return cls(count=count, payload=payload, largest=size, uniform=True)
         return cls(count=count, payload=payload, largest=_largest(payload, count))
 
     def decode(self) -> list[Message]:
@@ -269,21 +324,87 @@ def _trusted(count: int, payload: bytes) -> EncodedMessages:
     object.__setattr__(made, "count", count)
     object.__setattr__(made, "payload", payload)
     object.__setattr__(made, "largest", None)
+    object.__setattr__(made, "uniform", False)
     return made
 
 
-@dataclass(frozen=True, slots=True)
-class DeliveredMessage:
-    """A message as a subscriber or reader sees it: with its place in the topic."""
+class DeliveredMessage(NamedTuple):
+    """A message as a subscriber or reader sees it: with its place in the topic.
+
+    One flat tuple per message (a subscriber makes one per delivered message, so it is the
+    cheapest record to make: ``tuple.__new__`` in one call, read through C accessors);
+    ``message`` gives the ``Message`` as it was published, made on demand."""
 
     seq: int
     publish_time_ms: int
     publisher_id: str
-    message: Message
+    value: bytes
+    key: bytes | None = None
+    headers: tuple[tuple[str, bytes], ...] = ()
 
     @property
-    def value(self) -> bytes:
-        return self.message.value
+    def message(self) -> Message:
+        return Message(value=self.value, key=self.key, headers=self.headers)
+
+
+_new_tuple = tuple.__new__
+
+
+def iter_delivered(
+    payload: bytes, first_seq: int, publish_time_ms: int, publisher_id: str
+) -> Iterator[DeliveredMessage]:
+    """A checked batch's messages as delivered, one at a time as they are asked for.
+
+    Lazy on purpose: a subscriber makes each record as it hands it out, and the record is
+    usually dropped soon after (so its memory is reused at once), instead of a whole batch of
+    records made up front and kept alive in a queue. ``payload`` must have passed a structure
+    check (``EncodedMessages.parse``), as every batch from the wire has."""
+    new = _new_tuple
+    lengths = _KEY_VALUE.unpack_from
+    unpack32 = U32.unpack_from
+    unpack16 = U16.unpack_from
+    end = len(payload)
+    pos = 0
+    seq = first_seq
+    while pos < end:
+        klen, vlen = lengths(payload, pos)
+        key: bytes | None = None
+        if klen != _NO_KEY:
+            key = payload[pos + 4 : pos + 4 + klen]
+            (vlen,) = unpack32(payload, pos + 4 + klen)
+            pos += klen
+        pos += 8
+        value = payload[pos : pos + vlen]
+        pos += vlen
+        (nh,) = unpack16(payload, pos)
+        pos += 2
+        headers: tuple[tuple[str, bytes], ...] = ()
+        if nh:
+            found: list[tuple[str, bytes]] = []
+            for _h in range(nh):
+                name, pos = read_str(payload, pos)
+                (hv,) = unpack32(payload, pos)
+                pos += 4
+                found.append((name, payload[pos : pos + hv]))
+                pos += hv
+            headers = tuple(found)
+        yield new(DeliveredMessage, (seq, publish_time_ms, publisher_id, value, key, headers))
+        seq += 1
+
+
+def _iter_uniform(
+    payload: bytes, size: int, first_seq: int, publish_time_ms: int, publisher_id: str
+) -> Iterator[DeliveredMessage]:
+    """``iter_delivered`` for a batch checked to hold messages of ``size`` bytes without keys
+    or headers: each value is a slice at a fixed stride, nothing to read first."""
+    new = _new_tuple
+    for seq, start in zip(
+        itertools.count(first_seq), range(8, len(payload), size + MESSAGE_OVERHEAD), strict=False
+    ):
+        yield new(
+            DeliveredMessage,
+            (seq, publish_time_ms, publisher_id, payload[start : start + size], None, ()),
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -303,6 +424,10 @@ class Batch:
     publisher_seq: int
     messages: EncodedMessages
     raw: bytes | None = field(default=None, compare=False, repr=False)
+    # Where each message starts in the payload, and its end: measured by the first ``slice``
+    # and kept, because a stored batch is cut again and again (by every subscription whose
+    # window ends inside it, and where the next delivery starts).
+    offsets: list[int] | None = field(default=None, compare=False, repr=False, init=False)
 
     @property
     def count(self) -> int:
@@ -343,7 +468,8 @@ class Batch:
 
     @classmethod
     def decode(cls, data: bytes) -> Batch:
-        """A batch from the wire: its messages are checked against its count."""
+        """A batch from the wire: its messages are checked against its count (one lean scan;
+        they are decoded when asked for, by ``delivered`` or ``iter_delivered``)."""
         return cls._decode(data, trusted=False)
 
     @classmethod
@@ -371,11 +497,22 @@ class Batch:
             raw=data,
         )
 
+    def iter_delivered(self) -> Iterator[DeliveredMessage]:
+        """Its messages with their places in the topic, made one at a time."""
+        messages = self.messages
+        if messages.uniform and messages.largest is not None:
+            return _iter_uniform(
+                messages.payload,
+                messages.largest,
+                self.first_seq,
+                self.publish_time_ms,
+                self.publisher_id,
+            )
+        return iter_delivered(self.payload, self.first_seq, self.publish_time_ms, self.publisher_id)
+
     def delivered(self) -> list[DeliveredMessage]:
-        return [
-            DeliveredMessage(self.first_seq + i, self.publish_time_ms, self.publisher_id, m)
-            for i, m in enumerate(self.messages.decode())
-        ]
+        """Its messages with their places in the topic."""
+        return list(self.iter_delivered())
 
     def slice(self, first: int, last: int) -> Batch:
         """The sub-batch holding sequence ids ``first .. last`` (inclusive)."""
@@ -383,8 +520,11 @@ class Batch:
         last = min(last, self.last_seq)
         if first == self.first_seq and last == self.last_seq:
             return self
-        offsets, _ = _scan(self.payload, self.count)
-        offsets.append(len(self.payload))
+        offsets = self.offsets
+        if offsets is None:
+            offsets, _ = _scan(self.payload, self.count)
+            offsets.append(len(self.payload))
+            object.__setattr__(self, "offsets", offsets)
         lo = first - self.first_seq
         hi = last - self.first_seq + 1
         count = max(0, hi - lo)
