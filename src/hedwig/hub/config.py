@@ -107,6 +107,12 @@ class HubConfig:
     load_report_interval_s: float = setting(
         5.0, "seconds between load reports in the hub's alive record"
     )
+    # The report is one record rewritten every interval: it must not grow with the topics a
+    # hub owns (ZooKeeper refuses records over 1 MB and drops the session of whoever tries).
+    # The rebalancer moves hot topics, so the hottest ones are what it needs to see.
+    load_report_topics: int = setting(
+        100, "topics listed in a load report: the hottest ones (totals cover all of them)"
+    )
     load_report_max_age_s: float = setting(
         30.0, "seconds after which placement ignores a load report"
     )
@@ -161,6 +167,8 @@ class HubConfig:
             raise UsageError("max_message_size must be positive")
         if self.zk_session_timeout_s <= 0:
             raise UsageError("zk_session_timeout_s must be positive")
+        if self.load_report_topics < 0:
+            raise UsageError("load_report_topics must not be negative")
         host, _, port = self.listen.rpartition(":")
         if not host or not port.isdigit():
             raise UsageError(f"listen must be HOST:PORT, got {self.listen!r}")

@@ -3,16 +3,40 @@
 Rates are exponentially weighted moving averages over report intervals. The weight of history
 (``alpha`` is the weight of the newest interval) is deliberately lighter than Pulsar's 0.9 on
 history: users saw balanced brokers keep looking overloaded for many cycles because of it.
+
+A report carries totals over every topic and the loads of the hottest ``top`` topics only, so
+its size is bounded whatever the number of topics (``HubLoad``).
 """
 
 from __future__ import annotations
 
+import heapq
 import os
 from dataclasses import dataclass, field
 
 from hedwig.metadata.records import HubLoad, TopicLoad
 
 ALPHA = 0.5
+# Topics listed in a report unless the hub's configuration says otherwise.
+TOP_TOPICS = 100
+
+
+def hottest(topics: dict[str, TopicLoad], top: int) -> dict[str, TopicLoad]:
+    """The ``top`` busiest topics (messages in plus out, then bytes, then backlog), ties broken
+    by name so that idle topics are listed in a stable order (a drain walks through them)."""
+    if len(topics) <= top:
+        return dict(topics)
+    best = heapq.nsmallest(
+        top,
+        topics.items(),
+        key=lambda kv: (
+            -(kv[1].msg_in + kv[1].msg_out),
+            -(kv[1].bytes_in + kv[1].bytes_out),
+            -kv[1].backlog,
+            kv[0],
+        ),
+    )
+    return dict(best)
 
 
 @dataclass
@@ -80,7 +104,14 @@ class LoadTracker:
     def _ewma(self, old: float, new: float) -> float:
         return self.alpha * new + (1 - self.alpha) * old
 
-    def report(self, timestamp_ms: int, connections: int, topics: dict[str, TopicLoad]) -> HubLoad:
+    def report(
+        self,
+        timestamp_ms: int,
+        connections: int,
+        topics: dict[str, TopicLoad],
+        top: int = TOP_TOPICS,
+    ) -> HubLoad:
+        """Totals over all ``topics``, and the loads of the ``top`` hottest of them."""
         return HubLoad(
             timestamp_ms=timestamp_ms,
             topics=len(topics),
@@ -90,5 +121,5 @@ class LoadTracker:
             bytes_in=round(sum(t.bytes_in for t in topics.values()), 1),
             msg_out=round(sum(t.msg_out for t in topics.values()), 3),
             bytes_out=round(sum(t.bytes_out for t in topics.values()), 1),
-            topic_loads=topics,
+            topic_loads=hottest(topics, top),
         )

@@ -118,18 +118,27 @@ class HubLoops:
             for name, t in topics.items()
         }
         loads = self._load.sample(time.monotonic(), counters, extra)
-        return self._load.report(self.clock.wall_ms(), self._connections(), loads)
+        return self._load.report(
+            self.clock.wall_ms(), self._connections(), loads, self.config.load_report_topics
+        )
 
     async def report_load(self) -> None:
+        """Write this hub's load report. A failed write is a warning and a metric: a hub whose
+        report goes stale drops out of placement and rebalancing, and someone must notice."""
+        report = self.load_report()
+        self.metrics.export_load(report)
+        if self.internal_address:
+            report = replace(report, internal=self.internal_address)
         try:
-            report = self.load_report()
-            self.metrics.export_load(report)
-            if self.internal_address:
-                report = replace(report, internal=self.internal_address)
             await self.store.hubs.update_load(self.requests.address, report)
+        except Exception as exc:
+            self.metrics.metadata_write_failed("load")
+            log.warning("load report (%d topics) not written: %s", report.topics, exc)
+            return
+        try:
             await self.check_hub_count()
         except Exception as exc:
-            log.debug("load report failed: %s", exc)
+            log.info("cannot count the region's hubs: %s", exc)
 
     async def check_hub_count(self) -> None:
         """Note whether the region has ever had enough hubs for the default replication."""
@@ -155,7 +164,10 @@ class HubLoops:
     async def _report_soon(self) -> None:
         await self.clock.sleep(REPORT_SOON_S)
         self._report_pending = False
-        await self.report_load()
+        try:
+            await self.report_load()
+        except Exception as exc:
+            log.warning("load report failed: %s", exc)
 
     # consume marks, garbage, audit ---------------------------------------------------------
 

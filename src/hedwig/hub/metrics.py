@@ -108,6 +108,12 @@ class HubMetrics:
             ["topic", "direction", "unit"],
             registry=r,
         )
+        self.topic_rate_floor = Gauge(
+            "hedwig_topic_rate_floor",
+            "Messages per second (in plus out) of the least busy topic in hedwig_topic_rate when "
+            "the hub owns more topics than its load report lists, else 0",
+            registry=r,
+        )
         self.hub_rate = Gauge(
             "hedwig_hub_rate",
             "EWMA rate of the whole hub as in its load report",
@@ -153,6 +159,13 @@ class HubMetrics:
             "Subscriptions this hub deleted because nobody used them for their expiry time",
             registry=r,
         )
+        self.metadata_write_failures = Counter(
+            "hedwig_metadata_write_failures",
+            "Writes to the metadata store that failed and were not retried at once, by record "
+            "(load: the hub's load report, which placement and rebalancing read)",
+            ["record"],
+            registry=r,
+        )
         # Every label value exists from the start, so rate() and increase() see first events.
         for reason in ("requested", "expired"):
             self.deletions.labels(reason)
@@ -162,6 +175,7 @@ class HubMetrics:
             self.losses.labels(loss.value)
         for op, reason in DENIAL_SERIES:
             self.auth_denied.labels(op, reason)
+        self.metadata_write_failures.labels("load")
 
     # HubEvents ------------------------------------------------------------------------------
 
@@ -202,6 +216,9 @@ class HubMetrics:
     def denied(self, op: str, reason: str) -> None:
         self.auth_denied.labels(op, reason).inc()
 
+    def metadata_write_failed(self, record: str) -> None:
+        self.metadata_write_failures.labels(record).inc()
+
     def answered(self, op: str, status: str) -> None:
         self.requests.labels(op, status).inc()
 
@@ -214,13 +231,18 @@ class HubMetrics:
     # present-state gauges ------------------------------------------------------------------
 
     def export_load(self, report: HubLoad) -> None:
-        """The load report, as gauges too (the same numbers the policy sees)."""
+        """The load report, as gauges too (the same numbers the policy sees): per topic for the
+        topics it lists (the hottest), so the series stay bounded whatever the topic count."""
         self.topic_rate.clear()
         for topic, tl in report.topic_loads.items():
             self.topic_rate.labels(topic, "in", "messages").set(tl.msg_in)
             self.topic_rate.labels(topic, "out", "messages").set(tl.msg_out)
             self.topic_rate.labels(topic, "in", "bytes").set(tl.bytes_in)
             self.topic_rate.labels(topic, "out", "bytes").set(tl.bytes_out)
+        listed = report.topic_loads.values()
+        truncated = report.topics > len(report.topic_loads)
+        floor = min((t.msg_in + t.msg_out for t in listed), default=0.0) if truncated else 0.0
+        self.topic_rate_floor.set(floor)
         self.hub_rate.labels("in", "messages").set(report.msg_in)
         self.hub_rate.labels("out", "messages").set(report.msg_out)
         self.hub_rate.labels("in", "bytes").set(report.bytes_in)
