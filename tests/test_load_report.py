@@ -32,10 +32,9 @@ LONG = "t" * 200
 def report_for(count: int, top: int = 100) -> HubLoad:
     tracker = LoadTracker()
     names = [f"{LONG}-{i}" for i in range(count)]
-    counters = {n: (i, i * 100, i, i * 100) for i, n in enumerate(names)}
-    tracker.sample(0.0, dict.fromkeys(names, (0, 0, 0, 0)), {})
-    loads = tracker.sample(5.0, counters, {n: (3, 1_000_000) for n in names})
-    return tracker.report(1, 0, loads, top)
+    tracker.sample(0.0, {})
+    tracker.sample(5.0, {n: (i, i * 100, i, i * 100) for i, n in enumerate(names) if i})
+    return tracker.report(1, 0, names, count, top, lambda _: (3, 1_000_000))
 
 
 def test_report_size_does_not_grow_with_the_topics() -> None:
@@ -49,24 +48,44 @@ def test_report_totals_cover_every_topic_and_list_the_hottest() -> None:
     report = report_for(5_000, top=10)
     assert report.topics == 5_000
     assert len(report.topic_loads) == 10
-    # Counters grew by i per topic over 5 s: topic i runs at i/5 msg/s in and out (EWMA 0.5).
+    # Topic i carried i messages in 5 s: i/5 msg/s in and out, halved by the EWMA.
     hottest_rates = sorted((t.msg_in for t in report.topic_loads.values()), reverse=True)
     assert hottest_rates[0] == pytest.approx(4_999 / 5 * 0.5)
     assert report.msg_in == pytest.approx(sum(i / 5 * 0.5 for i in range(5_000)), rel=1e-3)
+    assert all(t.subscribers == 3 for t in report.topic_loads.values())
     assert report.unlisted_rate == pytest.approx(
         report.rate - sum(t.msg_in + t.msg_out for t in report.topic_loads.values())
     )
     assert HubLoad.from_json(report.to_json()) == report
 
 
-def test_idle_topics_are_listed_in_a_stable_order() -> None:
-    """With fewer busy topics than the report lists, idle ones fill it by name: a drain sees
-    the next ones in the next report once the listed ones have moved."""
-    loads = {f"t{i:03d}": TopicLoad() for i in range(50)} | {"busy": TopicLoad(msg_in=1)}
-    top = hottest(loads, 5)
-    assert list(top) == ["busy", "t000", "t001", "t002", "t003"]
-    assert hottest(loads, 0) == {}
-    assert hottest({"a": TopicLoad()}, 5) == {"a": TopicLoad()}
+def test_idle_topics_fill_the_list_in_claim_order() -> None:
+    """With fewer busy topics than the report lists, idle ones fill it in the order the hub
+    claimed them: a drain sees the next ones in the next report once the listed ones moved."""
+    tracker = LoadTracker()
+    owned = [f"t{i:03d}" for i in range(50)] + ["busy"]
+    tracker.sample(0.0, {})
+    tracker.sample(1.0, {"busy": (10, 100, 0, 0)})
+    report = tracker.report(1, 0, owned, len(owned), 5)
+    assert list(report.topic_loads) == ["busy", "t000", "t001", "t002", "t003"]
+    assert report.topics == 51 and report.msg_in == 5.0
+    assert tracker.report(1, 0, owned, len(owned), 0).topic_loads == {}
+    loads = {"a": TopicLoad(msg_in=1), "b": TopicLoad(msg_in=2), "c": TopicLoad()}
+    assert list(hottest(loads, 2)) == ["b", "a"]
+
+
+def test_idle_topics_cost_nothing_to_track() -> None:
+    """A topic's rates are dropped once they decay to nothing: reports cost what the topics
+    with traffic cost, not what the hub owns."""
+    tracker = LoadTracker()
+    tracker.sample(0.0, {})
+    tracker.sample(1.0, {"a": (1, 1, 0, 0), "b": (1, 1, 0, 0)})
+    assert tracker.active == 2
+    for second in range(2, 40):
+        tracker.sample(float(second), {"a": (1, 1, 0, 0)})
+    assert tracker.active == 1
+    tracker.forget(lambda topic: topic != "a")
+    assert tracker.active == 0
 
 
 def test_unlisted_traffic_counts_in_the_rebalancing_policy() -> None:
@@ -107,10 +126,24 @@ def test_a_drain_counts_the_unlisted_topics() -> None:
 
 
 def test_metric_series_are_bounded_by_the_report() -> None:
-    metrics = HubMetrics()
-    metrics.export_load(report_for(5_000, top=20))
+    metrics = HubMetrics(series_limit=20)
+    report = report_for(5_000, top=20)
+    metrics.export_load(report)
     samples = [s for m in metrics.topic_rate.collect() for s in m.samples]
     assert len(samples) == 20 * 4
+    for i in range(5_000):
+        metrics.published(f"{LONG}-{i}", 1, 10)
+    counted = [
+        s for m in metrics.messages_in.collect() for s in m.samples if s.name.endswith("_total")
+    ]
+    assert {s.labels["topic"] for s in counted} == set(report.topic_loads) | {""}
+    total = sum(s.value for s in counted)
+    assert total == 5_000  # every message counted once: per listed topic, or in the rest
+    assert sum(t[0] for t in metrics.take_traffic().values()) == 5_000
+    assert metrics.take_traffic() == {}
+    metrics.export_backlogs(((f"t{i}", "s", i) for i in range(1_000)), 20)
+    backlogs = [s for m in metrics.subscriber_backlog.collect() for s in m.samples]
+    assert sorted(s.value for s in backlogs) == list(range(980, 1_000))
     floor = metrics.registry.get_sample_value("hedwig_topic_rate_floor")
     assert floor is not None and floor > 0  # the hub lists only some of its topics
     metrics.export_load(report_for(10, top=20))
@@ -166,6 +199,7 @@ MANY = 12_000
 
 
 @pytest.mark.integration
+@pytest.mark.timeout(600)  # claiming 12,000 topics takes about two minutes on a shared machine
 async def test_a_hub_with_many_topics_keeps_its_report(
     zk_server: ZooKeeperServer, region: str
 ) -> None:
@@ -199,3 +233,16 @@ async def test_a_hub_with_many_topics_keeps_its_report(
         assert hub.store.session.state.value == "connected"
     finally:
         await hub.stop()
+
+
+def test_a_new_topic_on_a_small_hub_is_counted_on_its_own_at_once() -> None:
+    metrics = HubMetrics(series_limit=2)
+    for topic in ("a", "b", "c"):
+        metrics.published(topic, 1, 1)
+    values = {
+        s.labels["topic"]: s.value
+        for m in metrics.messages_in.collect()
+        for s in m.samples
+        if s.name.endswith("_total")
+    }
+    assert values == {"a": 1, "b": 1, "": 1}

@@ -106,25 +106,32 @@ class HubLoops:
     # load reports ---------------------------------------------------------------------------
 
     def load_report(self) -> HubLoad:
+        """This hub's load now. Costs what the topics with traffic cost, not what it owns."""
         topics = self.ownership.topics
-        counters = {
-            name: (t.msg_in, t.bytes_in, t.msg_out, t.bytes_out) for name, t in topics.items()
-        }
-        extra = {
-            name: (
-                len(t.subscriptions),
-                max((s.backlog for s in t.subscriptions.values()), default=0),
-            )
-            for name, t in topics.items()
-        }
-        loads = self._load.sample(time.monotonic(), counters, extra)
+        self._load.sample(time.monotonic(), self.metrics.take_traffic())
+        self._load.forget(topics.__contains__)
+
+        def extra(name: str) -> tuple[int, int]:
+            t = topics.get(name)
+            if t is None:
+                return (0, 0)
+            subs = t.subscriptions
+            return (len(subs), max((s.backlog for s in subs.values()), default=0))
+
         return self._load.report(
-            self.clock.wall_ms(), self._connections(), loads, self.config.load_report_topics
+            self.clock.wall_ms(),
+            self._connections(),
+            topics,
+            len(topics),
+            self.config.load_report_topics,
+            extra,
         )
 
     async def report_load(self) -> None:
         """Write this hub's load report. A failed write is a warning and a metric: a hub whose
         report goes stale drops out of placement and rebalancing, and someone must notice."""
+        if not self.ownership.accepting:
+            return  # shutting down: the alive record is gone already, placement ignores us
         report = self.load_report()
         self.metrics.export_load(report)
         if self.internal_address:
@@ -172,15 +179,16 @@ class HubLoops:
     # consume marks, garbage, audit ---------------------------------------------------------
 
     async def flush_marks(self) -> None:
-        for t in list(self.ownership.topics.values()):
+        # Every second: only topics with subscriptions in memory can have a mark to write.
+        for t in [t for t in self.ownership.topics.values() if t.subscriptions]:
             with contextlib.suppress(HedwigError):
                 await t.flush_marks()
 
     async def collect_garbage(self) -> None:
         """Delete ledgers every subscriber has consumed and retention lets go."""
         for owned in list(self.ownership.topics.values()):
-            if owned.state is not TopicState.OPEN:
-                continue
+            if owned.state is not TopicState.OPEN or len(owned.log.ranges.ranges) < 2:
+                continue  # the open ledger is never collected: nothing to read or write
             try:
                 await owned.flush_marks()
                 keep = await owned.keep_from_seq()
@@ -258,10 +266,15 @@ class HubLoops:
         m = self.metrics
         m.connections.set(self._connections())
         m.topics_owned.set(len(self.ownership.topics))
-        m.subscriber_backlog.clear()
-        for name, t in self.ownership.topics.items():
-            for sname, sub in t.subscriptions.items():
-                m.subscriber_backlog.labels(name, sname).set(sub.backlog)
+        m.export_backlogs(
+            (
+                (name, sname, sub.backlog)
+                for name, t in self.ownership.topics.items()
+                if t.subscriptions
+                for sname, sub in t.subscriptions.items()
+            ),
+            self.config.load_report_topics,
+        )
         s = self.storage
         m.storage_bytes.inc(s.bytes_written - self._seen_written)
         m.storage_syncs.inc(s.syncs - self._seen_syncs)

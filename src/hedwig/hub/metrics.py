@@ -3,9 +3,24 @@
 ``HubMetrics`` is the hub's ``HubEvents``: its parts report what happens, and the counters
 follow. Gauges that describe the present (connections, backlogs, load rates) are set when
 Prometheus scrapes and when a load report is made (``export_load``).
+
+Series per topic are bounded whatever the number of topics a hub owns: the traffic counters
+(``hedwig_messages_in_total{topic}`` and friends) and ``hedwig_topic_rate`` have a series for
+each topic the last load report listed (its hottest), and the traffic of every other topic is
+counted in the series without a topic label, so ``sum by (pod)`` is still the hub's total. A
+topic that leaves the list loses its series (a new one starts if it comes back: ``rate()``
+sees a fresh counter). Backlogs are exported for the subscriptions with the largest ones.
+
+The same events feed the load reports: ``take_traffic`` hands over what each topic carried
+since the last call, for the topics that carried anything only, so a report costs nothing for
+idle topics (``hedwig.hub.load``).
 """
 
 from __future__ import annotations
+
+import contextlib
+import heapq
+from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -34,7 +49,9 @@ LATENCY_BUCKETS = (
 
 
 class HubMetrics:
-    def __init__(self) -> None:
+    def __init__(self, *, series_limit: int = 100) -> None:
+        # Topics with traffic series of their own at most (``HubConfig.load_report_topics``).
+        self.series_limit = series_limit
         self.registry = CollectorRegistry()
         r = self.registry
         self.messages_in = Counter(
@@ -176,19 +193,61 @@ class HubMetrics:
         for op, reason in DENIAL_SERIES:
             self.auth_denied.labels(op, reason)
         self.metadata_write_failures.labels("load")
+        # Topics with traffic series of their own (the last report's list), and the traffic of
+        # every topic since the load tracker last took it.
+        self._listed: set[str] = set()
+        self._traffic: dict[str, list[int]] = {}
+        for counter in (self.messages_in, self.bytes_in, self.messages_out, self.bytes_out):
+            counter.labels("")
+
+    def export_backlogs(self, backlogs: Iterable[tuple[str, str, int]], top: int) -> None:
+        """``hedwig_subscriber_backlog`` for the ``top`` largest (topic, subscriber, backlog)."""
+        self.subscriber_backlog.clear()
+        for topic, subscriber, backlog in heapq.nlargest(top, backlogs, key=lambda b: b[2]):
+            self.subscriber_backlog.labels(topic, subscriber).set(backlog)
 
     # HubEvents ------------------------------------------------------------------------------
 
+    def _series(self, topic: str) -> str:
+        """The label value ``topic``'s traffic is counted under: its own while it is listed,
+        or while fewer than ``series_limit`` topics are (a new topic gets its own series at
+        once on a hub with few topics), else the unlabelled rest."""
+        if topic in self._listed:
+            return topic
+        if len(self._listed) < self.series_limit:
+            self._listed.add(topic)
+            return topic
+        return ""
+
     def published(self, topic: str, messages: int, size: int) -> None:
-        self.messages_in.labels(topic).inc(messages)
-        self.bytes_in.labels(topic).inc(size)
+        series = self._series(topic)
+        self.messages_in.labels(series).inc(messages)
+        self.bytes_in.labels(series).inc(size)
+        t = self._traffic.get(topic)
+        if t is None:
+            self._traffic[topic] = [messages, size, 0, 0]
+        else:
+            t[0] += messages
+            t[1] += size
 
     def publish_answered(self, seconds: float) -> None:
         self.publish_latency.observe(seconds)
 
     def delivered(self, topic: str, messages: int, size: int) -> None:
-        self.messages_out.labels(topic).inc(messages)
-        self.bytes_out.labels(topic).inc(size)
+        series = self._series(topic)
+        self.messages_out.labels(series).inc(messages)
+        self.bytes_out.labels(series).inc(size)
+        t = self._traffic.get(topic)
+        if t is None:
+            self._traffic[topic] = [0, 0, messages, size]
+        else:
+            t[2] += messages
+            t[3] += size
+
+    def take_traffic(self) -> dict[str, tuple[int, int, int, int]]:
+        """Messages and bytes in and out per topic since the last call (topics with any)."""
+        traffic, self._traffic = self._traffic, {}
+        return {topic: (t[0], t[1], t[2], t[3]) for topic, t in traffic.items()}
 
     def claimed(self, topic: str, ownerless_s: float | None) -> None:
         self.claims.inc()
@@ -233,15 +292,25 @@ class HubMetrics:
     def export_load(self, report: HubLoad) -> None:
         """The load report, as gauges too (the same numbers the policy sees): per topic for the
         topics it lists (the hottest), so the series stay bounded whatever the topic count."""
+        listed = set(report.topic_loads)
+        traffic = (self.messages_in, self.bytes_in, self.messages_out, self.bytes_out)
+        for gone in self._listed - listed:
+            for counter in traffic:
+                with contextlib.suppress(KeyError):
+                    counter.remove(gone)
+        for new in listed - self._listed:
+            for counter in traffic:
+                counter.labels(new)  # from zero, so rate() sees its first messages
+        self._listed = listed
         self.topic_rate.clear()
         for topic, tl in report.topic_loads.items():
             self.topic_rate.labels(topic, "in", "messages").set(tl.msg_in)
             self.topic_rate.labels(topic, "out", "messages").set(tl.msg_out)
             self.topic_rate.labels(topic, "in", "bytes").set(tl.bytes_in)
             self.topic_rate.labels(topic, "out", "bytes").set(tl.bytes_out)
-        listed = report.topic_loads.values()
         truncated = report.topics > len(report.topic_loads)
-        floor = min((t.msg_in + t.msg_out for t in listed), default=0.0) if truncated else 0.0
+        rates = (t.msg_in + t.msg_out for t in report.topic_loads.values())
+        floor = min(rates, default=0.0) if truncated else 0.0
         self.topic_rate_floor.set(floor)
         self.hub_rate.labels("in", "messages").set(report.msg_in)
         self.hub_rate.labels("out", "messages").set(report.msg_out)
