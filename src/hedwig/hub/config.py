@@ -23,7 +23,10 @@ def setting(default: Any, doc: str) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class HubConfig:
-    zk: str = setting("127.0.0.1:2181", "the metadata store: ZooKeeper HOST:PORT[,...] or zk://...")
+    zk: str = setting(
+        "127.0.0.1:2181",
+        "the metadata store: ZooKeeper HOST:PORT[,...], zk://... or etcd://HOST:PORT[/PREFIX]",
+    )
     region: str = setting("default", "the region: hubs of one region share its topics")
     # The advertised address is what other hubs redirect clients to, so it must be reachable
     # by them (a pod's DNS name); port 0 picks a free port (tests).
