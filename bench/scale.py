@@ -1,8 +1,8 @@
 """Many topics on one hub: what claiming, owning and listing them costs.
 
-    .venv/bin/python -m bench.scale --topics 100000 [--store zk://H:P | --store memory://x]
+    .venv/bin/python -m bench.scale --topics 100000 [--store zookeeper|etcd|URL]
 
-Starts a ZooKeeper (unless ``--store`` names one) and one hub in this process (1/1/1
+Starts a ZooKeeper or an etcd (unless ``--store`` is a URL) and one hub in this process (1/1/1
 replication), claims ``--topics`` topics through the hub's normal claim path (the one a first
 publish takes: topic node, owner record, ledger, persistence info) ``--concurrency`` at a time,
 then measures, with every topic owned and idle:
@@ -31,6 +31,7 @@ from typing import Any
 
 from prometheus_client import generate_latest
 
+from hedwig.devcluster.etcd import EtcdServer
 from hedwig.devcluster.zookeeper import ZooKeeperServer
 from hedwig.hub import Hub, HubConfig
 from hedwig.metadata import open_store
@@ -48,11 +49,16 @@ def cpu_s() -> float:
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     zk: ZooKeeperServer | None = None
+    etcd: EtcdServer | None = None
     store_url = args.store
-    if store_url is None:
+    if store_url == "zookeeper":
         zk = ZooKeeperServer(data_dir=tempfile.mkdtemp(prefix="hedwig-scale-zk-"))
         zk.start()
         store_url = f"zk://{zk.address}"
+    elif store_url == "etcd":
+        etcd = EtcdServer(data_dir=tempfile.mkdtemp(prefix="hedwig-scale-etcd-"))
+        etcd.start()
+        store_url = etcd.url
     region = f"scale-{os.getpid()}"
     config = HubConfig(
         zk=store_url,
@@ -98,13 +104,19 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await hub.stop()
         if zk is not None:
             zk.stop()
+        if etcd is not None:
+            etcd.stop()
     return out
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--topics", type=int, default=10_000)
-    p.add_argument("--store", help="metadata store URL (default: a ZooKeeper started here)")
+    p.add_argument(
+        "--store",
+        default="zookeeper",
+        help="zookeeper or etcd (a server started here), or a metadata store URL",
+    )
     p.add_argument("--concurrency", type=int, default=500, help="claims in flight")
     p.add_argument("--idle", type=float, default=30.0, help="seconds of idle CPU measured")
     p.add_argument("--session-timeout", type=float, default=6.0)

@@ -40,16 +40,8 @@ from hedwig.errors import (
     SubscriptionExistsError,
 )
 from hedwig.metadata.acls import AclEntry
-from hedwig.metadata.etcd.client import (
-    EtcdClient,
-    Item,
-    delete,
-    exists,
-    get,
-    missing,
-    modified_at,
-    put,
-)
+from hedwig.metadata.etcd.client import EtcdClient, delete, exists, get, missing, put
+from hedwig.metadata.etcd.keys import Keys, create_key, delete_key, set_key
 from hedwig.metadata.layout import ROOT
 from hedwig.metadata.managers import SessionState
 from hedwig.metadata.records import (
@@ -65,91 +57,6 @@ from hedwig.metadata.records import (
     Version,
     Versioned,
 )
-from hedwig.protocol.names import decode_name, encode_name
-
-
-class Keys:
-    """Where each record lives."""
-
-    def __init__(self, region: str, prefix: str = ROOT) -> None:
-        self.base = f"{prefix.rstrip('/')}/{encode_name(region)}"
-
-    def _k(self, *parts: str) -> bytes:
-        return "/".join((self.base, *parts)).encode()
-
-    def family(self, name: str) -> bytes:
-        return self._k(name, "")
-
-    def topic(self, t: str) -> bytes:
-        return self._k("topics", encode_name(t))
-
-    def owner(self, t: str) -> bytes:
-        return self._k("owners", encode_name(t))
-
-    def persistence(self, t: str) -> bytes:
-        return self._k("persistence", encode_name(t))
-
-    def subscribers(self, t: str) -> bytes:
-        return self._k("subscribers", encode_name(t), "")
-
-    def subscriber(self, t: str, s: str) -> bytes:
-        return self._k("subscribers", encode_name(t), encode_name(s))
-
-    def host(self, address: str) -> bytes:
-        return self._k("hosts", encode_name(address))
-
-    def alive(self, address: str) -> bytes:
-        return self._k("alive", encode_name(address))
-
-    def ledger(self, ledger_id: int) -> bytes:
-        return self._k("ledgers", f"L{ledger_id:010d}")
-
-    @property
-    def ledger_ids(self) -> bytes:
-        return self._k("ledger-ids")
-
-    def acl(self, name: str) -> bytes:
-        return self._k("acls", encode_name(name))
-
-    @property
-    def defaults(self) -> bytes:
-        return self._k("defaults")
-
-    @staticmethod
-    def name_of(key: bytes) -> str:
-        return decode_name(key.decode().rsplit("/", 1)[-1])
-
-
-async def _create(etcd: EtcdClient, key: bytes, value: bytes, lease: int = 0) -> Version:
-    """Create ``key``; ``BadVersionError`` if it exists."""
-    res = await etcd.txn([missing(key)], [put(key, value, lease)])
-    if not res.succeeded:
-        raise BadVersionError.at(key.decode(), NEW_VERSION)
-    return Version(res.revision)
-
-
-async def _set(
-    etcd: EtcdClient, key: bytes, value: bytes, version: Version, lease: int = 0
-) -> Version:
-    """Overwrite ``key`` at ``version`` (or any); ``LookupError`` if it does not exist."""
-    guard = exists(key) if version == ANY_VERSION else modified_at(key, int(version))
-    res = await etcd.txn([guard], [put(key, value, lease)], [get(key)])
-    if res.succeeded:
-        return Version(res.revision)
-    if res.reads[0] is None:
-        raise LookupError(key.decode())
-    raise BadVersionError.at(key.decode(), version)
-
-
-async def _delete(etcd: EtcdClient, key: bytes, version: Version) -> None:
-    """Delete ``key`` at ``version`` (or any); ``LookupError`` if it does not exist."""
-    guard = exists(key) if version == ANY_VERSION else modified_at(key, int(version))
-    res = await etcd.txn([guard], [delete(key)], [get(key)])
-    if res.succeeded:
-        return
-    if res.reads[0] is None:
-        raise LookupError(key.decode())
-    raise BadVersionError.at(key.decode(), version)
 
 
 class EtcdOwnership:
@@ -178,13 +85,13 @@ class EtcdOwnership:
                 raise MetadataError(f"topic {topic!r} does not exist")
             raise BadVersionError.at(key.decode(), version)
         try:
-            return await _set(self._etcd, key, owner.to_json(), version, lease)
+            return await set_key(self._etcd, key, owner.to_json(), version, lease)
         except LookupError as exc:
             raise NoTopicOwnerInfoError(topic) from exc
 
     async def delete_owner_info(self, topic: str, version: Version) -> None:
         try:
-            await _delete(self._etcd, self._keys.owner(topic), version)
+            await delete_key(self._etcd, self._keys.owner(topic), version)
         except LookupError as exc:
             raise NoTopicOwnerInfoError(topic) from exc
 
@@ -221,15 +128,15 @@ class EtcdPersistence:
     ) -> Version:
         key = self._keys.persistence(topic)
         if version == NEW_VERSION:
-            return await _create(self._etcd, key, ranges.to_json())
+            return await create_key(self._etcd, key, ranges.to_json())
         try:
-            return await _set(self._etcd, key, ranges.to_json(), version)
+            return await set_key(self._etcd, key, ranges.to_json(), version)
         except LookupError as exc:
             raise NoTopicPersistenceInfoError(topic) from exc
 
     async def delete_topic_persistence_info(self, topic: str, version: Version) -> None:
         try:
-            await _delete(self._etcd, self._keys.persistence(topic), version)
+            await delete_key(self._etcd, self._keys.persistence(topic), version)
         except LookupError as exc:
             raise NoTopicPersistenceInfoError(topic) from exc
 
@@ -246,7 +153,7 @@ class EtcdSubscriptions:
         self, topic: str, subscriber: str, data: SubscriptionData
     ) -> Version:
         try:
-            return await _create(
+            return await create_key(
                 self._etcd, self._keys.subscriber(topic, subscriber), data.to_json()
             )
         except BadVersionError as exc:
@@ -265,7 +172,7 @@ class EtcdSubscriptions:
         self, topic: str, subscriber: str, data: SubscriptionData, version: Version
     ) -> Version:
         try:
-            return await _set(
+            return await set_key(
                 self._etcd, self._keys.subscriber(topic, subscriber), data.to_json(), version
             )
         except LookupError as exc:
@@ -273,7 +180,7 @@ class EtcdSubscriptions:
 
     async def delete_subscription_data(self, topic: str, subscriber: str, version: Version) -> None:
         try:
-            await _delete(self._etcd, self._keys.subscriber(topic, subscriber), version)
+            await delete_key(self._etcd, self._keys.subscriber(topic, subscriber), version)
         except LookupError as exc:
             raise NoSuchSubscriptionError(f"{topic}/{subscriber}") from exc
 
@@ -301,7 +208,7 @@ class EtcdLedgers:
     async def create_ledger(self, metadata: LedgerMetadata) -> Versioned[LedgerMetadata]:
         lid = await self._etcd.put_new_revision(self._keys.ledger_ids)
         md = replace(metadata, ledger_id=lid)
-        version = await _create(self._etcd, self._keys.ledger(lid), md.to_json())
+        version = await create_key(self._etcd, self._keys.ledger(lid), md.to_json())
         return Versioned(md, version)
 
     async def read_ledger(self, ledger_id: int) -> Versioned[LedgerMetadata] | None:
@@ -313,7 +220,7 @@ class EtcdLedgers:
 
     async def write_ledger(self, metadata: LedgerMetadata, version: Version) -> Version:
         try:
-            return await _set(
+            return await set_key(
                 self._etcd, self._keys.ledger(metadata.ledger_id), metadata.to_json(), version
             )
         except LookupError as exc:
@@ -321,7 +228,7 @@ class EtcdLedgers:
 
     async def delete_ledger(self, ledger_id: int, version: Version) -> None:
         try:
-            await _delete(self._etcd, self._keys.ledger(ledger_id), version)
+            await delete_key(self._etcd, self._keys.ledger(ledger_id), version)
         except LookupError as exc:
             raise NoLedgerMetadataError(str(ledger_id)) from exc
 
@@ -353,9 +260,9 @@ class EtcdTopics:
     ) -> Version:
         key = self._keys.topic(topic)
         if version == NEW_VERSION:
-            return await _create(self._etcd, key, config.to_json())
+            return await create_key(self._etcd, key, config.to_json())
         try:
-            return await _set(self._etcd, key, config.to_json(), version)
+            return await set_key(self._etcd, key, config.to_json(), version)
         except LookupError as exc:
             raise MetadataError(f"topic {topic!r} does not exist") from exc
 
@@ -451,18 +358,18 @@ class EtcdAcls:
     async def write_acl(self, name: str, entry: AclEntry, version: Version) -> Version:
         key = self._keys.acl(name)
         if version == NEW_VERSION:
-            return await _create(self._etcd, key, entry.to_json())
+            return await create_key(self._etcd, key, entry.to_json())
         if version == ANY_VERSION:
             res = await self._etcd.txn([], [put(key, entry.to_json())])
             return Version(res.revision)
         try:
-            return await _set(self._etcd, key, entry.to_json(), version)
+            return await set_key(self._etcd, key, entry.to_json(), version)
         except LookupError as exc:
             raise MetadataError(f"no ACL entry {name!r}") from exc
 
     async def delete_acl(self, name: str, version: Version) -> None:
         try:
-            await _delete(self._etcd, self._keys.acl(name), version)
+            await delete_key(self._etcd, self._keys.acl(name), version)
         except LookupError as exc:
             raise MetadataError(f"no ACL entry {name!r}") from exc
 
@@ -530,4 +437,4 @@ class EtcdMetadataStore:
         await self.close()
 
 
-__all__ = ["EtcdMetadataStore", "Item", "Keys"]
+__all__ = ["EtcdMetadataStore", "Keys"]
