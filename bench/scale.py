@@ -15,6 +15,11 @@ then measures, with every topic owned and idle:
 - the size of its load report, the number of series on its ``/metrics``;
 - the time to list every topic of the region from the store.
 
+``--failover``: instead, a DevCluster of three hub processes (3/3/2) on the store; one message
+is published to each of ``--topics`` topics (placement spreads them), the hub owning the most is
+killed (``kill -9``), and the time from the kill until every one of its topics has accepted a
+publish again is measured (the session or lease timeout, then the take-overs).
+
 Prints one JSON object.
 """
 
@@ -31,8 +36,11 @@ from typing import Any
 
 from prometheus_client import generate_latest
 
+from hedwig.client import HedwigClient, RetryPolicy
+from hedwig.devcluster.cluster import DevCluster
 from hedwig.devcluster.etcd import EtcdServer
 from hedwig.devcluster.zookeeper import ZooKeeperServer
+from hedwig.errors import HedwigError
 from hedwig.hub import Hub, HubConfig
 from hedwig.metadata import open_store
 
@@ -45,6 +53,23 @@ def rss_bytes() -> int:
 def cpu_s() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
+
+
+async def claim(hub: Hub, name: str, attempts: int = 20) -> None:
+    """Claim as a client's retries would: a retriable refusal (the store briefly unreachable)
+    is tried again."""
+    for attempt in range(attempts):
+        try:
+            await hub.topics.acquire(name, redirected=True)
+            return
+        except HedwigError as exc:
+            if not exc.retriable or attempt == attempts - 1:
+                raise
+            RETRIES[0] += 1
+            await asyncio.sleep(0.5)
+
+
+RETRIES = [0]
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -77,12 +102,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         t0 = time.monotonic()
         for start in range(0, len(names), args.concurrency):
             chunk = names[start : start + args.concurrency]
-            await asyncio.gather(*(hub.topics.acquire(n, redirected=True) for n in chunk))
+            await asyncio.gather(*(claim(hub, n) for n in chunk))
             if args.progress and (start // args.concurrency) % 20 == 0:
                 print(f"{start + len(chunk)} claimed", flush=True)
         claim_s = time.monotonic() - t0
         out["claim_s"] = round(claim_s, 1)
         out["claims_per_s"] = round(args.topics / claim_s, 1)
+        out["claim_retries"] = RETRIES[0]
         await asyncio.sleep(2)
         out["hub_bytes_per_idle_topic"] = round((rss_bytes() - rss0) / args.topics)
         c0, w0 = cpu_s(), time.monotonic()
@@ -109,6 +135,43 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+async def failover(args: argparse.Namespace) -> dict[str, Any]:
+    store = "etcd" if args.store == "etcd" else "zookeeper"
+    names = [f"fo/{i:07d}" for i in range(args.topics)]
+    out: dict[str, Any] = {"store": store, "topics": args.topics, "mode": "failover"}
+    retry = RetryPolicy(deadline_s=120)
+    with DevCluster(
+        hubs=3, region="scale", session_timeout_s=args.session_timeout, store=store
+    ) as cluster:
+        async with HedwigClient(cluster.addresses, retry=retry) as client:
+            t0 = time.monotonic()
+            await _publish_all(client, names, args.concurrency)
+            out["first_publish_s"] = round(time.monotonic() - t0, 1)
+            owners: dict[str, list[str]] = {}
+            for n in names:
+                owners.setdefault(client.owner_of(n) or "?", []).append(n)
+        victim, theirs = max(owners.items(), key=lambda kv: len(kv[1]))
+        out["victim_topics"] = len(theirs)
+        survivors = [a for a in cluster.addresses if a != victim]
+        async with HedwigClient(survivors, retry=retry) as client:
+            cluster.hub_at(victim).kill()
+            t0 = time.monotonic()
+            await _publish_all(client, theirs, args.concurrency)
+            out["failover_s"] = round(time.monotonic() - t0, 1)
+    out["session_timeout_s"] = args.session_timeout
+    return out
+
+
+async def _publish_all(client: HedwigClient, names: list[str], concurrency: int) -> None:
+    todo = iter(names)
+
+    async def worker() -> None:
+        for n in todo:
+            await client.publish(n, b"x")
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--topics", type=int, default=10_000)
@@ -121,7 +184,9 @@ def main() -> None:
     p.add_argument("--idle", type=float, default=30.0, help="seconds of idle CPU measured")
     p.add_argument("--session-timeout", type=float, default=6.0)
     p.add_argument("--progress", action="store_true")
-    print(json.dumps(asyncio.run(run(p.parse_args()))))
+    p.add_argument("--failover", action="store_true", help="measure a failover instead")
+    args = p.parse_args()
+    print(json.dumps(asyncio.run(failover(args) if args.failover else run(args))))
 
 
 if __name__ == "__main__":

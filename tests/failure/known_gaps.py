@@ -22,7 +22,7 @@ class SubscribersStalled(AssertionError):
 
     Seen when an owner drops a topic and it is claimed again while its subscribers are
     attached: after the owner's ZooKeeper session expired behind a one-way partition from
-    ZooKeeper ("dropping all N topics: ZooKeeper session expired", then "subscription ... was
+    ZooKeeper ("dropping all N topics: metadata session expired ...", then "subscription ... was
     written by another hub; stepping down" over and over), and in the nemesis after a ledger
     failure ("lost topic ...: ledger failed"). Publishing goes on; the subscribers receive
     nothing more."""

@@ -141,6 +141,7 @@ class EtcdClient:
         self._username, self._password = username, password
         self._tls = (ca, cert, key) if ca is not None else None
         self._channel: grpc.aio.Channel | None = None
+        self._lease_channel: grpc.aio.Channel | None = None
         self._kv: Any = None
         self._leases: Any = None
         self._watch: Any = None
@@ -154,14 +155,13 @@ class EtcdClient:
     # connection and session ---------------------------------------------------------------
 
     async def start(self, timeout: float = 15.0) -> None:
-        if self._tls is not None:
-            ca, cert, key = self._tls
-            creds = grpc.ssl_channel_credentials(ca, key, cert)
-            self._channel = grpc.aio.secure_channel(self.target, creds)
-        else:
-            self._channel = grpc.aio.insecure_channel(self.target)
+        self._channel = self._open_channel()
+        # The lease's refreshes get a connection of their own: queued behind thousands of
+        # writes (a burst of claims) they could arrive after the TTL, and every owner record
+        # of the hub would go with the lease.
+        self._lease_channel = self._open_channel()
         self._kv = rpc.KVStub(self._channel)
-        self._leases = rpc.LeaseStub(self._channel)
+        self._leases = rpc.LeaseStub(self._lease_channel)
         self._watch = rpc.WatchStub(self._channel)
         deadline = time.monotonic() + timeout
         while True:
@@ -172,11 +172,21 @@ class EtcdClient:
             except MetadataUnavailableError:
                 if time.monotonic() > deadline:
                     await self._channel.close()
+                    await self._lease_channel.close()
                     raise
                 await asyncio.sleep(0.2)
         self._set_state(SessionState.CONNECTED)
         self._watcher = _Watcher(self)
         self._keeper = asyncio.get_running_loop().create_task(self._keep_alive())
+
+    def _open_channel(self) -> Any:
+        # A separate subchannel each time (gRPC would otherwise share one connection).
+        options = [("grpc.use_local_subchannel_pool", 1)]
+        if self._tls is not None:
+            ca, cert, key = self._tls
+            creds = grpc.ssl_channel_credentials(ca, key, cert)
+            return grpc.aio.secure_channel(self.target, creds, options=options)
+        return grpc.aio.insecure_channel(self.target, options=options)
 
     async def _authenticate(self) -> None:
         if self._username is None:
@@ -210,8 +220,9 @@ class EtcdClient:
                 await self.call(
                     self._leases.LeaseRevoke, rpc.LeaseRevokeRequest(ID=self.lease), "revoke"
                 )
-        if self._channel is not None:
-            await self._channel.close()
+        for channel in (self._channel, self._lease_channel):
+            if channel is not None:
+                await channel.close()
 
     def add_listener(self, listener: Callable[[SessionState], None]) -> None:
         self._listeners.append(listener)
