@@ -171,10 +171,12 @@ class EtcdClient:
                 break
             except MetadataUnavailableError:
                 if time.monotonic() > deadline:
-                    await self._channel.close()
-                    await self._lease_channel.close()
+                    await self._close_channels()
                     raise
                 await asyncio.sleep(0.2)
+            except MetadataError:
+                await self._close_channels()  # refused (credentials): trying again won't help
+                raise
         self._set_state(SessionState.CONNECTED)
         self._watcher = _Watcher(self)
         self._keeper = asyncio.get_running_loop().create_task(self._keep_alive())
@@ -220,6 +222,9 @@ class EtcdClient:
                 await self.call(
                     self._leases.LeaseRevoke, rpc.LeaseRevokeRequest(ID=self.lease), "revoke"
                 )
+        await self._close_channels()
+
+    async def _close_channels(self) -> None:
         for channel in (self._channel, self._lease_channel):
             if channel is not None:
                 await channel.close()
