@@ -88,7 +88,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     etcd: EtcdServer | None = None
     store_url = args.store
     if store_url == "zookeeper":
-        zk = ZooKeeperServer(data_dir=tempfile.mkdtemp(prefix="hedwig-scale-zk-"))
+        zk = ZooKeeperServer(data_dir=tempfile.mkdtemp(prefix="hedwig-scale-zk-"), heap="2g")
         zk.start()
         store_url = f"zk://{zk.address}"
     elif store_url == "etcd":
