@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: all deps venv zookeeper browser lint typecheck imports imports-spark test unit demo demo-screenshot bench bench-spark bench-peers nemesis clean
+.PHONY: all deps venv zookeeper etcd browser lint typecheck imports imports-spark test unit demo demo-screenshot bench bench-spark bench-peers nemesis clean
 
 all: test
 
@@ -26,6 +26,11 @@ zookeeper:
 	@scripts/ensure-zookeeper.sh
 
 deps: venv zookeeper
+
+# A real etcd for the etcd store's tests, built from Go modules with the e2e control plane
+# and cached under ~/.cache/hedwig (hedwig.devcluster.etcd finds it there).
+etcd:
+	@e2e/controlplane/build.sh >/dev/null
 
 # Debian's chromium, for the Spark demo's browser test.
 browser:
@@ -49,7 +54,7 @@ imports-spark: venv
 	PYTHONPATH=spark-apps $(VENV)/bin/lint-imports --config spark-apps/importlinter.ini
 
 # Every test: static checks, unit and integration tests (real ZooKeeper, real hub processes).
-test: deps browser lint typecheck imports imports-spark
+test: deps etcd browser lint typecheck imports imports-spark
 	$(PY) -m pytest -q $(PYTEST_ARGS) tests e2e
 
 unit: venv

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from hedwig.devcluster.etcd import EtcdServer
 from hedwig.devcluster.zookeeper import ZooKeeperServer
 
 # Commands run by tests never find (or disturb) a development cluster of the machine's user.
@@ -18,7 +19,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test that needs the real ZooKeeper is an integration test (``make unit`` skips them),
     whether it asks for the server itself or through another fixture."""
     for item in items:
-        if "zk_server" in getattr(item, "fixturenames", ()):
+        fixtures = getattr(item, "fixturenames", ())
+        if "zk_server" in fixtures or "etcd_server" in fixtures:
             item.add_marker(pytest.mark.integration)
 
 
@@ -26,6 +28,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
     """One real ZooKeeper for the whole run; tests separate themselves by region."""
     server = ZooKeeperServer(data_dir=str(tmp_path_factory.mktemp("zk")))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def etcd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
+    """One real etcd for the whole run (built by ``make etcd``); tests separate by region."""
+    server = EtcdServer(data_dir=str(tmp_path_factory.mktemp("etcd")))
     server.start()
     yield server
     server.stop()

@@ -6,8 +6,9 @@ Two inputs, because the hubs expose their load two ways:
   ``alive`` records every few seconds but keep no history; ``record`` snapshots those reports
   into the topic (the demo runs it), one JSON message per hub per snapshot. The job then reads
   any period of history back with the ``hedwig`` source: average and peak message and byte
-  rates per topic, which hubs owned each topic (a topic that moved shows several), and each
-  hub's share of the traffic.
+  rates per topic (the topics each report lists: its hub's hottest), which hubs owned each
+  topic (a topic that moved shows several), and each hub's share of the traffic (from the
+  hubs' totals, which cover every topic).
 - **The hubs' Prometheus metrics** (``--metrics URL,...``): the counters since each hub
   started (``hedwig_messages_in_total{topic}`` and friends), summed per topic and per hub.
   No history, but nothing to run beforehand.
@@ -39,7 +40,7 @@ LOAD_TOPIC = "hedwig.load"
 
 LOAD_SCHEMA = (
     "hub STRING, alive BOOLEAN, time_ms LONG, report_ms LONG, cpu DOUBLE, connections INT,"
-    " msg_in DOUBLE, bytes_in DOUBLE, msg_out DOUBLE, bytes_out DOUBLE,"
+    " msg_in DOUBLE, bytes_in DOUBLE, msg_out DOUBLE, bytes_out DOUBLE, topic_count INT,"
     " topics ARRAY<STRUCT<topic: STRING, msg_in: DOUBLE, bytes_in: DOUBLE, msg_out: DOUBLE,"
     " bytes_out: DOUBLE, subscribers: INT, backlog: LONG>>"
 )
@@ -64,6 +65,8 @@ def load_records(statuses: Iterable[HubStatus], time_ms: int) -> list[bytes]:
             "bytes_in": load.bytes_in if load else 0.0,
             "msg_out": load.msg_out if load else 0.0,
             "bytes_out": load.bytes_out if load else 0.0,
+            # Every owned topic counts in the totals; ``topics`` lists the hottest only.
+            "topic_count": load.topics if load else 0,
             "topics": [
                 {
                     "topic": topic,
@@ -111,14 +114,31 @@ async def record(
 # analytics on the load topic
 
 
-def load_reports(messages: DataFrame) -> DataFrame:
-    """Load-topic rows -> one row per (snapshot, hub, topic) with that topic's rates."""
+def _parsed(messages: DataFrame) -> DataFrame:
     parsed = messages.select(F.from_json(F.col("value").cast("string"), LOAD_SCHEMA).alias("r"))
+    return parsed.select("r.*").where(F.col("hub").isNotNull() & F.col("alive"))
+
+
+def load_reports(messages: DataFrame) -> DataFrame:
+    """Load-topic rows -> one row per (snapshot, hub, topic) with that topic's rates (for the
+    topics each report lists: its hub's hottest)."""
     return (
-        parsed.select("r.*")
-        .where(F.col("hub").isNotNull() & F.col("alive"))
+        _parsed(messages)
         .select("hub", "time_ms", "cpu", F.explode("topics").alias("t"))
         .select("hub", "time_ms", "cpu", "t.*")
+    )
+
+
+def hub_snapshots(messages: DataFrame) -> DataFrame:
+    """Load-topic rows -> one row per (snapshot, hub) with the hub's totals over every topic
+    it owns (records from before ``topic_count`` count the topics they list)."""
+    return _parsed(messages).select(
+        "hub",
+        "time_ms",
+        "cpu",
+        "msg_in",
+        "bytes_in",
+        F.coalesce(F.col("topic_count"), F.size("topics")).alias("topics"),
     )
 
 
@@ -137,13 +157,8 @@ def per_topic_from_load(reports: DataFrame) -> DataFrame:
     )
 
 
-def per_hub_from_load(reports: DataFrame) -> DataFrame:
-    per_snapshot = reports.groupBy("hub", "time_ms").agg(
-        F.sum("msg_in").alias("msg_in"),
-        F.sum("bytes_in").alias("bytes_in"),
-        F.count(F.lit(1)).alias("topics"),
-        F.first("cpu").alias("cpu"),
-    )
+def per_hub_from_load(per_snapshot: DataFrame) -> DataFrame:
+    """``hub_snapshots`` -> one row per hub: its averages and its share of the traffic."""
     total = per_snapshot.agg(F.sum("msg_in").alias("all")).first()
     everything = float(total["all"] or 0.0) if total is not None else 0.0
     return (
@@ -240,8 +255,8 @@ def analyze(spark: SparkSession, args: argparse.Namespace) -> tuple[DataFrame, D
         .option("failOnDataLoss", "false")  # old snapshots may have been collected: fine
         .load()
     )
-    reports = load_reports(messages).cache()
-    return per_topic_from_load(reports), per_hub_from_load(reports)
+    messages = messages.cache()
+    return per_topic_from_load(load_reports(messages)), per_hub_from_load(hub_snapshots(messages))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -202,6 +202,22 @@ def test_default_hubpool_matches_the_crd(values: Path | None) -> None:
     jsonschema.validate(pool["spec"], _openapi_to_jsonschema(_crd_spec_schema()))
 
 
+def test_a_pool_on_etcd() -> None:
+    """With hubPool.metadata.url the pool names its store by URL (an existing etcd), and no
+    ZooKeeper is deployed."""
+    import jsonschema
+
+    url = "etcd://etcd.db.svc:2379/hedwig"
+    objects = render(sets=[f"hubPool.metadata.url={url}", "zookeeper.enabled=false"])
+    spec = one(objects, "HubPool")["spec"]
+    assert spec["metadata"] == {"url": url, "sessionTimeoutSeconds": 6}
+    assert "zookeeper" not in spec
+    jsonschema.validate(spec, _openapi_to_jsonschema(_crd_spec_schema()))
+    assert not [
+        o for o in objects if o["kind"] == "StatefulSet" and "zookeeper" in o["metadata"]["name"]
+    ]
+
+
 def test_security_is_on_by_default_and_the_operator_can_prove_who_it_is() -> None:
     objects = render(namespace="hw")
     security = one(objects, "HubPool")["spec"]["security"]

@@ -165,6 +165,8 @@ def test_parse_pool_full() -> None:
         ({"placement": "nearest"}, "spec.placement"),
         ({"replicas": -1}, "spec.replicas"),
         ({"zookeeper": {}}, "spec.zookeeper.connect"),
+        # pool_body gives spec.zookeeper: a store URL besides it is refused.
+        ({"metadata": {"url": "etcd://e:2379"}}, "spec.metadata"),
         ({"storage": {"whenDeleted": "Keep"}}, "spec.storage.whenDeleted"),
     ],
 )
@@ -229,3 +231,12 @@ def test_shipped_rbac_covers_what_the_operator_writes() -> None:
         assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"]
         if "secrets" in rule["resources"]:
             assert "list" not in rule["verbs"] and "watch" not in rule["verbs"]
+
+
+def test_pool_on_any_store_by_url() -> None:
+    body = pool_body(spec={"metadata": {"url": "etcd://etcd:2379/hedwig"}})
+    del body["spec"]["zookeeper"]
+    p = parse_pool(body)
+    assert p.zk_connect == "etcd://etcd:2379/hedwig"
+    md = schema("hubpools")["properties"]["spec"]["properties"]["metadata"]["properties"]
+    assert md["sessionTimeoutSeconds"]["default"] == p.zk_session_timeout_s

@@ -77,13 +77,22 @@ def label_matches(address: str, value: str) -> bool:
     return value in (address, host, host.split(".", 1)[0])
 
 
+def _total(field: str, reported: HubLoad, measured: Mapping[str, TopicLoad]) -> float:
+    """A hub total with its listed topics' rates replaced: the report lists the hub's hottest
+    topics only, and the traffic of the rest (its totals less the listed ones) stays."""
+    listed = sum(float(getattr(t, field)) for t in reported.topic_loads.values())
+    rest = max(0.0, float(getattr(reported, field)) - listed)
+    return rest + sum(float(getattr(t, field)) for t in measured.values())
+
+
 def merge_prometheus(
     hubs: Sequence[HubStatus], samples: Mapping[str, Samples], now_ms: int
 ) -> list[HubStatus]:
     """Hubs with per-topic rates replaced by Prometheus' (``samples`` per TopicLoad field).
 
-    Only topics the hub reports owning are kept; subscribers and backlog stay from the
-    report. A hub without a report gets none (the policy ignores hubs it knows nothing of).
+    Only topics the hub's report lists (its hottest) are replaced; subscribers and backlog
+    stay from the report, and so does the traffic of the topics it does not list. A hub
+    without a report gets none (the policy ignores hubs it knows nothing of).
     """
     out: list[HubStatus] = []
     for hub in hubs:
@@ -112,10 +121,10 @@ def merge_prometheus(
             topics=hub.load.topics,
             connections=hub.load.connections,
             cpu=hub.load.cpu,
-            msg_in=sum(t.msg_in for t in topic_loads.values()),
-            bytes_in=sum(t.bytes_in for t in topic_loads.values()),
-            msg_out=sum(t.msg_out for t in topic_loads.values()),
-            bytes_out=sum(t.bytes_out for t in topic_loads.values()),
+            msg_in=_total("msg_in", hub.load, topic_loads),
+            bytes_in=_total("bytes_in", hub.load, topic_loads),
+            msg_out=_total("msg_out", hub.load, topic_loads),
+            bytes_out=_total("bytes_out", hub.load, topic_loads),
             topic_loads=topic_loads,
         )
         out.append(replace(hub, load=load))

@@ -308,12 +308,24 @@ def _scheduling(spec: Raw) -> SchedulingSpec:
     )
 
 
+def _metadata_store(spec: Raw) -> tuple[str, float]:
+    """The store the hubs use: ``spec.metadata.url`` (any store URL: ``zk://``, ``etcd://``) or
+    ``spec.zookeeper.connect`` (the older field, a ZooKeeper connection string); one of them."""
+    md = section(spec, "metadata", "spec")
+    zk = section(spec, "zookeeper", "spec")
+    if md and zk:
+        raise SpecError("spec.metadata", "give spec.metadata or spec.zookeeper, not both")
+    where, raw, key = ("spec.metadata", md, "url") if md else ("spec.zookeeper", zk, "connect")
+    url = req_str(raw, key, where)
+    return url, float_or(raw, "sessionTimeoutSeconds", where, DEFAULT_ZK_SESSION_TIMEOUT_S)
+
+
 def parse_pool(body: Raw) -> PoolSpec:
     """A HubPool object (as the API server returns it) to a ``PoolSpec``."""
     meta = section(body, "metadata", "")
     spec = section(body, "spec", "")
     annotations = section(meta, "annotations", "metadata")
-    zk = section(spec, "zookeeper", "spec")
+    store_url, session_timeout_s = _metadata_store(spec)
     placement = opt_str(spec, "placement", "spec") or DEFAULT_PLACEMENT
     if placement not in POLICIES:
         raise SpecError("spec.placement", f"must be one of {', '.join(POLICIES)}")
@@ -324,15 +336,13 @@ def parse_pool(body: Raw) -> PoolSpec:
         uid=opt_str(meta, "uid", "metadata") or "",
         generation=int_or(meta, "generation", "metadata", 0),
         image=req_str(spec, "image", "spec"),
-        zk_connect=req_str(zk, "connect", "spec.zookeeper"),
+        zk_connect=store_url,
         replicas=int_or(spec, "replicas", "spec", DEFAULT_REPLICAS, minimum=0),
         image_pull_policy=opt_str(spec, "imagePullPolicy", "spec"),
         resources=dict(section(spec, "resources", "spec")) or dict(DEFAULT_RESOURCES),
         scheduling=_scheduling(spec),
         storage=_storage(section(spec, "storage", "spec")),
-        zk_session_timeout_s=float_or(
-            zk, "sessionTimeoutSeconds", "spec.zookeeper", DEFAULT_ZK_SESSION_TIMEOUT_S
-        ),
+        zk_session_timeout_s=session_timeout_s,
         region_override=opt_str(spec, "region", "spec"),
         placement=placement,
         replication=replication(spec, "replication", "spec"),

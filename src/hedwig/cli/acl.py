@@ -30,7 +30,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         ("delete", "delete an entry and its rules"),
     ):
         a = asub.add_parser(name, help=help_)
-        a.add_argument("--zk", required=True, help="ZooKeeper HOST:PORT (or zk://...)")
+        a.add_argument(
+            "--zk",
+            required=True,
+            help="metadata store: ZooKeeper HOST:PORT, zk://... or etcd://...",
+        )
         a.add_argument("--region", default="dev")
         if name != "list":
             a.add_argument("entry", help="the entry's name (e.g. NAMESPACE/USER)")

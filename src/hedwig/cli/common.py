@@ -97,8 +97,8 @@ def add_zk_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--zk",
         default=os.environ.get("HEDWIG_ZK"),
-        help="metadata store: ZooKeeper HOST:PORT or zk://... (env HEDWIG_ZK; default: the "
-        "cluster 'hedwig dev up' runs)",
+        help="metadata store: ZooKeeper HOST:PORT, zk://... or etcd://... (env HEDWIG_ZK; "
+        "default: the cluster 'hedwig dev up' runs)",
     )
     p.add_argument(
         "--region",

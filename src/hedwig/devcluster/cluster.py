@@ -19,6 +19,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hedwig.devcluster.etcd import EtcdServer
 from hedwig.devcluster.hosts import LOOPBACK, Host
 from hedwig.devcluster.security import DevSecurity
 from hedwig.devcluster.zookeeper import ZooKeeperServer, free_port
@@ -186,12 +187,18 @@ class DevCluster:
     # throwaway credentials under BASE/security (``DevSecurity``).
     secure: bool = False
     security: DevSecurity | None = field(default=None, init=False)
+    # The metadata store: "zookeeper", or "etcd" (a real etcd, ``hedwig.devcluster.etcd``).
+    store: str = "zookeeper"
     zk_server: ZooKeeperServer | None = field(default=None, init=False)
+    etcd_server: EtcdServer | None = field(default=None, init=False)
     hub_procs: list[HubProcess] = field(default_factory=list, init=False)
     _tmp: tempfile.TemporaryDirectory[str] | None = field(default=None, init=False)
 
     @property
     def zk(self) -> str:
+        """The metadata store's URL (a bare HOST:PORT for ZooKeeper), as hubs are given it."""
+        if self.etcd_server is not None:
+            return self.etcd_server.url
         assert self.zk_server is not None
         return self.zk_server.address
 
@@ -215,12 +222,18 @@ class DevCluster:
             self.security = DevSecurity.create(
                 os.path.join(self.base_dir, "security"), ip_addresses=sorted(hosts)
             )
-        self.zk_server = ZooKeeperServer(
-            port=self.zk_port if port_free(self.zk_port) else 0,
-            data_dir=os.path.join(self.base_dir, "zk"),
-            host=self.zk_host.address,
-            launch=self.zk_host.launch,
-        ).start()
+        if self.store == "etcd":
+            data = os.path.join(self.base_dir, "etcd")
+            os.makedirs(data, exist_ok=True)
+            self.etcd_server = EtcdServer(data_dir=data)
+            self.etcd_server.start()
+        else:
+            self.zk_server = ZooKeeperServer(
+                port=self.zk_port if port_free(self.zk_port) else 0,
+                data_dir=os.path.join(self.base_dir, "zk"),
+                host=self.zk_host.address,
+                launch=self.zk_host.launch,
+            ).start()
         try:
             # All at once, then wait: a new region's first hub is not ready until enough hubs
             # for the replication have joined (as the pods of a StatefulSet start in parallel).
@@ -272,6 +285,8 @@ class DevCluster:
                 h.kill()
         if self.zk_server is not None:
             self.zk_server.stop()
+        if self.etcd_server is not None:
+            self.etcd_server.stop()
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None

@@ -73,6 +73,9 @@ class ZooKeeperServer:
     log_path: str | None = None
     # A command prefix that starts the server elsewhere, e.g. ``ip netns exec NS``.
     launch: tuple[str, ...] = ()
+    # The JVM's heap: enough for tests and the development cluster; a region with 100,000
+    # topics (half a million znodes) needs a couple of gigabytes (bench/scale.py).
+    heap: str = "256m"
     proc: subprocess.Popen[bytes] | None = field(default=None, init=False)
     _tmp: str | None = field(default=None, init=False)
 
@@ -110,7 +113,7 @@ class ZooKeeperServer:
             [
                 *self.launch,
                 java,
-                "-Xmx256m",
+                f"-Xmx{self.heap}",
                 "-Dzookeeper.jmx.log4j.disable=true",
                 "-cp",
                 find_classpath(),

@@ -24,7 +24,10 @@ def setting(default: Any, doc: str) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class HubConfig:
-    zk: str = setting("127.0.0.1:2181", "the metadata store: ZooKeeper HOST:PORT[,...] or zk://...")
+    zk: str = setting(
+        "127.0.0.1:2181",
+        "the metadata store: ZooKeeper HOST:PORT[,...], zk://... or etcd://HOST:PORT[/PREFIX]",
+    )
     region: str = setting("default", "the region: hubs of one region share its topics")
     # The advertised address is what other hubs redirect clients to, so it must be reachable
     # by them (a pod's DNS name); port 0 picks a free port (tests).
@@ -112,6 +115,12 @@ class HubConfig:
     load_report_interval_s: float = setting(
         5.0, "seconds between load reports in the hub's alive record"
     )
+    # The report is one record rewritten every interval: it must not grow with the topics a
+    # hub owns (ZooKeeper refuses records over 1 MB and drops the session of whoever tries).
+    # The rebalancer moves hot topics, so the hottest ones are what it needs to see.
+    load_report_topics: int = setting(
+        100, "topics listed in a load report: the hottest ones (totals cover all of them)"
+    )
     load_report_max_age_s: float = setting(
         30.0, "seconds after which placement ignores a load report"
     )
@@ -174,6 +183,8 @@ class HubConfig:
             raise UsageError("max_message_size must be positive")
         if self.zk_session_timeout_s <= 0:
             raise UsageError("zk_session_timeout_s must be positive")
+        if self.load_report_topics < 0:
+            raise UsageError("load_report_topics must not be negative")
         host, _, port = self.listen.rpartition(":")
         if not host or not port.isdigit():
             raise UsageError(f"listen must be HOST:PORT, got {self.listen!r}")

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Container
 
 from hedwig.clock import Clock
 from hedwig.errors import HedwigError, MetadataError
@@ -123,6 +124,22 @@ class FanOut:
     async def _read(self, topic: str) -> TopicPlan | None:
         got = await self._store.plans.read_plan(topic, watch=lambda: self._changed(topic))
         return None if got is None or got.value.mode is PlanMode.SINGLE else got.value
+
+    def plans_to_export(self, owned: Container[str]) -> dict[str, tuple[str, int]]:
+        """Mode and serving hubs of the owned topics known to be spread, for the gauges.
+
+        Single-hub topics (no plan) get no series: a hub may own a million topics, and its
+        metric series stay bounded by the topics it spreads. Nothing is read here; a plan is
+        known once the topic's subscribers or the plan's watch have needed it.
+        """
+        spread = {t: p for t, p in self._plans.items() if p is not None and t in owned}
+        if spread and self._clock.monotonic() - self._alive_at >= ALIVE_REFRESH_S:
+            task = asyncio.get_running_loop().create_task(self._alive_hubs())
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        return {
+            t: (p.mode.value, len([h for h in p.hubs if h in self._alive]) or 1)
+            for t, p in spread.items()
+        }
 
     def known_plan(self, topic: str) -> tuple[str, int]:
         """The topic's mode and serving hubs as far as known without waiting (for gauges);

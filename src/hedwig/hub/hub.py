@@ -78,7 +78,7 @@ class Hub:
         self.store: MetadataStore = store or open_store(
             config.zk, region=config.region, session_timeout_s=config.zk_session_timeout_s
         )
-        self.metrics = HubMetrics()
+        self.metrics = HubMetrics(series_limit=config.load_report_topics)
         self.address = config.advertise or config.listen
         self.internal_address = config.internal_advertise or config.internal_listen or ""
         # Ledgers name this hub's replicas by its id, which stays with its data directory

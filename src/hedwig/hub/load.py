@@ -3,24 +3,33 @@
 Rates are exponentially weighted moving averages over report intervals. The weight of history
 (``alpha`` is the weight of the newest interval) is deliberately lighter than Pulsar's 0.9 on
 history: users saw balanced brokers keep looking overloaded for many cycles because of it.
+
+What a report costs must not follow the number of topics a hub owns, only the number that carry
+traffic: a hub may own hundreds of thousands of idle topics. So the tracker is fed the traffic
+of each interval (only topics that had any: ``HubMetrics.take_traffic``), keeps rates only for
+topics whose average has not decayed to nothing, and a report carries totals and the hottest
+``top`` topics only, so its size is bounded too (``HubLoad``). Idle topics fill the list, in
+the order the hub claimed them, when fewer than ``top`` carry traffic: a drain walks through
+them report by report.
 """
 
 from __future__ import annotations
 
+import heapq
 import os
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from hedwig.metadata.records import HubLoad, TopicLoad
 
 ALPHA = 0.5
+# Topics listed in a report unless the hub's configuration says otherwise.
+TOP_TOPICS = 100
+# A rate below this (per second) rounds to zero in a report: the topic is idle again.
+IDLE_RATE = 0.0005
 
-
-@dataclass
-class _Counters:
-    msg_in: int = 0
-    bytes_in: int = 0
-    msg_out: int = 0
-    bytes_out: int = 0
+# Messages in, bytes in, messages out, bytes out.
+Traffic = tuple[int, int, int, int]
 
 
 @dataclass
@@ -30,52 +39,79 @@ class _Rates:
     msg_out: float = 0.0
     bytes_out: float = 0.0
 
+    def load(self, subscribers: int = 0, backlog: int = 0) -> TopicLoad:
+        return TopicLoad(
+            round(self.msg_in, 3),
+            round(self.bytes_in, 1),
+            round(self.msg_out, 3),
+            round(self.bytes_out, 1),
+            subscribers,
+            backlog,
+        )
+
+    @property
+    def idle(self) -> bool:
+        return max(self.msg_in, self.msg_out, self.bytes_in, self.bytes_out) < IDLE_RATE
+
+
+def hottest(topics: Mapping[str, TopicLoad], top: int) -> dict[str, TopicLoad]:
+    """The ``top`` busiest topics (messages in plus out, then bytes), ties broken by name."""
+    if len(topics) <= top:
+        return dict(topics)
+    best = heapq.nsmallest(
+        top,
+        topics.items(),
+        key=lambda kv: (
+            -(kv[1].msg_in + kv[1].msg_out),
+            -(kv[1].bytes_in + kv[1].bytes_out),
+            kv[0],
+        ),
+    )
+    return dict(best)
+
 
 @dataclass
 class LoadTracker:
     alpha: float = ALPHA
-    _last: dict[str, _Counters] = field(default_factory=dict)
     _rates: dict[str, _Rates] = field(default_factory=dict)
     _last_time: float | None = None
     _last_cpu: float | None = None
     cpu: float = 0.0
 
-    def sample(
-        self,
-        now: float,
-        counters: dict[str, tuple[int, int, int, int]],
-        extra: dict[str, tuple[int, int]],
-    ) -> dict[str, TopicLoad]:
-        """Fold one interval in; ``counters`` are cumulative (in, bytes in, out, bytes out)."""
+    @property
+    def active(self) -> int:
+        """Topics with a rate still above zero: what a report costs."""
+        return len(self._rates)
+
+    def sample(self, now: float, traffic: Mapping[str, Traffic]) -> None:
+        """Fold one interval in: ``traffic`` is what each topic that had any carried in it."""
         dt = (now - self._last_time) if self._last_time is not None else 0.0
         self._last_time = now
         cpu_now = sum(os.times()[:2])
         if self._last_cpu is not None and dt > 0:
             self.cpu = self._ewma(self.cpu, (cpu_now - self._last_cpu) / dt)
         self._last_cpu = cpu_now
-        out: dict[str, TopicLoad] = {}
-        for topic, (mi, bi, mo, bo) in counters.items():
-            last = self._last.get(topic)
-            rates = self._rates.setdefault(topic, _Rates())
-            if last is not None and dt > 0:
-                rates.msg_in = self._ewma(rates.msg_in, (mi - last.msg_in) / dt)
-                rates.bytes_in = self._ewma(rates.bytes_in, (bi - last.bytes_in) / dt)
-                rates.msg_out = self._ewma(rates.msg_out, (mo - last.msg_out) / dt)
-                rates.bytes_out = self._ewma(rates.bytes_out, (bo - last.bytes_out) / dt)
-            self._last[topic] = _Counters(mi, bi, mo, bo)
-            subs, backlog = extra.get(topic, (0, 0))
-            out[topic] = TopicLoad(
-                round(rates.msg_in, 3),
-                round(rates.bytes_in, 1),
-                round(rates.msg_out, 3),
-                round(rates.bytes_out, 1),
-                subs,
-                backlog,
-            )
-        for gone in set(self._last) - set(counters):
-            del self._last[gone]
-            self._rates.pop(gone, None)
-        return out
+        if dt <= 0:
+            return
+        for topic in traffic.keys() - self._rates.keys():
+            self._rates[topic] = _Rates()
+        for topic, rates in list(self._rates.items()):
+            mi, bi, mo, bo = traffic.get(topic, (0, 0, 0, 0))
+            rates.msg_in = self._ewma(rates.msg_in, mi / dt)
+            rates.bytes_in = self._ewma(rates.bytes_in, bi / dt)
+            rates.msg_out = self._ewma(rates.msg_out, mo / dt)
+            rates.bytes_out = self._ewma(rates.bytes_out, bo / dt)
+            if rates.idle and topic not in traffic:
+                del self._rates[topic]
+
+    def loads(self) -> dict[str, TopicLoad]:
+        """The current rates of every topic still carrying traffic."""
+        return {t: r.load() for t, r in self._rates.items()}
+
+    def forget(self, owned: Callable[[str], bool]) -> None:
+        """Drop the rates of topics that are no longer ``owned``."""
+        for topic in [t for t in self._rates if not owned(t)]:
+            del self._rates[topic]
 
     def _ewma(self, old: float, new: float) -> float:
         return self.alpha * new + (1 - self.alpha) * old
@@ -84,22 +120,41 @@ class LoadTracker:
         self,
         timestamp_ms: int,
         connections: int,
-        topics: dict[str, TopicLoad],
-        delivering: dict[str, TopicLoad] | None = None,
+        owned: Iterable[str],
+        count: int,
+        top: int = TOP_TOPICS,
+        extra: Callable[[str], tuple[int, int]] = lambda _topic: (0, 0),
+        delivering: Mapping[str, TopicLoad] | None = None,
     ) -> HubLoad:
-        """``delivering``: fan-out topics this hub delivers for another owner. Their output
+        """Totals over the ``count`` topics the hub owns (idle ones weigh nothing), and the
+        ``top`` hottest, with ``extra`` (subscribers, backlog) looked up for those only.
+
+        ``delivering``: fan-out topics this hub delivers for another owner. Their output
         counts in the hub's totals (it is this hub's work) but they are not listed as its
         topics (it cannot move them: their owner can)."""
-        out = [*topics.values(), *(delivering or {}).values()]
+        others = dict(delivering or {})
+        rates = {t: r.load() for t, r in self._rates.items()}
+        listed = list(hottest(rates, top))
+        if len(listed) < top:
+            chosen = set(listed)
+            for name in owned:
+                if len(listed) >= top:
+                    break
+                if name not in chosen:
+                    listed.append(name)
+        loads: dict[str, TopicLoad] = {}
+        for name in listed:
+            r = self._rates.get(name, _Rates())
+            loads[name] = r.load(*extra(name))
         return HubLoad(
             timestamp_ms=timestamp_ms,
-            topics=len(topics),
+            topics=count,
             connections=connections,
             cpu=round(self.cpu, 3),
-            msg_in=round(sum(t.msg_in for t in topics.values()), 3),
-            bytes_in=round(sum(t.bytes_in for t in topics.values()), 1),
-            msg_out=round(sum(t.msg_out for t in out), 3),
-            bytes_out=round(sum(t.bytes_out for t in out), 1),
-            topic_loads=topics,
-            delivering=delivering or {},
+            msg_in=round(sum(t.msg_in for t in rates.values()), 3),
+            bytes_in=round(sum(t.bytes_in for t in rates.values()), 1),
+            msg_out=round(sum(t.msg_out for t in [*rates.values(), *others.values()]), 3),
+            bytes_out=round(sum(t.bytes_out for t in [*rates.values(), *others.values()]), 1),
+            topic_loads=loads,
+            delivering=others,
         )

@@ -26,7 +26,7 @@ from hedwig.hub.topic import TopicState
 from hedwig.ledger.auditor import Auditor, AuditReport
 from hedwig.ledger.storage import LocalStorage
 from hedwig.metadata.managers import MetadataStore
-from hedwig.metadata.records import HubLoad
+from hedwig.metadata.records import HubLoad, TopicLoad
 from hedwig.placement.plans import set_topic_mode
 from hedwig.placement.rebalance import Move, Rebalancer
 from hedwig.placement.scaling import ModeChange, ScalingPolicy
@@ -35,8 +35,6 @@ log = logging.getLogger(__name__)
 
 # How /readyz starts its answer when the region has too few hubs for its replication.
 SHORT_OF_HUBS = "too few hubs"
-# Prefixes the counters of topics delivered for another owner (no topic name holds a NUL).
-DELIVERING = "\0delivering\0"
 # A burst of claims or releases is reported once, this long after the first of them.
 REPORT_SOON_S = 0.2
 
@@ -72,6 +70,9 @@ class HubLoops:
         self.rebalancer = Rebalancer(config.rebalance, clock)
         self.scaler = ScalingPolicy(config.scaling, clock)
         self._load = LoadTracker()
+        # Fan-out topics this hub delivers for other owners: their rates, apart from its own.
+        self._delivering = LoadTracker()
+        self._delivered_seen: dict[str, tuple[int, int]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._report_pending = False
         self._running = False
@@ -115,38 +116,65 @@ class HubLoops:
     # load reports ---------------------------------------------------------------------------
 
     def load_report(self) -> HubLoad:
+        """This hub's load now. Costs what the topics with traffic cost, not what it owns."""
         topics = self.ownership.topics
-        counters = {
-            name: (t.msg_in, t.bytes_in, t.msg_out, t.bytes_out) for name, t in topics.items()
-        }
-        extra = {
-            name: (
-                len(t.subscriptions),
-                max((s.backlog for s in t.subscriptions.values()), default=0),
-            )
-            for name, t in topics.items()
-        }
+        now = time.monotonic()
+        self._load.sample(now, self.metrics.take_traffic())
+        self._load.forget(topics.__contains__)
+
+        def extra(name: str) -> tuple[int, int]:
+            t = topics.get(name)
+            if t is None:
+                return (0, 0)
+            subs = t.subscriptions
+            return (len(subs), max((s.backlog for s in subs.values()), default=0))
+
+        return self._load.report(
+            self.clock.wall_ms(),
+            self._connections(),
+            topics,
+            len(topics),
+            self.config.load_report_topics,
+            extra,
+            self._delivering_loads(now),
+        )
+
+    def _delivering_loads(self, now: float) -> dict[str, TopicLoad]:
+        """Rates of the fan-out topics this hub delivers for their owners (bounded by how
+        many it delivers, not by how many topics it owns)."""
         fanout = self.requests.fanout
-        delivering = fanout.delivering if fanout is not None else {}
-        # Keyed apart from owned topics (a hub may own a topic and deliver it too).
-        for name, d in delivering.items():
-            counters[DELIVERING + name] = (0, 0, d.msg_out, d.bytes_out)
-        loads = self._load.sample(time.monotonic(), counters, extra)
-        owned = {k: v for k, v in loads.items() if not k.startswith(DELIVERING)}
-        others = {
-            k.removeprefix(DELIVERING): v for k, v in loads.items() if k.startswith(DELIVERING)
+        if fanout is None or not (fanout.delivering or self._delivering.active):
+            return {}
+        traffic: dict[str, tuple[int, int, int, int]] = {}
+        for name, d in fanout.delivering.items():
+            seen_msgs, seen_bytes = self._delivered_seen.get(name, (0, 0))
+            traffic[name] = (0, 0, d.msg_out - seen_msgs, d.bytes_out - seen_bytes)
+            self._delivered_seen[name] = (d.msg_out, d.bytes_out)
+        self._delivered_seen = {
+            n: v for n, v in self._delivered_seen.items() if n in fanout.delivering
         }
-        return self._load.report(self.clock.wall_ms(), self._connections(), owned, others)
+        self._delivering.sample(now, traffic)
+        self._delivering.forget(fanout.delivering.__contains__)
+        return self._delivering.loads()
 
     async def report_load(self) -> None:
+        """Write this hub's load report. A failed write is a warning and a metric: a hub whose
+        report goes stale drops out of placement and rebalancing, and someone must notice."""
+        if not self.ownership.accepting:
+            return  # shutting down: the alive record is gone already, placement ignores us
+        report = self.load_report()
+        self.metrics.export_load(report)
+        report = replace(report, internal=self.internal_address, hub_id=self.hub_id)
         try:
-            report = self.load_report()
-            self.metrics.export_load(report)
-            report = replace(report, internal=self.internal_address, hub_id=self.hub_id)
             await self.store.hubs.update_load(self.requests.address, report)
+        except Exception as exc:
+            self.metrics.metadata_write_failed("load")
+            log.warning("load report (%d topics) not written: %s", report.topics, exc)
+            return
+        try:
             await self.check_hub_count()
         except Exception as exc:
-            log.debug("load report failed: %s", exc)
+            log.info("cannot count the region's hubs: %s", exc)
 
     async def check_hub_count(self) -> None:
         """Note whether the region has ever had enough hubs for the default replication."""
@@ -172,12 +200,16 @@ class HubLoops:
     async def _report_soon(self) -> None:
         await self.clock.sleep(REPORT_SOON_S)
         self._report_pending = False
-        await self.report_load()
+        try:
+            await self.report_load()
+        except Exception as exc:
+            log.warning("load report failed: %s", exc)
 
     # consume marks, garbage, audit ---------------------------------------------------------
 
     async def flush_marks(self) -> None:
-        for t in list(self.ownership.topics.values()):
+        # Every second: only topics with subscriptions in memory can have a mark to write.
+        for t in [t for t in self.ownership.topics.values() if t.subscriptions]:
             with contextlib.suppress(HedwigError):
                 await t.flush_marks()
         fanout = self.requests.fanout
@@ -188,8 +220,8 @@ class HubLoops:
     async def collect_garbage(self) -> None:
         """Delete ledgers every subscriber has consumed and retention lets go."""
         for owned in list(self.ownership.topics.values()):
-            if owned.state is not TopicState.OPEN:
-                continue
+            if owned.state is not TopicState.OPEN or len(owned.log.ranges.ranges) < 2:
+                continue  # the open ledger is never collected: nothing to read or write
             try:
                 await owned.flush_marks()
                 keep = await owned.keep_from_seq()
@@ -295,19 +327,22 @@ class HubLoops:
         m = self.metrics
         m.connections.set(self._connections())
         m.topics_owned.set(len(self.ownership.topics))
-        m.subscriber_backlog.clear()
-        for name, t in self.ownership.topics.items():
-            for sname, sub in t.subscriptions.items():
-                m.subscriber_backlog.labels(name, sname).set(sub.backlog)
         fanout = self.requests.fanout
+        backlogs = [
+            (name, sname, sub.backlog)
+            for name, t in self.ownership.topics.items()
+            if t.subscriptions
+            for sname, sub in t.subscriptions.items()
+        ]
         if fanout is not None:
-            for name, d in fanout.delivering.items():
-                for sname, sub in d.subs.by_name.items():
-                    m.subscriber_backlog.labels(name, sname).set(sub.backlog)
-            m.export_plans(
-                {name: fanout.known_plan(name) for name in self.ownership.topics},
-                len(fanout.delivering),
-            )
+            backlogs += [
+                (name, sname, sub.backlog)
+                for name, d in fanout.delivering.items()
+                for sname, sub in d.subs.by_name.items()
+            ]
+        m.export_backlogs(backlogs, self.config.load_report_topics)
+        if fanout is not None:
+            m.export_plans(fanout.plans_to_export(self.ownership.topics), len(fanout.delivering))
         s = self.storage
         m.storage_bytes.inc(s.bytes_written - self._seen_written)
         m.storage_syncs.inc(s.syncs - self._seen_syncs)

@@ -3,9 +3,24 @@
 ``HubMetrics`` is the hub's ``HubEvents``: its parts report what happens, and the counters
 follow. Gauges that describe the present (connections, backlogs, load rates) are set when
 Prometheus scrapes and when a load report is made (``export_load``).
+
+Series per topic are bounded whatever the number of topics a hub owns: the traffic counters
+(``hedwig_messages_in_total{topic}`` and friends) and ``hedwig_topic_rate`` have a series for
+each topic the last load report listed (its hottest), and the traffic of every other topic is
+counted in the series without a topic label, so ``sum by (pod)`` is still the hub's total. A
+topic that leaves the list loses its series (a new one starts if it comes back: ``rate()``
+sees a fresh counter). Backlogs are exported for the subscriptions with the largest ones.
+
+The same events feed the load reports: ``take_traffic`` hands over what each topic carried
+since the last call, for the topics that carried anything only, so a report costs nothing for
+idle topics (``hedwig.hub.load``).
 """
 
 from __future__ import annotations
+
+import contextlib
+import heapq
+from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -34,7 +49,9 @@ LATENCY_BUCKETS = (
 
 
 class HubMetrics:
-    def __init__(self) -> None:
+    def __init__(self, *, series_limit: int = 100) -> None:
+        # Topics with traffic series of their own at most (``HubConfig.load_report_topics``).
+        self.series_limit = series_limit
         self.registry = CollectorRegistry()
         r = self.registry
         self.messages_in = Counter(
@@ -126,6 +143,12 @@ class HubMetrics:
             ["topic", "direction", "unit"],
             registry=r,
         )
+        self.topic_rate_floor = Gauge(
+            "hedwig_topic_rate_floor",
+            "Messages per second (in plus out) of the least busy topic in hedwig_topic_rate when "
+            "the hub owns more topics than its load report lists, else 0",
+            registry=r,
+        )
         self.hub_rate = Gauge(
             "hedwig_hub_rate",
             "EWMA rate of the whole hub as in its load report",
@@ -171,6 +194,13 @@ class HubMetrics:
             "Subscriptions this hub deleted because nobody used them for their expiry time",
             registry=r,
         )
+        self.metadata_write_failures = Counter(
+            "hedwig_metadata_write_failures",
+            "Writes to the metadata store that failed and were not retried at once, by record "
+            "(load: the hub's load report, which placement and rebalancing read)",
+            ["record"],
+            registry=r,
+        )
         # Every label value exists from the start, so rate() and increase() see first events.
         for reason in ("requested", "expired"):
             self.deletions.labels(reason)
@@ -182,19 +212,53 @@ class HubMetrics:
             self.auth_denied.labels(op, reason)
         # The labelled series of the per-request counters, looked up once each: ``labels()``
         # takes a lock and builds a key every time, a measurable share of a one-message
-        # publish. Series are never removed, so a cached child stays the registered one.
+        # publish. Keyed by series (a topic's own, or "" for the unlisted rest).
         self._in: dict[str, tuple[Counter, Counter]] = {}
         self._out: dict[str, tuple[Counter, Counter]] = {}
         self._answers: dict[tuple[str, str], Counter] = {}
+        self.metadata_write_failures.labels("load")
+        # Topics with traffic series of their own (the last report's list), and the traffic of
+        # every topic since the load tracker last took it.
+        self._listed: set[str] = set()
+        self._traffic: dict[str, list[int]] = {}
+        for counter in (self.messages_in, self.bytes_in, self.messages_out, self.bytes_out):
+            counter.labels("")
+
+    def export_backlogs(self, backlogs: Iterable[tuple[str, str, int]], top: int) -> None:
+        """``hedwig_subscriber_backlog`` for the ``top`` largest (topic, subscriber, backlog)."""
+        self.subscriber_backlog.clear()
+        for topic, subscriber, backlog in heapq.nlargest(top, backlogs, key=lambda b: b[2]):
+            self.subscriber_backlog.labels(topic, subscriber).set(backlog)
 
     # HubEvents ------------------------------------------------------------------------------
 
+    def _series(self, topic: str) -> str:
+        """The label value ``topic``'s traffic is counted under: its own while it is listed,
+        or while fewer than ``series_limit`` topics are (a new topic gets its own series at
+        once on a hub with few topics), else the unlabelled rest."""
+        if topic in self._listed:
+            return topic
+        if len(self._listed) < self.series_limit:
+            self._listed.add(topic)
+            return topic
+        return ""
+
     def published(self, topic: str, messages: int, size: int) -> None:
-        series = self._in.get(topic)
-        if series is None:
-            series = self._in[topic] = (self.messages_in.labels(topic), self.bytes_in.labels(topic))
-        series[0].inc(messages)
-        series[1].inc(size)
+        series = self._series(topic)
+        children = self._in.get(series)
+        if children is None:
+            children = self._in[series] = (
+                self.messages_in.labels(series),
+                self.bytes_in.labels(series),
+            )
+        children[0].inc(messages)
+        children[1].inc(size)
+        t = self._traffic.get(topic)
+        if t is None:
+            self._traffic[topic] = [messages, size, 0, 0]
+        else:
+            t[0] += messages
+            t[1] += size
 
     def publish_answered(self, seconds: float) -> None:
         self.publish_latency.observe(seconds)
@@ -209,14 +273,26 @@ class HubMetrics:
         self.topics_delivering.set(delivering)
 
     def delivered(self, topic: str, messages: int, size: int) -> None:
-        series = self._out.get(topic)
-        if series is None:
-            series = self._out[topic] = (
-                self.messages_out.labels(topic),
-                self.bytes_out.labels(topic),
+        series = self._series(topic)
+        children = self._out.get(series)
+        if children is None:
+            children = self._out[series] = (
+                self.messages_out.labels(series),
+                self.bytes_out.labels(series),
             )
-        series[0].inc(messages)
-        series[1].inc(size)
+        children[0].inc(messages)
+        children[1].inc(size)
+        t = self._traffic.get(topic)
+        if t is None:
+            self._traffic[topic] = [0, 0, messages, size]
+        else:
+            t[2] += messages
+            t[3] += size
+
+    def take_traffic(self) -> dict[str, tuple[int, int, int, int]]:
+        """Messages and bytes in and out per topic since the last call (topics with any)."""
+        traffic, self._traffic = self._traffic, {}
+        return {topic: (t[0], t[1], t[2], t[3]) for topic, t in traffic.items()}
 
     def claimed(self, topic: str, ownerless_s: float | None) -> None:
         self.claims.inc()
@@ -244,6 +320,9 @@ class HubMetrics:
     def denied(self, op: str, reason: str) -> None:
         self.auth_denied.labels(op, reason).inc()
 
+    def metadata_write_failed(self, record: str) -> None:
+        self.metadata_write_failures.labels(record).inc()
+
     def answered(self, op: str, status: str) -> None:
         child = self._answers.get((op, status))
         if child is None:
@@ -259,13 +338,30 @@ class HubMetrics:
     # present-state gauges ------------------------------------------------------------------
 
     def export_load(self, report: HubLoad) -> None:
-        """The load report, as gauges too (the same numbers the policy sees)."""
+        """The load report, as gauges too (the same numbers the policy sees): per topic for the
+        topics it lists (the hottest), so the series stay bounded whatever the topic count."""
+        listed = set(report.topic_loads)
+        traffic = (self.messages_in, self.bytes_in, self.messages_out, self.bytes_out)
+        for gone in self._listed - listed:
+            for counter in traffic:
+                with contextlib.suppress(KeyError):
+                    counter.remove(gone)
+            self._in.pop(gone, None)  # the cached children of a removed series
+            self._out.pop(gone, None)
+        for new in listed - self._listed:
+            for counter in traffic:
+                counter.labels(new)  # from zero, so rate() sees its first messages
+        self._listed = listed
         self.topic_rate.clear()
         for topic, tl in report.topic_loads.items():
             self.topic_rate.labels(topic, "in", "messages").set(tl.msg_in)
             self.topic_rate.labels(topic, "out", "messages").set(tl.msg_out)
             self.topic_rate.labels(topic, "in", "bytes").set(tl.bytes_in)
             self.topic_rate.labels(topic, "out", "bytes").set(tl.bytes_out)
+        truncated = report.topics > len(report.topic_loads)
+        rates = (t.msg_in + t.msg_out for t in report.topic_loads.values())
+        floor = min(rates, default=0.0) if truncated else 0.0
+        self.topic_rate_floor.set(floor)
         self.hub_rate.labels("in", "messages").set(report.msg_in)
         self.hub_rate.labels("out", "messages").set(report.msg_out)
         self.hub_rate.labels("in", "bytes").set(report.bytes_in)

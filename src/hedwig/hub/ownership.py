@@ -147,7 +147,9 @@ class TopicOwnership:
             self._stop_suspension()
         elif state is SessionState.LOST:
             self._stop_suspension()
-            self.drop_all(LossKind.SESSION, "ZooKeeper session expired")
+            self.drop_all(
+                LossKind.SESSION, "metadata session expired (ZooKeeper session or etcd lease)"
+            )
 
     def _stop_suspension(self) -> None:
         self._suspended_since = None

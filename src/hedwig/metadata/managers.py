@@ -11,6 +11,14 @@ also provide:
 liveness lease: when it is lost, every ephemeral record of the hub is gone and the hub must stop
 acting as an owner at once). ``tests/metadata_conformance.py`` is the suite every
 implementation must pass.
+
+**Ownership is bound to the owner's liveness**, in either of the two ways the design document
+allows: session-bound (ZooKeeper: the owner record is an ephemeral znode of the hub's session)
+or lease-bound (etcd: a record written by compare-and-set and attached to a lease the hub keeps
+alive; when the lease expires the store deletes the record and the topic is free). Either way
+the store reports the loss to the hub as ``SessionState.LOST``, and ledger fencing keeps a hub
+that has not noticed yet from acknowledging anything: the next owner fences the ledger before
+it writes.
 """
 
 from __future__ import annotations
@@ -42,7 +50,8 @@ class TopicOwnershipManager(Protocol):
     async def write_owner_info(self, topic: str, owner: HubInfo, version: Version) -> Version:
         """Claim (``NEW_VERSION``) or update the owner record; ``BadVersionError`` on conflict.
 
-        A claimed record is tied to the writer's session: it disappears when the session does.
+        A claimed record is tied to the writer's session or lease (``MetadataSession``): it
+        disappears when the session ends or the lease expires.
         ``NoTopicOwnerInfoError`` if updating a record that does not exist.
         """
         ...

@@ -5,6 +5,8 @@ one string, so a deployment switches stores by changing that string and nothing 
 
 - ``zk://HOST:PORT[,HOST:PORT...]`` or a bare ``HOST:PORT[,...]``: ZooKeeper (the default
   store, and the only one that survives a process restart today);
+- ``etcd://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...][/PREFIX]``: etcd v3 (``hedwig.metadata.etcd``),
+  keys under PREFIX (default ``/hedwig``), owner and alive records bound to the process's lease;
 - ``memory://NAME``: the in-process store. Stores opened with the same NAME in one process share
   their data, as hubs sharing one ZooKeeper do; for tests and single-process demos.
 
@@ -15,6 +17,7 @@ open_store(url, region=r) as store``), which starts it and closes it, or call ``
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -69,10 +72,14 @@ def open_store(
         hosts = parts.netloc.rpartition("@")[2]
         given = parts.netloc.rpartition("@")[0] or None
         return _zookeeper(hosts, region, session_timeout_s, digest or given or _digest_from_env())
+    if scheme == "etcd":
+        return _etcd(parts.netloc, parts.path, region, session_timeout_s, url)
     if scheme == "memory":
         name = parts.netloc or parts.path.strip("/") or "default"
         return MemoryMetadataStore(memory_backend(name), region)
-    raise UsageError(f"{url!r}: unknown metadata store {scheme!r} (use zk:// or memory://)")
+    raise UsageError(
+        f"{url!r}: unknown metadata store {scheme!r} (use zk://, etcd:// or memory://)"
+    )
 
 
 def _digest_from_env() -> str | None:
@@ -96,3 +103,72 @@ def _zookeeper(
     from hedwig.metadata.zookeeper import ZkMetadataStore
 
     return ZkMetadataStore(hosts, region, session_timeout=session_timeout_s, digest=digest)
+
+
+def _etcd(netloc: str, path: str, region: str, session_timeout_s: float, url: str) -> MetadataStore:
+    """etcd with the same security approach as ZooKeeper: credentials (``USER:PASSWORD``, for
+    etcd's own authentication) from the URL, else ``HEDWIG_ETCD_CREDENTIALS_FILE``, else
+    ``HEDWIG_ETCD_CREDENTIALS``; TLS when ``HEDWIG_ETCD_CA`` names the CA to trust (with
+    ``HEDWIG_ETCD_CERT`` and ``HEDWIG_ETCD_KEY`` for a client certificate, if etcd asks)."""
+    given, _, hosts = netloc.rpartition("@")
+    if not hosts:
+        raise UsageError(f"{url!r}: an etcd URL needs HOST:PORT (etcd://127.0.0.1:2379)")
+    for host in hosts.split(","):
+        name, _, port = host.rpartition(":")
+        if not name or not port.isdigit():
+            raise UsageError(f"etcd address {host!r} must be HOST:PORT")
+    credentials = given or _secret("HEDWIG_ETCD_CREDENTIALS")
+    username = password = None
+    if credentials:
+        username, sep, password = credentials.partition(":")
+        if not sep or not username or not password:
+            raise UsageError("etcd credentials are USER:PASSWORD")
+    ca, cert, key = (_file("HEDWIG_ETCD_" + n) for n in ("CA", "CERT", "KEY"))
+    if (cert is None) != (key is None):
+        raise UsageError("HEDWIG_ETCD_CERT and HEDWIG_ETCD_KEY go together")
+    from hedwig.metadata.etcd import EtcdMetadataStore
+
+    # gRPC balances over several addresses itself, given as IPv4 addresses ("ipv4:" takes a
+    # list); a DNS name (a Kubernetes Service) resolves to every member on its own.
+    target = hosts
+    if "," in hosts:
+        for host in hosts.split(","):
+            try:
+                ipaddress.IPv4Address(host.rpartition(":")[0])
+            except ValueError as exc:
+                raise UsageError(
+                    f"{url!r}: several etcd addresses must be IPv4 addresses; name one DNS "
+                    "name (a Service) instead"
+                ) from exc
+        target = "ipv4:" + hosts
+    return EtcdMetadataStore(
+        target,
+        region,
+        prefix=path.rstrip("/") or "/hedwig",
+        session_timeout=session_timeout_s,
+        username=username,
+        password=password,
+        ca=ca,
+        cert=cert,
+        key=key,
+    )
+
+
+def _secret(name: str) -> str | None:
+    path = os.environ.get(name + "_FILE")
+    if path:
+        try:
+            return Path(path).read_text().strip() or None
+        except OSError as exc:
+            raise UsageError(f"{name}_FILE={path}: {exc}") from exc
+    return os.environ.get(name) or None
+
+
+def _file(name: str) -> bytes | None:
+    path = os.environ.get(name)
+    if not path:
+        return None
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise UsageError(f"{name}={path}: {exc}") from exc

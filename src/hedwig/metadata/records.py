@@ -81,7 +81,16 @@ class TopicLoad:
 
 @dataclass(frozen=True, slots=True)
 class HubLoad:
-    """What a hub writes into its ``alive`` znode. ``timestamp_ms`` lets readers expire it."""
+    """What a hub writes into its ``alive`` znode. ``timestamp_ms`` lets readers expire it.
+
+    The record is rewritten every few seconds, so its size must not follow the number of
+    topics the hub owns (ZooKeeper refuses records over 1 MB, and a request that large makes
+    the server drop the whole session). ``topics`` and the rates are totals over every owned
+    topic; ``topic_loads`` lists only the hottest of them (``HubConfig.load_report_topics``,
+    hottest by messages in plus out): what the rebalancer moves. A topic not listed carries no
+    more than the least of the listed ones; its own numbers come from its owner
+    (``TopicStats``) or from the store (subscriptions, consume marks).
+    """
 
     timestamp_ms: int = 0
     topics: int = 0
@@ -116,6 +125,17 @@ class HubLoad:
             "hub_id",
         ]
     )
+
+    @property
+    def rate(self) -> float:
+        """Messages per second in plus out, over every owned topic: the rebalancer's load."""
+        return self.msg_in + self.msg_out
+
+    @property
+    def unlisted_rate(self) -> float:
+        """The share of ``rate`` carried by topics not in ``topic_loads``."""
+        listed = sum(t.msg_in + t.msg_out for t in self.topic_loads.values())
+        return max(0.0, self.rate - listed)
 
     def to_json(self) -> bytes:
         d = asdict(self)

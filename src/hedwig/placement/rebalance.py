@@ -6,7 +6,9 @@ It answers the complaints users have about Pulsar's and Hedwig's balancers
 (``docs/architecture.md``, "Moving topics"):
 
 - Load is traffic, not topic counts: messages per second in plus out (EWMA from the hubs'
-  reports), so one hot topic weighs what it costs.
+  reports), so one hot topic weighs what it costs. A report lists the hub's hottest topics
+  only (its totals cover all): those are the ones worth moving; a drain empties a hub a
+  report's worth at a time, the next report listing the next ones.
 - A hub is overloaded when its load exceeds the mean by ``overload_margin`` (relative), and
   only after ``confirmations`` consecutive cycles, so a burst does not trigger moves.
 - There is a lower bound too: a hub below the mean by ``underload_margin`` (an idle or newly
@@ -100,6 +102,8 @@ class _HubView:
     address: str
     load: float
     topics: dict[str, float]
+    # Traffic of topics the report does not list (each no busier than the least listed one).
+    unlisted: float = 0.0
 
 
 @dataclass
@@ -154,7 +158,9 @@ class Rebalancer:
                 self.forget_hub(h.address)  # it restarted: its old streak means nothing
             self._epochs[h.address] = h.epoch
             rates = {t: self._rate(t, tl) for t, tl in h.load.topic_loads.items()}
-            views.append(_HubView(h.address, sum(rates.values()), rates))
+            # Reports list the hottest topics only; the rest of the hub's traffic counts too.
+            rest = h.load.unlisted_rate
+            views.append(_HubView(h.address, sum(rates.values()) + rest, rates, rest))
         present = {v.address for v in views}
         for gone in set(self._streaks) - present:
             self.forget_hub(gone)
@@ -288,6 +294,10 @@ class Rebalancer:
             if planned[dst] + rate > limit:
                 return None  # cannot drain it entirely: do not start
             planned[dst] += rate
+        # Topics not listed yet must fit too; each is no busier than the least listed one, so
+        # they spread: the room left on all the others together is what counts.
+        if sum(planned.values()) + victim.unlisted > limit * len(planned):
+            return None
         self._drained.add(victim.address)
         why = (
             f"low-load drain: region at {total:.0f} msg/s is under "

@@ -1,0 +1,210 @@
+"""Many topics on one hub: what claiming, owning and listing them costs.
+
+    .venv/bin/python -m bench.scale --topics 100000 [--store zookeeper|etcd|URL]
+
+Starts a ZooKeeper or an etcd (unless ``--store`` is a URL) and one hub in this process (1/1/1
+replication), claims ``--topics`` topics through the hub's normal claim path (the one a first
+publish takes: topic node, owner record, ledger, persistence info) ``--concurrency`` at a time,
+then measures, with every topic owned and idle:
+
+- claims per second;
+- hub memory per owned idle topic: the growth of this process's resident memory over the
+  claims, divided by the topics (the process holds the hub only: the store's server runs apart);
+- the hub's CPU per second while idle for ``--idle`` seconds (the per-second cost of owning
+  idle topics: timers, loops, reports);
+- the size of its load report, the number of series on its ``/metrics``;
+- the time to list every topic of the region from the store.
+
+``--failover``: instead, a DevCluster of three hub processes (3/3/2) on the store; one message
+is published to each of ``--topics`` topics (placement spreads them), the hub owning the most is
+killed (``kill -9``), and the time from the kill until every one of its topics has accepted a
+publish again is measured (the session or lease timeout, then the take-overs).
+
+Prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import os
+import resource
+import tempfile
+import time
+from typing import Any
+
+from prometheus_client import generate_latest
+
+from hedwig.client import HedwigClient, RetryPolicy
+from hedwig.devcluster.cluster import DevCluster
+from hedwig.devcluster.etcd import EtcdServer
+from hedwig.devcluster.zookeeper import ZooKeeperServer
+from hedwig.errors import HedwigError
+from hedwig.hub import Hub, HubConfig
+from hedwig.metadata import open_store
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+async def claim(hub: Hub, name: str, attempts: int = 20) -> None:
+    """Claim as a client's retries would: a retriable refusal (the store briefly unreachable)
+    is tried again."""
+    for attempt in range(attempts):
+        try:
+            await hub.topics.acquire(name, redirected=True)
+            return
+        except HedwigError as exc:
+            if not exc.retriable or attempt == attempts - 1:
+                raise
+            RETRIES[0] += 1
+            await asyncio.sleep(0.5)
+
+
+RETRIES = [0]
+# The longest pause of Python's cycle collector during the run (seconds): the event loop, and
+# with it the store session's keepalive, stands still meanwhile.
+GC_PAUSE = [0.0, 0.0]
+
+
+def _gc_timer(phase: str, info: dict[str, Any]) -> None:
+    if phase == "start":
+        GC_PAUSE[1] = time.monotonic()
+    else:
+        GC_PAUSE[0] = max(GC_PAUSE[0], time.monotonic() - GC_PAUSE[1])
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    zk: ZooKeeperServer | None = None
+    etcd: EtcdServer | None = None
+    store_url = args.store
+    if store_url == "zookeeper":
+        zk = ZooKeeperServer(data_dir=tempfile.mkdtemp(prefix="hedwig-scale-zk-"), heap="2g")
+        zk.start()
+        store_url = f"zk://{zk.address}"
+    elif store_url == "etcd":
+        etcd = EtcdServer(data_dir=tempfile.mkdtemp(prefix="hedwig-scale-etcd-"))
+        etcd.start()
+        store_url = etcd.url
+    region = f"scale-{os.getpid()}"
+    config = HubConfig(
+        zk=store_url,
+        region=region,
+        listen="127.0.0.1:0",
+        data_dir=tempfile.mkdtemp(prefix="hedwig-scale-hub-"),
+        replication="1/1/1",
+        zk_session_timeout_s=args.session_timeout,
+    )
+    hub = Hub(config)
+    gc.callbacks.append(_gc_timer)
+    out: dict[str, Any] = {"store": store_url.split("://")[0], "topics": args.topics}
+    try:
+        await hub.start()
+        # The cycle collector as a hub process runs it (``hedwig.hub.serve``).
+        gc.collect()
+        gc.freeze()
+        gc.set_threshold(100_000, 50, 100)
+        names = [f"scale/{i:07d}" for i in range(args.topics)]
+        rss0 = rss_bytes()
+        t0 = time.monotonic()
+        for start in range(0, len(names), args.concurrency):
+            chunk = names[start : start + args.concurrency]
+            await asyncio.gather(*(claim(hub, n) for n in chunk))
+            if args.progress and (start // args.concurrency) % 20 == 0:
+                print(f"{start + len(chunk)} claimed", flush=True)
+        claim_s = time.monotonic() - t0
+        out["claim_s"] = round(claim_s, 1)
+        out["claims_per_s"] = round(args.topics / claim_s, 1)
+        out["claim_retries"] = RETRIES[0]
+        out["max_gc_pause_s"] = round(GC_PAUSE[0], 2)
+        await asyncio.sleep(2)
+        out["hub_bytes_per_idle_topic"] = round((rss_bytes() - rss0) / args.topics)
+        c0, w0 = cpu_s(), time.monotonic()
+        await asyncio.sleep(args.idle)
+        out["idle_cpu_per_s"] = round((cpu_s() - c0) / (time.monotonic() - w0), 4)
+        report = hub.loops.load_report()
+        out["load_report_bytes"] = len(report.to_json())
+        hub.loops.refresh_gauges()
+        exposition = generate_latest(hub.metrics.registry).decode()
+        out["metric_series"] = sum(
+            1 for line in exposition.splitlines() if line and not line.startswith("#")
+        )
+        async with open_store(store_url, region=region) as reader:
+            t0 = time.monotonic()
+            listed = await reader.topics.list_topics()
+            out["list_s"] = round(time.monotonic() - t0, 2)
+            out["listed"] = len(listed)
+    finally:
+        await hub.stop()
+        if zk is not None:
+            zk.stop()
+        if etcd is not None:
+            etcd.stop()
+    return out
+
+
+async def failover(args: argparse.Namespace) -> dict[str, Any]:
+    store = "etcd" if args.store == "etcd" else "zookeeper"
+    names = [f"fo/{i:07d}" for i in range(args.topics)]
+    out: dict[str, Any] = {"store": store, "topics": args.topics, "mode": "failover"}
+    retry = RetryPolicy(deadline_s=120)
+    with DevCluster(
+        hubs=3, region="scale", session_timeout_s=args.session_timeout, store=store
+    ) as cluster:
+        async with HedwigClient(cluster.addresses, retry=retry) as client:
+            t0 = time.monotonic()
+            await _publish_all(client, names, args.concurrency)
+            out["first_publish_s"] = round(time.monotonic() - t0, 1)
+            owners: dict[str, list[str]] = {}
+            for n in names:
+                owners.setdefault(client.owner_of(n) or "?", []).append(n)
+        victim, theirs = max(owners.items(), key=lambda kv: len(kv[1]))
+        out["victim_topics"] = len(theirs)
+        survivors = [a for a in cluster.addresses if a != victim]
+        async with HedwigClient(survivors, retry=retry) as client:
+            cluster.hub_at(victim).kill()
+            t0 = time.monotonic()
+            await _publish_all(client, theirs, args.concurrency)
+            out["failover_s"] = round(time.monotonic() - t0, 1)
+    out["session_timeout_s"] = args.session_timeout
+    return out
+
+
+async def _publish_all(client: HedwigClient, names: list[str], concurrency: int) -> None:
+    todo = iter(names)
+
+    async def worker() -> None:
+        for n in todo:
+            await client.publish(n, b"x")
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--topics", type=int, default=10_000)
+    p.add_argument(
+        "--store",
+        default="zookeeper",
+        help="zookeeper or etcd (a server started here), or a metadata store URL",
+    )
+    p.add_argument("--concurrency", type=int, default=500, help="claims in flight")
+    p.add_argument("--idle", type=float, default=30.0, help="seconds of idle CPU measured")
+    p.add_argument("--session-timeout", type=float, default=6.0)
+    p.add_argument("--progress", action="store_true")
+    p.add_argument("--failover", action="store_true", help="measure a failover instead")
+    args = p.parse_args()
+    print(json.dumps(asyncio.run(failover(args) if args.failover else run(args))))
+
+
+if __name__ == "__main__":
+    main()

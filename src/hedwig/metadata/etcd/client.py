@@ -1,0 +1,410 @@
+"""The one module that talks to etcd (its v3 gRPC API), and the hub's lease on it.
+
+The client library: ``aetcd`` from PyPI, which works with Python 3.11 and etcd 3.6 (checked by
+the conformance suite against a real etcd) and ships etcd's protocol definitions compiled for
+``grpc.aio``. We use those generated stubs (``aetcd.rpc``) over a channel of our own rather than
+its ``Client``, which opens plaintext channels only (no TLS: security is on by default here) and
+cannot page a range (listing a million topics must not be one response). Everything else
+(compare-and-set transactions, leases, watches) is a handful of RPCs, wrapped here; gRPC errors
+become ``MetadataUnavailableError`` (retry later) or ``MetadataError`` at this boundary.
+
+**The lease is the session.** ZooKeeper ties ephemeral records to a session; etcd ties keys to a
+lease, which lives as long as its holder refreshes it within its TTL. The client grants one
+lease at start (TTL: the session timeout), refreshes it every third of the TTL, and reports:
+``CONNECTED`` while refreshes succeed, ``SUSPENDED`` when one fails, ``LOST`` when the lease is
+gone (etcd says so, or no refresh succeeded for a whole TTL: the server expires it by then), and
+``CONNECTED`` again with a new lease (a new session: owner records must be claimed afresh).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import grpc  # type: ignore[import-untyped]
+from aetcd import rpc  # type: ignore[import-untyped]
+
+from hedwig.errors import MetadataError, MetadataUnavailableError
+from hedwig.metadata.managers import SessionState
+
+log = logging.getLogger(__name__)
+
+# Each call gives up after this long (the session's own clock decides when it is lost).
+CALL_TIMEOUT_S = 10.0
+# Keys per range request when listing (etcd answers in one message: keep it far below 4 MB).
+PAGE = 10_000
+
+_UNAVAILABLE = {
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+    grpc.StatusCode.CANCELLED,
+    grpc.StatusCode.ABORTED,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """One key as etcd holds it: ``mod`` (its mod revision) is what compare-and-set checks."""
+
+    key: bytes
+    value: bytes
+    mod: int
+    create: int
+    lease: int
+
+
+def _item(kv: Any) -> Item:
+    return Item(
+        bytes(kv.key), bytes(kv.value), int(kv.mod_revision), int(kv.create_revision), int(kv.lease)
+    )
+
+
+def _translate(exc: grpc.aio.AioRpcError, what: str) -> MetadataError:
+    if exc.code() in _UNAVAILABLE:
+        return MetadataUnavailableError(f"etcd unavailable ({exc.code().name}) at {what}")
+    return MetadataError(f"etcd error {exc.code().name} at {what}: {exc.details()}")
+
+
+def prefix_end(prefix: bytes) -> bytes:
+    """The end of the key range holding every key that starts with ``prefix``."""
+    end = bytearray(prefix)
+    while end:
+        if end[-1] < 0xFF:
+            end[-1] += 1
+            return bytes(end)
+        end.pop()
+    return b"\0"
+
+
+# Transaction parts --------------------------------------------------------------------------
+
+
+def exists(key: bytes) -> Any:
+    return rpc.Compare(
+        key=key, result=rpc.Compare.GREATER, target=rpc.Compare.CREATE, create_revision=0
+    )
+
+
+def missing(key: bytes) -> Any:
+    return rpc.Compare(
+        key=key, result=rpc.Compare.EQUAL, target=rpc.Compare.CREATE, create_revision=0
+    )
+
+
+def modified_at(key: bytes, mod: int) -> Any:
+    return rpc.Compare(key=key, result=rpc.Compare.EQUAL, target=rpc.Compare.MOD, mod_revision=mod)
+
+
+def put(key: bytes, value: bytes, lease: int = 0) -> Any:
+    return rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=value, lease=lease))
+
+
+def get(key: bytes) -> Any:
+    return rpc.RequestOp(request_range=rpc.RangeRequest(key=key))
+
+
+def delete(key: bytes, *, prefix: bool = False) -> Any:
+    end = prefix_end(key) if prefix else b""
+    return rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=key, range_end=end))
+
+
+@dataclass(frozen=True, slots=True)
+class TxnResult:
+    succeeded: bool
+    revision: int
+    # The keys read by ``get`` operations of the branch that ran, in order (None: absent).
+    reads: tuple[Item | None, ...]
+
+
+class EtcdClient:
+    """One channel to etcd, and this process's lease on it."""
+
+    def __init__(
+        self,
+        target: str,
+        *,
+        ttl_s: float,
+        username: str | None = None,
+        password: str | None = None,
+        ca: bytes | None = None,
+        cert: bytes | None = None,
+        key: bytes | None = None,
+    ) -> None:
+        self.target = target
+        self.ttl = max(2, math.ceil(ttl_s))
+        self._username, self._password = username, password
+        self._tls = (ca, cert, key) if ca is not None else None
+        self._channel: grpc.aio.Channel | None = None
+        self._lease_channel: grpc.aio.Channel | None = None
+        self._kv: Any = None
+        self._leases: Any = None
+        self._watch: Any = None
+        self._metadata: tuple[tuple[str, str], ...] | None = None
+        self.lease = 0
+        self.state = SessionState.SUSPENDED
+        self._listeners: list[Callable[[SessionState], None]] = []
+        self._keeper: asyncio.Task[None] | None = None
+        self._watcher: _Watcher | None = None
+
+    # connection and session ---------------------------------------------------------------
+
+    async def start(self, timeout: float = 15.0) -> None:
+        self._channel = self._open_channel()
+        # The lease's refreshes get a connection of their own: queued behind thousands of
+        # writes (a burst of claims) they could arrive after the TTL, and every owner record
+        # of the hub would go with the lease.
+        self._lease_channel = self._open_channel()
+        self._kv = rpc.KVStub(self._channel)
+        self._leases = rpc.LeaseStub(self._lease_channel)
+        self._watch = rpc.WatchStub(self._channel)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                await self._authenticate()
+                await self._grant()
+                break
+            except MetadataUnavailableError:
+                if time.monotonic() > deadline:
+                    await self._close_channels()
+                    raise
+                await asyncio.sleep(0.2)
+            except MetadataError:
+                await self._close_channels()  # refused (credentials): trying again won't help
+                raise
+        self._set_state(SessionState.CONNECTED)
+        self._watcher = _Watcher(self)
+        self._keeper = asyncio.get_running_loop().create_task(self._keep_alive())
+
+    def _open_channel(self) -> Any:
+        # A separate subchannel each time (gRPC would otherwise share one connection).
+        options = [("grpc.use_local_subchannel_pool", 1)]
+        if self._tls is not None:
+            ca, cert, key = self._tls
+            creds = grpc.ssl_channel_credentials(ca, key, cert)
+            return grpc.aio.secure_channel(self.target, creds, options=options)
+        return grpc.aio.insecure_channel(self.target, options=options)
+
+    async def _authenticate(self) -> None:
+        if self._username is None:
+            return
+        auth = rpc.AuthStub(self._channel)
+        try:
+            resp = await auth.Authenticate(
+                rpc.AuthenticateRequest(name=self._username, password=self._password or ""),
+                timeout=CALL_TIMEOUT_S,
+            )
+        except grpc.aio.AioRpcError as exc:
+            raise _translate(exc, "authenticate") from exc
+        self._metadata = (("token", resp.token),)
+
+    async def _grant(self) -> None:
+        resp = await self.call(
+            self._leases.LeaseGrant, rpc.LeaseGrantRequest(TTL=self.ttl), "lease"
+        )
+        self.lease = int(resp.ID)
+
+    async def close(self) -> None:
+        if self._keeper is not None:
+            self._keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._keeper
+        if self._watcher is not None:
+            await self._watcher.close()
+        if self.lease and self.state is not SessionState.LOST:
+            # Like closing a ZooKeeper session: our ephemeral records go now, not after a TTL.
+            with contextlib.suppress(MetadataError):
+                await self.call(
+                    self._leases.LeaseRevoke, rpc.LeaseRevokeRequest(ID=self.lease), "revoke"
+                )
+        await self._close_channels()
+
+    async def _close_channels(self) -> None:
+        for channel in (self._channel, self._lease_channel):
+            if channel is not None:
+                await channel.close()
+
+    def add_listener(self, listener: Callable[[SessionState], None]) -> None:
+        self._listeners.append(listener)
+
+    def _set_state(self, state: SessionState) -> None:
+        if state is self.state:
+            return
+        log.info("etcd session %s -> %s (lease %x)", self.state.value, state.value, self.lease)
+        self.state = state
+        for listener in list(self._listeners):
+            listener(state)
+
+    async def _keep_alive(self) -> None:
+        last_ok = time.monotonic()
+        while True:
+            await asyncio.sleep(self.ttl / 3)
+            try:
+                if self.state is SessionState.LOST:
+                    await self._authenticate()
+                    await self._grant()
+                    last_ok = time.monotonic()
+                    self._set_state(SessionState.CONNECTED)
+                    continue
+                ttl = await self._refresh()
+            except MetadataError as exc:
+                if time.monotonic() - last_ok >= self.ttl:
+                    self._set_state(SessionState.LOST)
+                elif self.state is SessionState.CONNECTED:
+                    log.info("etcd lease refresh failed: %s", exc)
+                    self._set_state(SessionState.SUSPENDED)
+                continue
+            if ttl <= 0:
+                self._set_state(SessionState.LOST)  # expired (or revoked): the keys are gone
+            else:
+                last_ok = time.monotonic()
+                self._set_state(SessionState.CONNECTED)
+
+    async def _refresh(self) -> int:
+        async def one() -> AsyncIterator[Any]:
+            yield rpc.LeaseKeepAliveRequest(ID=self.lease)
+
+        try:
+            stream = self._leases.LeaseKeepAlive(
+                one(), timeout=CALL_TIMEOUT_S, metadata=self._metadata
+            )
+            async for reply in stream:
+                return int(reply.TTL)
+        except grpc.aio.AioRpcError as exc:
+            raise _translate(exc, "lease keep-alive") from exc
+        raise MetadataUnavailableError("etcd closed the lease keep-alive stream")
+
+    async def revoke_elsewhere(self, lease: int) -> None:
+        """Revoke ``lease`` (tests: another process's session expires at once)."""
+        await self.call(self._leases.LeaseRevoke, rpc.LeaseRevokeRequest(ID=lease), "revoke")
+
+    # key-value ----------------------------------------------------------------------------
+
+    async def call(self, method: Any, request: Any, what: str) -> Any:
+        try:
+            return await method(request, timeout=CALL_TIMEOUT_S, metadata=self._metadata)
+        except grpc.aio.AioRpcError as exc:
+            raise _translate(exc, what) from exc
+
+    async def get(self, key: bytes) -> Item | None:
+        resp = await self.call(self._kv.Range, rpc.RangeRequest(key=key), key.decode())
+        return _item(resp.kvs[0]) if resp.kvs else None
+
+    async def range(self, prefix: bytes, *, keys_only: bool = False) -> tuple[list[Item], int]:
+        """Every key under ``prefix``, page by page, and the revision of the first page."""
+        end = prefix_end(prefix)
+        start = prefix
+        out: list[Item] = []
+        revision = 0
+        while True:
+            req = rpc.RangeRequest(
+                key=start, range_end=end, limit=PAGE, keys_only=keys_only, revision=revision
+            )
+            resp = await self.call(self._kv.Range, req, prefix.decode())
+            revision = revision or int(resp.header.revision)
+            out.extend(_item(kv) for kv in resp.kvs)
+            if not resp.more or not resp.kvs:
+                return out, revision
+            start = bytes(resp.kvs[-1].key) + b"\0"
+
+    async def txn(
+        self, compare: Sequence[Any], success: Sequence[Any], failure: Sequence[Any] = ()
+    ) -> TxnResult:
+        req = rpc.TxnRequest(compare=list(compare), success=list(success), failure=list(failure))
+        resp = await self.call(self._kv.Txn, req, "transaction")
+        reads: list[Item | None] = []
+        for r in resp.responses:
+            if r.WhichOneof("response") == "response_range":
+                kvs = r.response_range.kvs
+                reads.append(_item(kvs[0]) if kvs else None)
+        return TxnResult(bool(resp.succeeded), int(resp.header.revision), tuple(reads))
+
+    async def put_new_revision(self, key: bytes) -> int:
+        """Write ``key`` and return the revision of the write: unique in the cluster, ever."""
+        resp = await self.call(self._kv.Put, rpc.PutRequest(key=key, value=b""), key.decode())
+        return int(resp.header.revision)
+
+    # watches ------------------------------------------------------------------------------
+
+    async def watch_once(
+        self, key: bytes, after: int, callback: Callable[[], None], *, prefix: bool = False
+    ) -> None:
+        """Call ``callback`` once, on the loop, at the first change of ``key`` (or of any key
+        under it, with ``prefix``) after revision ``after``."""
+        assert self._watcher is not None, "start the client first"
+        await self._watcher.add(key, prefix_end(key) if prefix else b"", after + 1, callback)
+
+
+class _Watcher:
+    """Every watch of the client on one gRPC watch stream (etcd multiplexes them): a watch per
+    owned topic costs a little memory on both sides and nothing per second."""
+
+    def __init__(self, client: EtcdClient) -> None:
+        self._client = client
+        self._requests: asyncio.Queue[Any] = asyncio.Queue()
+        self._pending: list[Callable[[], None]] = []  # creates awaiting their watch id
+        self._callbacks: dict[int, Callable[[], None]] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+
+    async def add(self, key: bytes, end: bytes, start: int, callback: Callable[[], None]) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run())
+        self._pending.append(callback)
+        create = rpc.WatchCreateRequest(key=key, range_end=end, start_revision=start)
+        await self._requests.put(rpc.WatchRequest(create_request=create))
+
+    async def _outgoing(self) -> AsyncIterator[Any]:
+        while True:
+            yield await self._requests.get()
+
+    async def _run(self) -> None:
+        backoff = 0.2
+        while not self._closed:
+            try:
+                stream = self._client._watch.Watch(
+                    self._outgoing(), metadata=self._client._metadata
+                )
+                async for resp in stream:
+                    backoff = 0.2
+                    self._on(resp)
+            except grpc.aio.AioRpcError as exc:
+                log.info("etcd watch stream broke: %s", exc.code().name)
+            if self._closed:
+                return
+            # Watches do not survive the stream: fire them all, so every watcher reads again
+            # (an owner re-checks its record, an ACL reader re-reads the list).
+            fired = list(self._callbacks.values()) + self._pending
+            self._callbacks.clear()
+            self._pending.clear()
+            for cb in fired:
+                cb()
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 2.0)
+
+    def _on(self, resp: Any) -> None:
+        wid = int(resp.watch_id)
+        if resp.created:
+            if not self._pending:
+                return
+            self._callbacks[wid] = self._pending.pop(0)
+            if not resp.events and not resp.canceled:
+                return
+        if resp.events or resp.canceled or resp.compact_revision:
+            cb = self._callbacks.pop(wid, None)
+            if cb is not None:
+                cb()
+                cancel = rpc.WatchCancelRequest(watch_id=wid)
+                self._requests.put_nowait(rpc.WatchRequest(cancel_request=cancel))
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task

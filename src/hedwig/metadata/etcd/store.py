@@ -1,0 +1,488 @@
+"""The metadata managers on etcd v3: versions are mod revisions, ownership is lease-bound.
+
+Keys (``docs/zookeeper-layout.md``, "etcd"), under ``/hedwig/<region>`` or the URL's prefix,
+names encoded as in ZooKeeper (``a/b`` is ``a%2Fb``, so a name never reaches into another key):
+
+    topics/<T>             the topic exists; its configuration (JSON, empty for defaults)
+    owners/<T>             owner record, attached to the owner's lease
+    persistence/<T>        ledger ranges
+    subscribers/<T>/<S>    subscription (preferences and state, whole)
+    hosts/<H>              a hub that joined the region (persistent)
+    alive/<H>              its load report, attached to its lease
+    ledgers/L<id>          ledger metadata; ids are revisions of writes to ``ledger-ids``
+    acls/<name>            access control entries
+    defaults               region defaults
+
+Each family has a prefix of its own, so listing topics reads topic keys only (page by page),
+and a topic's subscriptions are one range. Every conditional write is one transaction that
+compares the key's mod revision (``Version``) or its absence, and reads the key back when the
+comparison fails, so the caller learns whether it was missing or changed.
+
+Subscriptions are stored whole, as on ZooKeeper (``is_partial_update_supported`` False): etcd
+values are opaque, a partial update would be a read-modify-write anyway, and the owner holds the
+whole record when it writes a consume mark.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from dataclasses import replace
+
+from hedwig.errors import (
+    BadVersionError,
+    MetadataError,
+    NoLedgerMetadataError,
+    NoSuchSubscriptionError,
+    NoTopicOwnerInfoError,
+    NoTopicPersistenceInfoError,
+    SubscriptionExistsError,
+)
+from hedwig.metadata.acls import AclEntry
+from hedwig.metadata.etcd.client import EtcdClient, delete, exists, get, missing, put
+from hedwig.metadata.etcd.keys import Keys, create_key, delete_key, set_key
+from hedwig.metadata.layout import ROOT
+from hedwig.metadata.managers import SessionState
+from hedwig.metadata.plans import TopicPlan
+from hedwig.metadata.records import (
+    ANY_VERSION,
+    NEW_VERSION,
+    HubInfo,
+    HubLoad,
+    HubStatus,
+    LedgerMetadata,
+    LedgerRanges,
+    SubscriptionData,
+    TopicConfig,
+    Version,
+    Versioned,
+)
+
+
+class EtcdOwnership:
+    def __init__(self, etcd: EtcdClient, keys: Keys) -> None:
+        self._etcd = etcd
+        self._keys = keys
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def read_owner_info(self, topic: str) -> Versioned[HubInfo] | None:
+        got = await self._etcd.get(self._keys.owner(topic))
+        return None if got is None else Versioned(HubInfo.from_json(got.value), Version(got.mod))
+
+    async def write_owner_info(self, topic: str, owner: HubInfo, version: Version) -> Version:
+        """A claim is lease-bound: the record goes when the claimer's lease expires."""
+        key, topic_key = self._keys.owner(topic), self._keys.topic(topic)
+        lease = self._etcd.lease
+        if version == NEW_VERSION:
+            res = await self._etcd.txn(
+                [exists(topic_key), missing(key)],
+                [put(key, owner.to_json(), lease)],
+                [get(topic_key)],
+            )
+            if res.succeeded:
+                return Version(res.revision)
+            if res.reads[0] is None:
+                raise MetadataError(f"topic {topic!r} does not exist")
+            raise BadVersionError.at(key.decode(), version)
+        try:
+            return await set_key(self._etcd, key, owner.to_json(), version, lease)
+        except LookupError as exc:
+            raise NoTopicOwnerInfoError(topic) from exc
+
+    async def delete_owner_info(self, topic: str, version: Version) -> None:
+        try:
+            await delete_key(self._etcd, self._keys.owner(topic), version)
+        except LookupError as exc:
+            raise NoTopicOwnerInfoError(topic) from exc
+
+    def watch_owner(self, topic: str, callback: Callable[[], None]) -> None:
+        task = asyncio.get_running_loop().create_task(self._watch(topic, callback))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _watch(self, topic: str, callback: Callable[[], None]) -> None:
+        key = self._keys.owner(topic)
+        try:
+            got = await self._etcd.get(key)
+            if got is None:
+                callback()
+                return
+            await self._etcd.watch_once(key, got.mod, callback)
+        except MetadataError:
+            callback()  # cannot watch: let the owner check its record again
+
+
+class EtcdPersistence:
+    def __init__(self, etcd: EtcdClient, keys: Keys) -> None:
+        self._etcd = etcd
+        self._keys = keys
+
+    async def read_topic_persistence_info(self, topic: str) -> Versioned[LedgerRanges] | None:
+        got = await self._etcd.get(self._keys.persistence(topic))
+        return (
+            None if got is None else Versioned(LedgerRanges.from_json(got.value), Version(got.mod))
+        )
+
+    async def write_topic_persistence_info(
+        self, topic: str, ranges: LedgerRanges, version: Version
+    ) -> Version:
+        key = self._keys.persistence(topic)
+        if version == NEW_VERSION:
+            return await create_key(self._etcd, key, ranges.to_json())
+        try:
+            return await set_key(self._etcd, key, ranges.to_json(), version)
+        except LookupError as exc:
+            raise NoTopicPersistenceInfoError(topic) from exc
+
+    async def delete_topic_persistence_info(self, topic: str, version: Version) -> None:
+        try:
+            await delete_key(self._etcd, self._keys.persistence(topic), version)
+        except LookupError as exc:
+            raise NoTopicPersistenceInfoError(topic) from exc
+
+
+class EtcdSubscriptions:
+    def __init__(self, etcd: EtcdClient, keys: Keys) -> None:
+        self._etcd = etcd
+        self._keys = keys
+
+    def is_partial_update_supported(self) -> bool:
+        return False
+
+    async def create_subscription_data(
+        self, topic: str, subscriber: str, data: SubscriptionData
+    ) -> Version:
+        try:
+            return await create_key(
+                self._etcd, self._keys.subscriber(topic, subscriber), data.to_json()
+            )
+        except BadVersionError as exc:
+            raise SubscriptionExistsError(f"{topic}/{subscriber}") from exc
+
+    async def update_subscription_data(
+        self, topic: str, subscriber: str, data: SubscriptionData, version: Version
+    ) -> Version:
+        if data.preferences is None or data.state is None:
+            raise MetadataError(
+                "etcd stores subscriptions whole: an update must carry preferences and state"
+            )
+        return await self.replace_subscription_data(topic, subscriber, data, version)
+
+    async def replace_subscription_data(
+        self, topic: str, subscriber: str, data: SubscriptionData, version: Version
+    ) -> Version:
+        try:
+            return await set_key(
+                self._etcd, self._keys.subscriber(topic, subscriber), data.to_json(), version
+            )
+        except LookupError as exc:
+            raise NoSuchSubscriptionError(f"{topic}/{subscriber}") from exc
+
+    async def delete_subscription_data(self, topic: str, subscriber: str, version: Version) -> None:
+        try:
+            await delete_key(self._etcd, self._keys.subscriber(topic, subscriber), version)
+        except LookupError as exc:
+            raise NoSuchSubscriptionError(f"{topic}/{subscriber}") from exc
+
+    async def read_subscription_data(
+        self, topic: str, subscriber: str
+    ) -> Versioned[SubscriptionData] | None:
+        got = await self._etcd.get(self._keys.subscriber(topic, subscriber))
+        if got is None:
+            return None
+        return Versioned(SubscriptionData.from_json(got.value), Version(got.mod))
+
+    async def read_subscriptions(self, topic: str) -> dict[str, Versioned[SubscriptionData]]:
+        items, _ = await self._etcd.range(self._keys.subscribers(topic))
+        return {
+            Keys.name_of(i.key): Versioned(SubscriptionData.from_json(i.value), Version(i.mod))
+            for i in items
+        }
+
+
+class EtcdLedgers:
+    def __init__(self, etcd: EtcdClient, keys: Keys) -> None:
+        self._etcd = etcd
+        self._keys = keys
+
+    async def create_ledger(self, metadata: LedgerMetadata) -> Versioned[LedgerMetadata]:
+        lid = await self._etcd.put_new_revision(self._keys.ledger_ids)
+        md = replace(metadata, ledger_id=lid)
+        version = await create_key(self._etcd, self._keys.ledger(lid), md.to_json())
+        return Versioned(md, version)
+
+    async def read_ledger(self, ledger_id: int) -> Versioned[LedgerMetadata] | None:
+        got = await self._etcd.get(self._keys.ledger(ledger_id))
+        if got is None:
+            return None
+        md = replace(LedgerMetadata.from_json(got.value), ledger_id=ledger_id)
+        return Versioned(md, Version(got.mod))
+
+    async def write_ledger(self, metadata: LedgerMetadata, version: Version) -> Version:
+        try:
+            return await set_key(
+                self._etcd, self._keys.ledger(metadata.ledger_id), metadata.to_json(), version
+            )
+        except LookupError as exc:
+            raise NoLedgerMetadataError(str(metadata.ledger_id)) from exc
+
+    async def delete_ledger(self, ledger_id: int, version: Version) -> None:
+        try:
+            await delete_key(self._etcd, self._keys.ledger(ledger_id), version)
+        except LookupError as exc:
+            raise NoLedgerMetadataError(str(ledger_id)) from exc
+
+    async def list_ledgers(self) -> list[int]:
+        items, _ = await self._etcd.range(self._keys.family("ledgers"), keys_only=True)
+        return sorted(int(i.key.decode().rsplit("/", 1)[-1].lstrip("L")) for i in items)
+
+
+class EtcdTopics:
+    def __init__(self, etcd: EtcdClient, keys: Keys) -> None:
+        self._etcd = etcd
+        self._keys = keys
+
+    async def ensure_topic(self, topic: str) -> None:
+        key = self._keys.topic(topic)
+        await self._etcd.txn([missing(key)], [put(key, b"")])
+
+    async def topic_exists(self, topic: str) -> bool:
+        return await self._etcd.get(self._keys.topic(topic)) is not None
+
+    async def read_topic_config(self, topic: str) -> Versioned[TopicConfig] | None:
+        got = await self._etcd.get(self._keys.topic(topic))
+        return (
+            None if got is None else Versioned(TopicConfig.from_json(got.value), Version(got.mod))
+        )
+
+    async def write_topic_config(
+        self, topic: str, config: TopicConfig, version: Version
+    ) -> Version:
+        key = self._keys.topic(topic)
+        if version == NEW_VERSION:
+            return await create_key(self._etcd, key, config.to_json())
+        try:
+            return await set_key(self._etcd, key, config.to_json(), version)
+        except LookupError as exc:
+            raise MetadataError(f"topic {topic!r} does not exist") from exc
+
+    async def list_topics(self) -> list[str]:
+        items, _ = await self._etcd.range(self._keys.family("topics"), keys_only=True)
+        return sorted(Keys.name_of(i.key) for i in items)
+
+    async def delete_topic(self, topic: str) -> None:
+        k = self._keys
+        await self._etcd.txn(
+            [],
+            [
+                delete(k.topic(topic)),
+                delete(k.owner(topic)),
+                delete(k.persistence(topic)),
+                delete(k.subscribers(topic), prefix=True),
+                delete(k.plan(topic)),
+            ],
+        )
+
+    async def read_region_defaults(self) -> TopicConfig:
+        got = await self._etcd.get(self._keys.defaults)
+        return TopicConfig.from_json(got.value) if got else TopicConfig()
+
+    async def write_region_defaults(self, config: TopicConfig) -> None:
+        await self._etcd.txn([], [put(self._keys.defaults, config.to_json())])
+
+
+class EtcdHubs:
+    def __init__(self, etcd: EtcdClient, keys: Keys) -> None:
+        self._etcd = etcd
+        self._keys = keys
+
+    async def register_hub(self, address: str, load: HubLoad) -> int:
+        """The epoch is the create revision of the alive key: new for every lease."""
+        host, alive = self._keys.host(address), self._keys.alive(address)
+        await self._etcd.txn([missing(host)], [put(host, b"")])
+        # Left by an earlier lease of ours that has not expired yet: ours to replace.
+        await self._etcd.txn([], [delete(alive)])  # a new key: a new create revision
+        await self._etcd.txn([], [put(alive, load.to_json(), self._etcd.lease)])
+        got = await self._etcd.get(alive)
+        if got is None:
+            raise MetadataError(f"hub {address}: its alive record vanished as it was written")
+        return got.create
+
+    async def update_load(self, address: str, load: HubLoad) -> None:
+        key = self._keys.alive(address)
+        res = await self._etcd.txn([exists(key)], [put(key, load.to_json(), self._etcd.lease)])
+        if not res.succeeded:
+            raise MetadataError(f"hub {address} is not registered")
+
+    async def unregister_hub(self, address: str) -> None:
+        await self._etcd.txn([], [delete(self._keys.alive(address))])
+
+    async def list_hubs(self) -> list[HubStatus]:
+        hosts, _ = await self._etcd.range(self._keys.family("hosts"), keys_only=True)
+        alive_items, _ = await self._etcd.range(self._keys.family("alive"))
+        alive = {Keys.name_of(i.key): i for i in alive_items}
+        out = []
+        for address in sorted(Keys.name_of(i.key) for i in hosts):
+            got = alive.get(address)
+            if got is None:
+                out.append(HubStatus(address, alive=False))
+                continue
+            try:
+                load: HubLoad | None = HubLoad.from_json(got.value)
+            except MetadataError:
+                load = None
+            out.append(HubStatus(address, True, got.create, load))
+        return out
+
+
+class EtcdAcls:
+    def __init__(self, etcd: EtcdClient, keys: Keys) -> None:
+        self._etcd = etcd
+        self._keys = keys
+
+    async def list_acls(
+        self, watch: Callable[[], None] | None = None
+    ) -> dict[str, Versioned[AclEntry]]:
+        prefix = self._keys.family("acls")
+        items, revision = await self._etcd.range(prefix)
+        if watch is not None:
+            await self._etcd.watch_once(prefix, revision, watch, prefix=True)
+        return {
+            Keys.name_of(i.key): Versioned(AclEntry.from_json(i.value), Version(i.mod))
+            for i in items
+        }
+
+    async def read_acl(self, name: str) -> Versioned[AclEntry] | None:
+        got = await self._etcd.get(self._keys.acl(name))
+        return None if got is None else Versioned(AclEntry.from_json(got.value), Version(got.mod))
+
+    async def write_acl(self, name: str, entry: AclEntry, version: Version) -> Version:
+        key = self._keys.acl(name)
+        if version == NEW_VERSION:
+            return await create_key(self._etcd, key, entry.to_json())
+        if version == ANY_VERSION:
+            res = await self._etcd.txn([], [put(key, entry.to_json())])
+            return Version(res.revision)
+        try:
+            return await set_key(self._etcd, key, entry.to_json(), version)
+        except LookupError as exc:
+            raise MetadataError(f"no ACL entry {name!r}") from exc
+
+    async def delete_acl(self, name: str, version: Version) -> None:
+        try:
+            await delete_key(self._etcd, self._keys.acl(name), version)
+        except LookupError as exc:
+            raise MetadataError(f"no ACL entry {name!r}") from exc
+
+
+class EtcdPlans:
+    """Topics' plans (``hedwig.metadata.plans``): a key per spread topic, compare-and-set on
+    its mod revision; deleting the topic deletes it (and so fires its watch)."""
+
+    def __init__(self, etcd: EtcdClient, keys: Keys) -> None:
+        self._etcd = etcd
+        self._keys = keys
+
+    async def read_plan(
+        self, topic: str, watch: Callable[[], None] | None = None
+    ) -> Versioned[TopicPlan] | None:
+        key = self._keys.plan(topic)
+        # Read in a transaction for its header revision: a watch from there misses nothing,
+        # and fires on creation too when there is no plan yet.
+        res = await self._etcd.txn([], [get(key)])
+        got = res.reads[0]
+        if watch is not None:
+            await self._etcd.watch_once(key, res.revision, watch)
+        return None if got is None else Versioned(TopicPlan.from_json(got.value), Version(got.mod))
+
+    async def write_plan(self, topic: str, plan: TopicPlan, version: Version) -> Version:
+        key = self._keys.plan(topic)
+        if version in (NEW_VERSION, ANY_VERSION):
+            topic_key = self._keys.topic(topic)
+            guards = (
+                [exists(topic_key)] if version == ANY_VERSION else [exists(topic_key), missing(key)]
+            )
+            res = await self._etcd.txn(guards, [put(key, plan.to_json())], [get(topic_key)])
+            if res.succeeded:
+                return Version(res.revision)
+            if res.reads[0] is None:
+                raise MetadataError(f"topic {topic!r} does not exist")
+            raise BadVersionError.at(key.decode(), version)
+        try:
+            return await set_key(self._etcd, key, plan.to_json(), version)
+        except LookupError as exc:
+            raise MetadataError(f"topic {topic!r} has no plan") from exc
+
+    async def delete_plan(self, topic: str, version: Version) -> None:
+        try:
+            await delete_key(self._etcd, self._keys.plan(topic), version)
+        except LookupError as exc:
+            raise MetadataError(f"topic {topic!r} has no plan") from exc
+
+
+class EtcdSession:
+    def __init__(self, etcd: EtcdClient) -> None:
+        self._etcd = etcd
+
+    @property
+    def state(self) -> SessionState:
+        return self._etcd.state
+
+    def add_listener(self, listener: Callable[[SessionState], None]) -> None:
+        self._etcd.add_listener(listener)
+
+
+class EtcdMetadataStore:
+    """Every manager of one region on one etcd client and its lease."""
+
+    def __init__(
+        self,
+        target: str,
+        region: str,
+        *,
+        prefix: str = ROOT,
+        session_timeout: float = 6.0,
+        username: str | None = None,
+        password: str | None = None,
+        ca: bytes | None = None,
+        cert: bytes | None = None,
+        key: bytes | None = None,
+    ) -> None:
+        self.region = region
+        self.keys = Keys(region, prefix)
+        self.etcd = EtcdClient(
+            target,
+            ttl_s=session_timeout,
+            username=username,
+            password=password,
+            ca=ca,
+            cert=cert,
+            key=key,
+        )
+        self.ownership = EtcdOwnership(self.etcd, self.keys)
+        self.persistence = EtcdPersistence(self.etcd, self.keys)
+        self.subscriptions = EtcdSubscriptions(self.etcd, self.keys)
+        self.ledgers = EtcdLedgers(self.etcd, self.keys)
+        self.topics = EtcdTopics(self.etcd, self.keys)
+        self.hubs = EtcdHubs(self.etcd, self.keys)
+        self.acls = EtcdAcls(self.etcd, self.keys)
+        self.plans = EtcdPlans(self.etcd, self.keys)
+        self.session = EtcdSession(self.etcd)
+
+    async def start(self) -> None:
+        await self.etcd.start()
+
+    async def close(self) -> None:
+        with contextlib.suppress(MetadataError):
+            await self.etcd.close()
+
+    async def __aenter__(self) -> EtcdMetadataStore:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+__all__ = ["EtcdMetadataStore", "Keys"]

@@ -1,0 +1,147 @@
+"""The conformance suite against a real etcd server (lease-bound ownership)."""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from hedwig.client import HedwigClient
+from hedwig.devcluster.etcd import EtcdServer
+from hedwig.errors import MetadataError
+from hedwig.hub import Hub, HubConfig
+from hedwig.metadata import HubInfo, HubLoad, MetadataStore, SessionState, open_store
+from hedwig.metadata.etcd import EtcdMetadataStore
+from hedwig.metadata.records import NEW_VERSION
+from tests.cluster_helpers import hedwig
+from tests.metadata_conformance import MetadataConformance
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+async def store(etcd_server: EtcdServer, region: str) -> AsyncIterator[MetadataStore]:
+    s = EtcdMetadataStore(etcd_server.address, region, session_timeout=2.0)
+    await s.start()
+    yield s
+    await s.close()
+
+
+@pytest.fixture
+async def other(etcd_server: EtcdServer, region: str) -> AsyncIterator[MetadataStore]:
+    s = EtcdMetadataStore(etcd_server.address, region, session_timeout=2.0)
+    await s.start()
+    yield s
+    await s.close()
+
+
+class TestEtcdStore(MetadataConformance):
+    async def expire(self, store: MetadataStore) -> None:
+        """Expire the lease the way an etcd operator would: revoke it from outside."""
+        assert isinstance(store, EtcdMetadataStore)
+        await store.etcd.revoke_elsewhere(store.etcd.lease)
+
+    async def test_an_owner_that_stops_refreshing_loses_its_records(
+        self, store: MetadataStore, other: MetadataStore
+    ) -> None:
+        """A frozen owner: its lease is not refreshed, etcd expires it after the TTL, the
+        owner record goes, and another hub may claim; the frozen one learns it lost."""
+        assert isinstance(store, EtcdMetadataStore)
+        await store.topics.ensure_topic("frozen")
+        await store.hubs.register_hub("127.0.0.1:7", HubLoad())
+        await store.ownership.write_owner_info("frozen", HubInfo("127.0.0.1:7", 1), NEW_VERSION)
+        states: list[SessionState] = []
+        store.session.add_listener(states.append)
+        keeper = store.etcd._keeper
+        assert keeper is not None
+        keeper.cancel()  # frozen: no more refreshes
+        for _ in range(100):
+            if await other.ownership.read_owner_info("frozen") is None:
+                break
+            await asyncio.sleep(0.1)
+        assert await other.ownership.read_owner_info("frozen") is None
+        await other.ownership.write_owner_info("frozen", HubInfo("127.0.0.1:8", 2), NEW_VERSION)
+        assert not {h.address: h for h in await other.hubs.list_hubs()}["127.0.0.1:7"].alive
+
+    async def test_keys_are_the_documented_ones(self, store: MetadataStore) -> None:
+        assert isinstance(store, EtcdMetadataStore)
+        await store.topics.ensure_topic("a/b")
+        items, _ = await store.etcd.range(store.keys.family("topics"), keys_only=True)
+        assert [i.key.decode() for i in items] == [f"{store.keys.base}/topics/a%2Fb"]
+
+
+async def test_a_hub_and_the_cli_on_etcd(etcd_server: EtcdServer, region: str) -> None:
+    """A hub picks etcd from its store URL; publishing, subscribing and ``hedwig topics``
+    work as on ZooKeeper."""
+    config = HubConfig(
+        zk=etcd_server.url,
+        region=region,
+        listen="127.0.0.1:0",
+        data_dir=tempfile.mkdtemp(prefix="hedwig-hub-"),
+        replication="1/1/1",
+    )
+    hub = Hub(config)
+    await hub.start()
+    try:
+        assert isinstance(hub.store, EtcdMetadataStore)
+        async with HedwigClient(hub.address) as client:
+            sub = await client.subscribe("on-etcd", "s")
+            for i in range(5):
+                await client.publish("on-etcd", b"%d" % i)
+            got = [await sub.next(5) for _ in range(5)]
+            assert [m.value for m in got] == [b"%d" % i for i in range(5)]
+        listed = await asyncio.get_running_loop().run_in_executor(
+            None, lambda: hedwig("topics", "--zk", etcd_server.url, "--region", region, "--json")
+        )
+        assert listed.returncode == 0, listed.stderr
+        assert "on-etcd" in listed.stdout
+    finally:
+        await hub.stop()
+
+
+async def test_etcd_with_authentication_refuses_anonymous_clients(tmp_path: Path) -> None:
+    """etcd's own users, as ZooKeeper's digest: with authentication on, a store with the
+    credentials works and one without them is refused, clearly."""
+    server = EtcdServer(data_dir=str(tmp_path))
+    server.start()
+    try:
+        await _enable_auth(server.address, "hedwig", "s3cret")
+        region = "secured"
+        url = f"etcd://hedwig:s3cret@{server.address}"
+        async with open_store(url, region=region) as store:
+            await store.topics.ensure_topic("t")
+            assert await store.topics.list_topics() == ["t"]
+        anonymous = open_store(f"etcd://{server.address}", region=region)
+        with pytest.raises(MetadataError):
+            await anonymous.start()
+        wrong = open_store(f"etcd://hedwig:wrong@{server.address}", region=region)
+        with pytest.raises(MetadataError):
+            await wrong.start()
+    finally:
+        server.stop()
+
+
+async def _enable_auth(address: str, user: str, password: str) -> None:
+    """A user whose role may read and write Hedwig's prefix only, the root user etcd requires
+    before authentication can be turned on, then on."""
+    import grpc  # type: ignore[import-untyped]
+    from aetcd import rpc  # type: ignore[import-untyped]
+
+    from hedwig.metadata.etcd.client import prefix_end
+
+    async with grpc.aio.insecure_channel(address) as channel:
+        auth = rpc.AuthStub(channel)
+        await auth.UserAdd(rpc.AuthUserAddRequest(name="root", password="root-" + password))
+        await auth.UserGrantRole(rpc.AuthUserGrantRoleRequest(user="root", role="root"))
+        await auth.RoleAdd(rpc.AuthRoleAddRequest(name="hedwig"))
+        prefix = b"/hedwig/"
+        perm = rpc.Permission(
+            permType=rpc.Permission.READWRITE, key=prefix, range_end=prefix_end(prefix)
+        )
+        await auth.RoleGrantPermission(rpc.AuthRoleGrantPermissionRequest(name="hedwig", perm=perm))
+        await auth.UserAdd(rpc.AuthUserAddRequest(name=user, password=password))
+        await auth.UserGrantRole(rpc.AuthUserGrantRoleRequest(user=user, role="hedwig"))
+        await auth.AuthEnable(rpc.AuthEnableRequest())
