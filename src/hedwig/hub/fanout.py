@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Container
+from collections.abc import Iterable
 
 from hedwig.clock import Clock
 from hedwig.errors import HedwigError, MetadataError
@@ -125,21 +125,28 @@ class FanOut:
         got = await self._store.plans.read_plan(topic, watch=lambda: self._changed(topic))
         return None if got is None or got.value.mode is PlanMode.SINGLE else got.value
 
-    def plans_to_export(self, owned: Container[str]) -> dict[str, tuple[str, int]]:
-        """Mode and serving hubs of the owned topics known to be spread, for the gauges.
+    def plans_to_export(self, candidates: Iterable[str]) -> dict[str, tuple[str, int]]:
+        """Mode and serving hubs of the ``candidates`` known to be spread, for the gauges.
 
-        Single-hub topics (no plan) get no series: a hub may own a million topics, and its
-        metric series stay bounded by the topics it spreads. Nothing is read here; a plan is
-        known once the topic's subscribers or the plan's watch have needed it.
+        The caller passes the owned topics its load report lists (the hottest, a bounded
+        number: a topic is spread because it is hot), so neither the reads here nor the series
+        grow with the topics a hub owns. A plan not read yet is read in the background for
+        the next time; single-hub topics get no series.
         """
-        spread = {t: p for t, p in self._plans.items() if p is not None and t in owned}
-        if spread and self._clock.monotonic() - self._alive_at >= ALIVE_REFRESH_S:
-            task = asyncio.get_running_loop().create_task(self._alive_hubs())
-            task.add_done_callback(lambda t: t.cancelled() or t.exception())
-        return {
-            t: (p.mode.value, len([h for h in p.hubs if h in self._alive]) or 1)
-            for t, p in spread.items()
-        }
+        out: dict[str, tuple[str, int]] = {}
+        for topic in candidates:
+            if topic not in self._plans:
+                if topic not in self._loading:
+                    task = asyncio.get_running_loop().create_task(self._load_for_gauges(topic))
+                    task.add_done_callback(lambda t: t.cancelled() or t.exception())
+                continue
+            plan = self._plans[topic]
+            if plan is not None:
+                out[topic] = (plan.mode.value, len([h for h in plan.hubs if h in self._alive]) or 1)
+        if out and self._clock.monotonic() - self._alive_at >= ALIVE_REFRESH_S:
+            refresh = asyncio.get_running_loop().create_task(self._alive_hubs())
+            refresh.add_done_callback(lambda t: t.cancelled() or t.exception())
+        return out
 
     def known_plan(self, topic: str) -> tuple[str, int]:
         """The topic's mode and serving hubs as far as known without waiting (for gauges);

@@ -73,6 +73,8 @@ class HubLoops:
         # Fan-out topics this hub delivers for other owners: their rates, apart from its own.
         self._delivering = LoadTracker()
         self._delivered_seen: dict[str, tuple[int, int]] = {}
+        # The owned topics the last load report listed (the hottest): the ones gauges look at.
+        self._listed: list[str] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._report_pending = False
         self._running = False
@@ -163,6 +165,7 @@ class HubLoops:
         if not self.ownership.accepting:
             return  # shutting down: the alive record is gone already, placement ignores us
         report = self.load_report()
+        self._listed = list(report.topic_loads)
         self.metrics.export_load(report)
         report = replace(report, internal=self.internal_address, hub_id=self.hub_id)
         try:
@@ -342,7 +345,11 @@ class HubLoops:
             ]
         m.export_backlogs(backlogs, self.config.load_report_topics)
         if fanout is not None:
-            m.export_plans(fanout.plans_to_export(self.ownership.topics), len(fanout.delivering))
+            owned = self.ownership.topics
+            listed = [t for t in self._listed if t in owned]
+            if not listed and len(owned) <= self.config.load_report_topics:
+                listed = list(owned)  # no report yet
+            m.export_plans(fanout.plans_to_export(listed), len(fanout.delivering))
         s = self.storage
         m.storage_bytes.inc(s.bytes_written - self._seen_written)
         m.storage_syncs.inc(s.syncs - self._seen_syncs)
