@@ -97,6 +97,7 @@ async def under_load(cluster: DevCluster, steps: object, *, after: float) -> His
 
 async def test_every_reconfiguration_under_load(cluster: DevCluster) -> None:
     async with open_region(cluster) as store:
+        spread: list[float] = []
 
         async def steps() -> None:
             for m, hubs in (
@@ -107,13 +108,17 @@ async def test_every_reconfiguration_under_load(cluster: DevCluster) -> None:
             ):
                 await mode(store, m, hubs)
                 await asyncio.sleep(1.0)
+                if m is PlanMode.FAN_OUT and hubs == 2 and not spread:
+                    # While spread (a hub's series for a topic it no longer delivers goes
+                    # once the topic leaves its load report: series are bounded).
+                    owner = await store.ownership.read_owner_info(TOPICS[0])
+                    assert owner is not None
+                    spread.append(delivered_by_others(cluster, TOPICS[0], owner.value.address))
 
         await under_load(cluster, steps, after=2.0)
         for t in TOPICS:
             assert await store.plans.read_plan(t) is None
-        owner = await store.ownership.read_owner_info(TOPICS[0])
-        assert owner is not None
-        assert delivered_by_others(cluster, TOPICS[0], owner.value.address) > 0
+        assert spread and spread[0] > 0, "no other hub delivered while the topic was spread"
 
 
 def delivered_by_others(cluster: DevCluster, topic: str, owner: str) -> float:

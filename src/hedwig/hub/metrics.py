@@ -340,7 +340,8 @@ class HubMetrics:
     def export_load(self, report: HubLoad) -> None:
         """The load report, as gauges too (the same numbers the policy sees): per topic for the
         topics it lists (the hottest), so the series stay bounded whatever the topic count."""
-        listed = set(report.topic_loads)
+        # Fan-out topics this hub delivers for their owners keep their series too.
+        listed = set(report.topic_loads) | set(report.delivering)
         traffic = (self.messages_in, self.bytes_in, self.messages_out, self.bytes_out)
         for gone in self._listed - listed:
             for counter in traffic:
