@@ -20,6 +20,7 @@ from hedwig.clock import ManualClock
 from hedwig.errors import (
     ConnectionLostError,
     HedwigError,
+    NotResponsibleError,
     OwnerUnreachableError,
     SubscriptionBusyError,
 )
@@ -449,3 +450,31 @@ async def test_unowned_topics_are_not_sent_to_a_hub_this_hub_cannot_reach() -> N
         a.replicas.suspect(c.hub_id)
         a.choices.cannot_store("v")
         assert await a.choices.owner_for("v") in {b.address, c.address}
+
+
+async def test_a_hub_told_to_claim_claims_though_a_request_it_redirected_is_pending(
+    region: Region,
+) -> None:
+    """A hand-off's destination is asked to claim (redirected) while a client's plain request
+    for the topic is being redirected elsewhere (this hub had chosen another hub for it a
+    moment ago). The request told to claim must claim, not share the other's redirect; and
+    requests that waited claim one at a time: two claims at once took each other's record
+    ("ownership record removed")."""
+    a, b = region.hubs
+    a.choices.assign("told", b.address)
+    read_owner = a.store.ownership.read_owner_info
+
+    async def slow_read(topic: str) -> Any:
+        await asyncio.sleep(0.01)  # a store round trip: the requests overlap
+        return await read_owner(topic)
+
+    a.store.ownership.read_owner_info = slow_read  # type: ignore[method-assign]
+    plain, told, again = await asyncio.gather(
+        a.topics.acquire("told", redirected=False),
+        a.topics.acquire("told", redirected=True),
+        a.topics.acquire("told", redirected=True),
+        return_exceptions=True,
+    )
+    assert isinstance(plain, NotResponsibleError) and plain.owner == b.address
+    assert told is again and told is a.topics.topics["told"]
+    assert region.owner("told") is a and a.topics.stats.losses == 0

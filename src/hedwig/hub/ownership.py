@@ -195,26 +195,36 @@ class TopicOwnership:
         Only publishing and subscribing create a topic (``create``); a read, a statistics or
         describe request, or a deletion of a topic that does not exist is ``NoSuchTopicError``.
         """
-        owned = self.topics.get(topic)
-        if owned is not None and owned.state is TopicState.OPEN:
-            return owned  # even while suspended: see the module docstring
-        if owned is not None:
-            raise TopicMovingError(f"topic {topic!r} is moving", destination=owned.moved_to)
-        validate_name(topic)
-        if not self.accepting:
-            raise ServiceUnavailableError("hub is shutting down")
-        if self.suspended:
-            raise ServiceUnavailableError(
-                f"topic {topic!r}: this hub cannot reach ZooKeeper to find or claim its owner"
-            )
-        pending = self._claims.get(topic)
-        if pending is not None:
+        while True:
+            owned = self.topics.get(topic)
+            if owned is not None and owned.state is TopicState.OPEN:
+                return owned  # even while suspended: see the module docstring
+            if owned is not None:
+                raise TopicMovingError(f"topic {topic!r} is moving", destination=owned.moved_to)
+            validate_name(topic)
+            if not self.accepting:
+                raise ServiceUnavailableError("hub is shutting down")
+            if self.suspended:
+                raise ServiceUnavailableError(
+                    f"topic {topic!r}: this hub cannot reach ZooKeeper to find or claim its owner"
+                )
+            pending = self._claims.get(topic)
+            if pending is None:
+                break
             try:
                 return await asyncio.shield(pending)
             except NoSuchTopicError:
                 if not create:
                     raise
                 # That claim would not create the topic; this request does.
+            except NotResponsibleError:
+                if not redirected:
+                    raise
+                # That request was sent elsewhere; this one was told to claim here (a
+                # hand-off's destination asked by the old owner, a client redirected by
+                # another hub): it claims, rather than share the other's redirect.
+            # Look again: another request that waited may have started its claim already,
+            # and one claim at a time runs per topic (two would take each other's record).
         fut: asyncio.Future[OwnedTopic] = asyncio.get_running_loop().create_future()
         self._claims[topic] = fut
         try:
