@@ -23,6 +23,7 @@ from hedwig.errors import (
     NotResponsibleError,
     OwnerUnreachableError,
     SubscriptionBusyError,
+    TlsClosedError,
 )
 from hedwig.hub import ownership
 from hedwig.hub.choices import HUBS_CACHE_S
@@ -31,7 +32,7 @@ from hedwig.metadata.memory import MemoryMetadataStore
 from hedwig.net import MemoryNetwork
 from hedwig.net.transport import Listener
 from hedwig.protocol import MoveKind, Subscribed
-from tests.memory_region import Region, memory_region
+from tests.memory_region import FAST_RETRY, Region, memory_region
 
 P = TypeVar("P", bound=asyncio.Protocol)
 
@@ -296,6 +297,39 @@ class CutOff:
 
     async def listen(self, address: str, factory: Callable[[], asyncio.Protocol]) -> Listener:
         return await self.network.listen(address, factory)
+
+
+class ClosedAtOnce(CutOff):
+    """Connections to some hubs end as a TLS connection a hub closes right after accepting
+    it: ``times`` more times, then they go through."""
+
+    def __init__(self, network: MemoryNetwork, times: int) -> None:
+        super().__init__(network, set())
+        self.times = times
+
+    async def connect(self, address: str, factory: Callable[[], P], *, timeout_s: float) -> P:
+        self.attempts[address] = self.attempts.get(address, 0) + 1
+        if self.times > 0:
+            self.times -= 1
+            raise TlsClosedError(f"hub {address} closed the TLS connection as soon as it was made")
+        return await self.network.connect(address, factory, timeout_s=timeout_s)
+
+
+async def test_a_tls_connection_closed_at_once_is_tried_again_once(region: Region) -> None:
+    """A hub killed as a client connects looks like a hub refusing the client's certificate
+    (under TLS 1.3 both close at once). One more connection tells them apart: a dead hub then
+    refuses the TCP connection (retried like any lost hub), a refusal happens again and is
+    final at once, as bad credentials must be."""
+    once = ClosedAtOnce(region.network, times=1)
+    async with HedwigClient([region.hubs[0].address], network=once, retry=FAST_RETRY) as c:
+        assert (await c.publish("closed-once", b"m")).seq == 1
+    always = ClosedAtOnce(region.network, times=1_000)
+    async with HedwigClient([region.hubs[0].address], network=always, retry=FAST_RETRY) as c:
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(TlsClosedError):
+            await c.publish("closed-once", b"n")
+        assert asyncio.get_running_loop().time() - started < 2
+    assert always.attempts == {region.hubs[0].address: 2}
 
 
 async def test_a_client_cut_off_from_a_healthy_owner_says_what_it_waits_for() -> None:

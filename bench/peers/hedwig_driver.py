@@ -77,6 +77,9 @@ async def _fixed_rate(client: HedwigClient, spec: ProduceSpec) -> dict[str, Any]
     topics, k, size, rate = spec.topics, len(spec.topics), spec.size, spec.rate
     total = int(rate * spec.duration_s)
     lat: list[float] = []
+    # Acknowledgements whose callback has not run yet: ``flush`` can return before the last
+    # one has, and a sample must not be lost to that ordering.
+    outstanding: set[asyncio.Future[PublishResult]] = set()
     sent = 0
     gc.collect()
     gc.freeze()
@@ -88,13 +91,17 @@ async def _fixed_rate(client: HedwigClient, spec: ProduceSpec) -> dict[str, Any]
             t_due = start + int(sent * step)
             f = client.publish_nowait(topics[sent % k], payload(t_due, MEASURED, size))
 
-            def acked(_f: asyncio.Future[PublishResult], t: int = t_due) -> None:
+            def acked(done: asyncio.Future[PublishResult], t: int = t_due) -> None:
                 lat.append((now_ns() - t) / 1e9)
+                outstanding.discard(done)
 
+            outstanding.add(f)
             f.add_done_callback(acked)
             sent += 1
         await asyncio.sleep(0.001)
     await client.flush()
+    if outstanding:
+        await asyncio.wait(outstanding)
     gc.unfreeze()
     elapsed = (now_ns() - start) / 1e9
     return {

@@ -26,7 +26,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -37,6 +36,8 @@ import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from hedwig.devcluster.zookeeper import free_port as hedwig_free_port
 
 HERE = Path(__file__).resolve().parent
 BUILD_SCRIPT = HERE / "build.sh"
@@ -109,10 +110,8 @@ def versions(bins: Path | None = None) -> dict[str, Any]:
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A TCP port on 127.0.0.1 that is free right now, from outside the ephemeral range."""
+    return hedwig_free_port()
 
 
 try:  # loaded here, not in the forked child, where loading could deadlock

@@ -109,6 +109,14 @@ class TlsError(HedwigError):
     same configuration cannot succeed."""
 
 
+class TlsClosedError(TlsError):
+    """The hub closed a TLS connection during its handshake or as soon as it was made, before
+    sending a byte. Under TLS 1.3 that is how a refused client certificate usually looks (the
+    hub checks it after the client has finished its side, and the alert may not reach us), but
+    a hub killed at that moment looks the same. The router connects once more before taking it
+    as a refusal: a refusal repeats, a dead hub then refuses the TCP connection."""
+
+
 class EarlierBatchFailedError(HedwigError):
     """A publish was given up because an earlier batch of the same publisher failed for good:
     storing it now would put it in the log ahead of messages published before it."""

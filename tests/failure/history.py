@@ -41,6 +41,9 @@ class History:
     # When each topic's acknowledgements came: the longest gap is how long publishing to that
     # topic stalled (during a failover or a hand-off).
     topic_ack_times: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    # A subscriber that gave up (its iterator raised): what it raised, so a check that finds
+    # it behind says why rather than only where it stopped.
+    subscriber_errors: dict[tuple[str, str], str] = field(default_factory=dict)
 
     @property
     def acked_count(self) -> int:
@@ -124,9 +127,13 @@ class Workload:
 
         assert isinstance(sub, Subscriber)
         with contextlib.suppress(asyncio.CancelledError):
-            async for m in sub:
-                self.history.delivered[(topic, name)].append((m.seq, m.value))
-                sub.consume(m.seq)
+            try:
+                async for m in sub:
+                    self.history.delivered[(topic, name)].append((m.seq, m.value))
+                    sub.consume(m.seq)
+            except HedwigError as exc:
+                log.warning("%s/%s gave up: %r", topic, name, exc)
+                self.history.subscriber_errors[(topic, name)] = repr(exc)
 
     async def stop_publishing(self) -> None:
         self._stop.set()
@@ -236,7 +243,9 @@ def check(history: History) -> None:
             if fresh != expected[: len(fresh)]:
                 problems.append(f"{topic}/{name}: deliveries differ from the log")
             if len(fresh) < len(expected):
+                why = history.subscriber_errors.get((t, name))
                 problems.append(
                     f"{topic}/{name}: received up to {high}, the log ends at {log[-1][0]}"
+                    + (f" (the subscriber gave up: {why})" if why else "")
                 )
     assert not problems, "\n".join(problems[:20])

@@ -189,6 +189,9 @@ async def _fixed_rate(
 ) -> dict[str, Any]:
     payload = b"x" * size
     lat: list[float] = []
+    # Acknowledgements whose callback has not run yet: ``flush`` can return before the last
+    # one has, and a sample must not be lost to that ordering.
+    outstanding: set[asyncio.Future[PublishResult]] = set()
     total = int(rate * duration)
     tick = 0.001
     sent = 0
@@ -207,13 +210,17 @@ async def _fixed_rate(
             else:
                 f = client.publish_nowait(topic, payload)
 
-            def acked(_f: asyncio.Future[PublishResult], t: float = t_due) -> None:
+            def acked(done: asyncio.Future[PublishResult], t: float = t_due) -> None:
                 lat.append(clock() - t)
+                outstanding.discard(done)
 
+            outstanding.add(f)
             f.add_done_callback(acked)
             sent += 1
         await asyncio.sleep(tick)
     await client.flush(topic)
+    if outstanding:
+        await asyncio.wait(outstanding)
     gc.unfreeze()
     elapsed = time.perf_counter() - start
     return {

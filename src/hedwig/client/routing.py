@@ -36,6 +36,7 @@ from hedwig.errors import (
     NotResponsibleError,
     OutOfOrderError,
     OwnerUnreachableError,
+    TlsClosedError,
     TopicMovingError,
 )
 from hedwig.net.connection import HubConnection
@@ -51,6 +52,9 @@ HAND_OFF_PAUSE_S = 0.01
 MAX_HAND_OFF_WAITS = 25
 # A hub that could not be reached is not tried again (nor followed in a redirect) for this long.
 UNREACHABLE_S = 2.0
+# A TLS connection closed at once is tried again after this pause before it counts as a
+# refusal of this end's certificate (``TlsClosedError``).
+TLS_RECHECK_PAUSE_S = 0.2
 
 # Builds a request from its request id and the redirected flag.
 RequestMaker = Callable[[int, bool], Request]
@@ -219,6 +223,7 @@ class Router:
         redirects = 0
         hand_off_waits = 0
         out_of_order = 0
+        tls_rechecked: set[str] = set()
         address = self._route(topic, key)
         while True:
             try:
@@ -259,6 +264,12 @@ class Router:
                         f"topic {topic!r}: no answer within the retry deadline of "
                         f"{policy.deadline_s:g} s; last error: {exc}"
                     ) from exc
+                continue
+            except TlsClosedError:
+                if address in tls_rechecked:
+                    raise  # closed at once twice: this end's certificate is refused
+                tls_rechecked.add(address)
+                await self.clock.sleep(TLS_RECHECK_PAUSE_S)
                 continue
             except HedwigError as exc:
                 if not exc.retriable and not (

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import glob
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -46,8 +47,27 @@ def find_classpath() -> str:
     )
 
 
+# Ports handed out from below the kernel's ephemeral range (32768 and up by default): a port
+# the kernel picks for us is one it may give the very next outgoing connection, and a server
+# started a moment later then fails to bind. Connections never take a port from here.
+_PORTS_LOW, _PORTS_HIGH = 20_000, 32_000
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
+    """A loopback TCP port nothing listens on, not handed out before by this process."""
+    for _ in range(200):
+        port = random.randrange(_PORTS_LOW, _PORTS_HIGH)
+        if port in _handed_out:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    with socket.socket() as s:  # the range is crowded: let the kernel choose
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 

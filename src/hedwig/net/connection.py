@@ -16,7 +16,13 @@ from collections.abc import Callable
 from typing import cast
 
 from hedwig.clock import Clock, SystemClock
-from hedwig.errors import ConnectionLostError, HedwigError, ProtocolError, TlsError
+from hedwig.errors import (
+    ConnectionLostError,
+    HedwigError,
+    ProtocolError,
+    TlsClosedError,
+    TlsError,
+)
 from hedwig.net.transport import TCP, Network
 from hedwig.protocol import (
     Authenticate,
@@ -203,7 +209,14 @@ class HubConnection(asyncio.Protocol):
             self._reauth.cancel()
         self._writable.set()
         err: HedwigError = ConnectionLostError(f"connection to hub {self.address} lost")
-        if isinstance(exc, ssl.SSLError):
+        if isinstance(exc, (ssl.SSLEOFError, ssl.SSLZeroReturnError)):
+            if not self._heard_any:
+                err = TlsClosedError(
+                    f"hub {self.address} closed the TLS connection as soon as it was made: it "
+                    f"does not accept this end's certificate, or it went away ({exc})"
+                )
+            # Else a hub that went away mid-stream: the connection was lost, nothing more.
+        elif isinstance(exc, ssl.SSLError):
             # The hub refused what this end presented (its certificate) after the handshake.
             err = TlsError(f"hub {self.address} closed the TLS connection: {exc}")
         elif (
@@ -212,10 +225,10 @@ class HubConnection(asyncio.Protocol):
             and self._transport.get_extra_info("ssl_object") is not None
             and self._clock.monotonic() - self._made_at < REFUSED_WITHIN_S
         ):
-            err = TlsError(
+            err = TlsClosedError(
                 f"hub {self.address} closed the TLS connection as soon as it was made: it does "
                 "not accept this end's certificate (one from another CA, or none where one is "
-                "required)"
+                "required), or it went away"
             )
         for fut in self._pending.values():
             if not fut.done():

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Protocol, TypeVar
 
 from hedwig.clock import Clock, SystemClock
-from hedwig.errors import ConnectionLostError, TlsError, UsageError
+from hedwig.errors import ConnectionLostError, TlsClosedError, TlsError, UsageError
 from hedwig.net.tls_listener import TlsListener
 
 P = TypeVar("P", bound=asyncio.Protocol)
@@ -110,6 +110,11 @@ class TcpNetwork:
                 ),
                 timeout_s,
             )
+        except (ssl.SSLEOFError, ssl.SSLZeroReturnError) as exc:
+            raise TlsClosedError(
+                f"hub {address} closed the connection during the TLS handshake: it does not "
+                f"accept this end's certificate, or it went away ({exc})"
+            ) from exc
         except ssl.SSLError as exc:
             raise TlsError(f"TLS handshake with hub {address} failed: {exc}") from exc
         except ssl.CertificateError as exc:
