@@ -12,7 +12,7 @@ import pytest
 
 from hedwig.client import HedwigClient, Subscriber
 from hedwig.clock import SystemClock
-from hedwig.errors import HedwigError, NotResponsibleError
+from hedwig.errors import HedwigError, NotResponsibleError, TopicInUseError
 from hedwig.metadata import HubLoad, HubStatus, PlanMode, TopicPlan
 from hedwig.metadata.memory import MemoryMetadataStore
 from hedwig.placement.plans import choose_delivery_hubs, set_topic_mode
@@ -268,6 +268,26 @@ async def test_deleting_a_fan_out_topic_stops_its_subscribers_at_delivery_hubs(
         with pytest.raises(HedwigError, match="deleted"):
             await sub.next(5)
         await until(lambda: all("del" not in h.fanout.delivering for h in region.hubs))
+
+
+async def test_a_delete_without_force_sees_subscribers_at_delivery_hubs(region: Region) -> None:
+    """The owner has none attached itself; the delivery hubs do: refused, naming the hub, until
+    the subscriber is gone (a delete without force never strands an attached subscriber)."""
+    async with region.client() as pub, region.client() as subc:
+        await pub.publish("busy", b"first")
+        plan = await set_mode(region, "busy", PlanMode.FAN_OUT, hubs=2)
+        sub = await subc.subscribe("busy", "x")
+        await pub.publish("busy", b"second")
+        assert (await sub.next(5)).value == b"second"
+        at = plan.delivery_hub("x")
+        with pytest.raises(TopicInUseError, match=f"attached at its delivery hub {at}"):
+            await pub.delete_topic("busy")
+        assert (await pub.publish("busy", b"third")).seq == 3  # nothing was closed
+        assert (await sub.next(5)).value == b"third"
+        await sub.close()
+        await until(lambda: not serving(region, "busy")[at])
+        await pub.delete_topic("busy")
+        assert not await region.hubs[0].store.topics.topic_exists("busy")
 
 
 async def test_the_scaling_policy_fans_a_hot_topic_out_and_brings_it_back() -> None:

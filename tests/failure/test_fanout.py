@@ -22,7 +22,7 @@ import pytest
 from hedwig.client import HedwigClient
 from hedwig.clock import SystemClock
 from hedwig.devcluster.cluster import DevCluster
-from hedwig.errors import ForbiddenError
+from hedwig.errors import ForbiddenError, TopicInUseError
 from hedwig.metadata import MetadataStore, PlanMode, TopicPlan, open_store
 from hedwig.placement.plans import set_topic_mode
 from hedwig.security import ClientSecurity
@@ -176,6 +176,11 @@ async def test_secure_delivery_hub_refuses_a_subscriber_without_permission(
         async with alice:
             with pytest.raises(ForbiddenError, match="alice may not subscribe"):
                 await alice.subscribe(TOPICS[0], "mallory")
+        # The owner asks the delivery hub, over the internal plane with its certificate,
+        # before a delete without force: refused while the subscriber is attached there.
+        with pytest.raises(TopicInUseError, match=f"delivery hub {delivery_hub}"):
+            await admin.delete_topic(TOPICS[0])
+        await admin.delete_topic(TOPICS[0], force=True)
 
 
 async def test_kill9_owner_of_a_fan_out_topic(cluster: DevCluster) -> None:

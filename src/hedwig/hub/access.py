@@ -63,6 +63,7 @@ from hedwig.protocol import (
     TopicStats,
     Unsubscribe,
 )
+from hedwig.protocol.plan_frames import DeliveryStats
 from hedwig.protocol.security_frames import TOKEN
 from hedwig.security.acl import AclSet
 from hedwig.security.principal import ANONYMOUS, Principal
@@ -87,10 +88,12 @@ _NEEDS: dict[type, Operation] = {
     DescribeTopic: Operation.DESCRIBE,
     # A delivery hub's tail of the owner's log, sent by a client: reading.
     TailTopic: Operation.READ,
+    # How many subscribers a delivery hub serves: describing.
+    DeliveryStats: Operation.DESCRIBE,
 }
 # Hub to hub only.
 STORAGE_REQUESTS = (AddEntry, ReadEntry, ReadLac, DeleteLedger)
-INTERNAL_SERVES = frozenset((*STORAGE_REQUESTS, TopicStats, Ping, TailTopic))
+INTERNAL_SERVES = frozenset((*STORAGE_REQUESTS, TopicStats, Ping, TailTopic, DeliveryStats))
 # A connection's cached decisions are dropped past this many (a client touching many topics).
 DECISION_CACHE_SIZE = 4096
 # Bounded categories of ``hedwig_auth_denied_total``'s reason label.

@@ -27,7 +27,7 @@ import logging
 from collections.abc import Iterable
 
 from hedwig.clock import Clock
-from hedwig.errors import HedwigError, MetadataError
+from hedwig.errors import HedwigError, MetadataError, TopicInUseError
 from hedwig.hub.config import HubConfig
 from hedwig.hub.events import HubEvents
 from hedwig.hub.ownership import TopicOwnership
@@ -38,11 +38,21 @@ from hedwig.hub.topic_subscriptions import TopicSubscriptions
 from hedwig.metadata.managers import MetadataStore
 from hedwig.metadata.plans import PlanMode, TopicPlan
 from hedwig.metadata.records import TopicConfig
+from hedwig.net.connection import HubConnection
 from hedwig.net.transport import Network
-from hedwig.protocol import CloseReason, ResetSubscription, Subscribe, Subscribed
+from hedwig.protocol import (
+    CloseReason,
+    DeliveryStats,
+    ResetSubscription,
+    Subscribe,
+    Subscribed,
+    TopicInfo,
+)
 
 log = logging.getLogger(__name__)
 
+# How long a delete without force waits for a delivery hub to say what is attached there.
+ASK_TIMEOUT_S = 5.0
 # The alive hubs are read at most this often (a dead delivery hub's subscribers move to the
 # others within about this plus the metadata session timeout).
 ALIVE_REFRESH_S = 1.0
@@ -353,6 +363,43 @@ class FanOut:
         self._alive = self._alive - {self.address}
         for topic in list(self.delivering):
             await self._apply(topic)
+
+    # deleting -------------------------------------------------------------------------------
+
+    async def refuse_if_attached_elsewhere(self, topic: str) -> None:
+        """Before a delete without force at the owner: ``TopicInUseError`` if a live delivery
+        hub of the topic's plan has a subscriber attached, or cannot be asked (it may have).
+
+        A subscriber attaching at a delivery hub after it answered is closed with
+        TOPIC_DELETED when that hub sees the topic gone, as a forced delete would."""
+        plan = await self.plan(topic)
+        if plan is None:
+            return
+        alive = await self._alive_hubs()
+        for hub in plan.hubs:
+            if hub == self.address or hub not in alive:
+                continue  # the owner checks its own; a dead hub serves nobody
+            try:
+                address = await self._peers.internal_address(hub) if self._peers else hub
+                conn = await HubConnection.open(
+                    address, network=self._network, clock=self._clock, timeout=ASK_TIMEOUT_S
+                )
+                try:
+                    answer = await conn.request(
+                        DeliveryStats(request_id=conn.next_id(), topic=topic), ASK_TIMEOUT_S
+                    )
+                finally:
+                    conn.close()
+            except HedwigError as exc:
+                raise TopicInUseError(
+                    f"topic {topic!r}: cannot ask its delivery hub {hub} whether subscribers "
+                    f"are attached there ({exc}); delete with force to close them anyway"
+                ) from exc
+            if isinstance(answer, TopicInfo) and answer.subscribers:
+                raise TopicInUseError(
+                    f"topic {topic!r} has {answer.subscribers} subscriber(s) attached at its "
+                    f"delivery hub {hub} (delete with force to close them)"
+                )
 
     # the periodic check -----------------------------------------------------------------------
 

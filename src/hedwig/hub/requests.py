@@ -40,6 +40,7 @@ from hedwig.protocol import (
     Consume,
     DeleteLedger,
     DeleteTopic,
+    DeliveryStats,
     DescribeTopic,
     Entry,
     Lac,
@@ -108,6 +109,7 @@ class HubRequests:
             CloseSubscription: self.close_subscription,
             Read: self.read,
             TailTopic: self.tail_topic,
+            DeliveryStats: self.delivery_stats,
             TopicStats: self.topic_stats,
             ReleaseTopic: self.release_topic,
             Ping: self.ping,
@@ -237,6 +239,20 @@ class HubRequests:
             )
         )
 
+    async def delivery_stats(self, conn: ClientConnection, req: DeliveryStats) -> Reply:
+        """Answered by any hub, from what it delivers (no redirect: the owner asks this hub)."""
+        delivery = self.fanout.delivering.get(req.topic) if self.fanout is not None else None
+        if delivery is None:
+            return TopicInfo(
+                request_id=req.request_id, first_available=0, last_seq=0, subscribers=0
+            )
+        return TopicInfo(
+            request_id=req.request_id,
+            first_available=delivery.tail.first_seq,
+            last_seq=delivery.tail.last_seq,
+            subscribers=delivery.subs.attached_count(),
+        )
+
     async def topic_stats(self, conn: ClientConnection, req: TopicStats) -> Reply:
         owned = await self._acquire(conn, req.topic, req.redirected)
         return TopicInfo(
@@ -257,6 +273,8 @@ class HubRequests:
 
     async def delete_topic(self, conn: ClientConnection, req: DeleteTopic) -> None:
         await self._acquire(conn, req.topic, req.redirected)
+        if not req.force and self.fanout is not None:
+            await self.fanout.refuse_if_attached_elsewhere(req.topic)
         await self.ownership.delete(req.topic, force=req.force)
 
     async def reset_subscription(self, conn: ClientConnection, req: ResetSubscription) -> Reply:

@@ -206,6 +206,9 @@ class TopicSubscriptions:
     def any_attached(self) -> bool:
         return any(s.peer is not None and not s.peer.closed for s in self.by_name.values())
 
+    def attached_count(self) -> int:
+        return sum(1 for s in self.by_name.values() if s.peer is not None and not s.peer.closed)
+
     # consuming --------------------------------------------------------------------------------
 
     def consume(self, peer: Peer, name: str, seq: int) -> None:

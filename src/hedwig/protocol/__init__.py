@@ -54,7 +54,7 @@ from hedwig.protocol.messages import (
     encode_values,
 )
 from hedwig.protocol.names import decode_name, encode_name, validate_name
-from hedwig.protocol.plan_frames import SubscriptionMoved, TailTopic
+from hedwig.protocol.plan_frames import DeliveryStats, SubscriptionMoved, TailTopic
 from hedwig.protocol.security_frames import Authenticate, Authenticated
 from hedwig.protocol.status import Status, error_from_frame
 from hedwig.protocol.storage_frames import AddEntry, DeleteLedger, Entry, Lac, ReadEntry, ReadLac
@@ -75,6 +75,7 @@ __all__ = [
     "DeleteTopic",
     "Deliver",
     "DeliveredMessage",
+    "DeliveryStats",
     "DescribeTopic",
     "EncodedMessage",
     "EncodedMessages",

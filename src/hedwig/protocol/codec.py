@@ -35,7 +35,7 @@ from hedwig.protocol.client_frames import (
     TopicStats,
     Unsubscribe,
 )
-from hedwig.protocol.plan_frames import SubscriptionMoved, TailTopic
+from hedwig.protocol.plan_frames import DeliveryStats, SubscriptionMoved, TailTopic
 from hedwig.protocol.schema import FrameBase
 from hedwig.protocol.security_frames import Authenticate, Authenticated
 from hedwig.protocol.storage_frames import AddEntry, DeleteLedger, Entry, Lac, ReadEntry, ReadLac
@@ -61,6 +61,7 @@ Request = (
     | DeleteLedger
     | Authenticate
     | TailTopic
+    | DeliveryStats
 )
 # What a hub answers a request with.
 Reply = (
@@ -100,6 +101,7 @@ FRAME_TYPES: tuple[type[FrameBase], ...] = (
     DeleteLedger,
     Authenticate,
     TailTopic,
+    DeliveryStats,
     Ok,
     Published,
     Subscribed,

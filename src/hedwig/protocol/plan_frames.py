@@ -5,6 +5,9 @@
   ``wait_ms`` has passed (a long poll, so a delivery hub adds one round trip, not a polling
   interval). Hub to hub it goes over the internal listener with the hub's certificate; a
   client may send it too, with the ``read`` permission.
+- ``DeliveryStats``: how many subscribers of a topic are attached at a delivery hub. A topic's
+  owner asks each live delivery hub of its plan before a delete without force, which is
+  refused while any subscriber is attached anywhere, not only at the owner.
 - ``SubscriptionMoved``: the topic's plan now sends this subscriber to another hub (``hub``;
   none: the topic's owner). The hub that sent it has stopped delivering and written the
   subscription's consume mark first, so the subscriber attaches there and delivery continues
@@ -30,6 +33,15 @@ class TailTopic(FrameBase):
     max_bytes: U32
     wait_ms: U32
     redirected: Redirected = False
+
+
+@frame(0x31, Sender.CLIENT)
+class DeliveryStats(FrameBase):
+    """The subscribers of ``topic`` attached at this hub as one of its delivery hubs. Answered
+    by ``TopicInfo`` (the tail's bounds); zeros from a hub that does not deliver the topic."""
+
+    request_id: RequestId
+    topic: Str
 
 
 @frame(0xC3, Sender.HUB)
