@@ -280,6 +280,7 @@ async def test_a_delete_without_force_sees_subscribers_at_delivery_hubs(region: 
         await pub.publish("busy", b"second")
         assert (await sub.next(5)).value == b"second"
         at = plan.delivery_hub("x")
+        assert at is not None
         with pytest.raises(TopicInUseError, match=f"attached at its delivery hub {at}"):
             await pub.delete_topic("busy")
         assert (await pub.publish("busy", b"third")).seq == 3  # nothing was closed
