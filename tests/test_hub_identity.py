@@ -6,10 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from hedwig.errors import UsageError
+from hedwig.errors import NotEnoughReplicasError, UsageError
 from hedwig.hub.identity import load_hub_id
+from hedwig.ledger.remote import RemoteStorage
 from hedwig.ledger.replicas import LocalFirstReplicas
 from hedwig.ledger.storage import LocalStorage
+from tests.memory_region import memory_region
 
 
 def test_an_id_is_made_once_and_kept(tmp_path: Path) -> None:
@@ -54,3 +56,33 @@ async def test_the_hub_serves_replicas_named_by_its_id_from_its_disk(tmp_path: P
     replicas = LocalFirstReplicas(local, resolve=unreachable)
     assert replicas.node(hub_id) is local
     assert replicas.preferred(["hub-other", hub_id]) == [hub_id, "hub-other"]
+
+
+async def test_a_hub_at_a_reused_address_is_not_taken_for_the_replica_that_was_there() -> None:
+    """A directory that still maps a dead hub's id to its address reaches whatever hub listens
+    there now. That hub refuses to be taken for it (WRONG_REPLICA, at the connection's first
+    request): its empty disk must never answer for the dead hub's replicas (a recovery would
+    take an entry it lacks for one never written)."""
+    async for region in memory_region(2):
+        hub = region.hubs[1]
+        reused = hub.address
+
+        async def stale(_member: str, reused: str = reused) -> str:
+            return reused  # the dead hub's last address, where ``hub`` listens now
+
+        for member, works in ((hub.hub_id, True), ("hub-gone0000", False)):
+            forgotten: list[str] = []
+            node = RemoteStorage(
+                member, network=region.network, resolve=stale, forget=forgotten.append
+            )
+            try:
+                if works:
+                    await node.add_entry(7, 0, -1, b"x")
+                    assert (await node.read_lac(7, fence=False))[1] == 0
+                    continue
+                with pytest.raises(NotEnoughReplicasError, match="address was reused"):
+                    await node.read_lac(8, fence=True)
+                assert forgotten == [member]  # looked up afresh next time
+                assert 8 not in hub.storage.ledgers()  # nothing made or fenced for it
+            finally:
+                node.close()

@@ -88,6 +88,11 @@ class ConnectionLostError(HedwigError):
     retriable = True
 
 
+class WrongReplicaError(ConnectionLostError):
+    """The hub at the address a storage replica was looked up at is another hub (the address
+    was reused): the replica is not reachable there, as if its hub were down."""
+
+
 class OwnerUnreachableError(ConnectionLostError):
     """The hubs name an owner this client cannot reach (it is down, frozen, or cut off from
     this client). The client does not wait on it again and again: it asks the other hubs until

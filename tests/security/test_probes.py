@@ -46,6 +46,7 @@ from hedwig.protocol import (
     Request,
     ResetSubscription,
     ResetTo,
+    StorageHello,
     Subscribe,
     TailTopic,
     TopicStats,
@@ -99,6 +100,7 @@ def probes(ledger_id: int) -> list[Probe]:
         lambda r: ReadEntry(request_id=r, ledger_id=ledger_id, entry_id=0),
         lambda r: ReadLac(request_id=r, ledger_id=ledger_id, fence=True),
         lambda r: DeleteLedger(request_id=r, ledger_id=ledger_id),
+        lambda r: StorageHello(request_id=r, replica="hub-anyone"),
         lambda r: TailTopic(
             request_id=r, topic="probe", after_seq=0, max_messages=100, max_bytes=1 << 20, wait_ms=0
         ),
@@ -192,7 +194,7 @@ async def test_every_frame_from_everyone_refused_and_nothing_changes(
     owner = next(h for h in secure.hubs if "probe" in h.topics.topics)
     other = next(h for h in secure.hubs if h is not owner)
     before = snapshot(secure)
-    storage = (AddEntry, ReadEntry, ReadLac, DeleteLedger)
+    storage = (AddEntry, ReadEntry, ReadLac, DeleteLedger, StorageHello)
 
     # (a) anonymous, (b) a token and (c) a certificate without ACLs, at both hubs.
     attackers = {

@@ -65,6 +65,7 @@ from hedwig.protocol import (
 )
 from hedwig.protocol.plan_frames import DeliveryStats
 from hedwig.protocol.security_frames import TOKEN
+from hedwig.protocol.storage_frames import StorageHello
 from hedwig.security.acl import AclSet
 from hedwig.security.principal import ANONYMOUS, Principal
 from hedwig.security.tokens import LEEWAY_S, TokenVerifier
@@ -92,7 +93,7 @@ _NEEDS: dict[type, Operation] = {
     DeliveryStats: Operation.DESCRIBE,
 }
 # Hub to hub only.
-STORAGE_REQUESTS = (AddEntry, ReadEntry, ReadLac, DeleteLedger)
+STORAGE_REQUESTS = (AddEntry, ReadEntry, ReadLac, DeleteLedger, StorageHello)
 INTERNAL_SERVES = frozenset((*STORAGE_REQUESTS, TopicStats, Ping, TailTopic, DeliveryStats))
 # A connection's cached decisions are dropped past this many (a client touching many topics).
 DECISION_CACHE_SIZE = 4096

@@ -22,6 +22,7 @@ from hedwig.errors import (
     NoSuchSubscriptionError,
     NoSuchTopicError,
     NotResponsibleError,
+    WrongReplicaError,
 )
 from hedwig.hub.access import AccessControl
 from hedwig.hub.events import HubEvents
@@ -55,6 +56,7 @@ from hedwig.protocol import (
     Reply,
     Request,
     ResetSubscription,
+    StorageHello,
     Subscribe,
     TailTopic,
     TopicInfo,
@@ -120,6 +122,7 @@ class HubRequests:
             ReadEntry: self.read_entry,
             ReadLac: self.read_lac,
             DeleteLedger: self.delete_ledger,
+            StorageHello: self.storage_hello,
         }
 
     @property
@@ -356,6 +359,15 @@ class HubRequests:
             conn.close()
 
     # the storage role ---------------------------------------------------------------------
+
+    async def storage_hello(self, conn: ClientConnection, req: StorageHello) -> None:
+        """The sender means to reach replica ``req.replica``: this hub's id, or (ledgers from
+        before ids) its address; anything else is another hub that listened here before."""
+        if req.replica not in (self.storage.address, self.address):
+            raise WrongReplicaError(
+                f"replica {req.replica} is not here: this is hub {self.storage.address} at "
+                f"{self.address} (the address was reused)"
+            )
 
     async def add_entry(self, conn: ClientConnection, req: AddEntry) -> None:
         await self.storage.add_entry(

@@ -24,6 +24,7 @@ from hedwig.protocol import (
     ReadLac,
     Reply,
     Request,
+    StorageHello,
 )
 
 # Maps a hub's address to where its storage role listens (its internal listener), and is told
@@ -64,9 +65,18 @@ class RemoteStorage:
                 if self._resolve is not None:
                     target = await self._resolve(self.address)
                 try:
-                    self._conn = await HubConnection.open(
+                    conn = await HubConnection.open(
                         target, network=self._network, clock=self._clock, timeout=self._timeout
                     )
+                    try:
+                        await conn.request(
+                            StorageHello(request_id=conn.next_id(), replica=self.address),
+                            self._timeout,
+                        )
+                    except BaseException:
+                        conn.close()
+                        raise
+                    self._conn = conn
                 except HedwigError:
                     if self._forget is not None:
                         self._forget(self.address)

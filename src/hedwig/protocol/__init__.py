@@ -57,7 +57,15 @@ from hedwig.protocol.names import decode_name, encode_name, validate_name
 from hedwig.protocol.plan_frames import DeliveryStats, SubscriptionMoved, TailTopic
 from hedwig.protocol.security_frames import Authenticate, Authenticated
 from hedwig.protocol.status import Status, error_from_frame
-from hedwig.protocol.storage_frames import AddEntry, DeleteLedger, Entry, Lac, ReadEntry, ReadLac
+from hedwig.protocol.storage_frames import (
+    AddEntry,
+    DeleteLedger,
+    Entry,
+    Lac,
+    ReadEntry,
+    ReadLac,
+    StorageHello,
+)
 from hedwig.protocol.wire import PROTOCOL_VERSION
 
 __all__ = [
@@ -103,6 +111,7 @@ __all__ = [
     "ResetTo",
     "Role",
     "Status",
+    "StorageHello",
     "Subscribe",
     "SubscribeMode",
     "Subscribed",

@@ -38,7 +38,15 @@ from hedwig.protocol.client_frames import (
 from hedwig.protocol.plan_frames import DeliveryStats, SubscriptionMoved, TailTopic
 from hedwig.protocol.schema import FrameBase
 from hedwig.protocol.security_frames import Authenticate, Authenticated
-from hedwig.protocol.storage_frames import AddEntry, DeleteLedger, Entry, Lac, ReadEntry, ReadLac
+from hedwig.protocol.storage_frames import (
+    AddEntry,
+    DeleteLedger,
+    Entry,
+    Lac,
+    ReadEntry,
+    ReadLac,
+    StorageHello,
+)
 from hedwig.protocol.wire import HEADER, HEADER_AFTER_LENGTH, PROTOCOL_VERSION
 
 # What a client sends a hub (and a hub sends another hub's storage role).
@@ -59,6 +67,7 @@ Request = (
     | ReadEntry
     | ReadLac
     | DeleteLedger
+    | StorageHello
     | Authenticate
     | TailTopic
     | DeliveryStats
@@ -80,7 +89,7 @@ Reply = (
 Event = Deliver | TopicMoved | SubscriptionForcedClosed | SubscriptionMoved
 Frame = Request | Reply | Event
 # The storage role's requests: hub to hub only.
-STORAGE_REQUESTS = (AddEntry, ReadEntry, ReadLac, DeleteLedger)
+STORAGE_REQUESTS = (AddEntry, ReadEntry, ReadLac, DeleteLedger, StorageHello)
 
 FRAME_TYPES: tuple[type[FrameBase], ...] = (
     Publish,
@@ -99,6 +108,7 @@ FRAME_TYPES: tuple[type[FrameBase], ...] = (
     ReadEntry,
     ReadLac,
     DeleteLedger,
+    StorageHello,
     Authenticate,
     TailTopic,
     DeliveryStats,

@@ -48,6 +48,7 @@ from hedwig.errors import (
     TopicInUseError,
     TopicMovingError,
     UnsupportedVersionError,
+    WrongReplicaError,
 )
 from hedwig.protocol.client_frames import Error
 
@@ -76,6 +77,7 @@ class Status(IntEnum):
     UNAUTHENTICATED = 21
     FORBIDDEN = 22
     INTERNAL_ONLY = 23
+    WRONG_REPLICA = 32
 
     @property
     def label(self) -> str:
@@ -116,6 +118,7 @@ _TABLE: tuple[_Row, ...] = (
     _Row(BadVersionError, Status.BAD_VERSION),
     _Row(LedgerFencedError, Status.LEDGER_FENCED),
     _Row(NoSuchEntryError, Status.NO_SUCH_ENTRY),
+    _Row(WrongReplicaError, Status.WRONG_REPLICA),
     _Row(AuthenticationError, Status.UNAUTHENTICATED),
     _Row(InternalOnlyError, Status.INTERNAL_ONLY),
     _Row(ForbiddenError, Status.FORBIDDEN),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from hedwig.protocol.fields import I64, U64, Flag, RequestId, Rest
+from hedwig.protocol.fields import I64, U64, Flag, RequestId, Rest, Str
 from hedwig.protocol.schema import FrameBase, Sender, frame
 
 # Flag bits, named per frame by the field that holds them.
@@ -57,6 +57,18 @@ class DeleteLedger(FrameBase):
 
     request_id: RequestId
     ledger_id: U64
+
+
+@frame(0x14, CLIENT)
+class StorageHello(FrameBase):
+    """Sent first on every storage connection: the replica the sender means to reach (a hub
+    id, or the address of a hub from before ids). Answered by ``Ok``, or WRONG_REPLICA by a hub
+    that is not it. A hub that came up where another one listened (its address reused, with
+    another data directory) must not be taken for it: its empty disk would answer a recovery
+    as a replica holding nothing, and acknowledged entries could be judged never written."""
+
+    request_id: RequestId
+    replica: Str
 
 
 @frame(0x85, HUB)
