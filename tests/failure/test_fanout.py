@@ -4,10 +4,11 @@ message of the log in order, redeliveries allowed and gaps never).
 
 Three hubs with 3/3/2 replication and a 2 s ZooKeeper session. The plan is changed by
 ``set_topic_mode`` exactly as ``hedwig topic mode`` does: single -> fan-out -> a delivery hub
-removed -> added back -> single, and a delivery hub killed with SIGKILL in the middle of a
-change, on a plain cluster and on a secured one (where delivery hubs tail the owner over the
-internal listener with their certificates, and a subscriber without permission is refused at
-a delivery hub).
+removed -> added back -> single, a delivery hub killed with SIGKILL in the middle of a
+change, and one frozen past its session and thawed, on a plain cluster and on a secured one
+(where delivery hubs tail the owner over the internal listener with their certificates, a
+subscriber without permission is refused at a delivery hub, and the owner asks its delivery
+hubs before a delete without force).
 """
 
 from __future__ import annotations
@@ -194,5 +195,32 @@ async def test_kill9_owner_of_a_fan_out_topic(cluster: DevCluster) -> None:
             owner = await store.ownership.read_owner_info(TOPICS[0])
             assert owner is not None
             cluster.hub_at(owner.value.address).kill()
+
+        await under_load(cluster, steps, after=SESSION + 5)
+
+
+async def test_frozen_delivery_hub_under_load(cluster: DevCluster) -> None:
+    await freeze_a_delivery_hub(cluster)
+
+
+async def test_secure_frozen_delivery_hub_under_load(secure_cluster: DevCluster) -> None:
+    await freeze_a_delivery_hub(secure_cluster)
+
+
+async def freeze_a_delivery_hub(cluster: DevCluster) -> None:
+    """A delivery hub frozen (SIGSTOP) past its session, then thawed: its subscribers' connections
+    go quiet, they notice, and attach where the plan's live hubs send them; the thawed hub has
+    lost its session and lets what it served go. Nothing skipped, nothing out of order."""
+    async with open_region(cluster) as store:
+
+        async def steps() -> None:
+            plans = await mode(store, PlanMode.FAN_OUT, 2)
+            await asyncio.sleep(1.5)  # subscribers spread over both delivery hubs
+            victim = cluster.hub_at(plans[0].hubs[0])
+            victim.freeze()
+            try:
+                await asyncio.sleep(SESSION + 3)
+            finally:
+                victim.thaw()
 
         await under_load(cluster, steps, after=SESSION + 5)
