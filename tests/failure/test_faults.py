@@ -7,6 +7,7 @@ throughout. With ack quorum 2 of 3, no scenario may lose an acknowledged message
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import urllib.request
 from collections.abc import Iterator
@@ -152,6 +153,38 @@ async def test_zookeeper_restarted_under_load(cluster: DevCluster) -> None:
         await asyncio.get_running_loop().run_in_executor(None, cluster.zk_server.restart)
 
     await run(cluster, fault, after=SESSION + 4)
+
+
+async def test_zookeeper_down_in_the_middle_of_a_claim(cluster: DevCluster) -> None:
+    """The owner is killed; the moment another hub's owner record appears (its claim has
+    begun: recovering the log, a new ledger, the ledger list still to write), ZooKeeper is
+    killed for two sessions, so the claim is cut between its metadata writes. When ZooKeeper
+    is back the claim is finished or made again, by whichever hub; nothing acknowledged is lost
+    or doubled."""
+    assert cluster.zk_server is not None
+    zk = cluster.zk_server
+    loop = asyncio.get_running_loop()
+
+    async def fault() -> None:
+        owner = await victim_owner(cluster)
+        store = open_store(cluster.zk, region=cluster.region)
+        await store.start()
+        try:
+            cluster.hub_at(owner).kill()
+            async with asyncio.timeout(SESSION * 10):
+                while True:
+                    got = await store.ownership.read_owner_info(TOPICS[0])
+                    if got is not None and got.value.address != owner:
+                        break
+                    await asyncio.sleep(0.002)
+            zk.kill()  # at once: a stop would let the claim finish first
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(store.close(), 5)
+        await asyncio.sleep(SESSION * 2)
+        await loop.run_in_executor(None, zk.start)
+
+    await run(cluster, fault, after=SESSION + 5)
 
 
 async def test_two_of_three_hubs_down_then_one_back(cluster: DevCluster) -> None:
