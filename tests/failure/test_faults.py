@@ -319,11 +319,13 @@ async def test_secure_zookeeper_restarted_under_load(secure_cluster: DevCluster)
         outsider.close()
 
 
-async def test_a_hub_back_on_another_address_keeps_its_replicas(tmp_path: Path) -> None:
+@pytest.mark.parametrize("store", ["zookeeper", "etcd"])
+async def test_a_hub_back_on_another_address_keeps_its_replicas(tmp_path: Path, store: str) -> None:
     """Ledgers name replicas by hub id, not address. Two of four hubs are killed in turn
     under load and come back with their data on new ports: nothing acknowledged is lost,
     every earlier message stays readable, and no replica is re-created elsewhere (before ids,
-    reads failed with "cannot connect to hub OLD-ADDRESS" and the audit copied every ledger)."""
+    reads failed with "cannot connect to hub OLD-ADDRESS" and the audit copied every ledger).
+    On either metadata store: both publish the id in the hub's registry record."""
     with DevCluster(
         hubs=4,
         region="faults-moved",
@@ -332,6 +334,7 @@ async def test_a_hub_back_on_another_address_keeps_its_replicas(tmp_path: Path) 
         secure=True,
         base_dir=str(tmp_path / "cluster"),
         hub_args=["--audit-interval", "1", "--rereplication-delay", "120"],
+        store=store,
     ) as cluster:
         security = admin(cluster)
         work = Workload(cluster.addresses, TOPICS, security=security)
