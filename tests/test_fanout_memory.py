@@ -7,20 +7,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TypeVar
 
 import pytest
 
 from hedwig.client import HedwigClient, Subscriber
 from hedwig.clock import SystemClock
 from hedwig.errors import HedwigError, NotResponsibleError, TopicInUseError
+from hedwig.hub.topic_subscriptions import HAND_OVER_OVERLAP_S
 from hedwig.metadata import HubLoad, HubStatus, PlanMode, TopicPlan
 from hedwig.metadata.memory import MemoryMetadataStore
+from hedwig.net import MemoryNetwork
+from hedwig.net.transport import Listener
 from hedwig.placement.plans import choose_delivery_hubs, set_topic_mode
 from hedwig.placement.scaling import ScalingConfig
 from hedwig.protocol import MoveKind, Subscribe
-from tests.memory_region import Region, memory_region
+from tests.memory_region import FAST_RETRY, Region, memory_region
 
 CLOCK = SystemClock()
+P = TypeVar("P", bound=asyncio.Protocol)
 
 
 @pytest.fixture
@@ -268,6 +273,56 @@ async def test_deleting_a_fan_out_topic_stops_its_subscribers_at_delivery_hubs(
         with pytest.raises(HedwigError, match="deleted"):
             await sub.next(5)
         await until(lambda: all("del" not in h.fanout.delivering for h in region.hubs))
+
+
+class Gate:
+    """A client's network on which connections to any hub but ``open_to`` wait for ``opened``."""
+
+    def __init__(self, network: MemoryNetwork, open_to: str) -> None:
+        self.network = network
+        self.open_to = open_to
+        self.opened = asyncio.Event()
+
+    async def connect(self, address: str, factory: Callable[[], P], *, timeout_s: float) -> P:
+        if address != self.open_to:
+            await self.opened.wait()
+        return await self.network.connect(address, factory, timeout_s=timeout_s)
+
+    async def listen(self, address: str, factory: Callable[[], asyncio.Protocol]) -> Listener:
+        return await self.network.listen(address, factory)
+
+
+async def test_a_subscriber_moved_by_the_plan_reads_on_until_attached_there(
+    region: Region,
+) -> None:
+    """Make-before-break: the hub a subscriber is moved away from delivers on while it attaches
+    at its delivery hub (here held up on purpose); once attached there it closes the old
+    attachment, and its messages go on with nothing skipped or handed out twice."""
+    async with region.client() as pub:
+        await pub.publish("mbb", b"first")
+        owner = region.owner("mbb")
+        gate = Gate(region.network, owner.address)
+        async with HedwigClient([owner.address], network=gate, retry=FAST_RETRY) as subc:
+            reader = Reader(await subc.subscribe("mbb", "s"))
+            await pub.publish("mbb", b"second")
+            await until(lambda: reader.seqs == [2])
+            plan = await set_mode(region, "mbb", PlanMode.FAN_OUT, hubs=1)
+            subs = owner.topics.topics["mbb"].subs
+            await until(lambda: "s" in subs.leaving)
+            # Moved, and cannot reach its delivery hub yet: it reads on at the owner.
+            for i in range(5):
+                await pub.publish("mbb", b"during %d" % i)
+            await until(lambda: len(reader.seqs) == 6)
+            assert serving(region, "mbb")[plan.hubs[0]] == set()
+            gate.opened.set()
+            await until(lambda: serving(region, "mbb")[plan.hubs[0]] == {"s"})
+            # It said it attached there: the owner stopped delivering before the overlap ran out.
+            await until(lambda: "s" not in subs.leaving, timeout=HAND_OVER_OVERLAP_S / 2)
+            for i in range(5):
+                await pub.publish("mbb", b"after %d" % i)
+            await until(lambda: len(reader.seqs) == 11)
+            assert reader.seqs == list(range(2, 13))
+            reader.task.cancel()
 
 
 async def test_a_delete_without_force_sees_subscribers_at_delivery_hubs(region: Region) -> None:

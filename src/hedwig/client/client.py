@@ -196,7 +196,9 @@ class HedwigClient:
         elif isinstance(event, SubscriptionMoved):
             sub = self._subscribers.get((event.topic, event.subscriber))
             if sub is not None:
-                sub.on_moved(conn, f"served by {event.hub or 'the owner'} now: {event.reason}")
+                sub.on_subscription_moved(
+                    conn, f"served by {event.hub or 'the owner'} now: {event.reason}"
+                )
 
     def _on_close(self, conn: HubConnection) -> None:
         for sub in list(self._subscribers.values()):

@@ -6,11 +6,14 @@ Rules:
 - Delivery is at least once: after a re-subscription the hub sends again everything past the
   consume mark it has persisted. The subscriber remembers the last sequence id it handed out
   and drops redeliveries at or below it, so the caller sees each message once per process.
-- A lost connection, TOPIC_MOVED, SUBSCRIPTION_MOVED (a fan-out topic's plan sends it to
-  another hub), or a SUBSCRIPTION_FORCED_CLOSED whose reason says so (the owner changed,
-  delivery failed) makes it attach again, wherever the topic now is, with
+- A lost connection, TOPIC_MOVED, or a SUBSCRIPTION_FORCED_CLOSED whose reason says so (the
+  owner changed, delivery failed) makes it attach again, wherever the topic now is, with
   backoff and without a deadline. A forced close because another connection took the
   subscription over (or deleted it) stops it: it does not fight back; ``next`` raises.
+- SUBSCRIPTION_MOVED (a fan-out topic's plan sends it to another hub) is make-before-break:
+  the hub it is attached to goes on delivering for a while, so it keeps reading there while it
+  attaches at the next hub, then switches and closes the old attachment. Both hubs may deliver
+  the same messages around the switch; they are dropped by sequence id.
 - Deliveries can overtake the answer to SUBSCRIBE (both arrive in one read): they are held,
   per connection, until the answer says which connection the subscription is attached on.
 """
@@ -86,6 +89,9 @@ class Subscriber:
         # A move or loss told on a connection while an attach was waiting for its answer: the
         # answer and the event can arrive in one read, and the event is handled first.
         self._early_loss: dict[HubConnection, str] = {}
+        # SUBSCRIPTION_MOVED came on this connection: it still delivers while the subscription
+        # attaches at the next hub (make-before-break).
+        self._moving_from: HubConnection | None = None
         # The hub moved the consume mark (RESET): take its position on the next attach, even
         # if it is behind what was handed out already.
         self._reset = False
@@ -122,6 +128,9 @@ class Subscriber:
             route=subscription_route(self.topic, self.name),
         )
         assert isinstance(answer, Subscribed)
+        old, self._moving_from = self._moving_from, None
+        if old is not None and old is not conn and old is self._conn and not old.closed:
+            self._send_close(old)  # attached at the next hub: the old one may stop now
         if self._last_seen == 0 or self._reset:
             self._reset = False
             self._last_seen = answer.consumed_seq
@@ -148,27 +157,50 @@ class Subscriber:
 
     # events from the connection -----------------------------------------------------------
 
+    @property
+    def _attaching(self) -> bool:
+        """An attach is under way whose answer has not been taken in: with no attachment, or
+        while the current one is being replaced (make-before-break)."""
+        return self._conn is None or self._moving_from is self._conn
+
     def on_deliver(self, conn: HubConnection, event: Deliver) -> None:
         if self._conn is conn:
             self._take(event)
-        elif self._conn is None:
+        elif self._attaching:
             self.held_deliveries += 1
             self._early.setdefault(conn, []).append(event)
 
     def on_moved(self, conn: HubConnection, reason: str) -> None:
         if self._conn is conn:
             self._lost(f"topic moved: {reason}")
-        elif self._conn is None:
+        elif self._attaching:
             self._early_loss[conn] = f"topic moved: {reason}"
+
+    def on_subscription_moved(self, conn: HubConnection, reason: str) -> None:
+        """The plan serves this subscription elsewhere: attach there, reading here meanwhile."""
+        if self._conn is not conn:
+            self.on_moved(conn, reason)
+            return
+        if self._closed:
+            return
+        self._moving_from = conn
+        if self._reattach is None or self._reattach.done():
+            log.info(
+                "subscription %r/%r: %s; attaching there, reading here until then",
+                self.topic,
+                self.name,
+                reason,
+            )
+            self._reattach = asyncio.get_running_loop().create_task(self._resubscribe())
 
     def on_connection_lost(self, conn: HubConnection) -> None:
         if self._conn is conn:
             self._lost("connection to hub lost")
-        elif self._conn is None:
+        elif self._attaching:
             self._early_loss[conn] = "connection to hub lost"
 
     def on_forced_close(self, conn: HubConnection, event: SubscriptionForcedClosed) -> None:
-        if self._conn is None and event.code.resubscribe:
+        if self._attaching and self._conn is not conn and event.code.resubscribe:
             self._early_loss[conn] = f"closed by hub: {event.reason}"
             return
         if self._conn is not conn:
@@ -226,7 +258,7 @@ class Subscriber:
     async def _resubscribe(self) -> None:
         router = self._router
         backoff = Backoff(router.retry, router.clock)
-        while not self._closed and self._conn is None:
+        while not self._closed and self._attaching:
             try:
                 await self.attach(force=True)
                 self.resubscriptions += 1
@@ -301,6 +333,13 @@ class Subscriber:
         if conn is None or conn.closed:
             return  # said again after re-subscription (see attach)
         self._send_consume(conn, seq)
+
+    def _send_close(self, conn: HubConnection) -> None:
+        with contextlib.suppress(HedwigError):
+            fut = conn.send_nowait(
+                CloseSubscription(request_id=conn.next_id(), topic=self.topic, subscriber=self.name)
+            )
+            fut.add_done_callback(_ignore)
 
     def _send_consume(self, conn: HubConnection, seq: int) -> None:
         with contextlib.suppress(HedwigError):

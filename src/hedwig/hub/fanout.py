@@ -34,7 +34,7 @@ from hedwig.hub.ownership import TopicOwnership
 from hedwig.hub.peer import Peer
 from hedwig.hub.peers import PeerDirectory
 from hedwig.hub.tail import TailLog
-from hedwig.hub.topic_subscriptions import TopicSubscriptions
+from hedwig.hub.topic_subscriptions import HAND_OVER_OVERLAP_S, TopicSubscriptions
 from hedwig.metadata.managers import MetadataStore
 from hedwig.metadata.plans import PlanMode, TopicPlan
 from hedwig.metadata.records import TopicConfig
@@ -105,6 +105,7 @@ class FanOut:
         self._alive_at = float("-inf")
         self._task: asyncio.Task[None] | None = None
         self._applying: dict[str, asyncio.Task[None]] = {}
+        self._later: set[asyncio.Task[None]] = set()
         # Subscriptions handed to another hub by a plan change (for tests and metrics).
         self.handed_over = 0
 
@@ -274,20 +275,20 @@ class FanOut:
         delivery = self.delivering.get(topic)
         if delivery is None:
             return False
-        sub = delivery.subs.by_name.get(subscriber)
-        if sub is None or sub.peer is not peer:
+        subs = delivery.subs
+        if not subs.serves(peer, subscriber):
             return False
-        delivery.subs.consume(peer, subscriber, seq)
+        subs.consume(peer, subscriber, seq)
         return True
 
     async def close_subscription(self, peer: Peer, topic: str, subscriber: str) -> bool:
         delivery = self.delivering.get(topic)
         if delivery is None:
             return False
-        sub = delivery.subs.by_name.get(subscriber)
-        if sub is None or sub.peer is not peer:
+        subs = delivery.subs
+        if not subs.serves(peer, subscriber):
             return False
-        await delivery.subs.close(peer, subscriber)
+        await subs.close(peer, subscriber)
         return True
 
     async def unsubscribe(self, peer: Peer, topic: str, subscriber: str) -> bool:
@@ -334,9 +335,23 @@ class FanOut:
         if delivery is not None:
             await self._hand_over(delivery.subs, topic, plan, owner=False)
             if not delivery.subs.by_name and (plan is None or self.address not in plan.hubs):
+                if delivery.subs.leaving:
+                    # Subscribers handed over read here until they have attached elsewhere:
+                    # stop tailing once that overlap is over.
+                    self._apply_later(topic, HAND_OVER_OVERLAP_S + 0.1)
+                    return
                 self.delivering.pop(topic, None)
                 delivery.stop()
                 log.info("stopped delivering %r", topic)
+
+    def _apply_later(self, topic: str, delay_s: float) -> None:
+        async def later() -> None:
+            await self._clock.sleep(delay_s)
+            self._schedule(topic)
+
+        task = asyncio.get_running_loop().create_task(later())
+        self._later.add(task)
+        task.add_done_callback(self._later.discard)
 
     async def _hand_over(
         self, subs: TopicSubscriptions, topic: str, plan: TopicPlan | None, *, owner: bool
@@ -410,7 +425,7 @@ class FanOut:
         if self._task is not None:
             self._task.cancel()
             self._task = None
-        for task in self._applying.values():
+        for task in [*self._applying.values(), *self._later]:
             task.cancel()
         for delivery in self.delivering.values():
             delivery.stop()

@@ -15,7 +15,10 @@ Rules:
   share. A consume mark written by another hub then means that hub serves the subscription
   now: this one forgets it (the subscriber was closed and attaches again where the plan says)
   instead of stepping the whole topic down. A subscription the plan sends elsewhere is handed
-  over: detached, its mark written, and only then the subscriber told where to go.
+  over make-before-break: its mark written, the subscriber told where to go, and delivery
+  here goes on, writing nothing more, until the subscriber says it attached there (it closes
+  the subscription here) or ``HAND_OVER_OVERLAP_S`` passes. It reads on while it attaches;
+  what both hubs deliver twice it drops by sequence id.
 """
 
 from __future__ import annotations
@@ -50,6 +53,9 @@ from hedwig.protocol import (
     SubscriptionMoved,
 )
 
+# How long a subscription handed to another hub keeps delivering here at most.
+HAND_OVER_OVERLAP_S = 2.0
+
 
 class TopicSubscriptions:
     def __init__(
@@ -75,11 +81,17 @@ class TopicSubscriptions:
         self._on_delivered = on_delivered
         # Other hubs may serve some of this topic's subscriptions (a fan-out plan).
         self.shared = False
+        # Handed to another hub, still delivering here while their subscribers attach there.
+        self.leaving: dict[str, Subscription] = {}
+        self._overlaps: set[asyncio.Task[None]] = set()
 
     # attaching --------------------------------------------------------------------------------
 
     async def subscribe(self, peer: Peer, req: Subscribe) -> Subscribed:
         prefs = SubscriptionPreferences(req.message_window, req.message_bound)
+        leaving = self.leaving.get(req.subscriber)
+        if leaving is not None:
+            self._left(req.subscriber, leaving)  # back here before its hand-off was over
         sub = await self._find_or_create(req)
         if (
             sub.peer is not None
@@ -179,18 +191,40 @@ class TopicSubscriptions:
             del self.by_name[name]
 
     async def hand_over(self, name: str, hub: str | None, reason: str) -> bool:
-        """Stop serving ``name`` here: detach it, write its mark, then tell its subscriber to
-        attach at ``hub`` (None: the owner). True if it was attached here."""
+        """Stop serving ``name`` here: write its mark, tell its subscriber to attach at ``hub``
+        (None: the owner), and keep delivering, writing nothing more, until it has (it closes
+        the subscription here) or ``HAND_OVER_OVERLAP_S`` passes. True if it was attached."""
         sub = self.by_name.pop(name, None)
         if sub is None:
             return False
         peer = sub.peer
-        sub.detach_quietly()
-        await sub.flush()
         if peer is None or peer.closed:
+            sub.detach_quietly()
+            await sub.flush()
+            return False
+        await sub.flush()  # the mark the next hub starts from
+        # Consumes no longer reach it (it is out of ``by_name``), and it writes nothing more: the
+        # next hub is the subscription's one writer from here.
+        sub.lost = True
+        if sub.peer is not peer or peer.closed:
+            sub.detach_quietly()
             return False
         peer.send(SubscriptionMoved(topic=self.topic, subscriber=name, hub=hub, reason=reason))
+        self.leaving[name] = sub
+        task = asyncio.get_running_loop().create_task(self._overlap(name, sub))
+        self._overlaps.add(task)
+        task.add_done_callback(self._overlaps.discard)
         return True
+
+    async def _overlap(self, name: str, sub: Subscription) -> None:
+        await self._clock.sleep(HAND_OVER_OVERLAP_S)
+        self._left(name, sub)
+
+    def _left(self, name: str, sub: Subscription) -> None:
+        """The overlap of a hand-off is over: stop delivering here."""
+        if self.leaving.get(name) is sub:
+            del self.leaving[name]
+        sub.detach_quietly()
 
     def _missing(self, name: str) -> NoSuchSubscriptionError:
         return NoSuchSubscriptionError(f"no subscription {name!r} on topic {self.topic!r}")
@@ -203,6 +237,14 @@ class TopicSubscriptions:
             )
         return sub
 
+    def serves(self, peer: Peer, name: str) -> bool:
+        """``name`` is attached here on ``peer`` (or still delivering there, handed over)."""
+        sub = self.by_name.get(name)
+        if sub is not None and sub.peer is peer:
+            return True
+        leaving = self.leaving.get(name)
+        return leaving is not None and leaving.peer is peer
+
     def any_attached(self) -> bool:
         return any(s.peer is not None and not s.peer.closed for s in self.by_name.values())
 
@@ -212,11 +254,19 @@ class TopicSubscriptions:
     # consuming --------------------------------------------------------------------------------
 
     def consume(self, peer: Peer, name: str, seq: int) -> None:
+        leaving = self.leaving.get(name)
+        if leaving is not None and leaving.peer is peer and name not in self.by_name:
+            leaving.consume(seq)  # its window moves on; it writes nothing (``lost``)
+            return
         sub = self._attached(peer, name)
         if sub.consume(seq):
             sub.flush_soon()
 
     async def close(self, peer: Peer, name: str) -> None:
+        leaving = self.leaving.get(name)
+        if leaving is not None and leaving.peer is peer and name not in self.by_name:
+            self._left(name, leaving)  # its subscriber attached at the next hub
+            return
         sub = self._attached(peer, name)
         sub.detach_quietly()
         await sub.flush()
@@ -226,19 +276,29 @@ class TopicSubscriptions:
             if sub.peer is peer:
                 sub.detach_quietly()
                 asyncio.get_running_loop().create_task(sub.flush())
+        for name, sub in list(self.leaving.items()):
+            if sub.peer is peer:
+                self._left(name, sub)
 
     def detach_all(self) -> None:
         for sub in self.by_name.values():
             sub.detach_quietly()
+        self._stop_leaving()
 
     def stop_all(self) -> None:
         """The topic was lost (not handed off): no subscription writes its mark again."""
         for sub in self.by_name.values():
             sub.stop()
+        self._stop_leaving()
+
+    def _stop_leaving(self) -> None:
+        for name, sub in list(self.leaving.items()):
+            self._left(name, sub)
 
     def close_all(self, code: CloseReason, reason: str) -> None:
         for sub in self.by_name.values():
             sub.force_close(code, reason)
+        self._stop_leaving()  # their subscribers are told where they attach now
 
     async def flush_marks(self) -> None:
         for sub in list(self.by_name.values()):

@@ -9,9 +9,10 @@
   owner asks each live delivery hub of its plan before a delete without force, which is
   refused while any subscriber is attached anywhere, not only at the owner.
 - ``SubscriptionMoved``: the topic's plan now sends this subscriber to another hub (``hub``;
-  none: the topic's owner). The hub that sent it has stopped delivering and written the
-  subscription's consume mark first, so the subscriber attaches there and delivery continues
-  after the mark: nothing skipped.
+  none: the topic's owner). The hub that sent it has written the subscription's consume mark
+  first, so the subscriber attaches there and delivery continues after the mark: nothing
+  skipped. The sender goes on delivering, writing nothing, until the subscriber closes the
+  subscription there once attached at ``hub`` (make-before-break), or for two seconds.
 """
 
 from __future__ import annotations
