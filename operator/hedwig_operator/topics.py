@@ -88,6 +88,9 @@ class TopicClaim:
     topic_name: str
     creation_timestamp: str
     uid: str = ""
+    # ``spec.scaling``: the pool's scaling policy changes the plan only under ``auto``.
+    scaling: ScalingMode = ScalingMode.AUTO
+    max_hubs: int | None = None
 
     @property
     def order(self) -> tuple[str, str]:
@@ -103,7 +106,14 @@ def claim_of(body: Mapping[str, Any]) -> TopicClaim | None:
     except (SpecError, InvalidTopicError):
         return None
     return TopicClaim(
-        spec.namespace, spec.name, spec.pool, spec.topic_name, spec.creation_timestamp, spec.uid
+        spec.namespace,
+        spec.name,
+        spec.pool,
+        spec.topic_name,
+        spec.creation_timestamp,
+        spec.uid,
+        scaling=spec.scaling_mode,
+        max_hubs=spec.max_hubs,
     )
 
 
@@ -190,7 +200,7 @@ def build_topic_status(
         status["lastSeq"] = snapshot.last_seq
         plan = snapshot.plan or TopicPlan()
         status["plan"] = {
-            "mode": _MODE_NAMES[plan.mode],
+            "mode": MODE_NAMES[plan.mode],
             "hubs": list(plan.hubs),
             "generation": plan.generation,
         }
@@ -209,7 +219,7 @@ def build_topic_status(
 
 
 # The plan's modes as the Topic's spec and status name them.
-_MODE_NAMES = {
+MODE_NAMES = {
     PlanMode.SINGLE: ScalingMode.SINGLE.value,
     PlanMode.FAN_OUT: ScalingMode.FAN_OUT.value,
     PlanMode.INGEST: ScalingMode.INGEST.value,
@@ -218,8 +228,9 @@ _MODE_NAMES = {
 
 async def _ensure_scaling(store: MetadataStore, spec: TopicSpec) -> TopicPlan | None:
     """Make the topic's plan what ``spec.scaling`` pins; the plan written, or None if nothing
-    was pinned or nothing changed. ``auto`` leaves the plan to ``hedwig topic mode`` and the
-    hubs' ``--auto-fan-out`` policy."""
+    was pinned or nothing changed. ``auto`` leaves the plan to the pool's scaling policy (the
+    rebalancing cycle, ``spec.rebalancing.fanOut``), ``hedwig topic mode`` and the hubs'
+    ``--auto-fan-out``."""
     mode = spec.scaling_mode
     if mode is ScalingMode.AUTO:
         return None
@@ -407,7 +418,7 @@ async def reconcile_topic(
         return result(False, "ScalingFailed", str(exc), topic=topic, snapshot=snapshot, retry=True)
     if changed is not None:
         where = f" on {', '.join(changed.hubs)}" if changed.hubs else ""
-        message = f"topic {topic!r} is served {_MODE_NAMES[changed.mode]}{where} (spec.scaling)"
+        message = f"topic {topic!r} is served {MODE_NAMES[changed.mode]}{where} (spec.scaling)"
         log.info("%s", message)
         await record_event(ctx.kube, body, "ModeChanged", message)
         snapshot = dataclasses.replace(snapshot, plan=changed if changed.hubs else None)

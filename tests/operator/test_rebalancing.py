@@ -21,7 +21,7 @@ from hedwig_operator.rebalancing.load import parse_vector
 from hedwig_operator.specs import PrometheusSpec, parse_pool
 from hedwig_operator.topics import claim_of
 
-from hedwig.metadata import NEW_VERSION, HubInfo, HubLoad, HubStatus, TopicLoad
+from hedwig.metadata import NEW_VERSION, HubInfo, HubLoad, HubStatus, PlanMode, TopicLoad
 from hedwig.placement.rebalance import Move
 
 from .fakes import World, pool_body, topic_body
@@ -284,3 +284,59 @@ async def test_low_load_drain_empties_the_last_hub_then_scales_the_pool_down() -
 def load_of(w: World, rates: dict[str, float]) -> HubLoad:
     loads = {t: TopicLoad(msg_in=r) for t, r in rates.items()}
     return HubLoad(timestamp_ms=w.ctx.clock.wall_ms(), topics=len(loads), topic_loads=loads)
+
+
+async def hot_world(**rebalancing: Any) -> World:
+    """hub-0 owns ``hot`` and ``pinned``, each taking 10 msg/s in and delivering 2,400 msg/s
+    out (a hub handles 1,000); hub-1..3 own nothing. ``hot``'s Topic leaves the mode to the
+    policy with at most 2 hubs; ``pinned``'s pins it single."""
+    w = await World().start()
+    rules = {**REBALANCING, "maxMovesPerCycle": 0, "hubCapacity": 1000, **rebalancing}
+    w.kube.put(pool_body(spec={"region": "r1", "rebalancing": rules}))
+    w.kube.put(settled_statefulset(4))
+    for topic in ("hot", "pinned"):
+        await w.hub_store.topics.ensure_topic(topic)
+        await w.hub_store.ownership.write_owner_info(topic, HubInfo("hub-0", 1), NEW_VERSION)
+    w.kube.put(topic_body("topic-hot", spec={"topicName": "hot", "scaling": {"maxHubs": 2}}))
+    w.kube.put(
+        topic_body("topic-pinned", spec={"topicName": "pinned", "scaling": {"mode": "single"}})
+    )
+    loads = {t: TopicLoad(msg_in=10, msg_out=2400) for t in ("hot", "pinned")}
+    load = HubLoad(
+        timestamp_ms=w.ctx.clock.wall_ms(),
+        topics=2,
+        msg_in=20,
+        msg_out=4800,
+        topic_loads=loads,
+    )
+    await w.hub_store.hubs.register_hub("hub-0", load)
+    for hub in ("hub-1", "hub-2", "hub-3"):
+        await w.register(hub, {})
+    return w
+
+
+async def test_a_topic_whose_subscribers_overload_its_hub_is_fanned_out() -> None:
+    """The pool's scaling policy (``spec.rebalancing.fanOut``) spreads the auto topic over
+    delivery hubs, capped at its Topic's maxHubs, says so in Events and the Topic's status, and
+    leaves the topic whose Topic pins the mode alone."""
+    w = await hot_world()
+    summary = await cycle(w)
+    assert summary["result"] == "ModeChanged", summary
+    got = await w.operator_store.plans.read_plan("hot")
+    assert got is not None and got.value.mode is PlanMode.FAN_OUT
+    assert len(got.value.hubs) == 2 and "hub-0" not in got.value.hubs
+    assert await w.operator_store.plans.read_plan("pinned") is None
+    for kind, name in (("HubPool", "pool"), ("Topic", "topic-hot")):
+        (event,) = w.kube.events_for(kind, name)
+        assert event["reason"] == "ModeChanged"
+        assert "2400 msg/s" in event["message"] and "delivery hubs" in event["message"]
+    plan = w.kube.objects[("Topic", "ns", "topic-hot")]["status"]["plan"]
+    assert plan == {"mode": "fanOut", "hubs": list(got.value.hubs), "generation": 1}
+    assert not w.kube.events_for("Topic", "topic-pinned")
+
+
+async def test_fan_out_by_the_operator_can_be_turned_off() -> None:
+    w = await hot_world(fanOut={"enabled": False})
+    summary = await cycle(w)
+    assert summary["result"] == "Balanced", summary
+    assert await w.operator_store.plans.read_plan("hot") is None

@@ -85,13 +85,18 @@ def test_pool_crd_defaults_are_the_specs_defaults() -> None:
         "hubCapacity": d.hub_capacity,
         "gracefulHandOff": d.graceful_hand_off,
     }
-    assert set(pairs) | {"prometheus", "scaleDown"} == set(rb)
+    assert set(pairs) | {"prometheus", "scaleDown", "fanOut"} == set(rb)
     for key, value in pairs.items():
         assert rb[key]["default"] == value, key
     sd = rb["scaleDown"]["properties"]
     assert sd["enabled"]["default"] == d.scale_down.enabled
     assert sd["minReplicas"]["default"] == d.scale_down.min_replicas
     assert sd["emptyForSeconds"]["default"] == d.scale_down.empty_for_s
+    fo = rb["fanOut"]["properties"]
+    assert fo["enabled"]["default"] == d.fan_out.enabled
+    assert fo["above"]["default"] == d.fan_out.above
+    assert fo["backBelow"]["default"] == d.fan_out.back_below
+    assert fo["maxHubs"]["default"] == d.fan_out.max_hubs
     p = parse_pool(pool_body())
     assert props["replicas"]["default"] == p.replicas
     assert props["placement"]["default"] == p.placement
@@ -168,6 +173,7 @@ def test_parse_pool_full() -> None:
         # pool_body gives spec.zookeeper: a store URL besides it is refused.
         ({"metadata": {"url": "etcd://e:2379"}}, "spec.metadata"),
         ({"storage": {"whenDeleted": "Keep"}}, "spec.storage.whenDeleted"),
+        ({"rebalancing": {"fanOut": {"above": 0.2, "backBelow": 0.3}}}, "spec.rebalancing.fanOut"),
     ],
 )
 def test_parse_pool_refuses(spec: dict[str, Any], path: str) -> None:

@@ -26,9 +26,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from hedwig.errors import MetadataError
-from hedwig.metadata import HubStatus
+from hedwig.errors import HedwigError, MetadataError
+from hedwig.metadata import HubStatus, MetadataStore, PlanMode, TopicPlan
+from hedwig.placement.plans import set_topic_mode
 from hedwig.placement.rebalance import RebalanceConfig, Rebalancer
+from hedwig.placement.scaling import ScalingConfig, ScalingPolicy
 from hedwig_operator.builders.labels import hub_address
 from hedwig_operator.builders.statefulset import rollout_in_progress
 from hedwig_operator.conditions import now_iso
@@ -40,7 +42,8 @@ from hedwig_operator.rebalancing.mover import MoveOutcome, perform_move
 from hedwig_operator.recorder import record_event
 from hedwig_operator.resources import API_VERSION, POOL_KIND, TOPIC_KIND
 from hedwig_operator.specs import PoolSpec
-from hedwig_operator.topics import TopicClaim
+from hedwig_operator.specs.topic import ScalingMode
+from hedwig_operator.topics import MODE_NAMES, TopicClaim, conflict_winner
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +51,21 @@ log = logging.getLogger(__name__)
 DEFAULT_ENSEMBLE = 3
 
 MAX_MOVES_IN_STATUS = 20
+
+
+@dataclass
+class ScalingState:
+    """A pool's scaling policy instance (confirmations and cooldowns between cycles)."""
+
+    policy: ScalingPolicy | None = None
+    config: ScalingConfig | None = None
+    total_changes: int = 0
+
+    def get(self, config: ScalingConfig, ctx: Context) -> ScalingPolicy:
+        if self.policy is None or config != self.config:
+            self.policy = ScalingPolicy(config, ctx.clock)
+            self.config = config
+        return self.policy
 
 
 @dataclass
@@ -60,6 +78,7 @@ class RebalanceState:
     # The drained last hub, and since when (monotonic) it has owned no topic.
     empty_since: tuple[str, float] | None = None
     total_moves: int = 0
+    scaling: ScalingState = field(default_factory=ScalingState)
     last_result: str = ""
     history: list[dict[str, Any]] = field(default_factory=list)
 
@@ -117,6 +136,79 @@ async def _maybe_scale_down(
     return message
 
 
+async def _scale_topics(
+    ctx: Context,
+    pool: PoolSpec,
+    state: ScalingState,
+    store: MetadataStore,
+    hubs: list[HubStatus],
+    claims_of: Callable[[str], Iterable[TopicClaim]],
+) -> list[str]:
+    """The scaling policy on the pool's load reports: a topic whose subscribers alone overload
+    its hub is spread over delivery hubs, and brought back once it cools; what changed.
+
+    Only topics whose Topic resource says ``auto`` (or that no Topic manages) change, capped
+    at the Topic's ``maxHubs``; each change is a ``ModeChanged`` Event on the pool and the
+    Topic, and the Topic's ``status.plan``. Plans are read for the topics the reports list
+    (each report lists its hottest topics only), so a cycle costs the same at any topic count.
+    """
+    fan_out = pool.rebalancing.fan_out
+    if not fan_out.enabled:
+        return []
+    policy = state.get(pool.rebalancing.to_scaling(), ctx)
+    plans: dict[str, TopicPlan] = {}
+    try:
+        listed = {t for h in hubs if h.alive and h.load for t in h.load.topic_loads}
+        for topic in sorted(listed):
+            got = await store.plans.read_plan(topic)
+            if got is not None and got.value.mode is PlanMode.FAN_OUT:
+                plans[topic] = got.value
+    except MetadataError as exc:
+        log.warning("pool %s: cannot read the topics' plans: %s", pool.name, exc)
+        return []
+    done: list[str] = []
+    pool_target = ObjectRef(API_VERSION, POOL_KIND, pool.namespace, pool.name, pool.uid)
+    for change in policy.plan(hubs, plans):
+        claims = list(claims_of(change.topic))
+        managed = conflict_winner(claims, change.topic)
+        if managed is not None and managed.scaling is not ScalingMode.AUTO:
+            continue  # its Topic pins the mode
+        count = change.hubs
+        if managed is not None and managed.max_hubs:
+            count = min(count, managed.max_hubs)
+        try:
+            plan = await set_topic_mode(
+                store,
+                change.topic,
+                change.mode,
+                hubs=max(1, count),
+                reason=change.reason,
+                clock=ctx.clock,
+            )
+        except HedwigError as exc:
+            log.warning("pool %s: changing the plan of %r failed: %s", pool.name, change.topic, exc)
+            continue
+        state.total_changes += 1
+        where = f"by {', '.join(plan.hubs)}" if plan.hubs else "by its owner alone"
+        message = f"topic {change.topic!r} is served {where}: {change.reason}"
+        log.info("pool %s/%s: %s", pool.namespace, pool.name, message)
+        done.append(message)
+        await record_event(ctx.kube, pool_target, "ModeChanged", message)
+        status = {
+            "mode": MODE_NAMES[plan.mode],
+            "hubs": list(plan.hubs),
+            "generation": plan.generation,
+        }
+        for claim in claims:
+            target = ObjectRef(API_VERSION, TOPIC_KIND, claim.namespace, claim.name, claim.uid)
+            await record_event(ctx.kube, target, "ModeChanged", message)
+            try:
+                await ctx.kube.patch_status(target, {"plan": status})
+            except KubeError as exc:
+                log.warning("could not record the plan on Topic %s: %s", claim.name, exc)
+    return done
+
+
 def _summary(result: str, detail: str, moves: list[dict[str, Any]], now: str) -> dict[str, Any]:
     return {"time": now, "result": result, "message": detail, "moves": moves}
 
@@ -170,6 +262,7 @@ async def rebalance_cycle(
     except (MetadataError, PrometheusError) as exc:
         return _summary("Error", f"cannot read the hubs' load: {exc}", [], stamp)
 
+    changed = await _scale_topics(ctx, pool, state.scaling, store, hubs, claims_of)
     ensemble = pool.replication.ensemble if pool.replication else DEFAULT_ENSEMBLE
     policy = state.policy(spec.to_config(min_hubs=ensemble), ctx)
     drain_first = [hub_address(pool, i) for i in reversed(range(pool.replicas))]
@@ -178,6 +271,8 @@ async def rebalance_cycle(
         scaled = await _maybe_scale_down(ctx, pool, state, policy, hubs, drain_first)
         if scaled is not None:
             return _summary("ScaledDown", scaled, [], stamp)
+        if changed:
+            return _summary("ModeChanged", "; ".join(changed), [], stamp)
         return _summary("Balanced", f"no move needed among {len(hubs)} hubs", [], stamp)
     state.empty_since = None
     alive = [h.address for h in hubs if h.alive]

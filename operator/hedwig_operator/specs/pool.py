@@ -15,6 +15,7 @@ from typing import Any
 from hedwig.metadata import ReplicationConfig
 from hedwig.placement import POLICIES
 from hedwig.placement.rebalance import RebalanceConfig
+from hedwig.placement.scaling import ScalingConfig
 from hedwig_operator.resources import ANNOTATION_REBALANCE_PAUSED
 from hedwig_operator.specs.common import (
     Raw,
@@ -75,6 +76,20 @@ class ScaleDownSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class FanOutSpec:
+    """``spec.rebalancing.fanOut``: the operator runs the scaling policy
+    (``hedwig.placement.scaling``) on the pool's load reports and spreads a topic whose
+    subscribers alone overload its hub over delivery hubs, for topics whose Topic resource
+    leaves ``spec.scaling.mode`` at ``auto`` (and topics no Topic manages)."""
+
+    enabled: bool = True
+    # Shares of one hub's capacity (``hubCapacity``): fan out above, back to single below.
+    above: float = 0.7
+    back_below: float = 0.3
+    max_hubs: int = 8
+
+
+@dataclass(frozen=True, slots=True)
 class RebalancingSpec:
     """``spec.rebalancing``; ``to_config`` gives the shared policy's settings."""
 
@@ -97,6 +112,20 @@ class RebalancingSpec:
     graceful_hand_off: bool = True
     prometheus: PrometheusSpec | None = None
     scale_down: ScaleDownSpec = field(default_factory=ScaleDownSpec)
+    fan_out: FanOutSpec = field(default_factory=FanOutSpec)
+
+    def to_scaling(self) -> ScalingConfig:
+        """The scaling policy's settings: this spec's capacity and guards, ``fanOut``'s lines."""
+        f = self.fan_out
+        return ScalingConfig(
+            hub_capacity=self.hub_capacity,
+            fan_out_above=f.above,
+            back_below=f.back_below,
+            max_hubs=f.max_hubs,
+            confirmations=self.confirmations,
+            cooldown_s=self.cooldown_s,
+            max_changes_per_cycle=max(1, self.max_moves_per_cycle),
+        )
 
     def to_config(self, min_hubs: int = 1) -> RebalanceConfig:
         """The policy's settings; a drain never leaves fewer than ``min_hubs`` serving hubs
@@ -225,7 +254,25 @@ def parse_rebalancing(raw: Raw, path: str = "spec.rebalancing") -> RebalancingSp
         graceful_hand_off=bool_or(raw, "gracefulHandOff", path, d.graceful_hand_off),
         prometheus=_prometheus(raw, path),
         scale_down=_scale_down(raw, path),
+        fan_out=_fan_out(raw, path),
     )
+
+
+def _fan_out(raw: Raw, path: str) -> FanOutSpec:
+    if raw.get("fanOut") is None:
+        return FanOutSpec()
+    s = section(raw, "fanOut", path)
+    where = f"{path}.fanOut"
+    d = FanOutSpec()
+    spec = FanOutSpec(
+        enabled=bool_or(s, "enabled", where, d.enabled),
+        above=float_or(s, "above", where, d.above),
+        back_below=float_or(s, "backBelow", where, d.back_below),
+        max_hubs=int_or(s, "maxHubs", where, d.max_hubs, minimum=2),
+    )
+    if not 0 < spec.back_below < spec.above:
+        raise SpecError(where, "backBelow must be above 0 and below above")
+    return spec
 
 
 def _scale_down(raw: Raw, path: str) -> ScaleDownSpec:
