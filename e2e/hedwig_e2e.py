@@ -201,12 +201,21 @@ class Workload:
     the test's blocking kubectl calls never stall them). Every acknowledged message is
     remembered; ``stop`` waits for the subscribers to have received every one of them."""
 
-    def __init__(self, hubs: list[str], topics: list[str], rate_per_topic: float) -> None:
+    def __init__(
+        self, hubs: list[str], topics: list[str], rate_per_topic: float, *, subscribers: int = 1
+    ) -> None:
         self.hubs = hubs
         self.topics = topics
         self.interval = 1.0 / rate_per_topic
         self.acked: dict[str, set[bytes]] = {t: set() for t in topics}
-        self.received: dict[str, set[bytes]] = {t: set() for t in topics}
+        # What each subscriber of each topic received (``received``: the first's).
+        self.names = ["e2e-reader"] + [f"e2e-reader-{i}" for i in range(1, subscribers)]
+        self.received_by: dict[tuple[str, str], set[bytes]] = {
+            (t, n): set() for t in topics for n in self.names
+        }
+        self.received: dict[str, set[bytes]] = {
+            t: self.received_by[(t, "e2e-reader")] for t in topics
+        }
         self.errors: list[str] = []
         self._stop = threading.Event()
         self._subscribed = threading.Event()
@@ -224,12 +233,9 @@ class Workload:
 
     async def _run(self) -> None:
         async with HedwigClient(self.hubs) as client:
-            subs = [await client.subscribe(t, "e2e-reader") for t in self.topics]
+            subs = [(t, n, await client.subscribe(t, n)) for t in self.topics for n in self.names]
             self._subscribed.set()
-            readers = [
-                asyncio.create_task(self._read(t, s))
-                for t, s in zip(self.topics, subs, strict=True)
-            ]
+            readers = [asyncio.create_task(self._read(t, n, s)) for t, n, s in subs]
             writers = [asyncio.create_task(self._write(client, t)) for t in self.topics]
             while not self._stop.is_set():  # noqa: ASYNC110 - set from another thread
                 await asyncio.sleep(0.1)
@@ -238,7 +244,7 @@ class Workload:
             await asyncio.gather(*writers, return_exceptions=True)
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline and any(  # noqa: ASYNC110
-                not self.acked[t] <= self.received[t] for t in self.topics
+                not self.acked[t] <= got for (t, _), got in self.received_by.items()
             ):
                 await asyncio.sleep(0.2)
             for r in readers:
@@ -259,7 +265,8 @@ class Workload:
                 self.errors.append(f"publish {topic}: {exc!r}")
             await asyncio.sleep(self.interval)
 
-    async def _read(self, topic: str, sub: Any) -> None:
+    async def _read(self, topic: str, name: str, sub: Any) -> None:
+        got = self.received_by[(topic, name)]
         while True:
             try:
                 msg = await sub.next(timeout=5)
@@ -267,14 +274,18 @@ class Workload:
                 raise
             except Exception:
                 continue
-            self.received[topic].add(msg.value)
+            got.add(msg.value)
             sub.consume(msg.seq)
 
     def acked_count(self) -> int:
         return sum(len(v) for v in self.acked.values())
 
     def stop(self) -> dict[str, set[bytes]]:
-        """Stop publishing; return, per topic, acknowledged messages never received."""
+        """Stop publishing; return, per topic, acknowledged messages some subscriber of it
+        never received."""
         self._stop.set()
         self._thread.join(120)
-        return {t: self.acked[t] - self.received[t] for t in self.topics}
+        missing: dict[str, set[bytes]] = {t: set() for t in self.topics}
+        for (t, _), got in self.received_by.items():
+            missing[t] |= self.acked[t] - got
+        return missing

@@ -103,13 +103,14 @@ class Bed:
             )
 
     # -- hubs ---------------------------------------------------------------------------
-    def start_hub(self, region: str) -> HubProcess:
+    def start_hub(self, region: str, *, load_report_s: float | None = None) -> HubProcess:
+        reports = ["--load-report-interval", str(load_report_s)] if load_report_s else []
         hub = HubProcess(
             self.zk,
             region,
             str(self.workdir / f"hub-{len(self.hubs)}"),
             session_timeout_s=4.0,
-            extra_args=["--replication", "1/1/1", "--placement", "least-loaded"],
+            extra_args=["--replication", "1/1/1", "--placement", "least-loaded", *reports],
         )
         self.hubs.append(hub)
         return hub.start()
@@ -507,6 +508,52 @@ def test_skewed_load_moves_topics_without_losing_acknowledged_messages(
     assert pool_status["lastMoves"]["moves"]
     pool_events = bed.events(pool, "TopicMoved")
     assert any(repr(moved_topic) in e["message"] for e in pool_events)
+
+
+def test_a_topic_whose_subscribers_overload_its_hub_is_fanned_out(bed: Bed) -> None:
+    """The operator's scaling policy (``rebalancing.fanOut``): a Topic whose subscribers alone
+    take most of its hub (here a hub handles 200 msg/s; one topic at 20 msg/s in goes out to 12
+    subscribers, 240 msg/s) is spread over delivery hubs; its status shows them, a ModeChanged
+    Event says why, and every subscriber gets every acknowledged message through the switch."""
+    pool = "hot"
+    bed.add_volumes(3)
+    hubs = [bed.start_hub(pool, load_report_s=1) for _ in range(3)]
+    bed.apply(
+        pool_manifest(
+            pool,
+            replicas=3,
+            zookeeper={"connect": bed.zk},
+            rebalancing={
+                "intervalSeconds": 2,
+                "confirmations": 2,
+                "maxMovesPerCycle": 0,
+                "cooldownSeconds": 600,
+                "hubCapacity": 200,
+            },
+        )
+    )
+    topic = "hot-subscribed"
+    bed.apply(topic_manifest(topic, pool, scaling={"maxHubs": 2}))
+    owner = wait_for(f"{topic} owned", lambda: bed.status("topic", topic).get("owner"), 60)
+    workload = Workload([h.address for h in hubs], [topic], rate_per_topic=20, subscribers=12)
+    workload.start()
+    try:
+        plan = wait_for(
+            "the Topic's plan to be fan-out",
+            lambda: (p := bed.status("topic", topic).get("plan")) and p["mode"] == "fanOut" and p,
+            120,
+        )
+        assert len(plan["hubs"]) == 2, plan
+        assert owner not in plan["hubs"], plan
+        before = workload.acked_count()
+        wait_for("publishing to go on", lambda: workload.acked_count() > before + 100, 60)
+    finally:
+        missing = workload.stop()
+    assert all(not m for m in missing.values()), {t: len(m) for t, m in missing.items()}
+    events = wait_for("a ModeChanged event", lambda: bed.events(topic, "ModeChanged"), 30)
+    assert "msg/s" in events[0]["message"]
+    assert "delivery hubs" in events[0]["message"]
+    assert any(repr(topic) in e["message"] for e in bed.events(pool, "ModeChanged"))
 
 
 def test_rebalancing_waits_while_the_statefulset_rolls_out(bed: Bed) -> None:
