@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import struct
 import subprocess
 import sys
 import time
@@ -37,6 +38,9 @@ from hedwig.placement.plans import set_topic_mode
 from hedwig.protocol import Consume, Deliver, Event, Subscribe
 
 TOPIC = "bench/hot"
+# A fixed-rate run's messages start with their send time (CLOCK_MONOTONIC, shared by the
+# processes of one machine), in nanoseconds.
+STAMP = struct.Struct("<q")
 WARMUP_S = 2.0
 # The publisher sends calls of this many messages, this many at once: the owner, capped like
 # the others, then takes publishes far faster than one hub can deliver them to the
@@ -49,9 +53,13 @@ PUBLISH_PENDING = 40
 # The worker: raw subscribers -------------------------------------------------------------------
 
 
-async def worker(hubs: list[str], names: list[str], duration: float) -> dict[str, Any]:
+async def worker(
+    hubs: list[str], names: list[str], duration: float, *, stamped: bool = False
+) -> dict[str, Any]:
     counted = 0
     window = [float("inf"), float("-inf")]
+    # With ``stamped`` messages (a fixed-rate run): each one's publish-to-delivery latency, ms.
+    latencies: list[float] = []
 
     def on_event(conn: HubConnection, event: Event) -> None:
         nonlocal counted
@@ -60,6 +68,11 @@ async def worker(hubs: list[str], names: list[str], duration: float) -> dict[str
         now = time.monotonic()
         if window[0] <= now <= window[1]:
             counted += event.batch.count
+            if stamped:
+                now_ns = time.monotonic_ns()
+                for m in event.batch.iter_delivered():
+                    (sent,) = STAMP.unpack_from(m.value)
+                    latencies.append((now_ns - sent) / 1e6)
         conn.send_nowait(
             Consume(
                 request_id=conn.next_id(),
@@ -98,7 +111,12 @@ async def worker(hubs: list[str], names: list[str], duration: float) -> dict[str
     await asyncio.sleep(WARMUP_S + duration + 0.2)
     for conn in conns:
         conn.close()
-    return {"delivered": counted, "seconds": duration, "connections": len(conns)}
+    return {
+        "delivered": counted,
+        "seconds": duration,
+        "connections": len(conns),
+        "latencies_ms": [round(x, 3) for x in latencies],
+    }
 
 
 # The driver ----------------------------------------------------------------------------------
@@ -120,6 +138,7 @@ def start_workers(hubs: list[str], prefix: str, args: argparse.Namespace) -> lis
                     ",".join(names),
                     "--duration",
                     str(args.duration),
+                    *(["--stamped"] if args.rate else []),
                 ],
                 stdout=subprocess.PIPE,
                 text=True,
@@ -133,15 +152,29 @@ def start_workers(hubs: list[str], prefix: str, args: argparse.Namespace) -> lis
     return procs
 
 
-def collect(procs: list[Any]) -> float:
+def collect(procs: list[Any]) -> tuple[float, list[float]]:
+    """Messages delivered per second over all workers, and every latency sample (ms)."""
     total = 0.0
     seconds = 1.0
+    latencies: list[float] = []
     for proc in procs:
         out, _ = proc.communicate(timeout=120)
         got = json.loads(out.strip().splitlines()[-1])
         total += got["delivered"]
         seconds = got["seconds"]
-    return total / seconds
+        latencies.extend(got["latencies_ms"])
+    return total / seconds, latencies
+
+
+def percentiles(samples: list[float]) -> dict[str, float]:
+    if not samples:
+        return {"n": 0}
+    s = sorted(samples)
+
+    def at(q: float) -> float:
+        return round(s[min(len(s) - 1, int(q * len(s)))], 2)
+
+    return {"n": len(s), "p50_ms": at(0.50), "p99_ms": at(0.99), "p999_ms": at(0.999)}
 
 
 async def publish_flat_out(hubs: list[str], stop: asyncio.Event) -> int:
@@ -160,15 +193,41 @@ async def publish_flat_out(hubs: list[str], stop: asyncio.Event) -> int:
     return sent
 
 
-async def phase(hubs: list[str], prefix: str, args: argparse.Namespace) -> float:
+async def publish_at_rate(hubs: list[str], stop: asyncio.Event, rate: float) -> int:
+    """One message at a time at ``rate`` per second, each stamped with its send time."""
+    from hedwig.client import HedwigClient
+
+    sent = 0
+    pad = b"x" * (100 - STAMP.size)
+    async with HedwigClient(hubs) as pub:
+        pending: set[asyncio.Future[Any]] = set()
+        start = time.monotonic()
+        while not stop.is_set():
+            due = int((time.monotonic() - start) * rate) + 1
+            while sent < due:
+                fut = pub.publish_nowait(TOPIC, STAMP.pack(time.monotonic_ns()) + pad)
+                pending.add(fut)
+                fut.add_done_callback(pending.discard)
+                sent += 1
+            await asyncio.sleep(0.001)
+        await asyncio.gather(*pending, return_exceptions=True)
+    return sent
+
+
+async def phase(
+    hubs: list[str], prefix: str, args: argparse.Namespace
+) -> tuple[float, list[float]]:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     procs = await loop.run_in_executor(None, start_workers, hubs, prefix, args)
-    publisher = asyncio.create_task(publish_flat_out(hubs, stop))
-    rate = await loop.run_in_executor(None, collect, procs)
+    if args.rate:
+        publisher = asyncio.create_task(publish_at_rate(hubs, stop, args.rate))
+    else:
+        publisher = asyncio.create_task(publish_flat_out(hubs, stop))
+    got = await loop.run_in_executor(None, collect, procs)
     stop.set()
     await publisher
-    return rate
+    return got
 
 
 async def drive(args: argparse.Namespace) -> dict[str, Any]:
@@ -187,12 +246,12 @@ async def drive(args: argparse.Namespace) -> dict[str, Any]:
 
                 async with HedwigClient(hubs) as c:
                     await c.publish(TOPIC, b"first")
-                single = await phase(hubs, "single", args)
+                single, single_lat = await phase(hubs, "single", args)
                 await set_topic_mode(
                     store, TOPIC, PlanMode.FAN_OUT, hubs=args.delivery_hubs, clock=SystemClock()
                 )
                 await asyncio.sleep(1.0)
-                fanned = await phase(hubs, "fanout", args)
+                fanned, fanned_lat = await phase(hubs, "fanout", args)
         finally:
             if quotas is not None:
                 quotas.remove()
@@ -200,8 +259,19 @@ async def drive(args: argparse.Namespace) -> dict[str, Any]:
         "subscribers": args.subscribers,
         "delivery_hubs": args.delivery_hubs,
         "cpu_quota": args.cpu_quota,
+        "publish_rate": args.rate or "as fast as acknowledgements come",
         "delivered_per_s": {"single": round(single), "fan_out": round(fanned)},
         "ratio": round(fanned / single, 2) if single else None,
+        **(
+            {
+                "latency": {
+                    "single": percentiles(single_lat),
+                    "fan_out": percentiles(fanned_lat),
+                }
+            }
+            if args.rate
+            else {}
+        ),
     }
 
 
@@ -212,11 +282,23 @@ def main() -> None:
     parser.add_argument("--cpu-quota", type=float, default=0.25, help="CPUs per hub (cgroup)")
     parser.add_argument("--duration", type=float, default=10.0)
     parser.add_argument("--procs", type=int, default=2, help="subscriber worker processes")
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=0.0,
+        help="publish at this fixed rate with stamped messages and report publish-to-delivery "
+        "latency per phase (default: as fast as acknowledgements come)",
+    )
+    parser.add_argument("--stamped", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--names", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        got = asyncio.run(worker(args.worker.split(","), args.names.split(","), args.duration))
+        got = asyncio.run(
+            worker(
+                args.worker.split(","), args.names.split(","), args.duration, stamped=args.stamped
+            )
+        )
         print(json.dumps(got), flush=True)
         return
     print(json.dumps(asyncio.run(drive(args)), indent=2))
