@@ -42,6 +42,7 @@ from hedwig_operator.builders.security import (
     ca_cert_configmap,
     ca_secret_name,
     clients_ca_secret_name,
+    hub_certificate,
     hub_dns_names,
     hub_tls_secret_name,
     secret_data,
@@ -164,6 +165,9 @@ async def ensure_pool_security(
 async def _ensure_pool_security(
     kube: KubeApi, pool: PoolSpec, trust: PoolTrust, now: dt.datetime
 ) -> None:
+    if pool.security.cert_manager is not None:
+        await _ensure_cert_manager(kube, pool, trust)
+        return
     hub_ca = await _ca(kube, pool, ca_secret_name(pool), "hedwig hubs")
     clients_ca = await _ca(kube, pool, clients_ca_secret_name(pool), "hedwig clients")
     await kube.apply(ca_cert_configmap(pool, hub_ca.cert_pem))
@@ -195,12 +199,41 @@ async def _ensure_pool_security(
             )
         )
         log.info("issued the hubs' certificate of pool %s/%s", pool.namespace, pool.name)
+    digest = await _zk_digest(kube, pool)
+    trust.register(pool, hub_ca.cert_pem.decode(), digest)
+
+
+async def _zk_digest(kube: KubeApi, pool: PoolSpec) -> str:
     zk_ref = ObjectRef("v1", "Secret", pool.namespace, zk_secret_name(pool))
     digest = secret_data(await kube.get(zk_ref)).get("digest", b"").decode()
     if not digest:
         digest = f"hedwig:{secrets.token_urlsafe(24)}"
         await kube.apply(secret_manifest(pool, zk_ref.name, {"digest": digest.encode()}))
-    trust.register(pool, hub_ca.cert_pem.decode(), digest)
+    return digest
+
+
+async def _ensure_cert_manager(kube: KubeApi, pool: PoolSpec, trust: PoolTrust) -> None:
+    """cert-manager issues and renews the hubs' certificate: keep its Certificate, the
+    clients' CA (HedwigUser certificates stay the operator's) and the digest; publish the hub
+    CA (the ``ca.crt`` cert-manager writes) for clients once the Secret is issued. Until then
+    the hub pods wait for their Secret, as any pod with a cert-manager Secret does."""
+    await _ca(kube, pool, clients_ca_secret_name(pool), "hedwig clients")
+    await kube.apply(hub_certificate(pool))
+    digest = await _zk_digest(kube, pool)
+    issued = secret_data(
+        await kube.get(ObjectRef("v1", "Secret", pool.namespace, hub_tls_secret_name(pool)))
+    )
+    ca_pem = issued.get("ca.crt")
+    if not ca_pem:
+        log.info(
+            "pool %s/%s: waiting for cert-manager to issue %s",
+            pool.namespace,
+            pool.name,
+            hub_tls_secret_name(pool),
+        )
+        return
+    await kube.apply(ca_cert_configmap(pool, ca_pem))
+    trust.register(pool, ca_pem.decode(), digest)
 
 
 # ------------------------------------------------------------------------------ users

@@ -182,3 +182,88 @@ async def test_concurrent_reconcilers_make_one_ca() -> None:
     await asyncio.gather(*(ensure_pool_security(kube, pool, trust) for _ in range(3)))
     cas = [m for m in kube.applied if m["metadata"]["name"] == "pool-ca"]
     assert len(cas) == 1
+
+
+CERT_MANAGER = {
+    "region": "r1",
+    "security": {
+        "enabled": True,
+        "certificateDays": 60,
+        "renewBeforeDays": 20,
+        "certManager": {"issuerRef": {"name": "hedwig-ca", "kind": "ClusterIssuer"}},
+    },
+}
+
+
+async def test_with_cert_manager_the_hubs_certificate_is_a_certificate_resource() -> None:
+    """cert-manager issues and renews the hubs' certificate: the operator keeps a Certificate
+    with the names and usages of its own, makes no hub CA, and publishes the CA cert-manager
+    wrote once the Secret exists; the pods mount that Secret with the clients' CA beside it."""
+    w = await World().start()
+    pool = parse_pool(pool_body(spec=CERT_MANAGER))
+    trust = PoolTrust()
+    await ensure_pool_security(w.kube, pool, trust)
+    cert = w.kube.objects[("Certificate", "ns", "pool-hub-tls")]
+    assert cert["apiVersion"] == "cert-manager.io/v1"
+    spec = cert["spec"]
+    assert spec["secretName"] == "pool-hub-tls"
+    assert spec["issuerRef"] == {
+        "name": "hedwig-ca",
+        "kind": "ClusterIssuer",
+        "group": "cert-manager.io",
+    }
+    assert "*.pool-headless.ns.svc" in spec["dnsNames"]
+    assert {"server auth", "client auth"} <= set(spec["usages"])
+    assert (spec["duration"], spec["renewBefore"]) == ("1440h", "480h")
+    assert cert["metadata"]["ownerReferences"][0]["kind"] == "HubPool"
+    names = {k[2] for k in w.kube.objects if k[0] == "Secret"}
+    assert names == {"pool-clients-ca", "pool-zookeeper"}  # no hub CA, nothing issued yet
+    assert ("ConfigMap", "ns", "pool-ca-cert") not in w.kube.objects
+    assert trust.security_for("pool-0.pool-headless.ns.svc:4080") is None
+
+    # cert-manager's CA issuer writes the Secret: tls.crt, tls.key and its CA as ca.crt.
+    from hedwig.security.ca import CertificateAuthority
+
+    ca = CertificateAuthority.create("cert-manager test CA", days=30)
+    issued = ca.issue("hub.pool.ns", dns_names=spec["dnsNames"], server=True, client=True, days=30)
+    w.kube.put(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "kubernetes.io/tls",
+            "metadata": {"name": "pool-hub-tls", "namespace": "ns"},
+            "data": {
+                k: base64.b64encode(v).decode()
+                for k, v in (
+                    ("tls.crt", issued.cert_pem),
+                    ("tls.key", issued.key_pem),
+                    ("ca.crt", ca.cert_pem),
+                )
+            },
+        }
+    )
+    await ensure_pool_security(w.kube, pool, trust)
+    published = w.kube.objects[("ConfigMap", "ns", "pool-ca-cert")]["data"]["ca.crt"]
+    assert published.encode() == ca.cert_pem
+    assert trust.security_for("pool-0.pool-headless.ns.svc:4080") is not None
+    assert secret(w, "pool-hub-tls")["tls.crt"] == issued.cert_pem  # never rewritten by us
+
+    pod = build_statefulset(pool)["spec"]["template"]["spec"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "hub-tls"]
+    sources = volume["projected"]["sources"]
+    assert sources[0]["secret"]["name"] == "pool-hub-tls"
+    assert sources[1]["secret"] == {
+        "name": "pool-clients-ca",
+        "items": [{"key": "tls.crt", "path": "client-ca.crt"}],
+    }
+
+
+def test_a_cert_manager_issuer_must_be_named() -> None:
+    bad = {"security": {"enabled": True, "certManager": {"issuerRef": {"kind": "Issuer"}}}}
+    with pytest.raises(SpecError, match=r"issuerRef\.name"):
+        parse_pool(pool_body(spec={"region": "r1", **bad}))
+    worse = {
+        "security": {"enabled": True, "certManager": {"issuerRef": {"name": "x", "kind": "Vault"}}}
+    }
+    with pytest.raises(SpecError, match="Issuer or ClusterIssuer"):
+        parse_pool(pool_body(spec={"region": "r1", **worse}))

@@ -28,6 +28,8 @@ from hedwig_operator.resources import INTERNAL_PORT, TLS_DIR, ZK_DIGEST_DIR
 from hedwig_operator.specs import PoolSpec
 
 TLS_VOLUME = "hub-tls"
+# What cert-manager writes into a Certificate's Secret (ca.crt: the issuing CA).
+CERT_MANAGER_KEYS = ("tls.crt", "tls.key", "ca.crt")
 ZK_VOLUME = "zookeeper-digest"
 
 
@@ -137,10 +139,56 @@ def security_environment(pool: PoolSpec, operator_principal: str) -> dict[str, s
 def security_volumes(pool: PoolSpec) -> list[dict[str, Any]]:
     if not pool.security.enabled:
         return []
+    tls: dict[str, Any] = {"secret": {"secretName": hub_tls_secret_name(pool)}}
+    if pool.security.cert_manager is not None:
+        # cert-manager owns the hubs' Secret (tls.crt, tls.key, ca.crt) and rewrites it on
+        # renewal; the clients' CA, which the operator keeps, is projected beside it.
+        tls = {
+            "projected": {
+                "sources": [
+                    {
+                        "secret": {
+                            "name": hub_tls_secret_name(pool),
+                            "items": [{"key": k, "path": k} for k in CERT_MANAGER_KEYS],
+                        }
+                    },
+                    {
+                        "secret": {
+                            "name": clients_ca_secret_name(pool),
+                            "items": [{"key": "tls.crt", "path": "client-ca.crt"}],
+                        }
+                    },
+                ]
+            }
+        }
     return [
-        {"name": TLS_VOLUME, "secret": {"secretName": hub_tls_secret_name(pool)}},
+        {"name": TLS_VOLUME, **tls},
         {"name": ZK_VOLUME, "secret": {"secretName": zk_secret_name(pool)}},
     ]
+
+
+def hub_certificate(pool: PoolSpec) -> dict[str, Any]:
+    """The cert-manager Certificate of the hubs (``spec.security.certManager``): the names and
+    usages the operator's own hub certificate has, written into ``<pool>-hub-tls``."""
+    issuer = pool.security.cert_manager
+    assert issuer is not None
+    return {
+        "apiVersion": "cert-manager.io/v1",
+        "kind": "Certificate",
+        "metadata": child_metadata(pool, hub_tls_secret_name(pool)),
+        "spec": {
+            "secretName": hub_tls_secret_name(pool),
+            "commonName": f"hub.{pool.name}.{pool.namespace}",
+            "dnsNames": hub_dns_names(pool),
+            "ipAddresses": ["127.0.0.1"],
+            "duration": f"{pool.security.certificate_days * 24}h",
+            "renewBefore": f"{pool.security.renew_before_days * 24}h",
+            # Hubs present it on both listeners and as clients of each other's internal one.
+            "usages": ["digital signature", "key encipherment", "server auth", "client auth"],
+            "privateKey": {"algorithm": "ECDSA", "size": 256, "rotationPolicy": "Always"},
+            "issuerRef": {"name": issuer.name, "kind": issuer.kind, "group": issuer.group},
+        },
+    }
 
 
 def security_mounts(pool: PoolSpec) -> list[dict[str, Any]]:

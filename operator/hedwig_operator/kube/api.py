@@ -18,6 +18,7 @@ PLURALS: dict[str, str] = {
     "Topic": "topics",
     "HedwigUser": "hedwigusers",
     "Secret": "secrets",
+    "Certificate": "certificates",
 }
 
 

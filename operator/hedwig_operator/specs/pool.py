@@ -148,6 +148,15 @@ class RebalancingSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class IssuerRef:
+    """``spec.security.certManager.issuerRef``: the cert-manager issuer of the hubs' certificate."""
+
+    name: str
+    kind: str = "Issuer"
+    group: str = "cert-manager.io"
+
+
+@dataclass(frozen=True, slots=True)
 class SecuritySpec:
     """``spec.security``: TLS on both listeners, authentication, ACLs, protected znodes.
 
@@ -170,6 +179,9 @@ class SecuritySpec:
     # Certificates the operator issues are valid this long, and renewed this long before.
     certificate_days: int = 90
     renew_before_days: int = 30
+    # Set: cert-manager issues the hubs' certificate (a Certificate the operator keeps),
+    # instead of the operator's own hub CA.
+    cert_manager: IssuerRef | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -326,7 +338,23 @@ def parse_security(raw: Raw, path: str = "spec.security") -> SecuritySpec:
         super_users=tuple(users),
         certificate_days=days,
         renew_before_days=renew,
+        cert_manager=_issuer_ref(raw, path),
     )
+
+
+def _issuer_ref(raw: Raw, path: str) -> IssuerRef | None:
+    if raw.get("certManager") is None:
+        return None
+    where = f"{path}.certManager"
+    ref = section(section(raw, "certManager", path), "issuerRef", where)
+    where = f"{where}.issuerRef"
+    name = opt_str(ref, "name", where)
+    if not name:
+        raise SpecError(f"{where}.name", "names the Issuer or ClusterIssuer to use")
+    kind = opt_str(ref, "kind", where) or "Issuer"
+    if kind not in ("Issuer", "ClusterIssuer"):
+        raise SpecError(f"{where}.kind", f"must be Issuer or ClusterIssuer, got {kind!r}")
+    return IssuerRef(name, kind, opt_str(ref, "group", where) or "cert-manager.io")
 
 
 def _objects(raw: Raw, key: str, path: str) -> tuple[Mapping[str, Any], ...]:
