@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -92,6 +94,29 @@ def rbac_manifests(namespace: str) -> list[dict[str, Any]]:
 
 def crd_manifests() -> list[dict[str, Any]]:
     return [yaml.safe_load(p.read_text()) for p in sorted(CRDS.glob("*.yaml"))]
+
+
+# cert-manager's own CRDs, from its Go module (the Go module cache keeps them after the first
+# download). Its controller cannot be built here: its command is a module of its own that
+# the module proxy does not serve, so tests issue as its CA issuer would.
+CERT_MANAGER_MODULE = "github.com/cert-manager/cert-manager@v1.21.2"
+CERT_MANAGER_CRDS = ("certificates", "certificaterequests", "issuers", "clusterissuers")
+
+
+def cert_manager_crds() -> list[dict[str, Any]]:
+    out = subprocess.run(
+        ["go", "mod", "download", "-json", CERT_MANAGER_MODULE],
+        cwd=tempfile.gettempdir(),  # outside any module of this repository
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
+    root = Path(json.loads(out.stdout)["Dir"]) / "deploy" / "crds"
+    return [
+        yaml.safe_load((root / f"cert-manager.io_{name}.yaml").read_text())
+        for name in CERT_MANAGER_CRDS
+    ]
 
 
 class OperatorProcess:

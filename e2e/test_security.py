@@ -37,8 +37,10 @@ from hedwig.devcluster.cluster import HubProcess
 from hedwig.devcluster.zookeeper import ZooKeeperServer, free_port
 from hedwig.errors import AuthenticationError, ForbiddenError
 from hedwig.security import ClientSecurity
+from hedwig.security.ca import CertificateAuthority
 from hedwig_e2e import (
     OperatorProcess,
+    cert_manager_crds,
     control_plane_bins,
     crd_manifests,
     rbac_manifests,
@@ -323,3 +325,144 @@ def test_the_operator_reaches_the_secured_hubs_as_itself(bed: SecureBed) -> None
         return status.get("owner")
 
     assert wait_for("Topic audit owned", owner, 60) in bed.addresses
+
+
+def test_cert_manager_issues_the_hubs_certificate(bed: SecureBed) -> None:
+    """``spec.security.certManager``: with cert-manager's own CRDs installed, the operator
+    keeps a Certificate for the hubs that the API server validates against cert-manager's
+    schema, makes no hub CA of its own, and once the Secret is issued publishes its CA for
+    clients. cert-manager's controller cannot be built here (see ``cert_manager_crds``), so the
+    test issues the Secret as its CA issuer does (tls.crt, tls.key and the CA as ca.crt); a hub
+    then serves with it, the clients' CA the operator keeps beside it, and a client that
+    trusts the published CA publishes."""
+    pool = "managed"
+    bed.cp.apply(cert_manager_crds())
+    bed.cp.kubectl(
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/certificates.cert-manager.io",
+        "crd/issuers.cert-manager.io",
+    )
+    ca = CertificateAuthority.create("e2e cert-manager CA", days=30)
+    bed.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "kubernetes.io/tls",
+            "metadata": {"name": "hedwig-ca", "namespace": NS},
+            "data": {
+                "tls.crt": base64.b64encode(ca.cert_pem).decode(),
+                "tls.key": base64.b64encode(ca.key_pem).decode(),
+            },
+        }
+    )
+    bed.apply(
+        {
+            "apiVersion": "cert-manager.io/v1",
+            "kind": "Issuer",
+            "metadata": {"name": "hedwig-ca", "namespace": NS},
+            "spec": {"ca": {"secretName": "hedwig-ca"}},
+        }
+    )
+    bed.apply(
+        {
+            "apiVersion": GROUP_VERSION,
+            "kind": "HubPool",
+            "metadata": {"name": pool, "namespace": NS},
+            "spec": {
+                "replicas": 0,
+                "image": "hedwig/hub:e2e",
+                "zookeeper": {"connect": bed.zk},
+                "security": {"enabled": True, "certManager": {"issuerRef": {"name": "hedwig-ca"}}},
+            },
+        }
+    )
+
+    def certificate() -> dict[str, Any] | None:
+        proc = bed.kubectl("get", "certificate", f"{pool}-hub-tls", "-o", "json", check=False)
+        return json.loads(proc.stdout) if proc.returncode == 0 else None
+
+    cert = wait_for("the hubs' Certificate", certificate, 60)
+    spec = cert["spec"]
+    assert spec["issuerRef"] == {"name": "hedwig-ca", "kind": "Issuer", "group": "cert-manager.io"}
+    assert spec["secretName"] == f"{pool}-hub-tls"
+    assert {"server auth", "client auth"} <= set(spec["usages"])
+    assert bed.secret(f"{pool}-ca") is None  # no hub CA of the operator's own
+
+    # Issued as cert-manager's CA issuer does it.
+    issued = ca.issue(
+        spec["commonName"],
+        dns_names=spec["dnsNames"],
+        ip_addresses=spec["ipAddresses"],
+        server=True,
+        client=True,
+        days=30,
+    )
+    bed.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "kubernetes.io/tls",
+            "metadata": {"name": f"{pool}-hub-tls", "namespace": NS},
+            "data": {
+                k: base64.b64encode(v).decode()
+                for k, v in (
+                    ("tls.crt", issued.cert_pem),
+                    ("tls.key", issued.key_pem),
+                    ("ca.crt", ca.cert_pem),
+                )
+            },
+        }
+    )
+
+    def published() -> str | None:
+        proc = bed.kubectl("get", "configmap", f"{pool}-ca-cert", "-o", "json", check=False)
+        return json.loads(proc.stdout)["data"]["ca.crt"] if proc.returncode == 0 else None
+
+    assert wait_for("the published CA", published, 60).encode() == ca.cert_pem
+    tls = bed.write_secret(f"{pool}-hub-tls")
+    clients_ca = bed.write_secret(f"{pool}-clients-ca") / "tls.crt"
+    digest = bed.write_secret(f"{pool}-zookeeper") / "digest"
+    issuers = [
+        {
+            "issuer": cluster.SERVICE_ACCOUNT_ISSUER,
+            "audience": "hedwig",
+            "discovery_url": f"{bed.cp.server}/.well-known/openid-configuration",
+            "ca_file": str(bed.cp.ca_file),
+        }
+    ]
+    hub = HubProcess(
+        bed.zk,
+        pool,
+        str(bed.workdir / f"{pool}-hub"),
+        session_timeout_s=4.0,
+        env={
+            "HEDWIG_TLS_CERT": str(tls / "tls.crt"),
+            "HEDWIG_TLS_KEY": str(tls / "tls.key"),
+            "HEDWIG_TLS_CLIENT_CA": str(clients_ca),
+            "HEDWIG_INTERNAL_CA": str(tls / "ca.crt"),
+            "HEDWIG_INTERNAL_CERT": str(tls / "tls.crt"),
+            "HEDWIG_INTERNAL_KEY": str(tls / "tls.key"),
+            "HEDWIG_AUTHENTICATE": "true",
+            "HEDWIG_AUTHORIZE": "true",
+            "HEDWIG_SUPER_USERS": OPERATOR,
+            "HEDWIG_TOKEN_ISSUERS": json.dumps(issuers),
+            "HEDWIG_ZK_DIGEST_FILE": str(digest),
+        },
+        internal_port=free_port(),
+        extra_args=["--replication", "1/1/1"],
+    )
+    bed.hubs.append(hub)
+    hub.start()
+    ca_file = bed.workdir / f"{pool}-published-ca.crt"
+    ca_file.write_bytes(ca.cert_pem)
+    token = (bed.workdir / "operator-token").read_text().strip()
+
+    async def publish_there() -> int:
+        security = ClientSecurity.build(tls_ca=str(ca_file), token=token)
+        retry = RetryPolicy(initial_delay_s=0.05, max_delay_s=0.2, deadline_s=10)
+        async with HedwigClient([hub.address], security=security, retry=retry) as client:
+            return (await client.publish("managed.hello", b"issued by cert-manager")).seq
+
+    assert asyncio.run(publish_there()) == 1

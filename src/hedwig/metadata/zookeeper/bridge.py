@@ -31,7 +31,7 @@ from kazoo.exceptions import (
 )
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import ZnodeStat
-from kazoo.security import READ_ACL_UNSAFE, make_digest_acl
+from kazoo.security import READ_ACL_UNSAFE, Permissions, make_acl, make_digest_acl
 
 from hedwig.errors import BadVersionError, MetadataError, MetadataUnavailableError
 from hedwig.metadata.managers import SessionState
@@ -102,6 +102,13 @@ class ZkBridge:
         self.hosts = hosts
         self.session_timeout = session_timeout
         auth_data, default_acl = _digest_acl(digest)
+        # What a shared node above the regions gets: this user may do everything, anyone may
+        # read it and create under it (each region its own, protected, subtree).
+        self._shared_acl = (
+            [default_acl[0], make_acl("world", "anyone", read=True, create=True)]
+            if default_acl
+            else None
+        )
         self._client = KazooClient(
             hosts=hosts,
             timeout=session_timeout,
@@ -243,6 +250,28 @@ class ZkBridge:
             return
         with contextlib.suppress(NodeExists):
             await self.create(path, b"", makepath=True)
+
+    async def ensure_shared(self, path: str) -> None:
+        """A node several regions live under (``/hedwig``): anyone may create a child (another
+        pool's region, with its own digest); only its creator may change or delete it. One made
+        before by a single region's digest, where no other pool could create its region, is
+        opened up by that region's hubs, which hold ADMIN on it."""
+        if self._shared_acl is None:
+            await self.ensure_path(path)
+            return
+        acl = self._shared_acl
+        if await self.exists(path) is None:
+            with contextlib.suppress(NodeExists):
+                await self._call(
+                    path, -1, lambda: self._client.create_async(path, b"", acl=acl, makepath=True)
+                )
+            return
+        current, _ = await self._call(path, -1, lambda: self._client.get_acls_async(path))
+        if any(a.id.scheme == "world" and a.perms & Permissions.CREATE for a in current):
+            return
+        with contextlib.suppress(MetadataError):  # not ours to change: its owner opens it
+            merged = [*current, acl[1]]
+            await self._call(path, -1, lambda: self._client.set_acls_async(path, merged))
 
     def watch(self, path: str, callback: Callable[[], None]) -> None:
         """One-shot: ``callback`` runs on the loop when ``path`` changes or is deleted.

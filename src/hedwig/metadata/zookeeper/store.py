@@ -20,7 +20,7 @@ from hedwig.errors import (
     SubscriptionExistsError,
 )
 from hedwig.metadata.acls import AclEntry
-from hedwig.metadata.layout import Layout
+from hedwig.metadata.layout import ROOT, Layout
 from hedwig.metadata.managers import SessionState
 from hedwig.metadata.plans import TopicPlan
 from hedwig.metadata.records import (
@@ -476,6 +476,8 @@ class ZkMetadataStore:
 
     async def start(self) -> None:
         await self.zk.start()
+        # Several pools (regions, each with its own digest) share one ensemble under ROOT.
+        await self.zk.ensure_shared(ROOT)
         for path in (
             self.layout.topics,
             self.layout.hosts,
