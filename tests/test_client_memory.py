@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import pytest
 
 from hedwig.client import HedwigClient, RetryPolicy
+from hedwig.client.routing import Router
 from hedwig.clock import ManualClock
 from hedwig.errors import (
     ConnectionLostError,
@@ -512,3 +513,48 @@ async def test_a_hub_told_to_claim_claims_though_a_request_it_redirected_is_pend
     assert isinstance(plain, NotResponsibleError) and plain.owner == b.address
     assert told is again and told is a.topics.topics["told"]
     assert region.owner("told") is a and a.topics.stats.losses == 0
+
+
+class Unanswered(CutOff):
+    """Connections to ``silent`` hubs are never answered (a partition drops the SYN): each
+    attempt fails once its timeout has passed. Records the timeout each attempt was given."""
+
+    def __init__(self, network: MemoryNetwork, silent: set[str]) -> None:
+        super().__init__(network, set())
+        self.silent = silent
+        self.timeouts: list[float] = []
+
+    async def connect(self, address: str, factory: Callable[[], P], *, timeout_s: float) -> P:
+        if address in self.silent:
+            self.timeouts.append(timeout_s)
+            raise ConnectionLostError(f"cannot connect to hub {address}: timed out")
+        return await self.network.connect(address, factory, timeout_s=timeout_s)
+
+
+async def test_a_hub_behind_a_partition_is_held_off_longer_each_time_and_dialled_briefly() -> None:
+    """Behind a partition a connect waits for nothing. A hub that failed is skipped for 2 s,
+    then 4, 8, up to 16 (failures of one outage count once), and when it is tried again it
+    gets one second to answer, not the full connect timeout: a client that spent five seconds
+    on it, while another hub could take its topics over, would wait the partition out."""
+    clock = ManualClock()
+    view = Unanswered(MemoryNetwork(), {"memory:1"})
+    router = Router(
+        ["memory:1", "memory:2"],
+        retry=FAST_RETRY,
+        request_timeout_s=5.0,
+        connect_timeout_s=5.0,
+        clock=clock,
+        network=view,
+        on_event=lambda _c, _e: None,
+        on_close=lambda _c: None,
+    )
+    for hold in (2.0, 4.0, 8.0, 16.0, 16.0):
+        with pytest.raises(ConnectionLostError):
+            await router.connection("memory:1")
+        router._failed("memory:1")
+        router._failed("memory:1")  # the same outage, seen by another request
+        clock.advance(hold - 0.1)
+        assert router.unreachable("memory:1")
+        clock.advance(0.2)
+        assert not router.unreachable("memory:1")
+    assert view.timeouts == [5.0, 1.0, 1.0, 1.0, 1.0]

@@ -50,8 +50,14 @@ MAX_REDIRECTS = 3
 # most this many times, instead of backing off exponentially.
 HAND_OFF_PAUSE_S = 0.01
 MAX_HAND_OFF_WAITS = 25
-# A hub that could not be reached is not tried again (nor followed in a redirect) for this long.
+# A hub that could not be reached is not tried again (nor followed in a redirect) for this long,
+# doubled with each failure in a row up to UNREACHABLE_MAX_S, until a connection to it opens.
 UNREACHABLE_S = 2.0
+UNREACHABLE_MAX_S = 16.0
+# A hub that failed last time gets this long to accept a new connection, not the full connect
+# timeout: behind a partition a connect waits for nothing, and a client that spent five seconds
+# on it, while another hub could already take the topic over, would wait out the partition.
+SUSPECT_CONNECT_TIMEOUT_S = 1.0
 # A TLS connection closed at once is tried again after this pause before it counts as a
 # refusal of this end's certificate (``TlsClosedError``).
 TLS_RECHECK_PAUSE_S = 0.2
@@ -101,6 +107,8 @@ class Router:
         self._claim_hints: set[str] = set()
         self._next_hub = itertools.cycle(range(len(self.hubs)))
         self._unreachable: dict[str, float] = {}
+        # Failures in a row per hub (connection lost, gone silent, or not opened).
+        self._failures: dict[str, int] = {}
 
     # connections ------------------------------------------------------------------------------
 
@@ -114,6 +122,9 @@ class Router:
             return await asyncio.shield(pending)
         fut: asyncio.Future[HubConnection] = asyncio.get_running_loop().create_future()
         self._connecting[address] = fut
+        timeout = self.connect_timeout_s
+        if self._failures.get(address):
+            timeout = min(timeout, SUSPECT_CONNECT_TIMEOUT_S)
         try:
             conn = await HubConnection.open(
                 address,
@@ -122,7 +133,7 @@ class Router:
                 network=self.network,
                 credentials=self.credentials,
                 clock=self.clock,
-                timeout=self.connect_timeout_s,
+                timeout=timeout,
             )
         except BaseException as exc:
             fut.set_exception(exc)
@@ -131,6 +142,7 @@ class Router:
         finally:
             self._connecting.pop(address, None)
         self._conns[address] = conn
+        self._failures.pop(address, None)
         fut.set_result(conn)
         return conn
 
@@ -196,7 +208,12 @@ class Router:
         return True
 
     def _failed(self, address: str) -> None:
-        self._unreachable[address] = self.clock.monotonic() + UNREACHABLE_S
+        if self.unreachable(address):
+            return  # one outage: the requests that fail with it do not lengthen the hold
+        n = self._failures.get(address, 0) + 1
+        self._failures[address] = n
+        hold = min(UNREACHABLE_S * 2 ** (n - 1), UNREACHABLE_MAX_S)
+        self._unreachable[address] = self.clock.monotonic() + hold
 
     # requests -----------------------------------------------------------------------------------
 
