@@ -56,6 +56,11 @@ async def rounds(lab: Lab, base: Path, fault: str, count: int) -> dict[str, Any]
         extra: dict[str, list[tuple[bytes, int]]] = {}
         for n in range(count):
             owners = await lc.owners(TOPICS)
+            for _ in range(100):  # a hand-off by the balancer may be under way: wait it out
+                if owners[TOPICS[0]] is not None:
+                    break
+                await asyncio.sleep(0.1)
+                owners = await lc.owners(TOPICS)
             victim = owners[TOPICS[0]]
             assert victim is not None, owners
             topics = [t for t in TOPICS if owners[t] == victim]
