@@ -579,7 +579,7 @@ def test_rebalancing_waits_while_the_statefulset_rolls_out(bed: Bed) -> None:
             bed.status("hubpool", "gamma").get("lastRebalance", {}).get("result")
             not in (None, "RolloutInProgress")
         ),
-        90,
+        180,  # under a full run's load the new pod takes long to bind and turn Ready
         interval=0.2,
     )
 
