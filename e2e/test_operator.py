@@ -92,6 +92,21 @@ class Bed:
         )["items"]
         return [e for e in items if e["reason"] == reason]
 
+    def describe(self) -> str:
+        """The pods, claims, volumes and StatefulSets, and the namespace's recent events: what a
+        failed wait on the cluster prints, so a flaky failure says which step stalled."""
+        parts = [
+            self.cp.kubectl("get", *what, check=False).stdout
+            for what in (
+                ("pods,pvc,statefulsets", "-n", NS, "-o", "wide"),
+                ("pv", "-o", "wide"),
+                ("events", "-n", NS, "--sort-by=.lastTimestamp"),
+                ("pods", "-n", NS, "-o", "jsonpath={range .items[*]}{.metadata.name} "
+                 "{.status.conditions}{\"\\n\"}{end}"),
+            )
+        ]
+        return "\n".join(parts)
+
     def add_volumes(self, n: int) -> None:
         """Static volumes for the pools' claims (no provisioner runs here)."""
         for _ in range(n):
@@ -573,15 +588,19 @@ def test_rebalancing_waits_while_the_statefulset_rolls_out(bed: Bed) -> None:
     )
     assert "of 3 pods" in last["message"]
     bed.add_volumes(1)
-    wait_for(
-        "rebalancing to resume once the pods are ready",
-        lambda: (
-            bed.status("hubpool", "gamma").get("lastRebalance", {}).get("result")
-            not in (None, "RolloutInProgress")
-        ),
-        180,  # under a full run's load the new pod takes long to bind and turn Ready
-        interval=0.2,
-    )
+    try:
+        wait_for(
+            "rebalancing to resume once the pods are ready",
+            lambda: (
+                bed.status("hubpool", "gamma").get("lastRebalance", {}).get("result")
+                not in (None, "RolloutInProgress")
+            ),
+            180,
+            interval=0.2,
+        )
+    except AssertionError:
+        print(bed.status("hubpool", "gamma"), bed.describe(), sep="\n")
+        raise
 
 
 def test_paused_pool_does_not_rebalance(bed: Bed) -> None:

@@ -33,6 +33,8 @@ from hedwig.protocol.fields import (
     Codec,
     EnumCodec,
     Int,
+    LaneInfo,
+    LaneInfosCodec,
     MessagesCodec,
     OptStrCodec,
     RestCodec,
@@ -102,6 +104,9 @@ def strategy_for(codec: Codec) -> st.SearchStrategy[Any]:
             st.integers(0, 2**50),
         )
         return st.lists(infos, max_size=4).map(tuple)
+    if isinstance(codec, LaneInfosCodec):
+        lanes = st.builds(LaneInfo, st.integers(0, 2**32 - 1), st.booleans())
+        return st.lists(lanes, max_size=4).map(tuple)
     raise AssertionError(f"no example strategy for {type(codec).__name__}")
 
 

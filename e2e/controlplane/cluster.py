@@ -370,6 +370,11 @@ class ControlPlane:
                 f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
                 "--cidr=10.244.0.1/16",
                 "--node-ip=127.0.0.1",
+                # The heartbeat stage patches node status only every ten minutes or so: a
+                # node lease renewed every 10 s is what keeps the node Ready. Without one
+                # the node lifecycle controller finds the node silent after its 50 s grace
+                # period, marks every pod on it NotReady, and nothing marks them Ready again.
+                "--node-lease-duration-seconds=40",
                 f"--server-address=127.0.0.1:{free_port()}",
                 *stage_args,
             ],

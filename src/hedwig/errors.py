@@ -144,6 +144,16 @@ class NotResponsibleError(RequestError):
         self.owner = owner
 
 
+class UseLaneError(RequestError):
+    """The topic is served by lanes and this publisher's messages go to another one: ``lane``
+    names it (the topic of that lane). Not retried as is: the publisher sends this batch and
+    the ones after it there, once every batch before it has settled."""
+
+    def __init__(self, message: str, *, lane: str | None = None) -> None:
+        super().__init__(message)
+        self.lane = lane
+
+
 class TopicMovingError(RequestError):
     """The topic is being handed over, or its owner just lost it; ``destination`` names the
     hub it is going to, when known."""

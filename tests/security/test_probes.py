@@ -35,6 +35,7 @@ from hedwig.protocol import (
     DeleteLedger,
     DeleteTopic,
     DeliveryStats,
+    DescribeLanes,
     DescribeTopic,
     EncodedMessages,
     Ping,
@@ -105,6 +106,7 @@ def probes(ledger_id: int) -> list[Probe]:
             request_id=r, topic="probe", after_seq=0, max_messages=100, max_bytes=1 << 20, wait_ms=0
         ),
         lambda r: DeliveryStats(request_id=r, topic="probe"),
+        lambda r: DescribeLanes(request_id=r, topic="probe"),
         lambda r: Ping(request_id=r),
         lambda r: Authenticate(request_id=r, mechanism="token", credentials="not-a-token"),
     ]

@@ -10,6 +10,7 @@ from typing import Any
 
 from hedwig.cli.common import add_json_option, add_zk_options, report, resolve_zk
 from hedwig.cli.output import Progress, emit
+from hedwig.cli.plans import describe_lanes
 from hedwig.errors import HedwigError
 from hedwig.metadata import PlanMode, open_store
 from hedwig.net.connection import HubConnection
@@ -78,6 +79,9 @@ async def collect_topics(zk: str, region: str) -> list[dict[str, Any]]:
                 # fan-out: the delivery hubs the plan names; and the plan's generation.
                 "hubs": list(plan.value.hubs) if plan else [],
                 "plan_generation": plan.value.generation if plan else 0,
+                # ingest: the open lanes, then those sealed and kept for their readers (each
+                # lane is listed as a topic of its own too, ``TOPIC~laneN``).
+                "lanes": describe_lanes(plan.value) if plan else "",
                 "subscribers": len(subs),
                 "last_seq": last,
                 "backlog": max((last - m for m in marks), default=0),

@@ -24,15 +24,24 @@ from hedwig.client.retry import RetryPolicy
 from hedwig.client.routing import Router, subscription_route
 from hedwig.client.subscriber import Subscriber
 from hedwig.clock import Clock, SystemClock
-from hedwig.errors import HedwigError, MessageTooLargeError, UsageError
+from hedwig.errors import (
+    ForbiddenError,
+    HedwigError,
+    MessageTooLargeError,
+    NoSuchTopicError,
+    UsageError,
+)
 from hedwig.net.connection import CONNECT_TIMEOUT_S, HubConnection
 from hedwig.net.transport import TCP, Network, TcpNetwork, split_address
 from hedwig.protocol import (
     DeleteTopic,
     Deliver,
+    DescribeLanes,
     DescribeTopic,
     EncodedMessage,
     Event,
+    Lanes,
+    LanesChanged,
     Message,
     Messages,
     MoveKind,
@@ -50,6 +59,8 @@ from hedwig.protocol import (
     TopicStats,
     Unsubscribe,
     encode_message,
+    lane_name,
+    lane_of,
     validate_name,
 )
 from hedwig.protocol.messages import NO_HEADERS, NO_KEY_BYTES
@@ -183,8 +194,8 @@ class HedwigClient:
             if sub is not None:
                 sub.on_deliver(conn, event)
         elif isinstance(event, TopicMoved):
-            pub = self._publishers.get(event.topic)
-            if pub is not None:
+            pub = self._publishers.get(event.topic) or self._publishers.get(lane_of(event.topic)[0])
+            if pub is not None and pub.target == event.topic:
                 pub.barrier()
             for (topic, _), sub in list(self._subscribers.items()):
                 if topic == event.topic:
@@ -193,6 +204,10 @@ class HedwigClient:
             sub = self._subscribers.get((event.topic, event.subscriber))
             if sub is not None:
                 sub.on_forced_close(conn, event)
+        elif isinstance(event, LanesChanged):
+            for (topic, _), sub in list(self._subscribers.items()):
+                if topic == event.topic:
+                    sub.on_lanes_changed()
         elif isinstance(event, SubscriptionMoved):
             sub = self._subscribers.get((event.topic, event.subscriber))
             if sub is not None:
@@ -330,14 +345,27 @@ class HedwigClient:
             window=message_window,
             bound=message_bound,
             auto_consume=auto_consume,
+            registry=self._lane_registry,
         )
         self._subscribers[key] = sub
         try:
             await sub.attach(force=force_attach)
+            # A topic served by lanes is read from every lane before this returns, so
+            # nothing published to a lane after it returns is missed.
+            await sub.follow_lanes()
         except BaseException:
             self._subscribers.pop(key, None)
+            await sub.close()
             raise
         return sub
+
+    def _lane_registry(self, sub: Subscriber, add: bool) -> None:
+        """Lanes' subscriptions get the events of their lane's topic."""
+        key = (sub.topic, sub.name)
+        if add:
+            self._subscribers[key] = sub
+        elif self._subscribers.get(key) is sub:
+            del self._subscribers[key]
 
     async def close_subscription(self, topic: str, subscriber: str) -> None:
         sub = self._subscribers.pop((topic, subscriber), None)
@@ -391,10 +419,33 @@ class HedwigClient:
         assert isinstance(answer, TopicDescription)
         return answer
 
-    async def delete_topic(self, topic: str, *, force: bool = False) -> None:
-        """Delete the topic, its messages and its subscriptions. ``TopicInUseError`` while a
-        subscriber is attached, unless ``force`` (attached subscribers are then closed)."""
+    async def describe_lanes(self, topic: str) -> Lanes:
+        """The lanes of ``topic`` (lane 0 alone for a topic not served by lanes)."""
         validate_name(topic)
+        answer, _ = await self.router.topic_request(
+            topic, lambda rid, _: DescribeLanes(request_id=rid, topic=topic)
+        )
+        assert isinstance(answer, Lanes)
+        return answer
+
+    async def delete_topic(self, topic: str, *, force: bool = False) -> None:
+        """Delete the topic, its messages and its subscriptions (and its lanes').
+        ``TopicInUseError`` while a subscriber is attached, unless ``force`` (attached
+        subscribers are then closed)."""
+        validate_name(topic)
+        lanes: tuple[int, ...] = ()
+        if not lane_of(topic)[1]:
+            # Refused only to a caller without admin on the topic: the delete says so.
+            with contextlib.suppress(ForbiddenError):
+                described = await self.describe_lanes(topic)
+                lanes = tuple(x.index for x in described.lanes if x.index)
+        await self._delete(topic, force)
+        for index in lanes:
+            # The topic is gone: its lanes go too, whoever reads them.
+            with contextlib.suppress(NoSuchTopicError):
+                await self._delete(lane_name(topic, index), True)
+
+    async def _delete(self, topic: str, force: bool) -> None:
         await self.router.topic_request(
             topic,
             lambda rid, redirected: DeleteTopic(

@@ -31,6 +31,16 @@ can never be stored in order under the same identity: they fail too
 (``EarlierBatchFailedError``), and later messages go out under a new identity (the publisher
 id with an epoch suffix, sequences from 1 again).
 
+A topic served by lanes (``hedwig.metadata.plans``) takes each publisher's messages on one
+lane, which a hub names by answering USE_LANE. That batch was not stored (the hub checks for
+a duplicate first), nor was any batch after it: the publisher closes the gate, lets the earlier
+batches settle where they are, puts every refused batch back at the head of the queue in its
+order, and cuts them again for the lane named, under a fresh identity (``hedwig.metadata.
+plans.publisher_base``: the lane is chosen by the id before the epoch suffix, so the new
+identity belongs to the same lane). A fresh identity because the lane may have seen this
+publisher before, with sequences the new ones would leave a gap after. So a publisher's
+messages are in order in each lane, and each lane holds them from some point on.
+
 What waits in the queue is either one message with its own future (``publish_nowait``), or a
 *chunk*: many messages encoded together that settle together (``publish_batch``), each chunk
 small enough to fit a batch on its own. A chunk is never split across batches, so it needs
@@ -48,7 +58,7 @@ from typing import NamedTuple, Protocol, cast, overload
 
 from hedwig.client.routing import Router
 from hedwig.clock import Clock
-from hedwig.errors import EarlierBatchFailedError, HedwigError
+from hedwig.errors import EarlierBatchFailedError, HedwigError, UseLaneError
 from hedwig.protocol import EncodedMessage, EncodedMessages, Publish, Published
 
 _new_tuple = tuple.__new__
@@ -168,6 +178,10 @@ class _Batch:
     # One per message, or one per chunk (then ``has_chunks``).
     futures: list[_Waiter]
     has_chunks: bool = False
+    # The topic (or lane) it is sent to, and its queued parts (to queue again if the lane
+    # refuses it).
+    target: str = ""
+    raws: list[bytes] | None = None
 
 
 class TopicPublisher:
@@ -181,6 +195,11 @@ class TopicPublisher:
         clock: Clock,
     ) -> None:
         self.topic = topic
+        # Where batches go: the topic, or the lane of it that takes this publisher.
+        self.target = topic
+        self.lane_switches = 0
+        self._switch_to: str | None = None
+        self._refused: list[_Batch] = []
         self._base_id = publisher_id
         self._publisher_id = publisher_id
         self._epoch = 0
@@ -243,7 +262,8 @@ class TopicPublisher:
 
     async def flush(self) -> None:
         """Wait until every message queued so far has settled."""
-        waiters = [f for b in self._outstanding.values() for f in b.futures] + list(self._futs)
+        batches = [*self._outstanding.values(), *self._refused]
+        waiters = [f for b in batches for f in b.futures] + list(self._futs)
         futs = [w.call.future if isinstance(w, _Chunk) else w for w in waiters]
         # One by one, skipping those already settled: a batch settles all its futures at
         # once, so this waits about once per batch (``gather`` would hook every future), and
@@ -259,7 +279,7 @@ class TopicPublisher:
             not self._outstanding or min(self._outstanding) >= self._barrier_pseq
         ):
             self._barrier_pseq = 0
-        if not self._failed and not self._barrier_pseq:
+        if not self._failed and not self._barrier_pseq and self._switch_to is None:
             self._gate.set()
 
     async def _earlier_settled(self, pseq: int) -> None:
@@ -283,9 +303,35 @@ class TopicPublisher:
         known = self._broken_from.get(batch.publisher_id)
         self._broken_from[batch.publisher_id] = min(batch.pseq, known or batch.pseq)
         if batch.publisher_id == self._publisher_id:
-            self._epoch += 1
-            self._publisher_id = f"{self._base_id}~{self._epoch}"
-            self._next_pseq = 1
+            self._new_identity()
+
+    def _new_identity(self) -> None:
+        self._epoch += 1
+        self._publisher_id = f"{self._base_id}~{self._epoch}"
+        self._next_pseq = 1
+
+    # lanes ----------------------------------------------------------------------------------
+
+    def _lane_refused(self, batch: _Batch, exc: UseLaneError) -> None:
+        """A lane sent this (unstored) batch elsewhere: hold it, and everything after it."""
+        self._refused.append(batch)
+        self._switch_to = exc.lane or self.topic
+        self._gate.clear()
+
+    def _switch_lane(self) -> None:
+        """Every batch has settled or been refused: queue the refused ones again, in order,
+        ahead of what was never cut, and go on at the lane named."""
+        refused, self._refused = sorted(self._refused, key=lambda b: b.pseq), []
+        for b in reversed(refused):
+            assert b.raws is not None
+            self._raws.extendleft(reversed(b.raws))
+            self._futs.extendleft(reversed(b.futures))
+            self._chunks_queued += sum(1 for w in b.futures if isinstance(w, _Chunk))
+        assert self._switch_to is not None
+        self.target, self._switch_to = self._switch_to, None
+        self.lane_switches += 1
+        self._new_identity()
+        self._wakeup.set()
 
     # cutting and sending ----------------------------------------------------------------------
 
@@ -302,7 +348,7 @@ class TopicPublisher:
             # Owner unknown: one batch at a time. Pipelined first tries could reach different
             # hubs, and whichever claims the topic first would store a later batch ahead of an
             # earlier one.
-            while self._router.owner_of(self.topic) is None and self._outstanding:
+            while self._router.owner_of(self.target) is None and self._outstanding:
                 self._settled.clear()
                 await self._settled.wait()
             batch = self._cut(limits.max_batch_messages, limits.max_batch_bytes)
@@ -326,6 +372,8 @@ class TopicPublisher:
             self._next_pseq,
             EncodedMessages.of_joined(parts, len(parts)),
             [futs.popleft() for _ in parts],
+            target=self.target,
+            raws=parts,
         )
         self._next_pseq += len(parts)
         return batch
@@ -356,12 +404,14 @@ class TopicPublisher:
             EncodedMessages.of_joined(parts, count),
             waiters,
             has_chunks=bool(chunks),
+            target=self.target,
+            raws=parts,
         )
         self._next_pseq += count
         return batch
 
     async def _send(self, batch: _Batch) -> None:
-        topic, pid = self.topic, batch.publisher_id
+        topic, pid = batch.target, batch.publisher_id
 
         async def wait_turn() -> None:
             await self._wait_turn(batch)
@@ -384,6 +434,9 @@ class TopicPublisher:
                     ),
                     before_retry=wait_turn,
                 )
+            except UseLaneError as exc:
+                self._lane_refused(batch, exc)
+                return
             except HedwigError as exc:
                 if not isinstance(exc, EarlierBatchFailedError):
                     self._failed_for_good(batch)
@@ -411,6 +464,8 @@ class TopicPublisher:
         finally:
             self._outstanding.pop(batch.pseq, None)
             self._failed.discard(batch.pseq)
+            if self._switch_to is not None and not self._outstanding:
+                self._switch_lane()
             self._reopen()
             self._settled.set()
             self._inflight.release()

@@ -16,6 +16,12 @@ Rules:
   the same messages around the switch; they are dropped by sequence id.
 - Deliveries can overtake the answer to SUBSCRIBE (both arrive in one read): they are held,
   per connection, until the answer says which connection the subscription is attached on.
+- A topic served by lanes (``hedwig.metadata.plans``) is read lane by lane: the subscription
+  of the topic (lane 0) asks which lanes there are (DESCRIBE_LANES) when it subscribes, after
+  every re-subscription, and whenever a hub says they changed (LANES_CHANGED), and subscribes
+  to each lane it does not read yet, with the same name. Each lane is a subscription of its
+  own with its own consume mark; their messages go into one queue, each tagged with its lane
+  (``DeliveredMessage.lane``), in each lane's order; there is no order across lanes.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 
 from hedwig.client.inbox import EMPTY, Inbox
 from hedwig.client.retry import Backoff
@@ -45,12 +51,15 @@ from hedwig.protocol import (
     Consume,
     Deliver,
     DeliveredMessage,
+    DescribeLanes,
     Error,
+    Lanes,
     Reply,
     Subscribe,
     Subscribed,
     SubscribeMode,
     SubscriptionForcedClosed,
+    lane_name,
 )
 
 log = logging.getLogger(__name__)
@@ -71,16 +80,28 @@ class Subscriber:
         window: int,
         bound: int,
         auto_consume: bool,
+        lane: int = 0,
+        inbox: Inbox | None = None,
+        registry: Callable[[Subscriber, bool], None] | None = None,
     ) -> None:
         self._router = router
         self.topic = topic
         self.name = name
+        # Which lane of its topic this subscription reads (0: the topic itself), and for
+        # lane 0, the client's registry of subscriptions, which lanes are added to and
+        # removed from (``None``: lanes are not followed).
+        self.lane = lane
+        self._registry = registry
+        self._lanes: dict[int, Subscriber] = {}
+        self._lanes_task: asyncio.Task[None] | None = None
+        self._lanes_again = False
+        self.lanes_generation = 0
         self._mode = mode
         self._window = window
         self._bound = bound
         self._auto_consume = auto_consume
         self._conn: HubConnection | None = None
-        self._inbox = Inbox()
+        self._inbox = inbox if inbox is not None else Inbox()
         self._last_seen = 0
         self._consumed = 0
         self._closed = False
@@ -110,6 +131,11 @@ class Subscriber:
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def lanes(self) -> dict[int, Subscriber]:
+        """The subscriptions of the topic's other lanes this one reads, by lane."""
+        return dict(self._lanes)
+
     async def attach(self, *, force: bool) -> None:
         mode = self._mode
         self._early_loss = {}  # what was told before this request is about an older attachment
@@ -128,6 +154,7 @@ class Subscriber:
             route=subscription_route(self.topic, self.name),
         )
         assert isinstance(answer, Subscribed)
+        first = self._last_seen == 0 and self.resubscriptions == 0 and self._conn is None
         old, self._moving_from = self._moving_from, None
         if old is not None and old is not conn and old is self._conn and not old.closed:
             self._send_close(old)  # attached at the next hub: the old one may stop now
@@ -154,6 +181,77 @@ class Subscriber:
             # The hub let the topic (or this attachment) go right after answering: attached
             # there, nothing would ever be delivered. Subscribe again.
             self._lost(lost)
+        if self._registry is not None and not first:
+            self.on_lanes_changed()  # the plan may have changed while this was detached
+
+    # lanes ----------------------------------------------------------------------------------
+
+    async def follow_lanes(self) -> None:
+        """Read every lane the topic has now (subscribing to each not read yet); later
+        changes are followed by themselves."""
+        router = self._router
+        answer, _ = await router.topic_request(
+            self.topic, lambda rid, _: DescribeLanes(request_id=rid, topic=self.topic)
+        )
+        assert isinstance(answer, Lanes)
+        if answer.generation < self.lanes_generation or self._closed:
+            return
+        self.lanes_generation = answer.generation
+        wanted = {x.index for x in answer.lanes if x.index}
+        for index in sorted(set(self._lanes) - wanted):
+            # Dropped from the plan: its readers had finished it.
+            gone = self._lanes.pop(index)
+            await gone.close()
+            if self._registry is not None:
+                self._registry(gone, False)
+        for index in sorted(wanted - set(self._lanes)):
+            child = Subscriber(
+                router,
+                lane_name(self.topic, index),
+                self.name,
+                mode=SubscribeMode.CREATE_OR_ATTACH,
+                window=self._window,
+                bound=self._bound,
+                auto_consume=False,
+                lane=index,
+                inbox=self._inbox,
+            )
+            self._lanes[index] = child
+            assert self._registry is not None
+            self._registry(child, True)
+            try:
+                await child.attach(force=True)
+            except HedwigError as exc:
+                if not exc.retriable and not isinstance(exc, DeadlineExceededError):
+                    raise
+                child._lost(f"could not attach: {exc}")  # it goes on trying by itself
+
+    def on_lanes_changed(self) -> None:
+        """A hub says the lanes changed (or they may have): look again, once at a time."""
+        if self._registry is None or self._closed:
+            return
+        if self._lanes_task is not None and not self._lanes_task.done():
+            self._lanes_again = True
+            return
+        self._lanes_task = asyncio.get_running_loop().create_task(self._follow_again())
+
+    async def _follow_again(self) -> None:
+        router = self._router
+        backoff = Backoff(router.retry, router.clock)
+        while not self._closed:
+            self._lanes_again = False
+            try:
+                await self.follow_lanes()
+            except HedwigError as exc:
+                if not exc.retriable and not isinstance(exc, DeadlineExceededError):
+                    self.error = exc
+                    self._inbox.put(exc)
+                    return
+                if not await backoff.wait():
+                    backoff = Backoff(router.retry, router.clock)
+                continue
+            if not self._lanes_again:
+                return
 
     # events from the connection -----------------------------------------------------------
 
@@ -207,9 +305,11 @@ class Subscriber:
             return
         if event.code is CloseReason.RESET:
             # Delivery restarts at the new position: what is queued and not handed out yet
-            # belongs to the old one (as a seek discards fetched records).
+            # belongs to the old one (as a seek discards fetched records). A lane's queue is
+            # its topic's, shared with the other lanes: it is left alone.
             self._reset = True
-            self._drop_queued()
+            if not self.lane:
+                self._drop_queued()
         if event.code.resubscribe:
             self._lost(f"closed by hub: {event.reason}")
             return
@@ -241,7 +341,7 @@ class Subscriber:
         last_seen = self._last_seen
         if batch.last_seq <= last_seen:
             return
-        messages = batch.iter_delivered()
+        messages = batch.iter_delivered(self.lane)
         if batch.first_seq <= last_seen:
             messages = itertools.islice(messages, last_seen - batch.first_seq + 1, None)
         self._last_seen = batch.last_seq
@@ -286,7 +386,7 @@ class Subscriber:
                 for m in item:
                     yield m
                     if self._auto_consume:
-                        self.consume(m.seq)
+                        self.consume(m.seq, m.lane)
                     if inbox.current is not item:
                         break
                 else:
@@ -321,11 +421,17 @@ class Subscriber:
         if isinstance(item, HedwigError):
             raise item
         if self._auto_consume:
-            self.consume(item.seq)
+            self.consume(item.seq, item.lane)
         return item
 
-    def consume(self, seq: int) -> None:
-        """Cumulatively consume every message up to ``seq`` (sent without waiting)."""
+    def consume(self, seq: int, lane: int = 0) -> None:
+        """Cumulatively consume every message up to ``seq`` (of ``lane``, for a topic served
+        by lanes: ``DeliveredMessage.lane``), sent without waiting."""
+        if lane != self.lane:
+            child = self._lanes.get(lane)
+            if child is not None:
+                child.consume(seq)
+            return
         if seq <= self._consumed:
             return
         self._consumed = seq
@@ -353,6 +459,9 @@ class Subscriber:
         """Wait until the hub has taken every consume sent so far (it persists them with its
         next flush); False if the last one was lost with its connection (the hub will then
         redeliver from its mark: at least once) or did not come back within ``timeout``."""
+        for child in list(self._lanes.values()):
+            if not await child.sync(timeout):
+                return False
         fut = self._last_consume
         if fut is None:
             return True
@@ -369,6 +478,13 @@ class Subscriber:
         self._closed = True
         if self._reattach is not None:
             self._reattach.cancel()
+        if self._lanes_task is not None:
+            self._lanes_task.cancel()
+        for child in list(self._lanes.values()):
+            await child.close()
+            if self._registry is not None:
+                self._registry(child, False)
+        self._lanes.clear()
         conn, self._conn = self._conn, None
         if conn is not None and not conn.closed:
             with contextlib.suppress(HedwigError, TimeoutError):
@@ -378,7 +494,8 @@ class Subscriber:
                     ),
                     CLOSE_TIMEOUT_S,
                 )
-        self._inbox.put(None)
+        if not self.lane:
+            self._inbox.put(None)  # a lane's queue is its topic's: the topic ends it
 
 
 def _ignore(fut: asyncio.Future[Reply]) -> None:

@@ -63,7 +63,8 @@ from hedwig.protocol import (
     TopicStats,
     Unsubscribe,
 )
-from hedwig.protocol.plan_frames import DeliveryStats
+from hedwig.protocol.names import lane_of
+from hedwig.protocol.plan_frames import DeliveryStats, DescribeLanes
 from hedwig.protocol.security_frames import TOKEN
 from hedwig.protocol.storage_frames import StorageHello
 from hedwig.security.acl import AclSet
@@ -91,6 +92,11 @@ _NEEDS: dict[type, Operation] = {
     TailTopic: Operation.READ,
     # How many subscribers a delivery hub serves: describing.
     DeliveryStats: Operation.DESCRIBE,
+}
+# Requests any one of several permissions allows: which lanes a topic has is what a subscriber,
+# a reader, a describer and an admin deleting the topic each need to know.
+_NEEDS_ANY: dict[type, tuple[Operation, ...]] = {
+    DescribeLanes: (Operation.SUBSCRIBE, Operation.READ, Operation.DESCRIBE, Operation.ADMIN),
 }
 # Hub to hub only.
 STORAGE_REQUESTS = (AddEntry, ReadEntry, ReadLac, DeleteLedger, StorageHello)
@@ -246,6 +252,14 @@ class AccessControl:
             return
         need = _NEEDS.get(ftype)
         if need is None:
+            anyof = _NEEDS_ANY.get(ftype)
+            if anyof is None:
+                return
+            topic_ = frame.topic  # type: ignore[union-attr]
+            if not any(self.allowed(conn, o, topic_) for o in anyof):
+                self._deny(
+                    conn, op, "forbidden", self._forbidden(conn, anyof[0], topic_), topic=topic_
+                )
             return
         topic: str = frame.topic  # type: ignore[union-attr]
         if not self.allowed(conn, need, topic):
@@ -263,7 +277,8 @@ class AccessControl:
         if got is None:
             if len(conn.decisions) >= DECISION_CACHE_SIZE:
                 conn.decisions.clear()
-            got = conn.decisions[key] = self.acls.allows(conn.principal.name, op, topic)
+            # A lane is its topic's: the topic's rules cover it (``hedwig.metadata.plans``).
+            got = conn.decisions[key] = self.acls.allows(conn.principal.name, op, lane_of(topic)[0])
         return got
 
     async def check_create(

@@ -6,12 +6,16 @@ request to some hub (its placement choice, or where it just handed the topic ove
 that topic's requests there for ``ASSIGNMENT_HOLD_S``, while the chosen hub is alive. Without
 this, a client's pipelined requests to a hub that just lost the topic could be sent to two
 would-be owners, and the later of them stored first.
+
+An unowned lane of an ingest topic goes to the hub its plan chose for it (``Lane.hub``), if
+that hub is alive and fit: that is how a topic's lanes start on different hubs. After that a
+lane is placed and moved like any topic.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from hedwig.clock import Clock
 from hedwig.errors import NotEnoughHubsError, ServiceUnavailableError
@@ -56,6 +60,8 @@ class HubChoices:
         self._unfit: dict[str, float] = {}
         # Hubs the rebalancing policy has drained: new topics go elsewhere.
         self.drained: Callable[[], frozenset[str]] = frozenset
+        # The hub a lane's plan chose for it ("" or None: none), by the lane's name.
+        self.lane_hint: Callable[[str], Awaitable[str | None]] | None = None
         # Hubs (by hub id) this hub failed to reach just now: still registered, perhaps cut
         # off by a partition. Sending a client there would only make it wait until the hub's
         # session expires, so unowned topics go elsewhere meanwhile.
@@ -106,6 +112,18 @@ class HubChoices:
             ):
                 return target
             del self._assigned[topic]
+        if self.lane_hint is not None:
+            hint = await self.lane_hint(topic)
+            if (
+                hint
+                and hint not in drained
+                and hint not in cut_off
+                and (hint != self.address or fit)
+                and any(h.alive and h.address == hint for h in hubs)
+            ):
+                if hint != self.address:
+                    self.assign(topic, hint)
+                return hint
 
         def choose(avoid: set[str]) -> str | None:
             return choose_hub(

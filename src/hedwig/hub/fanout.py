@@ -16,7 +16,9 @@ Rules:
   SUBSCRIPTION_MOVED). A delivery hub left with no subscriber and no place in the plan stops
   tailing.
 - Plans are cached per topic with a watch, so a single-hub topic costs one metadata read per
-  hub once, not one per SUBSCRIBE.
+  hub once, not one per SUBSCRIBE. The same cache serves lanes (``hedwig.hub.lanes``): when
+  the lanes of a topic change, its owner tells the subscribers attached there (LANES_CHANGED),
+  and they subscribe to the lanes they do not read yet.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from hedwig.net.transport import Network
 from hedwig.protocol import (
     CloseReason,
     DeliveryStats,
+    LanesChanged,
     ResetSubscription,
     Subscribe,
     Subscribed,
@@ -56,6 +59,7 @@ ASK_TIMEOUT_S = 5.0
 # The alive hubs are read at most this often (a dead delivery hub's subscribers move to the
 # others within about this plus the metadata session timeout).
 ALIVE_REFRESH_S = 1.0
+_UNKNOWN = object()
 
 
 class DeliveryTopic:
@@ -108,6 +112,8 @@ class FanOut:
         self._later: set[asyncio.Task[None]] = set()
         # Subscriptions handed to another hub by a plan change (for tests and metrics).
         self.handed_over = 0
+        # Per topic, the lanes its subscribers here were last told of.
+        self._lanes_told: dict[str, tuple[tuple[int, bool], ...]] = {}
 
     # plans ------------------------------------------------------------------------------------
 
@@ -132,9 +138,18 @@ class FanOut:
         fut.set_result(plan)
         return plan
 
+    def peek(self, topic: str) -> tuple[bool, TopicPlan | None]:
+        """``(True, plan)`` if the topic's plan is cached (``None``: single, no lanes)."""
+        plan = self._plans.get(topic, _UNKNOWN)
+        if plan is _UNKNOWN:
+            return False, None
+        return True, plan  # type: ignore[return-value]
+
     async def _read(self, topic: str) -> TopicPlan | None:
         got = await self._store.plans.read_plan(topic, watch=lambda: self._changed(topic))
-        return None if got is None or got.value.mode is PlanMode.SINGLE else got.value
+        if got is None or (got.value.mode is PlanMode.SINGLE and not got.value.lanes):
+            return None
+        return got.value
 
     def plans_to_export(self, candidates: Iterable[str]) -> dict[str, tuple[str, int]]:
         """Mode and serving hubs of the ``candidates`` known to be spread, for the gauges.
@@ -153,7 +168,7 @@ class FanOut:
                 continue
             plan = self._plans[topic]
             if plan is not None:
-                out[topic] = (plan.mode.value, len([h for h in plan.hubs if h in self._alive]) or 1)
+                out[topic] = (plan.mode.value, self._serving(plan))
         if out and self._clock.monotonic() - self._alive_at >= ALIVE_REFRESH_S:
             refresh = asyncio.get_running_loop().create_task(self._alive_hubs())
             refresh.add_done_callback(lambda t: t.cancelled() or t.exception())
@@ -169,7 +184,12 @@ class FanOut:
             task.add_done_callback(lambda t: t.cancelled() or t.exception())
         if plan is None:
             return (PlanMode.SINGLE.value, 1)
-        return (plan.mode.value, len([h for h in plan.hubs if h in self._alive]) or 1)
+        return (plan.mode.value, self._serving(plan))
+
+    def _serving(self, plan: TopicPlan) -> int:
+        if plan.mode is PlanMode.FAN_OUT:
+            return len([h for h in plan.hubs if h in self._alive]) or 1
+        return plan.serving
 
     async def _load_for_gauges(self, topic: str) -> None:
         if await self.plan(topic) is not None:
@@ -323,7 +343,8 @@ class FanOut:
             return
         owned = self._ownership.topics.get(topic)
         if owned is not None:
-            owned.subs.shared = plan is not None
+            owned.subs.shared = plan is not None and plan.mode is PlanMode.FAN_OUT
+            self._tell_lanes(owned.subs, topic, plan)
             await self._hand_over(owned.subs, topic, plan, owner=True)
         delivery = self.delivering.get(topic)
         if delivery is not None and plan is None:
@@ -343,6 +364,20 @@ class FanOut:
                 self.delivering.pop(topic, None)
                 delivery.stop()
                 log.info("stopped delivering %r", topic)
+
+    def _tell_lanes(self, subs: TopicSubscriptions, topic: str, plan: TopicPlan | None) -> None:
+        """The lanes changed: say so to the subscribers attached here (they ask which)."""
+        lanes = tuple((lane.index, lane.sealed) for lane in plan.lanes) if plan else ()
+        if self._lanes_told.get(topic, ()) == lanes:
+            return
+        if lanes:
+            self._lanes_told[topic] = lanes
+        else:
+            self._lanes_told.pop(topic, None)
+        event = LanesChanged(topic=topic, generation=plan.generation if plan else 0)
+        for sub in subs.by_name.values():
+            if sub.peer is not None and not sub.peer.closed:
+                sub.peer.send(event)
 
     def _apply_later(self, topic: str, delay_s: float) -> None:
         async def later() -> None:

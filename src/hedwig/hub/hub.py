@@ -142,6 +142,8 @@ class Hub:
             peers=self.peers,
             fanout=self.fanout,
         )
+        if self.requests.lanes is not None:
+            self.choices.lane_hint = self.requests.lanes.hub_hint
         max_frame = max(DEFAULT_MAX_FRAME_SIZE, 2 * config.max_message_size + 65536)
         # With security entirely off there is nothing to check: no access control on the
         # path of every request.

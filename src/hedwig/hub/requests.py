@@ -27,12 +27,14 @@ from hedwig.errors import (
 from hedwig.hub.access import AccessControl
 from hedwig.hub.events import HubEvents
 from hedwig.hub.fanout import FanOut
+from hedwig.hub.lanes import TopicLanes
 from hedwig.hub.ownership import TopicOwnership
 from hedwig.hub.peers import PeerDirectory
 from hedwig.hub.server import ClientConnection
 from hedwig.hub.topic import OwnedTopic, TopicState
 from hedwig.ledger.storage import LocalStorage
 from hedwig.metadata.managers import MetadataStore
+from hedwig.metadata.plans import PlanMode
 from hedwig.net.connection import HubConnection
 from hedwig.net.transport import Network
 from hedwig.protocol import (
@@ -42,6 +44,7 @@ from hedwig.protocol import (
     DeleteLedger,
     DeleteTopic,
     DeliveryStats,
+    DescribeLanes,
     DescribeTopic,
     Entry,
     Lac,
@@ -95,6 +98,8 @@ class HubRequests:
         # Fan-out topics' delivery (None: this hub serves subscribers of the topics it owns
         # only, and ignores plans).
         self.fanout = fanout
+        # Lanes follow the same plans (None with fanout None: plans are ignored).
+        self.lanes = TopicLanes(fanout=fanout, store=store) if fanout is not None else None
         # Authorization's create check (None: authorization off); other hubs' internal
         # listeners, for claim requests (None: no internal listeners).
         self.access = access
@@ -112,6 +117,7 @@ class HubRequests:
             Read: self.read,
             TailTopic: self.tail_topic,
             DeliveryStats: self.delivery_stats,
+            DescribeLanes: self.describe_lanes,
             TopicStats: self.topic_stats,
             ReleaseTopic: self.release_topic,
             Ping: self.ping,
@@ -160,13 +166,22 @@ class HubRequests:
 
     async def publish(self, conn: ClientConnection, req: Publish) -> Reply:
         start = time.perf_counter()
+        check = await self.lanes.publish_check(req.topic) if self.lanes is not None else None
         owned = await self._acquire(conn, req.topic, req.redirected, create=True)
-        answer = await owned.publish(conn, req)
+        answer = await owned.publish(conn, req, check)
         self.events.publish_answered(time.perf_counter() - start)
         return answer
 
+    async def describe_lanes(self, conn: ClientConnection, req: DescribeLanes) -> Reply:
+        validate_name(req.topic)
+        if self.lanes is None:
+            raise InvalidRequestError("this hub serves no plans, so no lanes")
+        return await self.lanes.describe(req)
+
     async def subscribe(self, conn: ClientConnection, req: Subscribe) -> Reply:
         validate_name(req.subscriber, what="subscriber")
+        if self.lanes is not None:
+            await self.lanes.check_name(req.topic)
         if self.fanout is not None:
             target = await self.fanout.assigned(req.topic, req.subscriber)
             if target is not None and target != self.address:
@@ -185,7 +200,8 @@ class HubRequests:
     async def _share(self, owned: OwnedTopic) -> None:
         """Tell the owned topic whether other hubs serve some of its subscriptions."""
         if self.fanout is not None:
-            owned.subs.shared = await self.fanout.plan(owned.name) is not None
+            plan = await self.fanout.plan(owned.name)
+            owned.subs.shared = plan is not None and plan.mode is PlanMode.FAN_OUT
 
     def consume(self, conn: ClientConnection, req: Consume) -> None:
         if self.fanout is not None and self.fanout.consume(

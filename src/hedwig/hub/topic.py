@@ -127,7 +127,12 @@ class OwnedTopic:
 
     # publish ------------------------------------------------------------------------------
 
-    async def publish(self, peer: Peer, req: Publish) -> Published:
+    async def publish(
+        self, peer: Peer, req: Publish, check: Callable[[str], None] | None = None
+    ) -> Published:
+        """Store a batch once. ``check`` (a lane's, ``hedwig.hub.lanes``) may refuse its
+        publisher, but only after the duplicate check: a batch stored here is answered as
+        stored whatever the check would say now."""
         self._check_open()
         messages = req.messages
         if messages.count <= 0:
@@ -166,7 +171,11 @@ class OwnedTopic:
                     last_seq=known.last_seq,
                     duplicate=True,
                 )
+            if check is not None:
+                check(pid)
             table.begin(pid, pseq, count)
+        elif check is not None:
+            check(pid)
         stored: Known | None = None
         try:
             batch = await self.log.append(pid, pseq, messages)

@@ -8,8 +8,20 @@ for one hub gets a plan (the edge-broker design's channel replication, named her
   the subscribers sent to them. Each subscriber is served by exactly one of them, chosen by
   rendezvous hashing of its id (``delivery_hub``): stable while the set is unchanged, and
   adding or removing a hub moves only the subscribers that hash to it.
-- ``ingest`` (very many publishers): lanes, each a log with its own owner. Named so records
-  stay readable, not implemented yet: a plan in this mode is refused when built.
+- ``ingest`` (very many publishers, or more publishing than one hub takes): the topic is
+  served by *lanes*, each a log with its own owner, ledgers and sequence. Lane 0 is the topic
+  itself; lane ``i`` is the topic ``hedwig.protocol.names.lane_name(topic, i)``, so ownership,
+  storage, moves, subscriptions and retention work for a lane as for any topic. A publisher
+  goes to one open lane, chosen by rendezvous hashing of its id (``lane_for``), so its
+  messages stay in order and deduplicated; there is no order across lanes. Subscribers read
+  every lane with a consume mark per lane.
+
+A lane taken out of service is *sealed*, never removed at once: it takes no more publishes
+(its publishers are sent to the open lanes) and stays listed, in any mode, until its readers
+have consumed it (``drop_lanes``). Lanes are numbered once: a sealed lane is never reopened,
+and a new lane gets a number never used, so a subscriber that finished a lane never finds it
+writable again. Each lane may name the hub chosen to own it first (``Lane.hub``): placement
+sends an unowned lane there, which is how lanes start on different hubs.
 
 The plan is changed only by compare-and-set on the record's version (``TopicPlanManager``), so
 two tools or balancers cannot both believe their change won. ``generation`` counts the changes
@@ -25,6 +37,7 @@ from enum import Enum
 
 from hedwig.errors import MetadataError
 from hedwig.metadata.records import _dump, _load
+from hedwig.protocol.names import MAX_LANE
 
 # More delivery hubs than this is a mistake, not a plan (each one tails the whole topic).
 MAX_PLAN_HUBS = 64
@@ -37,6 +50,16 @@ class PlanMode(str, Enum):
 
 
 @dataclass(frozen=True, slots=True)
+class Lane:
+    """One lane of an ingest topic (lane 0: the topic itself)."""
+
+    index: int
+    # The hub chosen to own the lane first ("": wherever placement puts it).
+    hub: str = ""
+    sealed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class TopicPlan:
     mode: PlanMode = PlanMode.SINGLE
     # fan-out: the delivery hubs' client addresses, sorted (the owner may be one of them).
@@ -45,14 +68,14 @@ class TopicPlan:
     # Why the plan was set (``hedwig topic mode``, the balancer's explanation), for people.
     reason: str = ""
     changed_ms: int = 0
+    # ingest: every lane, by index, lane 0 first and open; other modes: sealed lanes that
+    # readers have not finished yet.
+    lanes: tuple[Lane, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.mode is PlanMode.INGEST:
-            raise MetadataError(
-                "ingest lanes are not implemented yet: a topic can be single or fan-out"
-            )
-        if self.mode is PlanMode.SINGLE and self.hubs:
-            raise MetadataError("a single-hub plan names no delivery hubs")
+        self._check_lanes()
+        if self.mode is not PlanMode.FAN_OUT and self.hubs:
+            raise MetadataError(f"a {self.mode.value} plan names no delivery hubs")
         if self.mode is PlanMode.FAN_OUT:
             if not self.hubs:
                 raise MetadataError("a fan-out plan needs at least one delivery hub")
@@ -64,6 +87,52 @@ class TopicPlan:
                 raise MetadataError("a plan's hub address is empty")
         if self.generation < 0:
             raise MetadataError("a plan's generation is not negative")
+
+    def _check_lanes(self) -> None:
+        indexes = [lane.index for lane in self.lanes]
+        if indexes != sorted(set(indexes)):
+            raise MetadataError("a plan's lanes must be distinct and in order")
+        if any(not 0 <= i <= MAX_LANE for i in indexes):
+            raise MetadataError(f"a lane's index is 0 to {MAX_LANE}")
+        if self.mode is PlanMode.INGEST:
+            if not self.lanes or self.lanes[0].index != 0 or self.lanes[0].sealed:
+                raise MetadataError("an ingest plan's first lane is lane 0, open")
+        elif any(not lane.sealed or lane.index == 0 for lane in self.lanes):
+            raise MetadataError(f"a {self.mode.value} plan lists only sealed lanes past lane 0")
+
+    @property
+    def open_lanes(self) -> tuple[int, ...]:
+        """The lanes publishers are sent to (``(0,)``: the topic alone)."""
+        if self.mode is not PlanMode.INGEST:
+            return (0,)
+        return tuple(lane.index for lane in self.lanes if not lane.sealed)
+
+    @property
+    def readable_lanes(self) -> tuple[int, ...]:
+        """Every lane a subscriber reads: the open ones and the sealed ones still kept."""
+        return tuple(sorted({0, *(lane.index for lane in self.lanes)}))
+
+    @property
+    def serving(self) -> int:
+        """How many hubs' worth of the topic there is: delivery hubs or open lanes."""
+        if self.mode is PlanMode.FAN_OUT:
+            return len(self.hubs)
+        return len(self.open_lanes)
+
+    def lane(self, index: int) -> Lane | None:
+        for lane in self.lanes:
+            if lane.index == index:
+                return lane
+        return None
+
+    def lane_for(self, publisher: str) -> int:
+        """The open lane that takes ``publisher``'s messages (rendezvous hashing, as for
+        delivery hubs: adding a lane moves only the publishers it wins)."""
+        lanes = self.open_lanes
+        if len(lanes) == 1:
+            return lanes[0]
+        base = publisher_base(publisher)
+        return max(lanes, key=lambda index: _score(str(index), base))
 
     @classmethod
     def fan_out(
@@ -87,32 +156,48 @@ class TopicPlan:
         return max(hubs, key=lambda hub: _score(hub, subscriber))
 
     def to_json(self) -> bytes:
-        return _dump(
-            {
-                "mode": self.mode.value,
-                "hubs": list(self.hubs),
-                "generation": self.generation,
-                "reason": self.reason,
-                "changed_ms": self.changed_ms,
-            }
-        )
+        record: dict[str, object] = {
+            "mode": self.mode.value,
+            "hubs": list(self.hubs),
+            "generation": self.generation,
+            "reason": self.reason,
+            "changed_ms": self.changed_ms,
+        }
+        if self.lanes:
+            record["lanes"] = [
+                {"index": lane.index, "hub": lane.hub, "sealed": lane.sealed} for lane in self.lanes
+            ]
+        return _dump(record)
 
     @classmethod
     def from_json(cls, raw: bytes) -> TopicPlan:
         d = _load(raw, "plan")
         try:
             hubs = d.get("hubs", [])
-            if not isinstance(hubs, list):
-                raise TypeError("hubs is not a list")
+            lanes = d.get("lanes", [])
+            if not isinstance(hubs, list) or not isinstance(lanes, list):
+                raise TypeError("hubs or lanes is not a list")
             return cls(
                 PlanMode(d.get("mode", "single")),
                 tuple(str(h) for h in hubs),
                 int(d.get("generation", 0)),
                 str(d.get("reason", "")),
                 int(d.get("changed_ms", 0)),
+                tuple(
+                    Lane(int(x["index"]), str(x.get("hub", "")), bool(x.get("sealed", False)))
+                    for x in lanes
+                ),
             )
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, KeyError) as exc:
             raise MetadataError(f"corrupt plan record: {exc}") from exc
+
+
+def publisher_base(publisher: str) -> str:
+    """The publisher id a client was given, without the ``~N`` epoch suffix it adds when it
+    starts a fresh identity (after a failure, or on changing lanes): every identity of one
+    publisher belongs to the same lane."""
+    head, sep, tail = publisher.rpartition("~")
+    return head if sep and head and tail.isdigit() and tail.isascii() else publisher
 
 
 def _score(hub: str, subscriber: str) -> bytes:

@@ -31,6 +31,7 @@ from hedwig.protocol import (
     Deliver,
     Error,
     Event,
+    LanesChanged,
     OversizedFrame,
     Ping,
     RefusedFrame,
@@ -254,7 +255,8 @@ class HubConnection(asyncio.Protocol):
             return
         for frame in frames:
             if isinstance(
-                frame, Deliver | TopicMoved | SubscriptionForcedClosed | SubscriptionMoved
+                frame,
+                Deliver | TopicMoved | SubscriptionForcedClosed | SubscriptionMoved | LanesChanged,
             ):
                 self._on_event(self, frame)
                 continue

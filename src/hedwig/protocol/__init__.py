@@ -40,7 +40,7 @@ from hedwig.protocol.client_frames import (
 )
 from hedwig.protocol.codec import FRAME_TYPES, Event, Frame, Reply, Request
 from hedwig.protocol.connection import Connection, OversizedFrame, RefusedFrame, Role
-from hedwig.protocol.fields import SubscriptionInfo
+from hedwig.protocol.fields import LaneInfo, SubscriptionInfo
 from hedwig.protocol.kinds import CloseReason, MoveKind, ResetTo, SubscribeMode
 from hedwig.protocol.messages import (
     Batch,
@@ -53,8 +53,15 @@ from hedwig.protocol.messages import (
     encode_value,
     encode_values,
 )
-from hedwig.protocol.names import decode_name, encode_name, validate_name
-from hedwig.protocol.plan_frames import DeliveryStats, SubscriptionMoved, TailTopic
+from hedwig.protocol.names import decode_name, encode_name, lane_name, lane_of, validate_name
+from hedwig.protocol.plan_frames import (
+    DeliveryStats,
+    DescribeLanes,
+    Lanes,
+    LanesChanged,
+    SubscriptionMoved,
+    TailTopic,
+)
 from hedwig.protocol.security_frames import Authenticate, Authenticated
 from hedwig.protocol.status import Status, error_from_frame
 from hedwig.protocol.storage_frames import (
@@ -84,6 +91,7 @@ __all__ = [
     "Deliver",
     "DeliveredMessage",
     "DeliveryStats",
+    "DescribeLanes",
     "DescribeTopic",
     "EncodedMessage",
     "EncodedMessages",
@@ -92,6 +100,9 @@ __all__ = [
     "Event",
     "Frame",
     "Lac",
+    "LaneInfo",
+    "Lanes",
+    "LanesChanged",
     "Message",
     "Messages",
     "MoveKind",
@@ -131,5 +142,7 @@ __all__ = [
     "encode_value",
     "encode_values",
     "error_from_frame",
+    "lane_name",
+    "lane_of",
     "validate_name",
 ]

@@ -35,7 +35,14 @@ from hedwig.protocol.client_frames import (
     TopicStats,
     Unsubscribe,
 )
-from hedwig.protocol.plan_frames import DeliveryStats, SubscriptionMoved, TailTopic
+from hedwig.protocol.plan_frames import (
+    DeliveryStats,
+    DescribeLanes,
+    Lanes,
+    LanesChanged,
+    SubscriptionMoved,
+    TailTopic,
+)
 from hedwig.protocol.schema import FrameBase
 from hedwig.protocol.security_frames import Authenticate, Authenticated
 from hedwig.protocol.storage_frames import (
@@ -71,6 +78,7 @@ Request = (
     | Authenticate
     | TailTopic
     | DeliveryStats
+    | DescribeLanes
 )
 # What a hub answers a request with.
 Reply = (
@@ -84,9 +92,10 @@ Reply = (
     | Entry
     | Lac
     | Authenticated
+    | Lanes
 )
 # What a hub pushes unasked.
-Event = Deliver | TopicMoved | SubscriptionForcedClosed | SubscriptionMoved
+Event = Deliver | TopicMoved | SubscriptionForcedClosed | SubscriptionMoved | LanesChanged
 Frame = Request | Reply | Event
 # The storage role's requests: hub to hub only.
 STORAGE_REQUESTS = (AddEntry, ReadEntry, ReadLac, DeleteLedger, StorageHello)
@@ -112,6 +121,7 @@ FRAME_TYPES: tuple[type[FrameBase], ...] = (
     Authenticate,
     TailTopic,
     DeliveryStats,
+    DescribeLanes,
     Ok,
     Published,
     Subscribed,
@@ -121,11 +131,13 @@ FRAME_TYPES: tuple[type[FrameBase], ...] = (
     Entry,
     Lac,
     Authenticated,
+    Lanes,
     Error,
     Deliver,
     TopicMoved,
     SubscriptionForcedClosed,
     SubscriptionMoved,
+    LanesChanged,
 )
 
 BY_TYPE: dict[int, type[FrameBase]] = {cls.TYPE: cls for cls in FRAME_TYPES}

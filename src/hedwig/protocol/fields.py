@@ -241,6 +241,52 @@ def decode_subscriptions(data: bytes, pos: int) -> tuple[tuple[SubscriptionInfo,
     return tuple(out), pos
 
 
+@dataclass(frozen=True, slots=True)
+class LaneInfo:
+    """A lane as DESCRIBE_LANES reports it."""
+
+    index: int
+    sealed: bool
+
+
+class LaneInfosCodec(Codec):
+    """``u32 n`` then n times ``u32 index, u8 sealed``."""
+
+    doc = "u32 n, {name}: n x (u32 index, u8 sealed)"
+
+    def check(self, name: str, value: Any) -> None:
+        if not isinstance(value, tuple) or not all(isinstance(x, LaneInfo) for x in value):
+            raise UsageError(f"{name} must be a tuple of LaneInfo")
+
+    def encode_expr(self, value: str) -> str:
+        return f"encode_lanes({value})"
+
+    def decode_lines(self, target: str) -> list[str]:
+        return [f"{target}, pos = decode_lanes(data, pos)"]
+
+
+_LANE = struct.Struct(">IB")
+
+
+def encode_lanes(lanes: tuple[LaneInfo, ...]) -> bytes:
+    return wire.U32.pack(len(lanes)) + b"".join(
+        _LANE.pack(x.index, 1 if x.sealed else 0) for x in lanes
+    )
+
+
+def decode_lanes(data: bytes, pos: int) -> tuple[tuple[LaneInfo, ...], int]:
+    (n,) = wire.U32.unpack_from(data, pos)
+    pos += 4
+    if n > (len(data) - pos) // _LANE.size:
+        raise ValueError(f"{n} lanes do not fit in the frame")
+    out = []
+    for _ in range(n):
+        index, sealed = _LANE.unpack_from(data, pos)
+        pos += _LANE.size
+        out.append(LaneInfo(index, bool(sealed)))
+    return tuple(out), pos
+
+
 @dataclass(frozen=True)
 class Flag:
     """A boolean carried as one bit of the header's flags."""
@@ -271,3 +317,4 @@ CountedMessages = Annotated[EncodedMessages, MessagesCodec()]
 OneBatch = Annotated[Batch, BatchCodec()]
 Batches = Annotated[tuple[Batch, ...], BatchListCodec()]
 Subscriptions = Annotated[tuple[SubscriptionInfo, ...], SubscriptionInfosCodec()]
+LaneInfos = Annotated[tuple[LaneInfo, ...], LaneInfosCodec()]

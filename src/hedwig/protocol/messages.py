@@ -341,6 +341,9 @@ class DeliveredMessage(NamedTuple):
     value: bytes
     key: bytes | None = None
     headers: tuple[tuple[str, bytes], ...] = ()
+    # The lane it came from (``hedwig.metadata.plans``): 0 for a topic not served by lanes.
+    # ``seq`` is its place in that lane; a subscriber consumes per lane.
+    lane: int = 0
 
     @property
     def message(self) -> Message:
@@ -351,7 +354,7 @@ _new_tuple = tuple.__new__
 
 
 def iter_delivered(
-    payload: bytes, first_seq: int, publish_time_ms: int, publisher_id: str
+    payload: bytes, first_seq: int, publish_time_ms: int, publisher_id: str, lane: int = 0
 ) -> Iterator[DeliveredMessage]:
     """A checked batch's messages as delivered, one at a time as they are asked for.
 
@@ -388,12 +391,12 @@ def iter_delivered(
                 found.append((name, payload[pos : pos + hv]))
                 pos += hv
             headers = tuple(found)
-        yield new(DeliveredMessage, (seq, publish_time_ms, publisher_id, value, key, headers))
+        yield new(DeliveredMessage, (seq, publish_time_ms, publisher_id, value, key, headers, lane))
         seq += 1
 
 
 def _iter_uniform(
-    payload: bytes, size: int, first_seq: int, publish_time_ms: int, publisher_id: str
+    payload: bytes, size: int, first_seq: int, publish_time_ms: int, publisher_id: str, lane: int
 ) -> Iterator[DeliveredMessage]:
     """``iter_delivered`` for a batch checked to hold messages of ``size`` bytes without keys
     or headers: each value is a slice at a fixed stride, nothing to read first."""
@@ -403,7 +406,7 @@ def _iter_uniform(
     ):
         yield new(
             DeliveredMessage,
-            (seq, publish_time_ms, publisher_id, payload[start : start + size], None, ()),
+            (seq, publish_time_ms, publisher_id, payload[start : start + size], None, (), lane),
         )
 
 
@@ -497,8 +500,9 @@ class Batch:
             raw=data,
         )
 
-    def iter_delivered(self) -> Iterator[DeliveredMessage]:
-        """Its messages with their places in the topic, made one at a time."""
+    def iter_delivered(self, lane: int = 0) -> Iterator[DeliveredMessage]:
+        """Its messages with their places in the topic (or in ``lane`` of it), made one at a
+        time."""
         messages = self.messages
         if messages.uniform and messages.largest is not None:
             return _iter_uniform(
@@ -507,8 +511,11 @@ class Batch:
                 self.first_seq,
                 self.publish_time_ms,
                 self.publisher_id,
+                lane,
             )
-        return iter_delivered(self.payload, self.first_seq, self.publish_time_ms, self.publisher_id)
+        return iter_delivered(
+            self.payload, self.first_seq, self.publish_time_ms, self.publisher_id, lane
+        )
 
     def delivered(self) -> list[DeliveredMessage]:
         """Its messages with their places in the topic."""

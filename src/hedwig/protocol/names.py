@@ -50,3 +50,29 @@ def encode_name(name: str) -> str:
 def decode_name(znode: str) -> str:
     """The topic or subscriber name stored under a znode name made by ``encode_name``."""
     return unquote(znode, errors="strict")
+
+
+# Lanes (``hedwig.metadata.plans``): lane 0 of a topic is the topic itself; lane ``i`` is a topic
+# of its own, named after it. The suffix is reserved: a hub serves such a name only as a lane
+# its topic's plan lists.
+LANE_SUFFIX = "~lane"
+MAX_LANE = 9999
+
+
+def lane_name(topic: str, index: int) -> str:
+    """The topic that holds lane ``index`` of ``topic``."""
+    if index == 0:
+        return topic
+    if not 0 < index <= MAX_LANE:
+        raise InvalidTopicError.for_name(topic, f"lane {index} is out of range")
+    return validate_name(f"{topic}{LANE_SUFFIX}{index}")
+
+
+def lane_of(name: str) -> tuple[str, int]:
+    """``(topic, lane)`` for a lane's name; ``(name, 0)`` for any other name."""
+    head, sep, tail = name.rpartition(LANE_SUFFIX)
+    if sep and head and tail.isdigit() and tail.isascii() and tail[0] != "0":
+        index = int(tail)
+        if index <= MAX_LANE:
+            return head, index
+    return name, 0

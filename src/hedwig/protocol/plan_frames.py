@@ -13,12 +13,17 @@
   first, so the subscriber attaches there and delivery continues after the mark: nothing
   skipped. The sender goes on delivering, writing nothing, until the subscriber closes the
   subscription there once attached at ``hub`` (make-before-break), or for two seconds.
+- ``DescribeLanes`` / ``Lanes``: which lanes a topic has (lane 0 alone for a topic not served
+  by lanes), answered by any hub from the plan it watches. A subscriber asks when it
+  subscribes and whenever a hub says the lanes changed (``LanesChanged``, sent by the owner of
+  lane 0 to the subscribers attached there): it then subscribes to each lane it does not read
+  yet, with the same subscription name, and keeps reading sealed lanes to their end.
 """
 
 from __future__ import annotations
 
 from hedwig.protocol.client_frames import Redirected
-from hedwig.protocol.fields import U32, U64, OptStr, RequestId, Str
+from hedwig.protocol.fields import U32, U64, LaneInfos, OptStr, RequestId, Str
 from hedwig.protocol.schema import FrameBase, Sender, frame
 
 
@@ -43,6 +48,32 @@ class DeliveryStats(FrameBase):
 
     request_id: RequestId
     topic: Str
+
+
+@frame(0x32, Sender.CLIENT)
+class DescribeLanes(FrameBase):
+    """The lanes of ``topic``. Answered by ``Lanes``; NO_SUCH_TOPIC if it does not exist."""
+
+    request_id: RequestId
+    topic: Str
+
+
+@frame(0x88, Sender.HUB)
+class Lanes(FrameBase):
+    """The answer to ``DescribeLanes``: every lane a subscriber reads (lane 0 first), as of
+    the plan's ``generation``. A lane's topic is ``lane_name(topic, index)``."""
+
+    request_id: RequestId
+    generation: U64
+    lanes: LaneInfos
+
+
+@frame(0xC4, Sender.HUB)
+class LanesChanged(FrameBase):
+    """The lanes of ``topic`` changed (plan ``generation``): ask again (``DescribeLanes``)."""
+
+    topic: Str
+    generation: U64
 
 
 @frame(0xC3, Sender.HUB)

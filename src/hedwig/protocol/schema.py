@@ -40,8 +40,10 @@ from hedwig.protocol.fields import (
     Flag,
     RequestIdMarker,
     decode_batches,
+    decode_lanes,
     decode_subscriptions,
     encode_batches,
+    encode_lanes,
     encode_subscriptions,
 )
 from hedwig.protocol.messages import Batch, EncodedMessages
@@ -148,6 +150,8 @@ def _namespace(body: list[tuple[str, Codec]]) -> dict[str, Any]:
         "decode_batches": decode_batches,
         "encode_subscriptions": encode_subscriptions,
         "decode_subscriptions": decode_subscriptions,
+        "encode_lanes": encode_lanes,
+        "decode_lanes": decode_lanes,
         "_ProtocolError": ProtocolError,
     }
     for _, codec in body:

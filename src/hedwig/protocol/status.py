@@ -48,6 +48,7 @@ from hedwig.errors import (
     TopicInUseError,
     TopicMovingError,
     UnsupportedVersionError,
+    UseLaneError,
     WrongReplicaError,
 )
 from hedwig.protocol.client_frames import Error
@@ -78,6 +79,7 @@ class Status(IntEnum):
     FORBIDDEN = 22
     INTERNAL_ONLY = 23
     WRONG_REPLICA = 32
+    USE_LANE = 33
 
     @property
     def label(self) -> str:
@@ -119,6 +121,7 @@ _TABLE: tuple[_Row, ...] = (
     _Row(LedgerFencedError, Status.LEDGER_FENCED),
     _Row(NoSuchEntryError, Status.NO_SUCH_ENTRY),
     _Row(WrongReplicaError, Status.WRONG_REPLICA),
+    _Row(UseLaneError, Status.USE_LANE, address="lane"),
     _Row(AuthenticationError, Status.UNAUTHENTICATED),
     _Row(InternalOnlyError, Status.INTERNAL_ONLY),
     _Row(ForbiddenError, Status.FORBIDDEN),

@@ -1,0 +1,262 @@
+"""Ingest lanes on real hubs wired in memory: publishers spread over lanes by id, subscribers
+reading every lane, and the reconfigurations (single -> ingest, adding and sealing lanes,
+ingest -> single) under load, with nothing acknowledged lost, nothing stored twice, and each
+publisher's messages in order in every lane."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import defaultdict
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from hedwig.client import HedwigClient, Subscriber
+from hedwig.clock import SystemClock
+from hedwig.errors import InvalidTopicError, UseLaneError
+from hedwig.metadata import PlanMode, TopicPlan
+from hedwig.metadata.plans import Lane, publisher_base
+from hedwig.placement.plans import set_topic_mode
+from hedwig.protocol import (
+    DeliveredMessage,
+    EncodedMessages,
+    Published,
+    lane_name,
+)
+from hedwig.protocol import (
+    Publish as PublishFrame,
+)
+from tests.memory_region import Region, memory_region
+
+CLOCK = SystemClock()
+
+
+@pytest.fixture
+async def region() -> AsyncIterator[Region]:
+    async for r in memory_region(3, replication="2/2/2"):
+        yield r
+
+
+async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.002)
+
+
+async def set_mode(region: Region, topic: str, mode: PlanMode, hubs: int = 2) -> TopicPlan:
+    return await set_topic_mode(region.hubs[0].store, topic, mode, hubs=hubs, clock=CLOCK)
+
+
+class Reader:
+    """One subscriber reading every lane; keeps what it was handed, per lane."""
+
+    def __init__(self, sub: Subscriber) -> None:
+        self.sub = sub
+        self.got: list[DeliveredMessage] = []
+        self.task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        async for m in self.sub:
+            self.got.append(m)
+            self.sub.consume(m.seq, m.lane)
+
+    def values(self) -> set[bytes]:
+        return {m.value for m in self.got}
+
+
+class Publishers:
+    """``count`` publishers (a client each, ids ``p0``...), each publishing numbered messages
+    one at a time until stopped; what each had acknowledged, in order."""
+
+    def __init__(self, clients: list[HedwigClient], topic: str) -> None:
+        self.clients = clients
+        self.topic = topic
+        self.acked: dict[str, list[bytes]] = defaultdict(list)
+        self._stop = asyncio.Event()
+        self.tasks = [asyncio.get_running_loop().create_task(self._run(c)) for c in clients]
+
+    async def _run(self, client: HedwigClient) -> None:
+        i = 0
+        while not self._stop.is_set():
+            value = b"%s:%06d" % (client.publisher_id.encode(), i)
+            await client.publish(self.topic, value)
+            self.acked[client.publisher_id].append(value)
+            i += 1
+            await asyncio.sleep(0.001)
+
+    async def stop(self) -> None:
+        self._stop.set()
+        await asyncio.gather(*self.tasks)
+
+    def total(self) -> int:
+        return sum(len(v) for v in self.acked.values())
+
+
+@contextlib.asynccontextmanager
+async def publishers(region: Region, topic: str, n: int) -> AsyncIterator[Publishers]:
+    clients = [region.client(publisher_id=f"p{i}") for i in range(n)]
+    pubs = Publishers(clients, topic)
+    try:
+        yield pubs
+    finally:
+        await pubs.stop()
+        for c in clients:
+            await c.close()
+
+
+def check_history(pubs: Publishers, readers: list[Reader]) -> None:
+    """Each reader got every acknowledged message, none twice, and in each lane each
+    publisher's messages in the order they were published."""
+    acked = {v for vs in pubs.acked.values() for v in vs}
+    for r in readers:
+        values = [m.value for m in r.got]
+        assert acked <= set(values), f"{r.sub.name} misses {sorted(acked - set(values))[:5]}"
+        assert len(values) == len(set(values)), f"{r.sub.name} got duplicates"
+        per_lane: dict[tuple[int, str], list[int]] = defaultdict(list)
+        for m in r.got:
+            pub, n = m.value.split(b":")
+            per_lane[(m.lane, pub.decode())].append(int(n))
+        for (lane, pub), ns in per_lane.items():
+            assert ns == sorted(ns), f"{r.sub.name}: {pub} out of order in lane {lane}"
+
+
+async def test_single_to_ingest_to_more_lanes_to_single_under_load(region: Region) -> None:
+    async with region.client() as admin:
+        await admin.publish("ingest", b"first:0")
+        owner = region.owner("ingest")
+        readers = [Reader(await admin.subscribe("ingest", f"s{i}")) for i in range(3)]
+        async with publishers(region, "ingest", 8) as pubs:
+            await until(lambda: pubs.total() > 40)
+            plan = await set_mode(region, "ingest", PlanMode.INGEST, hubs=3)
+            assert plan.open_lanes == (0, 1, 2)
+            # Each new lane was meant for a hub that serves no other lane.
+            hints = {lane.hub for lane in plan.lanes if lane.index}
+            assert len(hints) == 2 and owner.address not in hints
+            await until(
+                lambda: all(region.owner_among(lane_name("ingest", i), region.hubs) for i in (1, 2))
+            )
+            lane_owners = {region.owner(lane_name("ingest", i)).address for i in (1, 2)}
+            assert lane_owners == hints
+            # Publishers reach the lanes the plan gives them.
+            await until(
+                lambda: all(
+                    any(
+                        m.lane == plan.lane_for(p)
+                        for m in readers[0].got
+                        if m.value.startswith(p.encode() + b":")
+                    )
+                    for p in (f"p{i}" for i in range(8))
+                )
+            )
+            switched = sum(c._publishers["ingest"].lane_switches for c in pubs.clients)
+            assert switched == sum(1 for i in range(8) if plan.lane_for(f"p{i}") != 0)
+            # A fourth lane, then back to two (lanes 2 and 3 sealed), then single.
+            more = await set_mode(region, "ingest", PlanMode.INGEST, hubs=4)
+            assert more.open_lanes == (0, 1, 2, 3)
+            await until(lambda: any(m.lane == 3 for m in readers[0].got))
+            fewer = await set_mode(region, "ingest", PlanMode.INGEST, hubs=2)
+            assert fewer.open_lanes == (0, 1) and fewer.readable_lanes == (0, 1, 2, 3)
+            mark = pubs.total()
+            await until(lambda: pubs.total() > mark + 80)
+            back = await set_mode(region, "ingest", PlanMode.SINGLE)
+            assert back.mode is PlanMode.SINGLE and back.readable_lanes == (0, 1, 2, 3)
+            mark = pubs.total()
+            await until(lambda: pubs.total() > mark + 80)
+            # Every publisher is back on lane 0 now: the last messages of each are there.
+            await pubs.stop()
+            lasts = {p: vs[-1] for p, vs in pubs.acked.items()}
+            await until(lambda: all(r.values() >= set(lasts.values()) for r in readers))
+            for p, last in lasts.items():
+                (m,) = [m for m in readers[0].got if m.value == last]
+                assert m.lane == 0, p
+        check_history(pubs, readers)
+        for r in readers:
+            assert {m.lane for m in r.got} == {0, 1, 2, 3}
+            r.task.cancel()
+        # A subscriber that comes back reads the sealed lanes it had not finished, too.
+        description = await admin.describe_lanes("ingest")
+        assert [(x.index, x.sealed) for x in description.lanes] == [
+            (0, False),
+            (1, True),
+            (2, True),
+            (3, True),
+        ]
+
+
+async def test_a_new_subscriber_reads_every_lane(region: Region) -> None:
+    async with region.client() as admin:
+        await admin.publish("wide", b"first:0")
+        await set_mode(region, "wide", PlanMode.INGEST, hubs=3)
+        sub = await admin.subscribe("wide", "late")
+        assert set(sub.lanes) == {1, 2}
+        reader = Reader(sub)
+        async with publishers(region, "wide", 6) as pubs:
+            await until(lambda: pubs.total() > 120)
+        check_history(pubs, [reader])
+        assert {m.lane for m in reader.got} == {0, 1, 2}
+        reader.task.cancel()
+
+
+async def test_a_resent_batch_is_a_duplicate_even_if_its_publisher_belongs_elsewhere_now(
+    region: Region,
+) -> None:
+    """The lane check comes after the duplicate check: a batch stored on lane 0 before the
+    topic had lanes, re-sent after, is answered as stored, not sent to another lane."""
+    two = TopicPlan(PlanMode.INGEST, lanes=(Lane(0), Lane(1)))
+    pid = next(p for p in (f"x{i}" for i in range(100)) if two.lane_for(p) == 1)
+    async with region.client() as admin:
+        await admin.publish("dups", b"first")
+        owner = region.owner("dups")
+        conn = await admin.connection(owner.address)
+
+        def frame(pseq: int) -> PublishFrame:
+            return PublishFrame(
+                request_id=conn.next_id(),
+                topic="dups",
+                publisher_id=pid,
+                publisher_seq=pseq,
+                messages=EncodedMessages.of_values([b"a", b"b"]),
+            )
+
+        stored = await conn.request(frame(1), 5)
+        assert isinstance(stored, Published) and not stored.duplicate
+        plan = await set_mode(region, "dups", PlanMode.INGEST, hubs=2)
+        assert plan.open_lanes == (0, 1)
+
+        def seen() -> bool:
+            known, current = owner.fanout.peek("dups")
+            return known and current is not None and current.mode is PlanMode.INGEST
+
+        await until(seen)
+        again = await conn.request(frame(1), 5)
+        assert isinstance(again, Published) and again.duplicate
+        assert (again.first_seq, again.last_seq) == (stored.first_seq, stored.last_seq)
+        with pytest.raises(UseLaneError) as refused:
+            await conn.request(frame(3), 5)
+        assert refused.value.lane == lane_name("dups", 1)
+        assert publisher_base(f"{pid}~3") == pid
+
+
+async def test_lane_names_are_served_only_as_lanes(region: Region) -> None:
+    async with region.client() as admin:
+        await admin.publish("named", b"x")
+        with pytest.raises(InvalidTopicError, match="no such lane"):
+            await admin.publish(lane_name("named", 1), b"sneaky")
+        with pytest.raises(InvalidTopicError, match="no such lane"):
+            await admin.subscribe("nothing~lane4", "s")
+        await set_mode(region, "named", PlanMode.INGEST, hubs=2)
+        await admin.publish(lane_name("named", 1), b"direct")  # a lane the plan lists
+        with pytest.raises(InvalidTopicError, match="a lane has no lanes"):
+            await admin.describe_lanes(lane_name("named", 1))
+
+
+async def test_deleting_a_topic_deletes_its_lanes(region: Region) -> None:
+    async with region.client() as admin:
+        await admin.publish("gone", b"x")
+        await set_mode(region, "gone", PlanMode.INGEST, hubs=3)
+        for i in (1, 2):
+            await admin.publish(lane_name("gone", i), b"y")
+        await admin.delete_topic("gone")
+        topics = await region.hubs[0].store.topics.list_topics()
+        assert not [t for t in topics if t.startswith("gone")]
