@@ -115,10 +115,10 @@ def check_history(pubs: Publishers, readers: list[Reader]) -> None:
         assert len(values) == len(set(values)), f"{r.sub.name} got duplicates"
         per_lane: dict[tuple[int, str], list[int]] = defaultdict(list)
         for m in r.got:
-            pub, n = m.value.split(b":")
-            per_lane[(m.lane, pub.decode())].append(int(n))
-        for (lane, pub), ns in per_lane.items():
-            assert ns == sorted(ns), f"{r.sub.name}: {pub} out of order in lane {lane}"
+            head, n = m.value.split(b":")
+            per_lane[(m.lane, head.decode())].append(int(n))
+        for (lane, name), ns in per_lane.items():
+            assert ns == sorted(ns), f"{r.sub.name}: {name} out of order in lane {lane}"
 
 
 async def test_single_to_ingest_to_more_lanes_to_single_under_load(region: Region) -> None:
