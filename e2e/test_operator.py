@@ -101,8 +101,13 @@ class Bed:
                 ("pods,pvc,statefulsets", "-n", NS, "-o", "wide"),
                 ("pv", "-o", "wide"),
                 ("events", "-n", NS, "--sort-by=.lastTimestamp"),
-                ("pods", "-n", NS, "-o", "jsonpath={range .items[*]}{.metadata.name} "
-                 "{.status.conditions}{\"\\n\"}{end}"),
+                (
+                    "pods",
+                    "-n",
+                    NS,
+                    "-o",
+                    'jsonpath={range .items[*]}{.metadata.name} {.status.conditions}{"\\n"}{end}',
+                ),
             )
         ]
         return "\n".join(parts)

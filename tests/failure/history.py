@@ -10,6 +10,11 @@ faults, the whole log of each topic is read back and the history is checked:
 3. the log holds nothing that was not published, and nothing twice;
 4. each subscriber received every message of the log in log order: redeliveries (after a
    reconnect) are allowed, gaps never.
+
+A topic served by lanes is checked lane by lane: each lane is a log of its own (the history
+is keyed by the lane's topic, ``lane_name``), acknowledgements name their lane, and every
+subscriber of the topic must have received every lane, each in its order. There is no order
+across lanes to check.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from dataclasses import dataclass, field
 from hedwig.client import HedwigClient, PublishResult, RetryPolicy
 from hedwig.errors import HedwigError
 from hedwig.net import Network
+from hedwig.protocol import lane_name, lane_of
 from hedwig.security import ClientSecurity
 
 log = logging.getLogger(__name__)
@@ -44,6 +50,8 @@ class History:
     # A subscriber that gave up (its iterator raised): what it raised, so a check that finds
     # it behind says why rather than only where it stopped.
     subscriber_errors: dict[tuple[str, str], str] = field(default_factory=dict)
+    # Per topic, its subscribers' names: each must have received each of its lanes.
+    subscribers: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
 
     @property
     def acked_count(self) -> int:
@@ -85,6 +93,7 @@ class Workload:
             self._clients.append(client)
             for topic in self.topics:
                 sub = await client.subscribe(topic, f"checker-{s}", message_window=500)
+                self.history.subscribers[topic].append(f"checker-{s}")
                 self._tasks.append(asyncio.create_task(self._drain(topic, f"checker-{s}", sub)))
         for p in range(self.publishers):
             client = HedwigClient(
@@ -117,7 +126,7 @@ class Workload:
             self.history.failed += 1
             return
         seq = getattr(result, "seq", 0)
-        self.history.acked[topic].append((value, seq))
+        self.history.acked[lane_name(topic, getattr(result, "lane", 0))].append((value, seq))
         now = time.monotonic()
         self.history.ack_times.append(now)
         self.history.topic_ack_times[topic].append(now)
@@ -129,8 +138,9 @@ class Workload:
         with contextlib.suppress(asyncio.CancelledError):
             try:
                 async for m in sub:
-                    self.history.delivered[(topic, name)].append((m.seq, m.value))
-                    sub.consume(m.seq)
+                    key = (lane_name(topic, m.lane) if m.lane else topic, name)
+                    self.history.delivered[key].append((m.seq, m.value))
+                    sub.consume(m.seq, m.lane)
             except HedwigError as exc:
                 log.warning("%s/%s gave up: %r", topic, name, exc)
                 self.history.subscriber_errors[(topic, name)] = repr(exc)
@@ -147,14 +157,18 @@ class Workload:
         reader = HedwigClient(
             self.hubs, retry=self.retry, security=self.security, network=self.network
         )
+        logs: list[str] = []
         try:
             for topic in self.topics:
-                self.history.log[topic] = await read_all(reader, topic)
-                log.info("read %s back: %d messages", topic, len(self.history.log[topic]))
+                lanes = (await reader.describe_lanes(topic)).lanes
+                for name in (lane_name(topic, x.index) for x in lanes):
+                    self.history.log[name] = await read_all(reader, name)
+                    logs.append(name)
+                    log.info("read %s back: %d messages", name, len(self.history.log[name]))
         finally:
             await reader.close()
         deadline = time.monotonic() + timeout
-        for topic in self.topics:
+        for topic in logs:
             last = self.history.log[topic][-1][0] if self.history.log[topic] else 0
             for s in range(self.subscribers):
                 key = (topic, f"checker-{s}")
@@ -225,6 +239,13 @@ def check(history: History) -> None:
             if last_by_publisher.get(pub, -1) > seq:
                 problems.append(f"{topic}: {value!r} acknowledged after a later message")
             last_by_publisher[pub] = max(last_by_publisher.get(pub, -1), seq)
+        for name in history.subscribers.get(lane_of(topic)[0], []):
+            if log and (topic, name) not in history.delivered:
+                why = history.subscriber_errors.get((lane_of(topic)[0], name))
+                problems.append(
+                    f"{topic}/{name}: received nothing of it"
+                    + (f" (the subscriber gave up: {why})" if why else "")
+                )
         for (t, name), got in history.delivered.items():
             if t != topic:
                 continue
@@ -243,7 +264,7 @@ def check(history: History) -> None:
             if fresh != expected[: len(fresh)]:
                 problems.append(f"{topic}/{name}: deliveries differ from the log")
             if len(fresh) < len(expected):
-                why = history.subscriber_errors.get((t, name))
+                why = history.subscriber_errors.get((lane_of(t)[0], name))
                 problems.append(
                     f"{topic}/{name}: received up to {high}, the log ends at {log[-1][0]}"
                     + (f" (the subscriber gave up: {why})" if why else "")

@@ -59,7 +59,7 @@ from typing import NamedTuple, Protocol, cast, overload
 from hedwig.client.routing import Router
 from hedwig.clock import Clock
 from hedwig.errors import EarlierBatchFailedError, HedwigError, UseLaneError
-from hedwig.protocol import EncodedMessage, EncodedMessages, Publish, Published
+from hedwig.protocol import EncodedMessage, EncodedMessages, Publish, Published, lane_of
 
 _new_tuple = tuple.__new__
 
@@ -72,6 +72,9 @@ class PublishResult(NamedTuple):
 
     seq: int
     duplicate: bool = False
+    # The lane it went to (``hedwig.metadata.plans``; 0: the topic itself). ``seq`` is its
+    # place in that lane.
+    lane: int = 0
 
 
 class BatchPublishResult(Sequence[PublishResult]):
@@ -82,10 +85,13 @@ class BatchPublishResult(Sequence[PublishResult]):
     stored in order but need not be adjacent in the topic (other publishers' batches may land
     between them), hence ``runs`` rather than one first sequence id."""
 
-    __slots__ = ("_len", "_runs")
+    __slots__ = ("_lanes", "_len", "_runs")
 
-    def __init__(self, runs: Sequence[tuple[int, int, bool]]) -> None:
+    def __init__(
+        self, runs: Sequence[tuple[int, int, bool]], lanes: Sequence[int] | None = None
+    ) -> None:
         self._runs = tuple(runs)
+        self._lanes = tuple(lanes) if lanes is not None else (0,) * len(self._runs)
         self._len = sum(n for _, n, _ in self._runs)
 
     @property
@@ -108,20 +114,20 @@ class BatchPublishResult(Sequence[PublishResult]):
             index += self._len
         if not 0 <= index < self._len:
             raise IndexError(index)
-        for first, n, dup in self._runs:
+        for (first, n, dup), lane in zip(self._runs, self._lanes, strict=True):
             if index < n:
-                return PublishResult(first + index if first else 0, dup)
+                return PublishResult(first + index if first else 0, dup, lane)
             index -= n
         raise IndexError(index)  # pragma: no cover (the lengths add up)
 
     def __iter__(self) -> Iterator[PublishResult]:
-        for first, n, dup in self._runs:
+        for (first, n, dup), lane in zip(self._runs, self._lanes, strict=True):
             if first:
                 for seq in range(first, first + n):
-                    yield PublishResult(seq, dup)
+                    yield PublishResult(seq, dup, lane)
             else:
                 for _ in range(n):
-                    yield PublishResult(0, dup)
+                    yield PublishResult(0, dup, lane)
 
     def __repr__(self) -> str:
         return f"BatchPublishResult(runs={self._runs!r})"
@@ -130,18 +136,20 @@ class BatchPublishResult(Sequence[PublishResult]):
 class _Call:
     """One ``publish_batch`` call: its chunks settle one by one, its future once."""
 
-    __slots__ = ("future", "pending", "runs")
+    __slots__ = ("future", "lanes", "pending", "runs")
 
     def __init__(self, future: asyncio.Future[BatchPublishResult], chunks: int) -> None:
         self.future = future
         self.runs: list[tuple[int, int, bool]] = [(0, 0, False)] * chunks
+        self.lanes: list[int] = [0] * chunks
         self.pending = chunks
 
-    def settle(self, index: int, first: int, count: int, dup: bool) -> None:
+    def settle(self, index: int, first: int, count: int, dup: bool, lane: int) -> None:
         self.runs[index] = (first, count, dup)
+        self.lanes[index] = lane
         self.pending -= 1
         if not self.pending and not self.future.done():
-            self.future.set_result(BatchPublishResult(self.runs))
+            self.future.set_result(BatchPublishResult(self.runs, self.lanes))
 
     def fail(self, exc: BaseException) -> None:
         if not self.future.done():
@@ -448,16 +456,17 @@ class TopicPublisher:
                 return
             assert isinstance(answer, Published)
             first, dup = answer.first_seq, answer.duplicate
+            lane = lane_of(batch.target)[1] if batch.target != self.topic else 0
             if batch.has_chunks:
-                _settle_mixed(batch.futures, first, dup)
+                _settle_mixed(batch.futures, first, dup, lane)
             elif first:
                 # One tuple per message, made without ``PublishResult.__new__`` (a Python
                 # function: twice the cost).
                 for seq, f in enumerate(cast(list[_Future], batch.futures), first):
                     if not f.done():
-                        f.set_result(_new_tuple(PublishResult, (seq, dup)))
+                        f.set_result(_new_tuple(PublishResult, (seq, dup, lane)))
             else:
-                unknown = PublishResult(0, dup)
+                unknown = PublishResult(0, dup, lane)
                 for f in cast(list[_Future], batch.futures):
                     if not f.done():
                         f.set_result(unknown)
@@ -471,14 +480,14 @@ class TopicPublisher:
             self._inflight.release()
 
 
-def _settle_mixed(waiters: list[_Waiter], first: int, dup: bool) -> None:
+def _settle_mixed(waiters: list[_Waiter], first: int, dup: bool, lane: int) -> None:
     """Resolve a batch of single messages and chunks, in order, from its first sequence id."""
     seq = first
     for w in waiters:
         if isinstance(w, _Chunk):
-            w.call.settle(w.index, seq if first else 0, w.count, dup)
+            w.call.settle(w.index, seq if first else 0, w.count, dup, lane)
             seq += w.count
         else:
             if not w.done():
-                w.set_result(PublishResult(seq if first else 0, dup))
+                w.set_result(PublishResult(seq if first else 0, dup, lane))
             seq += 1

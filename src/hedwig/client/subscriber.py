@@ -430,7 +430,7 @@ class Subscriber:
         if lane != self.lane:
             child = self._lanes.get(lane)
             if child is not None:
-                child.consume(seq)
+                child.consume(seq, lane)
             return
         if seq <= self._consumed:
             return

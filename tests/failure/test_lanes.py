@@ -1,0 +1,146 @@
+"""Ingest lanes on real hub processes under load, each run checked with the full history
+(``history.py``, lane by lane: nothing acknowledged lost or stored twice, each publisher's
+messages in order in each lane, every subscriber received every lane in its order).
+
+Three hubs with 3/3/2 replication and a 2 s ZooKeeper session. The plan is changed by
+``set_topic_mode`` exactly as ``hedwig topic mode`` does: single -> ingest (3 lanes) -> a lane
+sealed -> a lane added -> single; and a lane's owner killed with SIGKILL in the middle of a
+change, on a plain cluster and on a secured one (TLS, certificates, authorization on: the
+topic's permissions cover its lanes, and a client without them is refused on a lane too).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hedwig.client import HedwigClient
+from hedwig.devcluster.cluster import DevCluster
+from hedwig.errors import ForbiddenError
+from hedwig.metadata import MetadataStore, PlanMode
+from hedwig.protocol import lane_name
+from tests.failure.history import History, Workload, check
+from tests.failure.test_fanout import mode, open_region, security
+
+pytestmark = pytest.mark.integration
+
+SESSION = 2.0
+TOPICS = ["fo/a", "fo/b"]
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[DevCluster]:
+    with DevCluster(
+        hubs=3,
+        region="lanes",
+        session_timeout_s=SESSION,
+        replication="3/3/2",
+        base_dir=str(tmp_path / "cluster"),
+    ) as c:
+        yield c
+
+
+@pytest.fixture
+def secure_cluster(tmp_path: Path) -> Iterator[DevCluster]:
+    with DevCluster(
+        hubs=3,
+        region="lanes-secure",
+        session_timeout_s=SESSION,
+        replication="3/3/2",
+        secure=True,
+        base_dir=str(tmp_path / "cluster"),
+    ) as c:
+        yield c
+
+
+async def under_load(cluster: DevCluster, steps: object, *, after: float) -> History:
+    work = Workload(
+        cluster.addresses, TOPICS, publishers=6, subscribers=3, security=security(cluster)
+    )
+    await work.start()
+    await asyncio.sleep(1.5)
+    acked_before = work.history.acked_count
+    assert acked_before > 0
+    await steps()  # type: ignore[operator]
+    await asyncio.sleep(after)
+    history = await work.finish()
+    assert history.acked_count > acked_before, "publishing did not resume"
+    check(history)
+    return history
+
+
+async def test_every_lane_reconfiguration_under_load(cluster: DevCluster) -> None:
+    async with open_region(cluster) as store:
+
+        async def steps() -> None:
+            for m, lanes in (
+                (PlanMode.INGEST, 3),  # single -> ingest
+                (PlanMode.INGEST, 2),  # a lane sealed
+                (PlanMode.INGEST, 3),  # a lane added (a new one: sealed lanes stay sealed)
+                (PlanMode.SINGLE, 0),  # ingest -> single
+            ):
+                await mode(store, m, lanes)
+                await asyncio.sleep(1.5)
+
+        history = await under_load(cluster, steps, after=2.0)
+        for t in TOPICS:
+            got = await store.plans.read_plan(t)
+            assert got is not None and got.value.mode is PlanMode.SINGLE
+            assert got.value.readable_lanes == (0, 1, 2, 3)
+            # Every lane took messages while it was open.
+            for i in (1, 2, 3):
+                assert history.log[lane_name(t, i)], f"lane {i} of {t} took nothing"
+
+
+async def kill_a_lane_owner_mid_change(cluster: DevCluster) -> None:
+    async with open_region(cluster) as store:
+
+        async def steps() -> None:
+            await mode(store, PlanMode.INGEST, 3)
+            await asyncio.sleep(1.5)  # publishers spread over the lanes
+            victim = await lane_owner(store, lane_name(TOPICS[0], 1))
+            change = asyncio.get_running_loop().create_task(mode(store, PlanMode.INGEST, 2))
+            await asyncio.sleep(0.05)
+            cluster.hub_at(victim).kill()
+            await change
+
+        await under_load(cluster, steps, after=SESSION + 5)
+
+
+async def lane_owner(store: MetadataStore, name: str) -> str:
+    for _ in range(100):
+        got = await store.ownership.read_owner_info(name)
+        if got is not None:
+            return got.value.address
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{name} was never claimed")
+
+
+async def test_kill9_lane_owner_mid_reconfiguration(cluster: DevCluster) -> None:
+    await kill_a_lane_owner_mid_change(cluster)
+
+
+async def test_secure_kill9_lane_owner_mid_reconfiguration(secure_cluster: DevCluster) -> None:
+    await kill_a_lane_owner_mid_change(secure_cluster)
+
+
+async def test_secure_lanes_are_covered_by_their_topics_permissions(
+    secure_cluster: DevCluster,
+) -> None:
+    """A principal refused on a topic is refused on its lanes; DESCRIBE_LANES needs a
+    permission on the topic too."""
+    cluster = secure_cluster
+    async with open_region(cluster) as store:
+        async with HedwigClient(cluster.addresses, security=security(cluster)) as admin:
+            for topic in TOPICS:
+                await admin.publish(topic, b"pub0:0")
+            await mode(store, PlanMode.INGEST, 2)
+        stranger = security(cluster, "alice")  # no ACLs
+        async with HedwigClient(cluster.addresses, security=stranger) as client:
+            with pytest.raises(ForbiddenError):
+                await client.publish(lane_name(TOPICS[0], 1), b"pub9:0")
+            with pytest.raises(ForbiddenError):
+                await client.describe_lanes(TOPICS[0])
