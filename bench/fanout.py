@@ -30,6 +30,7 @@ import json
 import os
 import struct
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +79,21 @@ class Quotas:
                 group.rmdir()
 
 
+@contextlib.contextmanager
+def capped(cluster: DevCluster, cpus: float) -> Iterator[None]:
+    """Every hub of ``cluster`` limited to ``cpus`` CPUs (0: no limit) while in the block."""
+    quotas = Quotas(cpus) if cpus else None
+    try:
+        if quotas is not None:
+            for hub in cluster.hub_procs:
+                assert hub.proc is not None
+                quotas.limit(hub.proc.pid)
+        yield
+    finally:
+        if quotas is not None:
+            quotas.remove()
+
+
 class Recorder:
     def __init__(self) -> None:
         self.arrivals: dict[str, list[tuple[float, int]]] = {}
@@ -90,21 +106,15 @@ class Recorder:
             (sent,) = struct.unpack_from(">d", m.value)
             got.append((now, m.seq))
             self.latency.append((now, time.time() - sent))
-            sub.consume(m.seq)
+            sub.consume(m)
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    quotas = Quotas(args.cpu_quota) if args.cpu_quota else None
-    with DevCluster(hubs=3, region="bench-fanout", session_timeout_s=4.0) as cluster:
-        try:
-            if quotas is not None:
-                for hub in cluster.hub_procs:
-                    assert hub.proc is not None
-                    quotas.limit(hub.proc.pid)
-            return await measure(cluster, args)
-        finally:
-            if quotas is not None:
-                quotas.remove()
+    with (
+        DevCluster(hubs=3, region="bench-fanout", session_timeout_s=4.0) as cluster,
+        capped(cluster, args.cpu_quota),
+    ):
+        return await measure(cluster, args)
 
 
 async def measure(cluster: DevCluster, args: argparse.Namespace) -> dict[str, Any]:

@@ -24,14 +24,13 @@ import argparse
 import asyncio
 import json
 import struct
-import subprocess
-import sys
 import time
 from typing import Any
 
+from bench.workers import results, spawn
 from hedwig.clock import SystemClock
 from hedwig.devcluster.cluster import DevCluster
-from hedwig.errors import HedwigError, NotResponsibleError
+from hedwig.errors import NotResponsibleError
 from hedwig.metadata import PlanMode, open_store
 from hedwig.net.connection import HubConnection
 from hedwig.placement.plans import set_topic_mode
@@ -123,47 +122,32 @@ async def worker(
 
 
 def start_workers(hubs: list[str], prefix: str, args: argparse.Namespace) -> list[Any]:
-    procs = []
     per = args.subscribers // args.procs
-    for p in range(args.procs):
-        names = [f"{prefix}-{p}-{i}" for i in range(per)]
-        procs.append(
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    __file__,
-                    "--worker",
-                    ",".join(hubs),
-                    "--names",
-                    ",".join(names),
-                    "--duration",
-                    str(args.duration),
-                    *(["--stamped"] if args.rate else []),
-                ],
-                stdout=subprocess.PIPE,
-                text=True,
-            )
-        )
-    for proc in procs:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        if line.strip() != "ATTACHED":
-            raise HedwigError(f"a subscriber worker failed: {line!r}")
-    return procs
+    return spawn(
+        [
+            [
+                "-m",
+                "bench.fanout_throughput",
+                "--worker",
+                ",".join(hubs),
+                "--names",
+                ",".join(f"{prefix}-{p}-{i}" for i in range(per)),
+                "--duration",
+                str(args.duration),
+                *(["--stamped"] if args.rate else []),
+            ]
+            for p in range(args.procs)
+        ],
+        "ATTACHED",
+    )
 
 
 def collect(procs: list[Any]) -> tuple[float, list[float]]:
     """Messages delivered per second over all workers, and every latency sample (ms)."""
-    total = 0.0
-    seconds = 1.0
-    latencies: list[float] = []
-    for proc in procs:
-        out, _ = proc.communicate(timeout=120)
-        got = json.loads(out.strip().splitlines()[-1])
-        total += got["delivered"]
-        seconds = got["seconds"]
-        latencies.extend(got["latencies_ms"])
-    return total / seconds, latencies
+    got = results(procs, timeout=120)
+    seconds = got[0]["seconds"] if got else 1.0
+    latencies = [x for g in got for x in g["latencies_ms"]]
+    return sum(g["delivered"] for g in got) / seconds, latencies
 
 
 def percentiles(samples: list[float]) -> dict[str, float]:
@@ -231,30 +215,23 @@ async def phase(
 
 
 async def drive(args: argparse.Namespace) -> dict[str, Any]:
-    from bench.fanout import Quotas
+    from bench.fanout import capped
+    from hedwig.client import HedwigClient
 
-    quotas = Quotas(args.cpu_quota) if args.cpu_quota else None
-    with DevCluster(hubs=4, region="bench-throughput", replication="1/1/1") as cluster:
-        try:
-            if quotas is not None:
-                for hub in cluster.hub_procs:
-                    assert hub.proc is not None
-                    quotas.limit(hub.proc.pid)
-            hubs = cluster.addresses
-            async with open_store(cluster.zk, region=cluster.region) as store:
-                from hedwig.client import HedwigClient
-
-                async with HedwigClient(hubs) as c:
-                    await c.publish(TOPIC, b"first")
-                single, single_lat = await phase(hubs, "single", args)
-                await set_topic_mode(
-                    store, TOPIC, PlanMode.FAN_OUT, hubs=args.delivery_hubs, clock=SystemClock()
-                )
-                await asyncio.sleep(1.0)
-                fanned, fanned_lat = await phase(hubs, "fanout", args)
-        finally:
-            if quotas is not None:
-                quotas.remove()
+    with (
+        DevCluster(hubs=4, region="bench-throughput", replication="1/1/1") as cluster,
+        capped(cluster, args.cpu_quota),
+    ):
+        hubs = cluster.addresses
+        async with open_store(cluster.zk, region=cluster.region) as store:
+            async with HedwigClient(hubs) as c:
+                await c.publish(TOPIC, b"first")
+            single, single_lat = await phase(hubs, "single", args)
+            await set_topic_mode(
+                store, TOPIC, PlanMode.FAN_OUT, hubs=args.delivery_hubs, clock=SystemClock()
+            )
+            await asyncio.sleep(1.0)
+            fanned, fanned_lat = await phase(hubs, "fanout", args)
     return {
         "subscribers": args.subscribers,
         "delivery_hubs": args.delivery_hubs,

@@ -300,7 +300,7 @@ class Workload:
             except Exception:
                 continue
             got.add(msg.value)
-            sub.consume(msg.seq)
+            sub.consume(msg)
 
     def acked_count(self) -> int:
         return sum(len(v) for v in self.acked.values())

@@ -231,7 +231,7 @@ class Load:
         while True:
             try:
                 msg = await sub.next(timeout=5)
-                sub.consume(msg.seq)
+                sub.consume(msg)
             except asyncio.CancelledError:
                 raise
             except Exception:

@@ -289,12 +289,20 @@ def test_bench_reports_delivery_rate_and_latency(dev: Cli) -> None:
     assert 0 < lat["p50_ms"] <= lat["p99_ms"] <= lat["max_ms"] < 60_000
 
 
+def background(dev: Cli, *args: str) -> subprocess.Popen[bytes]:
+    """``hedwig ARGS`` running in the background, its output captured."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "hedwig", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=dev.env,
+    )
+
+
 def test_topic_mode_spreads_subscribers_and_shows_the_plan(dev: Cli) -> None:
     assert dev("pub", "hotcli", "-q", input="first\n").returncode == 0
     missing = dev("topic", "mode", "nosuch", "fan-out")
     assert missing.returncode == 1 and "does not exist" in missing.stderr
-    lanes = dev("topic", "mode", "hotcli", "ingest")
-    assert lanes.returncode == 2 and "not implemented" in lanes.stderr
     done = dev("topic", "mode", "hotcli", "fan-out", "--hubs", "2", "--json")
     assert done.returncode == 0, done.stderr
     (plan,) = json.loads(done.stdout)
@@ -305,12 +313,7 @@ def test_topic_mode_spreads_subscribers_and_shows_the_plan(dev: Cli) -> None:
     assert rows["hotcli"]["owner"] not in rows["hotcli"]["hubs"]
     assert "fan-out" in dev("topics").stdout
     # A subscriber is served by a delivery hub and gets what is published.
-    sub = subprocess.Popen(
-        [sys.executable, "-m", "hedwig", "sub", "hotcli", "spread", "--count", "1"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=dev.env,
-    )
+    sub = background(dev, "sub", "hotcli", "spread", "--count", "1")
     try:
         time.sleep(1.5)
         assert dev("pub", "hotcli", "-q", input="second\n").returncode == 0
@@ -323,6 +326,34 @@ def test_topic_mode_spreads_subscribers_and_shows_the_plan(dev: Cli) -> None:
     assert single.returncode == 0 and json.loads(single.stdout)[0]["mode"] == "single"
     rows = {r["topic"]: r for r in json.loads(dev("topics", "--json").stdout)}
     assert rows["hotcli"]["mode"] == "single" and rows["hotcli"]["hubs"] == []
+
+
+def test_topic_mode_ingest_gives_lanes_and_sub_reads_them(dev: Cli) -> None:
+    assert dev("pub", "lanescli", "-q", input="first\n").returncode == 0
+    done = dev("topic", "mode", "lanescli", "ingest", "--hubs", "3", "--json")
+    assert done.returncode == 0, done.stderr
+    (plan,) = json.loads(done.stdout)
+    assert plan["mode"] == "ingest" and plan["lanes"] == "0,1,2"
+    rows = {r["topic"]: r for r in json.loads(dev("topics", "--json").stdout)}
+    assert rows["lanescli"]["mode"] == "ingest" and rows["lanescli"]["lanes"] == "0,1,2"
+    assert {"lanescli~lane1", "lanescli~lane2"} <= set(rows)
+    # Publishers (one process each, so each its own id) spread over the lanes; a subscriber
+    # created before they publish reads every lane, each message saying its lane.
+    sub = background(dev, "sub", "lanescli", "reader", "--count", "30")
+    try:
+        time.sleep(1.5)
+        for p in range(6):
+            lines = "".join(f"p{p}-{i}\n" for i in range(5))
+            assert dev("pub", "lanescli", "-q", input=lines).returncode == 0
+        out, err = sub.communicate(timeout=60)
+        assert sub.returncode == 0, err.decode()
+    finally:
+        sub.kill()
+    got = [line.split("\t") for line in out.decode().splitlines()]
+    assert sorted(v for _, v in got) == sorted(f"p{p}-{i}" for p in range(6) for i in range(5))
+    assert any(":" in where for where, _ in got), "no message came from a lane other than 0"
+    fewer = dev("topic", "mode", "lanescli", "ingest", "--hubs", "2", "--json")
+    assert json.loads(fewer.stdout)[0]["lanes"] == "0,1 (2 sealed)"
 
 
 def test_dev_up_secure_prints_its_credentials_and_the_commands_use_them(tmp_path: Path) -> None:

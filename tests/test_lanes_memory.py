@@ -261,3 +261,37 @@ async def test_deleting_a_topic_deletes_its_lanes(region: Region) -> None:
         await admin.delete_topic("gone")
         topics = await region.hubs[0].store.topics.list_topics()
         assert not [t for t in topics if t.startswith("gone")]
+
+
+async def test_a_sealed_lane_is_dropped_once_its_readers_have_read_it(region: Region) -> None:
+    store = region.hubs[0].store
+    async with region.client() as admin:
+        await admin.publish("drop", b"first:0")
+        await (await admin.subscribe("drop", "behind")).close()  # reads nothing
+        reader = Reader(await admin.subscribe("drop", "r"))
+        await set_mode(region, "drop", PlanMode.INGEST, hubs=2)
+        lane = lane_name("drop", 1)
+        async with publishers(region, "drop", 6) as pubs:
+            await until(lambda: pubs.total() > 60 and any(m.lane == 1 for m in reader.got))
+            await set_mode(region, "drop", PlanMode.SINGLE)  # lane 1 sealed
+            mark = pubs.total()
+            await until(lambda: pubs.total() > mark + 30)
+        acked = {v for vs in pubs.acked.values() for v in vs}
+        await until(lambda: reader.values() >= acked)
+        assert await reader.sub.sync()
+        owner = region.owner(lane)
+        # Not while a subscription has not read it all...
+        await owner.loops.collect_garbage()
+        assert await store.topics.topic_exists(lane)
+        # ... but once that one is gone (with its lanes' subscriptions), the lane goes: from
+        # the plan first, then its topic; the reader goes on as if nothing happened.
+        await admin.unsubscribe("drop", "behind")
+        assert await store.subscriptions.read_subscription_data(lane, "behind") is None
+        await owner.loops.collect_garbage()
+        assert not await store.topics.topic_exists(lane)
+        assert await store.plans.read_plan("drop") is None  # single, no lane left: no plan
+        await until(lambda: 1 not in reader.sub.lanes)
+        assert reader.sub.error is None and not reader.task.done()
+        await admin.publish("drop", b"after:0")
+        await until(lambda: b"after:0" in reader.values())
+        reader.task.cancel()

@@ -1,10 +1,12 @@
-"""The scaling policy: a topic too hot for one hub is fanned out, confirmed first, cooled down
-after, capped per cycle; a publisher-heavy topic is left alone; a cool one goes back."""
+"""The scaling policy: a topic too hot for one hub is fanned out (its subscribers are the load)
+or given lanes (its publishers are), confirmed first, cooled down after, capped per cycle; a
+cool one goes back."""
 
 from __future__ import annotations
 
 from hedwig.clock import ManualClock
 from hedwig.metadata import HubLoad, HubStatus, PlanMode, TopicLoad, TopicPlan
+from hedwig.metadata.plans import Lane
 from hedwig.placement.scaling import ScalingConfig, ScalingPolicy
 
 CONFIG = ScalingConfig(hub_capacity=1000, confirmations=2, cooldown_s=60, max_changes_per_cycle=1)
@@ -42,10 +44,29 @@ def test_a_subscriber_heavy_topic_is_fanned_out_after_its_confirmations() -> Non
     assert policy.plan(region({"hot": (100, 2600)}), {}) == []
 
 
-def test_a_publisher_heavy_topic_is_left_alone() -> None:
-    policy = ScalingPolicy(CONFIG, ManualClock())
-    for _ in range(5):
-        assert policy.plan(region({"ingest": (900, 1000)}), {}) == []
+def test_a_publisher_heavy_topic_gets_lanes_counted_over_its_lanes() -> None:
+    clock = ManualClock()
+    policy = ScalingPolicy(CONFIG, clock)
+    assert policy.plan(region({"ingest": (1300, 1000)}), {}) == []
+    (change,) = policy.plan(region({"ingest": (1300, 1000)}), {})
+    assert (change.topic, change.owner, change.mode, change.hubs) == (
+        "ingest",
+        "a",
+        PlanMode.INGEST,
+        3,
+    )
+    assert "takes 1300 msg/s" in change.reason and "3 lanes" in change.reason
+    # Its lanes report as topics of their own: summed into the topic, it stays as it is...
+    lanes = TopicPlan(PlanMode.INGEST, lanes=(Lane(0), Lane(1, "b"), Lane(2, "c")))
+    spread = region({"ingest": (450, 400), "ingest~lane1": (450, 400), "ingest~lane2": (400, 300)})
+    clock.advance(120)
+    for _ in range(3):
+        assert policy.plan(spread, {"ingest": lanes}) == []
+    # ... and back to single once all lanes together take little.
+    quiet = region({"ingest": (50, 40), "ingest~lane1": (60, 40), "ingest~lane2": (50, 40)})
+    assert policy.plan(quiet, {"ingest": lanes}) == []
+    (back,) = policy.plan(quiet, {"ingest": lanes})
+    assert back.mode is PlanMode.SINGLE and "takes 160 msg/s" in back.reason
 
 
 def test_back_to_single_counts_what_delivery_hubs_deliver() -> None:

@@ -157,7 +157,7 @@ async def consume(bootstrap: list[str], spec: ConsumeSpec, emit: Emit) -> dict[s
                 counts[index] += 1
                 taken += 1
                 if taken % CONSUME_EVERY == 0:
-                    sub.consume(m.seq)
+                    sub.consume(m)
                 if counts[index] == spec.expected:
                     remaining[0] -= 1
                     if remaining[0] == 0:

@@ -49,7 +49,7 @@ from hedwig.metadata import (
     TopicPlan,
 )
 from hedwig.placement.plans import set_topic_mode
-from hedwig.protocol.names import validate_name
+from hedwig.protocol.names import lane_name, validate_name
 from hedwig_operator.conditions import condition, now_iso
 from hedwig_operator.context import Context
 from hedwig_operator.kube import ObjectRef
@@ -203,6 +203,10 @@ def build_topic_status(
             "mode": MODE_NAMES[plan.mode],
             "hubs": list(plan.hubs),
             "generation": plan.generation,
+            # ingest: the lanes, each with the hub it was meant for and whether it is sealed.
+            "lanes": [
+                {"index": lane.index, "hub": lane.hub, "sealed": lane.sealed} for lane in plan.lanes
+            ],
         }
         load = snapshot.load
         status["rates"] = (
@@ -245,7 +249,7 @@ async def _ensure_scaling(store: MetadataStore, spec: TopicSpec) -> TopicPlan | 
     plan = await set_topic_mode(
         store,
         spec.topic_name,
-        PlanMode.FAN_OUT,
+        PlanMode.INGEST if mode is ScalingMode.INGEST else PlanMode.FAN_OUT,
         hubs=hubs,
         reason="Topic spec.scaling",
         clock=_CLOCK,
@@ -395,14 +399,6 @@ async def reconcile_topic(
             snapshot=snapshot,
             retry=True,
         )
-    if spec.scaling_mode is ScalingMode.INGEST:
-        return result(
-            False,
-            "ScalingUnsupported",
-            "spec.scaling.mode ingest: lanes are not implemented yet (use single or fanOut)",
-            topic=topic,
-            snapshot=snapshot,
-        )
     try:
         changed = await _ensure_scaling(store, spec)
     except (MetadataError, TransientError) as exc:
@@ -418,10 +414,13 @@ async def reconcile_topic(
         return result(False, "ScalingFailed", str(exc), topic=topic, snapshot=snapshot, retry=True)
     if changed is not None:
         where = f" on {', '.join(changed.hubs)}" if changed.hubs else ""
+        if changed.mode is PlanMode.INGEST:
+            where = f" by lanes {', '.join(str(i) for i in changed.open_lanes)}"
         message = f"topic {topic!r} is served {MODE_NAMES[changed.mode]}{where} (spec.scaling)"
         log.info("%s", message)
         await record_event(ctx.kube, body, "ModeChanged", message)
-        snapshot = dataclasses.replace(snapshot, plan=changed if changed.hubs else None)
+        keep = changed.hubs or changed.lanes
+        snapshot = dataclasses.replace(snapshot, plan=changed if keep else None)
     return result(
         True,
         "Owned",
@@ -464,31 +463,42 @@ async def delete_topic_data(
     pool: PoolSpec = parse_pool(pool_body)
     try:
         store = await ctx.metadata.get(pool.zk_connect, pool.region)
-        ranges = await store.persistence.read_topic_persistence_info(topic)
         if not await store.topics.topic_exists(topic):
             return f"topic {topic!r} did not exist in region {pool.region!r}"
+        plan = await store.plans.read_plan(topic)
+        lanes = [lane.index for lane in plan.value.lanes if lane.index] if plan else []
         alive = [h.address for h in await store.hubs.list_hubs() if h.alive]
-        # Best: the owner deletes it (its ledgers' replicas too) through the protocol.
-        why_not = (
-            await ctx.hubs.delete(alive, topic, ctx.settings.activate_timeout_s)
-            if alive
-            else "no hub is alive"
-        )
-        if why_not is None:
-            return f"deleted topic {topic!r} from region {pool.region!r} through its owner"
-        log.info("topic %r: deleting its records directly (%s)", topic, why_not)
-        # The topic node first: its owner notices its owner record vanish and stops serving.
-        await store.topics.delete_topic(topic)
-        ledgers = [r.ledger_id for r in ranges.value.ranges] if ranges is not None else []
-        for ledger_id in ledgers:
-            with contextlib.suppress(NoLedgerMetadataError):
-                await store.ledgers.delete_ledger(ledger_id, ANY_VERSION)
+        done = await _delete_one(ctx, store, alive, topic)
+        # Its lanes after it (``docs/architecture.md``, "Lanes"), the same way.
+        for index in lanes:
+            name = lane_name(topic, index)
+            if await store.topics.topic_exists(name):
+                await _delete_one(ctx, store, alive, name)
     except MetadataError as exc:
         raise TransientError(f"ZooKeeper of pool {pool.name}: {exc}") from exc
-    return (
-        f"deleted topic {topic!r} from region {pool.region!r} "
-        f"with the metadata of {len(ledgers)} ledger(s)"
+    lanes_done = f" and its {len(lanes)} lane(s)" if lanes else ""
+    return f"deleted topic {topic!r}{lanes_done} from region {pool.region!r} {done}"
+
+
+async def _delete_one(ctx: Context, store: MetadataStore, alive: list[str], topic: str) -> str:
+    """Delete one topic (or lane): through its owner if a hub can, else its records."""
+    ranges = await store.persistence.read_topic_persistence_info(topic)
+    # Best: the owner deletes it (its ledgers' replicas too) through the protocol.
+    why_not = (
+        await ctx.hubs.delete(alive, topic, ctx.settings.activate_timeout_s)
+        if alive
+        else "no hub is alive"
     )
+    if why_not is None:
+        return "through its owner"
+    log.info("topic %r: deleting its records directly (%s)", topic, why_not)
+    # The topic node first: its owner notices its owner record vanish and stops serving.
+    await store.topics.delete_topic(topic)
+    ledgers = [r.ledger_id for r in ranges.value.ranges] if ranges is not None else []
+    for ledger_id in ledgers:
+        with contextlib.suppress(NoLedgerMetadataError):
+            await store.ledgers.delete_ledger(ledger_id, ANY_VERSION)
+    return f"with the metadata of {len(ledgers)} ledger(s)"
 
 
 __all__ = [

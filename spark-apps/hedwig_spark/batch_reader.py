@@ -1,10 +1,11 @@
 """Batch reads: ``spark.read.format("hedwig")``.
 
-Everything is decided when Spark creates the reader on the driver: the hubs, the topics, and
-each topic's ``[start, end)`` from ``startingOffsets`` (default earliest) and ``endingOffsets``
-(default latest, and never past the latest: a batch read does not wait for messages). The
-ranges travel to the executors inside the partitions, so every task reads exactly what the
-plan said even while producers keep publishing.
+Everything is decided when Spark creates the reader on the driver: the hubs, the topics (and
+the lanes of each, read as partitions), and each one's ``[start, end)`` from
+``startingOffsets`` (default earliest) and ``endingOffsets`` (default latest, and never past
+the latest: a batch read does not wait for messages). The ranges travel to the executors
+inside the partitions, so every task reads exactly what the plan said even while producers
+keep publishing.
 """
 
 from __future__ import annotations
@@ -16,7 +17,13 @@ from collections.abc import Iterator
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from hedwig_spark.connection import HubSession, list_topics, resolve_hubs, topic_bounds
+from hedwig_spark.connection import (
+    HubSession,
+    list_topics,
+    resolve_hubs,
+    topic_bounds,
+    with_lanes,
+)
 from hedwig_spark.fetch import DataLossError, read_range
 from hedwig_spark.offsets import EARLIEST, LATEST
 from hedwig_spark.options import ReadOptions
@@ -35,6 +42,7 @@ class HedwigBatchReader(DataSourceReader):
             retry_deadline_s=options.cluster.retry_deadline_s,
             security=options.cluster.security,
         ) as s:
+            topics = with_lanes(s, topics)
             bounds = topic_bounds(s, topics)
         self.ranges: list[tuple[str, int, int]] = []
         for topic in topics:

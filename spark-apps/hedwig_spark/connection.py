@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 from hedwig.client import HedwigClient, RetryPolicy, SyncClient
 from hedwig.errors import NoSuchTopicError
 from hedwig.metadata import MetadataStore, open_store
+from hedwig.protocol import lane_name, lane_of
 from hedwig_spark.offsets import TopicBounds
 from hedwig_spark.options import DEFAULT_RETRY_DEADLINE_S, ClusterOptions, SecurityOptions
 
@@ -110,5 +111,26 @@ def topic_bounds(session: SyncClient, topics: Sequence[str]) -> dict[str, TopicB
     async def ask(client: HedwigClient) -> dict[str, TopicBounds]:
         got = await asyncio.gather(*(bounds(client, t) for t in topics))
         return dict(zip(topics, got, strict=True))
+
+    return session.call(ask)
+
+
+def with_lanes(session: SyncClient, topics: Sequence[str]) -> list[str]:
+    """``topics`` and the lanes of each (``T~laneN``, ``docs/architecture.md``, "Lanes"),
+    sorted: a topic served by lanes is read lane by lane, as Kafka's partitions are, with an
+    offset per lane. A topic not created yet has no lanes."""
+
+    async def lanes(client: HedwigClient, topic: str) -> list[str]:
+        if lane_of(topic)[1]:
+            return [topic]
+        try:
+            got = await client.describe_lanes(topic)
+        except NoSuchTopicError:
+            return [topic]
+        return [lane_name(topic, x.index) for x in got.lanes]
+
+    async def ask(client: HedwigClient) -> list[str]:
+        found = await asyncio.gather(*(lanes(client, t) for t in topics))
+        return sorted({name for names in found for name in names} | set(topics))
 
     return session.call(ask)

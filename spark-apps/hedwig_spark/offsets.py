@@ -9,6 +9,10 @@ Users write offsets as ``earliest``, ``latest`` or JSON (``{"topicA": 5, "topicB
 -2 means earliest and -1 latest, as in Kafka. Topics a JSON spec does not name start at the
 earliest retained message and end at the latest.
 
+A topic served by lanes has an offset per lane, each lane named as its topic is
+(``T~lane1``; lane 0 is ``T`` itself): JSON offsets may name lanes, and a lane not named starts
+as an unnamed topic does.
+
 Spark keeps streaming offsets in the checkpoint's ``offsets/`` folder as the JSON of a plain
 dict ``{topic: next_seq}``; we always build it with sorted keys so that equal offsets are equal
 strings (the engine compares them).

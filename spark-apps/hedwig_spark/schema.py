@@ -11,6 +11,10 @@ One row per message, as Kafka users expect them, with Hedwig's names for Hedwig'
 | publishTime | timestamp | when the owning hub stored the message's batch |
 | publisherId | string | the id of the client that published it |
 | headers | array<struct<key: string, value: binary>> | the message headers, in order |
+| lane | int | the lane of the topic it is in (0: the topic itself; ``seq`` is its place there) |
+
+A topic served by lanes (``docs/architecture.md``, "Lanes") is read as Kafka's partitions
+are: each lane has its own sequence ids, and ``(topic, lane, seq)`` names a message.
 
 Reads hand Spark ``pyarrow.RecordBatch`` objects built column by column: converting Python
 tuples row by row costs more than decoding the messages does.
@@ -24,6 +28,7 @@ import pyarrow as pa
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
+    IntegerType,
     LongType,
     StringType,
     StructField,
@@ -31,7 +36,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from hedwig.protocol import Batch
+from hedwig.protocol import Batch, lane_of
 
 HEADER_TYPE = StructType(
     [StructField("key", StringType(), False), StructField("value", BinaryType(), True)]
@@ -46,6 +51,7 @@ SCHEMA = StructType(
         StructField("publishTime", TimestampType(), True),
         StructField("publisherId", StringType(), True),
         StructField("headers", ArrayType(HEADER_TYPE, True), True),
+        StructField("lane", IntegerType(), True),
     ]
 )
 
@@ -59,12 +65,15 @@ ARROW_SCHEMA = pa.schema(
         pa.field("publishTime", pa.timestamp("us", tz="UTC")),
         pa.field("publisherId", pa.string()),
         pa.field("headers", pa.list_(_ARROW_HEADER)),
+        pa.field("lane", pa.int32()),
     ]
 )
 
 
 def to_record_batch(topic: str, batches: Sequence[Batch]) -> pa.RecordBatch:
-    """One Arrow record batch holding every message of ``batches`` (already sliced to range)."""
+    """One Arrow record batch holding every message of ``batches`` (already sliced to range)
+    of ``topic`` (or of a lane of it: its name says which)."""
+    base, lane = lane_of(topic)
     keys: list[bytes | None] = []
     values: list[bytes] = []
     headers: list[list[tuple[str, bytes]]] = []
@@ -84,10 +93,11 @@ def to_record_batch(topic: str, batches: Sequence[Batch]) -> pa.RecordBatch:
     columns = [
         pa.array(keys, pa.binary()),
         pa.array(values, pa.binary()),
-        pa.repeat(pa.scalar(topic, pa.string()), n),
+        pa.repeat(pa.scalar(base, pa.string()), n),
         pa.array(seqs, pa.int64()),
         pa.array(times, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
         pa.array(publishers, pa.string()),
         pa.array(headers, pa.list_(_ARROW_HEADER)),
+        pa.repeat(pa.scalar(lane, pa.int32()), n),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)

@@ -19,9 +19,10 @@ Rules for ``latestOffset``:
 - Every known topic ends at its latest sequence id plus one, capped by
   ``maxRecordsPerTrigger`` (or Spark's ``ReadMaxRows`` limit): the cap is shared among topics
   in proportion to their backlog, so a busy topic cannot starve a quiet one.
-- A topic that appears (``topicPattern``) enters the offsets at its earliest retained seq with
-  no rows in that batch, so its starting point is written to the checkpoint before anything is
-  read from it and a replay reads the same rows.
+- A topic that appears (``topicPattern``), or a lane of a topic (a topic served by lanes is
+  read lane by lane, ``T~laneN``, an offset each), enters the offsets at its earliest
+  retained seq with no rows in that batch, so its starting point is written to the
+  checkpoint before anything is read from it and a replay reads the same rows.
 - Offsets never go backwards, even if a hub reports less than we already planned.
 """
 
@@ -35,7 +36,13 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
-from hedwig_spark.connection import HubSession, list_topics, resolve_hubs, topic_bounds
+from hedwig_spark.connection import (
+    HubSession,
+    list_topics,
+    resolve_hubs,
+    topic_bounds,
+    with_lanes,
+)
 from hedwig_spark.fetch import read_range
 from hedwig_spark.offsets import LATEST, Offsets, TopicBounds, normalise
 from hedwig_spark.options import ReadOptions
@@ -80,9 +87,12 @@ class HedwigStreamReader(DataSourceStreamReader):
         return self._session
 
     def _current_topics(self) -> list[str]:
+        """The topics, and their lanes, listed again every ``topicRefreshSeconds``: a lane
+        that opens enters as a new topic does (at its start, with no rows in that batch)."""
         o = self.options
-        if o.pattern is not None and time.monotonic() - self._topics_listed_at >= o.topic_refresh_s:
-            self._topics = list_topics(o.cluster, o.pattern)
+        if time.monotonic() - self._topics_listed_at >= o.topic_refresh_s:
+            named = list_topics(o.cluster, o.pattern) if o.pattern is not None else o.topics
+            self._topics = with_lanes(self._client(), list(named))
             self._topics_listed_at = time.monotonic()
         return self._topics
 

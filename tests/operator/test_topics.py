@@ -173,6 +173,19 @@ async def test_delete_removes_the_topic_and_its_ledger_records() -> None:
     assert await store.ownership.read_owner_info("orders") is None
 
 
+async def test_delete_removes_the_lanes_too() -> None:
+    w = await world_with_pool()
+    await w.register("hub-1:4080")
+    body = topic_body(spec={"deletionPolicy": "Delete", "scaling": {"mode": "ingest"}})
+    await reconcile_topic(w.ctx, body, [claim_of(body)])  # type: ignore[list-item]
+    store = w.operator_store
+    assert await store.topics.topic_exists("orders~lane1")
+    outcome = await delete_topic_data(w.ctx, body, [claim_of(body)])  # type: ignore[list-item]
+    assert "and its 1 lane(s)" in outcome
+    assert not await store.topics.topic_exists("orders")
+    assert not await store.topics.topic_exists("orders~lane1")
+
+
 async def test_delete_leaves_a_topic_managed_by_another_resource() -> None:
     w = await world_with_pool()
     first = topic_body("a", spec={"topicName": "t"}, created="2026-01-01T00:00:00Z")
@@ -214,13 +227,27 @@ async def test_scaling_pins_the_plan_and_the_status_shows_it() -> None:
     # Back to single: the plan goes.
     body["spec"]["scaling"] = {"mode": "single"}
     status, _ = await reconcile_topic(w.ctx, body, [claim_of(body)])  # type: ignore[list-item]
-    assert status["plan"] == {"mode": "single", "hubs": [], "generation": 0}
+    assert status["plan"] == {"mode": "single", "hubs": [], "generation": 0, "lanes": []}
     assert await w.operator_store.plans.read_plan("orders") is None
     assert [e["reason"] for e in w.kube.events_for("Topic", "orders")] == ["ModeChanged"] * 2
-    # Ingest is refused plainly; auto leaves whatever is there.
-    body["spec"]["scaling"] = {"mode": "ingest"}
+    # Ingest: three lanes, the new ones meant for the other hubs; the status lists them.
+    body["spec"]["scaling"] = {"mode": "ingest", "maxHubs": 3}
     status, retry = await reconcile_topic(w.ctx, body, [claim_of(body)])  # type: ignore[list-item]
-    assert ready(status)[:2] == ("False", "ScalingUnsupported") and not retry
+    assert not retry and ready(status)[:2] == ("True", "Owned")
+    assert status["plan"]["mode"] == "ingest"
+    assert [(x["index"], x["sealed"]) for x in status["plan"]["lanes"]] == [
+        (0, False),
+        (1, False),
+        (2, False),
+    ]
+    assert {x["hub"] for x in status["plan"]["lanes"][1:]} == {"hub-1:4080", "hub-2:4080"}
+    assert await w.operator_store.topics.topic_exists("orders~lane2")
+    assert "by lanes 0, 1, 2" in w.kube.events_for("Topic", "orders")[-1]["message"]
+    # Back to single: the lanes are sealed, kept for their readers.
+    body["spec"]["scaling"] = {"mode": "single"}
+    status, _ = await reconcile_topic(w.ctx, body, [claim_of(body)])  # type: ignore[list-item]
+    assert status["plan"]["mode"] == "single"
+    assert [x["sealed"] for x in status["plan"]["lanes"]] == [True, True]
     body["spec"]["scaling"] = {"mode": "sideways"}
     status, _ = await reconcile_topic(w.ctx, body, [claim_of(body)])  # type: ignore[list-item]
     assert ready(status)[1] == "InvalidSpec" and "spec.scaling.mode" in ready(status)[2]

@@ -29,11 +29,12 @@ def test_batch_read_returns_exactly_the_topics_messages(
         "publishTime",
         "publisherId",
         "headers",
+        "lane",
     ]
     rows = df.orderBy("seq").collect()
     assert [r.seq for r in rows] == list(range(1, 2502))
     assert [bytes(r.value) for r in rows[:-1]] == values
-    assert {r.topic for r in rows} == {topic}
+    assert {r.topic for r in rows} == {topic} and {r.lane for r in rows} == {0}
     last = rows[-1]
     assert bytes(last.key) == b"k1" and bytes(last.value) == b"keyed"
     assert [(h.key, bytes(h.value)) for h in last.headers] == [("trace", b"abc"), ("n", b"2")]

@@ -31,6 +31,7 @@ from hedwig.metadata import HubStatus, MetadataStore, PlanMode, TopicPlan
 from hedwig.placement.plans import set_topic_mode
 from hedwig.placement.rebalance import RebalanceConfig, Rebalancer
 from hedwig.placement.scaling import ScalingConfig, ScalingPolicy
+from hedwig.protocol.names import lane_of
 from hedwig_operator.builders.labels import hub_address
 from hedwig_operator.builders.statefulset import rollout_in_progress
 from hedwig_operator.conditions import now_iso
@@ -145,7 +146,8 @@ async def _scale_topics(
     claims_of: Callable[[str], Iterable[TopicClaim]],
 ) -> list[str]:
     """The scaling policy on the pool's load reports: a topic whose subscribers alone overload
-    its hub is spread over delivery hubs, and brought back once it cools; what changed.
+    its hub is spread over delivery hubs, one whose publishers do is given lanes, and either is
+    brought back once it cools; what changed.
 
     Only topics whose Topic resource says ``auto`` (or that no Topic manages) change, capped
     at the Topic's ``maxHubs``; each change is a ``ModeChanged`` Event on the pool and the
@@ -158,10 +160,11 @@ async def _scale_topics(
     policy = state.get(pool.rebalancing.to_scaling(), ctx)
     plans: dict[str, TopicPlan] = {}
     try:
-        listed = {t for h in hubs if h.alive and h.load for t in h.load.topic_loads}
+        # A lane's load is its topic's: the plan is the topic's.
+        listed = {lane_of(t)[0] for h in hubs if h.alive and h.load for t in h.load.topic_loads}
         for topic in sorted(listed):
             got = await store.plans.read_plan(topic)
-            if got is not None and got.value.mode is PlanMode.FAN_OUT:
+            if got is not None and got.value.mode in (PlanMode.FAN_OUT, PlanMode.INGEST):
                 plans[topic] = got.value
     except MetadataError as exc:
         log.warning("pool %s: cannot read the topics' plans: %s", pool.name, exc)

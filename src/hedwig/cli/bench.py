@@ -259,7 +259,7 @@ async def _bench(hubs: list[str], args: argparse.Namespace) -> dict[str, Any]:
                     if m.value[:1] == STAMP:
                         delivery_lat.append(clock() - _STAMP.unpack_from(m.value, 1)[0])
                     if received % 1000 == 0:
-                        sub.consume(m.seq)
+                        sub.consume(m)
                     if expected is not None and received >= expected:
                         last_delivery = clock()
                         all_received.set()

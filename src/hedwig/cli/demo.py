@@ -43,7 +43,7 @@ async def _traffic(cluster: DevCluster, args: argparse.Namespace) -> None:
                     f"  delivered {sub.topic} #{m.seq}: {m.value.decode()}  (owner {owner})",
                     flush=True,
                 )
-                sub.consume(m.seq)
+                sub.consume(m)
 
         tasks = [asyncio.create_task(show(s)) for s in subs]
         n = 0

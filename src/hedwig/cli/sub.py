@@ -3,7 +3,8 @@
 With a subscriber name the command attaches to (or creates) that subscription, prints each
 message and consumes it, so the next run goes on where this one stopped. With ``--peek`` it
 reads by sequence id instead (``--from``, default the first kept message): nothing is created or
-consumed. Each message prints as ``SEQ<TAB>VALUE``; ``--print`` adds fields before the value
+consumed. Each message prints as ``SEQ<TAB>VALUE`` (``LANE:SEQ`` for a message of a topic's lane
+other than 0); ``--print`` adds fields before the value
 (``timestamp``, ``publisher``, ``key``, ``headers``), ``--json`` prints a JSON object per line.
 """
 
@@ -93,6 +94,7 @@ def _line(msg: DeliveredMessage, topic: str, fields: list[str], as_json: bool) -
         obj: dict[str, Any] = {
             "topic": topic,
             "seq": msg.seq,
+            "lane": msg.lane,
             "timestamp": _iso(msg.publish_time_ms),
             "publisher": msg.publisher_id,
             "key": _json_bytes(m.key),
@@ -103,7 +105,8 @@ def _line(msg: DeliveredMessage, topic: str, fields: list[str], as_json: bool) -
         except UnicodeDecodeError:
             obj["value_base64"] = base64.b64encode(m.value).decode()
         return json.dumps(obj, ensure_ascii=False)
-    parts = [str(msg.seq)]
+    # A lane's message says its lane: ``LANE:SEQ`` (lane 0, the topic itself: ``SEQ``).
+    parts = [f"{msg.lane}:{msg.seq}" if msg.lane else str(msg.seq)]
     for f in fields:
         if f == "timestamp":
             parts.append(_iso(msg.publish_time_ms))
@@ -144,7 +147,7 @@ async def _sub(hubs: list[str], args: argparse.Namespace, fields: list[str]) -> 
                     return 1
                 break
             print(_line(msg, args.topic, fields, args.json), flush=True)
-            sub.consume(msg.seq)
+            sub.consume(msg)
             received += 1
         await sub.sync()
         await sub.close()

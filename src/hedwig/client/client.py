@@ -28,6 +28,7 @@ from hedwig.errors import (
     ForbiddenError,
     HedwigError,
     MessageTooLargeError,
+    NoSuchSubscriptionError,
     NoSuchTopicError,
     UsageError,
 )
@@ -373,7 +374,15 @@ class HedwigClient:
             await sub.close()
 
     async def unsubscribe(self, topic: str, subscriber: str) -> None:
+        """Delete the subscription (and its lanes' subscriptions, for a topic with lanes)."""
         await self.close_subscription(topic, subscriber)
+        lanes = await self._other_lanes(topic, NoSuchTopicError)
+        await self._unsubscribe(topic, subscriber)
+        for index in lanes:
+            with contextlib.suppress(NoSuchSubscriptionError, NoSuchTopicError):
+                await self._unsubscribe(lane_name(topic, index), subscriber)
+
+    async def _unsubscribe(self, topic: str, subscriber: str) -> None:
         await self.router.topic_request(
             topic,
             lambda rid, _: Unsubscribe(request_id=rid, topic=topic, subscriber=subscriber),
@@ -428,17 +437,24 @@ class HedwigClient:
         assert isinstance(answer, Lanes)
         return answer
 
+    async def _other_lanes(self, topic: str, quiet: type[HedwigError]) -> tuple[int, ...]:
+        """The lanes of ``topic`` past lane 0: none for a lane, or when asking fails with
+        ``quiet``."""
+        if lane_of(topic)[1]:
+            return ()
+        try:
+            described = await self.describe_lanes(topic)
+        except quiet:
+            return ()
+        return tuple(x.index for x in described.lanes if x.index)
+
     async def delete_topic(self, topic: str, *, force: bool = False) -> None:
         """Delete the topic, its messages and its subscriptions (and its lanes').
         ``TopicInUseError`` while a subscriber is attached, unless ``force`` (attached
         subscribers are then closed)."""
         validate_name(topic)
-        lanes: tuple[int, ...] = ()
-        if not lane_of(topic)[1]:
-            # Refused only to a caller without admin on the topic: the delete says so.
-            with contextlib.suppress(ForbiddenError):
-                described = await self.describe_lanes(topic)
-                lanes = tuple(x.index for x in described.lanes if x.index)
+        # Refused only to a caller without admin on the topic: the delete says so.
+        lanes = await self._other_lanes(topic, ForbiddenError)
         await self._delete(topic, force)
         for index in lanes:
             # The topic is gone: its lanes go too, whoever reads them.

@@ -194,7 +194,7 @@ class Subscriber:
             self.topic, lambda rid, _: DescribeLanes(request_id=rid, topic=self.topic)
         )
         assert isinstance(answer, Lanes)
-        if answer.generation < self.lanes_generation or self._closed:
+        if self._closed:
             return
         self.lanes_generation = answer.generation
         wanted = {x.index for x in answer.lanes if x.index}
@@ -316,6 +316,11 @@ class Subscriber:
         # Someone else took the subscription over, deleted it or its topic, on purpose, or the
         # permission to subscribe was revoked: stop.
         self._conn = None
+        if self.lane and event.code is CloseReason.TOPIC_DELETED:
+            # A sealed lane its readers had finished, dropped: nothing is lost, and the
+            # topic's subscription forgets it when it next looks at the lanes.
+            self._closed = True
+            return
         if not self._closed:
             error: HedwigError
             if event.code is CloseReason.TOPIC_DELETED:
@@ -424,9 +429,13 @@ class Subscriber:
             self.consume(item.seq, item.lane)
         return item
 
-    def consume(self, seq: int, lane: int = 0) -> None:
+    def consume(self, seq: int | DeliveredMessage, lane: int = 0) -> None:
         """Cumulatively consume every message up to ``seq`` (of ``lane``, for a topic served
-        by lanes: ``DeliveredMessage.lane``), sent without waiting."""
+        by lanes: ``DeliveredMessage.lane``), sent without waiting. Given the message itself,
+        every message up to it in its lane."""
+        if not isinstance(seq, int):
+            msg = seq
+            seq, lane = msg.seq, msg.lane
         if lane != self.lane:
             child = self._lanes.get(lane)
             if child is not None:

@@ -13,17 +13,25 @@ Rules:
   make a topic that shadows a lane. Before refusing, the plan is read again from the store:
   the hub a publisher was just sent to may not have seen the new plan yet.
 - DESCRIBE_LANES is answered by any hub from the plans it watches (``FanOut.plan``).
+- A sealed lane is dropped by its owner once every subscription of it has consumed all it
+  holds (``drop_if_finished``, with garbage collection): first from the plan, by
+  compare-and-set, so no subscriber looks for it again, then the lane's topic itself, whose
+  attached subscribers are told it was deleted (a lane's subscriber then just stops).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 
-from hedwig.errors import InvalidTopicError, NoSuchTopicError, UseLaneError
+from hedwig.errors import BadVersionError, InvalidTopicError, NoSuchTopicError, UseLaneError
 from hedwig.hub.fanout import FanOut
+from hedwig.hub.ownership import TopicOwnership
+from hedwig.hub.topic import OwnedTopic
 from hedwig.metadata.managers import MetadataStore
 from hedwig.metadata.plans import PlanMode, TopicPlan
+from hedwig.metadata.records import Versioned
 from hedwig.protocol import DescribeLanes, LaneInfo, Lanes, lane_name, lane_of
 
 # A publisher's lane is remembered per plan for this many (publisher, plan) pairs: the hash is
@@ -94,6 +102,39 @@ class TopicLanes:
         plan = await self._plan(base)
         lane = plan.lane(index) if plan is not None else None
         return (lane.hub or None) if lane is not None else None
+
+    async def drop_if_finished(self, owned: OwnedTopic, ownership: TopicOwnership) -> bool:
+        """Drop the sealed lane ``owned`` if its subscribers have consumed all of it; whether
+        it was dropped."""
+        base, index = lane_of(owned.name)
+        plan = await self._plan(base) if index else None
+        lane = plan.lane(index) if plan is not None else None
+        if lane is None or not lane.sealed:
+            return False
+        await owned.flush_marks()
+        if await owned.keep_from_seq() <= owned.log.last_seq:
+            return False  # a subscriber has not read it all yet
+        got = await self._store.plans.read_plan(base)
+        if got is None or got.value.lane(index) is None:
+            return False
+        try:
+            await self._without(base, index, got)
+        except BadVersionError:
+            return False  # changed meanwhile: looked at again at the next collection
+        await ownership.delete(owned.name, force=True)
+        return True
+
+    async def _without(self, base: str, index: int, got: Versioned[TopicPlan]) -> None:
+        plan = got.value
+        lanes = tuple(lane for lane in plan.lanes if lane.index != index)
+        if plan.mode is PlanMode.SINGLE and not lanes:
+            await self._store.plans.delete_plan(base, got.version)
+            return
+        await self._store.plans.write_plan(
+            base,
+            dataclasses.replace(plan, lanes=lanes, generation=plan.generation + 1),
+            got.version,
+        )
 
     async def describe(self, req: DescribeLanes) -> Lanes:
         base, index = lane_of(req.topic)

@@ -30,6 +30,7 @@ from hedwig.metadata.records import HubLoad, TopicLoad
 from hedwig.placement.plans import set_topic_mode
 from hedwig.placement.rebalance import Move, Rebalancer
 from hedwig.placement.scaling import ModeChange, ScalingPolicy
+from hedwig.protocol.names import lane_of
 
 log = logging.getLogger(__name__)
 
@@ -221,7 +222,19 @@ class HubLoops:
                 await fanout.flush_marks()
 
     async def collect_garbage(self) -> None:
-        """Delete ledgers every subscriber has consumed and retention lets go."""
+        """Delete ledgers every subscriber has consumed and retention lets go, and sealed
+        lanes every subscriber has finished (``hedwig.hub.lanes``)."""
+        lanes = self.requests.lanes
+        for owned in list(self.ownership.topics.values()):
+            if lanes is not None and owned.state is TopicState.OPEN and lane_of(owned.name)[1]:
+                try:
+                    if await lanes.drop_if_finished(owned, self.ownership):
+                        log.info(
+                            "sealed lane %r dropped: its subscribers read all of it", owned.name
+                        )
+                        continue
+                except HedwigError as exc:
+                    log.info("lane %r: not dropped now: %s", owned.name, exc)
         for owned in list(self.ownership.topics.values()):
             if owned.state is not TopicState.OPEN or len(owned.log.ranges.ranges) < 2:
                 continue  # the open ledger is never collected: nothing to read or write
