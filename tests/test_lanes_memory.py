@@ -295,3 +295,22 @@ async def test_a_sealed_lane_is_dropped_once_its_readers_have_read_it(region: Re
         await admin.publish("drop", b"after:0")
         await until(lambda: b"after:0" in reader.values())
         reader.task.cancel()
+
+
+async def test_ingest_to_fan_out_and_back_to_ingest(region: Region) -> None:
+    """Straight from lanes to delivery hubs (the lanes sealed, still read) and back to lanes
+    (new ones: sealed lanes are never reopened), under load."""
+    async with region.client() as admin:
+        await admin.publish("swap", b"first:0")
+        readers = [Reader(await admin.subscribe("swap", f"s{i}")) for i in range(4)]
+        async with publishers(region, "swap", 6) as pubs:
+            for mode, hubs in ((PlanMode.INGEST, 3), (PlanMode.FAN_OUT, 2), (PlanMode.INGEST, 2)):
+                plan = await set_mode(region, "swap", mode, hubs)
+                mark = pubs.total()
+                await until(lambda m=mark: pubs.total() > m + 60)  # type: ignore[misc]
+            assert plan.open_lanes == (0, 3) and plan.readable_lanes == (0, 1, 2, 3)
+        acked = {v for vs in pubs.acked.values() for v in vs}
+        await until(lambda: all(r.values() >= acked for r in readers))
+        check_history(pubs, readers)
+        for r in readers:
+            r.task.cancel()
