@@ -25,11 +25,17 @@ import dataclasses
 import functools
 from collections.abc import Callable
 
-from hedwig.errors import BadVersionError, InvalidTopicError, NoSuchTopicError, UseLaneError
+from hedwig.errors import (
+    BadVersionError,
+    InvalidTopicError,
+    MetadataError,
+    NoSuchTopicError,
+    UseLaneError,
+)
 from hedwig.hub.fanout import FanOut
 from hedwig.hub.ownership import TopicOwnership
 from hedwig.hub.topic import OwnedTopic
-from hedwig.metadata.managers import MetadataStore
+from hedwig.metadata.managers import MetadataStore, SessionState
 from hedwig.metadata.plans import PlanMode, TopicPlan
 from hedwig.metadata.records import Versioned
 from hedwig.protocol import DescribeLanes, LaneInfo, Lanes, lane_name, lane_of
@@ -72,9 +78,23 @@ class TopicLanes:
 
     async def publish_check(self, name: str) -> PublisherCheck | None:
         """What a publish to ``name`` must pass once it is known not to be a duplicate;
-        ``None``: every publisher is welcome (a topic not served by lanes)."""
+        ``None``: every publisher is welcome (a topic not served by lanes).
+
+        Publishing must not need the metadata store (an owner goes on acknowledging through a
+        store outage). So a plan not known yet is read only while the store answers; else the
+        publish passes unchecked. That is safe: a client sends a topic's lane only what it was
+        told belongs there, and a lane keeps each publisher's order and duplicates on its own,
+        so at worst a lane takes a publisher the plan meant for another until the plan is read.
+        """
         base, index = lane_of(name)
-        plan = await self.check_name(name)
+        known, plan = self._fanout.peek(base)
+        if not known or (index and (plan is None or plan.lane(index) is None)):
+            if self._store.session.state is not SessionState.CONNECTED:
+                return None
+            try:
+                plan = await self.check_name(name)
+            except MetadataError:
+                return None
         if plan is None or (index == 0 and not plan.lanes):
             return None
         if plan.mode is not PlanMode.INGEST and index == 0:
