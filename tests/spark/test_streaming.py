@@ -172,10 +172,12 @@ def set_lanes(cluster: DevCluster, topic: str, lanes: int) -> None:
 
 
 def publish_from(hubs: str, topic: str, publishers: int, start: int, count: int) -> set[str]:
-    """``count`` messages from each of ``publishers`` clients (each its own lane, by id)."""
+    """``count`` messages from each of ``publishers`` clients (each its own lane, by id; ids
+    new for each ``start``: a client reusing an id with its sequence restarted would be
+    answered as a duplicate, on purpose)."""
     sent: set[str] = set()
     for p in range(publishers):
-        with SyncClient(hubs.split(","), publisher_id=f"p{p}") as client:
+        with SyncClient(hubs.split(","), publisher_id=f"p{p}-{start}") as client:
             values = [f"p{p}:{start + i}" for i in range(count)]
             client.publish_many(topic, [v.encode() for v in values])
             sent.update(values)
@@ -223,7 +225,11 @@ def test_lanes_are_read_with_an_offset_each_across_a_restart(
     sent |= publish_from(hubs, topic, 6, 50, 30)
     query = start()
     try:
-        wait_for(lambda: len(rows()) >= len(sent), what="rows after the restart")
+        wait_for(
+            lambda: query.exception() is not None or len(rows()) >= len(sent),
+            what="rows after the restart",
+        )
+        assert query.exception() is None, query.exception()
         time.sleep(1.5)  # a repeated batch would land now
     finally:
         query.stop()
