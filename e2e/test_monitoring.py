@@ -282,6 +282,8 @@ def bed(tmp_path: Path) -> Iterator[tuple[DevCluster, Prometheus]]:
             "1",
             "--placement",
             "least-loaded",
+            "--log-level",
+            "info",
         ],
     ) as dev:
         targets = [

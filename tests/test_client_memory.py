@@ -515,6 +515,48 @@ async def test_a_hub_told_to_claim_claims_though_a_request_it_redirected_is_pend
     assert region.owner("told") is a and a.topics.stats.losses == 0
 
 
+async def test_a_request_redirected_to_the_old_owner_after_a_hand_off_goes_on(
+    region: Region,
+) -> None:
+    """A client redirected to the owner before a hand-off arrives there just after it, with
+    the redirected flag that tells a hub to claim: the old owner sends it on to the hand-off's
+    destination rather than claim the topic back from under it (the move would not happen)."""
+    async with region.client() as c:
+        await c.publish("handed", b"warm-up")
+        source = region.owner("handed")
+        dest = next(h for h in region.hubs if h is not source)
+        assert await source.requests.move("handed", dest.address, MoveKind.REQUESTED, "test")
+        with pytest.raises(NotResponsibleError) as told:
+            await source.topics.acquire("handed", redirected=True)
+        assert told.value.owner == dest.address
+        await until(lambda: "handed" in dest.topics.topics)
+        assert (await c.publish("handed", b"after")).seq == 2
+
+
+async def test_a_move_during_the_owners_claim_waits_for_it(region: Region) -> None:
+    """A move that reaches the owner between its writing the owner record and its serving
+    the topic waits for the claim to finish, then hands the topic over (it used to find the
+    topic not served here, ask the destination, which saw the record, and move nothing)."""
+    a, b = region.hubs
+    write_owner = a.store.ownership.write_owner_info
+    written = asyncio.Event()
+
+    async def slow_write(*args: Any, **kwargs: Any) -> Any:
+        version = await write_owner(*args, **kwargs)
+        written.set()
+        await asyncio.sleep(0.05)  # the record is there; the take-over is not done
+        return version
+
+    a.store.ownership.write_owner_info = slow_write  # type: ignore[method-assign]
+    claim = asyncio.create_task(a.topics.acquire("claiming", redirected=True))
+    await written.wait()
+    assert "claiming" not in a.topics.topics
+    assert await a.requests.move("claiming", b.address, MoveKind.REQUESTED, "test")
+    await claim
+    await until(lambda: "claiming" in b.topics.topics)
+    assert "claiming" not in a.topics.topics
+
+
 class Unanswered(CutOff):
     """Connections to ``silent`` hubs are never answered (a partition drops the SYN): each
     attempt fails once its timeout has passed. Records the timeout each attempt was given."""

@@ -7,6 +7,12 @@ that topic's requests there for ``ASSIGNMENT_HOLD_S``, while the chosen hub is a
 this, a client's pipelined requests to a hub that just lost the topic could be sent to two
 would-be owners, and the later of them stored first.
 
+A topic this hub has just handed over is held for its destination even against a request
+that was redirected here (which a hub otherwise claims for at once): a client redirected here
+before the hand-off would else claim the topic back from under its destination, and the move
+would not happen. The hold ends when the destination has answered the request to claim (or is
+seen to own the topic), is no longer alive, or after ``HANDOFF_HOLD_S``.
+
 An unowned lane of an ingest topic goes to the hub its plan chose for it (``Lane.hub``), if
 that hub is alive and fit: that is how a topic's lanes start on different hubs. After that a
 lane is placed and moved like any topic.
@@ -27,6 +33,10 @@ from hedwig.placement import choose_hub
 # How long a placement decision for an unowned topic holds (a client follows a redirect in a
 # round trip or two; a chosen hub that does not claim in this time is chosen afresh).
 ASSIGNMENT_HOLD_S = 2.0
+# How long a topic handed over to another hub is kept for it (the destination is asked to
+# claim at once and usually has within a round trip or two; short, so that a topic handed back
+# and forth is never held by both ends for long).
+HANDOFF_HOLD_S = 3.0
 # The alive hubs are read from the metadata store at most this often for placement.
 HUBS_CACHE_S = 1.0
 # Assignments kept at most (expired ones are pruned first).
@@ -57,6 +67,7 @@ class HubChoices:
         self._rng = rng or random.Random()
         self._hubs: tuple[float, list[HubStatus]] | None = None
         self._assigned: dict[str, tuple[str, float]] = {}
+        self._handed: dict[str, tuple[str, float]] = {}
         self._unfit: dict[str, float] = {}
         # Hubs the rebalancing policy has drained: new topics go elsewhere.
         self.drained: Callable[[], frozenset[str]] = frozenset
@@ -152,8 +163,40 @@ class HubChoices:
             self._assigned = {t: a for t, a in self._assigned.items() if a[1] > now}
         self._assigned[topic] = (hub, now + ASSIGNMENT_HOLD_S)
 
+    def handed_over(self, topic: str, hub: str) -> None:
+        """This hub just handed ``topic`` to ``hub``: requests go there, redirected or not."""
+        self.assign(topic, hub)
+        now = self._clock.monotonic()
+        if len(self._handed) >= MAX_ASSIGNMENTS:
+            self._handed = {t: a for t, a in self._handed.items() if a[1] > now}
+        self._handed[topic] = (hub, now + HANDOFF_HOLD_S)
+
+    async def handed_to(self, topic: str) -> str | None:
+        """The alive hub this hub just handed unowned ``topic`` to, if the hold is on."""
+        held = self._handed.get(topic)
+        if held is None:
+            return None
+        target, until = held
+        if self._clock.monotonic() < until and any(
+            h.alive and h.address == target for h in await self._alive()
+        ):
+            return target
+        del self._handed[topic]
+        return None
+
     def claimed(self, topic: str) -> None:
         self._assigned.pop(topic, None)
+        self._handed.pop(topic, None)
+
+    def owned_by(self, topic: str, hub: str) -> None:
+        """``topic`` was seen owned by ``hub``: a hand-off to it is done."""
+        held = self._handed.get(topic)
+        if held is not None and held[0] == hub:
+            del self._handed[topic]
+
+    def hand_off_ended(self, topic: str) -> None:
+        """The destination answered the request to claim ``topic`` (claimed, or would not)."""
+        self._handed.pop(topic, None)
 
     # ensembles ----------------------------------------------------------------------------
 

@@ -189,6 +189,18 @@ class TopicOwnership:
 
     # resolving ----------------------------------------------------------------------------
 
+    async def settled(self, topic: str) -> None:
+        """Wait for a claim of ``topic`` under way here to finish (whatever its outcome).
+
+        Between writing its owner record and serving the topic a hub is its owner on record
+        but not yet in ``topics``: a move arriving then must wait, not take the topic for
+        someone else's (and hand nothing over).
+        """
+        pending = self._claims.get(topic)
+        if pending is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(pending)
+
     async def acquire(self, topic: str, *, redirected: bool, create: bool = True) -> OwnedTopic:
         """The topic if this hub serves it (claiming it if the rules say so); else raises.
 
@@ -248,6 +260,7 @@ class TopicOwnership:
             if owner is not None:
                 info = owner.value
                 if info.address != self.address:
+                    self.choices.owned_by(topic, info.address)
                     self._redirect(topic)
                     raise NotResponsibleError(
                         f"topic {topic!r} is owned by {info.address}", owner=info.address
@@ -258,6 +271,12 @@ class TopicOwnership:
                     await self.store.ownership.delete_owner_info(topic, owner.version)
                 except (BadVersionError, NoTopicOwnerInfoError):
                     continue
+            handed = await self.choices.handed_to(topic) if redirected else None
+            if handed is not None and handed != self.address:
+                self._redirect(topic)
+                raise NotResponsibleError(
+                    f"topic {topic!r} was just handed to {handed}", owner=handed
+                )
             fit = self.choices.can_store(topic)
             if not redirected or not fit:
                 target = await self.choices.owner_for(topic)
@@ -460,7 +479,7 @@ class TopicOwnership:
             return False
         await owned.release(reason, new_owner)
         if new_owner is not None:
-            self.choices.assign(topic, new_owner)
+            self.choices.handed_over(topic, new_owner)
         self.topics.pop(topic, None)
         version = self._owner_versions.pop(topic, None)
         if version is not None:

@@ -329,6 +329,7 @@ class HubRequests:
             alive = {h.address for h in await self.store.hubs.list_hubs() if h.alive}
             if destination not in alive:
                 raise InvalidRequestError(f"destination {destination} is not an alive hub")
+        await self.ownership.settled(topic)
         if topic not in self.ownership.topics:
             got = await self.store.ownership.read_owner_info(topic)
             if got is not None and got.value.address != self.address:
@@ -373,6 +374,9 @@ class HubRequests:
             log.info("destination %s did not claim %r at once: %s", destination, topic, exc)
         finally:
             conn.close()
+            # Claimed there, or not at once: either way the hand-off's hold is over (and a
+            # topic handed back here soon after is not sent back).
+            self.ownership.choices.hand_off_ended(topic)
 
     # the storage role ---------------------------------------------------------------------
 
