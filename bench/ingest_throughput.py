@@ -13,9 +13,12 @@ id, spread over ``--procs`` worker processes) publish flat out, each keeping
 ``PUBLISH_PENDING`` calls of ``PUBLISH_BATCH`` messages in flight. Phase 2: the topic is
 switched to ``--lanes`` lanes (``hedwig topic mode ingest``; each new lane meant for a hub no
 other lane is meant for) and as many fresh publishers publish the same way, each sent to its
-lane by its id. In each phase every publisher counts the messages acknowledged during
-``--duration`` seconds after a warm-up. Prints JSON: acknowledged messages per second per
-phase, their ratio, and how the second phase's publishers were spread over the lanes.
+lane by its id. In each phase every publisher counts the messages acknowledged in one window
+of ``--duration`` seconds, the same for every worker, which the driver sends once all of them
+are publishing (``bench.workers.open_window``), after a warm-up. Prints JSON: acknowledged
+messages per second per phase, their ratio, how the second phase's publishers were spread
+over the lanes, and the CPU the machine and each hub used in each window (hubs at their quota
+and the machine short of its cores: the hubs were the limit).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from bench.workers import results, spawn
+from bench.workers import CpuUse, open_window, results, spawn, window_from_driver
 from hedwig.clock import SystemClock
 from hedwig.devcluster.cluster import DevCluster
 from hedwig.metadata import PlanMode, open_store
@@ -38,7 +41,10 @@ from hedwig.placement.plans import set_topic_mode
 from hedwig.protocol import lane_name
 
 TOPIC = "bench/ingest"
-WARMUP_S = 2.0
+# From the moment every worker is publishing to the window's start. The hubs' rates settle in
+# about three seconds (a lane phase's fresh publishers are first refused by lane 0 and
+# switch; connections and pipelines fill); the window must not count that.
+WARMUP_S = 4.0
 # Each publisher keeps this many calls of this many messages in flight: enough that a lane's
 # hub, not the round trip, bounds what it takes, and that a lane's hub (a third of the
 # publishers) gets group commits as large as the single hub's (all of them) did.
@@ -79,9 +85,8 @@ async def worker(
 
     tasks = [asyncio.create_task(publisher(i)) for i in ids]
     print("STARTED", flush=True)
-    start = time.monotonic() + WARMUP_S
-    window[0], window[1] = start, start + duration
-    await asyncio.sleep(WARMUP_S + duration + 0.2)
+    window[0], window[1] = await window_from_driver()
+    await asyncio.sleep(max(0.0, window[1] - time.monotonic()) + 0.2)
     stop.set()
     await asyncio.gather(*tasks)
     return {"acked": acked, "seconds": duration, "calls_by_lane": dict(lanes)}
@@ -121,10 +126,20 @@ def collect(procs: list[Any]) -> tuple[float, dict[int, int]]:
     return sum(g["acked"] for g in got) / seconds, dict(sorted(lanes.items()))
 
 
-async def phase(hubs: list[str], prefix: str, args: argparse.Namespace) -> tuple[float, Any]:
+async def phase(
+    cluster: DevCluster, prefix: str, args: argparse.Namespace
+) -> tuple[float, Any, dict[str, Any]]:
+    """Acknowledged messages per second, calls per lane, and the CPU used in the window."""
     loop = asyncio.get_running_loop()
-    procs = await loop.run_in_executor(None, start_workers, hubs, prefix, args)
-    return await loop.run_in_executor(None, collect, procs)
+    procs = await loop.run_in_executor(None, start_workers, cluster.addresses, prefix, args)
+    start = time.monotonic() + WARMUP_S
+    open_window(procs, start, start + args.duration)
+    await asyncio.sleep(WARMUP_S)
+    cpu = CpuUse([h.proc.pid for h in cluster.hub_procs if h.proc is not None])
+    await asyncio.sleep(args.duration)
+    used = cpu.stop()
+    rate, by_lane = await loop.run_in_executor(None, collect, procs)
+    return rate, by_lane, used
 
 
 async def drive(args: argparse.Namespace) -> dict[str, Any]:
@@ -142,7 +157,7 @@ async def drive(args: argparse.Namespace) -> dict[str, Any]:
         async with open_store(cluster.zk, region=cluster.region) as store:
             async with HedwigClient(hubs) as c:
                 await c.publish(TOPIC, b"first")
-            single, _ = await phase(hubs, "single", args)
+            single, _, single_cpu = await phase(cluster, "single", args)
             plan = await set_topic_mode(
                 store, TOPIC, PlanMode.INGEST, hubs=args.lanes, clock=SystemClock()
             )
@@ -154,16 +169,22 @@ async def drive(args: argparse.Namespace) -> dict[str, Any]:
             for lane in plan.lanes:
                 got = await store.ownership.read_owner_info(lane_name(TOPIC, lane.index))
                 owners[lane.index] = got.value.address if got is not None else None
-            lanes, by_lane = await phase(hubs, "lanes", args)
+            lanes, by_lane, lanes_cpu = await phase(cluster, "lanes", args)
+            owners_after = {}
+            for lane in plan.lanes:
+                got = await store.ownership.read_owner_info(lane_name(TOPIC, lane.index))
+                owners_after[lane.index] = got.value.address if got is not None else None
     shutil.rmtree(base, ignore_errors=True)
     return {
         "publishers": args.publishers,
         "lanes": args.lanes,
         "cpu_quota": args.cpu_quota,
         "lane_owners": owners,
+        "lane_owners_after": owners_after,
         "acked_per_s": {"single": round(single), "lanes": round(lanes)},
         "ratio": round(lanes / single, 2) if single else None,
         "calls_by_lane": by_lane,
+        "cpu": {"single": single_cpu, "lanes": lanes_cpu},
     }
 
 
