@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from hedwig.client import HedwigClient, RetryPolicy
+from hedwig.client import HedwigClient, RetryPolicy, routing
 from hedwig.client.routing import Router
 from hedwig.clock import ManualClock
 from hedwig.errors import (
@@ -27,7 +27,7 @@ from hedwig.errors import (
     TlsClosedError,
 )
 from hedwig.hub import ownership
-from hedwig.hub.choices import HUBS_CACHE_S
+from hedwig.hub.choices import HUBS_CACHE_S, HUBS_FRESH_S
 from hedwig.hub.events import LossKind
 from hedwig.metadata.memory import MemoryMetadataStore
 from hedwig.net import MemoryNetwork
@@ -368,6 +368,53 @@ async def cut_off_client_waits(region: Region) -> None:
     assert result.seq == 2 and region.owner("island") is owner
 
 
+async def test_a_hub_that_failed_is_tried_last_once_its_hold_runs_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A client with no owner known for a topic goes round the hubs. One that failed it and
+    has not answered since is passed over even after its hold: behind a partition, dialling
+    it costs a connect timeout while the other hubs answer at once (and would redirect the
+    client to it if it owned the topic)."""
+    monkeypatch.setattr(routing, "UNREACHABLE_S", 0.05)
+    async for region in memory_region(3):
+        gone = region.hubs[0]
+        topics = []
+        async with region.client() as c:
+            for n in range(40):
+                await c.publish(f"round/{n}", b"m")
+                if region.owner(f"round/{n}") is not gone:
+                    topics.append(f"round/{n}")
+        assert len(topics) >= 12
+        view = CutOff(region.network, {gone.address})
+        async with HedwigClient(
+            [h.address for h in region.hubs], network=view, retry=FAST_RETRY
+        ) as c:
+            for topic in topics[:12]:
+                assert (await c.publish(topic, b"n")).seq == 2
+                await asyncio.sleep(0.06)  # the hold on the hub that failed is over
+        assert view.attempts[gone.address] == 1
+
+
+async def test_an_unowned_topic_is_not_sent_to_a_hub_that_just_died() -> None:
+    """A hub's session just ended, so its topics are unowned. A hub asked for one chooses the
+    owner from a list of alive hubs read at most ``HUBS_FRESH_S`` ago, not from the list it
+    keeps for ``HUBS_CACHE_S`` (which still shows the dead hub: clients sent there would wait
+    until the choice ran out)."""
+    async for region in memory_region(3):
+        dead, asked, _ = region.hubs
+        choices = asked.topics.choices
+        await choices.owner_for("warm")  # the alive hubs are read and kept
+        store = dead.store
+        assert isinstance(store, MemoryMetadataStore)
+        store.disconnect()
+        store.expire()
+        await asyncio.sleep(HUBS_FRESH_S + 0.05)
+        assert HUBS_FRESH_S + 0.05 < HUBS_CACHE_S
+        chosen = {await choices.owner_for(f"orphan/{n}") for n in range(30)}
+        assert dead.address not in chosen and len(chosen) == 2
+        store.reconnect()
+
+
 async def test_a_move_told_with_the_subscribed_answer_is_not_missed(region: Region) -> None:
     """The topic moves right after the hub answered a re-subscription, and its TOPIC_MOVED is
     handled before the subscriber has taken the answer in. Attached at a hub that no longer
@@ -485,6 +532,32 @@ async def test_unowned_topics_are_not_sent_to_a_hub_this_hub_cannot_reach() -> N
         a.replicas.suspect(c.hub_id)
         a.choices.cannot_store("v")
         assert await a.choices.owner_for("v") in {b.address, c.address}
+
+
+async def test_two_hubs_that_lost_a_topic_do_not_send_it_back_and_forth() -> None:
+    """Two hubs each lost a topic when its log failed (fenced by a new owner, say; found by the
+    lab's failover rounds), then its owner died. Each held the topic off for 30 s and sent
+    its clients to the other, which sent them back: the topic had no owner until a hold ran
+    out. A hub that reaches an ack quorum of alive hubs is fit to store it again."""
+    async for region in memory_region(3):
+        a, b, dead = region.hubs
+        store = dead.store
+        assert isinstance(store, MemoryMetadataStore)
+        store.disconnect()
+        store.expire()
+        for hub in (a, b):
+            hub.choices.cannot_store("bounced")
+        async with HedwigClient(
+            [a.address, b.address],
+            network=region.network,
+            retry=RetryPolicy(initial_delay_s=0.005, max_delay_s=0.05, deadline_s=3),
+        ) as c:
+            assert (await c.publish("bounced", b"m")).seq == 1
+        # A hub that still cannot reach the others holds the topic off as before.
+        a.replicas.suspect(b.hub_id)
+        a.choices.cannot_store("held")
+        assert not a.choices.can_store("held") and a.choices.can_store("other")
+        store.reconnect()
 
 
 async def test_a_hub_told_to_claim_claims_though_a_request_it_redirected_is_pending(

@@ -19,6 +19,7 @@ from hedwig.errors import (
 from hedwig.ledger import LocalFirstReplicas, LocalStorage, LogSettings, TopicLog, recover_ledger
 from hedwig.ledger.auditor import Auditor, inspect
 from hedwig.ledger.handle import SPECULATIVE_READ_S, read_entry, write_set
+from hedwig.ledger.log_reader import READ_AHEAD
 from hedwig.ledger.storage import RECORD, StorageNode
 from hedwig.metadata import LedgerState
 from hedwig.metadata.memory import MemoryBackend, MemoryMetadataStore
@@ -107,6 +108,43 @@ async def test_torn_tail_is_cut(tmp_path: Path) -> None:
     storage = LocalStorage(tmp_path, "h:1")
     assert await storage.read_lac(7, fence=False) == (-1, -1)  # cut at the first bad record
     assert os.path.getsize(path) == 0
+
+
+async def test_reads_from_ledgers_ask_for_entries_ahead_but_return_what_was_asked(
+    store: MemoryMetadataStore, tmp_path: Path
+) -> None:
+    """A new owner's reads (the index of a ledger it did not write, the batches of a read)
+    ask for up to ``READ_AHEAD`` entries at once: one round trip at a time, reading back the
+    end of a log of small batches took most of a second of a failover. What a read returns
+    is unchanged: the batches holding ``start_seq`` on, up to its limits."""
+    storage = LocalStorage(tmp_path, "h:1")
+    log = make_log(store, storage)
+    await log.open()
+    for i in range(50):
+        await log.append("p", 0, EncodedMessages.of_values([b"a%d" % i, b"b%d" % i]))
+    await storage.close()
+    storage2 = LocalStorage(tmp_path, "h:1")
+    in_flight = [0, 0]  # now, most
+    read = storage2.read_entry
+
+    async def counted(ledger_id: int, entry_id: int) -> bytes:
+        in_flight[0] += 1
+        in_flight[1] = max(in_flight)
+        try:
+            await asyncio.sleep(0.001)
+            return await read(ledger_id, entry_id)
+        finally:
+            in_flight[0] -= 1
+
+    storage2.read_entry = counted  # type: ignore[method-assign]
+    log2 = make_log(store, storage2)
+    await log2.open()
+    got = await log2.read(5, 7, 1 << 20)
+    assert [b.first_seq for b in got] == [5, 7, 9, 11]
+    assert 1 < in_flight[1] <= READ_AHEAD
+    assert [b.first_seq for b in await log2.read(2, 1000, 1)] == [1]  # the size limit: one
+    got = await log2.read(41, 1000, 1 << 20)
+    assert [b.first_seq for b in got] == list(range(41, 101, 2))
 
 
 async def test_roll_over_and_collect(store: MemoryMetadataStore, tmp_path: Path) -> None:

@@ -15,9 +15,10 @@ the topic's publishers keep going to the owner while its subscribers spread over
 A hub this client just failed to reach (the connection could not be opened, or was dropped
 because the hub stopped answering) is left alone for ``UNREACHABLE_S``: a redirect to it is
 not followed (``OwnerUnreachableError``, shown through ``on_wait``) and requests go to the
-other hubs, which keep naming it the owner until its session ends and a new owner claims the
-topic. A client cut off from a healthy owner therefore waits, visibly, for as long as the
-partition lasts: the hubs cannot hand the topic to another owner while the owner is alive.
+other hubs (after the hold too, until it answers again: it is tried last), which keep naming
+it the owner until its session ends and a new owner claims the topic. A client cut off from
+a healthy owner therefore waits, visibly, for as long as the partition lasts: the hubs cannot
+hand the topic to another owner while the owner is alive.
 """
 
 from __future__ import annotations
@@ -191,10 +192,19 @@ class Router:
         owner = self._owners.get(key) or self._owners.get(topic)
         if owner is not None and not self.unreachable(owner):
             return owner
+        # Round the hubs, passing over those held off. A hub whose hold ran out but that has
+        # not answered since comes last: behind a partition, dialling it costs a connect
+        # timeout while the others answer at once (and redirect here if it owns the topic).
+        suspect = None
         for _ in range(len(self.hubs)):
             candidate = self.hubs[next(self._next_hub)]
-            if not self.unreachable(candidate):
+            if self.unreachable(candidate):
+                continue
+            if not self._failures.get(candidate):
                 return candidate
+            suspect = suspect or candidate
+        if suspect is not None:
+            return suspect
         return self.hubs[next(self._next_hub)]  # none is known to answer: try anyway
 
     def unreachable(self, address: str) -> bool:

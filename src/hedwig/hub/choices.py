@@ -39,11 +39,17 @@ ASSIGNMENT_HOLD_S = 2.0
 HANDOFF_HOLD_S = 3.0
 # The alive hubs are read from the metadata store at most this often for placement.
 HUBS_CACHE_S = 1.0
+# ...and at most this long ago when choosing the owner of an unowned topic. The topic is
+# usually unowned because its owner just died: a list a second old may still show that hub
+# alive, and a client sent there waits until the assignment is dropped. A fresher list costs
+# at most a few reads a second, and only while topics are being placed.
+HUBS_FRESH_S = 0.2
 # Assignments kept at most (expired ones are pruned first).
 MAX_ASSIGNMENTS = 100_000
 # After this hub lost a topic because it could not write its log (its storage replicas out of
-# reach), it sends the topic's requests to other hubs for this long instead of claiming it
-# again: a claim would only fail the same way, after a storage timeout.
+# reach), it sends the topic's requests to other hubs for at most this long instead of claiming
+# it again: a claim would only fail the same way, after a storage timeout. The hold ends
+# sooner once this hub reaches enough hubs to write a ledger (``can_store``).
 STORAGE_FAILURE_HOLD_S = 30.0
 
 
@@ -78,9 +84,9 @@ class HubChoices:
         # session expires, so unowned topics go elsewhere meanwhile.
         self.unreachable: Callable[[str], bool] = lambda hub_id: False
 
-    async def _alive(self) -> list[HubStatus]:
+    async def _alive(self, max_age_s: float = HUBS_CACHE_S) -> list[HubStatus]:
         now = self._clock.monotonic()
-        if self._hubs is None or now - self._hubs[0] > HUBS_CACHE_S:
+        if self._hubs is None or now - self._hubs[0] > max_age_s:
             self._hubs = (now, await self._store.hubs.list_hubs())
         return self._hubs[1]
 
@@ -96,18 +102,32 @@ class HubChoices:
             del self._assigned[topic]
 
     def can_store(self, topic: str) -> bool:
+        """Whether this hub may claim ``topic``: not if it failed to write the topic's log
+        lately and still cannot reach an ack quorum of alive hubs (itself included).
+
+        The failure alone is not enough: a log fenced by a new owner, or a partition healed
+        since, leaves this hub as able to store as any. Two hubs each holding off a topic
+        would send its clients back and forth between them until the holds ran out.
+        """
         until = self._unfit.get(topic)
         if until is None:
             return True
         if self._clock.monotonic() >= until:
             del self._unfit[topic]
             return True
-        return False
+        if self._hubs is None:
+            return False
+        reachable = sum(
+            1
+            for h in self._hubs[1]
+            if h.alive and (h.address == self.address or not self.unreachable(h.storage_id))
+        )
+        return reachable >= self._config.replication_config.ack_quorum
 
     async def owner_for(self, topic: str) -> str | None:
         """The hub that should claim unowned ``topic`` (maybe this one); ``None``: any (or,
         for a topic this hub cannot store now, none but this one is alive)."""
-        hubs = await self._alive()
+        hubs = await self._alive(HUBS_FRESH_S)
         fit = self.can_store(topic)
         drained = self.drained()
         cut_off = {

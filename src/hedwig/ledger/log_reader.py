@@ -6,6 +6,11 @@ replicas through a per-ledger index of where each entry's first sequence id is, 
 owner wrote the entry or, for ledgers written by earlier owners, by reading the ledger once.
 Batches come back with their stored bytes (``Batch.raw``), which are what is sent on.
 
+Entries are read up to ``READ_AHEAD`` at a time, as many as the read needs (an index says how
+many messages each entry holds): one by one, each a round trip to a replica, a new owner
+reading back the last 5,000 messages of a log of small batches spent most of a second of its
+failover on it, and building a ledger's index as long again.
+
 The last few entries read from ledgers are kept too (``RECENT_ENTRIES``): a subscriber
 catching up reads a stored batch once for each window it spans (its window ends inside the
 batch, and the next delivery starts there), and the same ``Batch`` keeps where its messages
@@ -14,6 +19,7 @@ start, so each is read from a replica and scanned once.
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import struct
 from dataclasses import dataclass, field
@@ -28,6 +34,8 @@ from hedwig.protocol import Batch
 _FIRST_SEQ = struct.Struct(">Q")
 # Entries read from ledgers and kept, per topic (a few windows' worth of 2,000-message batches).
 RECENT_ENTRIES = 8
+# Entries of one ledger asked for at once (from their replicas, in parallel).
+READ_AHEAD = 16
 
 
 @dataclass
@@ -129,18 +137,28 @@ class LogReader:
                 ri += 1
                 continue
             idx = await self._load_index(r)
-            ei = max(0, bisect.bisect_right(idx.first_seqs, seq) - 1)
-            while ei < len(idx.first_seqs):
-                batch = await self._entry(idx.metadata, ei)
-                if batch.first_seq > last_seq:
-                    return out
-                out.append(batch)
-                msgs += batch.count
-                size += len(batch.raw or b"")
-                seq = batch.last_seq + 1
-                if msgs >= max_messages or size >= max_bytes:
-                    return out
-                ei += 1
+            firsts = idx.first_seqs
+            ei = max(0, bisect.bisect_right(firsts, seq) - 1)
+            # Entries that start at or before last_seq and before the message limit is met.
+            end = min(
+                bisect.bisect_right(firsts, last_seq),
+                bisect.bisect_left(firsts, seq + max_messages - msgs),
+            )
+            while ei < len(firsts):
+                count = max(1, min(READ_AHEAD, end - ei))
+                batches = await asyncio.gather(
+                    *(self._entry(idx.metadata, e) for e in range(ei, ei + count))
+                )
+                for batch in batches:
+                    if batch.first_seq > last_seq:
+                        return out
+                    out.append(batch)
+                    msgs += batch.count
+                    size += len(batch.raw or b"")
+                    seq = batch.last_seq + 1
+                    if msgs >= max_messages or size >= max_bytes:
+                        return out
+                ei += count
             ri += 1
         return out
 
@@ -164,8 +182,11 @@ class LogReader:
             raise NoSuchEntryError(f"ledger {r.ledger_id} of topic {self._topic!r} is gone")
         md = got.value
         idx = LedgerIndex(md)
-        for eid in range(md.last_entry_id + 1):
-            raw = await read_entry(self._replicas, md, eid)
-            idx.first_seqs.append(_FIRST_SEQ.unpack_from(raw)[0])
+        for first in range(0, md.last_entry_id + 1, READ_AHEAD):
+            last = min(first + READ_AHEAD, md.last_entry_id + 1)
+            raws = await asyncio.gather(
+                *(read_entry(self._replicas, md, eid) for eid in range(first, last))
+            )
+            idx.first_seqs.extend(_FIRST_SEQ.unpack_from(raw)[0] for raw in raws)
         self._indexes[r.ledger_id] = idx
         return idx
