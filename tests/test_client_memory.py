@@ -21,6 +21,7 @@ from hedwig.clock import ManualClock
 from hedwig.errors import (
     ConnectionLostError,
     HedwigError,
+    MetadataError,
     NotResponsibleError,
     OwnerUnreachableError,
     SubscriptionBusyError,
@@ -558,6 +559,28 @@ async def test_two_hubs_that_lost_a_topic_do_not_send_it_back_and_forth() -> Non
         a.choices.cannot_store("held")
         assert not a.choices.can_store("held") and a.choices.can_store("other")
         store.reconnect()
+
+
+async def test_a_hub_registers_again_though_the_store_refuses_the_first_attempt(
+    region: Region,
+) -> None:
+    """After a session loss a hub registers again. A store that has just come back (etcd
+    restarted under load) refused that once, and the hub stayed unregistered for good: out of
+    every ensemble and placement ("only 1 hubs are usable" on the others). It retries."""
+    hub = region.hubs[0]
+    await hub.store.hubs.unregister_hub(hub.address)
+    list_hubs = hub.store.hubs.list_hubs
+    refusals = [MetadataError("etcd unavailable (UNAVAILABLE)")]
+
+    async def flaky() -> Any:
+        if refusals:
+            raise refusals.pop()
+        return await list_hubs()
+
+    hub.store.hubs.list_hubs = flaky  # type: ignore[method-assign]
+    await asyncio.wait_for(hub._reregister(), 5)
+    assert not refusals
+    assert hub.address in {h.address for h in await list_hubs() if h.alive}
 
 
 async def test_a_hub_told_to_claim_claims_though_a_request_it_redirected_is_pending(

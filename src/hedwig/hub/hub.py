@@ -54,6 +54,9 @@ log = logging.getLogger(__name__)
 
 # How often connections whose credentials expired are looked for (and closed).
 EXPIRY_CHECK_S = 5.0
+# Re-registering after a session loss is retried from this pause, doubled up to the maximum.
+REREGISTER_RETRY_S = 0.2
+REREGISTER_RETRY_MAX_S = 5.0
 
 
 class Hub:
@@ -200,6 +203,7 @@ class Hub:
         self._expiry: asyncio.Task[None] | None = None
         self._http: HealthServer | None = None
         self._ready = False
+        self._reregistering = False
         self._stopping = False
         self.stopped = asyncio.Event()
 
@@ -358,14 +362,28 @@ class Hub:
             asyncio.get_running_loop().create_task(self._reregister())
 
     async def _reregister(self) -> None:
+        """Register again after a session loss, retrying until it holds: a store that has
+        just come back (etcd restarted) can refuse the first attempt, and a hub left
+        unregistered stays out of every ensemble and placement for good."""
+        if self._reregistering:
+            return
+        self._reregistering = True
+        delay = REREGISTER_RETRY_S
         try:
-            hubs = await self.store.hubs.list_hubs()
-            mine = [h for h in hubs if h.address == self.address and h.alive]
-            if not mine:
-                await self._register()
-                log.info("re-registered after session loss (epoch %d)", self.topics.epoch)
-        except Exception as exc:
-            log.warning("re-registering failed: %s", exc)
+            while self._ready:
+                try:
+                    hubs = await self.store.hubs.list_hubs()
+                    mine = [h for h in hubs if h.address == self.address and h.alive]
+                    if not mine:
+                        await self._register()
+                        log.info("re-registered after session loss (epoch %d)", self.topics.epoch)
+                    return
+                except Exception as exc:
+                    log.warning("re-registering failed (again in %.1f s): %s", delay, exc)
+                await self.clock.sleep(delay)
+                delay = min(delay * 2, REREGISTER_RETRY_MAX_S)
+        finally:
+            self._reregistering = False
 
     # access control -------------------------------------------------------------------------
 
