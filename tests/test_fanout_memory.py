@@ -14,6 +14,7 @@ import pytest
 from hedwig.client import HedwigClient, Subscriber
 from hedwig.clock import SystemClock
 from hedwig.errors import HedwigError, NotResponsibleError, TopicInUseError
+from hedwig.hub.tail import TailLog
 from hedwig.hub.topic_subscriptions import HAND_OVER_OVERLAP_S
 from hedwig.metadata import HubLoad, HubStatus, PlanMode, TopicPlan
 from hedwig.metadata.memory import MemoryMetadataStore
@@ -388,3 +389,57 @@ async def scale_and_back(region: Region) -> None:
         await until(lambda: len(serving(region, "auto")[owner.address]) == 5)
         last = (await pub.publish("auto", b"after")).seq
         await all_delivered(rs, last)
+
+
+async def test_callers_that_find_the_alive_hubs_stale_share_one_read(
+    region: Region, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second caller during the first one's registry read waits for that read. (It used to
+    get the list from before the read, empty at first: the owner of a topic just spread then
+    found no delivery hub alive and kept every subscriber.)"""
+    fanout = region.hubs[0].fanout
+    hubs = region.hubs[0].store.hubs
+    read = hubs.list_hubs
+    reads = 0
+
+    async def slow_list_hubs() -> list[HubStatus]:
+        nonlocal reads
+        reads += 1
+        await asyncio.sleep(0.05)
+        return await read()
+
+    monkeypatch.setattr(hubs, "list_hubs", slow_list_hubs)
+    everyone = frozenset(h.address for h in region.hubs)
+    assert list(await asyncio.gather(fanout._alive_hubs(), fanout._alive_hubs())) == [everyone] * 2
+    assert reads == 1
+    assert await fanout._alive_hubs() == everyone and reads == 1  # fresh: not read again
+    assert await fanout._alive_hubs(fresh=True) == everyone and reads == 2
+
+
+async def test_a_lagging_tail_learns_what_a_read_through_the_owner_brought(
+    region: Region,
+) -> None:
+    """A delivery hub's tail that has not caught up (its long poll backing off after the
+    owner died, say) while a subscriber's read reaches the owner: the read extends the tail,
+    so everything delivered is within ``last_seq`` and the subscriber's consumes of it count.
+    (They were capped at the lagging ``last_seq``: the subscriber's window filled with
+    messages it had consumed and delivery to it stopped for good.)"""
+    async with region.client() as pub:
+        for i in range(30):
+            await pub.publish("lag", b"%d" % i)
+        owner = region.owner("lag")
+        hub = next(h for h in region.hubs if h is not owner)
+        tail = TailLog(
+            "lag", address=hub.address, store=hub.store, network=region.network, clock=CLOCK
+        )
+        await tail.start()
+        assert tail._task is not None
+        tail._task.cancel()  # the poll is not getting through
+        assert tail.last_seq == 30
+        for i in range(30):
+            await pub.publish("lag", b"more %d" % i)
+        got = await tail.read(2, 1000, 1 << 20)
+        assert [b.first_seq for b in got][:1] == [2] and got[-1].last_seq == 60
+        assert tail.last_seq == 60
+        assert tail._from_cache(45, 1000, 1 << 20)[-1].last_seq == 60  # and keeps it
+        tail.stop()

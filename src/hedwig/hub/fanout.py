@@ -107,6 +107,8 @@ class FanOut:
         self._starting: dict[str, asyncio.Future[DeliveryTopic]] = {}
         self._alive: frozenset[str] = frozenset()
         self._alive_at = float("-inf")
+        # The registry read under way, which every caller that finds the list stale awaits.
+        self._alive_reading: asyncio.Task[None] | None = None
         self._task: asyncio.Task[None] | None = None
         self._applying: dict[str, asyncio.Task[None]] = {}
         self._later: set[asyncio.Task[None]] = set()
@@ -214,12 +216,29 @@ class FanOut:
             return None
         return plan.delivery_hub(subscriber, await self._alive_hubs())
 
-    async def _alive_hubs(self) -> frozenset[str]:
-        if self._clock.monotonic() - self._alive_at >= ALIVE_REFRESH_S:
-            self._alive_at = self._clock.monotonic()
-            hubs = await self._store.hubs.list_hubs()
-            self._alive = frozenset(h.address for h in hubs if h.alive)
+    async def _alive_hubs(self, *, fresh: bool = False) -> frozenset[str]:
+        """The hubs alive, read at most every ``ALIVE_REFRESH_S`` (``fresh``: read now).
+
+        Callers that find the list stale share one read and all wait for it. (Each used to
+        mark the list fresh before reading, so a second caller during the first one's read got
+        the old list, empty at first: a topic's owner that checked its subscribers then found
+        no delivery hub alive, kept them all, and nothing checked again.)"""
+        if fresh or self._clock.monotonic() - self._alive_at >= ALIVE_REFRESH_S:
+            reading = self._alive_reading
+            if reading is None:
+                reading = asyncio.get_running_loop().create_task(self._read_alive())
+                self._alive_reading = reading
+            await asyncio.shield(reading)
         return self._alive
+
+    async def _read_alive(self) -> None:
+        started = self._clock.monotonic()
+        try:
+            hubs = await self._store.hubs.list_hubs()
+        finally:
+            self._alive_reading = None
+        self._alive = frozenset(h.address for h in hubs if h.alive)
+        self._alive_at = started
 
     # delivering -------------------------------------------------------------------------------
 
@@ -394,22 +413,28 @@ class FanOut:
         """``owner``: these are the owner's subscriptions (which stay when no hub of the plan
         serves them); else a delivery hub's (which go back to the owner then)."""
         reason = "single hub" if plan is None else f"plan generation {plan.generation}"
-        for name in list(subs.by_name):
-            try:
-                target = await self.assigned(topic, name)
-            except HedwigError:
-                return
-            if target == self.address or (target is None and owner):
-                continue
-            if await subs.hand_over(name, target, reason):
-                self.handed_over += 1
+        moved: dict[str, int] = {}
+        try:
+            for name in list(subs.by_name):
+                try:
+                    target = await self.assigned(topic, name)
+                except HedwigError as exc:
+                    log.warning("subscribers of %r stay here for now: %s", topic, exc)
+                    return
+                if target == self.address or (target is None and owner):
+                    continue
+                if await subs.hand_over(name, target, reason):
+                    self.handed_over += 1
+                    moved[target or "its owner"] = moved.get(target or "its owner", 0) + 1
+        finally:
+            if moved:
+                log.info("%r: subscribers handed over (%s): %s", topic, reason, moved)
 
     async def release_all(self) -> None:
         """This hub is stopping (its alive record is gone): hand every subscription it
         delivers to the hub the plan now names."""
         with contextlib.suppress(HedwigError):
-            self._alive_at = float("-inf")
-            await self._alive_hubs()
+            await self._alive_hubs(fresh=True)
         self._alive = self._alive - {self.address}
         for topic in list(self.delivering):
             await self._apply(topic)
@@ -474,8 +499,7 @@ class FanOut:
                 continue  # no fan-out topic here: nothing to recheck, no registry read
             before = self._alive
             with contextlib.suppress(HedwigError):
-                self._alive_at = float("-inf")
-                await self._alive_hubs()
+                await self._alive_hubs(fresh=True)
             if self._alive != before:
                 topics = set(self.delivering)
                 topics |= {t for t, p in self._plans.items() if p is not None}

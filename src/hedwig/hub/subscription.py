@@ -157,8 +157,12 @@ class Subscription:
     # consuming ----------------------------------------------------------------------------
 
     def consume(self, seq: int) -> bool:
-        """Record a cumulative consume; True if the mark should be flushed now."""
-        seq = min(seq, self._log.last_seq)
+        """Record a cumulative consume; True if the mark should be flushed now.
+
+        Capped at what exists: the log's end, or what was delivered if that is further (a
+        delivery hub's view of the log may lag what it delivered from the owner; a consume
+        dropped there would never come again and the window would stay full)."""
+        seq = min(seq, max(self._log.last_seq, self.delivered_seq))
         if seq <= self.consumed_seq:
             return False
         self.consumed_seq = seq

@@ -148,7 +148,14 @@ class TailLog:
             answer = await self._request(start - 1, limit, max_bytes, 0)
         except HedwigError as exc:
             raise LedgerError(f"reading {self.topic!r} from its owner: {exc}") from exc
-        return [b for b in answer.batches if b.last_seq >= start]
+        # The owner may have confirmed more than the tail has seen (the tail waits out a
+        # failure with backoff; a subscriber's read can reach the next owner first): what it
+        # answered is confirmed and contiguous, so it extends this log. Were it delivered
+        # while ``last_seq`` lagged behind, the subscriber's consumes of it would be capped
+        # at ``last_seq``, its message window would fill with messages it has consumed, and
+        # delivery to it would stop for good.
+        self._take(answer)
+        return [b for b in answer.batches if start <= b.last_seq <= self.last_seq]
 
     def _from_cache(self, start: int, limit: int, max_bytes: int) -> list[Batch]:
         out: list[Batch] = []
@@ -196,6 +203,7 @@ class TailLog:
             self._take(answer)
 
     def _take(self, answer: Messages) -> None:
+        """Keep what ``answer`` adds past ``last_seq`` (a poll's, or a read's)."""
         self.first_seq = answer.first_available
         grew = False
         for batch in answer.batches:
