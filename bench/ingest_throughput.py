@@ -33,7 +33,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from bench.workers import CpuUse, open_window, results, spawn, window_from_driver
+from bench.workers import CpuUse, open_window, pin, results, spawn, window_from_driver
 from hedwig.clock import SystemClock
 from hedwig.devcluster.cluster import DevCluster
 from hedwig.metadata import PlanMode, open_store
@@ -51,6 +51,10 @@ WARMUP_S = 4.0
 PUBLISH_BATCH = 50
 PUBLISH_PENDING = 64
 MESSAGE = b"x" * 100
+# With ``--pin``: the hubs share one CPU and the load generators get the others, so that in
+# both phases the hubs run beside each other only, not beside the generators' bursts.
+HUB_CPUS = {0}
+WORKER_CPUS = set(range(1, os.cpu_count() or 2))
 
 
 # The worker: publishers ---------------------------------------------------------------------
@@ -132,6 +136,8 @@ async def phase(
     """Acknowledged messages per second, calls per lane, and the CPU used in the window."""
     loop = asyncio.get_running_loop()
     procs = await loop.run_in_executor(None, start_workers, cluster.addresses, prefix, args)
+    if args.pin:
+        pin([p.pid for p in procs], WORKER_CPUS)
     start = time.monotonic() + WARMUP_S
     open_window(procs, start, start + args.duration)
     await asyncio.sleep(WARMUP_S)
@@ -154,6 +160,8 @@ async def drive(args: argparse.Namespace) -> dict[str, Any]:
         capped(cluster, args.cpu_quota),
     ):
         hubs = cluster.addresses
+        if args.pin:
+            pin([h.proc.pid for h in cluster.hub_procs if h.proc is not None], HUB_CPUS)
         async with open_store(cluster.zk, region=cluster.region) as store:
             async with HedwigClient(hubs) as c:
                 await c.publish(TOPIC, b"first")
@@ -179,6 +187,7 @@ async def drive(args: argparse.Namespace) -> dict[str, Any]:
         "publishers": args.publishers,
         "lanes": args.lanes,
         "cpu_quota": args.cpu_quota,
+        "pinned": args.pin,
         "lane_owners": owners,
         "lane_owners_after": owners_after,
         "acked_per_s": {"single": round(single), "lanes": round(lanes)},
@@ -206,6 +215,11 @@ def main() -> None:
         "--data-dir",
         default="/dev/shm" if os.path.isdir("/dev/shm") else None,
         help="where the hubs keep their ledgers (default tmpfs: the hubs share one disk here)",
+    )
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="run the hubs on CPU 0 and the publishers on the other CPUs",
     )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--ids", help=argparse.SUPPRESS)

@@ -9,6 +9,7 @@ one JSON line with what it counted.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -43,6 +44,14 @@ def spawn(commands: list[list[str]], ready: str) -> list[subprocess.Popen[str]]:
                 p.kill()
             raise HedwigError(f"a benchmark worker failed: {line!r}")
     return procs
+
+
+def pin(pids: list[int], cpus: set[int]) -> None:
+    """Run every thread of ``pids`` on ``cpus`` only (threads made later inherit it)."""
+    for pid in pids:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError):  # the thread may have ended meanwhile
+                os.sched_setaffinity(int(task.name), cpus)
 
 
 def open_window(procs: list[subprocess.Popen[str]], start: float, end: float) -> None:
@@ -83,11 +92,12 @@ class CpuUse:
         self._tick = os.sysconf("SC_CLK_TCK")
         self._start = self._read()
 
-    def _read(self) -> tuple[float, float, list[float]]:
+    def _read(self) -> tuple[float, float, list[float], float]:
         fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
         ticks = [int(x) for x in fields]
         idle = ticks[3] + ticks[4]  # idle + iowait
         busy = sum(ticks[:8]) - idle  # user .. steal
+        steal = ticks[7]  # taken by the hypervisor: a capped hub gets less done per second
         procs = []
         for pid in self.pids:
             try:
@@ -95,7 +105,7 @@ class CpuUse:
                 procs.append((int(stat[11]) + int(stat[12])) / self._tick)
             except OSError:
                 procs.append(0.0)
-        return time.monotonic(), busy / self._tick, procs
+        return time.monotonic(), busy / self._tick, procs, steal / self._tick
 
     def stop(self) -> dict[str, Any]:
         """Cores used since the start: the machine's, and each process's."""
@@ -104,6 +114,7 @@ class CpuUse:
         return {
             "machine_cores_busy": round((end[1] - self._start[1]) / seconds, 2),
             "machine_cores": os.cpu_count(),
+            "machine_cores_stolen": round((end[3] - self._start[3]) / seconds, 3),
             "hub_cores": [
                 round((b - a) / seconds, 3) for a, b in zip(self._start[2], end[2], strict=True)
             ],
