@@ -35,6 +35,7 @@ from kazoo.security import READ_ACL_UNSAFE, Permissions, make_acl, make_digest_a
 
 from hedwig.errors import BadVersionError, MetadataError, MetadataUnavailableError
 from hedwig.metadata.managers import SessionState
+from hedwig.metadata.zookeeper.handler import PollingHandler
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +116,7 @@ class ZkBridge:
             connection_retry={"max_tries": -1, "max_delay": 1},
             auth_data=auth_data,
             default_acl=default_acl,
+            handler=PollingHandler(),
         )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._listeners: list[Callable[[SessionState], None]] = []
