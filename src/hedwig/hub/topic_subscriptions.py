@@ -55,6 +55,9 @@ from hedwig.protocol import (
 
 # How long a subscription handed to another hub keeps delivering here at most.
 HAND_OVER_OVERLAP_S = 2.0
+# Hand-off overlaps under way, of every topic (the event loop keeps only weak references to
+# tasks; one set for all rather than an empty one per topic).
+_overlaps: set[asyncio.Task[None]] = set()
 
 
 class TopicSubscriptions:
@@ -83,7 +86,6 @@ class TopicSubscriptions:
         self.shared = False
         # Handed to another hub, still delivering here while their subscribers attach there.
         self.leaving: dict[str, Subscription] = {}
-        self._overlaps: set[asyncio.Task[None]] = set()
 
     # attaching --------------------------------------------------------------------------------
 
@@ -212,8 +214,8 @@ class TopicSubscriptions:
         peer.send(SubscriptionMoved(topic=self.topic, subscriber=name, hub=hub, reason=reason))
         self.leaving[name] = sub
         task = asyncio.get_running_loop().create_task(self._overlap(name, sub))
-        self._overlaps.add(task)
-        task.add_done_callback(self._overlaps.discard)
+        _overlaps.add(task)
+        task.add_done_callback(_overlaps.discard)
         return True
 
     async def _overlap(self, name: str, sub: Subscription) -> None:

@@ -84,7 +84,6 @@ class LedgerWriter:
         self._next_entry = 0
         self._pending: dict[int, _Pending] = {}
         # Replica writes in flight: the loop keeps only weak references to tasks.
-        self._sends: set[asyncio.Task[None]] = set()
         self.lac = -1
         self._broken: LedgerError | None = None
         self._closed = False
@@ -117,8 +116,8 @@ class LedgerWriter:
         targets = write_set(self._md, entry_id)
         for address in targets:
             task = loop.create_task(self._send(address, pending, payload, len(targets)))
-            self._sends.add(task)
-            task.add_done_callback(self._sends.discard)
+            _background.add(task)
+            task.add_done_callback(_background.discard)
         return await pending.future
 
     async def _send(self, address: str, pending: _Pending, payload: bytes, wq: int) -> None:
@@ -326,6 +325,8 @@ async def recover_ledger(
 # Once enough replicas have answered a fence, the others get this long to answer too (more
 # answers mean more places to read from) before recovery goes on without them.
 FENCE_STRAGGLER_S = 0.1
+# Entry sends and straggling fences running in the background, of every ledger (the event loop
+# keeps only weak references to tasks; one set for all rather than an empty one per writer).
 _background: set[asyncio.Task[object]] = set()
 
 

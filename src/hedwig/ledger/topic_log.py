@@ -47,6 +47,8 @@ from hedwig.protocol import Batch, EncodedMessages
 EnsembleChooser = Callable[[int, int, frozenset[str]], Awaitable[list[str]]]
 
 log = logging.getLogger(__name__)
+# Roll-overs running in the background (the event loop keeps only weak references to tasks).
+_background: set[asyncio.Task[None]] = set()
 T = TypeVar("T")
 
 # A replica that failed a write is left out of this topic's new ledgers for this long: longer
@@ -101,9 +103,10 @@ class TopicLog:
         self._reader = LogReader(topic, store.ledgers, replicas, settings.cache_bytes)
         self._next_seq = 1
         self.last_seq = 0  # last confirmed
-        self._changed = asyncio.Event()
+        # Made by the first waiter and dropped when set: most owned topics are idle, nobody
+        # waits on them, and an event with its waiter queue is about 760 bytes.
+        self._changed: asyncio.Event | None = None
         self._rolling: asyncio.Future[None] | None = None
-        self._tasks: set[asyncio.Task[None]] = set()  # the loop keeps only weak references
         self._ledger_bytes = 0
         self._inflight = 0
         self.broken: LedgerError | None = None
@@ -240,7 +243,7 @@ class TopicLog:
         """Wait until a batch past ``seq`` is confirmed (or the log breaks); True if one is."""
         while self.last_seq <= seq and self.broken is None:
             try:
-                await asyncio.wait_for(self._changed.wait(), timeout)
+                await asyncio.wait_for(self._change().wait(), timeout)
             except TimeoutError:
                 return False
         return self.last_seq > seq
@@ -284,9 +287,16 @@ class TopicLog:
             self._start_roll_over(sized=True)
         return batch
 
+    def _change(self) -> asyncio.Event:
+        """What a waiter for the next change waits on."""
+        if self._changed is None:
+            self._changed = asyncio.Event()
+        return self._changed
+
     def _notify(self) -> None:
-        self._changed.set()
-        self._changed = asyncio.Event()
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
 
     def _avoided(self) -> frozenset[str]:
         now = self._clock.monotonic()
@@ -367,8 +377,8 @@ class TopicLog:
         done: asyncio.Future[None] = loop.create_future()
         self._rolling = done
         task = loop.create_task(self._roll_over(done, sized=sized))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        _background.add(task)
+        task.add_done_callback(_background.discard)
 
     async def _roll_over(self, done: asyncio.Future[None], *, sized: bool = False) -> None:
         try:
@@ -406,7 +416,7 @@ class TopicLog:
         if writer is None:
             return
         while self._inflight and self.broken is None:
-            await self._changed.wait()
+            await self._change().wait()
         md = await self._stored(lambda: writer.close(last_seq=self.last_seq))
         self._reader.closed(md)
         ranges = self._ranges.value.close_tail(self.last_seq)
