@@ -110,6 +110,73 @@ async def test_torn_tail_is_cut(tmp_path: Path) -> None:
     assert os.path.getsize(path) == 0
 
 
+@pytest.fixture
+def dir_syncs(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """The directories storage syncs, in order (it still syncs them)."""
+    import hedwig.ledger.storage as storage_mod
+
+    synced: list[Path] = []
+    real = storage_mod._fsync_dir
+
+    def counted(path: Path) -> None:
+        synced.append(path)
+        real(path)
+
+    monkeypatch.setattr(storage_mod, "_fsync_dir", counted)
+    return synced
+
+
+async def test_new_ledgers_files_are_created_by_the_group_with_one_directory_sync(
+    tmp_path: Path, dir_syncs: list[Path]
+) -> None:
+    """A claim wave makes a ledger per topic: their files are created on the flushing thread,
+    with one directory sync per group, not one each on the event loop. An entry is readable
+    while its group is written, a ledger deleted meanwhile leaves no file, and a restart
+    finds the rest."""
+    storage = LocalStorage(tmp_path, "h:1")
+    adds = [asyncio.ensure_future(storage.add_entry(lid, 0, -1, b"e%d" % lid)) for lid in range(50)]
+    await asyncio.sleep(0)  # all fifty queued; the first group is being written
+    assert await storage.read_entry(7, 0) == b"e7"  # served from memory meanwhile
+    await storage.delete_ledger(9)
+    results = await asyncio.gather(*adds, return_exceptions=True)
+    assert [r for i, r in enumerate(results) if i != 9] == [None] * 49
+    assert len(dir_syncs) <= 2  # the first entry's group, then everything else
+    assert not (tmp_path / "ledgers" / "9.log").exists()
+    await storage.close()
+    again = LocalStorage(tmp_path, "h:1")
+    assert again.ledgers() == [i for i in range(50) if i != 9]
+    assert await again.read_entry(49, 0) == b"e49"
+    # Fencing a ledger no entry reached yet creates its file, so a restart still knows it.
+    assert await again.read_lac(77, fence=True) == (-1, -1)
+    await again.close()
+    assert 77 in LocalStorage(tmp_path, "h:1").ledgers()
+
+
+async def test_the_fences_of_a_failover_share_a_directory_sync_and_survive_a_restart(
+    tmp_path: Path, dir_syncs: list[Path]
+) -> None:
+    """A hub taking over many topics fences a ledger per topic on each replica: the markers
+    are written by the flushing thread, many to a directory sync, not each on the event
+    loop. A fenced ledger refuses adds at once and stays fenced across a restart."""
+    storage = LocalStorage(tmp_path, "h:1")
+    for lid in range(40):
+        await storage.add_entry(lid, 0, -1, b"x")
+    dir_syncs.clear()
+    fences = [asyncio.ensure_future(storage.read_lac(lid, fence=True)) for lid in range(40)]
+    await asyncio.sleep(0)
+    with pytest.raises(LedgerFencedError):
+        await storage.add_entry(39, 1, 0, b"late")  # refused before the marker is on disk
+    assert await asyncio.gather(*fences) == [(-1, 0)] * 40
+    assert len(dir_syncs) <= 2
+    assert await storage.read_lac(3, fence=True) == (-1, 0)  # asked again: answered at once
+    await storage.close()
+    again = LocalStorage(tmp_path, "h:1")
+    assert all(again.is_fenced(lid) for lid in range(40))
+    with pytest.raises(LedgerFencedError):
+        await again.add_entry(5, 1, 0, b"late")
+    await again.close()
+
+
 async def test_reads_from_ledgers_ask_for_entries_ahead_but_return_what_was_asked(
     store: MemoryMetadataStore, tmp_path: Path
 ) -> None:

@@ -20,6 +20,7 @@ lane is placed and moved like any topic.
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import Awaitable, Callable
 
@@ -42,7 +43,8 @@ HUBS_CACHE_S = 1.0
 # ...and at most this long ago when choosing the owner of an unowned topic. The topic is
 # usually unowned because its owner just died: a list a second old may still show that hub
 # alive, and a client sent there waits until the assignment is dropped. A fresher list costs
-# at most a few reads a second, and only while topics are being placed.
+# at most a few reads a second, and only while topics are being placed. New ledgers' ensembles
+# are chosen from a list as fresh.
 HUBS_FRESH_S = 0.2
 # Assignments kept at most (expired ones are pruned first).
 MAX_ASSIGNMENTS = 100_000
@@ -72,6 +74,8 @@ class HubChoices:
         self._clock = clock
         self._rng = rng or random.Random()
         self._hubs: tuple[float, list[HubStatus]] | None = None
+        # The registry read under way, which every caller that finds the list stale awaits.
+        self._reading: asyncio.Task[list[HubStatus]] | None = None
         self._assigned: dict[str, tuple[str, float]] = {}
         self._handed: dict[str, tuple[str, float]] = {}
         self._unfit: dict[str, float] = {}
@@ -85,10 +89,28 @@ class HubChoices:
         self.unreachable: Callable[[str], bool] = lambda hub_id: False
 
     async def _alive(self, max_age_s: float = HUBS_CACHE_S) -> list[HubStatus]:
-        now = self._clock.monotonic()
-        if self._hubs is None or now - self._hubs[0] > max_age_s:
-            self._hubs = (now, await self._store.hubs.list_hubs())
-        return self._hubs[1]
+        """The registered hubs, read at most ``max_age_s`` ago.
+
+        Callers that find the list too old share one read. (Each used to read it: a claim
+        wave of a few hundred topics at once read and parsed every hub's load report a few
+        hundred times, a fifth of a claiming hub's time.)"""
+        if self._hubs is not None and self._clock.monotonic() - self._hubs[0] <= max_age_s:
+            return self._hubs[1]
+        reading = self._reading
+        if reading is None:
+            reading = asyncio.get_running_loop().create_task(self._read_hubs())
+            reading.add_done_callback(_retrieved)
+            self._reading = reading
+        return await asyncio.shield(reading)
+
+    async def _read_hubs(self) -> list[HubStatus]:
+        started = self._clock.monotonic()
+        try:
+            hubs = await self._store.hubs.list_hubs()
+        finally:
+            self._reading = None
+        self._hubs = (started, hubs)
+        return hubs
 
     # owners -------------------------------------------------------------------------------
 
@@ -234,7 +256,7 @@ class HubChoices:
         me = self.hub_id
         if size <= 1 and me not in exclude:
             return [me]
-        registered = await self._store.hubs.list_hubs()
+        registered = await self._alive(HUBS_FRESH_S)
         hubs = [h.storage_id for h in registered if h.alive]
         others = [a for a in hubs if a != me and a not in exclude]
         self._rng.shuffle(others)
@@ -252,3 +274,9 @@ class HubChoices:
                 f"need at least {minimum} storage replicas, only {len(chosen)} hubs are usable"
             )
         return chosen
+
+
+def _retrieved(task: asyncio.Task[list[HubStatus]]) -> None:
+    """A failed read whose waiters were all cancelled is not an unhandled error."""
+    if not task.cancelled():
+        task.exception()

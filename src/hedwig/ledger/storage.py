@@ -6,12 +6,19 @@ Rules this module keeps:
   one ``fdatasync`` per dirty ledger file per group (group commit), run on a worker thread so
   the event loop keeps accepting work while the disk flushes. Everything that arrives during a
   flush forms the next group.
+- A new ledger's file is created by that worker too, and the directory is synced once per
+  group however many files it created (a claim wave creates a ledger per topic: creating and
+  syncing each on the event loop took a fifth of a hub's time, and stalled everything else).
+  Until its first group is written a ledger lives in memory only; nothing of it was
+  acknowledged, so a crash before that loses nothing.
 - Each ledger is one append-only file of records
   ``u32 payload_len | u32 crc32 | u64 entry_id | i64 lac | payload``; the CRC covers entry id,
   LAC and payload. On start every file is scanned; a torn or corrupt tail (a crash mid-write) is
   cut off at the last good record. Nothing after it was ever acknowledged.
 - Fencing is durable: ``fence`` writes a marker file and syncs it (and the directory) before it
-  answers, so a storage node that restarts is still fenced. A fenced ledger refuses every add
+  answers, so a storage node that restarts is still fenced. The markers are written by the
+  flushing thread with the next group (one directory sync for all the fences of a failover),
+  and the ledger refuses adds from the moment it is asked. A fenced ledger refuses every add
   except the recovery writer's write-back.
 """
 
@@ -33,6 +40,7 @@ log = logging.getLogger(__name__)
 
 RECORD = struct.Struct(">IIQq")  # payload_len, crc, entry_id, lac
 _CRC_PART = struct.Struct(">Qq")
+DELETED = -2  # the descriptor of a deleted ledger's file
 
 
 class StorageNode(Protocol):
@@ -61,13 +69,17 @@ class StorageNode(Protocol):
 class _LedgerFile:
     ledger_id: int
     path: Path
-    fd: int
+    fd: int = -1  # -1: not created on disk yet (its first group is under way)
     size: int = 0
     offsets: dict[int, tuple[int, int]] = field(default_factory=dict)  # entry -> (pos, len)
     last_entry: int = -1
     lac: int = -1
     fenced: bool = False
     pending: list[tuple[int, bytes, asyncio.Future[None]]] = field(default_factory=list)
+    # Records not yet on disk (pending, or in the group being written), for reads meanwhile.
+    unwritten: dict[int, bytes] = field(default_factory=dict)
+    # Set while the fence marker is being written; fencing answers once it is done.
+    fencing: asyncio.Future[None] | None = None
 
 
 class LocalStorage:
@@ -79,6 +91,7 @@ class LocalStorage:
         self.dir.mkdir(parents=True, exist_ok=True)
         self._ledgers: dict[int, _LedgerFile] = {}
         self._dirty: set[int] = set()
+        self._fences: list[_LedgerFile] = []
         self._flusher: asyncio.Task[None] | None = None
         self.bytes_written = 0
         self.syncs = 0
@@ -129,10 +142,7 @@ class LocalStorage:
         if lf is None:
             if not create:
                 raise NoSuchEntryError(f"ledger {ledger_id} is not stored here")
-            path = self.dir / f"{ledger_id}.log"
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-            _fsync_dir(self.dir)
-            lf = _LedgerFile(ledger_id, path, fd)
+            lf = _LedgerFile(ledger_id, self.dir / f"{ledger_id}.log")
             self._ledgers[ledger_id] = lf
         return lf
 
@@ -152,6 +162,7 @@ class LocalStorage:
         lf.last_entry = max(lf.last_entry, entry_id)
         lf.lac = max(lf.lac, lac)
         lf.pending.append((entry_id, record, fut))
+        lf.unwritten[entry_id] = record
         self._dirty.add(ledger_id)
         self._kick()
         await fut
@@ -161,10 +172,9 @@ class LocalStorage:
         loc = lf.offsets.get(entry_id)
         if loc is None:
             raise NoSuchEntryError(f"ledger {ledger_id} entry {entry_id} is not stored here")
-        if any(e == entry_id for e, _, _ in lf.pending):
-            for e, record, _ in lf.pending:
-                if e == entry_id:
-                    return record[RECORD.size :]
+        record = lf.unwritten.get(entry_id)
+        if record is not None:
+            return record[RECORD.size :]
         pos, plen = loc
         raw = os.pread(lf.fd, RECORD.size + plen, pos - RECORD.size)
         got_len, crc, eid, lac = RECORD.unpack_from(raw)
@@ -183,13 +193,18 @@ class LocalStorage:
             if not fence:
                 return -1, -1
             lf = self._file(ledger_id, create=True)
-        if fence and not lf.fenced:
-            marker = lf.path.with_suffix(".fenced")
-            fd = os.open(marker, os.O_WRONLY | os.O_CREAT, 0o644)
-            os.fsync(fd)
-            os.close(fd)
-            _fsync_dir(self.dir)
-            lf.fenced = True
+        if fence:
+            if not lf.fenced:
+                # Refused from now on, answered once the marker is on disk: the flusher writes
+                # it with the next group. (A failover fences a ledger per topic it takes over;
+                # a marker and two syncs each, on the event loop, took a quarter of the
+                # taking hub's time.)
+                lf.fenced = True
+                lf.fencing = asyncio.get_running_loop().create_future()
+                self._fences.append(lf)
+                self._kick()
+            if lf.fencing is not None:
+                await asyncio.shield(lf.fencing)
             # Entries still waiting for their flush were never acknowledged; they may still
             # land, which recovery then finds, or not: both are correct.
         return lf.lac, lf.last_entry
@@ -209,7 +224,9 @@ class LocalStorage:
             if not fut.done():
                 fut.set_exception(NoSuchEntryError(f"ledger {ledger_id} was deleted"))
         self._dirty.discard(ledger_id)
-        os.close(lf.fd)
+        if lf.fd >= 0:
+            os.close(lf.fd)
+        lf.fd = DELETED  # a group being written that creates the file removes it again
         for p in (lf.path, lf.path.with_suffix(".fenced")):
             with contextlib.suppress(FileNotFoundError):
                 p.unlink()
@@ -223,50 +240,114 @@ class LocalStorage:
 
     async def _flush_loop(self) -> None:
         loop = asyncio.get_running_loop()
-        while self._dirty:
-            groups: list[tuple[int, bytes, list[asyncio.Future[None]]]] = []
+        while self._dirty or self._fences:
+            groups: list[tuple[_LedgerFile, bytes, list[tuple[int, asyncio.Future[None]]]]] = []
             for lid in list(self._dirty):
                 lf = self._ledgers.get(lid)
                 if lf is None or not lf.pending:
                     continue
                 pending, lf.pending = lf.pending, []
-                groups.append((lf.fd, b"".join(r for _, r, _ in pending), [f for *_, f in pending]))
+                groups.append(
+                    (lf, b"".join(r for _, r, _ in pending), [(e, f) for e, _, f in pending])
+                )
             self._dirty.clear()
-            if not groups:
+            fences, self._fences = self._fences, []
+            if not groups and not fences:
                 break
+            # Ledgers with no file yet, written to or fenced (a restart finds a fenced ledger
+            # by its file).
+            new = list(
+                {
+                    lf.ledger_id: lf for lf in [*(g[0] for g in groups), *fences] if lf.fd == -1
+                }.values()
+            )
             try:
-                await loop.run_in_executor(None, _write_and_sync, [(fd, b) for fd, b, _ in groups])
+                created = await loop.run_in_executor(
+                    None,
+                    _write_and_sync,
+                    self.dir,
+                    [lf.path for lf in new],
+                    [(lf.fd, lf.path, b) for lf, b, _ in groups],
+                    [lf.path for lf in fences],
+                )
             except OSError as exc:
                 log.error("ledger storage write failed: %s", exc)
                 failed = LedgerError(f"storage write failed: {exc}")
-                for _, _, futs in groups:
-                    for f in futs:
-                        if not f.done():
-                            f.set_exception(failed)
+                for lf, _, done in groups:
+                    for e, f in done:
+                        lf.unwritten.pop(e, None)
+                        _fail(f, failed)
+                for lf in fences:
+                    lf.fenced = False  # not durably: the recovery that asked fails here
+                    if lf.fencing is not None:
+                        _fail(lf.fencing, failed)
+                    lf.fencing = None
                 continue
+            for lf, fd in zip(new, created, strict=True):
+                if lf.fd == -1:
+                    lf.fd = fd
+                    continue
+                os.close(fd)  # deleted while its file was being created
+                for path in (lf.path, lf.path.with_suffix(".fenced")):
+                    with contextlib.suppress(FileNotFoundError):
+                        path.unlink()
             self.syncs += len(groups)
-            for _, data, futs in groups:
+            for lf, data, done in groups:
                 self.bytes_written += len(data)
-                for f in futs:
+                for e, f in done:
+                    lf.unwritten.pop(e, None)
                     if not f.done():
                         f.set_result(None)
+            for lf in fences:
+                if lf.fencing is not None and not lf.fencing.done():
+                    lf.fencing.set_result(None)
+                lf.fencing = None
 
     async def close(self) -> None:
         while self._flusher is not None and not self._flusher.done():
             await asyncio.shield(self._flusher)
         for lf in self._ledgers.values():
-            os.close(lf.fd)
+            if lf.fd >= 0:
+                os.close(lf.fd)
         self._ledgers.clear()
 
 
-def _write_and_sync(batches: list[tuple[int, bytes]]) -> None:
-    for fd, data in batches:
+def _fail(fut: asyncio.Future[None], exc: Exception) -> None:
+    if not fut.done():
+        fut.set_exception(exc)
+        fut.exception()  # retrieved: a waiter cancelled meanwhile is no error
+
+
+def _write_and_sync(
+    directory: Path,
+    new: list[Path],
+    batches: list[tuple[int, Path, bytes]],
+    fenced: list[Path],
+) -> list[int]:
+    """Create the new ledgers' files and the fence markers (one directory sync for all),
+    append every batch, sync each file. Returns the new files' descriptors, in the order of
+    ``new``."""
+    created = [os.open(p, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644) for p in new]
+    for p in fenced:
+        fd = os.open(p.with_suffix(".fenced"), os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    if created or fenced:
+        _fsync_dir(directory)
+    fds = dict(zip(new, created, strict=True))
+    written = []
+    for fd, path, data in batches:
+        fd = fds.get(path, fd)
         view = memoryview(data)
         while view:
             n = os.write(fd, view)
             view = view[n:]
-    for fd, _ in batches:
+        written.append(fd)
+    for fd in written:
         os.fdatasync(fd)
+    return created
 
 
 def _fsync_dir(path: Path) -> None:

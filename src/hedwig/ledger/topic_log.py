@@ -119,10 +119,9 @@ class TopicLog:
         ranges = got.value if got else LedgerRanges()
         version = got.version if got else NEW_VERSION
         # Recover every ledger still open (normally at most the tail).
-        recovered: set[int] = set()
+        recovered: dict[int, LedgerMetadata] = {}
         for r in ranges.ranges:
             if r.end_seq is None:
-                recovered.add(r.ledger_id)
                 md = await recover_ledger(
                     self._store.ledgers,
                     self._replicas,
@@ -131,6 +130,7 @@ class TopicLog:
                     clock=self._clock,
                     replacements=self._stand_ins,
                 )
+                recovered[r.ledger_id] = md
                 end = md.last_seq if md.last_entry_id >= 0 else r.start_seq - 1
                 ranges = LedgerRanges(
                     tuple(
@@ -161,17 +161,18 @@ class TopicLog:
             return []
         return await self._choose_ensemble(count, count, avoid)
 
-    async def _previous_end_ms(self, ranges: LedgerRanges, recovered: set[int]) -> int | None:
+    async def _previous_end_ms(
+        self, ranges: LedgerRanges, recovered: dict[int, LedgerMetadata]
+    ) -> int | None:
         """When the previous owner stopped writing: its close time after a hand-off, else the
         time of its last message (a crash); for the ownerless-time metric."""
         if not ranges.ranges:
             return None
-        got = await self._store.ledgers.read_ledger(ranges.ranges[-1].ledger_id)
-        if got is None:
-            return None
-        md = got.value
-        if md.ledger_id not in recovered:
-            return md.closed_ms or None
+        last = ranges.ranges[-1].ledger_id
+        md = recovered.get(last)
+        if md is None:  # closed by its owner (a hand-off): when it closed
+            got = await self._store.ledgers.read_ledger(last)
+            return None if got is None else (got.value.closed_ms or None)
         if md.last_entry_id < 0:
             return md.created_ms or None
         try:
