@@ -15,10 +15,14 @@ then measures, with every topic owned and idle:
 - the size of its load report, the number of series on its ``/metrics``;
 - the time to list every topic of the region from the store.
 
-``--failover``: instead, a DevCluster of three hub processes (3/3/2) on the store; one message
-is published to each of ``--topics`` topics (placement spreads them), the hub owning the most is
-killed (``kill -9``), and the time from the kill until every one of its topics has accepted a
-publish again is measured (the session or lease timeout, then the take-overs).
+``--failover``: instead, a region: a DevCluster of three hub processes (3/3/2) on the store.
+A client publishes one message to each of ``--topics`` topics, ``--concurrency`` at a time
+(placement spreads them; each first publish claims its topic and writes its first ledger):
+the region's claims per second through the normal path, the store's growth per topic
+(resident memory of its server, size of its data directory) and each hub's per topic it owns.
+Then the hub owning the most is killed (``kill -9``), and the time from the kill until every one
+of its topics has accepted a publish again is measured (the session or lease timeout, then the
+take-overs).
 
 Prints one JSON object.
 """
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import json
 import os
@@ -173,13 +178,35 @@ async def failover(args: argparse.Namespace) -> dict[str, Any]:
     with DevCluster(
         hubs=3, region="scale", session_timeout_s=args.session_timeout, store=store
     ) as cluster:
+        store_pid: int | None
+        store_dir: str | None
+        if cluster.etcd_server is not None:
+            store_pid, store_dir = cluster.etcd_server.pid, cluster.etcd_server.data_dir
+        else:
+            assert cluster.zk_server is not None
+            assert cluster.zk_server.proc is not None
+            store_pid, store_dir = cluster.zk_server.proc.pid, cluster.zk_server.data_dir
+        assert store_pid is not None
+        assert store_dir is not None
+        hub_rss0 = {h.address: _rss_of(h.proc.pid) for h in cluster.hub_procs if h.proc}
+        store0 = (_rss_of(store_pid), _du(store_dir))
         async with HedwigClient(cluster.addresses, retry=retry) as client:
             t0 = time.monotonic()
             await _publish_all(client, names, args.concurrency)
-            out["first_publish_s"] = round(time.monotonic() - t0, 1)
+            took = time.monotonic() - t0
+            out["first_publish_s"] = round(took, 1)
+            out["region_claims_per_s"] = round(args.topics / took, 1)
             owners: dict[str, list[str]] = {}
             for n in names:
                 owners.setdefault(client.owner_of(n) or "?", []).append(n)
+        await asyncio.sleep(2)
+        out["store_rss_bytes_per_topic"] = round((_rss_of(store_pid) - store0[0]) / args.topics)
+        out["store_disk_bytes_per_topic"] = round((_du(store_dir) - store0[1]) / args.topics)
+        out["hub_bytes_per_owned_topic"] = [
+            round((_rss_of(h.proc.pid) - hub_rss0[h.address]) / len(owners.get(h.address, [1])))
+            for h in cluster.hub_procs
+            if h.proc
+        ]
         victim, theirs = max(owners.items(), key=lambda kv: len(kv[1]))
         out["victim_topics"] = len(theirs)
         survivors = [a for a in cluster.addresses if a != victim]
@@ -190,6 +217,21 @@ async def failover(args: argparse.Namespace) -> dict[str, Any]:
             out["failover_s"] = round(time.monotonic() - t0, 1)
     out["session_timeout_s"] = args.session_timeout
     return out
+
+
+def _rss_of(pid: int) -> int:
+    with open(f"/proc/{pid}/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _du(path: str) -> int:
+    """Bytes of disk the files under ``path`` take (allocated blocks, as ``du`` counts)."""
+    total = 0
+    for root, _, files in os.walk(path):
+        for f in files:
+            with contextlib.suppress(OSError):
+                total += os.stat(os.path.join(root, f)).st_blocks * 512
+    return total
 
 
 async def _publish_all(client: HedwigClient, names: list[str], concurrency: int) -> None:

@@ -55,6 +55,10 @@ class EtcdServer:
     def url(self) -> str:
         return f"etcd://{self.address}"
 
+    @property
+    def pid(self) -> int | None:
+        return None if self._proc is None else self._proc.pid
+
     def start(self, timeout: float = 30.0) -> None:
         if not self.port:
             self.port = free_port()
