@@ -7,9 +7,11 @@ import os
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from hedwig.clock import ManualClock
 from hedwig.errors import (
     HedwigError,
     LedgerFencedError,
@@ -301,6 +303,7 @@ async def test_two_replicas_failing_at_once_start_one_roll_over(
     store: MemoryMetadataStore, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     cluster = Cluster(tmp_path, 5)
+    suspects: list[int] = []
     log = TopicLog(
         "t",
         store,
@@ -310,9 +313,11 @@ async def test_two_replicas_failing_at_once_start_one_roll_over(
         ensemble=["h:1", "h:2", "h:3"],
         choose_ensemble=cluster.choose,
         settings=LogSettings(replication=ReplicationConfig(3, 3, 1)),
+        on_suspect=suspects.append,
     )
     await log.open()
     await log.append("p", 1, EncodedMessages.of_values([b"before"]))
+    first = log.ledger_id
     # Both fail in the same turn of the event loop: one roll-over, to h:1, h:4, h:5.
     cluster.cut = {a: Unreachable(a) for a in ("h:2", "h:3")}
     await log.append("p", 2, EncodedMessages.of_values([b"during"]))
@@ -324,6 +329,8 @@ async def test_two_replicas_failing_at_once_start_one_roll_over(
     assert md is not None and md.value.fragments[-1][1] == ("h:1", "h:4", "h:5")
     got = await log.read(1, 10, 1 << 20)
     assert [m.value for b in got for m in b.messages.decode()] == [b"before", b"during", b"after"]
+    # The ledger closed after its replicas failed is the auditor's to check, not the new one.
+    assert suspects == [first]
     await asyncio.sleep(0)
     assert "never retrieved" not in caplog.text and "roll-over failed" not in caplog.text
 
@@ -451,6 +458,87 @@ async def test_a_striped_ledger_replica_missing_its_entries_is_caught_up(
 
 async def _three() -> int:
     return 3
+
+
+async def test_the_auditor_reads_every_ledger_only_when_something_can_have_changed(
+    store: MemoryMetadataStore, tmp_path: Path
+) -> None:
+    """A full audit (every ledger of the share read, its replicas asked) is made when the
+    region's membership changes, after one that left work, and every ``full_interval_s``; in
+    between only the ledgers the hub suspects are looked at. (Every round read every ledger:
+    at 100,000 topics thousands of reads a second, for ledgers that had not changed.)"""
+    cluster = Cluster(tmp_path, 3)
+    names = ("h:1", "h:2", "h:3")
+    for name in names:
+        await store.hubs.register_hub(name, HubLoad())
+
+    async def closed_ledger(skip_on_h3: int = 99) -> LedgerMetadata:
+        created = await store.ledgers.create_ledger(
+            LedgerMetadata(
+                ledger_id=0,
+                topic="t",
+                ensemble_size=3,
+                write_quorum=3,
+                ack_quorum=2,
+                fragments=((0, names),),
+            )
+        )
+        for entry in range(4):
+            for name in names:
+                if name != "h:3" or entry < skip_on_h3:
+                    await cluster.disks[name].add_entry(
+                        created.value.ledger_id, entry, entry - 1, b"e%d" % entry
+                    )
+        closed = replace(created.value, state=LedgerState.CLOSED, last_entry_id=3)
+        await store.ledgers.write_ledger(closed, created.version)
+        return closed
+
+    for _ in range(4):
+        await closed_ledger()
+    reads: list[int] = []
+    read_ledger = store.ledgers.read_ledger
+
+    async def counted(lid: int) -> Any:
+        reads.append(lid)
+        return await read_ledger(lid)
+
+    store.ledgers.read_ledger = counted  # type: ignore[method-assign,assignment]
+    clock = ManualClock()
+    auditor = Auditor(
+        address="h:1",
+        store=store,
+        replicas=cluster,
+        local=cluster.disks["h:1"],
+        wanted_size=lambda _t: _three(),
+        full_interval_s=3600,
+        clock=clock,
+    )
+    report = await auditor.run_once()
+    assert auditor.full_audits == 1 and report.checked == len(reads) > 0
+    reads.clear()
+    await auditor.run_once()
+    assert auditor.full_audits == 1 and reads == []  # nothing changed, nothing suspected
+
+    lagging = await closed_ledger(skip_on_h3=2)  # h:3 missed its last two entries
+    auditor.suspect(lagging.ledger_id)  # the hub that closed it saw h:3 fail a write
+    report = await auditor.run_once()
+    assert auditor.full_audits == 1 and reads == [lagging.ledger_id]
+    assert report.repaired == 1
+    assert await cluster.disks["h:3"].read_entry(lagging.ledger_id, 3) == b"e3"
+    await auditor.run_once()
+    assert auditor.full_audits == 2  # a round that repaired something is checked in full
+
+    reads.clear()
+    await auditor.run_once()
+    assert auditor.full_audits == 2 and reads == []
+    await store.hubs.register_hub("h:2", HubLoad())  # h:2 restarted: a new session
+    await auditor.run_once()
+    assert auditor.full_audits == 3
+    await auditor.run_once()
+    assert auditor.full_audits == 3
+    clock.advance(3600)
+    await auditor.run_once()
+    assert auditor.full_audits == 4
 
 
 async def test_a_read_does_not_wait_for_a_replica_that_hangs(

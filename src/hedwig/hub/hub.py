@@ -182,8 +182,10 @@ class Hub:
             local=self.storage,
             wanted_size=self._wanted_size,
             delay_s=config.rereplication_delay_s,
+            full_interval_s=config.audit_full_interval_s,
             clock=self.clock,
         )
+        self.topics.suspect = self.auditor.suspect
         self.loops = HubLoops(
             config=config,
             store=self.store,
@@ -412,10 +414,10 @@ class Hub:
         """New ACL rules: forget cached decisions, and close the subscriptions whose
         connections may no longer subscribe (later publishes are refused by admission)."""
         self.access.set_acls(acls)
-        served = [(t.name, t.subs) for t in self.topics.topics.values()]
-        served += [(t.name, t.subs) for t in self.fanout.delivering.values()]
+        served = [(t.name, t.subscriptions) for t in self.topics.topics.values()]
+        served += [(t.name, t.subs.by_name) for t in self.fanout.delivering.values()]
         for name, subs in served:
-            for sub in list(subs.by_name.values()):
+            for sub in list(subs.values()):
                 peer = sub.peer
                 if isinstance(peer, ClientConnection) and not self.access.allowed(
                     peer, Operation.SUBSCRIBE, name

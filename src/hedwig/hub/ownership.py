@@ -52,7 +52,7 @@ from hedwig.errors import (
     TopicMovingError,
 )
 from hedwig.hub.choices import HubChoices
-from hedwig.hub.config import HubConfig
+from hedwig.hub.config import HubConfig, TopicSettings
 from hedwig.hub.events import HubEvents, LossKind
 from hedwig.hub.topic import OwnedTopic, TopicState
 from hedwig.ledger.replicas import Replicas
@@ -77,6 +77,8 @@ DEDUP_WINDOW = 5000
 FENCING_CHECK_S = 1.0
 # A failure that repeats for one topic (every client retry) is a warning at most this often.
 WARN_EVERY_S = 10.0
+# Distinct topic configurations whose settings are kept to share (more: start afresh).
+MAX_SHARED_CONFIGS = 1000
 
 
 @dataclass
@@ -112,7 +114,6 @@ class TopicOwnership:
         self.choices = choices
         self.epoch = 0
         self.topics: dict[str, OwnedTopic] = {}
-        self._owner_versions: dict[str, Version] = {}
         self._claims: dict[str, asyncio.Future[OwnedTopic]] = {}
         self._suspended_since: float | None = None
         self._fencing_task: asyncio.Task[None] | None = None
@@ -124,6 +125,14 @@ class TopicOwnership:
         # Called whenever the set of owned topics changes (the hub reports its load soon after).
         self._on_change = on_change or (lambda: None)
         self.defaults = TopicConfig()
+        # Told the ledgers a topic's log closed or recovered that may be under-replicated
+        # (the hub's auditor); one callable shared by every log.
+        self.suspect: Callable[[int], None] | None = None
+        # Callbacks and settings every owned topic holds, made once and shared (a bound
+        # method is 64 bytes, a topic's merged configuration and settings about 400).
+        self._lose_cb: Callable[[str, LossKind, str], None] = self.lose
+        self._ensemble_cb = choices.ensemble
+        self._shared: dict[TopicConfig, tuple[TopicConfig, TopicSettings, LogSettings]] = {}
 
     # session ------------------------------------------------------------------------------
 
@@ -324,8 +333,8 @@ class TopicOwnership:
         began = self.clock.monotonic()
         opened = began
         try:
-            config = await self.topic_config(topic)
-            replication = config.replication or self.config.replication_config
+            config, settings, log_settings = self._settings_for(await self.topic_config(topic))
+            replication = log_settings.replication
             ensemble = await self.choices.ensemble(replication.ensemble, replication.ack_quorum)
             tlog = TopicLog(
                 topic,
@@ -334,15 +343,12 @@ class TopicOwnership:
                 owner=self.address,
                 owner_epoch=self.epoch,
                 ensemble=ensemble,
-                choose_ensemble=self.choices.ensemble,
+                choose_ensemble=self._ensemble_cb,
                 on_rolled_over=(
                     (lambda: self._give_up(topic)) if self.config.release_on_rollover else None
                 ),
-                settings=LogSettings(
-                    replication=replication,
-                    ledger_max_bytes=self.config.ledger_max_bytes,
-                    cache_bytes=self.config.cache_bytes,
-                ),
+                on_suspect=self.suspect,
+                settings=log_settings,
                 clock=self.clock,
             )
             await tlog.open()
@@ -364,10 +370,10 @@ class TopicOwnership:
             tlog,
             self.store,
             config,
-            settings=self.config.topic_settings(config),
+            settings=settings,
             clock=self.clock,
             events=self.events,
-            on_lost=self.lose,
+            on_lost=self._lose_cb,
         )
         try:
             # Learn the publishers' last sequences from the end of the log, so a publish
@@ -399,7 +405,7 @@ class TopicOwnership:
             ownerless = max(0.0, (self.clock.wall_ms() - tlog.previous_end_ms) / 1000)
         self.events.claimed(topic, ownerless)
         self.topics[topic] = owned
-        self._owner_versions[topic] = version
+        owned.owner_version = version
         self.choices.claimed(topic)
         self._watch(topic)
         # How long the claim took, and of that the log's recovery and the read-back of its
@@ -415,13 +421,29 @@ class TopicOwnership:
         self._changed()
         return owned
 
+    def _settings_for(self, config: TopicConfig) -> tuple[TopicConfig, TopicSettings, LogSettings]:
+        """The topic's configuration, its settings and its log's, one shared object each for
+        every topic configured alike (nearly all are)."""
+        shared = self._shared.get(config)
+        if shared is None:
+            if len(self._shared) >= MAX_SHARED_CONFIGS:
+                self._shared.clear()
+            shared = (
+                config,
+                self.config.topic_settings(config),
+                LogSettings(
+                    replication=config.replication or self.config.replication_config,
+                    ledger_max_bytes=self.config.ledger_max_bytes,
+                    cache_bytes=self.config.cache_bytes,
+                ),
+            )
+            self._shared[config] = shared
+        return shared
+
     # watching -----------------------------------------------------------------------------
 
     def _watch(self, topic: str) -> None:
-        def fired() -> None:
-            asyncio.get_running_loop().create_task(self._check_owner(topic))
-
-        self.store.ownership.watch_owner(topic, fired)
+        self.store.ownership.watch_owner(topic, _OwnerWatch(self, topic))
 
     async def _check_owner(self, topic: str) -> None:
         owned = self.topics.get(topic)
@@ -442,9 +464,9 @@ class TopicOwnership:
     def lose(self, topic: str, kind: LossKind, reason: str, new_owner: str | None = None) -> None:
         """Stop serving ``topic`` at once (no hand-off): its clients are told it moved."""
         owned = self.topics.pop(topic, None)
-        version = self._owner_versions.pop(topic, None)
         if owned is None:
             return
+        version, owned.owner_version = owned.owner_version, None
         self.stats.losses += 1
         log.log(self._loss_level(kind), "lost topic %r: %s", topic, reason)
         owned.lose(reason, new_owner)
@@ -492,7 +514,7 @@ class TopicOwnership:
         if new_owner is not None:
             self.choices.handed_over(topic, new_owner)
         self.topics.pop(topic, None)
-        version = self._owner_versions.pop(topic, None)
+        version, owned.owner_version = owned.owner_version, None
         if version is not None:
             try:
                 await self.store.ownership.delete_owner_info(topic, version)
@@ -512,7 +534,7 @@ class TopicOwnership:
         # Gone from this hub before its owner record goes, so the watch that fires is not
         # taken for a loss.
         self.topics.pop(topic, None)
-        self._owner_versions.pop(topic, None)
+        owned.owner_version = None
         for r in ranges:
             await delete_ledger_everywhere(self.store.ledgers, self.replicas, r.ledger_id)
         await self.store.topics.delete_topic(topic)
@@ -534,3 +556,17 @@ class TopicOwnership:
         await asyncio.gather(
             *(self.release(t, reason) for t in list(self.topics)), return_exceptions=True
         )
+
+
+class _OwnerWatch:
+    """What a topic's owner-record watch calls: a check of the record. An object with two
+    slots is a quarter of the closure it replaces (208 bytes a topic)."""
+
+    __slots__ = ("ownership", "topic")
+
+    def __init__(self, ownership: TopicOwnership, topic: str) -> None:
+        self.ownership = ownership
+        self.topic = topic
+
+    def __call__(self) -> None:
+        asyncio.get_running_loop().create_task(self.ownership._check_owner(self.topic))

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from enum import Enum
+from types import MappingProxyType
 
 from hedwig.clock import Clock
 from hedwig.errors import (
@@ -38,7 +39,7 @@ from hedwig.hub.subscription import Subscription
 from hedwig.hub.topic_subscriptions import TopicSubscriptions
 from hedwig.ledger.topic_log import TopicLog
 from hedwig.metadata.managers import MetadataStore
-from hedwig.metadata.records import LedgerRange, TopicConfig
+from hedwig.metadata.records import LedgerRange, TopicConfig, Version
 from hedwig.protocol import (
     Batch,
     CloseReason,
@@ -58,6 +59,8 @@ log = logging.getLogger(__name__)
 
 # Told (topic, why, text) when the topic's log fails under it.
 LostCallback = Callable[[str, LossKind, str], None]
+# What ``OwnedTopic.subscriptions`` is before its first subscription (never written to).
+_NONE: Mapping[str, Subscription] = MappingProxyType({})
 
 
 class TopicState(Enum):
@@ -67,6 +70,29 @@ class TopicState(Enum):
 
 
 class OwnedTopic:
+    # One per owned topic: without an attribute dictionary each costs about 100 bytes less.
+    __slots__ = (
+        "_events",
+        "_on_lost",
+        "_publisher_table",
+        "_subs",
+        "bytes_in",
+        "bytes_out",
+        "clock",
+        "config",
+        "last_active_ms",
+        "log",
+        "moved_to",
+        "msg_in",
+        "msg_out",
+        "name",
+        "owner_version",
+        "publishers",
+        "settings",
+        "state",
+        "store",
+    )
+
     def __init__(
         self,
         name: str,
@@ -86,23 +112,19 @@ class OwnedTopic:
         self.settings = settings
         self.clock = clock
         self.state = TopicState.OPEN
-        self.subs = TopicSubscriptions(
-            name,
-            log_=log_,
-            store=store,
-            settings=settings,
-            clock=clock,
-            check_open=self._check_open,
-            on_lost=self._ledger_lost,
-            on_delivered=self._delivered,
-        )
-        # The connections that published here; None until one has (most owned topics are
-        # idle, and an empty set is 216 bytes).
+        # The subscriptions table and the publishers' duplicate detection are made when first
+        # needed: most owned topics are idle, and the two with their callbacks were about
+        # 800 bytes a topic.
+        self._subs: TopicSubscriptions | None = None
+        # The connections that published here; None until one has (an empty set is 216 bytes).
         self.publishers: set[Peer] | None = None
-        self.publisher_table = PublisherTable()
+        self._publisher_table: PublisherTable | None = None
         self._events = events
         self._on_lost = on_lost
         self.moved_to: str | None = None
+        # The version of this hub's owner record of the topic (set by the hub's ownership;
+        # None once let go).
+        self.owner_version: Version | None = None
         # When somebody last published or attached (for inactive-topic expiry); taking the
         # topic over counts, so a topic is never expired just because it moved.
         self.last_active_ms = clock.wall_ms()
@@ -113,9 +135,30 @@ class OwnedTopic:
         self.bytes_out = 0
 
     @property
-    def subscriptions(self) -> dict[str, Subscription]:
+    def subs(self) -> TopicSubscriptions:
+        if self._subs is None:
+            self._subs = TopicSubscriptions(
+                self.name,
+                log_=self.log,
+                store=self.store,
+                settings=self.settings,
+                clock=self.clock,
+                check_open=self._check_open,
+                on_lost=self._ledger_lost,
+                on_delivered=self._delivered,
+            )
+        return self._subs
+
+    @property
+    def publisher_table(self) -> PublisherTable:
+        if self._publisher_table is None:
+            self._publisher_table = PublisherTable()
+        return self._publisher_table
+
+    @property
+    def subscriptions(self) -> Mapping[str, Subscription]:
         """The subscriptions this owner has in memory, by name."""
-        return self.subs.by_name
+        return _NONE if self._subs is None else self._subs.by_name
 
     def _check_open(self) -> None:
         if self.state is not TopicState.OPEN:
@@ -233,10 +276,12 @@ class OwnedTopic:
     def detach_peer(self, peer: Peer) -> None:
         if self.publishers is not None:
             self.publishers.discard(peer)
-        self.subs.detach_peer(peer)
+        if self._subs is not None:
+            self._subs.detach_peer(peer)
 
     async def flush_marks(self) -> None:
-        await self.subs.flush_marks()
+        if self._subs is not None:
+            await self._subs.flush_marks()
 
     async def keep_from_seq(self) -> int:
         return await self.subs.keep_from_seq()
@@ -277,7 +322,7 @@ class OwnedTopic:
 
     def idle_for_ms(self) -> int | None:
         """How long nobody published or attached (``None`` while a subscriber is attached)."""
-        if self.subs.any_attached():
+        if self._subs is not None and self._subs.any_attached():
             return None
         return self.clock.wall_ms() - self.last_active_ms
 
@@ -309,7 +354,8 @@ class OwnedTopic:
         """Tell every client of the topic it moved. ``peers``: the clients as they were
         before subscriptions were detached (a hand-off detaches them first)."""
         peers = (peers or set()) | self._clients()
-        self.subs.detach_all()
+        if self._subs is not None:
+            self._subs.detach_all()
         moved = TopicMoved(topic=self.name, new_owner=self.moved_to, reason=reason)
         for peer in peers:
             if not peer.closed:
@@ -325,7 +371,8 @@ class OwnedTopic:
         self.state = TopicState.CLOSING
         self.moved_to = new_owner
         clients = self._clients()
-        self.subs.detach_all()
+        if self._subs is not None:
+            self._subs.detach_all()
         try:
             await self.flush_marks()
             await self.log.close()

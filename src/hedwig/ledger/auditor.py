@@ -24,6 +24,15 @@ belong to their writer (or to the recovery of the next owner) and are left alone
 split between hubs without coordination: each alive hub audits the ledgers whose id modulo the
 number of alive hubs is its position among them; overlaps after membership changes are
 harmless because every metadata change is a compare-and-set.
+
+Reading every ledger of its share is a full audit, and it is not made every round: at 100,000
+topics that was thousands of metadata reads and replica questions a second, for ledgers that
+had not changed. As BookKeeper's auditor, this one looks at everything when the region's
+membership changes (a hub gone, back, restarted with a new session, or new: whatever a replica
+can have lost, or a small ensemble can now grow to), while a previous audit left something
+to do (a hub within the delay, a repair that failed), and every ``full_interval_s`` in any
+case. In between it checks the ledgers its hub suspects: ones it closed after a replica failed
+a write or with fewer replicas than wanted, and ones it recovered (``suspect``).
 """
 
 from __future__ import annotations
@@ -45,6 +54,8 @@ log = logging.getLogger(__name__)
 
 # Wanted ensemble size for a topic (from its configuration and the region's defaults).
 WantedSize = Callable[[str], Awaitable[int]]
+# Suspected ledgers kept at most until the next audit (more: the next audit is a full one).
+MAX_SUSPECTS = 10_000
 
 
 @dataclass
@@ -139,6 +150,7 @@ class Auditor:
         wanted_size: WantedSize,
         rng: random.Random | None = None,
         delay_s: float = 0.0,
+        full_interval_s: float = 3600.0,
         clock: Clock | None = None,
     ) -> None:
         self.address = address
@@ -150,7 +162,15 @@ class Auditor:
         self.wanted_size = wanted_size
         self.rng = rng or random.Random()
         self.delay_s = delay_s
+        self.full_interval_s = full_interval_s
         self.clock = clock or SystemClock()
+        # What the last full audit saw, when, and whether it left anything to do.
+        self._membership: frozenset[tuple[str, str, int]] | None = None
+        self._last_full = float("-inf")
+        self._clean = False
+        self._suspects: set[int] = set()
+        self._overflowed = False
+        self.full_audits = 0
         self.last = AuditReport()
         # Hubs seen in ledgers but not alive, since when (this hub's clock).
         self._missing_since: dict[str, float] = {}
@@ -166,9 +186,16 @@ class Auditor:
         }  # a hub back alive starts afresh next time
         return {a for a, since in self._missing_since.items() if now - since < self.delay_s}
 
+    def suspect(self, ledger_id: int) -> None:
+        """A ledger this hub closed that may be under-replicated (a replica failed a write, its
+        ensemble was short) or recovered: checked at the next audit, whatever its share."""
+        if len(self._suspects) < MAX_SUSPECTS:
+            self._suspects.add(ledger_id)
+        else:
+            self._overflowed = True
+
     async def run_once(self) -> AuditReport:
         report = AuditReport()
-        report.orphans_deleted = await self.collect_orphans()
         hubs = [h for h in await self.store.hubs.list_hubs() if h.alive]
         # Ensembles name replicas by hub id; a ledger from before ids names them by address.
         ids = {h.storage_id for h in hubs}
@@ -176,14 +203,33 @@ class Auditor:
         order = sorted(ids)
         if self.hub_id not in order:
             return report
+        membership = frozenset((h.storage_id, h.address, h.epoch) for h in hubs)
+        now = self.clock.monotonic()
+        full = (
+            not self._clean
+            or self._overflowed
+            or membership != self._membership
+            or now - self._last_full >= self.full_interval_s
+        )
+        suspected, self._suspects = self._suspects, set()
+        todo = set(suspected)
         position, members = order.index(self.hub_id), len(order)
         mine: list[tuple[LedgerMetadata, Version]] = []
-        for lid in await self.store.ledgers.list_ledgers():
-            if lid % members != position:
-                continue
+        if full:
+            self.full_audits += 1
+            self._overflowed = False
+            report.orphans_deleted = await self.collect_orphans()
+            for lid in await self.store.ledgers.list_ledgers():
+                if lid % members == position:
+                    todo.add(lid)
+        for lid in sorted(todo):
             got = await self.store.ledgers.read_ledger(lid)
-            if got is not None and got.value.state is LedgerState.CLOSED:
+            if got is None:
+                continue
+            if got.value.state is LedgerState.CLOSED:
                 mine.append((got.value, got.version))
+            elif lid in suspected:
+                self._suspects.add(lid)  # still open: when it is closed
         seen = {a for md, _ in mine for _, e in md.fragments for a in e}
         waiting = self._waiting(alive, seen)
         for md, version in mine:
@@ -206,6 +252,12 @@ class Auditor:
             except HedwigError as exc:
                 report.failed += 1
                 log.warning("ledger %d of %r stays under-replicated: %s", lid, md.topic, exc)
+        if full:
+            self._membership = membership
+            self._last_full = now
+            self._clean = not report.under_replicated
+        elif report.under_replicated:
+            self._clean = False  # look at everything again next time, until it is healthy
         self.last = report
         return report
 

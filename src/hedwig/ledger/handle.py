@@ -66,6 +66,21 @@ class _Pending:
 class LedgerWriter:
     """The single writer of an open ledger."""
 
+    __slots__ = (
+        "_broken",
+        "_clock",
+        "_closed",
+        "_ledgers",
+        "_md",
+        "_next_entry",
+        "_on_replica_failure",
+        "_pending",
+        "_replicas",
+        "_version",
+        "bytes_added",
+        "lac",
+    )
+
     def __init__(
         self,
         ledgers: LedgerMetadataManager,

@@ -58,6 +58,9 @@ T = TypeVar("T")
 REPLICA_FAILURE_HOLD_S = 10.0
 
 
+_NOBODY: frozenset[str] = frozenset()
+
+
 def last_seq_of(entry: bytes) -> int:
     return Batch.from_stored(entry).last_seq
 
@@ -72,6 +75,34 @@ class LogSettings:
 
 
 class TopicLog:
+    # A log per owned topic: without an attribute dictionary each costs about 100 bytes less.
+    __slots__ = (
+        "_changed",
+        "_choose_ensemble",
+        "_clock",
+        "_ensemble",
+        "_epoch",
+        "_failed_replicas",
+        "_inflight",
+        "_ledger_bytes",
+        "_log_reader",
+        "_next_seq",
+        "_on_rolled_over",
+        "_on_suspect",
+        "_owner",
+        "_ranges",
+        "_replicas",
+        "_rolling",
+        "_store",
+        "_tail_suspect",
+        "_writer",
+        "broken",
+        "last_seq",
+        "previous_end_ms",
+        "settings",
+        "topic",
+    )
+
     def __init__(
         self,
         topic: str,
@@ -85,6 +116,7 @@ class TopicLog:
         choose_ensemble: EnsembleChooser | None = None,
         clock: Clock | None = None,
         on_rolled_over: Callable[[], None] | None = None,
+        on_suspect: Callable[[int], None] | None = None,
     ) -> None:
         self.topic = topic
         self._store = store
@@ -94,13 +126,18 @@ class TopicLog:
         self._ensemble = ensemble
         self._choose_ensemble = choose_ensemble
         self._on_rolled_over = on_rolled_over
+        # Told the ledgers this log closed or recovered that may be under-replicated (the
+        # auditor checks them; it no longer reads every ledger every round).
+        self._on_suspect = on_suspect
+        self._tail_suspect = False  # a replica of the open ledger failed a write
         # Replicas that failed a write lately -> until when new ledgers avoid them.
-        self._failed_replicas: dict[str, float] = {}
+        self._failed_replicas: dict[str, float] | None = None  # made at the first failure
         self.settings = settings
         self._clock = clock or SystemClock()
         self._ranges: Versioned[LedgerRanges] = Versioned(LedgerRanges(), NEW_VERSION)
         self._writer: LedgerWriter | None = None
-        self._reader = LogReader(topic, store.ledgers, replicas, settings.cache_bytes)
+        # Made by the first append or read: an idle topic holds no cache (about 400 bytes).
+        self._log_reader: LogReader | None = None
         self._next_seq = 1
         self.last_seq = 0  # last confirmed
         # Made by the first waiter and dropped when set: most owned topics are idle, nobody
@@ -131,6 +168,8 @@ class TopicLog:
                     replacements=self._stand_ins,
                 )
                 recovered[r.ledger_id] = md
+                if md.last_entry_id >= 0 and self._on_suspect is not None:
+                    self._on_suspect(r.ledger_id)  # a replica may have missed its end
                 end = md.last_seq if md.last_entry_id >= 0 else r.start_seq - 1
                 ranges = LedgerRanges(
                     tuple(
@@ -208,7 +247,10 @@ class TopicLog:
         """A replica missed a write (the entry still reached its ack quorum, or the writer
         broke). Move on to a ledger whose ensemble avoids it, so later entries are fully
         replicated again; the auditor re-replicates what the old ledger missed."""
+        self._tail_suspect = True
         now = self._clock.monotonic()
+        if self._failed_replicas is None:
+            self._failed_replicas = {}
         if self._failed_replicas.get(address, 0.0) > now or self.broken is not None:
             return
         self._failed_replicas[address] = now + REPLICA_FAILURE_HOLD_S
@@ -225,6 +267,13 @@ class TopicLog:
             log.debug("could not discard unused ledger %d", writer.ledger_id, exc_info=True)
 
     # properties ---------------------------------------------------------------------------
+
+    def _reader(self) -> LogReader:
+        if self._log_reader is None:
+            self._log_reader = LogReader(
+                self.topic, self._store.ledgers, self._replicas, self.settings.cache_bytes
+            )
+        return self._log_reader
 
     @property
     def first_seq(self) -> int:
@@ -282,7 +331,7 @@ class TopicLog:
             self._inflight -= 1
         # Confirmation is in order, so this batch directly follows the previous confirmed one.
         self.last_seq = batch.last_seq
-        self._reader.written(writer.metadata, batch)
+        self._reader().written(writer.metadata, batch)
         self._notify()
         if self._ledger_bytes >= self.settings.ledger_max_bytes:
             self._start_roll_over(sized=True)
@@ -301,8 +350,10 @@ class TopicLog:
 
     def _avoided(self) -> frozenset[str]:
         now = self._clock.monotonic()
-        self._failed_replicas = {a: u for a, u in self._failed_replicas.items() if u > now}
-        return frozenset(self._failed_replicas)
+        if not self._failed_replicas:
+            return _NOBODY
+        self._failed_replicas = {a: u for a, u in self._failed_replicas.items() if u > now} or None
+        return frozenset(self._failed_replicas or ())
 
     @property
     def degraded(self) -> bool:
@@ -418,8 +469,15 @@ class TopicLog:
             return
         while self._inflight and self.broken is None:
             await self._change().wait()
+        suspect = (
+            self._tail_suspect or writer.metadata.ensemble_size < self.settings.replication.ensemble
+        )
         md = await self._stored(lambda: writer.close(last_seq=self.last_seq))
-        self._reader.closed(md)
+        self._tail_suspect = False
+        if suspect and self._on_suspect is not None:
+            self._on_suspect(md.ledger_id)
+        if self._log_reader is not None:
+            self._log_reader.closed(md)
         ranges = self._ranges.value.close_tail(self.last_seq)
         version = await self._stored(
             lambda: self._store.persistence.write_topic_persistence_info(
@@ -460,7 +518,7 @@ class TopicLog:
 
     async def read(self, start_seq: int, max_messages: int, max_bytes: int) -> list[Batch]:
         """Confirmed batches holding ``start_seq`` onwards, within the limits (at least one)."""
-        return await self._reader.read(
+        return await self._reader().read(
             self._ranges.value.ranges,
             max(start_seq, self.first_seq),
             self.last_seq,
@@ -493,6 +551,7 @@ class TopicLog:
         )
         self._ranges = Versioned(remaining, version)
         for lid in prefix:
-            self._reader.forget(lid)
+            if self._log_reader is not None:
+                self._log_reader.forget(lid)
             await delete_ledger_everywhere(self._store.ledgers, self._replicas, lid)
         return prefix
