@@ -281,14 +281,7 @@ class ZkBridge:
         If the node is already gone when the watch is registered (it was deleted between our
         last read and now), the callback runs at once: a watcher must never miss a deletion.
         """
-        loop = self._loop or asyncio.get_running_loop()
-        fired = False
-
-        def on_event(_event: Any) -> None:
-            nonlocal fired
-            if not fired:
-                fired = True
-                loop.call_soon_threadsafe(callback)
+        on_event = self._one_shot(callback)
 
         def on_result(result: Any) -> None:
             try:
@@ -307,16 +300,7 @@ class ZkBridge:
     def _one_shot(self, callback: Callable[[], None]) -> Callable[[Any], None]:
         """A kazoo watch function that runs ``callback`` on the loop, once, however many of
         the watches it is given to fire."""
-        loop = self._loop or asyncio.get_running_loop()
-        fired = False
-
-        def on_event(_event: Any) -> None:
-            nonlocal fired
-            if not fired:
-                fired = True
-                loop.call_soon_threadsafe(callback)
-
-        return on_event
+        return _OneShot(self._loop or asyncio.get_running_loop(), callback)
 
     async def children_watched(self, path: str, watch: Callable[[Any], None]) -> list[str]:
         """The children of ``path``; ``watch`` (from ``_one_shot``) fires when they change."""
@@ -352,3 +336,21 @@ def _set_result(fut: asyncio.Future[Any], value: Any) -> None:
 def _set_exc(fut: asyncio.Future[Any], exc: BaseException) -> None:
     if not fut.done():
         fut.set_exception(exc)
+
+
+class _OneShot:
+    """A kazoo watch function that runs a callback on the loop, once. Kazoo keeps one per
+    watched node (a topic's owner record, for every owned topic): an object with three slots
+    is a third of the closure it replaces."""
+
+    __slots__ = ("callback", "fired", "loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> None:
+        self.loop = loop
+        self.callback = callback
+        self.fired = False
+
+    def __call__(self, _event: Any) -> None:
+        if not self.fired:
+            self.fired = True
+            self.loop.call_soon_threadsafe(self.callback)
