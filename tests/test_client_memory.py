@@ -696,3 +696,46 @@ async def test_a_hub_behind_a_partition_is_held_off_longer_each_time_and_dialled
         clock.advance(0.2)
         assert not router.unreachable("memory:1")
     assert view.timeouts == [5.0, 1.0, 1.0, 1.0, 1.0]
+
+
+async def test_placement_and_ensembles_share_one_registry_read(
+    region: Region, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Callers that find the hub list too old share one read of the registry, and a failed
+    read reaches each of them. (Every claim of a wave of hundreds read and parsed every hub's
+    load report, for its placement and again for its ledger's ensemble: a fifth of a
+    claiming hub's time.)"""
+    hub = region.hubs[0]
+    store_hubs = hub.store.hubs
+    read = store_hubs.list_hubs
+    reads = 0
+
+    async def slow_read() -> Any:
+        nonlocal reads
+        reads += 1
+        await asyncio.sleep(0.02)
+        return await read()
+
+    monkeypatch.setattr(store_hubs, "list_hubs", slow_read)
+    hub.choices._hubs = None
+    ensembles = asyncio.gather(*(hub.choices.ensemble(2, 1) for _ in range(20)))
+    owners = asyncio.gather(*(hub.choices.owner_for(f"wave-{i}") for i in range(20)))
+    got, _ = await asyncio.gather(ensembles, owners)
+    assert reads == 1
+    everyone = {h.hub_id for h in region.hubs}
+    assert all(set(e) == everyone for e in got)
+
+    async def failing_read() -> Any:
+        nonlocal reads
+        reads += 1
+        await asyncio.sleep(0.01)
+        raise MetadataError("the store is out of reach")
+
+    monkeypatch.setattr(store_hubs, "list_hubs", failing_read)
+    hub.choices._hubs = None
+    results = await asyncio.gather(
+        hub.choices.ensemble(2, 1), hub.choices.ensemble(2, 1), return_exceptions=True
+    )
+    assert reads == 2 and all(isinstance(r, MetadataError) for r in results)
+    monkeypatch.setattr(store_hubs, "list_hubs", read)
+    assert set(await hub.choices.ensemble(2, 1)) == everyone  # the next call reads again

@@ -632,3 +632,28 @@ async def test_a_roll_over_whose_closing_answer_is_lost_goes_on(
     with pytest.raises(HedwigError):
         await other.close()
     assert taken.last_seq == 21
+
+
+async def test_a_fence_the_disk_refuses_fails_and_leaves_the_ledger_writable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fence whose marker cannot be written is an error to the recovery that asked (it
+    needs another replica's answer), not a fence: adds go on, and a later fence works."""
+    import hedwig.ledger.storage as storage_mod
+
+    storage = LocalStorage(tmp_path, "h:1")
+    await storage.add_entry(1, 0, -1, b"x")
+    real = storage_mod._write_and_sync
+
+    def full_disk(*args: Any) -> Any:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(storage_mod, "_write_and_sync", full_disk)
+    with pytest.raises(HedwigError, match="No space left"):
+        await storage.read_lac(1, fence=True)
+    assert not storage.is_fenced(1)
+    monkeypatch.setattr(storage_mod, "_write_and_sync", real)
+    await storage.add_entry(1, 1, 0, b"y")
+    assert await storage.read_lac(1, fence=True) == (0, 1)
+    assert storage.is_fenced(1)
+    await storage.close()

@@ -65,7 +65,7 @@ class StorageNode(Protocol):
     async def delete_ledger(self, ledger_id: int) -> None: ...
 
 
-@dataclass
+@dataclass(slots=True)
 class _LedgerFile:
     ledger_id: int
     path: Path
@@ -76,8 +76,9 @@ class _LedgerFile:
     lac: int = -1
     fenced: bool = False
     pending: list[tuple[int, bytes, asyncio.Future[None]]] = field(default_factory=list)
-    # Records not yet on disk (pending, or in the group being written), for reads meanwhile.
-    unwritten: dict[int, bytes] = field(default_factory=dict)
+    # The group being written (entry id, record), for reads meanwhile; None between groups
+    # (an empty table would stay allocated on every stored ledger).
+    writing: list[tuple[int, bytes]] | None = None
     # Set while the fence marker is being written; fencing answers once it is done.
     fencing: asyncio.Future[None] | None = None
 
@@ -162,7 +163,6 @@ class LocalStorage:
         lf.last_entry = max(lf.last_entry, entry_id)
         lf.lac = max(lf.lac, lac)
         lf.pending.append((entry_id, record, fut))
-        lf.unwritten[entry_id] = record
         self._dirty.add(ledger_id)
         self._kick()
         await fut
@@ -172,9 +172,12 @@ class LocalStorage:
         loc = lf.offsets.get(entry_id)
         if loc is None:
             raise NoSuchEntryError(f"ledger {ledger_id} entry {entry_id} is not stored here")
-        record = lf.unwritten.get(entry_id)
-        if record is not None:
-            return record[RECORD.size :]
+        for e, record, _ in lf.pending:
+            if e == entry_id:
+                return record[RECORD.size :]
+        for e, record in lf.writing or ():
+            if e == entry_id:
+                return record[RECORD.size :]
         pos, plen = loc
         raw = os.pread(lf.fd, RECORD.size + plen, pos - RECORD.size)
         got_len, crc, eid, lac = RECORD.unpack_from(raw)
@@ -247,6 +250,7 @@ class LocalStorage:
                 if lf is None or not lf.pending:
                     continue
                 pending, lf.pending = lf.pending, []
+                lf.writing = [(e, r) for e, r, _ in pending]
                 groups.append(
                     (lf, b"".join(r for _, r, _ in pending), [(e, f) for e, _, f in pending])
                 )
@@ -274,8 +278,8 @@ class LocalStorage:
                 log.error("ledger storage write failed: %s", exc)
                 failed = LedgerError(f"storage write failed: {exc}")
                 for lf, _, done in groups:
-                    for e, f in done:
-                        lf.unwritten.pop(e, None)
+                    lf.writing = None
+                    for _, f in done:
                         _fail(f, failed)
                 for lf in fences:
                     lf.fenced = False  # not durably: the recovery that asked fails here
@@ -294,8 +298,8 @@ class LocalStorage:
             self.syncs += len(groups)
             for lf, data, done in groups:
                 self.bytes_written += len(data)
-                for e, f in done:
-                    lf.unwritten.pop(e, None)
+                lf.writing = None
+                for _, f in done:
                     if not f.done():
                         f.set_result(None)
             for lf in fences:
