@@ -349,9 +349,9 @@ class TopicLog:
             self._changed = None
 
     def _avoided(self) -> frozenset[str]:
-        now = self._clock.monotonic()
         if not self._failed_replicas:
-            return _NOBODY
+            return _NOBODY  # asked of every owned topic each audit round: no clock read
+        now = self._clock.monotonic()
         self._failed_replicas = {a: u for a, u in self._failed_replicas.items() if u > now} or None
         return frozenset(self._failed_replicas or ())
 
