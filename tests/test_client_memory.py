@@ -26,6 +26,7 @@ from hedwig.errors import (
     OwnerUnreachableError,
     SubscriptionBusyError,
     TlsClosedError,
+    UsageError,
 )
 from hedwig.hub import ownership
 from hedwig.hub.choices import HUBS_CACHE_S, HUBS_FRESH_S
@@ -236,6 +237,36 @@ async def test_subscriber_follows_a_move(region: Region) -> None:
         await c.publish("follow", b"after")
         assert (await sub.next(2)).value == b"after"
         assert region.owner("follow") is dest
+
+
+async def test_messages_handed_out_in_lists_keep_their_order_with_next(region: Region) -> None:
+    """``batches`` (Kafka's ``consume(num_messages)``) hands out lists from one delivered
+    batch each, and shares one order with ``next``: a list goes on where ``next`` stopped in a
+    batch, ``next`` where a list stopped. With ``auto_consume``, a list is consumed when the
+    next one is asked for."""
+    async with region.client(max_batch_messages=50) as c:
+        sub = await c.subscribe("lists", "s", auto_consume=True)
+        await c.publish_batch("lists", [b"%d" % i for i in range(200)])
+        await c.publish("lists", b"k", key=b"key")
+        seen = [(await sub.next(2)).seq]
+        lists = sub.batches(7)
+        while seen[-1] < 201:
+            got = await asyncio.wait_for(lists.__anext__(), 2)
+            assert 1 <= len(got) <= 7
+            assert len({m.lane for m in got}) == 1
+            seen += [m.seq for m in got]
+            if len(seen) == 30:
+                seen.append((await sub.next(2)).seq)
+        assert seen == list(range(1, 202))
+        await c.publish("lists", b"last")
+        assert [m.value for m in await asyncio.wait_for(lists.__anext__(), 2)] == [b"last"]
+        assert await sub.sync()
+        with pytest.raises(UsageError):
+            sub.batches(0)
+    # Everything handed out before the last list was consumed: attaching again starts there.
+    async with region.client() as c:
+        again = await c.subscribe("lists", "s")
+        assert (await again.next(2)).value == b"last"
 
 
 async def test_deliveries_that_overtake_the_subscribed_answer_are_held(region: Region) -> None:

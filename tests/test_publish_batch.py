@@ -1,4 +1,5 @@
-"""``publish_batch``: many messages at once, with the guarantees of publishing them one by one.
+"""``publish_batch``: many messages at once, with the guarantees of publishing them one by one;
+and ``send``: one message with nobody waiting on it, the same guarantees without a future.
 
 Against real hubs wired in memory (``tests/memory_region.py``): order through interleaving
 with single publishes, through a graceful move and through failed batches re-sent; each
@@ -14,7 +15,8 @@ import pytest
 
 from hedwig.client import BatchPublishResult, HedwigClient, PublishResult
 from hedwig.client.chunks import chunk_messages
-from hedwig.errors import MessageTooLargeError, UsageError
+from hedwig.client.retry import RetryPolicy
+from hedwig.errors import HedwigError, MessageTooLargeError, SendFailedError, UsageError
 from hedwig.protocol import Message, MoveKind
 from hedwig.protocol.messages import EncodedMessages
 from tests.memory_region import Region, memory_region
@@ -130,3 +132,67 @@ def test_chunks_respect_the_batch_limits() -> None:
         [b"a", b"x" * 90, b"b"], max_message_size=100, max_batch_messages=10, max_batch_bytes=50
     )
     assert [n for _, n in big] == [1, 1, 1]
+
+
+# ``send``: one message, no future ---------------------------------------------------------
+
+
+async def test_sent_messages_keep_their_order_among_awaited_ones(region: Region) -> None:
+    """``send`` queues a message nobody waits on; ``flush`` waits until it is durable, also
+    while it is still queued (no batch, no future anywhere yet)."""
+    async with region.client(max_batch_messages=7, max_inflight_batches=2) as c:
+        futs: dict[int, asyncio.Future[PublishResult]] = {}
+        for i, v in enumerate(values(0, 500)):
+            if i % 50 == 0:
+                futs[i] = c.publish_nowait("sent", v)
+            else:
+                c.send("sent", v)
+        c.send("sent", b"k", key=b"key", headers=(("h", b"v"),))
+        await c.flush("sent")
+        assert {i: f.result().seq for i, f in futs.items()} == {i: i + 1 for i in futs}
+        got = await stored(c, "sent")
+        assert [m.value for m in got[:500]] == values(0, 500)
+        assert got[500] == Message(value=b"k", key=b"key", headers=(("h", b"v"),))
+        with pytest.raises(MessageTooLargeError):
+            c.send("sent", b"x" * (c.max_message_size + 1))
+        with pytest.raises(UsageError):
+            c.send("sent", "text")  # type: ignore[arg-type]
+
+
+async def test_sent_messages_keep_their_order_through_failed_batches(region: Region) -> None:
+    async with region.client(max_batch_messages=20) as c:
+        await c.publish("sent-fail", b"warm-up")
+        owner = region.owner("sent-fail")
+        replica = next(h for h in region.hubs if h is not owner)
+        for v in values(0, 500):
+            c.send("sent-fail", v)
+        await asyncio.sleep(0)
+        region.network.sever(replica.address, refuse=True)
+        asyncio.get_running_loop().call_later(0.2, region.network.restore, replica.address)
+        for v in values(500, 1000):
+            c.send("sent-fail", v)
+        await c.flush()
+        assert [m.value for m in await stored(c, "sent-fail")] == [b"warm-up", *values(0, 1000)]
+
+
+async def test_a_failed_send_is_raised_by_the_next_flush_once(region: Region) -> None:
+    """Nobody holds a future for a sent message, so its failure is kept for ``flush``: every
+    message that failed counted, the first failure as the cause, raised once."""
+    retry = RetryPolicy(initial_delay_s=0.005, max_delay_s=0.02, deadline_s=0.3)
+    async with region.client(retry=retry, max_batch_messages=4) as c:
+        await c.publish("lost", b"warm-up")
+        for hub in region.hubs:
+            region.network.sever(hub.address, refuse=True)
+        for v in values(0, 10):
+            c.send("lost", v)
+        with pytest.raises(SendFailedError) as failed:
+            await c.flush()
+        assert failed.value.count == 10
+        assert isinstance(failed.value.__cause__, HedwigError)
+        assert failed.value.first is failed.value.__cause__
+        await c.flush()  # raised once
+        for hub in region.hubs:
+            region.network.restore(hub.address)
+        c.send("lost", b"after")
+        await c.flush()
+        assert [m.value for m in await stored(c, "lost")] == [b"warm-up", b"after"]

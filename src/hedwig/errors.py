@@ -127,6 +127,18 @@ class EarlierBatchFailedError(HedwigError):
     storing it now would put it in the log ahead of messages published before it."""
 
 
+class SendFailedError(HedwigError):
+    """Messages queued with ``HedwigClient.send`` (no future to report to) failed for good;
+    ``flush`` raises this once for all of them since the last flush. ``count`` is how many,
+    ``first`` the first failure (also the ``__cause__``): a message after a failed one may
+    have failed only because of it (``EarlierBatchFailedError``)."""
+
+    def __init__(self, message: str, *, count: int, first: BaseException) -> None:
+        super().__init__(message)
+        self.count = count
+        self.first = first
+
+
 # Request handling on a hub ---------------------------------------------------------------------
 
 

@@ -50,6 +50,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="messages per publish call: 1 publishes one by one (publish_nowait), more hands "
         "them over together (publish_batch_nowait); without --rate",
     )
+    p.add_argument(
+        "--send",
+        action="store_true",
+        help="one by one without a future per message (send; every 100th through "
+        "publish_nowait, to time it), as Kafka's produce without a delivery callback",
+    )
     p.add_argument("--subscribe", action="store_true", help="also measure delivery to a subscriber")
     p.add_argument("--warmup", type=int, default=20_000, help="messages before measuring")
     p.add_argument(
@@ -96,8 +102,10 @@ async def _throughput(
     window: int = 64_000,
     stamp: bool = False,
     per_call: int = 1,
+    send: bool = False,
 ) -> dict[str, Any]:
-    """Publish ``n`` messages keeping at most ``window`` unacknowledged (a sliding window).
+    """Publish ``n`` messages keeping at most ``window`` unacknowledged (a sliding window);
+    with ``send``, those not sampled go through ``send`` (no future).
 
     Latency here is time from ``publish`` to acknowledgement under saturation (queueing
     included), sampled every 100th message (with ``per_call`` above 1, every call of at least
@@ -111,6 +119,10 @@ async def _throughput(
     clock = time.perf_counter
     start = clock()
     for i in range(n):
+        if send and i % 100:
+            # Neither sampled nor stamped (both every 100th): no future needed.
+            client.send(topic, payload)
+            continue
         if stamp and i % STAMP_EVERY == 0:
             fut = client.publish_nowait(topic, stamped(size, clock()))
         else:
@@ -274,7 +286,13 @@ async def _bench(hubs: list[str], args: argparse.Namespace) -> dict[str, Any]:
             )
         else:
             result["publish"] = await _throughput(
-                client, topic, args.messages, args.size, stamp=stamp, per_call=args.per_call
+                client,
+                topic,
+                args.messages,
+                args.size,
+                stamp=stamp,
+                per_call=args.per_call,
+                send=args.send,
             )
         if sub_task is not None:
             expected = args.warmup + result["publish"]["messages"]

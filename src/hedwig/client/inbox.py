@@ -80,6 +80,18 @@ class Inbox:
         self.current = item
         return item
 
+    async def messages(self) -> Iterator[DeliveredMessage] | None:
+        """``next_batch``, waiting while there is nothing: the messages of the next batch (or
+        the rest of the current one), or ``None`` at the end; a queued error is raised."""
+        while True:
+            item = self.next_batch()
+            if isinstance(item, _Empty):
+                await self.wait()
+            elif isinstance(item, HedwigError):
+                raise item
+            else:
+                return item
+
     async def get(self) -> Item:
         """The next item, once there is one (cancelling the wait loses nothing)."""
         while True:

@@ -41,25 +41,28 @@ identity belongs to the same lane). A fresh identity because the lane may have s
 publisher before, with sequences the new ones would leave a gap after. So a publisher's
 messages are in order in each lane, and each lane holds them from some point on.
 
-What waits in the queue is either one message with its own future (``publish_nowait``), or a
-*chunk*: many messages encoded together that settle together (``publish_batch``), each chunk
-small enough to fit a batch on its own. A chunk is never split across batches, so it needs
-one result and one future, not one per message: a caller that already holds many messages
-pays for the bookkeeping once per chunk.
+What waits in the queue is either one message with its own future (``publish_nowait``), one
+message nobody waits on (``send``: no future, as Kafka's ``produce`` without a delivery
+callback; a failure is kept and ``flush`` raises it), or a *chunk*: many messages encoded
+together that settle together (``publish_batch``), each chunk small enough to fit a batch on
+its own. A chunk is never split across batches, so it needs one result and one future, not one
+per message: a caller that already holds many messages pays for the bookkeeping once per chunk.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import deque
+import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol, cast, overload
 
 from hedwig.client.routing import Router
 from hedwig.clock import Clock
-from hedwig.errors import EarlierBatchFailedError, HedwigError, UseLaneError
+from hedwig.errors import EarlierBatchFailedError, HedwigError, SendFailedError, UseLaneError
 from hedwig.protocol import EncodedMessage, EncodedMessages, Publish, Published, lane_of
+
+log = logging.getLogger(__name__)
 
 _new_tuple = tuple.__new__
 
@@ -168,7 +171,8 @@ class _Chunk:
 
 
 _Future = asyncio.Future[PublishResult]
-_Waiter = _Future | _Chunk
+# ``None``: a message queued by ``send``, with no future.
+_Waiter = _Future | _Chunk | None
 
 
 class BatchLimits(Protocol):
@@ -216,11 +220,20 @@ class TopicPublisher:
         self._router = router
         self._limits = limits
         self._clock = clock
-        # Encoded messages (or chunks) waiting for a batch, and their futures (two deques: the
-        # hot path). While no chunk is queued, every element is one message.
-        self._raws: deque[bytes] = deque()
-        self._futs: deque[_Waiter] = deque()
+        # Encoded messages (or chunks) waiting for a batch, and their waiters: two lists read
+        # from ``_head`` on (the hot path: a batch is cut with two slices, not a step per
+        # message). While no chunk is queued, every element is one message.
+        self._raws: list[bytes] = []
+        self._futs: list[_Waiter] = []
+        self._head = 0
         self._chunks_queued = 0
+        # Messages queued by ``send`` that failed for good since the last ``flush``, and the
+        # first failure.
+        self._send_failures = 0
+        self._send_error: BaseException | None = None
+        # The cutting task waits for ``_wakeup`` (a plain flag tells ``add`` so: cheaper than
+        # asking the event every message).
+        self._idle = False
         self._next_pseq = 1
         self._inflight = asyncio.Semaphore(limits.max_inflight_batches)
         self._wakeup = asyncio.Event()
@@ -238,9 +251,20 @@ class TopicPublisher:
         fut: asyncio.Future[PublishResult] = self._loop.create_future()
         self._raws.append(raw)
         self._futs.append(fut)
-        if not self._wakeup.is_set():
+        if self._idle:
+            self._idle = False
             self._wakeup.set()
         return fut
+
+    def send(self, raw: EncodedMessage) -> None:
+        """Queue one encoded message nobody waits on: no future is made, set or collected
+        (with tens of thousands in flight, the cycle collector walking them cost more than
+        the rest of a one-by-one publish). A failure is kept for ``flush`` to raise."""
+        self._raws.append(raw)
+        self._futs.append(None)
+        if self._idle:
+            self._idle = False
+            self._wakeup.set()
 
     def add_chunks(self, chunks: Sequence[tuple[bytes, int]]) -> asyncio.Future[BatchPublishResult]:
         """Queue chunks of encoded messages (``(payload, count)``, each within the batch
@@ -254,7 +278,8 @@ class TopicPublisher:
             self._raws.append(payload)
             self._futs.append(_Chunk(call, i, count))
         self._chunks_queued += len(chunks)
-        if not self._wakeup.is_set():
+        if self._idle:
+            self._idle = False
             self._wakeup.set()
         return fut
 
@@ -269,16 +294,68 @@ class TopicPublisher:
             self._gate.clear()
 
     async def flush(self) -> None:
-        """Wait until every message queued so far has settled."""
+        """Wait until every message queued so far has settled; raise ``SendFailedError`` if
+        messages queued by ``send`` failed for good since the last flush."""
         batches = [*self._outstanding.values(), *self._refused]
-        waiters = [f for b in batches for f in b.futures] + list(self._futs)
-        futs = [w.call.future if isinstance(w, _Chunk) else w for w in waiters]
+        futs: list[asyncio.Future[object]] = []
+        for b in batches:
+            # A batch settles all its messages at once: a future for its last ``send`` one
+            # stands for them all.
+            futs += self._awaitable(b.futures, every=False)
+        # Those still queued may be cut into several batches: one future for each.
+        head = self._head
+        queued = self._futs[head:]
+        futs += self._awaitable(queued, every=True)
+        self._futs[head : head + len(queued)] = queued
         # One by one, skipping those already settled: a batch settles all its futures at
         # once, so this waits about once per batch (``gather`` would hook every future), and
         # ``wait`` leaves the futures alone if this flush is cancelled.
         for f in futs:
             if not f.done():
                 await asyncio.wait((f,))
+        if self._send_error is not None:
+            count, first = self._send_failures, self._send_error
+            self._send_failures, self._send_error = 0, None
+            raise SendFailedError(
+                f"topic {self.topic!r}: {count} message(s) queued by send failed: {first}",
+                count=count,
+                first=first,
+            ) from first
+
+    def _awaitable(self, waiters: list[_Waiter], *, every: bool) -> list[asyncio.Future[object]]:
+        """The futures to wait for among ``waiters``, giving a ``send`` message (``None``) one
+        in place: each of them (``every``), or the last one only. Its outcome is kept as a
+        ``send`` failure would be."""
+        futs: list[asyncio.Future[object]] = []
+        last_none = -1
+        for i, w in enumerate(waiters):
+            if w is None:
+                if every:
+                    waiters[i] = self._stand_in(futs)
+                else:
+                    last_none = i
+            elif isinstance(w, _Chunk):
+                futs.append(cast("asyncio.Future[object]", w.call.future))
+            else:
+                futs.append(cast("asyncio.Future[object]", w))
+        if last_none >= 0:
+            waiters[last_none] = self._stand_in(futs)
+        return futs
+
+    def _stand_in(self, futs: list[asyncio.Future[object]]) -> _Future:
+        fut: _Future = self._loop.create_future()
+        fut.add_done_callback(self._stand_in_done)
+        futs.append(cast("asyncio.Future[object]", fut))
+        return fut
+
+    def _stand_in_done(self, fut: _Future) -> None:
+        if not fut.cancelled() and (exc := fut.exception()) is not None:
+            self._note_send_failure(exc, 1)
+
+    def _note_send_failure(self, exc: BaseException, count: int) -> None:
+        self._send_failures += count
+        if self._send_error is None:
+            self._send_error = exc
 
     # the gate -------------------------------------------------------------------------------
 
@@ -330,10 +407,11 @@ class TopicPublisher:
         """Every batch has settled or been refused: queue the refused ones again, in order,
         ahead of what was never cut, and go on at the lane named."""
         refused, self._refused = sorted(self._refused, key=lambda b: b.pseq), []
+        head = self._head
         for b in reversed(refused):
             assert b.raws is not None
-            self._raws.extendleft(reversed(b.raws))
-            self._futs.extendleft(reversed(b.futures))
+            self._raws[head:head] = b.raws
+            self._futs[head:head] = b.futures
             self._chunks_queued += sum(1 for w in b.futures if isinstance(w, _Chunk))
         assert self._switch_to is not None
         self.target, self._switch_to = self._switch_to, None
@@ -346,8 +424,9 @@ class TopicPublisher:
     async def _run(self) -> None:
         limits = self._limits
         while True:
-            if not self._raws:
+            if len(self._raws) == self._head:
                 self._wakeup.clear()
+                self._idle = True
                 await self._wakeup.wait()
                 if limits.linger_s:
                     await self._clock.sleep(limits.linger_s)
@@ -366,39 +445,57 @@ class TopicPublisher:
     def _cut(self, max_messages: int, max_bytes: int) -> _Batch:
         if self._chunks_queued:
             return self._cut_chunks(max_messages, max_bytes)
-        raws, futs = self._raws, self._futs
-        parts: list[bytes] = []
-        size = 0
-        while raws and len(parts) < max_messages:
-            if parts and size + len(raws[0]) > max_bytes:
-                break
-            raw = raws.popleft()
-            parts.append(raw)
-            size += len(raw)
+        raws, head = self._raws, self._head
+        end = min(len(raws), head + max_messages)
+        parts = raws[head:end]
+        if sum(map(len, parts)) > max_bytes:
+            # Large messages: the longest run that fits (at least one message).
+            size = k = 0
+            for raw in parts:
+                if k and size + len(raw) > max_bytes:
+                    break
+                size += len(raw)
+                k += 1
+            del parts[k:]
+            end = head + k
         batch = _Batch(
             self._publisher_id,
             self._next_pseq,
             EncodedMessages.of_joined(parts, len(parts)),
-            [futs.popleft() for _ in parts],
+            self._futs[head:end],
             target=self.target,
             raws=parts,
         )
+        self._taken(end)
         self._next_pseq += len(parts)
         return batch
 
+    def _taken(self, end: int) -> None:
+        """The queue's head moved to ``end``: forget what is before it, now and then (a
+        ``del`` of a list's front moves the rest, so not at every cut)."""
+        raws = self._raws
+        if end == len(raws):
+            raws.clear()
+            self._futs.clear()
+            end = 0
+        elif end >= 4096 and end * 2 >= len(raws):
+            del raws[:end]
+            del self._futs[:end]
+            end = 0
+        self._head = end
+
     def _cut_chunks(self, max_messages: int, max_bytes: int) -> _Batch:
         """``_cut`` while chunks are queued: a chunk counts its messages and is never split."""
-        raws, futs = self._raws, self._futs
+        raws, futs, i = self._raws, self._futs, self._head
         parts: list[bytes] = []
         waiters: list[_Waiter] = []
         size = count = chunks = 0
-        while raws:
-            raw, waiter = raws[0], futs[0]
+        while i < len(raws):
+            raw, waiter = raws[i], futs[i]
             n = waiter.count if isinstance(waiter, _Chunk) else 1
             if parts and (size + len(raw) > max_bytes or count + n > max_messages):
                 break
-            raws.popleft()
-            futs.popleft()
+            i += 1
             parts.append(raw)
             waiters.append(waiter)
             size += len(raw)
@@ -406,6 +503,7 @@ class TopicPublisher:
             if isinstance(waiter, _Chunk):
                 chunks += 1
         self._chunks_queued -= chunks
+        self._taken(i)
         batch = _Batch(
             self._publisher_id,
             self._next_pseq,
@@ -448,7 +546,18 @@ class TopicPublisher:
             except HedwigError as exc:
                 if not isinstance(exc, EarlierBatchFailedError):
                     self._failed_for_good(batch)
+                unwaited = batch.futures.count(None)
+                if unwaited:
+                    self._note_send_failure(exc, unwaited)
+                    log.warning(
+                        "topic %r: %d message(s) queued by send failed: %s",
+                        self.topic,
+                        unwaited,
+                        exc,
+                    )
                 for w in batch.futures:
+                    if w is None:
+                        continue
                     if isinstance(w, _Chunk):
                         w.call.fail(exc)
                     elif not w.done():
@@ -457,12 +566,16 @@ class TopicPublisher:
             assert isinstance(answer, Published)
             first, dup = answer.first_seq, answer.duplicate
             lane = lane_of(batch.target)[1] if batch.target != self.topic else 0
-            if batch.has_chunks:
-                _settle_mixed(batch.futures, first, dup, lane)
+            futures = batch.futures
+            unwaited = futures.count(None)
+            if unwaited == len(futures):
+                pass  # all queued by ``send``: nothing to tell anyone
+            elif batch.has_chunks or unwaited:
+                _settle_mixed(futures, first, dup, lane)
             elif first:
                 # One tuple per message, made without ``PublishResult.__new__`` (a Python
                 # function: twice the cost).
-                for seq, f in enumerate(cast(list[_Future], batch.futures), first):
+                for seq, f in enumerate(cast(list[_Future], futures), first):
                     if not f.done():
                         f.set_result(_new_tuple(PublishResult, (seq, dup, lane)))
             else:
@@ -484,7 +597,9 @@ def _settle_mixed(waiters: list[_Waiter], first: int, dup: bool, lane: int) -> N
     """Resolve a batch of single messages and chunks, in order, from its first sequence id."""
     seq = first
     for w in waiters:
-        if isinstance(w, _Chunk):
+        if w is None:
+            seq += 1
+        elif isinstance(w, _Chunk):
             w.call.settle(w.index, seq if first else 0, w.count, dup, lane)
             seq += w.count
         else:

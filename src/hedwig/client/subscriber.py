@@ -30,9 +30,9 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 
-from hedwig.client.inbox import EMPTY, Inbox
+from hedwig.client.inbox import Inbox
 from hedwig.client.retry import Backoff
 from hedwig.client.routing import Router, subscription_route
 from hedwig.errors import (
@@ -383,27 +383,38 @@ class Subscriber:
 
     async def _iterate(self) -> AsyncIterator[DeliveredMessage]:
         inbox = self._inbox
-        while True:
-            item = inbox.next_batch()
-            if isinstance(item, Iterator):
-                # A batch's messages, straight from its iterator; it stays the inbox's current
-                # one, so ``next`` takes up where this stops, and a drop (a reset) ends it.
-                for m in item:
-                    yield m
-                    if self._auto_consume:
-                        self.consume(m.seq, m.lane)
-                    if inbox.current is not item:
-                        break
-                else:
-                    if inbox.current is item:
-                        inbox.current = None
-            elif item is EMPTY:
-                await inbox.wait()
-            elif item is None:
-                return
+        while (item := await inbox.messages()) is not None:
+            # A batch's messages, straight from its iterator; it stays the inbox's current
+            # one, so ``next`` takes up where this stops, and a drop (a reset) ends it.
+            for m in item:
+                yield m
+                if self._auto_consume:
+                    self.consume(m.seq, m.lane)
+                if inbox.current is not item:
+                    break
             else:
-                assert isinstance(item, HedwigError)
-                raise item
+                if inbox.current is item:
+                    inbox.current = None
+
+    def batches(self, max_messages: int = 1000) -> AsyncIterator[list[DeliveredMessage]]:
+        """The messages as they come, in lists of at most ``max_messages`` (each from one
+        delivered batch, so of one lane): as Kafka's ``consume(num_messages)``, one step of
+        the caller's loop per list rather than per message. With ``auto_consume``, a list is
+        consumed when the next one is asked for."""
+        if max_messages < 1:
+            raise UsageError("max_messages is at least 1")
+        return self._iterate_lists(max_messages)
+
+    async def _iterate_lists(self, max_messages: int) -> AsyncIterator[list[DeliveredMessage]]:
+        inbox = self._inbox
+        while (item := await inbox.messages()) is not None:
+            got = list(itertools.islice(item, max_messages))
+            if len(got) < max_messages and inbox.current is item:
+                inbox.current = None  # used up
+            if got:
+                yield got
+                if self._auto_consume:
+                    self.consume(got[-1].seq, got[-1].lane)
 
     async def next(self, timeout: float | None = None) -> DeliveredMessage:
         """The next message; ``DeadlineExceededError`` after ``timeout`` seconds (saying so if
