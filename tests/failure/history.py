@@ -1,12 +1,16 @@
 """A workload that records everything it saw, and the checker of that history.
 
 Publishers publish numbered messages (``<publisher>:<n>``) to a few topics and record every
-acknowledgement (topic, value, sequence id). Subscribers record every delivery. After the
-faults, the whole log of each topic is read back and the history is checked:
+acknowledgement (topic, value, sequence id). Senders (``senders``) queue numbered messages
+with ``send``, which gives no acknowledgement per message, and flush every few: a flush that
+raises nothing acknowledges every message sent before it (at a place the log shows). Subscribers
+record every delivery. After the faults, the whole log of each topic is read back and the
+history is checked:
 
 1. every acknowledged message is in the log exactly once, at the sequence id its
    acknowledgement gave;
-2. each publisher's acknowledged messages are in the log in acknowledgement order;
+2. each publisher's acknowledged messages are in the log in acknowledgement order; a
+   sender's flushed messages are in the log exactly once, in the order they were sent;
 3. the log holds nothing that was not published, and nothing twice;
 4. each subscriber received every message of the log in log order: redeliveries (after a
    reconnect) are allowed, gaps never.
@@ -52,10 +56,13 @@ class History:
     subscriber_errors: dict[tuple[str, str], str] = field(default_factory=dict)
     # Per topic, its subscribers' names: each must have received each of its lanes.
     subscribers: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
+    # Per topic, the messages senders queued with ``send`` and a flush then acknowledged, in
+    # the order each sender sent them (no sequence id: ``send`` reports none).
+    flushed: dict[str, list[bytes]] = field(default_factory=lambda: defaultdict(list))
 
     @property
     def acked_count(self) -> int:
-        return sum(len(v) for v in self.acked.values())
+        return sum(len(v) for v in self.acked.values()) + sum(len(v) for v in self.flushed.values())
 
 
 class Workload:
@@ -66,6 +73,7 @@ class Workload:
         *,
         publishers: int = 3,
         subscribers: int = 2,
+        senders: int = 0,
         rate: float = 200.0,
         retry_deadline_s: float = 60.0,
         security: ClientSecurity | None = None,
@@ -78,6 +86,7 @@ class Workload:
         self.topics = topics
         self.publishers = publishers
         self.subscribers = subscribers
+        self.senders = senders
         self.rate = rate
         self.retry = RetryPolicy(deadline_s=retry_deadline_s)
         self.history = History()
@@ -105,6 +114,16 @@ class Workload:
             )
             self._clients.append(client)
             self._tasks.append(asyncio.create_task(self._publish(p, client)))
+        for p in range(self.senders):
+            client = HedwigClient(
+                self.hubs,
+                retry=self.retry,
+                publisher_id=f"send{p}",
+                security=self.security,
+                network=self.network,
+            )
+            self._clients.append(client)
+            self._tasks.append(asyncio.create_task(self._send(p, client)))
 
     async def _publish(self, p: int, client: HedwigClient) -> None:
         n = 0
@@ -118,6 +137,32 @@ class Workload:
             n += 1
             await asyncio.sleep(interval)
         await asyncio.gather(*pending)
+
+    async def _send(self, p: int, client: HedwigClient, flush_every: int = 25) -> None:
+        """Queue messages with ``send`` (no future) and flush every ``flush_every``: a flush
+        that raises nothing acknowledges them all; one that raises leaves their outcome
+        unknown (each may or may not be stored, but never twice, and in order)."""
+        n = 0
+        interval = 1.0 / self.rate
+        sent: list[tuple[str, bytes]] = []
+        while not self._stop.is_set():
+            topic = self.topics[n % len(self.topics)]
+            value = b"pub-s%d:%d" % (p, n)
+            client.send(topic, value)
+            sent.append((topic, value))
+            n += 1
+            if n % flush_every == 0 or self._stop.is_set():
+                try:
+                    await client.flush()
+                except HedwigError as exc:
+                    log.info("send%d: a flush failed: %r", p, exc)
+                    self.history.failed += len(sent)
+                else:
+                    for t, v in sent:
+                        self.history.flushed[t].append(v)
+                    self.history.ack_times.append(time.monotonic())
+                sent = []
+            await asyncio.sleep(interval)
 
     async def _record(self, topic: str, value: bytes, fut: asyncio.Future[PublishResult]) -> None:
         try:
@@ -147,7 +192,7 @@ class Workload:
 
     async def stop_publishing(self) -> None:
         self._stop.set()
-        publishers = self._tasks[-self.publishers :]
+        publishers = self._tasks[-(self.publishers + self.senders) :]
         await asyncio.gather(*publishers)
 
     async def finish(self, timeout: float = 60.0) -> History:
@@ -251,6 +296,16 @@ def check(history: History) -> None:
             if last_by_publisher.get(pub, -1) > seq:
                 problems.append(f"{topic}: {value!r} acknowledged after a later message")
             last_by_publisher[pub] = max(last_by_publisher.get(pub, -1), seq)
+        last_sent: dict[bytes, int] = {}
+        for value in history.flushed.get(topic, []):
+            places = by_value.get(value, [])
+            if not places:
+                problems.append(f"{topic}: {value!r} was sent and flushed but is not in the log")
+                continue
+            sender = value.split(b":")[0]
+            if last_sent.get(sender, 0) > places[0]:
+                problems.append(f"{topic}: {value!r} is in the log before a message sent earlier")
+            last_sent[sender] = places[0]
         for name in history.subscribers.get(lane_of(topic)[0], []):
             if log and (topic, name) not in history.delivered:
                 why = history.subscriber_errors.get((lane_of(topic)[0], name))

@@ -26,7 +26,7 @@ from hedwig.metadata import open_store
 from hedwig.metadata.layout import Layout
 from hedwig.security import ClientSecurity
 from tests.cluster_helpers import eventually, owner_of
-from tests.failure.history import Workload, check, read_all
+from tests.failure.history import History, Workload, check, read_all
 
 pytestmark = pytest.mark.integration
 
@@ -51,7 +51,9 @@ def cluster(tmp_path: Path) -> Iterator[DevCluster]:
 async def run(
     cluster: DevCluster, fault: object, *, before: float = 2.0, after: float = 4.0
 ) -> None:
-    work = Workload(cluster.addresses, TOPICS)
+    # One client sends (no future per message, flushed every few): its flushed messages are
+    # held to the same checks.
+    work = Workload(cluster.addresses, TOPICS, senders=1)
     await work.start()
     await asyncio.sleep(before)  # load before the fault
     acked_before = work.history.acked_count
@@ -60,6 +62,21 @@ async def run(
     await asyncio.sleep(after)  # load during and after it
     history = await work.finish()
     assert history.acked_count > acked_before, "publishing did not resume after the fault"
+    assert history.flushed, "no flush of the sender succeeded"
+    check(history)
+
+
+def test_the_checker_finds_sent_messages_lost_or_out_of_order() -> None:
+    """What ``check`` holds a sender to, on a made-up history."""
+    history = History()
+    history.log["t"] = [(1, b"pub-s0:0"), (2, b"pub-s0:2"), (3, b"pub-s0:1")]
+    history.flushed["t"] = [b"pub-s0:0", b"pub-s0:1", b"pub-s0:2"]
+    with pytest.raises(AssertionError, match="before a message sent earlier"):
+        check(history)
+    history.log["t"] = [(1, b"pub-s0:0"), (2, b"pub-s0:1")]
+    with pytest.raises(AssertionError, match="sent and flushed but is not in the log"):
+        check(history)
+    history.log["t"].append((3, b"pub-s0:2"))
     check(history)
 
 
@@ -264,7 +281,7 @@ def admin(cluster: DevCluster) -> ClientSecurity:
 
 
 async def run_secure(cluster: DevCluster, fault: object, *, after: float) -> None:
-    work = Workload(cluster.addresses, TOPICS, security=admin(cluster))
+    work = Workload(cluster.addresses, TOPICS, security=admin(cluster), senders=1)
     await work.start()
     await asyncio.sleep(2.0)
     acked_before = work.history.acked_count
