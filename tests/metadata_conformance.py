@@ -184,8 +184,8 @@ class MetadataConformance:
 
     @pytest.mark.parametrize("name", ODD_NAMES)
     async def test_odd_topic_names_round_trip(self, store: MetadataStore, name: str) -> None:
-        await store.topics.ensure_topic(name)
-        await store.topics.ensure_topic(name)  # idempotent
+        assert await store.topics.ensure_topic(name)
+        assert not await store.topics.ensure_topic(name)  # idempotent, and says so
         assert name in await store.topics.list_topics()
         await store.subscriptions.create_subscription_data(name, name, SubscriptionData())
         assert set(await store.subscriptions.read_subscriptions(name)) == {name}

@@ -614,6 +614,38 @@ async def test_a_hub_registers_again_though_the_store_refuses_the_first_attempt(
     assert hub.address in {h.address for h in await list_hubs() if h.alive}
 
 
+async def test_a_topic_just_created_is_claimed_without_reading_what_it_cannot_have(
+    region: Region,
+) -> None:
+    """The hub that creates a topic knows it has no owner, configuration or ledgers yet, and
+    skips those three reads; a topic that existed is read as before. A record made meanwhile
+    still fails the claim's compare-and-set (the conformance suite holds ``ensure_topic`` to
+    saying whether it created the topic)."""
+    reads: list[str] = []
+    for hub in region.hubs:
+        store = hub.store
+        for manager, name in (
+            (store.ownership, "read_owner_info"),
+            (store.topics, "read_topic_config"),
+            (store.persistence, "read_topic_persistence_info"),
+        ):
+            real = getattr(manager, name)
+
+            async def counted(topic: str, _real: Any = real, _name: str = name) -> Any:
+                reads.append(_name)
+                return await _real(topic)
+
+            setattr(manager, name, counted)
+    async with region.client() as c:
+        assert (await c.publish("new-topic", b"m")).seq == 1
+        # At most the owner, read by a hub before it redirects or creates the topic.
+        assert reads in ([], ["read_owner_info"])
+        owner = region.owner("new-topic")
+        assert await owner.topics.release("new-topic", "test")
+        assert (await c.publish("new-topic", b"n")).seq == 2
+        assert {"read_owner_info", "read_topic_config", "read_topic_persistence_info"} <= set(reads)
+
+
 async def test_a_hub_told_to_claim_claims_though_a_request_it_redirected_is_pending(
     region: Region,
 ) -> None:

@@ -151,8 +151,13 @@ class TopicLog:
 
     # opening ------------------------------------------------------------------------------
 
-    async def open(self) -> None:
-        got = await self._store.persistence.read_topic_persistence_info(self.topic)
+    async def open(self, *, fresh: bool = False) -> None:
+        """Recover the topic's open ledgers and start a new one for it. ``fresh``: a topic
+        just created, with no persistence record to read (its first is created, so a record
+        made meanwhile by anyone else fails this open)."""
+        got = (
+            None if fresh else await self._store.persistence.read_topic_persistence_info(self.topic)
+        )
         ranges = got.value if got else LedgerRanges()
         version = got.version if got else NEW_VERSION
         # Recover every ledger still open (normally at most the tail).

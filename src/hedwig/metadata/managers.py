@@ -132,8 +132,13 @@ class LedgerMetadataManager(Protocol):
 class TopicCatalog(Protocol):
     """Topics that exist (a topic exists once its node does; topics are created lazily)."""
 
-    async def ensure_topic(self, topic: str) -> None:
-        """Create the topic's node and subscriber root if missing (lazy topic creation)."""
+    async def ensure_topic(self, topic: str) -> bool:
+        """Create the topic's node and subscriber root if missing (lazy topic creation).
+
+        True only if this call created the topic, so that nothing else of it existed a moment
+        ago (no owner, configuration, persistence or subscriptions: a topic's records go with
+        it): a hub claiming a topic it has just created skips reading them. False when it
+        existed, and when the outcome is unknown (a write retried after a lost answer)."""
         ...
 
     async def topic_exists(self, topic: str) -> bool: ...

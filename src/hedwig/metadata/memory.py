@@ -304,9 +304,11 @@ class MemoryMetadataStore:
 
     # TopicCatalog ---------------------------------------------------------------------------
 
-    async def ensure_topic(self, topic: str) -> None:
+    async def ensure_topic(self, topic: str) -> bool:
         if self._get(self._k("topic", topic)) is None:
             self._create(self._k("topic", topic), TopicConfig())
+            return True
+        return False
 
     async def topic_exists(self, topic: str) -> bool:
         return self._get(self._k("topic", topic)) is not None

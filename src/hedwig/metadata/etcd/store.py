@@ -243,9 +243,9 @@ class EtcdTopics:
         self._etcd = etcd
         self._keys = keys
 
-    async def ensure_topic(self, topic: str) -> None:
+    async def ensure_topic(self, topic: str) -> bool:
         key = self._keys.topic(topic)
-        await self._etcd.txn([missing(key)], [put(key, b"")])
+        return (await self._etcd.txn([missing(key)], [put(key, b"")])).succeeded
 
     async def topic_exists(self, topic: str) -> bool:
         return await self._etcd.get(self._keys.topic(topic)) is not None

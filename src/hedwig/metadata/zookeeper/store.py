@@ -234,10 +234,14 @@ class ZkTopics:
         self._zk = zk
         self._layout = layout
 
-    async def ensure_topic(self, topic: str) -> None:
+    async def ensure_topic(self, topic: str) -> bool:
+        created = True
         for path in (self._layout.topic(topic), self._layout.subscribers(topic)):
-            with contextlib.suppress(NodeExists):
+            try:
                 await self._zk.create(path, b"", makepath=True)
+            except NodeExists:
+                created = False
+        return created
 
     async def topic_exists(self, topic: str) -> bool:
         return await self._zk.exists(self._layout.topic(topic)) is not None
