@@ -16,6 +16,12 @@ then measures, with every topic owned and idle:
 - the size of its load report, the number of series on its ``/metrics``;
 - the time to list every topic of the region from the store.
 
+``--active RATE``: then every topic is made active at a low rate: a client in another process
+publishes one message at a time to topic after topic, round robin, ``RATE`` messages a second
+over all of them, for ``--active-seconds``; measured: the hub's CPU per second and resident
+growth per topic while all are active, and the publish latency (from each message's due time
+to its acknowledgement: a client that falls behind its schedule shows it).
+
 ``--failover``: instead, a region: a DevCluster of three hub processes (3/3/2) on the store.
 A client publishes one message to each of ``--topics`` topics, ``--concurrency`` at a time
 (placement spreads them; each first publish claims its topic and writes its first ledger):
@@ -38,6 +44,8 @@ import json
 import os
 import resource
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from typing import Any
@@ -163,6 +171,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             listed = await reader.topics.list_topics()
             out["list_s"] = round(time.monotonic() - t0, 2)
             out["listed"] = len(listed)
+        if args.active:
+            out["active"] = await _active(hub, names, args, rss0)
     finally:
         await hub.stop()
         if zk is not None:
@@ -238,6 +248,92 @@ def _du(path: str) -> int:
     return total
 
 
+async def _active(
+    hub: Hub, names: list[str], args: argparse.Namespace, rss0: int
+) -> dict[str, Any]:
+    """Every topic active at a low rate, published to from another process (its CPU is not
+    the hub's): the hub's CPU and memory meanwhile, the client's latency."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "bench.scale",
+        "--publish-to",
+        hub.address,
+        "--topics",
+        str(len(names)),
+        "--active",
+        str(args.active),
+        "--active-seconds",
+        str(args.active_seconds),
+    ]
+    proc = await asyncio.create_subprocess_exec(*cmd, stdout=subprocess.PIPE)
+    c0, w0 = cpu_s(), time.monotonic()
+    sys0 = resource.getrusage(resource.RUSAGE_SELF).ru_stime
+    stdout, _ = await proc.communicate()
+    wall = time.monotonic() - w0
+    got: dict[str, Any] = json.loads(stdout.decode().strip().splitlines()[-1])
+    got["hub_cpu_per_s"] = round((cpu_s() - c0) / wall, 4)
+    # The kernel's share: appends and a sync per ledger file written in each group commit.
+    got["hub_system_cpu_per_s"] = round(
+        (resource.getrusage(resource.RUSAGE_SELF).ru_stime - sys0) / wall, 4
+    )
+    got["hub_bytes_per_active_topic"] = round((rss_bytes() - rss0) / len(names))
+    return got
+
+
+async def _publisher(address: str, topics: int, rate: float, seconds: float) -> dict[str, Any]:
+    """``--publish-to``: one message at a time to topic after topic, ``rate`` a second in all,
+    each timed from when it was due to its acknowledgement."""
+    names = [f"scale/{i:07d}" for i in range(topics)]
+    total = int(rate * seconds)
+    lat: list[float] = []
+    # Messages to a topic published to before (the first to each claims nothing, but makes
+    # the client's publisher and the hub's duplicate table for it).
+    again: list[float] = []
+    failed = [0]
+    cpu0 = cpu_s()
+    async with HedwigClient([address], retry=RetryPolicy(deadline_s=60)) as client:
+        start = time.monotonic()
+        sent = 0
+        while sent < total:
+            due = min(total, int((time.monotonic() - start) * rate) + 1)
+            while sent < due:
+                t_due = start + sent / rate
+                fut = client.publish_nowait(names[sent % topics], b"x" * 100)
+
+                def done(f: asyncio.Future[Any], t: float = t_due, n: int = sent) -> None:
+                    if f.exception() is not None:
+                        failed[0] += 1
+                    else:
+                        lat.append(time.monotonic() - t)
+                        if n >= topics:
+                            again.append(lat[-1])
+
+                fut.add_done_callback(done)
+                sent += 1
+            await asyncio.sleep(0.001)
+        await client.flush()
+        elapsed = time.monotonic() - start
+    lat.sort()
+    again.sort()
+
+    def pick(q: float, of: list[float] = lat) -> float:
+        return round(of[min(len(of) - 1, int(q * len(of)))] * 1000, 2) if of else 0.0
+
+    return {
+        "messages": total,
+        "failed": failed[0],
+        "achieved_rate": round(total / elapsed),
+        "topics_touched": min(total, topics),
+        "client_cpu_per_s": round((cpu_s() - cpu0) / elapsed, 3),
+        "p50_ms": pick(0.5),
+        "p99_ms": pick(0.99),
+        "max_ms": round(lat[-1] * 1000, 2) if lat else 0.0,
+        "again_p50_ms": pick(0.5, again),
+        "again_p99_ms": pick(0.99, again),
+    }
+
+
 async def _publish_all(client: HedwigClient, names: list[str], concurrency: int) -> None:
     todo = iter(names)
 
@@ -261,8 +357,19 @@ def main() -> None:
     p.add_argument("--session-timeout", type=float, default=6.0)
     p.add_argument("--progress", action="store_true")
     p.add_argument("--failover", action="store_true", help="measure a failover instead")
+    p.add_argument(
+        "--active", type=float, default=0.0, help="then every topic active: messages/s in all"
+    )
+    p.add_argument("--active-seconds", type=float, default=30.0)
+    p.add_argument("--publish-to", help=argparse.SUPPRESS)  # the --active publisher process
     args = p.parse_args()
-    print(json.dumps(asyncio.run(failover(args) if args.failover else run(args))))
+    if args.publish_to:
+        result = asyncio.run(
+            _publisher(args.publish_to, args.topics, args.active, args.active_seconds)
+        )
+    else:
+        result = asyncio.run(failover(args) if args.failover else run(args))
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":

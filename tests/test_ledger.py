@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import os
 from collections.abc import Sequence
 from dataclasses import replace
@@ -14,6 +15,7 @@ import pytest
 from hedwig.clock import ManualClock
 from hedwig.errors import (
     HedwigError,
+    LedgerError,
     LedgerFencedError,
     MetadataUnavailableError,
     NotEnoughReplicasError,
@@ -657,3 +659,46 @@ async def test_a_fence_the_disk_refuses_fails_and_leaves_the_ledger_writable(
     assert await storage.read_lac(1, fence=True) == (0, 1)
     assert storage.is_fenced(1)
     await storage.close()
+
+
+async def test_a_group_across_many_ledgers_is_made_durable_by_one_file_system_sync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Many topics active at once write a few entries to many ledger files per group: one
+    ``syncfs`` of the data directory's file system makes them durable (a sync per file is a
+    journal commit each). A group of few files syncs each. A ``syncfs`` that fails fails the
+    group's entries, and the next group goes on."""
+    import hedwig.ledger.storage as storage_mod
+
+    if storage_mod._syncfs is None:
+        pytest.skip("no syncfs here")
+    calls: list[int] = []
+    real = storage_mod._syncfs
+
+    def counted(fd: int) -> int:
+        calls.append(fd)
+        return real(fd)
+
+    monkeypatch.setattr(storage_mod, "_syncfs", counted)
+    storage = LocalStorage(tmp_path, "h:1")
+    await storage.add_entry(1000, 0, -1, b"alone")  # one file: synced on its own
+    assert calls == []
+    lids = range(storage_mod.SYNCFS_FROM_FILES * 3)
+    await asyncio.gather(*(storage.add_entry(lid, 0, -1, b"e%d" % lid) for lid in lids))
+    assert 1 <= len(calls) <= 2 and storage.fs_syncs == len(calls)
+
+    def failing(fd: int) -> int:
+        ctypes.set_errno(5)
+        return -1
+
+    monkeypatch.setattr(storage_mod, "_syncfs", failing)
+    adds = [storage.add_entry(lid, 1, 0, b"f%d" % lid) for lid in lids]
+    results = await asyncio.gather(*adds, return_exceptions=True)
+    assert all(isinstance(r, LedgerError) and "syncfs" in str(r) for r in results)
+    monkeypatch.setattr(storage_mod, "_syncfs", counted)
+    later = range(500, 500 + len(lids))
+    await asyncio.gather(*(storage.add_entry(lid, 0, -1, b"g%d" % lid) for lid in later))
+    await storage.close()
+    again = LocalStorage(tmp_path, "h:1")
+    assert [await again.read_entry(lid, 0) for lid in later] == [b"g%d" % lid for lid in later]
+    await again.close()

@@ -5,7 +5,13 @@ Rules this module keeps:
 - An entry is acknowledged only after it is on disk: writes are grouped and made durable with
   one ``fdatasync`` per dirty ledger file per group (group commit), run on a worker thread so
   the event loop keeps accepting work while the disk flushes. Everything that arrives during a
-  flush forms the next group.
+  flush forms the next group. A group that wrote to many ledger files (many topics active at
+  once, each a message now and then) is made durable with one ``syncfs`` of the data
+  directory's file system instead: each ``fdatasync`` is a journal commit of its own, so 300
+  files took 50-60 ms where one ``syncfs`` takes 2-4 ms (measured on this project's ext4),
+  and a hub with thousands of active topics spent its groups syncing. ``syncfs`` reports the
+  file system's write-back errors since the descriptor it is given was opened (Linux 5.8 on),
+  so that descriptor is opened once, when the storage starts.
 - A new ledger's file is created by that worker too, and the directory is synced once per
   group however many files it created (a claim wave creates a ledger per topic: creating and
   syncing each on the event loop took a fifth of a hub's time, and stalled everything else).
@@ -26,17 +32,40 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import logging
 import os
 import struct
+import sys
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, cast
 
 from hedwig.errors import CorruptEntryError, LedgerError, LedgerFencedError, NoSuchEntryError
 
 log = logging.getLogger(__name__)
+
+# A group that wrote to at least this many ledger files is synced with one ``syncfs``.
+SYNCFS_FROM_FILES = 8
+
+
+def _load_syncfs() -> Callable[[int], int] | None:
+    """libc's ``syncfs`` (Linux), or ``None`` where there is none: then every file is synced."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        call = libc.syncfs
+    except (OSError, AttributeError):
+        return None
+    call.argtypes = [ctypes.c_int]
+    call.restype = ctypes.c_int
+    return cast("Callable[[int], int]", call)
+
+
+_syncfs = _load_syncfs()
 
 RECORD = struct.Struct(">IIQq")  # payload_len, crc, entry_id, lac
 _CRC_PART = struct.Struct(">Qq")
@@ -96,6 +125,10 @@ class LocalStorage:
         self._flusher: asyncio.Task[None] | None = None
         self.bytes_written = 0
         self.syncs = 0
+        # Groups made durable by one ``syncfs`` (of ``_fs_fd``'s file system) instead of a
+        # sync per file.
+        self.fs_syncs = 0
+        self._fs_fd = os.open(self.dir, os.O_RDONLY)
         self._load()
 
     # startup ------------------------------------------------------------------------------
@@ -273,6 +306,7 @@ class LocalStorage:
                     [lf.path for lf in new],
                     [(lf.fd, lf.path, b) for lf, b, _ in groups],
                     [lf.path for lf in fences],
+                    self._fs_fd,
                 )
             except OSError as exc:
                 log.error("ledger storage write failed: %s", exc)
@@ -296,6 +330,8 @@ class LocalStorage:
                     with contextlib.suppress(FileNotFoundError):
                         path.unlink()
             self.syncs += len(groups)
+            if _syncfs is not None and len(groups) >= SYNCFS_FROM_FILES:
+                self.fs_syncs += 1
             for lf, data, done in groups:
                 self.bytes_written += len(data)
                 lf.writing = None
@@ -314,6 +350,9 @@ class LocalStorage:
             if lf.fd >= 0:
                 os.close(lf.fd)
         self._ledgers.clear()
+        if self._fs_fd >= 0:
+            os.close(self._fs_fd)
+            self._fs_fd = -1
 
 
 def _fail(fut: asyncio.Future[None], exc: Exception) -> None:
@@ -327,10 +366,11 @@ def _write_and_sync(
     new: list[Path],
     batches: list[tuple[int, Path, bytes]],
     fenced: list[Path],
+    fs_fd: int,
 ) -> list[int]:
     """Create the new ledgers' files and the fence markers (one directory sync for all),
-    append every batch, sync each file. Returns the new files' descriptors, in the order of
-    ``new``."""
+    append every batch, sync each file (or, for many, the file system ``fs_fd`` is on).
+    Returns the new files' descriptors, in the order of ``new``."""
     created = [os.open(p, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644) for p in new]
     for p in fenced:
         fd = os.open(p.with_suffix(".fenced"), os.O_WRONLY | os.O_CREAT, 0o644)
@@ -349,8 +389,13 @@ def _write_and_sync(
             n = os.write(fd, view)
             view = view[n:]
         written.append(fd)
-    for fd in written:
-        os.fdatasync(fd)
+    if _syncfs is not None and len(written) >= SYNCFS_FROM_FILES:
+        if _syncfs(fs_fd) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"syncfs: {os.strerror(err)}")
+    else:
+        for fd in written:
+            os.fdatasync(fd)
     return created
 
 
