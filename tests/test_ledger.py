@@ -702,3 +702,30 @@ async def test_a_group_across_many_ledgers_is_made_durable_by_one_file_system_sy
     again = LocalStorage(tmp_path, "h:1")
     assert [await again.read_entry(lid, 0) for lid in later] == [b"g%d" % lid for lid in later]
     await again.close()
+
+
+async def test_ledger_files_open_at_once_are_bounded(tmp_path: Path) -> None:
+    """A hub owning very many idle topics holds a replica of very many ledgers: only the most
+    recently used files stay open, the others are opened again when written or read, and a
+    restart opens none until they are used."""
+    storage = LocalStorage(tmp_path, "h:1")
+    storage.max_open_files = 4
+    lids = range(20)
+    for round_ in range(3):
+        await asyncio.gather(
+            *(storage.add_entry(lid, round_, round_ - 1, b"%d-%d" % (lid, round_)) for lid in lids)
+        )
+        assert len(storage._open) <= 4 + len(lids)  # a group's files stay open while written
+        assert sum(1 for lid in lids if storage._ledgers[lid].fd >= 0) == len(storage._open)
+    # Written one at a time, the bound holds exactly; reads reopen what they need.
+    for lid in lids:
+        await storage.add_entry(lid, 3, 2, b"%d-3" % lid)
+        assert len(storage._open) <= 4
+    assert [await storage.read_entry(lid, 1) for lid in lids] == [b"%d-1" % lid for lid in lids]
+    assert len(storage._open) <= 4
+    await storage.close()
+    again = LocalStorage(tmp_path, "h:1")
+    assert again.ledgers() == list(lids) and not again._open
+    assert await again.read_entry(13, 3) == b"13-3"
+    assert list(again._open) == [13]
+    await again.close()

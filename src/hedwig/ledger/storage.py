@@ -17,6 +17,11 @@ Rules this module keeps:
   syncing each on the event loop took a fifth of a hub's time, and stalled everything else).
   Until its first group is written a ledger lives in memory only; nothing of it was
   acknowledged, so a crash before that loses nothing.
+- At most ``MAX_OPEN_FILES`` ledger files are open at once, the most recently used: a hub that
+  owns 100,000 idle topics holds a replica of 100,000 ledgers or more, and a descriptor each
+  ran into the process's limit (and costs the kernel memory for files nobody writes). A file
+  closed that way is opened again, on the event loop (no sync: it exists), when a group
+  writes to it or a read needs it; never while the flushing thread is writing it.
 - Each ledger is one append-only file of records
   ``u32 payload_len | u32 crc32 | u64 entry_id | i64 lac | payload``; the CRC covers entry id,
   LAC and payload. On start every file is scanned; a torn or corrupt tail (a crash mid-write) is
@@ -35,9 +40,11 @@ import contextlib
 import ctypes
 import logging
 import os
+import resource
 import struct
 import sys
 import zlib
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,6 +77,10 @@ _syncfs = _load_syncfs()
 RECORD = struct.Struct(">IIQq")  # payload_len, crc, entry_id, lac
 _CRC_PART = struct.Struct(">Qq")
 DELETED = -2  # the descriptor of a deleted ledger's file
+CLOSED = -3  # the file exists, closed to keep the open files bounded
+# Ledger files open at once, at most (least recently used closed first); and at most half of
+# the process's descriptor limit, the rest being for connections.
+MAX_OPEN_FILES = 4096
 
 
 class StorageNode(Protocol):
@@ -129,6 +140,10 @@ class LocalStorage:
         # sync per file.
         self.fs_syncs = 0
         self._fs_fd = os.open(self.dir, os.O_RDONLY)
+        # Ledgers whose file is open, least recently used first.
+        self._open: OrderedDict[int, None] = OrderedDict()
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        self.max_open_files = max(64, min(MAX_OPEN_FILES, soft // 2))
         self._load()
 
     # startup ------------------------------------------------------------------------------
@@ -164,6 +179,8 @@ class LocalStorage:
             os.ftruncate(fd, pos)
             os.fsync(fd)
         lf.size = pos
+        os.close(fd)
+        lf.fd = CLOSED  # opened when used
         return lf
 
     def ledgers(self) -> list[int]:
@@ -212,7 +229,7 @@ class LocalStorage:
             if e == entry_id:
                 return record[RECORD.size :]
         pos, plen = loc
-        raw = os.pread(lf.fd, RECORD.size + plen, pos - RECORD.size)
+        raw = os.pread(self._opened(lf), RECORD.size + plen, pos - RECORD.size)
         got_len, crc, eid, lac = RECORD.unpack_from(raw)
         body = raw[RECORD.size :]
         if (
@@ -262,10 +279,47 @@ class LocalStorage:
         self._dirty.discard(ledger_id)
         if lf.fd >= 0:
             os.close(lf.fd)
+        self._open.pop(ledger_id, None)
         lf.fd = DELETED  # a group being written that creates the file removes it again
         for p in (lf.path, lf.path.with_suffix(".fenced")):
             with contextlib.suppress(FileNotFoundError):
                 p.unlink()
+
+    # open files ---------------------------------------------------------------------------
+
+    def _opened(self, lf: _LedgerFile) -> int:
+        """``lf``'s descriptor, its file opened again if it was closed; marks it used."""
+        if lf.fd == CLOSED:
+            lf.fd = os.open(lf.path, os.O_RDWR | os.O_APPEND)
+            self._track(lf)
+        elif lf.fd >= 0:
+            self._open[lf.ledger_id] = None
+            self._open.move_to_end(lf.ledger_id)
+        return lf.fd
+
+    def _track(self, lf: _LedgerFile) -> None:
+        """``lf``'s file is open now (and the most recently used)."""
+        self._open[lf.ledger_id] = None
+        self._open.move_to_end(lf.ledger_id)
+        self._trim(lf)
+
+    def _trim(self, keep: _LedgerFile | None = None) -> None:
+        """Close the least recently used files beyond the bound: never ``keep``, nor one the
+        flushing thread is writing (its descriptor is in that thread's hands); those are
+        trimmed after their group."""
+        busy: list[int] = []
+        while len(self._open) > self.max_open_files:
+            lid, _ = self._open.popitem(last=False)
+            old = self._ledgers.get(lid)
+            if old is None or old.fd < 0:
+                continue
+            if old.writing is not None or old is keep:
+                busy.append(lid)
+                continue
+            os.close(old.fd)
+            old.fd = CLOSED
+        for lid in busy:
+            self._open[lid] = None
 
     # group commit -------------------------------------------------------------------------
 
@@ -284,6 +338,8 @@ class LocalStorage:
                     continue
                 pending, lf.pending = lf.pending, []
                 lf.writing = [(e, r) for e, r, _ in pending]
+                if lf.fd == CLOSED:
+                    self._opened(lf)
                 groups.append(
                     (lf, b"".join(r for _, r, _ in pending), [(e, f) for e, _, f in pending])
                 )
@@ -324,6 +380,7 @@ class LocalStorage:
             for lf, fd in zip(new, created, strict=True):
                 if lf.fd == -1:
                     lf.fd = fd
+                    self._track(lf)
                     continue
                 os.close(fd)  # deleted while its file was being created
                 for path in (lf.path, lf.path.with_suffix(".fenced")):
@@ -342,6 +399,7 @@ class LocalStorage:
                 if lf.fencing is not None and not lf.fencing.done():
                     lf.fencing.set_result(None)
                 lf.fencing = None
+            self._trim()
 
     async def close(self) -> None:
         while self._flusher is not None and not self._flusher.done():
