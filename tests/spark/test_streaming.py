@@ -142,6 +142,12 @@ def test_max_records_per_trigger_caps_each_batch_across_a_restart(
     query = start_query(spark, hubs, topic, out, ck, maxRecordsPerTrigger="300")
     try:
         wait_for(lambda: len(output_seqs(spark, out)) >= 300, what="first batch")
+        # Its rows are in the sink before its progress is reported: stopped in between, the
+        # batch is not replayed (it committed) and its size would be missing below.
+        wait_for(
+            lambda: any(p["numInputRows"] for p in query.recentProgress),
+            what="the first batch's progress",
+        )
     finally:
         query.stop()
         sizes += [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
