@@ -105,25 +105,22 @@ class Workload:
                 self.history.subscribers[topic].append(f"checker-{s}")
                 self._tasks.append(asyncio.create_task(self._drain(topic, f"checker-{s}", sub)))
         for p in range(self.publishers):
-            client = HedwigClient(
-                self.hubs,
-                retry=self.retry,
-                publisher_id=f"pub{p}",
-                security=self.security,
-                network=self.network,
-            )
-            self._clients.append(client)
+            client = self._publishing_client(f"pub{p}")
             self._tasks.append(asyncio.create_task(self._publish(p, client)))
         for p in range(self.senders):
-            client = HedwigClient(
-                self.hubs,
-                retry=self.retry,
-                publisher_id=f"send{p}",
-                security=self.security,
-                network=self.network,
-            )
-            self._clients.append(client)
+            client = self._publishing_client(f"send{p}")
             self._tasks.append(asyncio.create_task(self._send(p, client)))
+
+    def _publishing_client(self, publisher_id: str) -> HedwigClient:
+        client = HedwigClient(
+            self.hubs,
+            retry=self.retry,
+            publisher_id=publisher_id,
+            security=self.security,
+            network=self.network,
+        )
+        self._clients.append(client)
+        return client
 
     async def _publish(self, p: int, client: HedwigClient) -> None:
         n = 0

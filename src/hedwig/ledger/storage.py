@@ -74,6 +74,12 @@ def _load_syncfs() -> Callable[[int], int] | None:
 
 _syncfs = _load_syncfs()
 
+
+def _syncs_file_system(files: int) -> bool:
+    """Whether a group that wrote to ``files`` ledger files is synced by one ``syncfs``."""
+    return _syncfs is not None and files >= SYNCFS_FROM_FILES
+
+
 RECORD = struct.Struct(">IIQq")  # payload_len, crc, entry_id, lac
 _CRC_PART = struct.Struct(">Qq")
 DELETED = -2  # the descriptor of a deleted ledger's file
@@ -387,7 +393,7 @@ class LocalStorage:
                     with contextlib.suppress(FileNotFoundError):
                         path.unlink()
             self.syncs += len(groups)
-            if _syncfs is not None and len(groups) >= SYNCFS_FROM_FILES:
+            if _syncs_file_system(len(groups)):
                 self.fs_syncs += 1
             for lf, data, done in groups:
                 self.bytes_written += len(data)
@@ -447,7 +453,7 @@ def _write_and_sync(
             n = os.write(fd, view)
             view = view[n:]
         written.append(fd)
-    if _syncfs is not None and len(written) >= SYNCFS_FROM_FILES:
+    if _syncfs is not None and _syncs_file_system(len(written)):
         if _syncfs(fs_fd) != 0:
             err = ctypes.get_errno()
             raise OSError(err, f"syncfs: {os.strerror(err)}")
