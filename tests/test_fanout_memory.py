@@ -443,3 +443,35 @@ async def test_a_lagging_tail_learns_what_a_read_through_the_owner_brought(
         assert tail.last_seq == 60
         assert tail._from_cache(45, 1000, 1 << 20)[-1].last_seq == 60  # and keeps it
         tail.stop()
+
+
+async def test_a_plan_changed_while_it_is_being_read_is_read_again(
+    region: Region, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The watch a plan read sets can fire before the read's answer is handled. The answer
+    from before the change used to be cached anyway, with no watch left to replace it: the
+    hub served the old plan for good (an owner that never sent publishers to the lanes)."""
+    hub = region.hubs[0]
+    await hub.store.topics.ensure_topic("racy")
+    plans = hub.store.plans
+    read = plans.read_plan
+    answered = asyncio.Event()
+    reading = asyncio.Event()
+
+    async def slow_answer(topic: str, watch: Callable[[], None] | None = None) -> object:
+        got = await read(topic, watch)  # the watch is set with this read
+        if watch is not None and not answered.is_set():
+            reading.set()
+            await answered.wait()  # the answer is still on its way when the plan changes
+        return got
+
+    monkeypatch.setattr(plans, "read_plan", slow_answer)
+    first = asyncio.get_running_loop().create_task(hub.fanout.plan("racy"))
+    await reading.wait()
+    ingest = await set_mode(region, "racy", PlanMode.INGEST, hubs=2)
+    answered.set()
+    await first
+    await until(lambda: hub.fanout.peek("racy") == (True, ingest))
+    # And the watch is in place for the next change.
+    single = await set_mode(region, "racy", PlanMode.SINGLE)
+    await until(lambda: hub.fanout.peek("racy") == (True, single))

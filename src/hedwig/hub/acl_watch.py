@@ -78,10 +78,17 @@ class AclWatcher:
                 self._changed.set()
 
     async def _load(self) -> None:
+        # Marked armed before the read: its watch may fire before the answer is handled,
+        # and ``_fired`` must then leave it disarmed (marking it after the read used to leave
+        # the rules watched by nothing, current only at each poll).
         arm = not self._watching
-        entries = await self._store.acls.list_acls(watch=self._fired if arm else None)
-        if arm:
-            self._watching = True
+        self._watching = True
+        try:
+            entries = await self._store.acls.list_acls(watch=self._fired if arm else None)
+        except BaseException:
+            if arm:
+                self._watching = False
+            raise
         self._on_rules(
             AclSet({name: v.value for name, v in entries.items()}, super_users=self._super_users)
         )

@@ -103,6 +103,8 @@ class FanOut:
         self._peers = peers
         self._plans: dict[str, TopicPlan | None] = {}
         self._loading: dict[str, asyncio.Future[TopicPlan | None]] = {}
+        # Topics whose plan changed while a read of it was under way (see ``plan``).
+        self._changed_while_loading: set[str] = set()
         self.delivering: dict[str, DeliveryTopic] = {}
         self._starting: dict[str, asyncio.Future[DeliveryTopic]] = {}
         self._alive: frozenset[str] = frozenset()
@@ -129,13 +131,22 @@ class FanOut:
         fut: asyncio.Future[TopicPlan | None] = asyncio.get_running_loop().create_future()
         self._loading[topic] = fut
         try:
-            plan = await self._read(topic)
+            # The watch a read sets can fire before the read's answer is handled here (both
+            # come back through the loop, the answer first, and the waiting coroutine resumes
+            # a step later): an answer read before a change must not be cached after it, or
+            # the old plan stays for good, with no watch left to replace it. Read again.
+            while True:
+                self._changed_while_loading.discard(topic)
+                plan = await self._read(topic)
+                if topic not in self._changed_while_loading:
+                    break
         except BaseException as exc:
             fut.set_exception(exc)
             fut.exception()
             raise
         finally:
             self._loading.pop(topic, None)
+            self._changed_while_loading.discard(topic)
         self._plans[topic] = plan
         fut.set_result(plan)
         return plan
@@ -199,6 +210,8 @@ class FanOut:
 
     def _changed(self, topic: str) -> None:
         self._plans.pop(topic, None)
+        if topic in self._loading:
+            self._changed_while_loading.add(topic)
         self._schedule(topic)
 
     def _schedule(self, topic: str) -> None:
