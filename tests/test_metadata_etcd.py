@@ -11,15 +11,17 @@ import pytest
 
 from hedwig.client import HedwigClient
 from hedwig.devcluster.etcd import EtcdServer
-from hedwig.errors import MetadataError
+from hedwig.errors import BadVersionError, MetadataError
 from hedwig.hub import Hub, HubConfig
 from hedwig.metadata import HubInfo, HubLoad, MetadataStore, SessionState, open_store
-from hedwig.metadata.etcd import EtcdMetadataStore
-from hedwig.metadata.records import NEW_VERSION
+from hedwig.metadata.etcd import EtcdMetadataStore, batches
+from hedwig.metadata.records import NEW_VERSION, LedgerMetadata
 from tests.cluster_helpers import hedwig
 from tests.metadata_conformance import MetadataConformance
 
 pytestmark = pytest.mark.integration
+
+LEDGER = LedgerMetadata(0, "t", 1, 1, 1, ((0, ("h:1",)),), owner="h:1", owner_epoch=3)
 
 
 @pytest.fixture
@@ -145,3 +147,60 @@ async def _enable_auth(address: str, user: str, password: str) -> None:
         await auth.UserAdd(rpc.AuthUserAddRequest(name=user, password=password))
         await auth.UserGrantRole(rpc.AuthUserGrantRoleRequest(user=user, role="hedwig"))
         await auth.AuthEnable(rpc.AuthEnableRequest())
+
+
+class TestBatches:
+    """Concurrent transactions go to etcd together (``hedwig.metadata.etcd.batches``), and
+    each still behaves as if sent alone."""
+
+    async def test_concurrent_operations_share_requests_and_keep_their_outcomes(
+        self, store: MetadataStore
+    ) -> None:
+        assert isinstance(store, EtcdMetadataStore)
+        batcher = store.etcd.batcher
+        requests, transactions, refused = batcher.requests, batcher.transactions, batcher.refused
+        names = [f"batch/{i:03d}" for i in range(200)]
+        created = await asyncio.gather(*(store.topics.ensure_topic(n) for n in names))
+        assert all(created)
+        assert not any(await asyncio.gather(*(store.topics.ensure_topic(n) for n in names)))
+        sent = batcher.transactions - transactions
+        assert sent == 400 and batcher.requests - requests < sent / 4, "not batched"
+        # One key written by many at once: one batch may write it once only, so they are
+        # spread over requests; exactly one compare-and-set wins.
+        await store.hubs.register_hub("127.0.0.1:7", HubLoad())
+        claims = await asyncio.gather(
+            *(
+                store.ownership.write_owner_info(
+                    "batch/000", HubInfo("127.0.0.1:7", e), NEW_VERSION
+                )
+                for e in range(20)
+            ),
+            return_exceptions=True,
+        )
+        won = [c for c in claims if not isinstance(c, BaseException)]
+        assert len(won) == 1
+        assert all(isinstance(c, BadVersionError) for c in claims if c not in won)
+        # Ledger ids come from the revision of the request that wrote the id key: a batch
+        # writes it once, so ids stay unique when allocated all at once.
+        made = await asyncio.gather(*(store.ledgers.create_ledger(LEDGER) for _ in range(50)))
+        ids = [m.value.ledger_id for m in made]
+        assert len(set(ids)) == 50
+        assert batcher.refused == refused  # no batch wrote a key twice
+        for m in made:
+            got = await store.ledgers.read_ledger(m.value.ledger_id)
+            assert got is not None and got.version == m.version
+
+    async def test_a_batch_refused_as_a_whole_is_sent_one_by_one(
+        self, store: MetadataStore, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """An etcd with a lower operation limit than the default refuses a big batch: each
+        transaction is then sent alone, and succeeds."""
+        assert isinstance(store, EtcdMetadataStore)
+        monkeypatch.setattr(batches, "MAX_TXN_OPS", 1_000)  # more than etcd's 128
+        batcher = store.etcd.batcher
+        requests, refused = batcher.requests, batcher.refused
+        names = [f"refused/{i:03d}" for i in range(300)]
+        assert all(await asyncio.gather(*(store.topics.ensure_topic(n) for n in names)))
+        assert set(names) <= set(await store.topics.list_topics())
+        assert batcher.refused > refused
+        assert batcher.requests - requests >= 300  # the refused batch, then each alone

@@ -20,14 +20,15 @@ from __future__ import annotations
 
 import contextlib
 import heapq
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
 
 from hedwig.hub.access import DENIAL_SERIES
 from hedwig.hub.events import LossKind
 from hedwig.metadata.managers import SessionState
-from hedwig.metadata.records import HubLoad
+from hedwig.metadata.records import HubLoad, TopicLoad
 from hedwig.protocol.kinds import MoveKind
 
 LATENCY_BUCKETS = (
@@ -137,12 +138,8 @@ class HubMetrics:
         self.storage_bytes = Counter(
             "hedwig_storage_bytes_written", "Bytes written to ledger storage", registry=r
         )
-        self.topic_rate = Gauge(
-            "hedwig_topic_rate",
-            "EWMA rate per topic as in the hub's load report (messages or bytes per second)",
-            ["topic", "direction", "unit"],
-            registry=r,
-        )
+        self.topic_rate = TopicRates()
+        r.register(self.topic_rate)
         self.topic_rate_floor = Gauge(
             "hedwig_topic_rate_floor",
             "Messages per second (in plus out) of the least busy topic in hedwig_topic_rate when "
@@ -353,12 +350,7 @@ class HubMetrics:
             for counter in traffic:
                 counter.labels(new)  # from zero, so rate() sees its first messages
         self._listed = listed
-        self.topic_rate.clear()
-        for topic, tl in report.topic_loads.items():
-            self.topic_rate.labels(topic, "in", "messages").set(tl.msg_in)
-            self.topic_rate.labels(topic, "out", "messages").set(tl.msg_out)
-            self.topic_rate.labels(topic, "in", "bytes").set(tl.bytes_in)
-            self.topic_rate.labels(topic, "out", "bytes").set(tl.bytes_out)
+        self.topic_rate.loads = report.topic_loads
         truncated = report.topics > len(report.topic_loads)
         rates = (t.msg_in + t.msg_out for t in report.topic_loads.values())
         floor = min(rates, default=0.0) if truncated else 0.0
@@ -368,3 +360,30 @@ class HubMetrics:
         self.hub_rate.labels("in", "bytes").set(report.bytes_in)
         self.hub_rate.labels("out", "bytes").set(report.bytes_out)
         self.hub_cpu.set(report.cpu)
+
+
+class TopicRates:
+    """``hedwig_topic_rate``, made when Prometheus scrapes from the last load report's topics.
+
+    A gauge with four children per listed topic, set at every report, cost more than the
+    report itself while topics were being claimed (the list changes at each one, five a
+    second); a scrape comes every few seconds."""
+
+    NAME = "hedwig_topic_rate"
+    HELP = "EWMA rate per topic as in the hub's load report (messages or bytes per second)"
+    LABELS = ("topic", "direction", "unit")
+
+    def __init__(self) -> None:
+        self.loads: Mapping[str, TopicLoad] = {}
+
+    def describe(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(self.NAME, self.HELP, labels=self.LABELS)
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(self.NAME, self.HELP, labels=self.LABELS)
+        for topic, tl in self.loads.items():
+            family.add_metric((topic, "in", "messages"), tl.msg_in)
+            family.add_metric((topic, "out", "messages"), tl.msg_out)
+            family.add_metric((topic, "in", "bytes"), tl.bytes_in)
+            family.add_metric((topic, "out", "bytes"), tl.bytes_out)
+        yield family

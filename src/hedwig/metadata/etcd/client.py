@@ -31,6 +31,7 @@ import grpc  # type: ignore[import-untyped]
 from aetcd import rpc  # type: ignore[import-untyped]
 
 from hedwig.errors import MetadataError, MetadataUnavailableError
+from hedwig.metadata.etcd.batches import TxnBatcher
 from hedwig.metadata.managers import SessionState
 
 log = logging.getLogger(__name__)
@@ -151,6 +152,8 @@ class EtcdClient:
         self._listeners: list[Callable[[SessionState], None]] = []
         self._keeper: asyncio.Task[None] | None = None
         self._watcher: _Watcher | None = None
+        # Every single-key read and transaction goes through it (``batches``).
+        self.batcher = TxnBatcher(self._send_txn)
 
     # connection and session ---------------------------------------------------------------
 
@@ -216,6 +219,7 @@ class EtcdClient:
                 await self._keeper
         if self._watcher is not None:
             await self._watcher.close()
+        await self.batcher.close()
         if self.lease and self.state is not SessionState.LOST:
             # Like closing a ZooKeeper session: our ephemeral records go now, not after a TTL.
             with contextlib.suppress(MetadataError):
@@ -291,9 +295,11 @@ class EtcdClient:
         except grpc.aio.AioRpcError as exc:
             raise _translate(exc, what) from exc
 
+    async def _send_txn(self, request: Any) -> Any:
+        return await self.call(self._kv.Txn, request, "transaction")
+
     async def get(self, key: bytes) -> Item | None:
-        resp = await self.call(self._kv.Range, rpc.RangeRequest(key=key), key.decode())
-        return _item(resp.kvs[0]) if resp.kvs else None
+        return (await self.txn((), (get(key),))).reads[0]
 
     async def range(self, prefix: bytes, *, keys_only: bool = False) -> tuple[list[Item], int]:
         """Every key under ``prefix``, page by page, and the revision of the first page."""
@@ -316,18 +322,18 @@ class EtcdClient:
         self, compare: Sequence[Any], success: Sequence[Any], failure: Sequence[Any] = ()
     ) -> TxnResult:
         req = rpc.TxnRequest(compare=list(compare), success=list(success), failure=list(failure))
-        resp = await self.call(self._kv.Txn, req, "transaction")
+        resp, revision = await self.batcher.submit(req)
         reads: list[Item | None] = []
         for r in resp.responses:
             if r.WhichOneof("response") == "response_range":
                 kvs = r.response_range.kvs
                 reads.append(_item(kvs[0]) if kvs else None)
-        return TxnResult(bool(resp.succeeded), int(resp.header.revision), tuple(reads))
+        return TxnResult(bool(resp.succeeded), revision, tuple(reads))
 
     async def put_new_revision(self, key: bytes) -> int:
-        """Write ``key`` and return the revision of the write: unique in the cluster, ever."""
-        resp = await self.call(self._kv.Put, rpc.PutRequest(key=key, value=b""), key.decode())
-        return int(resp.header.revision)
+        """Write ``key`` and return the revision of the write: unique in the cluster, ever
+        (a batch writes a key once, so no two writes of it share a request)."""
+        return (await self.txn((), (put(key, b""),))).revision
 
     # watches ------------------------------------------------------------------------------
 
