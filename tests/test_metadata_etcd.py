@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from aetcd import rpc  # type: ignore[import-untyped]
 
 from hedwig.client import HedwigClient
 from hedwig.devcluster.etcd import EtcdServer
@@ -204,3 +205,21 @@ class TestBatches:
         assert set(names) <= set(await store.topics.list_topics())
         assert batcher.refused > refused
         assert batcher.requests - requests >= 300  # the refused batch, then each alone
+
+
+async def test_a_watch_from_a_compacted_revision_fires(store: MetadataStore) -> None:
+    """etcd forgets history it has compacted (production etcd compacts it periodically, and
+    so does the development one): a watch asked from before that is cancelled at once, and
+    the watcher must hear of it as a change, or an owner would never learn its record went."""
+    assert isinstance(store, EtcdMetadataStore)
+    await store.topics.ensure_topic("compacted")
+    await store.hubs.register_hub("127.0.0.1:7", HubLoad())
+    await store.ownership.write_owner_info("compacted", HubInfo("127.0.0.1:7", 1), NEW_VERSION)
+    for i in range(3):  # later revisions, so the owner record's is compacted away
+        await store.topics.ensure_topic(f"compacted-{i}")
+    etcd = store.etcd
+    head = await etcd.txn((), ())
+    await etcd.call(etcd._kv.Compact, rpc.CompactionRequest(revision=head.revision), "compact")
+    fired = asyncio.Event()
+    store.ownership.watch_owner("compacted", fired.set)
+    await asyncio.wait_for(fired.wait(), 10)

@@ -4,6 +4,12 @@ The server is the real one, built from Go modules by ``e2e/controlplane/build.sh
 control plane's etcd; ``make etcd`` builds it) and cached under
 ``~/.cache/hedwig/controlplane/<versions>/bin/etcd``. ``HEDWIG_ETCD`` names another binary.
 It listens on loopback ports of its own, with its data in a directory of its own.
+
+Run as a production etcd for Hedwig should be: etcd keeps every revision until it is compacted,
+and a region writes one per consume mark, claim and ledger change, so its history is compacted
+every ``COMPACTION_RETENTION`` (a watch from before that fires at once, and its holder reads
+again); the backend may grow to ``QUOTA_BYTES`` (etcd's suggested maximum; the 2 GiB default
+is what a million topics' records and their history come near).
 """
 
 from __future__ import annotations
@@ -18,6 +24,10 @@ from pathlib import Path
 
 from hedwig.devcluster.zookeeper import free_port
 from hedwig.errors import HedwigError
+
+
+COMPACTION_RETENTION = "5m"
+QUOTA_BYTES = 8 * 1024**3
 
 
 class EtcdNotFound(HedwigError):
@@ -78,6 +88,9 @@ class EtcdServer:
                 f"--initial-advertise-peer-urls={peer}",
                 f"--initial-cluster=hedwig={peer}",
                 "--log-level=warn",
+                "--auto-compaction-mode=periodic",
+                f"--auto-compaction-retention={COMPACTION_RETENTION}",
+                f"--quota-backend-bytes={QUOTA_BYTES}",
             ],
             stdout=log,
             stderr=log,
