@@ -25,7 +25,6 @@ from pathlib import Path
 from hedwig.devcluster.zookeeper import free_port
 from hedwig.errors import HedwigError
 
-
 COMPACTION_RETENTION = "5m"
 QUOTA_BYTES = 8 * 1024**3
 
