@@ -131,7 +131,7 @@ async def _enable_auth(address: str, user: str, password: str) -> None:
     """A user whose role may read and write Hedwig's prefix only, the root user etcd requires
     before authentication can be turned on, then on."""
     import grpc  # type: ignore[import-untyped]
-    from aetcd import rpc  # type: ignore[import-untyped]
+    from aetcd import rpc
 
     from hedwig.metadata.etcd.client import prefix_end
 
