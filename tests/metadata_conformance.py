@@ -89,6 +89,30 @@ class MetadataConformance:
         await other.ownership.delete_owner_info("w", v)
         await asyncio.wait_for(fired.wait(), 10)
 
+    async def test_owner_watch_from_a_version(
+        self, store: MetadataStore, other: MetadataStore
+    ) -> None:
+        """A watch from the version the caller wrote fires at the next change, not before;
+        one from a version the record has moved past fires at once (the change came between
+        the caller's read and its watch)."""
+        await store.topics.ensure_topic("wv")
+        v1 = await store.ownership.write_owner_info("wv", HubInfo("h1:1", 1), NEW_VERSION)
+        current = asyncio.Event()
+        store.ownership.watch_owner("wv", current.set, v1)
+        await asyncio.sleep(0.3)
+        assert not current.is_set()
+        v2 = await other.ownership.write_owner_info("wv", HubInfo("h2:1", 2), v1)
+        await asyncio.wait_for(current.wait(), 10)
+        stale = asyncio.Event()
+        store.ownership.watch_owner("wv", stale.set, v1)
+        await asyncio.wait_for(stale.wait(), 10)
+        later = asyncio.Event()
+        store.ownership.watch_owner("wv", later.set, v2)
+        await asyncio.sleep(0.3)
+        assert not later.is_set()
+        await other.ownership.delete_owner_info("wv", v2)
+        await asyncio.wait_for(later.wait(), 10)
+
     # persistence -------------------------------------------------------------------------
 
     async def test_persistence_cas(self, store: MetadataStore) -> None:

@@ -802,3 +802,43 @@ async def test_placement_and_ensembles_share_one_registry_read(
     assert reads == 2 and all(isinstance(r, MetadataError) for r in results)
     monkeypatch.setattr(store_hubs, "list_hubs", read)
     assert set(await hub.choices.ensemble(2, 1)) == everyone  # the next call reads again
+
+
+async def test_every_owner_watch_firing_at_once_is_checked_a_bounded_number_at_a_time(
+    region: Region,
+) -> None:
+    """A watch stream that breaks fires every owner watch of the hub at once. Each used to
+    start a task reading its record: a hub of 300,000 topics took gigabytes. They are checked
+    ``OWNER_CHECKS_AT_ONCE`` at a time, each still owned topic watched again, and one whose
+    record went is let go."""
+    a, b = region.hubs
+    names = [f"many/{i:04d}" for i in range(1_000)]
+    for name in names:
+        a.choices.assign(name, a.address)
+    await asyncio.gather(*(a.topics.acquire(n, redirected=True) for n in names))
+    read_owner = a.store.ownership.read_owner_info
+    reading = most = 0
+
+    async def counted(topic: str) -> Any:
+        nonlocal reading, most
+        reading += 1
+        most = max(most, reading)
+        try:
+            await asyncio.sleep(0.001)
+            return await read_owner(topic)
+        finally:
+            reading -= 1
+
+    a.store.ownership.read_owner_info = counted  # type: ignore[method-assign]
+    tasks = len(asyncio.all_tasks())
+    for name in names:
+        a.topics._owner_changed(name)
+    assert len(asyncio.all_tasks()) <= tasks + 1
+    await until(lambda: reading == 0 and not a.topics._to_check)
+    assert 1 < most <= ownership.OWNER_CHECKS_AT_ONCE
+    assert set(names) <= set(a.topics.topics) and a.topics.stats.losses == 0
+    # Watched again: the record of one removed, the hub lets the topic go.
+    got = await read_owner("many/0007")
+    assert got is not None
+    await b.store.ownership.delete_owner_info("many/0007", got.version)
+    await until(lambda: "many/0007" not in a.topics.topics)

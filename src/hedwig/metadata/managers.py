@@ -60,10 +60,14 @@ class TopicOwnershipManager(Protocol):
         """Release; ``BadVersionError`` if the record changed, ``NoTopicOwnerInfoError`` if gone."""
         ...
 
-    def watch_owner(self, topic: str, callback: Callable[[], None]) -> None:
+    def watch_owner(
+        self, topic: str, callback: Callable[[], None], version: Version | None = None
+    ) -> None:
         """Call ``callback`` (once, on the event loop) when the owner record changes or goes.
 
-        Also called at once if the record is already gone when the watch is set.
+        Also called at once if the record is already gone when the watch is set. ``version``:
+        the record's version as the caller last saw it (written or read); a store may watch
+        from there without reading the record again, and a change since fires at once.
         """
         ...
 

@@ -203,8 +203,14 @@ class MemoryMetadataStore:
     async def delete_owner_info(self, topic: str, version: Version) -> None:
         self._delete(self._k("owner", topic), version, NoTopicOwnerInfoError(topic))
 
-    def watch_owner(self, topic: str, callback: Callable[[], None]) -> None:
+    def watch_owner(
+        self, topic: str, callback: Callable[[], None], version: Version | None = None
+    ) -> None:
         key = self._k("owner", topic)
+        e = self._b.data.get(key)
+        if e is not None and version is not None and e.version != version:
+            asyncio.get_running_loop().call_soon(callback)  # changed since the caller saw it
+            return
         if key not in self._b.data:
             asyncio.get_running_loop().call_soon(callback)
             return

@@ -342,8 +342,14 @@ class EtcdClient:
     ) -> None:
         """Call ``callback`` once, on the loop, at the first change of ``key`` (or of any key
         under it, with ``prefix``) after revision ``after``."""
+        self.watch_from(key, after, callback, prefix=prefix)
+
+    def watch_from(
+        self, key: bytes, after: int, callback: Callable[[], None], *, prefix: bool = False
+    ) -> None:
+        """``watch_once`` without waiting: the watch is queued on the stream."""
         assert self._watcher is not None, "start the client first"
-        await self._watcher.add(key, prefix_end(key) if prefix else b"", after + 1, callback)
+        self._watcher.add(key, prefix_end(key) if prefix else b"", after + 1, callback)
 
 
 class _Watcher:
@@ -358,12 +364,12 @@ class _Watcher:
         self._task: asyncio.Task[None] | None = None
         self._closed = False
 
-    async def add(self, key: bytes, end: bytes, start: int, callback: Callable[[], None]) -> None:
+    def add(self, key: bytes, end: bytes, start: int, callback: Callable[[], None]) -> None:
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run())
         self._pending.append(callback)
         create = rpc.WatchCreateRequest(key=key, range_end=end, start_revision=start)
-        await self._requests.put(rpc.WatchRequest(create_request=create))
+        self._requests.put_nowait(rpc.WatchRequest(create_request=create))
 
     async def _outgoing(self) -> AsyncIterator[Any]:
         while True:

@@ -96,7 +96,13 @@ class EtcdOwnership:
         except LookupError as exc:
             raise NoTopicOwnerInfoError(topic) from exc
 
-    def watch_owner(self, topic: str, callback: Callable[[], None]) -> None:
+    def watch_owner(
+        self, topic: str, callback: Callable[[], None], version: Version | None = None
+    ) -> None:
+        if version is not None:
+            # From the version the caller saw: a change since comes as the watch's first event.
+            self._etcd.watch_from(self._keys.owner(topic), int(version), callback)
+            return
         task = asyncio.get_running_loop().create_task(self._watch(topic, callback))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

@@ -275,11 +275,12 @@ class ZkBridge:
             merged = [*current, acl[1]]
             await self._call(path, -1, lambda: self._client.set_acls_async(path, merged))
 
-    def watch(self, path: str, callback: Callable[[], None]) -> None:
+    def watch(self, path: str, callback: Callable[[], None], version: int | None = None) -> None:
         """One-shot: ``callback`` runs on the loop when ``path`` changes or is deleted.
 
         If the node is already gone when the watch is registered (it was deleted between our
-        last read and now), the callback runs at once: a watcher must never miss a deletion.
+        last read and now), the callback runs at once: a watcher must never miss a deletion;
+        likewise if it is no longer at ``version`` (the one the caller read or wrote).
         """
         on_event = self._one_shot(callback)
 
@@ -289,7 +290,7 @@ class ZkBridge:
             except BaseException:
                 on_event(None)
                 return
-            if stat is None:
+            if stat is None or (version is not None and stat.version != version):
                 on_event(None)
 
         try:

@@ -79,8 +79,14 @@ class ZkOwnership:
         except NoNode as exc:
             raise NoTopicOwnerInfoError(topic) from exc
 
-    def watch_owner(self, topic: str, callback: Callable[[], None]) -> None:
-        self._zk.watch(self._layout.owner(topic), callback)
+    def watch_owner(
+        self, topic: str, callback: Callable[[], None], version: Version | None = None
+    ) -> None:
+        # ZooKeeper watches from now; a change between the caller's read and now is seen as
+        # a version other than ``version`` when the watch is set, and fires it too.
+        self._zk.watch(
+            self._layout.owner(topic), callback, None if version is None else _v(version)
+        )
 
 
 class ZkPersistence:
