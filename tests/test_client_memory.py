@@ -842,3 +842,34 @@ async def test_every_owner_watch_firing_at_once_is_checked_a_bounded_number_at_a
     assert got is not None
     await b.store.ownership.delete_owner_info("many/0007", got.version)
     await until(lambda: "many/0007" not in a.topics.topics)
+
+
+async def test_a_hub_stopping_hands_its_topics_over_a_bounded_number_at_a_time(
+    region: Region,
+) -> None:
+    """All at once, a hub of 300,000 topics that stopped took gigabytes (a task and a store
+    request each)."""
+    a = region.hubs[0]
+    names = [f"leaving/{i:04d}" for i in range(800)]
+    for name in names:
+        a.choices.assign(name, a.address)
+    await asyncio.gather(*(a.topics.acquire(n, redirected=True) for n in names))
+    release = a.topics.release
+    releasing = most = 0
+
+    async def counted(topic: str, reason: str, new_owner: str | None = None) -> bool:
+        nonlocal releasing, most
+        releasing += 1
+        most = max(most, releasing)
+        try:
+            await asyncio.sleep(0.001)  # a store round trip: the releases overlap
+            return await release(topic, reason, new_owner)
+        finally:
+            releasing -= 1
+
+    a.topics.release = counted  # type: ignore[method-assign]
+    await a.topics.release_all("test")
+    assert not a.topics.topics
+    assert 1 < most <= ownership.RELEASES_AT_ONCE
+    for name in names[:3]:
+        assert await a.store.ownership.read_owner_info(name) is None

@@ -79,6 +79,8 @@ FENCING_CHECK_S = 1.0
 # every watch of the hub at once (etcd also cancels, at a compaction, the watches it had not
 # caught up yet): a task each for 300,000 owned topics took gigabytes.
 OWNER_CHECKS_AT_ONCE = 256
+# Topics handed over at once when the hub drains or stops.
+RELEASES_AT_ONCE = 256
 # A failure that repeats for one topic (every client retry) is a warning at most this often.
 WARN_EVERY_S = 10.0
 # Distinct topic configurations whose settings are kept to share (more: start afresh).
@@ -595,9 +597,19 @@ class TopicOwnership:
         asyncio.get_running_loop().create_task(go())
 
     async def release_all(self, reason: str) -> None:
-        await asyncio.gather(
-            *(self.release(t, reason) for t in list(self.topics)), return_exceptions=True
-        )
+        """Hand every topic over, ``RELEASES_AT_ONCE`` at a time (all at once, a hub of
+        300,000 topics stopping took gigabytes, and flooded the store)."""
+        names = iter(list(self.topics))
+
+        async def one_by_one() -> None:
+            for topic in names:
+                try:
+                    await self.release(topic, reason)
+                except Exception as exc:  # one topic's failure must not stop the others
+                    log.info("releasing %r failed: %s", topic, exc)
+
+        workers = min(RELEASES_AT_ONCE, len(self.topics))
+        await asyncio.gather(*(one_by_one() for _ in range(workers)))
 
 
 class _OwnerWatch:
