@@ -667,7 +667,7 @@ async def test_a_group_across_many_ledgers_is_made_durable_by_one_file_system_sy
     """Many topics active at once write a few entries to many ledger files per group: one
     ``syncfs`` of the data directory's file system makes them durable (a sync per file is a
     journal commit each). A group of few files syncs each. A ``syncfs`` that fails fails the
-    group's entries, and the next group goes on."""
+    group's entries, and the next group goes on. Fence markers count as files to sync."""
     import hedwig.ledger.storage as storage_mod
 
     if storage_mod._syncfs is None:
@@ -698,9 +698,14 @@ async def test_a_group_across_many_ledgers_is_made_durable_by_one_file_system_sy
     monkeypatch.setattr(storage_mod, "_syncfs", counted)
     later = range(500, 500 + len(lids))
     await asyncio.gather(*(storage.add_entry(lid, 0, -1, b"g%d" % lid) for lid in later))
+    # A failover fences a ledger per topic it takes over: many markers at once, one syncfs.
+    before = len(calls)
+    await asyncio.gather(*(storage.read_lac(lid, fence=True) for lid in later))
+    assert 1 <= len(calls) - before <= 2
     await storage.close()
     again = LocalStorage(tmp_path, "h:1")
     assert [await again.read_entry(lid, 0) for lid in later] == [b"g%d" % lid for lid in later]
+    assert all(again.is_fenced(lid) for lid in later)
     await again.close()
 
 

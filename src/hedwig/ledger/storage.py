@@ -28,9 +28,10 @@ Rules this module keeps:
   cut off at the last good record. Nothing after it was ever acknowledged.
 - Fencing is durable: ``fence`` writes a marker file and syncs it (and the directory) before it
   answers, so a storage node that restarts is still fenced. The markers are written by the
-  flushing thread with the next group (one directory sync for all the fences of a failover),
-  and the ledger refuses adds from the moment it is asked. A fenced ledger refuses every add
-  except the recovery writer's write-back.
+  flushing thread with the next group (one directory sync for all the fences of a failover,
+  or one ``syncfs`` for the whole group when it has many files to sync), and the ledger
+  refuses adds from the moment it is asked. A fenced ledger refuses every add except the
+  recovery writer's write-back.
 """
 
 from __future__ import annotations
@@ -393,7 +394,7 @@ class LocalStorage:
                     with contextlib.suppress(FileNotFoundError):
                         path.unlink()
             self.syncs += len(groups)
-            if _syncs_file_system(len(groups)):
+            if _syncs_file_system(len(groups) + len(fences)):
                 self.fs_syncs += 1
             for lf, data, done in groups:
                 self.bytes_written += len(data)
@@ -432,34 +433,41 @@ def _write_and_sync(
     fenced: list[Path],
     fs_fd: int,
 ) -> list[int]:
-    """Create the new ledgers' files and the fence markers (one directory sync for all),
-    append every batch, sync each file (or, for many, the file system ``fs_fd`` is on).
-    Returns the new files' descriptors, in the order of ``new``."""
+    """Create the new ledgers' files and the fence markers, append every batch, and make it
+    all durable: each marker and written file synced and the directory once, or, when that
+    is ``SYNCFS_FROM_FILES`` syncs or more, one ``syncfs`` of the file system ``fs_fd`` is on
+    (a take-over fences a ledger on every replica: a failover of thousands of topics gave a
+    replica groups of dozens of markers, synced one by one). Returns the new files'
+    descriptors, in the order of ``new``."""
     created = [os.open(p, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644) for p in new]
-    for p in fenced:
-        fd = os.open(p.with_suffix(".fenced"), os.O_WRONLY | os.O_CREAT, 0o644)
-        try:
-            os.fsync(fd)
-        finally:
+    markers: list[int] = []
+    try:
+        for p in fenced:
+            markers.append(os.open(p.with_suffix(".fenced"), os.O_WRONLY | os.O_CREAT, 0o644))
+        fds = dict(zip(new, created, strict=True))
+        written = []
+        for fd, path, data in batches:
+            fd = fds.get(path, fd)
+            view = memoryview(data)
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+            written.append(fd)
+        if _syncs_file_system(len(written) + len(markers)):
+            assert _syncfs is not None
+            if _syncfs(fs_fd) != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, f"syncfs: {os.strerror(err)}")
+        else:
+            for fd in markers:
+                os.fsync(fd)
+            if created or markers:
+                _fsync_dir(directory)
+            for fd in written:
+                os.fdatasync(fd)
+    finally:
+        for fd in markers:
             os.close(fd)
-    if created or fenced:
-        _fsync_dir(directory)
-    fds = dict(zip(new, created, strict=True))
-    written = []
-    for fd, path, data in batches:
-        fd = fds.get(path, fd)
-        view = memoryview(data)
-        while view:
-            n = os.write(fd, view)
-            view = view[n:]
-        written.append(fd)
-    if _syncfs is not None and _syncs_file_system(len(written)):
-        if _syncfs(fs_fd) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"syncfs: {os.strerror(err)}")
-    else:
-        for fd in written:
-            os.fdatasync(fd)
     return created
 
 
