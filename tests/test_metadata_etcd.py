@@ -207,19 +207,27 @@ class TestBatches:
         assert batcher.requests - requests >= 300  # the refused batch, then each alone
 
 
-async def test_a_watch_from_a_compacted_revision_fires(store: MetadataStore) -> None:
+async def test_an_owner_watch_after_a_compaction_waits_for_a_change(
+    store: MetadataStore, other: MetadataStore
+) -> None:
     """etcd forgets history it has compacted (production etcd compacts it periodically, and
-    so does the development one): a watch asked from before that is cancelled at once, and
-    the watcher must hear of it as a change, or an owner would never learn its record went."""
+    so does the development one), and a watch asked from a revision it has compacted is
+    cancelled at once. An owner's watch started from its record's own revision: for a record
+    written before the last compaction, it fired at once, the owner read the record (still
+    its own) and watched again from the same revision, for good. It starts from the revision
+    of a read now, and fires at the record's next change only."""
     assert isinstance(store, EtcdMetadataStore)
     await store.topics.ensure_topic("compacted")
     await store.hubs.register_hub("127.0.0.1:7", HubLoad())
-    await store.ownership.write_owner_info("compacted", HubInfo("127.0.0.1:7", 1), NEW_VERSION)
+    v = await store.ownership.write_owner_info("compacted", HubInfo("127.0.0.1:7", 1), NEW_VERSION)
     for i in range(3):  # later revisions, so the owner record's is compacted away
         await store.topics.ensure_topic(f"compacted-{i}")
     etcd = store.etcd
     head = await etcd.txn((), ())
     await etcd.call(etcd._kv.Compact, rpc.CompactionRequest(revision=head.revision), "compact")
     fired = asyncio.Event()
-    store.ownership.watch_owner("compacted", fired.set)
+    store.ownership.watch_owner("compacted", fired.set, v)
+    await asyncio.sleep(0.5)
+    assert not fired.is_set()
+    await other.ownership.delete_owner_info("compacted", v)
     await asyncio.wait_for(fired.wait(), 10)

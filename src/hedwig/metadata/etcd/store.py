@@ -99,22 +99,27 @@ class EtcdOwnership:
     def watch_owner(
         self, topic: str, callback: Callable[[], None], version: Version | None = None
     ) -> None:
-        if version is not None:
-            # From the version the caller saw: a change since comes as the watch's first event.
-            self._etcd.watch_from(self._keys.owner(topic), int(version), callback)
-            return
-        task = asyncio.get_running_loop().create_task(self._watch(topic, callback))
+        task = asyncio.get_running_loop().create_task(self._watch(topic, callback, version))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _watch(self, topic: str, callback: Callable[[], None]) -> None:
+    async def _watch(
+        self, topic: str, callback: Callable[[], None], version: Version | None
+    ) -> None:
+        """Read the record, then watch from the revision of that read.
+
+        Not from the record's own revision: etcd compacts its history, and a watch from a
+        revision it has compacted is cancelled at once; an owner whose record was written
+        before the last compaction would read it, watch from there, be told, read it again,
+        and so on for good. The read's revision is the present."""
         key = self._keys.owner(topic)
         try:
-            got = await self._etcd.get(key)
-            if got is None:
-                callback()
+            read = await self._etcd.txn((), (get(key),))
+            got = read.reads[0]
+            if got is None or (version is not None and got.mod != int(version)):
+                callback()  # gone, or changed since the caller saw it
                 return
-            await self._etcd.watch_once(key, got.mod, callback)
+            self._etcd.watch_from(key, read.revision, callback)
         except MetadataError:
             callback()  # cannot watch: let the owner check its record again
 
