@@ -231,3 +231,35 @@ async def test_an_owner_watch_after_a_compaction_waits_for_a_change(
     assert not fired.is_set()
     await other.ownership.delete_owner_info("compacted", v)
     await asyncio.wait_for(fired.wait(), 10)
+
+
+async def test_owner_watches_share_one_watch_of_the_prefix(
+    store: MetadataStore, other: MetadataStore
+) -> None:
+    """Owner watches ride one etcd watch of the owners' prefix: a change fires the watches of
+    its key only; a watch from a revision the stream has already gone past (a change of its
+    key may have gone by unseen) is set on its own, and sees that change."""
+    assert isinstance(store, EtcdMetadataStore)
+    watches = store.ownership.watches
+    await store.hubs.register_hub("127.0.0.1:7", HubLoad())
+    me = HubInfo("127.0.0.1:7", 1)
+    versions = {}
+    for name in ("p3", "p4", "p5"):
+        await store.topics.ensure_topic(name)
+    for name in ("p4", "p5"):
+        versions[name] = await store.ownership.write_owner_info(name, me, NEW_VERSION)
+    fired = {name: asyncio.Event() for name in ("p3", "p4", "p5")}
+    store.ownership.watch_owner("p4", fired["p4"].set, versions["p4"])
+    store.ownership.watch_owner("p5", fired["p5"].set, versions["p5"])
+    await asyncio.sleep(0.3)
+    before = (await store.etcd.txn((), ())).revision
+    await other.ownership.write_owner_info("p3", HubInfo("127.0.0.1:8", 2), NEW_VERSION)
+    await other.ownership.delete_owner_info("p4", versions["p4"])  # after p3's write
+    await asyncio.wait_for(fired["p4"].wait(), 10)
+    assert not fired["p5"].is_set()
+    fallbacks = watches.fallbacks
+    watches.add(store.keys.owner("p3"), before, fired["p3"].set)
+    assert watches.fallbacks == fallbacks + 1
+    await asyncio.wait_for(fired["p3"].wait(), 10)  # p3's write, which the stream had passed
+    await other.ownership.delete_owner_info("p5", versions["p5"])
+    await asyncio.wait_for(fired["p5"].wait(), 10)

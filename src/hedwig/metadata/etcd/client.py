@@ -420,3 +420,100 @@ class _Watcher:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+
+
+class PrefixWatch:
+    """Watches of many keys under one prefix, served by one etcd watch of the prefix.
+
+    A hub watches the owner record of every topic it owns. One etcd watch each cost a
+    message on the watch stream per claim (a fifth of a claiming hub's event loop) and a
+    watcher in etcd per topic, which etcd catches up 512 at a time when they start behind.
+    One watch of the whole prefix delivers every hub's changes to every hub instead (batched
+    in its responses; a change of a key nobody here watches costs a dictionary lookup).
+
+    ``add(key, after, callback)``: ``callback`` runs once, at the first change of ``key``
+    after revision ``after``. The stream delivers changes in revision order; once it has
+    delivered one past ``after``, a change of ``key`` in between may have gone by unseen, so
+    such a watch is set on its own (``fallback``) instead. If the stream breaks, every
+    callback runs (its holder reads again) and the next ``add`` starts a new stream.
+    """
+
+    def __init__(
+        self,
+        client: EtcdClient,
+        prefix: bytes,
+        fallback: Callable[[bytes, int, Callable[[], None]], None],
+    ) -> None:
+        self._client = client
+        self._prefix = prefix
+        self._fallback = fallback
+        self._callbacks: dict[bytes, list[tuple[int, Callable[[], None]]]] = {}
+        self._delivered = -1  # no stream: the next add starts one
+        self._task: asyncio.Task[None] | None = None
+        self._requests: asyncio.Queue[Any] = asyncio.Queue()
+        # For tests and benchmarks: watches set on their own.
+        self.fallbacks = 0
+
+    def add(self, key: bytes, after: int, callback: Callable[[], None]) -> None:
+        if self._task is None or self._task.done():
+            self._delivered = after
+            self._task = asyncio.get_running_loop().create_task(self._run(after + 1))
+        elif after < self._delivered:
+            self.fallbacks += 1
+            self._fallback(key, after, callback)
+            return
+        self._callbacks.setdefault(key, []).append((after, callback))
+
+    async def _outgoing(self, start: int) -> AsyncIterator[Any]:
+        create = rpc.WatchCreateRequest(
+            key=self._prefix, range_end=prefix_end(self._prefix), start_revision=start
+        )
+        yield rpc.WatchRequest(create_request=create)
+        while True:
+            yield await self._requests.get()  # nothing more is sent: the stream stays open
+
+    async def _run(self, start: int) -> None:
+        try:
+            stream = self._client._watch.Watch(
+                self._outgoing(start), metadata=self._client._metadata
+            )
+            async for resp in stream:
+                if resp.canceled or resp.compact_revision:
+                    break
+                for ev in resp.events:
+                    revision = int(ev.kv.mod_revision)
+                    if revision > self._delivered:
+                        self._delivered = revision
+                    self._dispatch(bytes(ev.kv.key), revision)
+        except grpc.aio.AioRpcError as exc:
+            log.info("etcd prefix watch broke: %s", exc.code().name)
+        except asyncio.CancelledError:
+            self._delivered = -1
+            raise
+        # Whatever happened meanwhile is unknown: everyone reads again.
+        self._delivered = -1
+        fired, self._callbacks = self._callbacks, {}
+        for callbacks in fired.values():
+            for _, callback in callbacks:
+                callback()
+
+    def _dispatch(self, key: bytes, revision: int) -> None:
+        callbacks = self._callbacks.get(key)
+        if callbacks is None:
+            return
+        due = [cb for after, cb in callbacks if revision > after]
+        if not due:
+            return
+        rest = [(after, cb) for after, cb in callbacks if revision <= after]
+        if rest:
+            self._callbacks[key] = rest
+        else:
+            del self._callbacks[key]
+        for callback in due:
+            callback()
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task

@@ -40,7 +40,15 @@ from hedwig.errors import (
     SubscriptionExistsError,
 )
 from hedwig.metadata.acls import AclEntry
-from hedwig.metadata.etcd.client import EtcdClient, delete, exists, get, missing, put
+from hedwig.metadata.etcd.client import (
+    EtcdClient,
+    PrefixWatch,
+    delete,
+    exists,
+    get,
+    missing,
+    put,
+)
 from hedwig.metadata.etcd.keys import Keys, create_key, delete_key, set_key
 from hedwig.metadata.layout import ROOT
 from hedwig.metadata.managers import SessionState
@@ -65,6 +73,8 @@ class EtcdOwnership:
         self._etcd = etcd
         self._keys = keys
         self._tasks: set[asyncio.Task[None]] = set()
+        # Every owner watch of this process, on one watch of the owners' prefix.
+        self.watches = PrefixWatch(etcd, keys.family("owners"), etcd.watch_from)
 
     async def read_owner_info(self, topic: str) -> Versioned[HubInfo] | None:
         got = await self._etcd.get(self._keys.owner(topic))
@@ -119,7 +129,7 @@ class EtcdOwnership:
             if got is None or (version is not None and got.mod != int(version)):
                 callback()  # gone, or changed since the caller saw it
                 return
-            self._etcd.watch_from(key, read.revision, callback)
+            self.watches.add(key, read.revision, callback)
         except MetadataError:
             callback()  # cannot watch: let the owner check its record again
 
@@ -485,6 +495,7 @@ class EtcdMetadataStore:
         await self.etcd.start()
 
     async def close(self) -> None:
+        await self.ownership.watches.close()
         with contextlib.suppress(MetadataError):
             await self.etcd.close()
 
