@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -89,8 +88,8 @@ def cp() -> Iterator[cluster.ControlPlane]:
 
 
 @pytest.fixture(scope="module")
-def workdir() -> Path:
-    return Path(tempfile.mkdtemp(prefix="hedwig-e2e-chart-"))
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("e2e-chart")
 
 
 def add_volumes(cp: cluster.ControlPlane, workdir: Path, prefix: str, n: int) -> None:

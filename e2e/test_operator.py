@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -161,9 +160,9 @@ def topic_manifest(name: str, pool: str, **spec: Any) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def bed() -> Iterator[Bed]:
+def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bed]:
     bins = control_plane_bins()
-    workdir = Path(tempfile.mkdtemp(prefix="hedwig-e2e-operator-"))
+    workdir = tmp_path_factory.mktemp("e2e-operator")
     with cluster.ControlPlane(bins=bins) as cp, ZooKeeperServer() as zk:
         cp.create_namespace(NS)
         cp.apply(crd_manifests())

@@ -22,7 +22,6 @@ import asyncio
 import base64
 import importlib.util
 import json
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -143,9 +142,9 @@ ORDERS_ACL = [
 
 
 @pytest.fixture(scope="module")
-def bed() -> Iterator[SecureBed]:
+def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBed]:
     bins = control_plane_bins()
-    workdir = Path(tempfile.mkdtemp(prefix="hedwig-e2e-security-"))
+    workdir = tmp_path_factory.mktemp("e2e-security")
     with cluster.ControlPlane(bins=bins) as cp, ZooKeeperServer() as zk:
         cp.create_namespace(NS)
         cp.apply(crd_manifests())

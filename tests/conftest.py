@@ -1,18 +1,16 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterator
 
 import pytest
 
 from hedwig.devcluster.etcd import EtcdServer
 from hedwig.devcluster.zookeeper import ZooKeeperServer
+from tests import scratch
 
 # Commands run by tests never find (or disturb) a development cluster of the machine's user.
-os.environ.setdefault(
-    "HEDWIG_DEV_STATE", os.path.join(tempfile.mkdtemp(prefix="hedwig-test-"), "dev.json")
-)
+os.environ.setdefault("HEDWIG_DEV_STATE", os.path.join(scratch.mkdtemp("dev-"), "dev.json"))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

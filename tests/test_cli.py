@@ -9,7 +9,6 @@ import os
 import pty
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from hedwig.devcluster.cluster import DevCluster
+from tests import scratch
 
 pytestmark = pytest.mark.integration
 
@@ -48,7 +48,7 @@ class Cli:
 @pytest.fixture(scope="module")
 def dev() -> Iterator[Cli]:
     """``hedwig dev up`` with three hubs, as a user starts it, and its control commands."""
-    state = Path(tempfile.mkdtemp(prefix="hedwig-cli-")) / "dev.json"
+    state = Path(scratch.mkdtemp("cli-")) / "dev.json"
     cli = Cli(state)
     log = open(state.parent / "up.log", "w+b")  # noqa: SIM115
     up = subprocess.Popen(
@@ -221,7 +221,7 @@ def on_a_terminal(cli: Cli, *args: str, stdin: Path | None = None) -> tuple[int,
 
 def test_progress_only_on_a_terminal(dev: Cli) -> None:
     lines = b"".join(b"%099d\n" % i for i in range(200_000))
-    source = Path(tempfile.mkdtemp()) / "lines"
+    source = Path(scratch.mkdtemp()) / "lines"
     source.write_bytes(lines)
     piped = dev("pub", "progress", "-q", input=lines)
     assert piped.returncode == 0 and "\r" not in piped.stderr
@@ -252,7 +252,7 @@ def test_moves_that_cannot_happen_say_so(dev: Cli) -> None:
 
 
 def test_first_mistakes_fail_at_once_and_say_what_to_do() -> None:
-    cli = Cli(Path(tempfile.mkdtemp()) / "none.json")
+    cli = Cli(Path(scratch.mkdtemp()) / "none.json")
     no_hub = cli("pub", "t", input="x\n")
     assert no_hub.returncode == 2 and "hedwig dev up" in no_hub.stderr
     bad_address = cli("pub", "--hub", "localhost", "t", input="x\n")

@@ -6,7 +6,6 @@ is the in-memory one (so sessions can be expired at will) or a real ZooKeeper.
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import replace
 
@@ -19,6 +18,7 @@ from hedwig.hub import Hub, HubConfig
 from hedwig.hub.topic import TopicState
 from hedwig.metadata.memory import MemoryBackend, MemoryMetadataStore
 from hedwig.protocol import EncodedMessages, Publish, Published
+from tests import scratch
 from tests.cluster_helpers import eventually
 from tests.test_metadata_zookeeper import expire_session
 
@@ -29,7 +29,7 @@ BASE = HubConfig(
 
 
 def config(**kw: object) -> HubConfig:
-    return replace(BASE, data_dir=tempfile.mkdtemp(prefix="hedwig-hub-"), **kw)  # type: ignore[arg-type]
+    return replace(BASE, data_dir=scratch.mkdtemp("hub-"), **kw)  # type: ignore[arg-type]
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ import json
 import os
 import socket
 import struct
-import tempfile
 from collections.abc import Iterator
 
 import pytest
@@ -35,6 +34,7 @@ from hedwig.protocol import (
     error_from_frame,
 )
 from hedwig.protocol.wire import HEADER
+from tests import scratch
 from tests.cluster_helpers import eventually, hedwig, owner_of
 
 pytestmark = pytest.mark.integration
@@ -170,7 +170,7 @@ async def test_claim_race_exactly_one_wins(zk_server: ZooKeeperServer) -> None:
                 zk=zk_server.address,
                 region="race",
                 listen="127.0.0.1:0",
-                data_dir=tempfile.mkdtemp(),
+                data_dir=scratch.mkdtemp(),
                 zk_session_timeout_s=SESSION,
                 replication="2/2/2",
             )
@@ -389,7 +389,7 @@ async def test_orphan_ledger_replicas_are_collected(zk_server: ZooKeeperServer) 
             zk=zk_server.address,
             region="orphans",
             listen="127.0.0.1:0",
-            data_dir=tempfile.mkdtemp(),
+            data_dir=scratch.mkdtemp(),
             replication="1/1/1",
         )
     )
@@ -437,7 +437,7 @@ async def test_stop_without_zookeeper_is_bounded(zk_server: ZooKeeperServer) -> 
             zk=zk.address,
             region="nozk",
             listen="127.0.0.1:0",
-            data_dir=tempfile.mkdtemp(),
+            data_dir=scratch.mkdtemp(),
             replication="1/1/1",
             zk_session_timeout_s=2.0,
         )

@@ -10,7 +10,6 @@ against the real ZooKeeper.
 from __future__ import annotations
 
 import asyncio
-import tempfile
 
 import pytest
 
@@ -23,6 +22,7 @@ from hedwig.hub.metrics import HubMetrics
 from hedwig.metadata.memory import MemoryBackend, MemoryMetadataStore
 from hedwig.metadata.records import HubLoad, HubStatus, TopicLoad
 from hedwig.placement.rebalance import RebalanceConfig, Rebalancer
+from tests import scratch
 from tests.cluster_helpers import eventually
 
 # The longest topic names a report may list.
@@ -169,9 +169,7 @@ class _FailingHubs:
 
 
 async def test_a_failed_report_is_a_warning_and_a_metric(caplog: pytest.LogCaptureFixture) -> None:
-    config = HubConfig(
-        listen="127.0.0.1:0", data_dir=tempfile.mkdtemp(prefix="hedwig-hub-"), replication="1/1/1"
-    )
+    config = HubConfig(listen="127.0.0.1:0", data_dir=scratch.mkdtemp("hub-"), replication="1/1/1")
     hub = Hub(config, store=MemoryMetadataStore(MemoryBackend(), "mem"))
     await hub.start()
     try:
@@ -208,7 +206,7 @@ async def test_a_hub_with_many_topics_keeps_its_report(
         zk=zk_server.address,
         region=region,
         listen="127.0.0.1:0",
-        data_dir=tempfile.mkdtemp(prefix="hedwig-hub-"),
+        data_dir=scratch.mkdtemp("hub-"),
         replication="1/1/1",
         load_report_interval_s=0.5,
     )

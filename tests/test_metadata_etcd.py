@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from hedwig.hub import Hub, HubConfig
 from hedwig.metadata import HubInfo, HubLoad, MetadataStore, SessionState, open_store
 from hedwig.metadata.etcd import EtcdMetadataStore, batches
 from hedwig.metadata.records import NEW_VERSION, LedgerMetadata
+from tests import scratch
 from tests.cluster_helpers import hedwig
 from tests.metadata_conformance import MetadataConformance
 
@@ -83,7 +83,7 @@ async def test_a_hub_and_the_cli_on_etcd(etcd_server: EtcdServer, region: str) -
         zk=etcd_server.url,
         region=region,
         listen="127.0.0.1:0",
-        data_dir=tempfile.mkdtemp(prefix="hedwig-hub-"),
+        data_dir=scratch.mkdtemp("hub-"),
         replication="1/1/1",
     )
     hub = Hub(config)

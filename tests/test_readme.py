@@ -6,10 +6,11 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
+
+from tests import scratch
 
 pytestmark = pytest.mark.integration
 
@@ -26,7 +27,7 @@ def by_hand_session() -> str:
 
 def test_the_by_hand_session_works_when_pasted() -> None:
     session = by_hand_session()
-    state = Path(tempfile.mkdtemp(prefix="hedwig-readme-")) / "dev.json"
+    state = Path(scratch.mkdtemp("readme-")) / "dev.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith("HEDWIG_")}
     env["HEDWIG_DEV_STATE"] = str(state)
     # The session runs its own ``hedwig``: the one next to this interpreter (``.venv/bin``).

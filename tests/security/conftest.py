@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import shutil
-import tempfile
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -12,6 +11,7 @@ from hedwig.client import HedwigClient, RetryPolicy
 from hedwig.hub import Hub, HubConfig
 from hedwig.metadata.memory import MemoryBackend, MemoryMetadataStore
 from hedwig.security import ClientSecurity
+from tests import scratch
 from tests.security.fixtures import Pki, TokenIssuer
 
 FAST_RETRY = RetryPolicy(initial_delay_s=0.01, max_delay_s=0.1, deadline_s=10)
@@ -32,7 +32,7 @@ def issuer() -> Iterator[TokenIssuer]:
 def secure_config(pki: Pki, issuer: TokenIssuer, **kw: object) -> HubConfig:
     base = HubConfig(
         listen="127.0.0.1:0",
-        data_dir=tempfile.mkdtemp(prefix="hedwig-sec-"),
+        data_dir=scratch.mkdtemp("sec-"),
         replication="2/2/2",
         zk_session_timeout_s=2.0,
         self_balance=False,
