@@ -12,6 +12,7 @@ topic's permissions cover its lanes, and a client without them is refused on a l
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -64,7 +65,7 @@ async def under_load(cluster: DevCluster, steps: object, *, after: float) -> His
     await asyncio.sleep(1.5)
     acked_before = work.history.acked_count
     assert acked_before > 0
-    await steps()  # type: ignore[operator]
+    await steps(work.history)  # type: ignore[operator]
     await asyncio.sleep(after)
     history = await work.finish()
     assert history.acked_count > acked_before, "publishing did not resume"
@@ -75,14 +76,26 @@ async def under_load(cluster: DevCluster, steps: object, *, after: float) -> His
 async def test_every_lane_reconfiguration_under_load(cluster: DevCluster) -> None:
     async with open_region(cluster) as store:
 
-        async def steps() -> None:
+        async def steps(history: History) -> None:
+            opened: set[str] = set()
             for m, lanes in (
                 (PlanMode.INGEST, 3),  # single -> ingest
                 (PlanMode.INGEST, 2),  # a lane sealed
                 (PlanMode.INGEST, 3),  # a lane added (a new one: sealed lanes stay sealed)
                 (PlanMode.SINGLE, 0),  # ingest -> single
             ):
-                await mode(store, m, lanes)
+                plans = await mode(store, m, lanes)
+                new = (
+                    {
+                        lane_name(t, i)
+                        for t, p in zip(TOPICS, plans, strict=True)
+                        for i in p.open_lanes
+                    }
+                    - opened
+                    - set(TOPICS)
+                )
+                opened |= new
+                await took_messages(history, new)
                 await asyncio.sleep(1.5)
 
         history = await under_load(cluster, steps, after=2.0)
@@ -97,10 +110,20 @@ async def test_every_lane_reconfiguration_under_load(cluster: DevCluster) -> Non
                 assert history.acked[lane_name(t, i)], f"lane {i} of {t} took nothing"
 
 
+async def took_messages(history: History, lanes: set[str], timeout: float = 20.0) -> None:
+    """Wait (at most ``timeout``) until each of ``lanes`` has taken a message. Getting a new
+    lane its publishers (the owner sees the plan, answers USE_LANE; the lane is claimed and its
+    ledger made on three replicas) can take longer than a step's pause on a loaded machine:
+    a lane opened 1.5 s before it was sealed then took nothing, and the test failed."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not all(history.acked[n] for n in lanes):
+        await asyncio.sleep(0.05)
+
+
 async def kill_a_lane_owner_mid_change(cluster: DevCluster) -> None:
     async with open_region(cluster) as store:
 
-        async def steps() -> None:
+        async def steps(history: History) -> None:
             await mode(store, PlanMode.INGEST, 3)
             await asyncio.sleep(1.5)  # publishers spread over the lanes
             victim = await lane_owner(store, lane_name(TOPICS[0], 1))
