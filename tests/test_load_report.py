@@ -244,3 +244,40 @@ def test_a_new_topic_on_a_small_hub_is_counted_on_its_own_at_once() -> None:
         if s.name.endswith("_total")
     }
     assert values == {"a": 1, "b": 1, "": 1}
+
+
+async def test_a_report_of_claims_counts_the_topics_and_keeps_the_last_rates() -> None:
+    """The report a burst of claims brings is written at once with the new topic count and
+    connections, and the rates of the last regular report; it does not sample the topics'
+    traffic (a walk over every topic that carried any), and no traffic is lost for that: the
+    next regular report has it."""
+    from tests.memory_region import memory_region
+
+    async for region in memory_region(1, replication="1/1/1"):
+        (hub,) = region.hubs
+
+        async def written() -> HubLoad:
+            (status,) = await hub.store.hubs.list_hubs()
+            assert status.load is not None
+            return status.load
+
+        async with region.client() as client:
+            await hub.loops.report_load()  # rates are per second since the one before
+            for i in range(20):
+                await client.publish("hot", b"%d" % i)
+            await asyncio.sleep(0.01)
+            await hub.loops.report_load()
+            first = await written()
+            assert first.topics == 1 and first.topic_loads["hot"].msg_in > 0
+            for i in range(5):
+                await client.publish(f"cold-{i}", b"x")
+            await hub.loops.report_load(count_hubs=False, resample=False)
+            quick = await written()
+            assert quick.topics == 6
+            assert quick.msg_in == first.msg_in
+            assert quick.topic_loads == first.topic_loads
+            assert quick.timestamp_ms >= first.timestamp_ms
+            await asyncio.sleep(0.01)
+            await hub.loops.report_load()
+            regular = await written()
+            assert all(regular.topic_loads[f"cold-{i}"].msg_in > 0 for i in range(5))

@@ -76,6 +76,9 @@ class HubLoops:
         self._delivered_seen: dict[str, tuple[int, int]] = {}
         # The owned topics the last load report listed (the hottest): the ones gauges look at.
         self._listed: list[str] = []
+        # The last report written (before the hub's addresses are added): what a report of
+        # claims between two regular ones starts from (``report_load(resample=False)``).
+        self._last_report: HubLoad | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._report_pending = False
         self._running = False
@@ -160,18 +163,36 @@ class HubLoops:
         self._delivering.forget(fanout.delivering.__contains__)
         return self._delivering.loads()
 
-    async def report_load(self, *, count_hubs: bool = True) -> None:
+    async def report_load(self, *, count_hubs: bool = True, resample: bool = True) -> None:
         """Write this hub's load report. A failed write is a warning and a metric: a hub whose
         report goes stale drops out of placement and rebalancing, and someone must notice.
 
         ``count_hubs``: then count the region's hubs (``check_hub_count``), which reads every
         hub's record: done at the regular interval, not at the reports a burst of claims brings
-        (five a second; that read was a tenth of a claiming hub's time)."""
+        (five a second; that read was a tenth of a claiming hub's time).
+
+        ``resample=False``: the report a burst of claims brings says what changed, the topics
+        owned and the connections, and keeps the rates of the last regular report. Sampling
+        walks every topic that carried traffic since, and during a wave of first publishes
+        that is every topic just claimed (a twelfth of a claiming hub's event loop, five
+        times a second); placement needs the counts now, rates move at the regular pace."""
         if not self.ownership.accepting:
             return  # shutting down: the alive record is gone already, placement ignores us
-        report = self.load_report()
-        self._listed = list(report.topic_loads)
-        self.metrics.export_load(report)
+        last = self._last_report
+        if resample or last is None:
+            report = self.load_report()
+            self._listed = list(report.topic_loads)
+            self.metrics.export_load(report)
+        else:
+            owned = self.ownership.topics
+            report = replace(
+                last,
+                timestamp_ms=self.clock.wall_ms(),
+                topics=len(owned),
+                connections=self._connections(),
+                topic_loads={t: v for t, v in last.topic_loads.items() if t in owned},
+            )
+        self._last_report = report
         report = replace(report, internal=self.internal_address, hub_id=self.hub_id)
         try:
             await self.store.hubs.update_load(self.requests.address, report)
@@ -211,7 +232,7 @@ class HubLoops:
         await self.clock.sleep(REPORT_SOON_S)
         self._report_pending = False
         try:
-            await self.report_load(count_hubs=False)
+            await self.report_load(count_hubs=False, resample=False)
         except Exception as exc:
             log.warning("load report failed: %s", exc)
 

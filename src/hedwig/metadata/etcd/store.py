@@ -399,11 +399,17 @@ class EtcdAcls:
 
 class EtcdPlans:
     """Topics' plans (``hedwig.metadata.plans``): a key per spread topic, compare-and-set on
-    its mod revision; deleting the topic deletes it (and so fires its watch)."""
+    its mod revision; deleting the topic deletes it (and so fires its watch).
+
+    Every topic's first publish on its owner reads its plan and watches it (most topics have
+    none: the watch is for the day one is written). The watches share one etcd watch of the
+    plans' prefix, as owner watches do: a watch each was a request and an answer on the watch
+    stream per topic, and a watcher in etcd per topic for good."""
 
     def __init__(self, etcd: EtcdClient, keys: Keys) -> None:
         self._etcd = etcd
         self._keys = keys
+        self.watches = PrefixWatch(etcd, keys.family("plans"), etcd.watch_from)
 
     async def read_plan(
         self, topic: str, watch: Callable[[], None] | None = None
@@ -414,7 +420,7 @@ class EtcdPlans:
         res = await self._etcd.txn([], [get(key)])
         got = res.reads[0]
         if watch is not None:
-            await self._etcd.watch_once(key, res.revision, watch)
+            self.watches.add(key, res.revision, watch)
         return None if got is None else Versioned(TopicPlan.from_json(got.value), Version(got.mod))
 
     async def write_plan(self, topic: str, plan: TopicPlan, version: Version) -> Version:
@@ -496,6 +502,7 @@ class EtcdMetadataStore:
 
     async def close(self) -> None:
         await self.ownership.watches.close()
+        await self.plans.watches.close()
         with contextlib.suppress(MetadataError):
             await self.etcd.close()
 
