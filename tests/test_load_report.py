@@ -256,7 +256,7 @@ async def test_a_report_of_claims_counts_the_topics_and_keeps_the_last_rates() -
     async for region in memory_region(1, replication="1/1/1"):
         (hub,) = region.hubs
 
-        async def written() -> HubLoad:
+        async def written(hub: Hub = hub) -> HubLoad:
             (status,) = await hub.store.hubs.list_hubs()
             assert status.load is not None
             return status.load
