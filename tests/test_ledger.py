@@ -734,3 +734,17 @@ async def test_ledger_files_open_at_once_are_bounded(tmp_path: Path) -> None:
     assert await again.read_entry(13, 3) == b"13-3"
     assert list(again._open) == [13]
     await again.close()
+
+
+def test_ledger_metadata_json_holds_every_field_and_reads_back() -> None:
+    """``to_json`` lists the fields by hand (for speed): a field added later must be in it."""
+    import dataclasses
+    import json
+
+    md = LedgerMetadata(
+        7, "a/b", 3, 3, 2, ((0, ("h1", "h2", "h3")), (5, ("h1", "h4", "h3"))),
+        LedgerState.CLOSED, 9, 12, 345, "127.0.0.1:1", 4, 1000, 2000,
+    )  # fmt: skip
+    raw = md.to_json()
+    assert set(json.loads(raw)) == {f.name for f in dataclasses.fields(LedgerMetadata)}
+    assert LedgerMetadata.from_json(raw) == md

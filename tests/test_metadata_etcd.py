@@ -263,3 +263,15 @@ async def test_owner_watches_share_one_watch_of_the_prefix(
     await asyncio.wait_for(fired["p3"].wait(), 10)  # p3's write, which the stream had passed
     await other.ownership.delete_owner_info("p5", versions["p5"])
     await asyncio.wait_for(fired["p5"].wait(), 10)
+
+    # A claim's own write is watched from its revision with no read: the stream has not gone
+    # past it. The change after it fires the watch.
+    await store.topics.ensure_topic("p6")
+    v6 = await store.ownership.write_owner_info("p6", me, NEW_VERSION)
+    requests = store.etcd.batcher.requests
+    fired6 = asyncio.Event()
+    store.ownership.watch_owner("p6", fired6.set, v6)
+    await asyncio.sleep(0.1)
+    assert store.etcd.batcher.requests == requests
+    await other.ownership.delete_owner_info("p6", v6)
+    await asyncio.wait_for(fired6.wait(), 10)

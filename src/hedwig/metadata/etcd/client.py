@@ -454,6 +454,11 @@ class PrefixWatch:
         # For tests and benchmarks: watches set on their own.
         self.fallbacks = 0
 
+    def follows(self, after: int) -> bool:
+        """Whether a watch from revision ``after`` can be served by the running stream
+        without being set on its own: the stream has not delivered past it."""
+        return self._task is not None and not self._task.done() and after >= self._delivered
+
     def add(self, key: bytes, after: int, callback: Callable[[], None]) -> None:
         if self._task is None or self._task.done():
             self._delivered = after

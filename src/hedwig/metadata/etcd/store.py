@@ -109,6 +109,12 @@ class EtcdOwnership:
     def watch_owner(
         self, topic: str, callback: Callable[[], None], version: Version | None = None
     ) -> None:
+        if version is not None and self.watches.follows(int(version)):
+            # The record the caller saw is no older than what the prefix watch has delivered
+            # (a claim's own write): every later change of it is still to come on the stream,
+            # so no read is needed to watch from the present. One store read fewer per claim.
+            self.watches.add(self._keys.owner(topic), int(version), callback)
+            return
         task = asyncio.get_running_loop().create_task(self._watch(topic, callback, version))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
