@@ -28,6 +28,13 @@ class OperatorSettings:
     # Operator's own ZooKeeper session timeout. It holds no ephemeral nodes, so only
     # reconnection speed matters.
     zk_session_timeout_s: float = 10.0
+    # How many Topics a pool's worker refreshes per second, at most, on average over a status
+    # interval (each refresh is about six metadata reads and maybe a status patch). A pool of
+    # up to this many times ``status_interval_s`` Topics (750) has every Topic refreshed every
+    # interval; a larger one refreshes the Topics that need it first (not Ready, owner gone,
+    # spec changed, hot), then the longest unrefreshed, so its cost per second stays bounded
+    # whatever the number of Topics and a quiet Topic's status is refreshed less often.
+    topic_refreshes_per_s: float = 50.0
     # Back-off for a failed Topic reconciliation (ZooKeeper unreachable).
     retry_delay_s: float = 10.0
     # Whether rebalancing may run at all (a kill switch for the whole operator).

@@ -197,3 +197,41 @@ async def test_only_spec_or_annotation_changes_wake_the_worker() -> None:
     assert not worker._wake.is_set()
     worker.update({**pool, "metadata": {**pool["metadata"], "generation": 2}})
     assert worker._wake.is_set()
+
+
+async def test_topic_refresh_is_bounded_and_takes_the_topics_that_need_it_first() -> None:
+    """A pool's worker refreshes at most ``topic_refreshes_per_s`` times the interval Topics a
+    tick: the ones not Ready first, then the longest unrefreshed; a Topic whose owner is no
+    longer alive goes ahead of those."""
+    w = await World().start()
+    w.ctx.settings = type(w.ctx.settings)(status_interval_s=1.0, topic_refreshes_per_s=4.0)
+    pool = pool_body(spec={"region": "r1"})
+    w.kube.put(pool)
+    w.kube.put(settled_statefulset())
+    await w.register("hub-0")
+    names = [f"t{i}" for i in range(10)]
+    for name in names:
+        w.kube.put(topic_body(name))
+
+    def now() -> list[dict[str, Any]]:
+        return [w.kube.objects[("Topic", "ns", n)] for n in names]
+
+    def owned() -> set[str]:
+        return {
+            b["metadata"]["name"]
+            for b in now()
+            if (b.get("status") or {}).get("conditions", [{}])[0].get("reason") == "Owned"
+        }
+
+    worker = PoolWorker(w.ctx, pool, lambda key: entries(*now()))
+    for expected in (4, 8, 10):
+        await worker.refresh(worker_pool(worker))
+        assert len(owned()) == expected
+    # Every Topic is Ready: t1..t3 and t8, t9 were refreshed longest ago. t7's status names a
+    # hub that is gone: it is refreshed first, and gets its real owner back.
+    w.kube.objects[("Topic", "ns", "t7")]["status"]["owner"] = "hub-gone"
+    patches = len(w.kube.status_patches)
+    await worker.refresh(worker_pool(worker))
+    assert w.kube.objects[("Topic", "ns", "t7")]["status"]["owner"] == "hub-0"
+    patched = [ref.name for ref, _ in w.kube.status_patches[patches:] if ref.kind == "Topic"]
+    assert patched == ["t7"]
