@@ -15,6 +15,7 @@ from hedwig.errors import BadVersionError, MetadataError
 from hedwig.hub import Hub, HubConfig
 from hedwig.metadata import HubInfo, HubLoad, MetadataStore, SessionState, open_store
 from hedwig.metadata.etcd import EtcdMetadataStore, batches
+from hedwig.metadata.etcd import store as etcd_store
 from hedwig.metadata.records import NEW_VERSION, LedgerMetadata
 from tests import scratch
 from tests.cluster_helpers import hedwig
@@ -181,8 +182,7 @@ class TestBatches:
         won = [c for c in claims if not isinstance(c, BaseException)]
         assert len(won) == 1
         assert all(isinstance(c, BadVersionError) for c in claims if c not in won)
-        # Ledger ids come from the revision of the request that wrote the id key: a batch
-        # writes it once, so ids stay unique when allocated all at once.
+        # Ledger ids allocated all at once stay unique (one block taken for all of them).
         made = await asyncio.gather(*(store.ledgers.create_ledger(LEDGER) for _ in range(50)))
         ids = [m.value.ledger_id for m in made]
         assert len(set(ids)) == 50
@@ -275,3 +275,26 @@ async def test_owner_watches_share_one_watch_of_the_prefix(
     assert store.etcd.batcher.requests == requests
     await other.ownership.delete_owner_info("p6", v6)
     await asyncio.wait_for(fired6.wait(), 10)
+
+
+async def test_ledger_ids_come_in_blocks_unique_across_hubs(
+    store: MetadataStore, other: MetadataStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two hubs making ledgers at once take blocks of ids from one key with compare-and-set:
+    every id is unique, and a hub takes a new block only when its block is used up (one
+    store write per block, not per ledger). A ``ledger-ids`` key written by the revision
+    scheme (empty value) starts the blocks after the last id that scheme gave."""
+    assert isinstance(store, EtcdMetadataStore) and isinstance(other, EtcdMetadataStore)
+    key = store.keys.ledger_ids
+    res = await store.etcd.txn((), (rpc.RequestOp(request_put=rpc.PutRequest(key=key)),))
+    old_scheme_last = res.revision  # the id that scheme's last write gave
+    monkeypatch.setattr(etcd_store, "LEDGER_ID_BLOCK", 8)
+    made = await asyncio.gather(
+        *(s.ledgers.create_ledger(LEDGER) for _ in range(20) for s in (store, other))
+    )
+    ids = [m.value.ledger_id for m in made]
+    assert len(set(ids)) == 40
+    assert min(ids) > old_scheme_last
+    # 40 ids from blocks of 8: each hub took 3 blocks (24 ids for its 20), 6 writes in all.
+    got = await store.etcd.get(key)
+    assert got is not None and int(got.value) == old_scheme_last + 1 + 6 * 8

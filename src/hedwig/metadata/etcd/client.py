@@ -330,11 +330,6 @@ class EtcdClient:
                 reads.append(_item(kvs[0]) if kvs else None)
         return TxnResult(bool(resp.succeeded), revision, tuple(reads))
 
-    async def put_new_revision(self, key: bytes) -> int:
-        """Write ``key`` and return the revision of the write: unique in the cluster, ever
-        (a batch writes a key once, so no two writes of it share a request)."""
-        return (await self.txn((), (put(key, b""),))).revision
-
     # watches ------------------------------------------------------------------------------
 
     async def watch_once(

@@ -9,7 +9,8 @@ names encoded as in ZooKeeper (``a/b`` is ``a%2Fb``, so a name never reaches int
     subscribers/<T>/<S>    subscription (preferences and state, whole)
     hosts/<H>              a hub that joined the region (persistent)
     alive/<H>              its load report, attached to its lease
-    ledgers/L<id>          ledger metadata; ids are revisions of writes to ``ledger-ids``
+    ledgers/L<id>          ledger metadata; ids handed out in blocks from ``ledger-ids``
+    ledger-ids             the first ledger id no hub has taken yet
     acls/<name>            access control entries
     defaults               region defaults
 
@@ -47,6 +48,7 @@ from hedwig.metadata.etcd.client import (
     exists,
     get,
     missing,
+    modified_at,
     put,
 )
 from hedwig.metadata.etcd.keys import Keys, create_key, delete_key, set_key
@@ -228,13 +230,53 @@ class EtcdSubscriptions:
         }
 
 
+# Ledger ids a hub takes at once from ``ledger-ids``.
+LEDGER_ID_BLOCK = 1024
+
+
 class EtcdLedgers:
+    """Ledger metadata, a key per ledger.
+
+    A ledger id must be unique in the region for good (a replica may still hold a deleted
+    ledger's entries). Each id used to be the revision of a write of ``ledger-ids``: a store
+    write per ledger, and a ledger is made at every claim and take-over. Now the key holds the
+    first id not yet taken, and a hub takes ``LEDGER_ID_BLOCK`` of them with one
+    compare-and-set; the ids it does not use (it stops) are never used. A key left by the
+    revision scheme has an empty value: the block starts after its last write, the highest id
+    that scheme gave.
+    """
+
     def __init__(self, etcd: EtcdClient, keys: Keys) -> None:
         self._etcd = etcd
         self._keys = keys
+        self._next_id = self._end_id = 0
+        self._taking: asyncio.Task[None] | None = None
+
+    async def _new_id(self) -> int:
+        while self._next_id >= self._end_id:
+            if self._taking is None or self._taking.done():
+                self._taking = asyncio.get_running_loop().create_task(self._take_block())
+            await asyncio.shield(self._taking)
+        lid = self._next_id
+        self._next_id += 1
+        return lid
+
+    async def _take_block(self) -> None:
+        key = self._keys.ledger_ids
+        while True:
+            got = (await self._etcd.txn((), (get(key),))).reads[0]
+            if got is None:
+                first, guard = 1, missing(key)
+            else:
+                first = int(got.value) if got.value else got.mod + 1
+                guard = modified_at(key, got.mod)
+            end = first + LEDGER_ID_BLOCK
+            if (await self._etcd.txn([guard], [put(key, str(end).encode())])).succeeded:
+                self._next_id, self._end_id = first, end
+                return
 
     async def create_ledger(self, metadata: LedgerMetadata) -> Versioned[LedgerMetadata]:
-        lid = await self._etcd.put_new_revision(self._keys.ledger_ids)
+        lid = await self._new_id()
         md = replace(metadata, ledger_id=lid)
         version = await create_key(self._etcd, self._keys.ledger(lid), md.to_json())
         return Versioned(md, version)
