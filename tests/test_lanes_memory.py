@@ -239,6 +239,43 @@ async def test_a_resent_batch_is_a_duplicate_even_if_its_publisher_belongs_elsew
         assert publisher_base(f"{pid}~3") == pid
 
 
+async def test_a_batch_after_one_sent_to_another_lane_is_sent_there_too(region: Region) -> None:
+    """A publisher's pipelined batches: the first one the new plan sends to another lane is
+    not stored, so the next would leave a gap in its sequence here. That one is answered
+    USE_LANE as well, not OUT_OF_ORDER: an earlier batch that will never be stored here is
+    nothing to wait for, and the publisher, holding the lane change until every batch has
+    settled, used to retry it until its deadline (its lane took nothing meanwhile)."""
+    two = TopicPlan(PlanMode.INGEST, lanes=(Lane(0), Lane(1)))
+    pid = next(p for p in (f"x{i}" for i in range(100)) if two.lane_for(p) == 1)
+    async with region.client() as admin:
+        await admin.publish("gap", b"first")
+        owner = region.owner("gap")
+        conn = await admin.connection(owner.address)
+
+        def frame(pseq: int) -> PublishFrame:
+            return PublishFrame(
+                request_id=conn.next_id(),
+                topic="gap",
+                publisher_id=pid,
+                publisher_seq=pseq,
+                messages=EncodedMessages.of_values([b"a", b"b"]),
+            )
+
+        stored = await conn.request(frame(1), 5)
+        assert isinstance(stored, Published) and not stored.duplicate
+        await set_mode(region, "gap", PlanMode.INGEST, hubs=2)
+
+        def seen() -> bool:
+            known, current = owner.fanout.peek("gap")
+            return known and current is not None and current.mode is PlanMode.INGEST
+
+        await until(seen)
+        for pseq in (3, 5):  # 5 after 3, which was not stored
+            with pytest.raises(UseLaneError) as refused:
+                await conn.request(frame(pseq), 5)
+            assert refused.value.lane == lane_name("gap", 1)
+
+
 async def test_lane_names_are_served_only_as_lanes(region: Region) -> None:
     async with region.client() as admin:
         await admin.publish("named", b"x")

@@ -28,6 +28,7 @@ from hedwig.errors import (
     LedgerError,
     MessagesUnavailableError,
     MessageTooLargeError,
+    OutOfOrderError,
     TopicInUseError,
     TopicMovingError,
 )
@@ -200,6 +201,14 @@ class OwnedTopic:
                 known = await table.check(pid, pseq, count)
             except asyncio.CancelledError:
                 known = None  # the original write failed: this one is the real attempt
+            except OutOfOrderError:
+                # Beyond a gap, so not stored here: a publisher the lane check refuses is told
+                # its lane. The gap is usually its batch the check has just refused, which
+                # will never be stored here; OUT_OF_ORDER would have it retry this one until
+                # its deadline, holding its move to the lane (made once every batch settled).
+                if check is not None:
+                    check(pid)
+                raise
             if known is not None:
                 if not known.first_seq:
                     # A late copy of a batch stored long ago (a connection the client gave up
