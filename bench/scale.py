@@ -29,7 +29,11 @@ the region's claims per second through the normal path, the store's growth per t
 (resident memory of its server, size of its data directory) and each hub's per topic it owns.
 Then the hub owning the most is killed (``kill -9``), and the time from the kill until every one
 of its topics has accepted a publish again is measured (the session or lease timeout, then the
-take-overs).
+take-overs), ``--failover-concurrency`` publishes in flight: after a failure every topic's
+publishers retry at once, so the region, not one client's window, should set the pace (with
+200 in flight the take-overs waited on the client: each is a chain of store and replica round
+trips, and the survivors were half idle). Also each process's CPU, in cores, over the claims
+and over the take-overs.
 
 Prints one JSON object.
 """
@@ -204,10 +208,13 @@ async def failover(args: argparse.Namespace) -> dict[str, Any]:
         assert store_dir is not None
         hub_rss0 = {h.address: _rss_of(h.proc.pid) for h in cluster.hub_procs if h.proc}
         store0 = (_rss_of(store_pid), _du(store_dir))
+        pids = {f"hub{i}": h.proc.pid for i, h in enumerate(cluster.hub_procs) if h.proc}
+        pids["store"], pids["client"] = store_pid, os.getpid()
         async with HedwigClient(cluster.addresses, retry=retry) as client:
-            t0 = time.monotonic()
-            await _publish_all(client, names, args.concurrency)
+            cpu0, t0 = _cpu_of(pids), time.monotonic()
+            await _publish_all(client, names, args.concurrency, args.progress)
             took = time.monotonic() - t0
+            out["claims_cpu_cores"] = _cores(pids, cpu0, took)
             out["first_publish_s"] = round(took, 1)
             out["region_claims_per_s"] = round(args.topics / took, 1)
             owners: dict[str, list[str]] = {}
@@ -224,13 +231,33 @@ async def failover(args: argparse.Namespace) -> dict[str, Any]:
         victim, theirs = max(owners.items(), key=lambda kv: len(kv[1]))
         out["victim_topics"] = len(theirs)
         survivors = [a for a in cluster.addresses if a != victim]
+        dead = [k for k, h in zip(pids, cluster.hub_procs, strict=False) if h.address == victim]
         async with HedwigClient(survivors, retry=retry) as client:
             cluster.hub_at(victim).kill()
-            t0 = time.monotonic()
-            await _publish_all(client, theirs, args.concurrency)
+            cpu0, t0 = _cpu_of({k: p for k, p in pids.items() if k not in dead}), time.monotonic()
+            await _publish_all(client, theirs, args.failover_concurrency, args.progress)
             out["failover_s"] = round(time.monotonic() - t0, 1)
+            out["failover_cpu_cores"] = _cores(
+                {k: p for k, p in pids.items() if k not in dead}, cpu0, time.monotonic() - t0
+            )
     out["session_timeout_s"] = args.session_timeout
+    out["concurrency"], out["failover_concurrency"] = args.concurrency, args.failover_concurrency
     return out
+
+
+def _cpu_of(pids: dict[str, int]) -> dict[str, float]:
+    """CPU seconds (user and system) each process has used."""
+    out = {}
+    for name, pid in pids.items():
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        out[name] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return out
+
+
+def _cores(pids: dict[str, int], before: dict[str, float], seconds: float) -> dict[str, float]:
+    now = _cpu_of(pids)
+    return {k: round((now[k] - before[k]) / seconds, 2) for k in pids}
 
 
 def _rss_of(pid: int) -> int:
@@ -334,14 +361,30 @@ async def _publisher(address: str, topics: int, rate: float, seconds: float) -> 
     }
 
 
-async def _publish_all(client: HedwigClient, names: list[str], concurrency: int) -> None:
+async def _publish_all(
+    client: HedwigClient, names: list[str], concurrency: int, progress: bool = False
+) -> None:
     todo = iter(names)
+    done = 0
 
     async def worker() -> None:
+        nonlocal done
         for n in todo:
             await client.publish(n, b"x")
+            done += 1
 
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    async def report() -> None:
+        t0 = time.monotonic()
+        while True:
+            await asyncio.sleep(10)
+            print(f"{time.monotonic() - t0:.0f}s: {done}/{len(names)}", file=sys.stderr)
+
+    reporter = asyncio.get_running_loop().create_task(report()) if progress else None
+    try:
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    finally:
+        if reporter is not None:
+            reporter.cancel()
 
 
 def main() -> None:
@@ -353,6 +396,12 @@ def main() -> None:
         help="zookeeper or etcd (a server started here), or a metadata store URL",
     )
     p.add_argument("--concurrency", type=int, default=500, help="claims in flight")
+    p.add_argument(
+        "--failover-concurrency",
+        type=int,
+        default=2000,
+        help="publishes in flight after the kill (--failover)",
+    )
     p.add_argument("--idle", type=float, default=30.0, help="seconds of idle CPU measured")
     p.add_argument("--session-timeout", type=float, default=6.0)
     p.add_argument("--progress", action="store_true")
