@@ -7,9 +7,11 @@
   ``tls`` user, its client certificate (``hedwig_operator.security``); a delete handler (with
   the operator's finalizer) removes the ACL entry.
 - Topic: create/update/resume reconcile the topic's znode and status; an index of Topics by
-  pool (``topic_entries``) tells which resource manages which topic name, and which Topics
-  a pool's worker refreshes. A delete handler, filtered to ``deletionPolicy: Delete`` without
-  ``hedwig.io/finalizer: "false"``, is the only reason a Topic gets a finalizer.
+  pool (``topic_entries``) tells which Topics a pool's worker refreshes, and one by topic
+  name (``topic_claims``) which resource manages which topic name (looked up, not scanned:
+  with N Topics a scan per event made creating them O(N²)). A delete handler, filtered to
+  ``deletionPolicy: Delete`` without ``hedwig.io/finalizer: "false"``, is the only reason a
+  Topic gets a finalizer.
 
 Domain problems (bad spec, unknown pool, ZooKeeper down) end up in the status, never as
 handler failures: the pool's worker retries them on its own schedule. Only API-server
@@ -82,6 +84,37 @@ def _plain(body: Mapping[str, Any]) -> dict[str, Any]:
     return copy.deepcopy(dict(body))
 
 
+# What the operator reads of a Topic's metadata.
+_TOPIC_METADATA = (
+    "name",
+    "namespace",
+    "uid",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+)
+
+
+def _kept(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A detached copy of what the operator reads of a Topic: the index holds one per Topic.
+
+    Not its managed fields nor kopf's own annotations (its last-handled configuration is a
+    second copy of the spec): most of a body, and the index held them for every Topic (about
+    50 KB of operator memory per Topic with them)."""
+    meta = body.get("metadata") or {}
+    kept: dict[str, Any] = {k: copy.deepcopy(meta[k]) for k in _TOPIC_METADATA if k in meta}
+    annotations = {
+        k: v for k, v in (meta.get("annotations") or {}).items() if not k.startswith(KOPF_PREFIX)
+    }
+    if annotations:
+        kept["annotations"] = annotations
+    out = {"apiVersion": body.get("apiVersion"), "kind": body.get("kind"), "metadata": kept}
+    for part in ("spec", "status"):
+        if body.get(part) is not None:
+            out[part] = copy.deepcopy(dict(body[part]))
+    return out
+
+
 def _topics_of(key: PoolKey) -> Iterable[TopicEntry]:
     index = STATE.topic_index
     if index is None or key not in index:
@@ -89,10 +122,26 @@ def _topics_of(key: PoolKey) -> Iterable[TopicEntry]:
     return list(index[key])
 
 
-def _claims(index: kopf.Index[PoolKey, TopicEntry], body: Mapping[str, Any]) -> list[TopicClaim]:
+def _claims(
+    index: kopf.Index[tuple[str, str, str], TopicClaim], body: Mapping[str, Any]
+) -> list[TopicClaim]:
+    """Every claim on the topic name ``body`` claims, in its pool (what decides which Topic
+    manages it)."""
+    claim = claim_of(body)
+    if claim is None:
+        return []
+    key = (claim.namespace, claim.pool, claim.topic_name)
+    return list(index[key]) if key in index else []
+
+
+def _pool_body(body: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The Topic's pool as its worker last saw it (kept current by the pool's events), so
+    reconciling a Topic does not read the pool from the API server each time; None if the
+    pool has no worker (yet): the reconciler reads it."""
     meta, spec = body.get("metadata") or {}, body.get("spec") or {}
-    key = claims_key(str(meta.get("namespace")), str(spec.get("pool")))
-    return [e.claim for e in index[key]] if key in index else []
+    workers = STATE.workers
+    worker = workers.get((str(meta.get("namespace")), str(spec.get("pool")))) if workers else None
+    return worker.body if worker is not None else None
 
 
 @kopf.on.startup()
@@ -140,7 +189,15 @@ def topic_entries(body: kopf.Body, **_: Any) -> dict[PoolKey, TopicEntry]:
     claim = claim_of(body)
     if claim is None:
         return {}
-    return {claims_key(claim.namespace, claim.pool): TopicEntry(claim, _plain(body))}
+    return {claims_key(claim.namespace, claim.pool): TopicEntry(claim, _kept(body))}
+
+
+@kopf.index(GROUP, VERSION, TOPIC_PLURAL)
+def topic_claims(body: kopf.Body, **_: Any) -> dict[tuple[str, str, str], TopicClaim]:
+    claim = claim_of(body)
+    if claim is None:
+        return {}
+    return {(claim.namespace, claim.pool, claim.topic_name): claim}
 
 
 @kopf.on.resume(GROUP, VERSION, TOPIC_PLURAL)
@@ -148,9 +205,9 @@ def topic_entries(body: kopf.Body, **_: Any) -> dict[PoolKey, TopicEntry]:
 @kopf.on.update(GROUP, VERSION, TOPIC_PLURAL)
 async def topic_changed(body: kopf.Body, patch: kopf.Patch, **kwargs: Any) -> None:
     ctx = _ctx()
-    claims = _claims(kwargs["topic_entries"], body)
+    claims = _claims(kwargs["topic_claims"], body)
     try:
-        status, _retry = await reconcile_topic(ctx, body, claims)
+        status, _retry = await reconcile_topic(ctx, body, claims, pool_body=_pool_body(body))
     except KubeError as exc:
         raise kopf.TemporaryError(f"API server: {exc}", delay=ctx.settings.retry_delay_s) from exc
     for key, value in status.items():
@@ -162,7 +219,7 @@ async def topic_changed(body: kopf.Body, patch: kopf.Patch, **kwargs: Any) -> No
 )
 async def topic_deleted(body: kopf.Body, **kwargs: Any) -> None:
     ctx = _ctx()
-    claims = _claims(kwargs["topic_entries"], body)
+    claims = _claims(kwargs["topic_claims"], body)
     try:
         outcome = await delete_topic_data(ctx, body, claims)
     except (TransientError, KubeError) as exc:

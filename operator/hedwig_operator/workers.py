@@ -182,7 +182,11 @@ class PoolWorker:
         (the kopf handlers): the refresh is for what changes behind the resource's back.
         """
         every = list(self.topics_of(self.key))
-        claims = [e.claim for e in every]  # a Topic being deleted still holds its claim
+        # Claims by topic name (a Topic being deleted still holds its claim): each Topic's
+        # conflict check looks at its rivals only, not at every claim of the pool.
+        claims: dict[str, list[TopicClaim]] = {}
+        for e in every:
+            claims.setdefault(e.claim.topic_name, []).append(e.claim)
         entries = [e for e in every if not (e.body.get("metadata") or {}).get("deletionTimestamp")]
         alive = {h.address for h in hubs if h.alive}
         hot: set[str] = set()
@@ -209,7 +213,7 @@ class PoolWorker:
 
         async def refresher() -> None:
             for entry in todo:
-                await self._refresh_topic(entry, claims, hubs)
+                await self._refresh_topic(entry, claims[entry.claim.topic_name], hubs)
 
         await asyncio.gather(*(refresher() for _ in range(min(REFRESHES_AT_ONCE, len(chosen)))))
 
