@@ -57,16 +57,19 @@ TopicsOf = Callable[[PoolKey], Iterable[TopicEntry]]
 REFRESHES_AT_ONCE = 16
 
 
-def _needs_refresh(body: Mapping[str, Any], alive: set[str]) -> bool:
-    """Whether a Topic's status is wrong or unsettled: not Ready, its spec not yet observed,
-    or its owner no longer an alive hub (the owner died: a new one must be found)."""
+def _urgency(body: Mapping[str, Any], alive: set[str]) -> int:
+    """How soon a Topic's refresh is due, 0 first: 0, its status is wrong or unsettled (not
+    Ready, or its owner no longer an alive hub: the owner died, a new one must be found);
+    2, it looks fine; 3, its spec is not observed yet: kopf's create or update handler is
+    about to reconcile it (refreshing it too would do that work twice: a burst of new Topics
+    became Ready more slowly with it). 1 is for hot Topics (``refresh_topics``)."""
     meta, status = body.get("metadata") or {}, body.get("status") or {}
     if status.get("observedGeneration") != meta.get("generation"):
-        return True
+        return 3
     if status.get("owner") not in alive:
-        return True
+        return 0
     ready = [c for c in status.get("conditions") or [] if c.get("type") == "Ready"]
-    return not ready or ready[0].get("status") != "True"
+    return 0 if not ready or ready[0].get("status") != "True" else 2
 
 
 class PoolWorker:
@@ -176,9 +179,10 @@ class PoolWorker:
         A refresh reconciles the Topic again (its znode, an owner, its plan) and reads what
         its status shows. Refreshing every Topic every interval cost about six metadata reads
         per Topic per interval: with 100,000 Topics far more than one interval of work, paid
-        for idle topics. Within the budget, first the Topics that need it (not Ready, spec
-        not observed, owner gone), then the ones hubs report as hottest (their rates move),
-        then the longest unrefreshed. Creating or changing a Topic reconciles it at once
+        for idle topics. Within the budget, first the Topics that need it (not Ready, owner
+        gone), then the ones hubs report as hottest (their rates move), then the longest
+        unrefreshed, and last those kopf's handlers are about to reconcile (``_urgency``).
+        Creating or changing a Topic reconciles it at once
         (the kopf handlers): the refresh is for what changes behind the resource's back.
         """
         every = list(self.topics_of(self.key))
@@ -199,9 +203,10 @@ class PoolWorker:
 
         def priority(e: TopicEntry) -> tuple[int, float]:
             last = self._refreshed.get((e.claim.namespace, e.claim.name), never)
-            if _needs_refresh(e.body, alive):
-                return (0, last)
-            return (1 if e.claim.topic_name in hot else 2, last)
+            urgency = _urgency(e.body, alive)
+            if urgency == 2 and e.claim.topic_name in hot:
+                urgency = 1
+            return (urgency, last)
 
         chosen = (
             entries if len(entries) <= budget else heapq.nsmallest(budget, entries, key=priority)

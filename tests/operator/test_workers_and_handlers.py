@@ -205,7 +205,8 @@ async def test_only_spec_or_annotation_changes_wake_the_worker() -> None:
 async def test_topic_refresh_is_bounded_and_takes_the_topics_that_need_it_first() -> None:
     """A pool's worker refreshes at most ``topic_refreshes_per_s`` times the interval Topics a
     tick: the ones not Ready first, then the longest unrefreshed; a Topic whose owner is no
-    longer alive goes ahead of those."""
+    longer alive goes ahead of those, and one whose spec kopf has not handled yet (its create
+    handler is about to reconcile it) after all of them."""
     w = await World().start()
     w.ctx.settings = type(w.ctx.settings)(status_interval_s=1.0, topic_refreshes_per_s=4.0)
     pool = pool_body(spec={"region": "r1"})
@@ -213,8 +214,10 @@ async def test_topic_refresh_is_bounded_and_takes_the_topics_that_need_it_first(
     w.kube.put(settled_statefulset())
     await w.register("hub-0")
     names = [f"t{i}" for i in range(10)]
+    handled = {"observedGeneration": 1, "conditions": [{"type": "Ready", "status": "False"}]}
     for name in names:
-        w.kube.put(topic_body(name))
+        w.kube.put(topic_body(name, status=handled))
+    w.kube.put(topic_body("new"))  # not handled by kopf yet
 
     def now() -> list[dict[str, Any]]:
         return [w.kube.objects[("Topic", "ns", n)] for n in names]
@@ -226,10 +229,13 @@ async def test_topic_refresh_is_bounded_and_takes_the_topics_that_need_it_first(
             if (b.get("status") or {}).get("conditions", [{}])[0].get("reason") == "Owned"
         }
 
-    worker = PoolWorker(w.ctx, pool, lambda key: entries(*now()))
+    worker = PoolWorker(
+        w.ctx, pool, lambda key: entries(w.kube.objects[("Topic", "ns", "new")], *now())
+    )
     for expected in (4, 8, 10):
         await worker.refresh(worker_pool(worker))
         assert len(owned()) == expected
+    assert "status" not in w.kube.objects[("Topic", "ns", "new")]
     # Every Topic is Ready: t1..t3 and t8, t9 were refreshed longest ago. t7's status names a
     # hub that is gone: it is refreshed first, and gets its real owner back.
     w.kube.objects[("Topic", "ns", "t7")]["status"]["owner"] = "hub-gone"
