@@ -748,3 +748,40 @@ def test_ledger_metadata_json_holds_every_field_and_reads_back() -> None:
     raw = md.to_json()
     assert set(json.loads(raw)) == {f.name for f in dataclasses.fields(LedgerMetadata)}
     assert LedgerMetadata.from_json(raw) == md
+
+
+async def test_orphans_are_replicas_whose_metadata_is_gone_whatever_their_ids(
+    store: MemoryMetadataStore, tmp_path: Path
+) -> None:
+    """A ledger made while the auditor lists the ledgers' metadata is no orphan, even with a
+    lower id than ledgers already listed (ids come in blocks per hub): its replica is kept.
+    A replica whose metadata was deleted is collected."""
+    disk = LocalStorage(tmp_path / "d", "h:1")
+    md = LedgerMetadata(0, "t", 1, 1, 1, ((0, ("h:1",)),))
+    gone = await store.ledgers.create_ledger(md)
+    await disk.add_entry(gone.value.ledger_id, 0, -1, b"old")
+    await store.ledgers.delete_ledger(gone.value.ledger_id, gone.version)
+    high = await store.ledgers.create_ledger(md)
+    await disk.add_entry(high.value.ledger_id, 0, -1, b"kept")
+    list_ledgers = store.ledgers.list_ledgers
+    made: list[int] = []
+
+    async def listing_while_another_hub_makes_one() -> list[int]:
+        listed = await list_ledgers()
+        lid = high.value.ledger_id - 1  # from another hub's block, below the listed ones
+        await disk.add_entry(lid, 0, -1, b"acknowledged")  # metadata written, not listed
+        made.append(lid)
+        return listed
+
+    store.ledgers.list_ledgers = listing_while_another_hub_makes_one  # type: ignore[method-assign]
+    auditor = Auditor(
+        address="h:1",
+        store=store,
+        replicas=LocalFirstReplicas(disk),
+        local=disk,
+        wanted_size=lambda _t: ReplicationConfig(1, 1, 1),
+    )
+    assert await auditor.collect_orphans() == [gone.value.ledger_id]
+    assert await disk.read_entry(made[0], 0) == b"acknowledged"
+    assert await disk.read_entry(high.value.ledger_id, 0) == b"kept"
+    await disk.close()
