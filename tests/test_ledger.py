@@ -462,6 +462,10 @@ async def _three() -> int:
     return 3
 
 
+async def _one() -> int:
+    return 1
+
+
 async def test_the_auditor_reads_every_ledger_only_when_something_can_have_changed(
     store: MemoryMetadataStore, tmp_path: Path
 ) -> None:
@@ -779,9 +783,42 @@ async def test_orphans_are_replicas_whose_metadata_is_gone_whatever_their_ids(
         store=store,
         replicas=LocalFirstReplicas(disk),
         local=disk,
-        wanted_size=lambda _t: ReplicationConfig(1, 1, 1),
+        wanted_size=lambda _t: _one(),
     )
     assert await auditor.collect_orphans() == [gone.value.ledger_id]
     assert await disk.read_entry(made[0], 0) == b"acknowledged"
     assert await disk.read_entry(high.value.ledger_id, 0) == b"kept"
     await disk.close()
+
+
+async def test_a_log_abandoned_before_any_append_leaves_the_record_as_it_found_it(
+    store: MemoryMetadataStore, tmp_path: Path
+) -> None:
+    """A take-over that cannot read back the log's end gives the topic up: the new ledger its
+    open made is taken out of the record and deleted, so trying again and again does not grow
+    the record by a ledger each time."""
+    storage = LocalStorage(tmp_path, "h:1")
+    log = make_log(store, storage)
+    await log.open()
+    await log.append("p", 0, EncodedMessages.of_values([b"a"]))
+    await log.close()
+    before = await store.persistence.read_topic_persistence_info("t")
+    assert before is not None
+    made = []
+    for _ in range(3):
+        again = make_log(store, storage)
+        await again.open()
+        made.append(again.ledger_id)
+        await again.abandon()
+        assert again.broken is not None
+        got = await store.persistence.read_topic_persistence_info("t")
+        assert got is not None and got.value == before.value
+    assert [await store.ledgers.read_ledger(lid) for lid in made] == [None, None, None]
+    # Once something is appended, abandoning closes as usual: nothing is taken out.
+    last = make_log(store, storage)
+    await last.open()
+    await last.append("p", 0, EncodedMessages.of_values([b"b"]))
+    await last.abandon()
+    got = await store.persistence.read_topic_persistence_info("t")
+    assert got is not None and got.value.last_seq == 2
+    await storage.close()

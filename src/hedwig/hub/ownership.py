@@ -421,7 +421,7 @@ class TopicOwnership:
             level = logging.WARNING if self._warn_throttle.allow(topic) else logging.DEBUG
             log.log(level, "taking over topic %r failed: reading back its tail: %s", topic, exc)
             with contextlib.suppress(HedwigError):
-                await tlog.close()
+                await tlog.abandon()
             with contextlib.suppress(HedwigError):
                 await self.store.ownership.delete_owner_info(topic, version)
             raise ServiceUnavailableError(

@@ -27,7 +27,13 @@ from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from hedwig.clock import Clock, SystemClock
-from hedwig.errors import BadVersionError, HedwigError, LedgerError, MetadataUnavailableError
+from hedwig.errors import (
+    BadVersionError,
+    HedwigError,
+    LedgerError,
+    MetadataError,
+    MetadataUnavailableError,
+)
 from hedwig.ledger.handle import LedgerWriter, read_entry, recover_ledger
 from hedwig.ledger.log_reader import LogReader
 from hedwig.ledger.replicas import Replicas
@@ -508,6 +514,38 @@ class TopicLog:
                 log.info("topic %r: metadata store unavailable; retrying (%s)", self.topic, exc)
                 await self._clock.sleep(delay)
                 delay = min(1.0, delay * 2)
+
+    async def abandon(self) -> None:
+        """Give up a log just opened, before anything was appended: its new ledger is taken
+        out of the topic's record again and deleted (``close`` if something was appended).
+
+        A take-over that cannot read back the log's end gives the topic up, and the next
+        claim opens the log again. Closing each time left an empty ledger in the record per
+        attempt: a topic whose end stayed unreadable (its replicas out of reach) grew its
+        record and the ledgers' metadata by one ledger per client retry (about a hundred in
+        four minutes)."""
+        writer, ranges = self._writer, self._ranges.value.ranges
+        if (
+            writer is None
+            or self._rolling is not None
+            or not ranges
+            or ranges[-1].ledger_id != writer.ledger_id
+            or self._next_seq != ranges[-1].start_seq
+        ):
+            await self.close()
+            return
+        self._writer = None
+        self.broken = self.broken or LedgerError("topic log abandoned")
+        self._notify()
+        kept = LedgerRanges(ranges[:-1])
+        try:
+            version = await self._store.persistence.write_topic_persistence_info(
+                self.topic, kept, self._ranges.version
+            )
+        except MetadataError:
+            return  # changed meanwhile (someone else has the topic) or out of reach: leave it
+        self._ranges = Versioned(kept, version)
+        await self._discard(writer)
 
     async def close(self) -> None:
         """Graceful end of ownership: flush, close the ledger and record where the log ends."""
