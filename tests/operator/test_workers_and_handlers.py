@@ -9,7 +9,7 @@ import kopf
 import pytest
 from hedwig_operator import handlers
 from hedwig_operator.kube import KubeError
-from hedwig_operator.topics import claim_of, claims_key
+from hedwig_operator.topics import claim_of
 from hedwig_operator.workers import PoolWorker, TopicEntry, Workers
 
 from .fakes import World, pool_body, topic_body
