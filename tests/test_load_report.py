@@ -281,3 +281,13 @@ async def test_a_report_of_claims_counts_the_topics_and_keeps_the_last_rates() -
             await hub.loops.report_load()
             regular = await written()
             assert all(regular.topic_loads[f"cold-{i}"].msg_in > 0 for i in range(5))
+
+            # A topic let go leaves the totals at once: the report it brings samples again.
+            await hub.topics.release("hot", "test")
+
+            async def released() -> bool:
+                got = await written()
+                return got.topics == 5 and "hot" not in got.topic_loads
+
+            await eventually(released, timeout=5)
+            assert (await written()).msg_in < regular.msg_in

@@ -79,6 +79,10 @@ class HubLoops:
         # The last report written (before the hub's addresses are added): what a report of
         # claims between two regular ones starts from (``report_load(resample=False)``).
         self._last_report: HubLoad | None = None
+        # Topics owned at the last change, and whether one was let go since the last report:
+        # its rates must leave the totals, so that report samples them again.
+        self._owned_count = 0
+        self._released = False
         self._tasks: list[asyncio.Task[None]] = []
         self._report_pending = False
         self._running = False
@@ -224,6 +228,10 @@ class HubLoops:
     def topics_changed(self) -> None:
         """A topic was claimed or let go: report the new load now, not at the next interval,
         so placement and rebalancing elsewhere see it."""
+        count = len(self.ownership.topics)
+        if count < self._owned_count:
+            self._released = True
+        self._owned_count = count
         if self._running and not self._report_pending:
             self._report_pending = True
             asyncio.get_running_loop().create_task(self._report_soon())
@@ -231,8 +239,12 @@ class HubLoops:
     async def _report_soon(self) -> None:
         await self.clock.sleep(REPORT_SOON_S)
         self._report_pending = False
+        # Claims only: the counts, with the last rates (``report_load``). A topic let go (a
+        # move by the rebalancer): sampled again, or the totals still carry its rates and
+        # the rebalancer, seeing the hub as loaded as before, moves more topics off it.
+        resample, self._released = self._released, False
         try:
-            await self.report_load(count_hubs=False, resample=False)
+            await self.report_load(count_hubs=False, resample=resample)
         except Exception as exc:
             log.warning("load report failed: %s", exc)
 
