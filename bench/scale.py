@@ -22,18 +22,22 @@ over all of them, for ``--active-seconds``; measured: the hub's CPU per second a
 growth per topic while all are active, and the publish latency (from each message's due time
 to its acknowledgement: a client that falls behind its schedule shows it).
 
-``--failover``: instead, a region: a DevCluster of three hub processes (3/3/2) on the store.
-A client publishes one message to each of ``--topics`` topics, ``--concurrency`` at a time
-(placement spreads them; each first publish claims its topic and writes its first ledger):
-the region's claims per second through the normal path, the store's growth per topic
-(resident memory of its server, size of its data directory) and each hub's per topic it owns.
-Then the hub owning the most is killed (``kill -9``), and the time from the kill until every one
-of its topics has accepted a publish again is measured (the session or lease timeout, then the
-take-overs), ``--failover-concurrency`` publishes in flight: after a failure every topic's
-publishers retry at once, so the region, not one client's window, should set the pace (with
-200 in flight the take-overs waited on the client: each is a chain of store and replica round
-trips, and the survivors were half idle). Also each process's CPU, in cores, over the claims
-and over the take-overs.
+``--failover``: instead, a region: a DevCluster of three hub processes (3/3/2) on the store. A
+client publishes one message to each of ``--topics`` topics, ``--concurrency`` at a time
+(placement spreads them; each first publish claims its topic and writes its first ledger): the
+region's claims per second through the normal path, the store's growth per topic (resident
+memory of its server, size of its data directory) and each hub's per topic it owns. Then, every
+topic owned and idle for ``--idle`` seconds: each process's CPU, each hub's resident growth per
+topic it owns, the series on each hub's ``/metrics``, the time to list the region's topics from
+the store; with ``--active RATE``, the first ``--active-topics`` topics are then published to at
+``RATE`` messages a second in all, round robin, from another process (its latency, each
+process's CPU). Then the hub owning the most is killed (``kill -9``), and the time from the kill
+until every one of its topics has accepted a publish again is measured (the session or lease
+timeout, then the take-overs), ``--failover-concurrency`` publishes in flight: after a failure
+every topic's publishers retry at once, so the region, not one client's window, should set the
+pace (with 200 in flight the take-overs waited on the client: each is a chain of store and
+replica round trips, and the survivors were half idle). Also each process's CPU, in cores, over
+the claims and over the take-overs.
 
 Prints one JSON object.
 """
@@ -52,6 +56,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from typing import Any
 
 from prometheus_client import generate_latest
@@ -228,6 +233,9 @@ async def failover(args: argparse.Namespace) -> dict[str, Any]:
             for h in cluster.hub_procs
             if h.proc
         ]
+        await _region_idle(cluster, pids, owners, hub_rss0, args, out)
+        if args.active:
+            out["active"] = await _region_active(cluster, pids, names, args)
         victim, theirs = max(owners.items(), key=lambda kv: len(kv[1]))
         out["victim_topics"] = len(theirs)
         survivors = [a for a in cluster.addresses if a != victim]
@@ -243,6 +251,72 @@ async def failover(args: argparse.Namespace) -> dict[str, Any]:
     out["session_timeout_s"] = args.session_timeout
     out["concurrency"], out["failover_concurrency"] = args.concurrency, args.failover_concurrency
     return out
+
+
+async def _region_idle(
+    cluster: DevCluster,
+    pids: dict[str, int],
+    owners: dict[str, list[str]],
+    rss0: dict[str, int],
+    args: argparse.Namespace,
+    out: dict[str, Any],
+) -> None:
+    """Every topic owned and idle, for ``--idle`` seconds: each process's CPU, each hub's
+    resident growth per topic it owns, the series on each hub's ``/metrics``, and the time to
+    list every topic of the region from the store."""
+    cpu0, t0 = _cpu_of(pids), time.monotonic()
+    await asyncio.sleep(args.idle)
+    out["idle_cpu_cores"] = _cores(pids, cpu0, time.monotonic() - t0)
+    out["hub_bytes_per_owned_idle_topic"] = [
+        round((_rss_of(h.proc.pid) - rss0[h.address]) / len(owners.get(h.address, [1])))
+        for h in cluster.hub_procs
+        if h.proc
+    ]
+    out["owned_topics"] = [len(owners.get(h.address, [])) for h in cluster.hub_procs]
+    out["metric_series"] = [_series(h.metrics_url) for h in cluster.hub_procs]
+    url = cluster.zk if "://" in cluster.zk else f"zk://{cluster.zk}"
+    async with open_store(url, region=cluster.region) as reader:
+        t0 = time.monotonic()
+        listed = await reader.topics.list_topics()
+        out["list_s"] = round(time.monotonic() - t0, 2)
+        out["listed"] = len(listed)
+        del listed
+
+
+def _series(metrics_url: str) -> int:
+    """How many series a hub's ``/metrics`` exposes (its lines that are not comments)."""
+    with urllib.request.urlopen(metrics_url + "/metrics", timeout=30) as r:
+        text = r.read().decode()
+    return sum(1 for line in text.splitlines() if line and not line.startswith("#"))
+
+
+async def _region_active(
+    cluster: DevCluster, pids: dict[str, int], names: list[str], args: argparse.Namespace
+) -> dict[str, Any]:
+    """The first ``--active-topics`` topics active at a low rate (``--active`` messages a
+    second over all of them, round robin), published to from another process: each process's
+    CPU meanwhile, the publisher's latency."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "bench.scale",
+        "--publish-to",
+        ",".join(cluster.addresses),
+        "--prefix",
+        "fo/",
+        "--topics",
+        str(min(args.active_topics or len(names), len(names))),
+        "--active",
+        str(args.active),
+        "--active-seconds",
+        str(args.active_seconds),
+    ]
+    proc = await asyncio.create_subprocess_exec(*cmd, stdout=subprocess.PIPE)
+    cpu0, t0 = _cpu_of(pids), time.monotonic()
+    stdout, _ = await proc.communicate()
+    got: dict[str, Any] = json.loads(stdout.decode().strip().splitlines()[-1])
+    got["cpu_cores"] = _cores(pids, cpu0, time.monotonic() - t0)
+    return got
 
 
 def _cpu_of(pids: dict[str, int]) -> dict[str, float]:
@@ -308,10 +382,12 @@ async def _active(
     return got
 
 
-async def _publisher(address: str, topics: int, rate: float, seconds: float) -> dict[str, Any]:
-    """``--publish-to``: one message at a time to topic after topic, ``rate`` a second in all,
-    each timed from when it was due to its acknowledgement."""
-    names = [f"scale/{i:07d}" for i in range(topics)]
+async def _publisher(
+    addresses: str, topics: int, rate: float, seconds: float, prefix: str = "scale/"
+) -> dict[str, Any]:
+    """``--publish-to HOST:PORT[,...]``: one message at a time to topic after topic, ``rate``
+    a second in all, each timed from when it was due to its acknowledgement."""
+    names = [f"{prefix}{i:07d}" for i in range(topics)]
     total = int(rate * seconds)
     lat: list[float] = []
     # Messages to a topic published to before (the first to each claims nothing, but makes
@@ -319,7 +395,7 @@ async def _publisher(address: str, topics: int, rate: float, seconds: float) -> 
     again: list[float] = []
     failed = [0]
     cpu0 = cpu_s()
-    async with HedwigClient([address], retry=RetryPolicy(deadline_s=60)) as client:
+    async with HedwigClient(addresses.split(","), retry=RetryPolicy(deadline_s=60)) as client:
         start = time.monotonic()
         sent = 0
         while sent < total:
@@ -410,11 +486,18 @@ def main() -> None:
         "--active", type=float, default=0.0, help="then every topic active: messages/s in all"
     )
     p.add_argument("--active-seconds", type=float, default=30.0)
+    p.add_argument(
+        "--active-topics",
+        type=int,
+        default=0,
+        help="--failover: how many topics --active spreads over (default: all)",
+    )
+    p.add_argument("--prefix", default="scale/", help=argparse.SUPPRESS)
     p.add_argument("--publish-to", help=argparse.SUPPRESS)  # the --active publisher process
     args = p.parse_args()
     if args.publish_to:
         result = asyncio.run(
-            _publisher(args.publish_to, args.topics, args.active, args.active_seconds)
+            _publisher(args.publish_to, args.topics, args.active, args.active_seconds, args.prefix)
         )
     else:
         result = asyncio.run(failover(args) if args.failover else run(args))
