@@ -201,6 +201,54 @@ def test_no_topic_moves_twice_while_load_is_unchanged(
     assert serving >= min(min_hubs, len(region))
 
 
+def test_a_region_at_the_low_load_line_does_not_fill_a_hub_and_then_drain_it() -> None:
+    """At exactly the line (4,000 msg/s, 20 % of four hubs of 5,000) the empty hub is filled;
+    once moved topics report a few percent low (lagging rates) the region reads just under
+    the line, which must not start a drain that moves them all again."""
+    clock = ManualClock()
+    cfg = RebalanceConfig(confirmations=2, cooldown_s=300, low_load_drain=True, hub_capacity=5_000)
+    policy = Rebalancer(cfg, clock)
+    spec = [[], [1, 1, 30, 27, 1, 11, 62, 77, 105, 118, 350, 400, 400, 400], [400]]
+    spec.append([400, 17, 400, 400, 400])
+    region = {f"h{i}": {f"t{i}-{k}": r for k, r in enumerate(rs)} for i, rs in enumerate(spec)}
+    reported = {h: dict(t) for h, t in region.items()}
+    moved: dict[str, int] = {}
+    for _ in range(40):
+        snapshot = []
+        for h, topics in region.items():
+            old = reported[h]
+            reported[h] = {t: 0.5 * old.get(t, 0.0) + 0.5 * r for t, r in topics.items()}
+            loads = {t: TopicLoad(msg_in=r) for t, r in reported[h].items()}
+            snapshot.append(
+                HubStatus(h, True, 1, HubLoad(timestamp_ms=clock.wall_ms(), topic_loads=loads))
+            )
+        for m in policy.plan(snapshot):
+            assert m.destination is not None
+            region[m.destination][m.topic] = region[m.source].pop(m.topic)
+            moved[m.topic] = moved.get(m.topic, 0) + 1
+        clock.advance(60)
+    assert moved and region["h0"], "the empty hub was filled"
+    assert max(moved.values()) == 1, moved
+    assert policy.drained == frozenset()
+
+
+def test_a_move_that_would_only_swap_two_hubs_is_not_made() -> None:
+    """h0 (208 + 122) and h1 (208) below the mean: moving the 122 msg/s topic to h1 only
+    swaps them; read a hair apart (lagging reports), it moved back and forth every cooldown."""
+    clock = ManualClock()
+    policy = Rebalancer(RebalanceConfig(confirmations=2, cooldown_s=300), clock)
+    region = {
+        "h0": {"a": 208.0, "b": 122.0},
+        "h1": {"c": 208.0},
+        "h2": {"d": 1.0, "e": 294.0},
+        "h3": {"f": 148.0, "g": 208.0},
+    }
+    for _ in range(30):
+        loads = {h: {t: r * (1 - 1e-12) for t, r in ts.items()} for h, ts in region.items()}
+        assert policy.plan([hub(h, ts) for h, ts in loads.items()]) == []
+        clock.advance(60)
+
+
 def test_a_drained_hub_is_not_refilled_until_the_load_returns() -> None:
     cfg = RebalanceConfig(low_load_drain=True, hub_capacity=1000, low_load_threshold=0.3)
     clock = ManualClock()

@@ -17,9 +17,12 @@ It answers the complaints users have about Pulsar's and Hedwig's balancers
   cycle; topics below ``min_topic_rate`` are not worth a move (unless draining).
 - A hub whose epoch changed (it restarted) starts with a clean history.
 - A destination is never a dead hub, a hub with a stale report, or one that the move would
-  push above the overload line.
+  push above the overload line; a move must bring its two hubs' loads closer by a tenth of
+  the gap (one that just swaps which is heavier would move back after its cooldown).
 - Optional low-load drain: when the region's total load is below
-  ``low_load_threshold`` of its capacity, the least loaded hub's topics (or, with
+  ``low_load_threshold`` of its capacity (and, after moves that balanced the region, a tenth
+  below its load then, so a region at the line does not fill a hub and then drain it), the
+  least loaded hub's topics (or, with
   ``drain_first``, those of the first hub named there: the one a StatefulSet removes first)
   are moved to the others as long as they stay below ``drain_target`` of their capacity, so
   that hub can be removed. A drained hub stays drained, neither a destination nor counted in
@@ -91,6 +94,18 @@ SETTLED_SHARE = 0.97
 SETTLE_COOLDOWNS = 3
 # A destination may be filled up to this share of the overload margin above the mean.
 DESTINATION_SHARE_OF_MARGIN = 0.75
+# A move must leave the two hubs' loads closer by a tenth of the gap between them: one that
+# (nearly) swaps which hub is the heavier helps nothing, and with rates read a hair
+# differently next time (lagging reports, rounding) moves the topic back after its cooldown,
+# for good.
+MOVE_SHARE_OF_GAP = 0.9
+# After moves that balance the region, a low-load drain starts only once its load is below
+# this share of what it was then. Reports lag: a topic that moved counts at its old rate only
+# until its new hub reports 97 % of it (``SETTLED_SHARE``), so a region sitting right at the
+# low-load line reads a few percent under it after moves; without this it fills an empty hub
+# one cycle (under-load rule) and drains it again a few cycles later, every topic moved twice
+# for no change in load. (A band below the line alone only moves the line.)
+DRAIN_START_SHARE = 0.9
 
 
 def topic_rate(load: TopicLoad) -> float:
@@ -116,6 +131,8 @@ class Rebalancer:
     _moved_rate: dict[str, float] = field(default_factory=dict)
     moves_per_topic: dict[str, int] = field(default_factory=dict)
     _drained: set[str] = field(default_factory=set)
+    # The region's load when moves last balanced it (``DRAIN_START_SHARE``).
+    _balanced_at: float | None = None
 
     @property
     def drained(self) -> frozenset[str]:
@@ -199,6 +216,7 @@ class Rebalancer:
             and not self._drained  # one at a time: the next once this one has been removed
             and len(views) > cfg.min_hubs
             and total < cfg.low_load_threshold * cfg.hub_capacity * len(views)
+            and (self._balanced_at is None or total < self._balanced_at * DRAIN_START_SHARE)
         ):
             drain = self._drain(views, total, drain_first)
             if drain is not None:
@@ -228,6 +246,8 @@ class Rebalancer:
             dst.load += rate
             dst.topics[move.topic] = rate
             moves.append(move)
+        if moves:
+            self._balanced_at = total
         return self._commit(moves)
 
     def _pick(
@@ -252,8 +272,8 @@ class Rebalancer:
                 continue
             if topic in moved:
                 continue  # already moving this cycle (onto this hub): never twice at once
-            if rate >= gap:
-                continue  # the move would just swap which hub is the heavier one
+            if rate > gap * MOVE_SHARE_OF_GAP:
+                continue  # the move would (nearly) swap which hub is the heavier one
             # Prefer the topic that closes the gap best: as close to the excess as possible.
             score = abs(excess - rate)
             if best is None or score < best[0]:
