@@ -54,7 +54,6 @@ import re
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -78,8 +77,7 @@ from hedwig.devcluster.zookeeper import ZooKeeperServer, free_port  # noqa: E402
 from hedwig_e2e import (  # noqa: E402
     STORAGE_CLASS,
     OperatorProcess,
-    crd_manifests,
-    rbac_manifests,
+    install_operator_access,
     static_volume,
     wait_for,
 )
@@ -92,41 +90,6 @@ TICK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 # A half-second sample of the operator above this share of a core counts as busy refreshing.
 BUSY_CORES = 0.15
-
-
-class DeployedOperator(OperatorProcess):
-    """The e2e's operator process, started as the Deployment starts it: without
-    ``--verbose``, whose debug log (lines per event and handler) would be measured too."""
-
-    def start(self, timeout: float = 60.0) -> OperatorProcess:
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "hedwig_operator",
-                    "-n",
-                    self.namespace,
-                    "--liveness",
-                    self.liveness,
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=self.env,
-            )
-
-        def alive() -> bool:
-            if self.proc is None or self.proc.poll() is not None:
-                raise RuntimeError(f"the operator exited:\n{self.tail()}")
-            try:
-                with urllib.request.urlopen(self.liveness, timeout=1) as r:
-                    return bool(r.status == 200)
-            except OSError:
-                return False
-
-        wait_for("the operator's liveness endpoint", alive, timeout)
-        return self
 
 
 # ------------------------------------------------------------------------------ processes
@@ -410,15 +373,7 @@ class Bench:
         }
         self.store.start()
         cp.create_namespace(NS)
-        cp.apply(crd_manifests())
-        cp.kubectl(
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "crd/hubpools.hedwig.io",
-            "crd/topics.hedwig.io",
-        )
-        cp.apply(rbac_manifests(NS))
+        kubeconfig = install_operator_access(cp, NS)
         for i in range(HUBS):
             cp.apply(static_volume(f"bench-volume-{i}", self.workdir / f"volume-{i}", "1Gi"))
             hub = HubProcess(
@@ -429,9 +384,14 @@ class Bench:
             )
             self.hubs.append(hub)
             hub.start()
-        kubeconfig = cp.token_kubeconfig(NS, "hedwig-operator")
-        self.operator = DeployedOperator(
-            NS, cp.env(kubeconfig), self.workdir / "operator.log", free_port(), self.settings
+        # As the Deployment runs it: without --verbose.
+        self.operator = OperatorProcess(
+            NS,
+            cp.env(kubeconfig),
+            self.workdir / "operator.log",
+            free_port(),
+            self.settings,
+            verbose=False,
         )
         self.operator.start()
         assert self.operator.proc is not None

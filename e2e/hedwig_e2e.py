@@ -96,6 +96,18 @@ def crd_manifests() -> list[dict[str, Any]]:
     return [yaml.safe_load(p.read_text()) for p in sorted(CRDS.glob("*.yaml"))]
 
 
+def install_operator_access(cp: cluster.ControlPlane, namespace: str) -> Path:
+    """The shipped CRDs (waited for until established) and the operator's RBAC in
+    ``namespace``, as the chart installs them: the kubeconfig of the operator's
+    ServiceAccount, for an operator run as a local process."""
+    crds = crd_manifests()
+    cp.apply(crds)
+    names = [f"crd/{c['metadata']['name']}" for c in crds]
+    cp.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
+    cp.apply(rbac_manifests(namespace))
+    return cp.token_kubeconfig(namespace, "hedwig-operator")
+
+
 # cert-manager's own CRDs, from its Go module (the Go module cache keeps them after the first
 # download). Its controller cannot be built here: its command is a module of its own that
 # the module proxy does not serve, so tests issue as its CA issuer would.
@@ -129,8 +141,13 @@ class OperatorProcess:
         log_path: Path,
         liveness_port: int,
         settings: Mapping[str, str],
+        *,
+        verbose: bool = True,
     ) -> None:
+        """``verbose``: kopf's debug log, which tests read; a benchmark runs the operator as
+        its Deployment does, without it (a cost of its own per event)."""
         self.namespace = namespace
+        self.verbose = verbose
         self.log_path = log_path
         self.liveness = f"http://127.0.0.1:{liveness_port}/healthz"
         self.env = {**env, **settings}
@@ -147,7 +164,7 @@ class OperatorProcess:
                 self.namespace,
                 "--liveness",
                 self.liveness,
-                "--verbose",
+                *(["--verbose"] if self.verbose else []),
             ],
             stdout=log,
             stderr=subprocess.STDOUT,

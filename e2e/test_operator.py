@@ -32,8 +32,7 @@ from hedwig_e2e import (
     OperatorProcess,
     Workload,
     control_plane_bins,
-    crd_manifests,
-    rbac_manifests,
+    install_operator_access,
     static_volume,
     topic_config,
     topic_exists,
@@ -165,16 +164,7 @@ def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bed]:
     workdir = tmp_path_factory.mktemp("e2e-operator")
     with cluster.ControlPlane(bins=bins) as cp, ZooKeeperServer() as zk:
         cp.create_namespace(NS)
-        cp.apply(crd_manifests())
-        cp.kubectl(
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "crd/hubpools.hedwig.io",
-            "crd/topics.hedwig.io",
-        )
-        cp.apply(rbac_manifests(NS))
-        kubeconfig = cp.token_kubeconfig(NS, "hedwig-operator")
+        kubeconfig = install_operator_access(cp, NS)
         operator = OperatorProcess(
             NS, cp.env(kubeconfig), workdir / "operator.log", free_port(), OPERATOR_SETTINGS
         )

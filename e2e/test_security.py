@@ -41,8 +41,7 @@ from hedwig_e2e import (
     OperatorProcess,
     cert_manager_crds,
     control_plane_bins,
-    crd_manifests,
-    rbac_manifests,
+    install_operator_access,
     wait_for,
 )
 
@@ -147,13 +146,8 @@ def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBed]:
     workdir = tmp_path_factory.mktemp("e2e-security")
     with cluster.ControlPlane(bins=bins) as cp, ZooKeeperServer() as zk:
         cp.create_namespace(NS)
-        cp.apply(crd_manifests())
-        cp.kubectl(
-            "wait", "--for=condition=Established", "--timeout=60s", "crd/hedwigusers.hedwig.io"
-        )
-        cp.apply(rbac_manifests(NS))
+        kubeconfig = install_operator_access(cp, NS)
         cp.apply(PUBLIC_DISCOVERY)
-        kubeconfig = cp.token_kubeconfig(NS, "hedwig-operator")
         token = workdir / "operator-token"
         token.write_text(
             cp.kubectl(

@@ -208,7 +208,11 @@ def test_a_region_at_the_low_load_line_does_not_fill_a_hub_and_then_drain_it() -
     clock = ManualClock()
     cfg = RebalanceConfig(confirmations=2, cooldown_s=300, low_load_drain=True, hub_capacity=5_000)
     policy = Rebalancer(cfg, clock)
-    spec = [[], [1, 1, 30, 27, 1, 11, 62, 77, 105, 118, 350, 400, 400, 400], [400]]
+    spec: list[list[float]] = [
+        [],
+        [1, 1, 30, 27, 1, 11, 62, 77, 105, 118, 350, 400, 400, 400],
+        [400],
+    ]
     spec.append([400, 17, 400, 400, 400])
     region = {f"h{i}": {f"t{i}-{k}": r for k, r in enumerate(rs)} for i, rs in enumerate(spec)}
     reported = {h: dict(t) for h, t in region.items()}
