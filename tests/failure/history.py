@@ -293,16 +293,21 @@ def check(history: History) -> None:
             if last_by_publisher.get(pub, -1) > seq:
                 problems.append(f"{topic}: {value!r} acknowledged after a later message")
             last_by_publisher[pub] = max(last_by_publisher.get(pub, -1), seq)
-        last_sent: dict[bytes, int] = {}
+        last_sent: dict[bytes, tuple[int, bytes]] = {}
         for value in history.flushed.get(topic, []):
             places = by_value.get(value, [])
             if not places:
                 problems.append(f"{topic}: {value!r} was sent and flushed but is not in the log")
                 continue
             sender = value.split(b":")[0]
-            if last_sent.get(sender, 0) > places[0]:
-                problems.append(f"{topic}: {value!r} is in the log before a message sent earlier")
-            last_sent[sender] = places[0]
+            before, earlier = last_sent.get(sender, (0, b""))
+            if before > places[0]:
+                # Where both are, for whoever reads the hubs' logs next.
+                problems.append(
+                    f"{topic}: {value!r} is in the log before a message sent earlier "
+                    f"({value!r} at seq {places[0]}, {earlier!r} at seq {before})"
+                )
+            last_sent[sender] = (places[0], value)
         for name in history.subscribers.get(lane_of(topic)[0], []):
             if log and (topic, name) not in history.delivered:
                 why = history.subscriber_errors.get((lane_of(topic)[0], name))
