@@ -36,6 +36,7 @@ from hedwig.hub.ownership import TopicOwnership
 from hedwig.hub.peers import PeerDirectory
 from hedwig.hub.requests import HubRequests
 from hedwig.hub.server import ClientConnection, HubFrontEnd
+from hedwig.hub.stalls import StallWatch
 from hedwig.hub.tls import HubTls
 from hedwig.ledger.auditor import Auditor
 from hedwig.ledger.replicas import LocalFirstReplicas
@@ -205,6 +206,10 @@ class Hub:
         self._expiry: asyncio.Task[None] | None = None
         self._http: HealthServer | None = None
         self._ready = False
+        self._stall_watch = StallWatch(
+            on_stall=self.metrics.loop_stall_seconds.labels("loop").observe,
+            on_gc_pause=self.metrics.loop_stall_seconds.labels("gc").observe,
+        )
         self._reregistering = False
         self._stopping = False
         self.stopped = asyncio.Event()
@@ -248,6 +253,7 @@ class Hub:
         self.loops.start()
         self.fanout.start()
         self._ready = True
+        self._stall_watch.start()
         self.metrics.session_changed(SessionState.CONNECTED)
         log.info(
             "hub %s serving region %r (epoch %d)",
@@ -327,6 +333,7 @@ class Hub:
             self.topics.drop_all(LossKind.STOPPED, "hub stopped")
         self.loops.stop()
         self.fanout.stop()
+        self._stall_watch.stop()
         if self.acl_watcher is not None:
             self.acl_watcher.stop()
         if self._expiry is not None:

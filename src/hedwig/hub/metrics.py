@@ -191,6 +191,14 @@ class HubMetrics:
             "Subscriptions this hub deleted because nobody used them for their expiry time",
             registry=r,
         )
+        self.loop_stall_seconds = Histogram(
+            "hedwig_loop_stall_seconds",
+            "Stalls of the hub's event loop over 2 s (nothing served, no session kept alive "
+            "meanwhile), by length; gc: pauses of the cycle collector over 2 s",
+            ["cause"],
+            buckets=(2.5, 5.0, 10.0, 20.0, 60.0),
+            registry=r,
+        )
         self.metadata_write_failures = Counter(
             "hedwig_metadata_write_failures",
             "Writes to the metadata store that failed and were not retried at once, by record "

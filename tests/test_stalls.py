@@ -1,0 +1,52 @@
+"""The stall watch: a loop that stands still is reported with where it stood, and for how long."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import time
+
+import pytest
+
+from hedwig.hub import stalls
+from hedwig.hub.stalls import StallWatch
+
+
+def _stuck_in_a_long_computation(seconds: float) -> None:
+    time.sleep(seconds)  # stands for any long synchronous stretch on the loop
+
+
+async def test_a_stalled_loop_is_reported_with_its_stack_and_length(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    ended: list[float] = []
+    watch = StallWatch(threshold_s=0.4, on_stall=ended.append)
+    watch.start()
+    try:
+        await asyncio.sleep(0.5)
+        assert not ended, "a loop that runs is not stalled"
+        with caplog.at_level(logging.WARNING, logger=stalls.__name__):
+            _stuck_in_a_long_computation(1.2)
+            await asyncio.sleep(0.6)  # the loop runs again: the stall ends
+    finally:
+        watch.stop()
+    assert len(ended) == 1 and 1.0 <= ended[0] < 3.0, ended
+    text = caplog.text
+    # Where it stood, seen from the watching thread while the loop was stuck.
+    assert "has stood still" in text and "_stuck_in_a_long_computation" in text
+    assert "stood still for 1." in text or "stood still for 2." in text
+    assert watch.stalls == 1
+
+
+async def test_a_long_collection_is_reported(caplog: pytest.LogCaptureFixture) -> None:
+    pauses: list[float] = []
+    watch = StallWatch(threshold_s=0.0, on_gc_pause=pauses.append)  # every pause is long
+    watch.start()
+    try:
+        with caplog.at_level(logging.WARNING, logger=stalls.__name__):
+            gc.collect()
+    finally:
+        watch.stop()
+    assert pauses and "cycle collector (generation 2)" in caplog.text
+    assert watch._gc not in gc.callbacks, "stop takes its collector hook away"
