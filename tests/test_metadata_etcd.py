@@ -15,6 +15,7 @@ from hedwig.errors import BadVersionError, MetadataError, MetadataUnavailableErr
 from hedwig.hub import Hub, HubConfig
 from hedwig.metadata import HubInfo, HubLoad, MetadataStore, SessionState, open_store
 from hedwig.metadata.etcd import EtcdMetadataStore, batches
+from hedwig.metadata.etcd import client as etcd_client
 from hedwig.metadata.etcd import store as etcd_store
 from hedwig.metadata.records import NEW_VERSION, LedgerMetadata
 from tests import scratch
@@ -275,6 +276,40 @@ async def test_owner_watches_share_one_watch_of_the_prefix(
     assert store.etcd.batcher.requests == requests
     await other.ownership.delete_owner_info("p6", v6)
     await asyncio.wait_for(fired6.wait(), 10)
+
+
+async def test_owner_records_spread_over_leases_that_live_and_die_with_the_session(
+    store: MetadataStore, other: MetadataStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lease that expires deletes its keys in one raft entry, etcd applying nothing else
+    meanwhile: owner records go on ``OWNER_LEASES`` leases of the session, not on its own.
+    All are refreshed together (the records outlive several TTLs); when one of them is gone
+    the session is lost, and every record of it is gone by the time the hub hears so."""
+    assert isinstance(store, EtcdMetadataStore)
+    monkeypatch.setattr(etcd_client, "OWNER_LEASES", 4)
+    topics = [f"spread/{i}" for i in range(40)]
+    await store.hubs.register_hub("127.0.0.1:8", HubLoad())
+    for t in topics:
+        await store.topics.ensure_topic(t)
+        await store.ownership.write_owner_info(t, HubInfo("127.0.0.1:8", 1), NEW_VERSION)
+
+    async def owner_leases() -> set[int]:
+        items = [await store.etcd.get(store.keys.owner(t)) for t in topics]
+        return {i.lease for i in items if i is not None}
+
+    leases = await owner_leases()
+    assert len(leases) == 4 and store.etcd.lease not in leases
+    assert set(store.etcd.leases) == {store.etcd.lease, *leases}
+    await asyncio.sleep(3 * store.etcd.ttl)  # well past the TTL: kept alive
+    assert await owner_leases() == leases
+    lost = asyncio.Event()
+    store.session.add_listener(lambda s: lost.set() if s is SessionState.LOST else None)
+    await store.etcd.revoke_elsewhere(sorted(leases)[0])  # a quarter of the records go
+    await asyncio.wait_for(lost.wait(), 30)
+    for t in topics:
+        assert await other.ownership.read_owner_info(t) is None, t
+    hubs = {h.address: h for h in await other.hubs.list_hubs()}
+    assert not hubs["127.0.0.1:8"].alive
 
 
 async def test_ledger_ids_stay_unique_through_an_etcd_crash(

@@ -4,7 +4,7 @@ Keys (``docs/zookeeper-layout.md``, "etcd"), under ``/hedwig/<region>`` or the U
 names encoded as in ZooKeeper (``a/b`` is ``a%2Fb``, so a name never reaches into another key):
 
     topics/<T>             the topic exists; its configuration (JSON, empty for defaults)
-    owners/<T>             owner record, attached to the owner's lease
+    owners/<T>             owner record, attached to one of the owner's leases
     persistence/<T>        ledger ranges
     subscribers/<T>/<S>    subscription (preferences and state, whole)
     hosts/<H>              a hub that joined the region (persistent)
@@ -85,7 +85,7 @@ class EtcdOwnership:
     async def write_owner_info(self, topic: str, owner: HubInfo, version: Version) -> Version:
         """A claim is lease-bound: the record goes when the claimer's lease expires."""
         key, topic_key = self._keys.owner(topic), self._keys.topic(topic)
-        lease = self._etcd.lease
+        lease = await self._etcd.owner_lease(key)
         if version == NEW_VERSION:
             res = await self._etcd.txn(
                 [exists(topic_key), missing(key)],
