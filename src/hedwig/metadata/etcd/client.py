@@ -330,14 +330,20 @@ class EtcdClient:
                     last_ok = time.monotonic()
                     self._set_state(SessionState.CONNECTED)
                     continue
+                asked = time.monotonic()
                 ttl = await self._refresh()
             except MetadataError as exc:
                 if time.monotonic() - last_ok >= self.ttl:
                     self._set_state(SessionState.LOST)
                 elif self.state is SessionState.CONNECTED:
-                    log.info("etcd lease refresh failed: %s", exc)
+                    log.warning("etcd lease refresh failed: %s", exc)
                     self._set_state(SessionState.SUSPENDED)
                 continue
+            took = time.monotonic() - asked
+            if took > self.ttl / 3:
+                # Past the next refresh's time: etcd (or this process) is slow enough that the
+                # session is at risk; worth knowing which, when one is lost.
+                log.warning("etcd lease refresh took %.1f s (TTL %d s)", took, self.ttl)
             if ttl <= 0:
                 # One of the session's leases expired (or was revoked): its keys are gone, and
                 # the session with it. The others' records go now too, before anyone hears
