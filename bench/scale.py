@@ -193,64 +193,95 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-async def failover(args: argparse.Namespace) -> dict[str, Any]:
+async def failover(args: argparse.Namespace, out: dict[str, Any]) -> dict[str, Any]:
+    """Fills ``out`` as it goes: a run that fails part-way (at a million topics that is
+    half an hour in) still prints what it measured."""
     store = "etcd" if args.store == "etcd" else "zookeeper"
     names = [f"fo/{i:07d}" for i in range(args.topics)]
-    out: dict[str, Any] = {"store": store, "topics": args.topics, "mode": "failover"}
-    retry = RetryPolicy(deadline_s=120)
+    out.update({"store": store, "topics": args.topics, "mode": "failover"})
     with DevCluster(
         hubs=3, region="scale", session_timeout_s=args.session_timeout, store=store
     ) as cluster:
-        store_pid: int | None
-        store_dir: str | None
-        if cluster.etcd_server is not None:
-            store_pid, store_dir = cluster.etcd_server.pid, cluster.etcd_server.data_dir
-        else:
-            assert cluster.zk_server is not None
-            assert cluster.zk_server.proc is not None
-            store_pid, store_dir = cluster.zk_server.proc.pid, cluster.zk_server.data_dir
-        assert store_pid is not None
-        assert store_dir is not None
-        hub_rss0 = {h.address: _rss_of(h.proc.pid) for h in cluster.hub_procs if h.proc}
-        store0 = (_rss_of(store_pid), _du(store_dir))
-        pids = {f"hub{i}": h.proc.pid for i, h in enumerate(cluster.hub_procs) if h.proc}
-        pids["store"], pids["client"] = store_pid, os.getpid()
-        async with HedwigClient(cluster.addresses, retry=retry) as client:
-            cpu0, t0 = _cpu_of(pids), time.monotonic()
-            await _publish_all(client, names, args.concurrency, args.progress)
-            took = time.monotonic() - t0
-            out["claims_cpu_cores"] = _cores(pids, cpu0, took)
-            out["first_publish_s"] = round(took, 1)
-            out["region_claims_per_s"] = round(args.topics / took, 1)
-            owners: dict[str, list[str]] = {}
-            for n in names:
-                owners.setdefault(client.owner_of(n) or "?", []).append(n)
-        await asyncio.sleep(2)
-        out["store_rss_bytes_per_topic"] = round((_rss_of(store_pid) - store0[0]) / args.topics)
-        out["store_disk_bytes_per_topic"] = round((_du(store_dir) - store0[1]) / args.topics)
-        out["hub_bytes_per_owned_topic"] = [
-            round((_rss_of(h.proc.pid) - hub_rss0[h.address]) / len(owners.get(h.address, [1])))
-            for h in cluster.hub_procs
-            if h.proc
-        ]
-        await _region_idle(cluster, pids, owners, hub_rss0, args, out)
-        if args.active:
-            out["active"] = await _region_active(cluster, pids, names, args)
-        victim, theirs = max(owners.items(), key=lambda kv: len(kv[1]))
-        out["victim_topics"] = len(theirs)
-        survivors = [a for a in cluster.addresses if a != victim]
-        dead = [k for k, h in zip(pids, cluster.hub_procs, strict=False) if h.address == victim]
-        async with HedwigClient(survivors, retry=retry) as client:
-            cluster.hub_at(victim).kill()
-            cpu0, t0 = _cpu_of({k: p for k, p in pids.items() if k not in dead}), time.monotonic()
-            await _publish_all(client, theirs, args.failover_concurrency, args.progress)
-            out["failover_s"] = round(time.monotonic() - t0, 1)
-            out["failover_cpu_cores"] = _cores(
-                {k: p for k, p in pids.items() if k not in dead}, cpu0, time.monotonic() - t0
-            )
+        try:
+            await _region(cluster, names, args, out)
+        finally:
+            if args.logs:
+                # The hubs' and the store's logs, before the cluster's directory goes.
+                os.makedirs(args.logs, exist_ok=True)
+                for i, h in enumerate(cluster.hub_procs):
+                    with contextlib.suppress(OSError):
+                        shutil.copy(h.log_path, os.path.join(args.logs, f"hub{i}.log"))
+                if cluster.etcd_server is not None:
+                    with contextlib.suppress(OSError):
+                        shutil.copy(
+                            os.path.join(cluster.etcd_server.data_dir, "etcd.log"), args.logs
+                        )
     out["session_timeout_s"] = args.session_timeout
     out["concurrency"], out["failover_concurrency"] = args.concurrency, args.failover_concurrency
     return out
+
+
+async def _region(
+    cluster: DevCluster, names: list[str], args: argparse.Namespace, out: dict[str, Any]
+) -> None:
+    retry = RetryPolicy(deadline_s=120)
+    store_pid: int | None
+    store_dir: str | None
+    if cluster.etcd_server is not None:
+        store_pid, store_dir = cluster.etcd_server.pid, cluster.etcd_server.data_dir
+    else:
+        assert cluster.zk_server is not None
+        assert cluster.zk_server.proc is not None
+        store_pid, store_dir = cluster.zk_server.proc.pid, cluster.zk_server.data_dir
+    assert store_pid is not None
+    assert store_dir is not None
+    hub_rss0 = {h.address: _rss_of(h.proc.pid) for h in cluster.hub_procs if h.proc}
+    store0 = (_rss_of(store_pid), _du(store_dir))
+    pids = {f"hub{i}": h.proc.pid for i, h in enumerate(cluster.hub_procs) if h.proc}
+    pids["store"], pids["client"] = store_pid, os.getpid()
+    async with HedwigClient(cluster.addresses, retry=retry) as client:
+        cpu0, t0 = _cpu_of(pids), time.monotonic()
+        out["claims_failed"] = len(
+            await _publish_all(client, names, args.concurrency, args.progress)
+        )
+        took = time.monotonic() - t0
+        out["claims_cpu_cores"] = _cores(pids, cpu0, took)
+        out["first_publish_s"] = round(took, 1)
+        out["region_claims_per_s"] = round(args.topics / took, 1)
+        owners: dict[str, list[str]] = {}
+        for n in names:
+            owners.setdefault(client.owner_of(n) or "?", []).append(n)
+    await asyncio.sleep(2)
+    out["store_rss_bytes_per_topic"] = round((_rss_of(store_pid) - store0[0]) / args.topics)
+    out["store_disk_bytes_per_topic"] = round((_du(store_dir) - store0[1]) / args.topics)
+    out["hub_bytes_per_owned_topic"] = [
+        round((_rss_of(h.proc.pid) - hub_rss0[h.address]) / len(owners.get(h.address, [1])))
+        for h in cluster.hub_procs
+        if h.proc
+    ]
+    await _region_idle(cluster, pids, owners, hub_rss0, args, out)
+    if args.active:
+        out["active"] = await _region_active(cluster, pids, names, args)
+    out["troubles_before_the_kill"] = _troubles(cluster)
+    victim, theirs = max(owners.items(), key=lambda kv: len(kv[1]))
+    out["victim_topics"] = len(theirs)
+    survivors = [a for a in cluster.addresses if a != victim]
+    dead = [k for k, h in zip(pids, cluster.hub_procs, strict=False) if h.address == victim]
+    async with HedwigClient(survivors, retry=retry) as client:
+        cluster.hub_at(victim).kill()
+        cpu0, t0 = _cpu_of({k: p for k, p in pids.items() if k not in dead}), time.monotonic()
+        failed = await _publish_all(client, theirs, args.failover_concurrency, args.progress)
+        out["failover_s"] = round(time.monotonic() - t0, 1)
+        # Those that failed once (their retries' deadline passed), tried again after.
+        out["failover_failed_first"] = len(failed)
+        out["failover_failed_again"] = len(
+            await _publish_all(client, failed, args.failover_concurrency)
+        )
+        out["failover_all_s"] = round(time.monotonic() - t0, 1)
+        out["troubles_at_the_end"] = _troubles(cluster, victim)
+        out["failover_cpu_cores"] = _cores(
+            {k: p for k, p in pids.items() if k not in dead}, cpu0, time.monotonic() - t0
+        )
 
 
 async def _region_idle(
@@ -274,6 +305,7 @@ async def _region_idle(
     ]
     out["owned_topics"] = [len(owners.get(h.address, [])) for h in cluster.hub_procs]
     out["metric_series"] = [_series(h.metrics_url) for h in cluster.hub_procs]
+    out["troubles_after_claims"] = _troubles(cluster)
     url = cluster.zk if "://" in cluster.zk else f"zk://{cluster.zk}"
     async with open_store(url, region=cluster.region) as reader:
         t0 = time.monotonic()
@@ -285,9 +317,35 @@ async def _region_idle(
 
 def _series(metrics_url: str) -> int:
     """How many series a hub's ``/metrics`` exposes (its lines that are not comments)."""
+    return sum(1 for line in _metrics(metrics_url) if not line.startswith("#"))
+
+
+def _metrics(metrics_url: str) -> list[str]:
     with urllib.request.urlopen(metrics_url + "/metrics", timeout=30) as r:
-        text = r.read().decode()
-    return sum(1 for line in text.splitlines() if line and not line.startswith("#"))
+        return [line for line in r.read().decode().splitlines() if line]
+
+
+def _troubles(cluster: DevCluster, dead: str | None = None) -> dict[str, dict[str, float]]:
+    """Per hub still running: its event loop's stalls and cycle-collector pauses over 2 s,
+    and the metadata sessions it lost (each one drops every topic it owns)."""
+    wanted = {
+        'hedwig_loop_stall_seconds_count{cause="loop"}': "loop_stalls",
+        'hedwig_loop_stall_seconds_sum{cause="loop"}': "loop_stall_s",
+        'hedwig_loop_stall_seconds_count{cause="gc"}': "gc_pauses",
+        'hedwig_loop_stall_seconds_sum{cause="gc"}': "gc_pause_s",
+        "hedwig_zk_session_losses_total": "session_losses",
+    }
+    out: dict[str, dict[str, float]] = {}
+    for i, h in enumerate(cluster.hub_procs):
+        if h.address == dead:
+            continue
+        got = {}
+        for line in _metrics(h.metrics_url):
+            name, _, value = line.rpartition(" ")
+            if name in wanted:
+                got[wanted[name]] = round(float(value), 1)
+        out[f"hub{i}"] = got
+    return out
 
 
 async def _region_active(
@@ -439,14 +497,23 @@ async def _publisher(
 
 async def _publish_all(
     client: HedwigClient, names: list[str], concurrency: int, progress: bool = False
-) -> None:
+) -> list[str]:
+    """One message to each topic, ``concurrency`` at a time; the topics whose publish failed
+    (its retries' deadline passed), which the caller counts: one failure must not end a run of
+    a million topics with nothing printed."""
     todo = iter(names)
     done = 0
+    failed: list[str] = []
 
     async def worker() -> None:
         nonlocal done
         for n in todo:
-            await client.publish(n, b"x")
+            try:
+                await client.publish(n, b"x")
+            except HedwigError as exc:
+                if not failed:
+                    print(f"publishing to {n} failed: {exc!r}", file=sys.stderr)
+                failed.append(n)
             done += 1
 
     async def report() -> None:
@@ -461,6 +528,7 @@ async def _publish_all(
     finally:
         if reporter is not None:
             reporter.cancel()
+    return failed
 
 
 def main() -> None:
@@ -493,6 +561,7 @@ def main() -> None:
         help="--failover: how many topics --active spreads over (default: all)",
     )
     p.add_argument("--prefix", default="scale/", help=argparse.SUPPRESS)
+    p.add_argument("--logs", help="--failover: copy the hubs' and the store's logs here at the end")
     p.add_argument("--publish-to", help=argparse.SUPPRESS)  # the --active publisher process
     args = p.parse_args()
     if args.publish_to:
@@ -500,7 +569,13 @@ def main() -> None:
             _publisher(args.publish_to, args.topics, args.active, args.active_seconds, args.prefix)
         )
     else:
-        result = asyncio.run(failover(args) if args.failover else run(args))
+        result = {}
+        try:
+            result = asyncio.run(failover(args, result) if args.failover else run(args))
+        except (Exception, KeyboardInterrupt) as exc:
+            result["failed"] = repr(exc)
+            print(json.dumps(result))
+            raise
     print(json.dumps(result))
 
 
