@@ -66,7 +66,7 @@ from hedwig.devcluster.cluster import DevCluster
 from hedwig.devcluster.etcd import EtcdServer
 from hedwig.devcluster.zookeeper import ZooKeeperServer
 from hedwig.errors import HedwigError
-from hedwig.hub import Hub, HubConfig
+from hedwig.hub import Hub, HubConfig, collector
 from hedwig.metadata import open_store
 
 
@@ -143,10 +143,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"store": store_url.split("://")[0], "topics": args.topics}
     try:
         await hub.start()
-        # The cycle collector as a hub process runs it (``hedwig.hub.serve``).
-        gc.collect()
-        gc.freeze()
-        gc.set_threshold(100_000, 50, 100)
+        collector.settle()  # as a hub process runs it (``hedwig.hub.serve``)
         names = [f"scale/{i:07d}" for i in range(args.topics)]
         rss0 = rss_bytes()
         t0 = time.monotonic()
@@ -327,7 +324,9 @@ def _metrics(metrics_url: str) -> list[str]:
 
 def _troubles(cluster: DevCluster, dead: str | None = None) -> dict[str, dict[str, float]]:
     """Per hub still running: its event loop's stalls and cycle-collector pauses over 2 s,
-    and the metadata sessions it lost (each one drops every topic it owns)."""
+    the metadata sessions it lost (each one drops every topic it owns), and per generation its
+    collections (``gcN``), their total pause (``gcN_s``) and the bound of the longest
+    (``gcN_max_s``: the smallest histogram bucket that holds them all)."""
     wanted = {
         'hedwig_loop_stall_seconds_count{cause="loop"}': "loop_stalls",
         'hedwig_loop_stall_seconds_sum{cause="loop"}': "loop_stall_s",
@@ -339,11 +338,25 @@ def _troubles(cluster: DevCluster, dead: str | None = None) -> dict[str, dict[st
     for i, h in enumerate(cluster.hub_procs):
         if h.address == dead:
             continue
-        got = {}
+        got: dict[str, float] = {}
+        buckets: dict[str, list[tuple[float, float]]] = {}
         for line in _metrics(h.metrics_url):
             name, _, value = line.rpartition(" ")
             if name in wanted:
                 got[wanted[name]] = round(float(value), 1)
+            elif name.startswith("hedwig_gc_pause_seconds_"):
+                labels = dict(kv.split("=", 1) for kv in name[name.index("{") + 1 : -1].split(","))
+                gen = "gc" + labels["generation"].strip('"')
+                if name.startswith("hedwig_gc_pause_seconds_count"):
+                    got[gen] = float(value)
+                elif name.startswith("hedwig_gc_pause_seconds_sum"):
+                    got[gen + "_s"] = round(float(value), 2)
+                elif "le" in labels and labels["le"] != '"+Inf"':
+                    le = float(labels["le"].strip('"'))
+                    buckets.setdefault(gen, []).append((le, float(value)))
+        for gen, counts in buckets.items():
+            held = [le for le, n in sorted(counts) if n >= got.get(gen, 0)]
+            got[gen + "_max_s"] = held[0] if held else float("inf")
         out[f"hub{i}"] = got
     return out
 

@@ -50,3 +50,16 @@ async def test_a_long_collection_is_reported(caplog: pytest.LogCaptureFixture) -
         watch.stop()
     assert pauses and "cycle collector (generation 2)" in caplog.text
     assert watch._gc not in gc.callbacks, "stop takes its collector hook away"
+
+
+async def test_every_collection_is_counted_with_its_generation() -> None:
+    seen: list[tuple[int, float]] = []
+    watch = StallWatch(on_collection=lambda generation, took: seen.append((generation, took)))
+    watch.start()
+    try:
+        gc.collect(0)
+        gc.collect(1)
+    finally:
+        watch.stop()
+    assert [g for g, _ in seen][-2:] == [0, 1], seen
+    assert all(0.0 <= took < 5.0 for _, took in seen)

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import random
 import signal
 
 from hedwig.clock import Clock, SystemClock
 from hedwig.errors import UsageError
+from hedwig.hub import collector
 from hedwig.hub.access import AccessControl, ListenerRole
 from hedwig.hub.acl_watch import AclWatcher
 from hedwig.hub.choices import HubChoices
@@ -209,6 +209,9 @@ class Hub:
         self._stall_watch = StallWatch(
             on_stall=self.metrics.loop_stall_seconds.labels("loop").observe,
             on_gc_pause=self.metrics.loop_stall_seconds.labels("gc").observe,
+            on_collection=lambda generation, took: self.metrics.gc_pause_seconds.labels(
+                str(generation)
+            ).observe(took),
         )
         self._reregistering = False
         self._stopping = False
@@ -452,11 +455,7 @@ async def serve(config: HubConfig) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await hub.start()
-    # Almost everything a hub allocates is freed by reference counting; the cycle collector
-    # only adds pauses to the publish path. Freeze what startup allocated and run it rarely.
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(100_000, 50, 100)
+    collector.settle()
     print(
         f"HUB {hub.address} id={hub.hub_id} region={config.region} store={config.zk}",
         flush=True,

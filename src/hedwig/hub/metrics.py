@@ -199,6 +199,14 @@ class HubMetrics:
             buckets=(2.5, 5.0, 10.0, 20.0, 60.0),
             registry=r,
         )
+        self.gc_pause_seconds = Histogram(
+            "hedwig_gc_pause_seconds",
+            "Pauses of the hub's cycle collector, by generation (each one stops the event "
+            "loop; generation 2 walks the whole heap)",
+            ["generation"],
+            buckets=(0.005, 0.02, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0),
+            registry=r,
+        )
         self.metadata_write_failures = Counter(
             "hedwig_metadata_write_failures",
             "Writes to the metadata store that failed and were not retried at once, by record "

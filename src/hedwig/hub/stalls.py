@@ -38,7 +38,7 @@ STALL_S = 2.0
 class StallWatch:
     """Watches the running loop from a daemon thread; ``on_stall(seconds)`` is called on the
     loop when a stall ends, ``on_gc_pause(seconds)`` (on the loop's thread) after a long
-    collection."""
+    collection, ``on_collection(generation, seconds)`` after every collection."""
 
     def __init__(
         self,
@@ -46,11 +46,13 @@ class StallWatch:
         threshold_s: float = STALL_S,
         on_stall: Callable[[float], None] | None = None,
         on_gc_pause: Callable[[float], None] | None = None,
+        on_collection: Callable[[int, float], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.threshold_s = threshold_s
         self._on_stall = on_stall
         self._on_gc_pause = on_gc_pause
+        self._on_collection = on_collection
         self._clock = clock
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
@@ -108,6 +110,8 @@ class StallWatch:
         if started is None:
             return
         took = self._clock() - started
+        if self._on_collection is not None:
+            self._on_collection(self._gc_generation, took)
         if took >= self.threshold_s:
             log.warning(
                 "the cycle collector (generation %d) paused the hub for %.1f s, "
