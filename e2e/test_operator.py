@@ -12,6 +12,7 @@ Tests share one control plane, ZooKeeper and operator; each pool has its own reg
 
 from __future__ import annotations
 
+import base64
 import importlib.util
 import json
 from collections.abc import Iterator
@@ -21,9 +22,12 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.secured_etcd import access_files
 
 from controlplane import cluster
 from hedwig.devcluster.cluster import HubProcess
+from hedwig.devcluster.etcd import EtcdServer
+from hedwig.devcluster.security import DevSecurity
 from hedwig.devcluster.zookeeper import ZooKeeperServer, free_port
 from hedwig.metadata import ReplicationConfig, TopicConfig
 from hedwig_e2e import (
@@ -263,6 +267,99 @@ def test_hubpool_becomes_statefulset_services_pdb_and_status(bed: Bed, alpha: st
     table = bed.kubectl("get", "hp", alpha).stdout
     assert "READY HUBS" in table
     assert alpha in table
+
+
+def _etcd_access_secret(name: str, files: dict[str, bytes]) -> dict[str, Any]:
+    data = {k: base64.b64encode(v).decode() for k, v in files.items()}
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": NS},
+        "type": "Opaque",
+        "data": data,
+    }
+
+
+def test_a_pool_on_a_secured_etcd(
+    bed: Bed, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pool whose store is etcd with TLS, client certificates and its own authentication:
+    the hubs mount the access Secret the pool names, the operator reads it for its own
+    connection and writes the Topic into etcd; a pool whose Secret has a wrong password gets
+    its Topic refused by etcd, and says so in the Topic's condition."""
+    security = DevSecurity.create(tmp_path / "security")
+    server = EtcdServer(data_dir=str(tmp_path), security=security.etcd_security())
+    server.start()
+    files = access_files(security)
+    # What the Secret's volume gives a hub pod (the hubs here are local processes).
+    mounted = tmp_path / "etcd-access"
+    mounted.mkdir()
+    for name, value in files.items():
+        (mounted / name).write_bytes(value)
+    hub = HubProcess(
+        server.url,
+        "sec",
+        str(tmp_path / "hub"),
+        session_timeout_s=4.0,
+        extra_args=["--replication", "1/1/1"],
+        env={"HEDWIG_ETCD_DIR": str(mounted)},
+    )
+    bed.hubs.append(hub)
+    try:
+        hub.start()
+        bed.add_volumes(1)
+        bed.apply(_etcd_access_secret("etcd-access", files))
+        bed.apply(
+            pool_manifest("sec", 1, metadata={"url": server.url, "secretName": "etcd-access"})
+        )
+        sts = wait_for("the StatefulSet", lambda: bed.get("statefulset", "sec"), 30)
+        pod = sts["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["HEDWIG_ETCD_DIR"] == "/etc/hedwig/etcd"
+        mount = next(m for m in container["volumeMounts"] if m["mountPath"] == "/etc/hedwig/etcd")
+        volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+        assert volume["secret"]["secretName"] == "etcd-access"
+        assert mount["readOnly"]
+
+        bed.apply(topic_manifest("sec-orders", "sec", topicName="orders/secured"))
+        cond = wait_for(
+            "Topic sec-orders Ready",
+            lambda: (
+                bed.ready("topic", "sec-orders").get("status") == "True"
+                and bed.ready("topic", "sec-orders")
+            ),
+            60,
+        )
+        assert cond["reason"] == "Owned"
+        assert bed.status("topic", "sec-orders")["owner"] == hub.address
+        monkeypatch.setenv("HEDWIG_ETCD_DIR", str(mounted))  # this process reads etcd too
+        assert topic_exists(server.url, "sec", "orders/secured")
+        monkeypatch.delenv("HEDWIG_ETCD_DIR")
+
+        # A wrong password: etcd refuses the operator, and the Topic says why.
+        bad = {**files, "credentials": b"hedwig:wrong"}
+        bed.apply(_etcd_access_secret("etcd-wrong", bad))
+        bed.apply(
+            pool_manifest("sec-wrong", 1, metadata={"url": server.url, "secretName": "etcd-wrong"})
+        )
+        bed.apply(topic_manifest("sec-refused", "sec-wrong"))
+        refused = wait_for(
+            "Topic sec-refused refused by etcd",
+            lambda: (
+                "refused user" in bed.ready("topic", "sec-refused").get("message", "")
+                and bed.ready("topic", "sec-refused")
+            ),
+            60,
+        )
+        assert refused["status"] == "False"
+    finally:
+        for name in ("sec-refused", "sec-orders"):
+            bed.kubectl("delete", "topic", name, "--wait=false", check=False)
+        for name in ("sec-wrong", "sec"):
+            bed.kubectl("delete", "hubpool", name, "--wait=false", check=False)
+        hub.kill()
+        server.stop()
 
 
 def test_topics_get_their_znodes_and_an_owner(bed: Bed, alpha: str) -> None:

@@ -33,7 +33,7 @@ async def owner_of(zk: str, region: str, topic: str) -> str | None:
 
 
 def hedwig(
-    *args: str, input: str | None = None, timeout: float = 60
+    *args: str, input: str | None = None, timeout: float = 60, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "hedwig", *args],
@@ -41,4 +41,5 @@ def hedwig(
         capture_output=True,
         text=True,
         timeout=timeout,
+        env=env,
     )

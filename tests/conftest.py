@@ -6,8 +6,10 @@ from collections.abc import Iterator
 import pytest
 
 from hedwig.devcluster.etcd import EtcdServer
+from hedwig.devcluster.security import DevSecurity
 from hedwig.devcluster.zookeeper import ZooKeeperServer
 from tests import scratch
+from tests.secured_etcd import secured_etcd
 
 # Commands run by tests never find (or disturb) a development cluster of the machine's user.
 os.environ.setdefault("HEDWIG_DEV_STATE", os.path.join(scratch.mkdtemp("dev-"), "dev.json"))
@@ -18,7 +20,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     whether it asks for the server itself or through another fixture."""
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
-        if "zk_server" in fixtures or "etcd_server" in fixtures:
+        if {"zk_server", "etcd_server", "secured_etcd_server"} & set(fixtures):
             item.add_marker(pytest.mark.integration)
 
 
@@ -37,6 +39,16 @@ def etcd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer
     server = EtcdServer(data_dir=str(tmp_path_factory.mktemp("etcd")))
     server.start()
     yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def secured_etcd_server(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[DevSecurity, EtcdServer]]:
+    """One real etcd secured as in production (``tests/secured_etcd.py``) for the whole run."""
+    security, server = secured_etcd(str(tmp_path_factory.mktemp("etcd-secured")))
+    yield security, server
     server.stop()
 
 

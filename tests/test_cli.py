@@ -356,15 +356,30 @@ def test_topic_mode_ingest_gives_lanes_and_sub_reads_them(dev: Cli) -> None:
     assert json.loads(fewer.stdout)[0]["lanes"] == "0,1 (2 sealed)"
 
 
-def test_dev_up_secure_prints_its_credentials_and_the_commands_use_them(tmp_path: Path) -> None:
+@pytest.mark.parametrize("store", ["zookeeper", "etcd"])
+def test_dev_up_secure_prints_its_credentials_and_the_commands_use_them(
+    tmp_path: Path, store: str
+) -> None:
     """``hedwig dev up --secure``: the line it prints names the credentials' directory, whose
     ``env`` file makes every command the super-user; without it a command is refused, and
-    alice (no ACLs) is refused with her name, the operation and the topic."""
+    alice (no ACLs) is refused with her name, the operation and the topic. On etcd (TLS with
+    client certificates and etcd's own authentication) the same file reaches the store."""
     cli = Cli(tmp_path / "dev.json")
     log_path = tmp_path / "up.log"
     with open(log_path, "w+b") as log:
         up = subprocess.Popen(
-            [sys.executable, "-m", "hedwig", "dev", "up", "--hubs", "2", "--secure"],
+            [
+                sys.executable,
+                "-m",
+                "hedwig",
+                "dev",
+                "up",
+                "--hubs",
+                "2",
+                "--secure",
+                "--store",
+                store,
+            ],
             stdout=log,
             stderr=subprocess.STDOUT,
             env=cli.env,
@@ -400,6 +415,12 @@ def test_dev_up_secure_prints_its_credentials_and_the_commands_use_them(tmp_path
             got = as_admin("sub", "greetings", "--peek", "--count", "1")
             assert got.returncode == 0, got.stderr
             assert got.stdout.split("\t")[-1] == "hello\n"
+            (ready,) = [x for x in log_path.read_text().splitlines() if x.startswith("READY")]
+            url = ready.rpartition("zk=")[2]
+            assert url.startswith("etcd://") == (store == "etcd")
+            listed = as_admin("topics", "--zk", url)
+            assert listed.returncode == 0, listed.stderr
+            assert "greetings" in listed.stdout
         finally:
             cli("dev", "down")
             try:

@@ -11,9 +11,9 @@ from aetcd import rpc  # type: ignore[import-untyped]
 
 from hedwig.client import HedwigClient
 from hedwig.devcluster.etcd import EtcdServer
-from hedwig.errors import BadVersionError, MetadataError, MetadataUnavailableError
+from hedwig.errors import BadVersionError, MetadataUnavailableError
 from hedwig.hub import Hub, HubConfig
-from hedwig.metadata import HubInfo, HubLoad, MetadataStore, SessionState, open_store
+from hedwig.metadata import HubInfo, HubLoad, MetadataStore, SessionState
 from hedwig.metadata.etcd import EtcdMetadataStore, batches
 from hedwig.metadata.etcd import client as etcd_client
 from hedwig.metadata.etcd import store as etcd_store
@@ -105,51 +105,6 @@ async def test_a_hub_and_the_cli_on_etcd(etcd_server: EtcdServer, region: str) -
         assert "on-etcd" in listed.stdout
     finally:
         await hub.stop()
-
-
-async def test_etcd_with_authentication_refuses_anonymous_clients(tmp_path: Path) -> None:
-    """etcd's own users, as ZooKeeper's digest: with authentication on, a store with the
-    credentials works and one without them is refused, clearly."""
-    server = EtcdServer(data_dir=str(tmp_path))
-    server.start()
-    try:
-        await _enable_auth(server.address, "hedwig", "s3cret")
-        region = "secured"
-        url = f"etcd://hedwig:s3cret@{server.address}"
-        async with open_store(url, region=region) as store:
-            await store.topics.ensure_topic("t")
-            assert await store.topics.list_topics() == ["t"]
-        anonymous = open_store(f"etcd://{server.address}", region=region)
-        with pytest.raises(MetadataError):
-            await anonymous.start()
-        wrong = open_store(f"etcd://hedwig:wrong@{server.address}", region=region)
-        with pytest.raises(MetadataError):
-            await wrong.start()
-    finally:
-        server.stop()
-
-
-async def _enable_auth(address: str, user: str, password: str) -> None:
-    """A user whose role may read and write Hedwig's prefix only, the root user etcd requires
-    before authentication can be turned on, then on."""
-    import grpc  # type: ignore[import-untyped]
-    from aetcd import rpc
-
-    from hedwig.metadata.etcd.client import prefix_end
-
-    async with grpc.aio.insecure_channel(address) as channel:
-        auth = rpc.AuthStub(channel)
-        await auth.UserAdd(rpc.AuthUserAddRequest(name="root", password="root-" + password))
-        await auth.UserGrantRole(rpc.AuthUserGrantRoleRequest(user="root", role="root"))
-        await auth.RoleAdd(rpc.AuthRoleAddRequest(name="hedwig"))
-        prefix = b"/hedwig/"
-        perm = rpc.Permission(
-            permType=rpc.Permission.READWRITE, key=prefix, range_end=prefix_end(prefix)
-        )
-        await auth.RoleGrantPermission(rpc.AuthRoleGrantPermissionRequest(name="hedwig", perm=perm))
-        await auth.UserAdd(rpc.AuthUserAddRequest(name=user, password=password))
-        await auth.UserGrantRole(rpc.AuthUserGrantRoleRequest(user=user, role="hedwig"))
-        await auth.AuthEnable(rpc.AuthEnableRequest())
 
 
 class TestBatches:

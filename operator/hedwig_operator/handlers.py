@@ -28,10 +28,11 @@ from typing import Any
 import kopf
 
 from hedwig.errors import HedwigError
+from hedwig_operator.builders.security import secret_data
 from hedwig_operator.conditions import condition
 from hedwig_operator.context import Context
 from hedwig_operator.hubs import ClientHubRequests
-from hedwig_operator.kube import KubeError
+from hedwig_operator.kube import KubeError, ObjectRef
 from hedwig_operator.kube.http import HttpKubeApi
 from hedwig_operator.metadata import MetadataConnections
 from hedwig_operator.pools import apply_children, selector_string
@@ -171,12 +172,18 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.posting.level = logging.WARNING
     ops = OperatorSettings.from_env()
     trust = PoolTrust.from_pod()
+    kube = HttpKubeApi.from_environment()
+
+    async def read_secret(namespace: str, name: str) -> dict[str, bytes]:
+        return secret_data(await kube.get(ObjectRef("v1", "Secret", namespace, name)))
+
     STATE.ctx = Context(
-        kube=HttpKubeApi.from_environment(),
+        kube=kube,
         metadata=MetadataConnections(
             session_timeout_s=ops.zk_session_timeout_s,
             connect_timeout_s=ops.zk_connect_timeout_s,
             digests=trust.digests,
+            read_secret=read_secret,
         ),
         hubs=ClientHubRequests(trust),
         settings=ops,

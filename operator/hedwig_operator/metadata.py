@@ -5,7 +5,10 @@ the pool's worker of one pool share it. The operator only reads and writes metad
 ``hedwig.metadata`` (topic znodes, owner records, load reports); it never imports the hub.
 A store that cannot connect is dropped and opened again on the next request. A secured
 pool's region is opened with its ZooKeeper digest (``digests``, filled in by the pool's
-reconciliation); a store opened before its digest was known is opened again with it.
+reconciliation); a store opened before its digest was known is opened again with it. A pool on
+a secured etcd names a Secret (``spec.metadata.secretName``): its store is opened with what the
+Secret holds (``EtcdAccess``: credentials, CA, client certificate), read when the store is
+opened; a store etcd refuses is dropped, so a corrected Secret is read at the next request.
 """
 
 from __future__ import annotations
@@ -13,15 +16,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
 from hedwig.errors import HedwigError, MetadataUnavailableError
-from hedwig.metadata import MetadataStore, open_store
+from hedwig.metadata import EtcdAccess, MetadataStore, open_store
 
 log = logging.getLogger(__name__)
 
 Opener = Callable[[str, str], MetadataStore]
-DigestOpener = Callable[[str, str, str | None], MetadataStore]
+AccessOpener = Callable[[str, str, str | None, EtcdAccess | None], MetadataStore]
+# (namespace, name) -> the Secret's data (empty: no such Secret)
+SecretReader = Callable[[str, str], Awaitable[Mapping[str, bytes]]]
 
 
 class MetadataConnections:
@@ -32,15 +37,21 @@ class MetadataConnections:
         session_timeout_s: float = 10.0,
         connect_timeout_s: float = 10.0,
         digests: Mapping[tuple[str, str], str] | None = None,
+        read_secret: SecretReader | None = None,
     ) -> None:
         self._digests: Mapping[tuple[str, str], str] = digests if digests is not None else {}
+        self._read_secret = read_secret
         self._opened_with: dict[tuple[str, str], str | None] = {}
-        self._opener: DigestOpener = (
-            (lambda url, region, digest: opener(url, region))
+        self._opener: AccessOpener = (
+            (lambda url, region, digest, access: opener(url, region))
             if opener is not None
             else (
-                lambda url, region, digest: open_store(
-                    url, region=region, session_timeout_s=session_timeout_s, digest=digest
+                lambda url, region, digest, access: open_store(
+                    url,
+                    region=region,
+                    session_timeout_s=session_timeout_s,
+                    digest=digest,
+                    etcd_access=access,
                 )
             )
         )
@@ -48,8 +59,12 @@ class MetadataConnections:
         self._stores: dict[tuple[str, str], MetadataStore] = {}
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
 
-    async def get(self, zk: str, region: str) -> MetadataStore:
-        """The store of ``region`` on ``zk``; ``MetadataUnavailableError`` if unreachable."""
+    async def get(
+        self, zk: str, region: str, secret: tuple[str, str] | None = None
+    ) -> MetadataStore:
+        """The store of ``region`` on ``zk``, opened with the etcd access Secret ``secret``
+        ((namespace, name)) if given; ``MetadataUnavailableError`` if unreachable, refused, or
+        the Secret is missing."""
         key = (zk, region)
         store = self._stores.get(key)
         if store is not None and self._opened_with.get(key) != self._digests.get(key):
@@ -66,18 +81,33 @@ class MetadataConnections:
             if store is not None:
                 return store
             digest = self._digests.get(key)
-            store = self._opener(zk, region, digest)
+            access = await self._access(secret) if secret is not None else None
+            try:
+                store = self._opener(zk, region, digest, access)
+            except HedwigError as exc:  # a URL or Secret it cannot use
+                raise MetadataUnavailableError(f"{zk} (region {region}): {exc}") from exc
             try:
                 await asyncio.wait_for(store.start(), self._connect_timeout_s)
             except (TimeoutError, HedwigError) as exc:
                 with contextlib.suppress(Exception):
                     await store.close()
                 raise MetadataUnavailableError(
-                    f"cannot reach ZooKeeper at {zk} (region {region}): {exc}"
+                    f"cannot reach the metadata store at {zk} (region {region}): {exc}"
                 ) from exc
             self._stores[key] = store
             self._opened_with[key] = digest
             return store
+
+    async def _access(self, secret: tuple[str, str]) -> EtcdAccess:
+        namespace, name = secret
+        if self._read_secret is None:
+            raise MetadataUnavailableError(f"no way to read the Secret {namespace}/{name}")
+        data = await self._read_secret(namespace, name)
+        if not data:
+            raise MetadataUnavailableError(
+                f"the metadata store's access Secret {namespace}/{name} does not exist (yet)"
+            )
+        return EtcdAccess.from_files(data)
 
     async def close(self) -> None:
         stores, self._stores = list(self._stores.values()), {}

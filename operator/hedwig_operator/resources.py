@@ -42,6 +42,8 @@ METRICS_PORT: Final = 9100
 # Where a secured hub's certificates are mounted (the <pool>-hub-tls Secret).
 TLS_DIR: Final = "/etc/hedwig/tls"
 ZK_DIGEST_DIR: Final = "/etc/hedwig/zookeeper"
+# A secured etcd's access Secret (spec.metadata.secretName), read through HEDWIG_ETCD_DIR.
+ETCD_ACCESS_DIR: Final = "/etc/hedwig/etcd"
 DATA_DIR: Final = "/var/lib/hedwig"
 
 LABEL_NAME: Final = "app.kubernetes.io/name"

@@ -291,7 +291,7 @@ async def reconcile_user(
     extra: dict[str, Any] = {"principal": user.principal, "observedGeneration": user.generation}
     try:
         await ensure_pool_security(kube, pool, trust, now)
-        store = await metadata.get(pool.zk_connect, pool.region)
+        store = await metadata.get(pool.zk_connect, pool.region, pool.store_secret)
         await store.acls.write_acl(user.acl_name, user.acl_entry, ANY_VERSION)
     except (HedwigError, MetadataError) as exc:
         return UserOutcome(
@@ -362,7 +362,7 @@ async def delete_user(
     if pool is None:
         return  # the pool (and with it, the region's ACLs) is gone
     await ensure_pool_security(kube, pool, trust)
-    store = await metadata.get(pool.zk_connect, pool.region)
+    store = await metadata.get(pool.zk_connect, pool.region, pool.store_secret)
     try:
         await store.acls.delete_acl(user.acl_name, ANY_VERSION)
     except MetadataError as exc:

@@ -353,7 +353,7 @@ async def reconcile_topic(
     except SpecError as exc:
         return result(False, "PoolInvalid", f"HubPool {spec.pool} is invalid: {exc}", topic=topic)
     try:
-        store = await ctx.metadata.get(pool.zk_connect, pool.region)
+        store = await ctx.metadata.get(pool.zk_connect, pool.region, pool.store_secret)
         await _ensure_config(store, spec)
         if hubs is None:
             hubs = await store.hubs.list_hubs()
@@ -462,7 +462,7 @@ async def delete_topic_data(
         return f"data kept: HubPool {spec.pool} is gone, so its ZooKeeper is unknown"
     pool: PoolSpec = parse_pool(pool_body)
     try:
-        store = await ctx.metadata.get(pool.zk_connect, pool.region)
+        store = await ctx.metadata.get(pool.zk_connect, pool.region, pool.store_secret)
         if not await store.topics.topic_exists(topic):
             return f"topic {topic!r} did not exist in region {pool.region!r}"
         plan = await store.plans.read_plan(topic)

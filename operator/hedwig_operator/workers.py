@@ -152,7 +152,7 @@ class PoolWorker:
         hubs: list[HubStatus] | None = None
         zk_error = None
         try:
-            store = await ctx.metadata.get(pool.zk_connect, pool.region)
+            store = await ctx.metadata.get(pool.zk_connect, pool.region, pool.store_secret)
             hubs = await store.hubs.list_hubs()
             ctx.trust.note_hubs(pool, [h.address for h in hubs])
         except MetadataError as exc:

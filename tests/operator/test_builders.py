@@ -216,3 +216,19 @@ def test_hubs_get_default_resources_and_spread_when_the_pool_names_none() -> Non
     (spread,) = spec["topologySpreadConstraints"]
     assert spread["topologyKey"] == "kubernetes.io/hostname"
     assert not {"imagePullSecrets", "nodeSelector", "tolerations", "affinity"} & set(spec)
+
+
+def test_an_etcd_access_secret_is_mounted_for_the_hubs_only_when_named() -> None:
+    body = pool_body(spec={"metadata": {"url": "etcd://e:2379", "secretName": "etcd-access"}})
+    del body["spec"]["zookeeper"]
+    pod = build_statefulset(parse_pool(body))["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["HEDWIG_ETCD_DIR"] == resources.ETCD_ACCESS_DIR
+    (mount,) = [m for m in c["volumeMounts"] if m["mountPath"] == resources.ETCD_ACCESS_DIR]
+    assert mount["readOnly"] is True
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert volume["secret"] == {"secretName": "etcd-access", "defaultMode": 0o440}
+    plain = build_statefulset(pool())["spec"]["template"]["spec"]
+    assert "HEDWIG_ETCD_DIR" not in {e["name"] for e in plain["containers"][0]["env"]}
+    assert all("secret" not in v or v["name"] != mount["name"] for v in plain["volumes"])

@@ -246,3 +246,19 @@ def test_pool_on_any_store_by_url() -> None:
     assert p.zk_connect == "etcd://etcd:2379/hedwig"
     md = schema("hubpools")["properties"]["spec"]["properties"]["metadata"]["properties"]
     assert md["sessionTimeoutSeconds"]["default"] == p.zk_session_timeout_s
+
+
+def test_an_etcd_pool_names_its_access_secret() -> None:
+    body = pool_body(spec={"metadata": {"url": "etcd://etcd:2379", "secretName": "etcd-access"}})
+    del body["spec"]["zookeeper"]
+    p = parse_pool(body)
+    assert p.metadata_secret == "etcd-access"
+    assert p.store_secret == ("ns", "etcd-access")
+    md = schema("hubpools")["properties"]["spec"]["properties"]["metadata"]["properties"]
+    assert md["secretName"]["type"] == "string"
+    # ZooKeeper's credentials are the pool's own digest (spec.security), not a Secret here.
+    zk = pool_body(spec={"metadata": {"url": "zk://zk:2181", "secretName": "x"}})
+    del zk["spec"]["zookeeper"]
+    with pytest.raises(SpecError) as err:
+        parse_pool(zk)
+    assert err.value.path == "spec.metadata.secretName"

@@ -39,6 +39,7 @@ from hedwig_operator.builders.security import security_mounts, security_volumes
 from hedwig_operator.resources import (
     ANNOTATION_CONFIG_HASH,
     DATA_DIR,
+    ETCD_ACCESS_DIR,
     HUB_PORT,
     INTERNAL_PORT,
     METRICS_PORT,
@@ -47,6 +48,7 @@ from hedwig_operator.specs import PoolSpec
 
 HUB_UID = 10001
 VOLUME_NAME = "data"
+ETCD_ACCESS_VOLUME = "etcd-access"
 
 
 def _container(pool: PoolSpec) -> dict[str, Any]:
@@ -98,6 +100,7 @@ def _container(pool: PoolSpec) -> dict[str, Any]:
             {"name": VOLUME_NAME, "mountPath": DATA_DIR},
             {"name": "tmp", "mountPath": "/tmp"},
             *security_mounts(pool),
+            *_store_access_mounts(pool),
         ],
         "securityContext": {
             "allowPrivilegeEscalation": False,
@@ -113,11 +116,28 @@ def _container(pool: PoolSpec) -> dict[str, Any]:
         container["ports"].append(
             {"name": "internal", "containerPort": INTERNAL_PORT, "protocol": "TCP"}
         )
+    if pool.metadata_secret is not None:
+        container["env"].append({"name": "HEDWIG_ETCD_DIR", "value": ETCD_ACCESS_DIR})
     if pool.image_pull_policy:
         container["imagePullPolicy"] = pool.image_pull_policy
     if pool.resources:
         container["resources"] = dict(pool.resources)
     return container
+
+
+def _store_access_mounts(pool: PoolSpec) -> list[dict[str, Any]]:
+    if pool.metadata_secret is None:
+        return []
+    return [{"name": ETCD_ACCESS_VOLUME, "mountPath": ETCD_ACCESS_DIR, "readOnly": True}]
+
+
+def _store_access_volumes(pool: PoolSpec) -> list[dict[str, Any]]:
+    """The etcd access Secret, as files (``hedwig.metadata.EtcdAccess``), readable by the
+    hub only."""
+    if pool.metadata_secret is None:
+        return []
+    secret = {"secretName": pool.metadata_secret, "defaultMode": 0o440}
+    return [{"name": ETCD_ACCESS_VOLUME, "secret": secret}]
 
 
 def _volume_claim_template(pool: PoolSpec) -> dict[str, Any]:
@@ -204,7 +224,11 @@ def build_statefulset(pool: PoolSpec, operator_principal: str = "") -> dict[str,
                     "topologySpreadConstraints": _spread(pool),
                     "containers": [_container(pool)],
                     # The root filesystem is read-only; Python and the hub may still want /tmp.
-                    "volumes": [{"name": "tmp", "emptyDir": {}}, *security_volumes(pool)],
+                    "volumes": [
+                        {"name": "tmp", "emptyDir": {}},
+                        *security_volumes(pool),
+                        *_store_access_volumes(pool),
+                    ],
                     **_scheduling(pool),
                 },
             },

@@ -224,10 +224,18 @@ class PoolSpec:
     rebalancing: RebalancingSpec = field(default_factory=RebalancingSpec)
     paused_by_annotation: bool = False
     security: SecuritySpec = field(default_factory=SecuritySpec)
+    # A Secret in the pool's namespace with what a secured etcd asks of its clients
+    # (``hedwig.metadata.EtcdAccess``: credentials, ca.crt, tls.crt, tls.key).
+    metadata_secret: str | None = None
 
     @property
     def region(self) -> str:
         return self.region_override or self.name
+
+    @property
+    def store_secret(self) -> tuple[str, str] | None:
+        """(namespace, name) of the metadata store's access Secret, if it has one."""
+        return None if self.metadata_secret is None else (self.namespace, self.metadata_secret)
 
     @property
     def rebalancing_paused(self) -> bool:
@@ -383,16 +391,25 @@ def _scheduling(spec: Raw) -> SchedulingSpec:
     )
 
 
-def _metadata_store(spec: Raw) -> tuple[str, float]:
+def _metadata_store(spec: Raw) -> tuple[str, float, str | None]:
     """The store the hubs use: ``spec.metadata.url`` (any store URL: ``zk://``, ``etcd://``) or
-    ``spec.zookeeper.connect`` (the older field, a ZooKeeper connection string); one of them."""
+    ``spec.zookeeper.connect`` (the older field, a ZooKeeper connection string); one of them.
+    And the Secret an etcd store's access comes from (``spec.metadata.secretName``)."""
     md = section(spec, "metadata", "spec")
     zk = section(spec, "zookeeper", "spec")
     if md and zk:
         raise SpecError("spec.metadata", "give spec.metadata or spec.zookeeper, not both")
     where, raw, key = ("spec.metadata", md, "url") if md else ("spec.zookeeper", zk, "connect")
     url = req_str(raw, key, where)
-    return url, float_or(raw, "sessionTimeoutSeconds", where, DEFAULT_ZK_SESSION_TIMEOUT_S)
+    secret = opt_str(md, "secretName", where) if md else None
+    if secret is not None and not url.lower().startswith("etcd://"):
+        raise SpecError(
+            "spec.metadata.secretName",
+            "only an etcd:// store takes an access Secret (ZooKeeper's digest is the pool's "
+            "own, under spec.security)",
+        )
+    timeout = float_or(raw, "sessionTimeoutSeconds", where, DEFAULT_ZK_SESSION_TIMEOUT_S)
+    return url, timeout, secret
 
 
 def parse_pool(body: Raw) -> PoolSpec:
@@ -400,7 +417,7 @@ def parse_pool(body: Raw) -> PoolSpec:
     meta = section(body, "metadata", "")
     spec = section(body, "spec", "")
     annotations = section(meta, "annotations", "metadata")
-    store_url, session_timeout_s = _metadata_store(spec)
+    store_url, session_timeout_s, metadata_secret = _metadata_store(spec)
     placement = opt_str(spec, "placement", "spec") or DEFAULT_PLACEMENT
     if placement not in POLICIES:
         raise SpecError("spec.placement", f"must be one of {', '.join(POLICIES)}")
@@ -430,6 +447,7 @@ def parse_pool(body: Raw) -> PoolSpec:
         ),
         rebalancing=rebalancing,
         security=parse_security(section(spec, "security", "spec")),
+        metadata_secret=metadata_secret,
         paused_by_annotation=str(annotations.get(ANNOTATION_REBALANCE_PAUSED, "")).lower()
         == "true",
     )

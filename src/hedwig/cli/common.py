@@ -159,7 +159,9 @@ _HINTS: list[tuple[type[HedwigError], str]] = [
     (InvalidTopicError, "names are 1 to 255 bytes of printable UTF-8"),
     (
         MetadataUnavailableError,
-        "is ZooKeeper running there? 'hedwig dev up' starts ZooKeeper and hubs on this machine",
+        "is the metadata store running there (and, for a secured etcd, are HEDWIG_ETCD_CA, "
+        "_CERT, _KEY and _CREDENTIALS set, as the credentials' env file sets them)? "
+        "'hedwig dev up' starts one and hubs on this machine",
     ),
     (
         ConnectionLostError,

@@ -37,13 +37,20 @@ DETACH_WAIT_S = 120.0
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("dev", help="development cluster on this machine")
     dsub = p.add_subparsers(dest="dev_command", required=True, metavar="ACTION")
-    up = dsub.add_parser("up", help="start ZooKeeper and hubs; keep them until Ctrl-C")
+    up = dsub.add_parser("up", help="start the metadata store and hubs; keep them until Ctrl-C")
     up.add_argument("--hubs", type=int, default=3)
     up.add_argument("--region", default=DEFAULT_REGION)
     up.add_argument(
         "--data-dir", default=None, help="keep data (and ports) here (default: temporary)"
     )
     up.add_argument("--zk-session-timeout", type=float, default=6.0)
+    up.add_argument(
+        "--store",
+        choices=("zookeeper", "etcd"),
+        default="zookeeper",
+        help="the metadata store (etcd: built by 'make etcd'; with --secure, TLS with client "
+        "certificates and etcd's authentication, Hedwig's user confined to its prefix)",
+    )
     up.add_argument(
         "--secure",
         action="store_true",
@@ -96,9 +103,10 @@ def _saved_ports(data_dir: str | None) -> tuple[int, list[tuple[int, int]]]:
 
 def _save_ports(cluster: DevCluster) -> None:
     assert cluster.base_dir is not None
-    assert cluster.zk_server is not None
+    store = cluster.zk_server or cluster.etcd_server
+    assert store is not None
     saved = {
-        "zk_port": cluster.zk_server.port,
+        "zk_port": store.port,
         "hubs": [{"port": h.port, "metrics_port": h.metrics_port} for h in cluster.hub_procs],
     }
     (Path(cluster.base_dir) / "cluster.json").write_text(json.dumps(saved))
@@ -128,6 +136,7 @@ def run_up(args: argparse.Namespace) -> int:
         zk_port=zk_port,
         hub_ports=hub_ports,
         secure=args.secure,
+        store=args.store,
     )
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -183,6 +192,9 @@ def _detach(args: argparse.Namespace) -> int:
         argv += ["--data-dir", args.data_dir]
     if args.replication is not None:
         argv += ["--replication", args.replication]
+    argv += ["--store", args.store]
+    if args.secure:
+        argv.append("--secure")
     log_path = dev_state_path().with_suffix(".log")
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "wb") as log:

@@ -27,6 +27,7 @@ import asyncio
 import itertools
 from collections.abc import Awaitable, Callable, Sequence
 
+from hedwig.client.owners import Owners
 from hedwig.client.retry import Backoff, RetryPolicy
 from hedwig.clock import Clock
 from hedwig.errors import (
@@ -104,7 +105,7 @@ class Router:
         self._on_close = on_close
         self._conns: dict[str, HubConnection] = {}
         self._connecting: dict[str, asyncio.Future[HubConnection]] = {}
-        self._owners: dict[str, str] = {}
+        self._owners = Owners()
         self._claim_hints: set[str] = set()
         self._next_hub = itertools.cycle(range(len(self.hubs)))
         self._unreachable: dict[str, float] = {}
@@ -156,29 +157,24 @@ class Router:
             self._failed(conn.address)
         if self._conns.get(conn.address) is conn:
             del self._conns[conn.address]
-        for topic, owner in list(self._owners.items()):
-            if owner == conn.address:
-                del self._owners[topic]
+        self._owners.drop_hub(conn.address)
         self._on_close(conn)
 
     def _event(self, conn: HubConnection, event: Event) -> None:
         if isinstance(event, SubscriptionMoved):
             key = subscription_route(event.topic, event.subscriber)
-            self._owners.pop(key, None)
+            self._owners.pop(key)
             if event.hub:
-                self._owners[key] = event.hub
+                self._owners.set(key, event.hub)
                 self._claim_hints.add(key)
         if isinstance(event, TopicMoved):
             if self._owners.get(event.topic) == conn.address:
-                del self._owners[event.topic]
-            prefix = f"{event.topic}\0"
-            for key, owner in list(self._owners.items()):
-                if key.startswith(prefix) and owner == conn.address:
-                    del self._owners[key]
+                self._owners.pop(event.topic)
+            self._owners.drop_routes(event.topic, conn.address)
             if event.new_owner:
                 # The old owner named its successor: go there as a redirected client would,
                 # so it claims the topic rather than choosing again.
-                self._owners[event.topic] = event.new_owner
+                self._owners.set(event.topic, event.new_owner)
                 self._claim_hints.add(event.topic)
         self._on_event(conn, event)
 
@@ -258,14 +254,14 @@ class Router:
                 answer = await conn.request(
                     make(conn.next_id(), redirected), self.request_timeout_s
                 )
-                self._owners[key] = address
+                self._owners.set(key, address)
                 if key != topic:
                     # Usually the owner (a single-hub topic); a fan-out topic's delivery hub
                     # redirects the topic's other requests to the owner once.
                     self._owners.setdefault(topic, address)
                 return answer, conn
             except NotResponsibleError as exc:
-                self._owners.pop(key, None)
+                self._owners.pop(key)
                 if exc.owner and self.unreachable(exc.owner):
                     err: HedwigError = OwnerUnreachableError(
                         f"topic {topic!r}: its owner {exc.owner} does not answer this client; "
@@ -305,7 +301,7 @@ class Router:
                     raise
                 if isinstance(exc, ConnectionLostError):
                     self._failed(address)
-                self._owners.pop(key, None)
+                self._owners.pop(key)
                 if (
                     isinstance(exc, TopicMovingError)
                     and exc.destination
@@ -315,7 +311,7 @@ class Router:
                     hand_off_waits += 1
                     redirects = 0
                     address, redirected = exc.destination, True
-                    self._owners[key] = exc.destination
+                    self._owners.set(key, exc.destination)
                     if before_retry is not None:
                         await before_retry()
                     await self.clock.sleep(HAND_OFF_PAUSE_S)

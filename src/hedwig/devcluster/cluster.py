@@ -218,14 +218,20 @@ class DevCluster:
             self._tmp = tempfile.TemporaryDirectory(prefix="hedwig-dev-")
             self.base_dir = self._tmp.name
         if self.secure:
-            hosts = {"127.0.0.1", *(h.address for h in self.hub_hosts)}
+            hosts = {"127.0.0.1", self.zk_host.address, *(h.address for h in self.hub_hosts)}
             self.security = DevSecurity.create(
                 os.path.join(self.base_dir, "security"), ip_addresses=sorted(hosts)
             )
         if self.store == "etcd":
             data = os.path.join(self.base_dir, "etcd")
             os.makedirs(data, exist_ok=True)
-            self.etcd_server = EtcdServer(data_dir=data)
+            self.etcd_server = EtcdServer(
+                data_dir=data,
+                port=self.zk_port if port_free(self.zk_port) else 0,
+                host=self.zk_host.address,
+                launch=self.zk_host.launch,
+                security=self.security.etcd_security() if self.security else None,
+            )
             self.etcd_server.start()
         else:
             self.zk_server = ZooKeeperServer(

@@ -5,6 +5,13 @@ control plane's etcd; ``make etcd`` builds it) and cached under
 ``~/.cache/hedwig/controlplane/<versions>/bin/etcd``. ``HEDWIG_ETCD`` names another binary.
 It listens on loopback ports of its own, with its data in a directory of its own.
 
+With ``security`` (``EtcdSecurity``) it runs as a secured production etcd does: clients reach
+it over TLS only and must present a certificate of the trusted CA (``--client-cert-auth``), and
+its authentication is on, with a ``root`` user and one user for Hedwig whose role may read and
+write only under Hedwig's prefix (``/hedwig/``), so a Hedwig credential cannot touch another
+tenant's keys. Users and roles are made through etcd's own ``Auth`` API on the first start (they
+live in the data directory after that).
+
 Run as a production etcd for Hedwig should be: etcd keeps every revision until it is compacted,
 and a region writes one per consume mark, claim and ledger change, so its history is compacted
 every ``COMPACTION_RETENTION`` (a watch from before that fires at once, and its holder reads
@@ -16,14 +23,19 @@ from __future__ import annotations
 
 import glob
 import os
+import ssl
 import subprocess
 import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import grpc  # type: ignore[import-untyped]
+from aetcd import rpc  # type: ignore[import-untyped]
+
 from hedwig.devcluster.zookeeper import free_port
 from hedwig.errors import HedwigError
+from hedwig.metadata.etcd.client import prefix_end
 
 COMPACTION_RETENTION = "5m"
 QUOTA_BYTES = 8 * 1024**3
@@ -48,17 +60,41 @@ def find_etcd() -> str:
     )
 
 
+@dataclass(frozen=True)
+class EtcdSecurity:
+    """Paths of PEM files and the credentials a secured etcd is set up with."""
+
+    # The server's certificate and key (naming the address it listens on).
+    cert: str
+    key: str
+    # The CA that signed the server's certificate and every client certificate it accepts.
+    ca: str
+    # A client certificate of that CA, for this module's own calls (health, users and roles).
+    client_cert: str
+    client_key: str
+    # The user Hedwig's processes authenticate as, and etcd's administrator's password.
+    user: str
+    password: str
+    root_password: str
+    # Hedwig's user may read and write every key under it, and no other.
+    prefix: str = "/hedwig/"
+
+
 @dataclass
 class EtcdServer:
     data_dir: str
     port: int = 0
     binary: str = field(default_factory=find_etcd)
+    # Where it listens, and a command prefix to run it there (a network namespace).
+    host: str = "127.0.0.1"
+    launch: tuple[str, ...] = ()
+    security: EtcdSecurity | None = None
     _proc: subprocess.Popen[bytes] | None = None
     _peer_port: int = 0
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def url(self) -> str:
@@ -73,11 +109,23 @@ class EtcdServer:
             self.port = free_port()
         if not self._peer_port:
             self._peer_port = free_port()
-        client = f"http://127.0.0.1:{self.port}"
-        peer = f"http://127.0.0.1:{self._peer_port}"
+        sec = self.security
+        client = f"{'https' if sec else 'http'}://{self.host}:{self.port}"
+        peer = f"http://{self.host}:{self._peer_port}"
+        tls = (
+            [
+                f"--cert-file={sec.cert}",
+                f"--key-file={sec.key}",
+                f"--trusted-ca-file={sec.ca}",
+                "--client-cert-auth",
+            ]
+            if sec
+            else []
+        )
         log = open(Path(self.data_dir) / "etcd.log", "ab")  # noqa: SIM115 - the server keeps it
         self._proc = subprocess.Popen(
             [
+                *self.launch,
                 self.binary,
                 "--name=hedwig",
                 f"--data-dir={Path(self.data_dir) / 'data'}",
@@ -90,22 +138,66 @@ class EtcdServer:
                 "--auto-compaction-mode=periodic",
                 f"--auto-compaction-retention={COMPACTION_RETENTION}",
                 f"--quota-backend-bytes={QUOTA_BYTES}",
+                *tls,
             ],
             stdout=log,
             stderr=log,
         )
+        context = None
+        if sec is not None:
+            context = ssl.create_default_context(cafile=sec.ca)
+            context.load_cert_chain(sec.client_cert, sec.client_key)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
                 raise HedwigError(f"etcd exited with {self._proc.returncode}: see {log.name}")
             try:
-                with urllib.request.urlopen(f"{client}/health", timeout=1) as r:
+                with urllib.request.urlopen(f"{client}/health", timeout=1, context=context) as r:
                     if b'"health":"true"' in r.read():
-                        return
+                        break
             except OSError:
                 pass
             time.sleep(0.1)
-        raise HedwigError(f"etcd did not become healthy on {self.address} within {timeout} s")
+        else:
+            raise HedwigError(f"etcd did not become healthy on {self.address} within {timeout} s")
+        if sec is not None:
+            self._set_up_authentication(sec)
+
+    def _set_up_authentication(self, sec: EtcdSecurity) -> None:
+        """The root user, Hedwig's user with a role on Hedwig's prefix only, authentication
+        on; nothing if that was done on this data directory already (a restart)."""
+        done = Path(self.data_dir) / "authentication-on"
+        if done.exists():
+            return
+        creds = grpc.ssl_channel_credentials(
+            Path(sec.ca).read_bytes(),
+            Path(sec.client_key).read_bytes(),
+            Path(sec.client_cert).read_bytes(),
+        )
+        with grpc.secure_channel(self.address, creds) as channel:
+            auth = rpc.AuthStub(channel)
+            if auth.AuthStatus(rpc.AuthStatusRequest(), timeout=10).enabled:
+                return
+            role = "hedwig"
+            perm = rpc.Permission(
+                permType=rpc.Permission.READWRITE,
+                key=sec.prefix.encode(),
+                range_end=prefix_end(sec.prefix.encode()),
+            )
+            for call, request in (
+                (auth.UserAdd, rpc.AuthUserAddRequest(name="root", password=sec.root_password)),
+                (auth.UserGrantRole, rpc.AuthUserGrantRoleRequest(user="root", role="root")),
+                (auth.RoleAdd, rpc.AuthRoleAddRequest(name=role)),
+                (
+                    auth.RoleGrantPermission,
+                    rpc.AuthRoleGrantPermissionRequest(name=role, perm=perm),
+                ),
+                (auth.UserAdd, rpc.AuthUserAddRequest(name=sec.user, password=sec.password)),
+                (auth.UserGrantRole, rpc.AuthUserGrantRoleRequest(user=sec.user, role=role)),
+                (auth.AuthEnable, rpc.AuthEnableRequest()),
+            ):
+                call(request, timeout=10)
+        done.touch()
 
     def stop(self) -> None:
         if self._proc is not None and self._proc.poll() is None:

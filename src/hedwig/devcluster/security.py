@@ -6,8 +6,12 @@ Everything goes into one directory, printed by ``dev up``:
   ``hub.crt``/``hub.key``: the hubs' certificate (127.0.0.1 and localhost, server and client);
 - ``client-ca.crt``: the CA of client certificates; ``admin.crt``/``admin.key`` (a super-user)
   and ``alice.crt``/``alice.key`` (no ACLs until you add some with ``hedwig acl``);
+- ``store-server.crt``/``store-server.key``: etcd's server certificate (of the hub CA), and
+  ``store.crt``/``store.key``: the client certificate hubs and commands present to etcd;
+  ``etcd-root``: the password of etcd's ``root`` user (Hedwig's processes never use it);
 - ``env``: ``export`` lines that make every ``hedwig`` command act as admin
-  (``. DIR/env``), with the ZooKeeper digest the hubs protect their znodes with.
+  (``. DIR/env``), with the ZooKeeper digest the hubs protect their znodes with, and etcd's
+  CA, client certificate and Hedwig user (used when the store is etcd).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from hedwig.devcluster.etcd import EtcdSecurity
 from hedwig.security.ca import CertificateAuthority
 
 SUPER_USER = "admin"
@@ -26,6 +31,8 @@ SUPER_USER = "admin"
 class DevSecurity:
     directory: Path
     zk_digest: str
+    # USER:PASSWORD of Hedwig's etcd user
+    etcd_credentials: str
 
     @classmethod
     def create(
@@ -36,11 +43,12 @@ class DevSecurity:
         (where the hubs listen: loopback, or each hub's address in a network lab)."""
         d = Path(directory)
         env = d / "env"
-        if env.is_file() and (d / "hub.crt").is_file():
+        if env.is_file() and (d / "store.crt").is_file():
+            kept = {}
             for line in env.read_text().splitlines():
                 name, _, value = line.removeprefix("export ").partition("=")
-                if name == "HEDWIG_ZK_DIGEST":
-                    return cls(d, value)
+                kept[name] = value
+            return cls(d, kept["HEDWIG_ZK_DIGEST"], kept["HEDWIG_ETCD_CREDENTIALS"])
         d.mkdir(parents=True, exist_ok=True)
         d.chmod(0o700)
         hub_ca = CertificateAuthority.create("hedwig dev hubs", days=30)
@@ -57,8 +65,18 @@ class DevSecurity:
         ).write(d, "hub")
         for user in (SUPER_USER, "alice"):
             client_ca.issue(user, client=True, days=30).write(d, user)
+        hub_ca.issue(
+            "hedwig-store",
+            ip_addresses=list(ip_addresses),
+            dns_names=["localhost"],
+            server=True,
+            days=30,
+        ).write(d, "store-server")
+        hub_ca.issue("hedwig-store-client", client=True, days=30).write(d, "store")
+        (d / "etcd-root").write_text(secrets.token_urlsafe(18))
+        (d / "etcd-root").chmod(0o600)
         digest = f"hedwig:{secrets.token_urlsafe(18)}"
-        made = cls(d, digest)
+        made = cls(d, digest, f"hedwig:{secrets.token_urlsafe(18)}")
         (d / "env").write_text("".join(f"export {k}={v}\n" for k, v in made.client_env().items()))
         return made
 
@@ -78,6 +96,7 @@ class DevSecurity:
             "HEDWIG_AUTHORIZE": "true",
             "HEDWIG_SUPER_USERS": SUPER_USER,
             "HEDWIG_ZK_DIGEST": self.zk_digest,
+            **self.store_env(),
         }
 
     def client_env(self, user: str = SUPER_USER) -> dict[str, str]:
@@ -86,4 +105,28 @@ class DevSecurity:
             "HEDWIG_CERT": self.path(f"{user}.crt"),
             "HEDWIG_KEY": self.path(f"{user}.key"),
             "HEDWIG_ZK_DIGEST": self.zk_digest,
+            **self.store_env(),
         }
+
+    def store_env(self) -> dict[str, str]:
+        """How a process reaches a secured etcd (``hedwig.metadata.opening``)."""
+        return {
+            "HEDWIG_ETCD_CA": self.path("hub-ca.crt"),
+            "HEDWIG_ETCD_CERT": self.path("store.crt"),
+            "HEDWIG_ETCD_KEY": self.path("store.key"),
+            "HEDWIG_ETCD_CREDENTIALS": self.etcd_credentials,
+        }
+
+    def etcd_security(self) -> EtcdSecurity:
+        """What a development etcd is secured with."""
+        user, _, password = self.etcd_credentials.partition(":")
+        return EtcdSecurity(
+            cert=self.path("store-server.crt"),
+            key=self.path("store-server.key"),
+            ca=self.path("hub-ca.crt"),
+            client_cert=self.path("store.crt"),
+            client_key=self.path("store.key"),
+            user=user,
+            password=password,
+            root_password=(self.directory / "etcd-root").read_text().strip(),
+        )

@@ -149,7 +149,7 @@ class TopicOwnership:
         if state is SessionState.SUSPENDED:
             if self._suspended_since is None:
                 log.warning(
-                    "ZooKeeper unreachable: serving the %d owned topics on their open ledgers "
+                    "metadata store unreachable: serving the %d owned topics on their open ledgers "
                     "(claims wait)",
                     len(self.topics),
                 )

@@ -15,7 +15,7 @@ from hedwig.metadata.managers import (
     TopicPersistenceManager,
     TopicPlanManager,
 )
-from hedwig.metadata.opening import open_store
+from hedwig.metadata.opening import EtcdAccess, open_store
 from hedwig.metadata.plans import PlanMode, TopicPlan
 from hedwig.metadata.records import (
     ANY_VERSION,
@@ -40,6 +40,7 @@ from hedwig.metadata.records import (
 __all__ = [
     "ANY_VERSION",
     "NEW_VERSION",
+    "EtcdAccess",
     "HubInfo",
     "HubLoad",
     "HubRegistry",

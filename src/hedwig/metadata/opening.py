@@ -10,6 +10,11 @@ one string, so a deployment switches stores by changing that string and nothing 
 - ``memory://NAME``: the in-process store. Stores opened with the same NAME in one process share
   their data, as hubs sharing one ZooKeeper do; for tests and single-process demos.
 
+How a process reaches a secured etcd (TLS, a client certificate, a user of etcd's own) comes
+from ``etcd_access``, else the environment (``EtcdAccess.from_env``): ``HEDWIG_ETCD_DIR``, a
+directory as a mounted Kubernetes Secret lays it out (``credentials``, ``ca.crt``, ``tls.crt``,
+``tls.key``), and the single variables, which take precedence.
+
 ``open_store`` returns the store unstarted; use it as an async context manager (``async with
 open_store(url, region=r) as store``), which starts it and closes it, or call ``start`` and
 ``close`` yourself when its lifetime is not a block (a hub's store lives as long as the hub).
@@ -19,6 +24,8 @@ from __future__ import annotations
 
 import ipaddress
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -30,6 +37,60 @@ DEFAULT_SESSION_TIMEOUT_S = 6.0
 
 # Named in-process backends: every ``memory://NAME`` store of this process with the same NAME.
 _MEMORY_BACKENDS: dict[str, MemoryBackend] = {}
+
+
+# The files of an etcd access Secret (or directory), and the field each fills.
+ETCD_ACCESS_FILES = {
+    "credentials": "credentials",
+    "ca.crt": "ca",
+    "tls.crt": "cert",
+    "tls.key": "key",
+}
+
+
+@dataclass(frozen=True)
+class EtcdAccess:
+    """What a secured etcd asks of its clients. ``credentials``: ``USER:PASSWORD`` of an etcd
+    user (give it a role on Hedwig's prefix only); ``ca``: the CA of etcd's certificate (TLS is
+    on when it is given); ``cert`` and ``key``: a client certificate, if etcd asks for one."""
+
+    credentials: str | None = None
+    ca: bytes | None = None
+    cert: bytes | None = None
+    key: bytes | None = None
+
+    @classmethod
+    def from_files(cls, files: Mapping[str, bytes]) -> EtcdAccess:
+        """From a Secret's data or a directory's files, by their names (``ETCD_ACCESS_FILES``);
+        others are ignored."""
+        given: dict[str, object] = {}
+        for name, field_name in ETCD_ACCESS_FILES.items():
+            value = files.get(name)
+            if value:
+                given[field_name] = value.decode().strip() if name == "credentials" else value
+        return cls(**given)  # type: ignore[arg-type]
+
+    @classmethod
+    def from_env(cls) -> EtcdAccess:
+        access = cls()
+        directory = os.environ.get("HEDWIG_ETCD_DIR")
+        if directory:
+            files = {}
+            for name in ETCD_ACCESS_FILES:
+                path = Path(directory) / name
+                if path.is_file():
+                    files[name] = path.read_bytes()
+            access = cls.from_files(files)
+        credentials = _secret("HEDWIG_ETCD_CREDENTIALS")
+        if credentials:
+            access = replace(access, credentials=credentials)
+        ca, cert, key = (_file("HEDWIG_ETCD_" + n) for n in ("CA", "CERT", "KEY"))
+        return replace(
+            access,
+            ca=ca if ca is not None else access.ca,
+            cert=cert if cert is not None else access.cert,
+            key=key if key is not None else access.key,
+        )
 
 
 def memory_backend(name: str) -> MemoryBackend:
@@ -46,6 +107,7 @@ def open_store(
     region: str,
     session_timeout_s: float = DEFAULT_SESSION_TIMEOUT_S,
     digest: str | None = None,
+    etcd_access: EtcdAccess | None = None,
 ) -> MetadataStore:
     """The store ``url`` names, for ``region``; ``UsageError`` if the URL is not understood.
 
@@ -73,7 +135,8 @@ def open_store(
         given = parts.netloc.rpartition("@")[0] or None
         return _zookeeper(hosts, region, session_timeout_s, digest or given or _digest_from_env())
     if scheme == "etcd":
-        return _etcd(parts.netloc, parts.path, region, session_timeout_s, url)
+        access = etcd_access if etcd_access is not None else EtcdAccess.from_env()
+        return _etcd(parts.netloc, parts.path, region, session_timeout_s, url, access)
     if scheme == "memory":
         name = parts.netloc or parts.path.strip("/") or "default"
         return MemoryMetadataStore(memory_backend(name), region)
@@ -105,11 +168,12 @@ def _zookeeper(
     return ZkMetadataStore(hosts, region, session_timeout=session_timeout_s, digest=digest)
 
 
-def _etcd(netloc: str, path: str, region: str, session_timeout_s: float, url: str) -> MetadataStore:
+def _etcd(
+    netloc: str, path: str, region: str, session_timeout_s: float, url: str, access: EtcdAccess
+) -> MetadataStore:
     """etcd with the same security approach as ZooKeeper: credentials (``USER:PASSWORD``, for
-    etcd's own authentication) from the URL, else ``HEDWIG_ETCD_CREDENTIALS_FILE``, else
-    ``HEDWIG_ETCD_CREDENTIALS``; TLS when ``HEDWIG_ETCD_CA`` names the CA to trust (with
-    ``HEDWIG_ETCD_CERT`` and ``HEDWIG_ETCD_KEY`` for a client certificate, if etcd asks)."""
+    etcd's own authentication) from the URL, else ``access``; TLS when ``access`` has the CA
+    to trust (and a client certificate, if etcd asks for one)."""
     given, _, hosts = netloc.rpartition("@")
     if not hosts:
         raise UsageError(f"{url!r}: an etcd URL needs HOST:PORT (etcd://127.0.0.1:2379)")
@@ -117,15 +181,17 @@ def _etcd(netloc: str, path: str, region: str, session_timeout_s: float, url: st
         name, _, port = host.rpartition(":")
         if not name or not port.isdigit():
             raise UsageError(f"etcd address {host!r} must be HOST:PORT")
-    credentials = given or _secret("HEDWIG_ETCD_CREDENTIALS")
+    credentials = given or access.credentials
     username = password = None
     if credentials:
         username, sep, password = credentials.partition(":")
         if not sep or not username or not password:
             raise UsageError("etcd credentials are USER:PASSWORD")
-    ca, cert, key = (_file("HEDWIG_ETCD_" + n) for n in ("CA", "CERT", "KEY"))
+    ca, cert, key = access.ca, access.cert, access.key
     if (cert is None) != (key is None):
-        raise UsageError("HEDWIG_ETCD_CERT and HEDWIG_ETCD_KEY go together")
+        raise UsageError("an etcd client certificate and its key go together (tls.crt, tls.key)")
+    if cert is not None and ca is None:
+        raise UsageError("an etcd client certificate needs the CA of etcd's (ca.crt) for TLS")
     from hedwig.metadata.etcd import EtcdMetadataStore
 
     # gRPC balances over several addresses itself, given as IPv4 addresses ("ipv4:" takes a

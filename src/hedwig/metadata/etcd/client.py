@@ -15,6 +15,13 @@ lease at start (TTL: the session timeout), refreshes it every third of the TTL, 
 gone (etcd says so, or no refresh succeeded for a whole TTL: the server expires it by then), and
 ``CONNECTED`` again with a new lease (a new session: owner records must be claimed afresh).
 
+**Credentials are kept, tokens renewed.** With etcd's authentication on, the client trades
+``USER:PASSWORD`` for a token once and sends the token with every call. etcd forgets its
+tokens when it restarts (and a JWT token expires, and a token from before a change of users or
+roles is refused as old): a call refused for its token makes the client authenticate again,
+once for every caller waiting, and the call is sent again. A wrong password or a missing
+permission is a ``MetadataError`` at once, never retried.
+
 **Owner records go on leases of their own**, up to ``OWNER_LEASES`` of them per session, a
 record's by a hash of its key, granted when first needed and refreshed with the session's
 lease in one stream. A lease that expires takes its keys in one raft entry, and etcd applies
@@ -81,9 +88,19 @@ def _item(kv: Any) -> Item:
 
 
 def _translate(exc: grpc.aio.AioRpcError, what: str) -> MetadataError:
-    if exc.code() in _UNAVAILABLE:
+    if exc.code() in _UNAVAILABLE or _stale_token(exc):
         return MetadataUnavailableError(f"etcd unavailable ({exc.code().name}) at {what}")
     return MetadataError(f"etcd error {exc.code().name} at {what}: {exc.details()}")
+
+
+# etcd's answers to a token it no longer accepts (``rpctypes.ErrGRPCInvalidAuthToken``,
+# ``ErrGRPCAuthOldRevision``): authenticate again and retry, as etcd's own client does.
+_STALE_TOKEN = ("invalid auth token", "revision of auth store is old")
+
+
+def _stale_token(exc: grpc.aio.AioRpcError) -> bool:
+    details = exc.details() or ""
+    return any(s in details for s in _STALE_TOKEN)
 
 
 def prefix_end(prefix: bytes) -> bytes:
@@ -161,6 +178,7 @@ class EtcdClient:
         self._leases: Any = None
         self._watch: Any = None
         self._metadata: tuple[tuple[str, str], ...] | None = None
+        self._reauthenticating: asyncio.Task[None] | None = None
         self.lease = 0
         # Owner records' leases by slot, and their grants under way (``owner_lease``).
         self._owner_leases: dict[int, int] = {}
@@ -220,8 +238,29 @@ class EtcdClient:
                 timeout=CALL_TIMEOUT_S,
             )
         except grpc.aio.AioRpcError as exc:
-            raise _translate(exc, "authenticate") from exc
+            if exc.code() in _UNAVAILABLE:
+                raise _translate(exc, "authenticate") from exc
+            raise MetadataError(
+                f"etcd refused user {self._username!r} ({exc.details()}): check the "
+                "credentials (etcd://USER:PASSWORD@..., HEDWIG_ETCD_CREDENTIALS[_FILE])"
+            ) from exc
         self._metadata = (("token", resp.token),)
+
+    async def _renew_token(self, stale: tuple[tuple[str, str], ...] | None) -> None:
+        """Authenticate again after etcd refused the token ``stale``: once, however many
+        calls were refused with it (they all wait for the one new token)."""
+        if self._metadata is not stale:
+            return  # renewed meanwhile
+        task = self._reauthenticating
+        if task is None or task.done():
+            log.warning(
+                "etcd refused this client's token (etcd restarted, or the token expired): "
+                "authenticating again"
+            )
+            task = self._reauthenticating = asyncio.get_running_loop().create_task(
+                self._authenticate()
+            )
+        await asyncio.shield(task)
 
     async def _grant(self) -> None:
         self.lease = await self.grant()
@@ -366,10 +405,9 @@ class EtcdClient:
 
         lowest: int | None = None
         answered = 0
+        metadata = self._metadata
         try:
-            stream = self._leases.LeaseKeepAlive(
-                each(), timeout=CALL_TIMEOUT_S, metadata=self._metadata
-            )
+            stream = self._leases.LeaseKeepAlive(each(), timeout=CALL_TIMEOUT_S, metadata=metadata)
             async for reply in stream:
                 ttl = int(reply.TTL)
                 lowest = ttl if lowest is None else min(lowest, ttl)
@@ -377,6 +415,8 @@ class EtcdClient:
                 if answered == len(leases):
                     return lowest
         except grpc.aio.AioRpcError as exc:
+            if _stale_token(exc):
+                await self._renew_token(metadata)
             raise _translate(exc, "lease keep-alive") from exc
         raise MetadataUnavailableError("etcd closed the lease keep-alive stream")
 
@@ -387,6 +427,13 @@ class EtcdClient:
     # key-value ----------------------------------------------------------------------------
 
     async def call(self, method: Any, request: Any, what: str) -> Any:
+        metadata = self._metadata
+        try:
+            return await method(request, timeout=CALL_TIMEOUT_S, metadata=metadata)
+        except grpc.aio.AioRpcError as exc:
+            if not _stale_token(exc):
+                raise _translate(exc, what) from exc
+        await self._renew_token(metadata)
         try:
             return await method(request, timeout=CALL_TIMEOUT_S, metadata=self._metadata)
         except grpc.aio.AioRpcError as exc:
@@ -470,15 +517,17 @@ class _Watcher:
     async def _run(self) -> None:
         backoff = 0.2
         while not self._closed:
+            metadata = self._client._metadata
             try:
-                stream = self._client._watch.Watch(
-                    self._outgoing(), metadata=self._client._metadata
-                )
+                stream = self._client._watch.Watch(self._outgoing(), metadata=metadata)
                 async for resp in stream:
                     backoff = 0.2
                     self._on(resp)
             except grpc.aio.AioRpcError as exc:
                 log.info("etcd watch stream broke: %s", exc.code().name)
+                if _stale_token(exc):
+                    with contextlib.suppress(MetadataError):
+                        await self._client._renew_token(metadata)
             if self._closed:
                 return
             # Watches do not survive the stream: fire them all, so every watcher reads again
@@ -570,10 +619,9 @@ class PrefixWatch:
             yield await self._requests.get()  # nothing more is sent: the stream stays open
 
     async def _run(self, start: int) -> None:
+        metadata = self._client._metadata
         try:
-            stream = self._client._watch.Watch(
-                self._outgoing(start), metadata=self._client._metadata
-            )
+            stream = self._client._watch.Watch(self._outgoing(start), metadata=metadata)
             async for resp in stream:
                 if resp.canceled or resp.compact_revision:
                     break
@@ -584,6 +632,9 @@ class PrefixWatch:
                     self._dispatch(bytes(ev.kv.key), revision)
         except grpc.aio.AioRpcError as exc:
             log.info("etcd prefix watch broke: %s", exc.code().name)
+            if _stale_token(exc):
+                with contextlib.suppress(MetadataError):
+                    await self._client._renew_token(metadata)
         except asyncio.CancelledError:
             self._delivered = -1
             raise

@@ -1,0 +1,48 @@
+"""The operator's connections to a secured etcd: opened with what the pool's access Secret holds
+(read through the API), refused clearly when the Secret is missing or etcd refuses it."""
+
+from __future__ import annotations
+
+import pytest
+from hedwig_operator.metadata import MetadataConnections
+
+from hedwig.devcluster.etcd import EtcdServer
+from hedwig.devcluster.security import DevSecurity
+from hedwig.errors import MetadataUnavailableError
+from tests.secured_etcd import access_files
+
+pytestmark = pytest.mark.integration
+
+
+async def test_a_pool_store_is_opened_with_its_secret(
+    secured_etcd_server: tuple[DevSecurity, EtcdServer],
+) -> None:
+    security, server = secured_etcd_server
+    secrets = {
+        ("ns", "good"): access_files(security),
+        ("ns", "wrong"): {**access_files(security), "credentials": b"hedwig:wrong"},
+    }
+    asked: list[tuple[str, str]] = []
+
+    async def read_secret(namespace: str, name: str) -> dict[str, bytes]:
+        asked.append((namespace, name))
+        return secrets.get((namespace, name), {})
+
+    connections = MetadataConnections(read_secret=read_secret, connect_timeout_s=5.0)
+    try:
+        store = await connections.get(server.url, "pool-a", ("ns", "good"))
+        await store.topics.ensure_topic("t")
+        assert await store.topics.list_topics() == ["t"]
+        assert await connections.get(server.url, "pool-a", ("ns", "good")) is store
+        assert asked == [("ns", "good")], "the Secret is read when the store is opened"
+
+        with pytest.raises(MetadataUnavailableError, match="refused user 'hedwig'"):
+            await connections.get(server.url, "pool-b", ("ns", "wrong"))
+        with pytest.raises(MetadataUnavailableError, match="ns/missing does not exist"):
+            await connections.get(server.url, "pool-c", ("ns", "missing"))
+        # Corrected, the Secret is read again: refusals are not kept.
+        secrets[("ns", "wrong")] = access_files(security)
+        fixed = await connections.get(server.url, "pool-b", ("ns", "wrong"))
+        await fixed.topics.ensure_topic("u")
+    finally:
+        await connections.close()

@@ -1,0 +1,211 @@
+"""The etcd store against etcd secured as in production: TLS with client certificates,
+authentication on, and Hedwig's user confined to Hedwig's prefix by its role.
+
+The conformance suite passes through all of it (every operation the store makes is one that
+role allows), what must be refused is refused at once with a clear error (a wrong password, no
+credentials, keys outside the prefix, no client certificate, a server of another CA), and a
+restarted etcd, which has forgotten every token it gave, costs the client one new token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from hedwig.devcluster.cluster import DevCluster
+from hedwig.devcluster.etcd import EtcdServer
+from hedwig.devcluster.security import DevSecurity
+from hedwig.errors import MetadataError, MetadataUnavailableError
+from hedwig.metadata import HubInfo, HubLoad, MetadataStore, open_store
+from hedwig.metadata.etcd import EtcdMetadataStore
+from hedwig.metadata.records import NEW_VERSION
+from hedwig.security import ClientSecurity
+from hedwig.security.ca import CertificateAuthority
+from tests.cluster_helpers import hedwig
+from tests.metadata_conformance import MetadataConformance
+from tests.secured_etcd import secured_etcd
+
+pytestmark = pytest.mark.integration
+
+
+def _store(
+    security: DevSecurity, server: EtcdServer, region: str, **changes: object
+) -> EtcdMetadataStore:
+    env = security.store_env()
+    user, _, password = security.etcd_credentials.partition(":")
+    given: dict[str, object] = {
+        "session_timeout": 2.0,
+        "username": user,
+        "password": password,
+        "ca": Path(env["HEDWIG_ETCD_CA"]).read_bytes(),
+        "cert": Path(env["HEDWIG_ETCD_CERT"]).read_bytes(),
+        "key": Path(env["HEDWIG_ETCD_KEY"]).read_bytes(),
+    }
+    given.update(changes)
+    return EtcdMetadataStore(server.address, region, **given)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+async def store(
+    secured_etcd_server: tuple[DevSecurity, EtcdServer], region: str
+) -> AsyncIterator[MetadataStore]:
+    s = _store(*secured_etcd_server, region)
+    await s.start()
+    yield s
+    await s.close()
+
+
+@pytest.fixture
+async def other(
+    secured_etcd_server: tuple[DevSecurity, EtcdServer], region: str
+) -> AsyncIterator[MetadataStore]:
+    s = _store(*secured_etcd_server, region)
+    await s.start()
+    yield s
+    await s.close()
+
+
+class TestSecuredEtcdStore(MetadataConformance):
+    async def expire(self, store: MetadataStore) -> None:
+        assert isinstance(store, EtcdMetadataStore)
+        await store.etcd.revoke_elsewhere(store.etcd.lease)
+
+
+async def test_the_store_is_configured_from_the_environment_as_hubs_are(
+    secured_etcd_server: tuple[DevSecurity, EtcdServer],
+    region: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    security, server = secured_etcd_server
+    for name, value in security.store_env().items():
+        monkeypatch.setenv(name, value)
+    async with open_store(server.url, region=region) as s:
+        await s.topics.ensure_topic("from-env")
+        assert await s.topics.list_topics() == ["from-env"]
+
+
+async def test_what_must_be_refused_is_refused_at_once(
+    secured_etcd_server: tuple[DevSecurity, EtcdServer], region: str
+) -> None:
+    security, server = secured_etcd_server
+    loop = asyncio.get_running_loop()
+
+    async def attempt(s: EtcdMetadataStore) -> MetadataError:
+        try:
+            await s.start()
+        except MetadataError as exc:
+            return exc
+        try:
+            await s.topics.ensure_topic("t")
+        except MetadataError as exc:
+            return exc
+        finally:
+            await s.close()
+        raise AssertionError("not refused")
+
+    async def refused(s: EtcdMetadataStore) -> MetadataError:
+        began = loop.time()
+        error = await attempt(s)
+        assert not isinstance(error, MetadataUnavailableError), error
+        assert loop.time() - began < 5.0, "a refusal must not be retried"
+        return error
+
+    wrong = await refused(_store(security, server, region, password="wrong"))
+    assert "refused user 'hedwig'" in str(wrong) and "credentials" in str(wrong)
+    anonymous = await refused(_store(security, server, region, username=None, password=None))
+    assert "user name is empty" in str(anonymous) or "permission denied" in str(anonymous)
+    # Hedwig's user may not write outside Hedwig's prefix (another tenant's keys).
+    outside = await refused(_store(security, server, region, prefix="/elsewhere"))
+    assert "permission denied" in str(outside)
+
+
+async def test_no_client_certificate_or_another_ca_gets_no_connection(
+    secured_etcd_server: tuple[DevSecurity, EtcdServer], region: str, tmp_path: Path
+) -> None:
+    security, server = secured_etcd_server
+    for changes in (
+        {"cert": None, "key": None},
+        {"ca": CertificateAuthority.create("not etcd's", days=1).cert_pem},
+    ):
+        s = _store(security, server, region, **changes)
+        with pytest.raises(MetadataUnavailableError):
+            await s.etcd.start(timeout=1.0)
+
+
+async def test_a_restarted_etcd_costs_one_new_token(tmp_path: Path) -> None:
+    """etcd keeps its tokens in memory: after a restart every call with the old one is refused
+    as invalid. The client authenticates again (once for all its waiting calls) and goes on;
+    its watches fire so their holders read again."""
+    security, server = secured_etcd(str(tmp_path))
+    try:
+        s = _store(security, server, "restarts", session_timeout=10.0)
+        await s.start()
+        try:
+            await s.topics.ensure_topic("t")
+            await s.hubs.register_hub("127.0.0.1:7", HubLoad())
+            version = await s.ownership.write_owner_info(
+                "t", HubInfo("127.0.0.1:7", 1), NEW_VERSION
+            )
+            fired = asyncio.Event()
+            s.ownership.watch_owner("t", fired.set, version)
+            token = s.etcd._metadata
+            await asyncio.get_running_loop().run_in_executor(None, server.restart)
+            for _ in range(100):  # the channel reconnects first (unavailable meanwhile)
+                try:
+                    await s.topics.ensure_topic("after-0")
+                    break
+                except MetadataUnavailableError:
+                    await asyncio.sleep(0.1)
+            await asyncio.gather(*(s.topics.ensure_topic(f"after-{i}") for i in range(20)))
+            assert s.etcd._metadata != token, "the client kept a token etcd has forgotten"
+            assert len(await s.topics.list_topics()) == 21
+            await asyncio.wait_for(fired.wait(), 10)
+        finally:
+            await s.close()
+    finally:
+        server.stop()
+
+
+async def test_a_secured_region_on_etcd(tmp_path: Path) -> None:
+    """Hubs with TLS, authentication and ACLs on their listeners, on etcd with TLS and its
+    own authentication: publishing and subscribing as the super-user, and ``hedwig topics``
+    with the environment ``dev up --secure`` prints."""
+    with DevCluster(
+        hubs=1,
+        region="secured-etcd",
+        replication="1/1/1",
+        base_dir=str(tmp_path / "cluster"),
+        store="etcd",
+        secure=True,
+    ) as cluster:
+        assert cluster.security is not None
+        env = cluster.security.client_env()
+        security = ClientSecurity.build(
+            tls_ca=env["HEDWIG_TLS_CA"], cert=env["HEDWIG_CERT"], key=env["HEDWIG_KEY"]
+        )
+        from hedwig.client import HedwigClient
+
+        async with HedwigClient(cluster.addresses, security=security) as client:
+            sub = await client.subscribe("on-secured-etcd", "s")
+            for i in range(3):
+                await client.publish("on-secured-etcd", b"%d" % i)
+            got = [await sub.next(5) for _ in range(3)]
+            assert [m.value for m in got] == [b"0", b"1", b"2"]
+        args = ("topics", "--zk", cluster.zk, "--region", cluster.region, "--json")
+        listed = await asyncio.get_running_loop().run_in_executor(
+            None, lambda: hedwig(*args, env={**os.environ, **env})
+        )
+        assert listed.returncode == 0, listed.stderr
+        assert "on-secured-etcd" in listed.stdout
+        # Without the etcd user: refused at once, saying so.
+        anonymous = {**os.environ, **env}
+        del anonymous["HEDWIG_ETCD_CREDENTIALS"]
+        refused = await asyncio.get_running_loop().run_in_executor(
+            None, lambda: hedwig(*args, env=anonymous, timeout=20)
+        )
+        assert refused.returncode != 0
+        assert "etcd" in refused.stderr, refused.stderr
