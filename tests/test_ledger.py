@@ -218,6 +218,48 @@ async def test_reads_from_ledgers_ask_for_entries_ahead_but_return_what_was_aske
     assert [b.first_seq for b in got] == list(range(41, 101, 2))
 
 
+async def test_a_take_over_reads_its_ledger_and_its_last_entries_once(
+    store: MemoryMetadataStore, tmp_path: Path
+) -> None:
+    """A take-over recovers the last ledger, learns when its last message was published, and
+    reads back the log's end for its publishers. It read the recovered ledger's metadata from
+    the store again, and its last entry three more times; a failover of a hub owning very
+    many topics pays each of those per topic. Now: the metadata once (recovery's), and after
+    recovery each entry of the end at most once."""
+    storage = LocalStorage(tmp_path, "h:1")
+    log = make_log(store, storage)
+    await log.open()
+    for i in range(20):
+        await log.append("p", 0, EncodedMessages.of_values([b"m%d" % i]))
+    await storage.close()
+    storage2 = LocalStorage(tmp_path, "h:1")
+    new = make_log(store, storage2)
+    ledger_reads: list[int] = []
+    entry_reads: list[tuple[int, int]] = []
+    read_ledger, read_entry = store.ledgers.read_ledger, storage2.read_entry
+
+    async def counted_ledger(ledger_id: int):  # type: ignore[no-untyped-def]
+        ledger_reads.append(ledger_id)
+        return await read_ledger(ledger_id)
+
+    async def counted_entry(ledger_id: int, entry_id: int) -> bytes:
+        entry_reads.append((ledger_id, entry_id))
+        return await read_entry(ledger_id, entry_id)
+
+    store.ledgers.read_ledger = counted_ledger  # type: ignore[method-assign]
+    storage2.read_entry = counted_entry  # type: ignore[method-assign]
+    await new.open()
+    recovered = new.ranges.ranges[0].ledger_id
+    assert new.previous_end_ms is not None
+    recovery = len(entry_reads)
+    got = await new.read(18, 100, 1 << 20)  # the take-over's read-back of the end
+    assert [b.first_seq for b in got] == [18, 19, 20]
+    assert ledger_reads == [recovered], "the recovered ledger's metadata is read once"
+    after = entry_reads[recovery:]
+    assert len(after) == len(set(after)), f"an entry read twice after recovery: {after}"
+    assert (recovered, 19) not in after, "the last entry was read by recovery already"
+
+
 async def test_roll_over_and_collect(store: MemoryMetadataStore, tmp_path: Path) -> None:
     storage = LocalStorage(tmp_path, "h:1")
     log = make_log(store, storage, ledger_max_bytes=200, cache_bytes=100)

@@ -267,6 +267,37 @@ async def test_owner_records_spread_over_leases_that_live_and_die_with_the_sessi
     assert not hubs["127.0.0.1:8"].alive
 
 
+async def test_an_owner_lease_granted_as_the_session_is_lost_is_revoked(
+    store: MetadataStore, other: MetadataStore
+) -> None:
+    """The session is lost while an owner record's lease is being granted: a record put on
+    that lease would outlive the session (another hub could claim the topic while this one
+    still held a record of it). The grant is revoked and the claim refused as retriable."""
+    assert isinstance(store, EtcdMetadataStore)
+    etcd = store.etcd
+    granted: list[int] = []
+    grant = etcd.grant
+
+    async def grant_then_lose() -> int:
+        lease = await grant()
+        granted.append(lease)
+        await etcd.revoke_elsewhere(etcd.lease)  # the session's lease goes meanwhile
+        etcd.lease = await grant()  # and the keeper has moved on to a new session
+        return lease
+
+    etcd.grant = grant_then_lose  # type: ignore[method-assign]
+    await store.topics.ensure_topic("raced")
+    await store.hubs.register_hub("127.0.0.1:9", HubLoad())
+    with pytest.raises(MetadataUnavailableError, match="lost while granting"):
+        await store.ownership.write_owner_info("raced", HubInfo("127.0.0.1:9", 1), NEW_VERSION)
+    etcd.grant = grant  # type: ignore[method-assign]
+    (lease,) = granted
+    assert lease not in etcd.leases
+    ttl = await etcd.call(etcd._leases.LeaseTimeToLive, rpc.LeaseTimeToLiveRequest(ID=lease), "ttl")
+    assert int(ttl.TTL) == -1, "the lease granted for the lost session is revoked"
+    assert await other.ownership.read_owner_info("raced") is None
+
+
 async def test_ledger_ids_stay_unique_through_an_etcd_crash(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

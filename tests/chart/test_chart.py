@@ -216,6 +216,16 @@ def test_a_pool_on_etcd() -> None:
     assert not [
         o for o in objects if o["kind"] == "StatefulSet" and "zookeeper" in o["metadata"]["name"]
     ]
+    secured = render(
+        sets=[
+            f"hubPool.metadata.url={url}",
+            "hubPool.metadata.secretName=etcd-access",
+            "zookeeper.enabled=false",
+        ]
+    )
+    spec = one(secured, "HubPool")["spec"]
+    assert spec["metadata"]["secretName"] == "etcd-access"
+    jsonschema.validate(spec, _openapi_to_jsonschema(_crd_spec_schema()))
 
 
 def test_security_is_on_by_default_and_the_operator_can_prove_who_it_is() -> None:

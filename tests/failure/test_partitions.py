@@ -205,6 +205,65 @@ async def test_secure_owner_cut_off_from_replicas(secure_lc: LabCluster) -> None
     assert_failover(out)
 
 
+# The store partitions again with etcd as the store: the owner's records are bound to its
+# leases, which it cannot refresh from behind the partition; etcd expires them after the TTL
+# (the session timeout) and another hub claims. Secured: etcd over TLS with client
+# certificates and its own authentication, Hedwig's user confined to its prefix.
+
+
+@pytest.fixture
+def etcd_lc(lab: Lab, lab_dir: Path) -> Iterator[LabCluster]:
+    with LabCluster(lab, lab_dir, session_timeout_s=SESSION, store="etcd") as made:
+        yield made
+
+
+@pytest.fixture
+def secure_etcd_lc(
+    lab: Lab, lab_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[LabCluster]:
+    with LabCluster(lab, lab_dir, session_timeout_s=SESSION, secure=True, store="etcd") as made:
+        assert made.dev.security is not None
+        for name, value in made.dev.security.store_env().items():
+            monkeypatch.setenv(name, value)  # this process reads owners from etcd too
+        yield made
+
+
+async def test_owner_cut_off_from_etcd(etcd_lc: LabCluster) -> None:
+    """The owner reaches its replicas and clients, not etcd: its leases expire, another hub
+    takes its topics over (fencing the ledger), and it acknowledges nothing more."""
+    lc = etcd_lc
+    assert lc.dev.zk.startswith("etcd://")
+
+    async def inject(victim: str) -> None:
+        lc.add_fault(cut(lc.hub_node(victim), [lc.zk_node]))
+
+    out = await scenario(lc, "owner cut off from etcd", inject, takeover=True)
+    assert_failover(out)
+
+
+async def test_secure_owner_cut_off_from_etcd(secure_etcd_lc: LabCluster) -> None:
+    lc = secure_etcd_lc
+
+    async def inject(victim: str) -> None:
+        lc.add_fault(cut(lc.hub_node(victim), [lc.zk_node]))
+
+    out = await scenario(lc, "secured: owner cut off from etcd", inject, takeover=True)
+    assert_failover(out)
+
+
+async def test_isolated_owner_heals_on_etcd(etcd_lc: LabCluster) -> None:
+    """Cut from everything past its leases, then healed: the others took over; the old owner
+    finds its leases gone, drops its topics, and comes back with new ones."""
+    lc = etcd_lc
+
+    async def inject(victim: str) -> None:
+        lc.add_fault(isolate(lc.lab, lc.hub_node(victim)))
+
+    out = await scenario(lc, "etcd: isolated owner, healed", inject, after=5.0)
+    assert losses(lc, out.victim) >= 1, "the isolated owner never noticed it lost its topics"
+    assert_failover(out)
+
+
 async def test_client_cut_off_from_owner(lc: LabCluster) -> None:
     """The clients cannot reach a healthy owner; the other hubs send them back to it. Nothing
     can move (the owner is fine), so publishes wait out the partition and then go through."""

@@ -28,7 +28,7 @@ from hedwig.errors import NoSuchEntryError
 from hedwig.ledger.handle import read_entry
 from hedwig.ledger.replicas import Replicas
 from hedwig.metadata.managers import LedgerMetadataManager
-from hedwig.metadata.records import LedgerMetadata, LedgerRange
+from hedwig.metadata.records import LedgerMetadata, LedgerRange, LedgerState
 from hedwig.protocol import Batch
 
 _FIRST_SEQ = struct.Struct(">Q")
@@ -84,6 +84,8 @@ class LogReader:
         return idx
 
     def closed(self, md: LedgerMetadata) -> None:
+        """Ledger ``md`` is closed (by this hub, or just recovered): its metadata is final, so
+        reading it needs no trip to the store."""
         self.index_for(md).metadata = md
 
     def forget(self, ledger_id: int) -> None:
@@ -147,7 +149,7 @@ class LogReader:
             while ei < len(firsts):
                 count = max(1, min(READ_AHEAD, end - ei))
                 batches = await asyncio.gather(
-                    *(self._entry(idx.metadata, e) for e in range(ei, ei + count))
+                    *(self.entry(idx.metadata, e) for e in range(ei, ei + count))
                 )
                 for batch in batches:
                     if batch.first_seq > last_seq:
@@ -162,31 +164,50 @@ class LogReader:
             ri += 1
         return out
 
-    async def _entry(self, md: LedgerMetadata, entry: int) -> Batch:
-        """Entry ``entry`` of ledger ``md`` as a batch, from the recent ones if it is there."""
+    async def entry(self, md: LedgerMetadata, entry: int) -> Batch:
+        """Entry ``entry`` of ledger ``md`` as a batch, from the recent ones if it is there
+        (and kept there: a take-over reads the last entry for its time, then again for the
+        publishers' sequences)."""
         key = (md.ledger_id, entry)
         batch = self._recent.get(key)
         if batch is None:
             batch = Batch.from_stored(await read_entry(self._replicas, md, entry))
-            self._recent[key] = batch
-            if len(self._recent) > RECENT_ENTRIES:
-                del self._recent[next(iter(self._recent))]
+            self._keep(key, batch)
         return batch
+
+    def _keep(self, key: tuple[int, int], batch: Batch) -> None:
+        self._recent[key] = batch
+        if len(self._recent) > RECENT_ENTRIES:
+            del self._recent[next(iter(self._recent))]
 
     async def _load_index(self, r: LedgerRange) -> LedgerIndex:
         idx = self._indexes.get(r.ledger_id)
         if idx is not None and (idx.first_seqs or r.end_seq == r.start_seq - 1):
             return idx
-        got = await self._ledgers.read_ledger(r.ledger_id)
-        if got is None:
-            raise NoSuchEntryError(f"ledger {r.ledger_id} of topic {self._topic!r} is gone")
-        md = got.value
+        if idx is not None and idx.metadata.state is LedgerState.CLOSED:
+            md = idx.metadata  # closed here or just recovered: final
+        else:
+            got = await self._ledgers.read_ledger(r.ledger_id)
+            if got is None:
+                raise NoSuchEntryError(f"ledger {r.ledger_id} of topic {self._topic!r} is gone")
+            md = got.value
         idx = LedgerIndex(md)
         for first in range(0, md.last_entry_id + 1, READ_AHEAD):
             last = min(first + READ_AHEAD, md.last_entry_id + 1)
-            raws = await asyncio.gather(
-                *(read_entry(self._replicas, md, eid) for eid in range(first, last))
+            idx.first_seqs.extend(
+                await asyncio.gather(*(self._first_seq(md, e) for e in range(first, last)))
             )
-            idx.first_seqs.extend(_FIRST_SEQ.unpack_from(raw)[0] for raw in raws)
         self._indexes[r.ledger_id] = idx
         return idx
+
+    async def _first_seq(self, md: LedgerMetadata, entry: int) -> int:
+        """Where entry ``entry`` starts, read to index its ledger; the entry is kept among the
+        recent ones only near the end (what reads after a take-over ask for next)."""
+        key = (md.ledger_id, entry)
+        batch = self._recent.get(key)
+        if batch is not None:
+            return batch.first_seq
+        raw = await read_entry(self._replicas, md, entry)
+        if entry > md.last_entry_id - RECENT_ENTRIES:
+            self._keep(key, Batch.from_stored(raw))
+        return int(_FIRST_SEQ.unpack_from(raw)[0])

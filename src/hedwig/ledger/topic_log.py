@@ -34,7 +34,7 @@ from hedwig.errors import (
     MetadataError,
     MetadataUnavailableError,
 )
-from hedwig.ledger.handle import LedgerWriter, read_entry, recover_ledger
+from hedwig.ledger.handle import LedgerWriter, recover_ledger
 from hedwig.ledger.log_reader import LogReader
 from hedwig.ledger.replicas import Replicas
 from hedwig.ledger.retention import collectable_prefix, delete_ledger_everywhere
@@ -43,6 +43,7 @@ from hedwig.metadata.records import (
     NEW_VERSION,
     LedgerMetadata,
     LedgerRanges,
+    LedgerState,
     ReplicationConfig,
     Versioned,
 )
@@ -179,6 +180,9 @@ class TopicLog:
                     replacements=self._stand_ins,
                 )
                 recovered[r.ledger_id] = md
+                # Final now: the read-back of the log's end that follows a take-over finds
+                # it here, not in the store.
+                self._reader().closed(md)
                 if md.last_entry_id >= 0 and self._on_suspect is not None:
                     self._on_suspect(r.ledger_id)  # a replica may have missed its end
                 end = md.last_seq if md.last_entry_id >= 0 else r.start_seq - 1
@@ -222,12 +226,17 @@ class TopicLog:
         md = recovered.get(last)
         if md is None:  # closed by its owner (a hand-off): when it closed
             got = await self._store.ledgers.read_ledger(last)
-            return None if got is None else (got.value.closed_ms or None)
+            if got is None:
+                return None
+            if got.value.state is LedgerState.CLOSED:
+                self._reader().closed(got.value)
+            return got.value.closed_ms or None
         if md.last_entry_id < 0:
             return md.created_ms or None
         try:
-            entry = await read_entry(self._replicas, md, md.last_entry_id)
-            return Batch.from_stored(entry).publish_time_ms
+            # Through the reader: kept there for the read-back of the end that comes next.
+            batch = await self._reader().entry(md, md.last_entry_id)
+            return batch.publish_time_ms
         except LedgerError:
             return None
 

@@ -1,7 +1,8 @@
-"""A development cluster laid out in the lab: ZooKeeper, each hub and the client apart.
+"""A development cluster laid out in the lab: the metadata store, each hub and the client apart.
 
 ``LabCluster`` is ``DevCluster`` (the same processes ``hedwig dev up`` starts) given a host in
-a namespace for ZooKeeper and for each hub, plus a ``client`` namespace for the workload. It
+a namespace for the metadata store (ZooKeeper, or etcd with ``store="etcd"``; its node is
+``zk_node`` either way) and for each hub, plus a ``client`` namespace for the workload. It
 keeps every fault it injected (``add_fault``) so that ``heal_all`` and ``close`` undo them
 whatever happened to the test: partitions, slow links, frozen and killed hubs.
 """
@@ -47,6 +48,8 @@ class LabCluster:
     # TLS, authentication, ACLs, internal listeners, protected znodes (``DevCluster.secure``);
     # the workloads and takeovers then connect as the super-user.
     secure: bool = False
+    # "zookeeper" or "etcd" (secured as in production when ``secure``)
+    store: str = "zookeeper"
     cluster: DevCluster | None = field(default=None, init=False)
     faults: list[Fault] = field(default_factory=list, init=False)
     workloads: list[RemoteWorkload] = field(default_factory=list, init=False)
@@ -68,6 +71,7 @@ class LabCluster:
             zk_host=zk.host,
             hub_hosts=[self.hub_hosts.get(i, n.host) for i, n in enumerate(nodes)],
             secure=self.secure,
+            store=self.store,
         )
         self.cluster.start()
         return self

@@ -304,12 +304,16 @@ class EtcdClient:
         return lease
 
     async def _revoke(self, leases: Sequence[int]) -> None:
-        """Revoke ``leases`` (their keys go now), as far as etcd can be reached."""
-        for lease in leases:
+        """Revoke ``leases`` (their keys go now), as far as etcd can be reached: all asked at
+        once (etcd applies them one after the other; a stop need not wait 33 round trips)."""
+
+        async def one(lease: int) -> None:
             with contextlib.suppress(MetadataError):
                 await self.call(
                     self._leases.LeaseRevoke, rpc.LeaseRevokeRequest(ID=lease), "revoke"
                 )
+
+        await asyncio.gather(*(one(lease) for lease in leases))
 
     def _forget_owner_leases(self) -> list[int]:
         leases = list(self._owner_leases.values())
