@@ -9,8 +9,11 @@ import time
 
 import pytest
 
-from hedwig.hub import stalls
+from hedwig.client import HedwigClient
+from hedwig.devcluster.etcd import EtcdServer
+from hedwig.hub import Hub, HubConfig, stalls
 from hedwig.hub.stalls import StallWatch
+from tests import scratch
 
 
 def _stuck_in_a_long_computation(seconds: float) -> None:
@@ -63,3 +66,41 @@ async def test_every_collection_is_counted_with_its_generation() -> None:
         watch.stop()
     assert [g for g, _ in seen][-2:] == [0, 1], seen
     assert all(0.0 <= took < 5.0 for _, took in seen)
+
+
+@pytest.mark.integration
+async def test_a_stall_that_costs_the_session_is_logged_first_with_its_stack(
+    etcd_server: EtcdServer, region: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A real hub on etcd whose event loop stands still past its 2 s lease: the watch logs
+    where it stood while it stood there, before the hub loses its topic and finds its lease
+    gone; then it registers again with a new lease. A million-topic hub lost its session this
+    way with nothing in its log."""
+    config = HubConfig(
+        zk=etcd_server.url,
+        region=region,
+        listen="127.0.0.1:0",
+        data_dir=scratch.mkdtemp("hub-"),
+        replication="1/1/1",
+        zk_session_timeout_s=2.0,
+    )
+    hub = Hub(config)
+    await hub.start()
+    try:
+        async with HedwigClient(hub.address) as client:
+            await client.publish("stalled", b"before")
+        with caplog.at_level(logging.INFO):
+            _stuck_in_a_long_computation(5.0)  # past the lease: etcd expires it meanwhile
+            for _ in range(100):
+                if "re-registered after session loss" in caplog.text:
+                    break
+                await asyncio.sleep(0.1)
+        text = caplog.text
+        assert "connected -> lost" in text, "the hub did not notice its lease was gone"
+        assert "re-registered after session loss" in text, "nor come back with a new one"
+        assert "has stood still" in text and "_stuck_in_a_long_computation" in text
+        stall = text.index("has stood still")
+        assert stall < text.index("lost topic 'stalled'")
+        assert stall < text.index("connected -> lost")
+    finally:
+        await hub.stop()
