@@ -114,20 +114,34 @@ class StorageNode(Protocol):
 
 @dataclass(slots=True)
 class _LedgerFile:
+    """A ledger stored here. A hub of a region stores a replica of most of the region's
+    ledgers (a million, at a million topics), so it keeps little: no path (made from the id
+    when the file is opened), each entry's place as one int, no empty pending list."""
+
     ledger_id: int
-    path: Path
     fd: int = -1  # -1: not created on disk yet (its first group is under way)
     size: int = 0
-    offsets: dict[int, tuple[int, int]] = field(default_factory=dict)  # entry -> (pos, len)
+    # entry -> position << 32 | length (``_place``)
+    offsets: dict[int, int] = field(default_factory=dict)
     last_entry: int = -1
     lac: int = -1
     fenced: bool = False
-    pending: list[tuple[int, bytes, asyncio.Future[None]]] = field(default_factory=list)
+    # Entries waiting for the next group (None: none)
+    pending: list[tuple[int, bytes, asyncio.Future[None]]] | None = None
     # The group being written (entry id, record), for reads meanwhile; None between groups
     # (an empty table would stay allocated on every stored ledger).
     writing: list[tuple[int, bytes]] | None = None
     # Set while the fence marker is being written; fencing answers once it is done.
     fencing: asyncio.Future[None] | None = None
+
+
+_LENGTH = (1 << 32) - 1
+
+
+def _place(position: int, length: int) -> int:
+    """Where an entry's payload is in its file, as one int (a tuple would cost a hub 64 bytes
+    more per stored entry)."""
+    return position << 32 | length
 
 
 class LocalStorage:
@@ -165,7 +179,7 @@ class LocalStorage:
 
     def _scan(self, lid: int, path: Path) -> _LedgerFile:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-        lf = _LedgerFile(lid, path, fd, fenced=path.with_suffix(".fenced").exists())
+        lf = _LedgerFile(lid, fd, fenced=path.with_suffix(".fenced").exists())
         data = path.read_bytes()
         pos = 0
         while pos + RECORD.size <= len(data):
@@ -177,7 +191,7 @@ class LocalStorage:
             if zlib.crc32(body, zlib.crc32(_CRC_PART.pack(eid, lac))) != crc:
                 log.warning("ledger %d: corrupt record at byte %d, cutting the tail", lid, pos)
                 break
-            lf.offsets[eid] = (pos + RECORD.size, plen)
+            lf.offsets[eid] = _place(pos + RECORD.size, plen)
             lf.last_entry = max(lf.last_entry, eid)
             lf.lac = max(lf.lac, lac)
             pos = end
@@ -193,6 +207,9 @@ class LocalStorage:
     def ledgers(self) -> list[int]:
         return sorted(self._ledgers)
 
+    def _path(self, ledger_id: int) -> Path:
+        return self.dir / f"{ledger_id}.log"
+
     # StorageNode --------------------------------------------------------------------------
 
     def _file(self, ledger_id: int, create: bool) -> _LedgerFile:
@@ -200,7 +217,7 @@ class LocalStorage:
         if lf is None:
             if not create:
                 raise NoSuchEntryError(f"ledger {ledger_id} is not stored here")
-            lf = _LedgerFile(ledger_id, self.dir / f"{ledger_id}.log")
+            lf = _LedgerFile(ledger_id)
             self._ledgers[ledger_id] = lf
         return lf
 
@@ -215,10 +232,12 @@ class LocalStorage:
         crc = zlib.crc32(payload, zlib.crc32(_CRC_PART.pack(entry_id, lac)))
         record = RECORD.pack(len(payload), crc, entry_id, lac) + payload
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        lf.offsets[entry_id] = (lf.size + RECORD.size, len(payload))
+        lf.offsets[entry_id] = _place(lf.size + RECORD.size, len(payload))
         lf.size += len(record)
         lf.last_entry = max(lf.last_entry, entry_id)
         lf.lac = max(lf.lac, lac)
+        if lf.pending is None:
+            lf.pending = []
         lf.pending.append((entry_id, record, fut))
         self._dirty.add(ledger_id)
         self._kick()
@@ -229,13 +248,13 @@ class LocalStorage:
         loc = lf.offsets.get(entry_id)
         if loc is None:
             raise NoSuchEntryError(f"ledger {ledger_id} entry {entry_id} is not stored here")
-        for e, record, _ in lf.pending:
+        for e, record, _ in lf.pending or ():
             if e == entry_id:
                 return record[RECORD.size :]
         for e, record in lf.writing or ():
             if e == entry_id:
                 return record[RECORD.size :]
-        pos, plen = loc
+        pos, plen = loc >> 32, loc & _LENGTH
         raw = os.pread(self._opened(lf), RECORD.size + plen, pos - RECORD.size)
         got_len, crc, eid, lac = RECORD.unpack_from(raw)
         body = raw[RECORD.size :]
@@ -280,7 +299,7 @@ class LocalStorage:
         lf = self._ledgers.pop(ledger_id, None)
         if lf is None:
             return
-        for _, _, fut in lf.pending:
+        for _, _, fut in lf.pending or ():
             if not fut.done():
                 fut.set_exception(NoSuchEntryError(f"ledger {ledger_id} was deleted"))
         self._dirty.discard(ledger_id)
@@ -288,7 +307,8 @@ class LocalStorage:
             os.close(lf.fd)
         self._open.pop(ledger_id, None)
         lf.fd = DELETED  # a group being written that creates the file removes it again
-        for p in (lf.path, lf.path.with_suffix(".fenced")):
+        path = self._path(ledger_id)
+        for p in (path, path.with_suffix(".fenced")):
             with contextlib.suppress(FileNotFoundError):
                 p.unlink()
 
@@ -297,7 +317,7 @@ class LocalStorage:
     def _opened(self, lf: _LedgerFile) -> int:
         """``lf``'s descriptor, its file opened again if it was closed; marks it used."""
         if lf.fd == CLOSED:
-            lf.fd = os.open(lf.path, os.O_RDWR | os.O_APPEND)
+            lf.fd = os.open(self._path(lf.ledger_id), os.O_RDWR | os.O_APPEND)
             self._track(lf)
         elif lf.fd >= 0:
             self._open[lf.ledger_id] = None
@@ -343,7 +363,7 @@ class LocalStorage:
                 lf = self._ledgers.get(lid)
                 if lf is None or not lf.pending:
                     continue
-                pending, lf.pending = lf.pending, []
+                pending, lf.pending = lf.pending, None
                 lf.writing = [(e, r) for e, r, _ in pending]
                 if lf.fd == CLOSED:
                     self._opened(lf)
@@ -366,9 +386,9 @@ class LocalStorage:
                     None,
                     _write_and_sync,
                     self.dir,
-                    [lf.path for lf in new],
-                    [(lf.fd, lf.path, b) for lf, b, _ in groups],
-                    [lf.path for lf in fences],
+                    [self._path(lf.ledger_id) for lf in new],
+                    [(lf.fd, self._path(lf.ledger_id), b) for lf, b, _ in groups],
+                    [self._path(lf.ledger_id) for lf in fences],
                     self._fs_fd,
                 )
             except OSError as exc:
@@ -390,9 +410,10 @@ class LocalStorage:
                     self._track(lf)
                     continue
                 os.close(fd)  # deleted while its file was being created
-                for path in (lf.path, lf.path.with_suffix(".fenced")):
+                path = self._path(lf.ledger_id)
+                for p in (path, path.with_suffix(".fenced")):
                     with contextlib.suppress(FileNotFoundError):
-                        path.unlink()
+                        p.unlink()
             self.syncs += len(groups)
             if _syncs_file_system(len(groups) + len(fences)):
                 self.fs_syncs += 1
