@@ -27,7 +27,7 @@ from hedwig.security import ClientSecurity
 from hedwig.security.ca import CertificateAuthority
 from tests.cluster_helpers import hedwig
 from tests.metadata_conformance import MetadataConformance
-from tests.secured_etcd import secured_etcd
+from tests.secured_etcd import access_files, secured_etcd
 
 pytestmark = pytest.mark.integration
 
@@ -209,3 +209,62 @@ async def test_a_secured_region_on_etcd(tmp_path: Path) -> None:
         )
         assert refused.returncode != 0
         assert "etcd" in refused.stderr, refused.stderr
+
+
+async def test_a_password_rotated_in_its_file_is_picked_up_without_a_restart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Credentials from a file (a mounted Secret: ``HEDWIG_ETCD_DIR``) are read again when
+    etcd refuses the token: changing a user's password makes etcd refuse the tokens issued
+    before. Changed in etcd before the file: calls fail as retriable meanwhile, not as a
+    refusal; once the file has it, they go on."""
+    security, server = secured_etcd(str(tmp_path))
+    try:
+        mounted = tmp_path / "etcd-access"
+        mounted.mkdir()
+        for name, value in access_files(security).items():
+            (mounted / name).write_bytes(value)
+        monkeypatch.setenv("HEDWIG_ETCD_DIR", str(mounted))
+        async with open_store(server.url, region="rotation", session_timeout_s=10.0) as s:
+            assert isinstance(s, EtcdMetadataStore)
+            await s.topics.ensure_topic("before")
+            await _change_password(server, security, "hedwig", "rotated-1")
+            (mounted / "credentials").write_text("hedwig:rotated-1")
+            await s.topics.ensure_topic("after-the-file")  # a new token, the new password
+
+            await _change_password(server, security, "hedwig", "rotated-2")
+            with pytest.raises(MetadataUnavailableError, match="waiting for its new"):
+                await s.topics.ensure_topic("meanwhile")
+            (mounted / "credentials").write_text("hedwig:rotated-2\n")
+            await s.topics.ensure_topic("once-the-file-has-it")
+            assert await s.topics.list_topics() == sorted(
+                ["before", "after-the-file", "once-the-file-has-it"]
+            )
+    finally:
+        server.stop()
+
+
+async def _change_password(
+    server: EtcdServer, security: DevSecurity, user: str, password: str
+) -> None:
+    """As etcd's administrator (``root``), as ``etcdctl user passwd`` does."""
+    import grpc  # type: ignore[import-untyped]
+    from aetcd import rpc  # type: ignore[import-untyped]
+
+    sec = security.etcd_security()
+    creds = grpc.ssl_channel_credentials(
+        Path(sec.ca).read_bytes(),
+        Path(sec.client_key).read_bytes(),
+        Path(sec.client_cert).read_bytes(),
+    )
+    async with grpc.aio.secure_channel(server.address, creds) as channel:
+        auth = rpc.AuthStub(channel)
+        token = (
+            await auth.Authenticate(
+                rpc.AuthenticateRequest(name="root", password=sec.root_password)
+            )
+        ).token
+        await auth.UserChangePassword(
+            rpc.AuthUserChangePasswordRequest(name=user, password=password),
+            metadata=(("token", token),),
+        )

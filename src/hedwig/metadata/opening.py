@@ -58,6 +58,9 @@ class EtcdAccess:
     ca: bytes | None = None
     cert: bytes | None = None
     key: bytes | None = None
+    # Where ``credentials`` came from, if a file: read again at each authentication (a
+    # password rotated in a mounted Secret is picked up without a restart).
+    credentials_file: str | None = None
 
     @classmethod
     def from_files(cls, files: Mapping[str, bytes]) -> EtcdAccess:
@@ -81,9 +84,15 @@ class EtcdAccess:
                 if path.is_file():
                     files[name] = path.read_bytes()
             access = cls.from_files(files)
+            if "credentials" in files:
+                access = replace(access, credentials_file=str(Path(directory) / "credentials"))
         credentials = _secret("HEDWIG_ETCD_CREDENTIALS")
         if credentials:
-            access = replace(access, credentials=credentials)
+            access = replace(
+                access,
+                credentials=credentials,
+                credentials_file=os.environ.get("HEDWIG_ETCD_CREDENTIALS_FILE") or None,
+            )
         ca, cert, key = (_file("HEDWIG_ETCD_" + n) for n in ("CA", "CERT", "KEY"))
         return replace(
             access,
@@ -217,6 +226,7 @@ def _etcd(
         ca=ca,
         cert=cert,
         key=key,
+        credentials_file=None if given else access.credentials_file,
     )
 
 

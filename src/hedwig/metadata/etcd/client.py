@@ -20,7 +20,11 @@ gone (etcd says so, or no refresh succeeded for a whole TTL: the server expires 
 tokens when it restarts (and a JWT token expires, and a token from before a change of users or
 roles is refused as old): a call refused for its token makes the client authenticate again,
 once for every caller waiting, and the call is sent again. A wrong password or a missing
-permission is a ``MetadataError`` at once, never retried.
+permission is a ``MetadataError`` at once, never retried. Credentials given as a file
+(``credentials_file``: a mounted Secret) are read again at each authentication, so a rotated
+password is picked up when etcd refuses the old token (changing a user's password makes etcd
+refuse the tokens issued before); a refusal then is retriable (the file may not show the new
+password yet), not the hard error it is at start.
 
 **Owner records go on leases of their own**, up to ``OWNER_LEASES`` of them per session, a
 record's by a hash of its key, granted when first needed and refreshed with the session's
@@ -44,6 +48,7 @@ import time
 import zlib
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import grpc  # type: ignore[import-untyped]
@@ -167,10 +172,12 @@ class EtcdClient:
         ca: bytes | None = None,
         cert: bytes | None = None,
         key: bytes | None = None,
+        credentials_file: str | None = None,
     ) -> None:
         self.target = target
         self.ttl = max(2, math.ceil(ttl_s))
         self._username, self._password = username, password
+        self._credentials_file = credentials_file
         self._tls = (ca, cert, key) if ca is not None else None
         self._channel: grpc.aio.Channel | None = None
         self._lease_channel: grpc.aio.Channel | None = None
@@ -228,7 +235,20 @@ class EtcdClient:
             return grpc.aio.secure_channel(self.target, creds, options=options)
         return grpc.aio.insecure_channel(self.target, options=options)
 
-    async def _authenticate(self) -> None:
+    def _reread_credentials(self) -> None:
+        if self._credentials_file is None:
+            return
+        try:
+            text = Path(self._credentials_file).read_text().strip()
+        except OSError as exc:
+            log.warning("etcd credentials file %s unreadable: %s", self._credentials_file, exc)
+            return
+        user, sep, password = text.partition(":")
+        if sep and user and password:
+            self._username, self._password = user, password
+
+    async def _authenticate(self, *, again: bool = False) -> None:
+        self._reread_credentials()
         if self._username is None:
             return
         auth = rpc.AuthStub(self._channel)
@@ -240,6 +260,12 @@ class EtcdClient:
         except grpc.aio.AioRpcError as exc:
             if exc.code() in _UNAVAILABLE:
                 raise _translate(exc, "authenticate") from exc
+            if again:
+                # Worked before: a password being rotated (its file not updated yet).
+                raise MetadataUnavailableError(
+                    f"etcd refused user {self._username!r} on authenticating again "
+                    f"({exc.details()}): waiting for its new credentials"
+                ) from exc
             raise MetadataError(
                 f"etcd refused user {self._username!r} ({exc.details()}): check the "
                 "credentials (etcd://USER:PASSWORD@..., HEDWIG_ETCD_CREDENTIALS[_FILE])"
@@ -258,7 +284,7 @@ class EtcdClient:
                 "authenticating again"
             )
             task = self._reauthenticating = asyncio.get_running_loop().create_task(
-                self._authenticate()
+                self._authenticate(again=True)
             )
         await asyncio.shield(task)
 

@@ -523,6 +523,7 @@ class EtcdMetadataStore:
         ca: bytes | None = None,
         cert: bytes | None = None,
         key: bytes | None = None,
+        credentials_file: str | None = None,
     ) -> None:
         self.region = region
         self.keys = Keys(region, prefix)
@@ -534,6 +535,7 @@ class EtcdMetadataStore:
             ca=ca,
             cert=cert,
             key=key,
+            credentials_file=credentials_file,
         )
         self.ownership = EtcdOwnership(self.etcd, self.keys)
         self.persistence = EtcdPersistence(self.etcd, self.keys)
