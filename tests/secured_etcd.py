@@ -4,6 +4,10 @@ user confined to Hedwig's prefix), with the credentials ``hedwig dev up --secure
 from __future__ import annotations
 
 import os
+from pathlib import Path
+
+import grpc  # type: ignore[import-untyped]
+from aetcd import rpc  # type: ignore[import-untyped]
 
 from hedwig.devcluster.etcd import EtcdServer
 from hedwig.devcluster.security import DevSecurity
@@ -31,3 +35,26 @@ def access_files(security: DevSecurity) -> dict[str, bytes]:
 
 def access(security: DevSecurity) -> EtcdAccess:
     return EtcdAccess.from_files(access_files(security))
+
+
+async def change_password(
+    server: EtcdServer, security: DevSecurity, user: str, password: str
+) -> None:
+    """As etcd's administrator (``root``), as ``etcdctl user passwd`` does."""
+    sec = security.etcd_security()
+    creds = grpc.ssl_channel_credentials(
+        Path(sec.ca).read_bytes(),
+        Path(sec.client_key).read_bytes(),
+        Path(sec.client_cert).read_bytes(),
+    )
+    async with grpc.aio.secure_channel(server.address, creds) as channel:
+        auth = rpc.AuthStub(channel)
+        token = (
+            await auth.Authenticate(
+                rpc.AuthenticateRequest(name="root", password=sec.root_password)
+            )
+        ).token
+        await auth.UserChangePassword(
+            rpc.AuthUserChangePasswordRequest(name=user, password=password),
+            metadata=(("token", token),),
+        )

@@ -27,7 +27,7 @@ from hedwig.security import ClientSecurity
 from hedwig.security.ca import CertificateAuthority
 from tests.cluster_helpers import hedwig
 from tests.metadata_conformance import MetadataConformance
-from tests.secured_etcd import access_files, secured_etcd
+from tests.secured_etcd import access_files, change_password, secured_etcd
 
 pytestmark = pytest.mark.integration
 
@@ -228,11 +228,11 @@ async def test_a_password_rotated_in_its_file_is_picked_up_without_a_restart(
         async with open_store(server.url, region="rotation", session_timeout_s=10.0) as s:
             assert isinstance(s, EtcdMetadataStore)
             await s.topics.ensure_topic("before")
-            await _change_password(server, security, "hedwig", "rotated-1")
+            await change_password(server, security, "hedwig", "rotated-1")
             (mounted / "credentials").write_text("hedwig:rotated-1")
             await s.topics.ensure_topic("after-the-file")  # a new token, the new password
 
-            await _change_password(server, security, "hedwig", "rotated-2")
+            await change_password(server, security, "hedwig", "rotated-2")
             with pytest.raises(MetadataUnavailableError, match="waiting for its new"):
                 await s.topics.ensure_topic("meanwhile")
             (mounted / "credentials").write_text("hedwig:rotated-2\n")
@@ -242,29 +242,3 @@ async def test_a_password_rotated_in_its_file_is_picked_up_without_a_restart(
             )
     finally:
         server.stop()
-
-
-async def _change_password(
-    server: EtcdServer, security: DevSecurity, user: str, password: str
-) -> None:
-    """As etcd's administrator (``root``), as ``etcdctl user passwd`` does."""
-    import grpc  # type: ignore[import-untyped]
-    from aetcd import rpc  # type: ignore[import-untyped]
-
-    sec = security.etcd_security()
-    creds = grpc.ssl_channel_credentials(
-        Path(sec.ca).read_bytes(),
-        Path(sec.client_key).read_bytes(),
-        Path(sec.client_cert).read_bytes(),
-    )
-    async with grpc.aio.secure_channel(server.address, creds) as channel:
-        auth = rpc.AuthStub(channel)
-        token = (
-            await auth.Authenticate(
-                rpc.AuthenticateRequest(name="root", password=sec.root_password)
-            )
-        ).token
-        await auth.UserChangePassword(
-            rpc.AuthUserChangePasswordRequest(name=user, password=password),
-            metadata=(("token", token),),
-        )

@@ -8,7 +8,9 @@ pool's region is opened with its ZooKeeper digest (``digests``, filled in by the
 reconciliation); a store opened before its digest was known is opened again with it. A pool on
 a secured etcd names a Secret (``spec.metadata.secretName``): its store is opened with what the
 Secret holds (``EtcdAccess``: credentials, CA, client certificate), read when the store is
-opened; a store etcd refuses is dropped, so a corrected Secret is read at the next request.
+opened; a store etcd refuses is dropped, so a corrected Secret is read at the next request, and
+an open store reads the Secret's credentials again when etcd refuses its token (a rotated
+password).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 
 from hedwig.errors import HedwigError, MetadataUnavailableError
 from hedwig.metadata import EtcdAccess, MetadataStore, open_store
@@ -107,7 +110,13 @@ class MetadataConnections:
             raise MetadataUnavailableError(
                 f"the metadata store's access Secret {namespace}/{name} does not exist (yet)"
             )
-        return EtcdAccess.from_files(data)
+        read = self._read_secret
+
+        async def credentials() -> str | None:
+            # Read again when etcd refuses the store's token: a rotated password.
+            return (await read(namespace, name)).get("credentials", b"").decode() or None
+
+        return replace(EtcdAccess.from_files(data), credentials_source=credentials)
 
     async def close(self) -> None:
         stores, self._stores = list(self._stores.values()), {}

@@ -3,13 +3,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hedwig_operator.metadata import MetadataConnections
 
 from hedwig.devcluster.etcd import EtcdServer
 from hedwig.devcluster.security import DevSecurity
 from hedwig.errors import MetadataUnavailableError
-from tests.secured_etcd import access_files
+from tests.secured_etcd import access_files, change_password, secured_etcd
 
 pytestmark = pytest.mark.integration
 
@@ -46,3 +48,29 @@ async def test_a_pool_store_is_opened_with_its_secret(
         await fixed.topics.ensure_topic("u")
     finally:
         await connections.close()
+
+
+async def test_an_open_pool_store_follows_its_secret_through_a_rotation(
+    tmp_path: Path,
+) -> None:
+    """A password rotated in etcd and in the pool's Secret: etcd refuses the store's token,
+    and the store reads the Secret's credentials again through the API, without being opened
+    again."""
+    security, server = secured_etcd(str(tmp_path))
+    secrets = {("ns", "s"): access_files(security)}
+
+    async def read_secret(namespace: str, name: str) -> dict[str, bytes]:
+        return secrets.get((namespace, name), {})
+
+    connections = MetadataConnections(read_secret=read_secret, connect_timeout_s=5.0)
+    try:
+        store = await connections.get(server.url, "rotating", ("ns", "s"))
+        await store.topics.ensure_topic("before")
+        secrets[("ns", "s")] = {**access_files(security), "credentials": b"hedwig:rotated"}
+        await change_password(server, security, "hedwig", "rotated")
+        await store.topics.ensure_topic("after")
+        assert await connections.get(server.url, "rotating", ("ns", "s")) is store
+        assert await store.topics.list_topics() == ["after", "before"]
+    finally:
+        await connections.close()
+        server.stop()

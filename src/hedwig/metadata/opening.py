@@ -22,9 +22,10 @@ open_store(url, region=r) as store``), which starts it and closes it, or call ``
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import os
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -58,9 +59,9 @@ class EtcdAccess:
     ca: bytes | None = None
     cert: bytes | None = None
     key: bytes | None = None
-    # Where ``credentials`` came from, if a file: read again at each authentication (a
-    # password rotated in a mounted Secret is picked up without a restart).
-    credentials_file: str | None = None
+    # Where ``credentials`` come from, read again at each authentication (a password rotated
+    # in a mounted Secret is picked up without a restart): ``async () -> USER:PASSWORD``.
+    credentials_source: Callable[[], Awaitable[str | None]] | None = None
 
     @classmethod
     def from_files(cls, files: Mapping[str, bytes]) -> EtcdAccess:
@@ -85,13 +86,18 @@ class EtcdAccess:
                     files[name] = path.read_bytes()
             access = cls.from_files(files)
             if "credentials" in files:
-                access = replace(access, credentials_file=str(Path(directory) / "credentials"))
+                access = replace(
+                    access, credentials_source=_file_source(Path(directory) / "credentials")
+                )
         credentials = _secret("HEDWIG_ETCD_CREDENTIALS")
         if credentials:
+            credentials_file = os.environ.get("HEDWIG_ETCD_CREDENTIALS_FILE")
             access = replace(
                 access,
                 credentials=credentials,
-                credentials_file=os.environ.get("HEDWIG_ETCD_CREDENTIALS_FILE") or None,
+                credentials_source=_file_source(Path(credentials_file))
+                if credentials_file
+                else None,
             )
         ca, cert, key = (_file("HEDWIG_ETCD_" + n) for n in ("CA", "CERT", "KEY"))
         return replace(
@@ -100,6 +106,13 @@ class EtcdAccess:
             cert=cert if cert is not None else access.cert,
             key=key if key is not None else access.key,
         )
+
+
+def _file_source(path: Path) -> Callable[[], Awaitable[str | None]]:
+    async def read() -> str | None:
+        return await asyncio.to_thread(path.read_text)
+
+    return read
 
 
 def memory_backend(name: str) -> MemoryBackend:
@@ -226,7 +239,7 @@ def _etcd(
         ca=ca,
         cert=cert,
         key=key,
-        credentials_file=None if given else access.credentials_file,
+        credentials_source=None if given else access.credentials_source,
     )
 
 

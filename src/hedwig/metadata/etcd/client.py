@@ -20,8 +20,9 @@ gone (etcd says so, or no refresh succeeded for a whole TTL: the server expires 
 tokens when it restarts (and a JWT token expires, and a token from before a change of users or
 roles is refused as old): a call refused for its token makes the client authenticate again,
 once for every caller waiting, and the call is sent again. A wrong password or a missing
-permission is a ``MetadataError`` at once, never retried. Credentials given as a file
-(``credentials_file``: a mounted Secret) are read again at each authentication, so a rotated
+permission is a ``MetadataError`` at once, never retried. Credentials with a source
+(``credentials_source``: a mounted Secret's file, the operator's Secret through the API) are
+read again at each authentication, so a rotated
 password is picked up when etcd refuses the old token (changing a user's password makes etcd
 refuse the tokens issued before); a refusal then is retriable (the file may not show the new
 password yet), not the hard error it is at start.
@@ -46,9 +47,8 @@ import logging
 import math
 import time
 import zlib
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import grpc  # type: ignore[import-untyped]
@@ -100,6 +100,9 @@ def _translate(exc: grpc.aio.AioRpcError, what: str) -> MetadataError:
 
 # etcd's answers to a token it no longer accepts (``rpctypes.ErrGRPCInvalidAuthToken``,
 # ``ErrGRPCAuthOldRevision``): authenticate again and retry, as etcd's own client does.
+# Where ``USER:PASSWORD`` is read from at each authentication (None: keep the last ones).
+CredentialsSource = Callable[[], Awaitable[str | None]]
+
 _STALE_TOKEN = ("invalid auth token", "revision of auth store is old")
 
 
@@ -172,12 +175,12 @@ class EtcdClient:
         ca: bytes | None = None,
         cert: bytes | None = None,
         key: bytes | None = None,
-        credentials_file: str | None = None,
+        credentials_source: CredentialsSource | None = None,
     ) -> None:
         self.target = target
         self.ttl = max(2, math.ceil(ttl_s))
         self._username, self._password = username, password
-        self._credentials_file = credentials_file
+        self._credentials_source = credentials_source
         self._tls = (ca, cert, key) if ca is not None else None
         self._channel: grpc.aio.Channel | None = None
         self._lease_channel: grpc.aio.Channel | None = None
@@ -235,20 +238,23 @@ class EtcdClient:
             return grpc.aio.secure_channel(self.target, creds, options=options)
         return grpc.aio.insecure_channel(self.target, options=options)
 
-    def _reread_credentials(self) -> None:
-        if self._credentials_file is None:
+    async def _reread_credentials(self) -> None:
+        if self._credentials_source is None:
             return
         try:
-            text = Path(self._credentials_file).read_text().strip()
-        except OSError as exc:
-            log.warning("etcd credentials file %s unreadable: %s", self._credentials_file, exc)
+            text = (await self._credentials_source() or "").strip()
+        except Exception as exc:
+            log.warning("etcd credentials unreadable, keeping the last ones: %s", exc)
             return
         user, sep, password = text.partition(":")
         if sep and user and password:
             self._username, self._password = user, password
 
     async def _authenticate(self, *, again: bool = False) -> None:
-        self._reread_credentials()
+        """Trade the credentials for a token; ``again``: after etcd refused the last token or
+        lost the session (the credentials are read again from their source first)."""
+        if again:
+            await self._reread_credentials()
         if self._username is None:
             return
         auth = rpc.AuthStub(self._channel)
@@ -395,7 +401,7 @@ class EtcdClient:
                     # Owner leases left from the lost session (etcd may not have expired them
                     # all): their records must go, not wait for their TTL.
                     await self._revoke(self._forget_owner_leases())
-                    await self._authenticate()
+                    await self._authenticate(again=True)
                     await self._grant()
                     last_ok = time.monotonic()
                     self._set_state(SessionState.CONNECTED)

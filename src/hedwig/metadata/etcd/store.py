@@ -42,6 +42,7 @@ from hedwig.errors import (
 )
 from hedwig.metadata.acls import AclEntry
 from hedwig.metadata.etcd.client import (
+    CredentialsSource,
     EtcdClient,
     PrefixWatch,
     delete,
@@ -523,7 +524,7 @@ class EtcdMetadataStore:
         ca: bytes | None = None,
         cert: bytes | None = None,
         key: bytes | None = None,
-        credentials_file: str | None = None,
+        credentials_source: CredentialsSource | None = None,
     ) -> None:
         self.region = region
         self.keys = Keys(region, prefix)
@@ -535,7 +536,7 @@ class EtcdMetadataStore:
             ca=ca,
             cert=cert,
             key=key,
-            credentials_file=credentials_file,
+            credentials_source=credentials_source,
         )
         self.ownership = EtcdOwnership(self.etcd, self.keys)
         self.persistence = EtcdPersistence(self.etcd, self.keys)
