@@ -337,11 +337,12 @@ def test_a_pool_on_a_secured_etcd(
         assert topic_exists(server.url, "sec", "orders/secured")
         monkeypatch.delenv("HEDWIG_ETCD_DIR")
 
-        # A wrong password: etcd refuses the operator, and the Topic says why.
+        # A wrong password: etcd refuses the operator, and the Topic says why. (No replicas:
+        # the pool's pod would take a static volume another test's pool counts on.)
         bad = {**files, "credentials": b"hedwig:wrong"}
         bed.apply(_etcd_access_secret("etcd-wrong", bad))
         bed.apply(
-            pool_manifest("sec-wrong", 1, metadata={"url": server.url, "secretName": "etcd-wrong"})
+            pool_manifest("sec-wrong", 0, metadata={"url": server.url, "secretName": "etcd-wrong"})
         )
         bed.apply(topic_manifest("sec-refused", "sec-wrong"))
         refused = wait_for(
