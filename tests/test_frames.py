@@ -35,6 +35,8 @@ from hedwig.protocol.fields import (
     Int,
     LaneInfo,
     LaneInfosCodec,
+    LedgerLac,
+    LedgerLacsCodec,
     MessagesCodec,
     OptStrCodec,
     RestCodec,
@@ -107,6 +109,9 @@ def strategy_for(codec: Codec) -> st.SearchStrategy[Any]:
     if isinstance(codec, LaneInfosCodec):
         lanes = st.builds(LaneInfo, st.integers(0, 2**32 - 1), st.booleans())
         return st.lists(lanes, max_size=4).map(tuple)
+    if isinstance(codec, LedgerLacsCodec):
+        lacs = st.builds(LedgerLac, st.integers(0, 2**64 - 1), st.integers(-1, 2**63 - 1))
+        return st.lists(lacs, max_size=4).map(tuple)
     raise AssertionError(f"no example strategy for {type(codec).__name__}")
 
 

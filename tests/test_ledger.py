@@ -20,7 +20,14 @@ from hedwig.errors import (
     MetadataUnavailableError,
     NotEnoughReplicasError,
 )
-from hedwig.ledger import LocalFirstReplicas, LocalStorage, LogSettings, TopicLog, recover_ledger
+from hedwig.ledger import (
+    LacNotices,
+    LocalFirstReplicas,
+    LocalStorage,
+    LogSettings,
+    TopicLog,
+    recover_ledger,
+)
 from hedwig.ledger.auditor import Auditor, inspect
 from hedwig.ledger.handle import SPECULATIVE_READ_S, read_entry, write_set
 from hedwig.ledger.log_reader import READ_AHEAD
@@ -318,6 +325,9 @@ class Unreachable:
         await self._fail()
         raise AssertionError
 
+    async def write_lacs(self, lacs: Sequence[tuple[int, int]]) -> None:
+        await self._fail()
+
     async def delete_ledger(self, ledger_id: int) -> None:
         await self._fail()
 
@@ -409,6 +419,153 @@ async def test_recovery_needs_only_the_replicas_the_quorums_require(
     )
     await asyncio.wait_for(new.open(), 5)
     assert new.last_seq == 5
+
+
+class Recorder:
+    """A storage replica whose requests are recorded: (address, operation, ledger, entry)."""
+
+    def __init__(self, node: StorageNode, calls: list[tuple[str, str, int, int]]) -> None:
+        self.node = node
+        self.address = node.address
+        self.calls = calls
+
+    async def add_entry(
+        self, ledger_id: int, entry_id: int, lac: int, payload: bytes, *, recovery: bool = False
+    ) -> None:
+        op = "write_back" if recovery else "add"
+        self.calls.append((self.address, op, ledger_id, entry_id))
+        await self.node.add_entry(ledger_id, entry_id, lac, payload, recovery=recovery)
+
+    async def read_entry(self, ledger_id: int, entry_id: int) -> bytes:
+        self.calls.append((self.address, "read", ledger_id, entry_id))
+        return await self.node.read_entry(ledger_id, entry_id)
+
+    async def read_lac(self, ledger_id: int, *, fence: bool) -> tuple[int, int]:
+        self.calls.append((self.address, "fence" if fence else "read_lac", ledger_id, -1))
+        return await self.node.read_lac(ledger_id, fence=fence)
+
+    async def fenced(self, ledger_id: int) -> bool:
+        return await self.node.fenced(ledger_id)
+
+    async def write_lacs(self, lacs: Sequence[tuple[int, int]]) -> None:
+        self.calls.extend((self.address, "write_lac", lid, lac) for lid, lac in lacs)
+        await self.node.write_lacs(lacs)
+
+    async def delete_ledger(self, ledger_id: int) -> None:
+        await self.node.delete_ledger(ledger_id)
+
+
+class Recorded(Cluster):
+    """A cluster whose replicas record every request."""
+
+    def __init__(self, root: Path, count: int) -> None:
+        super().__init__(root, count)
+        self.calls: list[tuple[str, str, int, int]] = []
+
+    def node(self, address: str) -> StorageNode:
+        return Recorder(super().node(address), self.calls)
+
+
+@pytest.mark.parametrize("told", [True, False], ids=["told", "not-told"])
+async def test_replicas_told_an_idle_ledgers_lac_spare_its_recovery_the_write_back(
+    store: MemoryMetadataStore, tmp_path: Path, told: bool
+) -> None:
+    """Each add carries the LAC of the entries before it, so the last entry of a topic that
+    went idle was confirmed without any replica knowing it, and the recovery of every take-over
+    after a crash read it and wrote it back on every replica. A writer with nothing in flight
+    now tells its replicas its LAC (WRITE_LACS, many ledgers to a frame): recovery then reads
+    nothing forward and writes nothing back. Either way, recovery stops at the last entry any
+    answering replica stores instead of asking every replica for the entry after it."""
+    cluster = Recorded(tmp_path, 3)
+    notices = LacNotices(cluster, delay_s=0.01)
+    ensemble = ["h:1", "h:2", "h:3"]
+    settings = LogSettings(replication=ReplicationConfig(3, 3, 2))
+    old = TopicLog(
+        "t",
+        store,
+        cluster,
+        owner="h:1",
+        owner_epoch=1,
+        ensemble=ensemble,
+        settings=settings,
+        on_idle=notices.idle if told else None,
+    )
+    await old.open()
+    for i in range(3):
+        await old.append("p", i + 1, EncodedMessages.of_values([b"m%d" % i]))
+    lid = old.ledger_id
+    disks = cluster.disks.values()
+    if told:
+        async with asyncio.timeout(5):
+            while [await d.read_lac(lid, fence=False) for d in disks] != [(2, 2)] * 3:
+                await asyncio.sleep(0.01)
+        assert notices.sent == 3 and notices.failed == 0
+    else:
+        # What the adds carried: the LAC before the last entry.
+        assert {(await d.read_lac(lid, fence=False))[0] for d in disks} == {1}
+    cluster.calls.clear()
+    new = TopicLog(
+        "t", store, cluster, owner="h:2", owner_epoch=1, ensemble=ensemble, settings=settings
+    )
+    await new.open()
+    assert new.last_seq == 3
+    on_old = [c for c in cluster.calls if c[2] == lid]
+    write_backs = [c for c in on_old if c[1] == "write_back"]
+    if told:
+        assert write_backs == []
+    else:  # on the replicas that answered the fence (two or three of them)
+        assert len(write_backs) >= 2 and {c[3] for c in write_backs} == {2}
+    assert not [c for c in on_old if c[1] == "read" and c[3] > 2], "read past the stored end"
+    got = await new.read(1, 10, 1 << 20)
+    assert [m.value for b in got for m in b.messages.decode()] == [b"m0", b"m1", b"m2"]
+    await notices.close()
+
+
+async def test_a_writer_tells_only_what_it_confirmed(
+    store: MemoryMetadataStore, tmp_path: Path
+) -> None:
+    """A LAC told is a promise that every entry up to it is on an ack quorum: a writer with an
+    add in flight, a broken or a closed one tells nothing, and a replica keeps the highest LAC
+    it learnt, ignores ledgers it does not hold (a notice that arrives after a deletion must
+    not bring the ledger back) and forgets what it was told when it restarts (recovery then
+    writes the end back, as before)."""
+    cluster = Cluster(tmp_path, 3)
+    notices = LacNotices(cluster, delay_s=60)
+    settings = LogSettings(replication=ReplicationConfig(3, 3, 2))
+    log = TopicLog(
+        "t",
+        store,
+        cluster,
+        owner="h:1",
+        owner_epoch=1,
+        ensemble=["h:1", "h:2", "h:3"],
+        settings=settings,
+        on_idle=notices.idle,
+    )
+    await log.open()
+    await log.append("p", 1, EncodedMessages.of_values([b"confirmed"]))
+    lid = log.ledger_id
+    # Two replicas hang: the next entry cannot be confirmed, nothing is told of it.
+    cluster.cut = {a: Unreachable(a, hang=True) for a in ("h:2", "h:3")}
+    stuck = asyncio.ensure_future(log.append("p", 2, EncodedMessages.of_values([b"in flight"])))
+    await asyncio.sleep(0.05)
+    await notices.tell()
+    assert notices.sent == 0, "an add in flight: its replicas learn the LAC from the next add"
+    stuck.cancel()
+    cluster.cut = {}
+    disk = cluster.disks["h:1"]
+    # Entry 1 reached this replica carrying LAC 0; told 1 (as a writer would once it is
+    # confirmed), it answers 1.
+    await disk.write_lacs([(lid, 1), (424242, 7)])
+    assert await disk.read_lac(lid, fence=False) == (1, 1)
+    assert 424242 not in disk.ledgers()
+    await disk.write_lacs([(lid, 0)])
+    assert (await disk.read_lac(lid, fence=False))[0] == 1, "a LAC never goes back"
+    await disk.close()
+    restarted = LocalStorage(tmp_path / "1", "h:1")
+    assert (await restarted.read_lac(lid, fence=False))[0] == 0, "known in memory only"
+    await restarted.close()
+    await notices.close()
 
 
 async def test_recovery_writes_back_on_a_stand_in_when_a_replica_is_gone(

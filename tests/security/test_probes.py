@@ -38,6 +38,7 @@ from hedwig.protocol import (
     DescribeLanes,
     DescribeTopic,
     EncodedMessages,
+    LedgerLac,
     Ping,
     Publish,
     Read,
@@ -52,6 +53,7 @@ from hedwig.protocol import (
     TailTopic,
     TopicStats,
     Unsubscribe,
+    WriteLacs,
     encode_values,
 )
 from hedwig.protocol.codec import FRAME_TYPES
@@ -101,6 +103,7 @@ def probes(ledger_id: int) -> list[Probe]:
         lambda r: ReadEntry(request_id=r, ledger_id=ledger_id, entry_id=0),
         lambda r: ReadLac(request_id=r, ledger_id=ledger_id, fence=True),
         lambda r: DeleteLedger(request_id=r, ledger_id=ledger_id),
+        lambda r: WriteLacs(request_id=r, lacs=(LedgerLac(ledger_id, 1_000_000),)),
         lambda r: StorageHello(request_id=r, replica="hub-anyone"),
         lambda r: TailTopic(
             request_id=r, topic="probe", after_seq=0, max_messages=100, max_bytes=1 << 20, wait_ms=0
@@ -196,7 +199,15 @@ async def test_every_frame_from_everyone_refused_and_nothing_changes(
     owner = next(h for h in secure.hubs if "probe" in h.topics.topics)
     other = next(h for h in secure.hubs if h is not owner)
     before = snapshot(secure)
-    storage = (AddEntry, ReadEntry, ReadLac, DeleteLedger, StorageHello)
+    storage = (AddEntry, ReadEntry, ReadLac, WriteLacs, DeleteLedger, StorageHello)
+    # What replicas hold in memory only (the LAC a writer tells them once its topic is idle)
+    # is not in the files: once the owner has told them, a probe must not change it.
+    async with asyncio.timeout(10):
+        while True:
+            lacs_before = [await h.storage.read_lac(ledger_id, fence=False) for h in secure.hubs]
+            if all(lac == last for lac, last in lacs_before):
+                break
+            await asyncio.sleep(0.05)
 
     # (a) anonymous, (b) a token and (c) a certificate without ACLs, at both hubs.
     attackers = {
@@ -277,6 +288,9 @@ async def test_every_frame_from_everyone_refused_and_nothing_changes(
 
     # Nothing changed: files and records byte for byte, and the data reads back whole.
     assert snapshot(secure) == before
+    assert [await hub.storage.read_lac(ledger_id, fence=False) for hub in secure.hubs] == (
+        lacs_before
+    )
     async with secure.client(security=secure.security(token_for="admin")) as admin:
         got = await admin.read("probe", 0)
         values = [m.value for b in got.batches for m in b.delivered()]
@@ -284,6 +298,7 @@ async def test_every_frame_from_everyone_refused_and_nothing_changes(
     denied = owner.metrics.auth_denied
     assert denied.labels("publish", "forbidden")._value.get() > 0
     assert denied.labels("add_entry", "internal_only")._value.get() > 0
+    assert denied.labels("write_lacs", "internal_only")._value.get() > 0
     for reason in ("expired", "audience", "unknown_key", "signature", "issuer"):
         assert denied.labels("authenticate", reason)._value.get() > 0, reason
 

@@ -62,6 +62,7 @@ from hedwig.protocol import (
     TailTopic,
     TopicStats,
     Unsubscribe,
+    WriteLacs,
 )
 from hedwig.protocol.names import lane_of
 from hedwig.protocol.plan_frames import DeliveryStats, DescribeLanes
@@ -99,7 +100,7 @@ _NEEDS_ANY: dict[type, tuple[Operation, ...]] = {
     DescribeLanes: (Operation.SUBSCRIBE, Operation.READ, Operation.DESCRIBE, Operation.ADMIN),
 }
 # Hub to hub only.
-STORAGE_REQUESTS = (AddEntry, ReadEntry, ReadLac, DeleteLedger, StorageHello)
+STORAGE_REQUESTS = (AddEntry, ReadEntry, ReadLac, WriteLacs, DeleteLedger, StorageHello)
 INTERNAL_SERVES = frozenset((*STORAGE_REQUESTS, TopicStats, Ping, TailTopic, DeliveryStats))
 # A connection's cached decisions are dropped past this many (a client touching many topics).
 DECISION_CACHE_SIZE = 4096
@@ -142,7 +143,10 @@ DENIAL_SERIES: tuple[tuple[str, str], ...] = (
         )
     ),
     *((op, "forbidden") for op in (*_CLIENT_OPS, "topic_stats", "release_topic", "create")),
-    *((op, "internal_only") for op in ("add_entry", "read_entry", "read_lac", "delete_ledger")),
+    *(
+        (op, "internal_only")
+        for op in ("add_entry", "read_entry", "read_lac", "write_lacs", "delete_ledger")
+    ),
     ("connect", "expired"),
     *(
         ("authenticate", r)

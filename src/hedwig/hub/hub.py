@@ -352,6 +352,7 @@ class Hub:
             await self._http.close()
         with contextlib.suppress(Exception):
             await self.clock.wait_for(self.store.close(), 5.0)
+        await self.topics.lac_notices.close()
         self.replicas.close()
         await self.storage.close()
         self.stopped.set()

@@ -55,6 +55,7 @@ from hedwig.hub.choices import HubChoices
 from hedwig.hub.config import HubConfig, TopicSettings
 from hedwig.hub.events import HubEvents, LossKind
 from hedwig.hub.topic import OwnedTopic, TopicState
+from hedwig.ledger.lac_notices import LacNotices
 from hedwig.ledger.replicas import Replicas
 from hedwig.ledger.retention import delete_ledger_everywhere
 from hedwig.ledger.topic_log import LogSettings, TopicLog
@@ -118,6 +119,8 @@ class TopicOwnership:
         self.events = events
         self.clock = clock
         self.choices = choices
+        self.lac_notices = LacNotices(replicas, clock=clock)
+        self._lac_idle = self.lac_notices.idle  # one bound method for every topic's log
         self.epoch = 0
         self.topics: dict[str, OwnedTopic] = {}
         self._claims: dict[str, asyncio.Future[OwnedTopic]] = {}
@@ -375,6 +378,7 @@ class TopicOwnership:
                     (lambda: self._give_up(topic)) if self.config.release_on_rollover else None
                 ),
                 on_suspect=self.suspect,
+                on_idle=self._lac_idle,
                 settings=log_settings,
                 clock=self.clock,
             )

@@ -65,6 +65,7 @@ from hedwig.protocol import (
     TopicInfo,
     TopicStats,
     Unsubscribe,
+    WriteLacs,
     validate_name,
 )
 
@@ -127,6 +128,7 @@ class HubRequests:
             AddEntry: self.add_entry,
             ReadEntry: self.read_entry,
             ReadLac: self.read_lac,
+            WriteLacs: self.write_lacs,
             DeleteLedger: self.delete_ledger,
             StorageHello: self.storage_hello,
         }
@@ -402,6 +404,9 @@ class HubRequests:
         lac, last = await self.storage.read_lac(req.ledger_id, fence=req.fence)
         fenced = self.storage.is_fenced(req.ledger_id)
         return Lac(request_id=req.request_id, lac=lac, last_entry_id=last, fenced=fenced)
+
+    async def write_lacs(self, conn: ClientConnection, req: WriteLacs) -> None:
+        await self.storage.write_lacs([(x.ledger_id, x.lac) for x in req.lacs])
 
     async def delete_ledger(self, conn: ClientConnection, req: DeleteLedger) -> None:
         await self.storage.delete_ledger(req.ledger_id)

@@ -6,14 +6,17 @@ Rules (BookKeeper's, see ``docs/architecture.md``):
   round-robin from the ensemble starting at ``i mod ensemble_size``.
 - ``add`` returns once the entry has ``ack_quorum`` acknowledgements *and* every earlier entry
   has been confirmed: confirmations are in order. The last confirmed entry (LAC) rides on
-  every later write so replicas learn it.
+  every later write so replicas learn it; a writer with nothing left in flight tells its
+  replicas its LAC on its own (``hedwig.ledger.lac_notices``), or a topic that went idle
+  would leave its last entry for every recovery to write back.
 - If too many replicas of a write set fail (more than ``write_quorum - ack_quorum``), or one
   answers that the ledger is fenced, the writer is broken: every pending and later ``add``
   fails and the owner must stop using the ledger.
 - Recovery (``recover_ledger``) is how anyone but the writer closes a ledger: mark it
-  IN_RECOVERY, fence the replicas and learn their LAC (enough answers that no ack quorum of
-  unfenced replicas can remain), read forward past the LAC writing back what is found, and close
-  it with a compare-and-set recording the last entry. Afterwards the old writer can never reach
+  IN_RECOVERY, fence the replicas and learn their LAC and last stored entry (enough answers
+  that no ack quorum of unfenced replicas can remain), read forward past the LAC up to the last
+  entry any of them stores, writing back what is found, and close it with a compare-and-set
+  recording the last entry. Afterwards the old writer can never reach
   an ack quorum again, so everything it ever acknowledged is at or below the recorded end.
 """
 
@@ -73,12 +76,14 @@ class LedgerWriter:
         "_ledgers",
         "_md",
         "_next_entry",
+        "_on_idle",
         "_on_replica_failure",
         "_pending",
         "_replicas",
         "_version",
         "bytes_added",
         "lac",
+        "lac_told",
     )
 
     def __init__(
@@ -89,9 +94,12 @@ class LedgerWriter:
         *,
         clock: Clock | None = None,
         on_replica_failure: Callable[[str], None] | None = None,
+        on_idle: Callable[[LedgerWriter], None] | None = None,
     ) -> None:
         self._ledgers = ledgers
         self._on_replica_failure = on_replica_failure
+        # Told when every add has been confirmed and the replicas may not know the LAC.
+        self._on_idle = on_idle
         self._replicas = replicas
         self._md = metadata.value
         self._version = metadata.version
@@ -100,6 +108,8 @@ class LedgerWriter:
         self._pending: dict[int, _Pending] = {}
         # Replica writes in flight: the loop keeps only weak references to tasks.
         self.lac = -1
+        # The LAC last told to the replicas without an add (``untold_lac``).
+        self.lac_told = -1
         self._broken: LedgerError | None = None
         self._closed = False
         self.bytes_added = 0
@@ -161,14 +171,24 @@ class LedgerWriter:
             self._advance()
 
     def _advance(self) -> None:
+        pending = self._pending
         while True:
-            nxt = self._pending.get(self.lac + 1)
+            nxt = pending.get(self.lac + 1)
             if nxt is None or nxt.acks < self._md.ack_quorum:
-                return
-            del self._pending[nxt.entry_id]
+                break
+            del pending[nxt.entry_id]
             self.lac = nxt.entry_id
             if not nxt.future.done():
                 nxt.future.set_result(nxt.entry_id)
+        if not pending and self._on_idle is not None and self.lac > self.lac_told:
+            self._on_idle(self)
+
+    def untold_lac(self) -> int | None:
+        """The LAC to tell the replicas: when nothing is in flight (else the next adds carry
+        a later one), the ledger is open and writable, and they have not been told it."""
+        if self._pending or self._closed or self._broken is not None:
+            return None
+        return self.lac if self.lac > self.lac_told else None
 
     def _break(self, exc: LedgerError) -> None:
         if self._broken is None:
@@ -399,6 +419,10 @@ async def _fence_and_read_forward(
             f"answered, {needed} needed"
         )
     lac = max(r[0] for r in replies.values())
+    # No entry past what the answering replicas store can have been acknowledged: it would be
+    # on an ack quorum, which always includes one of them. Stopping there spares the reads
+    # that would each learn that no replica has the next entry.
+    stored = max(r[1] for r in replies.values())
     # Everything up to the LAC reached an ack quorum; past it, take what any replica has and
     # write it back so it becomes fully replicated before the ledger is closed on it. Reads
     # follow the ledger as written (``md``); write-backs follow ``written``, which gains a
@@ -409,7 +433,7 @@ async def _fence_and_read_forward(
     usable = set(responders)
     entry = lac + 1
     last_payload: bytes | None = None
-    while True:
+    while entry <= stored:
         try:
             payload = await read_entry(replicas, md, entry, among=responders)
         except (NoSuchEntryError, NotEnoughReplicasError):

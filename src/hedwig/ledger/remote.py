@@ -9,7 +9,7 @@ writer and recovery count against their quorums.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from hedwig.clock import Clock, SystemClock
 from hedwig.errors import HedwigError, LedgerFencedError, NoSuchEntryError, NotEnoughReplicasError
@@ -20,11 +20,13 @@ from hedwig.protocol import (
     DeleteLedger,
     Entry,
     Lac,
+    LedgerLac,
     ReadEntry,
     ReadLac,
     Reply,
     Request,
     StorageHello,
+    WriteLacs,
 )
 
 # Maps a hub's address to where its storage role listens (its internal listener), and is told
@@ -129,6 +131,10 @@ class RemoteStorage:
         )
         assert isinstance(answer, Lac)
         return answer.fenced
+
+    async def write_lacs(self, lacs: Sequence[tuple[int, int]]) -> None:
+        told = tuple(LedgerLac(ledger_id, lac) for ledger_id, lac in lacs)
+        await self._request(lambda rid: WriteLacs(request_id=rid, lacs=told))
 
     async def delete_ledger(self, ledger_id: int) -> None:
         await self._request(lambda rid: DeleteLedger(request_id=rid, ledger_id=ledger_id))

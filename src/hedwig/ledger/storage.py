@@ -46,7 +46,7 @@ import struct
 import sys
 import zlib
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, cast
@@ -107,6 +107,11 @@ class StorageNode(Protocol):
 
     async def fenced(self, ledger_id: int) -> bool:
         """Whether this replica has fenced the ledger (a recovery has begun)."""
+        ...
+
+    async def write_lacs(self, lacs: Sequence[tuple[int, int]]) -> None:
+        """Learn the last-add-confirmed entry of ledgers (ledger id, LAC) whose writer went
+        idle; ledgers not stored here are ignored."""
         ...
 
     async def delete_ledger(self, ledger_id: int) -> None: ...
@@ -287,6 +292,17 @@ class LocalStorage:
             # Entries still waiting for their flush were never acknowledged; they may still
             # land, which recovery then finds, or not: both are correct.
         return lf.lac, lf.last_entry
+
+    async def write_lacs(self, lacs: Sequence[tuple[int, int]]) -> None:
+        # In memory only: a LAC is never more than the writer confirmed, so forgetting it (a
+        # restart) only makes a later recovery write the ledger's end back, as it did before
+        # replicas were told. Unknown ledgers are not created: a notice can arrive after a
+        # ledger was deleted, and would bring it back as an empty replica.
+        ledgers = self._ledgers
+        for ledger_id, lac in lacs:
+            lf = ledgers.get(ledger_id)
+            if lf is not None and lac > lf.lac:
+                lf.lac = lac
 
     def is_fenced(self, ledger_id: int) -> bool:
         lf = self._ledgers.get(ledger_id)

@@ -94,6 +94,7 @@ class TopicLog:
         "_ledger_bytes",
         "_log_reader",
         "_next_seq",
+        "_on_idle",
         "_on_rolled_over",
         "_on_suspect",
         "_owner",
@@ -124,6 +125,7 @@ class TopicLog:
         clock: Clock | None = None,
         on_rolled_over: Callable[[], None] | None = None,
         on_suspect: Callable[[int], None] | None = None,
+        on_idle: Callable[[LedgerWriter], None] | None = None,
     ) -> None:
         self.topic = topic
         self._store = store
@@ -136,6 +138,9 @@ class TopicLog:
         # Told the ledgers this log closed or recovered that may be under-replicated (the
         # auditor checks them; it no longer reads every ledger every round).
         self._on_suspect = on_suspect
+        # Told when the ledger's writer has nothing in flight (``hedwig.ledger.lac_notices``;
+        # one callable shared by every log of the hub).
+        self._on_idle = on_idle
         self._tail_suspect = False  # a replica of the open ledger failed a write
         # Replicas that failed a write lately -> until when new ledgers avoid them.
         self._failed_replicas: dict[str, float] | None = None  # made at the first failure
@@ -261,6 +266,7 @@ class TopicLog:
             created,
             clock=self._clock,
             on_replica_failure=self._replica_failed,
+            on_idle=self._on_idle,
         )
 
     def _replica_failed(self, address: str) -> None:

@@ -40,7 +40,7 @@ from hedwig.protocol.client_frames import (
 )
 from hedwig.protocol.codec import FRAME_TYPES, Event, Frame, Reply, Request
 from hedwig.protocol.connection import Connection, OversizedFrame, RefusedFrame, Role
-from hedwig.protocol.fields import LaneInfo, SubscriptionInfo
+from hedwig.protocol.fields import LaneInfo, LedgerLac, SubscriptionInfo
 from hedwig.protocol.kinds import CloseReason, MoveKind, ResetTo, SubscribeMode
 from hedwig.protocol.messages import (
     Batch,
@@ -72,6 +72,7 @@ from hedwig.protocol.storage_frames import (
     ReadEntry,
     ReadLac,
     StorageHello,
+    WriteLacs,
 )
 from hedwig.protocol.wire import PROTOCOL_VERSION
 
@@ -103,6 +104,7 @@ __all__ = [
     "LaneInfo",
     "Lanes",
     "LanesChanged",
+    "LedgerLac",
     "Message",
     "Messages",
     "MoveKind",
@@ -135,6 +137,7 @@ __all__ = [
     "TopicMoved",
     "TopicStats",
     "Unsubscribe",
+    "WriteLacs",
     "decode_name",
     "encode_message",
     "encode_messages",

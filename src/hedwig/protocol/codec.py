@@ -53,6 +53,7 @@ from hedwig.protocol.storage_frames import (
     ReadEntry,
     ReadLac,
     StorageHello,
+    WriteLacs,
 )
 from hedwig.protocol.wire import HEADER, HEADER_AFTER_LENGTH, PROTOCOL_VERSION
 
@@ -73,6 +74,7 @@ Request = (
     | AddEntry
     | ReadEntry
     | ReadLac
+    | WriteLacs
     | DeleteLedger
     | StorageHello
     | Authenticate
@@ -98,7 +100,7 @@ Reply = (
 Event = Deliver | TopicMoved | SubscriptionForcedClosed | SubscriptionMoved | LanesChanged
 Frame = Request | Reply | Event
 # The storage role's requests: hub to hub only.
-STORAGE_REQUESTS = (AddEntry, ReadEntry, ReadLac, DeleteLedger, StorageHello)
+STORAGE_REQUESTS = (AddEntry, ReadEntry, ReadLac, WriteLacs, DeleteLedger, StorageHello)
 
 FRAME_TYPES: tuple[type[FrameBase], ...] = (
     Publish,
@@ -116,6 +118,7 @@ FRAME_TYPES: tuple[type[FrameBase], ...] = (
     AddEntry,
     ReadEntry,
     ReadLac,
+    WriteLacs,
     DeleteLedger,
     StorageHello,
     Authenticate,

@@ -287,6 +287,53 @@ def decode_lanes(data: bytes, pos: int) -> tuple[tuple[LaneInfo, ...], int]:
     return tuple(out), pos
 
 
+@dataclass(frozen=True, slots=True)
+class LedgerLac:
+    """A ledger's last-add-confirmed entry, as a writer tells its replicas (WRITE_LACS)."""
+
+    ledger_id: int
+    lac: int
+
+
+class LedgerLacsCodec(Codec):
+    """``u32 n`` then n times ``u64 ledger_id, i64 lac``."""
+
+    doc = "u32 n, {name}: n x (u64 ledger_id, i64 lac)"
+
+    def check(self, name: str, value: Any) -> None:
+        if not isinstance(value, tuple) or not all(
+            isinstance(x, LedgerLac) and 0 <= x.ledger_id < 1 << 64 and -1 <= x.lac < 1 << 63
+            for x in value
+        ):
+            raise UsageError(f"{name} must be a tuple of LedgerLac (u64 ledger id, lac >= -1)")
+
+    def encode_expr(self, value: str) -> str:
+        return f"encode_ledger_lacs({value})"
+
+    def decode_lines(self, target: str) -> list[str]:
+        return [f"{target}, pos = decode_ledger_lacs(data, pos)"]
+
+
+_LEDGER_LAC = struct.Struct(">Qq")
+
+
+def encode_ledger_lacs(lacs: tuple[LedgerLac, ...]) -> bytes:
+    return wire.U32.pack(len(lacs)) + b"".join(_LEDGER_LAC.pack(x.ledger_id, x.lac) for x in lacs)
+
+
+def decode_ledger_lacs(data: bytes, pos: int) -> tuple[tuple[LedgerLac, ...], int]:
+    (n,) = wire.U32.unpack_from(data, pos)
+    pos += 4
+    if n > (len(data) - pos) // _LEDGER_LAC.size:
+        raise ValueError(f"{n} ledger LACs do not fit in the frame")
+    out = []
+    for _ in range(n):
+        ledger_id, lac = _LEDGER_LAC.unpack_from(data, pos)
+        pos += _LEDGER_LAC.size
+        out.append(LedgerLac(ledger_id, lac))
+    return tuple(out), pos
+
+
 @dataclass(frozen=True)
 class Flag:
     """A boolean carried as one bit of the header's flags."""
@@ -318,3 +365,4 @@ OneBatch = Annotated[Batch, BatchCodec()]
 Batches = Annotated[tuple[Batch, ...], BatchListCodec()]
 Subscriptions = Annotated[tuple[SubscriptionInfo, ...], SubscriptionInfosCodec()]
 LaneInfos = Annotated[tuple[LaneInfo, ...], LaneInfosCodec()]
+LedgerLacs = Annotated[tuple[LedgerLac, ...], LedgerLacsCodec()]

@@ -41,9 +41,11 @@ from hedwig.protocol.fields import (
     RequestIdMarker,
     decode_batches,
     decode_lanes,
+    decode_ledger_lacs,
     decode_subscriptions,
     encode_batches,
     encode_lanes,
+    encode_ledger_lacs,
     encode_subscriptions,
 )
 from hedwig.protocol.messages import Batch, EncodedMessages
@@ -152,6 +154,8 @@ def _namespace(body: list[tuple[str, Codec]]) -> dict[str, Any]:
         "decode_subscriptions": decode_subscriptions,
         "encode_lanes": encode_lanes,
         "decode_lanes": decode_lanes,
+        "encode_ledger_lacs": encode_ledger_lacs,
+        "decode_ledger_lacs": decode_ledger_lacs,
         "_ProtocolError": ProtocolError,
     }
     for _, codec in body:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from hedwig.protocol.fields import I64, U64, Flag, RequestId, Rest, Str
+from hedwig.protocol.fields import I64, U64, Flag, LedgerLacs, RequestId, Rest, Str
 from hedwig.protocol.schema import FrameBase, Sender, frame
 
 # Flag bits, named per frame by the field that holds them.
@@ -69,6 +69,21 @@ class StorageHello(FrameBase):
 
     request_id: RequestId
     replica: Str
+
+
+@frame(0x15, CLIENT)
+class WriteLacs(FrameBase):
+    """The last-add-confirmed entry of ledgers whose writer has gone idle (BookKeeper's
+    explicit LAC). Every add carries the LAC of the entries before it, so a replica learns a
+    ledger's last entry was confirmed only from a later add; a topic that goes idle never
+    sends one, and a recovery had to write its last entry back on every replica before it
+    could close the ledger on it. Told this, the replica answers a fence with that entry as
+    confirmed, and a take-over of an idle topic reads nothing forward. Many ledgers to a
+    frame: a hub sends them once a second to each replica, not a request per topic.
+    Answered by ``Ok``; ledgers the replica does not hold are ignored."""
+
+    request_id: RequestId
+    lacs: LedgerLacs
 
 
 @frame(0x85, HUB)
