@@ -427,3 +427,31 @@ def test_dev_up_secure_prints_its_credentials_and_the_commands_use_them(
                 up.wait(60)
             except subprocess.TimeoutExpired:
                 up.kill()
+
+
+def test_dev_up_secure_on_etcd_starts_again_on_its_data_directory(tmp_path: Path) -> None:
+    """A second ``hedwig dev up --secure --store etcd --data-dir D`` starts on what the first
+    left: its credentials, etcd's users and roles and authentication already on (etcd refuses
+    to make them twice), the ports it saved, and the messages published before."""
+    cli = Cli(tmp_path / "dev.json")
+    data = tmp_path / "data"
+    argv = ["dev", "up", "--detach", "--hubs", "2", "--secure", "--store", "etcd"]
+    for run in range(2):
+        up = cli(*argv, "--data-dir", str(data), timeout=180)
+        assert up.returncode == 0, up.stdout + up.stderr
+        try:
+            admin = Cli(tmp_path / "dev.json")
+            for entry in (data / "security" / "env").read_text().splitlines():
+                name, _, value = entry.removeprefix("export ").partition("=")
+                admin.env[name] = value
+            done = admin("pub", "kept", input=f"run {run}\n")
+            assert done.returncode == 0, done.stderr
+            assert done.stdout == f"{run + 1}\trun {run}\n"
+            got = admin("sub", "kept", "--peek", "--count", str(run + 1))
+            assert got.returncode == 0, got.stderr
+            assert [line.split("\t")[-1] for line in got.stdout.splitlines()] == [
+                f"run {r}" for r in range(run + 1)
+            ]
+        finally:
+            down = cli("dev", "down", timeout=120)
+            assert down.returncode == 0, down.stderr
