@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from pathlib import Path
 
 import pytest
@@ -71,6 +73,59 @@ async def test_an_open_pool_store_follows_its_secret_through_a_rotation(
         await store.topics.ensure_topic("after")
         assert await connections.get(server.url, "rotating", ("ns", "s")) is store
         assert await store.topics.list_topics() == ["after", "before"]
+    finally:
+        await connections.close()
+        server.stop()
+
+
+async def test_an_open_pool_store_waits_out_a_wrong_or_deleted_secret_and_an_etcd_restart(
+    tmp_path: Path,
+) -> None:
+    """The operator's store of a pool whose access goes wrong while it is open: the password
+    changes in etcd while the Secret is deleted, then holds the old password: every call fails
+    as retriable (the reconcile is tried again), never as a refusal that would mark the Topics
+    failed for good, and goes on once the Secret is right. Then etcd restarts: calls fail as
+    retriable while it is down, and after it the store authenticates again (etcd forgot its
+    token) with the Secret's credentials and goes on, its session kept."""
+    security, server = secured_etcd(str(tmp_path))
+    secrets = {("ns", "s"): access_files(security)}
+    reads: list[str] = []
+
+    async def read_secret(namespace: str, name: str) -> dict[str, bytes]:
+        reads.append(name)
+        return secrets.get((namespace, name), {})
+
+    connections = MetadataConnections(read_secret=read_secret, connect_timeout_s=5.0)
+    try:
+        store = await connections.get(server.url, "pool", ("ns", "s"))
+        await store.topics.ensure_topic("before")
+        del secrets[("ns", "s")]
+        await change_password(server, security, "hedwig", "second")
+        with pytest.raises(MetadataUnavailableError, match="waiting for its new credentials"):
+            await store.topics.ensure_topic("during")
+        secrets[("ns", "s")] = {**access_files(security), "credentials": b"hedwig:first"}
+        with pytest.raises(MetadataUnavailableError, match="waiting for its new credentials"):
+            await store.topics.ensure_topic("during")
+        secrets[("ns", "s")] = {**access_files(security), "credentials": b"hedwig:second"}
+        await store.topics.ensure_topic("during")
+        assert len(reads) >= 4, "the Secret was read again at each refusal"
+
+        server.stop()
+        with pytest.raises(MetadataUnavailableError):
+            await store.topics.ensure_topic("down")
+        down = time.monotonic()
+        server.start()
+        # As the operator's reconcile does: again until etcd answers (gRPC reconnects within
+        # two seconds; its default waits grow to two minutes).
+        while True:
+            try:
+                await store.topics.ensure_topic("after")
+                break
+            except MetadataUnavailableError:
+                assert time.monotonic() - down < 15, "etcd is back but the store is not"
+                await asyncio.sleep(0.2)
+        assert await store.topics.list_topics() == ["after", "before", "during"]
+        assert await connections.get(server.url, "pool", ("ns", "s")) is store
     finally:
         await connections.close()
         server.stop()

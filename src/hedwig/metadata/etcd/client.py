@@ -62,6 +62,8 @@ log = logging.getLogger(__name__)
 
 # Each call gives up after this long (the session's own clock decides when it is lost).
 CALL_TIMEOUT_S = 10.0
+# Between attempts to reach etcd again after it went away (first, longest), in milliseconds.
+RECONNECT_BACKOFF_MS = (200, 2_000)
 # Keys per range request when listing (etcd answers in one message: keep it far below 4 MB).
 PAGE = 10_000
 # Leases a session spreads its owner records over (see the module's docstring).
@@ -231,7 +233,15 @@ class EtcdClient:
 
     def _open_channel(self) -> Any:
         # A separate subchannel each time (gRPC would otherwise share one connection).
-        options = [("grpc.use_local_subchannel_pool", 1)]
+        # gRPC waits longer and longer between attempts to reconnect, up to two minutes by
+        # default: after an etcd outage of a minute or so every hub would stay cut off for
+        # another one, its session lost meanwhile. Two seconds at most, as a session is many.
+        options = [
+            ("grpc.use_local_subchannel_pool", 1),
+            ("grpc.initial_reconnect_backoff_ms", RECONNECT_BACKOFF_MS[0]),
+            ("grpc.min_reconnect_backoff_ms", RECONNECT_BACKOFF_MS[0]),
+            ("grpc.max_reconnect_backoff_ms", RECONNECT_BACKOFF_MS[1]),
+        ]
         if self._tls is not None:
             ca, cert, key = self._tls
             creds = grpc.ssl_channel_credentials(ca, key, cert)
