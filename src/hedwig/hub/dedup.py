@@ -32,7 +32,7 @@ RECENT = 256
 MAX_PUBLISHERS = 10_000
 
 
-@dataclass
+@dataclass(slots=True)
 class _Publisher:
     highest: int = 0
     batches: OrderedDict[int, tuple[int, int]] = field(default_factory=OrderedDict)
@@ -93,7 +93,11 @@ class PublisherTable:
         n, last = self._writing.pop(publisher, (1, 0))
         if n > 1:
             self._writing[publisher] = (n - 1, last)
+        elif not self._writing:
+            self._writing = {}  # an emptied table keeps its slots; most topics are idle
         fut = self._inflight.pop((publisher, pseq), None)
+        if not self._inflight:
+            self._inflight = {}
         if fut is not None and not fut.done():
             if stored is None:
                 fut.cancel()

@@ -180,8 +180,12 @@ class LedgerWriter:
             self.lac = nxt.entry_id
             if not nxt.future.done():
                 nxt.future.set_result(nxt.entry_id)
-        if not pending and self._on_idle is not None and self.lac > self.lac_told:
-            self._on_idle(self)
+        if not pending:
+            # A table emptied keeps its slots (160 bytes); a new empty one has none. Most
+            # writers are idle, one per owned topic.
+            self._pending = {}
+            if self._on_idle is not None and self.lac > self.lac_told:
+                self._on_idle(self)
 
     def untold_lac(self) -> int | None:
         """The LAC to tell the replicas: when nothing is in flight (else the next adds carry

@@ -47,7 +47,7 @@ import sys
 import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, cast
 
@@ -121,13 +121,16 @@ class StorageNode(Protocol):
 class _LedgerFile:
     """A ledger stored here. A hub of a region stores a replica of most of the region's
     ledgers (a million, at a million topics), so it keeps little: no path (made from the id
-    when the file is opened), each entry's place as one int, no empty pending list."""
+    when the file is opened), each entry's place as one int, no table for a ledger of one
+    entry (most of them: a topic published to once), no empty pending list."""
 
     ledger_id: int
     fd: int = -1  # -1: not created on disk yet (its first group is under way)
     size: int = 0
-    # entry -> position << 32 | length (``_place``)
-    offsets: dict[int, int] = field(default_factory=dict)
+    # Where the entries are (``_place``: position << 32 | length): None for none, the place of
+    # ``last_entry`` alone while it is the only one, else a table by entry id. A table of one
+    # entry costs 160 bytes more than its int, on every replica of most ledgers.
+    offsets: int | dict[int, int] | None = None
     last_entry: int = -1
     lac: int = -1
     fenced: bool = False
@@ -149,12 +152,36 @@ def _place(position: int, length: int) -> int:
     return position << 32 | length
 
 
+def _place_of(lf: _LedgerFile, entry_id: int) -> int | None:
+    """Where entry ``entry_id`` of ``lf`` is, or None if it is not stored here."""
+    offsets = lf.offsets
+    if offsets is None:
+        return None
+    if isinstance(offsets, int):
+        return offsets if entry_id == lf.last_entry else None
+    return offsets.get(entry_id)
+
+
+def _add_place(lf: _LedgerFile, entry_id: int, place: int) -> None:
+    """Record where entry ``entry_id`` is, then make it the last entry if it is."""
+    offsets = lf.offsets
+    if offsets is None:
+        lf.offsets = place
+    elif isinstance(offsets, int):
+        lf.offsets = {lf.last_entry: offsets, entry_id: place}
+    else:
+        offsets[entry_id] = place
+    if entry_id > lf.last_entry:
+        lf.last_entry = entry_id
+
+
 class LocalStorage:
     """The ledger replicas stored on this hub's disk."""
 
     def __init__(self, data_dir: str | os.PathLike[str], address: str = "local") -> None:
         self.address = address
         self.dir = Path(data_dir) / "ledgers"
+        self._dir = str(self.dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self._ledgers: dict[int, _LedgerFile] = {}
         self._dirty: set[int] = set()
@@ -196,8 +223,7 @@ class LocalStorage:
             if zlib.crc32(body, zlib.crc32(_CRC_PART.pack(eid, lac))) != crc:
                 log.warning("ledger %d: corrupt record at byte %d, cutting the tail", lid, pos)
                 break
-            lf.offsets[eid] = _place(pos + RECORD.size, plen)
-            lf.last_entry = max(lf.last_entry, eid)
+            _add_place(lf, eid, _place(pos + RECORD.size, plen))
             lf.lac = max(lf.lac, lac)
             pos = end
         if pos != len(data):
@@ -212,8 +238,17 @@ class LocalStorage:
     def ledgers(self) -> list[int]:
         return sorted(self._ledgers)
 
-    def _path(self, ledger_id: int) -> Path:
-        return self.dir / f"{ledger_id}.log"
+    def _path(self, ledger_id: int) -> str:
+        # A string, not a ``Path``: pathlib interns every part of every path it parses, and a
+        # hub makes a file per ledger, hundreds of thousands of them in a claim wave; the
+        # interpreter's table of interned strings grew by a megabyte per 18,000 and stays so.
+        return f"{self._dir}/{ledger_id}.log"
+
+    def _remove_files(self, ledger_id: int) -> None:
+        path = self._path(ledger_id)
+        for p in (path, _marker(path)):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(p)
 
     # StorageNode --------------------------------------------------------------------------
 
@@ -232,14 +267,13 @@ class LocalStorage:
         lf = self._file(ledger_id, create=True)
         if lf.fenced and not recovery:
             raise LedgerFencedError(f"ledger {ledger_id} is fenced")
-        if entry_id in lf.offsets:
+        if _place_of(lf, entry_id) is not None:
             return  # a write-back or retry of an entry we hold already
         crc = zlib.crc32(payload, zlib.crc32(_CRC_PART.pack(entry_id, lac)))
         record = RECORD.pack(len(payload), crc, entry_id, lac) + payload
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        lf.offsets[entry_id] = _place(lf.size + RECORD.size, len(payload))
+        _add_place(lf, entry_id, _place(lf.size + RECORD.size, len(payload)))
         lf.size += len(record)
-        lf.last_entry = max(lf.last_entry, entry_id)
         lf.lac = max(lf.lac, lac)
         if lf.pending is None:
             lf.pending = []
@@ -250,7 +284,7 @@ class LocalStorage:
 
     async def read_entry(self, ledger_id: int, entry_id: int) -> bytes:
         lf = self._file(ledger_id, create=False)
-        loc = lf.offsets.get(entry_id)
+        loc = _place_of(lf, entry_id)
         if loc is None:
             raise NoSuchEntryError(f"ledger {ledger_id} entry {entry_id} is not stored here")
         for e, record, _ in lf.pending or ():
@@ -323,10 +357,7 @@ class LocalStorage:
             os.close(lf.fd)
         self._open.pop(ledger_id, None)
         lf.fd = DELETED  # a group being written that creates the file removes it again
-        path = self._path(ledger_id)
-        for p in (path, path.with_suffix(".fenced")):
-            with contextlib.suppress(FileNotFoundError):
-                p.unlink()
+        self._remove_files(ledger_id)
 
     # open files ---------------------------------------------------------------------------
 
@@ -426,10 +457,7 @@ class LocalStorage:
                     self._track(lf)
                     continue
                 os.close(fd)  # deleted while its file was being created
-                path = self._path(lf.ledger_id)
-                for p in (path, path.with_suffix(".fenced")):
-                    with contextlib.suppress(FileNotFoundError):
-                        p.unlink()
+                self._remove_files(lf.ledger_id)
             self.syncs += len(groups)
             if _syncs_file_system(len(groups) + len(fences)):
                 self.fs_syncs += 1
@@ -463,11 +491,16 @@ def _fail(fut: asyncio.Future[None], exc: Exception) -> None:
         fut.exception()  # retrieved: a waiter cancelled meanwhile is no error
 
 
+def _marker(path: str) -> str:
+    """The fence marker's file beside the ledger file ``path`` (``N.log`` -> ``N.fenced``)."""
+    return path.removesuffix(".log") + ".fenced"
+
+
 def _write_and_sync(
     directory: Path,
-    new: list[Path],
-    batches: list[tuple[int, Path, bytes]],
-    fenced: list[Path],
+    new: list[str],
+    batches: list[tuple[int, str, bytes]],
+    fenced: list[str],
     fs_fd: int,
 ) -> list[int]:
     """Create the new ledgers' files and the fence markers, append every batch, and make it
@@ -480,7 +513,7 @@ def _write_and_sync(
     markers: list[int] = []
     try:
         for p in fenced:
-            markers.append(os.open(p.with_suffix(".fenced"), os.O_WRONLY | os.O_CREAT, 0o644))
+            markers.append(os.open(_marker(p), os.O_WRONLY | os.O_CREAT, 0o644))
         fds = dict(zip(new, created, strict=True))
         written = []
         for fd, path, data in batches:
