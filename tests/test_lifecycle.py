@@ -18,6 +18,7 @@ from hedwig.errors import (
     TopicInUseError,
     UsageError,
 )
+from hedwig.ledger import TopicLog
 from hedwig.protocol import ResetTo
 from tests.memory_region import Region, memory_region
 
@@ -224,3 +225,39 @@ async def test_a_log_broken_between_publishes_gives_the_topic_up(region: Region)
         assert owner.topics.topics.get("broken") is not broken
         answer = await c.read("broken", 1)
         assert [m.value for b in answer.batches for m in b.delivered()] == [b"a", b"b"]
+
+
+async def test_an_idle_topic_lets_its_batches_in_memory_go_and_still_reads_them() -> None:
+    """Batches kept in memory serve subscribers that keep up; a topic nobody published to or
+    attached to for a minute lets them go (at the next expiry check), and what it held is read
+    from the ledgers after that. A topic with a subscriber attached keeps them."""
+    clock = ManualClock()
+    async for region in memory_region(2, clock=clock):
+        async with region.client() as c:
+            sub = await c.subscribe("followed", "s")
+            for i in range(5):
+                await c.publish("quiet", b"q%d" % i)
+                await c.publish("followed", b"f%d" % i)
+            assert (await sub.next(2)).seq == 1
+            quiet = region.owner("quiet").topics.topics["quiet"].log
+            followed = region.owner("followed").topics.topics["followed"].log
+            assert cached(quiet) == 5 and cached(followed) == 5
+            clock.advance(59)
+            for hub in region.hubs:
+                await hub.loops.expire_idle()
+            assert cached(quiet) == 5, "idle for less than a minute"
+            clock.advance(2)
+            for hub in region.hubs:
+                await hub.loops.expire_idle()
+            assert cached(quiet) == 0 and cached(followed) == 5
+            got = await c.read("quiet", 1, max_messages=10)
+            assert [m.value for b in got.batches for m in b.delivered()] == [
+                b"q%d" % i for i in range(5)
+            ]
+            await c.publish("quiet", b"q5")
+            assert cached(quiet) == 1, "a publish is kept again"
+
+
+def cached(log: TopicLog) -> int:
+    reader = log._log_reader
+    return 0 if reader is None else len(reader._cache)

@@ -76,7 +76,8 @@ class HubConfig:
         64 * 1024 * 1024, "bytes; ledgers roll over past this (the unit of recovery and GC)"
     )
     cache_bytes: int = setting(
-        32 * 1024 * 1024, "bytes of newest messages per topic served from memory"
+        32 * 1024 * 1024,
+        "bytes of newest messages per topic served from memory (let go once it is idle a minute)",
     )
     default_retention_ms: int | None = setting(
         24 * 3600 * 1000,

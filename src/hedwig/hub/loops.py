@@ -38,6 +38,10 @@ log = logging.getLogger(__name__)
 SHORT_OF_HUBS = "too few hubs"
 # A burst of claims or releases is reported once, this long after the first of them.
 REPORT_SOON_S = 0.2
+# A topic nobody published to or attached to for this long keeps no batches in memory (seen at
+# the next expiry check, every ``gc_interval_s``): subscribers that keep up are served from
+# memory, and one that comes back after this long reads from the ledgers anyway.
+CACHE_IDLE_MS = 60_000
 
 
 class HubLoops:
@@ -294,10 +298,14 @@ class HubLoops:
         """Delete the subscriptions and then the topics that their expiry settings let go: a
         subscription nobody attached to or consumed from for ``subscription_expiry_ms``; a topic
         with no subscription left that nobody published to or attached to for
-        ``inactive_topic_expiry_ms``. Both off unless configured."""
+        ``inactive_topic_expiry_ms``. Both off unless configured. And a topic nobody published
+        to or attached to for ``CACHE_IDLE_MS`` lets the batches it kept in memory go."""
         for owned in list(self.ownership.topics.values()):
             if owned.state is not TopicState.OPEN:
                 continue
+            idle = owned.idle_for_ms()
+            if idle is not None and idle >= CACHE_IDLE_MS:
+                owned.log.shed_cache()
             config = owned.config
             if config.subscription_expiry_ms is not None:
                 for name in await owned.subs.expire(config.subscription_expiry_ms):

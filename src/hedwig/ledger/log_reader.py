@@ -88,6 +88,16 @@ class LogReader:
         reading it needs no trip to the store."""
         self.index_for(md).metadata = md
 
+    def shed(self) -> None:
+        """Let the batches kept in memory go (the topic went idle): reads after this go to
+        the ledgers, whose index is kept. An idle topic held its last batches, the frames they
+        came in and the entries last read: most of a kilobyte each, on hundreds of thousands
+        of topics nobody reads."""
+        self._cache = []
+        self._cache_seqs = []
+        self._cache_size = 0
+        self._recent = {}
+
     def forget(self, ledger_id: int) -> None:
         self._indexes.pop(ledger_id, None)
         for key in [k for k in self._recent if k[0] == ledger_id]:

@@ -301,6 +301,11 @@ class TopicLog:
             )
         return self._log_reader
 
+    def shed_cache(self) -> None:
+        """Drop the batches kept in memory for readers (``LogReader.shed``)."""
+        if self._log_reader is not None:
+            self._log_reader.shed()
+
     @property
     def first_seq(self) -> int:
         """The first sequence id still stored (later ones may be collected, never earlier)."""
