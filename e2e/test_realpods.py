@@ -691,6 +691,10 @@ def test_spark_heatmap_job_runs_on_kubernetes_driver_and_executor_pods(release: 
         "spark.executor.instances": "1",
         "spark.executor.memory": "512m",
         "spark.driver.memory": "512m",
+        # Beside the JVM's heap, the pod holds the Python job and the JVM's own memory: with
+        # Spark's default overhead (384 MiB) the driver was once OOM-killed at its limit.
+        "spark.driver.memoryOverhead": "768m",
+        "spark.executor.memoryOverhead": "768m",
         # Two cores for everything on this node: ask for little, use what is free.
         "spark.kubernetes.driver.request.cores": "0.2",
         "spark.kubernetes.executor.request.cores": "0.2",
