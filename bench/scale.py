@@ -37,7 +37,9 @@ timeout, then the take-overs), ``--failover-concurrency`` publishes in flight: a
 every topic's publishers retry at once, so the region, not one client's window, should set the
 pace (with 200 in flight the take-overs waited on the client: each is a chain of store and
 replica round trips, and the survivors were half idle). Also each process's CPU, in cores, over
-the claims and over the take-overs.
+the claims and over the take-overs, and the requests the survivors answered per topic taken
+over, by operation (``failover_requests_per_take_over``: fences, reads and write-backs of
+their storage, publishes): what a take-over costs, independent of the machine's speed.
 
 Prints one JSON object.
 """
@@ -264,6 +266,7 @@ async def _region(
     out["victim_topics"] = len(theirs)
     survivors = [a for a in cluster.addresses if a != victim]
     dead = [k for k, h in zip(pids, cluster.hub_procs, strict=False) if h.address == victim]
+    answered0 = _answered(cluster, victim)
     async with HedwigClient(survivors, retry=retry) as client:
         cluster.hub_at(victim).kill()
         cpu0, t0 = _cpu_of({k: p for k, p in pids.items() if k not in dead}), time.monotonic()
@@ -276,6 +279,12 @@ async def _region(
         )
         out["failover_all_s"] = round(time.monotonic() - t0, 1)
         out["troubles_at_the_end"] = _troubles(cluster, victim)
+        answered = _answered(cluster, victim)
+        out["failover_requests_per_take_over"] = {
+            op: round((n - answered0.get(op, 0)) / max(1, len(theirs)), 2)
+            for op, n in sorted(answered.items())
+            if n > answered0.get(op, 0)
+        }
         out["failover_cpu_cores"] = _cores(
             {k: p for k, p in pids.items() if k not in dead}, cpu0, time.monotonic() - t0
         )
@@ -320,6 +329,24 @@ def _series(metrics_url: str) -> int:
 def _metrics(metrics_url: str) -> list[str]:
     with urllib.request.urlopen(metrics_url + "/metrics", timeout=30) as r:
         return [line for line in r.read().decode().splitlines() if line]
+
+
+def _answered(cluster: DevCluster, dead: str) -> dict[str, float]:
+    """Requests the hubs other than ``dead`` have answered, by operation and, for those not
+    answered OK, status (their ``hedwig_requests_total``): over a failover, per topic taken over, what a take-over asks of
+    the other hubs' storage (fences, reads, write-backs, LAC notices) and of the owners."""
+    out: dict[str, float] = {}
+    for h in cluster.hub_procs:
+        if h.address == dead:
+            continue
+        for line in _metrics(h.metrics_url):
+            if line.startswith("hedwig_requests_total{"):
+                name, _, value = line.rpartition(" ")
+                op = name.split('op="', 1)[1].split('"', 1)[0]
+                status = name.split('status="', 1)[1].split('"', 1)[0]
+                key = op if status in ("ok", "OK") else f"{op}:{status}"
+                out[key] = out.get(key, 0.0) + float(value)
+    return out
 
 
 def _troubles(cluster: DevCluster, dead: str | None = None) -> dict[str, dict[str, float]]:
