@@ -333,8 +333,9 @@ def _metrics(metrics_url: str) -> list[str]:
 
 def _answered(cluster: DevCluster, dead: str) -> dict[str, float]:
     """Requests the hubs other than ``dead`` have answered, by operation and, for those not
-    answered OK, status (their ``hedwig_requests_total``): over a failover, per topic taken over, what a take-over asks of
-    the other hubs' storage (fences, reads, write-backs, LAC notices) and of the owners."""
+    answered OK, status (their ``hedwig_requests_total``): over a failover, per topic taken
+    over, what a take-over asks of the other hubs' storage (fences, reads, write-backs, LAC
+    notices) and of the owners."""
     out: dict[str, float] = {}
     for h in cluster.hub_procs:
         if h.address == dead:
