@@ -385,6 +385,9 @@ class LocalStorage:
         records still waiting are placed after what it holds. Without this the places of
         later entries counted the failed records' bytes, and reading them failed their
         checksums."""
+        if lf.fd == DELETED:  # deleted meanwhile: whatever the failed group created goes too
+            self._remove_files(lf.ledger_id)
+            return
         if lf.fd >= 0:
             os.close(lf.fd)
             self._open.pop(lf.ledger_id, None)
