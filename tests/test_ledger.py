@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import os
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -15,7 +13,6 @@ import pytest
 from hedwig.clock import ManualClock
 from hedwig.errors import (
     HedwigError,
-    LedgerError,
     LedgerFencedError,
     MetadataUnavailableError,
     NotEnoughReplicasError,
@@ -31,7 +28,7 @@ from hedwig.ledger import (
 from hedwig.ledger.auditor import Auditor, inspect
 from hedwig.ledger.handle import SPECULATIVE_READ_S, read_entry, write_set
 from hedwig.ledger.log_reader import READ_AHEAD
-from hedwig.ledger.storage import RECORD, StorageNode
+from hedwig.ledger.storage import StorageNode
 from hedwig.metadata import LedgerState
 from hedwig.metadata.memory import MemoryBackend, MemoryMetadataStore
 from hedwig.metadata.records import HubLoad, LedgerMetadata, ReplicationConfig, Version
@@ -96,108 +93,6 @@ async def test_stale_writer_cannot_ack_after_recovery(
     assert new.last_seq == 1
     md = await store.ledgers.read_ledger(old.ranges.ranges[0].ledger_id)
     assert md is not None and md.value.state is LedgerState.CLOSED
-
-
-async def test_torn_tail_is_cut(tmp_path: Path) -> None:
-    storage = LocalStorage(tmp_path, "h:1")
-    for i in range(3):
-        await storage.add_entry(7, i, i - 1, b"payload%d" % i)
-    await storage.close()
-    path = tmp_path / "ledgers" / "7.log"
-    size = path.stat().st_size
-    with open(path, "ab") as f:
-        f.write(RECORD.pack(100, 0, 3, 2) + b"short")  # a write cut by a crash
-    storage = LocalStorage(tmp_path, "h:1")
-    assert path.stat().st_size == size
-    assert await storage.read_entry(7, 2) == b"payload2"
-    assert await storage.read_lac(7, fence=False) == (1, 2)
-    # corrupt a byte in the middle record: reading it fails its checksum
-    with open(path, "r+b") as f:
-        f.seek(RECORD.size + 2)
-        f.write(b"X")
-    await storage.close()
-    storage = LocalStorage(tmp_path, "h:1")
-    assert await storage.read_lac(7, fence=False) == (-1, -1)  # cut at the first bad record
-    assert os.path.getsize(path) == 0
-
-
-@pytest.fixture
-def dir_syncs(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
-    """The directories storage syncs, in order (it still syncs them)."""
-    import hedwig.ledger.storage as storage_mod
-
-    synced: list[Path] = []
-    real = storage_mod._fsync_dir
-
-    def counted(path: Path) -> None:
-        synced.append(path)
-        real(path)
-
-    monkeypatch.setattr(storage_mod, "_fsync_dir", counted)
-    return synced
-
-
-async def test_new_ledgers_files_are_created_by_the_group_with_one_directory_sync(
-    tmp_path: Path, dir_syncs: list[Path]
-) -> None:
-    """A claim wave makes a ledger per topic: their files are created on the flushing thread,
-    with one directory sync per group, not one each on the event loop. An entry is readable
-    while its group is written, a ledger deleted meanwhile leaves no file, and a restart
-    finds the rest."""
-    storage = LocalStorage(tmp_path, "h:1")
-    adds = [asyncio.ensure_future(storage.add_entry(lid, 0, -1, b"e%d" % lid)) for lid in range(50)]
-    await asyncio.sleep(0)  # all fifty queued; the first group is being written
-    assert await storage.read_entry(7, 0) == b"e7"  # served from memory meanwhile
-    await storage.delete_ledger(9)
-    results = await asyncio.gather(*adds, return_exceptions=True)
-    assert [r for i, r in enumerate(results) if i != 9] == [None] * 49
-    assert len(dir_syncs) <= 2  # the first entry's group, then everything else
-    assert not (tmp_path / "ledgers" / "9.log").exists()
-    await storage.close()
-    again = LocalStorage(tmp_path, "h:1")
-    assert again.ledgers() == [i for i in range(50) if i != 9]
-    assert await again.read_entry(49, 0) == b"e49"
-    # Fencing a ledger no entry reached yet creates its file, so a restart still knows it.
-    assert await again.read_lac(77, fence=True) == (-1, -1)
-    await again.close()
-    assert 77 in LocalStorage(tmp_path, "h:1").ledgers()
-
-
-async def test_the_fences_of_a_failover_share_a_directory_sync_and_survive_a_restart(
-    tmp_path: Path, dir_syncs: list[Path]
-) -> None:
-    """A hub taking over many topics fences a ledger per topic on each replica: the fences are
-    written by the flushing thread, many to a sync, not each on the event loop, and as a
-    record in the ledger's own file, not a file of their own (creating a file cost 130-480 us
-    of CPU here). A fenced ledger refuses adds at once and stays fenced across a restart."""
-    storage = LocalStorage(tmp_path, "h:1")
-    for lid in range(40):
-        await storage.add_entry(lid, 0, -1, b"x")
-    dir_syncs.clear()
-    fences = [asyncio.ensure_future(storage.read_lac(lid, fence=True)) for lid in range(40)]
-    await asyncio.sleep(0)
-    with pytest.raises(LedgerFencedError):
-        await storage.add_entry(39, 1, 0, b"late")  # refused before the marker is on disk
-    assert await asyncio.gather(*fences) == [(-1, 0)] * 40
-    assert len(dir_syncs) <= 2
-    assert await storage.read_lac(3, fence=True) == (-1, 0)  # asked again: answered at once
-    await storage.close()
-    assert sorted(p.suffix for p in (tmp_path / "ledgers").iterdir()) == [".log"] * 40
-    again = LocalStorage(tmp_path, "h:1")
-    assert all(again.is_fenced(lid) for lid in range(40))
-    with pytest.raises(LedgerFencedError):
-        await again.add_entry(5, 1, 0, b"late")
-    assert await again.read_entry(5, 0) == b"x"
-    # A recovery's write-back goes after the fence record, and reads back.
-    await again.add_entry(5, 1, 0, b"written back", recovery=True)
-    assert await again.read_entry(5, 1) == b"written back"
-    await again.close()
-    (tmp_path / "ledgers" / "77.log").touch()
-    (tmp_path / "ledgers" / "77.fenced").touch()  # a marker file, as fences were kept before
-    again = LocalStorage(tmp_path, "h:1")
-    assert again.is_fenced(77) and again.is_fenced(5)
-    assert await again.read_lac(5, fence=False) == (0, 1)
-    await again.close()
 
 
 async def test_reads_from_ledgers_ask_for_entries_ahead_but_return_what_was_asked(
@@ -849,138 +744,6 @@ async def test_a_roll_over_whose_closing_answer_is_lost_goes_on(
     with pytest.raises(HedwigError):
         await other.close()
     assert taken.last_seq == 21
-
-
-async def test_a_fence_the_disk_refuses_fails_and_leaves_the_ledger_writable(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A fence whose marker cannot be written is an error to the recovery that asked (it
-    needs another replica's answer), not a fence: adds go on, and a later fence works."""
-    import hedwig.ledger.storage as storage_mod
-
-    storage = LocalStorage(tmp_path, "h:1")
-    await storage.add_entry(1, 0, -1, b"x")
-    real = storage_mod._write_and_sync
-
-    def full_disk(*args: Any) -> Any:
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(storage_mod, "_write_and_sync", full_disk)
-    with pytest.raises(HedwigError, match="No space left"):
-        await storage.read_lac(1, fence=True)
-    assert not storage.is_fenced(1)
-    monkeypatch.setattr(storage_mod, "_write_and_sync", real)
-    await storage.add_entry(1, 1, 0, b"y")
-    assert await storage.read_lac(1, fence=True) == (0, 1)
-    assert storage.is_fenced(1)
-    assert [await storage.read_entry(1, e) for e in (0, 1)] == [b"x", b"y"]
-    await storage.close()
-
-
-async def test_entries_after_a_failed_write_are_placed_where_they_land(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A group the disk refused may have reached the file in part or not at all: the ledger's
-    file is read again, and entries after it are placed where they really are (they were
-    placed past the failed group's bytes, and read back as corrupt)."""
-    import hedwig.ledger.storage as storage_mod
-
-    storage = LocalStorage(tmp_path, "h:1")
-    await storage.add_entry(1, 0, -1, b"first")
-    real = storage_mod._write_and_sync
-
-    def torn(directory: Path, new: list[str], batches: list[Any], fs_fd: int) -> list[int]:
-        for fd, _, data in batches:
-            os.write(fd, data[: len(data) // 2])  # half of the group, then the disk fails
-        raise OSError(5, "Input/output error")
-
-    monkeypatch.setattr(storage_mod, "_write_and_sync", torn)
-    with pytest.raises(HedwigError, match="Input/output error"):
-        await storage.add_entry(1, 1, 0, b"lost in a torn write")
-    monkeypatch.setattr(storage_mod, "_write_and_sync", real)
-    await storage.add_entry(1, 2, 0, b"after")
-    assert await storage.read_entry(1, 2) == b"after"
-    assert await storage.read_entry(1, 0) == b"first"
-    await storage.close()
-    again = LocalStorage(tmp_path, "h:1")
-    assert [await again.read_entry(1, e) for e in (0, 2)] == [b"first", b"after"]
-    assert await again.read_lac(1, fence=False) == (0, 2)
-    await again.close()
-
-
-async def test_a_group_across_many_ledgers_is_made_durable_by_one_file_system_sync(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Many topics active at once write a few entries to many ledger files per group: one
-    ``syncfs`` of the data directory's file system makes them durable (a sync per file is a
-    journal commit each). A group of few files syncs each. A ``syncfs`` that fails fails the
-    group's entries, and the next group goes on. Fence markers count as files to sync."""
-    import hedwig.ledger.storage as storage_mod
-
-    if storage_mod._syncfs is None:
-        pytest.skip("no syncfs here")
-    calls: list[int] = []
-    real = storage_mod._syncfs
-
-    def counted(fd: int) -> int:
-        calls.append(fd)
-        return real(fd)
-
-    monkeypatch.setattr(storage_mod, "_syncfs", counted)
-    storage = LocalStorage(tmp_path, "h:1")
-    await storage.add_entry(1000, 0, -1, b"alone")  # one file: synced on its own
-    assert calls == []
-    lids = range(storage_mod.SYNCFS_FROM_FILES * 3)
-    await asyncio.gather(*(storage.add_entry(lid, 0, -1, b"e%d" % lid) for lid in lids))
-    assert 1 <= len(calls) <= 2 and storage.fs_syncs == len(calls)
-
-    def failing(fd: int) -> int:
-        ctypes.set_errno(5)
-        return -1
-
-    monkeypatch.setattr(storage_mod, "_syncfs", failing)
-    adds = [storage.add_entry(lid, 1, 0, b"f%d" % lid) for lid in lids]
-    results = await asyncio.gather(*adds, return_exceptions=True)
-    assert all(isinstance(r, LedgerError) and "syncfs" in str(r) for r in results)
-    monkeypatch.setattr(storage_mod, "_syncfs", counted)
-    later = range(500, 500 + len(lids))
-    await asyncio.gather(*(storage.add_entry(lid, 0, -1, b"g%d" % lid) for lid in later))
-    # A failover fences a ledger per topic it takes over: many markers at once, one syncfs.
-    before = len(calls)
-    await asyncio.gather(*(storage.read_lac(lid, fence=True) for lid in later))
-    assert 1 <= len(calls) - before <= 2
-    await storage.close()
-    again = LocalStorage(tmp_path, "h:1")
-    assert [await again.read_entry(lid, 0) for lid in later] == [b"g%d" % lid for lid in later]
-    assert all(again.is_fenced(lid) for lid in later)
-    await again.close()
-
-
-async def test_ledger_files_open_at_once_are_bounded(tmp_path: Path) -> None:
-    """A hub owning very many idle topics holds a replica of very many ledgers: only the most
-    recently used files stay open, the others are opened again when written or read, and a
-    restart opens none until they are used."""
-    storage = LocalStorage(tmp_path, "h:1")
-    storage.max_open_files = 4
-    lids = range(20)
-    for round_ in range(3):
-        await asyncio.gather(
-            *(storage.add_entry(lid, round_, round_ - 1, b"%d-%d" % (lid, round_)) for lid in lids)
-        )
-        assert len(storage._open) <= 4 + len(lids)  # a group's files stay open while written
-        assert sum(1 for lid in lids if storage._ledgers[lid].fd >= 0) == len(storage._open)
-    # Written one at a time, the bound holds exactly; reads reopen what they need.
-    for lid in lids:
-        await storage.add_entry(lid, 3, 2, b"%d-3" % lid)
-        assert len(storage._open) <= 4
-    assert [await storage.read_entry(lid, 1) for lid in lids] == [b"%d-1" % lid for lid in lids]
-    assert len(storage._open) <= 4
-    await storage.close()
-    again = LocalStorage(tmp_path, "h:1")
-    assert again.ledgers() == list(lids) and not again._open
-    assert await again.read_entry(13, 3) == b"13-3"
-    assert list(again._open) == [13]
-    await again.close()
 
 
 def test_ledger_metadata_json_holds_every_field_and_reads_back() -> None:

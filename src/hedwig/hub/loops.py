@@ -92,6 +92,7 @@ class HubLoops:
         self._running = False
         self._seen_written = 0
         self._seen_syncs = 0
+        self._seen_compactions = 0
         # Why this region cannot serve topics at the default replication (too few hubs have
         # ever joined it), or None; shown at start and by /readyz.
         self.short_of_hubs: str | None = None
@@ -414,3 +415,6 @@ class HubLoops:
         m.storage_bytes.inc(s.bytes_written - self._seen_written)
         m.storage_syncs.inc(s.syncs - self._seen_syncs)
         self._seen_written, self._seen_syncs = s.bytes_written, s.syncs
+        m.storage_compactions.inc(s.compactions - self._seen_compactions)
+        self._seen_compactions = s.compactions
+        m.storage_logs.set(len(s.logs()))

@@ -180,6 +180,16 @@ class HubMetrics:
         self.storage_syncs = Counter(
             "hedwig_storage_syncs", "fdatasync calls by the group commit", registry=r
         )
+        self.storage_logs = Gauge(
+            "hedwig_storage_entry_logs",
+            "Entry logs on this hub's disk (64 MiB each at most; the current one included)",
+            registry=r,
+        )
+        self.storage_compactions = Counter(
+            "hedwig_storage_compactions",
+            "Entry logs compacted (their live records copied forward, the log removed)",
+            registry=r,
+        )
         self.deletions = Counter(
             "hedwig_topic_deletions",
             "Topics this hub deleted, by reason (requested, expired)",

@@ -2,98 +2,82 @@
 
 Rules this module keeps:
 
-- An entry is acknowledged only after it is on disk: writes are grouped and made durable with
-  one ``fdatasync`` per dirty ledger file per group (group commit), run on a worker thread so
-  the event loop keeps accepting work while the disk flushes. Everything that arrives during a
-  flush forms the next group. A group that wrote to many ledger files (many topics active at
-  once, each a message now and then) is made durable with one ``syncfs`` of the data
-  directory's file system instead: each ``fdatasync`` is a journal commit of its own, so 300
-  files took 50-60 ms where one ``syncfs`` takes 2-4 ms (measured on this project's ext4),
-  and a hub with thousands of active topics spent its groups syncing. ``syncfs`` reports the
-  file system's write-back errors since the descriptor it is given was opened (Linux 5.8 on),
-  so that descriptor is opened once, when the storage starts.
-- A new ledger's file is created by that worker too, and the directory is synced once per
-  group however many files it created (a claim wave creates a ledger per topic: creating and
-  syncing each on the event loop took a fifth of a hub's time, and stalled everything else).
-  Until its first group is written a ledger lives in memory only; nothing of it was
-  acknowledged, so a crash before that loses nothing.
-- At most ``MAX_OPEN_FILES`` ledger files are open at once, the most recently used: a hub that
-  owns 100,000 idle topics holds a replica of 100,000 ledgers or more, and a descriptor each
-  ran into the process's limit (and costs the kernel memory for files nobody writes). A file
-  closed that way is opened again, on the event loop (no sync: it exists), when a group
-  writes to it or a read needs it; never while the flushing thread is writing it.
-- Each ledger is one append-only file of records
-  ``u32 payload_len | u32 crc32 | u64 entry_id | i64 lac | payload``; the CRC covers entry id,
-  LAC and payload. On start every file is scanned; a torn or corrupt tail (a crash mid-write) is
-  cut off at the last good record. Nothing after it was ever acknowledged.
-- Fencing is durable: a fence is a record in the ledger's own file (entry id ``FENCE_ENTRY``,
-  no payload), written and synced with the next group before the fence is answered, so a
-  storage node that restarts is still fenced; the ledger refuses adds from the moment it is
-  asked. A fenced ledger refuses every add except the recovery writer's write-back. (Fences
-  were marker files beside the ledgers: creating a file cost 130-480 us of CPU on this
-  project's ext4, and a failover fenced a ledger per topic taken over on every replica.
-  Markers from before are still read.)
+- Every ledger stored here shares one append-only **entry log** (BookKeeper's): a record is
+  ``u32 payload_len | u32 crc32 | u64 ledger_id | u64 entry_id | i64 lac | payload``, the CRC
+  covering everything after it. Where each entry is, is kept in memory (an int per entry).
+  Ledgers had a file each: a claim created a file on every replica, and creating a file costs
+  130-480 us of CPU on this project's ext4 (3 us to open one that exists), a third of a
+  claim's CPU; each group synced every file it wrote (one journal commit each); and a hub
+  owning 100,000 idle topics held a replica of 100,000 files it had to open and close again.
+  Now a claim creates nothing, and a group is one write and one ``fdatasync`` however many
+  ledgers it holds.
+- An entry is acknowledged only after it is on disk: writes are grouped (group commit), written
+  and synced on a worker thread so the event loop keeps accepting work; everything that
+  arrives meanwhile forms the next group. Until its group is written an entry lives in memory
+  only (readable there); nothing of it was acknowledged, so a crash before that loses nothing.
+- A log is closed at ``log_bytes`` (64 MiB) and the next one begun; a hub also begins a new
+  one at each start. On start every log is scanned in order: a later copy of an entry wins
+  (compaction copies entries forward), a torn or corrupt tail of the newest log (a crash
+  mid-write) is cut off, nothing after it was acknowledged.
+- Fencing is durable: a fence is a record (entry id ``FENCE_ENTRY``, no payload) written and
+  synced with the next group before the fence is answered, so a storage node that restarts is
+  still fenced; the ledger refuses adds from the moment it is asked, except the recovery
+  writer's write-back.
+- Deleting a ledger forgets it at once and writes a delete record (entry id
+  ``DELETE_ENTRY``, its LAC field naming the oldest log that held the ledger's records), so a
+  restart does not bring it back from logs that still hold its entries.
+- **Compaction**: a closed log whose live records (entries and fences of ledgers still stored)
+  fill less than half of it is read, its live records are copied to the current log, and once
+  those are durable it is removed. A delete record is copied only while a log it may shadow
+  (from the oldest it names to the one compacted) still exists. (A copy of a deleted ledger's
+  entries that survives somewhere, as after a write the disk refused, is an orphan replica:
+  the auditor deletes replicas whose ledger metadata is gone.)
+- Per-ledger files (``N.log``, ``N.fenced``) from before the entry log are copied into it at
+  start, then removed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import logging
 import os
-import resource
+import re
 import struct
-import sys
 import zlib
-from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, cast
+from typing import Protocol
 
 from hedwig.errors import CorruptEntryError, LedgerError, LedgerFencedError, NoSuchEntryError
 
 log = logging.getLogger(__name__)
 
-# A group that wrote to at least this many ledger files is synced with one ``syncfs``.
-SYNCFS_FROM_FILES = 8
-
-
-def _load_syncfs() -> Callable[[int], int] | None:
-    """libc's ``syncfs`` (Linux), or ``None`` where there is none: then every file is synced."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        call = libc.syncfs
-    except (OSError, AttributeError):
-        return None
-    call.argtypes = [ctypes.c_int]
-    call.restype = ctypes.c_int
-    return cast("Callable[[int], int]", call)
-
-
-_syncfs = _load_syncfs()
-
-
-def _syncs_file_system(files: int) -> bool:
-    """Whether a group that wrote to ``files`` ledger files is synced by one ``syncfs``."""
-    return _syncfs is not None and files >= SYNCFS_FROM_FILES
-
-
-RECORD = struct.Struct(">IIQq")  # payload_len, crc, entry_id, lac
-_CRC_PART = struct.Struct(">Qq")
+RECORD = struct.Struct(">IIQQq")  # payload_len, crc, ledger_id, entry_id, lac
+_CRC_PART = struct.Struct(">QQq")
+MAGIC = b"HWENTLG1"  # the first bytes of every entry log (its format's version)
 # The entry id of a fence record: the ledger is fenced (no entry has this id).
 FENCE_ENTRY = (1 << 64) - 1
-_FENCE_RECORD = RECORD.pack(
-    0, zlib.crc32(b"", zlib.crc32(_CRC_PART.pack(FENCE_ENTRY, -1))), FENCE_ENTRY, -1
-)
-DELETED = -2  # the descriptor of a deleted ledger's file
-CLOSED = -3  # the file exists, closed to keep the open files bounded
-# Ledger files open at once, at most (least recently used closed first); and at most half of
-# the process's descriptor limit, the rest being for connections.
-MAX_OPEN_FILES = 4096
+# The entry id of a delete record: the ledger was deleted here.
+DELETE_ENTRY = (1 << 64) - 2
+ENTRY_LOG_BYTES = 64 << 20  # a log is closed, and the next begun, past this size
+# A closed log whose live records fill less than this share of it is compacted.
+COMPACT_BELOW = 0.5
+_COMPACT_CHUNK = 5000  # records checked between yields to the event loop
+_LOG_NAME = re.compile(r"(\d+)\.entrylog")
+
+# Per-ledger files, before the entry log: ``u32 payload_len | u32 crc | u64 entry | i64 lac``.
+LEDGER_FILE_RECORD = struct.Struct(">IIQq")
+_LEDGER_FILE_CRC_PART = struct.Struct(">Qq")
+
+_NOT_FENCED = -1
+_FENCING = -2  # asked; its record is not on disk yet
+
+
+def _record(ledger_id: int, entry_id: int, lac: int, payload: bytes = b"") -> bytes:
+    crc = zlib.crc32(payload, zlib.crc32(_CRC_PART.pack(ledger_id, entry_id, lac)))
+    return RECORD.pack(len(payload), crc, ledger_id, entry_id, lac) + payload
 
 
 class StorageNode(Protocol):
@@ -124,41 +108,54 @@ class StorageNode(Protocol):
 
 
 @dataclass(slots=True)
-class _LedgerFile:
+class _Ledger:
     """A ledger stored here. A hub of a region stores a replica of most of the region's
-    ledgers (a million, at a million topics), so it keeps little: no path (made from the id
-    when the file is opened), each entry's place as one int, no table for a ledger of one
-    entry (most of them: a topic published to once), no empty pending list."""
+    ledgers (a million, at a million topics), so it keeps little: each entry's place as one
+    int, no table for a ledger of one entry (most of them: a topic published to once), and
+    what is waiting or being written in the storage's tables, not here."""
 
-    ledger_id: int
-    fd: int = -1  # -1: not created on disk yet (its first group is under way)
-    size: int = 0
-    # Where the entries are (``_place``: position << 32 | length): None for none, the place of
-    # ``last_entry`` alone while it is the only one, else a table by entry id. A table of one
-    # entry costs 160 bytes more than its int, on every replica of most ledgers.
+    # Where the entries are (``_place``): None for none, the place of ``last_entry`` alone
+    # while it is the only one, else a table by entry id. A table of one entry costs 160
+    # bytes more than its int, on every replica of most ledgers.
     offsets: int | dict[int, int] | None = None
     last_entry: int = -1
     lac: int = -1
-    fenced: bool = False
-    # Entries waiting for the next group (None: none)
-    pending: list[tuple[int, bytes, asyncio.Future[None]]] | None = None
-    # The group being written (entry id, record), for reads meanwhile; None between groups
-    # (an empty table would stay allocated on every stored ledger).
-    writing: list[tuple[int, bytes]] | None = None
-    # Set while the fence record is being written; fencing answers once it is done.
-    fencing: asyncio.Future[None] | None = None
+    # _NOT_FENCED, _FENCING, or the log its fence record is in
+    fence: int = _NOT_FENCED
+
+    @property
+    def fenced(self) -> bool:
+        return self.fence != _NOT_FENCED
 
 
 _LENGTH = (1 << 32) - 1
+_POSITION = (1 << 32) - 1
 
 
-def _place(position: int, length: int) -> int:
-    """Where an entry's payload is in its file, as one int (a tuple would cost a hub 64 bytes
-    more per stored entry)."""
-    return position << 32 | length
+def _place(log_id: int, position: int, length: int) -> int:
+    """Where an entry's payload is: its log, its position there and its length, as one int
+    (a tuple would cost a hub 64 bytes more per stored entry)."""
+    return log_id << 64 | position << 32 | length
 
 
-def _place_of(lf: _LedgerFile, entry_id: int) -> int | None:
+def _log_of(place: int) -> int:
+    return place >> 64
+
+
+def _record_bytes(place: int) -> int:
+    return RECORD.size + (place & _LENGTH)
+
+
+def _places(lf: _Ledger) -> list[int]:
+    offsets = lf.offsets
+    if offsets is None:
+        return []
+    if isinstance(offsets, int):
+        return [offsets]
+    return list(offsets.values())
+
+
+def _place_of(lf: _Ledger, entry_id: int) -> int | None:
     """Where entry ``entry_id`` of ``lf`` is, or None if it is not stored here."""
     offsets = lf.offsets
     if offsets is None:
@@ -168,148 +165,279 @@ def _place_of(lf: _LedgerFile, entry_id: int) -> int | None:
     return offsets.get(entry_id)
 
 
-def _add_place(lf: _LedgerFile, entry_id: int, place: int) -> None:
-    """Record where entry ``entry_id`` is, then make it the last entry if it is."""
+def _set_place(lf: _Ledger, entry_id: int, place: int) -> int | None:
+    """Record where entry ``entry_id`` is (then the last entry if it is); returns where it
+    was before, if it was stored."""
     offsets = lf.offsets
+    old: int | None = None
     if offsets is None:
         lf.offsets = place
     elif isinstance(offsets, int):
-        lf.offsets = {lf.last_entry: offsets, entry_id: place}
+        if entry_id == lf.last_entry:
+            old, lf.offsets = offsets, place
+        else:
+            lf.offsets = {lf.last_entry: offsets, entry_id: place}
     else:
+        old = offsets.get(entry_id)
         offsets[entry_id] = place
     if entry_id > lf.last_entry:
         lf.last_entry = entry_id
+    return old
+
+
+# What a group writes: a record, and what to do once it is durable.
+_ENTRY, _FENCE, _DELETE, _MOVE, _MOVE_FENCE = range(5)
+
+
+@dataclass(slots=True)
+class _Scanned:
+    """What a scan of one entry log found."""
+
+    records: list[tuple[int, int, int, int, int]]  # ledger, entry, lac, payload pos, length
+    end: int  # where the good records end
+    size: int  # the file's size
 
 
 class LocalStorage:
     """The ledger replicas stored on this hub's disk."""
 
-    def __init__(self, data_dir: str | os.PathLike[str], address: str = "local") -> None:
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str],
+        address: str = "local",
+        *,
+        log_bytes: int = ENTRY_LOG_BYTES,
+    ) -> None:
         self.address = address
         self.dir = Path(data_dir) / "ledgers"
         self._dir = str(self.dir)
         self.dir.mkdir(parents=True, exist_ok=True)
-        self._ledgers: dict[int, _LedgerFile] = {}
-        self._dirty: set[int] = set()
+        self.log_bytes = log_bytes
+        self._ledgers: dict[int, _Ledger] = {}
+        # Entries waiting for the next group, by ledger (in the order they came).
+        self._pending: dict[int, list[tuple[int, bytes, asyncio.Future[None]]]] = {}
+        # The group being written, by ledger, for reads and retries meanwhile.
+        self._writing: dict[int, list[tuple[int, bytes, asyncio.Future[None]]]] = {}
+        # Fences asked and not yet on disk.
+        self._fencing: dict[int, asyncio.Future[None]] = {}
+        # Records no ledger waits for: deletions, and compaction's copies (kind, ledger,
+        # entry, where it was, record).
+        self._extra: list[tuple[int, int, int, int, bytes]] = []
+        self._extra_waiters: list[asyncio.Future[None]] = []  # for copies to be durable
         self._flusher: asyncio.Task[None] | None = None
+        self._compactor: asyncio.Task[None] | None = None
         self.bytes_written = 0
         self.syncs = 0
-        # Groups made durable by one ``syncfs`` (of ``_fs_fd``'s file system) instead of a
-        # sync per file.
-        self.fs_syncs = 0
-        self._fs_fd = os.open(self.dir, os.O_RDONLY)
-        # Ledgers whose file is open, least recently used first.
-        self._open: OrderedDict[int, None] = OrderedDict()
-        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-        self.max_open_files = max(64, min(MAX_OPEN_FILES, soft // 2))
+        self.compactions = 0
+        # Entry logs: their descriptors, sizes and live bytes (records of ledgers stored).
+        self._fds: dict[int, int] = {}
+        self._sizes: dict[int, int] = {}
+        self._live: dict[int, int] = {}
+        self._roll = False  # the next group begins a new log
+        self._log = 0  # the current log, and where it ends
+        self._tail = 0
+        self._compaction_looked = False  # for logs left from before this start
         self._load()
 
     # startup ------------------------------------------------------------------------------
 
     def _load(self) -> None:
-        for path in sorted(self.dir.glob("*.log")):
-            try:
-                lid = int(path.stem)
-            except ValueError:
-                continue
-            self._ledgers[lid] = self._scan(lid, path)
+        logs = sorted(
+            int(m.group(1)) for p in self.dir.iterdir() if (m := _LOG_NAME.fullmatch(p.name))
+        )
+        newest = logs[-1] if logs else 0
+        empty = [log_id for log_id in logs if self._replay(log_id, newest)]
+        self._log = newest
+        self._begin_log_now()
+        self._migrate_ledger_files()
+        self._count_live()
+        for log_id in empty:
+            self._remove_log(log_id)  # begun and never written to
 
-    def _scan(self, lid: int, path: Path) -> _LedgerFile:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-        lf = _LedgerFile(lid, fd, fenced=path.with_suffix(".fenced").exists())
-        data = path.read_bytes()
-        pos = 0
-        while pos + RECORD.size <= len(data):
-            plen, crc, eid, lac = RECORD.unpack_from(data, pos)
-            end = pos + RECORD.size + plen
-            if end > len(data):
-                break
-            body = data[pos + RECORD.size : end]
-            if zlib.crc32(body, zlib.crc32(_CRC_PART.pack(eid, lac))) != crc:
-                log.warning("ledger %d: corrupt record at byte %d, cutting the tail", lid, pos)
-                break
-            if eid == FENCE_ENTRY:
-                lf.fenced = True
-                pos = end
+    def _replay(self, log_id: int, newest: int) -> bool:
+        """Index entry log ``log_id``; whether it holds nothing but its magic."""
+        path = self._log_path(log_id)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND)
+        scanned = _scan_log(os.pread(fd, os.fstat(fd).st_size, 0))
+        if scanned.end != scanned.size:
+            if log_id == newest:
+                log.warning(
+                    "entry log %d: dropping %d bytes of torn tail",
+                    log_id,
+                    scanned.size - scanned.end,
+                )
+                os.ftruncate(fd, scanned.end)
+                os.fsync(fd)
+            else:  # a write the disk refused and could not be cut back, or damage
+                log.warning(
+                    "entry log %d: torn or corrupt record at byte %d; the %d bytes after it "
+                    "are not read (their replicas on other hubs are)",
+                    log_id,
+                    scanned.end,
+                    scanned.size - scanned.end,
+                )
+        self._fds[log_id] = fd
+        self._sizes[log_id] = max(scanned.end, len(MAGIC))
+        ledgers = self._ledgers
+        for lid, eid, lac, pos, plen in scanned.records:
+            if eid == DELETE_ENTRY:
+                ledgers.pop(lid, None)
                 continue
-            _add_place(lf, eid, _place(pos + RECORD.size, plen))
-            lf.lac = max(lf.lac, lac)
-            pos = end
-        if pos != len(data):
-            log.warning("ledger %d: dropping %d bytes of torn tail", lid, len(data) - pos)
-            os.ftruncate(fd, pos)
-            os.fsync(fd)
-        lf.size = pos
-        os.close(fd)
-        lf.fd = CLOSED  # opened when used
-        return lf
+            lf = ledgers.get(lid)
+            if lf is None:
+                lf = ledgers[lid] = _Ledger()
+            if eid == FENCE_ENTRY:
+                lf.fence = log_id
+                continue
+            _set_place(lf, eid, _place(log_id, pos, plen))
+            if lac > lf.lac:
+                lf.lac = lac
+        return scanned.size == len(MAGIC)
+
+    def _count_live(self) -> None:
+        live = self._live
+        for log_id in self._sizes:
+            live[log_id] = 0
+        for lf in self._ledgers.values():
+            for place in _places(lf):
+                live[_log_of(place)] += _record_bytes(place)
+            if lf.fence >= 0:
+                live[lf.fence] += RECORD.size
+
+    def _migrate_ledger_files(self) -> None:
+        """Copy per-ledger files (and fence markers) from before the entry log into the
+        current log, a ledger at a time (rolling over as a group would), sync it, then remove
+        them. A crash in between copies them again: the later copy of an entry wins, and
+        both are the same."""
+        found: dict[int, list[Path]] = {}
+        for p in self.dir.iterdir():
+            if p.suffix in (".log", ".fenced") and p.stem.isdigit():
+                found.setdefault(int(p.stem), []).append(p)
+        if not found:
+            return
+        for lid in sorted(found):
+            fenced = any(p.suffix == ".fenced" for p in found[lid])
+            data = b""
+            with contextlib.suppress(FileNotFoundError):
+                data = (self.dir / f"{lid}.log").read_bytes()
+            lf = self._ledgers.get(lid)
+            if lf is None:
+                lf = self._ledgers[lid] = _Ledger()
+            if self._tail >= self.log_bytes:
+                self._begin_log_now()
+            chunks = []
+            pos = self._tail
+            for eid, lac, payload, fence in _scan_ledger_file(lid, data):
+                if fence:
+                    fenced = True
+                    continue
+                chunks.append(_record(lid, eid, lac, payload))
+                _set_place(lf, eid, _place(self._log, pos + RECORD.size, len(payload)))
+                lf.lac = max(lf.lac, lac)
+                pos += len(chunks[-1])
+            if fenced:
+                chunks.append(_record(lid, FENCE_ENTRY, -1))
+                lf.fence = self._log
+                pos += RECORD.size
+            _write_all(self._fds[self._log], b"".join(chunks))
+            self._tail = self._sizes[self._log] = pos
+        os.fdatasync(self._fds[self._log])
+        for paths in found.values():
+            for p in paths:
+                p.unlink(missing_ok=True)
+        _fsync_dir(self.dir)
+        log.info("copied %d per-ledger files into the entry log", len(found))
+
+    def _begin_log_now(self) -> None:
+        """Close the current log (synced) and begin the next, on this thread: at start."""
+        current = self._fds.get(self._log)
+        if current is not None:
+            os.fdatasync(current)
+        self._log += 1
+        fd = os.open(
+            self._log_path(self._log), os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644
+        )
+        os.write(fd, MAGIC)
+        os.fdatasync(fd)
+        _fsync_dir(self.dir)
+        self._fds[self._log] = fd
+        self._sizes[self._log] = self._tail = len(MAGIC)
+        self._live[self._log] = 0
 
     def ledgers(self) -> list[int]:
         return sorted(self._ledgers)
 
-    def _path(self, ledger_id: int) -> str:
-        # A string, not a ``Path``: pathlib interns every part of every path it parses, and a
-        # hub makes a file per ledger, hundreds of thousands of them in a claim wave; the
-        # interpreter's table of interned strings grew by a megabyte per 18,000 and stays so.
-        return f"{self._dir}/{ledger_id}.log"
+    def logs(self) -> list[int]:
+        """The entry logs on disk, oldest first."""
+        return sorted(self._sizes)
 
-    def _remove_files(self, ledger_id: int) -> None:
-        path = self._path(ledger_id)
-        for p in (path, _marker(path)):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(p)
+    def _log_path(self, log_id: int) -> str:
+        # A string, not a ``Path``: pathlib interns every part of every path it parses.
+        return f"{self._dir}/{log_id:012d}.entrylog"
 
     # StorageNode --------------------------------------------------------------------------
-
-    def _file(self, ledger_id: int, create: bool) -> _LedgerFile:
-        lf = self._ledgers.get(ledger_id)
-        if lf is None:
-            if not create:
-                raise NoSuchEntryError(f"ledger {ledger_id} is not stored here")
-            lf = _LedgerFile(ledger_id)
-            self._ledgers[ledger_id] = lf
-        return lf
 
     async def add_entry(
         self, ledger_id: int, entry_id: int, lac: int, payload: bytes, *, recovery: bool = False
     ) -> None:
-        lf = self._file(ledger_id, create=True)
-        if lf.fenced and not recovery:
+        lf = self._ledgers.get(ledger_id)
+        if lf is None:
+            lf = self._ledgers[ledger_id] = _Ledger()
+        elif lf.fence != _NOT_FENCED and not recovery:
             raise LedgerFencedError(f"ledger {ledger_id} is fenced")
         if _place_of(lf, entry_id) is not None:
             return  # a write-back or retry of an entry we hold already
-        crc = zlib.crc32(payload, zlib.crc32(_CRC_PART.pack(entry_id, lac)))
-        record = RECORD.pack(len(payload), crc, entry_id, lac) + payload
+        earlier = self._unwritten(ledger_id, entry_id, newest_first=True)
+        if earlier is not None:
+            await asyncio.shield(earlier[1])  # a retry of one still being made durable
+            return
+        if lac > lf.lac:
+            lf.lac = lac
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        _add_place(lf, entry_id, _place(lf.size + RECORD.size, len(payload)))
-        lf.size += len(record)
-        lf.lac = max(lf.lac, lac)
-        if lf.pending is None:
-            lf.pending = []
-        lf.pending.append((entry_id, record, fut))
-        self._dirty.add(ledger_id)
+        waiting = self._pending.get(ledger_id)
+        if waiting is None:
+            self._pending[ledger_id] = waiting = []
+        waiting.append((entry_id, _record(ledger_id, entry_id, lac, payload), fut))
         self._kick()
         await fut
 
+    def _unwritten(
+        self, ledger_id: int, entry_id: int, *, newest_first: bool = False
+    ) -> tuple[bytes, asyncio.Future[None]] | None:
+        """Entry ``entry_id`` of the ledger while it waits for its group or is being
+        written: its record and the future of its write. With ``newest_first`` (an add)
+        a table whose last entry is older is not searched: a writer adds in order, and a
+        duplicate that slips past (a write-back out of order) is written but not placed."""
+        for table in (self._pending, self._writing):
+            items = table.get(ledger_id)
+            if not items or (newest_first and items[-1][0] < entry_id):
+                continue
+            for e, record, fut in items:
+                if e == entry_id:
+                    return record, fut
+        return None
+
     async def read_entry(self, ledger_id: int, entry_id: int) -> bytes:
-        lf = self._file(ledger_id, create=False)
+        lf = self._ledgers.get(ledger_id)
+        if lf is None:
+            raise NoSuchEntryError(f"ledger {ledger_id} is not stored here")
         loc = _place_of(lf, entry_id)
         if loc is None:
-            raise NoSuchEntryError(f"ledger {ledger_id} entry {entry_id} is not stored here")
-        for e, record, _ in lf.pending or ():
-            if e == entry_id:
-                return record[RECORD.size :]
-        for e, record in lf.writing or ():
-            if e == entry_id:
-                return record[RECORD.size :]
-        pos, plen = loc >> 32, loc & _LENGTH
-        raw = os.pread(self._opened(lf), RECORD.size + plen, pos - RECORD.size)
-        got_len, crc, eid, lac = RECORD.unpack_from(raw)
+            unwritten = self._unwritten(ledger_id, entry_id)
+            if unwritten is None:
+                raise NoSuchEntryError(f"ledger {ledger_id} entry {entry_id} is not stored here")
+            return unwritten[0][RECORD.size :]
+        plen = loc & _LENGTH
+        raw = os.pread(
+            self._fds[loc >> 64], RECORD.size + plen, (loc >> 32 & _POSITION) - RECORD.size
+        )
+        got_len, crc, lid, eid, lac = RECORD.unpack_from(raw)
         body = raw[RECORD.size :]
         if (
             got_len != plen
+            or lid != ledger_id
             or eid != entry_id
-            or zlib.crc32(body, zlib.crc32(_CRC_PART.pack(eid, lac))) != crc
+            or zlib.crc32(body, zlib.crc32(_CRC_PART.pack(lid, eid, lac))) != crc
         ):
             raise CorruptEntryError(f"ledger {ledger_id} entry {entry_id} failed its checksum")
         return body
@@ -319,32 +447,23 @@ class LocalStorage:
         if lf is None:
             if not fence:
                 return -1, -1
-            lf = self._file(ledger_id, create=True)
+            lf = self._ledgers[ledger_id] = _Ledger()
         if fence:
-            if not lf.fenced:
-                # Refused from now on, answered once the marker is on disk: the flusher writes
-                # it with the next group. (A failover fences a ledger per topic it takes over;
-                # a marker and two syncs each, on the event loop, took a quarter of the
-                # taking hub's time.)
-                lf.fenced = True
+            if lf.fence == _NOT_FENCED:
+                # Refused from now on, answered once the record is on disk: the flusher writes
+                # it with the next group, after the entries waiting before it.
+                lf.fence = _FENCING
                 fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-                lf.fencing = fut
-                # In order with the entries before it: their places in the file are set.
-                if lf.pending is None:
-                    lf.pending = []
-                lf.pending.append((FENCE_ENTRY, _FENCE_RECORD, fut))
-                lf.size += len(_FENCE_RECORD)
-                self._dirty.add(ledger_id)
+                self._fencing[ledger_id] = fut
+                waiting = self._pending.get(ledger_id)
+                if waiting is None:
+                    self._pending[ledger_id] = waiting = []
+                waiting.append((FENCE_ENTRY, _record(ledger_id, FENCE_ENTRY, -1), fut))
                 self._kick()
-            fencing = lf.fencing
+            fencing = self._fencing.get(ledger_id)
             if fencing is not None:
-                try:
-                    await asyncio.shield(fencing)
-                finally:
-                    if lf.fencing is fencing and fencing.done():
-                        lf.fencing = None
-            # Entries still waiting for their flush were never acknowledged; they may still
-            # land, which recovery then finds, or not: both are correct.
+                await asyncio.shield(fencing)
+            # Entries that came after the fence were refused; those before it are on disk.
         return lf.lac, lf.last_entry
 
     async def write_lacs(self, lacs: Sequence[tuple[int, int]]) -> None:
@@ -360,7 +479,7 @@ class LocalStorage:
 
     def is_fenced(self, ledger_id: int) -> bool:
         lf = self._ledgers.get(ledger_id)
-        return lf is not None and lf.fenced
+        return lf is not None and lf.fence != _NOT_FENCED
 
     async def fenced(self, ledger_id: int) -> bool:
         return self.is_fenced(ledger_id)
@@ -369,83 +488,22 @@ class LocalStorage:
         lf = self._ledgers.pop(ledger_id, None)
         if lf is None:
             return
-        for _, _, fut in lf.pending or ():
-            if not fut.done():
-                fut.set_exception(NoSuchEntryError(f"ledger {ledger_id} was deleted"))
-        self._dirty.discard(ledger_id)
-        if lf.fd >= 0:
-            os.close(lf.fd)
-        self._open.pop(ledger_id, None)
-        lf.fd = DELETED  # a group being written that creates the file removes it again
-        self._remove_files(ledger_id)
-
-    def _reload(self, lf: _LedgerFile) -> None:
-        """After a group of ``lf`` failed to be written: how much of it reached the file is
-        not known, so the file is read again (a torn tail cut off, as at a start) and the
-        records still waiting are placed after what it holds. Without this the places of
-        later entries counted the failed records' bytes, and reading them failed their
-        checksums."""
-        if lf.fd == DELETED:  # deleted meanwhile: whatever the failed group created goes too
-            self._remove_files(lf.ledger_id)
-            return
-        if lf.fd >= 0:
-            os.close(lf.fd)
-            self._open.pop(lf.ledger_id, None)
-        path = Path(self._path(lf.ledger_id))
-        waiting_fence = any(e == FENCE_ENTRY for e, _, _ in lf.pending or ())
-        if path.exists():
-            disk = self._scan(lf.ledger_id, path)
-            lf.fd, lf.size, lf.offsets, lf.last_entry = (
-                CLOSED,
-                disk.size,
-                disk.offsets,
-                disk.last_entry,
-            )
-            lf.fenced = disk.fenced or waiting_fence
-            lf.lac = max(lf.lac, disk.lac)
-        else:
-            lf.fd, lf.size, lf.offsets, lf.last_entry = -1, 0, None, -1
-            lf.fenced = waiting_fence
-        for e, record, _ in lf.pending or ():
-            if e != FENCE_ENTRY:
-                _add_place(lf, e, _place(lf.size + RECORD.size, len(record) - RECORD.size))
-            lf.size += len(record)
-
-    # open files ---------------------------------------------------------------------------
-
-    def _opened(self, lf: _LedgerFile) -> int:
-        """``lf``'s descriptor, its file opened again if it was closed; marks it used."""
-        if lf.fd == CLOSED:
-            lf.fd = os.open(self._path(lf.ledger_id), os.O_RDWR | os.O_APPEND)
-            self._track(lf)
-        elif lf.fd >= 0:
-            self._open[lf.ledger_id] = None
-            self._open.move_to_end(lf.ledger_id)
-        return lf.fd
-
-    def _track(self, lf: _LedgerFile) -> None:
-        """``lf``'s file is open now (and the most recently used)."""
-        self._open[lf.ledger_id] = None
-        self._open.move_to_end(lf.ledger_id)
-        self._trim(lf)
-
-    def _trim(self, keep: _LedgerFile | None = None) -> None:
-        """Close the least recently used files beyond the bound: never ``keep``, nor one the
-        flushing thread is writing (its descriptor is in that thread's hands); those are
-        trimmed after their group."""
-        busy: list[int] = []
-        while len(self._open) > self.max_open_files:
-            lid, _ = self._open.popitem(last=False)
-            old = self._ledgers.get(lid)
-            if old is None or old.fd < 0:
-                continue
-            if old.writing is not None or old is keep:
-                busy.append(lid)
-                continue
-            os.close(old.fd)
-            old.fd = CLOSED
-        for lid in busy:
-            self._open[lid] = None
+        for _, _, fut in self._pending.pop(ledger_id, ()):
+            _fail(fut, NoSuchEntryError(f"ledger {ledger_id} was deleted"))
+        self._fencing.pop(ledger_id, None)
+        live = self._live
+        logs = [_log_of(place) for place in _places(lf)]
+        for place in _places(lf):
+            live[_log_of(place)] -= _record_bytes(place)
+        if lf.fence >= 0:
+            live[lf.fence] -= RECORD.size
+            logs.append(lf.fence)
+        # Entries in the group being written land after this, and are not read back: the
+        # record goes with the next group, after them.
+        oldest = min(logs, default=self._log)
+        self._extra.append((_DELETE, ledger_id, 0, 0, _record(ledger_id, DELETE_ENTRY, oldest)))
+        self._kick()
+        self._maybe_compact()
 
     # group commit -------------------------------------------------------------------------
 
@@ -453,77 +511,218 @@ class LocalStorage:
         # One flusher at a time: whatever arrives while it syncs is picked up by its next round.
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.get_running_loop().create_task(self._flush_loop())
+        if not self._compaction_looked:
+            self._compaction_looked = True
+            self._maybe_compact()
 
     async def _flush_loop(self) -> None:
         loop = asyncio.get_running_loop()
-        while self._dirty:
-            groups: list[tuple[_LedgerFile, bytes, list[tuple[int, asyncio.Future[None]]]]] = []
-            for lid in list(self._dirty):
-                lf = self._ledgers.get(lid)
-                if lf is None or not lf.pending:
-                    continue
-                pending, lf.pending = lf.pending, None
-                lf.writing = [(e, r) for e, r, _ in pending]
-                if lf.fd == CLOSED:
-                    self._opened(lf)
-                groups.append(
-                    (lf, b"".join(r for _, r, _ in pending), [(e, f) for e, _, f in pending])
-                )
-            self._dirty.clear()
-            if not groups:
-                break
-            # Ledgers with no file yet, written to or fenced (a restart finds a fenced ledger
-            # by the fence record in its file).
-            new = [lf for lf, _, _ in groups if lf.fd == -1]
+        while self._pending or self._extra:
+            group, self._writing, self._pending = self._pending, self._pending, {}
+            extra, self._extra = self._extra, []
+            waiters, self._extra_waiters = self._extra_waiters, []
+            log_id, start, new_log = self._log, self._tail, None
+            if self._roll or start >= self.log_bytes:
+                log_id, start = self._log + 1, len(MAGIC)
+                new_log = self._log_path(log_id)
+            # Each record's payload position, in the order written.
+            chunks: list[bytes] = [MAGIC] if new_log is not None else []
+            at: list[int] = []
+            pos = start
+            for items in group.values():
+                for _, record, _ in items:
+                    chunks.append(record)
+                    at.append(pos + RECORD.size)
+                    pos += len(record)
+            moved: list[tuple[int, int, int, int, bytes]] = []
+            for item in extra:
+                kind, lid, _, _, record = item
+                if kind != _DELETE and lid not in self._ledgers:
+                    continue  # a copy of a ledger deleted since compaction read it
+                moved.append(item)
+                chunks.append(record)
+                at.append(pos + RECORD.size)
+                pos += len(record)
+            data = b"".join(chunks)
             try:
-                created = await loop.run_in_executor(
+                fd = await loop.run_in_executor(
                     None,
-                    _write_and_sync,
-                    self.dir,
-                    [self._path(lf.ledger_id) for lf in new],
-                    [(lf.fd, self._path(lf.ledger_id), b) for lf, b, _ in groups],
-                    self._fs_fd,
+                    _append_and_sync,
+                    self._fds[self._log],
+                    start if new_log is None else None,
+                    new_log,
+                    self._dir,
+                    data,
                 )
             except OSError as exc:
-                log.error("ledger storage write failed: %s", exc)
-                failed = LedgerError(f"storage write failed: {exc}")
-                for lf, _, done in groups:
-                    lf.writing = None
-                    for e, f in done:
-                        if e == FENCE_ENTRY:
-                            lf.fenced = False  # not durably: the recovery that asked fails
-                            lf.fencing = None
-                        _fail(f, failed)
-                    self._reload(lf)
+                self._failed(exc, group, waiters)
                 continue
-            for lf, fd in zip(new, created, strict=True):
-                if lf.fd == -1:
-                    lf.fd = fd
-                    self._track(lf)
+            finally:
+                self._writing = {}
+            closed = new_log is not None
+            if closed:
+                self._fds[log_id] = fd
+                self._sizes[log_id] = len(MAGIC)
+                self._live[log_id] = 0
+                self._log, self._roll = log_id, False
+            self._tail = self._sizes[log_id] = pos
+            self.bytes_written += len(data)
+            self.syncs += 1
+            self._apply(log_id, group, moved, at)
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+            if closed:
+                self._maybe_compact()  # the log just closed may be mostly gone already
+
+    def _apply(
+        self,
+        log_id: int,
+        group: dict[int, list[tuple[int, bytes, asyncio.Future[None]]]],
+        moved: list[tuple[int, int, int, int, bytes]],
+        at: list[int],
+    ) -> None:
+        """A group is durable: place its entries and fences, answer their writers."""
+        ledgers, live = self._ledgers, self._live
+        i = 0
+        for lid, items in group.items():
+            lf = ledgers.get(lid)
+            for eid, record, fut in items:
+                pos = at[i]
+                i += 1
+                if lf is not None:  # else deleted meanwhile: the delete record follows
+                    if eid == FENCE_ENTRY:
+                        if lf.fence == _FENCING:
+                            lf.fence = log_id
+                            live[log_id] += RECORD.size
+                        if self._fencing.get(lid) is fut:
+                            del self._fencing[lid]
+                    elif _place_of(lf, eid) is None:
+                        _set_place(lf, eid, _place(log_id, pos, len(record) - RECORD.size))
+                        live[log_id] += len(record)
+                if not fut.done():
+                    fut.set_result(None)
+        for kind, lid, eid, was, record in moved:
+            pos = at[i]
+            i += 1
+            lf = ledgers.get(lid)
+            if lf is None or kind == _DELETE:
+                continue
+            if kind == _MOVE_FENCE:
+                if lf.fence == was:
+                    lf.fence = log_id
+                    live[was] -= RECORD.size
+                    live[log_id] += RECORD.size
+            elif _place_of(lf, eid) == was:
+                _set_place(lf, eid, _place(log_id, pos, len(record) - RECORD.size))
+                live[_log_of(was)] -= len(record)
+                live[log_id] += len(record)
+
+    def _failed(
+        self,
+        exc: OSError,
+        group: dict[int, list[tuple[int, bytes, asyncio.Future[None]]]],
+        waiters: list[asyncio.Future[None]],
+    ) -> None:
+        """A group the disk refused: nothing of it is acknowledged. The log was cut back to
+        where the group began (``_append_and_sync`` tries), and the next group begins a new
+        log all the same: a log whose sync failed is not trusted to be written again (Linux
+        may have dropped the failed pages), and whatever of the group stayed in it is an
+        orphan at most. Deletions in the group are not written again (their ledgers come
+        back at a restart, as orphans the auditor deletes)."""
+        log.error("ledger storage write failed: %s", exc)
+        failed = LedgerError(f"storage write failed: {exc}")
+        self._roll = True
+        for lid, items in group.items():
+            lf = self._ledgers.get(lid)
+            for eid, _, fut in items:
+                if eid == FENCE_ENTRY and lf is not None and lf.fence == _FENCING:
+                    lf.fence = _NOT_FENCED  # not durably: the recovery that asked fails
+                    if self._fencing.get(lid) is fut:
+                        del self._fencing[lid]
+                _fail(fut, failed)
+        for waiter in waiters:
+            _fail(waiter, failed)
+
+    # compaction ---------------------------------------------------------------------------
+
+    def _maybe_compact(self) -> None:
+        """Compact the closed log with the smallest share of live records, if it is below
+        ``COMPACT_BELOW`` (one at a time)."""
+        if self._compactor is not None and not self._compactor.done():
+            return
+        best, share = None, COMPACT_BELOW
+        for log_id, size in self._sizes.items():
+            if log_id == self._log:
+                continue
+            ratio = self._live[log_id] / max(1, size - len(MAGIC))
+            if ratio < share:
+                best, share = log_id, ratio
+        if best is not None:
+            self._compactor = asyncio.get_running_loop().create_task(self._compact(best))
+
+    async def _compact(self, log_id: int) -> None:
+        loop = asyncio.get_running_loop()
+        fd = self._fds[log_id]
+        try:
+            data, scanned = await loop.run_in_executor(None, _read_and_scan, fd)
+            copies: list[tuple[int, int, int, int, bytes]] = []
+            ledgers = self._ledgers
+            for n, (lid, eid, lac, pos, plen) in enumerate(scanned.records):
+                if n % _COMPACT_CHUNK == _COMPACT_CHUNK - 1:
+                    await asyncio.sleep(0)
+                lf = ledgers.get(lid)
+                if eid == DELETE_ENTRY:
+                    if lf is None and any(lac <= i < log_id for i in self._sizes):
+                        copies.append((_DELETE, lid, eid, 0, _record(lid, eid, lac)))
+                elif lf is None:
                     continue
-                os.close(fd)  # deleted while its file was being created
-                self._remove_files(lf.ledger_id)
-            self.syncs += len(groups)
-            if _syncs_file_system(len(groups)):
-                self.fs_syncs += 1
-            for lf, data, done in groups:
-                self.bytes_written += len(data)
-                lf.writing = None
-                for _, f in done:
-                    if not f.done():
-                        f.set_result(None)
-            self._trim()
+                elif eid == FENCE_ENTRY:
+                    if lf.fence == log_id:
+                        copies.append((_MOVE_FENCE, lid, eid, log_id, _record(lid, eid, lac)))
+                elif _place_of(lf, eid) == (here := _place(log_id, pos, plen)):
+                    record = data[pos - RECORD.size : pos + plen]
+                    copies.append((_MOVE, lid, eid, here, record))
+            if copies:
+                done: asyncio.Future[None] = loop.create_future()
+                self._extra.extend(copies)
+                self._extra_waiters.append(done)
+                self._kick()
+                await done
+            if self._live[log_id] > 0:  # entries this scan could not read (a damaged log)
+                log.warning(
+                    "entry log %d: %d live bytes left after compaction; kept",
+                    log_id,
+                    self._live[log_id],
+                )
+                return
+            self._remove_log(log_id)
+            self.compactions += 1
+            log.info("entry log %d compacted: %d records copied", log_id, len(copies))
+        except (OSError, LedgerError) as exc:
+            log.warning("entry log %d: compaction failed, tried again later: %s", log_id, exc)
+            return
+        self._compactor = None  # this one is done: the next may begin
+        self._maybe_compact()
+
+    def _remove_log(self, log_id: int) -> None:
+        fd = self._fds.pop(log_id)
+        os.close(fd)
+        del self._sizes[log_id], self._live[log_id]
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._log_path(log_id))
 
     async def close(self) -> None:
+        if self._compactor is not None and not self._compactor.done():
+            self._compactor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._compactor
         while self._flusher is not None and not self._flusher.done():
             await asyncio.shield(self._flusher)
-        for lf in self._ledgers.values():
-            if lf.fd >= 0:
-                os.close(lf.fd)
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
         self._ledgers.clear()
-        if self._fs_fd >= 0:
-            os.close(self._fs_fd)
-            self._fs_fd = -1
 
 
 def _fail(fut: asyncio.Future[None], exc: Exception) -> None:
@@ -532,47 +731,87 @@ def _fail(fut: asyncio.Future[None], exc: Exception) -> None:
         fut.exception()  # retrieved: a waiter cancelled meanwhile is no error
 
 
-def _marker(path: str) -> str:
-    """The fence marker's file beside the ledger file ``path`` (``N.log`` -> ``N.fenced``)."""
-    return path.removesuffix(".log") + ".fenced"
+def _scan_log(data: bytes) -> _Scanned:
+    """The records of an entry log, up to the first torn or corrupt one."""
+    records: list[tuple[int, int, int, int, int]] = []
+    if not data.startswith(MAGIC):
+        return _Scanned(records, 0, len(data))
+    pos, size, head = len(MAGIC), len(data), RECORD.size
+    unpack, crc32, part = RECORD.unpack_from, zlib.crc32, _CRC_PART.pack
+    while pos + head <= size:
+        plen, crc, lid, eid, lac = unpack(data, pos)
+        end = pos + head + plen
+        if end > size or crc32(data[pos + head : end], crc32(part(lid, eid, lac))) != crc:
+            break
+        records.append((lid, eid, lac, pos + head, plen))
+        pos = end
+    return _Scanned(records, pos, size)
 
 
-def _write_and_sync(
-    directory: Path,
-    new: list[str],
-    batches: list[tuple[int, str, bytes]],
-    fs_fd: int,
-) -> list[int]:
-    """Create the new ledgers' files, append every batch (entries and fence records), and
-    make it all durable: each written file synced and the directory once if files were
-    created, or, when that is ``SYNCFS_FROM_FILES`` syncs or more, one ``syncfs`` of the file
-    system ``fs_fd`` is on (a take-over fences a ledger on every replica: a failover of
-    thousands of topics gives a replica groups of dozens of fences). Returns the new files'
-    descriptors, in the order of ``new``."""
-    created = [os.open(p, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644) for p in new]
-    fds = dict(zip(new, created, strict=True))
-    written = []
-    for fd, path, data in batches:
-        fd = fds.get(path, fd)
-        view = memoryview(data)
-        while view:
-            n = os.write(fd, view)
-            view = view[n:]
-        written.append(fd)
-    if _syncs_file_system(len(written)):
-        assert _syncfs is not None
-        if _syncfs(fs_fd) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"syncfs: {os.strerror(err)}")
-    else:
-        if created:
+def _read_and_scan(fd: int) -> tuple[bytes, _Scanned]:
+    data = os.pread(fd, os.fstat(fd).st_size, 0)
+    return data, _scan_log(data)
+
+
+def _scan_ledger_file(lid: int, data: bytes) -> list[tuple[int, int, bytes, bool]]:
+    """The good records of a per-ledger file from before the entry log: (entry, lac,
+    payload, is a fence record)."""
+    out: list[tuple[int, int, bytes, bool]] = []
+    pos = 0
+    head = LEDGER_FILE_RECORD.size
+    while pos + head <= len(data):
+        plen, crc, eid, lac = LEDGER_FILE_RECORD.unpack_from(data, pos)
+        end = pos + head + plen
+        body = data[pos + head : end]
+        if (
+            end > len(data)
+            or zlib.crc32(body, zlib.crc32(_LEDGER_FILE_CRC_PART.pack(eid, lac))) != crc
+        ):
+            log.warning("ledger file %d: torn or corrupt record at byte %d, cut there", lid, pos)
+            break
+        out.append((eid, lac, body, eid == FENCE_ENTRY))
+        pos = end
+    return out
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _append_and_sync(
+    fd: int, start: int | None, new_log: str | None, directory: str, data: bytes
+) -> int:
+    """Append a group to the current log (``fd``, which ends at ``start``) and ``fdatasync``
+    it; or, with ``new_log``, create that log, write the group there (``data`` begins with
+    the log's magic), and sync it and the directory. Returns the log's descriptor. On a
+    failure the current log is cut back to ``start`` if it can be, the new one removed."""
+    if new_log is not None:
+        new_fd = os.open(new_log, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        try:
+            _write_all(new_fd, data)
+            os.fdatasync(new_fd)
             _fsync_dir(directory)
-        for fd in written:
-            os.fdatasync(fd)
-    return created
+        except OSError:
+            os.close(new_fd)
+            with contextlib.suppress(OSError):
+                os.unlink(new_log)
+            raise
+        return new_fd
+    assert start is not None
+    try:
+        _write_all(fd, data)
+        os.fdatasync(fd)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, start)
+        raise
+    return fd
 
 
-def _fsync_dir(path: Path) -> None:
+def _fsync_dir(path: str | os.PathLike[str]) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

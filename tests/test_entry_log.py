@@ -1,0 +1,349 @@
+"""The storage role on a real disk: the entry log shared by every ledger stored on a hub, its
+group commit, fences, deletions, compaction, crashes and failed writes, and the per-ledger
+files it replaced."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import struct
+import zlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import hedwig.ledger.storage as storage_mod
+from hedwig.errors import HedwigError, LedgerFencedError, NoSuchEntryError
+from hedwig.ledger import LocalStorage
+from hedwig.ledger.storage import LEDGER_FILE_RECORD, MAGIC, RECORD
+
+
+def _logs(tmp_path: Path) -> list[Path]:
+    return sorted((tmp_path / "ledgers").glob("*.entrylog"))
+
+
+@pytest.fixture
+def syncs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """What the storage syncs, in order: ``data`` for a log, ``dir`` for the directory."""
+    done: list[str] = []
+    real_data, real_dir = os.fdatasync, storage_mod._fsync_dir
+
+    def data(fd: int) -> None:
+        done.append("data")
+        real_data(fd)
+
+    def directory(path: str | os.PathLike[str]) -> None:
+        done.append("dir")
+        real_dir(path)
+
+    monkeypatch.setattr(os, "fdatasync", data)
+    monkeypatch.setattr(storage_mod, "_fsync_dir", directory)
+    return done
+
+
+async def test_torn_tail_is_cut(tmp_path: Path) -> None:
+    """A crash mid-write leaves a torn record at the end of the newest log: a restart cuts it
+    off (nothing after it was acknowledged) and keeps everything before it."""
+    storage = LocalStorage(tmp_path, "h:1")
+    for i in range(3):
+        await storage.add_entry(7, i, i - 1, b"payload%d" % i)
+    await storage.add_entry(8, 0, -1, b"other")
+    await storage.close()
+    (path,) = _logs(tmp_path)
+    size = path.stat().st_size
+    with open(path, "ab") as f:
+        f.write(RECORD.pack(100, 0, 7, 3, 2) + b"short")  # a write cut by a crash
+    storage = LocalStorage(tmp_path, "h:1")
+    assert path.stat().st_size == size
+    assert await storage.read_entry(7, 2) == b"payload2"
+    assert await storage.read_lac(7, fence=False) == (1, 2)
+    await storage.close()
+    # A corrupt byte in a record of the newest log: cut there, the records before it kept.
+    newest = _logs(tmp_path)[-1]
+    assert newest != path
+    storage = LocalStorage(tmp_path, "h:1")
+    await storage.add_entry(9, 0, -1, b"kept")
+    await storage.add_entry(9, 1, 0, b"damaged")
+    await storage.close()
+    newest = _logs(tmp_path)[-1]
+    data = newest.read_bytes()
+    with open(newest, "r+b") as f:
+        f.seek(data.index(b"damaged"))
+        f.write(b"X")
+    storage = LocalStorage(tmp_path, "h:1")
+    assert await storage.read_lac(9, fence=False) == (-1, 0)
+    assert await storage.read_entry(9, 0) == b"kept"
+    assert await storage.read_entry(8, 0) == b"other"
+    await storage.close()
+
+
+async def test_a_claim_wave_creates_no_file_and_syncs_once_per_group(
+    tmp_path: Path, syncs: list[str]
+) -> None:
+    """A claim wave makes a ledger per topic on every replica: they all go to the one entry
+    log, a group is one write and one ``fdatasync`` whatever the number of ledgers, and no
+    file is created (creating one cost 130-480 us of CPU here). An entry is readable while
+    its group is written, a ledger deleted meanwhile is gone, and a restart finds the rest."""
+    storage = LocalStorage(tmp_path, "h:1")
+    logs = _logs(tmp_path)
+    syncs.clear()
+    adds = [asyncio.ensure_future(storage.add_entry(lid, 0, -1, b"e%d" % lid)) for lid in range(50)]
+    await asyncio.sleep(0)  # all fifty queued; the first group is being written
+    assert await storage.read_entry(7, 0) == b"e7"  # served from memory meanwhile
+    await storage.delete_ledger(9)
+    results = await asyncio.gather(*adds, return_exceptions=True)
+    assert [r for i, r in enumerate(results) if i != 9] == [None] * 49
+    assert isinstance(results[9], NoSuchEntryError)
+    assert syncs == ["data"] * len(syncs) and 1 <= len(syncs) <= 2
+    assert _logs(tmp_path) == logs and len(logs) == 1
+    assert storage.syncs == len(syncs)
+    await storage.close()
+    again = LocalStorage(tmp_path, "h:1")
+    assert again.ledgers() == [i for i in range(50) if i != 9]
+    assert await again.read_entry(49, 0) == b"e49"
+    # Fencing a ledger no entry reached yet writes its fence record, so a restart knows it.
+    assert await again.read_lac(77, fence=True) == (-1, -1)
+    await again.close()
+    last = LocalStorage(tmp_path, "h:1")
+    assert 77 in last.ledgers() and last.is_fenced(77)
+    await last.close()
+
+
+async def test_the_fences_of_a_failover_share_a_sync_and_survive_a_restart(
+    tmp_path: Path, syncs: list[str]
+) -> None:
+    """A hub taking over many topics fences a ledger per topic on each replica: the fences
+    are records written by the flushing thread, many to a sync. A fenced ledger refuses adds
+    at once and stays fenced across a restart; a recovery's write-back still goes in."""
+    storage = LocalStorage(tmp_path, "h:1")
+    for lid in range(40):
+        await storage.add_entry(lid, 0, -1, b"x")
+    syncs.clear()
+    fences = [asyncio.ensure_future(storage.read_lac(lid, fence=True)) for lid in range(40)]
+    await asyncio.sleep(0)
+    with pytest.raises(LedgerFencedError):
+        await storage.add_entry(39, 1, 0, b"late")  # refused before the record is on disk
+    assert await asyncio.gather(*fences) == [(-1, 0)] * 40
+    assert 1 <= len(syncs) <= 2
+    assert await storage.read_lac(3, fence=True) == (-1, 0)  # asked again: answered at once
+    await storage.close()
+    again = LocalStorage(tmp_path, "h:1")
+    assert all(again.is_fenced(lid) for lid in range(40))
+    with pytest.raises(LedgerFencedError):
+        await again.add_entry(5, 1, 0, b"late")
+    assert await again.read_entry(5, 0) == b"x"
+    await again.add_entry(5, 1, 0, b"written back", recovery=True)
+    assert await again.read_entry(5, 1) == b"written back"
+    await again.close()
+    again = LocalStorage(tmp_path, "h:1")
+    assert again.is_fenced(5) and await again.read_lac(5, fence=False) == (0, 1)
+    await again.close()
+
+
+def _ledger_file_record(entry: int, lac: int, payload: bytes) -> bytes:
+    crc = zlib.crc32(payload, zlib.crc32(struct.pack(">Qq", entry, lac)))
+    return LEDGER_FILE_RECORD.pack(len(payload), crc, entry, lac) + payload
+
+
+async def test_per_ledger_files_from_before_are_copied_into_the_entry_log(
+    tmp_path: Path,
+) -> None:
+    """A hub whose disk holds a file per ledger (and fence marker files), as before the entry
+    log: at start their good records are copied into the log and the files removed; a torn
+    tail of one is left behind as before; a fence, as a marker or as a record, is kept."""
+    d = tmp_path / "ledgers"
+    d.mkdir()
+    (d / "3.log").write_bytes(
+        _ledger_file_record(0, -1, b"a") + _ledger_file_record(1, 0, b"b") + b"\x00\x00\x00"
+    )
+    (d / "4.log").write_bytes(
+        _ledger_file_record(0, -1, b"c") + _ledger_file_record((1 << 64) - 1, -1, b"")
+    )
+    (d / "5.log").touch()
+    (d / "5.fenced").touch()
+    storage = LocalStorage(tmp_path, "h:1")
+    assert storage.ledgers() == [3, 4, 5]
+    assert [await storage.read_entry(3, e) for e in (0, 1)] == [b"a", b"b"]
+    assert await storage.read_lac(3, fence=False) == (0, 1)
+    assert not storage.is_fenced(3) and storage.is_fenced(4) and storage.is_fenced(5)
+    assert sorted(p.name for p in d.iterdir() if not p.name.endswith(".entrylog")) == []
+    await storage.add_entry(3, 2, 1, b"after")
+    await storage.close()
+    again = LocalStorage(tmp_path, "h:1")
+    assert [await again.read_entry(3, e) for e in (0, 1, 2)] == [b"a", b"b", b"after"]
+    assert await again.read_entry(4, 0) == b"c" and again.is_fenced(4) and again.is_fenced(5)
+    await again.close()
+    # Many of them, more than a log holds: copied into as many logs as it takes.
+    many = tmp_path / "many"
+    (many / "ledgers").mkdir(parents=True)
+    for lid in range(10):
+        (many / "ledgers" / f"{lid}.log").write_bytes(_ledger_file_record(0, -1, b"%d" % lid * 500))
+    storage = LocalStorage(many, "h:1", log_bytes=2048)
+    assert len(_logs(many)) >= 3
+    assert [await storage.read_entry(lid, 0) for lid in range(10)] == [
+        b"%d" % lid * 500 for lid in range(10)
+    ]
+    await storage.close()
+
+
+async def test_deleted_ledgers_stay_deleted_and_their_logs_are_compacted(
+    tmp_path: Path,
+) -> None:
+    """Retention deletes ledgers whose entries share logs with ledgers still kept: a closed
+    log mostly of deleted records is compacted (what is live copied forward, then the log
+    removed), reads go on during and after it, fences move with their ledgers, and after a
+    restart deleted ledgers do not come back while kept ones read the same."""
+    storage = LocalStorage(tmp_path, "h:1", log_bytes=4096)
+    payload = b"p" * 200
+    for lid in range(60):
+        for e in range(3):
+            await storage.add_entry(lid, e, e - 1, payload + b"%d.%d" % (lid, e))
+    await storage.read_lac(1, fence=True)
+    await storage.read_lac(2, fence=True)
+    closed = [p.name for p in _logs(tmp_path)][:-1]
+    assert len(closed) >= 10  # rolled over at 4 KiB
+    kept = [lid for lid in range(60) if lid % 10 in (1, 2)]
+    for lid in range(60):
+        if lid not in kept:
+            await storage.delete_ledger(lid)
+    for _ in range(200):
+        if storage._compactor is None or storage._compactor.done():
+            break
+        await asyncio.sleep(0.01)
+    assert storage.compactions >= len(closed) // 2
+    assert not set(closed) & {p.name for p in _logs(tmp_path)[:2]}  # the oldest went
+    for lid in kept:
+        assert await storage.read_entry(lid, 2) == payload + b"%d.2" % lid
+    assert storage.is_fenced(1) and storage.is_fenced(2)
+    assert storage.ledgers() == kept
+    with pytest.raises(NoSuchEntryError):
+        await storage.read_entry(0, 0)
+    await storage.close()
+    again = LocalStorage(tmp_path, "h:1", log_bytes=4096)
+    assert again.ledgers() == kept
+    for lid in kept:
+        assert [await again.read_entry(lid, e) for e in range(3)] == [
+            payload + b"%d.%d" % (lid, e) for e in range(3)
+        ]
+        assert await again.read_lac(lid, fence=False) == (1, 2)
+    assert again.is_fenced(1) and again.is_fenced(2) and not again.is_fenced(11)
+    await again.close()
+
+
+async def test_a_delete_record_outlives_no_log_it_shadows(tmp_path: Path) -> None:
+    """A delete record is what keeps a deleted ledger's entries in an older log from coming
+    back at a restart: compaction copies it forward while such a log exists, not after."""
+    storage = LocalStorage(tmp_path, "h:1", log_bytes=2048)
+    big = b"k" * 1500
+    await storage.add_entry(1, 0, -1, big)  # ledger 1 keeps the first logs alive
+    await storage.add_entry(2, 0, -1, b"deleted later")
+    await storage.add_entry(1, 1, 0, big)
+    await storage.add_entry(1, 2, 1, big)
+    await storage.delete_ledger(2)
+    for lid in range(10, 20):  # logs of deleted ledgers, to compact
+        await storage.add_entry(lid, 0, -1, big)
+    for lid in range(10, 20):
+        await storage.delete_ledger(lid)
+    for _ in range(200):
+        if storage._compactor is None or storage._compactor.done():
+            break
+        await asyncio.sleep(0.01)
+    await storage.close()
+    again = LocalStorage(tmp_path, "h:1", log_bytes=2048)
+    assert again.ledgers() == [1]
+    assert await again.read_entry(1, 2) == big
+    await again.close()
+
+
+async def test_a_fence_the_disk_refuses_fails_and_leaves_the_ledger_writable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fence whose record cannot be written is an error to the recovery that asked (it
+    needs another replica's answer), not a fence: adds go on, and a later fence works."""
+    storage = LocalStorage(tmp_path, "h:1")
+    await storage.add_entry(1, 0, -1, b"x")
+    real = storage_mod._append_and_sync
+
+    def full_disk(*args: Any) -> Any:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(storage_mod, "_append_and_sync", full_disk)
+    with pytest.raises(HedwigError, match="No space left"):
+        await storage.read_lac(1, fence=True)
+    assert not storage.is_fenced(1)
+    monkeypatch.setattr(storage_mod, "_append_and_sync", real)
+    await storage.add_entry(1, 1, 0, b"y")
+    assert await storage.read_lac(1, fence=True) == (0, 1)
+    assert storage.is_fenced(1)
+    assert [await storage.read_entry(1, e) for e in (0, 1)] == [b"x", b"y"]
+    await storage.close()
+    again = LocalStorage(tmp_path, "h:1")
+    assert again.is_fenced(1) and [await again.read_entry(1, e) for e in (0, 1)] == [b"x", b"y"]
+    await again.close()
+
+
+async def test_entries_after_a_failed_write_are_placed_where_they_land(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A group the disk refused may have reached the log in part: the log is cut back where
+    the group began and the next group begins a new log, so later entries read back, and a
+    restart finds what was acknowledged and not the failed entry."""
+    storage = LocalStorage(tmp_path, "h:1")
+    await storage.add_entry(1, 0, -1, b"first")
+    real = storage_mod._append_and_sync
+
+    def torn(fd: int, start: int | None, new_log: str | None, d: str, data: bytes) -> int:
+        os.write(fd, data[: len(data) // 2])  # half of the group, then the disk fails
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(storage_mod, "_append_and_sync", torn)
+    with pytest.raises(HedwigError, match="Input/output error"):
+        await storage.add_entry(1, 1, 0, b"lost in a torn write")
+    monkeypatch.setattr(storage_mod, "_append_and_sync", real)
+    await storage.add_entry(1, 2, 0, b"after")
+    assert len(_logs(tmp_path)) == 2
+    assert await storage.read_entry(1, 2) == b"after"
+    assert await storage.read_entry(1, 0) == b"first"
+    await storage.close()
+    again = LocalStorage(tmp_path, "h:1")
+    assert [await again.read_entry(1, e) for e in (0, 2)] == [b"first", b"after"]
+    assert await again.read_lac(1, fence=False) == (0, 2)
+    with pytest.raises(NoSuchEntryError):
+        await again.read_entry(1, 1)
+    await again.close()
+
+
+async def test_a_retried_add_waits_for_the_first_to_be_durable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An add retried while the first is still being written is answered when that one is
+    durable, not at once, and is written once."""
+    storage = LocalStorage(tmp_path, "h:1")
+    release = asyncio.Event()
+    real = storage_mod._append_and_sync
+    loop = asyncio.get_running_loop()
+
+    def slow(*args: Any) -> int:
+        asyncio.run_coroutine_threadsafe(release.wait(), loop).result(5)
+        return real(*args)
+
+    monkeypatch.setattr(storage_mod, "_append_and_sync", slow)
+    first = asyncio.ensure_future(storage.add_entry(4, 0, -1, b"once"))
+    await asyncio.sleep(0.05)
+    retry = asyncio.ensure_future(storage.add_entry(4, 0, -1, b"once"))
+    await asyncio.sleep(0.05)
+    assert not first.done() and not retry.done()
+    release.set()
+    await asyncio.gather(first, retry)
+    await storage.close()
+    assert sum(p.read_bytes().count(b"once") for p in _logs(tmp_path)) == 1
+
+
+async def test_a_new_start_begins_a_new_log_and_removes_empty_ones(tmp_path: Path) -> None:
+    """Each start begins a log of its own (the previous one may end in a cut tail); a log
+    begun and never written to is removed at the next start."""
+    for _ in range(3):
+        await LocalStorage(tmp_path, "h:1").close()
+    assert len(_logs(tmp_path)) == 1
+    assert _logs(tmp_path)[0].read_bytes() == MAGIC
