@@ -347,3 +347,39 @@ async def test_a_new_start_begins_a_new_log_and_removes_empty_ones(tmp_path: Pat
         await LocalStorage(tmp_path, "h:1").close()
     assert len(_logs(tmp_path)) == 1
     assert _logs(tmp_path)[0].read_bytes() == MAGIC
+
+
+async def test_a_damaged_closed_log_is_read_up_to_the_damage_and_not_cut(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bad record in a log that is not the newest is damage, not a crash's torn tail (a
+    closed log was synced before the next began): the records before it are read, the file
+    is left as it is for an operator (their replicas on other hubs still serve the rest)
+    until nothing read from it is live, when compaction removes it."""
+    storage = LocalStorage(tmp_path, "h:1")
+    await storage.add_entry(1, 0, -1, b"before")
+    await storage.add_entry(2, 0, -1, b"damaged")
+    await storage.add_entry(3, 0, -1, b"after")
+    await storage.close()
+    (first,) = _logs(tmp_path)
+    data = first.read_bytes()
+    storage = LocalStorage(tmp_path, "h:1")
+    assert storage.ledgers() == [1, 2, 3]  # read before the damage
+    await storage.add_entry(4, 0, -1, b"newer log")
+    await storage.close()
+    with open(first, "r+b") as f:
+        f.seek(data.index(b"damaged"))
+        f.write(b"X")
+    storage = LocalStorage(tmp_path, "h:1")
+    assert "torn or corrupt record" in caplog.text
+    assert first.read_bytes() != data and len(first.read_bytes()) == len(data)
+    assert storage.ledgers() == [1, 4]
+    assert await storage.read_entry(1, 0) == b"before"
+    # Once nothing before the damage is live, compaction removes the log.
+    await storage.delete_ledger(1)
+    for _ in range(200):
+        if first.exists() is False:
+            break
+        await asyncio.sleep(0.01)
+    assert not first.exists()
+    await storage.close()

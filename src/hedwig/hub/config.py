@@ -75,6 +75,11 @@ class HubConfig:
     ledger_max_bytes: int = setting(
         64 * 1024 * 1024, "bytes; ledgers roll over past this (the unit of recovery and GC)"
     )
+    entry_log_bytes: int = setting(
+        64 * 1024 * 1024,
+        "bytes; the entry log every ledger stored here shares is closed and the next begun "
+        "past this (the unit of compaction)",
+    )
     cache_bytes: int = setting(
         32 * 1024 * 1024,
         "bytes of newest messages per topic served from memory (let go once it is idle a minute)",
@@ -191,6 +196,9 @@ class HubConfig:
             raise UsageError("zk_session_timeout_s must be positive")
         if self.load_report_topics < 0:
             raise UsageError("load_report_topics must not be negative")
+        # Places in a log are 32-bit: a log plus the largest entry must stay under 4 GiB.
+        if not 4096 <= self.entry_log_bytes <= 1 << 31:
+            raise UsageError("entry_log_bytes must be between 4096 and 2 GiB")
         host, _, port = self.listen.rpartition(":")
         if not host or not port.isdigit():
             raise UsageError(f"listen must be HOST:PORT, got {self.listen!r}")

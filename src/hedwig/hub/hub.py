@@ -90,7 +90,7 @@ class Hub:
         self.hub_id = load_hub_id(config.data_dir, config.hub_id)
         self.directory = PeerDirectory(self.store, self.clock)
         self.peers = self.directory if config.internal_listen else None
-        self.storage = LocalStorage(config.data_dir, self.hub_id)
+        self.storage = LocalStorage(config.data_dir, self.hub_id, log_bytes=config.entry_log_bytes)
         self.replicas = LocalFirstReplicas(
             self.storage,
             network=self.internal_network,

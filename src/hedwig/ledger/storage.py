@@ -226,6 +226,7 @@ class LocalStorage:
         self._extra_waiters: list[asyncio.Future[None]] = []  # for copies to be durable
         self._flusher: asyncio.Task[None] | None = None
         self._compactor: asyncio.Task[None] | None = None
+        self._kept: set[int] = set()  # logs compaction could not empty (damaged): not tried again
         self.bytes_written = 0
         self.syncs = 0
         self.compactions = 0
@@ -653,7 +654,7 @@ class LocalStorage:
             return
         best, share = None, COMPACT_BELOW
         for log_id, size in self._sizes.items():
-            if log_id == self._log:
+            if log_id == self._log or log_id in self._kept:
                 continue
             ratio = self._live[log_id] / max(1, size - len(MAGIC))
             if ratio < share:
@@ -690,6 +691,7 @@ class LocalStorage:
                 self._kick()
                 await done
             if self._live[log_id] > 0:  # entries this scan could not read (a damaged log)
+                self._kept.add(log_id)
                 log.warning(
                     "entry log %d: %d live bytes left after compaction; kept",
                     log_id,
