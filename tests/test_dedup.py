@@ -82,3 +82,16 @@ async def test_an_unknown_publisher_starts_anywhere() -> None:
     t.begin("new", 500, 1)
     with pytest.raises(OutOfOrderError):
         await t.check("new", 502, 1)
+
+
+async def test_a_publisher_seen_again_is_forgotten_after_the_others() -> None:
+    from hedwig.hub import dedup
+
+    t = PublisherTable()
+    for i in range(dedup.MAX_PUBLISHERS):
+        t.learn(f"p{i}", 1, 1, first_seq=i + 1)
+    t.learn("p0", 2, 1, first_seq=50_000)  # seen again: the most recent now
+    t.learn("new", 1, 1, first_seq=50_001)
+    assert await t.check("p1", 1, 1) is None  # the least recently seen went
+    assert await t.check("p0", 2, 1) == Known(50_000, 50_000)
+    assert await t.check("p0", 1, 1) == Known(1, 1)

@@ -60,6 +60,7 @@ from typing import NamedTuple, Protocol, cast, overload
 from hedwig.client.routing import Router
 from hedwig.clock import Clock
 from hedwig.errors import EarlierBatchFailedError, HedwigError, SendFailedError, UseLaneError
+from hedwig.flag import Flag
 from hedwig.protocol import EncodedMessage, EncodedMessages, Publish, Published, lane_of
 
 log = logging.getLogger(__name__)
@@ -236,9 +237,9 @@ class TopicPublisher:
         self._idle = False
         self._next_pseq = 1
         self._inflight = asyncio.Semaphore(limits.max_inflight_batches)
-        self._wakeup = asyncio.Event()
-        self._settled = asyncio.Event()
-        self._gate = asyncio.Event()
+        self._wakeup = Flag()
+        self._settled = Flag()
+        self._gate = Flag()
         self._gate.set()
         self._failed: set[int] = set()
         self._barrier_pseq = 0  # batches below this must settle before the gate reopens

@@ -20,7 +20,6 @@ change of owner) is taken at whatever sequence it starts.
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from hedwig.errors import OutOfOrderError
@@ -35,7 +34,10 @@ MAX_PUBLISHERS = 10_000
 @dataclass(slots=True)
 class _Publisher:
     highest: int = 0
-    batches: OrderedDict[int, tuple[int, int]] = field(default_factory=OrderedDict)
+    # Where its last batches landed, oldest first. Plain dicts, ordered by insertion, here and
+    # for the publishers: an ``OrderedDict`` of one entry is 384 bytes against 184-224, and
+    # every topic published to keeps one of each (a hub owning 100,000 idle topics: 36 MB).
+    batches: dict[int, tuple[int, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,8 +49,11 @@ class Known:
 
 
 class PublisherTable:
+    __slots__ = ("_inflight", "_pubs", "_writing")
+
     def __init__(self) -> None:
-        self._pubs: OrderedDict[str, _Publisher] = OrderedDict()
+        # Least recently seen first.
+        self._pubs: dict[str, _Publisher] = {}
         self._inflight: dict[tuple[str, int], asyncio.Future[Known]] = {}
         # Per publisher: how many batches are being written now, and the last sequence of them.
         self._writing: dict[str, tuple[int, int]] = {}
@@ -105,16 +110,17 @@ class PublisherTable:
                 fut.set_result(stored)
 
     def learn(self, publisher: str, pseq: int, count: int, first_seq: int) -> None:
-        pub = self._pubs.get(publisher)
+        pubs = self._pubs
+        pub = pubs.pop(publisher, None)
         if pub is None:
-            pub = self._pubs[publisher] = _Publisher()
-            while len(self._pubs) > MAX_PUBLISHERS:
-                self._pubs.popitem(last=False)
-        else:
-            self._pubs.move_to_end(publisher)
+            pub = _Publisher()
+            while len(pubs) >= MAX_PUBLISHERS:
+                del pubs[next(iter(pubs))]
+        pubs[publisher] = pub  # the most recently seen now
         last = pseq + count - 1
         pub.highest = max(pub.highest, last)
-        pub.batches[pseq] = (first_seq, first_seq + count - 1)
-        pub.batches.move_to_end(pseq)
-        while len(pub.batches) > RECENT:
-            pub.batches.popitem(last=False)
+        batches = pub.batches
+        batches.pop(pseq, None)
+        batches[pseq] = (first_seq, first_seq + count - 1)
+        while len(batches) > RECENT:
+            del batches[next(iter(batches))]

@@ -31,6 +31,7 @@ from hedwig.errors import (
     MetadataError,
     NoSuchSubscriptionError,
 )
+from hedwig.flag import Flag
 from hedwig.hub.peer import Peer
 from hedwig.metadata.managers import MetadataStore
 from hedwig.metadata.records import (
@@ -103,7 +104,7 @@ class Subscription:
         self.peer: Peer | None = None
         self.delivered_seq = self.consumed_seq
         self._task: asyncio.Task[None] | None = None
-        self._consumed_changed = asyncio.Event()
+        self._consumed_changed = Flag()
         self._flush_lock = asyncio.Lock()
         self._flush_failing = False
         # A flush started by consume() and not finished: later consumes ride on it rather

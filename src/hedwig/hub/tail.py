@@ -37,6 +37,7 @@ from hedwig.errors import (
     NotResponsibleError,
     TopicMovingError,
 )
+from hedwig.flag import Flag
 from hedwig.hub.peers import PeerDirectory
 from hedwig.metadata.managers import MetadataStore
 from hedwig.net.connection import HubConnection
@@ -92,7 +93,7 @@ class TailLog:
         self._cache: deque[Batch] = deque()
         self._cache_bytes = 0
         self._cache_limit = cache_bytes
-        self._changed = asyncio.Event()
+        self._changed = Flag()
         self._conn: HubConnection | None = None
         self._conn_target: str | None = None
         # Where the next request goes (a client address) and whether it was named by a
@@ -225,7 +226,7 @@ class TailLog:
 
     def _notify(self) -> None:
         self._changed.set()
-        self._changed = asyncio.Event()
+        self._changed = Flag()
 
     # talking to the owner ---------------------------------------------------------------------
 

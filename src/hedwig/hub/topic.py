@@ -117,8 +117,9 @@ class OwnedTopic:
         # needed: most owned topics are idle, and the two with their callbacks were about
         # 800 bytes a topic.
         self._subs: TopicSubscriptions | None = None
-        # The connections that published here; None until one has (an empty set is 216 bytes).
-        self.publishers: set[Peer] | None = None
+        # The connections that published here: None until one has, the one connection while
+        # it is the only one (most topics have one publisher; a set of one is 216 bytes).
+        self.publishers: Peer | set[Peer] | None = None
         self._publisher_table: PublisherTable | None = None
         self._events = events
         self._on_lost = on_lost
@@ -190,10 +191,13 @@ class OwnedTopic:
                 size=messages.largest,
                 limit=limit,
             )
-        if self.publishers is None:
-            self.publishers = {peer}
-        else:
-            self.publishers.add(peer)
+        seen = self.publishers
+        if seen is None:
+            self.publishers = peer
+        elif isinstance(seen, set):
+            seen.add(peer)
+        elif seen is not peer:
+            self.publishers = {seen, peer}
         pid, pseq, count = req.publisher_id, req.publisher_seq, messages.count
         table = self.publisher_table
         if pseq:
@@ -283,8 +287,11 @@ class OwnedTopic:
         return await self.subs.reset(req.request_id, req.subscriber, req.to, req.seq)
 
     def detach_peer(self, peer: Peer) -> None:
-        if self.publishers is not None:
-            self.publishers.discard(peer)
+        seen = self.publishers
+        if seen is peer:
+            self.publishers = None
+        elif isinstance(seen, set):
+            seen.discard(peer)
         if self._subs is not None:
             self._subs.detach_peer(peer)
 
@@ -353,7 +360,8 @@ class OwnedTopic:
 
     def _clients(self) -> set[Peer]:
         """The connections publishing to or subscribed to this topic."""
-        peers = set(self.publishers or ())
+        seen = self.publishers
+        peers = set() if seen is None else set(seen) if isinstance(seen, set) else {seen}
         for sub in self.subscriptions.values():
             if sub.peer is not None:
                 peers.add(sub.peer)

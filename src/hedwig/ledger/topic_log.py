@@ -34,6 +34,7 @@ from hedwig.errors import (
     MetadataError,
     MetadataUnavailableError,
 )
+from hedwig.flag import Flag
 from hedwig.ledger.handle import LedgerWriter, recover_ledger
 from hedwig.ledger.log_reader import LogReader
 from hedwig.ledger.replicas import Replicas
@@ -154,7 +155,7 @@ class TopicLog:
         self.last_seq = 0  # last confirmed
         # Made by the first waiter and dropped when set: most owned topics are idle, nobody
         # waits on them, and an event with its waiter queue is about 760 bytes.
-        self._changed: asyncio.Event | None = None
+        self._changed: Flag | None = None
         self._rolling: asyncio.Future[None] | None = None
         self._ledger_bytes = 0
         self._inflight = 0
@@ -368,10 +369,10 @@ class TopicLog:
             self._start_roll_over(sized=True)
         return batch
 
-    def _change(self) -> asyncio.Event:
+    def _change(self) -> Flag:
         """What a waiter for the next change waits on."""
         if self._changed is None:
-            self._changed = asyncio.Event()
+            self._changed = Flag()
         return self._changed
 
     def _notify(self) -> None:
