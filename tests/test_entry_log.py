@@ -383,3 +383,23 @@ async def test_a_damaged_closed_log_is_read_up_to_the_damage_and_not_cut(
         await asyncio.sleep(0.01)
     assert not first.exists()
     await storage.close()
+
+
+async def test_a_ledger_written_again_after_its_deletion_reads_the_same_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    """A late add to a deleted ledger makes it again (an orphan the auditor deletes later):
+    its delete record goes before the late entry in the log, even in one group, so a restart
+    finds what memory held, not the old entries nor nothing."""
+    storage = LocalStorage(tmp_path, "h:1")
+    await storage.add_entry(6, 0, -1, b"old")
+    await storage.delete_ledger(6)  # the record waits for the next group...
+    await storage.add_entry(6, 1, 0, b"late")  # ...and so does this: one group
+    assert storage.ledgers() == [6]
+    await storage.close()
+    again = LocalStorage(tmp_path, "h:1")
+    assert again.ledgers() == [6]
+    assert await again.read_entry(6, 1) == b"late"
+    with pytest.raises(NoSuchEntryError):
+        await again.read_entry(6, 0)
+    await again.close()

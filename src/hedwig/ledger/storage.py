@@ -526,15 +526,12 @@ class LocalStorage:
             if self._roll or start >= self.log_bytes:
                 log_id, start = self._log + 1, len(MAGIC)
                 new_log = self._log_path(log_id)
-            # Each record's payload position, in the order written.
+            # Each record's payload position, in the order written: deletions and copies
+            # first, so an entry added after its ledger was deleted (a late write that makes
+            # it again) follows the delete record, in the log as in memory.
             chunks: list[bytes] = [MAGIC] if new_log is not None else []
             at: list[int] = []
             pos = start
-            for items in group.values():
-                for _, record, _ in items:
-                    chunks.append(record)
-                    at.append(pos + RECORD.size)
-                    pos += len(record)
             moved: list[tuple[int, int, int, int, bytes]] = []
             for item in extra:
                 kind, lid, _, _, record = item
@@ -544,6 +541,11 @@ class LocalStorage:
                 chunks.append(record)
                 at.append(pos + RECORD.size)
                 pos += len(record)
+            for items in group.values():
+                for _, record, _ in items:
+                    chunks.append(record)
+                    at.append(pos + RECORD.size)
+                    pos += len(record)
             data = b"".join(chunks)
             try:
                 fd = await loop.run_in_executor(
@@ -586,6 +588,21 @@ class LocalStorage:
         """A group is durable: place its entries and fences, answer their writers."""
         ledgers, live = self._ledgers, self._live
         i = 0
+        for kind, lid, eid, was, record in moved:
+            pos = at[i]
+            i += 1
+            lf = ledgers.get(lid)
+            if lf is None or kind == _DELETE:
+                continue
+            if kind == _MOVE_FENCE:
+                if lf.fence == was:
+                    lf.fence = log_id
+                    live[was] -= RECORD.size
+                    live[log_id] += RECORD.size
+            elif _place_of(lf, eid) == was:
+                _set_place(lf, eid, _place(log_id, pos, len(record) - RECORD.size))
+                live[_log_of(was)] -= len(record)
+                live[log_id] += len(record)
         for lid, items in group.items():
             lf = ledgers.get(lid)
             for eid, record, fut in items:
@@ -603,21 +620,6 @@ class LocalStorage:
                         live[log_id] += len(record)
                 if not fut.done():
                     fut.set_result(None)
-        for kind, lid, eid, was, record in moved:
-            pos = at[i]
-            i += 1
-            lf = ledgers.get(lid)
-            if lf is None or kind == _DELETE:
-                continue
-            if kind == _MOVE_FENCE:
-                if lf.fence == was:
-                    lf.fence = log_id
-                    live[was] -= RECORD.size
-                    live[log_id] += RECORD.size
-            elif _place_of(lf, eid) == was:
-                _set_place(lf, eid, _place(log_id, pos, len(record) - RECORD.size))
-                live[_log_of(was)] -= len(record)
-                live[log_id] += len(record)
 
     def _failed(
         self,
