@@ -403,3 +403,24 @@ async def test_a_ledger_written_again_after_its_deletion_reads_the_same_after_a_
     with pytest.raises(NoSuchEntryError):
         await again.read_entry(6, 0)
     await again.close()
+
+
+async def test_a_fence_torn_by_a_crash_is_no_fence(tmp_path: Path) -> None:
+    """A crash while a fence record was being written: the fence was never answered (it is
+    answered once synced), so nothing depends on it; a restart cuts the torn record off, the
+    ledger is not fenced and its entries are whole, and fencing it again works."""
+    storage = LocalStorage(tmp_path, "h:1")
+    await storage.add_entry(3, 0, -1, b"kept")
+    await storage.close()
+    newest = _logs(tmp_path)[-1]
+    fence = storage_mod._record(3, storage_mod.FENCE_ENTRY, -1)
+    with open(newest, "ab") as f:
+        f.write(fence[: len(fence) - 5])  # the crash cut it
+    storage = LocalStorage(tmp_path, "h:1")
+    assert not storage.is_fenced(3)
+    assert await storage.read_entry(3, 0) == b"kept"
+    assert await storage.read_lac(3, fence=True) == (-1, 0)
+    await storage.close()
+    again = LocalStorage(tmp_path, "h:1")
+    assert again.is_fenced(3)
+    await again.close()
