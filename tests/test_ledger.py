@@ -475,6 +475,50 @@ async def test_a_writer_tells_only_what_it_confirmed(
     await notices.close()
 
 
+async def test_a_frozen_replica_holds_back_only_its_own_lac_notices(
+    store: MemoryMetadataStore, tmp_path: Path
+) -> None:
+    """A replica that hangs (frozen, or cut off: each frame waits out the storage timeout)
+    must not hold back what the other replicas are told: each replica is told on its own,
+    and what comes for the frozen one meanwhile waits, merged, for its answer."""
+    cluster = Cluster(tmp_path, 3)
+    notices = LacNotices(cluster, delay_s=0.01)
+
+    def topic_log(name: str, ensemble: list[str]) -> TopicLog:
+        return TopicLog(
+            name,
+            store,
+            cluster,
+            owner="h:1",
+            owner_epoch=1,
+            ensemble=ensemble,
+            settings=LogSettings(replication=ReplicationConfig(len(ensemble), len(ensemble), 2)),
+            on_idle=notices.idle,
+        )
+
+    first = topic_log("t1", ["h:1", "h:2", "h:3"])
+    await first.open()
+    await first.append("p", 1, EncodedMessages.of_values([b"a"]))
+    await first.append("p", 2, EncodedMessages.of_values([b"b"]))
+    cluster.cut = {"h:3": Unreachable("h:3", hang=True)}  # frozen before it is told
+    disks = cluster.disks
+    async with asyncio.timeout(5):
+        while (await disks["h:2"].read_lac(first.ledger_id, fence=False))[0] != 1:
+            await asyncio.sleep(0.01)
+    # A later round, while the frame to h:3 still hangs: h:1 and h:2 are told at once.
+    second = topic_log("t2", ["h:1", "h:2"])
+    await second.open()
+    await second.append("p", 1, EncodedMessages.of_values([b"c"]))
+    await second.append("p", 2, EncodedMessages.of_values([b"d"]))
+    async with asyncio.timeout(5):
+        while [
+            (await disks[a].read_lac(second.ledger_id, fence=False))[0] for a in ("h:1", "h:2")
+        ] != [1, 1]:
+            await asyncio.sleep(0.01)
+    assert (await disks["h:3"].read_lac(first.ledger_id, fence=False))[0] == 0
+    await notices.close()
+
+
 async def test_recovery_writes_back_on_a_stand_in_when_a_replica_is_gone(
     store: MemoryMetadataStore, tmp_path: Path
 ) -> None:

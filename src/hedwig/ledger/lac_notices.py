@@ -12,9 +12,10 @@ that change nothing.
 So a writer whose adds have all been confirmed is noted here, and once a second the hub tells
 each replica the LACs of every ledger noted since, many to a frame (WRITE_LACS): a dictionary
 entry per idle writer and a request per replica a second, not a request per topic, and
-nothing at all while every topic is idle. A replica answers a fence with the LAC it was told;
-recovery reads forward only past it. A notice lost (a replica down, a frame dropped) only
-leaves recovery as it was.
+nothing at all while every topic is idle. Each replica is told on its own, one frame in
+flight at a time: a frozen one holds back only its own notices (they wait, merged, for its
+answer). A replica answers a fence with the LAC it was told; recovery reads forward only past
+it. A notice lost (a replica down, a frame dropped) only leaves recovery as it was.
 """
 
 from __future__ import annotations
@@ -50,6 +51,11 @@ class LacNotices:
         self._delay = delay_s
         self._idle: set[LedgerWriter] = set()
         self._task: asyncio.Task[None] | None = None
+        # One frame (or run of frames) in flight per replica; what comes for a replica
+        # meanwhile waits here, merged, and goes when it is answered: a replica that is
+        # frozen or cut off (each frame waits out the storage timeout) delays only itself.
+        self._sending: dict[str, asyncio.Task[None]] = {}
+        self._waiting: dict[str, dict[int, int]] = {}
         self.sent = 0  # ledger LACs told, counted per replica
         self.failed = 0  # ... whose frame failed
 
@@ -63,12 +69,16 @@ class LacNotices:
         try:
             while self._idle:
                 await self._clock.sleep(self._delay)
-                await self.tell()
+                self._round()  # not awaited: each replica's frames go on their own
         finally:
             self._task = None
 
     async def tell(self) -> None:
-        """Tell the replicas of every writer noted so far its LAC now."""
+        """Tell the replicas of every writer noted so far its LAC now; returns once each
+        replica has answered (or failed)."""
+        await asyncio.gather(*self._round())
+
+    def _round(self) -> list[asyncio.Task[None]]:
         writers, self._idle = self._idle, set()
         by_replica: dict[str, list[tuple[int, int]]] = {}
         for writer in writers:
@@ -78,8 +88,27 @@ class LacNotices:
             writer.lac_told = lac
             for address in writer.metadata.fragments[-1][1]:
                 by_replica.setdefault(address, []).append((writer.ledger_id, lac))
-        if by_replica:
-            await asyncio.gather(*(self._tell(a, lacs) for a, lacs in by_replica.items()))
+        return [self._send(a, lacs) for a, lacs in by_replica.items()]
+
+    def _send(self, address: str, lacs: list[tuple[int, int]]) -> asyncio.Task[None]:
+        running = self._sending.get(address)
+        if running is not None:
+            waiting = self._waiting.setdefault(address, {})
+            for ledger_id, lac in lacs:
+                if lac > waiting.get(ledger_id, -1):
+                    waiting[ledger_id] = lac
+            return running
+        task = asyncio.get_running_loop().create_task(self._tell(address, lacs))
+        self._sending[address] = task
+        task.add_done_callback(lambda t: self._sent(address, t))
+        return task
+
+    def _sent(self, address: str, task: asyncio.Task[None]) -> None:
+        if self._sending.get(address) is task:
+            del self._sending[address]
+        waiting = self._waiting.pop(address, None)
+        if waiting and not task.cancelled():
+            self._send(address, list(waiting.items()))
 
     async def _tell(self, address: str, lacs: list[tuple[int, int]]) -> None:
         node = self._replicas.node(address)
@@ -97,7 +126,12 @@ class LacNotices:
     async def close(self) -> None:
         """Stop; what is not told yet is not needed for correctness."""
         self._idle.clear()
+        self._waiting.clear()
+        tasks = list(self._sending.values())
         if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+            tasks.append(self._task)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._task = None
+        self._sending.clear()
