@@ -36,12 +36,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from bench.scale import rss_bytes
 from hedwig.ledger.storage import LocalStorage
-
-
-def _rss() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 async def _phase(
@@ -80,7 +76,7 @@ async def run(ledgers: int, appends: int, concurrency: int, base: str | None) ->
     try:
         storage = LocalStorage(directory, "bench")
         payload = b"m" * 120  # about one small message's batch
-        rss = _rss()
+        rss = rss_bytes()
         phases.append(
             await _phase(
                 "claims",
@@ -91,7 +87,7 @@ async def run(ledgers: int, appends: int, concurrency: int, base: str | None) ->
             )
         )
         out["files_after_claims"] = len(os.listdir(os.path.join(directory, "ledgers")))
-        out["rss_bytes_per_ledger"] = round((_rss() - rss) / ledgers)
+        out["rss_bytes_per_ledger"] = round((rss_bytes() - rss) / ledgers)
         phases.append(
             await _phase(
                 "fences",

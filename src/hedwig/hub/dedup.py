@@ -111,12 +111,14 @@ class PublisherTable:
 
     def learn(self, publisher: str, pseq: int, count: int, first_seq: int) -> None:
         pubs = self._pubs
-        pub = pubs.pop(publisher, None)
+        pub = pubs.get(publisher)
         if pub is None:
-            pub = _Publisher()
             while len(pubs) >= MAX_PUBLISHERS:
                 del pubs[next(iter(pubs))]
-        pubs[publisher] = pub  # the most recently seen now
+            pub = pubs[publisher] = _Publisher()
+        elif next(reversed(pubs)) != publisher:  # the most recently seen now (moved last)
+            del pubs[publisher]
+            pubs[publisher] = pub
         last = pseq + count - 1
         pub.highest = max(pub.highest, last)
         batches = pub.batches

@@ -493,9 +493,10 @@ class LocalStorage:
             _fail(fut, NoSuchEntryError(f"ledger {ledger_id} was deleted"))
         self._fencing.pop(ledger_id, None)
         live = self._live
-        logs = [_log_of(place) for place in _places(lf)]
+        logs = []
         for place in _places(lf):
-            live[_log_of(place)] -= _record_bytes(place)
+            logs.append(_log_of(place))
+            live[logs[-1]] -= _record_bytes(place)
         if lf.fence >= 0:
             live[lf.fence] -= RECORD.size
             logs.append(lf.fence)
