@@ -43,6 +43,7 @@ from hedwig.metadata import (
     Version,
 )
 from hedwig.metadata.acls import AclEntry, AclRule, Operation
+from hedwig.metadata.plans import Lane
 
 ODD_NAMES = ["plain", "a/b", "../x", ".", "..", "spaced name", "ünïcødé/🚀", "%2F", "x" * 255]
 
@@ -327,6 +328,39 @@ class MetadataConformance:
             await store.plans.delete_plan("a/b", ANY_VERSION)
         with pytest.raises(MetadataError):
             await store.plans.write_plan("a/b", plan, v2)  # updating a plan that is gone
+
+    async def test_planned_topics_and_their_watch(
+        self, store: MetadataStore, other: MetadataStore
+    ) -> None:
+        """The set of topics with a plan, and a watch that fires when a plan is created, is
+        deleted, or goes with its topic (what a hub reads instead of a plan per topic)."""
+        for t in ("p/1", "p/2", "bare"):
+            await store.topics.ensure_topic(t)
+        fired = asyncio.Event()
+        assert await other.plans.planned_topics(watch=fired.set) == frozenset()
+        v1 = await store.plans.write_plan(
+            "p/1", TopicPlan.fan_out(["h:1"], generation=1), NEW_VERSION
+        )
+        await asyncio.wait_for(fired.wait(), 10)
+        fired.clear()
+        assert await other.plans.planned_topics(watch=fired.set) == {"p/1"}
+        ingest = TopicPlan(PlanMode.INGEST, generation=1, lanes=(Lane(0), Lane(1)))
+        await store.plans.write_plan("p/2", ingest, ANY_VERSION)
+        await asyncio.wait_for(fired.wait(), 10)
+        fired.clear()
+        assert await other.plans.planned_topics(watch=fired.set) == {"p/1", "p/2"}
+        await store.plans.delete_plan("p/1", v1)
+        await asyncio.wait_for(fired.wait(), 10)
+        fired.clear()
+        assert await other.plans.planned_topics(watch=fired.set) == {"p/2"}
+        await store.topics.delete_topic("p/2")
+        await asyncio.wait_for(fired.wait(), 10)
+        assert await other.plans.planned_topics() == frozenset()
+        # A topic created again after its deletion has no plan, and a plan can be set again.
+        await store.topics.ensure_topic("p/2")
+        assert await other.plans.read_plan("p/2") is None
+        await store.plans.write_plan("p/2", ingest, NEW_VERSION)
+        assert await other.plans.planned_topics() == {"p/2"}
 
     async def test_plan_goes_with_its_topic(self, store: MetadataStore) -> None:
         await store.topics.ensure_topic("p")

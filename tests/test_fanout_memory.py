@@ -445,6 +445,36 @@ async def test_a_lagging_tail_learns_what_a_read_through_the_owner_brought(
         tail.stop()
 
 
+async def test_a_topic_without_a_plan_costs_no_plan_read_and_learns_of_a_new_one(
+    region: Region, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hub reads which topics have a plan once (with a watch), not each topic's plan:
+    topics without one cost no read, watch or cache entry; a plan created later reaches the
+    hub through the set's watch, as a plan's own watch would."""
+    hub = region.hubs[0]
+    reads: list[str] = []
+    read = hub.store.plans.read_plan
+
+    async def counted(topic: str, watch: Callable[[], None] | None = None) -> object:
+        reads.append(topic)
+        return await read(topic, watch)
+
+    monkeypatch.setattr(hub.store.plans, "read_plan", counted)
+    for i in range(50):
+        await hub.store.topics.ensure_topic(f"plain/{i}")
+        assert await hub.fanout.plan(f"plain/{i}") is None
+    assert reads == []
+    assert hub.fanout.peek("plain/7") == (True, None)
+    assert not any(t.startswith("plain/") for t in hub.fanout._plans)
+    ingest = await set_mode(region, "plain/7", PlanMode.INGEST, hubs=2)
+    await until(lambda: hub.fanout.peek("plain/7") == (True, ingest))
+    assert set(reads) == {"plain/7"}  # its plan alone (again after each change)
+    # Back to one hub: the plan's record goes (or stays, naming sealed lanes); either way
+    # the hub follows it.
+    single = await set_mode(region, "plain/7", PlanMode.SINGLE)
+    await until(lambda: hub.fanout.peek("plain/7") in ((True, single), (True, None)))
+
+
 async def test_a_plan_changed_while_it_is_being_read_is_read_again(
     region: Region, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -453,6 +483,7 @@ async def test_a_plan_changed_while_it_is_being_read_is_read_again(
     hub served the old plan for good (an owner that never sent publishers to the lanes)."""
     hub = region.hubs[0]
     await hub.store.topics.ensure_topic("racy")
+    await set_mode(region, "racy", PlanMode.FAN_OUT)  # planned: its plan is read
     plans = hub.store.plans
     read = plans.read_plan
     answered = asyncio.Event()

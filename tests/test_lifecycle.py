@@ -260,4 +260,4 @@ async def test_an_idle_topic_lets_its_batches_in_memory_go_and_still_reads_them(
 
 def cached(log: TopicLog) -> int:
     reader = log._log_reader
-    return 0 if reader is None else len(reader._cache)
+    return 0 if reader is None else len(reader._cache or ())

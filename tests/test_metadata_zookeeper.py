@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import random
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -11,8 +13,10 @@ from kazoo.client import KazooClient
 from kazoo.security import make_digest_acl
 
 from hedwig.devcluster.zookeeper import ZooKeeperServer
-from hedwig.errors import MetadataError
+from hedwig.errors import BadVersionError, MetadataError
 from hedwig.metadata import MetadataStore
+from hedwig.metadata.plans import TopicPlan
+from hedwig.metadata.records import NEW_VERSION
 from hedwig.metadata.zookeeper import ZkMetadataStore
 from tests.metadata_conformance import MetadataConformance
 
@@ -62,6 +66,60 @@ class TestZooKeeperStore(MetadataConformance):
         names = await store.zk.children(f"{base}/topics")
         assert names == ["a%2Fb"]
         assert await store.zk.children(f"{base}/topics/a%2Fb") == ["subscribers"]
+
+    async def test_plans_from_before_the_index_are_marked(
+        self, store: MetadataStore, other: MetadataStore
+    ) -> None:
+        """A region written before ``planned/`` existed has plans under their topics and no
+        marks: the first ``planned_topics`` marks them, once, and later deletions keep the
+        index true."""
+        assert isinstance(store, ZkMetadataStore)
+        assert isinstance(other, ZkMetadataStore)
+        layout = store.layout
+        for t in ("old/1", "old/2", "plain"):
+            await store.topics.ensure_topic(t)
+            if t != "plain":  # as an older version wrote them: no mark
+                await store.zk.create(
+                    layout.plan(t), TopicPlan.fan_out(["h:1"], generation=1).to_json()
+                )
+        assert await store.zk.exists(layout.planned) is None
+        assert await other.plans.planned_topics() == {"old/1", "old/2"}
+        data, _ = await store.zk.get(layout.planned)
+        assert data == b"indexed"
+        got = await store.plans.read_plan("old/1")
+        assert got is not None
+        await store.plans.delete_plan("old/1", got.version)
+        assert await store.plans.planned_topics() == {"old/2"}
+        assert await store.zk.children(layout.planned) == ["old%2F2"]
+
+    async def test_a_plan_is_never_left_without_its_mark(self, store: MetadataStore) -> None:
+        """Plans created and deleted by two writers at once, over and over: whenever a plan
+        exists, its topic is marked in ``planned/`` (hubs would not see it otherwise)."""
+        assert isinstance(store, ZkMetadataStore)
+        await store.topics.ensure_topic("race")
+        plan = TopicPlan.fan_out(["h:1"], generation=1)
+
+        rng = random.Random(7)
+
+        async def churn(times: int) -> None:
+            for _ in range(times):
+                if rng.random() < 0.5:
+                    with contextlib.suppress(BadVersionError, MetadataError):
+                        await store.plans.write_plan("race", plan, NEW_VERSION)
+                    continue
+                got = await store.plans.read_plan("race")
+                if got is not None:
+                    with contextlib.suppress(BadVersionError, MetadataError):
+                        await store.plans.delete_plan("race", got.version)
+
+        ends = set()
+        for _ in range(25):
+            await asyncio.gather(churn(8), churn(8), churn(8))
+            planned = await store.plans.read_plan("race") is not None
+            ends.add(planned)
+            if planned:
+                assert "race" in await store.plans.planned_topics()
+        assert ends == {True, False}  # both ends were reached
 
 
 async def test_pools_with_their_own_digests_share_one_ensemble(tmp_path: Path) -> None:

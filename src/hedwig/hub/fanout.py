@@ -15,10 +15,14 @@ Rules:
   elsewhere now is handed over (``TopicSubscriptions.hand_over``: mark written, then
   SUBSCRIPTION_MOVED). A delivery hub left with no subscriber and no place in the plan stops
   tailing.
-- Plans are cached per topic with a watch, so a single-hub topic costs one metadata read per
-  hub once, not one per SUBSCRIBE. The same cache serves lanes (``hedwig.hub.lanes``): when
-  the lanes of a topic change, its owner tells the subscribers attached there (LANES_CHANGED),
-  and they subscribe to the lanes they do not read yet.
+- Which topics have a plan is one set, read with a watch (``planned_topics``): a topic not in
+  it is single-hub with no read, watch or cache entry of its own (most topics: a claim used
+  to pay a store read for its plan, and a hub ~500 bytes per topic for the watch and cache
+  entry). The plans of the topics in the set are cached with a watch each; when the set
+  changes, the topics that joined or left it are rechecked as a plan's own watch would.
+  The same cache serves lanes (``hedwig.hub.lanes``): when the lanes of a topic change, its
+  owner tells the subscribers attached there (LANES_CHANGED), and they subscribe to the
+  lanes they do not read yet.
 """
 
 from __future__ import annotations
@@ -59,6 +63,10 @@ ASK_TIMEOUT_S = 5.0
 # The alive hubs are read at most this often (a dead delivery hub's subscribers move to the
 # others within about this plus the metadata session timeout).
 ALIVE_REFRESH_S = 1.0
+# A read of the planned topics after their watch fired is retried this often, doubling up to
+# the second figure, until it succeeds (the store unreachable meanwhile).
+PLANNED_RETRY_S = 0.5
+PLANNED_RETRY_MAX_S = 8.0
 _UNKNOWN = object()
 
 
@@ -102,6 +110,11 @@ class FanOut:
         self._events = events
         self._peers = peers
         self._plans: dict[str, TopicPlan | None] = {}
+        # The topics that have a plan (None: not read yet), the read of it under way, and
+        # whether the set's watch fired since that read began (it is read again).
+        self._planned: frozenset[str] | None = None
+        self._planned_reading: asyncio.Future[frozenset[str]] | None = None
+        self._planned_fired = False
         self._loading: dict[str, asyncio.Future[TopicPlan | None]] = {}
         # Topics whose plan changed while a read of it was under way (see ``plan``).
         self._changed_while_loading: set[str] = set()
@@ -125,6 +138,11 @@ class FanOut:
         """The topic's plan, from the cache (a watch keeps it current)."""
         if topic in self._plans:
             return self._plans[topic]
+        planned = self._planned
+        if planned is None:
+            planned = await self._planned_topics()
+        if topic not in planned:
+            return None
         pending = self._loading.get(topic)
         if pending is not None:
             return await asyncio.shield(pending)
@@ -152,11 +170,71 @@ class FanOut:
         return plan
 
     def peek(self, topic: str) -> tuple[bool, TopicPlan | None]:
-        """``(True, plan)`` if the topic's plan is cached (``None``: single, no lanes)."""
+        """``(True, plan)`` if the topic's plan is known without a read (``None``: single,
+        no lanes)."""
         plan = self._plans.get(topic, _UNKNOWN)
-        if plan is _UNKNOWN:
-            return False, None
-        return True, plan  # type: ignore[return-value]
+        if plan is not _UNKNOWN:
+            return True, plan  # type: ignore[return-value]
+        if self._planned is not None and topic not in self._planned:
+            return True, None
+        return False, None
+
+    async def _planned_topics(self) -> frozenset[str]:
+        """The set of planned topics, read now if it is not known (callers share a read)."""
+        reading = self._planned_reading
+        if reading is None:
+            reading = self._planned_reading = asyncio.get_running_loop().create_future()
+            task = asyncio.get_running_loop().create_task(self._read_planned(reading))
+            self._later.add(task)
+            task.add_done_callback(self._later.discard)
+        return await asyncio.shield(reading)
+
+    async def _read_planned(self, reading: asyncio.Future[frozenset[str]]) -> None:
+        """Read the set (again if its watch fired during the read: the answer may be older
+        than the change), then recheck every topic that joined or left it.
+
+        The first read's failure goes to the callers waiting for it (the next caller reads
+        again). A read after the watch fired is retried until it succeeds: the set changed,
+        and nothing else would correct the one kept meanwhile."""
+        delay = PLANNED_RETRY_S
+        try:
+            while True:
+                try:
+                    self._planned_fired = False
+                    planned = await self._store.plans.planned_topics(watch=self._planned_changed)
+                except HedwigError as exc:
+                    if self._planned is None:
+                        raise
+                    log.info("reading the planned topics failed (retrying): %s", exc)
+                    await self._clock.sleep(delay)
+                    delay = min(delay * 2, PLANNED_RETRY_MAX_S)
+                    continue
+                if not self._planned_fired:
+                    break
+        except asyncio.CancelledError:
+            self._planned_reading = None
+            reading.cancel()
+            raise
+        except Exception as exc:
+            self._planned_reading = None
+            if not reading.done():
+                reading.set_exception(exc)
+                reading.exception()
+            return
+        before, self._planned = self._planned, planned
+        self._planned_reading = None
+        reading.set_result(planned)
+        if before is not None:
+            for topic in before ^ planned:
+                self._changed(topic)
+
+    def _planned_changed(self) -> None:
+        self._planned_fired = True
+        if self._planned_reading is None:
+            self._planned_reading = asyncio.get_running_loop().create_future()
+            task = asyncio.get_running_loop().create_task(self._read_planned(self._planned_reading))
+            self._later.add(task)
+            task.add_done_callback(self._later.discard)
 
     async def _read(self, topic: str) -> TopicPlan | None:
         got = await self._store.plans.read_plan(topic, watch=lambda: self._changed(topic))
@@ -175,6 +253,8 @@ class FanOut:
         out: dict[str, tuple[str, int]] = {}
         for topic in candidates:
             if topic not in self._plans:
+                if self._planned is not None and topic not in self._planned:
+                    continue
                 if topic not in self._loading:
                     task = asyncio.get_running_loop().create_task(self._load_for_gauges(topic))
                     task.add_done_callback(lambda t: t.cancelled() or t.exception())
@@ -190,9 +270,9 @@ class FanOut:
     def known_plan(self, topic: str) -> tuple[str, int]:
         """The topic's mode and serving hubs as far as known without waiting (for gauges);
         a plan not read yet is read in the background for the next time."""
-        plan = self._plans.get(topic)
+        known, plan = self.peek(topic)
         stale = self._clock.monotonic() - self._alive_at >= ALIVE_REFRESH_S
-        if (topic not in self._plans and topic not in self._loading) or (plan and stale):
+        if (not known and topic not in self._loading) or (plan and stale):
             task = asyncio.get_running_loop().create_task(self._load_for_gauges(topic))
             task.add_done_callback(lambda t: t.cancelled() or t.exception())
         if plan is None:

@@ -38,7 +38,7 @@ RECENT_ENTRIES = 8
 READ_AHEAD = 16
 
 
-@dataclass
+@dataclass(slots=True)
 class LedgerIndex:
     """Where each entry of a ledger starts, in sequence ids."""
 
@@ -47,6 +47,24 @@ class LedgerIndex:
 
 
 class LogReader:
+    """One per owned topic that was written or read, so most of a hub's are idle: the
+    batches kept go when it sheds them, and what stays is small (slots; the newest ledger's
+    index on its own, a table only for older ones; no empty containers: a dictionary of one
+    entry is 224 bytes)."""
+
+    __slots__ = (
+        "_cache",
+        "_cache_seqs",
+        "_cache_size",
+        "_index",
+        "_ledgers",
+        "_older",
+        "_recent",
+        "_replicas",
+        "_topic",
+        "cache_bytes",
+    )
+
     def __init__(
         self, topic: str, ledgers: LedgerMetadataManager, replicas: Replicas, cache_bytes: int
     ) -> None:
@@ -54,11 +72,15 @@ class LogReader:
         self._ledgers = ledgers
         self._replicas = replicas
         self.cache_bytes = cache_bytes
-        self._cache: list[Batch] = []
-        self._cache_seqs: list[int] = []
+        # The newest batches (None: none kept), and their first sequence ids.
+        self._cache: list[Batch] | None = None
+        self._cache_seqs: list[int] | None = None
         self._cache_size = 0
-        self._indexes: dict[int, LedgerIndex] = {}
-        self._recent: dict[tuple[int, int], Batch] = {}
+        # The index last made or asked for (the ledger being written, mostly), and the
+        # others by ledger id (None: no other).
+        self._index: LedgerIndex | None = None
+        self._older: dict[int, LedgerIndex] | None = None
+        self._recent: dict[tuple[int, int], Batch] | None = None
 
     # what the writer tells it -----------------------------------------------------------------
 
@@ -66,6 +88,8 @@ class LogReader:
         """A batch was confirmed as the next entry of ledger ``md``."""
         self.index_for(md).first_seqs.append(batch.first_seq)
         raw = batch.raw or b""
+        if self._cache is None or self._cache_seqs is None:
+            self._cache, self._cache_seqs = [], []
         self._cache.append(batch)
         self._cache_seqs.append(batch.first_seq)
         self._cache_size += len(raw)
@@ -78,10 +102,29 @@ class LogReader:
             del self._cache_seqs[:drop]
 
     def index_for(self, md: LedgerMetadata) -> LedgerIndex:
-        idx = self._indexes.get(md.ledger_id)
+        idx = self._index_of(md.ledger_id)
         if idx is None:
-            idx = self._indexes[md.ledger_id] = LedgerIndex(md)
+            idx = LedgerIndex(md)
+            self._keep_index(idx)
         return idx
+
+    def _index_of(self, ledger_id: int) -> LedgerIndex | None:
+        idx = self._index
+        if idx is not None and idx.metadata.ledger_id == ledger_id:
+            return idx
+        return None if self._older is None else self._older.get(ledger_id)
+
+    def _keep_index(self, idx: LedgerIndex) -> None:
+        """Keep ``idx`` as the newest (replacing any of its ledger)."""
+        lid = idx.metadata.ledger_id
+        last = self._index
+        if last is not None and last.metadata.ledger_id != lid:
+            if self._older is None:
+                self._older = {}
+            self._older[last.metadata.ledger_id] = last
+        if self._older is not None:
+            self._older.pop(lid, None)
+        self._index = idx
 
     def closed(self, md: LedgerMetadata) -> None:
         """Ledger ``md`` is closed (by this hub, or just recovered): its metadata is final, so
@@ -93,15 +136,21 @@ class LogReader:
         the ledgers, whose index is kept. An idle topic held its last batches, the frames they
         came in and the entries last read: most of a kilobyte each, on hundreds of thousands
         of topics nobody reads."""
-        self._cache = []
-        self._cache_seqs = []
+        self._cache = None
+        self._cache_seqs = None
         self._cache_size = 0
-        self._recent = {}
+        self._recent = None
 
     def forget(self, ledger_id: int) -> None:
-        self._indexes.pop(ledger_id, None)
-        for key in [k for k in self._recent if k[0] == ledger_id]:
-            del self._recent[key]
+        if self._index is not None and self._index.metadata.ledger_id == ledger_id:
+            self._index = None
+        if self._older is not None:
+            self._older.pop(ledger_id, None)
+            if not self._older:
+                self._older = None
+        if self._recent is not None:
+            for key in [k for k in self._recent if k[0] == ledger_id]:
+                del self._recent[key]
 
     # reading --------------------------------------------------------------------------------
 
@@ -117,7 +166,7 @@ class LogReader:
         limits; at least one if there is one."""
         if start_seq > last_seq:
             return []
-        if self._cache_seqs and start_seq >= self._cache_seqs[0]:
+        if self._cache and self._cache_seqs and start_seq >= self._cache_seqs[0]:
             i = bisect.bisect_right(self._cache_seqs, start_seq) - 1
             out: list[Batch] = []
             msgs = size = 0
@@ -179,19 +228,21 @@ class LogReader:
         (and kept there: a take-over reads the last entry for its time, then again for the
         publishers' sequences)."""
         key = (md.ledger_id, entry)
-        batch = self._recent.get(key)
+        batch = None if self._recent is None else self._recent.get(key)
         if batch is None:
             batch = Batch.from_stored(await read_entry(self._replicas, md, entry))
             self._keep(key, batch)
         return batch
 
     def _keep(self, key: tuple[int, int], batch: Batch) -> None:
+        if self._recent is None:
+            self._recent = {}
         self._recent[key] = batch
         if len(self._recent) > RECENT_ENTRIES:
             del self._recent[next(iter(self._recent))]
 
     async def _load_index(self, r: LedgerRange) -> LedgerIndex:
-        idx = self._indexes.get(r.ledger_id)
+        idx = self._index_of(r.ledger_id)
         if idx is not None and (idx.first_seqs or r.end_seq == r.start_seq - 1):
             return idx
         if idx is not None and idx.metadata.state is LedgerState.CLOSED:
@@ -207,14 +258,14 @@ class LogReader:
             idx.first_seqs.extend(
                 await asyncio.gather(*(self._first_seq(md, e) for e in range(first, last)))
             )
-        self._indexes[r.ledger_id] = idx
+        self._keep_index(idx)
         return idx
 
     async def _first_seq(self, md: LedgerMetadata, entry: int) -> int:
         """Where entry ``entry`` starts, read to index its ledger; the entry is kept among the
         recent ones only near the end (what reads after a take-over ask for next)."""
         key = (md.ledger_id, entry)
-        batch = self._recent.get(key)
+        batch = None if self._recent is None else self._recent.get(key)
         if batch is not None:
             return batch.first_seq
         raw = await read_entry(self._replicas, md, entry)

@@ -56,6 +56,15 @@ class Layout:
     def plan(self, topic: str) -> str:
         return f"{self.topic(topic)}/plan"
 
+    @property
+    def planned(self) -> str:
+        """The index of the topics that have a plan: a child per topic, so a hub learns
+        with one watched read which topics are spread, not with a watch per topic."""
+        return f"{self.base}/planned"
+
+    def planned_marker(self, topic: str) -> str:
+        return f"{self.planned}/{encode_name(topic)}"
+
     def persistence(self, topic: str) -> str:
         return f"{self.topic(topic)}/ledgers"
 

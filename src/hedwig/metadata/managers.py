@@ -202,6 +202,13 @@ class AclManager(Protocol):
 class TopicPlanManager(Protocol):
     """Topics' plans (``hedwig.metadata.plans``); no record means ``single``."""
 
+    async def planned_topics(self, watch: Callable[[], None] | None = None) -> frozenset[str]:
+        """Every topic that has a plan record (a topic not listed has none). With ``watch``,
+        it is called once (on the loop) at the next change of that set after this read: a
+        plan created or deleted, or a planned topic deleted. It may also fire for a plan's
+        change or without a change (a reader then reads again)."""
+        ...
+
     async def read_plan(
         self, topic: str, watch: Callable[[], None] | None = None
     ) -> Versioned[TopicPlan] | None:

@@ -347,6 +347,8 @@ class MemoryMetadataStore:
             ):
                 del self._b.data[key]
                 self._b.fire(key)
+                if key[1] == "plan":
+                    self._b.fire(self._k(self._PLANNED_CHANGED))
 
     async def read_region_defaults(self) -> TopicConfig:
         e = self._get(self._k("defaults"))
@@ -424,6 +426,16 @@ class MemoryMetadataStore:
 
     # TopicPlanManager -------------------------------------------------------------------------
 
+    _PLANNED_CHANGED = "planned-changed"
+
+    async def planned_topics(self, watch: Callable[[], None] | None = None) -> frozenset[str]:
+        self._check()
+        if watch is not None:
+            self._b.watches.setdefault(self._k(self._PLANNED_CHANGED), []).append(watch)
+        return frozenset(
+            k[2] for k in self._b.data if k[0] == self.region and k[1] == "plan" and len(k) == 3
+        )
+
     async def read_plan(
         self, topic: str, watch: Callable[[], None] | None = None
     ) -> Versioned[TopicPlan] | None:
@@ -439,8 +451,11 @@ class MemoryMetadataStore:
         if self._get(self._k("topic", topic)) is None:
             raise MetadataError(f"topic {topic!r} does not exist")
         if version == NEW_VERSION or (version == ANY_VERSION and self._get(key) is None):
-            return Version(self._create(key, plan).version)
+            created = Version(self._create(key, plan).version)
+            self._b.fire(self._k(self._PLANNED_CHANGED))
+            return created
         return Version(self._set(key, plan, version, MetadataError(f"topic {topic!r} has no plan")))
 
     async def delete_plan(self, topic: str, version: Version) -> None:
         self._delete(self._k("plan", topic), version, MetadataError(f"topic {topic!r} has no plan"))
+        self._b.fire(self._k(self._PLANNED_CHANGED))

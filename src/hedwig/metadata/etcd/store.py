@@ -450,15 +450,24 @@ class EtcdPlans:
     """Topics' plans (``hedwig.metadata.plans``): a key per spread topic, compare-and-set on
     its mod revision; deleting the topic deletes it (and so fires its watch).
 
-    Every topic's first publish on its owner reads its plan and watches it (most topics have
-    none: the watch is for the day one is written). The watches share one etcd watch of the
-    plans' prefix, as owner watches do: a watch each was a request and an answer on the watch
-    stream per topic, and a watcher in etcd per topic for good."""
+    Hubs learn which topics have a plan from one range read of the plans' prefix (keys only)
+    and one watch of it (``planned_topics``), and read and watch the plans of those topics
+    alone. The per-topic watches share one etcd watch of the prefix, as owner watches do: a
+    watch each was a request and an answer on the watch stream per topic, and a watcher in
+    etcd per topic for good."""
 
     def __init__(self, etcd: EtcdClient, keys: Keys) -> None:
         self._etcd = etcd
         self._keys = keys
         self.watches = PrefixWatch(etcd, keys.family("plans"), etcd.watch_from)
+
+    async def planned_topics(self, watch: Callable[[], None] | None = None) -> frozenset[str]:
+        prefix = self._keys.family("plans")
+        items, revision = await self._etcd.range(prefix, keys_only=True)
+        if watch is not None:
+            # From the read's revision: a plan created or deleted since fires it.
+            self._etcd.watch_from(prefix, revision, watch, prefix=True)
+        return frozenset(Keys.name_of(i.key) for i in items)
 
     async def read_plan(
         self, topic: str, watch: Callable[[], None] | None = None

@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
@@ -26,6 +27,7 @@ from kazoo.exceptions import (
     NoNodeError,
     NotEmptyError,
     OperationTimeoutError,
+    RolledBackError,
     SessionExpiredError,
     ZookeeperError,
 )
@@ -94,6 +96,16 @@ _STATES = {
     KazooState.SUSPENDED: SessionState.SUSPENDED,
     KazooState.LOST: SessionState.LOST,
 }
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One operation of a ``ZkBridge.transaction``."""
+
+    kind: Literal["check", "create", "delete", "set"]
+    path: str
+    version: int = -1  # check, delete, set: the znode version required (-1: any)
+    value: bytes = b""  # create, set
 
 
 class ZkBridge:
@@ -238,6 +250,36 @@ class ZkBridge:
             return
         except BaseException as exc:
             raise _translate(exc, path, -1) from exc
+
+    async def transaction(self, ops: Sequence[Op]) -> list[BaseException | None]:
+        """``ops`` all take effect or none does (ZooKeeper's ``multi``). The outcome of
+        each, in order: ``None`` if it took effect, else why not (``NoNode``, ``NodeExists``,
+        ``BadVersionError``; ``MetadataError`` for one rolled back because another failed).
+        Unavailability raises."""
+
+        def begin() -> Any:
+            txn = self._client.transaction()
+            for op in ops:
+                if op.kind == "check":
+                    txn.check(op.path, op.version)
+                elif op.kind == "create":
+                    txn.create(op.path, op.value)
+                elif op.kind == "delete":
+                    txn.delete(op.path, op.version)
+                else:
+                    txn.set_data(op.path, op.value, op.version)
+            return txn.commit_async()
+
+        results = await self._call(ops[0].path, -1, begin)
+        out: list[BaseException | None] = []
+        for op, result in zip(ops, results, strict=True):
+            if isinstance(result, RolledBackError):
+                out.append(MetadataError(f"{op.kind} {op.path}: rolled back"))
+            elif isinstance(result, BaseException):
+                out.append(_translate(result, op.path, op.version))
+            else:
+                out.append(None)
+        return out
 
     async def children(self, path: str) -> list[str]:
         return list(await self._call(path, -1, lambda: self._client.get_children_async(path)))

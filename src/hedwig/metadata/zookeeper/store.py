@@ -7,6 +7,7 @@ carry the whole record, as the seed allows.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Callable
 
@@ -36,7 +37,7 @@ from hedwig.metadata.records import (
     Version,
     Versioned,
 )
-from hedwig.metadata.zookeeper.bridge import NodeExists, NoNode, ZkBridge
+from hedwig.metadata.zookeeper.bridge import NodeExists, NoNode, Op, ZkBridge
 
 DEFAULT_SESSION_TIMEOUT = 6.0
 
@@ -283,6 +284,11 @@ class ZkTopics:
         return sorted(Layout.name_of(n) for n in names)
 
     async def delete_topic(self, topic: str) -> None:
+        # Its mark in the index of planned topics first: a mark left by a deletion cut short
+        # only costs hubs a read of a plan that is not there, while a plan left without its
+        # mark would be ignored by them. (A plan written meanwhile marks the topic again.)
+        with contextlib.suppress(NoNode):
+            await self._zk.delete(self._layout.planned_marker(topic))
         await self._zk.delete_recursive(self._layout.topic(topic))
 
     async def read_region_defaults(self) -> TopicConfig:
@@ -402,10 +408,67 @@ class ZkAcls:
             raise MetadataError(f"no ACL entry {name!r}") from exc
 
 
+# The data of the ``planned`` index once it lists every plan (see ``ZkPlans``).
+INDEXED = b"indexed"
+# Topics looked at together while indexing the plans of a region written before the index.
+_INDEX_BATCH = 500
+# Tries of a plan's creation when its mark goes meanwhile (a deletion of the plan racing it).
+_MARK_TRIES = 5
+
+
 class ZkPlans:
+    """Plans live under their topic (``topics/<T>/plan``) and each planned topic is also
+    marked in ``planned/<T>``, so hubs learn which topics have a plan from one watched list
+    instead of a read and a watch per topic (most topics have none).
+
+    The rule kept: a plan exists only while its mark does. A creation marks the topic first
+    and creates the plan in one transaction with a check that the mark is still there; a
+    deletion removes both in one transaction. A mark without a plan (a deletion cut short)
+    costs a read; the reverse would hide the plan, and cannot happen.
+
+    A region written before the index existed has plans without marks: the first
+    ``planned_topics`` of a store marks them (once; the index's data says it is done)."""
+
     def __init__(self, zk: ZkBridge, layout: Layout) -> None:
         self._zk = zk
         self._layout = layout
+        self._indexed = False
+
+    async def planned_topics(self, watch: Callable[[], None] | None = None) -> frozenset[str]:
+        if not self._indexed:
+            await self._index()
+            self._indexed = True
+        path = self._layout.planned
+        if watch is None:
+            names = await self._zk.children(path)
+        else:
+            names = await self._zk.children_watched(path, self._zk._one_shot(watch))
+        return frozenset(Layout.name_of(n) for n in names)
+
+    async def _index(self) -> None:
+        """Mark every topic that has a plan, unless the index says it was done."""
+        path = self._layout.planned
+        got = await self._zk.get_or_none(path)
+        if got is not None and got[0] == INDEXED:
+            return
+        if got is None:
+            with contextlib.suppress(NodeExists):
+                await self._zk.create(path, b"", makepath=True)
+        try:
+            topics = [Layout.name_of(n) for n in await self._zk.children(self._layout.topics)]
+        except NoNode:
+            topics = []
+        for i in range(0, len(topics), _INDEX_BATCH):
+            batch = topics[i : i + _INDEX_BATCH]
+            found = await asyncio.gather(*(self._zk.exists(self._layout.plan(t)) for t in batch))
+            for topic, stat in zip(batch, found, strict=True):
+                if stat is not None:
+                    await self._mark(topic)
+        await self._zk.set(path, INDEXED)
+
+    async def _mark(self, topic: str) -> None:
+        with contextlib.suppress(NodeExists):
+            await self._zk.create(self._layout.planned_marker(topic), b"", makepath=True)
 
     async def read_plan(
         self, topic: str, watch: Callable[[], None] | None = None
@@ -427,25 +490,56 @@ class ZkPlans:
     async def write_plan(self, topic: str, plan: TopicPlan, version: Version) -> Version:
         path = self._layout.plan(topic)
         if version in (NEW_VERSION, ANY_VERSION):
-            try:
-                _, stat = await self._zk.create(path, plan.to_json())
-                return Version(stat.version)
-            except NodeExists as exc:
-                if version == NEW_VERSION:
-                    raise BadVersionError.at(path, version) from exc
-            except NoNode as exc:
-                raise MetadataError(f"topic {topic!r} does not exist") from exc
+            created = await self._create(topic, plan)
+            if created is not None:
+                return created
+            if version == NEW_VERSION:
+                raise BadVersionError.at(path, version)
         try:
             stat = await self._zk.set(path, plan.to_json(), _v(version))
         except NoNode as exc:
             raise MetadataError(f"topic {topic!r} has no plan") from exc
         return Version(stat.version)
 
+    async def _create(self, topic: str, plan: TopicPlan) -> Version | None:
+        """Create the plan (``None``: there is one already)."""
+        path, marker = self._layout.plan(topic), self._layout.planned_marker(topic)
+        for _ in range(_MARK_TRIES):
+            if await self._zk.exists(self._layout.topic(topic)) is None:
+                raise MetadataError(f"topic {topic!r} does not exist")
+            await self._mark(topic)
+            check, create = await self._zk.transaction(
+                [Op("check", marker), Op("create", path, value=plan.to_json())]
+            )
+            if check is None and create is None:
+                return Version(0)
+            if isinstance(create, NodeExists):
+                return None
+            if isinstance(create, NoNode):
+                raise MetadataError(f"topic {topic!r} does not exist")
+            if not isinstance(check, NoNode):
+                raise check or create or MetadataError(f"creating {path} failed")
+            # The mark went between our marking and the transaction: mark again.
+        raise MetadataError(f"topic {topic!r}: its plan is being created and deleted at once")
+
     async def delete_plan(self, topic: str, version: Version) -> None:
-        try:
-            await self._zk.delete(self._layout.plan(topic), _v(version))
-        except NoNode as exc:
-            raise MetadataError(f"topic {topic!r} has no plan") from exc
+        path = self._layout.plan(topic)
+        plan, mark = await self._zk.transaction(
+            [Op("delete", path, _v(version)), Op("delete", self._layout.planned_marker(topic))]
+        )
+        if plan is None and mark is None:
+            return
+        if isinstance(plan, NoNode):
+            raise MetadataError(f"topic {topic!r} has no plan")
+        if isinstance(plan, BadVersionError):
+            raise plan
+        if isinstance(mark, NoNode):  # a plan from before the index, not marked yet
+            try:
+                await self._zk.delete(path, _v(version))
+            except NoNode as exc:
+                raise MetadataError(f"topic {topic!r} has no plan") from exc
+            return
+        raise plan or mark or MetadataError(f"deleting {path} failed")
 
 
 class ZkSession:
