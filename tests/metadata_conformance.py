@@ -76,6 +76,36 @@ class MetadataConformance:
         with pytest.raises(NoTopicOwnerInfoError):
             await store.ownership.write_owner_info("t", HubInfo("h", 1), v1)
 
+    async def test_a_new_topic_is_created_and_claimed_at_once(
+        self, store: MetadataStore, other: MetadataStore
+    ) -> None:
+        """``claim_new_topic`` creates the topic with its owner record, or writes nothing if
+        the topic exists; the record is a claim like any other (compare-and-set, and gone
+        with its session or lease, the topic staying)."""
+        await store.hubs.register_hub("127.0.0.1:9", HubLoad())
+        v = await store.ownership.claim_new_topic("n/1", HubInfo("127.0.0.1:9", 3))
+        assert v is not None
+        assert await other.topics.topic_exists("n/1")
+        got = await other.ownership.read_owner_info("n/1")
+        assert got is not None and got.value == HubInfo("127.0.0.1:9", 3) and got.version == v
+        assert await other.topics.read_topic_config("n/1") is not None
+        assert await other.subscriptions.read_subscriptions("n/1") == {}
+        assert await other.ownership.claim_new_topic("n/1", HubInfo("h2:1", 4)) is None
+        with pytest.raises(BadVersionError):
+            await other.ownership.write_owner_info("n/1", HubInfo("h2:1", 4), NEW_VERSION)
+        await other.topics.ensure_topic("n/2")  # exists, unowned: nothing written
+        assert await store.ownership.claim_new_topic("n/2", HubInfo("127.0.0.1:9", 3)) is None
+        assert await other.ownership.read_owner_info("n/2") is None
+        v1 = await store.ownership.write_owner_info("n/1", HubInfo("127.0.0.1:9", 5), v)
+        await store.ownership.delete_owner_info("n/1", v1)
+        lost = asyncio.Event()
+        await store.ownership.claim_new_topic("n/3", HubInfo("127.0.0.1:9", 3))
+        store.session.add_listener(lambda s: lost.set() if s is SessionState.LOST else None)
+        await self.expire(store)
+        await asyncio.wait_for(lost.wait(), 30)
+        assert await other.ownership.read_owner_info("n/3") is None
+        assert await other.topics.topic_exists("n/3")
+
     async def test_claim_needs_topic(self, store: MetadataStore) -> None:
         with pytest.raises(MetadataError):
             await store.ownership.write_owner_info("missing", HubInfo("h:1", 1), NEW_VERSION)
@@ -204,6 +234,30 @@ class MetadataConformance:
         assert {a.value.ledger_id, b.value.ledger_id} <= set(await store.ledgers.list_ledgers())
         await store.ledgers.delete_ledger(a.value.ledger_id, v)
         assert await store.ledgers.read_ledger(a.value.ledger_id) is None
+
+    async def test_a_topic_log_starts_with_its_first_ledger_and_record_at_once(
+        self, store: MetadataStore, other: MetadataStore
+    ) -> None:
+        """``start_topic_log``: the first ledger (its id given by the store) and the record
+        naming it from sequence 1, both there; a second start (the topic has a record) is a
+        conflict that leaves no ledger behind."""
+        await store.topics.ensure_topic("s")
+        md = LedgerMetadata(0, "s", 1, 1, 1, ((0, ("h:1",)),), owner="h:1", owner_epoch=3)
+        created, version = await store.persistence.start_topic_log("s", md)
+        lid = created.value.ledger_id
+        assert created.value == replace(md, ledger_id=lid)
+        got = await other.ledgers.read_ledger(lid)
+        assert got is not None and got.value == created.value and got.version == created.version
+        ranges = await other.persistence.read_topic_persistence_info("s")
+        assert ranges is not None and ranges.version == version
+        assert ranges.value == LedgerRanges((LedgerRange(lid, 1),))
+        before = set(await store.ledgers.list_ledgers())
+        with pytest.raises(BadVersionError):
+            await other.persistence.start_topic_log("s", md)
+        assert set(await store.ledgers.list_ledgers()) == before
+        # The record is an ordinary one: appended to by compare-and-set from its version.
+        wider = ranges.value.with_tail(lid + 1000, 5)
+        await store.persistence.write_topic_persistence_info("s", wider, version)
 
     # topics ------------------------------------------------------------------------------
 

@@ -697,16 +697,17 @@ async def test_a_move_during_the_owners_claim_waits_for_it(region: Region) -> No
     the topic waits for the claim to finish, then hands the topic over (it used to find the
     topic not served here, ask the destination, which saw the record, and move nothing)."""
     a, b = region.hubs
-    write_owner = a.store.ownership.write_owner_info
+    # A new topic's record is written with the topic (``claim_new_topic``).
+    claim_new = a.store.ownership.claim_new_topic
     written = asyncio.Event()
 
     async def slow_write(*args: Any, **kwargs: Any) -> Any:
-        version = await write_owner(*args, **kwargs)
+        version = await claim_new(*args, **kwargs)
         written.set()
         await asyncio.sleep(0.05)  # the record is there; the take-over is not done
         return version
 
-    a.store.ownership.write_owner_info = slow_write  # type: ignore[method-assign]
+    a.store.ownership.claim_new_topic = slow_write  # type: ignore[method-assign]
     claim = asyncio.create_task(a.topics.acquire("claiming", redirected=True))
     await written.wait()
     assert "claiming" not in a.topics.topics

@@ -23,6 +23,19 @@ def _logs(tmp_path: Path) -> list[Path]:
     return sorted((tmp_path / "ledgers").glob("*.entrylog"))
 
 
+_PAYLOAD = b"p" * 200
+
+
+def _entry(lid: int, e: int) -> bytes:
+    return _PAYLOAD + b"%d.%d" % (lid, e)
+
+
+async def _three_entries_each(storage: LocalStorage, ledgers: range) -> None:
+    for lid in ledgers:
+        for e in range(3):
+            await storage.add_entry(lid, e, e - 1, _entry(lid, e))
+
+
 @pytest.fixture
 def syncs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """What the storage syncs, in order: ``data`` for a log, ``dir`` for the directory."""
@@ -195,10 +208,7 @@ async def test_deleted_ledgers_stay_deleted_and_their_logs_are_compacted(
     removed), reads go on during and after it, fences move with their ledgers, and after a
     restart deleted ledgers do not come back while kept ones read the same."""
     storage = LocalStorage(tmp_path, "h:1", log_bytes=4096)
-    payload = b"p" * 200
-    for lid in range(60):
-        for e in range(3):
-            await storage.add_entry(lid, e, e - 1, payload + b"%d.%d" % (lid, e))
+    await _three_entries_each(storage, range(60))
     await storage.read_lac(1, fence=True)
     await storage.read_lac(2, fence=True)
     closed = [p.name for p in _logs(tmp_path)][:-1]
@@ -214,7 +224,7 @@ async def test_deleted_ledgers_stay_deleted_and_their_logs_are_compacted(
     assert storage.compactions >= len(closed) // 2
     assert not set(closed) & {p.name for p in _logs(tmp_path)[:2]}  # the oldest went
     for lid in kept:
-        assert await storage.read_entry(lid, 2) == payload + b"%d.2" % lid
+        assert await storage.read_entry(lid, 2) == _entry(lid, 2)
     assert storage.is_fenced(1) and storage.is_fenced(2)
     assert storage.ledgers() == kept
     with pytest.raises(NoSuchEntryError):
@@ -224,7 +234,7 @@ async def test_deleted_ledgers_stay_deleted_and_their_logs_are_compacted(
     assert again.ledgers() == kept
     for lid in kept:
         assert [await again.read_entry(lid, e) for e in range(3)] == [
-            payload + b"%d.%d" % (lid, e) for e in range(3)
+            _entry(lid, e) for e in range(3)
         ]
         assert await again.read_lac(lid, fence=False) == (1, 2)
     assert again.is_fenced(1) and again.is_fenced(2) and not again.is_fenced(11)
@@ -423,4 +433,61 @@ async def test_a_fence_torn_by_a_crash_is_no_fence(tmp_path: Path) -> None:
     await storage.close()
     again = LocalStorage(tmp_path, "h:1")
     assert again.is_fenced(3)
+    await again.close()
+
+
+async def test_a_compaction_whose_copies_the_disk_refuses_keeps_its_log_and_tries_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The disk refuses the group that carries a compaction's copies (full): the log being
+    compacted stays, reads of what it holds go on from it, nothing is lost at a restart, and
+    the next deletion compacts it."""
+    storage = LocalStorage(tmp_path, "h:1", log_bytes=4096)
+    await _three_entries_each(storage, range(40))
+    await storage.read_lac(1, fence=True)
+    kept = [lid for lid in range(40) if lid % 10 == 1]
+    real = storage_mod._append_and_sync
+    refused: list[int] = []
+
+    def full_for_copies(
+        fd: int, start: int | None, new_log: str | None, d: str, data: bytes
+    ) -> int:
+        if _PAYLOAD in data:  # entries copied forward (the deletions carry no payload)
+            refused.append(len(data))
+            raise OSError(28, "No space left on device")
+        return real(fd, start, new_log, d, data)
+
+    monkeypatch.setattr(storage_mod, "_append_and_sync", full_for_copies)
+    before = {p.name for p in _logs(tmp_path)}
+    for lid in range(40):
+        if lid not in kept and lid != 39:
+            await storage.delete_ledger(lid)
+    for _ in range(300):
+        if refused and (storage._compactor is None or storage._compactor.done()):
+            break
+        await asyncio.sleep(0.01)
+    assert refused, "a compaction tried to copy"
+    assert storage.compactions == 0
+    assert before <= {p.name for p in _logs(tmp_path)}  # every log still there
+    for lid in kept:
+        assert [await storage.read_entry(lid, e) for e in range(3)] == [
+            _entry(lid, e) for e in range(3)
+        ]
+    assert storage.is_fenced(1)
+    monkeypatch.setattr(storage_mod, "_append_and_sync", real)
+    await storage.delete_ledger(39)  # the next deletion: compaction runs again
+    for _ in range(300):
+        if storage.compactions and (storage._compactor is None or storage._compactor.done()):
+            break
+        await asyncio.sleep(0.01)
+    assert storage.compactions >= 1
+    assert len(_logs(tmp_path)) < len(before)
+    await storage.close()
+    again = LocalStorage(tmp_path, "h:1", log_bytes=4096)
+    assert again.ledgers() == kept
+    for lid in kept:
+        assert [await again.read_entry(lid, e) for e in range(3)] == [
+            _entry(lid, e) for e in range(3)
+        ]
+    assert again.is_fenced(1) and not again.is_fenced(11)
     await again.close()

@@ -19,6 +19,7 @@ from hedwig.errors import (
     UsageError,
 )
 from hedwig.ledger import TopicLog
+from hedwig.ledger.retention import delete_ledger_everywhere
 from hedwig.protocol import ResetTo
 from tests.memory_region import Region, memory_region
 
@@ -261,3 +262,39 @@ async def test_an_idle_topic_lets_its_batches_in_memory_go_and_still_reads_them(
 def cached(log: TopicLog) -> int:
     reader = log._log_reader
     return 0 if reader is None else len(reader._cache or ())
+
+
+async def test_a_deletion_cut_short_after_the_ledgers_is_finished_by_its_retry(
+    region: Region,
+) -> None:
+    """A deletion deletes the topic's ledgers, then its records. An owner that dies between
+    the two leaves records naming ledgers that are gone: the retried deletion's claim (and a
+    publish's) used to fail reading the log's end back, for good, so the topic could be
+    neither deleted nor used. The claim now skips what is gone, and the deletion finishes."""
+    async with region.client() as c:
+        for i in range(5):
+            await c.publish("half", b"m%d" % i)
+        owner = region.owner("half")
+        # The first half of the owner's deletion (its log closed, its ledgers deleted),
+        # then its end, as a crash would leave it.
+        await owner.topics.topics["half"].log.close()
+        ranges = await owner.store.persistence.read_topic_persistence_info("half")
+        assert ranges is not None and ranges.value.ranges
+        for r in ranges.value.ranges:
+            await delete_ledger_everywhere(owner.store.ledgers, owner.topics.replicas, r.ledger_id)
+        await owner.topics.release("half", "test: the owner died mid-deletion")
+        await c.delete_topic("half", force=True)
+        assert not await owner.store.topics.topic_exists("half")
+        await c.publish("half", b"again")
+        assert (await c.topic_info("half")).last_seq == 1
+        # The same with the log still open when its ledger went (its close failed too).
+        for i in range(3):
+            await c.publish("open", b"m%d" % i)
+        owner = region.owner("open")
+        ranges = await owner.store.persistence.read_topic_persistence_info("open")
+        assert ranges is not None and ranges.value.ranges[-1].end_seq is None
+        for r in ranges.value.ranges:
+            await delete_ledger_everywhere(owner.store.ledgers, owner.topics.replicas, r.ledger_id)
+        await owner.topics.release("open", "test: the owner died mid-deletion")
+        await c.delete_topic("open", force=True)
+        assert not await owner.store.topics.topic_exists("open")

@@ -333,6 +333,11 @@ class NoSuchEntryError(LedgerError):
     """The entry is not stored (beyond the end, or collected)."""
 
 
+class LedgerGoneError(NoSuchEntryError):
+    """A ledger the topic's record names has no metadata: it was deleted (by a deletion of
+    the topic that a crash cut short between the ledgers and the records)."""
+
+
 class CorruptEntryError(LedgerError):
     """An entry failed its checksum."""
 

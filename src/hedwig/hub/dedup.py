@@ -20,6 +20,7 @@ change of owner) is taken at whatever sequence it starts.
 from __future__ import annotations
 
 import asyncio
+import sys
 from dataclasses import dataclass, field
 
 from hedwig.errors import OutOfOrderError
@@ -115,6 +116,9 @@ class PublisherTable:
         if pub is None:
             while len(pubs) >= MAX_PUBLISHERS:
                 del pubs[next(iter(pubs))]
+            # Interned: a client's id is the same on every topic it publishes to, and each
+            # frame decodes a copy of its own (a string per topic, on a hub owning 100,000).
+            publisher = sys.intern(publisher)
             pub = pubs[publisher] = _Publisher()
         elif next(reversed(pubs)) != publisher:  # the most recently seen now (moved last)
             del pubs[publisher]

@@ -43,6 +43,7 @@ from hedwig.clock import Clock, Throttle
 from hedwig.errors import (
     BadVersionError,
     HedwigError,
+    LedgerGoneError,
     MetadataError,
     NoSuchTopicError,
     NotEnoughHubsError,
@@ -273,14 +274,21 @@ class TopicOwnership:
 
     async def _resolve(self, topic: str, redirected: bool, create: bool) -> OwnedTopic:
         # A topic this call created has nothing yet (no owner, configuration or ledgers): its
-        # claim skips reading them, three store round trips of about nine; if another hub
-        # claims it meanwhile, the owner record's compare-and-set says so. A hub sent here to
-        # claim creates it first; any other creates it only once it knows it is to claim it,
-        # not before redirecting the client elsewhere.
+        # claim skips reading them, three store round trips of about nine. It is created
+        # together with its owner record (``claim_new_topic``: one request, not two or
+        # three); if it exists already, it is claimed as any other (the owner record's
+        # compare-and-set settles a race). A hub sent here to claim tries that first; any
+        # other only once it knows it is to claim the topic, not before redirecting the
+        # client elsewhere.
         fresh = ensured = False
         if not create:
             if not await self.store.topics.topic_exists(topic):
                 raise NoSuchTopicError(f"topic {topic!r} does not exist")
+            ensured = True
+        elif redirected and self.choices.can_store(topic):
+            version = await self._claim_new(topic)
+            if version is not None:
+                return await self._take_over(topic, version, fresh=True)
             ensured = True
         elif redirected:
             fresh = await self.store.topics.ensure_topic(topic)
@@ -322,8 +330,10 @@ class TopicOwnership:
                     )
             if not ensured:
                 # None had an owner a moment ago; created now, it has nothing else either.
-                fresh = await self.store.topics.ensure_topic(topic)
                 ensured = True
+                version = await self._claim_new(topic)
+                if version is not None:
+                    return await self._take_over(topic, version, fresh=True)
             try:
                 version = await self.store.ownership.write_owner_info(
                     topic, HubInfo(self.address, self.epoch), NEW_VERSION
@@ -334,6 +344,9 @@ class TopicOwnership:
                 continue
             return await self._take_over(topic, version, fresh=fresh)
         raise ServiceUnavailableError(f"topic {topic!r}: its ownership is changing")
+
+    async def _claim_new(self, topic: str) -> Version | None:
+        return await self.store.ownership.claim_new_topic(topic, HubInfo(self.address, self.epoch))
 
     def _redirect(self, topic: str) -> None:
         self.stats.redirects += 1
@@ -413,7 +426,15 @@ class TopicOwnership:
             # their acknowledgements are what the previous owner could not send.
             start = max(1, tlog.last_seq - DEDUP_WINDOW + 1)
             while start <= tlog.last_seq:
-                recent = await tlog.read(start, DEDUP_WINDOW, 8 << 20)
+                try:
+                    recent = await tlog.read(start, DEDUP_WINDOW, 8 << 20)
+                except LedgerGoneError as exc:
+                    # Deleted with its messages: a deletion of this topic cut short by a crash
+                    # (ledgers first, records last). Nothing is left there to recognise a
+                    # duplicate of; refusing the claim would leave the topic impossible to
+                    # delete (the deletion's retry claims it too) or to use.
+                    log.warning("taking over topic %r: %s; not read back", topic, exc)
+                    break
                 if not recent:
                     break
                 owned.remember_publishers(recent)

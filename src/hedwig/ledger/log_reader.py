@@ -24,7 +24,7 @@ import bisect
 import struct
 from dataclasses import dataclass, field
 
-from hedwig.errors import NoSuchEntryError
+from hedwig.errors import LedgerGoneError
 from hedwig.ledger.handle import read_entry
 from hedwig.ledger.replicas import Replicas
 from hedwig.metadata.managers import LedgerMetadataManager
@@ -250,7 +250,7 @@ class LogReader:
         else:
             got = await self._ledgers.read_ledger(r.ledger_id)
             if got is None:
-                raise NoSuchEntryError(f"ledger {r.ledger_id} of topic {self._topic!r} is gone")
+                raise LedgerGoneError(f"ledger {r.ledger_id} of topic {self._topic!r} is gone")
             md = got.value
         idx = LedgerIndex(md)
         for first in range(0, md.last_entry_id + 1, READ_AHEAD):

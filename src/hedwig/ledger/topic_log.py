@@ -33,6 +33,7 @@ from hedwig.errors import (
     LedgerError,
     MetadataError,
     MetadataUnavailableError,
+    NoLedgerMetadataError,
 )
 from hedwig.flag import Flag
 from hedwig.ledger.handle import LedgerWriter, recover_ledger
@@ -48,6 +49,7 @@ from hedwig.metadata.records import (
     ReplicationConfig,
     Versioned,
 )
+from hedwig.metadata.topic_logs import first_ranges
 from hedwig.protocol import Batch, EncodedMessages
 
 # Chooses storage replicas for a new ledger: (wanted size, smallest acceptable size,
@@ -177,14 +179,30 @@ class TopicLog:
         recovered: dict[int, LedgerMetadata] = {}
         for r in ranges.ranges:
             if r.end_seq is None:
-                md = await recover_ledger(
-                    self._store.ledgers,
-                    self._replicas,
-                    r.ledger_id,
-                    last_seq_of=last_seq_of,
-                    clock=self._clock,
-                    replacements=self._stand_ins,
-                )
+                try:
+                    md = await recover_ledger(
+                        self._store.ledgers,
+                        self._replicas,
+                        r.ledger_id,
+                        last_seq_of=last_seq_of,
+                        clock=self._clock,
+                        replacements=self._stand_ins,
+                    )
+                except NoLedgerMetadataError:
+                    # Deleted while open: only a deletion of the topic does that (retention
+                    # takes closed ledgers, after the record), cut short by a crash before
+                    # the records went. Its messages are gone; taken as empty, so the
+                    # deletion's retry (which claims the topic first) can finish.
+                    log.warning(
+                        "topic %r: open ledger %d is gone; taken as empty", self.topic, r.ledger_id
+                    )
+                    ranges = LedgerRanges(
+                        tuple(
+                            replace(x, end_seq=r.start_seq - 1) if x.ledger_id == r.ledger_id else x
+                            for x in ranges.ranges
+                        )
+                    )
+                    continue
                 recovered[r.ledger_id] = md
                 # Final now: the read-back of the log's end that follows a take-over finds
                 # it here, not in the store.
@@ -199,16 +217,25 @@ class TopicLog:
                     )
                 )
         last = ranges.last_seq
-        self.previous_end_ms = await self._previous_end_ms(ranges, recovered)
-        writer = await self._new_writer(self._ensemble)
-        new_ranges = ranges.with_tail(writer.ledger_id, last + 1)
-        try:
-            version = await self._store.persistence.write_topic_persistence_info(
-                self.topic, new_ranges, version
+        if got is None:
+            # A new topic: its first ledger and the record naming it, at once (one request
+            # on etcd); a record made meanwhile by anyone else fails this open.
+            created, version = await self._store.persistence.start_topic_log(
+                self.topic, self._ledger_metadata(self._ensemble)
             )
-        except BadVersionError:
-            await self._discard(writer)
-            raise
+            writer = self._writer_for(created)
+            new_ranges = first_ranges(writer.ledger_id)
+        else:
+            self.previous_end_ms = await self._previous_end_ms(ranges, recovered)
+            writer = await self._new_writer(self._ensemble)
+            new_ranges = ranges.with_tail(writer.ledger_id, last + 1)
+            try:
+                version = await self._store.persistence.write_topic_persistence_info(
+                    self.topic, new_ranges, version
+                )
+            except BadVersionError:
+                await self._discard(writer)
+                raise
         self._ranges = Versioned(new_ranges, version)
         self._writer = writer
         self._next_seq = last + 1
@@ -247,9 +274,15 @@ class TopicLog:
             return None
 
     async def _new_writer(self, ensemble: list[str]) -> LedgerWriter:
+        return self._writer_for(
+            await self._store.ledgers.create_ledger(self._ledger_metadata(ensemble))
+        )
+
+    def _ledger_metadata(self, ensemble: list[str]) -> LedgerMetadata:
+        """A new ledger of this topic on ``ensemble`` (its id is the store's to give)."""
         rep = self.settings.replication
         ensemble = ensemble[: rep.ensemble]
-        md = LedgerMetadata(
+        return LedgerMetadata(
             ledger_id=0,
             topic=self.topic,
             ensemble_size=len(ensemble),
@@ -260,7 +293,8 @@ class TopicLog:
             owner_epoch=self._epoch,
             created_ms=self._clock.wall_ms(),
         )
-        created = await self._store.ledgers.create_ledger(md)
+
+    def _writer_for(self, created: Versioned[LedgerMetadata]) -> LedgerWriter:
         return LedgerWriter(
             self._store.ledgers,
             self._replicas,

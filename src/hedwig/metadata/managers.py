@@ -60,6 +60,13 @@ class TopicOwnershipManager(Protocol):
         """Release; ``BadVersionError`` if the record changed, ``NoTopicOwnerInfoError`` if gone."""
         ...
 
+    async def claim_new_topic(self, topic: str, owner: HubInfo) -> Version | None:
+        """Create the topic and its owner record (a claim, as ``write_owner_info`` with
+        ``NEW_VERSION`` makes) in one step, if neither exists; ``None``: nothing written (the
+        topic exists, or a record does). A first publish's claim is one store request
+        instead of two or three."""
+        ...
+
     def watch_owner(
         self, topic: str, callback: Callable[[], None], version: Version | None = None
     ) -> None:
@@ -82,6 +89,16 @@ class TopicPersistenceManager(Protocol):
         ...
 
     async def delete_topic_persistence_info(self, topic: str, version: Version) -> None: ...
+
+    async def start_topic_log(
+        self, topic: str, first: LedgerMetadata
+    ) -> tuple[Versioned[LedgerMetadata], Version]:
+        """A new topic's first ledger (``first``, given its id here) and the persistence
+        record naming it from sequence 1, both created: the ledger's metadata and the
+        record's version. ``BadVersionError`` if the topic has a record already (and no
+        ledger is left behind). In one request where the store allows
+        (``hedwig.metadata.topic_logs``)."""
+        ...
 
 
 class SubscriptionDataManager(Protocol):

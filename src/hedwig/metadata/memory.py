@@ -42,6 +42,7 @@ from hedwig.metadata.records import (
     Version,
     Versioned,
 )
+from hedwig.metadata.topic_logs import start_in_steps
 from hedwig.protocol.names import encode_name
 
 
@@ -192,6 +193,14 @@ class MemoryMetadataStore:
         e = self._get(self._k("owner", topic))
         return None if e is None else Versioned(e.value, Version(e.version))
 
+    async def claim_new_topic(self, topic: str, owner: HubInfo) -> Version | None:
+        if self._get(self._k("topic", topic)) is not None:
+            return None
+        if self._get(self._k("owner", topic)) is not None:
+            return None
+        self._create(self._k("topic", topic), TopicConfig())
+        return Version(self._create(self._k("owner", topic), owner, ephemeral=True).version)
+
     async def write_owner_info(self, topic: str, owner: HubInfo, version: Version) -> Version:
         key = self._k("owner", topic)
         if version == NEW_VERSION:
@@ -232,6 +241,11 @@ class MemoryMetadataStore:
 
     async def delete_topic_persistence_info(self, topic: str, version: Version) -> None:
         self._delete(self._k("ledgers", topic), version, NoTopicPersistenceInfoError(topic))
+
+    async def start_topic_log(
+        self, topic: str, first: LedgerMetadata
+    ) -> tuple[Versioned[LedgerMetadata], Version]:
+        return await start_in_steps(self, self, topic, first)
 
     # SubscriptionDataManager ----------------------------------------------------------------
 

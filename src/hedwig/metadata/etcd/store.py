@@ -69,6 +69,7 @@ from hedwig.metadata.records import (
     Version,
     Versioned,
 )
+from hedwig.metadata.topic_logs import first_ranges
 
 
 class EtcdOwnership:
@@ -102,6 +103,15 @@ class EtcdOwnership:
             return await set_key(self._etcd, key, owner.to_json(), version, lease)
         except LookupError as exc:
             raise NoTopicOwnerInfoError(topic) from exc
+
+    async def claim_new_topic(self, topic: str, owner: HubInfo) -> Version | None:
+        key, topic_key = self._keys.owner(topic), self._keys.topic(topic)
+        lease = await self._etcd.owner_lease(key)
+        res = await self._etcd.txn(
+            [missing(topic_key), missing(key)],
+            [put(topic_key, b""), put(key, owner.to_json(), lease)],
+        )
+        return Version(res.revision) if res.succeeded else None
 
     async def delete_owner_info(self, topic: str, version: Version) -> None:
         try:
@@ -144,9 +154,26 @@ class EtcdOwnership:
 
 
 class EtcdPersistence:
-    def __init__(self, etcd: EtcdClient, keys: Keys) -> None:
+    def __init__(self, etcd: EtcdClient, keys: Keys, ledgers: EtcdLedgers) -> None:
         self._etcd = etcd
         self._keys = keys
+        self._ledgers = ledgers
+
+    async def start_topic_log(
+        self, topic: str, first: LedgerMetadata
+    ) -> tuple[Versioned[LedgerMetadata], Version]:
+        """One transaction: the ledger's id comes from this process's block, so the record
+        can name it in the same request."""
+        lid = await self._ledgers.new_id()
+        md = replace(first, ledger_id=lid)
+        key, ledger_key = self._keys.persistence(topic), self._keys.ledger(lid)
+        res = await self._etcd.txn(
+            [missing(key), missing(ledger_key)],
+            [put(ledger_key, md.to_json()), put(key, first_ranges(lid).to_json())],
+        )
+        if not res.succeeded:
+            raise BadVersionError.at(key.decode(), NEW_VERSION)
+        return Versioned(md, Version(res.revision)), Version(res.revision)
 
     async def read_topic_persistence_info(self, topic: str) -> Versioned[LedgerRanges] | None:
         got = await self._etcd.get(self._keys.persistence(topic))
@@ -253,7 +280,8 @@ class EtcdLedgers:
         self._next_id = self._end_id = 0
         self._taking: asyncio.Task[None] | None = None
 
-    async def _new_id(self) -> int:
+    async def new_id(self) -> int:
+        """A ledger id no other ledger of the region has had or will have."""
         while self._next_id >= self._end_id:
             if self._taking is None or self._taking.done():
                 self._taking = asyncio.get_running_loop().create_task(self._take_block())
@@ -277,7 +305,7 @@ class EtcdLedgers:
                 return
 
     async def create_ledger(self, metadata: LedgerMetadata) -> Versioned[LedgerMetadata]:
-        lid = await self._new_id()
+        lid = await self.new_id()
         md = replace(metadata, ledger_id=lid)
         version = await create_key(self._etcd, self._keys.ledger(lid), md.to_json())
         return Versioned(md, version)
@@ -548,9 +576,9 @@ class EtcdMetadataStore:
             credentials_source=credentials_source,
         )
         self.ownership = EtcdOwnership(self.etcd, self.keys)
-        self.persistence = EtcdPersistence(self.etcd, self.keys)
-        self.subscriptions = EtcdSubscriptions(self.etcd, self.keys)
         self.ledgers = EtcdLedgers(self.etcd, self.keys)
+        self.persistence = EtcdPersistence(self.etcd, self.keys, self.ledgers)
+        self.subscriptions = EtcdSubscriptions(self.etcd, self.keys)
         self.topics = EtcdTopics(self.etcd, self.keys)
         self.hubs = EtcdHubs(self.etcd, self.keys)
         self.acls = EtcdAcls(self.etcd, self.keys)

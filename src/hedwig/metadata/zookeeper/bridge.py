@@ -106,6 +106,7 @@ class Op:
     path: str
     version: int = -1  # check, delete, set: the znode version required (-1: any)
     value: bytes = b""  # create, set
+    ephemeral: bool = False  # create: tied to this session
 
 
 class ZkBridge:
@@ -263,7 +264,7 @@ class ZkBridge:
                 if op.kind == "check":
                     txn.check(op.path, op.version)
                 elif op.kind == "create":
-                    txn.create(op.path, op.value)
+                    txn.create(op.path, op.value, ephemeral=op.ephemeral)
                 elif op.kind == "delete":
                     txn.delete(op.path, op.version)
                 else:

@@ -37,6 +37,7 @@ from hedwig.metadata.records import (
     Version,
     Versioned,
 )
+from hedwig.metadata.topic_logs import start_in_steps
 from hedwig.metadata.zookeeper.bridge import NodeExists, NoNode, Op, ZkBridge
 
 DEFAULT_SESSION_TIMEOUT = 6.0
@@ -74,6 +75,21 @@ class ZkOwnership:
             raise NoTopicOwnerInfoError(topic) from exc
         return Version(stat.version)
 
+    async def claim_new_topic(self, topic: str, owner: HubInfo) -> Version | None:
+        layout = self._layout
+        made, _, claimed = await self._zk.transaction(
+            [
+                Op("create", layout.topic(topic)),
+                Op("create", layout.subscribers(topic)),
+                Op("create", layout.owner(topic), value=owner.to_json(), ephemeral=True),
+            ]
+        )
+        if made is None and claimed is None:
+            return Version(0)
+        if isinstance(made, NodeExists | NoNode):
+            return None  # exists (or the region's tree is not there: the usual path says so)
+        raise made or claimed or MetadataError(f"claiming new topic {topic!r} failed")
+
     async def delete_owner_info(self, topic: str, version: Version) -> None:
         try:
             await self._zk.delete(self._layout.owner(topic), _v(version))
@@ -91,9 +107,16 @@ class ZkOwnership:
 
 
 class ZkPersistence:
-    def __init__(self, zk: ZkBridge, layout: Layout) -> None:
+    def __init__(self, zk: ZkBridge, layout: Layout, ledgers: ZkLedgers) -> None:
         self._zk = zk
         self._layout = layout
+        self._ledgers = ledgers
+
+    async def start_topic_log(
+        self, topic: str, first: LedgerMetadata
+    ) -> tuple[Versioned[LedgerMetadata], Version]:
+        # Two steps: the ledger's id is its sequential znode's number, known only once made.
+        return await start_in_steps(self._ledgers, self, topic, first)
 
     async def read_topic_persistence_info(self, topic: str) -> Versioned[LedgerRanges] | None:
         got = await self._zk.get_or_none(self._layout.persistence(topic))
@@ -569,9 +592,9 @@ class ZkMetadataStore:
         self.layout = Layout(region)
         self.zk = ZkBridge(hosts, session_timeout=session_timeout, digest=digest)
         self.ownership = ZkOwnership(self.zk, self.layout)
-        self.persistence = ZkPersistence(self.zk, self.layout)
-        self.subscriptions = ZkSubscriptions(self.zk, self.layout)
         self.ledgers = ZkLedgers(self.zk, self.layout)
+        self.persistence = ZkPersistence(self.zk, self.layout, self.ledgers)
+        self.subscriptions = ZkSubscriptions(self.zk, self.layout)
         self.topics = ZkTopics(self.zk, self.layout)
         self.hubs = ZkHubs(self.zk, self.layout)
         self.acls = ZkAcls(self.zk, self.layout)
