@@ -402,22 +402,35 @@ def compactions(hubs: list[HubProcess]) -> float:
     return total
 
 
-async def test_kill9_replica_while_entry_logs_are_compacted(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("fault", "store"),
+    [("kill9", "zookeeper"), ("freeze", "etcd")],
+    ids=["kill9-zk", "freeze-etcd"],
+)
+async def test_replica_killed_or_frozen_while_entry_logs_are_compacted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fault: str, store: str
+) -> None:
     """Every ledger a hub stores shares its entry logs. Topics created and deleted beside the
     checked ones leave closed logs mostly dead, which compaction copies forward and removes
     while the checked topics are written; a replica is killed (``kill -9``) in the middle of
     it and started again on its data, so it reads its logs back with their copies and delete
-    records. Nothing acknowledged is lost, every message reads back, and the restarted hub
-    goes on compacting. Secured (TLS, client certificates, ACLs)."""
+    records; or (on etcd) frozen past its lease and thawed, its compaction resuming on a hub
+    that lost its session meanwhile. Nothing acknowledged is lost, every message reads back,
+    and the hub goes on compacting. Secured (TLS, client certificates, ACLs)."""
     with DevCluster(
         hubs=3,
         region="faults-compact",
         session_timeout_s=SESSION,
         replication="3/3/2",
         secure=True,
+        store=store,
         base_dir=str(tmp_path / "cluster"),
         hub_args=["--entry-log-bytes", "32768"],
     ) as cluster:
+        if store == "etcd":
+            assert cluster.security is not None
+            for name, value in cluster.security.store_env().items():
+                monkeypatch.setenv(name, value)  # this process reads owners as the hubs do
         security = admin(cluster)
         stop = asyncio.Event()
         churned: list[str] = []
@@ -451,12 +464,23 @@ async def test_kill9_replica_while_entry_logs_are_compacted(tmp_path: Path) -> N
                 return await asyncio.to_thread(compactions, [replica]) > 0
 
             await eventually(compacted, timeout=60)
-            replica.kill()
-            await asyncio.sleep(0.5)
-            await asyncio.to_thread(replica.start)
-            await asyncio.sleep(SESSION + 3)
-            # The restarted hub compacts too (its counter began again at its start).
-            await eventually(compacted, timeout=60)
+            if fault == "kill9":
+                replica.kill()
+                await asyncio.sleep(0.5)
+                await asyncio.to_thread(replica.start)
+                await asyncio.sleep(SESSION + 3)
+                # The restarted hub compacts too (its counter began again at its start).
+                await eventually(compacted, timeout=60)
+            else:
+                before = await asyncio.to_thread(compactions, [replica])
+                replica.freeze()
+                await asyncio.sleep(SESSION + 3)  # its lease is gone: its topics moved
+                replica.thaw()
+
+                async def compacted_again() -> bool:
+                    return await asyncio.to_thread(compactions, [replica]) > before
+
+                await eventually(compacted_again, timeout=60)
             history = await work.finish()
         finally:
             stop.set()
