@@ -15,7 +15,7 @@ import pytest
 
 from hedwig.clock import ManualClock
 from hedwig.devcluster.zookeeper import ZooKeeperServer
-from hedwig.errors import MetadataUnavailableError
+from hedwig.errors import MetadataError, MetadataUnavailableError
 from hedwig.hub import Hub, HubConfig
 from hedwig.hub.load import LoadTracker, hottest
 from hedwig.hub.metrics import HubMetrics
@@ -291,3 +291,24 @@ async def test_a_report_of_claims_counts_the_topics_and_keeps_the_last_rates() -
 
             await eventually(released, timeout=5)
             assert (await written()).msg_in < regular.msg_in
+
+
+def test_the_same_report_is_parsed_once() -> None:
+    """A claiming hub reads the registry up to five times a second while reports change every
+    few seconds: the same bytes give the same record without parsing them again; other bytes
+    (the next report) a new one; bytes that are not a report fail every time."""
+    report = HubLoad(
+        timestamp_ms=1,
+        topics=3,
+        msg_in=5.0,
+        topic_loads={f"t{i}": TopicLoad(msg_in=float(i)) for i in range(3)},
+        hub_id="h",
+    ).to_json()
+    first = HubLoad.from_json(report)
+    assert HubLoad.from_json(bytes(bytearray(report))) is first  # equal bytes, new object
+    assert first.topic_loads["t2"] == TopicLoad(msg_in=2.0) and first.hub_id == "h"
+    nxt = HubLoad.from_json(report.replace(b'"timestamp_ms":1', b'"timestamp_ms":2'))
+    assert nxt is not first and nxt.timestamp_ms == 2
+    for _ in range(2):
+        with pytest.raises(MetadataError):
+            HubLoad.from_json(b'{"topic_loads": {"t": {"nope": 1}}}')

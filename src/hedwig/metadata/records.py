@@ -7,6 +7,7 @@ the records are small and off the publish path. ``docs/zookeeper-layout.md`` sho
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
@@ -145,7 +146,16 @@ class HubLoad:
 
     @classmethod
     def from_json(cls, raw: bytes) -> HubLoad:
-        """Fields this version does not know are ignored (a newer hub's report)."""
+        """Fields this version does not know are ignored (a newer hub's report).
+
+        The same bytes give the same (immutable) record, kept for the last few reports: a
+        claiming hub reads the registry up to five times a second and a report changes every
+        few seconds, and parsing every hub's hundred hottest topics each time was 3 % of a
+        claiming hub's CPU."""
+        return _hub_load(bytes(raw))
+
+    @classmethod
+    def _parse(cls, raw: bytes) -> HubLoad:
         d = _load(raw, "load")
         try:
             tl = {k: TopicLoad(**v) for k, v in dict(d.get("topic_loads", {})).items()}
@@ -154,6 +164,11 @@ class HubLoad:
             return cls(topic_loads=tl, delivering=dl, **known)
         except (TypeError, ValueError) as exc:
             raise MetadataError(f"corrupt load record: {exc}") from exc
+
+
+@functools.lru_cache(maxsize=64)
+def _hub_load(raw: bytes) -> HubLoad:
+    return HubLoad._parse(raw)
 
 
 @dataclass(frozen=True, slots=True)
