@@ -874,3 +874,39 @@ async def test_a_hub_stopping_hands_its_topics_over_a_bounded_number_at_a_time(
     assert 1 < most <= ownership.RELEASES_AT_ONCE
     for name in names[:3]:
         assert await a.store.ownership.read_owner_info(name) is None
+
+
+async def test_a_subscriber_told_of_a_hand_off_asks_the_destination_to_claim() -> None:
+    """TOPIC_MOVED names the new owner. A subscriber re-subscribing there must say it was
+    sent (redirected), as a publisher does: unredirected, the destination chose an owner by
+    placement and could send it to a third hub, which claimed the topic before the hand-off's
+    own request to claim reached the destination (the monitoring end-to-end test's topics
+    ended on the wrong hub about half the time)."""
+    async for region in memory_region(3):
+        await subscriber_follows_a_hand_off(region)
+
+
+async def subscriber_follows_a_hand_off(region: Region) -> None:
+    async with region.client() as c:
+        await c.publish("handed", b"x")
+        sub = await c.subscribe("handed", "reader")
+        old = region.owner("handed")
+        dest, third = [h for h in region.hubs if h is not old]
+
+        async def elsewhere(topic: str) -> str | None:
+            return third.address  # the destination's placement would pick the third hub
+
+        real = old.requests._ask_to_claim
+
+        async def slow_ask(destination: str, topic: str) -> None:
+            await asyncio.sleep(0.5)  # the subscriber comes first
+            await real(destination, topic)
+
+        dest.topics.choices.owner_for = elsewhere  # type: ignore[method-assign]
+        old.requests._ask_to_claim = slow_ask  # type: ignore[method-assign]
+        assert await old.requests.move("handed", dest.address, MoveKind.REQUESTED, "test")
+        await until(lambda: region.owner_among("handed", region.hubs) is not None)
+        await asyncio.sleep(0.7)
+        assert region.owner("handed") is dest
+        await c.publish("handed", b"y")  # the subscription, re-attached there, goes on
+        assert (await sub.next(5)).value == b"y"

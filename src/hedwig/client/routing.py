@@ -241,7 +241,11 @@ class Router:
         key = route or topic
         policy = self.retry if deadline_s is None else self.retry.with_deadline(deadline_s)
         backoff = Backoff(policy, self.clock)
-        redirected = key in self._claim_hints
+        # A subscription's request carries the topic's hint too (TOPIC_MOVED names the new
+        # owner for the topic): sent there unredirected, the destination chose an owner by
+        # placement and could send it to a third hub, which claimed the topic before the
+        # hand-off's own claim (the hint stays for the topic's publisher).
+        redirected = key in self._claim_hints or (key != topic and topic in self._claim_hints)
         self._claim_hints.discard(key)
         redirects = 0
         hand_off_waits = 0
