@@ -36,6 +36,18 @@ async def _three_entries_each(storage: LocalStorage, ledgers: range) -> None:
             await storage.add_entry(lid, e, e - 1, _entry(lid, e))
 
 
+async def _restarted_with(tmp_path: Path, kept: list[int]) -> LocalStorage:
+    """The storage started again on ``tmp_path``: it holds ``kept`` alone, each reading
+    back its three entries."""
+    again = LocalStorage(tmp_path, "h:1", log_bytes=4096)
+    assert again.ledgers() == kept
+    for lid in kept:
+        assert [await again.read_entry(lid, e) for e in range(3)] == [
+            _entry(lid, e) for e in range(3)
+        ]
+    return again
+
+
 @pytest.fixture
 def syncs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """What the storage syncs, in order: ``data`` for a log, ``dir`` for the directory."""
@@ -230,12 +242,8 @@ async def test_deleted_ledgers_stay_deleted_and_their_logs_are_compacted(
     with pytest.raises(NoSuchEntryError):
         await storage.read_entry(0, 0)
     await storage.close()
-    again = LocalStorage(tmp_path, "h:1", log_bytes=4096)
-    assert again.ledgers() == kept
+    again = await _restarted_with(tmp_path, kept)
     for lid in kept:
-        assert [await again.read_entry(lid, e) for e in range(3)] == [
-            _entry(lid, e) for e in range(3)
-        ]
         assert await again.read_lac(lid, fence=False) == (1, 2)
     assert again.is_fenced(1) and again.is_fenced(2) and not again.is_fenced(11)
     await again.close()
@@ -483,11 +491,6 @@ async def test_a_compaction_whose_copies_the_disk_refuses_keeps_its_log_and_trie
     assert storage.compactions >= 1
     assert len(_logs(tmp_path)) < len(before)
     await storage.close()
-    again = LocalStorage(tmp_path, "h:1", log_bytes=4096)
-    assert again.ledgers() == kept
-    for lid in kept:
-        assert [await again.read_entry(lid, e) for e in range(3)] == [
-            _entry(lid, e) for e in range(3)
-        ]
+    again = await _restarted_with(tmp_path, kept)
     assert again.is_fenced(1) and not again.is_fenced(11)
     await again.close()
