@@ -20,6 +20,20 @@ async def test_resent_batch_gets_its_place() -> None:
     assert await t.check("other", 1, 1) is None
 
 
+async def test_a_publisher_seen_once_is_remembered_as_exactly() -> None:
+    """One batch is kept without a table (most topics): the same answers as with one."""
+    t = PublisherTable()
+    t.learn("p", 5, 3, first_seq=40)
+    assert await t.check("p", 5, 3) == Known(40, 42)
+    assert await t.check("p", 4, 1) == Known(0, 0)  # before it: stored, place forgotten
+    assert await t.check("p", 8, 1) is None
+    t.learn("p", 5, 3, first_seq=40)  # learnt again (a read-back after a move)
+    t.learn("p", 8, 1, first_seq=43)
+    assert await t.check("p", 5, 3) == Known(40, 42)
+    assert await t.check("p", 8, 1) == Known(43, 43)
+    assert await t.check("p", 4, 1) == Known(0, 0)
+
+
 async def test_hole_inside_the_window_is_stored_not_dropped() -> None:
     t = PublisherTable()
     t.learn("p", 1, 1, first_seq=1)

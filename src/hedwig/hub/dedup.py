@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from hedwig.errors import OutOfOrderError
 
@@ -35,10 +35,38 @@ MAX_PUBLISHERS = 10_000
 @dataclass(slots=True)
 class _Publisher:
     highest: int = 0
-    # Where its last batches landed, oldest first. Plain dicts, ordered by insertion, here and
-    # for the publishers: an ``OrderedDict`` of one entry is 384 bytes against 184-224, and
-    # every topic published to keeps one of each (a hub owning 100,000 idle topics: 36 MB).
-    batches: dict[int, tuple[int, int]] = field(default_factory=dict)
+    # Where its last batches landed, oldest first: (publisher sequence, first and last
+    # sequence ids) while there is one (most topics are published to once or seldom, and a
+    # dictionary of one entry is 184 bytes against a tuple's 64), else a table by publisher
+    # sequence. Plain dicts, ordered by insertion, here and for the publishers: an
+    # ``OrderedDict`` of one entry is 384 bytes, and every topic published to keeps one.
+    batches: tuple[int, int, int] | dict[int, tuple[int, int]] | None = None
+
+    def place(self, pseq: int) -> tuple[int, int] | None:
+        """Where the remembered batch ``pseq`` landed."""
+        b = self.batches
+        if isinstance(b, dict):
+            return b.get(pseq)
+        return (b[1], b[2]) if b is not None and b[0] == pseq else None
+
+    def oldest(self) -> int | None:
+        """The lowest publisher sequence remembered."""
+        b = self.batches
+        if isinstance(b, dict):
+            return min(b) if b else None
+        return None if b is None else b[0]
+
+    def add(self, pseq: int, first_seq: int, last_seq: int) -> None:
+        b = self.batches
+        if b is None or (not isinstance(b, dict) and b[0] == pseq):
+            self.batches = (pseq, first_seq, last_seq)
+            return
+        if not isinstance(b, dict):
+            b = self.batches = {b[0]: (b[1], b[2])}
+        b.pop(pseq, None)
+        b[pseq] = (first_seq, last_seq)
+        while len(b) > RECENT:
+            del b[next(iter(b))]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,20 +83,21 @@ class PublisherTable:
     def __init__(self) -> None:
         # Least recently seen first.
         self._pubs: dict[str, _Publisher] = {}
-        self._inflight: dict[tuple[str, int], asyncio.Future[Known]] = {}
+        # Made while something is being written (None: nothing; most topics are idle).
+        self._inflight: dict[tuple[str, int], asyncio.Future[Known]] | None = None
         # Per publisher: how many batches are being written now, and the last sequence of them.
-        self._writing: dict[str, tuple[int, int]] = {}
+        self._writing: dict[str, tuple[int, int]] | None = None
 
     async def check(self, publisher: str, pseq: int, count: int) -> Known | None:
         """The stored place of this batch if it is a duplicate, else ``None`` (store it).
 
         ``OutOfOrderError`` if storing it would leave a gap in a known publisher's sequence.
         """
-        waiting = self._inflight.get((publisher, pseq))
+        waiting = None if self._inflight is None else self._inflight.get((publisher, pseq))
         if waiting is not None:
             return await asyncio.shield(waiting)
         pub = self._pubs.get(publisher)
-        writing = self._writing.get(publisher)
+        writing = None if self._writing is None else self._writing.get(publisher)
         if pub is None or pseq + count - 1 > pub.highest:
             if pub is not None or writing is not None:
                 expected = max(pub.highest if pub else 0, writing[1] if writing else 0) + 1
@@ -79,10 +108,11 @@ class PublisherTable:
                         expected=expected,
                     )
             return None
-        place = pub.batches.get(pseq)
+        place = pub.place(pseq)
         if place is not None:
             return Known(*place)
-        if pub.batches and pseq >= min(pub.batches):
+        oldest = pub.oldest()
+        if oldest is not None and pseq >= oldest:
             # Inside the remembered window but never stored: a hole left by a client that
             # re-sent out of order. Store it (late, but stored); calling it a duplicate
             # would drop an acknowledged message.
@@ -91,19 +121,25 @@ class PublisherTable:
 
     def begin(self, publisher: str, pseq: int, count: int) -> None:
         fut: asyncio.Future[Known] = asyncio.get_running_loop().create_future()
+        if self._inflight is None:
+            self._inflight = {}
         self._inflight[(publisher, pseq)] = fut
+        if self._writing is None:
+            self._writing = {}
         n, last = self._writing.get(publisher, (0, 0))
         self._writing[publisher] = (n + 1, max(last, pseq + count - 1))
 
     def end(self, publisher: str, pseq: int, stored: Known | None) -> None:
-        n, last = self._writing.pop(publisher, (1, 0))
-        if n > 1:
-            self._writing[publisher] = (n - 1, last)
-        elif not self._writing:
-            self._writing = {}  # an emptied table keeps its slots; most topics are idle
-        fut = self._inflight.pop((publisher, pseq), None)
-        if not self._inflight:
-            self._inflight = {}
+        writing = self._writing
+        n, last = (1, 0) if writing is None else writing.pop(publisher, (1, 0))
+        if writing is not None and n > 1:
+            writing[publisher] = (n - 1, last)
+        elif not writing:
+            self._writing = None  # an emptied table keeps its slots; most topics are idle
+        inflight = self._inflight
+        fut = None if inflight is None else inflight.pop((publisher, pseq), None)
+        if not inflight:
+            self._inflight = None
         if fut is not None and not fut.done():
             if stored is None:
                 fut.cancel()
@@ -125,8 +161,4 @@ class PublisherTable:
             pubs[publisher] = pub
         last = pseq + count - 1
         pub.highest = max(pub.highest, last)
-        batches = pub.batches
-        batches.pop(pseq, None)
-        batches[pseq] = (first_seq, first_seq + count - 1)
-        while len(batches) > RECENT:
-            del batches[next(iter(batches))]
+        pub.add(pseq, first_seq, first_seq + count - 1)

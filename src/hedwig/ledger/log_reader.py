@@ -1,9 +1,12 @@
 """Reading a topic's log by sequence id: the newest batches from memory, older ones from ledgers.
 
 The owner keeps its newest confirmed batches in memory (up to ``cache_bytes``), so subscribers
-that keep up are served without touching a disk. Older batches are read from the ledgers'
-replicas through a per-ledger index of where each entry's first sequence id is, built when the
-owner wrote the entry or, for ledgers written by earlier owners, by reading the ledger once.
+that keep up are served without touching a disk: once the log is read (or waited on), until
+it sheds them. A topic only ever published to keeps none: nobody would read them from there,
+and at a hub owning 100,000 such topics they were most of a kilobyte each. Older batches are
+read from the ledgers' replicas through a per-ledger index of where each entry's first sequence
+id is, built when the owner wrote the entry or, for ledgers written by earlier owners, by
+reading the ledger once.
 Batches come back with their stored bytes (``Batch.raw``), which are what is sent on.
 
 Entries are read up to ``READ_AHEAD`` at a time, as many as the read needs (an index says how
@@ -56,6 +59,7 @@ class LogReader:
         "_cache",
         "_cache_seqs",
         "_cache_size",
+        "_caching",
         "_index",
         "_ledgers",
         "_older",
@@ -76,6 +80,8 @@ class LogReader:
         self._cache: list[Batch] | None = None
         self._cache_seqs: list[int] | None = None
         self._cache_size = 0
+        # Whether written batches are kept: someone read since the last shed.
+        self._caching = False
         # The index last made or asked for (the ledger being written, mostly), and the
         # others by ledger id (None: no other).
         self._index: LedgerIndex | None = None
@@ -84,9 +90,13 @@ class LogReader:
 
     # what the writer tells it -----------------------------------------------------------------
 
-    def written(self, md: LedgerMetadata, batch: Batch) -> None:
-        """A batch was confirmed as the next entry of ledger ``md``."""
+    def written(self, md: LedgerMetadata, batch: Batch, *, awaited: bool = False) -> None:
+        """A batch was confirmed as the next entry of ledger ``md`` (``awaited``: someone
+        waits for it, a subscriber at the end of the log)."""
         self.index_for(md).first_seqs.append(batch.first_seq)
+        if not (self._caching or awaited):
+            return
+        self._caching = True
         raw = batch.raw or b""
         if self._cache is None or self._cache_seqs is None:
             self._cache, self._cache_seqs = [], []
@@ -139,6 +149,7 @@ class LogReader:
         self._cache = None
         self._cache_seqs = None
         self._cache_size = 0
+        self._caching = False
         self._recent = None
 
     def forget(self, ledger_id: int) -> None:
@@ -164,6 +175,7 @@ class LogReader:
     ) -> list[Batch]:
         """Confirmed batches (up to ``last_seq``) holding ``start_seq`` onwards, within the
         limits; at least one if there is one."""
+        self._caching = True
         if start_seq > last_seq:
             return []
         if self._cache and self._cache_seqs and start_seq >= self._cache_seqs[0]:

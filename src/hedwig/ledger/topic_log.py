@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
@@ -69,6 +69,24 @@ REPLICA_FAILURE_HOLD_S = 10.0
 
 
 _NOBODY: frozenset[str] = frozenset()
+
+Fragments = tuple[tuple[int, tuple[str, ...]], ...]
+# A new ledger's fragments, one object per ensemble: a region of three hubs has a handful of
+# ensembles and a hub writes a ledger per owned topic (a tuple each, three with the copies
+# of its ensemble, was 250 bytes a topic).
+_FIRST_FRAGMENTS: dict[tuple[str, ...], Fragments] = {}
+_MAX_FIRST_FRAGMENTS = 4096
+
+
+def first_fragments(ensemble: Sequence[str]) -> Fragments:
+    """The fragments of a new ledger on ``ensemble``, shared with every other such ledger."""
+    key = tuple(ensemble)
+    got = _FIRST_FRAGMENTS.get(key)
+    if got is None:
+        if len(_FIRST_FRAGMENTS) >= _MAX_FIRST_FRAGMENTS:
+            _FIRST_FRAGMENTS.clear()
+        got = _FIRST_FRAGMENTS[key] = ((0, key),)
+    return got
 
 
 def last_seq_of(entry: bytes) -> int:
@@ -122,7 +140,7 @@ class TopicLog:
         *,
         owner: str,
         owner_epoch: int,
-        ensemble: list[str],
+        ensemble: Sequence[str],
         settings: LogSettings,
         choose_ensemble: EnsembleChooser | None = None,
         clock: Clock | None = None,
@@ -135,7 +153,7 @@ class TopicLog:
         self._replicas = replicas
         self._owner = owner
         self._epoch = owner_epoch
-        self._ensemble = ensemble
+        self._ensemble = first_fragments(ensemble)[0][1]
         self._choose_ensemble = choose_ensemble
         self._on_rolled_over = on_rolled_over
         # Told the ledgers this log closed or recovered that may be under-replicated (the
@@ -273,12 +291,12 @@ class TopicLog:
         except LedgerError:
             return None
 
-    async def _new_writer(self, ensemble: list[str]) -> LedgerWriter:
+    async def _new_writer(self, ensemble: Sequence[str]) -> LedgerWriter:
         return self._writer_for(
             await self._store.ledgers.create_ledger(self._ledger_metadata(ensemble))
         )
 
-    def _ledger_metadata(self, ensemble: list[str]) -> LedgerMetadata:
+    def _ledger_metadata(self, ensemble: Sequence[str]) -> LedgerMetadata:
         """A new ledger of this topic on ``ensemble`` (its id is the store's to give)."""
         rep = self.settings.replication
         ensemble = ensemble[: rep.ensemble]
@@ -288,7 +306,7 @@ class TopicLog:
             ensemble_size=len(ensemble),
             write_quorum=min(rep.write_quorum, len(ensemble)),
             ack_quorum=rep.ack_quorum,
-            fragments=((0, tuple(ensemble)),),
+            fragments=first_fragments(ensemble),
             owner=self._owner,
             owner_epoch=self._epoch,
             created_ms=self._clock.wall_ms(),
@@ -397,7 +415,7 @@ class TopicLog:
             self._inflight -= 1
         # Confirmation is in order, so this batch directly follows the previous confirmed one.
         self.last_seq = batch.last_seq
-        self._reader().written(writer.metadata, batch)
+        self._reader().written(writer.metadata, batch, awaited=self._changed is not None)
         self._notify()
         if self._ledger_bytes >= self.settings.ledger_max_bytes:
             self._start_roll_over(sized=True)
@@ -508,7 +526,7 @@ class TopicLog:
             await self._close_current()
             if self.broken is None:
                 writer = await self._stored(lambda: self._new_writer(ensemble))
-                self._ensemble = ensemble
+                self._ensemble = first_fragments(ensemble)[0][1]
                 ranges = self._ranges.value.with_tail(writer.ledger_id, self.last_seq + 1)
                 version = await self._stored(
                     lambda: self._store.persistence.write_topic_persistence_info(
