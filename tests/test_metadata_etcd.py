@@ -232,6 +232,25 @@ async def test_owner_watches_share_one_watch_of_the_prefix(
     await other.ownership.delete_owner_info("p6", v6)
     await asyncio.wait_for(fired6.wait(), 10)
 
+    # A key watched twice (a watch is kept alone, several in a list): both fire, once.
+    await store.topics.ensure_topic("p7")
+    v7 = await store.ownership.write_owner_info("p7", me, NEW_VERSION)
+    calls: list[str] = []
+    both = asyncio.Event()
+
+    def called(name: str) -> None:
+        calls.append(name)
+        if len(calls) == 2:
+            both.set()
+
+    store.ownership.watch_owner("p7", lambda: called("a"), v7)
+    store.ownership.watch_owner("p7", lambda: called("b"), v7)
+    await other.ownership.delete_owner_info("p7", v7)
+    await asyncio.wait_for(both.wait(), 10)
+    await other.ownership.write_owner_info("p7", HubInfo("127.0.0.1:8", 2), NEW_VERSION)
+    await asyncio.sleep(0.3)
+    assert sorted(calls) == ["a", "b"]
+
 
 async def test_owner_records_spread_over_leases_that_live_and_die_with_the_session(
     store: MetadataStore, other: MetadataStore, monkeypatch: pytest.MonkeyPatch

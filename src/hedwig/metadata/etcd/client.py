@@ -609,6 +609,14 @@ class _Watcher:
                 await self._task
 
 
+_Watch = tuple[int, Callable[[], None]]
+_Watches = _Watch | list[_Watch]
+
+
+def _listed(held: _Watches) -> list[_Watch] | tuple[_Watch]:
+    return held if isinstance(held, list) else (held,)
+
+
 class PrefixWatch:
     """Watches of many keys under one prefix, served by one etcd watch of the prefix.
 
@@ -634,7 +642,9 @@ class PrefixWatch:
         self._client = client
         self._prefix = prefix
         self._fallback = fallback
-        self._callbacks: dict[bytes, list[tuple[int, Callable[[], None]]]] = {}
+        # By key: (after, callback), or a list of them when there are several (a key is
+        # nearly always watched once: a list each was 64 bytes per owned topic).
+        self._callbacks: dict[bytes, _Watches] = {}
         self._delivered = -1  # no stream: the next add starts one
         self._task: asyncio.Task[None] | None = None
         self._requests: asyncio.Queue[Any] = asyncio.Queue()
@@ -654,7 +664,13 @@ class PrefixWatch:
             self.fallbacks += 1
             self._fallback(key, after, callback)
             return
-        self._callbacks.setdefault(key, []).append((after, callback))
+        held = self._callbacks.get(key)
+        if held is None:
+            self._callbacks[key] = (after, callback)
+        elif isinstance(held, list):
+            held.append((after, callback))
+        else:
+            self._callbacks[key] = [held, (after, callback)]
 
     async def _outgoing(self, start: int) -> AsyncIterator[Any]:
         create = rpc.WatchCreateRequest(
@@ -687,20 +703,23 @@ class PrefixWatch:
         # Whatever happened meanwhile is unknown: everyone reads again.
         self._delivered = -1
         fired, self._callbacks = self._callbacks, {}
-        for callbacks in fired.values():
-            for _, callback in callbacks:
+        for held in fired.values():
+            for _, callback in _listed(held):
                 callback()
 
     def _dispatch(self, key: bytes, revision: int) -> None:
-        callbacks = self._callbacks.get(key)
-        if callbacks is None:
+        held = self._callbacks.get(key)
+        if held is None:
             return
+        callbacks = _listed(held)
         due = [cb for after, cb in callbacks if revision > after]
         if not due:
             return
         rest = [(after, cb) for after, cb in callbacks if revision <= after]
-        if rest:
+        if len(rest) > 1:
             self._callbacks[key] = rest
+        elif rest:
+            self._callbacks[key] = rest[0]
         else:
             del self._callbacks[key]
         for callback in due:
