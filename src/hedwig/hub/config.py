@@ -82,7 +82,8 @@ class HubConfig:
     )
     cache_bytes: int = setting(
         32 * 1024 * 1024,
-        "bytes of newest messages per topic served from memory (let go once it is idle a minute)",
+        "bytes of newest messages per topic served from memory to its readers (kept once it "
+        "is read or subscribed to, let go once it is idle a minute)",
     )
     default_retention_ms: int | None = setting(
         24 * 3600 * 1000,
