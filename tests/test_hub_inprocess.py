@@ -6,8 +6,10 @@ is the in-memory one (so sessions can be expired at will) or a real ZooKeeper.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -189,6 +191,50 @@ async def test_retention_collects_consumed_ledgers(hubs: list[Hub]) -> None:
         earliest = await c.read("gc", 0)  # 0 means "from the first kept message"
         assert earliest.first_available == owned.log.first_seq
         assert earliest.batches[0].first_seq == owned.log.first_seq
+
+
+async def test_the_collector_reads_a_quiet_topic_once_until_something_changes(
+    hubs: list[Hub],
+) -> None:
+    """A taken-over or rolled-over topic has a closed ledger the collector looks at every
+    round. With nobody subscribed it reads it once, then nothing (and makes no subscriptions
+    table) until the ranges change or the ledger is old enough to go, which it then collects.
+    A hub owning 100,000 taken-over topics read 200,000 records a minute for nothing."""
+    async with HedwigClient(hubs[0].address) as c:
+        await c.publish("quiet-gc", b"0")
+        owner = next(h for h in hubs if "quiet-gc" in h.topics.topics)
+        owned = owner.topics.topics["quiet-gc"]
+        owned.config = replace(owned.config, retention_ms=1500)
+        owned.log.settings = replace(owned.log.settings, ledger_max_bytes=1)
+        await c.publish("quiet-gc", b"1")
+
+        async def rolled_over() -> bool:
+            return len(owned.log.ranges.ranges) >= 2
+
+        await eventually(rolled_over, timeout=5)
+        reads: list[str] = []
+        store = owner.store
+        read_ledger, read_subs = store.ledgers.read_ledger, store.subscriptions.read_subscriptions
+
+        async def counted_ledger(lid: int) -> Any:
+            reads.append(f"ledger {lid}")
+            return await read_ledger(lid)
+
+        async def counted_subs(topic: str) -> Any:
+            reads.append(f"subscriptions {topic}")
+            return await read_subs(topic)
+
+        store.ledgers.read_ledger = counted_ledger  # type: ignore[method-assign,assignment]
+        store.subscriptions.read_subscriptions = counted_subs  # type: ignore[method-assign]
+        await owner.loops.collect_garbage()
+        assert reads and owned.log.first_seq == 1, "too young to go"
+        reads.clear()
+        await owner.loops.collect_garbage()
+        assert reads == [] and owned._subs is None
+        await asyncio.sleep(1.6)
+        await owner.loops.collect_garbage()
+        assert reads and owned.log.first_seq == 3, "old enough: collected"
+        assert [m.value for b in (await c.read("quiet-gc", 0)).batches for m in b.delivered()] == []
 
 
 @pytest.fixture

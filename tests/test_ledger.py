@@ -697,6 +697,68 @@ async def test_the_auditor_reads_every_ledger_only_when_something_can_have_chang
     assert auditor.full_audits == 4
 
 
+async def test_ledgers_waiting_for_a_gone_hub_are_read_again_when_its_delay_ends(
+    store: MemoryMetadataStore, tmp_path: Path
+) -> None:
+    """A gone hub's replicas are re-created elsewhere only after the delay: the auditor reads
+    its share once, reports the ledgers as waiting every round, and reads them again when the
+    delay ends, not every round until then (each survivor of a hub of 100,000 topics read and
+    asked the replicas of its share of every ledger every round, through the failover)."""
+    cluster = Cluster(tmp_path, 3)
+    names = ("h:1", "h:2", "h:3")
+    for name in names[:2]:
+        await store.hubs.register_hub(name, HubLoad())  # h:3 is gone
+    for _ in range(6):
+        created = await store.ledgers.create_ledger(
+            LedgerMetadata(
+                ledger_id=0,
+                topic="t",
+                ensemble_size=3,
+                write_quorum=3,
+                ack_quorum=2,
+                fragments=((0, names),),
+            )
+        )
+        for entry in range(3):
+            for name in names[:2]:
+                await cluster.disks[name].add_entry(
+                    created.value.ledger_id, entry, entry - 1, b"e%d" % entry
+                )
+        closed = replace(created.value, state=LedgerState.CLOSED, last_entry_id=2)
+        await store.ledgers.write_ledger(closed, created.version)
+    reads: list[int] = []
+    read_ledger = store.ledgers.read_ledger
+
+    async def counted(lid: int) -> Any:
+        reads.append(lid)
+        return await read_ledger(lid)
+
+    store.ledgers.read_ledger = counted  # type: ignore[method-assign,assignment]
+    clock = ManualClock()
+    auditor = Auditor(
+        address="h:1",
+        store=store,
+        replicas=cluster,
+        local=cluster.disks["h:1"],
+        wanted_size=lambda _t: _three(),
+        delay_s=60,
+        clock=clock,
+    )
+    report = await auditor.run_once()
+    waiting = report.waiting
+    assert auditor.full_audits == 1 and waiting == len(reads) > 0 and report.repaired == 0
+    for _ in range(2):
+        reads.clear()
+        clock.advance(29)
+        report = await auditor.run_once()
+        assert auditor.full_audits == 1 and reads == []
+        assert report.waiting == waiting, "still reported as waiting"
+    clock.advance(3)  # the delay is over: h:3's replicas are lost, every ledger read again
+    report = await auditor.run_once()
+    assert auditor.full_audits == 2 and len(reads) == waiting
+    assert report.waiting == 0 and len(report.under_replicated) == waiting
+
+
 async def test_a_read_does_not_wait_for_a_replica_that_hangs(
     store: MemoryMetadataStore, tmp_path: Path
 ) -> None:

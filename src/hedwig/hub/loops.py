@@ -282,9 +282,13 @@ class HubLoops:
         for owned in list(self.ownership.topics.values()):
             if owned.state is not TopicState.OPEN or len(owned.log.ranges.ranges) < 2:
                 continue  # the open ledger is never collected: nothing to read or write
+            if not owned.collect_due():
+                continue  # as the last collection found it: no store read
             try:
                 await owned.flush_marks()
                 keep = await owned.keep_from_seq()
+                if not owned.log.collect_due(keep):
+                    continue
                 dropped = await owned.log.collect(
                     keep,
                     retention_ms=owned.config.retention_ms,

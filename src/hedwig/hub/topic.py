@@ -37,7 +37,7 @@ from hedwig.hub.dedup import RECENT, Known, PublisherTable
 from hedwig.hub.events import HubEvents, LossKind
 from hedwig.hub.peer import Peer
 from hedwig.hub.subscription import Subscription
-from hedwig.hub.topic_subscriptions import TopicSubscriptions
+from hedwig.hub.topic_subscriptions import TopicSubscriptions, keep_from_seq_of
 from hedwig.ledger.topic_log import TopicLog
 from hedwig.metadata.managers import MetadataStore
 from hedwig.metadata.records import LedgerRange, TopicConfig, Version
@@ -300,7 +300,17 @@ class OwnedTopic:
             await self._subs.flush_marks()
 
     async def keep_from_seq(self) -> int:
-        return await self.subs.keep_from_seq()
+        if self._subs is None:
+            # Nobody subscribed here since the claim: the stored marks are all there is (and
+            # no subscriptions table is made for it, on every topic the collector looks at).
+            return await keep_from_seq_of(self.store, self.name, self.log.last_seq)
+        return await self._subs.keep_from_seq()
+
+    def collect_due(self) -> bool:
+        """Whether a collection of the log could find anything now. With nobody subscribed
+        here since the claim the marks cannot have changed, so only the log's ranges and the
+        time can (``TopicLog.collect_due``)."""
+        return self._subs is not None or self.log.collect_due()
 
     def _delivered(self, count: int, size: int) -> None:
         self.msg_out += count

@@ -24,7 +24,7 @@ Rules:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from hedwig.clock import Clock
 from hedwig.errors import (
@@ -369,7 +369,20 @@ class TopicSubscriptions:
 
     async def keep_from_seq(self) -> int:
         """The first sequence id some subscriber (attached or not) still needs."""
-        subs = await self._store.subscriptions.read_subscriptions(self.topic)
-        marks = [v.value.state.consumed_seq for v in subs.values() if v.value.state is not None]
-        marks += [s.consumed_seq for s in self.by_name.values()]
-        return (min(marks) if marks else self._log.last_seq) + 1
+        return await keep_from_seq_of(
+            self._store,
+            self.topic,
+            self._log.last_seq,
+            (s.consumed_seq for s in self.by_name.values()),
+        )
+
+
+async def keep_from_seq_of(
+    store: MetadataStore, topic: str, last_seq: int, attached: Iterable[int] = ()
+) -> int:
+    """The first sequence id some subscriber of ``topic`` still needs: the stored marks and
+    ``attached`` (the marks of subscribers attached here, maybe not stored yet)."""
+    subs = await store.subscriptions.read_subscriptions(topic)
+    marks = [v.value.state.consumed_seq for v in subs.values() if v.value.state is not None]
+    marks += attached
+    return (min(marks) if marks else last_seq) + 1

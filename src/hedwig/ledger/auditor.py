@@ -30,9 +30,12 @@ topics that was thousands of metadata reads and replica questions a second, for 
 had not changed. As BookKeeper's auditor, this one looks at everything when the region's
 membership changes (a hub gone, back, restarted with a new session, or new: whatever a replica
 can have lost, or a small ensemble can now grow to), while a previous audit left something
-to do (a hub within the delay, a repair that failed), and every ``full_interval_s`` in any
-case. In between it checks the ledgers its hub suspects: ones it closed after a replica failed
-a write or with fewer replicas than wanted, and ones it recovered (``suspect``).
+to do (a repair that failed), when the delay of a gone hub whose replicas it found ends
+(not every round until then: after a hub of 100,000 topics died, each survivor read and
+inspected its share of every ledger every round, through the whole failover, for ledgers
+nothing could be done about yet), and every ``full_interval_s`` in any case. In between it
+checks the ledgers its hub suspects: ones it closed after a replica failed a write or with
+fewer replicas than wanted, and ones it recovered (``suspect``).
 """
 
 from __future__ import annotations
@@ -173,6 +176,10 @@ class Auditor:
         self._membership: frozenset[tuple[str, str, int]] | None = None
         self._last_full = float("-inf")
         self._clean = False
+        # When ledgers waiting for a gone hub may be repaired (its delay ends): a full audit
+        # then. And how many the last full audit found waiting, still reported meanwhile.
+        self._due: float | None = None
+        self._carried_waiting = 0
         self._suspects: set[int] = set()
         self._overflowed = False
         self.full_audits = 0
@@ -182,14 +189,29 @@ class Auditor:
         # Bytes written to replicas by repairs, by kind (replace, catch-up, grow).
         self.copied_bytes: dict[str, int] = {"replace": 0, "catch-up": 0, "grow": 0}
 
-    def _waiting(self, alive: set[str], seen: set[str]) -> set[str]:
-        """Of the hubs ``seen`` in ledgers but not alive, those still within the delay."""
+    def _waiting(self, alive: set[str], seen: set[str], *, full: bool) -> set[str]:
+        """Of the hubs ``seen`` in ledgers but not alive, those still within the delay.
+
+        A hub back alive starts afresh next time. A round that read only suspects forgets
+        no gone hub (it saw few ledgers); a full one forgets those no ledger names now."""
         now = self.clock.monotonic()
         missing = seen - alive
-        self._missing_since = {
-            a: self._missing_since.get(a, now) for a in missing
-        }  # a hub back alive starts afresh next time
+        if full:
+            self._missing_since = {a: self._missing_since.get(a, now) for a in missing}
+        else:
+            since = {a: s for a, s in self._missing_since.items() if a not in alive}
+            for a in missing:
+                since.setdefault(a, now)
+            self._missing_since = since
         return {a for a, since in self._missing_since.items() if now - since < self.delay_s}
+
+    def _waiting_ends(self) -> float:
+        """When the first hub still within the delay leaves it."""
+        now = self.clock.monotonic()
+        return min(
+            (s + self.delay_s for s in self._missing_since.values() if s + self.delay_s > now),
+            default=now,
+        )
 
     def suspect(self, ledger_id: int) -> None:
         """A ledger this hub closed that may be under-replicated (a replica failed a write, its
@@ -215,6 +237,7 @@ class Auditor:
             or self._overflowed
             or membership != self._membership
             or now - self._last_full >= self.full_interval_s
+            or (self._due is not None and now >= self._due)
         )
         suspected, self._suspects = self._suspects, set()
         todo = set(suspected)
@@ -235,7 +258,7 @@ class Auditor:
                 if got is not None:
                     self._sort(lid, got, suspected, mine)
         seen = {a for md, _ in mine for _, e in md.fragments for a in e}
-        waiting = self._waiting(alive, seen)
+        waiting = self._waiting(alive, seen, full=full)
         for md, version in mine:
             lid = md.ledger_id
             report.checked += 1
@@ -256,12 +279,21 @@ class Auditor:
             except HedwigError as exc:
                 report.failed += 1
                 log.warning("ledger %d of %r stays under-replicated: %s", lid, md.topic, exc)
+        # Only waiting: nothing to do before the delay ends, and a full audit then.
+        only_waiting = not report.failed and not any(h.repairable for h in report.under_replicated)
         if full:
             self._membership = membership
             self._last_full = now
-            self._clean = not report.under_replicated
-        elif report.under_replicated:
+            self._clean = only_waiting
+            self._due = None
+            self._carried_waiting = report.waiting
+        elif not only_waiting:
             self._clean = False  # look at everything again next time, until it is healthy
+        else:
+            report.waiting += self._carried_waiting
+        if report.under_replicated and only_waiting:
+            end = self._waiting_ends()
+            self._due = end if self._due is None else min(self._due, end)
         self.last = report
         return report
 

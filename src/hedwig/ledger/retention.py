@@ -25,8 +25,10 @@ async def collectable_prefix(
     now_ms: int,
     retention_ms: int | None,
     retention_bytes: int | None,
-) -> list[int]:
-    """Ids of the leading ledgers that may be deleted (never the open tail)."""
+) -> tuple[list[int], int | None]:
+    """Ids of the leading ledgers that may be deleted (never the open tail), and when the
+    first of the others read grows old enough to go (``None``: none does by age). Until then,
+    with the same ranges and ``keep_from_seq``, the answer is the same."""
     candidates: list[tuple[LedgerRange, LedgerMetadata]] = []
     for r in ranges[:-1]:
         if r.end_seq is None or r.end_seq >= keep_from_seq:
@@ -50,7 +52,12 @@ async def collectable_prefix(
         if r.ledger_id not in doomed:
             break
         prefix.append(r.ledger_id)
-    return prefix
+    ages = [
+        (md.closed_ms or md.created_ms) + retention_ms
+        for r, md in candidates
+        if retention_ms is not None and r.ledger_id not in doomed
+    ]
+    return prefix, min(ages, default=None)
 
 
 async def delete_ledger_everywhere(
