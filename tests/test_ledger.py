@@ -616,6 +616,40 @@ async def _one() -> int:
     return 1
 
 
+def counted_ledger_reads(store: MemoryMetadataStore) -> list[int]:
+    """The ids of the ledgers read from ``store`` from now on."""
+    reads: list[int] = []
+    read_ledger = store.ledgers.read_ledger
+
+    async def counted(lid: int) -> Any:
+        reads.append(lid)
+        return await read_ledger(lid)
+
+    store.ledgers.read_ledger = counted  # type: ignore[method-assign,assignment]
+    return reads
+
+
+def first_hubs_auditor(
+    store: MemoryMetadataStore,
+    cluster: Cluster,
+    clock: ManualClock,
+    *,
+    delay_s: float = 0.0,
+    full_interval_s: float = 3600.0,
+) -> Auditor:
+    """The auditor of hub ``h:1`` of ``cluster``, which wants three replicas of every ledger."""
+    return Auditor(
+        address="h:1",
+        store=store,
+        replicas=cluster,
+        local=cluster.disks["h:1"],
+        wanted_size=lambda _t: _three(),
+        clock=clock,
+        delay_s=delay_s,
+        full_interval_s=full_interval_s,
+    )
+
+
 async def test_the_auditor_reads_every_ledger_only_when_something_can_have_changed(
     store: MemoryMetadataStore, tmp_path: Path
 ) -> None:
@@ -651,24 +685,9 @@ async def test_the_auditor_reads_every_ledger_only_when_something_can_have_chang
 
     for _ in range(4):
         await closed_ledger()
-    reads: list[int] = []
-    read_ledger = store.ledgers.read_ledger
-
-    async def counted(lid: int) -> Any:
-        reads.append(lid)
-        return await read_ledger(lid)
-
-    store.ledgers.read_ledger = counted  # type: ignore[method-assign,assignment]
+    reads = counted_ledger_reads(store)
     clock = ManualClock()
-    auditor = Auditor(
-        address="h:1",
-        store=store,
-        replicas=cluster,
-        local=cluster.disks["h:1"],
-        wanted_size=lambda _t: _three(),
-        full_interval_s=3600,
-        clock=clock,
-    )
+    auditor = first_hubs_auditor(store, cluster, clock)
     report = await auditor.run_once()
     assert auditor.full_audits == 1 and report.checked == len(reads) > 0
     reads.clear()
@@ -726,24 +745,9 @@ async def test_ledgers_waiting_for_a_gone_hub_are_read_again_when_its_delay_ends
                 )
         closed = replace(created.value, state=LedgerState.CLOSED, last_entry_id=2)
         await store.ledgers.write_ledger(closed, created.version)
-    reads: list[int] = []
-    read_ledger = store.ledgers.read_ledger
-
-    async def counted(lid: int) -> Any:
-        reads.append(lid)
-        return await read_ledger(lid)
-
-    store.ledgers.read_ledger = counted  # type: ignore[method-assign,assignment]
+    reads = counted_ledger_reads(store)
     clock = ManualClock()
-    auditor = Auditor(
-        address="h:1",
-        store=store,
-        replicas=cluster,
-        local=cluster.disks["h:1"],
-        wanted_size=lambda _t: _three(),
-        delay_s=60,
-        clock=clock,
-    )
+    auditor = first_hubs_auditor(store, cluster, clock, delay_s=60)
     report = await auditor.run_once()
     waiting = report.waiting
     assert auditor.full_audits == 1 and waiting == len(reads) > 0 and report.repaired == 0
