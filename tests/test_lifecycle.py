@@ -265,6 +265,29 @@ async def test_an_idle_topic_lets_its_batches_in_memory_go_and_still_reads_them(
             assert cached(quiet) == 1, "a publish is kept again"
 
 
+async def test_only_subscribed_topics_are_walked_for_consume_marks(region: Region) -> None:
+    """The consume marks of topics with subscriptions in memory are flushed every second;
+    the hub keeps those topics aside instead of walking every owned one for them, and drops
+    one when it is let go."""
+    async with region.client() as c:
+        sub = await c.subscribe("followed-marks", "s")
+        await c.publish("followed-marks", b"m")
+        await c.publish("published-only", b"p")
+        got = await sub.next(5)
+        sub.consume(got.seq)
+        assert await sub.sync()
+        owner = region.owner("followed-marks")
+        await owner.loops.flush_marks()
+        stored = await owner.store.subscriptions.read_subscription_data("followed-marks", "s")
+        assert stored is not None and stored.value.state is not None
+        assert stored.value.state.consumed_seq == got.seq
+        subscribed = {t.name for h in region.hubs for t in h.topics.subscribed_topics()}
+        assert subscribed == {"followed-marks"}
+        other = next(h for h in region.hubs if h is not owner)
+        await c.move_topic("followed-marks", other.address)
+        assert "followed-marks" not in {t.name for t in owner.topics.subscribed_topics()}
+
+
 def cached(log: TopicLog) -> int:
     reader = log._log_reader
     return 0 if reader is None else len(reader._cache or ())

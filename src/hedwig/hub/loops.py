@@ -257,7 +257,7 @@ class HubLoops:
 
     async def flush_marks(self) -> None:
         # Every second: only topics with subscriptions in memory can have a mark to write.
-        for t in [t for t in self.ownership.topics.values() if t.subscriptions]:
+        for t in [t for t in self.ownership.subscribed_topics() if t.subscriptions]:
             with contextlib.suppress(HedwigError):
                 await t.flush_marks()
         fanout = self.requests.fanout

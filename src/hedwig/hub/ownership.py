@@ -124,6 +124,10 @@ class TopicOwnership:
         self._lac_idle = self.lac_notices.idle  # one bound method for every topic's log
         self.epoch = 0
         self.topics: dict[str, OwnedTopic] = {}
+        # The owned topics that made a subscriptions table (maybe since let go: checked by
+        # whoever walks it). The hub flushes their consume marks every second; walking every
+        # owned topic for them was a per-second cost of every idle one.
+        self.subscribed: dict[str, OwnedTopic] = {}
         self._claims: dict[str, asyncio.Future[OwnedTopic]] = {}
         self._suspended_since: float | None = None
         self._fencing_task: asyncio.Task[None] | None = None
@@ -144,6 +148,7 @@ class TopicOwnership:
         # Callbacks and settings every owned topic holds, made once and shared (a bound
         # method is 64 bytes, a topic's merged configuration and settings about 400).
         self._lose_cb: Callable[[str, LossKind, str], None] = self.lose
+        self._subscribed_cb: Callable[[OwnedTopic], None] = self._subscribed
         self._ensemble_cb = choices.ensemble
         self._shared: dict[TopicConfig, tuple[TopicConfig, TopicSettings, LogSettings]] = {}
 
@@ -418,6 +423,7 @@ class TopicOwnership:
             clock=self.clock,
             events=self.events,
             on_lost=self._lose_cb,
+            on_subscriptions=self._subscribed_cb,
         )
         try:
             # Learn the publishers' last sequences from the end of the log, so a publish
@@ -472,6 +478,19 @@ class TopicOwnership:
         )
         self._changed()
         return owned
+
+    def _subscribed(self, owned: OwnedTopic) -> None:
+        self.subscribed[owned.name] = owned
+
+    def subscribed_topics(self) -> list[OwnedTopic]:
+        """The owned topics that have a subscriptions table (forgetting those let go)."""
+        out = []
+        for name, owned in list(self.subscribed.items()):
+            if self.topics.get(name) is owned:
+                out.append(owned)
+            else:
+                del self.subscribed[name]
+        return out
 
     def _settings_for(self, config: TopicConfig) -> tuple[TopicConfig, TopicSettings, LogSettings]:
         """The topic's configuration, its settings and its log's, one shared object each for

@@ -75,6 +75,7 @@ class OwnedTopic:
     __slots__ = (
         "_events",
         "_on_lost",
+        "_on_subscriptions",
         "_publisher_table",
         "_subs",
         "bytes_in",
@@ -105,6 +106,7 @@ class OwnedTopic:
         clock: Clock,
         events: HubEvents,
         on_lost: LostCallback,
+        on_subscriptions: Callable[[OwnedTopic], None] | None = None,
     ) -> None:
         self.name = name
         self.log = log_
@@ -123,6 +125,7 @@ class OwnedTopic:
         self._publisher_table: PublisherTable | None = None
         self._events = events
         self._on_lost = on_lost
+        self._on_subscriptions = on_subscriptions  # told when the table is made
         self.moved_to: str | None = None
         # The version of this hub's owner record of the topic (set by the hub's ownership;
         # None once let go).
@@ -149,6 +152,8 @@ class OwnedTopic:
                 on_lost=self._ledger_lost,
                 on_delivered=self._delivered,
             )
+            if self._on_subscriptions is not None:
+                self._on_subscriptions(self)
         return self._subs
 
     @property
