@@ -259,6 +259,50 @@ class MetadataConformance:
         wider = ranges.value.with_tail(lid + 1000, 5)
         await store.persistence.write_topic_persistence_info("s", wider, version)
 
+    async def test_a_ledger_is_left_over_only_once_its_maker_cannot_name_it(
+        self, store: MetadataStore, other: MetadataStore
+    ) -> None:
+        """``left_over``: a ledger the topic's record does not name is left over only if the
+        record was written after the ledger was made (its maker's compare-and-set, against a
+        version read before, can then only fail)."""
+        await store.topics.ensure_topic("lo")
+        md = LedgerMetadata(0, "lo", 1, 1, 1, ((0, ("h:1",)),), owner="h:1", owner_epoch=3)
+        first, version = await store.persistence.start_topic_log("lo", md)
+        named = first.value.ledger_id
+        assert not await other.ledgers.left_over(named, "lo")
+        # A claim reads the record, makes its ledger, and dies before naming it: the record
+        # is as old as ever, so the claim's compare-and-set could still succeed.
+        made = (await store.ledgers.create_ledger(md)).value.ledger_id
+        assert not await other.ledgers.left_over(made, "lo")
+        # Another claim names its own ledger: the first one's write can only fail now.
+        later = (await other.ledgers.create_ledger(md)).value.ledger_id
+        read = await other.persistence.read_topic_persistence_info("lo")
+        assert read is not None and read.version == version
+        version = await other.persistence.write_topic_persistence_info(
+            "lo", read.value.close_tail(0).with_tail(later, 1), version
+        )
+        assert await store.ledgers.left_over(made, "lo")
+        assert not await store.ledgers.left_over(named, "lo")
+        assert not await store.ledgers.left_over(later, "lo")
+        with pytest.raises(BadVersionError):  # what the dead claim's write would get
+            await store.persistence.write_topic_persistence_info(
+                "lo", read.value.with_tail(made, 1), read.version
+            )
+        # A collection names fewer ledgers: the one it let go is left over until deleted.
+        kept = LedgerRanges(
+            tuple(
+                r
+                for r in read.value.close_tail(0).with_tail(later, 1).ranges
+                if r.ledger_id != named
+            )
+        )
+        await store.persistence.write_topic_persistence_info("lo", kept, version)
+        assert await other.ledgers.left_over(named, "lo")
+        # Gone ledgers and topics without a record prove nothing.
+        assert not await store.ledgers.left_over(named + 10_000, "lo")
+        orphan = (await store.ledgers.create_ledger(replace(md, topic="none"))).value.ledger_id
+        assert not await store.ledgers.left_over(orphan, "none")
+
     # topics ------------------------------------------------------------------------------
 
     @pytest.mark.parametrize("name", ODD_NAMES)

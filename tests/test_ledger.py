@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,14 @@ from hedwig.ledger.log_reader import READ_AHEAD
 from hedwig.ledger.storage import StorageNode
 from hedwig.metadata import LedgerState
 from hedwig.metadata.memory import MemoryBackend, MemoryMetadataStore
-from hedwig.metadata.records import HubLoad, LedgerMetadata, ReplicationConfig, Version
+from hedwig.metadata.records import (
+    HubLoad,
+    LedgerMetadata,
+    LedgerRange,
+    LedgerRanges,
+    ReplicationConfig,
+    Version,
+)
 from hedwig.protocol import EncodedMessages
 
 
@@ -569,24 +576,11 @@ async def test_a_striped_ledger_replica_missing_its_entries_is_caught_up(
     names = ("h:1", "h:2", "h:3")
     for name in names:
         await store.hubs.register_hub(name, HubLoad())
-    created = await store.ledgers.create_ledger(
-        LedgerMetadata(
-            ledger_id=0,
-            topic="t",
-            ensemble_size=3,
-            write_quorum=2,
-            ack_quorum=2,
-            fragments=((0, names),),
-        )
+    # h:3 was away from entry 3 on
+    closed = await closed_ledger(
+        store, cluster, names, 6, write_quorum=2, held=lambda n, e: n != "h:3" or e < 3
     )
-    md = created.value
-    for entry in range(6):
-        for name in write_set(md, entry):
-            if name == "h:3" and entry >= 3:
-                continue  # h:3 was away
-            await cluster.disks[name].add_entry(md.ledger_id, entry, entry - 1, b"e%d" % entry)
-    closed = replace(md, state=LedgerState.CLOSED, last_entry_id=5)
-    await store.ledgers.write_ledger(closed, created.version)
+    md = closed
     health = await inspect(closed, cluster, set(names), wanted=3)
     expected = [e for e in range(3, 6) if "h:3" in write_set(md, e)]
     assert health.lagging == {"h:3": len(expected)} and not health.dead
@@ -629,6 +623,38 @@ def counted_ledger_reads(store: MemoryMetadataStore) -> list[int]:
     return reads
 
 
+async def closed_ledger(
+    store: MemoryMetadataStore,
+    cluster: Cluster,
+    names: tuple[str, ...],
+    entries: int,
+    *,
+    write_quorum: int = 3,
+    held: Callable[[str, int], bool] = lambda _name, _entry: True,
+) -> LedgerMetadata:
+    """A closed ledger of topic ``t`` on the ensemble ``names`` (3/``write_quorum``/2), of
+    ``entries`` entries, each on the replicas of its write set for which ``held(name,
+    entry)``."""
+    created = await store.ledgers.create_ledger(
+        LedgerMetadata(
+            ledger_id=0,
+            topic="t",
+            ensemble_size=3,
+            write_quorum=write_quorum,
+            ack_quorum=2,
+            fragments=((0, names),),
+        )
+    )
+    lid = created.value.ledger_id
+    for entry in range(entries):
+        for name in write_set(created.value, entry):
+            if held(name, entry):
+                await cluster.disks[name].add_entry(lid, entry, entry - 1, b"e%d" % entry)
+    closed = replace(created.value, state=LedgerState.CLOSED, last_entry_id=entries - 1)
+    await store.ledgers.write_ledger(closed, created.version)
+    return closed
+
+
 def first_hubs_auditor(
     store: MemoryMetadataStore,
     cluster: Cluster,
@@ -650,6 +676,26 @@ def first_hubs_auditor(
     )
 
 
+def lone_hubs_auditor(
+    store: MemoryMetadataStore,
+    disk: LocalStorage,
+    clock: ManualClock,
+    *,
+    full_interval_s: float = 3600.0,
+) -> Auditor:
+    """The auditor of ``disk``'s hub ``h:1``, alone in its region (1/1/1: it audits every
+    ledger)."""
+    return Auditor(
+        address="h:1",
+        store=store,
+        replicas=LocalFirstReplicas(disk),
+        local=disk,
+        wanted_size=lambda _t: _one(),
+        clock=clock,
+        full_interval_s=full_interval_s,
+    )
+
+
 async def test_the_auditor_reads_every_ledger_only_when_something_can_have_changed(
     store: MemoryMetadataStore, tmp_path: Path
 ) -> None:
@@ -661,30 +707,8 @@ async def test_the_auditor_reads_every_ledger_only_when_something_can_have_chang
     names = ("h:1", "h:2", "h:3")
     for name in names:
         await store.hubs.register_hub(name, HubLoad())
-
-    async def closed_ledger(skip_on_h3: int = 99) -> LedgerMetadata:
-        created = await store.ledgers.create_ledger(
-            LedgerMetadata(
-                ledger_id=0,
-                topic="t",
-                ensemble_size=3,
-                write_quorum=3,
-                ack_quorum=2,
-                fragments=((0, names),),
-            )
-        )
-        for entry in range(4):
-            for name in names:
-                if name != "h:3" or entry < skip_on_h3:
-                    await cluster.disks[name].add_entry(
-                        created.value.ledger_id, entry, entry - 1, b"e%d" % entry
-                    )
-        closed = replace(created.value, state=LedgerState.CLOSED, last_entry_id=3)
-        await store.ledgers.write_ledger(closed, created.version)
-        return closed
-
     for _ in range(4):
-        await closed_ledger()
+        await closed_ledger(store, cluster, names, 4)
     reads = counted_ledger_reads(store)
     clock = ManualClock()
     auditor = first_hubs_auditor(store, cluster, clock)
@@ -694,7 +718,8 @@ async def test_the_auditor_reads_every_ledger_only_when_something_can_have_chang
     await auditor.run_once()
     assert auditor.full_audits == 1 and reads == []  # nothing changed, nothing suspected
 
-    lagging = await closed_ledger(skip_on_h3=2)  # h:3 missed its last two entries
+    # h:3 missed the last two entries
+    lagging = await closed_ledger(store, cluster, names, 4, held=lambda n, e: n != "h:3" or e < 2)
     auditor.suspect(lagging.ledger_id)  # the hub that closed it saw h:3 fail a write
     report = await auditor.run_once()
     assert auditor.full_audits == 1 and reads == [lagging.ledger_id]
@@ -728,23 +753,7 @@ async def test_ledgers_waiting_for_a_gone_hub_are_read_again_when_its_delay_ends
     for name in names[:2]:
         await store.hubs.register_hub(name, HubLoad())  # h:3 is gone
     for _ in range(6):
-        created = await store.ledgers.create_ledger(
-            LedgerMetadata(
-                ledger_id=0,
-                topic="t",
-                ensemble_size=3,
-                write_quorum=3,
-                ack_quorum=2,
-                fragments=((0, names),),
-            )
-        )
-        for entry in range(3):
-            for name in names[:2]:
-                await cluster.disks[name].add_entry(
-                    created.value.ledger_id, entry, entry - 1, b"e%d" % entry
-                )
-        closed = replace(created.value, state=LedgerState.CLOSED, last_entry_id=2)
-        await store.ledgers.write_ledger(closed, created.version)
+        await closed_ledger(store, cluster, names, 3, held=lambda n, _e: n != "h:3")
     reads = counted_ledger_reads(store)
     clock = ManualClock()
     auditor = first_hubs_auditor(store, cluster, clock, delay_s=60)
@@ -894,16 +903,65 @@ async def test_orphans_are_replicas_whose_metadata_is_gone_whatever_their_ids(
         return listed
 
     store.ledgers.list_ledgers = listing_while_another_hub_makes_one  # type: ignore[method-assign]
-    auditor = Auditor(
-        address="h:1",
-        store=store,
-        replicas=LocalFirstReplicas(disk),
-        local=disk,
-        wanted_size=lambda _t: _one(),
-    )
+    auditor = lone_hubs_auditor(store, disk, ManualClock())
     assert await auditor.collect_orphans() == [gone.value.ledger_id]
     assert await disk.read_entry(made[0], 0) == b"acknowledged"
     assert await disk.read_entry(high.value.ledger_id, 0) == b"kept"
+    await disk.close()
+
+
+async def test_ledgers_no_log_can_name_are_deleted_at_most_every_full_interval(
+    store: MemoryMetadataStore, tmp_path: Path
+) -> None:
+    """Ledgers left over by a claim that died before its log named its ledger, or by a
+    collection that died between letting a ledger go and deleting it: their metadata and
+    replicas are deleted once the topic's record was written after they were made (nobody
+    can name them again). Kept: the ledgers the log names, one made after the record's last
+    write (its maker's compare-and-set could still succeed), one of a topic without a record,
+    and one younger than the full-audit interval, until a later sweep."""
+    disk = LocalStorage(tmp_path / "d", "h:1")
+    await store.hubs.register_hub("h:1", HubLoad())
+    clock = ManualClock()
+    auditor = lone_hubs_auditor(store, disk, clock, full_interval_s=60)
+    await auditor.run_once()  # the first full audit: no sweep so soon after start
+    clock.advance(61)
+    md = LedgerMetadata(0, "t", 1, 1, 1, ((0, ("h:1",)),))
+    first, version = await store.persistence.start_topic_log("t", md)
+    let_go = first.value.ledger_id
+    await disk.add_entry(let_go, 0, -1, b"let go")
+    await store.ledgers.write_ledger(
+        replace(first.value, state=LedgerState.CLOSED, last_entry_id=0), first.version
+    )
+    dead_claim = (await store.ledgers.create_ledger(md)).value.ledger_id
+    young = (await store.ledgers.create_ledger(replace(md, created_ms=clock.wall_ms()))).value
+    tail = (await store.ledgers.create_ledger(md)).value.ledger_id
+    version = await store.persistence.write_topic_persistence_info(
+        "t", LedgerRanges((LedgerRange(let_go, 1, 1), LedgerRange(tail, 2))), version
+    )
+    await disk.add_entry(tail, 0, -1, b"named")
+    # A collection lets the first ledger go, and dies before deleting it.
+    await store.persistence.write_topic_persistence_info(
+        "t", LedgerRanges((LedgerRange(tail, 2),)), version
+    )
+    maybe_named = (await store.ledgers.create_ledger(md)).value.ledger_id
+    no_record = (await store.ledgers.create_ledger(replace(md, topic="u"))).value.ledger_id
+
+    report = await auditor.run_once()
+    assert sorted(report.left_over_deleted) == sorted([let_go, dead_claim])
+    for lid in (let_go, dead_claim):
+        assert await store.ledgers.read_ledger(lid) is None
+    assert let_go not in disk.ledgers()
+    for lid in (tail, maybe_named, no_record, young.ledger_id):
+        assert await store.ledgers.read_ledger(lid) is not None
+    assert await disk.read_entry(tail, 0) == b"named"
+
+    await store.hubs.register_hub("h:1", HubLoad())  # a new session: a full audit, no sweep
+    report = await auditor.run_once()
+    assert auditor.full_audits == 3 and report.left_over_deleted == []
+    clock.advance(61)
+    report = await auditor.run_once()
+    assert report.left_over_deleted == [young.ledger_id]
+    assert await store.ledgers.read_ledger(maybe_named) is not None
     await disk.close()
 
 

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import shutil
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -22,7 +22,7 @@ from hedwig.client import HedwigClient, RetryPolicy
 from hedwig.devcluster.cluster import DevCluster, HubProcess
 from hedwig.devcluster.zookeeper import free_port
 from hedwig.errors import DeadlineExceededError
-from hedwig.metadata import open_store
+from hedwig.metadata import LedgerMetadata, open_store
 from hedwig.metadata.layout import Layout
 from hedwig.security import ClientSecurity
 from tests.cluster_helpers import eventually, owner_of
@@ -32,6 +32,8 @@ pytestmark = pytest.mark.integration
 
 SESSION = 2.0
 TOPICS = ["f/a", "f/b", "f/c"]
+# ``run`` or ``run_secure``: a fault under load, the history checked.
+Runner = Callable[..., Awaitable[None]]
 
 
 @pytest.fixture
@@ -291,6 +293,68 @@ async def run_secure(cluster: DevCluster, fault: object, *, after: float) -> Non
     history = await work.finish()
     assert history.acked_count > acked_before, "publishing did not resume after the fault"
     check(history)
+
+
+# Left-over ledgers looked for every 2 s, among ledgers 2 s old, while ledgers roll over
+# every 4 KB: a sweep that took a ledger a log names, or is about to, would lose messages.
+SWEEPING = ["--audit-interval", "0.5", "--audit-full-interval", "2", "--ledger-max-bytes", "4096"]
+
+
+async def left_over_ledgers_go(cluster: DevCluster, runner: Runner) -> None:
+    """A ledger left by a claim of a topic that died before naming it goes once the topic's
+    record has been written since (here by the take-over after its owner is killed); the
+    sweeps, every 2 s through roll-overs, the kill and the take-overs, take nothing else (the
+    history is checked)."""
+    store = open_store(cluster.zk, region=cluster.region)
+    await store.start()
+    left: list[int] = []
+    try:
+
+        async def fault() -> None:
+            ids = tuple(sorted(h.storage_id for h in await store.hubs.list_hubs() if h.alive))
+            claim = LedgerMetadata(0, TOPICS[0], 3, 3, 2, ((0, ids),), owner="gone:1")
+            left.append((await store.ledgers.create_ledger(claim)).value.ledger_id)
+            cluster.hub_at(await victim_owner(cluster)).kill()
+
+        await runner(cluster, fault, after=SESSION + 6)
+
+        async def collected() -> bool:
+            return await store.ledgers.read_ledger(left[0]) is None
+
+        await eventually(collected, timeout=20)
+        deleted = 0.0
+        for hub in cluster.hub_procs:
+            if hub.running:
+                text = await asyncio.get_running_loop().run_in_executor(
+                    None, scrape, hub.metrics_url
+                )
+                deleted += sum(
+                    float(line.rsplit(" ", 1)[1])
+                    for line in text.splitlines()
+                    if line.startswith("hedwig_left_over_ledgers_deleted_total ")
+                )
+        assert deleted >= 1
+        rolled = len(await store.ledgers.list_ledgers())
+        assert rolled > 3 * len(TOPICS), f"{rolled} ledgers: too few roll-overs to race with"
+    finally:
+        await store.close()
+
+
+@pytest.fixture
+def sweeping_cluster(tmp_path: Path) -> Iterator[DevCluster]:
+    with DevCluster(
+        hubs=3,
+        region="faults-sweeping",
+        session_timeout_s=SESSION,
+        replication="3/3/2",
+        base_dir=str(tmp_path / "cluster"),
+        hub_args=SWEEPING,
+    ) as c:
+        yield c
+
+
+async def test_left_over_ledgers_go_and_nothing_else_does(sweeping_cluster: DevCluster) -> None:
+    await left_over_ledgers_go(sweeping_cluster, run)
 
 
 async def test_secure_kill9_owner_under_load(secure_cluster: DevCluster) -> None:

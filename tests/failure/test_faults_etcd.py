@@ -14,7 +14,7 @@ token it gave: each hub must authenticate again, and still lose nothing.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -22,7 +22,16 @@ import pytest
 from hedwig.client import HedwigClient
 from hedwig.devcluster.cluster import DevCluster
 from tests.cluster_helpers import eventually, owner_of
-from tests.failure.test_faults import SESSION, TOPICS, admin, run, run_secure, scrape
+from tests.failure.test_faults import (
+    SESSION,
+    SWEEPING,
+    TOPICS,
+    admin,
+    left_over_ledgers_go,
+    run,
+    run_secure,
+    scrape,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -91,13 +100,16 @@ async def test_etcd_restarted_under_load(cluster: DevCluster) -> None:
     await run(cluster, fault, after=SESSION + 5)
 
 
-def _secure_cluster(path: Path, monkeypatch: pytest.MonkeyPatch, session_s: float) -> DevCluster:
+def _secure_cluster(
+    path: Path, monkeypatch: pytest.MonkeyPatch, session_s: float, hub_args: Sequence[str] = ()
+) -> DevCluster:
     cluster = DevCluster(
         hubs=3,
         region="faults-etcd-secure",
         session_timeout_s=session_s,
         replication="3/3/2",
         base_dir=str(path / "cluster"),
+        hub_args=list(hub_args),
         store="etcd",
         secure=True,
     )
@@ -124,6 +136,22 @@ def secure_cluster_long_lease(
     cluster = _secure_cluster(tmp_path, monkeypatch, 15.0)
     yield cluster
     cluster.stop()
+
+
+@pytest.fixture
+def secure_sweeping_cluster(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[DevCluster]:
+    cluster = _secure_cluster(tmp_path, monkeypatch, SESSION, SWEEPING)
+    yield cluster
+    cluster.stop()
+
+
+async def test_secure_left_over_ledgers_go_and_nothing_else_does(
+    secure_sweeping_cluster: DevCluster,
+) -> None:
+    # This process reads and writes the store with the hubs' credentials (the environment).
+    await left_over_ledgers_go(secure_sweeping_cluster, run_secure)
 
 
 async def test_secure_kill9_owner_under_load(secure_cluster: DevCluster) -> None:

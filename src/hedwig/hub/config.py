@@ -114,9 +114,12 @@ class HubConfig:
         30.0, "seconds between audits of this hub's share of ledgers for lost replicas"
     )
     # Between full audits only the ledgers this hub suspects are read, unless the region's
-    # membership changed (``hedwig.ledger.auditor``).
+    # membership changed (``hedwig.ledger.auditor``). Left-over ledgers are looked for at
+    # most this often, among ledgers at least this old.
     audit_full_interval_s: float = setting(
-        3600.0, "seconds between audits of every ledger of the share when no hub came or went"
+        3600.0,
+        "seconds between audits of every ledger of the share when no hub came or went (and "
+        "between looks for left-over ledgers)",
     )
     # BookKeeper's lost-bookie recovery delay: a hub that restarts (a rolling upgrade, a
     # rescheduled pod) comes back with its disk, so copying its ledgers at once is wasted work.

@@ -337,6 +337,7 @@ class HubLoops:
         # hub within the re-replication delay (one copy short either way).
         self.metrics.under_replicated.set(report.failed + report.waiting)
         self.metrics.ledger_repairs.inc(report.repaired)
+        self.metrics.left_over_ledgers.inc(len(report.left_over_deleted))
         self.metrics.ledgers_waiting.set(report.waiting)
         for kind, total in self.auditor.copied_bytes.items():
             seen = self._copied_seen.get(kind, 0)

@@ -163,6 +163,12 @@ class HubMetrics:
         self.ledger_repairs = Counter(
             "hedwig_ledger_repairs", "Under-replicated ledgers repaired by this hub", registry=r
         )
+        self.left_over_ledgers = Counter(
+            "hedwig_left_over_ledgers_deleted",
+            "Ledgers no topic's log could name any more (left by a claim or a collection that "
+            "died half-way), deleted by this hub's auditor",
+            registry=r,
+        )
         self.ledgers_waiting = Gauge(
             "hedwig_ledgers_waiting_for_replica",
             "Ledgers this hub audits with a replica on a hub gone for less than the "

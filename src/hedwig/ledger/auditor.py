@@ -17,7 +17,13 @@ ledgers are reported as waiting. Repairs:
   replica and recording it with a compare-and-set.
 
 The auditor also collects orphans: replicas on this hub's disk whose ledger metadata is gone
-(the topic was deleted, or a collection's delete did not reach this hub).
+(the topic was deleted, or a collection's delete did not reach this hub). And, at most every
+``full_interval_s``, ledgers left over in the metadata: made by a claim or a roll-over that
+died before the topic's log named them, or let go by a collection that died before deleting
+them. Nothing else would ever delete those, and a region where hubs die mid-claim gathers
+them. One goes once the store proves it can never be named (``left_over``: the topic's record
+does not name it and was written after it was made, so its maker's compare-and-set can only
+fail); a ledger younger than ``full_interval_s`` is not asked about.
 
 Copies use the storage role's recovery adds, so they work on fenced ledgers too. Open ledgers
 belong to their writer (or to the recovery of the next owner) and are left alone. The work is
@@ -50,6 +56,7 @@ from hedwig.clock import Clock, SystemClock
 from hedwig.errors import BadVersionError, HedwigError
 from hedwig.ledger.handle import read_entry, write_set
 from hedwig.ledger.replicas import Replicas
+from hedwig.ledger.retention import delete_ledger_everywhere
 from hedwig.ledger.storage import LocalStorage
 from hedwig.metadata.managers import MetadataStore
 from hedwig.metadata.records import LedgerMetadata, LedgerState, Version, Versioned
@@ -93,6 +100,7 @@ class AuditReport:
     failed: int = 0
     waiting: int = 0  # ledgers with a replica on a hub still within the delay
     orphans_deleted: list[int] = field(default_factory=list)
+    left_over_deleted: list[int] = field(default_factory=list)
 
 
 def _fragments(md: LedgerMetadata) -> list[tuple[int, int, tuple[str, ...]]]:
@@ -176,6 +184,8 @@ class Auditor:
         self._membership: frozenset[tuple[str, str, int]] | None = None
         self._last_full = float("-inf")
         self._clean = False
+        # When ledgers were last asked about being left over: not at start, after a while.
+        self._last_sweep = self.clock.monotonic()
         # When ledgers waiting for a gone hub may be repaired (its delay ends): a full audit
         # then. And how many the last full audit found waiting, still reported meanwhile.
         self._due: float | None = None
@@ -243,6 +253,9 @@ class Auditor:
         todo = set(suspected)
         position, members = order.index(self.hub_id), len(order)
         mine: list[tuple[LedgerMetadata, Version]] = []
+        sweep = full and now - self._last_sweep >= self.full_interval_s
+        made_before = self.clock.wall_ms() - int(self.full_interval_s * 1000)
+        old: list[tuple[int, str]] = []
         if full:
             self.full_audits += 1
             self._overflowed = False
@@ -257,6 +270,8 @@ class Auditor:
             for lid, got in zip(chunk, read, strict=True):
                 if got is not None:
                     self._sort(lid, got, suspected, mine)
+                    if sweep and got.value.created_ms <= made_before:
+                        old.append((lid, got.value.topic))
         seen = {a for md, _ in mine for _, e in md.fragments for a in e}
         waiting = self._waiting(alive, seen, full=full)
         for md, version in mine:
@@ -279,6 +294,9 @@ class Auditor:
             except HedwigError as exc:
                 report.failed += 1
                 log.warning("ledger %d of %r stays under-replicated: %s", lid, md.topic, exc)
+        if sweep:
+            self._last_sweep = now
+            report.left_over_deleted = await self.collect_left_over(old)
         # Only waiting: nothing to do before the delay ends, and a full audit then.
         only_waiting = not report.failed and not any(h.repairable for h in report.under_replicated)
         if full:
@@ -331,6 +349,33 @@ class Auditor:
         if orphans:
             log.info("deleted %d orphan ledger replicas: %s", len(orphans), orphans[:10])
         return orphans
+
+    async def collect_left_over(self, ledgers: list[tuple[int, str]]) -> list[int]:
+        """Delete those of ``ledgers`` (id, topic) the store proves left over: replicas
+        first, then the metadata (``delete_ledger_everywhere``), as a collection does."""
+        gone: list[int] = []
+        for start in range(0, len(ledgers), READ_AHEAD):
+            chunk = ledgers[start : start + READ_AHEAD]
+            found = await asyncio.gather(
+                *(self.store.ledgers.left_over(lid, topic) for lid, topic in chunk),
+                return_exceptions=True,
+            )
+            for (lid, topic), left in zip(chunk, found, strict=True):
+                if isinstance(left, BaseException):
+                    if not isinstance(left, HedwigError):
+                        raise left
+                    continue  # asked again at the next sweep
+                if not left:
+                    continue
+                try:
+                    await delete_ledger_everywhere(self.store.ledgers, self.replicas, lid)
+                except HedwigError as exc:
+                    log.info("left-over ledger %d of %r not deleted yet: %s", lid, topic, exc)
+                    continue
+                gone.append(lid)
+        if gone:
+            log.info("deleted %d left-over ledgers: %s", len(gone), gone[:10])
+        return gone
 
     async def _copy(
         self, md: LedgerMetadata, entries: list[int], to: str, sources: set[str], kind: str

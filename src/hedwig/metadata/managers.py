@@ -149,6 +149,19 @@ class LedgerMetadataManager(Protocol):
 
     async def list_ledgers(self) -> list[int]: ...
 
+    async def left_over(self, ledger_id: int, topic: str) -> bool:
+        """Whether ledger ``ledger_id`` of ``topic`` can never be named by the topic's log.
+
+        Whoever makes a ledger (a claim, a roll-over) names it in the topic's persistence
+        record by a compare-and-set against the version it read before making it. If the
+        record does not name the ledger and was last written after the ledger was made, that
+        compare-and-set can only fail: the ledger was left over by a claim or a collection
+        cut short, and may go. Each store answers from its own order of writes (etcd
+        revisions, ZooKeeper zxids), never from clocks. False if the record names the
+        ledger, was last written before it was made, or either is gone (a topic without a
+        record proves nothing: its next claim may still create one)."""
+        ...
+
 
 class TopicCatalog(Protocol):
     """Topics that exist (a topic exists once its node does; topics are created lazily)."""

@@ -42,7 +42,7 @@ from hedwig.metadata.records import (
     Version,
     Versioned,
 )
-from hedwig.metadata.topic_logs import start_in_steps
+from hedwig.metadata.topic_logs import holds_ledger, start_in_steps
 from hedwig.protocol.names import encode_name
 
 
@@ -52,6 +52,9 @@ class _Entry:
     version: int = 0
     session: int | None = None  # set for records that die with their session
     czxid: int = 0
+    # When it was created and last written, in the order of writes (ZooKeeper's zxids).
+    made: int = 0
+    mzxid: int = 0
 
 
 @dataclass
@@ -61,6 +64,9 @@ class MemoryBackend:
     data: dict[tuple[str, ...], _Entry] = field(default_factory=dict)
     watches: dict[tuple[str, ...], list[Callable[[], None]]] = field(default_factory=dict)
     counter: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    # The order of writes, as ZooKeeper's zxids (``mzxid``); its own count, so ledger ids and
+    # session ids do not depend on how many writes were made.
+    writes: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     sessions: dict[int, MemoryMetadataStore] = field(default_factory=dict)
 
     def fire(self, key: tuple[str, ...]) -> None:
@@ -162,7 +168,9 @@ class MemoryMetadataStore:
         self._check()
         if key in self._b.data:
             raise BadVersionError.at("/".join(key), NEW_VERSION)
-        entry = _Entry(value, 0, self._session_id if ephemeral else None, next(self._b.counter))
+        session = self._session_id if ephemeral else None
+        made = next(self._b.writes)
+        entry = _Entry(value, 0, session, next(self._b.counter), made, made)
         self._b.data[key] = entry
         self._b.fire(key)
         return entry
@@ -175,6 +183,7 @@ class MemoryMetadataStore:
             raise BadVersionError.at("/".join(key), version)
         entry.value = value
         entry.version += 1
+        entry.mzxid = next(self._b.writes)
         self._b.fire(key)
         return entry.version
 
@@ -321,6 +330,13 @@ class MemoryMetadataStore:
     async def list_ledgers(self) -> list[int]:
         self._check()
         return sorted(int(k[2]) for k in self._b.data if k[:2] == (self.region, "ledger"))
+
+    async def left_over(self, ledger_id: int, topic: str) -> bool:
+        ledger = self._get(self._k("ledger", str(ledger_id)))
+        record = self._get(self._k("ledgers", topic))
+        if ledger is None or record is None or record.mzxid <= ledger.made:
+            return False
+        return not holds_ledger(record.value, ledger_id)
 
     # TopicCatalog ---------------------------------------------------------------------------
 

@@ -17,6 +17,11 @@ from hedwig.metadata.records import NEW_VERSION, LedgerMetadata, LedgerRanges, V
 log = logging.getLogger(__name__)
 
 
+def holds_ledger(ranges: LedgerRanges, ledger_id: int) -> bool:
+    """Whether the topic's log ``ranges`` holds ledger ``ledger_id``."""
+    return any(r.ledger_id == ledger_id for r in ranges.ranges)
+
+
 def first_ranges(ledger_id: int) -> LedgerRanges:
     """A new topic's ledger list: ``ledger_id`` from sequence 1."""
     return LedgerRanges(()).with_tail(ledger_id, 1)

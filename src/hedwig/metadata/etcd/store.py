@@ -69,7 +69,7 @@ from hedwig.metadata.records import (
     Version,
     Versioned,
 )
-from hedwig.metadata.topic_logs import first_ranges
+from hedwig.metadata.topic_logs import first_ranges, holds_ledger
 
 
 class EtcdOwnership:
@@ -334,6 +334,16 @@ class EtcdLedgers:
     async def list_ledgers(self) -> list[int]:
         items, _ = await self._etcd.range(self._keys.family("ledgers"), keys_only=True)
         return sorted(int(i.key.decode().rsplit("/", 1)[-1].lstrip("L")) for i in items)
+
+    async def left_over(self, ledger_id: int, topic: str) -> bool:
+        # Both in one read: the record's mod revision against the ledger's create revision.
+        got = await self._etcd.txn(
+            (), (get(self._keys.persistence(topic)), get(self._keys.ledger(ledger_id)))
+        )
+        record, ledger = got.reads
+        if record is None or ledger is None or record.mod <= ledger.create:
+            return False
+        return not holds_ledger(LedgerRanges.from_json(record.value), ledger_id)
 
 
 class EtcdTopics:

@@ -37,7 +37,7 @@ from hedwig.metadata.records import (
     Version,
     Versioned,
 )
-from hedwig.metadata.topic_logs import start_in_steps
+from hedwig.metadata.topic_logs import holds_ledger, start_in_steps
 from hedwig.metadata.zookeeper.bridge import NodeExists, NoNode, Op, ZkBridge
 
 DEFAULT_SESSION_TIMEOUT = 6.0
@@ -257,6 +257,15 @@ class ZkLedgers:
         except NoNode:
             return []
         return sorted(Layout.ledger_id_of(n) for n in names)
+
+    async def left_over(self, ledger_id: int, topic: str) -> bool:
+        # The ledger's czxid never changes, so two reads are as good as one: what is
+        # decided on is the record as read, last written at its mzxid.
+        ledger = await self._zk.exists(self._layout.ledger(ledger_id))
+        record = await self._zk.get_or_none(self._layout.persistence(topic))
+        if ledger is None or record is None or record[1].mzxid <= ledger.czxid:
+            return False
+        return not holds_ledger(LedgerRanges.from_json(record[0]), ledger_id)
 
 
 class ZkTopics:
