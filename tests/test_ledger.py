@@ -39,7 +39,7 @@ from hedwig.metadata.records import (
     ReplicationConfig,
     Version,
 )
-from hedwig.protocol import EncodedMessages
+from hedwig.protocol import Batch, EncodedMessages
 
 
 @pytest.fixture
@@ -179,6 +179,39 @@ async def test_a_take_over_reads_its_ledger_and_its_last_entries_once(
     after = entry_reads[recovery:]
     assert len(after) == len(set(after)), f"an entry read twice after recovery: {after}"
     assert (recovered, 19) not in after, "the last entry was read by recovery already"
+
+
+async def test_an_append_made_as_a_roll_over_ends_goes_after_those_it_held(
+    store: MemoryMetadataStore, tmp_path: Path
+) -> None:
+    """Appends made during a roll-over wait for it; one made just as it ends (before they
+    are woken: each wake-up takes turns of the loop) must still go after them. It took its
+    sequence ids first, so a publisher's batch stored ahead of its earlier one waiting there
+    (a history under load found a sender's message stored before one it sent earlier, at the
+    first two sequence ids of a new ledger)."""
+    storage = LocalStorage(tmp_path, "h:1")
+    log = make_log(store, storage, ledger_max_bytes=1)  # every append rolls over after it
+    await log.open()
+    write = store.persistence.write_topic_persistence_info
+    late: list[asyncio.Task[Batch]] = []
+
+    async def naming_the_new_ledger_then_an_append(
+        topic: str, ranges: LedgerRanges, version: Version
+    ) -> Version:
+        await asyncio.sleep(0.01)  # the roll-over takes time: an append comes and waits
+        written = await write(topic, ranges, version)
+        if ranges.ranges[-1].end_seq is None and not late:
+            late.append(asyncio.create_task(log.append("p", 3, EncodedMessages.of_values([b"c"]))))
+        return written
+
+    store.persistence.write_topic_persistence_info = naming_the_new_ledger_then_an_append  # type: ignore[method-assign]
+    await log.append("p", 1, EncodedMessages.of_values([b"a"]))  # a roll-over begins
+    held = await log.append("p", 2, EncodedMessages.of_values([b"b"]))
+    made_late = await late[0]
+    assert (held.first_seq, made_late.first_seq) == (2, 3)
+    got = await log.read(1, 10, 1 << 20)
+    assert [m.value for b in got for m in b.messages.decode()] == [b"a", b"b", b"c"]
+    await log.close()
 
 
 async def test_roll_over_and_collect(store: MemoryMetadataStore, tmp_path: Path) -> None:

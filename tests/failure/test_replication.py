@@ -13,7 +13,8 @@ import pytest
 from hedwig.client import HedwigClient
 from hedwig.devcluster.cluster import DevCluster
 from tests.cluster_helpers import eventually, hedwig, owner_of
-from tests.failure.history import read_all
+from tests.failure.history import Workload, check, read_all
+from tests.failure.test_faults import TOPICS
 
 pytestmark = pytest.mark.integration
 
@@ -143,3 +144,66 @@ async def test_a_rolling_restart_copies_no_ledger() -> None:
             for topic in topics:
                 log = await read_all(client, topic)
                 assert [v for _, v in log] == [b"%d" % i for i in range(50)]
+
+
+async def test_a_hub_back_and_another_gone_while_the_auditors_wait_under_load(
+    tmp_path: Path,
+) -> None:
+    """Under load, ledgers rolling over every 4 KB: a hub dies, a second one dies while the
+    auditors wait out the first one's re-replication delay, and the first comes back within
+    it. Only the second one's replicas are re-created elsewhere (the first one's are kept:
+    it is back), every closed ledger ends on three live replicas, and the whole history holds:
+    nothing acknowledged lost, nothing twice, each publisher's order kept."""
+    with DevCluster(
+        hubs=4,
+        region="waits",
+        session_timeout_s=2.0,
+        replication="3/3/2",
+        base_dir=str(tmp_path / "cluster"),
+        hub_args=[
+            *("--audit-interval", "0.5", "--no-self-balance"),
+            *("--rereplication-delay", "6", "--ledger-max-bytes", "4096"),
+        ],
+    ) as c:
+        loop = asyncio.get_running_loop()
+        work = Workload(c.addresses, TOPICS, senders=1)
+        await work.start()
+        await asyncio.sleep(2.0)
+        first, second = c.hub_procs[:2]
+        first_id, second_id = (
+            Path(h.data_dir, "hub-id").read_text().strip() for h in (first, second)
+        )
+        on_first = {
+            int(str(r["ledger"]))
+            for r in ledger_rows(c)
+            if r["state"] == "CLOSED" and first_id in str(r["replicas"])
+        }
+        first.kill()
+        await asyncio.sleep(2.5)  # past its session: the auditors see it gone, and wait
+        second.kill()
+        await asyncio.sleep(1.5)
+        await loop.run_in_executor(None, first.start)  # back about 4 s after, within the delay
+        await asyncio.sleep(10.0)  # the second one's delay ends: its replicas are re-created
+        history = await work.finish()
+        check(history)
+
+        async def healthy() -> bool:
+            return under_replicated(c) == []
+
+        await eventually(healthy, timeout=30)
+        assert copied(c, "replace") > 0
+        rows = {int(str(r["ledger"])): r for r in ledger_rows(c) if r["state"] == "CLOSED"}
+        for r in rows.values():
+            replicas = str(r["replicas"]).split(",")
+            if r["entries"]:
+                assert len(replicas) == 3 and second_id not in replicas, r
+        kept = [lid for lid in on_first if lid in rows]
+        assert kept, "no ledger of the first hub to look at"
+        assert all(first_id in str(rows[lid]["replicas"]) for lid in kept)
+
+
+def ledger_rows(cluster: DevCluster) -> list[dict[str, object]]:
+    out = hedwig("ledgers", "--zk", cluster.zk, "--region", cluster.region, "--json")
+    assert out.returncode == 0, out.stderr
+    rows: list[dict[str, object]] = json.loads(out.stdout)
+    return rows

@@ -125,6 +125,7 @@ class TopicLog:
         "_rolling",
         "_store",
         "_tail_suspect",
+        "_waiting",
         "_writer",
         "broken",
         "last_seq",
@@ -178,6 +179,8 @@ class TopicLog:
         # waits on them, and an event with its waiter queue is about 760 bytes.
         self._changed: Flag | None = None
         self._rolling: asyncio.Future[None] | None = None
+        # The last append waiting to take its sequence ids (``_take_turn``); None: none waits.
+        self._waiting: asyncio.Future[None] | None = None
         # What the last collection that found nothing saw: the ranges, the first sequence id
         # needed, and when a ledger of them grows old enough (``collect_due``).
         self._quiet: tuple[LedgerRanges, int, int | None] | None = None
@@ -391,9 +394,13 @@ class TopicLog:
     async def append(
         self, publisher_id: str, publisher_seq: int, messages: EncodedMessages
     ) -> Batch:
-        """Durably append one batch; returns it with its sequence ids (and its stored bytes)."""
-        while self._rolling is not None:
-            await asyncio.shield(self._rolling)
+        """Durably append one batch; returns it with its sequence ids (and its stored bytes).
+
+        Batches take their sequence ids in the order of the calls: the owner's per-publisher
+        order check (``hedwig.hub.dedup``) lets a publisher's next batch in once the one
+        before is being written, so the log must not let it overtake that one."""
+        if self._rolling is not None or self._waiting is not None:
+            await self._take_turn()
         if self.broken is not None:
             raise self.broken
         writer = self._writer
@@ -424,6 +431,25 @@ class TopicLog:
         if self._ledger_bytes >= self.settings.ledger_max_bytes:
             self._start_roll_over(sized=True)
         return batch
+
+    async def _take_turn(self) -> None:
+        """Wait until no roll-over runs and every append that came earlier and waited has
+        taken its sequence ids. Waiting for the roll-over alone was not enough: the appends
+        it held are woken a few turns of the loop after it ends, and one called in between
+        found nothing to wait for and took its ids first."""
+        ahead = self._waiting
+        mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting = mine
+        try:
+            if ahead is not None:
+                await asyncio.shield(ahead)
+            while self._rolling is not None:
+                await asyncio.shield(self._rolling)
+        finally:
+            # The caller takes its ids before it next yields; the one behind runs after that.
+            if self._waiting is mine:
+                self._waiting = None
+            mine.set_result(None)
 
     def _change(self) -> Flag:
         """What a waiter for the next change waits on."""
