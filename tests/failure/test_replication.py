@@ -190,7 +190,11 @@ async def test_a_hub_back_and_another_gone_while_the_auditors_wait_under_load(
         async def healthy() -> bool:
             return under_replicated(c) == []
 
-        await eventually(healthy, timeout=30)
+        try:
+            await eventually(healthy, timeout=30)
+        except AssertionError:
+            print("DIAG", under_replicated(c))
+            raise
         assert copied(c, "replace") > 0
         rows = {int(str(r["ledger"])): r for r in ledger_rows(c) if r["state"] == "CLOSED"}
         for r in rows.values():

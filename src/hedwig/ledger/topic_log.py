@@ -325,11 +325,11 @@ class TopicLog:
             self._replicas,
             created,
             clock=self._clock,
-            on_replica_failure=self._replica_failed,
+            on_replica_failure=self,
             on_idle=self._on_idle,
         )
 
-    def _replica_failed(self, address: str) -> None:
+    def replica_failed(self, address: str) -> None:
         """A replica missed a write (the entry still reached its ack quorum, or the writer
         broke). Move on to a ledger whose ensemble avoids it, so later entries are fully
         replicated again; the auditor re-replicates what the old ledger missed."""
