@@ -191,10 +191,10 @@ async def test_a_hub_back_and_another_gone_while_the_auditors_wait_under_load(
             return under_replicated(c) == []
 
         try:
-            await eventually(healthy, timeout=30)
+            await eventually(healthy, timeout=60)
         except AssertionError:
-            print("DIAG", under_replicated(c))
-            raise
+            # What is left, for whoever reads the hubs' logs next (2 runs of 50 once).
+            raise AssertionError(f"still under-replicated: {under_replicated(c)}") from None
         assert copied(c, "replace") > 0
         rows = {int(str(r["ledger"])): r for r in ledger_rows(c) if r["state"] == "CLOSED"}
         for r in rows.values():
