@@ -34,6 +34,31 @@ async def test_a_publisher_seen_once_is_remembered_as_exactly() -> None:
     assert await t.check("p", 4, 1) == Known(0, 0)
 
 
+async def test_a_lone_publisher_kept_alone_joins_a_table_when_a_second_comes() -> None:
+    """The first publisher is kept without a table; a second one makes it, and both keep
+    what they were: their places, their order, and which was seen last."""
+    from hedwig.hub import dedup
+
+    t = PublisherTable()
+    t.learn("p", 1, 2, first_seq=1)
+    with pytest.raises(OutOfOrderError):
+        await t.check("p", 5, 1)
+    assert await t.check("q", 7, 1) is None  # unknown: taken where it starts
+    t.learn("q", 7, 1, first_seq=3)
+    t.learn("p", 3, 1, first_seq=4)
+    assert await t.check("p", 1, 2) == Known(1, 2)
+    assert await t.check("p", 3, 1) == Known(4, 4)
+    assert await t.check("q", 7, 1) == Known(3, 3)
+    with pytest.raises(OutOfOrderError) as refused:
+        await t.check("q", 9, 1)
+    assert refused.value.expected == 8
+    # "p" was seen last: a full table forgets "q" first.
+    for i in range(dedup.MAX_PUBLISHERS - 1):
+        t.learn(f"r{i}", 1, 1, first_seq=10 + i)
+    assert await t.check("q", 7, 1) is None
+    assert await t.check("p", 3, 1) == Known(4, 4)
+
+
 async def test_hole_inside_the_window_is_stored_not_dropped() -> None:
     t = PublisherTable()
     t.learn("p", 1, 1, first_seq=1)

@@ -78,11 +78,15 @@ class Known:
 
 
 class PublisherTable:
-    __slots__ = ("_inflight", "_pubs", "_writing")
+    __slots__ = ("_inflight", "_one", "_one_id", "_pubs", "_writing")
 
     def __init__(self) -> None:
-        # Least recently seen first.
-        self._pubs: dict[str, _Publisher] = {}
+        # The publishers, least recently seen first, once there are two; while there is one
+        # it is kept alone (most topics have one publisher, and a dictionary of one entry is
+        # 184 bytes on each of them).
+        self._pubs: dict[str, _Publisher] | None = None
+        self._one_id: str | None = None
+        self._one: _Publisher | None = None
         # Made while something is being written (None: nothing; most topics are idle).
         self._inflight: dict[tuple[str, int], asyncio.Future[Known]] | None = None
         # Per publisher: how many batches are being written now, and the last sequence of them.
@@ -96,7 +100,7 @@ class PublisherTable:
         waiting = None if self._inflight is None else self._inflight.get((publisher, pseq))
         if waiting is not None:
             return await asyncio.shield(waiting)
-        pub = self._pubs.get(publisher)
+        pub = self._get(publisher)
         writing = None if self._writing is None else self._writing.get(publisher)
         if pub is None or pseq + count - 1 > pub.highest:
             if pub is not None or writing is not None:
@@ -146,18 +150,32 @@ class PublisherTable:
             else:
                 fut.set_result(stored)
 
+    def _get(self, publisher: str) -> _Publisher | None:
+        if self._pubs is not None:
+            return self._pubs.get(publisher)
+        return self._one if publisher == self._one_id else None
+
     def learn(self, publisher: str, pseq: int, count: int, first_seq: int) -> None:
+        pub = self._get(publisher)
         pubs = self._pubs
-        pub = pubs.get(publisher)
         if pub is None:
-            while len(pubs) >= MAX_PUBLISHERS:
-                del pubs[next(iter(pubs))]
             # Interned: a client's id is the same on every topic it publishes to, and each
             # frame decodes a copy of its own (a string per topic, on a hub owning 100,000).
             publisher = sys.intern(publisher)
-            pub = pubs[publisher] = _Publisher()
-        elif next(reversed(pubs)) != publisher:  # the most recently seen now (moved last)
-            del pubs[publisher]
+            pub = _Publisher()
+            one_id, one = self._one_id, self._one
+            if pubs is None and (one_id is None or one is None):
+                self._one_id, self._one = publisher, pub
+            else:
+                if pubs is None and one_id is not None and one is not None:
+                    pubs = self._pubs = {one_id: one}  # a second one: a table from now on
+                    self._one_id = self._one = None
+                assert pubs is not None
+                while len(pubs) >= MAX_PUBLISHERS:
+                    del pubs[next(iter(pubs))]
+                pubs[publisher] = pub
+        elif pubs is not None and next(reversed(pubs)) != publisher:
+            del pubs[publisher]  # the most recently seen now (moved last)
             pubs[publisher] = pub
         last = pseq + count - 1
         pub.highest = max(pub.highest, last)
