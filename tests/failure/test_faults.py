@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import shutil
 import urllib.request
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -36,17 +36,22 @@ TOPICS = ["f/a", "f/b", "f/c"]
 Runner = Callable[..., Awaitable[None]]
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[DevCluster]:
-    # Under pytest's temporary directory, so the hubs' and ZooKeeper's logs of the last runs
-    # are there to read after a failure.
-    with DevCluster(
+def faults_cluster(tmp_path: Path, region: str, hub_args: Sequence[str] = ()) -> DevCluster:
+    """Three hubs at 3/3/2 with a 2 s session, under pytest's temporary directory (so the
+    hubs' and ZooKeeper's logs of the last runs are there to read after a failure)."""
+    return DevCluster(
         hubs=3,
-        region="faults",
+        region=region,
         session_timeout_s=SESSION,
         replication="3/3/2",
         base_dir=str(tmp_path / "cluster"),
-    ) as c:
+        hub_args=list(hub_args),
+    )
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[DevCluster]:
+    with faults_cluster(tmp_path, "faults") as c:
         yield c
 
 
@@ -342,14 +347,7 @@ async def left_over_ledgers_go(cluster: DevCluster, runner: Runner) -> None:
 
 @pytest.fixture
 def sweeping_cluster(tmp_path: Path) -> Iterator[DevCluster]:
-    with DevCluster(
-        hubs=3,
-        region="faults-sweeping",
-        session_timeout_s=SESSION,
-        replication="3/3/2",
-        base_dir=str(tmp_path / "cluster"),
-        hub_args=SWEEPING,
-    ) as c:
+    with faults_cluster(tmp_path, "faults-sweeping", SWEEPING) as c:
         yield c
 
 

@@ -163,14 +163,14 @@ class PublisherTable:
             # frame decodes a copy of its own (a string per topic, on a hub owning 100,000).
             publisher = sys.intern(publisher)
             pub = _Publisher()
-            one_id, one = self._one_id, self._one
-            if pubs is None and (one_id is None or one is None):
+            if pubs is None and self._one is None:
                 self._one_id, self._one = publisher, pub
             else:
-                if pubs is None and one_id is not None and one is not None:
-                    pubs = self._pubs = {one_id: one}  # a second one: a table from now on
+                if pubs is None:  # a second one: a table from now on
+                    pubs = self._pubs = {}
+                    if self._one_id is not None and self._one is not None:
+                        pubs[self._one_id] = self._one
                     self._one_id = self._one = None
-                assert pubs is not None
                 while len(pubs) >= MAX_PUBLISHERS:
                     del pubs[next(iter(pubs))]
                 pubs[publisher] = pub

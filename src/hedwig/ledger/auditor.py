@@ -254,7 +254,7 @@ class Auditor:
         position, members = order.index(self.hub_id), len(order)
         mine: list[tuple[LedgerMetadata, Version]] = []
         sweep = full and now - self._last_sweep >= self.full_interval_s
-        made_before = self.clock.wall_ms() - int(self.full_interval_s * 1000)
+        made_before = self.clock.wall_ms() - int(self.full_interval_s * 1000) if sweep else 0
         old: list[tuple[int, str]] = []
         if full:
             self.full_audits += 1
