@@ -494,3 +494,67 @@ async def test_a_compaction_whose_copies_the_disk_refuses_keeps_its_log_and_trie
     again = await _restarted_with(tmp_path, kept)
     assert again.is_fenced(1) and not again.is_fenced(11)
     await again.close()
+
+
+async def test_a_ledger_of_entry_0_alone_is_kept_as_an_int_and_behaves_as_any(
+    tmp_path: Path,
+) -> None:
+    """Most ledgers a region's hub stores hold entry 0 alone (a topic published to once): one
+    int each instead of an object while the LAC is -1 or 0 and no fence is set. Reads, LAC
+    notices, a second entry, a fence, compaction's copies, a restart and a deletion see the
+    same ledger either way."""
+    storage = LocalStorage(tmp_path, "h:1", log_bytes=4096)
+    packed = storage._ledgers
+    for lid in range(1, 21):
+        await storage.add_entry(lid, 0, -1, _entry(lid, 0))
+    assert all(isinstance(packed[lid], int) for lid in range(1, 21))
+    assert await storage.read_lac(1, fence=False) == (-1, 0)
+    await storage.write_lacs([(1, 0), (2, 0), (3, 5), (99, 0)])
+    await storage.write_lacs([(1, -1), (3, 2)])
+    assert isinstance(packed[1], int) and await storage.read_lac(1, fence=False) == (0, 0)
+    assert isinstance(packed[3], storage_mod._Ledger), "a LAC past entry 0: not packed"
+    await storage.add_entry(8, 1, 0, _entry(8, 1))
+    await storage.write_lacs([(8, 0)])
+    await storage.write_lacs([(8, 1)])
+    assert await storage.read_lac(8, fence=False) == (1, 1)
+    await storage.write_lacs([(9, 0)])
+    await storage.write_lacs([(9, 3)])  # its writer confirmed entries this one missed
+    assert await storage.read_lac(9, fence=False) == (3, 0)
+    assert await storage.read_lac(3, fence=False) == (5, 0)
+    assert 99 not in packed, "a notice makes no ledger"
+    await storage.add_entry(2, 0, -1, _entry(2, 0))  # a retry: nothing changes
+    assert isinstance(packed[2], int)
+    await storage.add_entry(2, 1, 0, _entry(2, 1))
+    assert isinstance(packed[2], storage_mod._Ledger)
+    assert [await storage.read_entry(2, e) for e in (0, 1)] == [_entry(2, 0), _entry(2, 1)]
+    assert await storage.read_lac(4, fence=True) == (-1, 0)
+    assert storage.is_fenced(4) and not storage.is_fenced(5)
+    with pytest.raises(LedgerFencedError):
+        await storage.add_entry(4, 1, 0, _entry(4, 1))
+    await storage.delete_ledger(6)
+    with pytest.raises(NoSuchEntryError):
+        await storage.read_entry(6, 0)
+    # Enough more to roll the log over and compact the first (its ledgers deleted but the
+    # packed ones, which compaction copies).
+    for lid in range(100, 130):
+        await storage.add_entry(lid, 0, -1, _entry(lid, 0))
+    for lid in range(100, 130):
+        await storage.delete_ledger(lid)
+    for _ in range(50):
+        if storage.compactions:
+            break
+        await asyncio.sleep(0.05)
+    assert storage.compactions
+    kept = [lid for lid in range(1, 21) if lid != 6]
+    for lid in kept:
+        assert await storage.read_entry(lid, 0) == _entry(lid, 0)
+    assert isinstance(packed[7], int), "moved by compaction, still packed"
+    await storage.close()
+    again = LocalStorage(tmp_path, "h:1", log_bytes=4096)
+    assert again.ledgers() == kept
+    assert isinstance(again._ledgers[7], int) and again.is_fenced(4)
+    assert await again.read_lac(7, fence=False) == (-1, 0)
+    assert [await again.read_entry(2, e) for e in (0, 1)] == [_entry(2, 0), _entry(2, 1)]
+    for lid in kept:
+        assert await again.read_entry(lid, 0) == _entry(lid, 0)
+    await again.close()

@@ -53,7 +53,11 @@ async def test_a_take_over_of_idle_topics_after_a_crash_writes_nothing_back(
         ledgers = [victim.topics.topics[t].log.ledger_id for t in mine]
         # Each replica learns that entry 2, the last, was confirmed (the adds carried 1).
         async with asyncio.timeout(EXPLICIT_LAC_S + 5):
-            while any(h.storage._ledgers[lid].lac != 2 for h in survivors for lid in ledgers):
+            while {
+                (await h.storage.read_lac(lid, fence=False))[0]
+                for h in survivors
+                for lid in ledgers
+            } != {2}:
                 await asyncio.sleep(0.02)
         assert victim.topics.lac_notices.failed == 0
         write_backs = [WriteBacks(h.storage) for h in survivors]

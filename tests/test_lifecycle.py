@@ -4,7 +4,7 @@ reads that never create, resets, expiry on an injected clock, periodic give-up, 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 
 import pytest
 
@@ -19,6 +19,7 @@ from hedwig.errors import (
     UsageError,
 )
 from hedwig.ledger import TopicLog
+from hedwig.ledger.log_reader import LogReader
 from hedwig.ledger.retention import delete_ledger_everywhere
 from hedwig.protocol import ResetTo
 from tests.memory_region import Region, memory_region
@@ -290,7 +291,62 @@ async def test_only_subscribed_topics_are_walked_for_consume_marks(region: Regio
 
 def cached(log: TopicLog) -> int:
     reader = log._log_reader
-    return 0 if reader is None else len(reader._cache or ())
+    return len(reader._cache or ()) if isinstance(reader, LogReader) else 0
+
+
+async def test_an_idle_topic_of_one_entry_lets_its_reader_go_and_reads_the_same() -> None:
+    """A ledger's first entry makes no reader when nobody waits to read it; idle a minute, a
+    topic whose reader holds at most one entry's index per ledger lets the reader go (an int
+    in its place). Reads, appends and a move after that find every message once and in order
+    (the open ledger's first entry is indexed from its range). A topic of several entries
+    keeps its reader (each entry's index would be a read)."""
+    clock = ManualClock()
+
+    def idle_a_minute() -> list[Awaitable[None]]:
+        clock.advance(61)
+        return [hub.loops.expire_idle() for hub in region.hubs]
+
+    async def values(topic: str) -> list[bytes]:
+        got = await c.read(topic, 1, max_messages=100)
+        return [m.value for b in got.batches for m in b.delivered()]
+
+    async for region in memory_region(2, clock=clock):
+        async with region.client() as c:
+            await c.publish("one", b"a")
+            for i in range(3):
+                await c.publish("three", b"t%d" % i)
+            one = region.owner("one").topics.topics["one"].log
+            three = region.owner("three").topics.topics["three"].log
+            assert isinstance(one._log_reader, int), "one entry, nobody reading: no reader"
+            assert isinstance(three._log_reader, LogReader)
+            await asyncio.gather(*idle_a_minute())
+            assert isinstance(one._log_reader, int)
+            assert isinstance(three._log_reader, LogReader)
+            assert await values("one") == [b"a"]
+            assert isinstance(one._log_reader, LogReader), "made again by the read"
+            await asyncio.gather(*idle_a_minute())
+            assert isinstance(one._log_reader, int)
+            await c.publish("one", b"b")
+            await c.publish("one", b"c")
+            assert await values("one") == [b"a", b"b", b"c"]
+            await asyncio.gather(*idle_a_minute())
+            assert isinstance(one._log_reader, LogReader), "two entries of one ledger: kept"
+            # Let go with nothing written to the open ledger (a new owner's) and the closed
+            # one's entry indexed: moved, idle, then read and published to.
+            await c.publish("solo", b"a")
+            owner = region.owner("solo")
+            other = next(h for h in region.hubs if h is not owner)
+            await c.move_topic("solo", other.address)
+            assert (await c.topic_info("solo")).last_seq == 1  # claimed there
+            moved = other.topics.topics["solo"].log
+            await asyncio.gather(*idle_a_minute())
+            assert moved._log_reader == moved.ledger_id << 1
+            await c.publish("solo", b"b")
+            assert await values("solo") == [b"a", b"b"]
+            await asyncio.gather(*idle_a_minute())
+            assert isinstance(moved._log_reader, int)
+            await c.publish("solo", b"c")
+            assert await values("solo") == [b"a", b"b", b"c"]
 
 
 async def test_a_deletion_cut_short_after_the_ledgers_is_finished_by_its_retry(

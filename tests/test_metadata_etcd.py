@@ -213,6 +213,9 @@ async def test_owner_watches_share_one_watch_of_the_prefix(
     await other.ownership.delete_owner_info("p4", versions["p4"])  # after p3's write
     await asyncio.wait_for(fired["p4"].wait(), 10)
     assert not fired["p5"].is_set()
+    # The stream has delivered past p5's revision: its callback is kept, its revision not.
+    assert store.keys.owner("p5") in watches._callbacks
+    assert store.keys.owner("p5") not in watches._after
     fallbacks = watches.fallbacks
     watches.add(store.keys.owner("p3"), before, fired["p3"].set)
     assert watches.fallbacks == fallbacks + 1

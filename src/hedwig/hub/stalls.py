@@ -133,6 +133,9 @@ class StallWatch:
             self._stalled_since = self._clock()
             frame = sys._current_frames().get(self._loop_thread)
             where = "".join(traceback.format_stack(frame)) if frame is not None else "?\n"
+            # Not kept until the next stall: a frame that returns keeps its locals (and the
+            # frames under it theirs) for as long as it is referred to.
+            del frame
             collecting = (
                 f" in the cycle collector (generation {self._gc_generation})"
                 if self._gc_started is not None

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from enum import Enum
 from types import MappingProxyType
 
@@ -55,6 +56,7 @@ from hedwig.protocol import (
     TopicDescription,
     TopicMoved,
 )
+from hedwig.shared import shared
 
 log = logging.getLogger(__name__)
 
@@ -70,17 +72,25 @@ class TopicState(Enum):
     CLOSED = "closed"
 
 
+@dataclass(frozen=True, slots=True, weakref_slot=True)
+class _TopicShared:
+    """What a hub's owned topics hold alike (``hedwig.shared``)."""
+
+    store: MetadataStore
+    clock: Clock
+    events: HubEvents
+    on_lost: LostCallback
+    on_subscriptions: Callable[[OwnedTopic], None] | None
+
+
 class OwnedTopic:
     # One per owned topic: without an attribute dictionary each costs about 100 bytes less.
     __slots__ = (
-        "_events",
-        "_on_lost",
-        "_on_subscriptions",
         "_publisher_table",
+        "_sh",
         "_subs",
         "bytes_in",
         "bytes_out",
-        "clock",
         "config",
         "last_active_ms",
         "log",
@@ -92,7 +102,6 @@ class OwnedTopic:
         "publishers",
         "settings",
         "state",
-        "store",
     )
 
     def __init__(
@@ -110,10 +119,10 @@ class OwnedTopic:
     ) -> None:
         self.name = name
         self.log = log_
-        self.store = store
+        # What the hub's owned topics hold alike, in one object (``hedwig.shared``).
+        self._sh = shared(_TopicShared, store, clock, events, on_lost, on_subscriptions)
         self.config = config
         self.settings = settings
-        self.clock = clock
         self.state = TopicState.OPEN
         # The subscriptions table and the publishers' duplicate detection are made when first
         # needed: most owned topics are idle, and the two with their callbacks were about
@@ -123,9 +132,6 @@ class OwnedTopic:
         # it is the only one (most topics have one publisher; a set of one is 216 bytes).
         self.publishers: Peer | set[Peer] | None = None
         self._publisher_table: PublisherTable | None = None
-        self._events = events
-        self._on_lost = on_lost
-        self._on_subscriptions = on_subscriptions  # told when the table is made
         self.moved_to: str | None = None
         # The version of this hub's owner record of the topic (set by the hub's ownership;
         # None once let go).
@@ -138,6 +144,27 @@ class OwnedTopic:
         self.bytes_in = 0
         self.msg_out = 0
         self.bytes_out = 0
+
+    @property
+    def store(self) -> MetadataStore:
+        return self._sh.store
+
+    @property
+    def clock(self) -> Clock:
+        return self._sh.clock
+
+    @property
+    def _events(self) -> HubEvents:
+        return self._sh.events
+
+    @property
+    def _on_lost(self) -> LostCallback:
+        return self._sh.on_lost
+
+    @property
+    def _on_subscriptions(self) -> Callable[[OwnedTopic], None] | None:
+        """Told when the subscriptions table is made."""
+        return self._sh.on_subscriptions
 
     @property
     def subs(self) -> TopicSubscriptions:

@@ -41,6 +41,7 @@ from hedwig.errors import (
 from hedwig.ledger.replicas import Replicas
 from hedwig.metadata.managers import LedgerMetadataManager
 from hedwig.metadata.records import LedgerMetadata, LedgerState, Versioned
+from hedwig.shared import shared
 
 log = logging.getLogger(__name__)
 
@@ -74,20 +75,27 @@ class ReplicaFailures(Protocol):
     def replica_failed(self, address: str) -> None: ...
 
 
+@dataclass(frozen=True, slots=True, weakref_slot=True)
+class _WriterShared:
+    """What a hub's ledger writers hold alike (``hedwig.shared``)."""
+
+    ledgers: LedgerMetadataManager
+    replicas: Replicas
+    clock: Clock
+    on_idle: Callable[[LedgerWriter], None] | None
+
+
 class LedgerWriter:
     """The single writer of an open ledger."""
 
     __slots__ = (
         "_broken",
-        "_clock",
         "_closed",
-        "_ledgers",
         "_md",
         "_next_entry",
-        "_on_idle",
         "_on_replica_failure",
         "_pending",
-        "_replicas",
+        "_sh",
         "_version",
         "bytes_added",
         "lac",
@@ -104,14 +112,12 @@ class LedgerWriter:
         on_replica_failure: ReplicaFailures | None = None,
         on_idle: Callable[[LedgerWriter], None] | None = None,
     ) -> None:
-        self._ledgers = ledgers
+        # What a hub's writers hold alike, in one object (``hedwig.shared``). On idle: told
+        # when every add has been confirmed and the replicas may not know the LAC.
+        self._sh = shared(_WriterShared, ledgers, replicas, clock or SystemClock(), on_idle)
         self._on_replica_failure = on_replica_failure
-        # Told when every add has been confirmed and the replicas may not know the LAC.
-        self._on_idle = on_idle
-        self._replicas = replicas
         self._md = metadata.value
         self._version = metadata.version
-        self._clock = clock or SystemClock()
         self._next_entry = 0
         # Adds in flight by entry id; None while there is none (most writers are idle, one per
         # owned topic, and an empty dictionary is 64 bytes).
@@ -123,6 +129,22 @@ class LedgerWriter:
         self._broken: LedgerError | None = None
         self._closed = False
         self.bytes_added = 0
+
+    @property
+    def _ledgers(self) -> LedgerMetadataManager:
+        return self._sh.ledgers
+
+    @property
+    def _replicas(self) -> Replicas:
+        return self._sh.replicas
+
+    @property
+    def _clock(self) -> Clock:
+        return self._sh.clock
+
+    @property
+    def _on_idle(self) -> Callable[[LedgerWriter], None] | None:
+        return self._sh.on_idle
 
     @property
     def ledger_id(self) -> int:

@@ -152,6 +152,23 @@ class LogReader:
         self._caching = False
         self._recent = None
 
+    def small(self, open_ledger: int, confirmed: int) -> bool:
+        """Whether this reader, shed, holds at most one entry's index of any ledger, and of
+        ledger ``open_ledger`` (being written, ``confirmed`` entries so far, at most one)
+        exactly those: all that ``TopicLog.shed_cache`` can let go and have again cheaply."""
+        if self._recent is not None or self._cache is not None or confirmed > 1:
+            return False
+        held = [self._index] if self._older is None else [self._index, *self._older.values()]
+        open_indexed = 0
+        for idx in held:
+            if idx is None:
+                continue
+            if len(idx.first_seqs) > 1:
+                return False
+            if idx.metadata.ledger_id == open_ledger:
+                open_indexed = len(idx.first_seqs)
+        return open_indexed == confirmed
+
     def forget(self, ledger_id: int) -> None:
         if self._index is not None and self._index.metadata.ledger_id == ledger_id:
             self._index = None

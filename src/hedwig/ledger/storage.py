@@ -112,7 +112,9 @@ class _Ledger:
     """A ledger stored here. A hub of a region stores a replica of most of the region's
     ledgers (a million, at a million topics), so it keeps little: each entry's place as one
     int, no table for a ledger of one entry (most of them: a topic published to once), and
-    what is waiting or being written in the storage's tables, not here."""
+    what is waiting or being written in the storage's tables, not here. The commonest of
+    all, entry 0 alone, its LAC -1 or 0 and no fence, is kept as one int instead of this
+    (``_packed``: 64 bytes less on each replica, three per topic in a 3/3/2 region)."""
 
     # Where the entries are (``_place``): None for none, the place of ``last_entry`` alone
     # while it is the only one, else a table by entry id. A table of one entry costs 160
@@ -144,6 +146,27 @@ def _log_of(place: int) -> int:
 
 def _record_bytes(place: int) -> int:
     return RECORD.size + (place & _LENGTH)
+
+
+def _packed(lf: _Ledger) -> _Ledger | int:
+    """``lf`` as an int if it holds entry 0 alone, its LAC is -1 or 0 and it is not fenced:
+    the place of the entry, times two, plus one if the LAC is 0. Else ``lf`` itself."""
+    offsets = lf.offsets
+    if (
+        isinstance(offsets, int)
+        and lf.last_entry == 0
+        and lf.fence == _NOT_FENCED
+        and -1 <= lf.lac <= 0
+    ):
+        return offsets << 1 | (lf.lac + 1)
+    return lf
+
+
+def _unpacked(held: _Ledger | int) -> _Ledger:
+    """What ``_packed`` made, as a ``_Ledger`` (a new one: writes to it are not kept)."""
+    if isinstance(held, int):
+        return _Ledger(held >> 1, 0, (held & 1) - 1)
+    return held
 
 
 def _places(lf: _Ledger) -> list[int]:
@@ -213,7 +236,7 @@ class LocalStorage:
         self._dir = str(self.dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.log_bytes = log_bytes
-        self._ledgers: dict[int, _Ledger] = {}
+        self._ledgers: dict[int, _Ledger | int] = {}  # an int: ``_packed``
         # Entries waiting for the next group, by ledger (in the order they came).
         self._pending: dict[int, list[tuple[int, bytes, asyncio.Future[None]]]] = {}
         # The group being written, by ledger, for reads and retries meanwhile.
@@ -252,6 +275,9 @@ class LocalStorage:
         self._begin_log_now()
         self._migrate_ledger_files()
         self._count_live()
+        ledgers = self._ledgers
+        for lid, lf in ledgers.items():
+            ledgers[lid] = _packed(_unpacked(lf))
         for log_id in empty:
             self._remove_log(log_id)  # begun and never written to
 
@@ -279,14 +305,11 @@ class LocalStorage:
                 )
         self._fds[log_id] = fd
         self._sizes[log_id] = max(scanned.end, len(MAGIC))
-        ledgers = self._ledgers
         for lid, eid, lac, pos, plen in scanned.records:
             if eid == DELETE_ENTRY:
-                ledgers.pop(lid, None)
+                self._ledgers.pop(lid, None)
                 continue
-            lf = ledgers.get(lid)
-            if lf is None:
-                lf = ledgers[lid] = _Ledger()
+            lf = self._mutable(lid)
             if eid == FENCE_ENTRY:
                 lf.fence = log_id
                 continue
@@ -299,7 +322,8 @@ class LocalStorage:
         live = self._live
         for log_id in self._sizes:
             live[log_id] = 0
-        for lf in self._ledgers.values():
+        for held in self._ledgers.values():
+            lf = _unpacked(held)
             for place in _places(lf):
                 live[_log_of(place)] += _record_bytes(place)
             if lf.fence >= 0:
@@ -321,9 +345,7 @@ class LocalStorage:
             data = b""
             with contextlib.suppress(FileNotFoundError):
                 data = (self.dir / f"{lid}.log").read_bytes()
-            lf = self._ledgers.get(lid)
-            if lf is None:
-                lf = self._ledgers[lid] = _Ledger()
+            lf = self._mutable(lid)
             if self._tail >= self.log_bytes:
                 self._begin_log_now()
             chunks = []
@@ -368,6 +390,18 @@ class LocalStorage:
     def ledgers(self) -> list[int]:
         return sorted(self._ledgers)
 
+    def _mutable(self, ledger_id: int) -> _Ledger:
+        """Ledger ``ledger_id`` to change (made if it is not stored; unpacked if it was
+        packed: whoever changes it packs it again where it may fit)."""
+        held = self._ledgers.get(ledger_id)
+        if held is None or isinstance(held, int):
+            held = self._ledgers[ledger_id] = _Ledger() if held is None else _unpacked(held)
+        return held
+
+    def _pack(self, ledger_id: int, lf: _Ledger) -> None:
+        if self._ledgers.get(ledger_id) is lf:
+            self._ledgers[ledger_id] = _packed(lf)
+
     def logs(self) -> list[int]:
         """The entry logs on disk, oldest first."""
         return sorted(self._sizes)
@@ -381,13 +415,14 @@ class LocalStorage:
     async def add_entry(
         self, ledger_id: int, entry_id: int, lac: int, payload: bytes, *, recovery: bool = False
     ) -> None:
-        lf = self._ledgers.get(ledger_id)
-        if lf is None:
-            lf = self._ledgers[ledger_id] = _Ledger()
-        elif lf.fence != _NOT_FENCED and not recovery:
-            raise LedgerFencedError(f"ledger {ledger_id} is fenced")
-        if _place_of(lf, entry_id) is not None:
-            return  # a write-back or retry of an entry we hold already
+        held = self._ledgers.get(ledger_id)
+        if held is not None:
+            lf = _unpacked(held)
+            if lf.fence != _NOT_FENCED and not recovery:
+                raise LedgerFencedError(f"ledger {ledger_id} is fenced")
+            if _place_of(lf, entry_id) is not None:
+                return  # a write-back or retry of an entry we hold already
+        lf = self._mutable(ledger_id)
         earlier = self._unwritten(ledger_id, entry_id, newest_first=True)
         if earlier is not None:
             await asyncio.shield(earlier[1])  # a retry of one still being made durable
@@ -419,10 +454,10 @@ class LocalStorage:
         return None
 
     async def read_entry(self, ledger_id: int, entry_id: int) -> bytes:
-        lf = self._ledgers.get(ledger_id)
-        if lf is None:
+        held = self._ledgers.get(ledger_id)
+        if held is None:
             raise NoSuchEntryError(f"ledger {ledger_id} is not stored here")
-        loc = _place_of(lf, entry_id)
+        loc = _place_of(_unpacked(held), entry_id)
         if loc is None:
             unwritten = self._unwritten(ledger_id, entry_id)
             if unwritten is None:
@@ -444,11 +479,13 @@ class LocalStorage:
         return body
 
     async def read_lac(self, ledger_id: int, *, fence: bool) -> tuple[int, int]:
-        lf = self._ledgers.get(ledger_id)
-        if lf is None:
-            if not fence:
+        if not fence:
+            held = self._ledgers.get(ledger_id)
+            if held is None:
                 return -1, -1
-            lf = self._ledgers[ledger_id] = _Ledger()
+            lf = _unpacked(held)
+            return lf.lac, lf.last_entry
+        lf = self._mutable(ledger_id)
         if fence:
             if lf.fence == _NOT_FENCED:
                 # Refused from now on, answered once the record is on disk: the flusher writes
@@ -474,21 +511,31 @@ class LocalStorage:
         # ledger was deleted, and would bring it back as an empty replica.
         ledgers = self._ledgers
         for ledger_id, lac in lacs:
-            lf = ledgers.get(ledger_id)
-            if lf is not None and lac > lf.lac:
-                lf.lac = lac
+            held = ledgers.get(ledger_id)
+            if held is None:
+                continue
+            if isinstance(held, int):
+                if lac <= (held & 1) - 1:
+                    continue
+                if lac == 0:
+                    ledgers[ledger_id] = held | 1
+                    continue
+                held = self._mutable(ledger_id)
+            if lac > held.lac:
+                held.lac = lac
 
     def is_fenced(self, ledger_id: int) -> bool:
-        lf = self._ledgers.get(ledger_id)
-        return lf is not None and lf.fence != _NOT_FENCED
+        held = self._ledgers.get(ledger_id)
+        return isinstance(held, _Ledger) and held.fence != _NOT_FENCED
 
     async def fenced(self, ledger_id: int) -> bool:
         return self.is_fenced(ledger_id)
 
     async def delete_ledger(self, ledger_id: int) -> None:
-        lf = self._ledgers.pop(ledger_id, None)
-        if lf is None:
+        held = self._ledgers.pop(ledger_id, None)
+        if held is None:
             return
+        lf = _unpacked(held)
         for _, _, fut in self._pending.pop(ledger_id, ()):
             _fail(fut, NoSuchEntryError(f"ledger {ledger_id} was deleted"))
         self._fencing.pop(ledger_id, None)
@@ -592,9 +639,9 @@ class LocalStorage:
         for kind, lid, eid, was, record in moved:
             pos = at[i]
             i += 1
-            lf = ledgers.get(lid)
-            if lf is None or kind == _DELETE:
+            if kind == _DELETE or lid not in ledgers:
                 continue
+            lf = self._mutable(lid)
             if kind == _MOVE_FENCE:
                 if lf.fence == was:
                     lf.fence = log_id
@@ -604,23 +651,26 @@ class LocalStorage:
                 _set_place(lf, eid, _place(log_id, pos, len(record) - RECORD.size))
                 live[_log_of(was)] -= len(record)
                 live[log_id] += len(record)
+            self._pack(lid, lf)
         for lid, items in group.items():
-            lf = ledgers.get(lid)
+            gl = self._mutable(lid) if lid in ledgers else None
             for eid, record, fut in items:
                 pos = at[i]
                 i += 1
-                if lf is not None:  # else deleted meanwhile: the delete record follows
+                if gl is not None:  # else deleted meanwhile: the delete record follows
                     if eid == FENCE_ENTRY:
-                        if lf.fence == _FENCING:
-                            lf.fence = log_id
+                        if gl.fence == _FENCING:
+                            gl.fence = log_id
                             live[log_id] += RECORD.size
                         if self._fencing.get(lid) is fut:
                             del self._fencing[lid]
-                    elif _place_of(lf, eid) is None:
-                        _set_place(lf, eid, _place(log_id, pos, len(record) - RECORD.size))
+                    elif _place_of(gl, eid) is None:
+                        _set_place(gl, eid, _place(log_id, pos, len(record) - RECORD.size))
                         live[log_id] += len(record)
                 if not fut.done():
                     fut.set_result(None)
+            if gl is not None:
+                self._pack(lid, gl)
 
     def _failed(
         self,
@@ -640,7 +690,7 @@ class LocalStorage:
         for lid, items in group.items():
             lf = self._ledgers.get(lid)
             for eid, _, fut in items:
-                if eid == FENCE_ENTRY and lf is not None and lf.fence == _FENCING:
+                if eid == FENCE_ENTRY and isinstance(lf, _Ledger) and lf.fence == _FENCING:
                     lf.fence = _NOT_FENCED  # not durably: the recovery that asked fails
                     if self._fencing.get(lid) is fut:
                         del self._fencing[lid]
@@ -675,7 +725,8 @@ class LocalStorage:
             for n, (lid, eid, lac, pos, plen) in enumerate(scanned.records):
                 if n % _COMPACT_CHUNK == _COMPACT_CHUNK - 1:
                     await asyncio.sleep(0)
-                lf = ledgers.get(lid)
+                held = ledgers.get(lid)
+                lf = None if held is None else _unpacked(held)
                 if eid == DELETE_ENTRY:
                     if lf is None and any(lac <= i < log_id for i in self._sizes):
                         copies.append((_DELETE, lid, eid, 0, _record(lid, eid, lac)))

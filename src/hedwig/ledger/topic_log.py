@@ -51,6 +51,7 @@ from hedwig.metadata.records import (
 )
 from hedwig.metadata.topic_logs import first_ranges
 from hedwig.protocol import Batch, EncodedMessages
+from hedwig.shared import shared
 
 # Chooses storage replicas for a new ledger: (wanted size, smallest acceptable size,
 # replicas to avoid) -> addresses.
@@ -102,28 +103,35 @@ class LogSettings:
     cache_bytes: int = 16 * 1024 * 1024  # newest batches served from memory
 
 
+@dataclass(frozen=True, slots=True, weakref_slot=True)
+class _LogShared:
+    """What a hub's topic logs hold alike (``hedwig.shared``)."""
+
+    store: MetadataStore
+    replicas: Replicas
+    owner: str
+    epoch: int
+    choose_ensemble: EnsembleChooser | None
+    clock: Clock
+    on_rolled_over: Callable[[], None] | None
+    on_suspect: Callable[[int], None] | None
+    on_idle: Callable[[LedgerWriter], None] | None
+
+
 class TopicLog:
     # A log per owned topic: without an attribute dictionary each costs about 100 bytes less.
     __slots__ = (
         "_changed",
-        "_choose_ensemble",
-        "_clock",
         "_ensemble",
-        "_epoch",
         "_failed_replicas",
         "_inflight",
         "_ledger_bytes",
         "_log_reader",
         "_next_seq",
-        "_on_idle",
-        "_on_rolled_over",
-        "_on_suspect",
-        "_owner",
         "_quiet",
         "_ranges",
-        "_replicas",
         "_rolling",
-        "_store",
+        "_sh",
         "_tail_suspect",
         "_waiting",
         "_writer",
@@ -151,28 +159,35 @@ class TopicLog:
         on_idle: Callable[[LedgerWriter], None] | None = None,
     ) -> None:
         self.topic = topic
-        self._store = store
-        self._replicas = replicas
-        self._owner = owner
-        self._epoch = owner_epoch
+        # What every log of the hub holds alike, in one object (``hedwig.shared``). On
+        # suspects: told the ledgers this log closed or recovered that may be
+        # under-replicated (the auditor checks them; it no longer reads every ledger every
+        # round). On idle: told when the ledger's writer has nothing in flight
+        # (``hedwig.ledger.lac_notices``).
+        self._sh = shared(
+            _LogShared,
+            store,
+            replicas,
+            owner,
+            owner_epoch,
+            choose_ensemble,
+            clock or SystemClock(),
+            on_rolled_over,
+            on_suspect,
+            on_idle,
+        )
         self._ensemble = first_fragments(ensemble)[0][1]
-        self._choose_ensemble = choose_ensemble
-        self._on_rolled_over = on_rolled_over
-        # Told the ledgers this log closed or recovered that may be under-replicated (the
-        # auditor checks them; it no longer reads every ledger every round).
-        self._on_suspect = on_suspect
-        # Told when the ledger's writer has nothing in flight (``hedwig.ledger.lac_notices``;
-        # one callable shared by every log of the hub).
-        self._on_idle = on_idle
         self._tail_suspect = False  # a replica of the open ledger failed a write
         # Replicas that failed a write lately -> until when new ledgers avoid them.
         self._failed_replicas: dict[str, float] | None = None  # made at the first failure
         self.settings = settings
-        self._clock = clock or SystemClock()
         self._ranges: Versioned[LedgerRanges] = Versioned(LedgerRanges(), NEW_VERSION)
         self._writer: LedgerWriter | None = None
-        # Made by the first append or read: an idle topic holds no cache (about 400 bytes).
-        self._log_reader: LogReader | None = None
+        # Made by the second append or the first read: an idle topic holds no cache (about
+        # 400 bytes). Before it, or once the topic is idle and its reader holds nothing it
+        # could not have again for a read or two (``shed_cache``), an int instead: the ledger
+        # being written then, times two, plus the entries of it indexed (0 or 1).
+        self._log_reader: LogReader | int | None = None
         self._next_seq = 1
         self.last_seq = 0  # last confirmed
         # Made by the first waiter and dropped when set: most owned topics are idle, nobody
@@ -298,6 +313,42 @@ class TopicLog:
         except LedgerError:
             return None
 
+    @property
+    def _store(self) -> MetadataStore:
+        return self._sh.store
+
+    @property
+    def _replicas(self) -> Replicas:
+        return self._sh.replicas
+
+    @property
+    def _owner(self) -> str:
+        return self._sh.owner
+
+    @property
+    def _epoch(self) -> int:
+        return self._sh.epoch
+
+    @property
+    def _choose_ensemble(self) -> EnsembleChooser | None:
+        return self._sh.choose_ensemble
+
+    @property
+    def _clock(self) -> Clock:
+        return self._sh.clock
+
+    @property
+    def _on_rolled_over(self) -> Callable[[], None] | None:
+        return self._sh.on_rolled_over
+
+    @property
+    def _on_suspect(self) -> Callable[[int], None] | None:
+        return self._sh.on_suspect
+
+    @property
+    def _on_idle(self) -> Callable[[LedgerWriter], None] | None:
+        return self._sh.on_idle
+
     async def _new_writer(self, ensemble: Sequence[str]) -> LedgerWriter:
         return self._writer_for(
             await self._store.ledgers.create_ledger(self._ledger_metadata(ensemble))
@@ -355,16 +406,45 @@ class TopicLog:
     # properties ---------------------------------------------------------------------------
 
     def _reader(self) -> LogReader:
-        if self._log_reader is None:
-            self._log_reader = LogReader(
-                self.topic, self._store.ledgers, self._replicas, self.settings.cache_bytes
-            )
-        return self._log_reader
+        held = self._log_reader
+        if isinstance(held, LogReader):
+            return held
+        reader = LogReader(
+            self.topic, self._store.ledgers, self._replicas, self.settings.cache_bytes
+        )
+        writer = self._writer
+        if held is not None and held & 1 and writer is not None and writer.ledger_id == held >> 1:
+            # The first entry of the ledger being written, confirmed with no reader (or
+            # indexed before the reader went): it starts where the ledger's range starts.
+            # (Entries confirmed since are indexed as the appends that made them go on, in
+            # order, as always.) The writer's ledger is always the last range.
+            last = self._ranges.value.ranges[-1]
+            assert last.ledger_id == writer.ledger_id
+            reader.index_for(writer.metadata).first_seqs.append(last.start_seq)
+        self._log_reader = reader
+        return reader
 
     def shed_cache(self) -> None:
-        """Drop the batches kept in memory for readers (``LogReader.shed``)."""
-        if self._log_reader is not None:
-            self._log_reader.shed()
+        """Drop the batches kept in memory for readers (``LogReader.shed``), and the reader
+        itself when what it still holds is at most one entry's index per ledger and nothing
+        is being written: the log's first read or append makes it again, reading a closed
+        ledger's index back from its replicas (one entry) and knowing the open ledger's from
+        its range. A reader and its index were about 300 bytes of every idle owned topic;
+        a busy topic's index (an entry each) is kept, reading it back would cost a read per
+        entry."""
+        reader = self._log_reader
+        if not isinstance(reader, LogReader):
+            return
+        reader.shed()
+        writer = self._writer
+        if (
+            writer is None
+            or self._inflight
+            or self._rolling is not None
+            or not reader.small(writer.ledger_id, writer.lac + 1)
+        ):
+            return
+        self._log_reader = writer.ledger_id << 1 | (writer.lac + 1)
 
     @property
     def first_seq(self) -> int:
@@ -417,7 +497,7 @@ class TopicLog:
         self._ledger_bytes += len(raw)
         self._inflight += 1
         try:
-            await writer.add(raw)
+            entry = await writer.add(raw)
         except LedgerError as exc:
             self.broken = exc
             self._notify()
@@ -426,7 +506,14 @@ class TopicLog:
             self._inflight -= 1
         # Confirmation is in order, so this batch directly follows the previous confirmed one.
         self.last_seq = batch.last_seq
-        self._reader().written(writer.metadata, batch, awaited=self._changed is not None)
+        if entry == 0 and self._changed is None and not isinstance(self._log_reader, LogReader):
+            # A ledger's first entry, nobody waiting to read it: no reader is made for it
+            # (most topics of a claim wave are published to once; a reader made and let go
+            # a minute later still left the process that much larger). Where it starts is
+            # where the ledger's range starts (``_reader``).
+            self._log_reader = writer.ledger_id << 1 | 1
+        else:
+            self._reader().written(writer.metadata, batch, awaited=self._changed is not None)
         self._notify()
         if self._ledger_bytes >= self.settings.ledger_max_bytes:
             self._start_roll_over(sized=True)
@@ -590,7 +677,7 @@ class TopicLog:
         self._tail_suspect = False
         if suspect and self._on_suspect is not None:
             self._on_suspect(md.ledger_id)
-        if self._log_reader is not None:
+        if isinstance(self._log_reader, LogReader):
             self._log_reader.closed(md)
         ranges = self._ranges.value.close_tail(self.last_seq)
         version = await self._stored(
@@ -711,7 +798,7 @@ class TopicLog:
         )
         self._ranges = Versioned(remaining, version)
         for lid in prefix:
-            if self._log_reader is not None:
+            if isinstance(self._log_reader, LogReader):
                 self._log_reader.forget(lid)
             await delete_ledger_everywhere(self._store.ledgers, self._replicas, lid)
         return prefix

@@ -610,11 +610,8 @@ class _Watcher:
 
 
 _Watch = tuple[int, Callable[[], None]]
-_Watches = _Watch | list[_Watch]
-
-
-def _listed(held: _Watches) -> list[_Watch] | tuple[_Watch]:
-    return held if isinstance(held, list) else (held,)
+_Watches = Callable[[], None] | list[_Watch]
+_NO_REVISION = 1 << 62  # past any revision etcd will reach
 
 
 class PrefixWatch:
@@ -642,9 +639,16 @@ class PrefixWatch:
         self._client = client
         self._prefix = prefix
         self._fallback = fallback
-        # By key: (after, callback), or a list of them when there are several (a key is
-        # nearly always watched once: a list each was 64 bytes per owned topic).
+        # By key: the callback of its one watch, or a list of (after, callback) when there
+        # are several (a key is nearly always watched once: a list each was 64 bytes per
+        # owned topic).
         self._callbacks: dict[bytes, _Watches] = {}
+        # The revision a key's one watch is from, while the stream has not delivered past
+        # it (a change at or before it is not the one waited for); dropped once it has,
+        # every later change being past it (a tuple and an int kept for good were about 90
+        # bytes per owned topic). ``_after_floor``: the least of them.
+        self._after: dict[bytes, int] = {}
+        self._after_floor = _NO_REVISION
         self._delivered = -1  # no stream: the next add starts one
         self._task: asyncio.Task[None] | None = None
         self._requests: asyncio.Queue[Any] = asyncio.Queue()
@@ -666,11 +670,13 @@ class PrefixWatch:
             return
         held = self._callbacks.get(key)
         if held is None:
-            self._callbacks[key] = (after, callback)
+            self._callbacks[key] = callback
+            self._after[key] = after
+            self._after_floor = min(self._after_floor, after)
         elif isinstance(held, list):
             held.append((after, callback))
         else:
-            self._callbacks[key] = [held, (after, callback)]
+            self._callbacks[key] = [(self._after.pop(key, -1), held), (after, callback)]
 
     async def _outgoing(self, start: int) -> AsyncIterator[Any]:
         create = rpc.WatchCreateRequest(
@@ -692,6 +698,8 @@ class PrefixWatch:
                     if revision > self._delivered:
                         self._delivered = revision
                     self._dispatch(bytes(ev.kv.key), revision)
+                if self._delivered > self._after_floor:
+                    self._passed()
         except grpc.aio.AioRpcError as exc:
             log.info("etcd prefix watch broke: %s", exc.code().name)
             if _stale_token(exc):
@@ -703,23 +711,37 @@ class PrefixWatch:
         # Whatever happened meanwhile is unknown: everyone reads again.
         self._delivered = -1
         fired, self._callbacks = self._callbacks, {}
+        self._after, self._after_floor = {}, _NO_REVISION
         for held in fired.values():
-            for _, callback in _listed(held):
-                callback()
+            if isinstance(held, list):
+                for _, callback in held:
+                    callback()
+            else:
+                held()
+
+    def _passed(self) -> None:
+        """Forget the revisions of the watches the stream has delivered past."""
+        delivered = self._delivered
+        self._after = {k: a for k, a in self._after.items() if a >= delivered}
+        self._after_floor = min(self._after.values(), default=_NO_REVISION)
 
     def _dispatch(self, key: bytes, revision: int) -> None:
         held = self._callbacks.get(key)
         if held is None:
             return
-        callbacks = _listed(held)
-        due = [cb for after, cb in callbacks if revision > after]
+        if not isinstance(held, list):
+            if revision <= self._after.get(key, -1):
+                return
+            del self._callbacks[key]
+            self._after.pop(key, None)
+            held()
+            return
+        due = [cb for after, cb in held if revision > after]
         if not due:
             return
-        rest = [(after, cb) for after, cb in callbacks if revision <= after]
-        if len(rest) > 1:
+        rest = [(after, cb) for after, cb in held if revision <= after]
+        if rest:
             self._callbacks[key] = rest
-        elif rest:
-            self._callbacks[key] = rest[0]
         else:
             del self._callbacks[key]
         for callback in due:
