@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Awaitable
 
 import pytest
 
+import hedwig.hub.requests as hub_requests
 from hedwig.client import RetryPolicy
 from hedwig.clock import ManualClock
 from hedwig.errors import (
@@ -383,3 +384,32 @@ async def test_a_deletion_cut_short_after_the_ledgers_is_finished_by_its_retry(
         await owner.topics.release("open", "test: the owner died mid-deletion")
         await c.delete_topic("open", force=True)
         assert not await owner.store.topics.topic_exists("open")
+
+
+async def test_a_connection_is_detached_from_every_topic_it_touched_however_many(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A connection's disconnection detaches it from the topics it published to: found by
+    name up to ``TOPICS_KEPT`` of them; past that the connection keeps no names (they were
+    about 100 bytes a topic for as long as it stayed connected) and every owned topic is
+    looked at instead."""
+    monkeypatch.setattr(hub_requests, "TOPICS_KEPT", 4)
+    async for region in memory_region(1, replication="1/1/1"):
+        hub = region.hubs[0]
+        for count in (3, 8):
+            names = [f"touched-{count}-{i}" for i in range(count)]
+            async with region.client() as c:
+                for name in names:
+                    await c.publish(name, b"x")
+                (conn,) = hub.front.connections
+                if count > 4:
+                    assert conn.topics is None
+                else:
+                    assert conn.topics == set(names)
+                owned = [hub.topics.topics[name] for name in names]
+                assert all(o.publishers is conn for o in owned)
+            for _ in range(100):
+                if all(o.publishers is None for o in owned):
+                    break
+                await asyncio.sleep(0.01)
+            assert all(o.publishers is None for o in owned)

@@ -77,6 +77,9 @@ CLAIM_TIMEOUT_S = 10.0
 CLAIM_CONNECT_TIMEOUT_S = 2.0
 # The longest a TAIL_TOPIC waits for a message.
 MAX_TAIL_WAIT_MS = 30_000
+# The topics a connection's disconnection detaches it from, by name, up to this many; past
+# it, every owned topic (``ClientConnection.topics``).
+TOPICS_KEPT = 1_024
 
 
 class HubRequests:
@@ -146,7 +149,12 @@ class HubRequests:
     def disconnected(self, conn: ClientConnection) -> None:
         if self.fanout is not None:
             self.fanout.detach_peer(conn)
-        for topic in conn.topics:
+        touched = conn.topics
+        if touched is None:
+            for each in list(self.ownership.topics.values()):
+                each.detach_peer(conn)
+            return
+        for topic in touched:
             owned = self.ownership.topics.get(topic)
             if owned is not None:
                 owned.detach_peer(conn)
@@ -163,7 +171,7 @@ class HubRequests:
                 conn, topic, lambda: self.store.topics.topic_exists(topic)
             )
         owned = await self.ownership.acquire(topic, redirected=redirected, create=create)
-        conn.topics.add(topic)
+        _touched(conn, topic)
         return owned
 
     async def publish(self, conn: ClientConnection, req: Publish) -> Reply:
@@ -193,7 +201,7 @@ class HubRequests:
                     owner=target,
                 )
             if target is not None and req.topic not in self.ownership.topics:
-                conn.topics.add(req.topic)
+                _touched(conn, req.topic)
                 return await self.fanout.subscribe(conn, req)
         owned = await self._acquire(conn, req.topic, req.redirected, create=True)
         await self._share(owned)
@@ -410,3 +418,14 @@ class HubRequests:
 
     async def delete_ledger(self, conn: ClientConnection, req: DeleteLedger) -> None:
         await self.storage.delete_ledger(req.ledger_id)
+
+
+def _touched(conn: ClientConnection, topic: str) -> None:
+    """``conn`` published or subscribed to ``topic``."""
+    touched = conn.topics
+    if touched is None or topic in touched:
+        return
+    if len(touched) >= TOPICS_KEPT:
+        conn.topics = None
+    else:
+        touched.add(topic)

@@ -76,7 +76,11 @@ class ClientConnection(asyncio.Protocol):
         self._writable.set()
         self._closed = False
         self.name = "?"
-        self.topics: set[str] = set()
+        # The topics this connection published or subscribed to, for its disconnection to
+        # detach it from each; None once there were more than ``TOPICS_KEPT`` (its
+        # disconnection looks at every owned topic instead: a client publishing to 100,000
+        # topics kept about 100 bytes per topic here for as long as it was connected).
+        self.topics: set[str] | None = set()
         # Access control (``hedwig.hub.access``): which listener, who, and cached decisions.
         self.role = front.role
         self.principal: Principal = ANONYMOUS
