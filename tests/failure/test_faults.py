@@ -171,6 +171,35 @@ async def test_hub_data_lost_and_restarted_empty(cluster: DevCluster) -> None:
     await run(cluster, fault, after=SESSION + 3)
 
 
+async def test_topics_published_once_come_back_whole_after_their_owner_dies(
+    cluster: DevCluster,
+) -> None:
+    """Topics published to once are the cheapest a hub owns: no log reader until one is
+    read or published to again, and each replica's ledger one int (entry 0 alone). Their
+    owner killed under load and started again: each reads back its one message once at its
+    new owner and takes the next publish after it; the hub back, its entry log read into
+    that form again, stores replicas as before."""
+    once = [f"once/{i}" for i in range(60)]
+    async with HedwigClient(cluster.addresses, retry=RetryPolicy(deadline_s=30)) as c:
+        for t in once:
+            assert (await c.publish(t, t.encode())).seq == 1
+
+    async def fault() -> None:
+        victim = cluster.hub_at(await victim_owner(cluster))
+        victim.kill()
+        await asyncio.sleep(SESSION + 1)
+        victim.start()
+
+    await run(cluster, fault, after=SESSION + 4)
+    async with HedwigClient(cluster.addresses, retry=RetryPolicy(deadline_s=30)) as c:
+        for t in once:
+            got = await c.read(t, 1, max_messages=10)
+            assert [m.value for b in got.batches for m in b.delivered()] == [t.encode()], t
+            assert (await c.publish(t, b"again")).seq == 2
+            got = await c.read(t, 1, max_messages=10)
+            assert [m.value for b in got.batches for m in b.delivered()] == [t.encode(), b"again"]
+
+
 async def test_zookeeper_restarted_under_load(cluster: DevCluster) -> None:
     async def fault() -> None:
         assert cluster.zk_server is not None

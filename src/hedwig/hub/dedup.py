@@ -77,16 +77,22 @@ class Known:
     last_seq: int
 
 
-class PublisherTable:
-    __slots__ = ("_inflight", "_one", "_one_id", "_pubs", "_writing")
+class PublisherTable(_Publisher):
+    """A topic's publishers and where their last batches landed. While the topic has one
+    publisher (most have), the table is that publisher's record itself (the fields it
+    inherits), named by ``_one_id``: no dictionary of one entry (184 bytes) and no record
+    object of its own (48) on each such topic."""
+
+    __slots__ = ("_inflight", "_one_id", "_pubs", "_writing")
+    # Compared and hashed as itself, not as the record it inherits from.
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
 
     def __init__(self) -> None:
-        # The publishers, least recently seen first, once there are two; while there is one
-        # it is kept alone (most topics have one publisher, and a dictionary of one entry is
-        # 184 bytes on each of them).
+        super().__init__()
+        # The publishers, least recently seen first, once there are two (None before).
         self._pubs: dict[str, _Publisher] | None = None
         self._one_id: str | None = None
-        self._one: _Publisher | None = None
         # Made while something is being written (None: nothing; most topics are idle).
         self._inflight: dict[tuple[str, int], asyncio.Future[Known]] | None = None
         # Per publisher: how many batches are being written now, and the last sequence of them.
@@ -153,7 +159,7 @@ class PublisherTable:
     def _get(self, publisher: str) -> _Publisher | None:
         if self._pubs is not None:
             return self._pubs.get(publisher)
-        return self._one if publisher == self._one_id else None
+        return self if publisher == self._one_id else None
 
     def learn(self, publisher: str, pseq: int, count: int, first_seq: int) -> None:
         pub = self._get(publisher)
@@ -162,15 +168,16 @@ class PublisherTable:
             # Interned: a client's id is the same on every topic it publishes to, and each
             # frame decodes a copy of its own (a string per topic, on a hub owning 100,000).
             publisher = sys.intern(publisher)
-            pub = _Publisher()
-            if pubs is None and self._one is None:
-                self._one_id, self._one = publisher, pub
+            if pubs is None and self._one_id is None:
+                self._one_id, pub = publisher, self
             else:
+                pub = _Publisher()
                 if pubs is None:  # a second one: a table from now on
                     pubs = self._pubs = {}
-                    if self._one_id is not None and self._one is not None:
-                        pubs[self._one_id] = self._one
-                    self._one_id = self._one = None
+                    if self._one_id is not None:
+                        pubs[self._one_id] = _Publisher(self.highest, self.batches)
+                        self.highest, self.batches = 0, None
+                    self._one_id = None
                 while len(pubs) >= MAX_PUBLISHERS:
                     del pubs[next(iter(pubs))]
                 pubs[publisher] = pub

@@ -668,6 +668,9 @@ class PrefixWatch:
             self.fallbacks += 1
             self._fallback(key, after, callback)
             return
+        # By the key's end past the prefix, which every key here shares (about 25 bytes
+        # less per owned topic).
+        key = key[len(self._prefix) :]
         held = self._callbacks.get(key)
         if held is None:
             self._callbacks[key] = callback
@@ -688,6 +691,7 @@ class PrefixWatch:
 
     async def _run(self, start: int) -> None:
         metadata = self._client._metadata
+        start_of_name = len(self._prefix)
         try:
             stream = self._client._watch.Watch(self._outgoing(start), metadata=metadata)
             async for resp in stream:
@@ -697,7 +701,7 @@ class PrefixWatch:
                     revision = int(ev.kv.mod_revision)
                     if revision > self._delivered:
                         self._delivered = revision
-                    self._dispatch(bytes(ev.kv.key), revision)
+                    self._dispatch(bytes(ev.kv.key)[start_of_name:], revision)
                 if self._delivered > self._after_floor:
                     self._passed()
         except grpc.aio.AioRpcError as exc:
