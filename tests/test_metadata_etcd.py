@@ -214,8 +214,8 @@ async def test_owner_watches_share_one_watch_of_the_prefix(
     await asyncio.wait_for(fired["p4"].wait(), 10)
     assert not fired["p5"].is_set()
     # The stream has delivered past p5's revision: its callback is kept, its revision not.
-    name = store.keys.owner("p5")[len(store.keys.family("owners")) :]
-    assert name in watches._callbacks and name not in watches._after
+    tail = store.keys.owner("p5")[len(store.keys.family("owners")) :]
+    assert tail in watches._callbacks and tail not in watches._after
     fallbacks = watches.fallbacks
     watches.add(store.keys.owner("p3"), before, fired["p3"].set)
     assert watches.fallbacks == fallbacks + 1
