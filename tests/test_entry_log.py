@@ -509,6 +509,9 @@ async def test_a_ledger_of_entry_0_alone_is_kept_as_an_int_and_behaves_as_any(
         await storage.add_entry(lid, 0, -1, _entry(lid, 0))
     assert all(isinstance(packed[lid], int) for lid in range(1, 21))
     assert await storage.read_lac(1, fence=False) == (-1, 0)
+    assert await storage.read_entry(7, 0) == _entry(7, 0)
+    with pytest.raises(NoSuchEntryError):
+        await storage.read_entry(7, 1)
     await storage.write_lacs([(1, 0), (2, 0), (3, 5), (99, 0)])
     await storage.write_lacs([(1, -1), (3, 2)])
     assert isinstance(packed[1], int) and await storage.read_lac(1, fence=False) == (0, 0)

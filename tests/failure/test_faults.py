@@ -171,33 +171,81 @@ async def test_hub_data_lost_and_restarted_empty(cluster: DevCluster) -> None:
     await run(cluster, fault, after=SESSION + 3)
 
 
-async def test_topics_published_once_come_back_whole_after_their_owner_dies(
+async def published_once_come_back(
     cluster: DevCluster,
+    runner: Runner,
+    *,
+    freeze: bool = False,
+    security: ClientSecurity | None = None,
 ) -> None:
     """Topics published to once are the cheapest a hub owns: no log reader until one is
-    read or published to again, and each replica's ledger one int (entry 0 alone). Their
-    owner killed under load and started again: each reads back its one message once at its
-    new owner and takes the next publish after it; the hub back, its entry log read into
-    that form again, stores replicas as before."""
+    read or published to again, and each replica's ledger one int (entry 0 alone).
+
+    Their owner killed under load and started again: each reads back its one message once at
+    its new owner and takes the next publish after it; the hub back, its entry log read into
+    that form again, stores replicas as before. ``freeze``: the owner is frozen instead, past
+    its session or lease, and every topic is published to again meanwhile (its topics taken
+    over: their one-int ledgers fenced on the two live replicas, the frozen one's fence left
+    pending); thawed, it steps down, and its own copies, fenced or written to late, unpack
+    from their one int without taking anything the new owners wrote."""
     once = [f"once/{i}" for i in range(60)]
-    async with HedwigClient(cluster.addresses, retry=RetryPolicy(deadline_s=30)) as c:
+    retry = RetryPolicy(deadline_s=30)
+
+    async def contents(c: HedwigClient, topic: str) -> list[bytes]:
+        got = await c.read(topic, 1, max_messages=10)
+        return [m.value for b in got.batches for m in b.delivered()]
+
+    async with HedwigClient(cluster.addresses, retry=retry, security=security) as c:
         for t in once:
             assert (await c.publish(t, t.encode())).seq == 1
 
     async def fault() -> None:
-        victim = cluster.hub_at(await victim_owner(cluster))
-        victim.kill()
-        await asyncio.sleep(SESSION + 1)
-        victim.start()
+        owner = await owner_of(cluster.zk, cluster.region, TOPICS[0])
+        assert owner is not None
+        victim = cluster.hub_at(owner)
+        if not freeze:
+            victim.kill()
+            await asyncio.sleep(SESSION + 1)
+            victim.start()
+            return
+        victim.freeze()
 
-    await run(cluster, fault, after=SESSION + 4)
-    async with HedwigClient(cluster.addresses, retry=RetryPolicy(deadline_s=30)) as c:
+        async def taken_over() -> bool:
+            now = await owner_of(cluster.zk, cluster.region, TOPICS[0])
+            return now is not None and now != owner
+
+        try:
+            await eventually(taken_over, timeout=SESSION * 8)
+            live = [a for a in cluster.addresses if a != owner]
+            async with HedwigClient(live, retry=retry, security=security) as c:
+                for t in once:
+                    assert (await c.publish(t, b"again")).seq == 2, t
+        finally:
+            victim.thaw()
+
+    await runner(cluster, fault, after=SESSION + 4)
+    async with HedwigClient(cluster.addresses, retry=retry, security=security) as c:
         for t in once:
-            got = await c.read(t, 1, max_messages=10)
-            assert [m.value for b in got.batches for m in b.delivered()] == [t.encode()], t
-            assert (await c.publish(t, b"again")).seq == 2
-            got = await c.read(t, 1, max_messages=10)
-            assert [m.value for b in got.batches for m in b.delivered()] == [t.encode(), b"again"]
+            if freeze:
+                assert await contents(c, t) == [t.encode(), b"again"], t
+                assert (await c.publish(t, b"after")).seq == 3
+                assert await contents(c, t) == [t.encode(), b"again", b"after"], t
+            else:
+                assert await contents(c, t) == [t.encode()], t
+                assert (await c.publish(t, b"again")).seq == 2
+                assert await contents(c, t) == [t.encode(), b"again"], t
+
+
+async def test_topics_published_once_come_back_whole_after_their_owner_dies(
+    cluster: DevCluster,
+) -> None:
+    await published_once_come_back(cluster, run)
+
+
+async def test_topics_published_once_come_back_whole_after_their_owner_froze(
+    cluster: DevCluster,
+) -> None:
+    await published_once_come_back(cluster, run, freeze=True)
 
 
 async def test_zookeeper_restarted_under_load(cluster: DevCluster) -> None:

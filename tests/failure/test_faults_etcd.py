@@ -28,6 +28,7 @@ from tests.failure.test_faults import (
     TOPICS,
     admin,
     left_over_ledgers_go,
+    published_once_come_back,
     run,
     run_secure,
     scrape,
@@ -159,6 +160,15 @@ async def test_secure_kill9_owner_under_load(secure_cluster: DevCluster) -> None
         secure_cluster.hub_at(await victim_owner(secure_cluster)).kill()
 
     await run_secure(secure_cluster, fault, after=SESSION + 5)
+
+
+async def test_secure_topics_published_once_come_back_whole_after_their_owner_froze(
+    secure_cluster: DevCluster,
+) -> None:
+    """As on ZooKeeper, secured: the take-overs fence over mutual TLS, under the lease."""
+    await published_once_come_back(
+        secure_cluster, run_secure, freeze=True, security=admin(secure_cluster)
+    )
 
 
 async def test_secure_etcd_restarted_under_load(secure_cluster_long_lease: DevCluster) -> None:

@@ -178,8 +178,11 @@ def _places(lf: _Ledger) -> list[int]:
     return list(offsets.values())
 
 
-def _place_of(lf: _Ledger, entry_id: int) -> int | None:
-    """Where entry ``entry_id`` of ``lf`` is, or None if it is not stored here."""
+def _place_of(lf: _Ledger | int, entry_id: int) -> int | None:
+    """Where entry ``entry_id`` of ``lf`` (or of what ``_packed`` made of it: read without
+    making a ``_Ledger`` of it each time) is, or None if it is not stored here."""
+    if isinstance(lf, int):
+        return lf >> 1 if entry_id == 0 else None
     offsets = lf.offsets
     if offsets is None:
         return None
@@ -457,7 +460,7 @@ class LocalStorage:
         held = self._ledgers.get(ledger_id)
         if held is None:
             raise NoSuchEntryError(f"ledger {ledger_id} is not stored here")
-        loc = _place_of(_unpacked(held), entry_id)
+        loc = _place_of(held, entry_id)
         if loc is None:
             unwritten = self._unwritten(ledger_id, entry_id)
             if unwritten is None:
@@ -483,8 +486,9 @@ class LocalStorage:
             held = self._ledgers.get(ledger_id)
             if held is None:
                 return -1, -1
-            lf = _unpacked(held)
-            return lf.lac, lf.last_entry
+            if isinstance(held, int):
+                return (held & 1) - 1, 0  # as ``_unpacked`` reads it
+            return held.lac, held.last_entry
         lf = self._mutable(ledger_id)
         if fence:
             if lf.fence == _NOT_FENCED:
