@@ -239,11 +239,18 @@ async def _region(
     pids = {f"hub{i}": h.proc.pid for i, h in enumerate(cluster.hub_procs) if h.proc}
     pids["store"], pids["client"] = store_pid, os.getpid()
     async with HedwigClient(cluster.addresses, retry=retry) as client:
+        answered0 = _answered(cluster, "")
         cpu0, t0 = _cpu_of(pids), time.monotonic()
         out["claims_failed"] = len(
             await _publish_all(client, names, args.concurrency, args.progress)
         )
         took = time.monotonic() - t0
+        answered = _answered(cluster, "")
+        out["claims_requests_per_topic"] = {
+            op: round((n - answered0.get(op, 0)) / len(names), 2)
+            for op, n in sorted(answered.items())
+            if n > answered0.get(op, 0)
+        }
         out["claims_cpu_cores"] = _cores(pids, cpu0, took)
         out["first_publish_s"] = round(took, 1)
         out["region_claims_per_s"] = round(args.topics / took, 1)
@@ -335,7 +342,8 @@ def _answered(cluster: DevCluster, dead: str) -> dict[str, float]:
     """Requests the hubs other than ``dead`` have answered, by operation and, for those not
     answered OK, status (their ``hedwig_requests_total``): over a failover, per topic taken
     over, what a take-over asks of the other hubs' storage (fences, reads, write-backs, LAC
-    notices) and of the owners."""
+    notices) and of the owners; over the claims (``dead`` empty: every hub), what a topic's
+    first publish asks of the region (redirects, replica writes)."""
     out: dict[str, float] = {}
     for h in cluster.hub_procs:
         if h.address == dead:

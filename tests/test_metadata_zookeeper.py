@@ -15,9 +15,12 @@ from kazoo.security import make_digest_acl
 from hedwig.devcluster.zookeeper import ZooKeeperServer
 from hedwig.errors import BadVersionError, MetadataError
 from hedwig.metadata import MetadataStore
+from hedwig.metadata.layout import Layout
 from hedwig.metadata.plans import TopicPlan
-from hedwig.metadata.records import NEW_VERSION
+from hedwig.metadata.records import NEW_VERSION, LedgerMetadata
+from hedwig.metadata.topic_logs import first_ranges
 from hedwig.metadata.zookeeper import ZkMetadataStore
+from hedwig.metadata.zookeeper import store as zk_store
 from tests.metadata_conformance import MetadataConformance
 
 pytestmark = pytest.mark.integration
@@ -120,6 +123,54 @@ class TestZooKeeperStore(MetadataConformance):
             if planned:
                 assert "race" in await store.plans.planned_topics()
         assert ends == {True, False}  # both ends were reached
+
+    async def test_ledger_ids_come_in_blocks_unique_across_hubs(
+        self, store: MetadataStore, other: MetadataStore, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Two hubs making ledgers at once take blocks of ids from ``ledger-ids`` with
+        compare-and-set: every id is unique, a hub takes a new block only when its own is used
+        up, and the blocks start past every id the sequential znodes of the earlier scheme
+        can give, so a hub of that scheme running beside them (a rolling upgrade) takes none
+        of theirs."""
+        assert isinstance(store, ZkMetadataStore) and isinstance(other, ZkMetadataStore)
+        ledger = LedgerMetadata(0, "t", 1, 1, 1, ((0, ("h:1",)),), owner="h:1", owner_epoch=3)
+        monkeypatch.setattr(zk_store, "LEDGER_ID_BLOCK", 8)
+        old_path, _ = await store.zk.create(
+            f"{store.layout.ledgers}/L", ledger.to_json(), sequence=True
+        )
+        old = Layout.ledger_id_of(old_path)
+        made = await asyncio.gather(
+            *(s.ledgers.create_ledger(ledger) for _ in range(20) for s in (store, other))
+        )
+        ids = [m.value.ledger_id for m in made]
+        assert len(set(ids)) == 40 and old not in ids
+        assert min(ids) == zk_store.FIRST_BLOCK_ID > old
+        # 40 ids from blocks of 8: each hub took 3 blocks (24 ids for its 20), 6 in all.
+        data, _ = await store.zk.get(store.layout.ledger_ids)
+        assert int(data) == zk_store.FIRST_BLOCK_ID + 6 * 8
+        assert sorted(await other.ledgers.list_ledgers()) == sorted([old, *ids])
+        for m in made:
+            got = await other.ledgers.read_ledger(m.value.ledger_id)
+            assert got is not None and got.value == m.value
+
+    async def test_a_topic_log_starts_in_one_multi(self, store: MetadataStore) -> None:
+        """The first ledger and the record naming it are made together: both or neither (a
+        second start finds the record and fails as a compare-and-set does, leaving no ledger
+        behind), and the record is not younger than its ledger (no sweep takes it)."""
+        assert isinstance(store, ZkMetadataStore)
+        first = LedgerMetadata(0, "t", 1, 1, 1, ((0, ("h:1",)),), owner="h:1", owner_epoch=3)
+        await store.topics.ensure_topic("t")
+        md, version = await store.persistence.start_topic_log("t", first)
+        ranges = await store.persistence.read_topic_persistence_info("t")
+        assert ranges is not None and ranges.version == version
+        assert ranges.value == first_ranges(md.value.ledger_id)
+        got = await store.ledgers.read_ledger(md.value.ledger_id)
+        assert got is not None and got.value == md.value and got.version == md.version
+        assert not await store.ledgers.left_over(md.value.ledger_id, "t")
+        before = await store.ledgers.list_ledgers()
+        with pytest.raises(BadVersionError):
+            await store.persistence.start_topic_log("t", first)
+        assert await store.ledgers.list_ledgers() == before
 
 
 async def test_pools_with_their_own_digests_share_one_ensemble(tmp_path: Path) -> None:

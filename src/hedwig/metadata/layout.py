@@ -84,8 +84,8 @@ class Layout:
         return f"{self.ledgers}/L{ledger_id:010d}"
 
     @property
-    def ledger_prefix(self) -> str:
-        return f"{self.ledgers}/L"
+    def ledger_ids(self) -> str:
+        return f"{self.base}/ledger-ids"
 
     @staticmethod
     def ledger_id_of(znode: str) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
+from dataclasses import replace
 
 from hedwig.errors import (
     BadVersionError,
@@ -37,7 +38,7 @@ from hedwig.metadata.records import (
     Version,
     Versioned,
 )
-from hedwig.metadata.topic_logs import holds_ledger, start_in_steps
+from hedwig.metadata.topic_logs import first_ranges, holds_ledger, start_in_steps
 from hedwig.metadata.zookeeper.bridge import NodeExists, NoNode, Op, ZkBridge
 
 DEFAULT_SESSION_TIMEOUT = 6.0
@@ -115,7 +116,25 @@ class ZkPersistence:
     async def start_topic_log(
         self, topic: str, first: LedgerMetadata
     ) -> tuple[Versioned[LedgerMetadata], Version]:
-        # Two steps: the ledger's id is its sequential znode's number, known only once made.
+        """One ``multi``: the ledger's id comes from this process's block
+        (``ZkLedgers.new_id``), so the record can name it in the same request. Two requests
+        (a sequential znode, then the record naming its number) were half of a first
+        publish's ZooKeeper requests, each a round of kazoo's threads."""
+        lid = await self._ledgers.new_id()
+        md = replace(first, ledger_id=lid)
+        path = self._layout.persistence(topic)
+        made_ledger, made_record = await self._zk.transaction(
+            [
+                Op("create", self._layout.ledger(lid), value=md.to_json()),
+                Op("create", path, value=first_ranges(lid).to_json()),
+            ]
+        )
+        if made_ledger is None and made_record is None:
+            return Versioned(md, Version(0)), Version(0)  # a new znode's version
+        if isinstance(made_record, NodeExists):
+            raise BadVersionError.at(path, NEW_VERSION)
+        # The topic's node is gone (deleted meanwhile), or the id was taken (never, unless
+        # ids were given twice): as before, in two steps, which make the path if need be.
         return await start_in_steps(self._ledgers, self, topic, first)
 
     async def read_topic_persistence_info(self, topic: str) -> Versioned[LedgerRanges] | None:
@@ -213,26 +232,74 @@ class ZkSubscriptions:
         return out
 
 
+# Ledger ids a hub takes at once from ``ledger-ids``.
+LEDGER_ID_BLOCK = 1024
+# The first block's first id: past every id the earlier scheme (each ledger a sequential
+# znode, numbered by a signed 32-bit counter) can have given or will give, so hubs of both
+# schemes side by side (a rolling upgrade) never give one id twice.
+FIRST_BLOCK_ID = 1 << 31
+
+
 class ZkLedgers:
+    """Ledger metadata, a znode per ledger, ids handed out in blocks from ``ledger-ids``.
+
+    A ledger id must be unique in the region for good (a replica may still hold a deleted
+    ledger's entries). Each id was a sequential znode's number, known only once the znode was
+    made, so a topic's first ledger and the record naming it took two requests. Now the
+    ``ledger-ids`` znode holds the first id not yet taken and a hub takes ``LEDGER_ID_BLOCK``
+    of them with one compare-and-set (as on etcd); ids it does not use are never used.
+    """
+
     def __init__(self, zk: ZkBridge, layout: Layout) -> None:
         self._zk = zk
         self._layout = layout
+        self._next_id = self._end_id = 0
+        self._taking: asyncio.Task[None] | None = None
+
+    async def new_id(self) -> int:
+        """A ledger id no other ledger of the region has had or will have."""
+        while self._next_id >= self._end_id:
+            if self._taking is None or self._taking.done():
+                self._taking = asyncio.get_running_loop().create_task(self._take_block())
+            await asyncio.shield(self._taking)
+        lid = self._next_id
+        self._next_id += 1
+        return lid
+
+    async def _take_block(self) -> None:
+        # A write whose answer was lost (the connection broke) may have been applied: the
+        # next try reads the znode again and takes the block after it. Ids are skipped,
+        # never given twice.
+        path = self._layout.ledger_ids
+        while True:
+            got = await self._zk.get_or_none(path)
+            first = FIRST_BLOCK_ID if got is None else int(got[0])
+            end = first + LEDGER_ID_BLOCK
+            try:
+                if got is None:
+                    await self._zk.create(path, str(end).encode(), makepath=True)
+                else:
+                    await self._zk.set(path, str(end).encode(), got[1].version)
+            except (NodeExists, BadVersionError):
+                continue  # another hub took one first
+            self._next_id, self._end_id = first, end
+            return
 
     async def create_ledger(self, metadata: LedgerMetadata) -> Versioned[LedgerMetadata]:
-        path, stat = await self._zk.create(
-            self._layout.ledger_prefix, metadata.to_json(), sequence=True, makepath=True
-        )
-        lid = Layout.ledger_id_of(path)
-        from dataclasses import replace
-
-        return Versioned(replace(metadata, ledger_id=lid), Version(stat.version))
+        while True:
+            md = replace(metadata, ledger_id=await self.new_id())
+            try:
+                _, stat = await self._zk.create(
+                    self._layout.ledger(md.ledger_id), md.to_json(), makepath=True
+                )
+            except NodeExists:
+                continue  # only if an id was given twice: never reuse it
+            return Versioned(md, Version(stat.version))
 
     async def read_ledger(self, ledger_id: int) -> Versioned[LedgerMetadata] | None:
         got = await self._zk.get_or_none(self._layout.ledger(ledger_id))
         if got is None:
             return None
-        from dataclasses import replace
-
         md = replace(LedgerMetadata.from_json(got[0]), ledger_id=ledger_id)
         return Versioned(md, Version(got[1].version))
 
