@@ -53,6 +53,7 @@ from hedwig.metadata.etcd.client import (
     put,
 )
 from hedwig.metadata.etcd.keys import Keys, create_key, delete_key, set_key
+from hedwig.metadata.id_blocks import IdBlocks
 from hedwig.metadata.layout import ROOT
 from hedwig.metadata.managers import SessionState
 from hedwig.metadata.plans import TopicPlan
@@ -277,20 +278,13 @@ class EtcdLedgers:
     def __init__(self, etcd: EtcdClient, keys: Keys) -> None:
         self._etcd = etcd
         self._keys = keys
-        self._next_id = self._end_id = 0
-        self._taking: asyncio.Task[None] | None = None
+        self._ids = IdBlocks(self._take_block)
 
     async def new_id(self) -> int:
         """A ledger id no other ledger of the region has had or will have."""
-        while self._next_id >= self._end_id:
-            if self._taking is None or self._taking.done():
-                self._taking = asyncio.get_running_loop().create_task(self._take_block())
-            await asyncio.shield(self._taking)
-        lid = self._next_id
-        self._next_id += 1
-        return lid
+        return await self._ids.next()
 
-    async def _take_block(self) -> None:
+    async def _take_block(self) -> tuple[int, int]:
         key = self._keys.ledger_ids
         while True:
             got = (await self._etcd.txn((), (get(key),))).reads[0]
@@ -301,8 +295,7 @@ class EtcdLedgers:
                 guard = modified_at(key, got.mod)
             end = first + LEDGER_ID_BLOCK
             if (await self._etcd.txn([guard], [put(key, str(end).encode())])).succeeded:
-                self._next_id, self._end_id = first, end
-                return
+                return first, end
 
     async def create_ledger(self, metadata: LedgerMetadata) -> Versioned[LedgerMetadata]:
         lid = await self.new_id()

@@ -22,6 +22,7 @@ from hedwig.errors import (
     SubscriptionExistsError,
 )
 from hedwig.metadata.acls import AclEntry
+from hedwig.metadata.id_blocks import IdBlocks
 from hedwig.metadata.layout import ROOT, Layout
 from hedwig.metadata.managers import SessionState
 from hedwig.metadata.plans import TopicPlan
@@ -253,20 +254,13 @@ class ZkLedgers:
     def __init__(self, zk: ZkBridge, layout: Layout) -> None:
         self._zk = zk
         self._layout = layout
-        self._next_id = self._end_id = 0
-        self._taking: asyncio.Task[None] | None = None
+        self._ids = IdBlocks(self._take_block)
 
     async def new_id(self) -> int:
         """A ledger id no other ledger of the region has had or will have."""
-        while self._next_id >= self._end_id:
-            if self._taking is None or self._taking.done():
-                self._taking = asyncio.get_running_loop().create_task(self._take_block())
-            await asyncio.shield(self._taking)
-        lid = self._next_id
-        self._next_id += 1
-        return lid
+        return await self._ids.next()
 
-    async def _take_block(self) -> None:
+    async def _take_block(self) -> tuple[int, int]:
         # A write whose answer was lost (the connection broke) may have been applied: the
         # next try reads the znode again and takes the block after it. Ids are skipped,
         # never given twice.
@@ -282,8 +276,7 @@ class ZkLedgers:
                     await self._zk.set(path, str(end).encode(), got[1].version)
             except (NodeExists, BadVersionError):
                 continue  # another hub took one first
-            self._next_id, self._end_id = first, end
-            return
+            return first, end
 
     async def create_ledger(self, metadata: LedgerMetadata) -> Versioned[LedgerMetadata]:
         while True:
