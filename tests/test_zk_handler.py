@@ -4,6 +4,7 @@ stock kazoo one does: readable, writable, timed out, hung up, on real sockets.""
 from __future__ import annotations
 
 import socket
+import threading
 import time
 
 import pytest
@@ -35,3 +36,33 @@ def test_select_refuses_what_kazoo_refuses() -> None:
         handler.select([a], [], [], -1)
     with pytest.raises(ValueError, match="invalid file descriptor"):
         handler.select([-1], [], [], 0)
+
+
+def test_completions_run_on_the_thread_that_completes_the_request(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A request's completion callbacks run where its result is set (kazoo's connection
+    thread), at once, not queued for another thread; one that fails is logged and the
+    others still run; one added after the result is set runs at once too."""
+    handler = PollingHandler()
+    handler.start()
+    try:
+        result = handler.async_result()
+        ran: list[tuple[str, int]] = []
+
+        def broken(_r: object) -> None:
+            raise RuntimeError("broken callback")
+
+        result.rawlink(broken)
+        result.rawlink(lambda r: ran.append(("first", threading.get_ident())))
+        setter = threading.Thread(target=result.set, args=(7,))
+        with caplog.at_level("ERROR"):
+            setter.start()
+            setter.join()
+        assert ran == [("first", setter.ident)]
+        assert "completion callback failed" in caplog.text
+        result.rawlink(lambda r: ran.append(("late", threading.get_ident())))
+        assert ran[-1] == ("late", threading.get_ident())
+        assert result.get() == 7
+    finally:
+        handler.stop()

@@ -7,15 +7,24 @@ close: three system calls and a few Python objects) so as not to be bound by ``s
 fifth of the process's samples, on a thread that holds the GIL the event loop needs.
 ``poll()`` has no descriptor limit either and needs no descriptor of its own, so this handler
 answers the same question with one ``poll`` call.
+
+It also runs the completions of requests where they complete, on the connection thread,
+instead of handing each to kazoo's completion thread: a ``create`` completes twice (kazoo
+wraps an inner request's result), so each crossed that queue twice before ours crossed to
+the event loop, every crossing a thread to wake and the GIL to hand over. Completions here
+only translate a result and schedule it on the loop; watches still run on their own thread.
 """
 
 from __future__ import annotations
 
+import logging
 import select
 from collections.abc import Sequence
 from typing import Any
 
-from kazoo.handlers.threading import SequentialThreadingHandler
+from kazoo.handlers.threading import AsyncResult, SequentialThreadingHandler
+
+log = logging.getLogger(__name__)
 
 _READ = select.POLLIN | select.POLLPRI
 _WRITE = select.POLLOUT
@@ -28,8 +37,25 @@ def _fd(obj: Any) -> int:
     return fd
 
 
+class _InlineResult(AsyncResult):  # type: ignore[misc]
+    """A result whose callbacks run on the thread that sets it, at once (kazoo's queue them
+    for its completion thread). A callback must not block: none here does (kazoo's own chain
+    further requests, ours schedule on the event loop)."""
+
+    def _do_callbacks(self) -> None:
+        for callback in self._callbacks:
+            try:
+                callback(self)
+            except Exception:  # as kazoo's completion thread does: log, go on
+                log.exception("ZooKeeper completion callback failed")
+
+
 class PollingHandler(SequentialThreadingHandler):  # type: ignore[misc]
-    """``SequentialThreadingHandler`` whose ``select`` is one ``poll()``."""
+    """``SequentialThreadingHandler`` whose ``select`` is one ``poll()`` and whose request
+    completions run inline."""
+
+    def async_result(self) -> AsyncResult:
+        return _InlineResult(self)
 
     def select(
         self,
