@@ -13,7 +13,7 @@ from kazoo.client import KazooClient
 from kazoo.security import make_digest_acl
 
 from hedwig.devcluster.zookeeper import ZooKeeperServer
-from hedwig.errors import BadVersionError, MetadataError
+from hedwig.errors import BadVersionError, MetadataError, MetadataUnavailableError
 from hedwig.metadata import MetadataStore
 from hedwig.metadata.layout import Layout
 from hedwig.metadata.plans import TopicPlan
@@ -21,6 +21,7 @@ from hedwig.metadata.records import NEW_VERSION, LedgerMetadata
 from hedwig.metadata.topic_logs import first_ranges
 from hedwig.metadata.zookeeper import ZkMetadataStore
 from hedwig.metadata.zookeeper import store as zk_store
+from hedwig.metadata.zookeeper.bridge import MAX_UNSENT
 from tests.metadata_conformance import MetadataConformance
 
 pytestmark = pytest.mark.integration
@@ -201,3 +202,54 @@ async def test_pools_with_their_own_digests_share_one_ensemble(tmp_path: Path) -
                 await b.close()
         finally:
             await a.close()
+
+
+async def test_requests_while_zookeeper_is_gone_never_block_the_event_loop(
+    tmp_path: Path,
+) -> None:
+    """kazoo wakes its connection thread with a byte per request on a socket pair that holds
+    278 of them; while ZooKeeper is unreachable nothing reads them, and the next request's
+    send blocked the event loop for as long as the outage lasted (a 100,000-topic region whose
+    ZooKeeper died had every hub stuck so). Now at most ``MAX_UNSENT`` wait in kazoo; past
+    that a request is refused at once as unavailable, the loop runs on, and the ones waiting
+    are answered once ZooKeeper is back."""
+    server = ZooKeeperServer(data_dir=str(tmp_path / "zk"))
+    server.start()
+    store = ZkMetadataStore(server.address, "gone", session_timeout=30.0)
+    gaps: list[float] = []
+    stop = asyncio.Event()
+
+    async def heartbeat() -> None:
+        loop = asyncio.get_running_loop()
+        last = loop.time()
+        while not stop.is_set():
+            await asyncio.sleep(0.01)
+            now = loop.time()
+            gaps.append(now - last)
+            last = now
+
+    try:
+        await store.start()
+        await store.topics.ensure_topic("here")
+        beat = asyncio.create_task(heartbeat())
+        await asyncio.to_thread(server.kill)
+        await asyncio.sleep(0.5)  # kazoo has seen the connection drop
+        reads = [
+            asyncio.create_task(store.topics.topic_exists("here")) for _ in range(3 * MAX_UNSENT)
+        ]
+        await asyncio.sleep(1.0)
+        refused = [t for t in reads if t.done()]
+        assert len(refused) >= 2 * MAX_UNSENT
+        assert all(isinstance(t.exception(), MetadataUnavailableError) for t in refused)
+        assert max(gaps) < 0.5, f"the event loop stood still {max(gaps):.1f} s"
+        await asyncio.to_thread(server.start)
+        answers = await asyncio.wait_for(asyncio.gather(*reads, return_exceptions=True), timeout=30)
+        waited = [a for t, a in zip(reads, answers, strict=True) if t not in refused]
+        assert waited and all(a is True for a in waited), waited[:3]
+        assert await store.topics.topic_exists("here")
+        stop.set()
+        await beat
+    finally:
+        stop.set()
+        await store.close()
+        server.stop()

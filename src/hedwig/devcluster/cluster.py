@@ -189,6 +189,8 @@ class DevCluster:
     security: DevSecurity | None = field(default=None, init=False)
     # The metadata store: "zookeeper", or "etcd" (a real etcd, ``hedwig.devcluster.etcd``).
     store: str = "zookeeper"
+    # ZooKeeper's JVM heap (``ZooKeeperServer.heap``): a region of many topics needs more.
+    zk_heap: str = "256m"
     zk_server: ZooKeeperServer | None = field(default=None, init=False)
     etcd_server: EtcdServer | None = field(default=None, init=False)
     hub_procs: list[HubProcess] = field(default_factory=list, init=False)
@@ -239,6 +241,7 @@ class DevCluster:
                 data_dir=os.path.join(self.base_dir, "zk"),
                 host=self.zk_host.address,
                 launch=self.zk_host.launch,
+                heap=self.zk_heap,
             ).start()
         try:
             # All at once, then wait: a new region's first hub is not ready until enough hubs

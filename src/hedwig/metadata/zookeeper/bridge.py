@@ -43,6 +43,15 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+# Requests handed to kazoo and not yet sent, at most. kazoo wakes its connection thread with
+# a byte on a socket pair for each request and that thread reads one per request it sends;
+# the pair holds 278 such bytes, and the next request's ``send`` then blocks the thread that
+# makes it (the event loop) until the connection thread catches up, which it does not while
+# ZooKeeper is unreachable. A region of 100,000 topics whose ZooKeeper died had each hub's
+# event loop stuck there for good: its owned topics, meant to go on on their open ledgers,
+# stopped answering with it.
+MAX_UNSENT = 200
+
 
 class NodeExists(MetadataError):
     """The znode to create exists already (translated by the managers)."""
@@ -184,6 +193,16 @@ class ZkBridge:
 
     async def _call(self, path: str, version: int, start: Callable[[], Any]) -> Any:
         loop = self._loop or asyncio.get_running_loop()
+        unsent = self._client._queue  # kazoo's (2.11) queue of requests not yet sent
+        while len(unsent) >= MAX_UNSENT:
+            if self.state is not SessionState.CONNECTED:
+                # Nothing drains it until the connection is back: refuse, as a request
+                # already sent is refused when the connection drops.
+                raise MetadataUnavailableError(
+                    f"ZooKeeper unavailable (not connected, {len(unsent)} requests waiting) "
+                    f"at {path}"
+                )
+            await asyncio.sleep(0.001)  # the connection thread is sending them
         fut: asyncio.Future[Any] = loop.create_future()
 
         def done(result: Any) -> None:
