@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import random
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -237,7 +238,14 @@ async def test_requests_while_zookeeper_is_gone_never_block_the_event_loop(
         reads = [
             asyncio.create_task(store.topics.topic_exists("here")) for _ in range(3 * MAX_UNSENT)
         ]
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(0.5)
+        # Watches too (each owned topic's owner record has one): set once ZooKeeper is back,
+        # not fired meanwhile; these records do not exist, so each fires once it is set.
+        fired: list[int] = []
+        for i in range(3 * MAX_UNSENT):
+            store.zk.watch(f"{store.layout.base}/none/{i}", functools.partial(fired.append, i))
+        await asyncio.sleep(0.5)
+        assert not fired
         refused = [t for t in reads if t.done()]
         assert len(refused) >= 2 * MAX_UNSENT
         assert all(isinstance(t.exception(), MetadataUnavailableError) for t in refused)
@@ -247,6 +255,11 @@ async def test_requests_while_zookeeper_is_gone_never_block_the_event_loop(
         waited = [a for t, a in zip(reads, answers, strict=True) if t not in refused]
         assert waited and all(a is True for a in waited), waited[:3]
         assert await store.topics.topic_exists("here")
+        for _ in range(300):
+            if len(fired) == 3 * MAX_UNSENT:
+                break
+            await asyncio.sleep(0.1)
+        assert sorted(fired) == list(range(3 * MAX_UNSENT))
         stop.set()
         await beat
     finally:

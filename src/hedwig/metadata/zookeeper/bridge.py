@@ -141,6 +141,7 @@ class ZkBridge:
             handler=PollingHandler(),
         )
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
         self._listeners: list[Callable[[SessionState], None]] = []
         self.state = SessionState.SUSPENDED
         self._client.add_listener(self._on_state)
@@ -156,6 +157,7 @@ class ZkBridge:
         self.state = SessionState.CONNECTED
 
     async def close(self) -> None:
+        self._closed = True
         loop = asyncio.get_running_loop()
 
         def stop() -> None:
@@ -344,7 +346,20 @@ class ZkBridge:
         last read and now), the callback runs at once: a watcher must never miss a deletion;
         likewise if it is no longer at ``version`` (the one the caller read or wrote).
         """
-        on_event = self._one_shot(callback)
+        self._set_watch(path, self._one_shot(callback), version)
+
+    def _set_watch(self, path: str, on_event: Callable[[Any], None], version: int | None) -> None:
+        if self._closed:
+            return
+        if len(self._client._queue) >= MAX_UNSENT:
+            # As in ``_call``, no more waits in kazoo: the watch is set once those have gone
+            # (a change meanwhile is seen then, as a version other than ``version``). Not
+            # fired: its holder would read the record, fail while ZooKeeper is away, and
+            # watch again at once, for as long as it is away.
+            loop = self._loop or asyncio.get_running_loop()
+            delay = 0.01 if self.state is SessionState.CONNECTED else 0.5
+            loop.call_later(delay, self._set_watch, path, on_event, version)
+            return
 
         def on_result(result: Any) -> None:
             try:
