@@ -22,7 +22,7 @@ from hedwig.metadata.records import NEW_VERSION, LedgerMetadata
 from hedwig.metadata.topic_logs import first_ranges
 from hedwig.metadata.zookeeper import ZkMetadataStore
 from hedwig.metadata.zookeeper import store as zk_store
-from hedwig.metadata.zookeeper.bridge import MAX_UNSENT
+from hedwig.metadata.zookeeper.bridge import MAX_IN_FLIGHT
 from tests.metadata_conformance import MetadataConformance
 
 pytestmark = pytest.mark.integration
@@ -211,9 +211,10 @@ async def test_requests_while_zookeeper_is_gone_never_block_the_event_loop(
     """kazoo wakes its connection thread with a byte per request on a socket pair that holds
     278 of them; while ZooKeeper is unreachable nothing reads them, and the next request's
     send blocked the event loop for as long as the outage lasted (a 100,000-topic region whose
-    ZooKeeper died had every hub stuck so). Now at most ``MAX_UNSENT`` wait in kazoo; past
-    that a request is refused at once as unavailable, the loop runs on, and the ones waiting
-    are answered once ZooKeeper is back."""
+    ZooKeeper died had every hub stuck so). Now at most ``MAX_IN_FLIGHT`` requests are in
+    kazoo's hands; past that, while disconnected, a request is refused at once as
+    unavailable (connected, it waits its turn), the loop runs on, and the ones waiting are
+    answered once ZooKeeper is back."""
     server = ZooKeeperServer(data_dir=str(tmp_path / "zk"))
     server.start()
     store = ZkMetadataStore(server.address, "gone", session_timeout=30.0)
@@ -236,18 +237,18 @@ async def test_requests_while_zookeeper_is_gone_never_block_the_event_loop(
         await asyncio.to_thread(server.kill)
         await asyncio.sleep(0.5)  # kazoo has seen the connection drop
         reads = [
-            asyncio.create_task(store.topics.topic_exists("here")) for _ in range(3 * MAX_UNSENT)
+            asyncio.create_task(store.topics.topic_exists("here")) for _ in range(3 * MAX_IN_FLIGHT)
         ]
         await asyncio.sleep(0.5)
         # Watches too (each owned topic's owner record has one): set once ZooKeeper is back,
         # not fired meanwhile; these records do not exist, so each fires once it is set.
         fired: list[int] = []
-        for i in range(3 * MAX_UNSENT):
+        for i in range(3 * MAX_IN_FLIGHT):
             store.zk.watch(f"{store.layout.base}/none/{i}", functools.partial(fired.append, i))
         await asyncio.sleep(0.5)
         assert not fired
         refused = [t for t in reads if t.done()]
-        assert len(refused) >= 2 * MAX_UNSENT
+        assert len(refused) >= 2 * MAX_IN_FLIGHT
         assert all(isinstance(t.exception(), MetadataUnavailableError) for t in refused)
         assert max(gaps) < 0.5, f"the event loop stood still {max(gaps):.1f} s"
         await asyncio.to_thread(server.start)
@@ -256,10 +257,10 @@ async def test_requests_while_zookeeper_is_gone_never_block_the_event_loop(
         assert waited and all(a is True for a in waited), waited[:3]
         assert await store.topics.topic_exists("here")
         for _ in range(300):
-            if len(fired) == 3 * MAX_UNSENT:
+            if len(fired) == 3 * MAX_IN_FLIGHT:
                 break
             await asyncio.sleep(0.1)
-        assert sorted(fired) == list(range(3 * MAX_UNSENT))
+        assert sorted(fired) == list(range(3 * MAX_IN_FLIGHT))
         stop.set()
         await beat
     finally:

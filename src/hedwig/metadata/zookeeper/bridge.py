@@ -9,6 +9,7 @@ never travel further.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 from collections.abc import Callable, Sequence
@@ -43,14 +44,16 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-# Requests handed to kazoo and not yet sent, at most. kazoo wakes its connection thread with
-# a byte on a socket pair for each request and that thread reads one per request it sends;
-# the pair holds 278 such bytes, and the next request's ``send`` then blocks the thread that
-# makes it (the event loop) until the connection thread catches up, which it does not while
-# ZooKeeper is unreachable. A region of 100,000 topics whose ZooKeeper died had each hub's
-# event loop stuck there for good: its owned topics, meant to go on on their open ledgers,
-# stopped answering with it.
-MAX_UNSENT = 200
+# Requests in kazoo's hands (sent or not) at most, and watches waiting there unsent. kazoo
+# wakes its connection thread with a byte on a socket pair for each request and that thread
+# reads one per request it sends; the pair holds 278 such bytes, and the next request's
+# ``send`` then blocks the thread that makes it (the event loop) until the connection thread
+# catches up, which it does not while ZooKeeper is unreachable. A region of 100,000 topics
+# whose ZooKeeper died had each hub's event loop stuck there for good: its owned topics,
+# meant to go on on their open ledgers, stopped answering with it. 192 + 64 leaves room for
+# the requests kazoo makes itself (the parents of a path it creates).
+MAX_IN_FLIGHT = 192
+MAX_UNSENT_WATCHES = 64
 
 
 class NodeExists(MetadataError):
@@ -142,6 +145,7 @@ class ZkBridge:
         )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
+        self._slots = _Slots(MAX_IN_FLIGHT)
         self._listeners: list[Callable[[SessionState], None]] = []
         self.state = SessionState.SUSPENDED
         self._client.add_listener(self._on_state)
@@ -185,6 +189,7 @@ class ZkBridge:
 
     def _deliver_state(self, state: SessionState) -> None:
         self.state = state
+        self._slots.wake_all()  # those waiting for a slot look at the connection again
         for listener in list(self._listeners):
             try:
                 listener(state)
@@ -195,30 +200,23 @@ class ZkBridge:
 
     async def _call(self, path: str, version: int, start: Callable[[], Any]) -> Any:
         loop = self._loop or asyncio.get_running_loop()
-        unsent = self._client._queue  # kazoo's (2.11) queue of requests not yet sent
-        while len(unsent) >= MAX_UNSENT:
-            if self.state is not SessionState.CONNECTED:
-                # Nothing drains it until the connection is back: refuse, as a request
-                # already sent is refused when the connection drops.
-                raise MetadataUnavailableError(
-                    f"ZooKeeper unavailable (not connected, {len(unsent)} requests waiting) "
-                    f"at {path}"
-                )
-            await asyncio.sleep(0.001)  # the connection thread is sending them
+        await self._slots.take(self, path)
         fut: asyncio.Future[Any] = loop.create_future()
+        slots = self._slots
 
         def done(result: Any) -> None:
             try:
                 value = result.get()
             except BaseException as exc:
                 err = _translate(exc, path, version)
-                loop.call_soon_threadsafe(_set_exc, fut, err)
+                loop.call_soon_threadsafe(slots.answered, fut, None, err)
             else:
-                loop.call_soon_threadsafe(_set_result, fut, value)
+                loop.call_soon_threadsafe(slots.answered, fut, value, None)
 
         try:
             start().rawlink(done)
         except BaseException as exc:
+            slots.give()
             raise _translate(exc, path, version) from exc
         return await fut
 
@@ -351,7 +349,7 @@ class ZkBridge:
     def _set_watch(self, path: str, on_event: Callable[[Any], None], version: int | None) -> None:
         if self._closed:
             return
-        if len(self._client._queue) >= MAX_UNSENT:
+        if len(self._client._queue) >= MAX_UNSENT_WATCHES:  # kazoo's (2.11) unsent requests
             # As in ``_call``, no more waits in kazoo: the watch is set once those have gone
             # (a change meanwhile is seen then, as a version other than ``version``). Not
             # fired: its holder would read the record, fail while ZooKeeper is away, and
@@ -406,14 +404,58 @@ class ZkBridge:
         return bytes(data or b""), stat
 
 
-def _set_result(fut: asyncio.Future[Any], value: Any) -> None:
-    if not fut.done():
-        fut.set_result(value)
+class _Slots:
+    """At most ``limit`` requests in kazoo's hands, counted on the event loop: a slot is taken
+    before a request goes to kazoo and given back when its answer reaches the loop. Waiters
+    are woken one per slot given back, in turn; while the connection is down, a request that
+    finds no slot is refused at once instead (nothing gives one back until it returns)."""
 
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
 
-def _set_exc(fut: asyncio.Future[Any], exc: BaseException) -> None:
-    if not fut.done():
-        fut.set_exception(exc)
+    async def take(self, bridge: ZkBridge, path: str) -> None:
+        while self.used >= self.limit:
+            if bridge.state is not SessionState.CONNECTED:
+                raise MetadataUnavailableError(
+                    f"ZooKeeper unavailable (not connected, {self.used} requests waiting) at {path}"
+                )
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                if waiter.done() and not waiter.cancelled():
+                    self._wake_one()  # woken for a slot it will not take: the next one
+                raise
+        self.used += 1
+
+    def give(self) -> None:
+        self.used -= 1
+        self._wake_one()
+
+    def answered(self, fut: asyncio.Future[Any], value: Any, exc: BaseException | None) -> None:
+        self.give()
+        if fut.done():
+            return
+        if exc is not None:
+            fut.set_exception(exc)
+        else:
+            fut.set_result(value)
+
+    def wake_all(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def _wake_one(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
 
 
 class _OneShot:
