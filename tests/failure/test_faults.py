@@ -21,7 +21,7 @@ from kazoo.security import Permissions as KazooPermissions
 from hedwig.client import HedwigClient, RetryPolicy
 from hedwig.devcluster.cluster import DevCluster, HubProcess
 from hedwig.devcluster.zookeeper import free_port
-from hedwig.errors import DeadlineExceededError
+from hedwig.errors import DeadlineExceededError, HedwigError
 from hedwig.metadata import LedgerMetadata, open_store
 from hedwig.metadata.layout import Layout
 from hedwig.security import ClientSecurity
@@ -316,10 +316,19 @@ async def test_two_of_three_hubs_down_then_one_back(cluster: DevCluster) -> None
     check(history)
 
 
-async def test_publishing_goes_on_through_a_zookeeper_outage(cluster: DevCluster) -> None:
+@pytest.mark.parametrize("new_topics", [0, 600], ids=["", "claims-waiting"])
+async def test_publishing_goes_on_through_a_zookeeper_outage(
+    cluster: DevCluster, new_topics: int
+) -> None:
     """ZooKeeper down for four session timeouts under load: owners keep acknowledging on their
     open ledgers the whole time (no owner could have been replaced: nobody reaches ZooKeeper),
-    and everything catches up when it is back."""
+    and everything catches up when it is back.
+
+    ``claims-waiting``: meanwhile another client publishes to 600 new topics, over and over:
+    each publish is a claim, a ZooKeeper request that can only wait. Past 278 waiting, kazoo's
+    wake-up socket pair blocked each hub's event loop until ZooKeeper was back (owned topics
+    included); now the claims are refused as unavailable and retried, and the new topics are
+    claimed once it is back."""
     assert cluster.zk_server is not None
     zk = cluster.zk_server
     work = Workload(cluster.addresses, TOPICS)
@@ -329,6 +338,14 @@ async def test_publishing_goes_on_through_a_zookeeper_outage(cluster: DevCluster
     await asyncio.sleep(SESSION * 4)  # the same length with ZooKeeper up, to compare with
     loop = asyncio.get_running_loop()
     await loop.run_in_executor(None, zk.stop)
+    fresh = [f"outage/{i}" for i in range(new_topics)]
+    claimer = HedwigClient(cluster.addresses, retry=RetryPolicy(deadline_s=SESSION * 3))
+
+    async def claim(topic: str) -> None:
+        with contextlib.suppress(HedwigError):
+            await claimer.publish(topic, b"during")
+
+    claims = [asyncio.create_task(claim(t)) for t in fresh]
     try:
         down_at = work.history.acked_count
         before = down_at - up_at
@@ -339,6 +356,10 @@ async def test_publishing_goes_on_through_a_zookeeper_outage(cluster: DevCluster
     # As much acknowledged with ZooKeeper down as just before with it up (give or take what a
     # busy machine takes away).
     assert during > 0.7 * before, f"{during} acknowledged during the outage, {before} before"
+    await asyncio.gather(*claims)
+    for topic in fresh:  # each claimed once ZooKeeper is back
+        await asyncio.wait_for(claimer.publish(topic, b"after"), timeout=30)
+    await claimer.close()
     await asyncio.sleep(SESSION + 2)
     history = await work.finish()
     check(history)

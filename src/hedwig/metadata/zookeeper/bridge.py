@@ -48,10 +48,13 @@ T = TypeVar("T")
 # wakes its connection thread with a byte on a socket pair for each request and that thread
 # reads one per request it sends; the pair holds 278 such bytes, and the next request's
 # ``send`` then blocks the thread that makes it (the event loop) until the connection thread
-# catches up, which it does not while ZooKeeper is unreachable. A region of 100,000 topics
-# whose ZooKeeper died had each hub's event loop stuck there for good: its owned topics,
-# meant to go on on their open ledgers, stopped answering with it. 192 + 64 leaves room for
-# the requests kazoo makes itself (the parents of a path it creates).
+# catches up, which it does not while ZooKeeper is unreachable (the bytes of the requests
+# the lost connection failed stay there too). A region of 100,000 topics whose ZooKeeper
+# died had each hub's event loop stuck there for good: its owned topics, meant to go on on
+# their open ledgers, stopped answering with it. So nothing is handed to kazoo while it is
+# disconnected (a request is refused at once, as one in flight when the connection drops
+# is; a watch waits here), and at most 192 + 64 otherwise, leaving room for the requests
+# kazoo makes itself (the parents of a path it creates).
 MAX_IN_FLIGHT = 192
 MAX_UNSENT_WATCHES = 64
 
@@ -146,6 +149,11 @@ class ZkBridge:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
         self._slots = _Slots(MAX_IN_FLIGHT)
+        # Watches to set once kazoo is connected and has room (``_set_watch``), in order.
+        self._unset: collections.deque[tuple[str, Callable[[Any], None], int | None]] = (
+            collections.deque()
+        )
+        self._flushing: asyncio.TimerHandle | None = None
         self._listeners: list[Callable[[SessionState], None]] = []
         self.state = SessionState.SUSPENDED
         self._client.add_listener(self._on_state)
@@ -190,6 +198,8 @@ class ZkBridge:
     def _deliver_state(self, state: SessionState) -> None:
         self.state = state
         self._slots.wake_all()  # those waiting for a slot look at the connection again
+        if state is SessionState.CONNECTED:
+            self._set_watches()
         for listener in list(self._listeners):
             try:
                 listener(state)
@@ -200,7 +210,12 @@ class ZkBridge:
 
     async def _call(self, path: str, version: int, start: Callable[[], Any]) -> Any:
         loop = self._loop or asyncio.get_running_loop()
+        if not self._client.connected:
+            raise MetadataUnavailableError(f"ZooKeeper unavailable (not connected) at {path}")
         await self._slots.take(self, path)
+        if not self._client.connected:  # lost while waiting for a slot
+            self._slots.give()
+            raise MetadataUnavailableError(f"ZooKeeper unavailable (not connected) at {path}")
         fut: asyncio.Future[Any] = loop.create_future()
         slots = self._slots
 
@@ -349,16 +364,19 @@ class ZkBridge:
     def _set_watch(self, path: str, on_event: Callable[[Any], None], version: int | None) -> None:
         if self._closed:
             return
-        if len(self._client._queue) >= MAX_UNSENT_WATCHES:  # kazoo's (2.11) unsent requests
-            # As in ``_call``, no more waits in kazoo: the watch is set once those have gone
-            # (a change meanwhile is seen then, as a version other than ``version``). Not
+        if self._unset or not self._client.connected or not self._room_for_watches():
+            # Not handed to kazoo now (see MAX_IN_FLIGHT): set once it is connected and has
+            # room, a change meanwhile seen then as a version other than ``version``. Not
             # fired: its holder would read the record, fail while ZooKeeper is away, and
             # watch again at once, for as long as it is away.
-            loop = self._loop or asyncio.get_running_loop()
-            delay = 0.01 if self.state is SessionState.CONNECTED else 0.5
-            loop.call_later(delay, self._set_watch, path, on_event, version)
+            self._unset.append((path, on_event, version))
+            self._set_watches()
             return
+        self._register_watch(path, on_event, version)
 
+    def _register_watch(
+        self, path: str, on_event: Callable[[Any], None], version: int | None
+    ) -> None:
         def on_result(result: Any) -> None:
             try:
                 stat = result.get()
@@ -372,6 +390,22 @@ class ZkBridge:
             self._client.exists_async(path, watch=on_event).rawlink(on_result)
         except BaseException:
             on_event(None)
+
+    def _room_for_watches(self) -> bool:
+        return len(self._client._queue) < MAX_UNSENT_WATCHES  # kazoo's (2.11) unsent requests
+
+    def _set_watches(self) -> None:
+        """Set the watches waiting here while kazoo is connected and has room; come back
+        shortly if it has none (once connected again, if it is not)."""
+        if self._flushing is not None:
+            self._flushing.cancel()
+            self._flushing = None
+        unset = self._unset
+        while unset and not self._closed and self._client.connected and self._room_for_watches():
+            self._register_watch(*unset.popleft())
+        if unset and not self._closed and self._client.connected:
+            loop = self._loop or asyncio.get_running_loop()
+            self._flushing = loop.call_later(0.01, self._set_watches)
 
     def _one_shot(self, callback: Callable[[], None]) -> Callable[[Any], None]:
         """A kazoo watch function that runs ``callback`` on the loop, once, however many of
