@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -100,8 +101,10 @@ async def measure(store: MetadataStore, args: argparse.Namespace) -> dict[str, A
 
 
 async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
-    zk = ZooKeeperServer(data_dir=tempfile.mkdtemp(prefix="hedwig-ops-zk-"))
-    etcd = EtcdServer(data_dir=tempfile.mkdtemp(prefix="hedwig-ops-etcd-"))
+    # The servers' data directories go at the end (each run left two behind).
+    dirs = [tempfile.mkdtemp(prefix="hedwig-ops-zk-"), tempfile.mkdtemp(prefix="hedwig-ops-etcd-")]
+    zk = ZooKeeperServer(data_dir=dirs[0])
+    etcd = EtcdServer(data_dir=dirs[1])
     zk.start()
     etcd.start()
     results = []
@@ -116,6 +119,8 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     finally:
         zk.stop()
         etcd.stop()
+        for d in dirs:
+            shutil.rmtree(d, ignore_errors=True)
     return results
 
 
