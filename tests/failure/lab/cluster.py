@@ -197,7 +197,21 @@ class LabCluster:
                 acked.setdefault(topic, []).append((value, result.seq))
         new = await self.owners(topics)
         self.note(f"taken over after {time.monotonic() - fault_at:.2f}s: {new}")
-        assert all(new[t] not in (None, victim) for t in topics), f"no takeover: {new}"
+
+        async def taken_over() -> bool:
+            # The acknowledgements above came from another hub; a record read a moment later
+            # may be gone again for a moment (a full suite's load once showed one missing
+            # right after: that hub handing the topic on, or losing it and the workload's
+            # next publish claiming it again). Never the victim's, though.
+            now = await self.owners(topics)
+            assert victim not in now.values(), f"the victim owns again: {now}"
+            new.update(now)
+            return all(now[t] is not None for t in topics)
+
+        try:
+            await eventually(taken_over, timeout=3 * self.session_timeout_s, interval=0.2)
+        except AssertionError as exc:
+            raise AssertionError(f"no takeover: {new}") from exc
 
     def summary(self) -> str:
         return "\n".join(f"{t - self._t0:8.2f}s  {what}" for t, what in self.events)
