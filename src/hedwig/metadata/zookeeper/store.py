@@ -167,8 +167,8 @@ class ZkPersistence:
             raise NoTopicPersistenceInfoError(topic) from exc
 
 
-# Subscription records read at once by ``read_subscriptions`` (well under the requests kazoo
-# may hold unsent, ``bridge.MAX_UNSENT``).
+# Subscription records read at once by ``read_subscriptions`` (under the requests the bridge
+# lets kazoo hold, ``bridge.MAX_IN_FLIGHT``; more wait their turn there).
 SUBSCRIPTION_READS_AT_ONCE = 64
 
 
