@@ -20,6 +20,7 @@ from hedwig.metadata.etcd import store as etcd_store
 from hedwig.metadata.records import NEW_VERSION, LedgerMetadata
 from tests import scratch
 from tests.cluster_helpers import hedwig
+from tests.ledger_id_crash import ledger_ids_stay_unique_through_a_crash
 from tests.metadata_conformance import MetadataConformance
 
 pytestmark = pytest.mark.integration
@@ -323,52 +324,18 @@ async def test_an_owner_lease_granted_as_the_session_is_lost_is_revoked(
 async def test_ledger_ids_stay_unique_through_an_etcd_crash(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Two hubs make ledgers, taking small blocks of ids, while etcd is killed (``kill -9``)
-    and started again on its data. A block's compare-and-set cut off by the crash may or may
-    not have been applied: its hub reads the key again and takes the next block, so at worst
-    ids are skipped, never given twice; every ledger made has its metadata, under its id."""
+    """``tests/ledger_id_crash.py`` on etcd (the ``ledger-ids`` key)."""
     monkeypatch.setattr(etcd_store, "LEDGER_ID_BLOCK", 3)
     (tmp_path / "etcd").mkdir()
     server = EtcdServer(data_dir=str(tmp_path / "etcd"))
     server.start()
-    stores = [EtcdMetadataStore(server.address, "ids", session_timeout=10.0) for _ in range(2)]
-    made: list[int] = []
-    failed = [0]
-    stop = asyncio.Event()
-
-    async def make(s: EtcdMetadataStore) -> None:
-        while not stop.is_set():
-            try:
-                md = await s.ledgers.create_ledger(LEDGER)
-            except MetadataUnavailableError:  # while etcd is down; anything else fails
-                failed[0] += 1
-                await asyncio.sleep(0.05)
-            else:
-                made.append(md.value.ledger_id)
-
     try:
-        for s in stores:
-            await s.start()
-        makers = [asyncio.create_task(make(s)) for s in stores for _ in range(4)]
-        await asyncio.sleep(1.0)
-        before = len(made)
-        await asyncio.to_thread(server.kill)
-        await asyncio.sleep(0.5)
-        await asyncio.to_thread(server.start)
-        after_restart = len(made)
-        await asyncio.sleep(2.0)
-        stop.set()
-        await asyncio.gather(*makers)
-        assert before > 0 and len(made) > after_restart, "ledgers were made before and after"
-        assert failed[0] > 0, "the crash was felt"
-        assert len(made) == len(set(made)), "a ledger id was given twice"
-        for lid in made:
-            got = await stores[0].ledgers.read_ledger(lid)
-            assert got is not None and got.value.ledger_id == lid
+        await ledger_ids_stay_unique_through_a_crash(
+            [EtcdMetadataStore(server.address, "ids", session_timeout=10.0) for _ in range(2)],
+            server.kill,
+            server.start,
+        )
     finally:
-        stop.set()
-        for s in stores:
-            await s.close()
         server.stop()
 
 

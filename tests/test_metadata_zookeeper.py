@@ -23,6 +23,7 @@ from hedwig.metadata.topic_logs import first_ranges
 from hedwig.metadata.zookeeper import ZkMetadataStore
 from hedwig.metadata.zookeeper import store as zk_store
 from hedwig.metadata.zookeeper.bridge import MAX_IN_FLIGHT
+from tests.ledger_id_crash import ledger_ids_stay_unique_through_a_crash
 from tests.metadata_conformance import MetadataConformance
 
 pytestmark = pytest.mark.integration
@@ -274,4 +275,21 @@ async def test_requests_while_zookeeper_is_gone_never_block_the_event_loop(
     finally:
         stop.set()
         await store.close()
+        server.stop()
+
+
+async def test_ledger_ids_stay_unique_through_a_zookeeper_crash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``tests/ledger_id_crash.py`` on ZooKeeper (the ``ledger-ids`` znode)."""
+    monkeypatch.setattr(zk_store, "LEDGER_ID_BLOCK", 3)
+    server = ZooKeeperServer(data_dir=str(tmp_path / "zk"))
+    server.start()
+    try:
+        await ledger_ids_stay_unique_through_a_crash(
+            [ZkMetadataStore(server.address, "ids", session_timeout=20.0) for _ in range(2)],
+            server.kill,
+            server.start,
+        )
+    finally:
         server.stop()
