@@ -41,6 +41,7 @@ from hedwig.metadata import (
     TopicLoad,
     TopicPlan,
     Version,
+    Versioned,
 )
 from hedwig.metadata.acls import AclEntry, AclRule, Operation
 from hedwig.metadata.plans import Lane
@@ -258,6 +259,63 @@ class MetadataConformance:
         # The record is an ordinary one: appended to by compare-and-set from its version.
         wider = ranges.value.with_tail(lid + 1000, 5)
         await store.persistence.write_topic_persistence_info("s", wider, version)
+
+    async def test_a_taken_over_log_moves_on_in_one_step_or_not_at_all(
+        self, store: MetadataStore, other: MetadataStore
+    ) -> None:
+        """``continue_topic_log``: the recovered ledger closed at its version, the next one
+        created and the record naming it from the sequence after the last, all visible to
+        another process; a stale version of any of them is a conflict that writes nothing."""
+        await store.topics.ensure_topic("c")
+        md = LedgerMetadata(0, "c", 1, 1, 1, ((0, ("h:1",)),), owner="h:1", owner_epoch=3)
+        first, version = await store.persistence.start_topic_log("c", md)
+        lid = first.value.ledger_id
+        marked = replace(first.value, state=LedgerState.IN_RECOVERY)
+        marked_at = await other.ledgers.write_ledger(marked, first.version)
+        closed = replace(marked, state=LedgerState.CLOSED, last_entry_id=6, last_seq=7)
+        ranges = LedgerRanges((LedgerRange(lid, 1, 7),))
+        following = replace(md, owner="h:2", owner_epoch=4)
+
+        async def ledgers() -> set[int]:
+            return set(await other.ledgers.list_ledgers())
+
+        before = await ledgers()
+        # A stale record, or a ledger closed by someone else meanwhile: nothing is written.
+        with pytest.raises(BadVersionError):
+            await store.persistence.continue_topic_log(
+                "c",
+                Versioned(ranges, Version(int(version) + 999)),
+                [Versioned(closed, marked_at)],
+                following,
+            )
+        with pytest.raises(BadVersionError):
+            await store.persistence.continue_topic_log(
+                "c", Versioned(ranges, version), [Versioned(closed, first.version)], following
+            )
+        assert await ledgers() == before
+        still = await other.ledgers.read_ledger(lid)
+        assert still is not None and still.value.state is LedgerState.IN_RECOVERY
+        record = await other.persistence.read_topic_persistence_info("c")
+        assert record is not None and record.version == version
+        assert record.value == LedgerRanges((LedgerRange(lid, 1),))
+
+        created, moved = await store.persistence.continue_topic_log(
+            "c", Versioned(ranges, version), [Versioned(closed, marked_at)], following
+        )
+        nid = created.value.ledger_id
+        assert nid not in before and created.value == replace(following, ledger_id=nid)
+        assert moved.value == LedgerRanges((LedgerRange(lid, 1, 7), LedgerRange(nid, 8)))
+        got = await other.ledgers.read_ledger(lid)
+        assert got is not None and got.value == closed
+        got = await other.ledgers.read_ledger(nid)
+        assert got is not None and got.value == created.value and got.version == created.version
+        record = await other.persistence.read_topic_persistence_info("c")
+        assert record is not None and record == moved
+        # Both versions returned are the ones to compare-and-set from next.
+        await store.ledgers.write_ledger(replace(created.value, last_seq=8), created.version)
+        await store.persistence.write_topic_persistence_info(
+            "c", moved.value.close_tail(7), moved.version
+        )
 
     async def test_a_ledger_is_left_over_only_once_its_maker_cannot_name_it(
         self, store: MetadataStore, other: MetadataStore

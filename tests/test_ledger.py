@@ -29,6 +29,7 @@ from hedwig.ledger.auditor import Auditor, inspect
 from hedwig.ledger.handle import SPECULATIVE_READ_S, read_entry, write_set
 from hedwig.ledger.log_reader import READ_AHEAD
 from hedwig.ledger.storage import StorageNode
+from hedwig.ledger.topic_log import last_seq_of
 from hedwig.metadata import LedgerState
 from hedwig.metadata.memory import MemoryBackend, MemoryMetadataStore
 from hedwig.metadata.records import (
@@ -179,6 +180,66 @@ async def test_a_take_over_reads_its_ledger_and_its_last_entries_once(
     after = entry_reads[recovery:]
     assert len(after) == len(set(after)), f"an entry read twice after recovery: {after}"
     assert (recovered, 19) not in after, "the last entry was read by recovery already"
+
+
+async def test_a_take_over_that_loses_a_race_to_close_the_ledger_goes_step_by_step(
+    store: MemoryMetadataStore, tmp_path: Path
+) -> None:
+    """A take-over records the close of the recovered ledger, its new ledger and the ledger
+    list in one store request. If another recoverer closed the ledger first, that request
+    writes nothing; the take-over reads again and goes step by step, keeping the close the
+    other recorded, and loses nothing."""
+    storage = LocalStorage(tmp_path, "h:1")
+    old = make_log(store, storage)
+    await old.open()
+    for i in range(5):
+        await old.append("p", 0, EncodedMessages.of_values([b"m%d" % i]))
+    tail = old.ranges.ranges[-1].ledger_id
+    new = make_log(store, storage)
+    together = store.persistence.continue_topic_log
+    calls: list[str] = []
+
+    async def raced(*args: Any) -> Any:
+        calls.append("together")
+        # Another recoverer closes the ledger between this take-over's fence and its write.
+        await recover_ledger(
+            store.ledgers, LocalFirstReplicas(storage), tail, last_seq_of=last_seq_of
+        )
+        return await together(*args)
+
+    store.persistence.continue_topic_log = raced  # type: ignore[method-assign,assignment]
+    await new.open()
+    assert calls == ["together"]
+    assert new.last_seq == 5
+    first, following = new.ranges.ranges
+    assert (first.ledger_id, first.end_seq, following.start_seq) == (tail, 5, 6)
+    record = await store.persistence.read_topic_persistence_info("t")
+    assert record is not None and record.value == new.ranges
+    b = await new.append("p", 0, EncodedMessages.of_values([b"after"]))
+    assert b.first_seq == 6
+    got = await new.read(1, 100, 1 << 20)
+    assert [m.value for x in got for m in x.messages.decode()] == [
+        *(b"m%d" % i for i in range(5)),
+        b"after",
+    ]
+    # Without a race: one read of the record and one request, no second try.
+    third = make_log(store, storage)
+    reads: list[str] = []
+    read = store.persistence.read_topic_persistence_info
+
+    async def counted(topic: str) -> Any:
+        reads.append(topic)
+        return await read(topic)
+
+    async def once(*args: Any) -> Any:
+        calls.append("together")
+        return await together(*args)
+
+    store.persistence.continue_topic_log = once  # type: ignore[method-assign,assignment]
+    store.persistence.read_topic_persistence_info = counted  # type: ignore[method-assign]
+    await third.open()
+    assert third.last_seq == 6 and len(third.ranges.ranges) == 3
+    assert (reads, calls) == (["t"], ["together", "together"])
 
 
 async def test_an_append_made_as_a_roll_over_ends_goes_after_those_it_held(

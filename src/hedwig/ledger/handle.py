@@ -40,7 +40,7 @@ from hedwig.errors import (
 )
 from hedwig.ledger.replicas import Replicas
 from hedwig.metadata.managers import LedgerMetadataManager
-from hedwig.metadata.records import LedgerMetadata, LedgerState, Versioned
+from hedwig.metadata.records import LedgerMetadata, LedgerState, Version, Versioned
 from hedwig.shared import shared
 
 log = logging.getLogger(__name__)
@@ -359,6 +359,40 @@ async def recover_ledger(
     ``replacements`` chooses replicas to stand in for ones that did not answer, when an entry
     past the LAC must be written back and too few of its replicas are reachable.
     """
+    while True:
+        closed, version = await recovered_end(
+            ledgers,
+            replicas,
+            ledger_id,
+            last_seq_of=last_seq_of,
+            clock=clock,
+            replacements=replacements,
+        )
+        if version is None:
+            return closed
+        try:
+            await ledgers.write_ledger(closed, version)
+        except BadVersionError:
+            continue  # another recoverer got there first; read what it recorded
+        return closed
+
+
+async def recovered_end(
+    ledgers: LedgerMetadataManager,
+    replicas: Replicas,
+    ledger_id: int,
+    *,
+    last_seq_of: Callable[[bytes], int] | None = None,
+    clock: Clock | None = None,
+    replacements: Replacements | None = None,
+) -> tuple[LedgerMetadata, Version | None]:
+    """``recover_ledger`` up to its last write: the ledger marked IN_RECOVERY, fenced and
+    its end written back; returns the closed metadata to record and the version to record it
+    at, or the metadata and ``None`` if the ledger is closed already.
+
+    A take-over records the close in the same store request as the topic's next ledger and
+    its ledger list (``TopicPersistenceManager.continue_topic_log``): three writes in one.
+    """
     clock = clock or SystemClock()
     while True:
         got = await ledgers.read_ledger(ledger_id)
@@ -366,7 +400,7 @@ async def recover_ledger(
             raise NoLedgerMetadataError(str(ledger_id))
         md, version = got.value, got.version
         if md.state is LedgerState.CLOSED:
-            return md
+            return md, None
         if md.state is LedgerState.OPEN:
             try:
                 version = await ledgers.write_ledger(
@@ -389,11 +423,7 @@ async def recover_ledger(
             closed_ms=clock.wall_ms(),
             fragments=fragments,
         )
-        try:
-            await ledgers.write_ledger(closed, version)
-        except BadVersionError:
-            continue  # another recoverer got there first; read what it recorded
-        return closed
+        return closed, version
 
 
 # Once enough replicas have answered a fence, the others get this long to answer too (more

@@ -36,7 +36,7 @@ from hedwig.errors import (
     NoLedgerMetadataError,
 )
 from hedwig.flag import Flag
-from hedwig.ledger.handle import LedgerWriter, recover_ledger
+from hedwig.ledger.handle import LedgerWriter, recover_ledger, recovered_end
 from hedwig.ledger.log_reader import LogReader
 from hedwig.ledger.replicas import Replicas
 from hedwig.ledger.retention import collectable_prefix, delete_ledger_everywhere
@@ -214,7 +214,24 @@ class TopicLog:
     async def open(self, *, fresh: bool = False) -> None:
         """Recover the topic's open ledgers and start a new one for it. ``fresh``: a topic
         just created, with no persistence record to read (its first is created, so a record
-        made meanwhile by anyone else fails this open)."""
+        made meanwhile by anyone else fails this open).
+
+        A take-over records the recovered ledgers' close, its new ledger and the ledger list
+        naming it in one store request (``continue_topic_log``); if one of those records
+        changed meanwhile (another recoverer closed the ledger first), it starts again from a
+        fresh read and takes each step alone, each settling its own race."""
+        try:
+            await self._open(fresh=fresh, together=True)
+        except BadVersionError:
+            if fresh:
+                raise
+            log.info(
+                "topic %r: its records changed while taking it over; again, step by step",
+                self.topic,
+            )
+            await self._open(fresh=False, together=False)
+
+    async def _open(self, *, fresh: bool, together: bool) -> None:
         got = (
             None if fresh else await self._store.persistence.read_topic_persistence_info(self.topic)
         )
@@ -222,17 +239,30 @@ class TopicLog:
         version = got.version if got else NEW_VERSION
         # Recover every ledger still open (normally at most the tail).
         recovered: dict[int, LedgerMetadata] = {}
+        closing: list[Versioned[LedgerMetadata]] = []
         for r in ranges.ranges:
             if r.end_seq is None:
                 try:
-                    md = await recover_ledger(
-                        self._store.ledgers,
-                        self._replicas,
-                        r.ledger_id,
-                        last_seq_of=last_seq_of,
-                        clock=self._clock,
-                        replacements=self._stand_ins,
-                    )
+                    if together:
+                        md, at = await recovered_end(
+                            self._store.ledgers,
+                            self._replicas,
+                            r.ledger_id,
+                            last_seq_of=last_seq_of,
+                            clock=self._clock,
+                            replacements=self._stand_ins,
+                        )
+                        if at is not None:
+                            closing.append(Versioned(md, at))
+                    else:
+                        md = await recover_ledger(
+                            self._store.ledgers,
+                            self._replicas,
+                            r.ledger_id,
+                            last_seq_of=last_seq_of,
+                            clock=self._clock,
+                            replacements=self._stand_ins,
+                        )
                 except NoLedgerMetadataError:
                     # Deleted while open: only a deletion of the topic does that (retention
                     # takes closed ledgers, after the record), cut short by a crash before
@@ -249,11 +279,6 @@ class TopicLog:
                     )
                     continue
                 recovered[r.ledger_id] = md
-                # Final now: the read-back of the log's end that follows a take-over finds
-                # it here, not in the store.
-                self._reader().closed(md)
-                if md.last_entry_id >= 0 and self._on_suspect is not None:
-                    self._on_suspect(r.ledger_id)  # a replica may have missed its end
                 end = md.last_seq if md.last_entry_id >= 0 else r.start_seq - 1
                 ranges = LedgerRanges(
                     tuple(
@@ -270,8 +295,16 @@ class TopicLog:
             )
             writer = self._writer_for(created)
             new_ranges = first_ranges(writer.ledger_id)
+        elif together:
+            created, record = await self._store.persistence.continue_topic_log(
+                self.topic,
+                Versioned(ranges, version),
+                closing,
+                self._ledger_metadata(self._ensemble),
+            )
+            writer = self._writer_for(created)
+            new_ranges, version = record.value, record.version
         else:
-            self.previous_end_ms = await self._previous_end_ms(ranges, recovered)
             writer = await self._new_writer(self._ensemble)
             new_ranges = ranges.with_tail(writer.ledger_id, last + 1)
             try:
@@ -281,6 +314,19 @@ class TopicLog:
             except BadVersionError:
                 await self._discard(writer)
                 raise
+        for md in recovered.values():
+            # Final now: the read-back of the log's end that follows a take-over finds it
+            # here, not in the store.
+            self._reader().closed(md)
+            if md.last_entry_id >= 0 and self._on_suspect is not None:
+                self._on_suspect(md.ledger_id)  # a replica may have missed its end
+        if got is not None:
+            try:
+                self.previous_end_ms = await self._previous_end_ms(ranges, recovered)
+            except MetadataError as exc:  # for a metric: not worth failing the take-over
+                log.info(
+                    "topic %r: when its previous owner stopped is unknown: %s", self.topic, exc
+                )
         self._ranges, self._ranges_version = new_ranges, version
         self._writer = writer
         self._next_seq = last + 1

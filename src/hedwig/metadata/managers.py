@@ -23,7 +23,7 @@ it writes.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from enum import Enum
 from typing import Protocol
 
@@ -98,6 +98,22 @@ class TopicPersistenceManager(Protocol):
         record's version. ``BadVersionError`` if the topic has a record already (and no
         ledger is left behind). In one request where the store allows
         (``hedwig.metadata.topic_logs``)."""
+        ...
+
+    async def continue_topic_log(
+        self,
+        topic: str,
+        ranges: Versioned[LedgerRanges],
+        closed: Sequence[Versioned[LedgerMetadata]],
+        following: LedgerMetadata,
+    ) -> tuple[Versioned[LedgerMetadata], Versioned[LedgerRanges]]:
+        """A taken-over topic's log moved on, all at once or not at all: each of ``closed``
+        (ledgers its recovery closed) written at its version, ``following`` created (given its
+        id here), and the persistence record (``ranges``, as it is to be with those ledgers
+        closed, at the version it was read) written with ``following`` as its tail from the
+        sequence after its last. Returns the new ledger's metadata and the record.
+        ``BadVersionError`` if any of these records changed (nothing is written then): the
+        caller takes the steps one by one, each settling its own race."""
         ...
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -42,7 +42,7 @@ from hedwig.metadata.records import (
     Version,
     Versioned,
 )
-from hedwig.metadata.topic_logs import holds_ledger, start_in_steps
+from hedwig.metadata.topic_logs import holds_ledger, next_ranges, start_in_steps
 from hedwig.protocol.names import encode_name
 
 
@@ -255,6 +255,28 @@ class MemoryMetadataStore:
         self, topic: str, first: LedgerMetadata
     ) -> tuple[Versioned[LedgerMetadata], Version]:
         return await start_in_steps(self, self, topic, first)
+
+    async def continue_topic_log(
+        self,
+        topic: str,
+        ranges: Versioned[LedgerRanges],
+        closed: Sequence[Versioned[LedgerMetadata]],
+        following: LedgerMetadata,
+    ) -> tuple[Versioned[LedgerMetadata], Versioned[LedgerRanges]]:
+        # Every version checked before anything is written: all or nothing, as the stores'.
+        key = self._k("ledgers", topic)
+        expected = [(key, ranges.version)]
+        expected += [(self._k("ledger", str(c.value.ledger_id)), c.version) for c in closed]
+        for k, version in expected:
+            entry = self._get(k)
+            if entry is None or entry.version != version:
+                raise BadVersionError.at("/".join(k), version)
+        for c in closed:
+            await self.write_ledger(c.value, c.version)
+        created = await self.create_ledger(following)
+        record = next_ranges(ranges.value, created.value.ledger_id)
+        version = await self.write_topic_persistence_info(topic, record, ranges.version)
+        return created, Versioned(record, version)
 
     # SubscriptionDataManager ----------------------------------------------------------------
 

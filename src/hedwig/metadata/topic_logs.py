@@ -27,6 +27,12 @@ def first_ranges(ledger_id: int) -> LedgerRanges:
     return LedgerRanges(()).with_tail(ledger_id, 1)
 
 
+def next_ranges(ranges: LedgerRanges, ledger_id: int) -> LedgerRanges:
+    """A taken-over topic's ledger list: ``ranges`` (its ledgers closed) with ``ledger_id``
+    from the sequence after their last."""
+    return ranges.with_tail(ledger_id, ranges.last_seq + 1)
+
+
 async def start_in_steps(
     ledgers: LedgerMetadataManager,
     persistence: TopicPersistenceManager,

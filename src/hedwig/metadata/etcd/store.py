@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from hedwig.errors import (
@@ -70,7 +70,7 @@ from hedwig.metadata.records import (
     Version,
     Versioned,
 )
-from hedwig.metadata.topic_logs import first_ranges, holds_ledger
+from hedwig.metadata.topic_logs import first_ranges, holds_ledger, next_ranges
 
 
 class EtcdOwnership:
@@ -175,6 +175,28 @@ class EtcdPersistence:
         if not res.succeeded:
             raise BadVersionError.at(key.decode(), NEW_VERSION)
         return Versioned(md, Version(res.revision)), Version(res.revision)
+
+    async def continue_topic_log(
+        self,
+        topic: str,
+        ranges: Versioned[LedgerRanges],
+        closed: Sequence[Versioned[LedgerMetadata]],
+        following: LedgerMetadata,
+    ) -> tuple[Versioned[LedgerMetadata], Versioned[LedgerRanges]]:
+        """One transaction where a take-over made three (close, create, record)."""
+        lid = await self._ledgers.new_id()
+        md = replace(following, ledger_id=lid)
+        record = next_ranges(ranges.value, lid)
+        key, ledger_key = self._keys.persistence(topic), self._keys.ledger(lid)
+        guards = [modified_at(self._keys.ledger(c.value.ledger_id), int(c.version)) for c in closed]
+        writes = [put(self._keys.ledger(c.value.ledger_id), c.value.to_json()) for c in closed]
+        res = await self._etcd.txn(
+            [*guards, modified_at(key, int(ranges.version)), missing(ledger_key)],
+            [*writes, put(ledger_key, md.to_json()), put(key, record.to_json())],
+        )
+        if not res.succeeded:
+            raise BadVersionError.at(key.decode(), int(ranges.version))
+        return Versioned(md, Version(res.revision)), Versioned(record, Version(res.revision))
 
     async def read_topic_persistence_info(self, topic: str) -> Versioned[LedgerRanges] | None:
         got = await self._etcd.get(self._keys.persistence(topic))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from hedwig.errors import (
@@ -39,7 +39,7 @@ from hedwig.metadata.records import (
     Version,
     Versioned,
 )
-from hedwig.metadata.topic_logs import first_ranges, holds_ledger, start_in_steps
+from hedwig.metadata.topic_logs import first_ranges, holds_ledger, next_ranges, start_in_steps
 from hedwig.metadata.zookeeper.bridge import NodeExists, NoNode, Op, ZkBridge
 
 DEFAULT_SESSION_TIMEOUT = 6.0
@@ -137,6 +137,32 @@ class ZkPersistence:
         # The topic's node is gone (deleted meanwhile), or the id was taken (never, unless
         # ids were given twice): as before, in two steps, which make the path if need be.
         return await start_in_steps(self._ledgers, self, topic, first)
+
+    async def continue_topic_log(
+        self,
+        topic: str,
+        ranges: Versioned[LedgerRanges],
+        closed: Sequence[Versioned[LedgerMetadata]],
+        following: LedgerMetadata,
+    ) -> tuple[Versioned[LedgerMetadata], Versioned[LedgerRanges]]:
+        """One ``multi`` where a take-over made three requests (close, create, record)."""
+        lid = await self._ledgers.new_id()
+        md = replace(following, ledger_id=lid)
+        record = next_ranges(ranges.value, lid)
+        path = self._layout.persistence(topic)
+        ops = [
+            Op("set", self._layout.ledger(c.value.ledger_id), _v(c.version), c.value.to_json())
+            for c in closed
+        ]
+        ops.append(Op("create", self._layout.ledger(lid), value=md.to_json()))
+        ops.append(Op("set", path, _v(ranges.version), record.to_json()))
+        failed = [r for r in await self._zk.transaction(ops) if r is not None]
+        if failed:
+            raise BadVersionError(
+                f"taking over {topic!r}: {failed[0]}", path=path, expected=int(ranges.version)
+            )
+        # A set adds one to the znode's version; a created znode's is 0.
+        return Versioned(md, Version(0)), Versioned(record, Version(int(ranges.version) + 1))
 
     async def read_topic_persistence_info(self, topic: str) -> Versioned[LedgerRanges] | None:
         got = await self._zk.get_or_none(self._layout.persistence(topic))
