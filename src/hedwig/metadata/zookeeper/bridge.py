@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-from kazoo.client import KazooClient, KazooState
+from kazoo.client import KazooState
 from kazoo.exceptions import (
     BadVersionError as KzBadVersion,
 )
@@ -39,6 +39,7 @@ from kazoo.security import READ_ACL_UNSAFE, Permissions, make_acl, make_digest_a
 from hedwig.errors import BadVersionError, MetadataError, MetadataUnavailableError
 from hedwig.metadata.managers import SessionState
 from hedwig.metadata.zookeeper.handler import PollingHandler
+from hedwig.metadata.zookeeper.watchers import LeanKazooClient
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +139,7 @@ class ZkBridge:
             if default_acl
             else None
         )
-        self._client = KazooClient(
+        self._client = LeanKazooClient(
             hosts=hosts,
             timeout=session_timeout,
             connection_retry={"max_tries": -1, "max_delay": 1},
