@@ -25,14 +25,17 @@ from hedwig.metadata.records import HubLoad, TopicLoad
 ALPHA = 0.5
 # Topics listed in a report unless the hub's configuration says otherwise.
 TOP_TOPICS = 100
-# A rate below this (per second) rounds to zero in a report: the topic is idle again.
+# A message rate below this (per second) rounds to zero in a report: the topic is idle again.
+# Bytes follow messages (a topic that carries none carries no bytes), so only messages decide:
+# a byte rate starts some hundred times higher and would keep an idle topic's rates, and the
+# memory they hold, twice as long (75 s instead of 40 after one message of 100 bytes).
 IDLE_RATE = 0.0005
 
 # Messages in, bytes in, messages out, bytes out.
 Traffic = tuple[int, int, int, int]
 
 
-@dataclass
+@dataclass(slots=True)
 class _Rates:
     msg_in: float = 0.0
     bytes_in: float = 0.0
@@ -51,7 +54,7 @@ class _Rates:
 
     @property
     def idle(self) -> bool:
-        return max(self.msg_in, self.msg_out, self.bytes_in, self.bytes_out) < IDLE_RATE
+        return max(self.msg_in, self.msg_out) < IDLE_RATE
 
 
 def hottest(topics: Mapping[str, TopicLoad], top: int) -> dict[str, TopicLoad]:
