@@ -618,7 +618,7 @@ async def test_a_topic_just_created_is_claimed_without_reading_what_it_cannot_ha
     region: Region,
 ) -> None:
     """The hub that creates a topic knows it has no owner, configuration or ledgers yet, and
-    skips those three reads; a topic that existed is read as before. A record made meanwhile
+    skips those three reads; a topic that existed is read. A record made meanwhile
     still fails the claim's compare-and-set (the conformance suite holds ``ensure_topic`` to
     saying whether it created the topic)."""
     reads: list[str] = []
@@ -643,7 +643,46 @@ async def test_a_topic_just_created_is_claimed_without_reading_what_it_cannot_ha
         owner = region.owner("new-topic")
         assert await owner.topics.release("new-topic", "test")
         assert (await c.publish("new-topic", b"n")).seq == 2
-        assert {"read_owner_info", "read_topic_config", "read_topic_persistence_info"} <= set(reads)
+        # Its configuration comes with the claim where the store reads it there (memory and
+        # etcd); its owner and log are read.
+        assert {"read_owner_info", "read_topic_persistence_info"} <= set(reads)
+
+
+async def test_a_hub_told_to_claim_an_existing_topic_claims_it_without_reading_the_owner_first(
+    region: Region,
+) -> None:
+    """A take-over's claim (a hub sent here to claim a topic that exists) is the claim
+    itself: the owner record's compare-and-set, whose record is in the way learnt from the
+    failed claim, and the topic's configuration from the one that succeeds, not from reads
+    before or after them."""
+    a, b = region.hubs
+    async with region.client() as c:
+        assert (await c.publish("existing", b"m")).seq == 1
+    owner = region.owner("existing")
+    other = b if owner is a else a
+    reads: list[str] = []
+    for manager, name in (
+        (other.store.ownership, "read_owner_info"),
+        (other.store.topics, "read_topic_config"),
+    ):
+        real = getattr(manager, name)
+
+        async def counted(topic: str, _real: Any = real, _name: str = name) -> Any:
+            reads.append(_name)
+            return await _real(topic)
+
+        setattr(manager, name, counted)
+    # Owned elsewhere: refused, with the owner named, and nothing read.
+    with pytest.raises(NotResponsibleError) as told:
+        await other.topics.acquire("existing", redirected=True)
+    assert told.value.owner == owner.address and reads == []
+    # Unowned (released): claimed, its history kept, and neither its owner nor its
+    # configuration read apart (the memory store reads it in the claim, as etcd does).
+    assert await owner.topics.release("existing", "test")
+    await other.topics.acquire("existing", redirected=True)
+    assert reads == [] and region.owner("existing") is other
+    async with region.client() as c:
+        assert (await c.publish("existing", b"n")).seq == 2
 
 
 async def test_a_hub_told_to_claim_claims_though_a_request_it_redirected_is_pending(
@@ -697,8 +736,8 @@ async def test_a_move_during_the_owners_claim_waits_for_it(region: Region) -> No
     the topic waits for the claim to finish, then hands the topic over (it used to find the
     topic not served here, ask the destination, which saw the record, and move nothing)."""
     a, b = region.hubs
-    # A new topic's record is written with the topic (``claim_new_topic``).
-    claim_new = a.store.ownership.claim_new_topic
+    # A new topic's record is written with the topic (``claim_topic``).
+    claim_new = a.store.ownership.claim_topic
     written = asyncio.Event()
 
     async def slow_write(*args: Any, **kwargs: Any) -> Any:
@@ -707,7 +746,7 @@ async def test_a_move_during_the_owners_claim_waits_for_it(region: Region) -> No
         await asyncio.sleep(0.05)  # the record is there; the take-over is not done
         return version
 
-    a.store.ownership.claim_new_topic = slow_write  # type: ignore[method-assign]
+    a.store.ownership.claim_topic = slow_write  # type: ignore[method-assign]
     claim = asyncio.create_task(a.topics.acquire("claiming", redirected=True))
     await written.wait()
     assert "claiming" not in a.topics.topics

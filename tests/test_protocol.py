@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import struct
+from urllib.parse import quote
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -367,6 +368,21 @@ def test_names_bijective(name: str) -> None:
         return
     enc = encode_name(name)
     assert "/" not in enc and enc not in (".", "..") and decode_name(enc) == name
+
+
+@given(st.text(alphabet=st.sampled_from("az09._~-/%é\n"), min_size=0, max_size=260))
+def test_a_plain_name_is_its_own_znode_name_and_the_same_string(name: str) -> None:
+    """Names that need no encoding skip ``quote`` and come back as the very string given (a
+    hub keeps it, and records filed by the znode name share it); others are as before."""
+    try:
+        slow = quote(validate_name(name), safe="._~-")
+    except InvalidTopicError:
+        with pytest.raises(InvalidTopicError):
+            encode_name(name)
+        return
+    fast = encode_name(name)
+    assert fast == (slow.replace(".", "%2E") if slow in (".", "..") else slow)
+    assert (fast is name) == (fast == name)
 
 
 @settings(deadline=None)  # (timing on shared cores says nothing here)

@@ -28,11 +28,35 @@ def test_a_path_keeps_each_watcher_once_in_a_slot_or_a_set() -> None:
     assert (list(w), len(w)) == ([a, b], 2)
     record = WatcherRecord()
     record["/x"].add(a)
-    assert list(record.pop("/x", [])) == [a] and list(record.pop("/x", [])) == []
-    # What it saves: one watch of each owned topic's record.
-    one = Watchers()
-    one.add(a)
-    assert sys.getsizeof(one) < sys.getsizeof({a}) / 3
+    record["/x"].add(a)
+    assert record.watching("/x") == [a] and record.keys() == ["/x"]
+    record["/x"].add(b)
+    assert sorted(record.pop("/x", []), key=id) == sorted([a, b], key=id)
+    assert record.pop("/x", []) == [] and len(record) == 0
+
+
+def test_an_owner_watch_is_filed_by_its_topic_not_a_path_of_its_own() -> None:
+    class Keyed:
+        def __init__(self, key: str) -> None:
+            self.key = key
+
+        def __call__(self, _e: object) -> None: ...
+
+    record = WatcherRecord("/r/topics/", "/hub")
+    topic = "t-0000001"
+    mine, stray, other = Keyed(topic), Keyed("not-this-one"), Keyed(topic)
+    record["/r/topics/t-0000001/hub"].add(mine)
+    assert record.keys() == [topic] and record.keys()[0] is topic  # the holder's own string
+    record["/r/topics/t-0000001/hub"].add(stray)  # a key that is not the path's: by path
+    record["/r/topics/t-0000001/plan"].add(other)  # not of the kind: by path
+    record["/r/topics/a/b/hub"].add(Keyed("a/b"))  # an end with a slash is no topic's
+    assert sorted(record.keys()) == sorted(
+        [topic, "/r/topics/t-0000001/hub", "/r/topics/t-0000001/plan", "/r/topics/a/b/hub"]
+    )
+    assert record.pop("/r/topics/t-0000001/hub", []) == [mine, stray]
+    assert record.watching("/r/topics/t-0000001/plan") == [other]
+    # What it saves per owned topic: the set of one and kazoo's copy of the path.
+    assert sys.getsizeof({mine}) + sys.getsizeof("/r/topics/t-0000001/hub") > 250
 
 
 async def test_watches_fire_once_on_a_change_a_deletion_or_a_lost_connection(
@@ -40,6 +64,7 @@ async def test_watches_fire_once_on_a_change_a_deletion_or_a_lost_connection(
 ) -> None:
     server = ZooKeeperServer(data_dir=str(tmp_path / "zk")).start()
     bridge = ZkBridge(server.address, session_timeout=30.0)
+    bridge.file_watches_by_end("/w/topics/", "/hub")
     fired: Counter[str] = Counter()
     try:
         await bridge.start()
@@ -48,30 +73,44 @@ async def test_watches_fire_once_on_a_change_a_deletion_or_a_lost_connection(
             await bridge.create(path, b"v", makepath=True)
             bridge.watch(path, functools.partial(fired.update, [path]), 0)
         bridge.watch("/w/twice", lambda: fired.update(["/w/twice"]), 0)
+        # Owner records' watches, filed by their topics: one changed, one kept.
+        for topic in ("o-changed", "o-kept"):
+            path = f"/w/topics/{topic}/hub"
+            await bridge.create(path, b"v", makepath=True)
+            bridge.watch(path, functools.partial(fired.update, [topic]), 0, key=topic)
         for _ in range(100):
-            if len(bridge._client._data_watchers) == len(paths):
+            if len(bridge._client._data_watchers) == len(paths) + 2:
                 break
             await asyncio.sleep(0.02)
         record = bridge._client._data_watchers
-        assert isinstance(record, WatcherRecord) and len(record["/w/twice"]) == 2
+        assert isinstance(record, WatcherRecord) and len(record.watching("/w/twice")) == 2
+        assert {"o-changed", "o-kept"} <= set(record.keys())
         await bridge.set("/w/changed", b"w", 0)
         await bridge.delete("/w/deleted", 0)
+        await bridge.set("/w/topics/o-changed/hub", b"w", 0)
         for _ in range(100):
-            if len(fired) == 2:
+            if len(fired) == 3:
                 break
             await asyncio.sleep(0.02)
-        assert fired == {"/w/changed": 1, "/w/deleted": 1}
+        assert fired == {"/w/changed": 1, "/w/deleted": 1, "o-changed": 1}
         # The connection goes: every watch still set fires (its holder looks again), once.
         await asyncio.to_thread(server.kill)
         for _ in range(200):
-            if len(fired) == 4:
+            if len(fired) == 6:
                 break
             await asyncio.sleep(0.05)
-        assert fired == {"/w/changed": 1, "/w/deleted": 1, "/w/kept": 1, "/w/twice": 2}
+        assert fired == {
+            "/w/changed": 1,
+            "/w/deleted": 1,
+            "/w/kept": 1,
+            "/w/twice": 2,
+            "o-changed": 1,
+            "o-kept": 1,
+        }
         assert isinstance(bridge._client._data_watchers, WatcherRecord)
-        assert not bridge._client._data_watchers
+        assert len(bridge._client._data_watchers) == 0
         await asyncio.sleep(0.3)
-        assert sum(fired.values()) == 5
+        assert sum(fired.values()) == 7
     finally:
         await bridge.close()
         server.stop()

@@ -64,8 +64,10 @@ from hedwig.metadata.managers import MetadataStore, SessionState
 from hedwig.metadata.records import (
     NEW_VERSION,
     HubInfo,
+    TopicClaim,
     TopicConfig,
     Version,
+    Versioned,
 )
 from hedwig.protocol import MoveKind
 from hedwig.protocol.names import validate_name
@@ -280,27 +282,39 @@ class TopicOwnership:
     async def _resolve(self, topic: str, redirected: bool, create: bool) -> OwnedTopic:
         # A topic this call created has nothing yet (no owner, configuration or ledgers): its
         # claim skips reading them, three store round trips of about nine. It is created
-        # together with its owner record (``claim_new_topic``: one request, not two or
-        # three); if it exists already, it is claimed as any other (the owner record's
-        # compare-and-set settles a race). A hub sent here to claim tries that first; any
-        # other only once it knows it is to claim the topic, not before redirecting the
-        # client elsewhere.
+        # together with its owner record (``claim_topic``: one request, not two or three);
+        # if it exists already, it is claimed as any other (the owner record's
+        # compare-and-set settles a race), and a record in the way is learnt from the claim
+        # where the store can tell (etcd), not from a read after it. A hub sent here to claim
+        # tries that first; any other only once it knows it is to claim the topic, not
+        # before redirecting the client elsewhere.
         fresh = ensured = False
+        known: Versioned[HubInfo] | None = None  # the owner record as the claim found it
         if not create:
             if not await self.store.topics.topic_exists(topic):
                 raise NoSuchTopicError(f"topic {topic!r} does not exist")
             ensured = True
         elif redirected and self.choices.can_store(topic):
-            version = await self._claim_new(topic)
-            if version is not None:
-                return await self._take_over(topic, version, fresh=True)
+            handed = await self.choices.handed_to(topic)
+            if handed is None or handed == self.address:
+                claim = await self._claim(topic)
+                if claim.version is not None:
+                    return await self._take_over(
+                        topic, claim.version, fresh=claim.new, known=claim.config
+                    )
+                known = claim.owner
             ensured = True
         elif redirected:
             fresh = await self.store.topics.ensure_topic(topic)
             ensured = True
         for attempt in range(3):
             fresh = fresh and attempt == 0
-            owner = None if fresh else await self.store.ownership.read_owner_info(topic)
+            if known is not None:
+                owner, known = known, None
+            elif fresh:
+                owner = None
+            else:
+                owner = await self.store.ownership.read_owner_info(topic)
             if owner is not None:
                 info = owner.value
                 if info.address != self.address:
@@ -336,9 +350,14 @@ class TopicOwnership:
             if not ensured:
                 # None had an owner a moment ago; created now, it has nothing else either.
                 ensured = True
-                version = await self._claim_new(topic)
-                if version is not None:
-                    return await self._take_over(topic, version, fresh=True)
+                claim = await self._claim(topic)
+                if claim.version is not None:
+                    return await self._take_over(
+                        topic, claim.version, fresh=claim.new, known=claim.config
+                    )
+                self.stats.claim_conflicts += 1
+                known, redirected = claim.owner, True  # someone claimed it: seen, or read next
+                continue
             try:
                 version = await self.store.ownership.write_owner_info(
                     topic, HubInfo(self.address, self.epoch), NEW_VERSION
@@ -350,17 +369,24 @@ class TopicOwnership:
             return await self._take_over(topic, version, fresh=fresh)
         raise ServiceUnavailableError(f"topic {topic!r}: its ownership is changing")
 
-    async def _claim_new(self, topic: str) -> Version | None:
-        return await self.store.ownership.claim_new_topic(topic, HubInfo(self.address, self.epoch))
+    async def _claim(self, topic: str) -> TopicClaim:
+        return await self.store.ownership.claim_topic(topic, HubInfo(self.address, self.epoch))
 
     def _redirect(self, topic: str) -> None:
         self.stats.redirects += 1
         self.events.redirected(topic)
 
-    async def topic_config(self, topic: str, *, fresh: bool = False) -> TopicConfig:
+    async def topic_config(
+        self, topic: str, *, fresh: bool = False, known: Versioned[TopicConfig] | None = None
+    ) -> TopicConfig:
         """The topic's configuration over the region's defaults over this hub's (``fresh``:
-        a topic just created, which has none of its own)."""
-        got = None if fresh else await self.store.topics.read_topic_config(topic)
+        a topic just created, which has none of its own; ``known``: its own as read with the
+        claim)."""
+        got = (
+            known
+            if known is not None or fresh
+            else await self.store.topics.read_topic_config(topic)
+        )
         own = got.value if got else TopicConfig()
         c = self.config
         return own.merged(self.defaults).merged(
@@ -374,13 +400,20 @@ class TopicOwnership:
             )
         )
 
-    async def _take_over(self, topic: str, version: Version, *, fresh: bool = False) -> OwnedTopic:
+    async def _take_over(
+        self,
+        topic: str,
+        version: Version,
+        *,
+        fresh: bool = False,
+        known: Versioned[TopicConfig] | None = None,
+    ) -> OwnedTopic:
         self.stats.claims += 1
         began = self.clock.monotonic()
         opened = began
         try:
             config, settings, log_settings = self._settings_for(
-                await self.topic_config(topic, fresh=fresh)
+                await self.topic_config(topic, fresh=fresh, known=known)
             )
             replication = log_settings.replication
             ensemble = await self.choices.ensemble(replication.ensemble, replication.ack_quorum)

@@ -50,8 +50,10 @@ class Layout:
     def topic(self, topic: str) -> str:
         return f"{self.topics}/{encode_name(topic)}"
 
+    OWNER = "hub"
+
     def owner(self, topic: str) -> str:
-        return f"{self.topic(topic)}/hub"
+        return f"{self.topic(topic)}/{self.OWNER}"
 
     def plan(self, topic: str) -> str:
         return f"{self.topic(topic)}/plan"

@@ -36,6 +36,7 @@ from hedwig.metadata.records import (
     LedgerMetadata,
     LedgerRanges,
     SubscriptionData,
+    TopicClaim,
     TopicConfig,
     Version,
     Versioned,
@@ -60,11 +61,13 @@ class TopicOwnershipManager(Protocol):
         """Release; ``BadVersionError`` if the record changed, ``NoTopicOwnerInfoError`` if gone."""
         ...
 
-    async def claim_new_topic(self, topic: str, owner: HubInfo) -> Version | None:
-        """Create the topic and its owner record (a claim, as ``write_owner_info`` with
-        ``NEW_VERSION`` makes) in one step, if neither exists; ``None``: nothing written (the
-        topic exists, or a record does). A first publish's claim is one store request
-        instead of two or three."""
+    async def claim_topic(self, topic: str, owner: HubInfo) -> TopicClaim:
+        """Claim ``topic`` for ``owner`` in as few store requests as the store allows: create
+        the topic with its owner record if neither exists (one request: a first publish's
+        claim), else write the record (as ``write_owner_info`` with ``NEW_VERSION``) if no
+        hub's is there (a take-over: two on etcd and ZooKeeper), else write nothing and tell
+        whose record is in the way (read in the failed request where the store can: etcd).
+        The record is a claim like any other: gone with its writer's session or lease."""
         ...
 
     def watch_owner(

@@ -38,6 +38,7 @@ from hedwig.metadata.records import (
     LedgerMetadata,
     LedgerRanges,
     SubscriptionData,
+    TopicClaim,
     TopicConfig,
     Version,
     Versioned,
@@ -202,13 +203,16 @@ class MemoryMetadataStore:
         e = self._get(self._k("owner", topic))
         return None if e is None else Versioned(e.value, Version(e.version))
 
-    async def claim_new_topic(self, topic: str, owner: HubInfo) -> Version | None:
-        if self._get(self._k("topic", topic)) is not None:
-            return None
-        if self._get(self._k("owner", topic)) is not None:
-            return None
+    async def claim_topic(self, topic: str, owner: HubInfo) -> TopicClaim:
+        held = self._get(self._k("owner", topic))  # read in the claim, as etcd's transaction
+        if held is not None:
+            return TopicClaim(None, owner=Versioned(held.value, Version(held.version)))
+        if (config := self._get(self._k("topic", topic))) is not None:
+            version = await self.write_owner_info(topic, owner, NEW_VERSION)
+            return TopicClaim(version, config=Versioned(config.value, Version(config.version)))
         self._create(self._k("topic", topic), TopicConfig())
-        return Version(self._create(self._k("owner", topic), owner, ephemeral=True).version)
+        made = self._create(self._k("owner", topic), owner, ephemeral=True)
+        return TopicClaim(Version(made.version), new=True)
 
     async def write_owner_info(self, topic: str, owner: HubInfo, version: Version) -> Version:
         key = self._k("owner", topic)

@@ -69,6 +69,21 @@ class HubInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class TopicClaim:
+    """What ``claim_topic`` did. Claimed: ``version`` is the owner record's, and ``new`` says
+    the topic was created with it (so it has nothing else yet: no configuration, ledgers or
+    subscriptions to read). Not claimed: ``owner`` is the record in the way, as read in the
+    same request where the store allows (``None`` if it was gone by then)."""
+
+    version: Version | None
+    new: bool = False
+    owner: Versioned[HubInfo] | None = None
+    # Claimed, not new: the topic's configuration as of the claim, where the store read it in
+    # the claim's own request (etcd); ``None``: not read (the claimer reads it after).
+    config: Versioned[TopicConfig] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class TopicLoad:
     """One topic's share of a hub's load, as EWMA rates per second."""
 

@@ -12,12 +12,16 @@ Rules:
 
 from __future__ import annotations
 
+import re
 from urllib.parse import quote, unquote
 
 from hedwig.errors import InvalidTopicError
 
 MAX_NAME_BYTES = 255
 _SAFE = "._~-"
+# A name needing no encoding, checked in one regular-expression match: ``quote`` costs ten times
+# that, and a hub encodes a topic's name for every store request about it.
+_PLAIN = re.compile(r"(?!\.\.?\Z)[A-Za-z0-9._~-]{1,255}")
 
 
 def validate_name(name: str, *, what: str = "topic") -> str:
@@ -41,10 +45,14 @@ def validate_name(name: str, *, what: str = "topic") -> str:
 
 def encode_name(name: str) -> str:
     """The znode name for a valid topic or subscriber name."""
+    if isinstance(name, str) and _PLAIN.fullmatch(name):
+        return name  # ASCII, printable, at most 255 bytes, not "." or "..": valid and unchanged
     encoded = quote(validate_name(name), safe=_SAFE)
     if encoded in (".", ".."):
-        encoded = encoded.replace(".", "%2E")
-    return encoded
+        return encoded.replace(".", "%2E")
+    # The name itself when unchanged: a hub keeps it anyway, and a record filed by the znode
+    # name (kazoo's of owner watches) then shares it.
+    return name if encoded == name else encoded
 
 
 def decode_name(znode: str) -> str:

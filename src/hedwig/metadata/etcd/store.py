@@ -66,6 +66,7 @@ from hedwig.metadata.records import (
     LedgerMetadata,
     LedgerRanges,
     SubscriptionData,
+    TopicClaim,
     TopicConfig,
     Version,
     Versioned,
@@ -105,14 +106,40 @@ class EtcdOwnership:
         except LookupError as exc:
             raise NoTopicOwnerInfoError(topic) from exc
 
-    async def claim_new_topic(self, topic: str, owner: HubInfo) -> Version | None:
+    async def claim_topic(self, topic: str, owner: HubInfo) -> TopicClaim:
+        """One transaction makes a new topic with its record, or reads whose record is in
+        the way; an existing topic with none takes a second, the record's compare-and-set
+        (an etcd transaction nested in another's branch would say it in one, but would go
+        to etcd alone instead of with the others waiting: ``TxnBatcher``)."""
         key, topic_key = self._keys.owner(topic), self._keys.topic(topic)
         lease = await self._etcd.owner_lease(key)
+        record = owner.to_json()
         res = await self._etcd.txn(
             [missing(topic_key), missing(key)],
-            [put(topic_key, b""), put(key, owner.to_json(), lease)],
+            [put(topic_key, b""), put(key, record, lease)],
+            [get(key)],
         )
-        return Version(res.revision) if res.succeeded else None
+        if res.succeeded:
+            return TopicClaim(Version(res.revision), new=True)
+        if (held := res.reads[0]) is None:
+            # The topic exists and no hub's record is there: the record's compare-and-set,
+            # with the topic's configuration read as of it (the claimer's next read).
+            res = await self._etcd.txn(
+                [exists(topic_key), missing(key)],
+                [put(key, record, lease), get(topic_key)],
+                [get(key)],
+            )
+            if res.succeeded:
+                got = res.reads[0]
+                config = (
+                    None
+                    if got is None
+                    else Versioned(TopicConfig.from_json(got.value), Version(got.mod))
+                )
+                return TopicClaim(Version(res.revision), config=config)
+            if (held := res.reads[0]) is None:
+                raise MetadataError(f"topic {topic!r} does not exist")
+        return TopicClaim(None, owner=Versioned(HubInfo.from_json(held.value), Version(held.mod)))
 
     async def delete_owner_info(self, topic: str, version: Version) -> None:
         try:

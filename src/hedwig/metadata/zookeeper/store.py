@@ -35,12 +35,14 @@ from hedwig.metadata.records import (
     LedgerMetadata,
     LedgerRanges,
     SubscriptionData,
+    TopicClaim,
     TopicConfig,
     Version,
     Versioned,
 )
 from hedwig.metadata.topic_logs import first_ranges, holds_ledger, next_ranges, start_in_steps
 from hedwig.metadata.zookeeper.bridge import NodeExists, NoNode, Op, ZkBridge
+from hedwig.protocol.names import encode_name
 
 DEFAULT_SESSION_TIMEOUT = 6.0
 
@@ -77,7 +79,9 @@ class ZkOwnership:
             raise NoTopicOwnerInfoError(topic) from exc
         return Version(stat.version)
 
-    async def claim_new_topic(self, topic: str, owner: HubInfo) -> Version | None:
+    async def claim_topic(self, topic: str, owner: HubInfo) -> TopicClaim:
+        """A ``multi`` making the topic with its record; if the topic exists, the record
+        alone (a ``multi`` cannot read, so whose record is in the way takes a read)."""
         layout = self._layout
         made, _, claimed = await self._zk.transaction(
             [
@@ -87,10 +91,16 @@ class ZkOwnership:
             ]
         )
         if made is None and claimed is None:
-            return Version(0)
-        if isinstance(made, NodeExists | NoNode):
-            return None  # exists (or the region's tree is not there: the usual path says so)
-        raise made or claimed or MetadataError(f"claiming new topic {topic!r} failed")
+            return TopicClaim(Version(0), new=True)
+        if not isinstance(made, NodeExists):
+            # NoNode: the region's tree is not there; the usual path says so.
+            if isinstance(made, NoNode):
+                return TopicClaim(None, owner=await self.read_owner_info(topic))
+            raise made or claimed or MetadataError(f"claiming topic {topic!r} failed")
+        try:
+            return TopicClaim(await self.write_owner_info(topic, owner, NEW_VERSION))
+        except BadVersionError:
+            return TopicClaim(None, owner=await self.read_owner_info(topic))
 
     async def delete_owner_info(self, topic: str, version: Version) -> None:
         try:
@@ -104,7 +114,10 @@ class ZkOwnership:
         # ZooKeeper watches from now; a change between the caller's read and now is seen as
         # a version other than ``version`` when the watch is set, and fires it too.
         self._zk.watch(
-            self._layout.owner(topic), callback, None if version is None else _v(version)
+            self._layout.owner(topic),
+            callback,
+            None if version is None else _v(version),
+            key=encode_name(topic),
         )
 
 
@@ -696,6 +709,8 @@ class ZkMetadataStore:
         self.region = region
         self.layout = Layout(region)
         self.zk = ZkBridge(hosts, session_timeout=session_timeout, digest=digest)
+        # kazoo files each owner watch by its topic's name, not a path of its own.
+        self.zk.file_watches_by_end(f"{self.layout.topics}/", f"/{Layout.OWNER}")
         self.ownership = ZkOwnership(self.zk, self.layout)
         self.ledgers = ZkLedgers(self.zk, self.layout)
         self.persistence = ZkPersistence(self.zk, self.layout, self.ledgers)
