@@ -9,6 +9,7 @@ ownership can be tested from two hubs' points of view). See ``test_metadata_zook
 from __future__ import annotations
 
 import asyncio
+import functools
 from dataclasses import replace
 
 import pytest
@@ -47,6 +48,10 @@ from hedwig.metadata.acls import AclEntry, AclRule, Operation
 from hedwig.metadata.plans import Lane
 
 ODD_NAMES = ["plain", "a/b", "../x", ".", "..", "spaced name", "ünïcødé/🚀", "%2F", "x" * 255]
+
+
+def _set_ignoring_topic(event: asyncio.Event, _topic: str) -> None:
+    event.set()
 
 
 class MetadataConformance:
@@ -132,9 +137,16 @@ class MetadataConformance:
         await store.topics.ensure_topic("w")
         v = await store.ownership.write_owner_info("w", HubInfo("h1:1", 1), NEW_VERSION)
         fired = asyncio.Event()
-        store.ownership.watch_owner("w", fired.set)
+        told: list[str] = []
+
+        def changed(topic: str) -> None:  # one callback for every topic: told which
+            told.append(topic)
+            fired.set()
+
+        store.ownership.watch_owner("w", changed)
         await other.ownership.delete_owner_info("w", v)
         await asyncio.wait_for(fired.wait(), 10)
+        assert told == ["w"]
 
     async def test_owner_watch_from_a_version(
         self, store: MetadataStore, other: MetadataStore
@@ -145,16 +157,16 @@ class MetadataConformance:
         await store.topics.ensure_topic("wv")
         v1 = await store.ownership.write_owner_info("wv", HubInfo("h1:1", 1), NEW_VERSION)
         current = asyncio.Event()
-        store.ownership.watch_owner("wv", current.set, v1)
+        store.ownership.watch_owner("wv", functools.partial(_set_ignoring_topic, current), v1)
         await asyncio.sleep(0.3)
         assert not current.is_set()
         v2 = await other.ownership.write_owner_info("wv", HubInfo("h2:1", 2), v1)
         await asyncio.wait_for(current.wait(), 10)
         stale = asyncio.Event()
-        store.ownership.watch_owner("wv", stale.set, v1)
+        store.ownership.watch_owner("wv", functools.partial(_set_ignoring_topic, stale), v1)
         await asyncio.wait_for(stale.wait(), 10)
         later = asyncio.Event()
-        store.ownership.watch_owner("wv", later.set, v2)
+        store.ownership.watch_owner("wv", functools.partial(_set_ignoring_topic, later), v2)
         await asyncio.sleep(0.3)
         assert not later.is_set()
         await other.ownership.delete_owner_info("wv", v2)

@@ -183,7 +183,7 @@ async def test_an_owner_watch_after_a_compaction_waits_for_a_change(
     head = await etcd.txn((), ())
     await etcd.call(etcd._kv.Compact, rpc.CompactionRequest(revision=head.revision), "compact")
     fired = asyncio.Event()
-    store.ownership.watch_owner("compacted", fired.set, v)
+    store.ownership.watch_owner("compacted", lambda _t: fired.set(), v)
     await asyncio.sleep(0.5)
     assert not fired.is_set()
     await other.ownership.delete_owner_info("compacted", v)
@@ -206,8 +206,8 @@ async def test_owner_watches_share_one_watch_of_the_prefix(
     for name in ("p4", "p5"):
         versions[name] = await store.ownership.write_owner_info(name, me, NEW_VERSION)
     fired = {name: asyncio.Event() for name in ("p3", "p4", "p5")}
-    store.ownership.watch_owner("p4", fired["p4"].set, versions["p4"])
-    store.ownership.watch_owner("p5", fired["p5"].set, versions["p5"])
+    store.ownership.watch_owner("p4", lambda _t: fired["p4"].set(), versions["p4"])
+    store.ownership.watch_owner("p5", lambda _t: fired["p5"].set(), versions["p5"])
     await asyncio.sleep(0.3)
     before = (await store.etcd.txn((), ())).revision
     await other.ownership.write_owner_info("p3", HubInfo("127.0.0.1:8", 2), NEW_VERSION)
@@ -230,7 +230,7 @@ async def test_owner_watches_share_one_watch_of_the_prefix(
     v6 = await store.ownership.write_owner_info("p6", me, NEW_VERSION)
     requests = store.etcd.batcher.requests
     fired6 = asyncio.Event()
-    store.ownership.watch_owner("p6", fired6.set, v6)
+    store.ownership.watch_owner("p6", lambda _t: fired6.set(), v6)
     await asyncio.sleep(0.1)
     assert store.etcd.batcher.requests == requests
     await other.ownership.delete_owner_info("p6", v6)
@@ -247,8 +247,8 @@ async def test_owner_watches_share_one_watch_of_the_prefix(
         if len(calls) == 2:
             both.set()
 
-    store.ownership.watch_owner("p7", lambda: called("a"), v7)
-    store.ownership.watch_owner("p7", lambda: called("b"), v7)
+    store.ownership.watch_owner("p7", lambda _t: called("a"), v7)
+    store.ownership.watch_owner("p7", lambda _t: called("b"), v7)
     await other.ownership.delete_owner_info("p7", v7)
     await asyncio.wait_for(both.wait(), 10)
     await other.ownership.write_owner_info("p7", HubInfo("127.0.0.1:8", 2), NEW_VERSION)

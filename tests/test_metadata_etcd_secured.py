@@ -151,7 +151,7 @@ async def test_a_restarted_etcd_costs_one_new_token(tmp_path: Path) -> None:
                 "t", HubInfo("127.0.0.1:7", 1), NEW_VERSION
             )
             fired = asyncio.Event()
-            s.ownership.watch_owner("t", fired.set, version)
+            s.ownership.watch_owner("t", lambda _t: fired.set(), version)
             token = s.etcd._metadata
             await asyncio.get_running_loop().run_in_executor(None, server.restart)
             for _ in range(100):  # the channel reconnects first (unavailable meanwhile)

@@ -71,9 +71,11 @@ class TopicOwnershipManager(Protocol):
         ...
 
     def watch_owner(
-        self, topic: str, callback: Callable[[], None], version: Version | None = None
+        self, topic: str, callback: Callable[[str], None], version: Version | None = None
     ) -> None:
-        """Call ``callback`` (once, on the event loop) when the owner record changes or goes.
+        """Call ``callback(topic)`` (once, on the event loop) when the owner record changes or
+        goes. Given the topic, one callback serves every topic (a hub's one bound method), and
+        a watch costs only the store's record of it: a hub watches every topic it owns.
 
         Also called at once if the record is already gone when the watch is set. ``version``:
         the record's version as the caller last saw it (written or read); a store may watch

@@ -43,6 +43,7 @@ from hedwig.metadata.records import (
     Version,
     Versioned,
 )
+from hedwig.metadata.topic_call import TopicCall
 from hedwig.metadata.topic_logs import holds_ledger, next_ranges, start_in_steps
 from hedwig.protocol.names import encode_name
 
@@ -226,17 +227,18 @@ class MemoryMetadataStore:
         self._delete(self._k("owner", topic), version, NoTopicOwnerInfoError(topic))
 
     def watch_owner(
-        self, topic: str, callback: Callable[[], None], version: Version | None = None
+        self, topic: str, callback: Callable[[str], None], version: Version | None = None
     ) -> None:
+        call = TopicCall(callback, topic)
         key = self._k("owner", topic)
         e = self._b.data.get(key)
         if e is not None and version is not None and e.version != version:
-            asyncio.get_running_loop().call_soon(callback)  # changed since the caller saw it
+            asyncio.get_running_loop().call_soon(call)  # changed since the caller saw it
             return
         if key not in self._b.data:
-            asyncio.get_running_loop().call_soon(callback)
+            asyncio.get_running_loop().call_soon(call)
             return
-        self._b.watches.setdefault(key, []).append(callback)
+        self._b.watches.setdefault(key, []).append(call)
 
     # TopicPersistenceManager ----------------------------------------------------------------
 

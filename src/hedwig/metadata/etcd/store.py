@@ -71,6 +71,7 @@ from hedwig.metadata.records import (
     Version,
     Versioned,
 )
+from hedwig.metadata.topic_call import TopicCall
 from hedwig.metadata.topic_logs import first_ranges, holds_ledger, next_ranges
 
 
@@ -148,15 +149,16 @@ class EtcdOwnership:
             raise NoTopicOwnerInfoError(topic) from exc
 
     def watch_owner(
-        self, topic: str, callback: Callable[[], None], version: Version | None = None
+        self, topic: str, callback: Callable[[str], None], version: Version | None = None
     ) -> None:
+        call = TopicCall(callback, topic)
         if version is not None and self.watches.follows(int(version)):
             # The record the caller saw is no older than what the prefix watch has delivered
             # (a claim's own write): every later change of it is still to come on the stream,
             # so no read is needed to watch from the present. One store read fewer per claim.
-            self.watches.add(self._keys.owner(topic), int(version), callback)
+            self.watches.add(self._keys.owner(topic), int(version), call)
             return
-        task = asyncio.get_running_loop().create_task(self._watch(topic, callback, version))
+        task = asyncio.get_running_loop().create_task(self._watch(topic, call, version))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 

@@ -353,26 +353,30 @@ class ZkBridge:
             merged = [*current, acl[1]]
             await self._call(path, -1, lambda: self._client.set_acls_async(path, merged))
 
-    def watch(
-        self,
-        path: str,
-        callback: Callable[[], None],
-        version: int | None = None,
-        *,
-        key: str | None = None,
-    ) -> None:
+    def watch(self, path: str, callback: Callable[[], None], version: int | None = None) -> None:
         """One-shot: ``callback`` runs on the loop when ``path`` changes or is deleted.
 
         If the node is already gone when the watch is registered (it was deleted between our
         last read and now), the callback runs at once: a watcher must never miss a deletion;
         likewise if it is no longer at ``version`` (the one the caller read or wrote).
-        ``key``: the end of a path of the kind given to ``file_watches_by_end``, a string
-        the caller keeps anyway; kazoo's record files the watch by it instead of by a path of
-        its own.
         """
-        self._set_watch(
-            path, _OneShot(self._loop or asyncio.get_running_loop(), callback, key), version
-        )
+        self._set_watch(path, self._one_shot(callback), version)
+
+    def watch_with(
+        self,
+        path: str,
+        callback: Callable[[T], None],
+        arg: T,
+        version: int | None = None,
+        *,
+        key: str | None = None,
+    ) -> None:
+        """``watch``, calling ``callback(arg)``: one callback for many paths, each watch one
+        object. ``key``: the end of a path of the kind given to ``file_watches_by_end``, a
+        string the caller keeps anyway; kazoo's record files the watch by it instead of by a
+        path of its own."""
+        loop = self._loop or asyncio.get_running_loop()
+        self._set_watch(path, _OneShot(loop, callback, key, arg), version)
 
     def file_watches_by_end(self, prefix: str, suffix: str) -> None:
         """Watches of ``prefix + key + suffix`` set with their ``key`` are kept by it (one
@@ -510,26 +514,34 @@ class _Slots:
                 return
 
 
+_NO_ARG: Any = object()  # a ``_OneShot`` whose callback takes no argument
+
+
 class _OneShot:
     """A kazoo watch function that runs a callback on the loop, once (the callback is let go
     when it fires). Kazoo keeps one per watched node (a topic's owner record, for every owned
     topic): an object with three slots is a third of the closure it replaces. ``key``: the
     end of its path that kazoo's record may file it by (``WatcherRecord``)."""
 
-    __slots__ = ("callback", "key", "loop")
+    __slots__ = ("arg", "callback", "key", "loop")
 
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
-        callback: Callable[[], None],
+        callback: Callable[..., None],
         key: str | None = None,
+        arg: Any = _NO_ARG,
     ) -> None:
         self.loop = loop
-        self.callback: Callable[[], None] | None = callback
+        self.callback: Callable[..., None] | None = callback
         self.key = key
+        self.arg = arg
 
     def __call__(self, _event: Any) -> None:
         callback = self.callback
         if callback is not None:
             self.callback = None
-            self.loop.call_soon_threadsafe(callback)
+            if self.arg is _NO_ARG:
+                self.loop.call_soon_threadsafe(callback)
+            else:
+                self.loop.call_soon_threadsafe(callback, self.arg)

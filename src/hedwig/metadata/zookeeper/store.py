@@ -109,13 +109,15 @@ class ZkOwnership:
             raise NoTopicOwnerInfoError(topic) from exc
 
     def watch_owner(
-        self, topic: str, callback: Callable[[], None], version: Version | None = None
+        self, topic: str, callback: Callable[[str], None], version: Version | None = None
     ) -> None:
         # ZooKeeper watches from now; a change between the caller's read and now is seen as
-        # a version other than ``version`` when the watch is set, and fires it too.
-        self._zk.watch(
+        # a version other than ``version`` when the watch is set, and fires it too. kazoo's
+        # watch function holds the topic itself (``arg``): nothing else is kept per watch.
+        self._zk.watch_with(
             self._layout.owner(topic),
             callback,
+            topic,
             None if version is None else _v(version),
             key=encode_name(topic),
         )
