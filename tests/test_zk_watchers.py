@@ -117,5 +117,7 @@ async def test_watches_fire_once_on_a_change_a_deletion_or_a_lost_connection(
         await asyncio.sleep(0.3)
         assert sum(fired.values()) == 7
     finally:
-        await bridge.close()
-        server.stop()
+        try:
+            await bridge.close()
+        finally:
+            server.stop()  # even if closing failed: no server is left behind
