@@ -237,6 +237,33 @@ async def test_the_collector_reads_a_quiet_topic_once_until_something_changes(
         assert [m.value for b in (await c.read("quiet-gc", 0)).batches for m in b.delivered()] == []
 
 
+class _AwayAtFirst(MemoryMetadataStore):
+    """A store whose connection drops as soon as it is made, and comes back a second later:
+    a hub restarted into a network blip, or while its store restarts."""
+
+    async def start(self) -> None:
+        await super().start()
+        self.disconnect()
+        asyncio.get_running_loop().call_later(1.0, self.reconnect)
+
+
+async def test_a_hub_starting_while_its_store_is_away_waits_for_it() -> None:
+    """Found by the nemesis: a hub restarted into an outage exited at its first read of the
+    store, and its replicas stayed down. It waits, registers once the store answers, and
+    serves."""
+    backend = MemoryBackend()
+    hub = Hub(config(replication="1/1/1"), store=_AwayAtFirst(backend, "mem"))
+    await asyncio.wait_for(hub.start(), 30)
+    try:
+        assert hub.readiness() == (True, "ready")
+        async with MemoryMetadataStore(backend, "mem") as look:
+            assert [h.address for h in await look.list_hubs() if h.alive] == [hub.address]
+        async with HedwigClient(hub.address) as c:
+            await c.publish("after-the-blip", b"x")
+    finally:
+        await hub.stop()
+
+
 @pytest.fixture
 async def zk_hub(zk_server: ZooKeeperServer, region: str) -> AsyncIterator[Hub]:
     hub = Hub(config(zk=zk_server.address, region=region, replication="1/1/1"))

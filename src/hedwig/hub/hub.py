@@ -18,9 +18,11 @@ import contextlib
 import logging
 import random
 import signal
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from hedwig.clock import Clock, SystemClock
-from hedwig.errors import UsageError
+from hedwig.errors import MetadataUnavailableError, UsageError
 from hedwig.hub import collector
 from hedwig.hub.access import AccessControl, ListenerRole
 from hedwig.hub.acl_watch import AclWatcher
@@ -53,11 +55,15 @@ from hedwig.security.tokens import TokenVerifier, parse_issuers
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 # How often connections whose credentials expired are looked for (and closed).
 EXPIRY_CHECK_S = 5.0
 # Re-registering after a session loss is retried from this pause, doubled up to the maximum.
 REREGISTER_RETRY_S = 0.2
 REREGISTER_RETRY_MAX_S = 5.0
+# How long a starting hub waits out an unreachable store before it gives up and exits.
+STARTUP_STORE_WAIT_S = 120.0
 
 
 class Hub:
@@ -221,10 +227,12 @@ class Hub:
 
     async def start(self) -> None:
         self.store.session.add_listener(self._on_session)
-        await self.store.start()
-        self.topics.defaults = await self.store.topics.read_region_defaults()
+        await self._while_store_away("connecting to the metadata store", self.store.start)
+        self.topics.defaults = await self._while_store_away(
+            "reading the region's defaults", self.store.topics.read_region_defaults
+        )
         if self.acl_watcher is not None:
-            await self.acl_watcher.start()
+            await self._while_store_away("reading the access rules", self.acl_watcher.start)
         if self.config.internal_listen:
             self._internal_listener = await self.internal_network.listen(
                 self.config.internal_listen, self.internal_front.protocol
@@ -249,8 +257,11 @@ class Hub:
                 drain_allowed=self._drain_allowed,
             )
             await self._http.start(self.config.metrics_host, self.config.metrics_port)
-        await self._register()
-        await self.loops.check_hub_count()
+        await self._while_store_away("registering", self._register)
+        try:
+            await self.loops.check_hub_count()
+        except MetadataUnavailableError as exc:  # counted again at every load report
+            log.info("cannot count the region's hubs yet: %s", exc)
         if self.loops.short_of_hubs is not None:
             log.warning("%s", self.loops.short_of_hubs)
         self.loops.start()
@@ -272,6 +283,25 @@ class Hub:
         self.topics.address = address
         self.auditor.address = address
         self.fanout.address = address
+
+    async def _while_store_away(self, what: str, step: Callable[[], Awaitable[T]]) -> T:
+        """Run a startup step, again while the store cannot be reached (for up to
+        ``STARTUP_STORE_WAIT_S``). A hub restarted into a network blip, or while ZooKeeper or
+        etcd restarts, waits it out as a running hub does, instead of exiting and leaving its
+        replicas down until something restarts it. Every step is safe to repeat: a
+        registration that reached the store before the answer was lost replaces its own
+        record."""
+        deadline = self.clock.monotonic() + STARTUP_STORE_WAIT_S
+        delay = REREGISTER_RETRY_S
+        while True:
+            try:
+                return await step()
+            except MetadataUnavailableError as exc:
+                if self.clock.monotonic() + delay > deadline:
+                    raise
+                log.warning("starting: %s failed (again in %.1f s): %s", what, delay, exc)
+            await self.clock.sleep(delay)
+            delay = min(delay * 2, REREGISTER_RETRY_MAX_S)
 
     async def _register(self) -> None:
         self.topics.epoch = await self.store.hubs.register_hub(
