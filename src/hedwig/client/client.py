@@ -173,6 +173,9 @@ class HedwigClient:
             with contextlib.suppress(HedwigError):
                 await pub.flush()
             pub.stop()
+        # Let go of them: a client kept after closing (a tool's, a test's) would otherwise
+        # hold every topic's publisher, a few kilobytes each, for as long as it lives.
+        self._publishers.clear()
         for sub in list(self._subscribers.values()):
             await sub.close()
         self._subscribers.clear()

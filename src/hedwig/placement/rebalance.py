@@ -12,7 +12,8 @@ It answers the complaints users have about Pulsar's and Hedwig's balancers
 - A hub is overloaded when its load exceeds the mean by ``overload_margin`` (relative), and
   only after ``confirmations`` consecutive cycles, so a burst does not trigger moves.
 - There is a lower bound too: a hub below the mean by ``underload_margin`` (an idle or newly
-  added hub) pulls load towards itself, so new hubs do not stay empty.
+  added hub) pulls load towards itself, so new hubs do not stay empty. No move takes its
+  source below this bound (it would pull a topic back).
 - Each moved topic cools down for ``cooldown_s``; at most ``max_moves_per_cycle`` moves per
   cycle; topics below ``min_topic_rate`` are not worth a move (unless draining).
 - A hub whose epoch changed (it restarted) starts with a clean history.
@@ -265,10 +266,15 @@ class Rebalancer:
         # it, so a report a few percent off cannot make the next cycle see it overloaded (and
         # move the topic back).
         room = mean * (1 + cfg.overload_margin * DESTINATION_SHARE_OF_MARGIN) - dst.load
+        # Nor may it leave its source under the low line: the source would pull a topic
+        # back, one that has just moved, for no change in load.
+        floor = mean * (1 - cfg.underload_margin)
         gap = src.load - dst.load
         best: tuple[float, str, float] | None = None
         for topic, rate in src.topics.items():
             if rate < cfg.min_topic_rate or self.in_cooldown(topic) or rate > room:
+                continue
+            if src.load - rate < floor:
                 continue
             if topic in moved:
                 continue  # already moving this cycle (onto this hub): never twice at once

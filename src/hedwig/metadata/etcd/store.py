@@ -44,6 +44,7 @@ from hedwig.metadata.acls import AclEntry
 from hedwig.metadata.etcd.client import (
     CredentialsSource,
     EtcdClient,
+    Item,
     PrefixWatch,
     delete,
     exists,
@@ -73,6 +74,11 @@ from hedwig.metadata.records import (
 )
 from hedwig.metadata.topic_call import TopicCall
 from hedwig.metadata.topic_logs import first_ranges, holds_ledger, next_ranges
+
+
+def _config_of(got: Item | None) -> Versioned[TopicConfig] | None:
+    """A topic's key holds its configuration (empty: the region's defaults)."""
+    return None if got is None else Versioned(TopicConfig.from_json(got.value), Version(got.mod))
 
 
 class EtcdOwnership:
@@ -131,13 +137,7 @@ class EtcdOwnership:
                 [get(key)],
             )
             if res.succeeded:
-                got = res.reads[0]
-                config = (
-                    None
-                    if got is None
-                    else Versioned(TopicConfig.from_json(got.value), Version(got.mod))
-                )
-                return TopicClaim(Version(res.revision), config=config)
+                return TopicClaim(Version(res.revision), config=_config_of(res.reads[0]))
             if (held := res.reads[0]) is None:
                 raise MetadataError(f"topic {topic!r} does not exist")
         return TopicClaim(None, owner=Versioned(HubInfo.from_json(held.value), Version(held.mod)))
@@ -403,10 +403,7 @@ class EtcdTopics:
         return await self._etcd.get(self._keys.topic(topic)) is not None
 
     async def read_topic_config(self, topic: str) -> Versioned[TopicConfig] | None:
-        got = await self._etcd.get(self._keys.topic(topic))
-        return (
-            None if got is None else Versioned(TopicConfig.from_json(got.value), Version(got.mod))
-        )
+        return _config_of(await self._etcd.get(self._keys.topic(topic)))
 
     async def write_topic_config(
         self, topic: str, config: TopicConfig, version: Version

@@ -114,12 +114,13 @@ class ZkOwnership:
         # ZooKeeper watches from now; a change between the caller's read and now is seen as
         # a version other than ``version`` when the watch is set, and fires it too. kazoo's
         # watch function holds the topic itself (``arg``): nothing else is kept per watch.
+        key = encode_name(topic)
         self._zk.watch_with(
-            self._layout.owner(topic),
+            f"{self._layout.topics}/{key}/{Layout.OWNER}",
             callback,
             topic,
             None if version is None else _v(version),
-            key=encode_name(topic),
+            key=key,
         )
 
 

@@ -141,9 +141,8 @@ class LeanKazooClient(KazooClient):  # type: ignore[misc]
     """A ``KazooClient`` whose data watches are kept in a ``WatcherRecord``; watchers of
     ``<prefix><key><suffix>`` are filed under their ``key`` (``file_by_end``)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._data_watchers = WatcherRecord()
+    # A WatcherRecord from kazoo's ``__init__`` on: it calls ``_reset_watchers`` (below).
+    _data_watchers: WatcherRecord
 
     def file_by_end(self, prefix: str, suffix: str) -> None:
         """Watchers of paths ``prefix + key + suffix`` that carry their ``key`` are filed by it
@@ -162,7 +161,7 @@ class LeanKazooClient(KazooClient):  # type: ignore[misc]
         if isinstance(old, WatcherRecord):
             watchers.extend(old.watchers())
             fresh = WatcherRecord(old.prefix, old.suffix)
-        else:  # kazoo's own, in its ``__init__``
+        else:  # kazoo's own, made in its ``__init__`` just before it calls this
             fresh = WatcherRecord()
         self._child_watchers: defaultdict[str, set[Watcher]] = defaultdict(set)
         self._data_watchers = fresh
