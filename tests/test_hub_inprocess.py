@@ -19,6 +19,7 @@ from hedwig.errors import DeadlineExceededError, MessagesUnavailableError
 from hedwig.hub import Hub, HubConfig
 from hedwig.hub.topic import TopicState
 from hedwig.metadata.memory import MemoryBackend, MemoryMetadataStore
+from hedwig.metadata.records import HubLoad
 from hedwig.protocol import EncodedMessages, Publish, Published
 from tests import scratch
 from tests.cluster_helpers import eventually
@@ -260,6 +261,34 @@ async def test_a_hub_starting_while_its_store_is_away_waits_for_it() -> None:
             assert [h.address for h in await look.list_hubs() if h.alive] == [hub.address]
         async with HedwigClient(hub.address) as c:
             await c.publish("after-the-blip", b"x")
+    finally:
+        await hub.stop()
+
+
+class _ExpiresOnRegistering(MemoryMetadataStore):
+    """A store whose session expires right after the hub registers, and which has a new
+    session at once: all of it before the hub's startup is over."""
+
+    async def register_hub(self, address: str, load: HubLoad) -> int:
+        epoch = await super().register_hub(address, load)
+        if not getattr(self, "expired_once", False):
+            self.expired_once = True
+            self.expire()
+            await self.start()
+        return epoch
+
+
+async def test_a_hub_whose_session_ends_while_it_starts_registers_again() -> None:
+    backend = MemoryBackend()
+    hub = Hub(config(replication="1/1/1"), store=_ExpiresOnRegistering(backend, "mem"))
+    await asyncio.wait_for(hub.start(), 30)
+    try:
+        async with MemoryMetadataStore(backend, "mem") as look:
+
+            async def registered() -> bool:
+                return [h.address for h in await look.list_hubs() if h.alive] == [hub.address]
+
+            await eventually(registered, timeout=10)
     finally:
         await hub.stop()
 

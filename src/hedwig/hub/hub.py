@@ -221,6 +221,9 @@ class Hub:
         )
         self._reregistering = False
         self._stopping = False
+        # A session lost while starting (after registering, say) ends the record made in it;
+        # the new session's CONNECTED comes before the hub is ready, so it is checked then.
+        self._lost_while_starting = False
         self.stopped = asyncio.Event()
 
     # lifecycle ----------------------------------------------------------------------------
@@ -267,6 +270,8 @@ class Hub:
         self.loops.start()
         self.fanout.start()
         self._ready = True
+        if self._lost_while_starting:
+            asyncio.get_running_loop().create_task(self._reregister())
         self._stall_watch.start()
         self.metrics.session_changed(SessionState.CONNECTED)
         log.info(
@@ -400,6 +405,8 @@ class Hub:
     def _on_session(self, state: SessionState) -> None:
         self.metrics.session_changed(state)
         self.topics.on_session(state)
+        if state is SessionState.LOST and not self._ready and not self._stopping:
+            self._lost_while_starting = True
         if state is SessionState.CONNECTED and self._ready:
             # A new session after an expiry: our alive record is gone; register again.
             asyncio.get_running_loop().create_task(self._reregister())
