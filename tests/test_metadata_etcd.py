@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aetcd import rpc  # type: ignore[import-untyped]
 
 from hedwig.client import HedwigClient
 from hedwig.devcluster.etcd import EtcdServer
-from hedwig.errors import BadVersionError, MetadataUnavailableError
+from hedwig.errors import BadVersionError, MetadataError, MetadataUnavailableError
 from hedwig.hub import Hub, HubConfig
 from hedwig.metadata import HubInfo, HubLoad, MetadataStore, SessionState
 from hedwig.metadata.etcd import EtcdMetadataStore, batches
@@ -396,3 +397,32 @@ async def test_a_store_reaches_etcd_within_seconds_of_its_return_after_a_long_ou
     finally:
         await store.close()
         server.stop()
+
+
+async def test_a_claim_of_a_topic_deleted_between_its_two_requests_is_refused(
+    store: MetadataStore, other: MetadataStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An existing topic with no owner record takes ``claim_topic`` two transactions: the
+    first finds the topic there, the second writes the record only if the topic still is.
+    One deleted in between is refused as missing, and no owner record is left for it."""
+    assert isinstance(store, EtcdMetadataStore)
+    await store.topics.ensure_topic("deleted-meanwhile")
+    etcd = store.etcd
+    real = etcd.txn
+    deleted = False
+
+    async def txn(*args: Any, **kw: Any) -> etcd_client.TxnResult:
+        nonlocal deleted
+        got = await real(*args, **kw)
+        if not got.succeeded and not deleted:
+            deleted = True
+            await other.topics.delete_topic("deleted-meanwhile")
+        return got
+
+    monkeypatch.setattr(etcd, "txn", txn)
+    with pytest.raises(MetadataError, match="does not exist"):
+        await store.ownership.claim_topic("deleted-meanwhile", HubInfo("127.0.0.1:9", 3))
+    monkeypatch.undo()
+    assert deleted
+    assert await store.ownership.read_owner_info("deleted-meanwhile") is None
+    assert "deleted-meanwhile" not in await store.topics.list_topics()
