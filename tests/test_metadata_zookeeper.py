@@ -154,6 +154,9 @@ class TestZooKeeperStore(MetadataConformance):
         data, _ = await store.zk.get(store.layout.ledger_ids)
         assert int(data) == zk_store.FIRST_BLOCK_ID + 6 * 8
         assert sorted(await other.ledgers.list_ledgers()) == sorted([old, *ids])
+        # A long listing is parsed on a thread (a region's: 1.3 million ledgers), the same way.
+        monkeypatch.setattr(zk_store, "LEDGER_IDS_ON_THREAD", 1)
+        assert await other.ledgers.list_ledgers() == sorted([old, *ids])
         for m in made:
             got = await other.ledgers.read_ledger(m.value.ledger_id)
             assert got is not None and got.value == m.value

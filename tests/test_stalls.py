@@ -12,6 +12,7 @@ import pytest
 from hedwig.client import HedwigClient
 from hedwig.devcluster.etcd import EtcdServer
 from hedwig.hub import Hub, HubConfig, stalls
+from hedwig.hub.loops import WALK_SLICE, in_turns
 from hedwig.hub.stalls import StallWatch
 from tests import scratch
 
@@ -107,3 +108,18 @@ async def test_a_stall_that_costs_the_session_is_logged_first_with_its_stack(
         assert stall < text.index("connected -> lost")
     finally:
         await hub.stop()
+
+
+async def test_a_walk_over_every_owned_topic_lets_the_loop_run_between_slices() -> None:
+    """A hub owning half a million topics stood still for 2 s in one walk over them (idle
+    expiry): the walks give the loop a turn every ``WALK_SLICE`` topics."""
+    seen_at: list[int] = []
+    walked = 0
+
+    def note() -> None:
+        seen_at.append(walked)
+
+    asyncio.get_running_loop().call_soon(note)
+    async for _ in in_turns(list(range(3 * WALK_SLICE))):
+        walked += 1
+    assert seen_at == [WALK_SLICE]  # ran at the first turn, not after the walk
