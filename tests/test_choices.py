@@ -7,6 +7,8 @@ from hedwig.clock import ManualClock
 from hedwig.hub.choices import ASSIGNMENT_HOLD_S, HubChoices
 from hedwig.hub.config import HubConfig
 from hedwig.metadata.memory import MemoryBackend, MemoryMetadataStore
+from hedwig.metadata.records import HubLoad, HubStatus
+from hedwig.placement import PlacementPolicy
 
 
 def choices(clock: ManualClock) -> HubChoices:
@@ -32,3 +34,51 @@ def test_expired_assignments_do_not_pile_up_after_a_claim_wave() -> None:
     c.handed_over("late", "hub-b:1")
     # Only what the last hold period assigned is left (a table rebuilt, not emptied in place).
     assert list(c._assigned) == ["late"] and list(c._handed) == ["late"]
+
+
+def _hub(address: str, topics: int, now_ms: int, msg_in: float = 0.0) -> HubStatus:
+    return HubStatus(address, True, load=HubLoad(timestamp_ms=now_ms, topics=topics, msg_in=msg_in))
+
+
+def test_a_hub_keeps_an_unowned_topic_while_it_holds_no_more_than_its_share() -> None:
+    """Random placement: the hub a request reached claims the topic rather than sending the
+    client elsewhere (a redirect each), while its live count is within the margin of the
+    mean; past it (one client sending everything to this hub), the policy chooses again."""
+    clock = ManualClock()
+    c = choices(clock)
+    now = clock.wall_ms()
+    owned = 1_000
+    c.owned = lambda: owned
+    hubs = [_hub("hub-a:1", 900, now), _hub("hub-b:1", 1_000, now), _hub("hub-c:1", 1_000, now)]
+    assert c.keeps_here(hubs, True, frozenset())
+    owned = 1_200  # its report lags: the live count is what counts
+    assert not c.keeps_here(hubs, True, frozenset())
+    owned = 1_000
+    assert not c.keeps_here(hubs, False, frozenset()), "unfit to store it"
+    assert not c.keeps_here(hubs, True, frozenset({"hub-a:1"})), "being drained"
+    # Its messages count too, as the policy's load does.
+    busy = [_hub("hub-a:1", 1_000, now, msg_in=500.0), *hubs[1:]]
+    assert not c.keeps_here(busy, True, frozenset())
+    # A hub whose load is unknown (no report, or a stale one): the policy decides.
+    stale = [*hubs[:2], _hub("hub-c:1", 1_000, now - 10 * 60_000)]
+    assert not c.keeps_here(stale, True, frozenset())
+    # A region that owns nothing yet still spreads: a few topics, then the policy.
+    empty = [_hub("hub-a:1", 0, now), _hub("hub-b:1", 0, now), _hub("hub-c:1", 0, now)]
+    owned = 0
+    assert c.keeps_here(empty, True, frozenset())
+    owned = 40
+    assert not c.keeps_here(empty, True, frozenset())
+
+
+def test_other_policies_always_choose() -> None:
+    clock = ManualClock()
+    now = clock.wall_ms()
+    hubs = [_hub("hub-a:1", 0, now), _hub("hub-b:1", 0, now)]
+    for policy in (PlacementPolicy.LEAST_LOADED, PlacementPolicy.CONSISTENT_HASH):
+        c = HubChoices(
+            address="hub-a:1",
+            config=HubConfig(listen="127.0.0.1:0", data_dir="unused", placement=policy),
+            store=MemoryMetadataStore(MemoryBackend(), "mem"),
+            clock=clock,
+        )
+        assert not c.keeps_here(hubs, True, frozenset())

@@ -426,3 +426,75 @@ async def test_a_claim_of_a_topic_deleted_between_its_two_requests_is_refused(
     assert deleted
     assert await store.ownership.read_owner_info("deleted-meanwhile") is None
     assert "deleted-meanwhile" not in await store.topics.list_topics()
+
+
+async def test_a_hub_started_while_etcd_is_down_waits_for_it_and_serves(tmp_path: Path) -> None:
+    """A hub restarted into an etcd outage (a pod rescheduled while etcd restarts) waits for
+    the store at each startup step instead of exiting, registers once etcd is back, and
+    serves: as on ZooKeeper (the nemesis found it there)."""
+    (tmp_path / "etcd").mkdir()
+    server = EtcdServer(data_dir=str(tmp_path / "etcd"))
+    server.start()
+    await asyncio.to_thread(server.kill)
+    hub = Hub(
+        HubConfig(
+            zk=server.url,
+            region="startup-outage",
+            listen="127.0.0.1:0",
+            data_dir=scratch.mkdtemp("hub-"),
+            replication="1/1/1",
+            zk_session_timeout_s=4.0,
+        )
+    )
+    starting = asyncio.create_task(hub.start())
+    try:
+        await asyncio.sleep(3.0)
+        assert not starting.done(), "the hub gave up (or started) without its store"
+        await asyncio.to_thread(server.start)
+        await asyncio.wait_for(starting, 60)
+        assert hub.readiness() == (True, "ready")
+        async with EtcdMetadataStore(server.address, "startup-outage") as look:
+            assert [h.address for h in await look.hubs.list_hubs() if h.alive] == [hub.address]
+        async with HedwigClient(hub.address) as client:
+            await client.publish("after-the-outage", b"x")
+    finally:
+        if not starting.done():
+            starting.cancel()
+        await hub.stop()
+        server.stop()
+
+
+async def test_claims_are_tried_the_way_the_last_one_needed(
+    store: MetadataStore, other: MetadataStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a claim of an existing topic the next claim is the owner record's
+    compare-and-set alone (a failover's take-overs each made a creating transaction that
+    failed first); a new topic met then is still created, and claims go back to creating
+    first after it."""
+    assert isinstance(store, EtcdMetadataStore)
+    for name in ("old-1", "old-2"):
+        await other.topics.ensure_topic(name)
+    etcd = store.etcd
+    real = etcd.txn
+    txns = 0
+
+    async def counted(*args: Any, **kw: Any) -> etcd_client.TxnResult:
+        nonlocal txns
+        txns += 1
+        return await real(*args, **kw)
+
+    monkeypatch.setattr(etcd, "txn", counted)
+    owner = HubInfo("127.0.0.1:9", 3)
+    first = await store.ownership.claim_topic("old-1", owner)
+    assert first.version is not None and not first.new and txns == 2
+    second = await store.ownership.claim_topic("old-2", owner)
+    assert second.version is not None and not second.new and txns == 3, "one transaction"
+    assert second.config is not None, "the configuration read with it"
+    made = await store.ownership.claim_topic("new-1", owner)
+    assert made.version is not None and made.new and txns == 5
+    assert await other.topics.topic_exists("new-1")
+    await store.ownership.claim_topic("new-2", owner)
+    assert txns == 6, "after a new topic, creating first again"
+    refused = await other.ownership.claim_topic("old-1", HubInfo("h2:1", 4))
+    assert refused.version is None and refused.owner is not None
+    assert refused.owner.value == owner

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import functools
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -18,11 +18,11 @@ from hedwig.errors import BadVersionError, MetadataError, MetadataUnavailableErr
 from hedwig.metadata import MetadataStore
 from hedwig.metadata.layout import Layout
 from hedwig.metadata.plans import TopicPlan
-from hedwig.metadata.records import NEW_VERSION, LedgerMetadata
+from hedwig.metadata.records import NEW_VERSION, HubInfo, LedgerMetadata
 from hedwig.metadata.topic_logs import first_ranges
 from hedwig.metadata.zookeeper import ZkMetadataStore
 from hedwig.metadata.zookeeper import store as zk_store
-from hedwig.metadata.zookeeper.bridge import MAX_IN_FLIGHT
+from hedwig.metadata.zookeeper.bridge import MAX_IN_FLIGHT, Op
 from tests.ledger_id_crash import ledger_ids_stay_unique_through_a_crash
 from tests.metadata_conformance import MetadataConformance
 
@@ -298,3 +298,60 @@ async def test_ledger_ids_stay_unique_through_a_zookeeper_crash(
         )
     finally:
         server.stop()
+
+
+async def test_claims_are_tried_the_way_the_last_one_needed(
+    store: MetadataStore, other: MetadataStore
+) -> None:
+    """After a claim of an existing topic the next claim writes the owner record alone, no
+    ``multi`` first (a failover's take-overs each made one that failed); a new topic met
+    then is still created, and claims go back to the ``multi`` after it."""
+    assert isinstance(store, ZkMetadataStore)
+    for name in ("old-1", "old-2"):
+        await other.topics.ensure_topic(name)
+    multis: list[int] = []
+    real = store.zk.transaction
+
+    async def counted(ops: Sequence[Op]) -> list[BaseException | None]:
+        multis.append(len(ops))
+        return await real(ops)
+
+    store.zk.transaction = counted  # type: ignore[method-assign]
+    owner = HubInfo("127.0.0.1:9", 3)
+    first = await store.ownership.claim_topic("old-1", owner)
+    assert first.version is not None and not first.new and multis == [3]
+    second = await store.ownership.claim_topic("old-2", owner)
+    assert second.version is not None and not second.new and multis == [3], "no multi"
+    made = await store.ownership.claim_topic("new-1", owner)
+    assert made.version is not None and made.new and multis == [3, 3]
+    assert await other.topics.topic_exists("new-1")
+    await store.ownership.claim_topic("new-2", owner)
+    assert multis == [3, 3, 3], "after a new topic, the multi first again"
+    refused = await other.ownership.claim_topic("old-1", HubInfo("h2:1", 4))
+    assert refused.version is None and refused.owner is not None
+    assert refused.owner.value == owner
+
+
+async def test_requests_made_together_go_to_zookeeper_together(store: MetadataStore) -> None:
+    """Requests the event loop makes at once reach ZooKeeper in a few writes, not one each
+    (``hedwig.metadata.zookeeper.sending``), and each gets its own answer."""
+    assert isinstance(store, ZkMetadataStore)
+    names = [f"together-{i}" for i in range(150)]
+    for name in names[::2]:
+        await store.topics.ensure_topic(name)
+    connection = store.zk._client._connection
+    real = connection._write
+    writes = 0
+
+    def counted(msg: bytes, timeout: float) -> None:
+        nonlocal writes
+        writes += 1
+        real(msg, timeout)
+
+    connection._write = counted
+    try:
+        got = await asyncio.gather(*(store.topics.topic_exists(n) for n in names))
+    finally:
+        del connection._write
+    assert got == [i % 2 == 0 for i in range(len(names))]
+    assert writes <= len(names) // 3, f"{writes} writes for {len(names)} requests"

@@ -16,6 +16,14 @@ seen to own the topic), is no longer alive, or after ``HANDOFF_HOLD_S``.
 An unowned lane of an ingest topic goes to the hub its plan chose for it (``Lane.hub``), if
 that hub is alive and fit: that is how a topic's lanes start on different hubs. After that a
 lane is placed and moved like any topic.
+
+Under the random and load-weighted policies a hub keeps an unowned topic a client asked it
+for, instead of choosing again, while its load (its live topic count) is no more than
+``LOCAL_MARGIN`` above the region's mean (``keeps_here``). Clients spread their requests over
+the hubs, so this places as randomly as a random choice; a hub that one client's requests
+all reach fills to its share and then chooses as before. A redirect is a round trip, a hub
+reading the owner record and the client asking again: two thirds of a claim wave's topics
+and half of a failover's took one.
 """
 
 from __future__ import annotations
@@ -29,7 +37,8 @@ from hedwig.errors import NotEnoughHubsError, ServiceUnavailableError
 from hedwig.hub.config import HubConfig
 from hedwig.metadata.managers import MetadataStore
 from hedwig.metadata.records import HubStatus
-from hedwig.placement import choose_hub
+from hedwig.placement import PlacementPolicy, choose_hub
+from hedwig.placement.choice import TOPIC_FLOOR, hub_load
 
 # How long a placement decision for an unowned topic holds (a client follows a redirect in a
 # round trip or two; a chosen hub that does not claim in this time is chosen afresh).
@@ -55,6 +64,11 @@ MAX_ASSIGNMENTS = 100_000
 # it again: a claim would only fail the same way, after a storage timeout. The hold ends
 # sooner once this hub reaches enough hubs to write a ledger (``can_store``).
 STORAGE_FAILURE_HOLD_S = 30.0
+# A hub keeps an unowned topic while its load is at most this share above the region's mean
+# (plus ``LOCAL_SLACK``, in topics' worth, so that a region that owns nothing yet still
+# spreads). Well inside the rebalancer's overload margin: what this keeps is never moved.
+LOCAL_MARGIN = 0.05
+LOCAL_SLACK = 20 * TOPIC_FLOOR
 
 
 class HubChoices:
@@ -90,6 +104,8 @@ class HubChoices:
         # off by a partition. Sending a client there would only make it wait until the hub's
         # session expires, so unowned topics go elsewhere meanwhile.
         self.unreachable: Callable[[str], bool] = lambda hub_id: False
+        # The topics this hub owns or is claiming now (its load report lags them).
+        self.owned: Callable[[], int] = lambda: 0
 
     async def _alive(self, max_age_s: float = HUBS_CACHE_S) -> list[HubStatus]:
         """The registered hubs, read at most ``max_age_s`` ago.
@@ -181,6 +197,10 @@ class HubChoices:
                     self.assign(topic, hint)
                 return hint
 
+        # A hub that cannot reach some others may be the one cut off: then the policy decides.
+        if not cut_off and self.keeps_here(hubs, fit, drained):
+            return self.address
+
         def choose(avoid: set[str]) -> str | None:
             return choose_hub(
                 hubs,
@@ -200,6 +220,36 @@ class HubChoices:
         if chosen is not None and chosen != self.address:
             self.assign(topic, chosen)
         return chosen
+
+    def keeps_here(self, hubs: list[HubStatus], fit: bool, drained: frozenset[str]) -> bool:
+        """Whether this hub claims an unowned topic asked of it rather than choosing (see the
+        module docstring): random or load-weighted placement, this hub fit and not drained,
+        every other hub's load known, and this one's, with its live topic count, at most
+        ``LOCAL_MARGIN`` above the mean."""
+        policy = self._config.placement
+        if policy not in (PlacementPolicy.RANDOM, PlacementPolicy.LOAD_WEIGHTED):
+            return False
+        if not fit or self.address in drained:
+            return False
+        now_ms = self._clock.wall_ms()
+        max_age_ms = int(self._config.load_report_max_age_s * 1000)
+        mine: float | None = None
+        total = 0.0
+        count = 0
+        for h in hubs:
+            if not h.alive or h.address in drained:
+                continue
+            load = hub_load(h, now_ms, max_age_ms)
+            if load is None or h.load is None:
+                return False  # not known: the policy chooses
+            if h.address == self.address:
+                load += TOPIC_FLOOR * (self.owned() - h.load.topics)
+                mine = load
+            total += load
+            count += 1
+        if mine is None:
+            return False
+        return mine <= total / count * (1 + LOCAL_MARGIN) + LOCAL_SLACK
 
     def assign(self, topic: str, hub: str) -> None:
         """Send ``topic``'s requests to ``hub`` for a while (it was chosen, or handed it)."""

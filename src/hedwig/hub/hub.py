@@ -207,6 +207,7 @@ class Hub:
         # New topics are not placed on hubs a low-load drain is emptying.
         self.choices.drained = lambda: self.loops.rebalancer.drained
         self.choices.unreachable = self.replicas.suspected
+        self.choices.owned = self.topics.owned_or_claiming
         self._listener: Listener | None = None
         self._internal_listener: Listener | None = None
         self._expiry: asyncio.Task[None] | None = None
@@ -297,14 +298,32 @@ class Hub:
         registration that reached the store before the answer was lost replaces its own
         record."""
         deadline = self.clock.monotonic() + STARTUP_STORE_WAIT_S
+        return await self._again_while(
+            f"starting: {what}",
+            step,
+            retry_on=MetadataUnavailableError,
+            keep_on=lambda delay: self.clock.monotonic() + delay <= deadline,
+        )
+
+    async def _again_while(
+        self,
+        what: str,
+        step: Callable[[], Awaitable[T]],
+        *,
+        retry_on: type[Exception],
+        keep_on: Callable[[float], bool],
+    ) -> T:
+        """``step``, again after each ``retry_on`` failure while ``keep_on(pause)`` holds,
+        pausing from ``REREGISTER_RETRY_S`` doubled up to ``REREGISTER_RETRY_MAX_S``; the
+        failure that ends it is raised."""
         delay = REREGISTER_RETRY_S
         while True:
             try:
                 return await step()
-            except MetadataUnavailableError as exc:
-                if self.clock.monotonic() + delay > deadline:
+            except retry_on as exc:
+                if not keep_on(delay):
                     raise
-                log.warning("starting: %s failed (again in %.1f s): %s", what, delay, exc)
+                log.warning("%s failed (again in %.1f s): %s", what, delay, exc)
             await self.clock.sleep(delay)
             delay = min(delay * 2, REREGISTER_RETRY_MAX_S)
 
@@ -415,25 +434,28 @@ class Hub:
         """Register again after a session loss, retrying until it holds: a store that has
         just come back (etcd restarted) can refuse the first attempt, and a hub left
         unregistered stays out of every ensemble and placement for good."""
-        if self._reregistering:
+        if self._reregistering or not self._ready:
             return
         self._reregistering = True
-        delay = REREGISTER_RETRY_S
         try:
-            while self._ready:
-                try:
-                    hubs = await self.store.hubs.list_hubs()
-                    mine = [h for h in hubs if h.address == self.address and h.alive]
-                    if not mine:
-                        await self._register()
-                        log.info("re-registered after session loss (epoch %d)", self.topics.epoch)
-                    return
-                except Exception as exc:
-                    log.warning("re-registering failed (again in %.1f s): %s", delay, exc)
-                await self.clock.sleep(delay)
-                delay = min(delay * 2, REREGISTER_RETRY_MAX_S)
+            await self._again_while(
+                "re-registering",
+                self._register_if_gone,
+                retry_on=Exception,
+                keep_on=lambda _: self._ready,
+            )
+        except Exception as exc:  # stopping: nothing left to register
+            log.info("re-registering given up (hub stopping): %s", exc)
         finally:
             self._reregistering = False
+
+    async def _register_if_gone(self) -> None:
+        if not self._ready:
+            return  # stopping (or stopped during the pause): registers nothing
+        hubs = await self.store.hubs.list_hubs()
+        if not any(h.address == self.address and h.alive for h in hubs):
+            await self._register()
+            log.info("re-registered after session loss (epoch %d)", self.topics.epoch)
 
     # access control -------------------------------------------------------------------------
 

@@ -217,6 +217,9 @@ class TopicOwnership:
         finally:
             self._dropping = False
 
+    def owned_or_claiming(self) -> int:
+        return len(self.topics) + len(self._claims)
+
     # resolving ----------------------------------------------------------------------------
 
     async def settled(self, topic: str) -> None:

@@ -53,7 +53,12 @@ class Layout:
     OWNER = "hub"
 
     def owner(self, topic: str) -> str:
-        return f"{self.topic(topic)}/{self.OWNER}"
+        return self.owner_of_key(encode_name(topic))
+
+    def owner_of_key(self, key: str) -> str:
+        """The owner record of the topic whose encoded name is ``key`` (a caller that keeps
+        the key anyway encodes the name once)."""
+        return f"{self.topics}/{key}/{self.OWNER}"
 
     def plan(self, topic: str) -> str:
         return f"{self.topic(topic)}/plan"

@@ -81,6 +81,11 @@ def _config_of(got: Item | None) -> Versioned[TopicConfig] | None:
     return None if got is None else Versioned(TopicConfig.from_json(got.value), Version(got.mod))
 
 
+def _held(got: Item) -> TopicClaim:
+    """A claim refused: the owner record in the way."""
+    return TopicClaim(None, owner=Versioned(HubInfo.from_json(got.value), Version(got.mod)))
+
+
 class EtcdOwnership:
     def __init__(self, etcd: EtcdClient, keys: Keys) -> None:
         self._etcd = etcd
@@ -88,6 +93,8 @@ class EtcdOwnership:
         self._tasks: set[asyncio.Task[None]] = set()
         # Every owner watch of this process, on one watch of the owners' prefix.
         self.watches = PrefixWatch(etcd, keys.family("owners"), etcd.watch_from)
+        # Whether the last topic claimed existed already (``claim_topic``).
+        self._claimed_existing = False
 
     async def read_owner_info(self, topic: str) -> Versioned[HubInfo] | None:
         got = await self._etcd.get(self._keys.owner(topic))
@@ -117,30 +124,53 @@ class EtcdOwnership:
         """One transaction makes a new topic with its record, or reads whose record is in
         the way; an existing topic with none takes a second, the record's compare-and-set
         (an etcd transaction nested in another's branch would say it in one, but would go
-        to etcd alone instead of with the others waiting: ``TxnBatcher``)."""
+        to etcd alone instead of with the others waiting: ``TxnBatcher``).
+
+        Claims come in waves of one kind (first publishes create their topics; a failover
+        takes existing ones over): after a claim that found its topic there, the second
+        transaction is tried first, and a take-over's claim is one. A wrong guess costs the
+        transaction it would have saved."""
         key, topic_key = self._keys.owner(topic), self._keys.topic(topic)
         lease = await self._etcd.owner_lease(key)
         record = owner.to_json()
+        if self._claimed_existing:
+            claim = await self._claim_existing(key, topic_key, record, lease)
+            if claim is not None:
+                return claim
         res = await self._etcd.txn(
             [missing(topic_key), missing(key)],
             [put(topic_key, b""), put(key, record, lease)],
             [get(key)],
         )
         if res.succeeded:
+            self._claimed_existing = False
             return TopicClaim(Version(res.revision), new=True)
         if (held := res.reads[0]) is None:
-            # The topic exists and no hub's record is there: the record's compare-and-set,
-            # with the topic's configuration read as of it (the claimer's next read).
-            res = await self._etcd.txn(
-                [exists(topic_key), missing(key)],
-                [put(key, record, lease), get(topic_key)],
-                [get(key)],
-            )
-            if res.succeeded:
-                return TopicClaim(Version(res.revision), config=_config_of(res.reads[0]))
-            if (held := res.reads[0]) is None:
+            claim = await self._claim_existing(key, topic_key, record, lease)
+            if claim is None:
                 raise MetadataError(f"topic {topic!r} does not exist")
-        return TopicClaim(None, owner=Versioned(HubInfo.from_json(held.value), Version(held.mod)))
+            return claim
+        self._claimed_existing = True
+        return _held(held)
+
+    async def _claim_existing(
+        self, key: bytes, topic_key: bytes, record: bytes, lease: int
+    ) -> TopicClaim | None:
+        """The owner record's compare-and-set on a topic that exists, with the topic's
+        configuration read as of it (the claimer's next read); ``None``: no such topic."""
+        res = await self._etcd.txn(
+            [exists(topic_key), missing(key)],
+            [put(key, record, lease), get(topic_key)],
+            [get(key)],
+        )
+        if res.succeeded:
+            self._claimed_existing = True
+            return TopicClaim(Version(res.revision), config=_config_of(res.reads[0]))
+        if (held := res.reads[0]) is None:
+            self._claimed_existing = False
+            return None
+        self._claimed_existing = True
+        return _held(held)
 
     async def delete_owner_info(self, topic: str, version: Version) -> None:
         try:

@@ -1,9 +1,9 @@
 """The one place where kazoo's threads meet the asyncio event loop.
 
 kazoo runs its completion callbacks and watches on its own threads. Every callback here
-crosses back with ``loop.call_soon_threadsafe``, so the rest of Hedwig only ever sees
-coroutines and event-loop callbacks. kazoo's exceptions are mapped to ours at this boundary and
-never travel further.
+crosses back to the loop (``_Crossing``), so the rest of Hedwig only ever sees coroutines and
+event-loop callbacks. kazoo's exceptions are mapped to ours at this boundary and never travel
+further.
 """
 
 from __future__ import annotations
@@ -55,7 +55,9 @@ T = TypeVar("T")
 # their open ledgers, stopped answering with it. So nothing is handed to kazoo while it is
 # disconnected (a request is refused at once, as one in flight when the connection drops
 # is; a watch waits here), and at most 192 + 64 otherwise, leaving room for the requests
-# kazoo makes itself (the parents of a path it creates).
+# kazoo makes itself (the parents of a path it creates). (Requests now write a byte only to
+# a waiting connection thread, ``hedwig.metadata.zookeeper.sending``, so the pair can no
+# longer fill; the bounds stay, as what a hub may have waiting on ZooKeeper at once.)
 MAX_IN_FLIGHT = 192
 MAX_UNSENT_WATCHES = 64
 
@@ -125,6 +127,44 @@ class Op:
     ephemeral: bool = False  # create: tied to this session
 
 
+class _Crossing:
+    """Callbacks from kazoo's threads run on the event loop in the order they were handed
+    over, as ``call_soon_threadsafe`` would run them, but many to one wake-up of the loop.
+
+    ``call_soon_threadsafe`` writes to the loop's wake-up socket each time: a system call
+    on kazoo's thread, which then waits for the GIL the busy loop holds, for every answer
+    and every watch. A hub taking topics over gets thousands a second; here one wake-up
+    runs every callback handed over until the loop got to it. The queue is appended to
+    before its length is looked at, and the loop empties it before it stops, so no
+    callback waits for another to wake the loop."""
+
+    __slots__ = ("_loop", "_queue")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._queue: collections.deque[tuple[Callable[..., None], tuple[Any, ...]]] = (
+            collections.deque()
+        )
+
+    def call(self, callback: Callable[..., None], *args: Any) -> None:
+        """From any thread: run ``callback(*args)`` on the loop soon."""
+        queue = self._queue
+        queue.append((callback, args))
+        if len(queue) == 1:
+            self._loop.call_soon_threadsafe(self._run)
+
+    def _run(self) -> None:
+        queue = self._queue
+        while queue:
+            callback, args = queue.popleft()
+            try:
+                callback(*args)
+            except Exception as exc:  # as the loop does with a failed callback: log, go on
+                self._loop.call_exception_handler(
+                    {"message": "ZooKeeper callback failed", "exception": exc}
+                )
+
+
 class ZkBridge:
     """An asyncio face on one kazoo client (one ZooKeeper session at a time)."""
 
@@ -148,6 +188,7 @@ class ZkBridge:
             handler=PollingHandler(),
         )
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._crossing: _Crossing | None = None
         self._closed = False
         self._slots = _Slots(MAX_IN_FLIGHT)
         # Watches to set once kazoo is connected and has room (``_set_watch``), in order.
@@ -163,6 +204,7 @@ class ZkBridge:
 
     async def start(self, timeout: float = 15.0) -> None:
         self._loop = asyncio.get_running_loop()
+        self._to_loop()
         try:
             await self._loop.run_in_executor(None, lambda: self._client.start(timeout=timeout))
         except (KazooTimeoutError, KazooException) as exc:
@@ -192,9 +234,9 @@ class ZkBridge:
 
     def _on_state(self, kz_state: str) -> None:
         state = _STATES.get(kz_state)
-        if state is None or self._loop is None:
+        if state is None or self._crossing is None:
             return
-        self._loop.call_soon_threadsafe(self._deliver_state, state)
+        self._crossing.call(self._deliver_state, state)
 
     def _deliver_state(self, state: SessionState) -> None:
         self.state = state
@@ -211,6 +253,7 @@ class ZkBridge:
 
     async def _call(self, path: str, version: int, start: Callable[[], Any]) -> Any:
         loop = self._loop or asyncio.get_running_loop()
+        crossing = self._to_loop()
         if not self._client.connected:
             raise MetadataUnavailableError(f"ZooKeeper unavailable (not connected) at {path}")
         await self._slots.take(self, path)
@@ -225,9 +268,9 @@ class ZkBridge:
                 value = result.get()
             except BaseException as exc:
                 err = _translate(exc, path, version)
-                loop.call_soon_threadsafe(slots.answered, fut, None, err)
+                crossing.call(slots.answered, fut, None, err)
             else:
-                loop.call_soon_threadsafe(slots.answered, fut, value, None)
+                crossing.call(slots.answered, fut, value, None)
 
         try:
             start().rawlink(done)
@@ -375,8 +418,7 @@ class ZkBridge:
         object. ``key``: the end of a path of the kind given to ``file_watches_by_end``, a
         string the caller keeps anyway; kazoo's record files the watch by it instead of by a
         path of its own."""
-        loop = self._loop or asyncio.get_running_loop()
-        self._set_watch(path, _OneShot(loop, callback, key, arg), version)
+        self._set_watch(path, _OneShot(self._to_loop(), callback, key, arg), version)
 
     def file_watches_by_end(self, prefix: str, suffix: str) -> None:
         """Watches of ``prefix + key + suffix`` set with their ``key`` are kept by it (one
@@ -432,7 +474,13 @@ class ZkBridge:
     def _one_shot(self, callback: Callable[[], None]) -> Callable[[Any], None]:
         """A kazoo watch function that runs ``callback`` on the loop, once, however many of
         the watches it is given to fire."""
-        return _OneShot(self._loop or asyncio.get_running_loop(), callback)
+        return _OneShot(self._to_loop(), callback)
+
+    def _to_loop(self) -> _Crossing:
+        """The crossing to this bridge's loop (the running one until ``start`` names it)."""
+        if self._crossing is None:
+            self._crossing = _Crossing(self._loop or asyncio.get_running_loop())
+        return self._crossing
 
     async def children_watched(self, path: str, watch: Callable[[Any], None]) -> list[str]:
         """The children of ``path``; ``watch`` (from ``_one_shot``) fires when they change."""
@@ -523,16 +571,16 @@ class _OneShot:
     topic): an object with three slots is a third of the closure it replaces. ``key``: the
     end of its path that kazoo's record may file it by (``WatcherRecord``)."""
 
-    __slots__ = ("arg", "callback", "key", "loop")
+    __slots__ = ("arg", "callback", "key", "to_loop")
 
     def __init__(
         self,
-        loop: asyncio.AbstractEventLoop,
+        to_loop: _Crossing,
         callback: Callable[..., None],
         key: str | None = None,
         arg: Any = _NO_ARG,
     ) -> None:
-        self.loop = loop
+        self.to_loop = to_loop
         self.callback: Callable[..., None] | None = callback
         self.key = key
         self.arg = arg
@@ -542,6 +590,6 @@ class _OneShot:
         if callback is not None:
             self.callback = None
             if self.arg is _NO_ARG:
-                self.loop.call_soon_threadsafe(callback)
+                self.to_loop.call(callback)
             else:
-                self.loop.call_soon_threadsafe(callback, self.arg)
+                self.to_loop.call(callback, self.arg)

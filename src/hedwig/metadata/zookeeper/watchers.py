@@ -26,6 +26,8 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.protocol.states import Callback, EventType, WatchedEvent
 
+from hedwig.metadata.zookeeper.sending import BatchingConnection, call
+
 Watcher = Callable[[Any], None]
 
 
@@ -139,10 +141,20 @@ def _each(held: Watcher | Watchers | None) -> Iterable[Watcher]:
 
 class LeanKazooClient(KazooClient):  # type: ignore[misc]
     """A ``KazooClient`` whose data watches are kept in a ``WatcherRecord``; watchers of
-    ``<prefix><key><suffix>`` are filed under their ``key`` (``file_by_end``)."""
+    ``<prefix><key><suffix>`` are filed under their ``key`` (``file_by_end``); and whose
+    requests go to ZooKeeper many at a time (``hedwig.metadata.zookeeper.sending``)."""
 
     # A WatcherRecord from kazoo's ``__init__`` on: it calls ``_reset_watchers`` (below).
     _data_watchers: WatcherRecord
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # kazoo's handler as kazoo made it, sending as ``BatchingConnection`` does (its
+        # methods only: the same attributes, so the instance changes class in place).
+        self._connection.__class__ = BatchingConnection
+
+    def _call(self, request: Any, async_object: Any) -> bool | None:
+        return call(self, request, async_object)
 
     def file_by_end(self, prefix: str, suffix: str) -> None:
         """Watchers of paths ``prefix + key + suffix`` that carry their ``key`` are filed by it

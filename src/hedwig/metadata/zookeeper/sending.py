@@ -1,0 +1,128 @@
+"""kazoo's sending of requests, many to a wake-up of its connection thread and one write.
+
+kazoo (2.11, pinned in ``pyproject.toml``) hands each request to its connection thread by
+queueing it and writing a byte to a socket pair, one byte per request; the thread wakes once
+per byte, reads it, waits for the server's socket to be writable and sends that request
+alone. A hub taking topics over makes thousands of ZooKeeper requests a second, and each
+cost the event loop a system call (then a wait for the GIL the connection thread held) and
+the connection thread four: profiled, kazoo's two threads and the crossings were half of a
+hub's time in a failover.
+
+Here the event loop's thread writes a byte only while the connection thread waits for one
+(``armed``), and the connection thread, once woken, sends every request queued by then in one
+write, looking at the queue again after it re-arms so that no request waits for another to
+wake it. A request taken from the queue is pending (its answer awaited) before the write, so
+if the write fails, each fails with the connection (ConnectionLoss: its outcome unknown),
+as one whose answer was lost does; none is ever sent twice.
+
+The two methods replace kazoo's ``KazooClient._call`` and ``ConnectionHandler._send_request``
+(``LeanKazooClient`` installs them) and keep everything else they did.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from kazoo.exceptions import (
+    AuthFailedError,
+    ConnectionClosedError,
+    ConnectionDropped,
+    SessionExpiredError,
+)
+from kazoo.protocol.connection import (
+    _CONNECTION_DROP,
+    _SESSION_EXPIRED,
+    AUTH_XID,
+    ConnectionHandler,
+)
+from kazoo.protocol.serialization import Auth, int_struct
+from kazoo.protocol.states import KeeperState
+
+# Wake-up bytes read at once (each ``call`` while the thread waits wrote one).
+WAKE_BYTES = 4096
+
+
+class BatchingConnection(ConnectionHandler):  # type: ignore[misc]
+    """kazoo's connection handler, sending all queued requests per wake-up."""
+
+    # The connection thread is waiting for a wake-up byte (or about to): the next request
+    # queued writes one. A class default: kazoo's own handler becomes one of these after
+    # its ``__init__`` (``LeanKazooClient``).
+    armed = True
+    _xid: int  # kazoo's, counting the requests of the connection
+
+    def _send_request(self, read_timeout: float, connect_timeout: float) -> None:
+        queue = self.client._queue
+        with contextlib.suppress(OSError):
+            self._read_sock.recv(WAKE_BYTES)
+        try:
+            while True:
+                self.armed = False
+                self._send_queued(queue, connect_timeout)
+                self.armed = True
+                if not queue:
+                    return
+        except BaseException:
+            # The connection failed: what is still queued goes on the next connection,
+            # whose loop this byte wakes (nothing else may: a request queued while the
+            # thread was sending wrote none).
+            self.armed = True
+            if queue:
+                with contextlib.suppress(Exception):
+                    self._write_sock.send(b"\0")
+            raise
+
+    def _send_queued(self, queue: Any, timeout: float) -> None:
+        """Every request queued now, in one write; each pending from before it."""
+        pending = self.client._pending
+        out = bytearray()
+        while queue:
+            request, async_object = queue[0]
+            if request is _SESSION_EXPIRED or request is _CONNECTION_DROP:
+                if out:
+                    break  # sent first; the next round comes back to it
+                # kazoo's testing hooks, raised as kazoo raises them.
+                if request is _SESSION_EXPIRED:
+                    raise SessionExpiredError("Session expired: Testing")
+                raise ConnectionDropped("Connection dropped: Testing")
+            if request.type == Auth.type:
+                xid = AUTH_XID
+            else:
+                self._xid = (self._xid % 2147483647) + 1
+                xid = self._xid
+            body = int_struct.pack(xid)
+            if request.type:
+                body += int_struct.pack(request.type)
+            body += request.serialize()
+            out += int_struct.pack(len(body))
+            out += body
+            queue.popleft()
+            pending.append((request, async_object, xid))
+        if out:
+            self._write(bytes(out), timeout)
+
+
+def call(client: Any, request: Any, async_object: Any) -> bool | None:
+    """kazoo's ``KazooClient._call``, writing the wake-up byte only to a waiting thread."""
+    state = client._state
+    if state == KeeperState.AUTH_FAILED:
+        async_object.set_exception(AuthFailedError())
+        return False
+    if state == KeeperState.CLOSED:
+        async_object.set_exception(ConnectionClosedError("Connection has been closed"))
+        return False
+    if state == KeeperState.EXPIRED_SESSION:
+        async_object.set_exception(SessionExpiredError())
+        return False
+    client._queue.append((request, async_object))
+    connection = client._connection
+    if not getattr(connection, "armed", True):
+        return None  # the thread is sending and looks at the queue again before it waits
+    connection.armed = False
+    write_sock = connection._write_sock
+    try:
+        write_sock.send(b"\0")
+    except Exception:  # a race with close(), as kazoo guards it (None or closed)
+        async_object.set_exception(ConnectionClosedError("Connection has been closed"))
+    return None
