@@ -435,6 +435,9 @@ async def test_an_unowned_topic_is_not_sent_to_a_hub_that_just_died() -> None:
     async for region in memory_region(3):
         dead, asked, _ = region.hubs
         choices = asked.topics.choices
+        # Past its share, so the placement policy chooses (within it, the hub would keep
+        # every topic asked of it: ``keeps_here``).
+        choices.owned = lambda: 1_000
         await choices.owner_for("warm")  # the alive hubs are read and kept
         store = dead.store
         assert isinstance(store, MemoryMetadataStore)
@@ -554,6 +557,7 @@ async def test_unowned_topics_are_not_sent_to_a_hub_this_hub_cannot_reach() -> N
     redirected them to the very hub that had gone)."""
     async for region in memory_region(3):
         a, b, c = region.hubs
+        a.choices.owned = lambda: 1_000  # past its share: the policy chooses (``keeps_here``)
         chosen = {await a.choices.owner_for(f"t{i}") for i in range(60)}
         assert b.address in chosen  # reachable: it gets its share
         a.replicas.suspect(b.hub_id)
@@ -949,3 +953,24 @@ async def subscriber_follows_a_hand_off(region: Region) -> None:
         assert region.owner("handed") is dest
         await c.publish("handed", b"y")  # the subscription, re-attached there, goes on
         assert (await sub.next(5)).value == b"y"
+
+
+async def test_a_claim_wave_spread_over_the_hubs_takes_no_redirects() -> None:
+    """Random placement: a client sending its new topics to each hub in turn has each claimed
+    where it landed, no redirect (two thirds of a wave's topics took one); a client that
+    reaches one hub only fills that hub to its share, and the others get the rest."""
+    async for region in memory_region(3):
+        async with region.client() as c:
+            for i in range(60):
+                await c.publish(f"spread/{i}", b"x")
+        assert sum(h.topics.stats.redirects for h in region.hubs) == 0
+        assert sorted(len(h.topics.topics) for h in region.hubs) == [20, 20, 20]
+        first = region.hubs[0]
+        async with HedwigClient(first.address, network=region.network, retry=FAST_RETRY) as c:
+            for i in range(150):
+                await c.publish(f"one-door/{i}", b"x")
+        kept = sum(1 for t in first.topics.topics if t.startswith("one-door/"))
+        others = [
+            sum(1 for t in h.topics.topics if t.startswith("one-door/")) for h in region.hubs[1:]
+        ]
+        assert kept < 100 and all(n > 10 for n in others), (kept, others)
