@@ -6,16 +6,19 @@ import asyncio
 import contextlib
 import functools
 import random
+import threading
+import time
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
+from kazoo.exceptions import ConnectionDropped
 from kazoo.security import make_digest_acl
 
 from hedwig.devcluster.zookeeper import ZooKeeperServer
 from hedwig.errors import BadVersionError, MetadataError, MetadataUnavailableError
-from hedwig.metadata import MetadataStore
+from hedwig.metadata import MetadataStore, SessionState
 from hedwig.metadata.layout import Layout
 from hedwig.metadata.plans import TopicPlan
 from hedwig.metadata.records import NEW_VERSION, HubInfo, LedgerMetadata
@@ -355,3 +358,60 @@ async def test_requests_made_together_go_to_zookeeper_together(store: MetadataSt
         del connection._write
     assert got == [i % 2 == 0 for i in range(len(names))]
     assert writes <= len(names) // 3, f"{writes} writes for {len(names)} requests"
+
+
+async def test_a_connection_lost_while_a_batch_is_written_leaves_the_client_sending(
+    zk_server: ZooKeeperServer, region: str
+) -> None:
+    """The connection drops while kazoo's thread writes a batch of requests, and more are
+    queued meanwhile, writing no wake-up byte (``hedwig.metadata.zookeeper.sending``). Every
+    request of both waves ends (answered, or unavailable: kazoo fails what is pending or
+    queued when a connection is lost), none waits for good, and on the next connection
+    requests made at once are sent and answered: the thread is not left unarmed. The
+    session lives on."""
+    store = ZkMetadataStore(zk_server.address, region, session_timeout=10.0)
+    await store.start()
+    try:
+        for i in range(0, 60, 2):
+            await store.topics.ensure_topic(f"w/{i}")
+        connection = store.zk._client._connection
+        real = connection._write
+        dropped = threading.Event()
+
+        def failing(msg: bytes, timeout: float) -> None:
+            if not dropped.is_set() and len(msg) > 500:  # the first batch of many
+                dropped.set()
+                time.sleep(0.3)  # the event loop queues the second wave meanwhile
+                raise ConnectionDropped("dropped by the test")
+            real(msg, timeout)
+
+        connection._write = failing
+        names = [f"w/{i}" for i in range(60)]
+        expected = [i % 2 == 0 for i in range(60)]
+        first = asyncio.gather(
+            *(store.topics.topic_exists(n) for n in names[:40]), return_exceptions=True
+        )
+        await asyncio.to_thread(dropped.wait, 5)
+        second = asyncio.gather(
+            *(store.topics.topic_exists(n) for n in names[40:]), return_exceptions=True
+        )
+        got = [*await asyncio.wait_for(first, 20), *await asyncio.wait_for(second, 20)]
+        assert dropped.is_set()
+        assert any(isinstance(r, MetadataUnavailableError) for r in got)
+        for i, r in enumerate(got):
+            assert isinstance(r, MetadataUnavailableError) or r == expected[i], (i, r)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10
+        while True:
+            try:
+                again = await asyncio.gather(*(store.topics.topic_exists(n) for n in names))
+                break
+            except MetadataUnavailableError:
+                assert loop.time() < deadline, "the client never sent again"
+                await asyncio.sleep(0.1)
+        assert again == expected
+        assert store.session.state is SessionState.CONNECTED
+    finally:
+        with contextlib.suppress(AttributeError):
+            del store.zk._client._connection._write
+        await store.close()

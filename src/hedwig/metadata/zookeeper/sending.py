@@ -13,7 +13,8 @@ Here the event loop's thread writes a byte only while the connection thread wait
 write, looking at the queue again after it re-arms so that no request waits for another to
 wake it. A request taken from the queue is pending (its answer awaited) before the write, so
 if the write fails, each fails with the connection (ConnectionLoss: its outcome unknown),
-as one whose answer was lost does; none is ever sent twice.
+as one whose answer was lost does; none is ever sent twice. (kazoo fails the requests still
+queued then too, as it always has when a connection is lost.)
 
 The two methods replace kazoo's ``KazooClient._call`` and ``ConnectionHandler._send_request``
 (``LeanKazooClient`` installs them) and keep everything else they did.
@@ -64,9 +65,10 @@ class BatchingConnection(ConnectionHandler):  # type: ignore[misc]
                 if not queue:
                     return
         except BaseException:
-            # The connection failed: what is still queued goes on the next connection,
-            # whose loop this byte wakes (nothing else may: a request queued while the
-            # thread was sending wrote none).
+            # The connection failed. Armed again, or no request made from now on would wake
+            # the thread. kazoo fails what is queued as it reconnects (ConnectionLoss, as it
+            # does what is pending); a byte for anything still queued costs at most one
+            # spurious wake-up.
             self.armed = True
             if queue:
                 with contextlib.suppress(Exception):
