@@ -224,6 +224,20 @@ class HubChoices:
             self.assign(topic, chosen)
         return chosen
 
+    async def keeps(self, topic: str) -> bool:
+        """Whether ``owner_for`` would answer this hub for ``topic`` by the local rule, asked
+        before anyone knows whether the topic is owned (the claim is then tried before the
+        owner record is read): without ``owner_for``'s side effects, and no when anything but
+        ``keeps_here`` would decide (an assignment held, a lane's hint, a hub cut off)."""
+        if topic in self._assigned:
+            return False
+        hubs = await self._alive(HUBS_FRESH_S)
+        if self.lane_hint is not None and await self.lane_hint(topic):
+            return False
+        if any(h.address != self.address and self.unreachable(h.storage_id) for h in hubs):
+            return False
+        return self.keeps_here(hubs, self.can_store(topic), self.drained())
+
     def keeps_here(self, hubs: list[HubStatus], fit: bool, drained: frozenset[str]) -> bool:
         """Whether this hub claims an unowned topic asked of it rather than choosing (see the
         module docstring): random or load-weighted placement, this hub fit and not drained,

@@ -98,14 +98,21 @@ class LoadTracker:
             return
         for topic in traffic.keys() - self._rates.keys():
             self._rates[topic] = _Rates()
-        for topic, rates in list(self._rates.items()):
-            mi, bi, mo, bo = traffic.get(topic, (0, 0, 0, 0))
-            rates.msg_in = self._ewma(rates.msg_in, mi / dt)
-            rates.bytes_in = self._ewma(rates.bytes_in, bi / dt)
-            rates.msg_out = self._ewma(rates.msg_out, mo / dt)
-            rates.bytes_out = self._ewma(rates.bytes_out, bo / dt)
-            if rates.idle and topic not in traffic:
-                del self._rates[topic]
+        # The EWMA written out: this loop runs over every topic with a rate, and in a wave of
+        # first publishes that is every topic claimed in the last half minute.
+        new, old = self.alpha / dt, 1 - self.alpha
+        quiet = (0, 0, 0, 0)
+        gone = []
+        for topic, rates in self._rates.items():
+            mi, bi, mo, bo = traffic.get(topic, quiet)
+            rates.msg_in = new * mi + old * rates.msg_in
+            rates.bytes_in = new * bi + old * rates.bytes_in
+            rates.msg_out = new * mo + old * rates.msg_out
+            rates.bytes_out = new * bo + old * rates.bytes_out
+            if rates.msg_in < IDLE_RATE and rates.msg_out < IDLE_RATE and topic not in traffic:
+                gone.append(topic)
+        for topic in gone:
+            del self._rates[topic]
 
     def loads(self) -> dict[str, TopicLoad]:
         """The current rates of every topic still carrying traffic."""
@@ -115,6 +122,22 @@ class LoadTracker:
         """Drop the rates of topics that are no longer ``owned``."""
         for topic in [t for t in self._rates if not owned(t)]:
             del self._rates[topic]
+
+    def _hottest(self, top: int) -> list[str]:
+        """``hottest`` of the topics with a rate, ranked on the rates as a report rounds them,
+        without making a ``TopicLoad`` of each (there may be tens of thousands)."""
+        if len(self._rates) <= top:
+            return list(self._rates)
+        best = heapq.nsmallest(
+            top,
+            self._rates.items(),
+            key=lambda kv: (
+                -(round(kv[1].msg_in, 3) + round(kv[1].msg_out, 3)),
+                -(round(kv[1].bytes_in, 1) + round(kv[1].bytes_out, 1)),
+                kv[0],
+            ),
+        )
+        return [name for name, _ in best]
 
     def _ewma(self, old: float, new: float) -> float:
         return self.alpha * new + (1 - self.alpha) * old
@@ -136,8 +159,7 @@ class LoadTracker:
         counts in the hub's totals (it is this hub's work) but they are not listed as its
         topics (it cannot move them: their owner can)."""
         others = dict(delivering or {})
-        rates = {t: r.load() for t, r in self._rates.items()}
-        listed = list(hottest(rates, top))
+        listed = self._hottest(top)
         if len(listed) < top:
             chosen = set(listed)
             for name in owned:
@@ -145,6 +167,7 @@ class LoadTracker:
                     break
                 if name not in chosen:
                     listed.append(name)
+        rates = self._rates.values()
         loads: dict[str, TopicLoad] = {}
         for name in listed:
             r = self._rates.get(name, _Rates())
@@ -154,10 +177,17 @@ class LoadTracker:
             topics=count,
             connections=connections,
             cpu=round(self.cpu, 3),
-            msg_in=round(sum(t.msg_in for t in rates.values()), 3),
-            bytes_in=round(sum(t.bytes_in for t in rates.values()), 1),
-            msg_out=round(sum(t.msg_out for t in [*rates.values(), *others.values()]), 3),
-            bytes_out=round(sum(t.bytes_out for t in [*rates.values(), *others.values()]), 1),
+            msg_in=round(sum(round(r.msg_in, 3) for r in rates), 3),
+            bytes_in=round(sum(round(r.bytes_in, 1) for r in rates), 1),
+            msg_out=round(
+                sum(round(r.msg_out, 3) for r in rates) + sum(t.msg_out for t in others.values()),
+                3,
+            ),
+            bytes_out=round(
+                sum(round(r.bytes_out, 1) for r in rates)
+                + sum(t.bytes_out for t in others.values()),
+                1,
+            ),
             topic_loads=loads,
             delivering=others,
         )
