@@ -287,6 +287,54 @@ class MetadataConformance:
         wider = ranges.value.with_tail(lid + 1000, 5)
         await store.persistence.write_topic_persistence_info("s", wider, version)
 
+    async def test_a_claim_that_creates_its_topic_starts_its_log_too(
+        self, store: MetadataStore, other: MetadataStore
+    ) -> None:
+        """``claim_topic`` given a first ledger: a topic it creates has that ledger (its id
+        given by the store) and the record naming it from sequence 1, as ``start_topic_log``
+        makes them, in the claim's request; a topic that exists (owned or not) gets neither,
+        and the claim is as without one. A persistence record in the way of a new topic (left
+        by a deletion cut short) fails neither the claim nor leaves a ledger named by none."""
+        mine = HubInfo("127.0.0.1:9", 3)
+        md = LedgerMetadata(0, "f", 1, 1, 1, ((0, ("h:1",)),), owner="127.0.0.1:9", owner_epoch=3)
+        claim = await store.ownership.claim_topic("f/1", mine, replace(md, topic="f/1"))
+        assert claim.version is not None and claim.new and claim.log is not None
+        created, version = claim.log
+        lid = created.value.ledger_id
+        assert created.value == replace(md, topic="f/1", ledger_id=lid)
+        got = await other.ledgers.read_ledger(lid)
+        assert got is not None and got.value == created.value and got.version == created.version
+        ranges = await other.persistence.read_topic_persistence_info("f/1")
+        assert ranges is not None and ranges.version == version
+        assert ranges.value == LedgerRanges((LedgerRange(lid, 1),))
+        owner = await other.ownership.read_owner_info("f/1")
+        assert owner == Versioned(mine, claim.version)
+        # The record is an ordinary one: appended to by compare-and-set from its version.
+        await store.persistence.write_topic_persistence_info(
+            "f/1", ranges.value.with_tail(lid + 1000, 5), version
+        )
+        before = set(await store.ledgers.list_ledgers())
+        refused = await other.ownership.claim_topic(
+            "f/1", HubInfo("h2:1", 4), replace(md, topic="f/1")
+        )
+        assert refused.version is None and refused.log is None and refused.owner == owner
+        await other.topics.ensure_topic("f/2")
+        taken = await store.ownership.claim_topic("f/2", mine, replace(md, topic="f/2"))
+        assert taken.version is not None and not taken.new and taken.log is None
+        assert await other.persistence.read_topic_persistence_info("f/2") is None
+        assert set(await store.ledgers.list_ledgers()) == before
+        # No topic, but its persistence record left behind: claimed and created; the log is
+        # the claimer's to start (the record in the way is its business, as before).
+        await other.topics.ensure_topic("f/3")
+        await other.persistence.write_topic_persistence_info(
+            "f/3", LedgerRanges((LedgerRange(lid, 1),)), NEW_VERSION
+        )
+        await other.topics.delete_topic("f/3")
+        if await other.persistence.read_topic_persistence_info("f/3") is not None:
+            left = await store.ownership.claim_topic("f/3", mine, replace(md, topic="f/3"))
+            assert left.version is not None and left.log is None
+            assert set(await store.ledgers.list_ledgers()) == before
+
     async def test_a_taken_over_log_moves_on_in_one_step_or_not_at_all(
         self, store: MetadataStore, other: MetadataStore
     ) -> None:

@@ -1000,6 +1000,18 @@ async def test_a_hub_claims_first_while_topics_asked_of_it_are_unowned_and_reads
             return await _real(topic)
 
         first.store.ownership.read_owner_info = counted  # type: ignore[method-assign]
+        started: list[str] = []
+
+        async def start(
+            topic: str,
+            md: Any,
+            _real: Any = first.store.persistence.start_topic_log,
+            _started: list[str] = started,
+        ) -> Any:
+            _started.append(topic)
+            return await _real(topic, md)
+
+        first.store.persistence.start_topic_log = start  # type: ignore[method-assign,assignment]
         async with region.client() as c:
             for i in range(30):
                 await c.publish(f"wave/{i}", b"x")
@@ -1009,6 +1021,7 @@ async def test_a_hub_claims_first_while_topics_asked_of_it_are_unowned_and_reads
                     await asyncio.sleep(HUBS_FRESH_S + 0.01)
         assert len(first.topics.topics) == 10
         assert reads == []  # ten claims, no owner read
+        assert started == []  # and each log started with its claim, in the same request
         elsewhere = [t for h in region.hubs[1:] for t in h.topics.topics]
         async with HedwigClient(first.address, network=region.network, retry=FAST_RETRY) as c:
             for topic in elsewhere:  # each asked of the first hub, owned by another

@@ -333,6 +333,10 @@ async def test_claims_are_tried_the_way_the_last_one_needed(
     refused = await other.ownership.claim_topic("old-1", HubInfo("h2:1", 4))
     assert refused.version is None and refused.owner is not None
     assert refused.owner.value == owner
+    # A first ledger rides along: the topic, its record, ledger and log in one multi.
+    md = LedgerMetadata(0, "new-3", 1, 1, 1, ((0, ("h:1",)),), owner="127.0.0.1:9", owner_epoch=3)
+    started = await store.ownership.claim_topic("new-3", owner, md)
+    assert started.new and started.log is not None and multis == [3, 3, 3, 5]
 
 
 async def test_requests_made_together_go_to_zookeeper_together(store: MetadataStore) -> None:

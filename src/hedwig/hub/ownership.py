@@ -38,8 +38,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass, replace
 
 from hedwig.clock import Clock, Throttle
 from hedwig.errors import (
@@ -61,11 +61,12 @@ from hedwig.hub.topic import OwnedTopic, TopicState
 from hedwig.ledger.lac_notices import LacNotices
 from hedwig.ledger.replicas import Replicas
 from hedwig.ledger.retention import delete_ledger_everywhere
-from hedwig.ledger.topic_log import LogSettings, TopicLog
+from hedwig.ledger.topic_log import LogSettings, TopicLog, new_ledger_metadata
 from hedwig.metadata.managers import MetadataStore, SessionState
 from hedwig.metadata.records import (
     NEW_VERSION,
     HubInfo,
+    LedgerMetadata,
     TopicClaim,
     TopicConfig,
     Version,
@@ -75,6 +76,19 @@ from hedwig.protocol import MoveKind
 from hedwig.protocol.names import validate_name
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _FirstLog:
+    """A new topic's log as a claim starts it: its settings (``_settings_for``), the ensemble
+    chosen, its first ledger (id given by the store), and once the claim made them, that
+    ledger's metadata and the persistence record's version (``TopicClaim.log``)."""
+
+    settings: tuple[TopicConfig, TopicSettings, LogSettings]
+    ensemble: Sequence[str]
+    ledger: LedgerMetadata
+    started: tuple[Versioned[LedgerMetadata], Version] | None = None
+
 
 # A topic this hub would keep by the local placement rule (``HubChoices.keeps``) is claimed
 # before its owner record is read while at least this share of the requests for topics it did
@@ -148,6 +162,9 @@ class TopicOwnership:
         # unowned (an average, newest weighing ``UNOWNED_WEIGHT``): claims go first while
         # most do (``CLAIM_FIRST``).
         self._unowned_lately = CLAIM_FIRST
+        # Whether this hub's last claim made its topic: claims come in waves of one kind, and
+        # while they make their topics, each brings the topic's first ledger along (``_claim``).
+        self._claims_create = True
         self._suspended_since: float | None = None
         self._fencing_task: asyncio.Task[None] | None = None
         self.accepting = True
@@ -317,10 +334,10 @@ class TopicOwnership:
         elif redirected and self.choices.can_store(topic):
             handed = await self.choices.handed_to(topic)
             if handed is None or handed == self.address:
-                claim = await self._claim(topic)
+                claim, first = await self._claim(topic)
                 if claim.version is not None:
                     return await self._take_over(
-                        topic, claim.version, fresh=claim.new, known=claim.config
+                        topic, claim.version, fresh=claim.new, known=claim.config, first=first
                     )
                 known = claim.owner
             ensured = True
@@ -328,11 +345,11 @@ class TopicOwnership:
             fresh = await self.store.topics.ensure_topic(topic)
             ensured = True
         elif self._unowned_lately >= CLAIM_FIRST and await self.choices.keeps(topic):
-            claim = await self._claim(topic)
+            claim, first = await self._claim(topic)
             self._found_unowned(claim.version is not None)
             if claim.version is not None:
                 return await self._take_over(
-                    topic, claim.version, fresh=claim.new, known=claim.config
+                    topic, claim.version, fresh=claim.new, known=claim.config, first=first
                 )
             known, ensured = claim.owner, True
         for attempt in range(3):
@@ -380,10 +397,10 @@ class TopicOwnership:
             if not ensured:
                 # None had an owner a moment ago; created now, it has nothing else either.
                 ensured = True
-                claim = await self._claim(topic)
+                claim, first = await self._claim(topic)
                 if claim.version is not None:
                     return await self._take_over(
-                        topic, claim.version, fresh=claim.new, known=claim.config
+                        topic, claim.version, fresh=claim.new, known=claim.config, first=first
                     )
                 self.stats.claim_conflicts += 1
                 known, redirected = claim.owner, True  # someone claimed it: seen, or read next
@@ -403,8 +420,32 @@ class TopicOwnership:
         """One more request for a topic this hub does not serve found it ``unowned`` (or not)."""
         self._unowned_lately += UNOWNED_WEIGHT * (unowned - self._unowned_lately)
 
-    async def _claim(self, topic: str) -> TopicClaim:
-        return await self.store.ownership.claim_topic(topic, HubInfo(self.address, self.epoch))
+    async def _claim(self, topic: str) -> tuple[TopicClaim, _FirstLog | None]:
+        """The claim; while claims make their topics (a wave of first publishes), with the
+        topic's first ledger, made in the claim's request if the claim creates the topic."""
+        first = await self._first_log(topic) if self._claims_create else None
+        claim = await self.store.ownership.claim_topic(
+            topic, HubInfo(self.address, self.epoch), first.ledger if first else None
+        )
+        if claim.version is not None:
+            self._claims_create = claim.new
+        if first is None or claim.log is None:
+            return claim, None
+        return claim, replace(first, started=claim.log)
+
+    async def _first_log(self, topic: str) -> _FirstLog | None:
+        """What a new topic's log starts with, as its take-over would choose it (``None``
+        if that fails now: the claim goes alone, and its take-over says why)."""
+        try:
+            shared = self._settings_for(await self.topic_config(topic, fresh=True))
+            replication = shared[2].replication
+            ensemble = await self.choices.ensemble(replication.ensemble, replication.ack_quorum)
+        except HedwigError:
+            return None
+        ledger = new_ledger_metadata(
+            topic, shared[2], ensemble, self.address, self.epoch, self.clock.wall_ms()
+        )
+        return _FirstLog(shared, ensemble, ledger)
 
     def _redirect(self, topic: str) -> None:
         self.stats.redirects += 1
@@ -441,16 +482,21 @@ class TopicOwnership:
         *,
         fresh: bool = False,
         known: Versioned[TopicConfig] | None = None,
+        first: _FirstLog | None = None,
     ) -> OwnedTopic:
+        """``first``: the new topic's first ledger, made with the claim (``_claim``)."""
         self.stats.claims += 1
         began = self.clock.monotonic()
         opened = began
         try:
-            config, settings, log_settings = self._settings_for(
-                await self.topic_config(topic, fresh=fresh, known=known)
-            )
-            replication = log_settings.replication
-            ensemble = await self.choices.ensemble(replication.ensemble, replication.ack_quorum)
+            if first is not None:
+                (config, settings, log_settings), ensemble = first.settings, first.ensemble
+            else:
+                config, settings, log_settings = self._settings_for(
+                    await self.topic_config(topic, fresh=fresh, known=known)
+                )
+                replication = log_settings.replication
+                ensemble = await self.choices.ensemble(replication.ensemble, replication.ack_quorum)
             tlog = TopicLog(
                 topic,
                 self.store,
@@ -467,7 +513,7 @@ class TopicOwnership:
                 settings=log_settings,
                 clock=self.clock,
             )
-            await tlog.open(fresh=fresh)
+            await tlog.open(fresh=fresh, started=first.started if first else None)
             opened = self.clock.monotonic()
         except HedwigError as exc:
             level = logging.WARNING if self._warn_throttle.allow(topic) else logging.DEBUG

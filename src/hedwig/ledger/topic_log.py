@@ -119,6 +119,31 @@ class _LogShared:
     on_idle: Callable[[LedgerWriter], None] | None
 
 
+def new_ledger_metadata(
+    topic: str,
+    settings: LogSettings,
+    ensemble: Sequence[str],
+    owner: str,
+    owner_epoch: int,
+    created_ms: int,
+) -> LedgerMetadata:
+    """A new ledger of ``topic`` on ``ensemble`` (its id is the store's to give): a log's next
+    one, or a new topic's first, made with its claim (``hedwig.hub.ownership``)."""
+    rep = settings.replication
+    ensemble = ensemble[: rep.ensemble]
+    return LedgerMetadata(
+        ledger_id=0,
+        topic=topic,
+        ensemble_size=len(ensemble),
+        write_quorum=min(rep.write_quorum, len(ensemble)),
+        ack_quorum=rep.ack_quorum,
+        fragments=first_fragments(ensemble),
+        owner=owner,
+        owner_epoch=owner_epoch,
+        created_ms=created_ms,
+    )
+
+
 class TopicLog:
     # A log per owned topic: without an attribute dictionary each costs about 100 bytes less.
     __slots__ = (
@@ -211,17 +236,23 @@ class TopicLog:
 
     # opening ------------------------------------------------------------------------------
 
-    async def open(self, *, fresh: bool = False) -> None:
+    async def open(
+        self,
+        *,
+        fresh: bool = False,
+        started: tuple[Versioned[LedgerMetadata], Version] | None = None,
+    ) -> None:
         """Recover the topic's open ledgers and start a new one for it. ``fresh``: a topic
         just created, with no persistence record to read (its first is created, so a record
-        made meanwhile by anyone else fails this open).
+        made meanwhile by anyone else fails this open). ``started``: a fresh topic's first
+        ledger and the version of the record naming it, made with its claim.
 
         A take-over records the recovered ledgers' close, its new ledger and the ledger list
         naming it in one store request (``continue_topic_log``); if one of those records
         changed meanwhile (another recoverer closed the ledger first), it starts again from a
         fresh read and takes each step alone, each settling its own race."""
         try:
-            await self._open(fresh=fresh, together=True)
+            await self._open(fresh=fresh, together=True, started=started)
         except BadVersionError:
             if fresh:
                 raise
@@ -231,7 +262,13 @@ class TopicLog:
             )
             await self._open(fresh=False, together=False)
 
-    async def _open(self, *, fresh: bool, together: bool) -> None:
+    async def _open(
+        self,
+        *,
+        fresh: bool,
+        together: bool,
+        started: tuple[Versioned[LedgerMetadata], Version] | None = None,
+    ) -> None:
         got = (
             None if fresh else await self._store.persistence.read_topic_persistence_info(self.topic)
         )
@@ -290,7 +327,7 @@ class TopicLog:
         if got is None:
             # A new topic: its first ledger and the record naming it, at once (one request
             # on etcd); a record made meanwhile by anyone else fails this open.
-            created, version = await self._store.persistence.start_topic_log(
+            created, version = started or await self._store.persistence.start_topic_log(
                 self.topic, self._ledger_metadata(self._ensemble)
             )
             writer = self._writer_for(created)
@@ -407,18 +444,8 @@ class TopicLog:
 
     def _ledger_metadata(self, ensemble: Sequence[str]) -> LedgerMetadata:
         """A new ledger of this topic on ``ensemble`` (its id is the store's to give)."""
-        rep = self.settings.replication
-        ensemble = ensemble[: rep.ensemble]
-        return LedgerMetadata(
-            ledger_id=0,
-            topic=self.topic,
-            ensemble_size=len(ensemble),
-            write_quorum=min(rep.write_quorum, len(ensemble)),
-            ack_quorum=rep.ack_quorum,
-            fragments=first_fragments(ensemble),
-            owner=self._owner,
-            owner_epoch=self._epoch,
-            created_ms=self._clock.wall_ms(),
+        return new_ledger_metadata(
+            self.topic, self.settings, ensemble, self._owner, self._epoch, self._clock.wall_ms()
         )
 
     def _writer_for(self, created: Versioned[LedgerMetadata]) -> LedgerWriter:

@@ -61,13 +61,20 @@ class TopicOwnershipManager(Protocol):
         """Release; ``BadVersionError`` if the record changed, ``NoTopicOwnerInfoError`` if gone."""
         ...
 
-    async def claim_topic(self, topic: str, owner: HubInfo) -> TopicClaim:
+    async def claim_topic(
+        self, topic: str, owner: HubInfo, first: LedgerMetadata | None = None
+    ) -> TopicClaim:
         """Claim ``topic`` for ``owner`` in as few store requests as the store allows: create
         the topic with its owner record if neither exists (one request: a first publish's
         claim), else write the record (as ``write_owner_info`` with ``NEW_VERSION``) if no
         hub's is there (a take-over: two on etcd and ZooKeeper), else write nothing and tell
         whose record is in the way (read in the failed request where the store can: etcd).
-        The record is a claim like any other: gone with its writer's session or lease."""
+        The record is a claim like any other: gone with its writer's session or lease.
+
+        ``first``: a topic this claim creates gets its first ledger (given its id here) and
+        the persistence record naming it in the same request, as ``start_topic_log`` makes
+        them (``TopicClaim.log``): a first publish's claim and log in one request, not two.
+        Not used when the topic exists."""
         ...
 
     def watch_owner(

@@ -204,7 +204,9 @@ class MemoryMetadataStore:
         e = self._get(self._k("owner", topic))
         return None if e is None else Versioned(e.value, Version(e.version))
 
-    async def claim_topic(self, topic: str, owner: HubInfo) -> TopicClaim:
+    async def claim_topic(
+        self, topic: str, owner: HubInfo, first: LedgerMetadata | None = None
+    ) -> TopicClaim:
         held = self._get(self._k("owner", topic))  # read in the claim, as etcd's transaction
         if held is not None:
             return TopicClaim(None, owner=Versioned(held.value, Version(held.version)))
@@ -213,7 +215,10 @@ class MemoryMetadataStore:
             return TopicClaim(version, config=Versioned(config.value, Version(config.version)))
         self._create(self._k("topic", topic), TopicConfig())
         made = self._create(self._k("owner", topic), owner, ephemeral=True)
-        return TopicClaim(Version(made.version), new=True)
+        log = None
+        if first is not None and self._get(self._k("ledgers", topic)) is None:
+            log = await start_in_steps(self, self, topic, first)
+        return TopicClaim(Version(made.version), new=True, log=log)
 
     async def write_owner_info(self, topic: str, owner: HubInfo, version: Version) -> Version:
         key = self._k("owner", topic)

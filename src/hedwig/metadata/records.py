@@ -81,6 +81,10 @@ class TopicClaim:
     # Claimed, not new: the topic's configuration as of the claim, where the store read it in
     # the claim's own request (etcd); ``None``: not read (the claimer reads it after).
     config: Versioned[TopicConfig] | None = None
+    # Claimed and new, given a first ledger: that ledger's metadata (its id given) and the
+    # version of the persistence record naming it, made with the topic (``start_topic_log``
+    # done in the claim's request).
+    log: tuple[Versioned[LedgerMetadata], Version] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -87,9 +87,10 @@ def _held(got: Item) -> TopicClaim:
 
 
 class EtcdOwnership:
-    def __init__(self, etcd: EtcdClient, keys: Keys) -> None:
+    def __init__(self, etcd: EtcdClient, keys: Keys, ledgers: EtcdLedgers) -> None:
         self._etcd = etcd
         self._keys = keys
+        self._ledgers = ledgers  # ids of the first ledgers claims make
         self._tasks: set[asyncio.Task[None]] = set()
         # Every owner watch of this process, on one watch of the owners' prefix.
         self.watches = PrefixWatch(etcd, keys.family("owners"), etcd.watch_from)
@@ -120,9 +121,13 @@ class EtcdOwnership:
         except LookupError as exc:
             raise NoTopicOwnerInfoError(topic) from exc
 
-    async def claim_topic(self, topic: str, owner: HubInfo) -> TopicClaim:
-        """One transaction makes a new topic with its record, or reads whose record is in
-        the way; an existing topic with none takes a second, the record's compare-and-set
+    async def claim_topic(
+        self, topic: str, owner: HubInfo, first: LedgerMetadata | None = None
+    ) -> TopicClaim:
+        """One transaction makes a new topic with its record (and ``first`` with the
+        persistence record naming it, as ``EtcdPersistence.start_topic_log``), or reads whose
+        record is in the way; an existing topic with none takes a second, the record's
+        compare-and-set
         (an etcd transaction nested in another's branch would say it in one, but would go
         to etcd alone instead of with the others waiting: ``TxnBatcher``).
 
@@ -137,14 +142,29 @@ class EtcdOwnership:
             claim = await self._claim_existing(key, topic_key, record, lease)
             if claim is not None:
                 return claim
-        res = await self._etcd.txn(
+        guards, writes = (
             [missing(topic_key), missing(key)],
             [put(topic_key, b""), put(key, record, lease)],
-            [get(key)],
         )
+        md = None
+        if first is not None:
+            md = replace(first, ledger_id=await self._ledgers.new_id())
+            persistence, ledger_key = self._keys.persistence(topic), self._keys.ledger(md.ledger_id)
+            guards += [missing(persistence), missing(ledger_key)]
+            writes += [
+                put(ledger_key, md.to_json()),
+                put(persistence, first_ranges(md.ledger_id).to_json()),
+            ]
+        res = await self._etcd.txn(guards, writes, [get(key), get(topic_key)])
         if res.succeeded:
             self._claimed_existing = False
-            return TopicClaim(Version(res.revision), new=True)
+            at = Version(res.revision)
+            log = None if md is None else (Versioned(md, at), at)
+            return TopicClaim(at, new=True, log=log)
+        if first is not None and res.reads[0] is None and res.reads[1] is None:
+            # Only the first ledger's records were in the way (a persistence record left by a
+            # deletion cut short, or an id given twice): the claim alone, its log in steps.
+            return await self.claim_topic(topic, owner)
         if (held := res.reads[0]) is None:
             claim = await self._claim_existing(key, topic_key, record, lease)
             if claim is None:
@@ -656,8 +676,8 @@ class EtcdMetadataStore:
             key=key,
             credentials_source=credentials_source,
         )
-        self.ownership = EtcdOwnership(self.etcd, self.keys)
         self.ledgers = EtcdLedgers(self.etcd, self.keys)
+        self.ownership = EtcdOwnership(self.etcd, self.keys, self.ledgers)
         self.persistence = EtcdPersistence(self.etcd, self.keys, self.ledgers)
         self.subscriptions = EtcdSubscriptions(self.etcd, self.keys)
         self.topics = EtcdTopics(self.etcd, self.keys)

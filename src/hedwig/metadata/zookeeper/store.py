@@ -60,9 +60,10 @@ def _ledger_ids(names: list[str]) -> list[int]:
 
 
 class ZkOwnership:
-    def __init__(self, zk: ZkBridge, layout: Layout) -> None:
+    def __init__(self, zk: ZkBridge, layout: Layout, ledgers: ZkLedgers) -> None:
         self._zk = zk
         self._layout = layout
+        self._ledgers = ledgers  # ids of the first ledgers claims make
         # Whether the last topic claimed existed already: claims come in waves of one kind
         # (first publishes create their topics; a failover takes existing ones over), and
         # the next claim is tried the way the last one needed (``claim_topic``).
@@ -91,9 +92,12 @@ class ZkOwnership:
             raise NoTopicOwnerInfoError(topic) from exc
         return Version(stat.version)
 
-    async def claim_topic(self, topic: str, owner: HubInfo) -> TopicClaim:
-        """A ``multi`` making the topic with its record; if the topic exists, the record
-        alone (a ``multi`` cannot read, so whose record is in the way takes a read).
+    async def claim_topic(
+        self, topic: str, owner: HubInfo, first: LedgerMetadata | None = None
+    ) -> TopicClaim:
+        """A ``multi`` making the topic with its record (and ``first`` with the persistence
+        record naming it, as ``ZkPersistence.start_topic_log``); if the topic exists, the
+        record alone (a ``multi`` cannot read, so whose record is in the way takes a read).
 
         After a claim of an existing topic the record alone is tried first: a failover's
         take-overs were each a failed ``multi`` and then the record, a ninth of the
@@ -104,16 +108,28 @@ class ZkOwnership:
             if claim is not None:
                 return claim
         layout = self._layout
-        made, _, claimed = await self._zk.transaction(
-            [
-                Op("create", layout.topic(topic)),
-                Op("create", layout.subscribers(topic)),
-                Op("create", layout.owner(topic), value=owner.to_json(), ephemeral=True),
-            ]
-        )
-        if made is None and claimed is None:
+        ops = [
+            Op("create", layout.topic(topic)),
+            Op("create", layout.subscribers(topic)),
+            Op("create", layout.owner(topic), value=owner.to_json(), ephemeral=True),
+        ]
+        md = None
+        if first is not None:
+            md = replace(first, ledger_id=await self._ledgers.new_id())
+            ops.append(Op("create", layout.ledger(md.ledger_id), value=md.to_json()))
+            ops.append(
+                Op("create", layout.persistence(topic), value=first_ranges(md.ledger_id).to_json())
+            )
+        made, _, claimed, *started = await self._zk.transaction(ops)
+        if made is None and claimed is None and not any(started):
             self._claimed_existing = False
-            return TopicClaim(Version(0), new=True)
+            # New znodes' versions: the owner record's, the ledger's, the persistence record's.
+            log = None if md is None else (Versioned(md, Version(0)), Version(0))
+            return TopicClaim(Version(0), new=True, log=log)
+        if first is not None and not isinstance(made, (NodeExists, NoNode)):
+            # Only the first ledger's records were in the way (its id taken: never, unless
+            # ids were given twice); the claim alone, and its log in steps after.
+            return await self.claim_topic(topic, owner)
         if not isinstance(made, NodeExists):
             # NoNode: the region's tree is not there; the usual path says so.
             if isinstance(made, NoNode):
@@ -755,8 +771,8 @@ class ZkMetadataStore:
         self.zk = ZkBridge(hosts, session_timeout=session_timeout, digest=digest)
         # kazoo files each owner watch by its topic's name, not a path of its own.
         self.zk.file_watches_by_end(f"{self.layout.topics}/", f"/{Layout.OWNER}")
-        self.ownership = ZkOwnership(self.zk, self.layout)
         self.ledgers = ZkLedgers(self.zk, self.layout)
+        self.ownership = ZkOwnership(self.zk, self.layout, self.ledgers)
         self.persistence = ZkPersistence(self.zk, self.layout, self.ledgers)
         self.subscriptions = ZkSubscriptions(self.zk, self.layout)
         self.topics = ZkTopics(self.zk, self.layout)
