@@ -33,8 +33,25 @@ from kazoo.exceptions import (
     ZookeeperError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.serialization import (
+    CheckVersion,
+    Create,
+    Create2,
+    Delete,
+    Exists,
+    GetChildren,
+    GetData,
+    SetData,
+    Transaction,
+)
 from kazoo.protocol.states import ZnodeStat
-from kazoo.security import READ_ACL_UNSAFE, Permissions, make_acl, make_digest_acl
+from kazoo.security import (
+    OPEN_ACL_UNSAFE,
+    READ_ACL_UNSAFE,
+    Permissions,
+    make_acl,
+    make_digest_acl,
+)
 
 from hedwig.errors import BadVersionError, MetadataError, MetadataUnavailableError
 from hedwig.metadata.managers import SessionState
@@ -187,6 +204,10 @@ class ZkBridge:
             default_acl=default_acl,
             handler=PollingHandler(),
         )
+        # What kazoo's methods give every request, worked out once: the client's chroot (as
+        # kazoo normalises it) and the ACL of new nodes.
+        self._root = (self._client.chroot or "").rstrip("/")
+        self._acl = list(self._client.default_acl or OPEN_ACL_UNSAFE)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._crossing: _Crossing | None = None
         self._closed = False
@@ -279,6 +300,33 @@ class ZkBridge:
             raise _translate(exc, path, version) from exc
         return await fut
 
+    async def _send(self, path: str, version: int, request: Any) -> Any:
+        """``request`` (one of kazoo's protocol records, its path rooted: ``_rooted``) sent as
+        it is, its answer or error back on the loop: what ``_call`` does for kazoo's
+        ``*_async`` methods, without them. Each of those made an ``AsyncResult`` (a
+        ``threading.Condition``) and normalised the path, and a ``create`` a second result and
+        three wrapped functions: profiled, a sixth of a hub's time taking topics over."""
+        loop = self._loop or asyncio.get_running_loop()
+        crossing = self._to_loop()
+        if not self._client.connected:
+            raise MetadataUnavailableError(f"ZooKeeper unavailable (not connected) at {path}")
+        await self._slots.take(self, path)
+        if not self._client.connected:  # lost while waiting for a slot
+            self._slots.give()
+            raise MetadataUnavailableError(f"ZooKeeper unavailable (not connected) at {path}")
+        fut: asyncio.Future[Any] = loop.create_future()
+        try:
+            self._client._call(request, _Answer(crossing, self._slots, fut, path, version))
+        except BaseException as exc:
+            self._slots.give()
+            raise _translate(exc, path, version) from exc
+        return await fut
+
+    def _rooted(self, path: str) -> str:
+        """``path`` under the client's chroot, as kazoo's methods send it (paths here are
+        absolute and normal already)."""
+        return self._root + path if self._root else path
+
     async def create(
         self,
         path: str,
@@ -288,6 +336,12 @@ class ZkBridge:
         sequence: bool = False,
         makepath: bool = False,
     ) -> tuple[str, ZnodeStat]:
+        if not makepath:
+            flags = (1 if ephemeral else 0) | (2 if sequence else 0)
+            made, stat = await self._send(
+                path, -1, Create2(self._rooted(path), value, self._acl, flags)
+            )
+            return str(made)[len(self._root) :], stat
         result = await self._call(
             path,
             -1,
@@ -303,7 +357,7 @@ class ZkBridge:
         return str(result[0]), result[1]
 
     async def get(self, path: str) -> tuple[bytes, ZnodeStat]:
-        data, stat = await self._call(path, -1, lambda: self._client.get_async(path))
+        data, stat = await self._send(path, -1, GetData(self._rooted(path), None))
         return bytes(data or b""), stat
 
     async def get_or_none(self, path: str) -> tuple[bytes, ZnodeStat] | None:
@@ -313,13 +367,13 @@ class ZkBridge:
             return None
 
     async def set(self, path: str, value: bytes, version: int = -1) -> ZnodeStat:
-        stat: ZnodeStat = await self._call(
-            path, version, lambda: self._client.set_async(path, value, version)
+        stat: ZnodeStat = await self._send(
+            path, version, SetData(self._rooted(path), value, version)
         )
         return stat
 
     async def delete(self, path: str, version: int = -1) -> None:
-        await self._call(path, version, lambda: self._client.delete_async(path, version))
+        await self._send(path, version, Delete(self._rooted(path), version))
 
     async def delete_recursive(self, path: str) -> None:
         loop = asyncio.get_running_loop()
@@ -336,20 +390,18 @@ class ZkBridge:
         ``BadVersionError``; ``MetadataError`` for one rolled back because another failed).
         Unavailability raises."""
 
-        def begin() -> Any:
-            txn = self._client.transaction()
-            for op in ops:
-                if op.kind == "check":
-                    txn.check(op.path, op.version)
-                elif op.kind == "create":
-                    txn.create(op.path, op.value, ephemeral=op.ephemeral)
-                elif op.kind == "delete":
-                    txn.delete(op.path, op.version)
-                else:
-                    txn.set_data(op.path, op.value, op.version)
-            return txn.commit_async()
-
-        results = await self._call(ops[0].path, -1, begin)
+        requests: list[Any] = []
+        for op in ops:
+            path = self._rooted(op.path)
+            if op.kind == "check":
+                requests.append(CheckVersion(path, op.version))
+            elif op.kind == "create":
+                requests.append(Create(path, op.value, self._acl, 1 if op.ephemeral else 0))
+            elif op.kind == "delete":
+                requests.append(Delete(path, op.version))
+            else:
+                requests.append(SetData(path, op.value, op.version))
+        results = await self._send(ops[0].path, -1, Transaction(requests))
         out: list[BaseException | None] = []
         for op, result in zip(ops, results, strict=True):
             if isinstance(result, RolledBackError):
@@ -361,10 +413,11 @@ class ZkBridge:
         return out
 
     async def children(self, path: str) -> list[str]:
-        return list(await self._call(path, -1, lambda: self._client.get_children_async(path)))
+        return list(await self._send(path, -1, GetChildren(self._rooted(path), None)))
 
     async def exists(self, path: str) -> ZnodeStat | None:
-        return await self._call(path, -1, lambda: self._client.exists_async(path))
+        stat: ZnodeStat | None = await self._send(path, -1, Exists(self._rooted(path), None))
+        return stat
 
     async def ensure_path(self, path: str) -> None:
         # Look first: on a protected tree a client without the digest may read a node but
@@ -441,17 +494,8 @@ class ZkBridge:
     def _register_watch(
         self, path: str, on_event: Callable[[Any], None], version: int | None
     ) -> None:
-        def on_result(result: Any) -> None:
-            try:
-                stat = result.get()
-            except BaseException:
-                on_event(None)
-                return
-            if stat is None or (version is not None and stat.version != version):
-                on_event(None)
-
         try:
-            self._client.exists_async(path, watch=on_event).rawlink(on_result)
+            self._client._call(Exists(self._rooted(path), on_event), _WatchSet(on_event, version))
         except BaseException:
             on_event(None)
 
@@ -484,15 +528,11 @@ class ZkBridge:
 
     async def children_watched(self, path: str, watch: Callable[[Any], None]) -> list[str]:
         """The children of ``path``; ``watch`` (from ``_one_shot``) fires when they change."""
-        return list(
-            await self._call(path, -1, lambda: self._client.get_children_async(path, watch=watch))
-        )
+        return list(await self._send(path, -1, GetChildren(self._rooted(path), watch)))
 
     async def exists_watched(self, path: str, watch: Callable[[Any], None]) -> ZnodeStat | None:
         """Whether ``path`` exists; ``watch`` fires when it is created, changed or deleted."""
-        stat: ZnodeStat | None = await self._call(
-            path, -1, lambda: self._client.exists_async(path, watch=watch)
-        )
+        stat: ZnodeStat | None = await self._send(path, -1, Exists(self._rooted(path), watch))
         return stat
 
     async def get_watched(
@@ -500,12 +540,58 @@ class ZkBridge:
     ) -> tuple[bytes, ZnodeStat] | None:
         """``path``'s data (``None`` if gone); ``watch`` fires when it changes or goes."""
         try:
-            data, stat = await self._call(
-                path, -1, lambda: self._client.get_async(path, watch=watch)
-            )
+            data, stat = await self._send(path, -1, GetData(self._rooted(path), watch))
         except NoNode:
             return None
         return bytes(data or b""), stat
+
+
+class _Answer:
+    """What kazoo's connection thread completes for a request sent by ``ZkBridge._send``, in
+    place of its ``AsyncResult``: the answer, translated, crosses to the loop to complete the
+    caller's future and give its slot back. kazoo calls ``set`` or ``set_exception`` once (and
+    tests the object's truth first: it is true)."""
+
+    __slots__ = ("_crossing", "_fut", "_path", "_slots", "_version")
+
+    def __init__(
+        self,
+        crossing: _Crossing,
+        slots: _Slots,
+        fut: asyncio.Future[Any],
+        path: str,
+        version: int,
+    ) -> None:
+        self._crossing = crossing
+        self._slots = slots
+        self._fut = fut
+        self._path = path
+        self._version = version
+
+    def set(self, value: Any = None) -> None:
+        self._crossing.call(self._slots.answered, self._fut, value, None)
+
+    def set_exception(self, exc: BaseException) -> None:
+        err = _translate(exc, self._path, self._version)
+        self._crossing.call(self._slots.answered, self._fut, None, err)
+
+
+class _WatchSet:
+    """The answer to an ``exists`` that sets a watch (``ZkBridge._register_watch``): the watch
+    fires at once if the node is gone, has changed since ``version``, or the request failed."""
+
+    __slots__ = ("_on_event", "_version")
+
+    def __init__(self, on_event: Callable[[Any], None], version: int | None) -> None:
+        self._on_event = on_event
+        self._version = version
+
+    def set(self, stat: Any = None) -> None:
+        if stat is None or (self._version is not None and stat.version != self._version):
+            self._on_event(None)
+
+    def set_exception(self, exc: BaseException) -> None:
+        self._on_event(None)
 
 
 class _Slots:
