@@ -82,3 +82,38 @@ def test_other_policies_always_choose() -> None:
             clock=clock,
         )
         assert not c.keeps_here(hubs, True, frozenset())
+
+
+async def test_a_claim_goes_first_only_where_the_local_rule_alone_would_decide() -> None:
+    """``keeps`` (asked before the owner record is read, to claim first): yes only where
+    ``owner_for`` would answer this hub by ``keeps_here``; no where anything else decides,
+    a placement held for another hub, a lane's hint, a hub this one cannot reach (a partition:
+    then the policy chooses), and it leaves no assignment behind."""
+    clock = ManualClock()
+    c = choices(clock)
+    now = clock.wall_ms()
+    c.owned = lambda: 900
+    hubs = [_hub("hub-a:1", 900, now), _hub("hub-b:1", 1_000, now), _hub("hub-c:1", 1_000, now)]
+
+    async def alive(max_age_s: float = 0.0) -> list[HubStatus]:
+        return hubs
+
+    c._alive = alive  # type: ignore[method-assign]
+    assert await c.keeps("t")
+    assert await c.owner_for("t") == "hub-a:1"  # as the rule it stands for says
+    c.assign("held", "hub-b:1")
+    assert not await c.keeps("held")
+    cut_off = {"hub-c:1"}
+    c.unreachable = lambda hub_id: hub_id in cut_off
+    assert not await c.keeps("t"), "a partition: the policy decides, after the owner read"
+    cut_off.clear()
+
+    async def hint(name: str) -> str | None:
+        return "hub-b:1" if name.endswith("#2") else None
+
+    c.lane_hint = hint
+    assert not await c.keeps("ingest#2")
+    assert await c.keeps("plain")
+    c.owned = lambda: 1_200  # past its share: the policy chooses, after the owner read
+    assert not await c.keeps("t")
+    assert list(c._assigned) == ["held"]  # asking assigned nothing

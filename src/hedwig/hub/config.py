@@ -53,7 +53,9 @@ class HubConfig:
     )
     placement: PlacementPolicy = setting(  # noqa: RUF009 - an enum member, immutable
         PlacementPolicy.RANDOM,
-        "how a hub is chosen for a new topic: random, load-weighted, least-loaded, consistent-hash",
+        "how a hub is chosen for a new topic: random, load-weighted, least-loaded, consistent-hash "
+        "(under the first two, the hub a client asked keeps it while its load is within 5 "
+        "percent of the region's mean)",
     )
     # Each ledger lives on ENSEMBLE hubs, each entry is written to WRITE_QUORUM of them and
     # acknowledged once ACK_QUORUM have it on disk. Topics and the region's defaults override.

@@ -156,8 +156,7 @@ class EtcdOwnership:
                 put(persistence, first_ranges(md.ledger_id).to_json()),
             ]
         res = await self._etcd.txn(guards, writes, [get(key), get(topic_key)])
-        if res.succeeded:
-            self._claimed_existing = False
+        if res.succeeded:  # (``_claimed_existing`` is false: see the ZooKeeper store's)
             at = Version(res.revision)
             log = None if md is None else (Versioned(md, at), at)
             return TopicClaim(at, new=True, log=log)

@@ -122,7 +122,8 @@ class ZkOwnership:
             )
         made, _, claimed, *started = await self._zk.transaction(ops)
         if made is None and claimed is None and not any(started):
-            self._claimed_existing = False
+            # (``_claimed_existing`` is false here: a guess that it was an existing topic
+            # found none and said so.)
             # New znodes' versions: the owner record's, the ledger's, the persistence record's.
             log = None if md is None else (Versioned(md, Version(0)), Version(0))
             return TopicClaim(Version(0), new=True, log=log)
