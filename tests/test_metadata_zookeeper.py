@@ -26,6 +26,7 @@ from hedwig.metadata.topic_logs import first_ranges
 from hedwig.metadata.zookeeper import ZkMetadataStore
 from hedwig.metadata.zookeeper import store as zk_store
 from hedwig.metadata.zookeeper.bridge import MAX_IN_FLIGHT, Op
+from hedwig.metadata.zookeeper.sending import BatchingConnection
 from tests.ledger_id_crash import ledger_ids_stay_unique_through_a_crash
 from tests.metadata_conformance import MetadataConformance
 
@@ -337,6 +338,71 @@ async def test_claims_are_tried_the_way_the_last_one_needed(
     md = LedgerMetadata(0, "new-3", 1, 1, 1, ((0, ("h:1",)),), owner="127.0.0.1:9", owner_epoch=3)
     started = await store.ownership.claim_topic("new-3", owner, md)
     assert started.new and started.log is not None and multis == [3, 3, 3, 5]
+
+
+async def test_answers_that_arrive_together_are_read_together(store: MetadataStore) -> None:
+    """Answers to requests made at once are read from the socket as they arrive, several to
+    a ``recv``, not two ``recv`` calls each (kazoo read each answer's length, then its body,
+    each after a ``poll``), and each request still gets its own answer."""
+    assert isinstance(store, ZkMetadataStore)
+    names = [f"read-together-{i}" for i in range(150)]
+    for name in names[1::2]:
+        await store.topics.ensure_topic(name)
+    connection = store.zk._client._connection
+    real = connection._receive
+    receives = 0
+
+    def counted(sock: object, timeout: float) -> bytes:
+        nonlocal receives
+        receives += 1
+        chunk: bytes = real(sock, timeout)
+        return chunk
+
+    connection._receive = counted
+    try:
+        got = await asyncio.gather(*(store.topics.topic_exists(n) for n in names))
+    finally:
+        del connection._receive
+    assert got == [i % 2 == 1 for i in range(len(names))]
+    # ZooKeeper answers as it goes, so how many arrive together varies (64 reads here on a
+    # quiet machine); kazoo read each answer in two.
+    assert receives < len(names), f"{receives} reads for {len(names)} answers"
+
+
+def test_an_answer_is_cut_from_what_arrived_whatever_the_pieces() -> None:
+    """Bytes arrive as the network splits them: an answer spread over several reads is put
+    together, several in one read are handed out one by one, and a whole answer is known to
+    be there before the socket is waited on again."""
+    frames = [b"a" * 7, b"", b"b" * 300, b"c"]
+    wire = b"".join(len(f).to_bytes(4, "big") + f for f in frames)
+    pieces = [wire[:3], wire[3:9], wire[9:200], wire[200:]]
+
+    class Socket:
+        def recv(self, n: int) -> bytes:
+            return pieces.pop(0)
+
+    class Handler:
+        def select(
+            self, r: list[object], w: object, x: object, timeout: float
+        ) -> tuple[list[object], list[object], list[object]]:
+            return r, [], []
+
+    connection = object.__new__(BatchingConnection)
+    connection._socket = Socket()
+    connection.handler = Handler()
+    got = []
+    for _ in frames:
+        length = int.from_bytes(connection._read(4, 1.0), "big")
+        got.append(connection._read(length, 1.0))
+        if pieces == [] and len(got) < len(frames):
+            assert connection._whole_answer_read()
+    assert got == frames and not pieces
+    assert not connection._whole_answer_read()
+    pieces.append(b"\0\0\0\2xy")
+    assert connection._read(4, 1.0) == b"\0\0\0\2"  # "xy" left unread: the connection drops
+    connection._socket = Socket()  # a new one: nothing of the old one is handed out
+    pieces.append(b"\0\0\0\1z")
+    assert connection._read(4, 1.0) == b"\0\0\0\1" and connection._read(1, 1.0) == b"z"
 
 
 async def test_requests_made_together_go_to_zookeeper_together(store: MetadataStore) -> None:
