@@ -127,9 +127,8 @@ class EtcdOwnership:
         """One transaction makes a new topic with its record (and ``first`` with the
         persistence record naming it, as ``EtcdPersistence.start_topic_log``), or reads whose
         record is in the way; an existing topic with none takes a second, the record's
-        compare-and-set
-        (an etcd transaction nested in another's branch would say it in one, but would go
-        to etcd alone instead of with the others waiting: ``TxnBatcher``).
+        compare-and-set (an etcd transaction nested in another's branch would say it in one,
+        but would go to etcd alone instead of with the others waiting: ``TxnBatcher``).
 
         Claims come in waves of one kind (first publishes create their topics; a failover
         takes existing ones over): after a claim that found its topic there, the second

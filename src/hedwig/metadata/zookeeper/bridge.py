@@ -272,15 +272,21 @@ class ZkBridge:
 
     # operations -------------------------------------------------------------------------
 
-    async def _call(self, path: str, version: int, start: Callable[[], Any]) -> Any:
-        loop = self._loop or asyncio.get_running_loop()
-        crossing = self._to_loop()
+    async def _admit(self, path: str) -> None:
+        """A slot for a request on ``path`` (``MAX_IN_FLIGHT``), while connected."""
         if not self._client.connected:
             raise MetadataUnavailableError(f"ZooKeeper unavailable (not connected) at {path}")
         await self._slots.take(self, path)
         if not self._client.connected:  # lost while waiting for a slot
             self._slots.give()
             raise MetadataUnavailableError(f"ZooKeeper unavailable (not connected) at {path}")
+
+    async def _call(self, path: str, version: int, start: Callable[[], Any]) -> Any:
+        """A request made by one of kazoo's ``*_async`` methods (``start``), for what
+        ``_send`` does not make itself."""
+        loop = self._loop or asyncio.get_running_loop()
+        crossing = self._to_loop()
+        await self._admit(path)
         fut: asyncio.Future[Any] = loop.create_future()
         slots = self._slots
 
@@ -308,12 +314,7 @@ class ZkBridge:
         three wrapped functions: profiled, a sixth of a hub's time taking topics over."""
         loop = self._loop or asyncio.get_running_loop()
         crossing = self._to_loop()
-        if not self._client.connected:
-            raise MetadataUnavailableError(f"ZooKeeper unavailable (not connected) at {path}")
-        await self._slots.take(self, path)
-        if not self._client.connected:  # lost while waiting for a slot
-            self._slots.give()
-            raise MetadataUnavailableError(f"ZooKeeper unavailable (not connected) at {path}")
+        await self._admit(path)
         fut: asyncio.Future[Any] = loop.create_future()
         try:
             self._client._call(request, _Answer(crossing, self._slots, fut, path, version))
