@@ -19,7 +19,7 @@ from hedwig.clock import ManualClock
 from hedwig.devcluster.zookeeper import ZooKeeperServer
 from hedwig.errors import MetadataError, MetadataUnavailableError
 from hedwig.hub import Hub, HubConfig
-from hedwig.hub.load import LoadTracker, hottest
+from hedwig.hub.load import LoadTracker
 from hedwig.hub.metrics import HubMetrics
 from hedwig.metadata.memory import MemoryBackend, MemoryMetadataStore
 from hedwig.metadata.records import HubLoad, HubStatus, TopicLoad
@@ -88,8 +88,12 @@ def test_idle_topics_fill_the_list_in_claim_order() -> None:
     assert list(report.topic_loads) == ["busy", "t000", "t001", "t002", "t003"]
     assert report.topics == 51 and report.msg_in == 5.0
     assert tracker.report(1, 0, owned, len(owned), 0).topic_loads == {}
-    loads = {"a": TopicLoad(msg_in=1), "b": TopicLoad(msg_in=2), "c": TopicLoad()}
-    assert list(hottest(loads, 2)) == ["b", "a"]
+    ranked = LoadTracker()
+    ranked.sample(0.0, {})
+    ranked.sample(
+        1.0, {"a": (1, 10, 0, 0), "b": (2, 10, 0, 0), "c": (1, 20, 0, 0), "d": (1, 10, 0, 0)}
+    )
+    assert ranked.hottest(3) == ["b", "c", "a"]  # messages, then bytes, then the name
 
 
 def test_idle_topics_cost_nothing_to_track() -> None:

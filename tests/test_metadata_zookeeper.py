@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
@@ -340,33 +341,39 @@ async def test_claims_are_tried_the_way_the_last_one_needed(
     assert started.new and started.log is not None and multis == [3, 3, 3, 5]
 
 
+async def _existence_asked_at_once(store: MetadataStore, prefix: str, counted: str) -> int:
+    """Asks whether 150 topics exist, all at once (every other one made first), checks each
+    answer, and says how many times the connection's method ``counted`` ran meanwhile."""
+    assert isinstance(store, ZkMetadataStore)
+    names = [f"{prefix}-{i}" for i in range(150)]
+    for name in names[1::2]:
+        await store.topics.ensure_topic(name)
+    connection = store.zk._client._connection
+    real = getattr(connection, counted)
+    calls = 0
+
+    def counting(*args: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        return real(*args)
+
+    setattr(connection, counted, counting)
+    try:
+        got = await asyncio.gather(*(store.topics.topic_exists(n) for n in names))
+    finally:
+        delattr(connection, counted)
+    assert got == [i % 2 == 1 for i in range(len(names))]
+    return calls
+
+
 async def test_answers_that_arrive_together_are_read_together(store: MetadataStore) -> None:
     """Answers to requests made at once are read from the socket as they arrive, several to
     a ``recv``, not two ``recv`` calls each (kazoo read each answer's length, then its body,
     each after a ``poll``), and each request still gets its own answer."""
-    assert isinstance(store, ZkMetadataStore)
-    names = [f"read-together-{i}" for i in range(150)]
-    for name in names[1::2]:
-        await store.topics.ensure_topic(name)
-    connection = store.zk._client._connection
-    real = connection._receive
-    receives = 0
-
-    def counted(sock: object, timeout: float) -> bytes:
-        nonlocal receives
-        receives += 1
-        chunk: bytes = real(sock, timeout)
-        return chunk
-
-    connection._receive = counted
-    try:
-        got = await asyncio.gather(*(store.topics.topic_exists(n) for n in names))
-    finally:
-        del connection._receive
-    assert got == [i % 2 == 1 for i in range(len(names))]
+    receives = await _existence_asked_at_once(store, "read-together", "_receive")
     # ZooKeeper answers as it goes, so how many arrive together varies (64 reads here on a
     # quiet machine); kazoo read each answer in two.
-    assert receives < len(names), f"{receives} reads for {len(names)} answers"
+    assert receives < 150, f"{receives} reads for 150 answers"
 
 
 def test_an_answer_is_cut_from_what_arrived_whatever_the_pieces() -> None:
@@ -408,26 +415,8 @@ def test_an_answer_is_cut_from_what_arrived_whatever_the_pieces() -> None:
 async def test_requests_made_together_go_to_zookeeper_together(store: MetadataStore) -> None:
     """Requests the event loop makes at once reach ZooKeeper in a few writes, not one each
     (``hedwig.metadata.zookeeper.sending``), and each gets its own answer."""
-    assert isinstance(store, ZkMetadataStore)
-    names = [f"together-{i}" for i in range(150)]
-    for name in names[::2]:
-        await store.topics.ensure_topic(name)
-    connection = store.zk._client._connection
-    real = connection._write
-    writes = 0
-
-    def counted(msg: bytes, timeout: float) -> None:
-        nonlocal writes
-        writes += 1
-        real(msg, timeout)
-
-    connection._write = counted
-    try:
-        got = await asyncio.gather(*(store.topics.topic_exists(n) for n in names))
-    finally:
-        del connection._write
-    assert got == [i % 2 == 0 for i in range(len(names))]
-    assert writes <= len(names) // 3, f"{writes} writes for {len(names)} requests"
+    writes = await _existence_asked_at_once(store, "together", "_write")
+    assert writes <= 150 // 3, f"{writes} writes for 150 requests"
 
 
 async def test_a_connection_lost_while_a_batch_is_written_leaves_the_client_sending(

@@ -57,22 +57,6 @@ class _Rates:
         return max(self.msg_in, self.msg_out) < IDLE_RATE
 
 
-def hottest(topics: Mapping[str, TopicLoad], top: int) -> dict[str, TopicLoad]:
-    """The ``top`` busiest topics (messages in plus out, then bytes), ties broken by name."""
-    if len(topics) <= top:
-        return dict(topics)
-    best = heapq.nsmallest(
-        top,
-        topics.items(),
-        key=lambda kv: (
-            -(kv[1].msg_in + kv[1].msg_out),
-            -(kv[1].bytes_in + kv[1].bytes_out),
-            kv[0],
-        ),
-    )
-    return dict(best)
-
-
 @dataclass
 class LoadTracker:
     alpha: float = ALPHA
@@ -123,9 +107,10 @@ class LoadTracker:
         for topic in [t for t in self._rates if not owned(t)]:
             del self._rates[topic]
 
-    def _hottest(self, top: int) -> list[str]:
-        """``hottest`` of the topics with a rate, ranked on the rates as a report rounds them,
-        without making a ``TopicLoad`` of each (there may be tens of thousands)."""
+    def hottest(self, top: int) -> list[str]:
+        """The ``top`` busiest topics with a rate: messages in plus out, then bytes, as a
+        report rounds them, ties broken by name. Ranked on the rates themselves, without
+        making a ``TopicLoad`` of each (in a claim wave there are tens of thousands)."""
         if len(self._rates) <= top:
             return list(self._rates)
         best = heapq.nsmallest(
@@ -159,7 +144,7 @@ class LoadTracker:
         counts in the hub's totals (it is this hub's work) but they are not listed as its
         topics (it cannot move them: their owner can)."""
         others = dict(delivering or {})
-        listed = self._hottest(top)
+        listed = self.hottest(top)
         if len(listed) < top:
             chosen = set(listed)
             for name in owned:

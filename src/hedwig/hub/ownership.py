@@ -437,15 +437,22 @@ class TopicOwnership:
         """What a new topic's log starts with, as its take-over would choose it (``None``
         if that fails now: the claim goes alone, and its take-over says why)."""
         try:
-            shared = self._settings_for(await self.topic_config(topic, fresh=True))
-            replication = shared[2].replication
-            ensemble = await self.choices.ensemble(replication.ensemble, replication.ack_quorum)
+            shared, ensemble = await self._log_plan(topic, fresh=True)
         except HedwigError:
             return None
         ledger = new_ledger_metadata(
             topic, shared[2], ensemble, self.address, self.epoch, self.clock.wall_ms()
         )
         return _FirstLog(shared, ensemble, ledger)
+
+    async def _log_plan(
+        self, topic: str, *, fresh: bool = False, known: Versioned[TopicConfig] | None = None
+    ) -> tuple[tuple[TopicConfig, TopicSettings, LogSettings], Sequence[str]]:
+        """A topic's settings (``_settings_for``) and the ensemble its next ledger goes to:
+        what a take-over, or a claim that starts the topic's log, works out first."""
+        shared = self._settings_for(await self.topic_config(topic, fresh=fresh, known=known))
+        replication = shared[2].replication
+        return shared, await self.choices.ensemble(replication.ensemble, replication.ack_quorum)
 
     def _redirect(self, topic: str) -> None:
         self.stats.redirects += 1
@@ -492,11 +499,9 @@ class TopicOwnership:
             if first is not None:
                 (config, settings, log_settings), ensemble = first.settings, first.ensemble
             else:
-                config, settings, log_settings = self._settings_for(
-                    await self.topic_config(topic, fresh=fresh, known=known)
+                (config, settings, log_settings), ensemble = await self._log_plan(
+                    topic, fresh=fresh, known=known
                 )
-                replication = log_settings.replication
-                ensemble = await self.choices.ensemble(replication.ensemble, replication.ack_quorum)
             tlog = TopicLog(
                 topic,
                 self.store,

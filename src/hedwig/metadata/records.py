@@ -189,14 +189,7 @@ class HubLoad:
 
 
 def _topic_load_dict(load: TopicLoad) -> dict[str, Any]:
-    return {
-        "msg_in": load.msg_in,
-        "bytes_in": load.bytes_in,
-        "msg_out": load.msg_out,
-        "bytes_out": load.bytes_out,
-        "subscribers": load.subscribers,
-        "backlog": load.backlog,
-    }
+    return {name: getattr(load, name) for name in TopicLoad.__slots__}
 
 
 @functools.lru_cache(maxsize=64)

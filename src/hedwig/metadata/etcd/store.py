@@ -154,7 +154,11 @@ class EtcdOwnership:
                 put(ledger_key, md.to_json()),
                 put(persistence, first_ranges(md.ledger_id).to_json()),
             ]
-        res = await self._etcd.txn(guards, writes, [get(key), get(topic_key)])
+        # On failure, who holds the topic; and with a first ledger, whether the topic exists
+        # (if not, only the ledger's records were in the way). A claim without one is refused
+        # far more often (another hub owns the topic) and needs only the first read.
+        reads = [get(key), get(topic_key)] if first is not None else [get(key)]
+        res = await self._etcd.txn(guards, writes, reads)
         if res.succeeded:  # (``_claimed_existing`` is false: see the ZooKeeper store's)
             at = Version(res.revision)
             log = None if md is None else (Versioned(md, at), at)
