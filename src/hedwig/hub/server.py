@@ -28,6 +28,7 @@ from hedwig.errors import MessageTooLargeError, ProtocolError
 from hedwig.hub.access import AccessControl, ListenerRole
 from hedwig.hub.events import HubEvents
 from hedwig.metadata.acls import Operation
+from hedwig.net.coalescing import TurnWriter
 from hedwig.protocol import (
     Authenticate,
     Authenticated,
@@ -92,6 +93,7 @@ class ClientConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         self._transport.set_write_buffer_limits(high=HIGH_WATER)
+        self._writer = TurnWriter(self._transport)
         peer = self._transport.get_extra_info("peername")
         self.name = f"{peer[0]}:{peer[1]}" if peer else "?"
         self._identify(self._transport.get_extra_info("peercert"))
@@ -155,13 +157,14 @@ class ClientConnection(asyncio.Protocol):
     def send(self, frame: Frame) -> None:
         if self._closed or self._transport is None:
             return
-        self._transport.write(self._conn.send(frame))
+        self._writer.write(self._conn.send(frame))
 
     async def writable(self) -> None:
         await self._writable.wait()
 
     def close(self) -> None:
         if self._transport is not None and not self._closed:
+            self._writer.flush()
             self._transport.close()
 
 

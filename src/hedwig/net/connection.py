@@ -23,6 +23,7 @@ from hedwig.errors import (
     TlsClosedError,
     TlsError,
 )
+from hedwig.net.coalescing import TurnWriter
 from hedwig.net.transport import TCP, Network
 from hedwig.protocol import (
     Authenticate,
@@ -177,6 +178,7 @@ class HubConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        self._writer = TurnWriter(self._transport)
         self._last_heard = self._made_at = self._clock.monotonic()
         self._keepalive = asyncio.get_running_loop().create_task(self._keep_alive())
 
@@ -280,7 +282,7 @@ class HubConnection(asyncio.Protocol):
             raise ConnectionLostError(f"connection to hub {self.address} is closed")
         fut: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         self._pending[frame.request_id] = fut
-        self._transport.write(self._conn.send(frame))
+        self._writer.write(self._conn.send(frame))
         return fut
 
     async def request(self, frame: Request, timeout: float | None = 30.0) -> Reply:
@@ -298,4 +300,5 @@ class HubConnection(asyncio.Protocol):
 
     def close(self) -> None:
         if self._transport is not None and not self.closed:
+            self._writer.flush()
             self._transport.close()
