@@ -9,8 +9,8 @@ the connection thread four: profiled, kazoo's two threads and the crossings were
 hub's time in a failover.
 
 Here the event loop's thread writes a byte only while the connection thread waits for one
-(``armed``), and the connection thread, once woken, sends every request queued by then in one
-write, looking at the queue again after it re-arms so that no request waits for another to
+(``armed``), and only once the turn of the loop that queued the request ends (``_wake``), and
+the connection thread, once woken, sends every request queued by then in one write, looking at the queue again after it re-arms so that no request waits for another to
 wake it. A request taken from the queue is pending (its answer awaited) before the write, so
 if the write fails, each fails with the connection (ConnectionLoss: its outcome unknown),
 as one whose answer was lost does; none is ever sent twice. (kazoo fails the requests still
@@ -29,6 +29,7 @@ they did.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ssl
 from typing import Any
@@ -167,7 +168,8 @@ class BatchingConnection(ConnectionHandler):  # type: ignore[misc]
 
 
 def call(client: Any, request: Any, async_object: Any) -> bool | None:
-    """kazoo's ``KazooClient._call``, writing the wake-up byte only to a waiting thread."""
+    """kazoo's ``KazooClient._call``, writing the wake-up byte only to a waiting thread,
+    and on an event loop's thread only once its turn ends (``_wake``)."""
     state = client._state
     if state == KeeperState.AUTH_FAILED:
         async_object.set_exception(AuthFailedError())
@@ -183,9 +185,24 @@ def call(client: Any, request: Any, async_object: Any) -> bool | None:
     if not getattr(connection, "armed", True):
         return None  # the thread is sending and looks at the queue again before it waits
     connection.armed = False
-    write_sock = connection._write_sock
     try:
-        write_sock.send(b"\0")
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # a thread of its own (kazoo's synchronous methods): now
+        _wake(connection, async_object)
+    else:
+        loop.call_soon(_wake, connection, async_object)
+    return None
+
+
+def _wake(connection: Any, async_object: Any) -> None:
+    """Write the byte that wakes the connection thread.
+
+    From an event loop, once the turn that queued ``async_object`` ends: the requests made in
+    one turn (a wave of claims answered together makes dozens) then go to the thread
+    together, in one wake-up and one write. Woken at the first of them, the thread took the
+    GIL from the loop, sent what was queued so far and waited again, to be woken by the next
+    request of the same turn: a wake-up byte, a GIL hand-over and a write each time."""
+    try:
+        connection._write_sock.send(b"\0")
     except Exception:  # a race with close(), as kazoo guards it (None or closed)
         async_object.set_exception(ConnectionClosedError("Connection has been closed"))
-    return None
