@@ -146,8 +146,8 @@ async def test_a_take_over_reads_its_ledger_and_its_last_entries_once(
     """A take-over recovers the last ledger, learns when its last message was published, and
     reads back the log's end for its publishers. It read the recovered ledger's metadata from
     the store again, and its last entry three more times; a failover of a hub owning very
-    many topics pays each of those per topic. Now: the metadata once (recovery's), and after
-    recovery each entry of the end at most once."""
+    many topics pays each of those per topic. Now: the metadata once (recovery's), the last
+    entry once, and after recovery each entry of the end at most once."""
     storage = LocalStorage(tmp_path, "h:1")
     log = make_log(store, storage)
     await log.open()
@@ -180,6 +180,9 @@ async def test_a_take_over_reads_its_ledger_and_its_last_entries_once(
     after = entry_reads[recovery:]
     assert len(after) == len(set(after)), f"an entry read twice after recovery: {after}"
     assert (recovered, 19) not in after, "the last entry was read by recovery already"
+    # Recovery decodes the last entry it read (for its sequence) and hands it to the reader,
+    # where learning the last message's time finds it.
+    assert entry_reads[:recovery].count((recovered, 19)) == 1, entry_reads[:recovery]
 
 
 async def test_a_take_over_that_loses_a_race_to_close_the_ledger_goes_step_by_step(

@@ -402,13 +402,12 @@ async def recovered_end(
         if md.state is LedgerState.CLOSED:
             return md, None
         if md.state is LedgerState.OPEN:
+            marked = replace(md, state=LedgerState.IN_RECOVERY)
             try:
-                version = await ledgers.write_ledger(
-                    replace(md, state=LedgerState.IN_RECOVERY), version
-                )
+                version = await ledgers.write_ledger(marked, version)
             except BadVersionError:
                 continue
-            md = replace(md, state=LedgerState.IN_RECOVERY)
+            md = marked
         last_entry, last_payload, fragments = await _fence_and_read_forward(
             replicas, md, replacements
         )
@@ -446,6 +445,10 @@ async def _enough_fenced(
     would make every take-over of its topics that slow, when the quorum rules do not need it.
     Its fence request goes on in the background, so it is fenced if it comes back.
     """
+    if len(ensemble) == 1:  # nothing to choose between: no task, no wait on a set of them
+        (address,) = ensemble
+        only = await fence(address)
+        return {} if only is None else {address: only}
     tasks = {asyncio.ensure_future(fence(a)): a for a in ensemble}
     answers: dict[str, tuple[int, int]] = {}
     pending = set(tasks)

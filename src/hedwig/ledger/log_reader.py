@@ -263,6 +263,12 @@ class LogReader:
             self._keep(key, batch)
         return batch
 
+    def remember(self, ledger_id: int, entry: int, batch: Batch) -> None:
+        """Entry ``entry`` of a closed ledger, read elsewhere: a recovery reads its ledger's
+        last entry, which the take-over that follows reads again (for the previous owner's
+        last time, then the publishers' sequences)."""
+        self._keep((ledger_id, entry), batch)
+
     def _keep(self, key: tuple[int, int], batch: Batch) -> None:
         if self._recent is None:
             self._recent = {}

@@ -277,15 +277,26 @@ class TopicLog:
         # Recover every ledger still open (normally at most the tail).
         recovered: dict[int, LedgerMetadata] = {}
         closing: list[Versioned[LedgerMetadata]] = []
+        ends: list[Batch] = []
+
+        def end_seq(entry: bytes) -> int:
+            # A recovered ledger's last entry, decoded once and kept by the reader: the
+            # take-over reads it again next (``_previous_end_ms``, the publishers' sequences),
+            # a replica request each otherwise.
+            batch = Batch.from_stored(entry)
+            ends.append(batch)
+            return batch.last_seq
+
         for r in ranges.ranges:
             if r.end_seq is None:
+                ends.clear()
                 try:
                     if together:
                         md, at = await recovered_end(
                             self._store.ledgers,
                             self._replicas,
                             r.ledger_id,
-                            last_seq_of=last_seq_of,
+                            last_seq_of=end_seq,
                             clock=self._clock,
                             replacements=self._stand_ins,
                         )
@@ -296,7 +307,7 @@ class TopicLog:
                             self._store.ledgers,
                             self._replicas,
                             r.ledger_id,
-                            last_seq_of=last_seq_of,
+                            last_seq_of=end_seq,
                             clock=self._clock,
                             replacements=self._stand_ins,
                         )
@@ -316,6 +327,8 @@ class TopicLog:
                     )
                     continue
                 recovered[r.ledger_id] = md
+                if ends and md.last_entry_id >= 0:
+                    self._reader().remember(md.ledger_id, md.last_entry_id, ends[-1])
                 end = md.last_seq if md.last_entry_id >= 0 else r.start_seq - 1
                 ranges = LedgerRanges(
                     tuple(

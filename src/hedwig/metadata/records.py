@@ -57,7 +57,7 @@ class HubInfo:
     epoch: int
 
     def to_json(self) -> bytes:
-        return _dump({"address": self.address, "epoch": self.epoch})
+        return _hub_info_json(self.address, self.epoch)
 
     @classmethod
     def from_json(cls, raw: bytes) -> HubInfo:
@@ -66,6 +66,12 @@ class HubInfo:
             return cls(str(d["address"]), int(d["epoch"]))
         except (KeyError, TypeError, ValueError) as exc:
             raise MetadataError(f"corrupt owner record: {exc}") from exc
+
+
+@functools.lru_cache(maxsize=16)
+def _hub_info_json(address: str, epoch: int) -> bytes:
+    """A hub writes the same owner record with every claim it makes: written once."""
+    return _dump({"address": address, "epoch": epoch})
 
 
 @dataclass(frozen=True, slots=True)
@@ -408,11 +414,15 @@ class LedgerMetadata:
         )
 
     @classmethod
-    def from_json(cls, raw: bytes) -> LedgerMetadata:
+    def from_json(cls, raw: bytes, ledger_id: int | None = None) -> LedgerMetadata:
+        """``ledger_id``: the id the store keeps the record under, which stores pass
+        and which counts over the record's own field (set here, not by a copy after)."""
         d = _load(raw, "ledger")
         try:
             d["state"] = LedgerState(d["state"])
             d["fragments"] = tuple((int(f), tuple(e)) for f, e in d["fragments"])
+            if ledger_id is not None:
+                d["ledger_id"] = ledger_id
             return cls(**d)
         except (KeyError, TypeError, ValueError) as exc:
             raise MetadataError(f"corrupt ledger metadata: {exc}") from exc

@@ -410,7 +410,7 @@ class EtcdLedgers:
         got = await self._etcd.get(self._keys.ledger(ledger_id))
         if got is None:
             return None
-        md = replace(LedgerMetadata.from_json(got.value), ledger_id=ledger_id)
+        md = LedgerMetadata.from_json(got.value, ledger_id)
         return Versioned(md, Version(got.mod))
 
     async def write_ledger(self, metadata: LedgerMetadata, version: Version) -> Version:

@@ -398,7 +398,7 @@ class ZkLedgers:
         got = await self._zk.get_or_none(self._layout.ledger(ledger_id))
         if got is None:
             return None
-        md = replace(LedgerMetadata.from_json(got[0]), ledger_id=ledger_id)
+        md = LedgerMetadata.from_json(got[0], ledger_id)
         return Versioned(md, Version(got[1].version))
 
     async def write_ledger(self, metadata: LedgerMetadata, version: Version) -> Version:
