@@ -108,21 +108,33 @@ class LoadTracker:
             del self._rates[topic]
 
     def hottest(self, top: int) -> list[str]:
-        """The ``top`` busiest topics with a rate: messages in plus out, then bytes, as a
-        report rounds them, ties broken by name. Ranked on the rates themselves, without
-        making a ``TopicLoad`` of each (in a claim wave there are tens of thousands)."""
+        """The ``top`` busiest topics with a rate: messages in plus out, then bytes, ties
+        broken by name. Ranked on the rates themselves, without making a ``TopicLoad`` of
+        each (in a claim wave there are tens of thousands, every one ranked five times a
+        second)."""
         if len(self._rates) <= top:
             return list(self._rates)
         best = heapq.nsmallest(
             top,
             self._rates.items(),
             key=lambda kv: (
-                -(round(kv[1].msg_in, 3) + round(kv[1].msg_out, 3)),
-                -(round(kv[1].bytes_in, 1) + round(kv[1].bytes_out, 1)),
+                -(kv[1].msg_in + kv[1].msg_out),
+                -(kv[1].bytes_in + kv[1].bytes_out),
                 kv[0],
             ),
         )
         return [name for name, _ in best]
+
+    def totals(self) -> tuple[float, float, float, float]:
+        """Messages and bytes in, messages and bytes out, a second, over every topic with a
+        rate: one pass, where a sum of each was four (over tens of thousands in a wave)."""
+        msg_in = bytes_in = msg_out = bytes_out = 0.0
+        for r in self._rates.values():
+            msg_in += r.msg_in
+            bytes_in += r.bytes_in
+            msg_out += r.msg_out
+            bytes_out += r.bytes_out
+        return msg_in, bytes_in, msg_out, bytes_out
 
     def _ewma(self, old: float, new: float) -> float:
         return self.alpha * new + (1 - self.alpha) * old
@@ -152,7 +164,7 @@ class LoadTracker:
                     break
                 if name not in chosen:
                     listed.append(name)
-        rates = self._rates.values()
+        msg_in, bytes_in, msg_out, bytes_out = self.totals()
         loads: dict[str, TopicLoad] = {}
         for name in listed:
             r = self._rates.get(name, _Rates())
@@ -162,17 +174,10 @@ class LoadTracker:
             topics=count,
             connections=connections,
             cpu=round(self.cpu, 3),
-            msg_in=round(sum(round(r.msg_in, 3) for r in rates), 3),
-            bytes_in=round(sum(round(r.bytes_in, 1) for r in rates), 1),
-            msg_out=round(
-                sum(round(r.msg_out, 3) for r in rates) + sum(t.msg_out for t in others.values()),
-                3,
-            ),
-            bytes_out=round(
-                sum(round(r.bytes_out, 1) for r in rates)
-                + sum(t.bytes_out for t in others.values()),
-                1,
-            ),
+            msg_in=round(msg_in, 3),
+            bytes_in=round(bytes_in, 1),
+            msg_out=round(msg_out + sum(t.msg_out for t in others.values()), 3),
+            bytes_out=round(bytes_out + sum(t.bytes_out for t in others.values()), 1),
             topic_loads=loads,
             delivering=others,
         )

@@ -178,6 +178,9 @@ class TopicOwnership:
         # Called whenever the set of owned topics changes (the hub reports its load soon after).
         self._on_change = on_change or (lambda: None)
         self.defaults = TopicConfig()
+        # ``_defaults_merged``: what it made, and of which ``defaults``.
+        self._merged_of: TopicConfig | None = None
+        self._merged = self.defaults
         # Told the ledgers a topic's log closed or recovered that may be under-replicated
         # (the hub's auditor); one callable shared by every log.
         self.suspect: Callable[[int], None] | None = None
@@ -469,18 +472,27 @@ class TopicOwnership:
             if known is not None or fresh
             else await self.store.topics.read_topic_config(topic)
         )
-        own = got.value if got else TopicConfig()
-        c = self.config
-        return own.merged(self.defaults).merged(
-            TopicConfig(
-                replication=c.replication_config,
-                retention_ms=c.default_retention_ms,
-                retention_bytes=c.default_retention_bytes,
-                max_message_size=c.max_message_size,
-                inactive_topic_expiry_ms=c.default_inactive_topic_expiry_ms,
-                subscription_expiry_ms=c.default_subscription_expiry_ms,
+        base = self._defaults_merged()
+        return got.value.merged(base) if got else base
+
+    def _defaults_merged(self) -> TopicConfig:
+        """The region's defaults over this hub's: merged once for each the region sets, not
+        for every claim (most topics have no configuration of their own, and take this as
+        it is)."""
+        if self._merged_of is not self.defaults:
+            c = self.config
+            self._merged = self.defaults.merged(
+                TopicConfig(
+                    replication=c.replication_config,
+                    retention_ms=c.default_retention_ms,
+                    retention_bytes=c.default_retention_bytes,
+                    max_message_size=c.max_message_size,
+                    inactive_topic_expiry_ms=c.default_inactive_topic_expiry_ms,
+                    subscription_expiry_ms=c.default_subscription_expiry_ms,
+                )
             )
-        )
+            self._merged_of = self.defaults
+        return self._merged
 
     async def _take_over(
         self,

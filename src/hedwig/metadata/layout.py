@@ -6,7 +6,7 @@ reach outside its own node: ``a/b`` is stored as ``a%2Fb``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hedwig.protocol.names import decode_name, encode_name
 
@@ -16,36 +16,28 @@ ROOT = "/hedwig"
 @dataclass(frozen=True, slots=True)
 class Layout:
     region: str
+    # The region's own nodes, named once: every record's path starts with one of them, and a
+    # claim names five records.
+    base: str = field(init=False)
+    topics: str = field(init=False)
+    hosts: str = field(init=False)
+    ledgers: str = field(init=False)
+    acls: str = field(init=False)
+    defaults: str = field(init=False)
+    # The index of the topics that have a plan: a child per topic, so a hub learns with one
+    # watched read which topics are spread, not with a watch per topic.
+    planned: str = field(init=False)
+    ledger_ids: str = field(init=False)
 
     def __post_init__(self) -> None:
-        encode_name(self.region)  # validates
-
-    @property
-    def base(self) -> str:
-        return f"{ROOT}/{encode_name(self.region)}"
-
-    @property
-    def topics(self) -> str:
-        return f"{self.base}/topics"
-
-    @property
-    def hosts(self) -> str:
-        return f"{self.base}/hosts"
-
-    @property
-    def ledgers(self) -> str:
-        return f"{self.base}/ledgers"
-
-    @property
-    def acls(self) -> str:
-        return f"{self.base}/acls"
+        base = f"{ROOT}/{encode_name(self.region)}"  # (validates the region's name)
+        object.__setattr__(self, "base", base)
+        for node in ("topics", "hosts", "ledgers", "acls", "defaults", "planned"):
+            object.__setattr__(self, node, f"{base}/{node}")
+        object.__setattr__(self, "ledger_ids", f"{base}/ledger-ids")
 
     def acl(self, name: str) -> str:
         return f"{self.acls}/{encode_name(name)}"
-
-    @property
-    def defaults(self) -> str:
-        return f"{self.base}/defaults"
 
     def topic(self, topic: str) -> str:
         return f"{self.topics}/{encode_name(topic)}"
@@ -63,20 +55,14 @@ class Layout:
     def plan(self, topic: str) -> str:
         return f"{self.topic(topic)}/plan"
 
-    @property
-    def planned(self) -> str:
-        """The index of the topics that have a plan: a child per topic, so a hub learns
-        with one watched read which topics are spread, not with a watch per topic."""
-        return f"{self.base}/planned"
-
     def planned_marker(self, topic: str) -> str:
         return f"{self.planned}/{encode_name(topic)}"
 
     def persistence(self, topic: str) -> str:
-        return f"{self.topic(topic)}/ledgers"
+        return f"{self.topics}/{encode_name(topic)}/ledgers"
 
     def subscribers(self, topic: str) -> str:
-        return f"{self.topic(topic)}/subscribers"
+        return f"{self.topics}/{encode_name(topic)}/subscribers"
 
     def subscriber(self, topic: str, subscriber: str) -> str:
         return f"{self.subscribers(topic)}/{encode_name(subscriber)}"
@@ -89,10 +75,6 @@ class Layout:
 
     def ledger(self, ledger_id: int) -> str:
         return f"{self.ledgers}/L{ledger_id:010d}"
-
-    @property
-    def ledger_ids(self) -> str:
-        return f"{self.base}/ledger-ids"
 
     @staticmethod
     def ledger_id_of(znode: str) -> int:
