@@ -9,12 +9,13 @@ the connection thread four: profiled, kazoo's two threads and the crossings were
 hub's time in a failover.
 
 Here the event loop's thread writes a byte only while the connection thread waits for one
-(``armed``), and only once the turn of the loop that queued the request ends (``_wake``), and
-the connection thread, once woken, sends every request queued by then in one write, looking at the queue again after it re-arms so that no request waits for another to
-wake it. A request taken from the queue is pending (its answer awaited) before the write, so
-if the write fails, each fails with the connection (ConnectionLoss: its outcome unknown),
-as one whose answer was lost does; none is ever sent twice. (kazoo fails the requests still
-queued then too, as it always has when a connection is lost.)
+(``armed``), and only once the turn of the loop that queued the request ends (``_wake``); the
+connection thread, once woken, sends every request queued by then in one write, looking at
+the queue again after it re-arms so that no request waits for another to wake it. A request
+taken from the queue is pending (its answer awaited) before the write, so if the write
+fails, each fails with the connection (ConnectionLoss: its outcome unknown), as one whose
+answer was lost does; none is ever sent twice. (kazoo fails the requests still queued then
+too, as it always has when a connection is lost.)
 
 Answers are read the same way: kazoo read each with two ``recv`` calls (its length, then
 its body), each after a ``poll``, and went back to waiting on the socket between answers.
