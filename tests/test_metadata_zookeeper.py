@@ -9,6 +9,7 @@ import random
 import threading
 import time
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -339,6 +340,30 @@ async def test_claims_are_tried_the_way_the_last_one_needed(
     md = LedgerMetadata(0, "new-3", 1, 1, 1, ((0, ("h:1",)),), owner="127.0.0.1:9", owner_epoch=3)
     started = await store.ownership.claim_topic("new-3", owner, md)
     assert started.new and started.log is not None and multis == [3, 3, 3, 5]
+
+
+async def test_a_claim_whose_first_ledger_id_is_taken_claims_alone(store: MetadataStore) -> None:
+    """An id given twice (never, unless ledger id blocks overlap) puts the first ledger's node
+    in the way of a claim that carries it: the claim goes alone, the topic is claimed and new,
+    it has no log yet (its take-over starts one in steps), and the ledger there is untouched."""
+    assert isinstance(store, ZkMetadataStore)
+    owner = HubInfo("127.0.0.1:9", 3)
+    md = LedgerMetadata(0, "twice", 1, 1, 1, ((0, ("h:1",)),), owner="127.0.0.1:9", owner_epoch=3)
+    there = await store.ledgers.create_ledger(replace(md, topic="someone-else"))
+    real = store.ledgers.new_id
+    given = [there.value.ledger_id]
+
+    async def twice() -> int:
+        return given.pop() if given else await real()
+
+    store.ledgers.new_id = twice  # type: ignore[method-assign]
+    claim = await store.ownership.claim_topic("twice", owner, md)
+    assert claim.version is not None and claim.new and claim.log is None
+    assert await store.persistence.read_topic_persistence_info("twice") is None
+    still = await store.ledgers.read_ledger(there.value.ledger_id)
+    assert still is not None and still.value == there.value
+    owned = await store.ownership.read_owner_info("twice")
+    assert owned is not None and owned.value == owner
 
 
 async def _existence_asked_at_once(store: MetadataStore, prefix: str, counted: str) -> int:
