@@ -110,8 +110,7 @@ class LoadTracker:
     def hottest(self, top: int) -> list[str]:
         """The ``top`` busiest topics with a rate: messages in plus out, then bytes, ties
         broken by name. Ranked on the rates themselves, without making a ``TopicLoad`` of
-        each (in a claim wave there are tens of thousands, every one ranked five times a
-        second)."""
+        each (in a claim wave, every topic claimed in the last half minute has a rate)."""
         if len(self._rates) <= top:
             return list(self._rates)
         best = heapq.nsmallest(
