@@ -72,9 +72,12 @@ def test_a_report_is_written_with_every_field_of_its_records() -> None:
     )
     assert json.loads(report.to_json()) == asdict(report)
     assert HubLoad.from_json(report.to_json()) == report
-    plain = json.loads(report_for(3).to_json())
+    # One report compared with itself: its CPU share is sampled from this process, so two
+    # reports built one after the other may differ in it.
+    small = report_for(3)
+    plain = json.loads(small.to_json())
     assert "delivering" not in plain  # as hubs before fan-out wrote it
-    assert plain == {k: v for k, v in asdict(report_for(3)).items() if k != "delivering"}
+    assert plain == {k: v for k, v in asdict(small).items() if k != "delivering"}
 
 
 def test_idle_topics_fill_the_list_in_claim_order() -> None:
