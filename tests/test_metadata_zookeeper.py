@@ -11,6 +11,7 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -27,7 +28,7 @@ from hedwig.metadata.records import NEW_VERSION, HubInfo, LedgerMetadata
 from hedwig.metadata.topic_logs import first_ranges
 from hedwig.metadata.zookeeper import ZkMetadataStore
 from hedwig.metadata.zookeeper import store as zk_store
-from hedwig.metadata.zookeeper.bridge import MAX_IN_FLIGHT, Op
+from hedwig.metadata.zookeeper.bridge import MAX_IN_FLIGHT, Op, _Slots
 from hedwig.metadata.zookeeper.sending import BatchingConnection
 from tests.ledger_id_crash import ledger_ids_stay_unique_through_a_crash
 from tests.metadata_conformance import MetadataConformance
@@ -215,6 +216,37 @@ async def test_pools_with_their_own_digests_share_one_ensemble(tmp_path: Path) -
                 await b.close()
         finally:
             await a.close()
+
+
+async def test_a_slot_given_back_passes_to_the_first_waiting_request() -> None:
+    """A request takes a free slot without waiting (almost every one does); a slot given back
+    while requests wait passes to the first of them, so a request arriving meanwhile cannot
+    jump the queue; a waiter cancelled after a slot passed to it passes it on; when the
+    connection drops, the waiters are refused."""
+    bridge: Any = SimpleNamespace(state=SessionState.CONNECTED)
+    slots = _Slots(2)
+    assert slots.take_now() and slots.take_now()
+    assert not slots.take_now()
+    waiting = [asyncio.create_task(slots.take(bridge, f"/{i}")) for i in range(4)]
+    await asyncio.sleep(0)
+    slots.give()
+    assert not slots.take_now()  # passed to the first waiter, which has not run yet
+    await asyncio.sleep(0)
+    assert [t.done() for t in waiting] == [True, False, False, False]
+    assert slots.used == 2
+    slots.give()
+    waiting[1].cancel()  # passed a slot, cancelled before it runs: to the next one
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert waiting[1].cancelled() and waiting[2].done() and not waiting[3].done()
+    assert slots.used == 2
+    bridge.state = SessionState.SUSPENDED
+    slots.wake_all()
+    with pytest.raises(MetadataUnavailableError):
+        await waiting[3]
+    slots.give()
+    slots.give()
+    assert slots.used == 0 and slots.take_now()
 
 
 async def test_requests_while_zookeeper_is_gone_never_block_the_event_loop(

@@ -272,10 +272,16 @@ class ZkBridge:
 
     # operations -------------------------------------------------------------------------
 
-    async def _admit(self, path: str) -> None:
-        """A slot for a request on ``path`` (``MAX_IN_FLIGHT``), while connected."""
+    def _admitted_now(self, path: str) -> bool:
+        """A slot for a request on ``path`` (``MAX_IN_FLIGHT``) taken at once, while
+        connected; ``False`` if it must wait for one (``_admit``). Almost every request finds
+        one free: profiled, awaiting a slot through two coroutines was 3.5 % of a take-over."""
         if not self._client.connected:
             raise MetadataUnavailableError(f"ZooKeeper unavailable (not connected) at {path}")
+        return self._slots.take_now()
+
+    async def _admit(self, path: str) -> None:
+        """A slot for a request on ``path``, waited for, while connected."""
         await self._slots.take(self, path)
         if not self._client.connected:  # lost while waiting for a slot
             self._slots.give()
@@ -286,7 +292,8 @@ class ZkBridge:
         ``_send`` does not make itself."""
         loop = self._loop or asyncio.get_running_loop()
         crossing = self._to_loop()
-        await self._admit(path)
+        if not self._admitted_now(path):
+            await self._admit(path)
         fut: asyncio.Future[Any] = loop.create_future()
         slots = self._slots
 
@@ -314,7 +321,8 @@ class ZkBridge:
         three wrapped functions: profiled, a sixth of a hub's time taking topics over."""
         loop = self._loop or asyncio.get_running_loop()
         crossing = self._to_loop()
-        await self._admit(path)
+        if not self._admitted_now(path):
+            await self._admit(path)
         fut: asyncio.Future[Any] = loop.create_future()
         try:
             self._client._call(request, _Answer(crossing, self._slots, fut, path, version))
@@ -597,34 +605,49 @@ class _WatchSet:
 
 class _Slots:
     """At most ``limit`` requests in kazoo's hands, counted on the event loop: a slot is taken
-    before a request goes to kazoo and given back when its answer reaches the loop. Waiters
-    are woken one per slot given back, in turn; while the connection is down, a request that
+    before a request goes to kazoo and given back when its answer reaches the loop. A slot
+    given back while requests wait passes to the first of them (it stays taken, so a request
+    arriving meanwhile cannot jump the queue); while the connection is down, a request that
     finds no slot is refused at once instead (nothing gives one back until it returns)."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.used = 0
-        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        # Each waiter's result: ``True``, a slot passed to it; ``False``, woken to look at
+        # the connection again (``wake_all``).
+        self._waiters: collections.deque[asyncio.Future[bool]] = collections.deque()
+
+    def take_now(self) -> bool:
+        """A slot if one is free and nobody waits for one."""
+        if self.used < self.limit and not self._waiters:
+            self.used += 1
+            return True
+        return False
 
     async def take(self, bridge: ZkBridge, path: str) -> None:
-        while self.used >= self.limit:
+        while not self.take_now():
             if bridge.state is not SessionState.CONNECTED:
                 raise MetadataUnavailableError(
                     f"ZooKeeper unavailable (not connected, {self.used} requests waiting) at {path}"
                 )
-            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            waiter: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
             self._waiters.append(waiter)
             try:
-                await waiter
+                passed = await waiter
             except asyncio.CancelledError:
-                if waiter.done() and not waiter.cancelled():
-                    self._wake_one()  # woken for a slot it will not take: the next one
+                if waiter.done() and not waiter.cancelled() and waiter.result():
+                    self.give()  # passed a slot it will not use: to the next one
                 raise
-        self.used += 1
+            if passed:
+                return
 
     def give(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(True)
+                return
         self.used -= 1
-        self._wake_one()
 
     def answered(self, fut: asyncio.Future[Any], value: Any, exc: BaseException | None) -> None:
         self.give()
@@ -639,14 +662,7 @@ class _Slots:
         while self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():
-                waiter.set_result(None)
-
-    def _wake_one(self) -> None:
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                return
+                waiter.set_result(False)
 
 
 _NO_ARG: Any = object()  # a ``_OneShot`` whose callback takes no argument
