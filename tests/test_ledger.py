@@ -26,10 +26,15 @@ from hedwig.ledger import (
     recover_ledger,
 )
 from hedwig.ledger.auditor import Auditor, inspect
-from hedwig.ledger.handle import SPECULATIVE_READ_S, read_entry, write_set
+from hedwig.ledger.handle import (
+    FENCE_STRAGGLER_S,
+    SPECULATIVE_READ_S,
+    _enough_fenced,
+    read_entry,
+    write_set,
+)
 from hedwig.ledger.log_reader import READ_AHEAD
 from hedwig.ledger.storage import StorageNode
-from hedwig.ledger.topic_log import last_seq_of
 from hedwig.metadata import LedgerState
 from hedwig.metadata.memory import MemoryBackend, MemoryMetadataStore
 from hedwig.metadata.records import (
@@ -206,7 +211,7 @@ async def test_a_take_over_that_loses_a_race_to_close_the_ledger_goes_step_by_st
         calls.append("together")
         # Another recoverer closes the ledger between this take-over's fence and its write.
         await recover_ledger(
-            store.ledgers, LocalFirstReplicas(storage), tail, last_seq_of=last_seq_of
+            store.ledgers, LocalFirstReplicas(storage), tail, decode=Batch.from_stored
         )
         return await together(*args)
 
@@ -303,7 +308,7 @@ async def test_recover_empty_ledger(store: MemoryMetadataStore, tmp_path: Path) 
     log = make_log(store, storage)
     await log.open()
     lid = log.ledger_id
-    md = await recover_ledger(store.ledgers, LocalFirstReplicas(storage), lid)
+    md = (await recover_ledger(store.ledgers, LocalFirstReplicas(storage), lid)).metadata
     assert md.state is LedgerState.CLOSED and md.last_entry_id == -1
 
 
@@ -1093,3 +1098,43 @@ async def test_a_log_abandoned_before_any_append_leaves_the_record_as_it_found_i
     got = await store.persistence.read_topic_persistence_info("t")
     assert got is not None and got.value.last_seq == 2
     await storage.close()
+
+
+async def test_recovery_goes_on_once_enough_replicas_are_fenced() -> None:
+    """Recovery asks every replica to fence and goes on once the quorum rules are met, with
+    whatever else answers within ``FENCE_STRAGGLER_S``; a replica that hangs is not waited
+    for (its request goes on in the background), and one that fails counts as no answer."""
+    loop = asyncio.get_running_loop()
+    late: dict[str, asyncio.Future[tuple[int, int] | None]] = {}
+
+    def fencing(at_once: dict[str, tuple[int, int] | None]) -> Any:
+        async def fence(address: str) -> tuple[int, int] | None:
+            if address in at_once:
+                return at_once[address]
+            late[address] = loop.create_future()
+            return await late[address]
+
+        return fence
+
+    # Two of three answer: the third gets the straggler's time, then is left in the background.
+    started = loop.time()
+    got = await _enough_fenced(["a", "b", "c"], 2, fencing({"a": (4, 5), "b": (3, 5)}))
+    waited = loop.time() - started
+    assert got == {"a": (4, 5), "b": (3, 5)}
+    assert FENCE_STRAGGLER_S * 0.9 <= waited < FENCE_STRAGGLER_S + 1.0
+    late.pop("c").set_result((4, 6))
+    await asyncio.sleep(0)
+    assert got == {"a": (4, 5), "b": (3, 5)}  # what was returned does not change after
+    # A straggler that answers within its time is counted.
+    answering = asyncio.ensure_future(
+        _enough_fenced(["a", "b", "c"], 2, fencing({"a": (4, 5), "b": (3, 5)}))
+    )
+    await asyncio.sleep(0.01)
+    late.pop("c").set_result((4, 6))
+    assert await answering == {"a": (4, 5), "b": (3, 5), "c": (4, 6)}
+    # Every replica answered or failed: no wait, short of the quorum or not.
+    started = loop.time()
+    assert await _enough_fenced(["a", "b"], 2, fencing({"a": (1, 1), "b": None})) == {"a": (1, 1)}
+    assert await _enough_fenced(["a"], 1, fencing({"a": (2, 2)})) == {"a": (2, 2)}
+    assert await _enough_fenced(["a"], 1, fencing({"a": None})) == {}
+    assert loop.time() - started < FENCE_STRAGGLER_S

@@ -23,10 +23,11 @@ Rules (BookKeeper's, see ``docs/architecture.md``):
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 from hedwig.clock import Clock, SystemClock
 from hedwig.errors import (
@@ -345,36 +346,55 @@ async def read_entry(
     ) from last
 
 
+class LastEntry(Protocol):
+    """A ledger's last entry as the ledger's user decodes it (a topic log's batch): a closed
+    ledger records the last sequence it holds."""
+
+    @property
+    def last_seq(self) -> int: ...
+
+
+E = TypeVar("E", bound=LastEntry)
+
+
+@dataclass(frozen=True, slots=True)
+class Recovered(Generic[E]):
+    """What a recovery ended on: the ledger's closed metadata; the version to record it at
+    (``None``: it was closed already, by its writer or another recoverer); its last entry as
+    ``decode`` made it, if recovery read one (a take-over reads it next: the previous owner's
+    last time, the publishers' sequences; kept, it is not asked of a replica again)."""
+
+    metadata: LedgerMetadata
+    version: Version | None
+    last: E | None = None
+
+
 async def recover_ledger(
     ledgers: LedgerMetadataManager,
     replicas: Replicas,
     ledger_id: int,
     *,
-    last_seq_of: Callable[[bytes], int] | None = None,
+    decode: Callable[[bytes], E] | None = None,
     clock: Clock | None = None,
     replacements: Replacements | None = None,
-) -> LedgerMetadata:
-    """Fence, recover and close ``ledger_id``; returns its closed metadata.
+) -> Recovered[E]:
+    """Fence, recover and close ``ledger_id``, and record the close.
 
+    ``decode`` turns the last entry into what its last sequence is read from;
     ``replacements`` chooses replicas to stand in for ones that did not answer, when an entry
     past the LAC must be written back and too few of its replicas are reachable.
     """
     while True:
-        closed, version = await recovered_end(
-            ledgers,
-            replicas,
-            ledger_id,
-            last_seq_of=last_seq_of,
-            clock=clock,
-            replacements=replacements,
+        got = await recovered_end(
+            ledgers, replicas, ledger_id, decode=decode, clock=clock, replacements=replacements
         )
-        if version is None:
-            return closed
+        if got.version is None:
+            return got
         try:
-            await ledgers.write_ledger(closed, version)
+            await ledgers.write_ledger(got.metadata, got.version)
         except BadVersionError:
             continue  # another recoverer got there first; read what it recorded
-        return closed
+        return got
 
 
 async def recovered_end(
@@ -382,13 +402,12 @@ async def recovered_end(
     replicas: Replicas,
     ledger_id: int,
     *,
-    last_seq_of: Callable[[bytes], int] | None = None,
+    decode: Callable[[bytes], E] | None = None,
     clock: Clock | None = None,
     replacements: Replacements | None = None,
-) -> tuple[LedgerMetadata, Version | None]:
+) -> Recovered[E]:
     """``recover_ledger`` up to its last write: the ledger marked IN_RECOVERY, fenced and
-    its end written back; returns the closed metadata to record and the version to record it
-    at, or the metadata and ``None`` if the ledger is closed already.
+    its end written back; the close is left for the caller to record.
 
     A take-over records the close in the same store request as the topic's next ledger and
     its ledger list (``TopicPersistenceManager.continue_topic_log``): three writes in one.
@@ -400,7 +419,7 @@ async def recovered_end(
             raise NoLedgerMetadataError(str(ledger_id))
         md, version = got.value, got.version
         if md.state is LedgerState.CLOSED:
-            return md, None
+            return Recovered(md, None)
         if md.state is LedgerState.OPEN:
             marked = replace(md, state=LedgerState.IN_RECOVERY)
             try:
@@ -411,18 +430,16 @@ async def recovered_end(
         last_entry, last_payload, fragments = await _fence_and_read_forward(
             replicas, md, replacements
         )
-        last_seq = md.last_seq
-        if last_payload is not None and last_seq_of is not None:
-            last_seq = last_seq_of(last_payload)
+        last = None if last_payload is None or decode is None else decode(last_payload)
         closed = replace(
             md,
             state=LedgerState.CLOSED,
             last_entry_id=last_entry,
-            last_seq=last_seq,
+            last_seq=md.last_seq if last is None else last.last_seq,
             closed_ms=clock.wall_ms(),
             fragments=fragments,
         )
-        return closed, version
+        return Recovered(closed, version, last)
 
 
 # Once enough replicas have answered a fence, the others get this long to answer too (more
@@ -444,28 +461,47 @@ async def _enough_fenced(
     A replica that is down or cut off may take a whole storage timeout to fail; waiting for it
     would make every take-over of its topics that slow, when the quorum rules do not need it.
     Its fence request goes on in the background, so it is fenced if it comes back.
+
+    Each answer is counted as its request ends, into one future the caller waits on; only
+    when replicas are still out once enough have answered is there a timed wait. A take-over
+    fences a ledger per topic: ``asyncio.wait`` made sets of tasks, wrapped them and
+    added and removed a callback on each at every round, for every ensemble.
     """
-    if len(ensemble) == 1:  # nothing to choose between: no task, no wait on a set of them
-        (address,) = ensemble
-        only = await fence(address)
-        return {} if only is None else {address: only}
-    tasks = {asyncio.ensure_future(fence(a)): a for a in ensemble}
+    loop = asyncio.get_running_loop()
     answers: dict[str, tuple[int, int]] = {}
-    pending = set(tasks)
-    while pending and len(answers) < needed:
-        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-        for t in done:
-            if (r := t.result()) is not None:
-                answers[tasks[t]] = r
-    if pending:
-        done, pending = await asyncio.wait(pending, timeout=FENCE_STRAGGLER_S)
-        for t in done:
-            if (r := t.result()) is not None:
-                answers[tasks[t]] = r
-    for t in pending:
-        _background.add(t)
-        t.add_done_callback(_background.discard)
-    return answers
+    enough: asyncio.Future[None] = loop.create_future()  # ``needed`` in, or every one
+    every: asyncio.Future[None] = loop.create_future()
+    out = len(ensemble)
+
+    def ended(address: str, task: asyncio.Future[tuple[int, int] | None]) -> None:
+        nonlocal out
+        _background.discard(task)
+        out -= 1
+        if not task.cancelled() and task.exception() is None and (r := task.result()):
+            answers[address] = r
+        if out == 0:
+            _settle(every)
+            _settle(enough)
+        elif len(answers) >= needed:
+            _settle(enough)
+
+    for address in ensemble:
+        task = asyncio.ensure_future(fence(address))
+        _background.add(task)
+        task.add_done_callback(functools.partial(ended, address))
+    await enough
+    if out:
+        late = loop.call_later(FENCE_STRAGGLER_S, _settle, every)
+        try:
+            await every
+        finally:
+            late.cancel()
+    return dict(answers)  # a copy: a straggler's answer may still come in
+
+
+def _settle(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
 
 
 async def _fence_and_read_forward(

@@ -91,10 +91,6 @@ def first_fragments(ensemble: Sequence[str]) -> Fragments:
     return got
 
 
-def last_seq_of(entry: bytes) -> int:
-    return Batch.from_stored(entry).last_seq
-
-
 @dataclass(frozen=True, slots=True)
 class LogSettings:
     """Knobs of a topic log; the hub fills them from its configuration."""
@@ -277,37 +273,26 @@ class TopicLog:
         # Recover every ledger still open (normally at most the tail).
         recovered: dict[int, LedgerMetadata] = {}
         closing: list[Versioned[LedgerMetadata]] = []
-        ends: list[Batch] = []
-
-        def end_seq(entry: bytes) -> int:
-            # A recovered ledger's last entry, decoded once and kept by the reader: the
-            # take-over reads it again next (``_previous_end_ms``, the publishers' sequences),
-            # a replica request each otherwise.
-            batch = Batch.from_stored(entry)
-            ends.append(batch)
-            return batch.last_seq
-
         for r in ranges.ranges:
             if r.end_seq is None:
-                ends.clear()
                 try:
                     if together:
-                        md, at = await recovered_end(
+                        ended = await recovered_end(
                             self._store.ledgers,
                             self._replicas,
                             r.ledger_id,
-                            last_seq_of=end_seq,
+                            decode=Batch.from_stored,
                             clock=self._clock,
                             replacements=self._stand_ins,
                         )
-                        if at is not None:
-                            closing.append(Versioned(md, at))
+                        if ended.version is not None:
+                            closing.append(Versioned(ended.metadata, ended.version))
                     else:
-                        md = await recover_ledger(
+                        ended = await recover_ledger(
                             self._store.ledgers,
                             self._replicas,
                             r.ledger_id,
-                            last_seq_of=end_seq,
+                            decode=Batch.from_stored,
                             clock=self._clock,
                             replacements=self._stand_ins,
                         )
@@ -326,9 +311,12 @@ class TopicLog:
                         )
                     )
                     continue
+                md = ended.metadata
                 recovered[r.ledger_id] = md
-                if ends and md.last_entry_id >= 0:
-                    self._reader().remember(md.ledger_id, md.last_entry_id, ends[-1])
+                if ended.last is not None and md.last_entry_id >= 0:
+                    # Decoded once: the take-over reads it next (``_previous_end_ms``, the
+                    # publishers' sequences), a replica request each otherwise.
+                    self._reader().remember(md.ledger_id, md.last_entry_id, ended.last)
                 end = md.last_seq if md.last_entry_id >= 0 else r.start_seq - 1
                 ranges = LedgerRanges(
                     tuple(
