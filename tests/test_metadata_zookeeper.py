@@ -8,6 +8,7 @@ import functools
 import random
 import threading
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -16,7 +17,8 @@ from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
-from kazoo.exceptions import ConnectionDropped
+from kazoo.exceptions import ConnectionClosedError, ConnectionDropped, ConnectionLoss
+from kazoo.protocol.states import KeeperState
 from kazoo.security import make_digest_acl
 
 from hedwig.devcluster.zookeeper import ZooKeeperServer
@@ -29,7 +31,7 @@ from hedwig.metadata.topic_logs import first_ranges
 from hedwig.metadata.zookeeper import ZkMetadataStore
 from hedwig.metadata.zookeeper import store as zk_store
 from hedwig.metadata.zookeeper.bridge import MAX_IN_FLIGHT, Op, _Slots
-from hedwig.metadata.zookeeper.sending import BatchingConnection
+from hedwig.metadata.zookeeper.sending import BatchingConnection, call
 from tests.ledger_id_crash import ledger_ids_stay_unique_through_a_crash
 from tests.metadata_conformance import MetadataConformance
 
@@ -467,6 +469,50 @@ def test_an_answer_is_cut_from_what_arrived_whatever_the_pieces() -> None:
     connection._socket = Socket()  # a new one: nothing of the old one is handed out
     pieces.append(b"\0\0\0\1z")
     assert connection._read(4, 1.0) == b"\0\0\0\1" and connection._read(1, 1.0) == b"z"
+
+
+async def test_a_wake_up_that_finds_the_client_closing_answers_its_request_once() -> None:
+    """The byte that wakes kazoo's thread is written once the turn that queued a request
+    ends; by then the client may be closing. The request is failed there only if it is still
+    queued: kazoo fails what is queued as a connection closes, and a request answered twice
+    gave its ZooKeeper slot back twice. (The race with kazoo's closing thread cannot be
+    timed against a server; the client's queue and socket pair stand in here.)"""
+
+    class Closed:
+        def send(self, data: bytes) -> int:
+            raise OSError("closed")
+
+    class Answers:
+        def __init__(self) -> None:
+            self.errors: list[BaseException] = []
+
+        def set_exception(self, exc: BaseException) -> None:
+            self.errors.append(exc)
+
+    def client() -> Any:
+        connection = SimpleNamespace(armed=True, _write_sock=Closed())
+        return SimpleNamespace(_state=KeeperState.CONNECTED, _queue=deque(), _connection=connection)
+
+    def closing(c: Any) -> None:  # what kazoo does to what is queued when a connection closes
+        while c._queue:
+            _, answer = c._queue.popleft()
+            answer.set_exception(ConnectionLoss())
+
+    # Still queued when the wake-up fails: failed there, taken out of the queue.
+    c, first, second = client(), Answers(), Answers()
+    call(c, "first", first)
+    call(c, "second", second)  # the same turn: no wake-up of its own
+    await asyncio.sleep(0)
+    closing(c)
+    assert [type(e) for e in first.errors] == [ConnectionClosedError]
+    assert [type(e) for e in second.errors] == [ConnectionLoss]
+    assert c._connection.armed  # the next request tries to wake the thread again
+    # Failed by kazoo before the wake-up ran: not answered again.
+    c, only = client(), Answers()
+    call(c, "only", only)
+    closing(c)
+    await asyncio.sleep(0)
+    assert [type(e) for e in only.errors] == [ConnectionLoss]
 
 
 async def test_requests_made_together_go_to_zookeeper_together(store: MetadataStore) -> None:

@@ -189,21 +189,33 @@ def call(client: Any, request: Any, async_object: Any) -> bool | None:
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:  # a thread of its own (kazoo's synchronous methods): now
-        _wake(connection, async_object)
+        _wake(client, request, async_object)
     else:
-        loop.call_soon(_wake, connection, async_object)
+        loop.call_soon(_wake, client, request, async_object)
     return None
 
 
-def _wake(connection: Any, async_object: Any) -> None:
+def _wake(client: Any, request: Any, async_object: Any) -> None:
     """Write the byte that wakes the connection thread.
 
-    From an event loop, once the turn that queued ``async_object`` ends: the requests made in
-    one turn (a wave of claims answered together makes dozens) then go to the thread
-    together, in one wake-up and one write. Woken at the first of them, the thread took the
-    GIL from the loop, sent what was queued so far and waited again, to be woken by the next
-    request of the same turn: a wake-up byte, a GIL hand-over and a write each time."""
+    From an event loop, once the turn that queued ``request`` ends: the requests made in one
+    turn (a wave of claims answered together makes dozens) then go to the thread together,
+    in one wake-up and one write. Woken at the first of them, the thread took the GIL from
+    the loop, sent what was queued so far and waited again, to be woken by the next request
+    of the same turn: a wake-up byte, a GIL hand-over and a write each time.
+
+    If the byte cannot be written (the client is closing: its socket pair is gone or
+    closed), the request is failed here only if it is still queued, taken out first. By the
+    time a deferred wake-up runs, kazoo may have failed everything queued as the connection
+    closed, or the thread may have taken the request: answered twice, a request gave its
+    slot back twice (``ZkBridge``). The next request tries to wake the thread again."""
+    connection = client._connection
     try:
         connection._write_sock.send(b"\0")
     except Exception:  # a race with close(), as kazoo guards it (None or closed)
+        connection.armed = True
+        try:
+            client._queue.remove((request, async_object))
+        except ValueError:
+            return  # taken, and answered, by whoever took it
         async_object.set_exception(ConnectionClosedError("Connection has been closed"))
