@@ -17,7 +17,12 @@ from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
-from kazoo.exceptions import ConnectionClosedError, ConnectionDropped, ConnectionLoss
+from kazoo.exceptions import (
+    ConnectionClosedError,
+    ConnectionDropped,
+    ConnectionLoss,
+    UnimplementedError,
+)
 from kazoo.protocol.states import KeeperState
 from kazoo.security import make_digest_acl
 
@@ -31,6 +36,7 @@ from hedwig.metadata.topic_logs import first_ranges
 from hedwig.metadata.zookeeper import ZkMetadataStore
 from hedwig.metadata.zookeeper import store as zk_store
 from hedwig.metadata.zookeeper.bridge import MAX_IN_FLIGHT, Op, _Slots
+from hedwig.metadata.zookeeper.multiread import MULTI_READ
 from hedwig.metadata.zookeeper.sending import BatchingConnection, call
 from tests.ledger_id_crash import ledger_ids_stay_unique_through_a_crash
 from tests.metadata_conformance import MetadataConformance
@@ -433,6 +439,127 @@ async def test_answers_that_arrive_together_are_read_together(store: MetadataSto
     # ZooKeeper answers as it goes, so how many arrive together varies (64 reads here on a
     # quiet machine); kazoo read each answer in two.
     assert receives < 150, f"{receives} reads for 150 answers"
+
+
+async def _owners_read_at_once(
+    store: ZkMetadataStore, prefix: str, count: int
+) -> tuple[list[Any], int]:
+    """Reads the owner records of ``count`` topics at once, every other one written first;
+    checks what was read, returns it and the number of requests the reads took."""
+    names = [f"{prefix}-{i}" for i in range(count)]
+    for name in names[1::2]:
+        await store.topics.ensure_topic(name)
+        await store.ownership.write_owner_info(name, HubInfo(f"h:{name}", 1), NEW_VERSION)
+    connection = store.zk._client._connection
+    before = connection._xid
+    got = await asyncio.gather(
+        *(store.ownership.read_owner_info(n) for n in names), return_exceptions=True
+    )
+    requests = connection._xid - before
+    for i, (name, read) in enumerate(zip(names, got, strict=True)):
+        if isinstance(read, BaseException):
+            continue
+        if i % 2:
+            assert read is not None and read.value == HubInfo(f"h:{name}", 1), (name, read)
+        else:
+            assert read is None, (name, read)
+    return got, requests
+
+
+async def test_reads_made_together_go_to_zookeeper_in_one_request(store: MetadataStore) -> None:
+    """Records read in one turn of the loop (a survivor of a failover reads three for each of
+    hundreds of topics at once) are read with one ``multiRead`` per 64, not a request each
+    (``hedwig.metadata.zookeeper.multiread``); a record that does not exist is ``None`` and
+    the others are still read; a read alone is sent alone."""
+    assert isinstance(store, ZkMetadataStore)
+    got, requests = await _owners_read_at_once(store, "together-read", 150)
+    assert not any(isinstance(r, BaseException) for r in got)
+    assert requests == 3  # 64 + 64 + 22
+    connection = store.zk._client._connection
+    before = connection._xid
+    assert await store.ownership.read_owner_info("together-read-1") is not None
+    assert connection._xid - before == 1
+
+
+async def test_reads_go_one_by_one_to_a_zookeeper_that_cannot_read_together(
+    store: MetadataStore,
+) -> None:
+    """A ZooKeeper older than 3.6 refuses a ``multiRead`` as unimplemented: the reads it held
+    are sent again one by one, and so is every later one (the refusal is played here on the
+    client's side: the server under test knows ``multiRead``)."""
+    assert isinstance(store, ZkMetadataStore)
+    client = store.zk._client
+    real = client._call
+    refused = 0
+
+    def old_server(request: Any, answer: Any) -> Any:
+        nonlocal refused
+        if request.type == MULTI_READ:
+            refused += 1
+            answer.set_exception(UnimplementedError())
+            return None
+        return real(request, answer)
+
+    client._call = old_server
+    try:
+        got, requests = await _owners_read_at_once(store, "old-server", 100)
+        assert requests == 100  # one by one (the refused two never reached the connection)
+        assert not any(isinstance(r, BaseException) for r in got)
+        assert refused == 2  # 64 and 36, both sent before the first refusal came back
+        got, requests = await _owners_read_at_once(store, "old-server-later", 20)
+        assert requests == 20
+        assert not any(isinstance(r, BaseException) for r in got)
+        assert refused == 2
+    finally:
+        del client._call
+
+
+async def test_reads_together_when_the_connection_drops_each_end(
+    zk_server: ZooKeeperServer, region: str
+) -> None:
+    """The connection drops while reads sent together are in flight: each ends, read or
+    unavailable; none waits for good, and reads together work on the next connection."""
+    store = ZkMetadataStore(zk_server.address, region, session_timeout=10.0)
+    await store.start()
+    connection = store.zk._client._connection
+    real = connection._write
+    dropped = threading.Event()
+
+    def failing(msg: bytes, timeout: float) -> None:
+        if not dropped.is_set() and msg[8:12] == MULTI_READ.to_bytes(4, "big"):
+            dropped.set()
+            raise ConnectionDropped("dropped by the test")
+        real(msg, timeout)
+
+    try:
+        for i in range(1, 80, 2):
+            await store.topics.ensure_topic(f"drop-{i}")
+        connection._write = failing
+        names = [f"drop-{i}" for i in range(80)]
+        got = await asyncio.wait_for(
+            asyncio.gather(
+                *(store.ownership.read_owner_info(n) for n in names), return_exceptions=True
+            ),
+            20,
+        )
+        assert dropped.is_set()
+        assert all(r is None or isinstance(r, MetadataUnavailableError) for r in got), got
+        assert any(isinstance(r, MetadataUnavailableError) for r in got)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10
+        while True:
+            try:
+                got, _ = await _owners_read_at_once(store, "drop-again", 80)
+                if not any(isinstance(r, BaseException) for r in got):
+                    break
+            except MetadataUnavailableError:
+                pass
+            assert loop.time() < deadline, "the client never read again"
+            await asyncio.sleep(0.1)
+    finally:
+        with contextlib.suppress(AttributeError):
+            del connection._write
+        await store.close()
 
 
 def test_an_answer_is_cut_from_what_arrived_whatever_the_pieces() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from kazoo.exceptions import (
     OperationTimeoutError,
     RolledBackError,
     SessionExpiredError,
+    UnimplementedError,
     ZookeeperError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
@@ -56,6 +58,7 @@ from kazoo.security import (
 from hedwig.errors import BadVersionError, MetadataError, MetadataUnavailableError
 from hedwig.metadata.managers import SessionState
 from hedwig.metadata.zookeeper.handler import PollingHandler
+from hedwig.metadata.zookeeper.multiread import MAX_READS, MultiRead, PendingRead, ReadsAnswer
 from hedwig.metadata.zookeeper.watchers import LeanKazooClient
 
 log = logging.getLogger(__name__)
@@ -212,6 +215,10 @@ class ZkBridge:
         self._crossing: _Crossing | None = None
         self._closed = False
         self._slots = _Slots(MAX_IN_FLIGHT)
+        # Reads made this turn (``get_or_none``); whether ZooKeeper takes them together.
+        self._reads: list[PendingRead] = []
+        self._read_together = True
+        self._tasks: set[asyncio.Task[None]] = set()
         # Watches to set once kazoo is connected and has room (``_set_watch``), in order.
         self._unset: collections.deque[tuple[str, Callable[[Any], None], int | None]] = (
             collections.deque()
@@ -370,10 +377,111 @@ class ZkBridge:
         return bytes(data or b""), stat
 
     async def get_or_none(self, path: str) -> tuple[bytes, ZnodeStat] | None:
+        """``path``'s data, ``None`` if it does not exist. Reads made in one turn of the loop
+        go to ZooKeeper together, once the turn ends (``hedwig.metadata.zookeeper.multiread``);
+        a read alone goes as it is."""
+        if not self._read_together:
+            try:
+                return await self.get(path)
+            except NoNode:
+                return None
+        loop = self._loop or asyncio.get_running_loop()
+        fut: asyncio.Future[tuple[bytes, ZnodeStat]] = loop.create_future()
+        reads = self._reads
+        reads.append(PendingRead(path, fut))
+        if len(reads) == 1:
+            loop.call_soon(self._send_reads)
+        elif len(reads) >= MAX_READS:
+            self._send_reads()
         try:
-            return await self.get(path)
+            return await fut
         except NoNode:
             return None
+
+    def _send_reads(self) -> None:
+        """The reads gathered this turn, in one request (one slot of ``MAX_IN_FLIGHT``)."""
+        reads, self._reads = self._reads, []
+        if not reads:  # sent already: the turn filled a request
+            return
+        try:
+            admitted = self._admitted_now(reads[0].path)
+        except MetadataError as exc:
+            _fail_reads(reads, exc)
+            return
+        if admitted:
+            self._queue_reads(reads)
+        else:
+            task = asyncio.ensure_future(self._send_reads_admitted(reads))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _send_reads_admitted(self, reads: list[PendingRead]) -> None:
+        try:
+            await self._admit(reads[0].path)
+        except BaseException as exc:
+            _fail_reads(reads, exc)
+            return
+        self._queue_reads(reads)
+
+    def _queue_reads(self, reads: list[PendingRead]) -> None:
+        """Hands ``reads`` to kazoo, a slot taken for them."""
+        if len(reads) > 1 and not self._read_together:
+            self._slots.give()
+            self._read_alone(reads)
+            return
+        crossing = self._to_loop()
+        if len(reads) == 1:
+            first = reads[0]
+            request: Any = GetData(self._rooted(first.path), None)
+            answer: Any = _Answer(crossing, self._slots, first.fut, first.path, -1)
+        else:
+            request = MultiRead([self._rooted(r.path) for r in reads])
+            answer = ReadsAnswer(crossing, functools.partial(self._reads_answered, reads))
+        try:
+            self._client._call(request, answer)
+        except BaseException as exc:
+            self._slots.give()
+            _fail_reads(reads, _translate(exc, reads[0].path, -1))
+
+    def _read_alone(self, reads: list[PendingRead]) -> None:
+        """Each of ``reads`` as a request of its own (a ZooKeeper without ``multiRead``)."""
+
+        async def one(read: PendingRead) -> None:
+            try:
+                got = await self.get(read.path)
+            except BaseException as exc:
+                _fail_reads([read], exc)
+            else:
+                if not read.fut.done():
+                    read.fut.set_result(got)
+
+        for read in reads:
+            task = asyncio.ensure_future(one(read))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def _reads_answered(
+        self, reads: list[PendingRead], results: list[Any] | None, exc: BaseException | None
+    ) -> None:
+        """On the loop: the answer to a ``MultiRead``, each read its own."""
+        self._slots.give()
+        if isinstance(exc, UnimplementedError):
+            # A ZooKeeper older than 3.6: each read alone from now on.
+            log.warning("ZooKeeper does not read many znodes at once (multiRead); one by one")
+            self._read_together = False
+            self._read_alone(reads)
+            return
+        if results is None or len(results) != len(reads):
+            err = exc or MetadataError(f"ZooKeeper answered {len(reads)} reads with {results!r}")
+            _fail_reads(reads, _translate(err, reads[0].path, -1))
+            return
+        for read, result in zip(reads, results, strict=True):
+            if read.fut.done():
+                continue
+            if isinstance(result, BaseException):
+                read.fut.set_exception(_translate(result, read.path, -1))
+            else:
+                read.fut.set_result(result)
 
     async def set(self, path: str, value: bytes, version: int = -1) -> ZnodeStat:
         stat: ZnodeStat = await self._send(
@@ -553,6 +661,12 @@ class ZkBridge:
         except NoNode:
             return None
         return bytes(data or b""), stat
+
+
+def _fail_reads(reads: Sequence[PendingRead], exc: BaseException) -> None:
+    for read in reads:
+        if not read.fut.done():
+            read.fut.set_exception(exc)
 
 
 class _Answer:
