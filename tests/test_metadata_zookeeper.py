@@ -500,7 +500,7 @@ async def test_reads_go_one_by_one_to_a_zookeeper_that_cannot_read_together(
             return None
         return real(request, answer)
 
-    client._call = old_server
+    client._call = old_server  # type: ignore[method-assign,assignment]
     try:
         got, requests = await _owners_read_at_once(store, "old-server", 100)
         assert requests == 100  # one by one (the refused two never reached the connection)
