@@ -424,11 +424,9 @@ class ZkBridge:
         self._queue_reads(reads)
 
     def _queue_reads(self, reads: list[PendingRead]) -> None:
-        """Hands ``reads`` to kazoo, a slot taken for them."""
-        if len(reads) > 1 and not self._read_together:
-            self._slots.give()
-            self._read_alone(reads)
-            return
+        """Hands ``reads`` to kazoo, a slot taken for them. (Reads gathered before ZooKeeper
+        was found not to read together go together all the same: refused, they are read
+        one by one, ``_reads_answered``.)"""
         crossing = self._to_loop()
         if len(reads) == 1:
             first = reads[0]
