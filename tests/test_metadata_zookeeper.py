@@ -35,7 +35,7 @@ from hedwig.metadata.records import NEW_VERSION, HubInfo, LedgerMetadata
 from hedwig.metadata.topic_logs import first_ranges
 from hedwig.metadata.zookeeper import ZkMetadataStore
 from hedwig.metadata.zookeeper import store as zk_store
-from hedwig.metadata.zookeeper.bridge import MAX_IN_FLIGHT, Op, _Slots
+from hedwig.metadata.zookeeper.bridge import MAX_IN_FLIGHT, NodeExists, NoNode, Op, _Slots
 from hedwig.metadata.zookeeper.multiread import MULTI_READ
 from hedwig.metadata.zookeeper.sending import BatchingConnection, call
 from tests.ledger_id_crash import ledger_ids_stay_unique_through_a_crash
@@ -349,9 +349,10 @@ async def test_ledger_ids_stay_unique_through_a_zookeeper_crash(
 async def test_claims_are_tried_the_way_the_last_one_needed(
     store: MetadataStore, other: MetadataStore
 ) -> None:
-    """After a claim of an existing topic the next claim writes the owner record alone, no
-    ``multi`` first (a failover's take-overs each made one that failed); a new topic met
-    then is still created, and claims go back to the ``multi`` after it."""
+    """After a claim of an existing topic the next claim writes the owner record alone (a
+    transaction of one operation), no ``multi`` making the topic first (a failover's
+    take-overs each made one that failed); a new topic met then is still created, and claims
+    go back to the ``multi`` after it."""
     assert isinstance(store, ZkMetadataStore)
     for name in ("old-1", "old-2"):
         await other.topics.ensure_topic(name)
@@ -365,21 +366,21 @@ async def test_claims_are_tried_the_way_the_last_one_needed(
     store.zk.transaction = counted  # type: ignore[method-assign]
     owner = HubInfo("127.0.0.1:9", 3)
     first = await store.ownership.claim_topic("old-1", owner)
-    assert first.version is not None and not first.new and multis == [3]
+    assert first.version is not None and not first.new and multis == [3, 1]
     second = await store.ownership.claim_topic("old-2", owner)
-    assert second.version is not None and not second.new and multis == [3], "no multi"
+    assert second.version is not None and not second.new and multis == [3, 1, 1], "no multi"
     made = await store.ownership.claim_topic("new-1", owner)
-    assert made.version is not None and made.new and multis == [3, 3]
+    assert made.version is not None and made.new and multis == [3, 1, 1, 1, 3]
     assert await other.topics.topic_exists("new-1")
     await store.ownership.claim_topic("new-2", owner)
-    assert multis == [3, 3, 3], "after a new topic, the multi first again"
+    assert multis == [3, 1, 1, 1, 3, 3], "after a new topic, the multi first again"
     refused = await other.ownership.claim_topic("old-1", HubInfo("h2:1", 4))
     assert refused.version is None and refused.owner is not None
     assert refused.owner.value == owner
     # A first ledger rides along: the topic, its record, ledger and log in one multi.
     md = LedgerMetadata(0, "new-3", 1, 1, 1, ((0, ("h:1",)),), owner="127.0.0.1:9", owner_epoch=3)
     started = await store.ownership.claim_topic("new-3", owner, md)
-    assert started.new and started.log is not None and multis == [3, 3, 3, 5]
+    assert started.new and started.log is not None and multis == [3, 1, 1, 1, 3, 3, 5]
 
 
 async def test_a_claim_whose_first_ledger_id_is_taken_claims_alone(store: MetadataStore) -> None:
@@ -703,4 +704,126 @@ async def test_a_connection_lost_while_a_batch_is_written_leaves_the_client_send
     finally:
         with contextlib.suppress(AttributeError):
             del store.zk._client._connection._write
+        await store.close()
+
+
+async def _transactions_at_once(
+    bridge: Any, transactions: Sequence[Sequence[Op]]
+) -> tuple[list[list[BaseException | None]], int]:
+    """Makes every transaction in one turn; their outcomes and the requests they took."""
+    connection = bridge._client._connection
+    before = connection._xid
+    got = await asyncio.gather(*(bridge.transaction(ops) for ops in transactions))
+    return list(got), connection._xid - before
+
+
+async def test_transactions_made_together_go_to_zookeeper_together(
+    store: MetadataStore, region: str
+) -> None:
+    """Transactions made in one turn of the loop (a wave of claims or take-overs) go as one
+    ``multi`` per 128 operations, not a request each
+    (``hedwig.metadata.zookeeper.multiwrite``); each takes effect; one alone goes alone."""
+    assert isinstance(store, ZkMetadataStore)
+    base = f"/writes-together-{region}"
+    await store.zk.ensure_path(base)
+    transactions = [
+        [Op("create", f"{base}/t{i}", value=b"x"), Op("create", f"{base}/t{i}/c", value=b"y")]
+        for i in range(100)
+    ]
+    got, requests = await _transactions_at_once(store.zk, transactions)
+    assert got == [[None, None]] * 100
+    assert requests == 2  # 64 transactions of two operations, then 36
+    assert sorted(await store.zk.children(base)) == sorted(f"t{i}" for i in range(100))
+    assert (await store.zk.get(f"{base}/t99/c"))[0] == b"y"
+    got, requests = await _transactions_at_once(store.zk, [[Op("delete", f"{base}/t0/c")]])
+    assert got == [[None]] and requests == 1
+
+
+async def test_a_transaction_that_fails_among_others_fails_alone(
+    store: MetadataStore, region: str
+) -> None:
+    """Sent together, transactions stay independent: one that fails (its node exists, a
+    version moved on, its parent is missing) gets the answer it would have had alone, with its
+    other operations rolled back, and every other one takes effect. Two in one turn that race
+    for one node: exactly one wins."""
+    assert isinstance(store, ZkMetadataStore)
+    base = f"/writes-apart-{region}"
+    await store.zk.ensure_path(base)
+    await store.zk.create(f"{base}/taken", b"old")
+    await store.zk.create(f"{base}/versioned", b"v0")
+    transactions: list[list[Op]] = [[Op("create", f"{base}/ok{i}", value=b"ok")] for i in range(20)]
+    transactions[3] = [
+        Op("create", f"{base}/before-taken", value=b"z"),
+        Op("create", f"{base}/taken", value=b"new"),
+    ]
+    transactions[7] = [Op("set", f"{base}/versioned", version=5, value=b"v?")]
+    transactions[11] = [Op("create", f"{base}/no-parent/child", value=b"z")]
+    transactions[15] = [Op("create", f"{base}/raced", value=b"first")]
+    transactions[16] = [Op("create", f"{base}/raced", value=b"second")]
+    got, requests = await _transactions_at_once(store.zk, transactions)
+    assert isinstance(got[3][0], MetadataError) and "rolled back" in str(got[3][0])
+    assert isinstance(got[3][1], NodeExists)
+    assert isinstance(got[7][0], BadVersionError)
+    assert isinstance(got[11][0], NoNode)
+    assert got[15] == [None] and isinstance(got[16][0], NodeExists)
+    apart = {3, 7, 11, 15, 16}
+    assert all(got[i] == [None] for i in range(20) if i not in apart), got
+    assert requests == 5  # each failure settles its own; the rest go again together
+    names = set(await store.zk.children(base))
+    assert names == {"taken", "versioned", "raced"} | {
+        f"ok{i}" for i in range(20) if i not in apart
+    }
+    assert (await store.zk.get(f"{base}/taken"))[0] == b"old"
+    assert (await store.zk.get(f"{base}/versioned"))[0] == b"v0"
+    assert (await store.zk.get(f"{base}/raced"))[0] == b"first"
+
+
+async def test_transactions_together_when_the_connection_drops_each_end(
+    zk_server: ZooKeeperServer, region: str
+) -> None:
+    """The connection drops while transactions sent together are in flight: each ends,
+    made or unavailable (its outcome unknown, as any request's in flight); none waits for
+    good, and transactions go together again on the next connection."""
+    store = ZkMetadataStore(zk_server.address, region, session_timeout=10.0)
+    await store.start()
+    base = f"/writes-dropped-{region}"
+    await store.zk.ensure_path(base)
+    connection = store.zk._client._connection
+    real = connection._write
+    dropped = threading.Event()
+
+    def failing(msg: bytes, timeout: float) -> None:
+        if not dropped.is_set() and msg[8:12] == (14).to_bytes(4, "big"):  # multi
+            dropped.set()
+            raise ConnectionDropped("dropped by the test")
+        real(msg, timeout)
+
+    try:
+        connection._write = failing
+        transactions = [[Op("create", f"{base}/d{i}", value=b"x")] for i in range(40)]
+        got = await asyncio.wait_for(
+            asyncio.gather(
+                *(store.zk.transaction(t) for t in transactions), return_exceptions=True
+            ),
+            20,
+        )
+        assert dropped.is_set()
+        assert all(isinstance(r, MetadataUnavailableError) for r in got), got
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10
+        attempt = 0
+        while True:
+            attempt += 1  # names of its own: a failed attempt may have made some
+            try:
+                again = [[Op("create", f"{base}/a{attempt}-{i}", value=b"x")] for i in range(40)]
+                made, requests = await _transactions_at_once(store.zk, again)
+                break
+            except MetadataUnavailableError:
+                pass
+            assert loop.time() < deadline, "the client never wrote again"
+            await asyncio.sleep(0.1)
+        assert made == [[None]] * 40 and requests == 1
+    finally:
+        with contextlib.suppress(AttributeError):
+            del connection._write
         await store.close()

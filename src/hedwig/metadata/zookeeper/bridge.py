@@ -13,7 +13,7 @@ import collections
 import contextlib
 import functools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
@@ -58,7 +58,8 @@ from kazoo.security import (
 from hedwig.errors import BadVersionError, MetadataError, MetadataUnavailableError
 from hedwig.metadata.managers import SessionState
 from hedwig.metadata.zookeeper.handler import PollingHandler
-from hedwig.metadata.zookeeper.multiread import MAX_READS, MultiRead, PendingRead, ReadsAnswer
+from hedwig.metadata.zookeeper.multiread import MAX_READS, GroupAnswer, MultiRead, PendingRead
+from hedwig.metadata.zookeeper.multiwrite import OP_BYTES, PendingWrite, settle, together
 from hedwig.metadata.zookeeper.watchers import LeanKazooClient
 
 log = logging.getLogger(__name__)
@@ -218,6 +219,8 @@ class ZkBridge:
         # Reads made this turn (``get_or_none``); whether ZooKeeper takes them together.
         self._reads: list[PendingRead] = []
         self._read_together = True
+        # Transactions made this turn (``transaction``).
+        self._writes: list[PendingWrite] = []
         self._tasks: set[asyncio.Task[None]] = set()
         # Watches to set once kazoo is connected and has room (``_set_watch``), in order.
         self._unset: collections.deque[tuple[str, Callable[[Any], None], int | None]] = (
@@ -403,25 +406,41 @@ class ZkBridge:
         reads, self._reads = self._reads, []
         if not reads:  # sent already: the turn filled a request
             return
+        self._send_group(
+            reads[0].path,
+            functools.partial(self._queue_reads, reads),
+            functools.partial(_fail_reads, reads),
+        )
+
+    def _send_group(
+        self, path: str, send: Callable[[], None], fail: Callable[[BaseException], None]
+    ) -> None:
+        """``send`` a request made for many callers once a slot is taken for it (at once if
+        one is free); ``fail`` them if none can be."""
         try:
-            admitted = self._admitted_now(reads[0].path)
+            admitted = self._admitted_now(path)
         except MetadataError as exc:
-            _fail_reads(reads, exc)
+            fail(exc)
             return
         if admitted:
-            self._queue_reads(reads)
+            send()
         else:
-            task = asyncio.ensure_future(self._send_reads_admitted(reads))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._spawn(self._send_group_admitted(path, send, fail))
 
-    async def _send_reads_admitted(self, reads: list[PendingRead]) -> None:
+    async def _send_group_admitted(
+        self, path: str, send: Callable[[], None], fail: Callable[[BaseException], None]
+    ) -> None:
         try:
-            await self._admit(reads[0].path)
+            await self._admit(path)
         except BaseException as exc:
-            _fail_reads(reads, exc)
+            fail(exc)
             return
-        self._queue_reads(reads)
+        send()
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _queue_reads(self, reads: list[PendingRead]) -> None:
         """Hands ``reads`` to kazoo, a slot taken for them. (Reads gathered before ZooKeeper
@@ -434,7 +453,7 @@ class ZkBridge:
             answer: Any = _Answer(crossing, self._slots, first.fut, first.path, -1)
         else:
             request = MultiRead([self._rooted(r.path) for r in reads])
-            answer = ReadsAnswer(crossing, functools.partial(self._reads_answered, reads))
+            answer = GroupAnswer(crossing, functools.partial(self._reads_answered, reads))
         try:
             self._client._call(request, answer)
         except BaseException as exc:
@@ -454,9 +473,7 @@ class ZkBridge:
                     read.fut.set_result(got)
 
         for read in reads:
-            task = asyncio.ensure_future(one(read))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._spawn(one(read))
 
     def _reads_answered(
         self, reads: list[PendingRead], results: list[Any] | None, exc: BaseException | None
@@ -503,11 +520,16 @@ class ZkBridge:
         """``ops`` all take effect or none does (ZooKeeper's ``multi``). The outcome of
         each, in order: ``None`` if it took effect, else why not (``NoNode``, ``NodeExists``,
         ``BadVersionError``; ``MetadataError`` for one rolled back because another failed).
-        Unavailability raises."""
+        Unavailability raises.
 
+        Transactions made in one turn of the loop go to ZooKeeper together, once the turn
+        ends, each still all or nothing on its own (``hedwig.metadata.zookeeper.multiwrite``).
+        """
         requests: list[Any] = []
+        size = 0
         for op in ops:
             path = self._rooted(op.path)
+            size += len(path) + len(op.value) + OP_BYTES
             if op.kind == "check":
                 requests.append(CheckVersion(path, op.version))
             elif op.kind == "create":
@@ -516,7 +538,10 @@ class ZkBridge:
                 requests.append(Delete(path, op.version))
             else:
                 requests.append(SetData(path, op.value, op.version))
-        results = await self._send(ops[0].path, -1, Transaction(requests))
+        loop = self._loop or asyncio.get_running_loop()
+        fut: asyncio.Future[list[Any]] = loop.create_future()
+        self._write_later(PendingWrite(requests, size, ops[0].path, fut))
+        results = await fut
         out: list[BaseException | None] = []
         for op, result in zip(ops, results, strict=True):
             if isinstance(result, RolledBackError):
@@ -526,6 +551,49 @@ class ZkBridge:
             else:
                 out.append(None)
         return out
+
+    def _write_later(self, *writes: PendingWrite) -> None:
+        """``writes`` sent once this turn ends, with every other transaction made in it."""
+        if not self._writes:
+            (self._loop or asyncio.get_running_loop()).call_soon(self._send_writes)
+        self._writes.extend(writes)
+
+    def _send_writes(self) -> None:
+        """The transactions gathered this turn, together (each group one slot of
+        ``MAX_IN_FLIGHT``)."""
+        writes, self._writes = self._writes, []
+        for group in together(writes):
+            self._send_group(
+                group[0].path,
+                functools.partial(self._queue_writes, group),
+                functools.partial(_fail_writes, group),
+            )
+
+    def _queue_writes(self, group: list[PendingWrite]) -> None:
+        """Hands ``group`` to kazoo as one ``multi``, a slot taken for it."""
+        request = Transaction([r for write in group for r in write.requests])
+        answer = GroupAnswer(self._to_loop(), functools.partial(self._writes_answered, group))
+        try:
+            self._client._call(request, answer)
+        except BaseException as exc:
+            self._slots.give()
+            _fail_writes(group, _translate(exc, group[0].path, -1))
+
+    def _writes_answered(
+        self, group: list[PendingWrite], results: list[Any] | None, exc: BaseException | None
+    ) -> None:
+        """On the loop: the answer to transactions sent together, each its own; those only
+        rolled back by another's failure go again."""
+        self._slots.give()
+        if results is None or len(results) != sum(len(w.requests) for w in group):
+            err = exc or MetadataError(
+                f"ZooKeeper answered {len(group)} transactions with {results!r}"
+            )
+            _fail_writes(group, _translate(err, group[0].path, -1))
+            return
+        again = settle(group, results)
+        if again:
+            self._write_later(*again)
 
     async def children(self, path: str) -> list[str]:
         return list(await self._send(path, -1, GetChildren(self._rooted(path), None)))
@@ -665,6 +733,12 @@ def _fail_reads(reads: Sequence[PendingRead], exc: BaseException) -> None:
     for read in reads:
         if not read.fut.done():
             read.fut.set_exception(exc)
+
+
+def _fail_writes(writes: Sequence[PendingWrite], exc: BaseException) -> None:
+    for write in writes:
+        if not write.fut.done():
+            write.fut.set_exception(exc)
 
 
 class _Answer:

@@ -80,9 +80,10 @@ class MultiRead:
 MAX_READS = 64
 
 
-class ReadsAnswer:
-    """What kazoo's connection thread completes for a ``MultiRead``: the results cross to the
-    loop together (``deliver``), where each waiting read gets its own."""
+class GroupAnswer:
+    """What kazoo's connection thread completes for a request made for many callers (a
+    ``MultiRead``, or transactions together: ``hedwig.metadata.zookeeper.multiwrite``): the
+    results cross to the loop together (``deliver``), where each caller gets its own."""
 
     __slots__ = ("_crossing", "_deliver")
 

@@ -143,17 +143,20 @@ class ZkOwnership:
 
     async def _claim_existing(self, topic: str, owner: HubInfo) -> TopicClaim | None:
         """The owner record of a topic that exists; ``None`` if it does not."""
-        path = self._layout.owner(topic)
-        try:
-            _, stat = await self._zk.create(path, owner.to_json(), ephemeral=True)
-        except NodeExists:
-            self._claimed_existing = True
-            return TopicClaim(None, owner=await self.read_owner_info(topic))
-        except NoNode:
+        # A transaction of one operation rather than a create: it goes to ZooKeeper with
+        # the other transactions of its turn (a survivor of a failover makes hundreds).
+        (made,) = await self._zk.transaction(
+            [Op("create", self._layout.owner(topic), value=owner.to_json(), ephemeral=True)]
+        )
+        if isinstance(made, NoNode):
             self._claimed_existing = False
             return None
         self._claimed_existing = True
-        return TopicClaim(Version(stat.version))
+        if isinstance(made, NodeExists):
+            return TopicClaim(None, owner=await self.read_owner_info(topic))
+        if made is not None:
+            raise made
+        return TopicClaim(Version(0))  # a new znode's version
 
     async def delete_owner_info(self, topic: str, version: Version) -> None:
         try:
