@@ -765,17 +765,21 @@ async def test_a_transaction_that_fails_among_others_fails_alone(
     assert isinstance(got[3][1], NodeExists)
     assert isinstance(got[7][0], BadVersionError)
     assert isinstance(got[11][0], NoNode)
-    assert got[15] == [None] and isinstance(got[16][0], NodeExists)
+    # The two for one znode never share a request: the one sent first in time wins.
+    won = [i for i in (15, 16) if got[i] == [None]]
+    assert len(won) == 1 and isinstance(got[31 - won[0]][0], NodeExists), got[15:17]
     apart = {3, 7, 11, 15, 16}
     assert all(got[i] == [None] for i in range(20) if i not in apart), got
-    assert requests == 5  # each failure settles its own; the rest go again together
+    # Each failure settles its own and the rest go again together: 0-15 in a request, 16-19
+    # in another (16 and 15 make one znode), then 0-15 without 3, without 7, without 11.
+    assert 5 <= requests <= 6
     names = set(await store.zk.children(base))
     assert names == {"taken", "versioned", "raced"} | {
         f"ok{i}" for i in range(20) if i not in apart
     }
     assert (await store.zk.get(f"{base}/taken"))[0] == b"old"
     assert (await store.zk.get(f"{base}/versioned"))[0] == b"v0"
-    assert (await store.zk.get(f"{base}/raced"))[0] == b"first"
+    assert (await store.zk.get(f"{base}/raced"))[0] == (b"first" if won == [15] else b"second")
 
 
 async def test_transactions_together_when_the_connection_drops_each_end(

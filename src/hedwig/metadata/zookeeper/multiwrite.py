@@ -14,9 +14,12 @@ ZooKeeper's answer to a failed ``multi`` says which operation failed (that one h
 error; those before it are rolled back, code 0, and those after it not tried, code -2). The
 transaction holding the failed operation gets the answer it would have had alone; the others
 changed nothing, and are sent again, together with whatever was made meanwhile. Each round
-settles at least the one that failed, so every transaction is answered. Sent again after
-another's failure, a transaction is judged on the tree as it is then, as if it had been made
-a moment later: no caller is promised an order among transactions it did not wait for.
+settles at least the one that failed, so every transaction is answered. Transactions that
+touch one znode (or a znode and its parent) never share a request (``together``), so the
+failure is always the transaction's own, never one another in the same request caused. Sent
+again after another's failure, a transaction is judged on the tree as it is then, as if it
+had been made a moment later: no caller is promised an order among transactions it did not
+wait for.
 """
 
 from __future__ import annotations
@@ -48,18 +51,36 @@ class PendingWrite(NamedTuple):
 
 def together(writes: Sequence[PendingWrite]) -> Iterator[list[PendingWrite]]:
     """``writes`` in order, in groups within ``MAX_OPS`` and ``MAX_BYTES`` (a transaction
-    larger than that alone). Transactions whose callers stopped waiting are left out."""
+    larger than that alone). Transactions whose callers stopped waiting are left out.
+
+    No two transactions of a group touch one znode, or one a znode and the other its parent
+    (a create needs the parent, a delete a node without children): in a group, what each
+    does cannot depend on what another does, so one that fails would have failed alone, and
+    the others, sent again, are as they were."""
     group: list[PendingWrite] = []
     ops = size = 0
+    paths: set[str] = set()  # the group's znodes
+    near: set[str] = set()  # and their parents
     for write in writes:
         if write.fut.done():
             continue
-        if group and (ops + len(write.requests) > MAX_OPS or size + write.size > MAX_BYTES):
+        mine = {r.path for r in write.requests}
+        parents = {p.rpartition("/")[0] for p in mine}
+        if group and (
+            ops + len(write.requests) > MAX_OPS
+            or size + write.size > MAX_BYTES
+            or not mine.isdisjoint(paths)
+            or not mine.isdisjoint(near)
+            or not parents.isdisjoint(paths)
+        ):
             yield group
             group, ops, size = [], 0, 0
+            paths, near = set(), set()
         group.append(write)
         ops += len(write.requests)
         size += write.size
+        paths |= mine
+        near |= parents
     if group:
         yield group
 
