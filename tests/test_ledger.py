@@ -383,7 +383,7 @@ async def test_two_replicas_failing_at_once_start_one_roll_over(
         ensemble=["h:1", "h:2", "h:3"],
         choose_ensemble=cluster.choose,
         settings=LogSettings(replication=ReplicationConfig(3, 3, 1)),
-        on_suspect=suspects.append,
+        on_suspect=lambda lid, _fragments: suspects.append(lid),
     )
     await log.open()
     await log.append("p", 1, EncodedMessages.of_values([b"before"]))
@@ -872,6 +872,49 @@ async def test_ledgers_waiting_for_a_gone_hub_are_read_again_when_its_delay_ends
     report = await auditor.run_once()
     assert auditor.full_audits == 2 and len(reads) == waiting
     assert report.waiting == 0 and len(report.under_replicated) == waiting
+
+
+async def test_a_hub_going_calls_for_a_full_audit_when_its_delay_ends_not_at_once(
+    store: MemoryMetadataStore, tmp_path: Path
+) -> None:
+    """Nothing of a gone hub's can be re-created before the delay ends: its going brings a
+    full audit then, not at once, and a suspect naming it waits for that audit (after a hub
+    of 100,000 topics died, each survivor read and asked the replicas of its share of every
+    ledger, and of every ledger it recovered, while taking the topics over). A suspect
+    naming only live hubs is read at once; a hub coming back is audited at once."""
+    cluster = Cluster(tmp_path, 4)
+    names = ("h:1", "h:2", "h:3", "h:4")
+    for name in names:
+        await store.hubs.register_hub(name, HubLoad())
+    on_gone = [await closed_ledger(store, cluster, names[:3], 3) for _ in range(4)]
+    elsewhere = await closed_ledger(store, cluster, ("h:1", "h:2", "h:4"), 3)
+    reads = counted_ledger_reads(store)
+    clock = ManualClock()
+    auditor = first_hubs_auditor(store, cluster, clock, delay_s=60)
+    await auditor.run_once()
+    assert auditor.full_audits == 1
+
+    await store.hubs.unregister_hub("h:3")
+    clock.advance(5)
+    reads.clear()
+    for md in (*on_gone, elsewhere):
+        auditor.suspect(md.ledger_id, md.fragments)  # recovered by this hub, say
+    report = await auditor.run_once()
+    assert auditor.full_audits == 1, "no full audit while nothing of h:3's may be re-created"
+    assert reads == [elsewhere.ledger_id] and report.repaired == 0
+    reads.clear()
+    clock.advance(50)
+    await auditor.run_once()
+    assert auditor.full_audits == 1 and reads == []
+    clock.advance(11)  # h:3 has been gone for the delay: its replicas are re-created now
+    report = await auditor.run_once()
+    assert auditor.full_audits == 2 and report.repaired > 0
+    assert set(reads) >= {md.ledger_id for md in on_gone if md.ledger_id % 3 == 0}
+
+    await store.hubs.register_hub("h:3", HubLoad())  # back (a new session): audited at once
+    clock.advance(1)
+    await auditor.run_once()
+    assert auditor.full_audits == 3
 
 
 async def test_a_read_does_not_wait_for_a_replica_that_hangs(

@@ -61,7 +61,7 @@ from hedwig.hub.topic import OwnedTopic, TopicState
 from hedwig.ledger.lac_notices import LacNotices
 from hedwig.ledger.replicas import Replicas
 from hedwig.ledger.retention import delete_ledger_everywhere
-from hedwig.ledger.topic_log import LogSettings, TopicLog, new_ledger_metadata
+from hedwig.ledger.topic_log import Fragments, LogSettings, TopicLog, new_ledger_metadata
 from hedwig.metadata.managers import MetadataStore, SessionState
 from hedwig.metadata.records import (
     NEW_VERSION,
@@ -183,7 +183,7 @@ class TopicOwnership:
         self._merged = self.defaults
         # Told the ledgers a topic's log closed or recovered that may be under-replicated
         # (the hub's auditor); one callable shared by every log.
-        self.suspect: Callable[[int], None] | None = None
+        self.suspect: Callable[[int, Fragments], None] | None = None
         # Callbacks and settings every owned topic holds, made once and shared (a bound
         # method is 64 bytes, a topic's merged configuration and settings about 400).
         self._lose_cb: Callable[[str, LossKind, str], None] = self.lose

@@ -33,15 +33,18 @@ harmless because every metadata change is a compare-and-set.
 
 Reading every ledger of its share is a full audit, and it is not made every round: at 100,000
 topics that was thousands of metadata reads and replica questions a second, for ledgers that
-had not changed. As BookKeeper's auditor, this one looks at everything when the region's
-membership changes (a hub gone, back, restarted with a new session, or new: whatever a replica
-can have lost, or a small ensemble can now grow to), while a previous audit left something
-to do (a repair that failed), when the delay of a gone hub whose replicas it found ends
-(not every round until then: after a hub of 100,000 topics died, each survivor read and
+had not changed. As BookKeeper's auditor, this one looks at everything when a hub comes (back,
+restarted with a new session, or new: whatever a replica can have lost, or a small ensemble
+can now grow to), when a hub has been gone for the delay (not when it goes: nothing of its can
+be re-created before, and a full audit then read and asked the replicas of every ledger of
+the share while the survivors took the gone hub's topics over), while a previous audit left
+something to do (a repair that failed), when the delay of a gone hub whose replicas it found
+ends (not every round until then: after a hub of 100,000 topics died, each survivor read and
 inspected its share of every ledger every round, through the whole failover, for ledgers
 nothing could be done about yet), and every ``full_interval_s`` in any case. In between it
 checks the ledgers its hub suspects: ones it closed after a replica failed a write or with
-fewer replicas than wanted, and ones it recovered (``suspect``).
+fewer replicas than wanted, and ones it recovered (``suspect``), except those naming a hub
+gone within the delay, which the audit at its end looks at.
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ from dataclasses import dataclass, field, replace
 
 from hedwig.clock import Clock, SystemClock
 from hedwig.errors import BadVersionError, HedwigError
-from hedwig.ledger.handle import read_entry, write_set
+from hedwig.ledger.handle import Fragments, read_entry, write_set
 from hedwig.ledger.replicas import Replicas
 from hedwig.ledger.retention import delete_ledger_everywhere
 from hedwig.ledger.storage import LocalStorage
@@ -190,14 +193,30 @@ class Auditor:
         # then. And how many the last full audit found waiting, still reported meanwhile.
         self._due: float | None = None
         self._carried_waiting = 0
-        self._suspects: set[int] = set()
-        self._overflowed = False
+        # Suspected ledgers by the replicas they name (few distinct sets), how many in all,
+        # and the replica sets of those not kept (past ``MAX_SUSPECTS``).
+        self._suspects: dict[frozenset[str], set[int]] = {}
+        self._suspect_count = 0
+        self._overflowed: set[frozenset[str]] = set()
         self.full_audits = 0
         self.last = AuditReport()
         # Hubs seen in ledgers but not alive, since when (this hub's clock).
         self._missing_since: dict[str, float] = {}
         # Bytes written to replicas by repairs, by kind (replace, catch-up, grow).
         self.copied_bytes: dict[str, int] = {"replace": 0, "catch-up": 0, "grow": 0}
+
+    def _gone(self, left: frozenset[tuple[str, str, int]], alive: set[str], now: float) -> None:
+        """Hubs that ``left`` the region, none having come: nothing of theirs may be
+        re-created before the delay ends, so the full audit their going calls for is made
+        then (as BookKeeper's auditor delays its audit by the lost-bookie recovery delay),
+        not at once. At once, it read and asked the replicas of every ledger of the share
+        while the survivors took the gone hub's topics over, a tenth of their work."""
+        for storage_id, address, _ in left:
+            for name in (storage_id, address):
+                if name not in alive:
+                    self._missing_since.setdefault(name, now)
+        end = now + self.delay_s
+        self._due = end if self._due is None else min(self._due, end)
 
     def _waiting(self, alive: set[str], seen: set[str], *, full: bool) -> set[str]:
         """Of the hubs ``seen`` in ledgers but not alive, those still within the delay.
@@ -223,13 +242,23 @@ class Auditor:
             default=now,
         )
 
-    def suspect(self, ledger_id: int) -> None:
+    def suspect(self, ledger_id: int, fragments: Fragments = ()) -> None:
         """A ledger this hub closed that may be under-replicated (a replica failed a write, its
-        ensemble was short) or recovered: checked at the next audit, whatever its share."""
-        if len(self._suspects) < MAX_SUSPECTS:
-            self._suspects.add(ledger_id)
+        ensemble was short) or recovered: checked at the next audit, whatever its share.
+
+        ``fragments`` (the ledger's) name its replicas: one naming a hub gone within the
+        re-replication delay is left to the full audit the delay's end brings (``run_once``).
+        After a hub died, every ledger its survivors recovered was suspected, each read
+        again with its replicas asked, for nothing that could be done before the delay ended.
+        """
+        key = frozenset(a for _, ensemble in fragments for a in ensemble)
+        if self._suspect_count < MAX_SUSPECTS:
+            group = self._suspects.setdefault(key, set())
+            if ledger_id not in group:
+                group.add(ledger_id)
+                self._suspect_count += 1
         else:
-            self._overflowed = True
+            self._overflowed.add(key)
 
     async def run_once(self) -> AuditReport:
         report = AuditReport()
@@ -242,14 +271,29 @@ class Auditor:
             return report
         membership = frozenset((h.storage_id, h.address, h.epoch) for h in hubs)
         now = self.clock.monotonic()
+        if self._membership is not None and membership < self._membership:
+            self._gone(self._membership - membership, alive, now)
+            self._membership = membership
+        # Hubs gone within the delay: a full audit is due when it ends (``_gone``), so a
+        # suspect naming one of them is looked at then, not now.
+        waiting_for = (
+            frozenset(a for a, since in self._missing_since.items() if now - since < self.delay_s)
+            - alive
+        )
+
+        def deferred(replicas: frozenset[str]) -> bool:
+            return self._due is not None and not replicas.isdisjoint(waiting_for)
+
         full = (
             not self._clean
-            or self._overflowed
+            or any(not deferred(r) for r in self._overflowed)
             or membership != self._membership
             or now - self._last_full >= self.full_interval_s
             or (self._due is not None and now >= self._due)
         )
-        suspected, self._suspects = self._suspects, set()
+        groups, self._suspects, self._suspect_count = self._suspects, {}, 0
+        self._overflowed = set()
+        suspected = {lid for r, ids in groups.items() if not deferred(r) for lid in ids}
         todo = set(suspected)
         position, members = order.index(self.hub_id), len(order)
         mine: list[tuple[LedgerMetadata, Version]] = []
@@ -258,7 +302,6 @@ class Auditor:
         old: list[tuple[int, str]] = []
         if full:
             self.full_audits += 1
-            self._overflowed = False
             report.orphans_deleted = await self.collect_orphans()
             for lid in await self.store.ledgers.list_ledgers():
                 if lid % members == position:
@@ -326,7 +369,7 @@ class Auditor:
         if got.value.state is LedgerState.CLOSED:
             mine.append((got.value, got.version))
         elif lid in suspected:
-            self._suspects.add(lid)
+            self.suspect(lid, got.value.fragments)
 
     async def collect_orphans(self) -> list[int]:
         """Delete this hub's replicas of ledgers whose metadata is gone.

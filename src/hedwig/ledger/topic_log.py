@@ -111,7 +111,7 @@ class _LogShared:
     choose_ensemble: EnsembleChooser | None
     clock: Clock
     on_rolled_over: Callable[[], None] | None
-    on_suspect: Callable[[int], None] | None
+    on_suspect: Callable[[int, Fragments], None] | None
     on_idle: Callable[[LedgerWriter], None] | None
 
 
@@ -178,7 +178,7 @@ class TopicLog:
         choose_ensemble: EnsembleChooser | None = None,
         clock: Clock | None = None,
         on_rolled_over: Callable[[], None] | None = None,
-        on_suspect: Callable[[int], None] | None = None,
+        on_suspect: Callable[[int, Fragments], None] | None = None,
         on_idle: Callable[[LedgerWriter], None] | None = None,
     ) -> None:
         self.topic = topic
@@ -357,7 +357,7 @@ class TopicLog:
             # here, not in the store.
             self._reader().closed(md)
             if md.last_entry_id >= 0 and self._on_suspect is not None:
-                self._on_suspect(md.ledger_id)  # a replica may have missed its end
+                self._on_suspect(md.ledger_id, md.fragments)  # a replica may have missed its end
         if got is not None:
             try:
                 self.previous_end_ms = await self._previous_end_ms(ranges, recovered)
@@ -431,7 +431,7 @@ class TopicLog:
         return self._sh.on_rolled_over
 
     @property
-    def _on_suspect(self) -> Callable[[int], None] | None:
+    def _on_suspect(self) -> Callable[[int, Fragments], None] | None:
         return self._sh.on_suspect
 
     @property
@@ -755,7 +755,7 @@ class TopicLog:
         md = await self._stored(lambda: writer.close(last_seq=self.last_seq))
         self._tail_suspect = False
         if suspect and self._on_suspect is not None:
-            self._on_suspect(md.ledger_id)
+            self._on_suspect(md.ledger_id, md.fragments)
         if isinstance(self._log_reader, LogReader):
             self._log_reader.closed(md)
         ranges = self._ranges.close_tail(self.last_seq)
