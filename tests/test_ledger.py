@@ -364,6 +364,9 @@ class Cluster:
     def suspect(self, address: str) -> None:
         return None
 
+    def suspected(self, address: str) -> bool:
+        return False
+
     async def choose(self, size: int, minimum: int, avoid: frozenset[str]) -> list[str]:
         healthy = [a for a in self.disks if a not in avoid and a not in self.cut]
         return healthy[:size]
@@ -535,6 +538,38 @@ async def test_replicas_told_an_idle_ledgers_lac_spare_its_recovery_the_write_ba
     got = await new.read(1, 10, 1 << 20)
     assert [m.value for b in got for m in b.messages.decode()] == [b"m0", b"m1", b"m2"]
     await notices.close()
+
+
+@pytest.mark.parametrize("others_answer", [True, False], ids=["others-answer", "one-cut"])
+async def test_recovery_fences_a_replica_that_failed_lately_only_if_the_others_fall_short(
+    store: MemoryMetadataStore, tmp_path: Path, others_answer: bool
+) -> None:
+    """After a hub died, each recovery of its topics asked it too (a request, a failure and a
+    task each, for every topic). The quorum rule needs ``E - Qa + 1`` answers, whichever
+    replicas give them: one that failed lately is asked only when the others cannot."""
+    cluster = Recorded(tmp_path, 3)
+    settings = LogSettings(replication=ReplicationConfig(3, 3, 2))
+    ensemble = ["h:1", "h:2", "h:3"]
+    old = TopicLog(
+        "t", store, cluster, owner="h:1", owner_epoch=1, ensemble=ensemble, settings=settings
+    )
+    await old.open()
+    for i in range(3):
+        await old.append("p", i + 1, EncodedMessages.of_values([b"m%d" % i]))
+    lid = old.ledger_id
+    cluster.suspected = lambda address: address == "h:3"  # type: ignore[method-assign]
+    if not others_answer:
+        cluster.cut = {"h:1": Unreachable("h:1")}
+    cluster.calls.clear()
+    new = TopicLog(
+        "t", store, cluster, owner="h:2", owner_epoch=1, ensemble=ensemble, settings=settings
+    )
+    await new.open()
+    assert new.last_seq == 3
+    asked = {c[0] for c in cluster.calls if c[2] == lid and c[1] == "fence"}
+    assert asked == ({"h:1", "h:2"} if others_answer else {"h:1", "h:2", "h:3"})
+    fenced = {a for a, disk in cluster.disks.items() if await disk.fenced(lid)}
+    assert fenced == ({"h:1", "h:2"} if others_answer else {"h:2", "h:3"})
 
 
 async def test_a_writer_tells_only_what_it_confirmed(

@@ -519,7 +519,18 @@ async def _fence_and_read_forward(
             log.info("fencing ledger %d on %s failed: %s", md.ledger_id, address, exc)
             return None
 
-    replies = await _enough_fenced(ensemble, needed, fence)
+    # Replicas that failed lately are fenced only if the others cannot make ``needed``: no
+    # quorum of unfenced replicas is left either way (the quorum rule, not the number asked,
+    # is what stops the old writer), and one that is down made every take-over of its topics
+    # a request, a failure and its task (after a hub died: each of its topics' recoveries).
+    doubtful = [a for a in ensemble if replicas.suspected(a)]
+    if doubtful and len(ensemble) - len(doubtful) >= needed:
+        trusted = [a for a in ensemble if a not in doubtful]
+        replies = await _enough_fenced(trusted, needed, fence)
+        if len(replies) < needed:
+            replies.update(await _enough_fenced(doubtful, needed - len(replies), fence))
+    else:
+        replies = await _enough_fenced(ensemble, needed, fence)
     responders = set(replies)
     if len(replies) < needed:
         raise NotEnoughReplicasError(

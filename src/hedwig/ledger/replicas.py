@@ -33,6 +33,10 @@ class Replicas(Protocol):
         """Note that ``address`` just failed a request."""
         ...
 
+    def suspected(self, address: str) -> bool:
+        """Whether ``address`` failed a request lately (``suspect``)."""
+        ...
+
 
 class LocalFirstReplicas:
     """A hub's directory: its own disk for its own address, connections for the others."""
@@ -114,6 +118,9 @@ class RemoteReplicas:
 
     def suspect(self, address: str) -> None:
         return None
+
+    def suspected(self, address: str) -> bool:
+        return False
 
     def close(self) -> None:
         for node in self._remote.values():
