@@ -1057,6 +1057,17 @@ def test_ledger_metadata_json_holds_every_field_and_reads_back() -> None:
     raw = md.to_json()
     assert set(json.loads(raw)) == {f.name for f in dataclasses.fields(LedgerMetadata)}
     assert LedgerMetadata.from_json(raw) == md
+    # Written out, it is the bytes ``json`` makes of the fields (sorted, compact, escaped),
+    # odd names included.
+    odd = dataclasses.replace(
+        md, topic='a"b\\c\u00e9\u2603\n', owner="h\t1", fragments=((0, ('"x"',)),)
+    )
+    fields = {f.name: getattr(odd, f.name) for f in dataclasses.fields(LedgerMetadata)}
+    fields["state"] = odd.state.value
+    fields["fragments"] = [[f, list(e)] for f, e in odd.fragments]
+    expected = json.dumps(fields, separators=(",", ":"), sort_keys=True).encode()
+    assert odd.to_json() == expected
+    assert LedgerMetadata.from_json(odd.to_json()) == odd
 
 
 async def test_orphans_are_replicas_whose_metadata_is_gone_whatever_their_ids(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
 from typing import Any, ClassVar, Generic, NewType, TypeVar
@@ -48,6 +49,11 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), sort_keys=True)
 
 def _dump(data: dict[str, Any]) -> bytes:
     return _ENCODER.encode(data).encode("utf-8")
+
+
+# A string as JSON, as ``_ENCODER`` writes it (escaped to ASCII, quoted): for records
+# written out field by field.
+_quote: Callable[[str], str] = json.encoder.encode_basestring_ascii
 
 
 @dataclass(frozen=True, slots=True)
@@ -398,26 +404,22 @@ class LedgerMetadata:
         return current
 
     def to_json(self) -> bytes:
-        # Field by field, not ``asdict``: that copies the fragments deeply, and a ledger's
-        # metadata is written at every claim and close (a fifth of creating a ledger).
-        return _dump(
-            {
-                "ledger_id": self.ledger_id,
-                "topic": self.topic,
-                "ensemble_size": self.ensemble_size,
-                "write_quorum": self.write_quorum,
-                "ack_quorum": self.ack_quorum,
-                "fragments": [[f, list(e)] for f, e in self.fragments],
-                "state": self.state.value,
-                "last_entry_id": self.last_entry_id,
-                "last_seq": self.last_seq,
-                "length": self.length,
-                "owner": self.owner,
-                "owner_epoch": self.owner_epoch,
-                "created_ms": self.created_ms,
-                "closed_ms": self.closed_ms,
-            }
+        # Written out, not through ``json``: the bytes ``_dump`` makes of the same fields
+        # (keys sorted, no spaces, strings escaped by ``json``'s own function), in a third
+        # of the time. A take-over writes a ledger's metadata three times (marked, closed,
+        # the next one); through the encoder that was 3.5 % of a survivor's failover.
+        fragments = ",".join(
+            f"[{first:d},[{','.join(map(_quote, ensemble))}]]" for first, ensemble in self.fragments
         )
+        return (
+            f'{{"ack_quorum":{self.ack_quorum:d},"closed_ms":{self.closed_ms:d},'
+            f'"created_ms":{self.created_ms:d},"ensemble_size":{self.ensemble_size:d},'
+            f'"fragments":[{fragments}],"last_entry_id":{self.last_entry_id:d},'
+            f'"last_seq":{self.last_seq:d},"ledger_id":{self.ledger_id:d},'
+            f'"length":{self.length:d},"owner":{_quote(self.owner)},'
+            f'"owner_epoch":{self.owner_epoch:d},"state":{_quote(self.state.value)},'
+            f'"topic":{_quote(self.topic)},"write_quorum":{self.write_quorum:d}}}'
+        ).encode()
 
     @classmethod
     def from_json(cls, raw: bytes, ledger_id: int | None = None) -> LedgerMetadata:
