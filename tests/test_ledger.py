@@ -12,6 +12,7 @@ import pytest
 
 from hedwig.clock import ManualClock
 from hedwig.errors import (
+    BadVersionError,
     HedwigError,
     LedgerFencedError,
     MetadataUnavailableError,
@@ -31,6 +32,7 @@ from hedwig.ledger.handle import (
     SPECULATIVE_READ_S,
     _enough_fenced,
     read_entry,
+    recovered_end,
     write_set,
 )
 from hedwig.ledger.log_reader import READ_AHEAD
@@ -106,6 +108,42 @@ async def test_stale_writer_cannot_ack_after_recovery(
     assert new.last_seq == 1
     md = await store.ledgers.read_ledger(old.ranges.ranges[0].ledger_id)
     assert md is not None and md.value.state is LedgerState.CLOSED
+
+
+async def test_a_recovery_writes_the_ledger_once_and_a_writer_closing_first_keeps_its_close(
+    store: MemoryMetadataStore, tmp_path: Path
+) -> None:
+    """Recovery does not mark the ledger IN_RECOVERY before fencing it (a store write and a
+    round trip of every take-over): its one write is the close. A writer closing meanwhile
+    compare-and-sets the same version: the second to write fails and reads what the first
+    recorded, and the writer closes only on what it acknowledged."""
+    storage = LocalStorage(tmp_path, "h:1")
+    old = make_log(store, storage)
+    await old.open()
+    for i in range(3):
+        await old.append("p", i + 1, EncodedMessages.of_values([b"m%d" % i]))
+    lid = old.ranges.ranges[-1].ledger_id
+    states: list[LedgerState] = []
+    write = store.ledgers.write_ledger
+
+    async def counted(md: LedgerMetadata, version: Any) -> Any:
+        states.append(md.state)
+        return await write(md, version)
+
+    store.ledgers.write_ledger = counted  # type: ignore[method-assign,assignment]
+    replicas = LocalFirstReplicas(storage)
+    ended = await recovered_end(store.ledgers, replicas, lid, decode=Batch.from_stored)
+    assert states == [] and ended.version is not None
+    assert (ended.metadata.last_entry_id, ended.metadata.last_seq) == (2, 3)
+    await old.close()  # the writer's close lands first
+    assert states == [LedgerState.CLOSED]
+    with pytest.raises(BadVersionError):
+        await store.ledgers.write_ledger(ended.metadata, ended.version)
+    again = await recover_ledger(store.ledgers, replicas, lid, decode=Batch.from_stored)
+    assert again.version is None  # closed already: nothing to write
+    assert (again.metadata.last_entry_id, again.metadata.last_seq) == (2, 3)
+    with pytest.raises(LedgerFencedError):  # the replica refuses the old writer
+        await storage.add_entry(lid, 3, 2, b"late")
 
 
 async def test_reads_from_ledgers_ask_for_entries_ahead_but_return_what_was_asked(

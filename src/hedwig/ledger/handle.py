@@ -12,8 +12,8 @@ Rules (BookKeeper's, see ``docs/architecture.md``):
 - If too many replicas of a write set fail (more than ``write_quorum - ack_quorum``), or one
   answers that the ledger is fenced, the writer is broken: every pending and later ``add``
   fails and the owner must stop using the ledger.
-- Recovery (``recover_ledger``) is how anyone but the writer closes a ledger: mark it
-  IN_RECOVERY, fence the replicas and learn their LAC and last stored entry (enough answers
+- Recovery (``recover_ledger``) is how anyone but the writer closes a ledger: fence the
+  replicas and learn their LAC and last stored entry (enough answers
   that no ack quorum of unfenced replicas can remain), read forward past the LAC up to the last
   entry any of them stores, writing back what is found, and close it with a compare-and-set
   recording the last entry. Afterwards the old writer can never reach
@@ -406,40 +406,40 @@ async def recovered_end(
     clock: Clock | None = None,
     replacements: Replacements | None = None,
 ) -> Recovered[E]:
-    """``recover_ledger`` up to its last write: the ledger marked IN_RECOVERY, fenced and
-    its end written back; the close is left for the caller to record.
+    """``recover_ledger`` up to its last write: the ledger fenced and its end written back;
+    the close, a compare-and-set on the version read here, is left for the caller to record.
 
     A take-over records the close in the same store request as the topic's next ledger and
     its ledger list (``TopicPersistenceManager.continue_topic_log``): three writes in one.
+
+    The ledger is not marked IN_RECOVERY first (BookKeeper's first step; a ledger marked so
+    by earlier versions is recovered alike). The mark makes a writer's own metadata change
+    fail while a recovery runs; BookKeeper's writer changes its ensemble when a replica fails,
+    Hedwig's never does (it rolls over to a new ledger), and its one change, the close,
+    compare-and-sets the same version the recovery's close does: whichever is second fails
+    and reads what the first recorded (a writer closes only on what it acknowledged, a
+    recovery past all of it). The quorum rule, not the mark, keeps the fenced writer from
+    acknowledging anything more. The mark was a store write and a round trip of every
+    take-over: a fifth of ZooKeeper's writes in a failover.
     """
     clock = clock or SystemClock()
-    while True:
-        got = await ledgers.read_ledger(ledger_id)
-        if got is None:
-            raise NoLedgerMetadataError(str(ledger_id))
-        md, version = got.value, got.version
-        if md.state is LedgerState.CLOSED:
-            return Recovered(md, None)
-        if md.state is LedgerState.OPEN:
-            marked = replace(md, state=LedgerState.IN_RECOVERY)
-            try:
-                version = await ledgers.write_ledger(marked, version)
-            except BadVersionError:
-                continue
-            md = marked
-        last_entry, last_payload, fragments = await _fence_and_read_forward(
-            replicas, md, replacements
-        )
-        last = None if last_payload is None or decode is None else decode(last_payload)
-        closed = replace(
-            md,
-            state=LedgerState.CLOSED,
-            last_entry_id=last_entry,
-            last_seq=md.last_seq if last is None else last.last_seq,
-            closed_ms=clock.wall_ms(),
-            fragments=fragments,
-        )
-        return Recovered(closed, version, last)
+    got = await ledgers.read_ledger(ledger_id)
+    if got is None:
+        raise NoLedgerMetadataError(str(ledger_id))
+    md, version = got.value, got.version
+    if md.state is LedgerState.CLOSED:
+        return Recovered(md, None)
+    last_entry, last_payload, fragments = await _fence_and_read_forward(replicas, md, replacements)
+    last = None if last_payload is None or decode is None else decode(last_payload)
+    closed = replace(
+        md,
+        state=LedgerState.CLOSED,
+        last_entry_id=last_entry,
+        last_seq=md.last_seq if last is None else last.last_seq,
+        closed_ms=clock.wall_ms(),
+        fragments=fragments,
+    )
+    return Recovered(closed, version, last)
 
 
 # Once enough replicas have answered a fence, the others get this long to answer too (more
