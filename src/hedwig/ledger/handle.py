@@ -32,6 +32,7 @@ from typing import Generic, Protocol, TypeVar
 from hedwig.clock import Clock, SystemClock
 from hedwig.errors import (
     BadVersionError,
+    HedwigError,
     LedgerClosedError,
     LedgerError,
     LedgerFencedError,
@@ -40,6 +41,7 @@ from hedwig.errors import (
     NotEnoughReplicasError,
 )
 from hedwig.ledger.replicas import Replicas
+from hedwig.ledger.storage import LocalStorage
 from hedwig.metadata.managers import LedgerMetadataManager
 from hedwig.metadata.records import LedgerMetadata, LedgerState, Version, Versioned
 from hedwig.shared import shared
@@ -302,6 +304,16 @@ async def read_entry(
         [a for a in write_set(md, entry_id) if among is None or a in among]
     )
     last: BaseException | None = None
+    if targets and isinstance(first := replicas.node(targets[0]), LocalStorage):
+        # This hub's own disk (tried first) answers at once, nothing to speculate past: read
+        # directly, not through a task and a timed wait. Every take-over reads the last
+        # entry of the ledger it recovered, from its own replica; the wait was most of that.
+        try:
+            return await first.read_entry(md.ledger_id, entry_id)
+        except HedwigError as failed:
+            if not isinstance(failed, NoSuchEntryError):
+                replicas.suspect(targets[0])
+            last, targets = failed, targets[1:]
     pending: dict[asyncio.Future[bytes], str] = {}
     untried = iter(targets)
 
