@@ -22,6 +22,9 @@ _SAFE = "._~-"
 # A name needing no encoding, checked in one regular-expression match: ``quote`` costs ten times
 # that, and a hub encodes a topic's name for every store request about it.
 _PLAIN = re.compile(r"(?!\.\.?\Z)[A-Za-z0-9._~-]{1,255}")
+# ...or only slashes besides (``region/cell-12``, the commonest other kind): each becomes
+# ``%2F`` as ``quote`` would make it, and the name, holding one, is neither ``.`` nor ``..``.
+_SLASHED = re.compile(r"[A-Za-z0-9._~/-]{1,255}")
 
 
 def validate_name(name: str, *, what: str = "topic") -> str:
@@ -47,6 +50,8 @@ def encode_name(name: str) -> str:
     """The znode name for a valid topic or subscriber name."""
     if isinstance(name, str) and _PLAIN.fullmatch(name):
         return name  # ASCII, printable, at most 255 bytes, not "." or "..": valid and unchanged
+    if isinstance(name, str) and _SLASHED.fullmatch(name):
+        return name.replace("/", "%2F")
     encoded = quote(validate_name(name), safe=_SAFE)
     if encoded in (".", ".."):
         return encoded.replace(".", "%2E")
