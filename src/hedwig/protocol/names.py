@@ -50,7 +50,7 @@ def encode_name(name: str) -> str:
     """The znode name for a valid topic or subscriber name."""
     if isinstance(name, str) and _PLAIN.fullmatch(name):
         return name  # ASCII, printable, at most 255 bytes, not "." or "..": valid and unchanged
-    if isinstance(name, str) and _SLASHED.fullmatch(name):
+    if isinstance(name, str) and "/" in name and _SLASHED.fullmatch(name):
         return name.replace("/", "%2F")
     encoded = quote(validate_name(name), safe=_SAFE)
     if encoded in (".", ".."):
