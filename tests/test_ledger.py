@@ -975,13 +975,14 @@ async def test_a_hub_going_calls_for_a_full_audit_when_its_delay_ends_not_at_onc
     report = await auditor.run_once()
     assert auditor.full_audits == 1, "no full audit while nothing of h:3's may be re-created"
     assert reads == [elsewhere.ledger_id] and report.repaired == 0
+    assert report.hubs_waiting == 1  # known at once; its ledgers are counted at the delay's end
     reads.clear()
     clock.advance(50)
     await auditor.run_once()
     assert auditor.full_audits == 1 and reads == []
     clock.advance(11)  # h:3 has been gone for the delay: its replicas are re-created now
     report = await auditor.run_once()
-    assert auditor.full_audits == 2 and report.repaired > 0
+    assert auditor.full_audits == 2 and report.repaired > 0 and report.hubs_waiting == 0
     assert set(reads) >= {md.ledger_id for md in on_gone if md.ledger_id % 3 == 0}
 
     await store.hubs.register_hub("h:3", HubLoad())  # back (a new session): audited at once

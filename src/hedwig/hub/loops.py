@@ -352,6 +352,7 @@ class HubLoops:
         self.metrics.ledger_repairs.inc(report.repaired)
         self.metrics.left_over_ledgers.inc(len(report.left_over_deleted))
         self.metrics.ledgers_waiting.set(report.waiting)
+        self.metrics.hubs_waiting.set(report.hubs_waiting)
         for kind, total in self.auditor.copied_bytes.items():
             seen = self._copied_seen.get(kind, 0)
             self.metrics.rereplicated_bytes.labels(kind).inc(total - seen)

@@ -175,6 +175,13 @@ class HubMetrics:
             "re-replication delay (not copied yet: it may come back)",
             registry=r,
         )
+        self.hubs_waiting = Gauge(
+            "hedwig_hubs_waiting_for_rereplication",
+            "Hubs that left the region less than the re-replication delay ago, as this hub's "
+            "auditor saw them go (their ledgers are counted as waiting from the audit at the "
+            "delay's end)",
+            registry=r,
+        )
         self.rereplicated_bytes = Counter(
             "hedwig_rereplicated_bytes",
             "Bytes this hub's audits copied to replicas, by kind (replace: a lost replica "

@@ -102,6 +102,9 @@ class AuditReport:
     repaired: int = 0
     failed: int = 0
     waiting: int = 0  # ledgers with a replica on a hub still within the delay
+    # Hubs gone within the delay (storage ids and addresses), known from the region's
+    # membership at once: the ledgers naming them are counted by the audit at its end.
+    hubs_waiting: int = 0
     orphans_deleted: list[int] = field(default_factory=list)
     left_over_deleted: list[int] = field(default_factory=list)
 
@@ -202,6 +205,9 @@ class Auditor:
         self.last = AuditReport()
         # Hubs seen in ledgers but not alive, since when (this hub's clock).
         self._missing_since: dict[str, float] = {}
+        # Hubs (storage ids) seen leaving the region, since when: within the delay, counted
+        # as waiting hubs until the audit at its end counts their ledgers.
+        self._departed: dict[str, float] = {}
         # Bytes written to replicas by repairs, by kind (replace, catch-up, grow).
         self.copied_bytes: dict[str, int] = {"replace": 0, "catch-up": 0, "grow": 0}
 
@@ -271,15 +277,27 @@ class Auditor:
             return report
         membership = frozenset((h.storage_id, h.address, h.epoch) for h in hubs)
         now = self.clock.monotonic()
-        if self._membership is not None and membership < self._membership:
-            self._gone(self._membership - membership, alive, now)
-            self._membership = membership
+        if self._membership is not None:
+            left = self._membership - membership
+            for storage_id, _, _ in left:
+                if storage_id not in alive:
+                    self._departed.setdefault(storage_id, now)
+            if left and membership < self._membership:
+                self._gone(left, alive, now)
+                self._membership = membership
         # Hubs gone within the delay: a full audit is due when it ends (``_gone``), so a
         # suspect naming one of them is looked at then, not now.
         waiting_for = (
             frozenset(a for a, since in self._missing_since.items() if now - since < self.delay_s)
             - alive
         )
+
+        self._departed = {
+            h: since
+            for h, since in self._departed.items()
+            if h not in alive and now - since < self.delay_s
+        }
+        report.hubs_waiting = len(self._departed)
 
         def deferred(replicas: frozenset[str]) -> bool:
             return self._due is not None and not replicas.isdisjoint(waiting_for)
