@@ -41,7 +41,7 @@ from hedwig.errors import (
     NotEnoughReplicasError,
 )
 from hedwig.ledger.replicas import Replicas
-from hedwig.ledger.storage import LocalStorage
+from hedwig.ledger.storage import LocalStorage, StorageNode
 from hedwig.metadata.managers import LedgerMetadataManager
 from hedwig.metadata.records import LedgerMetadata, LedgerState, Version, Versioned
 from hedwig.shared import shared
@@ -176,8 +176,19 @@ class LedgerWriter:
             self._pending = {}
         self._pending[entry_id] = pending
         targets = write_set(self._md, entry_id)
+        wq = len(targets)
         for address in targets:
-            task = loop.create_task(self._send(address, pending, payload, len(targets)))
+            node = self._replicas.node(address)
+            if isinstance(node, LocalStorage):
+                # This hub's own disk: its write as a future, answered by a callback, not a
+                # task (one per entry; the replicas over the wire keep theirs).
+                written = node.add_entry_soon(self.ledger_id, entry_id, self.lac, payload)
+                if written is not None:
+                    written.add_done_callback(
+                        functools.partial(self._written, address, pending, wq)
+                    )
+                    continue
+            task = loop.create_task(self._send(address, pending, payload, wq))
             _background.add(task)
             task.add_done_callback(_background.discard)
         return await pending.future
@@ -186,10 +197,28 @@ class LedgerWriter:
         try:
             node = self._replicas.node(address)
             await node.add_entry(self.ledger_id, pending.entry_id, self.lac, payload)
-        except LedgerFencedError as exc:
+        except Exception as exc:
+            self._answered(address, pending, wq, exc)
+            return
+        self._answered(address, pending, wq, None)
+
+    def _written(
+        self, address: str, pending: _Pending, wq: int, written: asyncio.Future[None]
+    ) -> None:
+        if written.cancelled():
+            self._answered(address, pending, wq, asyncio.CancelledError())
+        else:
+            self._answered(address, pending, wq, written.exception())
+
+    def _answered(
+        self, address: str, pending: _Pending, wq: int, exc: BaseException | None
+    ) -> None:
+        """A replica's answer to an entry: an acknowledgement, or a failure against the
+        quorum (a fence breaks the writer)."""
+        if isinstance(exc, LedgerFencedError):
             self._break(exc)
             return
-        except Exception as exc:
+        if exc is not None:
             # Any replica failure counts against the quorum; the log rolls over to a healthy
             # ensemble so later entries are fully replicated again.
             pending.failures += 1
@@ -489,7 +518,11 @@ async def _enough_fenced(
         nonlocal out
         _background.discard(task)
         out -= 1
-        if not task.cancelled() and task.exception() is None and (r := task.result()):
+        if task.cancelled():
+            pass
+        elif (exc := task.exception()) is not None:
+            log.info("fencing a ledger on %s failed: %s", address, exc)
+        elif r := task.result():
             answers[address] = r
         if out == 0:
             _settle(every)
@@ -524,12 +557,18 @@ async def _fence_and_read_forward(
     ensemble = md.fragments[-1][1]
     needed = len(ensemble) - md.ack_quorum + 1
 
-    async def fence(address: str) -> tuple[int, int] | None:
+    async def fence_over_the_wire(node: StorageNode, address: str) -> tuple[int, int] | None:
         try:
-            return await replicas.node(address).read_lac(md.ledger_id, fence=True)
+            return await node.read_lac(md.ledger_id, fence=True)
         except Exception as exc:
             log.info("fencing ledger %d on %s failed: %s", md.ledger_id, address, exc)
             return None
+
+    def fence(address: str) -> Awaitable[tuple[int, int] | None]:
+        node = replicas.node(address)
+        if isinstance(node, LocalStorage):
+            return node.fence_soon(md.ledger_id)  # a future: no task for this hub's own disk
+        return fence_over_the_wire(node, address)
 
     # Replicas that failed lately are fenced only if the others cannot make ``needed``: no
     # quorum of unfenced replicas is left either way (the quorum rule, not the number asked,

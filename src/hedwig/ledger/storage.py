@@ -425,11 +425,36 @@ class LocalStorage:
                 raise LedgerFencedError(f"ledger {ledger_id} is fenced")
             if _place_of(lf, entry_id) is not None:
                 return  # a write-back or retry of an entry we hold already
-        lf = self._mutable(ledger_id)
         earlier = self._unwritten(ledger_id, entry_id, newest_first=True)
         if earlier is not None:
             await asyncio.shield(earlier[1])  # a retry of one still being made durable
             return
+        await self._queue_add(ledger_id, entry_id, lac, payload)
+
+    def add_entry_soon(
+        self, ledger_id: int, entry_id: int, lac: int, payload: bytes
+    ) -> asyncio.Future[None] | None:
+        """``add_entry`` (a writer's, not a recovery's) as a future, started now: a writer
+        adds to this hub's own replica without a task for it (one per entry). ``None``: the
+        entry is a retry or held already, for ``add_entry`` to settle."""
+        held = self._ledgers.get(ledger_id)
+        if held is not None:
+            lf = _unpacked(held)
+            if lf.fence != _NOT_FENCED:
+                refused: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                refused.set_exception(LedgerFencedError(f"ledger {ledger_id} is fenced"))
+                return refused
+            if _place_of(lf, entry_id) is not None:
+                return None
+        if self._unwritten(ledger_id, entry_id, newest_first=True) is not None:
+            return None
+        return self._queue_add(ledger_id, entry_id, lac, payload)
+
+    def _queue_add(
+        self, ledger_id: int, entry_id: int, lac: int, payload: bytes
+    ) -> asyncio.Future[None]:
+        """The entry, checked, waiting for the flusher's next group: its future is its write."""
+        lf = self._mutable(ledger_id)
         if lac > lf.lac:
             lf.lac = lac
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -438,7 +463,7 @@ class LocalStorage:
             self._pending[ledger_id] = waiting = []
         waiting.append((entry_id, _record(ledger_id, entry_id, lac, payload), fut))
         self._kick()
-        await fut
+        return fut
 
     def _unwritten(
         self, ledger_id: int, entry_id: int, *, newest_first: bool = False
@@ -489,24 +514,44 @@ class LocalStorage:
             if isinstance(held, int):
                 return (held & 1) - 1, 0  # as ``_unpacked`` reads it
             return held.lac, held.last_entry
+        return await self.fence_soon(ledger_id)
+
+    def fence_soon(self, ledger_id: int) -> asyncio.Future[tuple[int, int]]:
+        """``read_lac(ledger_id, fence=True)`` as a future, started now: a recovery fences
+        this hub's own replica with the others without a task for it (one per take-over)."""
         lf = self._mutable(ledger_id)
-        if fence:
-            if lf.fence == _NOT_FENCED:
-                # Refused from now on, answered once the record is on disk: the flusher writes
-                # it with the next group, after the entries waiting before it.
-                lf.fence = _FENCING
-                fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-                self._fencing[ledger_id] = fut
-                waiting = self._pending.get(ledger_id)
-                if waiting is None:
-                    self._pending[ledger_id] = waiting = []
-                waiting.append((FENCE_ENTRY, _record(ledger_id, FENCE_ENTRY, -1), fut))
-                self._kick()
-            fencing = self._fencing.get(ledger_id)
-            if fencing is not None:
-                await asyncio.shield(fencing)
+        loop = asyncio.get_running_loop()
+        if lf.fence == _NOT_FENCED:
+            # Refused from now on, answered once the record is on disk: the flusher writes
+            # it with the next group, after the entries waiting before it.
+            lf.fence = _FENCING
+            fut: asyncio.Future[None] = loop.create_future()
+            self._fencing[ledger_id] = fut
+            waiting = self._pending.get(ledger_id)
+            if waiting is None:
+                self._pending[ledger_id] = waiting = []
+            waiting.append((FENCE_ENTRY, _record(ledger_id, FENCE_ENTRY, -1), fut))
+            self._kick()
+        out: asyncio.Future[tuple[int, int]] = loop.create_future()
+        fencing = self._fencing.get(ledger_id)
+        if fencing is None:
+            out.set_result((lf.lac, lf.last_entry))
+            return out
+
+        def fenced(done: asyncio.Future[None]) -> None:
             # Entries that came after the fence were refused; those before it are on disk.
-        return lf.lac, lf.last_entry
+            # (The fence's own future is shared: a caller giving up cancels only its own.)
+            if out.done():
+                return
+            if done.cancelled():
+                out.cancel()
+            elif (exc := done.exception()) is not None:
+                out.set_exception(exc)
+            else:
+                out.set_result((lf.lac, lf.last_entry))
+
+        fencing.add_done_callback(fenced)
+        return out
 
     async def write_lacs(self, lacs: Sequence[tuple[int, int]]) -> None:
         # In memory only: a LAC is never more than the writer confirmed, so forgetting it (a
