@@ -9,7 +9,7 @@ import random
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -737,39 +737,6 @@ async def test_transactions_made_together_go_to_zookeeper_together(
     assert (await store.zk.get(f"{base}/t99/c"))[0] == b"y"
     got, requests = await _transactions_at_once(store.zk, [[Op("delete", f"{base}/t0/c")]])
     assert got == [[None]] and requests == 1
-
-
-async def test_what_is_made_while_requests_are_out_waits_and_goes_together(
-    store: MetadataStore, region: str
-) -> None:
-    """Transactions and reads made one turn after another, while ``GROUPS_IN_FLIGHT``
-    requests of their kind are in ZooKeeper's hands, wait and go together once one is
-    answered (a failover's take-overs sent a request of about four at every step): far
-    fewer requests than turns, and each transaction and read still its own."""
-    assert isinstance(store, ZkMetadataStore)
-    base = f"/writes-waiting-{region}"
-    await store.zk.ensure_path(base)
-    connection = store.zk._client._connection
-
-    async def one_per_turn(make: Callable[[int], Awaitable[Any]], count: int) -> list[Any]:
-        started = []
-        for i in range(count):
-            started.append(asyncio.ensure_future(make(i)))
-            await asyncio.sleep(0)  # the next turn: each would have been a request of its own
-        return await asyncio.gather(*started)
-
-    before = connection._xid
-    got = await one_per_turn(
-        lambda i: store.zk.transaction([Op("create", f"{base}/t{i}", value=b"%d" % i)]), 60
-    )
-    writes = connection._xid - before
-    assert got == [[None]] * 60
-    assert writes < 30, f"{writes} requests for 60 transactions made one turn after another"
-    before = connection._xid
-    read = await one_per_turn(lambda i: store.zk.get_or_none(f"{base}/t{i}"), 60)
-    reads = connection._xid - before
-    assert [r[0] for r in read] == [b"%d" % i for i in range(60)]
-    assert reads < 30, f"{reads} requests for 60 reads made one turn after another"
 
 
 async def test_a_transaction_that_fails_among_others_fails_alone(

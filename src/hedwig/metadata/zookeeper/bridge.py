@@ -81,14 +81,6 @@ T = TypeVar("T")
 # longer fill; the bounds stay, as what a hub may have waiting on ZooKeeper at once.)
 MAX_IN_FLIGHT = 192
 MAX_UNSENT_WATCHES = 64
-# Requests of reads, and of transactions, made together (``get_or_none``, ``transaction``) in
-# ZooKeeper's hands at once, of each kind. While this many are, what is made meanwhile waits
-# and goes together when one is answered (group commit; as Kafka's producer batches while its
-# requests are in flight): under load a request carries more operations, ZooKeeper's cost
-# being mostly per request; alone, a read or a transaction goes at the end of its turn as
-# before. In a failover each survivor's take-overs sent a request of about four at every
-# step, an `exists` besides.
-GROUPS_IN_FLIGHT = 2
 
 
 class NodeExists(MetadataError):
@@ -229,12 +221,6 @@ class ZkBridge:
         self._read_together = True
         # Transactions made this turn (``transaction``).
         self._writes: list[PendingWrite] = []
-        # Requests of each kind in flight (``GROUPS_IN_FLIGHT``), and whether a send of what
-        # waits is due at the end of this turn.
-        self._read_groups = 0
-        self._reads_due = False
-        self._write_groups = 0
-        self._writes_due = False
         self._tasks: set[asyncio.Task[None]] = set()
         # Watches to set once kazoo is connected and has room (``_set_watch``), in order.
         self._unset: collections.deque[tuple[str, Callable[[Any], None], int | None]] = (
@@ -406,11 +392,10 @@ class ZkBridge:
         fut: asyncio.Future[tuple[bytes, ZnodeStat]] = loop.create_future()
         reads = self._reads
         reads.append(PendingRead(path, fut))
-        if len(reads) >= MAX_READS:
-            self._send_reads()
-        elif not self._reads_due and self._read_groups < GROUPS_IN_FLIGHT:
-            self._reads_due = True
+        if len(reads) == 1:
             loop.call_soon(self._send_reads)
+        elif len(reads) >= MAX_READS:
+            self._send_reads()
         try:
             return await fut
         except NoNode:
@@ -418,27 +403,14 @@ class ZkBridge:
 
     def _send_reads(self) -> None:
         """The reads gathered this turn, in one request (one slot of ``MAX_IN_FLIGHT``)."""
-        self._reads_due = False
         reads, self._reads = self._reads, []
         if not reads:  # sent already: the turn filled a request
             return
-        self._read_groups += 1
         self._send_group(
             reads[0].path,
             functools.partial(self._queue_reads, reads),
-            functools.partial(self._reads_failed, reads),
+            functools.partial(_fail_reads, reads),
         )
-
-    def _reads_failed(self, reads: list[PendingRead], exc: BaseException) -> None:
-        self._read_group_done()
-        _fail_reads(reads, exc)
-
-    def _read_group_done(self) -> None:
-        """A request of reads was answered (or never sent): what waits goes next."""
-        self._read_groups -= 1
-        if self._reads and not self._reads_due and self._read_groups < GROUPS_IN_FLIGHT:
-            self._reads_due = True
-            (self._loop or asyncio.get_running_loop()).call_soon(self._send_reads)
 
     def _send_group(
         self, path: str, send: Callable[[], None], fail: Callable[[BaseException], None]
@@ -479,7 +451,6 @@ class ZkBridge:
             first = reads[0]
             request: Any = GetData(self._rooted(first.path), None)
             answer: Any = _Answer(crossing, self._slots, first.fut, first.path, -1)
-            first.fut.add_done_callback(lambda _: self._read_group_done())
         else:
             request = MultiRead([self._rooted(r.path) for r in reads])
             answer = GroupAnswer(crossing, functools.partial(self._reads_answered, reads))
@@ -487,8 +458,6 @@ class ZkBridge:
             self._client._call(request, answer)
         except BaseException as exc:
             self._slots.give()
-            if len(reads) > 1:
-                self._read_group_done()
             _fail_reads(reads, _translate(exc, reads[0].path, -1))
 
     def _read_alone(self, reads: list[PendingRead]) -> None:
@@ -511,7 +480,6 @@ class ZkBridge:
     ) -> None:
         """On the loop: the answer to a ``MultiRead``, each read its own."""
         self._slots.give()
-        self._read_group_done()
         if isinstance(exc, UnimplementedError):
             # A ZooKeeper older than 3.6: each read alone from now on.
             log.warning("ZooKeeper does not read many znodes at once (multiRead); one by one")
@@ -585,36 +553,21 @@ class ZkBridge:
         return out
 
     def _write_later(self, *writes: PendingWrite) -> None:
-        """``writes`` sent once this turn ends, with every other transaction made in it (or,
-        while ``GROUPS_IN_FLIGHT`` are out, once one of them is answered)."""
-        self._writes.extend(writes)
-        if not self._writes_due and self._write_groups < GROUPS_IN_FLIGHT:
-            self._writes_due = True
+        """``writes`` sent once this turn ends, with every other transaction made in it."""
+        if not self._writes:
             (self._loop or asyncio.get_running_loop()).call_soon(self._send_writes)
+        self._writes.extend(writes)
 
     def _send_writes(self) -> None:
         """The transactions gathered this turn, together (each group one slot of
         ``MAX_IN_FLIGHT``)."""
-        self._writes_due = False
         writes, self._writes = self._writes, []
         for group in together(writes):
-            self._write_groups += 1
             self._send_group(
                 group[0].path,
                 functools.partial(self._queue_writes, group),
-                functools.partial(self._writes_failed, group),
+                functools.partial(_fail_writes, group),
             )
-
-    def _writes_failed(self, group: list[PendingWrite], exc: BaseException) -> None:
-        self._write_group_done()
-        _fail_writes(group, exc)
-
-    def _write_group_done(self) -> None:
-        """A request of transactions was answered (or never sent): what waits goes next."""
-        self._write_groups -= 1
-        if self._writes and not self._writes_due and self._write_groups < GROUPS_IN_FLIGHT:
-            self._writes_due = True
-            (self._loop or asyncio.get_running_loop()).call_soon(self._send_writes)
 
     def _queue_writes(self, group: list[PendingWrite]) -> None:
         """Hands ``group`` to kazoo as one ``multi``, a slot taken for it."""
@@ -624,7 +577,6 @@ class ZkBridge:
             self._client._call(request, answer)
         except BaseException as exc:
             self._slots.give()
-            self._write_group_done()
             _fail_writes(group, _translate(exc, group[0].path, -1))
 
     def _writes_answered(
@@ -633,7 +585,6 @@ class ZkBridge:
         """On the loop: the answer to transactions sent together, each its own; those only
         rolled back by another's failure go again."""
         self._slots.give()
-        self._write_group_done()
         if results is None or len(results) != sum(len(w.requests) for w in group):
             err = exc or MetadataError(
                 f"ZooKeeper answered {len(group)} transactions with {results!r}"
