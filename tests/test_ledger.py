@@ -26,7 +26,7 @@ from hedwig.ledger import (
     TopicLog,
     recover_ledger,
 )
-from hedwig.ledger.auditor import Auditor, inspect
+from hedwig.ledger.auditor import DEPARTURE_AUDIT_AFTER_S, Auditor, inspect
 from hedwig.ledger.handle import (
     FENCE_STRAGGLER_S,
     SPECULATIVE_READ_S,
@@ -947,14 +947,15 @@ async def test_ledgers_waiting_for_a_gone_hub_are_read_again_when_its_delay_ends
     assert report.waiting == 0 and len(report.under_replicated) == waiting
 
 
-async def test_a_hub_going_calls_for_a_full_audit_when_its_delay_ends_not_at_once(
+async def test_a_hub_going_calls_for_a_full_audit_after_the_take_overs_not_at_once(
     store: MemoryMetadataStore, tmp_path: Path
 ) -> None:
     """Nothing of a gone hub's can be re-created before the delay ends: its going brings a
-    full audit then, not at once, and a suspect naming it waits for that audit (after a hub
-    of 100,000 topics died, each survivor read and asked the replicas of its share of every
-    ledger, and of every ledger it recovered, while taking the topics over). A suspect
-    naming only live hubs is read at once; a hub coming back is audited at once."""
+    full audit ``DEPARTURE_AUDIT_AFTER_S`` later, not at once, and a suspect naming it waits
+    for the audits (after a hub of 100,000 topics died, each survivor read and asked the
+    replicas of its share of every ledger, and of every ledger it recovered, while taking the
+    topics over). A suspect naming only live hubs is read at once; a hub coming back is
+    audited at once."""
     cluster = Cluster(tmp_path, 4)
     names = ("h:1", "h:2", "h:3", "h:4")
     for name in names:
@@ -973,22 +974,31 @@ async def test_a_hub_going_calls_for_a_full_audit_when_its_delay_ends_not_at_onc
     for md in (*on_gone, elsewhere):
         auditor.suspect(md.ledger_id, md.fragments)  # recovered by this hub, say
     report = await auditor.run_once()
-    assert auditor.full_audits == 1, "no full audit while nothing of h:3's may be re-created"
+    assert auditor.full_audits == 1, "no full audit while the survivors take over"
     assert reads == [elsewhere.ledger_id] and report.repaired == 0
-    assert report.hubs_waiting == 1  # known at once; its ledgers are counted at the delay's end
+    assert report.hubs_waiting == 1  # known at once
     reads.clear()
-    clock.advance(50)
+    clock.advance(DEPARTURE_AUDIT_AFTER_S - 1)
     await auditor.run_once()
     assert auditor.full_audits == 1 and reads == []
-    clock.advance(11)  # h:3 has been gone for the delay: its replicas are re-created now
+    clock.advance(2)  # the take-overs had their time: the share is read, h:3's ledgers wait
     report = await auditor.run_once()
-    assert auditor.full_audits == 2 and report.repaired > 0 and report.hubs_waiting == 0
+    assert auditor.full_audits == 2 and report.waiting > 0 and report.repaired == 0
+    for md in on_gone:
+        auditor.suspect(md.ledger_id, md.fragments)
+    reads.clear()
+    clock.advance(10)
+    await auditor.run_once()
+    assert auditor.full_audits == 2 and reads == [], "suspects naming h:3 wait for its delay"
+    clock.advance(60)  # h:3 has been gone for the delay: its replicas are re-created now
+    report = await auditor.run_once()
+    assert auditor.full_audits == 3 and report.repaired > 0 and report.hubs_waiting == 0
     assert set(reads) >= {md.ledger_id for md in on_gone if md.ledger_id % 3 == 0}
 
     await store.hubs.register_hub("h:3", HubLoad())  # back (a new session): audited at once
     clock.advance(1)
     await auditor.run_once()
-    assert auditor.full_audits == 3
+    assert auditor.full_audits == 4
 
 
 async def test_a_read_does_not_wait_for_a_replica_that_hangs(

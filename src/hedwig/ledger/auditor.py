@@ -35,16 +35,16 @@ Reading every ledger of its share is a full audit, and it is not made every roun
 topics that was thousands of metadata reads and replica questions a second, for ledgers that
 had not changed. As BookKeeper's auditor, this one looks at everything when a hub comes (back,
 restarted with a new session, or new: whatever a replica can have lost, or a small ensemble
-can now grow to), when a hub has been gone for the delay (not when it goes: nothing of its can
-be re-created before, and a full audit then read and asked the replicas of every ledger of
-the share while the survivors took the gone hub's topics over), while a previous audit left
-something to do (a repair that failed), when the delay of a gone hub whose replicas it found
-ends (not every round until then: after a hub of 100,000 topics died, each survivor read and
-inspected its share of every ledger every round, through the whole failover, for ledgers
-nothing could be done about yet), and every ``full_interval_s`` in any case. In between it
-checks the ledgers its hub suspects: ones it closed after a replica failed a write or with
-fewer replicas than wanted, and ones it recovered (``suspect``), except those naming a hub
-gone within the delay, which the audit at its end looks at.
+can now grow to), ``DEPARTURE_AUDIT_AFTER_S`` after a hub goes (not at once: nothing of its
+can be re-created before the delay, and a full audit then read and asked the replicas of
+every ledger of the share while the survivors took the gone hub's topics over), while a
+previous audit left something to do (a repair that failed), when the delay of a gone hub
+whose replicas it found ends (not every round until then: after a hub of 100,000 topics
+died, each survivor read and inspected its share of every ledger every round, through the
+whole failover, for ledgers nothing could be done about yet), and every ``full_interval_s``
+in any case. In between it checks the ledgers its hub suspects: ones it closed after a
+replica failed a write or with fewer replicas than wanted, and ones it recovered
+(``suspect``), except those naming a hub gone within the delay, which the audits look at.
 """
 
 from __future__ import annotations
@@ -70,6 +70,9 @@ log = logging.getLogger(__name__)
 WantedSize = Callable[[str], Awaitable[int]]
 # Suspected ledgers kept at most until the next audit (more: the next audit is a full one).
 MAX_SUSPECTS = 10_000
+# A hub's going calls for a full audit this long after it is seen (or at the end of the
+# re-replication delay, if sooner): the survivors take the gone hub's topics over first.
+DEPARTURE_AUDIT_AFTER_S = 30.0
 # Ledger metadata read at once by a full audit: a hundred thousand read one after the other
 # were a call each, half of an idle hub's CPU for a minute; at once, a store pipelines them
 # (etcd: a few requests, ``hedwig.metadata.etcd.batches``).
@@ -213,15 +216,18 @@ class Auditor:
 
     def _gone(self, left: frozenset[tuple[str, str, int]], alive: set[str], now: float) -> None:
         """Hubs that ``left`` the region, none having come: nothing of theirs may be
-        re-created before the delay ends, so the full audit their going calls for is made
-        then (as BookKeeper's auditor delays its audit by the lost-bookie recovery delay),
-        not at once. At once, it read and asked the replicas of every ledger of the share
-        while the survivors took the gone hub's topics over, a tenth of their work."""
+        re-created before the delay ends, so the full audit their going calls for waits
+        ``DEPARTURE_AUDIT_AFTER_S`` (BookKeeper's auditor delays its audit by the whole
+        lost-bookie recovery delay; here the ledgers are counted as waiting sooner, for the
+        under-replication alert). At once, it read and asked the replicas of every ledger of
+        the share while the survivors took the gone hub's topics over, a tenth of their
+        work. The audit then sets the next one for the delay's end, as any that finds
+        ledgers waiting."""
         for storage_id, address, _ in left:
             for name in (storage_id, address):
                 if name not in alive:
                     self._missing_since.setdefault(name, now)
-        end = now + self.delay_s
+        end = now + min(self.delay_s, DEPARTURE_AUDIT_AFTER_S)
         self._due = end if self._due is None else min(self._due, end)
 
     def _waiting(self, alive: set[str], seen: set[str], *, full: bool) -> set[str]:
