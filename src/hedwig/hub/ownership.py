@@ -58,10 +58,11 @@ from hedwig.hub.choices import HubChoices
 from hedwig.hub.config import HubConfig, TopicSettings
 from hedwig.hub.events import HubEvents, LossKind
 from hedwig.hub.topic import OwnedTopic, TopicState
+from hedwig.ledger.handle import Fragments
 from hedwig.ledger.lac_notices import LacNotices
 from hedwig.ledger.replicas import Replicas
 from hedwig.ledger.retention import delete_ledger_everywhere
-from hedwig.ledger.topic_log import Fragments, LogSettings, TopicLog, new_ledger_metadata
+from hedwig.ledger.topic_log import LogSettings, TopicLog, new_ledger_metadata
 from hedwig.metadata.managers import MetadataStore, SessionState
 from hedwig.metadata.records import (
     NEW_VERSION,

@@ -105,8 +105,9 @@ class AuditReport:
     repaired: int = 0
     failed: int = 0
     waiting: int = 0  # ledgers with a replica on a hub still within the delay
-    # Hubs gone within the delay (storage ids and addresses), known from the region's
-    # membership at once: the ledgers naming them are counted by the audit at its end.
+    # Hubs gone within the delay (storage ids), known from the region's membership at
+    # once: the ledgers naming them are counted by the full audit their going calls for
+    # (``DEPARTURE_AUDIT_AFTER_S`` later).
     hubs_waiting: int = 0
     orphans_deleted: list[int] = field(default_factory=list)
     left_over_deleted: list[int] = field(default_factory=list)
@@ -208,8 +209,9 @@ class Auditor:
         self.last = AuditReport()
         # Hubs seen in ledgers but not alive, since when (this hub's clock).
         self._missing_since: dict[str, float] = {}
-        # Hubs (storage ids) seen leaving the region, since when: within the delay, counted
-        # as waiting hubs until the audit at its end counts their ledgers.
+        # Hubs (storage ids) seen leaving the region, since when: counted as waiting hubs
+        # for the whole delay, from the moment they leave (their ledgers are counted from
+        # the full audit ``DEPARTURE_AUDIT_AFTER_S`` later on).
         self._departed: dict[str, float] = {}
         # Bytes written to replicas by repairs, by kind (replace, catch-up, grow).
         self.copied_bytes: dict[str, int] = {"replace": 0, "catch-up": 0, "grow": 0}
@@ -259,7 +261,8 @@ class Auditor:
         ensemble was short) or recovered: checked at the next audit, whatever its share.
 
         ``fragments`` (the ledger's) name its replicas: one naming a hub gone within the
-        re-replication delay is left to the full audit the delay's end brings (``run_once``).
+        re-replication delay, while a full audit is due (``_gone``), is left to that audit
+        (``run_once``).
         After a hub died, every ledger its survivors recovered was suspected, each read
         again with its replicas asked, for nothing that could be done before the delay ended.
         """
@@ -291,8 +294,8 @@ class Auditor:
             if left and membership < self._membership:
                 self._gone(left, alive, now)
                 self._membership = membership
-        # Hubs gone within the delay: a full audit is due when it ends (``_gone``), so a
-        # suspect naming one of them is looked at then, not now.
+        # Hubs gone within the delay: while the full audit their going calls for is due
+        # (``_gone``), a suspect naming one of them is looked at by it, not now.
         waiting_for = (
             frozenset(a for a, since in self._missing_since.items() if now - since < self.delay_s)
             - alive

@@ -36,7 +36,7 @@ from hedwig.errors import (
     NoLedgerMetadataError,
 )
 from hedwig.flag import Flag
-from hedwig.ledger.handle import LedgerWriter, recover_ledger, recovered_end
+from hedwig.ledger.handle import Fragments, LedgerWriter, recover_ledger, recovered_end
 from hedwig.ledger.log_reader import LogReader
 from hedwig.ledger.replicas import Replicas
 from hedwig.ledger.retention import collectable_prefix, delete_ledger_everywhere
@@ -72,7 +72,6 @@ REPLICA_FAILURE_HOLD_S = 10.0
 
 _NOBODY: frozenset[str] = frozenset()
 
-Fragments = tuple[tuple[int, tuple[str, ...]], ...]
 # A new ledger's fragments, one object per ensemble: a region of three hubs has a handful of
 # ensembles and a hub writes a ledger per owned topic (a tuple each, three with the copies
 # of its ensemble, was 250 bytes a topic).
