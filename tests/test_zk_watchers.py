@@ -8,9 +8,11 @@ import functools
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from hedwig.devcluster.zookeeper import ZooKeeperServer
 from hedwig.metadata.zookeeper.bridge import ZkBridge
+from hedwig.metadata.zookeeper.setwatches import MAX_WATCHES
 from hedwig.metadata.zookeeper.watchers import WatcherRecord, Watchers
 
 
@@ -121,3 +123,65 @@ async def test_watches_fire_once_on_a_change_a_deletion_or_a_lost_connection(
             await bridge.close()
         finally:
             server.stop()  # even if closing failed: no server is left behind
+
+
+async def test_watches_of_a_turn_go_together_and_a_change_before_them_fires(
+    tmp_path: Path,
+) -> None:
+    """The watches set in one turn of the loop go to ZooKeeper in one ``SetWatches`` each
+    ``MAX_WATCHES``, with no ``exists`` per path; those that expect a version are read back,
+    so a change the server cannot tell (made before the latest zxid this client had seen)
+    fires its watcher at once, and only that one; later changes fire as they come."""
+    server = ZooKeeperServer(data_dir=str(tmp_path / "zk")).start()
+    bridge = ZkBridge(server.address, session_timeout=30.0)
+    other = ZkBridge(server.address, session_timeout=30.0)
+    fired: Counter[str] = Counter()
+    sent: Counter[str] = Counter()
+    try:
+        await bridge.start()
+        await other.start()
+        count = MAX_WATCHES + 88
+        paths = [f"/g/n{i}" for i in range(count)]
+        await bridge.create("/g", b"")
+        await asyncio.gather(*(bridge.create(p, b"v") for p in paths))
+        await other.set(paths[7], b"w", 0)  # now at version 1
+        # This client has seen a zxid past that change: the server cannot fire for it.
+        _, later = await bridge.get(paths[7])
+        assert bridge._client.last_zxid >= later.mzxid
+
+        calls = bridge._client._call
+
+        def counting(request: Any, answer: Any) -> Any:
+            sent[type(request).__name__] += 1
+            return calls(request, answer)
+
+        bridge._client._call = counting
+        for path in paths:
+            bridge.watch(path, functools.partial(fired.update, [path]), 0)
+        bridge.watch("/g/never", functools.partial(fired.update, ["/g/never"]))
+        for _ in range(200):
+            if len(fired) == 2:
+                break
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.2)
+        assert fired == {paths[7]: 1, "/g/never": 1}
+        assert sent == {"SetWatches": 2, "MultiRead": 2}
+        record = bridge._client._data_watchers
+        assert all(record.watching(p) for p in paths)
+
+        await other.delete(paths[0], 0)
+        await other.set(paths[-1], b"w", 0)
+        for _ in range(200):
+            if len(fired) == 4:
+                break
+            await asyncio.sleep(0.02)
+        assert fired == {paths[7]: 1, "/g/never": 1, paths[0]: 1, paths[-1]: 1}
+        assert not record.watching(paths[0]) and not record.watching(paths[-1])
+        assert all(record.watching(p) for p in paths[1:-1])
+        assert bridge._client.connected and record is bridge._client._data_watchers
+    finally:
+        try:
+            await bridge.close()
+            await other.close()
+        finally:
+            server.stop()

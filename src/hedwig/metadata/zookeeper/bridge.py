@@ -15,7 +15,7 @@ import functools
 import logging
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, NamedTuple, TypeVar
 
 from kazoo.client import KazooState
 from kazoo.exceptions import (
@@ -60,6 +60,7 @@ from hedwig.metadata.managers import SessionState
 from hedwig.metadata.zookeeper.handler import PollingHandler
 from hedwig.metadata.zookeeper.multiread import MAX_READS, GroupAnswer, MultiRead, PendingRead
 from hedwig.metadata.zookeeper.multiwrite import OP_BYTES, PendingWrite, settle, together
+from hedwig.metadata.zookeeper.setwatches import MAX_WATCHES, SetWatches
 from hedwig.metadata.zookeeper.watchers import LeanKazooClient
 
 log = logging.getLogger(__name__)
@@ -227,6 +228,9 @@ class ZkBridge:
             collections.deque()
         )
         self._flushing: asyncio.TimerHandle | None = None
+        # Watches set this turn (``_register_watch``); whether ZooKeeper takes them together.
+        self._watch_group: list[_Watch] = []
+        self._watch_together = True
         self._listeners: list[Callable[[SessionState], None]] = []
         self.state = SessionState.SUSPENDED
         self._client.add_listener(self._on_state)
@@ -677,10 +681,94 @@ class ZkBridge:
     def _register_watch(
         self, path: str, on_event: Callable[[Any], None], version: int | None
     ) -> None:
+        """Set once the turn ends, with the others set in it (``SetWatches``)."""
+        if not self._watch_together:
+            try:
+                self._client._call(
+                    Exists(self._rooted(path), on_event), _WatchSet(on_event, version)
+                )
+            except BaseException:
+                on_event(None)
+            return
+        group = self._watch_group
+        group.append(_Watch(path, on_event, version))
+        if len(group) == 1:
+            (self._loop or asyncio.get_running_loop()).call_soon(self._send_watch_group)
+        elif len(group) >= MAX_WATCHES:
+            self._send_watch_group()
+
+    def _send_watch_group(self) -> None:
+        """The watches gathered this turn, in one request; those that expect a version read
+        back once it is answered (``hedwig.metadata.zookeeper.setwatches``)."""
+        group, self._watch_group = self._watch_group, []
+        if not group:  # sent already: the turn filled a request
+            return
+        request = SetWatches(
+            self._client, [self._rooted(w.path) for w in group], [w.on_event for w in group]
+        )
+        answer = GroupAnswer(self._to_loop(), functools.partial(self._watch_group_set, group))
         try:
-            self._client._call(Exists(self._rooted(path), on_event), _WatchSet(on_event, version))
+            self._client._call(request, answer)
+        except BaseException as exc:
+            self._watch_group_set(group, None, exc)
+
+    def _watch_group_set(
+        self, group: list[_Watch], _result: Any, exc: BaseException | None
+    ) -> None:
+        """On the loop: ``group``'s ``SetWatches`` answered. Failed, each watcher fires (its
+        holder reads again, and watches again); set, the records whose version a watcher
+        expects are read back, in one request."""
+        if exc is not None:
+            if isinstance(exc, UnimplementedError):  # pragma: no cover - every ZooKeeper has it
+                log.warning("ZooKeeper does not set many watches at once; one by one")
+                self._watch_together = False
+            for watch in group:
+                watch.on_event(None)
+            return
+        expecting = [w for w in group if w.version is not None]
+        if not expecting:
+            return
+        if not self._read_together:  # a ZooKeeper older than 3.6: each read alone
+            for watch in expecting:
+                self._spawn(self._read_back_alone(watch))
+            return
+        self._send_group(
+            expecting[0].path,
+            functools.partial(self._queue_read_back, expecting),
+            functools.partial(_fire_all, expecting),
+        )
+
+    def _queue_read_back(self, group: list[_Watch]) -> None:
+        """Hands the read-back of ``group``'s records to kazoo, a slot taken for it."""
+        request = MultiRead([self._rooted(w.path) for w in group])
+        answer = GroupAnswer(self._to_loop(), functools.partial(self._read_back, group))
+        try:
+            self._client._call(request, answer)
         except BaseException:
-            on_event(None)
+            self._slots.give()
+            _fire_all(group)
+
+    def _read_back(
+        self, group: list[_Watch], results: list[Any] | None, exc: BaseException | None
+    ) -> None:
+        """On the loop: each record of ``group`` as read once its watch was set; a watcher
+        whose record is gone or no longer at its version fires (all do if the read failed:
+        each holder reads again)."""
+        self._slots.give()
+        if exc is not None or results is None or len(results) != len(group):
+            _fire_all(group)
+            return
+        for watch, result in zip(group, results, strict=True):
+            if isinstance(result, BaseException) or result[1].version != watch.version:
+                watch.on_event(None)
+
+    async def _read_back_alone(self, watch: _Watch) -> None:
+        try:
+            stat = await self.exists(watch.path)
+        except MetadataError:
+            stat = None
+        if stat is None or stat.version != watch.version:
+            watch.on_event(None)
 
     def _room_for_watches(self) -> bool:
         return len(self._client._queue) < MAX_UNSENT_WATCHES  # kazoo's (2.11) unsent requests
@@ -769,6 +857,19 @@ class _Answer:
     def set_exception(self, exc: BaseException) -> None:
         err = _translate(exc, self._path, self._version)
         self._crossing.call(self._slots.answered, self._fut, None, err)
+
+
+class _Watch(NamedTuple):
+    """A watch waiting for its turn to end (``ZkBridge._register_watch``)."""
+
+    path: str
+    on_event: Callable[[Any], None]
+    version: int | None
+
+
+def _fire_all(group: Sequence[_Watch], _exc: BaseException | None = None) -> None:
+    for watch in group:
+        watch.on_event(None)
 
 
 class _WatchSet:
