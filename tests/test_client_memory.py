@@ -10,6 +10,8 @@ frozen hub, graceful moves.
 from __future__ import annotations
 
 import asyncio
+import gc
+import types
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -33,8 +35,9 @@ from hedwig.hub.choices import HUBS_CACHE_S, HUBS_FRESH_S
 from hedwig.hub.events import LossKind
 from hedwig.metadata.memory import MemoryMetadataStore
 from hedwig.net import MemoryNetwork
+from hedwig.net.connection import HubConnection
 from hedwig.net.transport import Listener
-from hedwig.protocol import MoveKind, Subscribed
+from hedwig.protocol import MoveKind, Subscribed, TopicStats
 from tests.memory_region import FAST_RETRY, Region, memory_region
 
 P = TypeVar("P", bound=asyncio.Protocol)
@@ -1032,3 +1035,50 @@ async def test_a_hub_claims_first_while_topics_asked_of_it_are_unowned_and_reads
         assert "wave/late" in first.topics.topics
         assert reads == ["wave/late"]  # read, found unowned, then claimed
         assert all(len(h.topics.topics) == 10 for h in region.hubs[1:])  # none taken
+
+
+async def test_a_redirected_request_leaves_nothing_for_the_cycle_collector(
+    region: Region,
+) -> None:
+    """A request for a topic owned elsewhere is answered with its owner, and the exception
+    that carried the answer lets go of its traceback (``drop_tracebacks``): its frames held
+    the claim's shared future, which held the exception, a cycle only the cycle collector
+    could free. A failover's redirects were a fifth of what it walked. Requests that wait
+    for another's claim share its exception."""
+    async with region.client() as c:
+        await c.publish("elsewhere", b"x")
+    owner = region.owner("elsewhere")
+    other = next(h for h in region.hubs if h is not owner)
+    conn = await HubConnection.open(other.address, network=region.network)
+    try:
+
+        async def ask() -> None:
+            with pytest.raises(NotResponsibleError) as info:
+                await conn.request(TopicStats(request_id=conn.next_id(), topic="elsewhere"))
+            assert info.value.owner == owner.address
+
+        await ask()
+        read_owner = other.store.ownership.read_owner_info
+
+        async def slow_read(topic: str) -> Any:
+            await asyncio.sleep(0.005)  # a store round trip: requests wait for one claim
+            return await read_owner(topic)
+
+        other.store.ownership.read_owner_info = slow_read  # type: ignore[method-assign]
+        gc.collect()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            for _ in range(5):
+                await asyncio.gather(ask(), ask(), ask(), ask())
+            gc.collect()
+            hub_frames = [
+                o
+                for o in gc.garbage
+                if isinstance(o, types.FrameType) and "/hedwig/hub/" in o.f_code.co_filename
+            ]
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+        assert hub_frames == []
+    finally:
+        conn.close()

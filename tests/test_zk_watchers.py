@@ -10,6 +10,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from hedwig.devcluster.zookeeper import ZooKeeperServer
 from hedwig.metadata.zookeeper.bridge import ZkBridge
 from hedwig.metadata.zookeeper.setwatches import MAX_WATCHES
@@ -126,7 +128,7 @@ async def test_watches_fire_once_on_a_change_a_deletion_or_a_lost_connection(
 
 
 async def test_watches_of_a_turn_go_together_and_a_change_before_them_fires(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The watches set in one turn of the loop go to ZooKeeper in one ``SetWatches`` each
     ``MAX_WATCHES``, with no ``exists`` per path; those that expect a version are read back,
@@ -155,7 +157,7 @@ async def test_watches_of_a_turn_go_together_and_a_change_before_them_fires(
             sent[type(request).__name__] += 1
             return calls(request, answer)
 
-        bridge._client._call = counting
+        monkeypatch.setattr(bridge._client, "_call", counting)
         for path in paths:
             bridge.watch(path, functools.partial(fired.update, [path]), 0)
         bridge.watch("/g/never", functools.partial(fired.update, ["/g/never"]))

@@ -312,11 +312,15 @@ class TopicOwnership:
         try:
             owned = await self._resolve(topic, redirected, create)
         except BaseException as exc:
+            self._claims.pop(topic, None)
             fut.set_exception(exc)
             fut.exception()  # retrieved: waiters get it through shield
+            # The future keeps the traceback, which holds this frame: without ``fut`` in it
+            # there is no cycle (only the cycle collector could free one, and a failover's
+            # redirects made thousands a second: ``hedwig.hub.server.drop_tracebacks``).
+            del fut
             raise
-        finally:
-            self._claims.pop(topic, None)
+        self._claims.pop(topic, None)
         fut.set_result(owned)
         return owned
 

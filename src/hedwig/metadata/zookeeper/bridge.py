@@ -385,25 +385,21 @@ class ZkBridge:
 
     async def get_or_none(self, path: str) -> tuple[bytes, ZnodeStat] | None:
         """``path``'s data, ``None`` if it does not exist. Reads made in one turn of the loop
-        go to ZooKeeper together, once the turn ends (``hedwig.metadata.zookeeper.multiread``);
-        a read alone goes as it is."""
+        go to ZooKeeper together, once the turn ends (``hedwig.metadata.zookeeper.multiread``)."""
         if not self._read_together:
             try:
                 return await self.get(path)
             except NoNode:
                 return None
         loop = self._loop or asyncio.get_running_loop()
-        fut: asyncio.Future[tuple[bytes, ZnodeStat]] = loop.create_future()
+        fut: asyncio.Future[tuple[bytes, ZnodeStat] | None] = loop.create_future()
         reads = self._reads
         reads.append(PendingRead(path, fut))
         if len(reads) == 1:
             loop.call_soon(self._send_reads)
         elif len(reads) >= MAX_READS:
             self._send_reads()
-        try:
-            return await fut
-        except NoNode:
-            return None
+        return await fut
 
     def _send_reads(self) -> None:
         """The reads gathered this turn, in one request (one slot of ``MAX_IN_FLIGHT``)."""
@@ -450,14 +446,8 @@ class ZkBridge:
         """Hands ``reads`` to kazoo, a slot taken for them. (Reads gathered before ZooKeeper
         was found not to read together go together all the same: refused, they are read
         one by one, ``_reads_answered``.)"""
-        crossing = self._to_loop()
-        if len(reads) == 1:
-            first = reads[0]
-            request: Any = GetData(self._rooted(first.path), None)
-            answer: Any = _Answer(crossing, self._slots, first.fut, first.path, -1)
-        else:
-            request = MultiRead([self._rooted(r.path) for r in reads])
-            answer = GroupAnswer(crossing, functools.partial(self._reads_answered, reads))
+        request = MultiRead([self._rooted(r.path) for r in reads])
+        answer = GroupAnswer(self._to_loop(), functools.partial(self._reads_answered, reads))
         try:
             self._client._call(request, answer)
         except BaseException as exc:
@@ -468,13 +458,16 @@ class ZkBridge:
         """Each of ``reads`` as a request of its own (a ZooKeeper without ``multiRead``)."""
 
         async def one(read: PendingRead) -> None:
+            got: tuple[bytes, ZnodeStat] | None
             try:
                 got = await self.get(read.path)
+            except NoNode:
+                got = None
             except BaseException as exc:
                 _fail_reads([read], exc)
-            else:
-                if not read.fut.done():
-                    read.fut.set_result(got)
+                return
+            if not read.fut.done():
+                read.fut.set_result(got)
 
         for read in reads:
             self._spawn(one(read))
@@ -497,7 +490,11 @@ class ZkBridge:
         for read, result in zip(reads, results, strict=True):
             if read.fut.done():
                 continue
-            if isinstance(result, BaseException):
+            if isinstance(result, NoNodeError):
+                # Missing: an answer, not a failure (an exception would hold the reader's
+                # frame in a cycle through its traceback and this future).
+                read.fut.set_result(None)
+            elif isinstance(result, BaseException):
                 read.fut.set_exception(_translate(result, read.path, -1))
             else:
                 read.fut.set_result(result)

@@ -106,4 +106,4 @@ class PendingRead(NamedTuple):
     """A read waiting for its turn to end (``ZkBridge.get_or_none``)."""
 
     path: str
-    fut: asyncio.Future[tuple[bytes, ZnodeStat]]
+    fut: asyncio.Future[tuple[bytes, ZnodeStat] | None]  # None: the znode does not exist
