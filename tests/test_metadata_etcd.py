@@ -192,10 +192,12 @@ async def test_an_owner_watch_after_a_compaction_waits_for_a_change(
 
 
 async def test_owner_watches_share_one_watch_of_the_prefix(
-    store: MetadataStore, other: MetadataStore
+    store: MetadataStore, other: MetadataStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Owner watches ride one etcd watch of the owners' prefix: a change fires the watches of
-    its key only; a watch from a revision the stream has already gone past (a change of its
+    its key only. A watch from a revision the stream has already gone past fires at once if
+    the stream's window of the keys it delivered lately shows a change of its key since, and
+    is served by the stream if it shows none; one from before the window (a change of its
     key may have gone by unseen) is set on its own, and sees that change."""
     assert isinstance(store, EtcdMetadataStore)
     watches = store.ownership.watches
@@ -220,10 +222,28 @@ async def test_owner_watches_share_one_watch_of_the_prefix(
     assert tail in watches._callbacks and tail not in watches._after
     fallbacks = watches.fallbacks
     watches.add(store.keys.owner("p3"), before, fired["p3"].set)
-    assert watches.fallbacks == fallbacks + 1
     await asyncio.wait_for(fired["p3"].wait(), 10)  # p3's write, which the stream had passed
+    unchanged = asyncio.Event()
+    watches.add(store.keys.owner("p5"), before, unchanged.set)
+    assert watches.fallbacks == fallbacks
+    await asyncio.sleep(0.3)
+    assert not unchanged.is_set()
+    # A window of two keys, past p3's write once three more keys have changed.
+    monkeypatch.setattr(etcd_client, "RECENT_KEYS", 2)
+    for name in ("q1", "q2", "q3"):
+        await other.topics.ensure_topic(name)
+        last = await other.ownership.write_owner_info(name, HubInfo("127.0.0.1:8", 2), NEW_VERSION)
+    while watches._delivered < int(last):
+        await asyncio.sleep(0.01)
+    p3 = store.keys.owner("p3")[len(store.keys.family("owners")) :]
+    assert p3 not in watches._recent and len(watches._recent) == 2
+    again = asyncio.Event()
+    watches.add(store.keys.owner("p3"), before, again.set)
+    assert watches.fallbacks == fallbacks + 1
+    await asyncio.wait_for(again.wait(), 10)  # its own watch, from before p3's write
     await other.ownership.delete_owner_info("p5", versions["p5"])
     await asyncio.wait_for(fired["p5"].wait(), 10)
+    await asyncio.wait_for(unchanged.wait(), 10)
 
     # A claim's own write is watched from its revision with no read: the stream has not gone
     # past it. The change after it fires the watch.

@@ -612,6 +612,10 @@ class _Watcher:
 _Watch = tuple[int, Callable[[], None]]
 _Watches = Callable[[], None] | list[_Watch]
 _NO_REVISION = 1 << 62  # past any revision etcd will reach
+# Keys a prefix watch remembers it delivered lately (``PrefixWatch``), about 120 bytes each.
+# A failover's take-overs deliver a few thousand changes a second to every survivor; a
+# take-over watches its record well within a second of writing it.
+RECENT_KEYS = 16_384
 
 
 class PrefixWatch:
@@ -625,9 +629,15 @@ class PrefixWatch:
 
     ``add(key, after, callback)``: ``callback`` runs once, at the first change of ``key``
     after revision ``after``. The stream delivers changes in revision order; once it has
-    delivered one past ``after``, a change of ``key`` in between may have gone by unseen, so
-    such a watch is set on its own (``fallback``) instead. If the stream breaks, every
-    callback runs (its holder reads again) and the next ``add`` starts a new stream.
+    delivered one past ``after``, a change of ``key`` in between went by before the watch
+    was added. The stream keeps the keys it delivered lately, each with its last revision
+    (``RECENT_KEYS`` of them: the window), so such a watch fires at once if its key changed
+    after ``after``, and is served by the stream from now on if it did not. Only a watch
+    from before the window is set on its own (``fallback``). In a failover each survivor's
+    stream delivers every take-over of the region, so its own claims' writes were nearly
+    always passed by the time their answers came: each was a watch of its own, which etcd
+    then had to catch up from its history. If the stream breaks, every callback runs (its
+    holder reads again) and the next ``add`` starts a new stream.
     """
 
     def __init__(
@@ -650,6 +660,10 @@ class PrefixWatch:
         self._after: dict[bytes, int] = {}
         self._after_floor = _NO_REVISION
         self._delivered = -1  # no stream: the next add starts one
+        # The keys delivered lately (their ends), each with its last revision, oldest first;
+        # every change after ``_recent_floor`` up to ``_delivered`` is here.
+        self._recent: dict[bytes, int] = {}
+        self._recent_floor = _NO_REVISION
         self._task: asyncio.Task[None] | None = None
         self._requests: asyncio.Queue[Any] = asyncio.Queue()
         # For tests and benchmarks: watches set on their own.
@@ -657,20 +671,32 @@ class PrefixWatch:
 
     def follows(self, after: int) -> bool:
         """Whether a watch from revision ``after`` can be served by the running stream
-        without being set on its own: the stream has not delivered past it."""
-        return self._task is not None and not self._task.done() and after >= self._delivered
+        without being set on its own: the stream has not delivered past it, or what it
+        delivered since is still in its window."""
+        return (
+            self._task is not None
+            and not self._task.done()
+            and (after >= self._delivered or after >= self._recent_floor)
+        )
 
     def add(self, key: bytes, after: int, callback: Callable[[], None]) -> None:
-        if self._task is None or self._task.done():
-            self._delivered = after
-            self._task = asyncio.get_running_loop().create_task(self._run(after + 1))
-        elif after < self._delivered:
-            self.fallbacks += 1
-            self._fallback(key, after, callback)
-            return
         # By the key's end past the prefix, which every key here shares (about 25 bytes
         # less per owned topic).
-        key = key[len(self._prefix) :]
+        whole, key = key, key[len(self._prefix) :]
+        if self._task is None or self._task.done():
+            self._delivered = self._recent_floor = after
+            self._recent = {}
+            self._task = asyncio.get_running_loop().create_task(self._run(after + 1))
+        elif after < self._delivered:
+            if after < self._recent_floor:
+                self.fallbacks += 1
+                self._fallback(whole, after, callback)
+                return
+            changed = self._recent.get(key, -1)
+            if changed > after:  # went by before the watch: it fires now
+                asyncio.get_running_loop().call_soon(callback)
+                return
+            after = self._delivered  # none since: every later change is still to come
         held = self._callbacks.get(key)
         if held is None:
             self._callbacks[key] = callback
@@ -697,11 +723,18 @@ class PrefixWatch:
             async for resp in stream:
                 if resp.canceled or resp.compact_revision:
                     break
+                recent = self._recent
                 for ev in resp.events:
                     revision = int(ev.kv.mod_revision)
                     if revision > self._delivered:
                         self._delivered = revision
-                    self._dispatch(bytes(ev.kv.key)[start_of_name:], revision)
+                    key = bytes(ev.kv.key)[start_of_name:]
+                    recent.pop(key, None)
+                    recent[key] = revision
+                    self._dispatch(key, revision)
+                while len(recent) > RECENT_KEYS:
+                    oldest = next(iter(recent))
+                    self._recent_floor = max(self._recent_floor, recent.pop(oldest))
                 if self._delivered > self._after_floor:
                     self._passed()
         except grpc.aio.AioRpcError as exc:
@@ -714,6 +747,7 @@ class PrefixWatch:
             raise
         # Whatever happened meanwhile is unknown: everyone reads again.
         self._delivered = -1
+        self._recent, self._recent_floor = {}, _NO_REVISION
         fired, self._callbacks = self._callbacks, {}
         self._after, self._after_floor = {}, _NO_REVISION
         for held in fired.values():
