@@ -42,6 +42,7 @@ its leases is gone, the session is ``LOST`` and the others are revoked first.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import math
@@ -612,10 +613,10 @@ class _Watcher:
 _Watch = tuple[int, Callable[[], None]]
 _Watches = Callable[[], None] | list[_Watch]
 _NO_REVISION = 1 << 62  # past any revision etcd will reach
-# Keys a prefix watch remembers it delivered lately (``PrefixWatch``), about 120 bytes each.
+# Changes a prefix watch remembers it delivered lately (``PrefixWatch``), about 200 bytes each.
 # A failover's take-overs deliver a few thousand changes a second to every survivor; a
 # take-over watches its record well within a second of writing it.
-RECENT_KEYS = 16_384
+RECENT_KEYS = 8_192
 
 
 class PrefixWatch:
@@ -660,9 +661,11 @@ class PrefixWatch:
         self._after: dict[bytes, int] = {}
         self._after_floor = _NO_REVISION
         self._delivered = -1  # no stream: the next add starts one
-        # The keys delivered lately (their ends), each with its last revision, oldest first;
-        # every change after ``_recent_floor`` up to ``_delivered`` is here.
+        # The keys delivered lately (their ends), each with its last revision, and the
+        # changes in the order delivered (which says what leaves first): every change after
+        # ``_recent_floor`` up to ``_delivered`` is here.
         self._recent: dict[bytes, int] = {}
+        self._recent_order: collections.deque[tuple[bytes, int]] = collections.deque()
         self._recent_floor = _NO_REVISION
         self._task: asyncio.Task[None] | None = None
         self._requests: asyncio.Queue[Any] = asyncio.Queue()
@@ -685,7 +688,7 @@ class PrefixWatch:
         whole, key = key, key[len(self._prefix) :]
         if self._task is None or self._task.done():
             self._delivered = self._recent_floor = after
-            self._recent = {}
+            self._recent, self._recent_order = {}, collections.deque()
             self._task = asyncio.get_running_loop().create_task(self._run(after + 1))
         elif after < self._delivered:
             if after < self._recent_floor:
@@ -723,18 +726,20 @@ class PrefixWatch:
             async for resp in stream:
                 if resp.canceled or resp.compact_revision:
                     break
-                recent = self._recent
+                recent, order = self._recent, self._recent_order
                 for ev in resp.events:
                     revision = int(ev.kv.mod_revision)
                     if revision > self._delivered:
                         self._delivered = revision
                     key = bytes(ev.kv.key)[start_of_name:]
-                    recent.pop(key, None)
                     recent[key] = revision
+                    order.append((key, revision))
                     self._dispatch(key, revision)
-                while len(recent) > RECENT_KEYS:
-                    oldest = next(iter(recent))
-                    self._recent_floor = max(self._recent_floor, recent.pop(oldest))
+                while len(order) > RECENT_KEYS:
+                    key, revision = order.popleft()
+                    self._recent_floor = revision
+                    if recent.get(key) == revision:  # not changed again since
+                        del recent[key]
                 if self._delivered > self._after_floor:
                     self._passed()
         except grpc.aio.AioRpcError as exc:
@@ -747,7 +752,8 @@ class PrefixWatch:
             raise
         # Whatever happened meanwhile is unknown: everyone reads again.
         self._delivered = -1
-        self._recent, self._recent_floor = {}, _NO_REVISION
+        self._recent, self._recent_order = {}, collections.deque()
+        self._recent_floor = _NO_REVISION
         fired, self._callbacks = self._callbacks, {}
         self._after, self._after_floor = {}, _NO_REVISION
         for held in fired.values():
