@@ -10,8 +10,6 @@ frozen hub, graceful moves.
 from __future__ import annotations
 
 import asyncio
-import gc
-import types
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -38,6 +36,7 @@ from hedwig.net import MemoryNetwork
 from hedwig.net.connection import HubConnection
 from hedwig.net.transport import Listener
 from hedwig.protocol import MoveKind, Subscribed, TopicStats
+from tests.cycle_garbage import frames_left_for_the_collector
 from tests.memory_region import FAST_RETRY, Region, memory_region
 
 P = TypeVar("P", bound=asyncio.Protocol)
@@ -1065,20 +1064,9 @@ async def test_a_redirected_request_leaves_nothing_for_the_cycle_collector(
             return await read_owner(topic)
 
         other.store.ownership.read_owner_info = slow_read  # type: ignore[method-assign]
-        gc.collect()
-        gc.set_debug(gc.DEBUG_SAVEALL)
-        try:
+        with frames_left_for_the_collector("/hedwig/hub/") as hub_frames:
             for _ in range(5):
                 await asyncio.gather(ask(), ask(), ask(), ask())
-            gc.collect()
-            hub_frames = [
-                o
-                for o in gc.garbage
-                if isinstance(o, types.FrameType) and "/hedwig/hub/" in o.f_code.co_filename
-            ]
-        finally:
-            gc.set_debug(0)
-            gc.garbage.clear()
         assert hub_frames == []
     finally:
         conn.close()

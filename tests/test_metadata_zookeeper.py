@@ -5,11 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import gc
 import random
 import threading
 import time
-import types
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
@@ -40,6 +38,7 @@ from hedwig.metadata.zookeeper import store as zk_store
 from hedwig.metadata.zookeeper.bridge import MAX_IN_FLIGHT, NodeExists, NoNode, Op, _Slots
 from hedwig.metadata.zookeeper.multiread import MULTI_READ
 from hedwig.metadata.zookeeper.sending import BatchingConnection, call
+from tests.cycle_garbage import frames_left_for_the_collector
 from tests.ledger_id_crash import ledger_ids_stay_unique_through_a_crash
 from tests.metadata_conformance import MetadataConformance
 
@@ -492,21 +491,10 @@ async def test_a_record_read_missing_leaves_nothing_for_the_cycle_collector(
     traceback the frame, a cycle for the cycle collector (a claim wave reads thousands of
     missing records a second)."""
     assert isinstance(store, ZkMetadataStore)
-    gc.collect()
-    gc.set_debug(gc.DEBUG_SAVEALL)
-    try:
+    with frames_left_for_the_collector() as frames:
         missing = [f"never-{i}" for i in range(20)]
         got = await asyncio.gather(*(store.ownership.read_owner_info(n) for n in missing))
         alone = await store.ownership.read_owner_info("never-alone")
-        gc.collect()
-        frames = [
-            o
-            for o in gc.garbage
-            if isinstance(o, types.FrameType) and "/hedwig/" in o.f_code.co_filename
-        ]
-    finally:
-        gc.set_debug(0)
-        gc.garbage.clear()
     assert got == [None] * 20 and alone is None
     assert frames == []
 

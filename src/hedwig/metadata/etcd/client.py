@@ -675,12 +675,9 @@ class PrefixWatch:
     def follows(self, after: int) -> bool:
         """Whether a watch from revision ``after`` can be served by the running stream
         without being set on its own: the stream has not delivered past it, or what it
-        delivered since is still in its window."""
-        return (
-            self._task is not None
-            and not self._task.done()
-            and (after >= self._delivered or after >= self._recent_floor)
-        )
+        delivered since is still in its window (whose floor is never past what it
+        delivered)."""
+        return self._task is not None and not self._task.done() and after >= self._recent_floor
 
     def add(self, key: bytes, after: int, callback: Callable[[], None]) -> None:
         # By the key's end past the prefix, which every key here shares (about 25 bytes
