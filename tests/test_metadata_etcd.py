@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -275,6 +276,82 @@ async def test_owner_watches_share_one_watch_of_the_prefix(
     await other.ownership.write_owner_info("p7", HubInfo("127.0.0.1:8", 2), NEW_VERSION)
     await asyncio.sleep(0.3)
     assert sorted(calls) == ["a", "b"]
+
+
+async def test_a_prefix_stream_that_breaks_with_a_full_window_fires_every_watch_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """etcd goes while the owners' stream holds a full window of the keys it delivered: every
+    watch fires, once (its holder reads again), and the window goes with the stream (what
+    changed meanwhile is unknown), so no watch is served from it; with etcd back, a watch
+    starts a stream of its own revision and sees the next change."""
+    monkeypatch.setattr(etcd_client, "RECENT_KEYS", 4)
+    (tmp_path / "etcd").mkdir()
+    server = EtcdServer(data_dir=str(tmp_path / "etcd"))
+    server.start()
+    store = EtcdMetadataStore(server.address, "broken", session_timeout=10.0)
+    other = EtcdMetadataStore(server.address, "broken", session_timeout=10.0)
+    fired: dict[str, int] = {}
+
+    def told(topic: str) -> None:
+        fired[topic] = fired.get(topic, 0) + 1
+
+    try:
+        await store.start()
+        await other.start()
+        assert isinstance(store, EtcdMetadataStore)
+        watches = store.ownership.watches
+        await store.hubs.register_hub("127.0.0.1:7", HubLoad())
+        me = HubInfo("127.0.0.1:7", 1)
+        mine = [f"w{i}" for i in range(10)]
+        versions = {}
+        for name in mine:
+            await store.topics.ensure_topic(name)
+            versions[name] = await store.ownership.write_owner_info(name, me, NEW_VERSION)
+        for name in mine:
+            store.ownership.watch_owner(name, told, versions[name])
+        last = 0
+        for i in range(8):  # other topics change: the window fills, and slides
+            await other.topics.ensure_topic(f"q{i}")
+            at = await other.ownership.write_owner_info(
+                f"q{i}", HubInfo("127.0.0.1:8", 2), NEW_VERSION
+            )
+            last = int(at)
+        while watches._delivered < last:
+            await asyncio.sleep(0.01)
+        assert len(watches._recent) == 4 and watches.follows(last - 1)
+        assert fired == {}
+
+        await asyncio.to_thread(server.kill)
+        for _ in range(200):
+            if len(fired) == len(mine):
+                break
+            await asyncio.sleep(0.05)
+        assert fired == dict.fromkeys(mine, 1)
+        assert watches._recent == {} and not watches.follows(last)
+        assert watches._callbacks == {}
+
+        await asyncio.to_thread(server.start)  # the same data: the records are there
+        again = asyncio.Event()
+        now = None
+        for _ in range(200):
+            with contextlib.suppress(MetadataError):
+                now = await store.ownership.read_owner_info("w0")
+                break
+            await asyncio.sleep(0.1)
+        assert now is not None
+        store.ownership.watch_owner("w0", lambda _t: again.set(), now.version)
+        await asyncio.sleep(0.3)
+        assert not again.is_set()
+        await other.ownership.delete_owner_info("w0", now.version)
+        await asyncio.wait_for(again.wait(), 10)
+        assert fired == dict.fromkeys(mine, 1)
+    finally:
+        try:
+            await store.close()
+            await other.close()
+        finally:
+            server.stop()
 
 
 async def test_owner_records_spread_over_leases_that_live_and_die_with_the_session(

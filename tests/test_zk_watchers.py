@@ -187,3 +187,62 @@ async def test_watches_of_a_turn_go_together_and_a_change_before_them_fires(
             await other.close()
         finally:
             server.stop()
+
+
+@pytest.mark.parametrize("lost_at", ["SetWatches", "MultiRead"])
+async def test_watches_in_flight_when_the_connection_goes_miss_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lost_at: str
+) -> None:
+    """ZooKeeper goes as a turn's watches are being set (``SetWatches`` on its way) or read
+    back (the ``multiRead`` on its way), and comes back within the session. Each watcher
+    fires once in all: as the connection goes (for those set by then), or once set again
+    and its record changed; the read-back's slot is given back. (A request kazoo takes after
+    it has failed what it held waits for the connection, as any request made then does.)"""
+    server = ZooKeeperServer(data_dir=str(tmp_path / "zk")).start()
+    bridge = ZkBridge(server.address, session_timeout=30.0)
+    fired: Counter[str] = Counter()
+    try:
+        await bridge.start()
+        paths = [f"/f/n{i}" for i in range(40)]
+        await bridge.create("/f", b"")
+        await asyncio.gather(*(bridge.create(p, b"v") for p in paths))
+        calls = bridge._client._call
+        seen: Counter[str] = Counter()
+
+        def losing(request: Any, answer: Any) -> Any:
+            kind = type(request).__name__
+            seen[kind] += 1
+            if kind == lost_at and seen[kind] == 1:
+                server.kill()  # gone before the request is written, or as it is
+            return calls(request, answer)
+
+        monkeypatch.setattr(bridge._client, "_call", losing)
+        for path in paths:
+            bridge.watch(path, functools.partial(fired.update, [path]), 0)
+        await asyncio.sleep(1.0)
+        assert seen[lost_at] == 1
+        assert all(n == 1 for n in fired.values())
+        await asyncio.to_thread(server.start)  # the same port and data: the session lives
+        for _ in range(300):
+            if bridge._client.connected and bridge._slots.used == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert bridge._client.connected and bridge._slots.used == 0
+        record = bridge._client._data_watchers
+        for _ in range(100):  # the watches still to be set are set, and recorded
+            if all(fired[p] or record.watching(p) for p in paths):
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.gather(*(bridge.set(p, b"w", 0) for p in paths))
+        for _ in range(200):
+            if len(fired) == len(paths):
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)
+        assert fired == dict.fromkeys(paths, 1)
+        assert len(record) == 0
+    finally:
+        try:
+            await bridge.close()
+        finally:
+            server.stop()
