@@ -15,6 +15,7 @@ from hedwig.errors import (
     BadVersionError,
     HedwigError,
     LedgerFencedError,
+    MetadataError,
     MetadataUnavailableError,
     NotEnoughReplicasError,
 )
@@ -1095,7 +1096,9 @@ async def test_a_roll_over_whose_closing_answer_is_lost_goes_on(
 
 
 def test_ledger_metadata_json_holds_every_field_and_reads_back() -> None:
-    """``to_json`` lists the fields by hand (for speed): a field added later must be in it."""
+    """Every field is written, as JSON any reader takes (compact, keys sorted, odd strings
+    escaped as JSON needs), and reads back; a field of the wrong type, a missing one or
+    quorums that cannot be are a corrupt record."""
     import dataclasses
     import json
 
@@ -1106,17 +1109,32 @@ def test_ledger_metadata_json_holds_every_field_and_reads_back() -> None:
     raw = md.to_json()
     assert set(json.loads(raw)) == {f.name for f in dataclasses.fields(LedgerMetadata)}
     assert LedgerMetadata.from_json(raw) == md
-    # Written out, it is the bytes ``json`` makes of the fields (sorted, compact, escaped),
-    # odd names included.
     odd = dataclasses.replace(
         md, topic='a"b\\c\u00e9\u2603\n', owner="h\t1", fragments=((0, ('"x"',)),)
     )
     fields = {f.name: getattr(odd, f.name) for f in dataclasses.fields(LedgerMetadata)}
     fields["state"] = odd.state.value
     fields["fragments"] = [[f, list(e)] for f, e in odd.fragments]
-    expected = json.dumps(fields, separators=(",", ":"), sort_keys=True).encode()
-    assert odd.to_json() == expected
-    assert LedgerMetadata.from_json(odd.to_json()) == odd
+    written = odd.to_json()
+    assert json.loads(written) == fields
+    assert list(json.loads(written)) == sorted(fields) and b" " not in written
+    # Only what is not ASCII differs from what ``json`` writes (UTF-8, not escaped).
+    plain = dataclasses.replace(odd, topic='a"b\\c\n')
+    fields["topic"] = plain.topic
+    assert plain.to_json() == json.dumps(fields, separators=(",", ":"), sort_keys=True).encode()
+    assert LedgerMetadata.from_json(written) == odd
+    assert LedgerMetadata.from_json(raw, ledger_id=8) == dataclasses.replace(md, ledger_id=8)
+    for corrupt in (
+        raw.replace(b'"ack_quorum":2', b'"ack_quorum":"2"'),
+        raw.replace(b'"ack_quorum":2,', b""),
+        raw.replace(b'"ack_quorum":2', b'"ack_quorum":4'),
+        raw.replace(b'"CLOSED"', b'"SHUT"'),
+        raw[:-1],
+        b"[]",
+        b"",
+    ):
+        with pytest.raises(MetadataError, match=r"corrupt ledger metadata|ledger needs"):
+            LedgerMetadata.from_json(corrupt)
 
 
 async def test_orphans_are_replicas_whose_metadata_is_gone_whatever_their_ids(
