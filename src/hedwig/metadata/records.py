@@ -304,6 +304,8 @@ class TopicConfig:
 
     @classmethod
     def from_json(cls, raw: bytes) -> TopicConfig:
+        if not raw or raw == b"{}":
+            return NO_CONFIG  # most topics: one record for all, nothing built per read
         d = _load(raw, "topic config")
         try:
             rep = d.get("replication")
@@ -315,12 +317,19 @@ class TopicConfig:
             raise MetadataError(f"corrupt topic config: {exc}") from exc
 
     def merged(self, defaults: TopicConfig) -> TopicConfig:
-        """This config with unset fields taken from ``defaults``."""
+        """This config with unset fields taken from ``defaults`` (``defaults`` itself if this
+        one sets none: what a take-over of a topic with no settings of its own does)."""
+        if self is NO_CONFIG or self == NO_CONFIG:
+            return defaults
         numbers = {}
         for name in self._NUMBERS:
             own = getattr(self, name)
             numbers[name] = own if own is not None else getattr(defaults, name)
         return TopicConfig(replication=self.replication or defaults.replication, **numbers)
+
+
+# A topic's configuration when it sets nothing: the region's defaults apply throughout.
+NO_CONFIG = TopicConfig()
 
 
 @dataclass(frozen=True, slots=True)
