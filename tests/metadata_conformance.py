@@ -9,10 +9,11 @@ ownership can be tested from two hubs' points of view). See ``test_metadata_zook
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
-from dataclasses import replace
 
 import pytest
+from msgspec.structs import replace
 
 from hedwig.errors import (
     BadVersionError,
@@ -511,7 +512,7 @@ class MetadataConformance:
         fired.clear()
         listed = await other.acls.list_acls(watch=fired.set)
         assert {n: e.value for n, e in listed.items()} == {"ns/alice": entry}
-        changed = AclEntry((rule, replace(rule, name="u")), source="test")
+        changed = AclEntry((rule, dataclasses.replace(rule, name="u")), source="test")
         v2 = await store.acls.write_acl("ns/alice", changed, v)
         await asyncio.wait_for(fired.wait(), 10)
         with pytest.raises(BadVersionError):

@@ -10,7 +10,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -25,6 +24,7 @@ from kazoo.exceptions import (
 )
 from kazoo.protocol.states import KeeperState
 from kazoo.security import make_digest_acl
+from msgspec.structs import replace
 
 from hedwig.devcluster.zookeeper import ZooKeeperServer
 from hedwig.errors import BadVersionError, MetadataError, MetadataUnavailableError

@@ -53,7 +53,9 @@ import asyncio
 import logging
 import random
 from collections.abc import Awaitable, Callable, Collection
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+
+from msgspec.structs import replace
 
 from hedwig.clock import Clock, SystemClock
 from hedwig.errors import BadVersionError, HedwigError

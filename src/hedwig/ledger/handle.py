@@ -26,8 +26,10 @@ import asyncio
 import functools
 import logging
 from collections.abc import Awaitable, Callable, Collection
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
+
+from msgspec.structs import replace
 
 from hedwig.clock import Clock, SystemClock
 from hedwig.errors import (
