@@ -498,12 +498,27 @@ class HedwigClient:
                 await self._delete(lane_name(topic, index), True)
 
     async def _delete(self, topic: str, force: bool) -> None:
-        await self.router.topic_request(
-            topic,
-            lambda rid, redirected: DeleteTopic(
-                request_id=rid, topic=topic, redirected=redirected, force=force
-            ),
-        )
+        """A delete sent again after an attempt whose answer was lost (the hub it went to
+        stopped answering, or the connection went) may find the topic gone: that attempt
+        deleted it, or someone else did meanwhile. Either way the topic is gone, as asked;
+        the retry does not turn it into ``NoSuchTopicError``."""
+        in_doubt = False
+
+        def doubted() -> None:
+            nonlocal in_doubt
+            in_doubt = True
+
+        try:
+            await self.router.topic_request(
+                topic,
+                lambda rid, redirected: DeleteTopic(
+                    request_id=rid, topic=topic, redirected=redirected, force=force
+                ),
+                on_in_doubt=doubted,
+            )
+        except NoSuchTopicError:
+            if not in_doubt:
+                raise
 
     async def reset_subscription(
         self, topic: str, subscriber: str, to: ResetTo | int = ResetTo.EARLIEST

@@ -231,12 +231,15 @@ class Router:
         deadline_s: float | None = None,
         before_retry: Callable[[], Awaitable[None]] | None = None,
         route: str | None = None,
+        on_in_doubt: Callable[[], None] | None = None,
     ) -> tuple[Reply, HubConnection]:
         """Send a topic request to its owner, following redirects and retrying transient errors.
 
         ``before_retry`` is awaited before every attempt after the first (redirects included):
         ordered publishing uses it to let earlier batches go first. ``route``: the key under
         which the hub that answered is remembered (``subscription_route``; default the topic).
+        ``on_in_doubt`` is called when an attempt went out and its answer was lost (the
+        connection went, or the hub stopped answering): the hub may have done it.
         """
         key = route or topic
         policy = self.retry if deadline_s is None else self.retry.with_deadline(deadline_s)
@@ -255,9 +258,14 @@ class Router:
         while True:
             try:
                 conn = await self.connection(address)
-                answer = await conn.request(
-                    make(conn.next_id(), redirected), self.request_timeout_s
-                )
+                try:
+                    answer = await conn.request(
+                        make(conn.next_id(), redirected), self.request_timeout_s
+                    )
+                except ConnectionLostError:
+                    if on_in_doubt is not None:
+                        on_in_doubt()
+                    raise
                 self._owners.set(key, address)
                 if key != topic:
                     # Usually the owner (a single-hub topic); a fan-out topic's delivery hub
