@@ -22,6 +22,7 @@ from hedwig.errors import (
     ConnectionLostError,
     HedwigError,
     MetadataError,
+    NoSuchSubscriptionError,
     NoSuchTopicError,
     NotResponsibleError,
     OwnerUnreachableError,
@@ -36,7 +37,7 @@ from hedwig.metadata.memory import MemoryMetadataStore
 from hedwig.net import MemoryNetwork
 from hedwig.net.connection import HubConnection
 from hedwig.net.transport import Listener
-from hedwig.protocol import DeleteTopic, MoveKind, Subscribed, TopicStats
+from hedwig.protocol import DeleteTopic, MoveKind, Subscribed, TopicStats, Unsubscribe
 from tests.cycle_garbage import frames_left_for_the_collector
 from tests.memory_region import FAST_RETRY, Region, memory_region
 
@@ -1073,29 +1074,52 @@ async def test_a_redirected_request_leaves_nothing_for_the_cycle_collector(
         conn.close()
 
 
+def lose_the_first_answer_to(kind: type[Any], monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The hub does the first request of ``kind`` and its answer never comes back (it stopped
+    answering, the connection went); returns the topics whose answer was lost."""
+    real = HubConnection.request
+    lost: list[str] = []
+
+    async def answer_lost(self: HubConnection, frame: Any, timeout: float | None = 30.0) -> Any:
+        answer = await real(self, frame, timeout)
+        if isinstance(frame, kind) and not lost:
+            lost.append(frame.topic)
+            raise ConnectionLostError(f"hub {self.address} did not answer in {timeout}s")
+        return answer
+
+    monkeypatch.setattr(HubConnection, "request", answer_lost)
+    return lost
+
+
 async def test_a_delete_whose_answer_was_lost_is_done_when_sent_again(
     region: Region, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The hub deletes the topic and its answer never comes back (it stopped answering, the
-    connection went): sent again, the delete finds no topic, which is what was asked, not
-    ``NoSuchTopicError``. A delete of a topic that is not there, with no attempt in doubt,
-    still says so."""
+    """Sent again after its answer was lost, the delete finds no topic, which is what was
+    asked, not ``NoSuchTopicError``. A delete of a topic that is not there, with no attempt
+    in doubt, still says so."""
     async with region.client() as client:
         await client.publish("lost-answer", b"x")
-        real = HubConnection.request
-        lost: list[str] = []
-
-        async def answer_lost(self: HubConnection, frame: Any, timeout: float | None = 30.0) -> Any:
-            answer = await real(self, frame, timeout)
-            if isinstance(frame, DeleteTopic) and not lost:
-                lost.append(frame.topic)
-                raise ConnectionLostError(f"hub {self.address} did not answer in {timeout}s")
-            return answer
-
-        monkeypatch.setattr(HubConnection, "request", answer_lost)
+        lost = lose_the_first_answer_to(DeleteTopic, monkeypatch)
         await client.delete_topic("lost-answer")
         assert lost == ["lost-answer"]
         with pytest.raises(NoSuchTopicError):
             await client.delete_topic("lost-answer")
         with pytest.raises(NoSuchTopicError):
             await client.delete_topic("never-there")
+
+
+async def test_an_unsubscribe_whose_answer_was_lost_is_done_when_sent_again(
+    region: Region, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same for a subscription: sent again after its answer was lost, the unsubscribe
+    finds no subscription and is done; one that was never there still says so."""
+    async with region.client() as client:
+        await client.publish("lost-unsubscribe", b"x")
+        sub = await client.subscribe("lost-unsubscribe", "reader")
+        await sub.close()
+        lost = lose_the_first_answer_to(Unsubscribe, monkeypatch)
+        await client.unsubscribe("lost-unsubscribe", "reader")
+        assert lost == ["lost-unsubscribe"]
+        assert (await client.describe_topic("lost-unsubscribe")).subscriptions == ()
+        with pytest.raises(NoSuchSubscriptionError):
+            await client.unsubscribe("lost-unsubscribe", "reader")

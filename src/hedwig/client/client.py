@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from hedwig.client.chunks import chunk_messages
 from hedwig.client.publisher import BatchPublishResult, PublishResult, TopicPublisher
 from hedwig.client.retry import RetryPolicy
-from hedwig.client.routing import Router, subscription_route
+from hedwig.client.routing import RequestMaker, Router, subscription_route
 from hedwig.client.subscriber import Subscriber
 from hedwig.clock import Clock, SystemClock
 from hedwig.errors import (
@@ -419,11 +419,38 @@ class HedwigClient:
                 await self._unsubscribe(lane_name(topic, index), subscriber)
 
     async def _unsubscribe(self, topic: str, subscriber: str) -> None:
-        await self.router.topic_request(
+        await self._request_once(
             topic,
             lambda rid, _: Unsubscribe(request_id=rid, topic=topic, subscriber=subscriber),
+            already_done=NoSuchSubscriptionError,
             route=subscription_route(topic, subscriber),
         )
+
+    async def _request_once(
+        self,
+        topic: str,
+        make: RequestMaker,
+        *,
+        already_done: type[HedwigError],
+        route: str | None = None,
+    ) -> None:
+        """Send a request whose effect is a thing gone (a topic, a subscription), retried as
+        every request is. A retry after an attempt whose answer was lost (the hub it went to
+        stopped answering, or the connection went) may find the thing gone already: that
+        attempt removed it, or someone else did meanwhile. Either way it is gone, as asked;
+        the retry does not turn into ``already_done``. Without a lost answer, the error is
+        the caller's: the thing was never there."""
+        in_doubt = False
+
+        def doubted() -> None:
+            nonlocal in_doubt
+            in_doubt = True
+
+        try:
+            await self.router.topic_request(topic, make, route=route, on_in_doubt=doubted)
+        except already_done:
+            if not in_doubt:
+                raise
 
     # reading and administration -------------------------------------------------------------
 
@@ -498,27 +525,13 @@ class HedwigClient:
                 await self._delete(lane_name(topic, index), True)
 
     async def _delete(self, topic: str, force: bool) -> None:
-        """A delete sent again after an attempt whose answer was lost (the hub it went to
-        stopped answering, or the connection went) may find the topic gone: that attempt
-        deleted it, or someone else did meanwhile. Either way the topic is gone, as asked;
-        the retry does not turn it into ``NoSuchTopicError``."""
-        in_doubt = False
-
-        def doubted() -> None:
-            nonlocal in_doubt
-            in_doubt = True
-
-        try:
-            await self.router.topic_request(
-                topic,
-                lambda rid, redirected: DeleteTopic(
-                    request_id=rid, topic=topic, redirected=redirected, force=force
-                ),
-                on_in_doubt=doubted,
-            )
-        except NoSuchTopicError:
-            if not in_doubt:
-                raise
+        await self._request_once(
+            topic,
+            lambda rid, redirected: DeleteTopic(
+                request_id=rid, topic=topic, redirected=redirected, force=force
+            ),
+            already_done=NoSuchTopicError,
+        )
 
     async def reset_subscription(
         self, topic: str, subscriber: str, to: ResetTo | int = ResetTo.EARLIEST
