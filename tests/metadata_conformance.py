@@ -118,6 +118,11 @@ class MetadataConformance:
         config = await other.topics.read_topic_config("n/2")
         assert config is not None and config.value.retention_ms == 60_000
         assert taken.config == (config if self.claims_read else None)
+        # Its ledger list as of the claim, where the claim reads (none yet: the version that
+        # creates one).
+        assert taken.ranges == (
+            Versioned(LedgerRanges(), NEW_VERSION) if self.claims_read else None
+        )
         v1 = await store.ownership.write_owner_info("n/1", HubInfo("127.0.0.1:9", 5), v)
         await store.ownership.delete_owner_info("n/1", v1)
         lost = asyncio.Event()
@@ -323,6 +328,14 @@ class MetadataConformance:
         taken = await store.ownership.claim_topic("f/2", mine, replace(md, topic="f/2"))
         assert taken.version is not None and not taken.new and taken.log is None
         assert await other.persistence.read_topic_persistence_info("f/2") is None
+        # An existing topic with a log, claimed again: its ledger list read with the claim is
+        # the record as it is, with the version its compare-and-set needs.
+        await store.ownership.delete_owner_info("f/1", claim.version)
+        again = await store.ownership.claim_topic("f/1", mine)
+        assert again.version is not None and not again.new
+        now = await other.persistence.read_topic_persistence_info("f/1")
+        assert now is not None and now.value.ranges[-1].ledger_id == lid + 1000
+        assert again.ranges == (now if self.claims_read else None)
         assert set(await store.ledgers.list_ledgers()) == before
         # No topic, but its persistence record left behind: claimed and created; the log is
         # the claimer's to start (the record in the way is its business, as before).

@@ -68,6 +68,7 @@ from hedwig.metadata.records import (
     NEW_VERSION,
     HubInfo,
     LedgerMetadata,
+    LedgerRanges,
     TopicClaim,
     TopicConfig,
     Version,
@@ -344,9 +345,7 @@ class TopicOwnership:
             if handed is None or handed == self.address:
                 claim, first = await self._claim(topic)
                 if claim.version is not None:
-                    return await self._take_over(
-                        topic, claim.version, fresh=claim.new, known=claim.config, first=first
-                    )
+                    return await self._take_over(topic, claim, first)
                 known = claim.owner
             ensured = True
         elif redirected:
@@ -356,9 +355,7 @@ class TopicOwnership:
             claim, first = await self._claim(topic)
             self._found_unowned(claim.version is not None)
             if claim.version is not None:
-                return await self._take_over(
-                    topic, claim.version, fresh=claim.new, known=claim.config, first=first
-                )
+                return await self._take_over(topic, claim, first)
             known, ensured = claim.owner, True
         for attempt in range(3):
             fresh = fresh and attempt == 0
@@ -407,9 +404,7 @@ class TopicOwnership:
                 ensured = True
                 claim, first = await self._claim(topic)
                 if claim.version is not None:
-                    return await self._take_over(
-                        topic, claim.version, fresh=claim.new, known=claim.config, first=first
-                    )
+                    return await self._take_over(topic, claim, first)
                 self.stats.claim_conflicts += 1
                 known, redirected = claim.owner, True  # someone claimed it: seen, or read next
                 continue
@@ -421,7 +416,7 @@ class TopicOwnership:
                 self.stats.claim_conflicts += 1
                 redirected = True  # someone claimed it: the next read finds them
                 continue
-            return await self._take_over(topic, version, fresh=fresh)
+            return await self._take_over_at(topic, version, fresh=fresh)
         raise ServiceUnavailableError(f"topic {topic!r}: its ownership is changing")
 
     def _found_unowned(self, unowned: bool) -> None:
@@ -500,15 +495,31 @@ class TopicOwnership:
         return self._merged
 
     async def _take_over(
+        self, topic: str, claim: TopicClaim, first: _FirstLog | None = None
+    ) -> OwnedTopic:
+        """``claim``: what the claim did, and read where the store reads in the claim's own
+        request (the configuration, the ledger list); ``first``: the new topic's first
+        ledger, made with the claim (``_claim``)."""
+        assert claim.version is not None
+        return await self._take_over_at(
+            topic,
+            claim.version,
+            fresh=claim.new,
+            known=claim.config,
+            ranges=claim.ranges,
+            first=first,
+        )
+
+    async def _take_over_at(
         self,
         topic: str,
         version: Version,
         *,
         fresh: bool = False,
         known: Versioned[TopicConfig] | None = None,
+        ranges: Versioned[LedgerRanges] | None = None,
         first: _FirstLog | None = None,
     ) -> OwnedTopic:
-        """``first``: the new topic's first ledger, made with the claim (``_claim``)."""
         self.stats.claims += 1
         began = self.clock.monotonic()
         opened = began
@@ -535,7 +546,7 @@ class TopicOwnership:
                 settings=log_settings,
                 clock=self.clock,
             )
-            await tlog.open(fresh=fresh, started=first.started if first else None)
+            await tlog.open(fresh=fresh, started=first.started if first else None, known=ranges)
             opened = self.clock.monotonic()
         except HedwigError as exc:
             level = logging.WARNING if self._warn_throttle.allow(topic) else logging.DEBUG

@@ -236,18 +236,21 @@ class TopicLog:
         *,
         fresh: bool = False,
         started: tuple[Versioned[LedgerMetadata], Version] | None = None,
+        known: Versioned[LedgerRanges] | None = None,
     ) -> None:
         """Recover the topic's open ledgers and start a new one for it. ``fresh``: a topic
         just created, with no persistence record to read (its first is created, so a record
         made meanwhile by anyone else fails this open). ``started``: a fresh topic's first
-        ledger and the version of the record naming it, made with its claim.
+        ledger and the version of the record naming it, made with its claim. ``known``: the
+        persistence record as the claim read it (``TopicClaim.ranges``), not read again; a
+        record changed since fails the open's compare-and-set like any other.
 
         A take-over records the recovered ledgers' close, its new ledger and the ledger list
         naming it in one store request (``continue_topic_log``); if one of those records
         changed meanwhile (another recoverer closed the ledger first), it starts again from a
         fresh read and takes each step alone, each settling its own race."""
         try:
-            await self._open(fresh=fresh, together=True, started=started)
+            await self._open(fresh=fresh, together=True, started=started, known=known)
         except BadVersionError:
             if fresh:
                 raise
@@ -263,10 +266,14 @@ class TopicLog:
         fresh: bool,
         together: bool,
         started: tuple[Versioned[LedgerMetadata], Version] | None = None,
+        known: Versioned[LedgerRanges] | None = None,
     ) -> None:
-        got = (
-            None if fresh else await self._store.persistence.read_topic_persistence_info(self.topic)
-        )
+        if fresh:
+            got = None
+        elif known is not None:
+            got = known
+        else:
+            got = await self._store.persistence.read_topic_persistence_info(self.topic)
         ranges = got.value if got else LedgerRanges()
         version = got.version if got else NEW_VERSION
         # Recover every ledger still open (normally at most the tail).

@@ -214,7 +214,12 @@ class MemoryMetadataStore:
             return TopicClaim(None, owner=Versioned(held.value, Version(held.version)))
         if (config := self._get(self._k("topic", topic))) is not None:
             version = await self.write_owner_info(topic, owner, NEW_VERSION)
-            return TopicClaim(version, config=Versioned(config.value, Version(config.version)))
+            ranges = await self.read_topic_persistence_info(topic)
+            return TopicClaim(
+                version,
+                config=Versioned(config.value, Version(config.version)),
+                ranges=ranges or Versioned(LedgerRanges(), NEW_VERSION),
+            )
         self._create(self._k("topic", topic), TopicConfig())
         made = self._create(self._k("owner", topic), owner, ephemeral=True)
         log = None

@@ -110,6 +110,10 @@ class TopicClaim:
     # Claimed, not new: the topic's configuration as of the claim, where the store read it in
     # the claim's own request (etcd); ``None``: not read (the claimer reads it after).
     config: Versioned[TopicConfig] | None = None
+    # Claimed, not new: the topic's ledger list as of the claim, where the store read it in
+    # the claim's own request (etcd): version ``NEW_VERSION`` if it has none yet; ``None``:
+    # not read (the take-over reads it first).
+    ranges: Versioned[LedgerRanges] | None = None
     # Claimed and new, given a first ledger: that ledger's metadata (its id given) and the
     # version of the persistence record naming it, made with the topic (``start_topic_log``
     # done in the claim's request).

@@ -139,7 +139,7 @@ class EtcdOwnership:
         lease = await self._etcd.owner_lease(key)
         record = owner.to_json()
         if self._claimed_existing:
-            claim = await self._claim_existing(key, topic_key, record, lease)
+            claim = await self._claim_existing(topic, record, lease)
             if claim is not None:
                 return claim
         guards, writes = (
@@ -169,26 +169,35 @@ class EtcdOwnership:
             # deletion cut short, or an id given twice): the claim alone, its log in steps.
             return await self.claim_topic(topic, owner)
         if (held := res.reads[0]) is None:
-            claim = await self._claim_existing(key, topic_key, record, lease)
+            claim = await self._claim_existing(topic, record, lease)
             if claim is None:
                 raise MetadataError(f"topic {topic!r} does not exist")
             return claim
         self._claimed_existing = True
         return _held(held)
 
-    async def _claim_existing(
-        self, key: bytes, topic_key: bytes, record: bytes, lease: int
-    ) -> TopicClaim | None:
+    async def _claim_existing(self, topic: str, record: bytes, lease: int) -> TopicClaim | None:
         """The owner record's compare-and-set on a topic that exists, with the topic's
-        configuration read as of it (the claimer's next read); ``None``: no such topic."""
+        configuration and ledger list read as of it (the take-over's next two reads, each a
+        request and an etcd range of its own otherwise); ``None``: no such topic."""
+        key, topic_key = self._keys.owner(topic), self._keys.topic(topic)
         res = await self._etcd.txn(
             [exists(topic_key), missing(key)],
-            [put(key, record, lease), get(topic_key)],
+            [put(key, record, lease), get(topic_key), get(self._keys.persistence(topic))],
             [get(key)],
         )
         if res.succeeded:
             self._claimed_existing = True
-            return TopicClaim(Version(res.revision), config=_config_of(res.reads[0]))
+            config, ranges = res.reads
+            return TopicClaim(
+                Version(res.revision),
+                config=_config_of(config),
+                ranges=(
+                    Versioned(LedgerRanges(), NEW_VERSION)
+                    if ranges is None
+                    else Versioned(LedgerRanges.from_json(ranges.value), Version(ranges.mod))
+                ),
+            )
         if (held := res.reads[0]) is None:
             self._claimed_existing = False
             return None
