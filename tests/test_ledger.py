@@ -1135,6 +1135,33 @@ def test_ledger_metadata_json_holds_every_field_and_reads_back() -> None:
             LedgerMetadata.from_json(corrupt)
 
 
+def test_a_ledger_list_is_stored_as_arrays_and_reads_back() -> None:
+    """A topic's ledger list is stored as ``{"ranges": [[ledger_id, start_seq, end_seq],
+    ...]}`` (as it always was: records written before read alike), and reads back; an entry
+    of the wrong shape or type is a corrupt record, a later field is ignored. Nothing at
+    all is an empty list."""
+    ranges = LedgerRanges((LedgerRange(7, 1, 10), LedgerRange(9, 11, 10), LedgerRange(12, 11)))
+    raw = ranges.to_json()
+    assert raw == b'{"ranges":[[7,1,10],[9,11,10],[12,11,null]]}'
+    assert LedgerRanges.from_json(raw) == ranges
+    assert LedgerRanges.from_json(b'{"ranges": [[12, 11]]}') == LedgerRanges((LedgerRange(12, 11),))
+    assert LedgerRanges.from_json(b"") == LedgerRanges() == LedgerRanges.from_json(b"{}")
+    # A later field, of the record or of an entry, is ignored.
+    later = b'{"later":1,"ranges":[[7,1,10,4]]}'
+    assert LedgerRanges.from_json(later) == LedgerRanges((LedgerRange(7, 1, 10),))
+    assert ranges.close_tail(20).ranges[-1] == LedgerRange(12, 11, 20)
+    assert ranges.with_tail(13, 21).last_seq == 10
+    for corrupt in (
+        b'{"ranges":[[7,"1",10]]}',
+        b'{"ranges":[[7]]}',
+        b'{"ranges":[{"ledger_id":7,"start_seq":1}]}',
+        b'{"ranges":7}',
+        raw[:-1],
+    ):
+        with pytest.raises(MetadataError, match="corrupt ledger ranges"):
+            LedgerRanges.from_json(corrupt)
+
+
 async def test_orphans_are_replicas_whose_metadata_is_gone_whatever_their_ids(
     store: MemoryMetadataStore, tmp_path: Path
 ) -> None:

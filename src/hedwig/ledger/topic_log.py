@@ -23,8 +23,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TypeVar
+
+from msgspec.structs import replace
 
 from hedwig.clock import Clock, SystemClock
 from hedwig.errors import (
