@@ -520,6 +520,9 @@ class TopicOwnership:
         ranges: Versioned[LedgerRanges] | None = None,
         first: _FirstLog | None = None,
     ) -> OwnedTopic:
+        """Take the topic over under the owner record at ``version``: recover its log (from
+        ``ranges`` if the claim read them), read back its tail, and serve it; on failure the
+        record is given up. ``known``: its configuration, if read already."""
         self.stats.claims += 1
         began = self.clock.monotonic()
         opened = began
