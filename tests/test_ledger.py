@@ -229,6 +229,54 @@ async def test_a_take_over_reads_its_ledger_and_its_last_entries_once(
     assert entry_reads[:recovery].count((recovered, 19)) == 1, entry_reads[:recovery]
 
 
+async def test_a_take_over_from_a_ledger_list_its_claim_read_that_changed_since_starts_over(
+    store: MemoryMetadataStore, tmp_path: Path
+) -> None:
+    """A take-over given the ledger list as its claim read it (etcd reads it in the claim's
+    transaction) does not read it again; if the list changed after that read, the take-over's
+    one request writes nothing, and it starts over from a fresh read, step by step, losing
+    nothing."""
+    storage = LocalStorage(tmp_path, "h:1")
+    old = make_log(store, storage)
+    await old.open()
+    for i in range(5):
+        await old.append("p", 0, EncodedMessages.of_values([b"m%d" % i]))
+    claimed = await store.persistence.read_topic_persistence_info("t")
+    assert claimed is not None
+    # Written again after the claim's read (by the old owner, say): a new version.
+    await store.persistence.write_topic_persistence_info("t", claimed.value, claimed.version)
+    reads: list[str] = []
+    read = store.persistence.read_topic_persistence_info
+
+    async def counted(topic: str) -> Any:
+        reads.append(topic)
+        return await read(topic)
+
+    store.persistence.read_topic_persistence_info = counted  # type: ignore[method-assign]
+    together = store.persistence.continue_topic_log
+    outcomes: list[str] = []
+
+    async def watched(*args: Any) -> Any:
+        try:
+            result = await together(*args)
+        except BadVersionError:
+            outcomes.append("conflict")
+            raise
+        outcomes.append("written")
+        return result
+
+    store.persistence.continue_topic_log = watched  # type: ignore[method-assign,assignment]
+    new = make_log(store, storage)
+    await new.open(known=claimed)
+    assert outcomes == ["conflict"], "the one request, from the list as the claim read it"
+    assert reads == ["t"], "read once: for the start over, not before the first attempt"
+    assert new.last_seq == 5
+    record = await read("t")
+    assert record is not None and record.value == new.ranges
+    got = await new.read(1, 100, 1 << 20)
+    assert [m.value for x in got for m in x.messages.decode()] == [b"m%d" % i for i in range(5)]
+
+
 async def test_a_take_over_that_loses_a_race_to_close_the_ledger_goes_step_by_step(
     store: MemoryMetadataStore, tmp_path: Path
 ) -> None:

@@ -68,7 +68,6 @@ from hedwig.metadata.records import (
     NEW_VERSION,
     HubInfo,
     LedgerMetadata,
-    LedgerRanges,
     TopicClaim,
     TopicConfig,
     Version,
@@ -416,7 +415,7 @@ class TopicOwnership:
                 self.stats.claim_conflicts += 1
                 redirected = True  # someone claimed it: the next read finds them
                 continue
-            return await self._take_over_at(topic, version, fresh=fresh)
+            return await self._take_over(topic, TopicClaim(version, new=fresh))
         raise ServiceUnavailableError(f"topic {topic!r}: its ownership is changing")
 
     def _found_unowned(self, unowned: bool) -> None:
@@ -497,32 +496,12 @@ class TopicOwnership:
     async def _take_over(
         self, topic: str, claim: TopicClaim, first: _FirstLog | None = None
     ) -> OwnedTopic:
-        """``claim``: what the claim did, and read where the store reads in the claim's own
-        request (the configuration, the ledger list); ``first``: the new topic's first
-        ledger, made with the claim (``_claim``)."""
-        assert claim.version is not None
-        return await self._take_over_at(
-            topic,
-            claim.version,
-            fresh=claim.new,
-            known=claim.config,
-            ranges=claim.ranges,
-            first=first,
-        )
-
-    async def _take_over_at(
-        self,
-        topic: str,
-        version: Version,
-        *,
-        fresh: bool = False,
-        known: Versioned[TopicConfig] | None = None,
-        ranges: Versioned[LedgerRanges] | None = None,
-        first: _FirstLog | None = None,
-    ) -> OwnedTopic:
-        """Take the topic over under the owner record at ``version``: recover its log (from
-        ``ranges`` if the claim read them), read back its tail, and serve it; on failure the
-        record is given up. ``known``: its configuration, if read already."""
+        """Take the topic over under the owner record ``claim`` wrote: recover its log (from
+        the ledger list, if the claim read it), read back its tail, and serve it; on failure
+        the record is given up. ``claim.config``: its configuration, if the claim read it;
+        ``first``: the new topic's first ledger, made with the claim (``_claim``)."""
+        version, fresh, known, ranges = claim.version, claim.new, claim.config, claim.ranges
+        assert version is not None
         self.stats.claims += 1
         began = self.clock.monotonic()
         opened = began

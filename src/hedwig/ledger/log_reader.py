@@ -290,34 +290,25 @@ class LogReader:
         idx = LedgerIndex(md)
         for first in range(0, md.last_entry_id + 1, READ_AHEAD):
             entries = range(first, min(first + READ_AHEAD, md.last_entry_id + 1))
-            # Entries kept among the recent ones (a recovered ledger's last, decoded by its
-            # recovery) are not read again, and a lone entry to read is awaited as it is: a
-            # take-over's read-back indexes a ledger of one entry or a few, and a task per
-            # entry (``gather``) was most of what that cost.
-            recent = self._recent
-            found = [
-                None
-                if recent is None or (b := recent.get((md.ledger_id, e))) is None
-                else b.first_seq
-                for e in entries
-            ]
-            todo = [e for e, seq in zip(entries, found, strict=True) if seq is None]
-            read: dict[int, int] = {}
-            if len(todo) == 1:
-                read[todo[0]] = await self._first_seq(md, todo[0])
-            elif todo:
-                seqs = await asyncio.gather(*(self._first_seq(md, e) for e in todo))
-                read = dict(zip(todo, seqs, strict=True))
-            idx.first_seqs.extend(
-                read[e] if seq is None else seq for e, seq in zip(entries, found, strict=True)
-            )
+            if len(entries) == 1:
+                # A take-over's read-back indexes a ledger of one entry, nearly always: awaited
+                # as it is, not as a task (``gather``'s), which was most of what that cost.
+                idx.first_seqs.append(await self._first_seq(md, first))
+            else:
+                idx.first_seqs.extend(
+                    await asyncio.gather(*(self._first_seq(md, e) for e in entries))
+                )
         self._keep_index(idx)
         return idx
 
     async def _first_seq(self, md: LedgerMetadata, entry: int) -> int:
         """Where entry ``entry`` starts, read to index its ledger; the entry is kept among the
         recent ones only near the end (what reads after a take-over ask for next)."""
+        key = (md.ledger_id, entry)
+        batch = None if self._recent is None else self._recent.get(key)
+        if batch is not None:
+            return batch.first_seq
         raw = await read_entry(self._replicas, md, entry)
         if entry > md.last_entry_id - RECENT_ENTRIES:
-            self._keep((md.ledger_id, entry), Batch.from_stored(raw))
+            self._keep(key, Batch.from_stored(raw))
         return int(_FIRST_SEQ.unpack_from(raw)[0])
