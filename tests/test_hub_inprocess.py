@@ -15,7 +15,11 @@ import pytest
 
 from hedwig.client import HedwigClient, RetryPolicy, SubscribeMode
 from hedwig.devcluster.zookeeper import ZooKeeperServer
-from hedwig.errors import DeadlineExceededError, MessagesUnavailableError
+from hedwig.errors import (
+    DeadlineExceededError,
+    MessagesUnavailableError,
+    ServiceUnavailableError,
+)
 from hedwig.hub import Hub, HubConfig
 from hedwig.hub.topic import TopicState
 from hedwig.metadata.memory import MemoryBackend, MemoryMetadataStore
@@ -114,9 +118,15 @@ async def test_session_expiry_drops_topics_and_clients_move(hubs: list[Hub]) -> 
         owner.store.expire()  # as ZooKeeper does after a partition longer than the session
         assert owned.state is TopicState.CLOSED
         assert "expiry" not in owner.topics.topics
-        # The old owner refuses at once; clients find the topic again (maybe on the same hub,
-        # once it has a new session) and carry on where they were.
+        # Until it has a new session the old owner claims nothing: it refuses at once (on
+        # etcd, out of reach, a claim would wait for a call's timeout) and is not ready.
+        with pytest.raises(ServiceUnavailableError, match="cannot reach the metadata store"):
+            await owner.topics.acquire("expiry", redirected=True)
+        assert owner.readiness() == (False, "metadata store session suspended or lost")
+        # Clients find the topic again (maybe on the same hub, once it has a new session) and
+        # carry on where they were.
         await owner.store.start()
+        assert not owner.topics.suspended
         r = await c.publish("expiry", b"two")
         assert r.seq == 2
         assert (await sub.next(10)).value == b"two"

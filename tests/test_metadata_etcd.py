@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -492,6 +494,54 @@ async def test_a_store_reaches_etcd_within_seconds_of_its_return_after_a_long_ou
         assert await store.topics.list_topics() == ["after", "before"]
         assert store.session.state is SessionState.CONNECTED, "its session outlived the outage"
     finally:
+        await store.close()
+        server.stop()
+
+
+async def test_a_session_whose_refreshes_go_unanswered_is_lost_when_its_lease_ends(
+    tmp_path: Path,
+) -> None:
+    """A lease refresh that etcd never answers (a partition that drops packets, a frozen
+    etcd) held the session CONNECTED for the call's whole timeout, 10 s, long after etcd had
+    expired the lease: in the failure suite an owner cut off from etcd went on serving a topic
+    whose owner record was gone, and the other hubs, still seeing it alive for a moment, sent
+    a client there; nobody claimed the topic while the cut lasted. The session is now lost
+    when the lease ends by this process's clock; thawed, etcd grants a new one."""
+    (tmp_path / "etcd").mkdir()
+    server = EtcdServer(data_dir=str(tmp_path / "etcd"))
+    server.start()
+    pid = server.pid
+    assert pid is not None
+    store = EtcdMetadataStore(server.address, "frozen", session_timeout=2.0)
+    loop = asyncio.get_running_loop()
+    states: list[tuple[SessionState, float]] = []
+    thawed = False
+    try:
+        await store.start()
+        store.session.add_listener(lambda s: states.append((s, loop.time())))
+        await asyncio.sleep(store.etcd.ttl)  # refreshed: the session is as it always is
+        assert store.session.state is SessionState.CONNECTED
+        os.kill(pid, signal.SIGSTOP)
+        frozen = loop.time()
+        for _ in range(100):
+            if any(s is SessionState.LOST for s, _ in states):
+                break
+            await asyncio.sleep(0.1)
+        lost = [at for s, at in states if s is SessionState.LOST]
+        assert lost, f"still {store.session.state} 10 s after etcd froze"
+        # The lease ends a TTL after the last answer, which came before the freeze.
+        assert lost[0] - frozen <= store.etcd.ttl + 0.5, f"lost after {lost[0] - frozen:.1f} s"
+        os.kill(pid, signal.SIGCONT)
+        thawed = True
+        for _ in range(100):
+            if store.session.state is SessionState.CONNECTED:
+                break
+            await asyncio.sleep(0.1)
+        assert store.session.state is SessionState.CONNECTED
+        await store.topics.ensure_topic("after")
+    finally:
+        if not thawed:
+            os.kill(pid, signal.SIGCONT)
         await store.close()
         server.stop()
 

@@ -415,7 +415,7 @@ class Hub:
         if not self._ready:
             return False, "starting or stopping"
         if self.topics.suspended:
-            return False, "ZooKeeper connection suspended"
+            return False, "metadata store session suspended or lost"
         short = self.loops.short_of_hubs
         if short is not None:
             return False, short

@@ -21,7 +21,9 @@ Rules, for a request on topic T that this hub does not already serve:
 Concurrent requests for the same topic share one claim. Once owned, the hub knows it still
 owns T from its ZooKeeper session and a watch on the owner record, not by reading it on every
 request: when the watch fires and the record is no longer ours, or the session is lost, the
-topic is dropped at once and its clients are told.
+topic is dropped at once and its clients are told. Until a new session is up (on etcd, for as
+long as etcd is out of reach) the hub claims nothing: such requests are refused at once, and
+the client tries another hub.
 
 While the hub cannot reach ZooKeeper (the session is suspended), it keeps serving the topics
 it owns on their open ledgers: fencing, not the session, is what keeps two hubs from both
@@ -167,6 +169,9 @@ class TopicOwnership:
         # while they make their topics, each brings the topic's first ledger along (``_claim``).
         self._claims_create = True
         self._suspended_since: float | None = None
+        # The session was lost and no new one is up yet (on etcd, for as long as it cannot
+        # be reached): the hub can claim nothing, and says so at once.
+        self._session_lost = False
         self._fencing_task: asyncio.Task[None] | None = None
         self.accepting = True
         self._dropping = False
@@ -206,6 +211,7 @@ class TopicOwnership:
             if self._fencing_task is None or self._fencing_task.done():
                 self._fencing_task = asyncio.get_running_loop().create_task(self._watch_fencing())
         elif state is SessionState.CONNECTED:
+            self._session_lost = False
             if self._suspended_since is not None:
                 log.warning(
                     "ZooKeeper reachable again after %.1f s",
@@ -214,6 +220,7 @@ class TopicOwnership:
             self._stop_suspension()
         elif state is SessionState.LOST:
             self._stop_suspension()
+            self._session_lost = True
             self.drop_all(
                 LossKind.SESSION, "metadata session expired (ZooKeeper session or etcd lease)"
             )
@@ -240,7 +247,10 @@ class TopicOwnership:
 
     @property
     def suspended(self) -> bool:
-        return self._suspended_since is not None
+        """Whether the hub is without a working session: the store is out of reach, or the
+        session was lost and a new one is not up yet. Claims are refused at once meanwhile
+        (on etcd each would wait for a call's timeout), so clients try another hub."""
+        return self._suspended_since is not None or self._session_lost
 
     def drop_all(self, kind: LossKind, reason: str) -> None:
         names = list(self.topics)
@@ -288,7 +298,8 @@ class TopicOwnership:
                 raise ServiceUnavailableError("hub is shutting down")
             if self.suspended:
                 raise ServiceUnavailableError(
-                    f"topic {topic!r}: this hub cannot reach ZooKeeper to find or claim its owner"
+                    f"topic {topic!r}: this hub cannot reach the metadata store to find or "
+                    "claim its owner"
                 )
             pending = self._claims.get(topic)
             if pending is None:

@@ -12,8 +12,9 @@ become ``MetadataUnavailableError`` (retry later) or ``MetadataError`` at this b
 lease, which lives as long as its holder refreshes it within its TTL. The client grants one
 lease at start (TTL: the session timeout), refreshes it every third of the TTL, and reports:
 ``CONNECTED`` while refreshes succeed, ``SUSPENDED`` when one fails, ``LOST`` when the lease is
-gone (etcd says so, or no refresh succeeded for a whole TTL: the server expires it by then), and
-``CONNECTED`` again with a new lease (a new session: owner records must be claimed afresh).
+gone (etcd says so, or no refresh was answered for a whole TTL by this process's clock, the last
+one failed or still unanswered: etcd expires it by then), and ``CONNECTED`` again with a new
+lease (a new session: owner records must be claimed afresh).
 
 **Credentials are kept, tokens renewed.** With etcd's authentication on, the client trades
 ``USER:PASSWORD`` for a token once and sends the token with every call. etcd forgets its
@@ -404,9 +405,14 @@ class EtcdClient:
             listener(state)
 
     async def _keep_alive(self) -> None:
+        # When the last refresh's answer came: etcd renewed the lease before that, so by this
+        # process's clock the lease lasts until a TTL after it at the most (etcd's own client
+        # keeps the same deadline).
         last_ok = time.monotonic()
+        pause = self.ttl / 3
         while True:
-            await asyncio.sleep(self.ttl / 3)
+            await asyncio.sleep(pause)
+            pause = self.ttl / 3
             try:
                 if self.state is SessionState.LOST:
                     # Owner leases left from the lost session (etcd may not have expired them
@@ -418,13 +424,23 @@ class EtcdClient:
                     self._set_state(SessionState.CONNECTED)
                     continue
                 asked = time.monotonic()
-                ttl = await self._refresh()
+                # No longer than the lease may last: a refresh that etcd never answers (a
+                # partition that drops its packets, a frozen etcd) held the session CONNECTED
+                # for the call's whole timeout, long after etcd had expired the lease. The hub
+                # went on serving topics whose owner records were gone, and the other hubs,
+                # which still saw it alive for a moment, sent their clients to it: nobody
+                # claimed those topics while the partition lasted.
+                ttl = await self._refresh(min(asked + CALL_TIMEOUT_S, last_ok + self.ttl))
             except MetadataError as exc:
-                if time.monotonic() - last_ok >= self.ttl:
+                left = last_ok + self.ttl - time.monotonic()
+                if left <= 0:
                     self._set_state(SessionState.LOST)
-                elif self.state is SessionState.CONNECTED:
+                    continue
+                if self.state is SessionState.CONNECTED:
                     log.warning("etcd lease refresh failed: %s", exc)
                     self._set_state(SessionState.SUSPENDED)
+                # Tried again sooner the nearer the lease's end (LOST there, if none answers).
+                pause = min(pause, left / 2)
                 continue
             took = time.monotonic() - asked
             if took > self.ttl / 3:
@@ -441,30 +457,39 @@ class EtcdClient:
                 last_ok = time.monotonic()
                 self._set_state(SessionState.CONNECTED)
 
-    async def _refresh(self) -> int:
-        """Refresh every lease of the session in one stream; the lowest TTL left (0: one of
-        them is gone, and with it the session)."""
+    async def _refresh(self, deadline: float) -> int:
+        """Refresh every lease of the session in one stream, answered by ``deadline`` (on the
+        monotonic clock); the lowest TTL left (0: one of them is gone, and with it the
+        session). A refresh refused for its token goes again with a new one at once, as any
+        other call does (``call``): after an etcd restart the next try would have come a
+        third of the TTL later, past the lease's end after an outage of two thirds of it."""
         leases = self.leases
 
         async def each() -> AsyncIterator[Any]:
             for lease in leases:
                 yield rpc.LeaseKeepAliveRequest(ID=lease)
 
-        lowest: int | None = None
-        answered = 0
-        metadata = self._metadata
-        try:
-            stream = self._leases.LeaseKeepAlive(each(), timeout=CALL_TIMEOUT_S, metadata=metadata)
-            async for reply in stream:
-                ttl = int(reply.TTL)
-                lowest = ttl if lowest is None else min(lowest, ttl)
-                answered += 1
-                if answered == len(leases):
-                    return lowest
-        except grpc.aio.AioRpcError as exc:
-            if _stale_token(exc):
-                await self._renew_token(metadata)
-            raise _translate(exc, "lease keep-alive") from exc
+        for attempt in range(2):
+            timeout = deadline - time.monotonic()
+            if timeout <= 0:
+                raise MetadataUnavailableError("etcd answered no lease refresh for a whole TTL")
+            lowest: int | None = None
+            answered = 0
+            metadata = self._metadata
+            try:
+                stream = self._leases.LeaseKeepAlive(each(), timeout=timeout, metadata=metadata)
+                async for reply in stream:
+                    ttl = int(reply.TTL)
+                    lowest = ttl if lowest is None else min(lowest, ttl)
+                    answered += 1
+                    if answered == len(leases):
+                        return lowest
+            except grpc.aio.AioRpcError as exc:
+                if attempt == 0 and _stale_token(exc):
+                    await self._renew_token(metadata)
+                    continue
+                raise _translate(exc, "lease keep-alive") from exc
+            break
         raise MetadataUnavailableError("etcd closed the lease keep-alive stream")
 
     async def revoke_elsewhere(self, lease: int) -> None:
