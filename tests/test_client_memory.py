@@ -1108,6 +1108,27 @@ async def test_a_delete_whose_answer_was_lost_is_done_when_sent_again(
             await client.delete_topic("never-there")
 
 
+async def test_a_delete_whose_first_attempt_never_connected_is_not_in_doubt(
+    region: Region,
+) -> None:
+    """An attempt that could not connect was never sent: nothing is in doubt, so the next
+    attempt deletes a topic that is there, and a topic that is not there is still
+    ``NoSuchTopicError``. Each client tries first a hub that refuses connections."""
+    refusing = "127.0.0.1:1"
+    hubs = [refusing, *(h.address for h in region.hubs)]
+    async with region.client() as client:
+        await client.publish("never-connected", b"x")
+    for topic in ("never-connected", "never-there"):
+        async with HedwigClient(hubs, network=region.network, retry=FAST_RETRY) as client:
+            if topic == "never-there":
+                with pytest.raises(NoSuchTopicError):
+                    await client.delete_topic(topic)
+            else:
+                await client.delete_topic(topic)
+            assert client.router.unreachable(refusing), "the refusing hub was not tried first"
+    assert not await region.hubs[0].store.topics.topic_exists("never-connected")
+
+
 async def test_an_unsubscribe_whose_answer_was_lost_is_done_when_sent_again(
     region: Region, monkeypatch: pytest.MonkeyPatch
 ) -> None:

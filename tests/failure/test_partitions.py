@@ -85,11 +85,12 @@ async def scenario(
     hold: float = HOLD,
     after: float = 3.0,
     takeover: bool = False,
+    victim_first: bool = False,
 ) -> Outcome:
     """Load, then ``inject(victim)`` for ``hold`` seconds, heal everything, load ``after``
     seconds more, then check the whole history. With ``takeover``, another client makes
     another hub take the victim's topics over while the fault holds
-    (``LabCluster.force_takeover``)."""
+    (``LabCluster.force_takeover``; ``victim_first``: asking the victim first)."""
     work = lc.workload(TOPICS, rate=100.0)
     await work.start()
     await asyncio.sleep(2.0)
@@ -104,7 +105,8 @@ async def scenario(
     extra: dict[str, list[tuple[bytes, int]]] = {}
     if takeover:
         await asyncio.gather(
-            asyncio.sleep(hold), lc.force_takeover(victim, victim_topics, extra, fault_at)
+            asyncio.sleep(hold),
+            lc.force_takeover(victim, victim_topics, extra, fault_at, victim_first=victim_first),
         )
     else:
         await asyncio.sleep(hold)
@@ -254,6 +256,26 @@ async def test_secure_owner_cut_off_from_etcd(secure_etcd_lc: LabCluster) -> Non
         lc.add_fault(cut(lc.hub_node(victim), [lc.zk_node]))
 
     out = await scenario(lc, "secured: owner cut off from etcd", inject, takeover=True)
+    assert_failover(out, BOUND_ETCD)
+
+
+async def test_secure_owner_cut_off_from_etcd_refuses_once_its_lease_ends(
+    secure_etcd_lc: LabCluster,
+) -> None:
+    """The owner reaches its replicas and clients, not etcd, and a client comes to it once
+    its lease has ended (as one sent by another hub that still sees it alive for a moment
+    would). It used to serve on: its lease refresh waited 10 s for an answer that never came,
+    so it kept its topics with their records gone, and, once it knew, left its clients
+    waiting on store calls; nobody claimed the topics while the cut lasted (a full suite's
+    load once showed it). It now refuses at once, its session over by its own clock, and
+    another hub takes the topics over."""
+    lc = secure_etcd_lc
+
+    async def inject(victim: str) -> None:
+        lc.add_fault(cut(lc.hub_node(victim), [lc.zk_node]))
+
+    name = "secured: owner cut off from etcd, asked after its lease"
+    out = await scenario(lc, name, inject, takeover=True, victim_first=True)
     assert_failover(out, BOUND_ETCD)
 
 

@@ -9,6 +9,7 @@ whatever happened to the test: partitions, slow links, frozen and killed hubs.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import time
@@ -165,12 +166,18 @@ class LabCluster:
         topics: list[str],
         acked: dict[str, list[tuple[bytes, int]]],
         fault_at: float,
+        *,
+        victim_first: bool = False,
     ) -> None:
         """Once the victim's session has expired (its owner records gone), publish to its
         topics from the controller through the other hubs only: one of them claims each topic,
         fencing the victim's ledger, after which the victim must acknowledge nothing more (the
         history check would find a lost acknowledgement). The acknowledgements go to ``acked``
-        (publishers ``pubctl<n>``) for the history check; the takeover is noted with its time."""
+        (publishers ``pubctl<n>``) for the history check; the takeover is noted with its time.
+
+        ``victim_first``: the publishes go to the victim first, as those of a client another
+        hub redirected there would (that hub still seeing the victim alive): a victim that
+        knows its session is over refuses them, and the client goes on to the others."""
 
         async def released() -> bool:
             return victim not in (await self.owners(topics)).values()
@@ -178,6 +185,9 @@ class LabCluster:
         await eventually(released, timeout=3 * self.session_timeout_s, interval=0.2)
         self.note(f"victim's owner records gone after {time.monotonic() - fault_at:.2f}s")
         others = [a for a in self.dev.addresses if a != victim]
+        if victim_first:
+            await asyncio.sleep(0.5)  # the victim's lease ended by its clock too
+            others = [victim, *others]
         # A fresh publisher id each time: a client that reused one would restart its sequence
         # numbers and be (rightly) deduplicated against the earlier messages.
         publisher = f"pubctl{next(self._takeovers)}"
