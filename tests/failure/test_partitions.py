@@ -93,34 +93,41 @@ async def scenario(
     (``LabCluster.force_takeover``; ``victim_first``: asking the victim first)."""
     work = lc.workload(TOPICS, rate=100.0)
     await work.start()
-    await asyncio.sleep(2.0)
-    before = await work.acked_count()
-    assert before > 0, "nothing acknowledged before the fault"
-    owners = await lc.owners(TOPICS)
-    victim = owners[TOPICS[0]]
-    assert victim is not None
-    fault_at = lc.note(f"{name}: victim {victim}")
-    await inject(victim)
-    victim_topics = [t for t in TOPICS if owners[t] == victim]
-    extra: dict[str, list[tuple[bytes, int]]] = {}
-    if takeover:
-        await asyncio.gather(
-            asyncio.sleep(hold),
-            lc.force_takeover(victim, victim_topics, extra, fault_at, victim_first=victim_first),
-        )
-    else:
-        await asyncio.sleep(hold)
-    moved_to = await lc.owners(TOPICS)
-    lc.heal_all()
-    healed_at = lc.note("healed")
-    await asyncio.sleep(after)
-    history = await work.finish(timeout=20.0)  # subscribers catch up within a second or so
-    for topic, acks in extra.items():
-        history.acked[topic].extend(acks)  # checked like the workload's own
-    out = Outcome(history, owners, victim, fault_at, healed_at, moved_to)
-    out.pauses = {
-        t: round(longest_pause(history.topic_ack_times[t], fault_at, healed_at), 2) for t in TOPICS
-    }
+    try:
+        await asyncio.sleep(2.0)
+        before = await work.acked_count()
+        assert before > 0, "nothing acknowledged before the fault"
+        owners = await lc.owners(TOPICS)
+        victim = owners[TOPICS[0]]
+        assert victim is not None
+        fault_at = lc.note(f"{name}: victim {victim}")
+        await inject(victim)
+        victim_topics = [t for t in TOPICS if owners[t] == victim]
+        extra: dict[str, list[tuple[bytes, int]]] = {}
+        if takeover:
+            await asyncio.gather(
+                asyncio.sleep(hold),
+                lc.force_takeover(
+                    victim, victim_topics, extra, fault_at, victim_first=victim_first
+                ),
+            )
+        else:
+            await asyncio.sleep(hold)
+        moved_to = await lc.owners(TOPICS)
+        lc.heal_all()
+        healed_at = lc.note("healed")
+        await asyncio.sleep(after)
+        history = await work.finish(timeout=20.0)  # subscribers catch up within a second or so
+        for topic, acks in extra.items():
+            history.acked[topic].extend(acks)  # checked like the workload's own
+        out = Outcome(history, owners, victim, fault_at, healed_at, moved_to)
+        out.pauses = {
+            t: round(longest_pause(history.topic_ack_times[t], fault_at, healed_at), 2)
+            for t in TOPICS
+        }
+    except BaseException:
+        await work.abort()
+        raise
     report(name, out, lc)
     assert history.acked_count > before, "publishing did not resume after the fault"
     assert max(history.ack_times) > healed_at, "nothing acknowledged after the heal"

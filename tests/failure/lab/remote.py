@@ -99,6 +99,13 @@ class RemoteWorkload:
         if self.proc is not None and self.proc.returncode is None:
             self.proc.kill()
 
+    async def abort(self) -> None:
+        """Kill the process and reap it on this loop: a test that fails must not leave its
+        transport to be collected after the loop closed (an unraisable error)."""
+        self.kill()
+        if self.proc is not None:
+            await self.proc.wait()
+
 
 async def _child() -> None:
     # the workload's progress and the client's warnings go to the log (stderr)
