@@ -18,7 +18,9 @@ from hedwig.protocol import (
     Connection,
     EncodedMessages,
     Error,
+    Lac,
     Message,
+    Ok,
     Publish,
     Published,
     Read,
@@ -35,6 +37,9 @@ from hedwig.protocol.fields import (
     Int,
     LaneInfo,
     LaneInfosCodec,
+    LedgerEnd,
+    LedgerEndsCodec,
+    LedgerIdsCodec,
     LedgerLac,
     LedgerLacsCodec,
     MessagesCodec,
@@ -112,6 +117,13 @@ def strategy_for(codec: Codec) -> st.SearchStrategy[Any]:
     if isinstance(codec, LedgerLacsCodec):
         lacs = st.builds(LedgerLac, st.integers(0, 2**64 - 1), st.integers(-1, 2**63 - 1))
         return st.lists(lacs, max_size=4).map(tuple)
+    if isinstance(codec, LedgerIdsCodec):
+        return st.lists(st.integers(0, 2**64 - 1), max_size=4).map(tuple)
+    if isinstance(codec, LedgerEndsCodec):
+        end = st.integers(-1, 2**63 - 1)
+        return st.lists(st.builds(LedgerEnd, st.integers(0, 2**64 - 1), end, end), max_size=4).map(
+            tuple
+        )
     raise AssertionError(f"no example strategy for {type(codec).__name__}")
 
 
@@ -166,11 +178,26 @@ def test_flag_bits_are_named_per_frame() -> None:
         "ReadLac": {"fence": 0},
         "Lac": {"fenced": 0},
         "Published": {"duplicate": 0},
+        "Ok": {"fences_batched": 0},
     }
     header = Connection(Role.CLIENT).send(
         Subscribe(request_id=1, topic="t", subscriber="s", redirected=False, force_attach=True)
     )
     assert HEADER.unpack_from(header)[3] == 0b10
+
+
+def test_a_flag_bit_a_frame_does_not_name_is_ignored() -> None:
+    """A bit added to a frame's flags later (OK's ``fences_batched``) reaches a peer that does
+    not know it as the frame without it, not as a broken connection."""
+    ok = bytearray(Connection(Role.HUB).send(Ok(request_id=5, fences_batched=True)))
+    assert HEADER.unpack_from(ok)[3] == 0b1
+    client = Connection(Role.CLIENT)
+    client.receive_data(bytes(ok))
+    assert client.next_frames() == [Ok(request_id=5, fences_batched=True)]
+    lac = bytearray(Connection(Role.HUB).send(Lac(request_id=6, lac=1, last_entry_id=2)))
+    struct.pack_into(">H", lac, 6, 0b110)  # bits LAC does not name
+    client.receive_data(bytes(lac))
+    assert client.next_frames() == [Lac(request_id=6, lac=1, last_entry_id=2)]
 
 
 def test_construction_is_keyword_only_and_checked() -> None:

@@ -38,6 +38,7 @@ from hedwig.protocol import (
     DescribeLanes,
     DescribeTopic,
     EncodedMessages,
+    FenceLedgers,
     LedgerLac,
     Ping,
     Publish,
@@ -102,6 +103,7 @@ def probes(ledger_id: int) -> list[Probe]:
         ),
         lambda r: ReadEntry(request_id=r, ledger_id=ledger_id, entry_id=0),
         lambda r: ReadLac(request_id=r, ledger_id=ledger_id, fence=True),
+        lambda r: FenceLedgers(request_id=r, ledger_ids=(ledger_id,)),
         lambda r: DeleteLedger(request_id=r, ledger_id=ledger_id),
         lambda r: WriteLacs(request_id=r, lacs=(LedgerLac(ledger_id, 1_000_000),)),
         lambda r: StorageHello(request_id=r, replica="hub-anyone"),
@@ -199,7 +201,7 @@ async def test_every_frame_from_everyone_refused_and_nothing_changes(
     owner = next(h for h in secure.hubs if "probe" in h.topics.topics)
     other = next(h for h in secure.hubs if h is not owner)
     before = snapshot(secure)
-    storage = (AddEntry, ReadEntry, ReadLac, WriteLacs, DeleteLedger, StorageHello)
+    storage = (AddEntry, ReadEntry, ReadLac, FenceLedgers, WriteLacs, DeleteLedger, StorageHello)
     # What replicas hold in memory only (the LAC a writer tells them once its topic is idle)
     # is not in the files: once the owner has told them, a probe must not change it.
     async with asyncio.timeout(10):

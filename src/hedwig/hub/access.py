@@ -42,19 +42,15 @@ from hedwig.errors import (
 from hedwig.hub.events import HubEvents
 from hedwig.metadata.acls import Operation
 from hedwig.protocol import (
-    AddEntry,
     Authenticate,
     Authenticated,
     CloseSubscription,
     Consume,
-    DeleteLedger,
     DeleteTopic,
     DescribeTopic,
     Ping,
     Publish,
     Read,
-    ReadEntry,
-    ReadLac,
     ReleaseTopic,
     Request,
     ResetSubscription,
@@ -62,12 +58,11 @@ from hedwig.protocol import (
     TailTopic,
     TopicStats,
     Unsubscribe,
-    WriteLacs,
 )
+from hedwig.protocol.codec import STORAGE_REQUESTS
 from hedwig.protocol.names import lane_of
 from hedwig.protocol.plan_frames import DeliveryStats, DescribeLanes
 from hedwig.protocol.security_frames import TOKEN
-from hedwig.protocol.storage_frames import StorageHello
 from hedwig.security.acl import AclSet
 from hedwig.security.principal import ANONYMOUS, Principal
 from hedwig.security.tokens import LEEWAY_S, TokenVerifier
@@ -100,7 +95,6 @@ _NEEDS_ANY: dict[type, tuple[Operation, ...]] = {
     DescribeLanes: (Operation.SUBSCRIBE, Operation.READ, Operation.DESCRIBE, Operation.ADMIN),
 }
 # Hub to hub only.
-STORAGE_REQUESTS = (AddEntry, ReadEntry, ReadLac, WriteLacs, DeleteLedger, StorageHello)
 INTERNAL_SERVES = frozenset((*STORAGE_REQUESTS, TopicStats, Ping, TailTopic, DeliveryStats))
 # A connection's cached decisions are dropped past this many (a client touching many topics).
 DECISION_CACHE_SIZE = 4096
@@ -145,7 +139,14 @@ DENIAL_SERIES: tuple[tuple[str, str], ...] = (
     *((op, "forbidden") for op in (*_CLIENT_OPS, "topic_stats", "release_topic", "create")),
     *(
         (op, "internal_only")
-        for op in ("add_entry", "read_entry", "read_lac", "write_lacs", "delete_ledger")
+        for op in (
+            "add_entry",
+            "read_entry",
+            "read_lac",
+            "fence_ledgers",
+            "write_lacs",
+            "delete_ledger",
+        )
     ),
     ("connect", "expired"),
     *(

@@ -38,6 +38,7 @@ from hedwig.metadata.plans import PlanMode
 from hedwig.net.connection import HubConnection
 from hedwig.net.transport import Network
 from hedwig.protocol import (
+    MAX_FENCED_LEDGERS,
     AddEntry,
     CloseSubscription,
     Consume,
@@ -47,9 +48,13 @@ from hedwig.protocol import (
     DescribeLanes,
     DescribeTopic,
     Entry,
+    FencedLedgers,
+    FenceLedgers,
     Lac,
+    LedgerEnd,
     Messages,
     MoveKind,
+    Ok,
     Ping,
     Publish,
     Read,
@@ -131,6 +136,7 @@ class HubRequests:
             AddEntry: self.add_entry,
             ReadEntry: self.read_entry,
             ReadLac: self.read_lac,
+            FenceLedgers: self.fence_ledgers,
             WriteLacs: self.write_lacs,
             DeleteLedger: self.delete_ledger,
             StorageHello: self.storage_hello,
@@ -390,7 +396,7 @@ class HubRequests:
 
     # the storage role ---------------------------------------------------------------------
 
-    async def storage_hello(self, conn: ClientConnection, req: StorageHello) -> None:
+    async def storage_hello(self, conn: ClientConnection, req: StorageHello) -> Reply:
         """The sender means to reach replica ``req.replica``: this hub's id, or (ledgers from
         before ids) its address; anything else is another hub that listened here before."""
         if req.replica not in (self.storage.address, self.address):
@@ -398,6 +404,7 @@ class HubRequests:
                 f"replica {req.replica} is not here: this is hub {self.storage.address} at "
                 f"{self.address} (the address was reused)"
             )
+        return Ok(request_id=req.request_id, fences_batched=True)
 
     async def add_entry(self, conn: ClientConnection, req: AddEntry) -> None:
         await self.storage.add_entry(
@@ -412,6 +419,26 @@ class HubRequests:
         lac, last = await self.storage.read_lac(req.ledger_id, fence=req.fence)
         fenced = self.storage.is_fenced(req.ledger_id)
         return Lac(request_id=req.request_id, lac=lac, last_entry_id=last, fenced=fenced)
+
+    async def fence_ledgers(self, conn: ClientConnection, req: FenceLedgers) -> Reply:
+        """Fence every ledger named (each as READ_LAC with fence would), answering once all
+        are on disk; one the storage could not fence is left out of the answer."""
+        ids = req.ledger_ids
+        if len(ids) > MAX_FENCED_LEDGERS:
+            raise InvalidRequestError(
+                f"{len(ids)} ledgers to fence in one request; at most {MAX_FENCED_LEDGERS}"
+            )
+        # The storage's futures, awaited together: no task per ledger.
+        results = await asyncio.gather(
+            *(self.storage.fence_soon(i) for i in ids), return_exceptions=True
+        )
+        ends = []
+        for ledger_id, r in zip(ids, results, strict=True):
+            if isinstance(r, BaseException):
+                log.info("fencing ledger %d for a peer failed: %s", ledger_id, r)
+                continue
+            ends.append(LedgerEnd(ledger_id, r[0], r[1]))
+        return FencedLedgers(request_id=req.request_id, ends=tuple(ends))
 
     async def write_lacs(self, conn: ClientConnection, req: WriteLacs) -> None:
         await self.storage.write_lacs([(x.ledger_id, x.lac) for x in req.lacs])

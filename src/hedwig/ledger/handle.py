@@ -42,8 +42,9 @@ from hedwig.errors import (
     NoSuchEntryError,
     NotEnoughReplicasError,
 )
+from hedwig.ledger.remote import RemoteStorage
 from hedwig.ledger.replicas import Replicas
-from hedwig.ledger.storage import LocalStorage, StorageNode
+from hedwig.ledger.storage import LocalStorage
 from hedwig.metadata.managers import LedgerMetadataManager
 from hedwig.metadata.records import LedgerMetadata, LedgerState, Version, Versioned
 from hedwig.shared import shared
@@ -559,18 +560,13 @@ async def _fence_and_read_forward(
     ensemble = md.fragments[-1][1]
     needed = len(ensemble) - md.ack_quorum + 1
 
-    async def fence_over_the_wire(node: StorageNode, address: str) -> tuple[int, int] | None:
-        try:
-            return await node.read_lac(md.ledger_id, fence=True)
-        except Exception as exc:
-            log.info("fencing ledger %d on %s failed: %s", md.ledger_id, address, exc)
-            return None
-
     def fence(address: str) -> Awaitable[tuple[int, int] | None]:
         node = replicas.node(address)
-        if isinstance(node, LocalStorage):
-            return node.fence_soon(md.ledger_id)  # a future: no task for this hub's own disk
-        return fence_over_the_wire(node, address)
+        if isinstance(node, LocalStorage | RemoteStorage):
+            # A future, no task: this hub's own disk, or a replica that gets the turn's
+            # fences in one request. ``_enough_fenced`` logs a failure.
+            return node.fence_soon(md.ledger_id)
+        return node.read_lac(md.ledger_id, fence=True)
 
     # Replicas that failed lately are fenced only if the others cannot make ``needed``: no
     # quorum of unfenced replicas is left either way (the quorum rule, not the number asked,

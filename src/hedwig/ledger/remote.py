@@ -16,11 +16,15 @@ from hedwig.errors import HedwigError, LedgerFencedError, NoSuchEntryError, NotE
 from hedwig.net.connection import HubConnection
 from hedwig.net.transport import TCP, Network
 from hedwig.protocol import (
+    MAX_FENCED_LEDGERS,
     AddEntry,
     DeleteLedger,
     Entry,
+    FencedLedgers,
+    FenceLedgers,
     Lac,
     LedgerLac,
+    Ok,
     ReadEntry,
     ReadLac,
     Reply,
@@ -57,6 +61,11 @@ class RemoteStorage:
         self._clock = clock or SystemClock()
         self._conn: HubConnection | None = None
         self._connecting = asyncio.Lock()
+        # Fences asked for in this turn of the event loop, sent together (``fence_soon``).
+        self._fences: list[tuple[int, asyncio.Future[tuple[int, int]]]] = []
+        self._fence_tasks: set[asyncio.Task[None]] = set()
+        # Whether the replica takes FENCE_LEDGERS (its answer to STORAGE_HELLO says).
+        self._fences_batched = False
 
     async def _connection(self) -> HubConnection:
         if self._conn is not None and not self._conn.closed:
@@ -71,7 +80,7 @@ class RemoteStorage:
                         target, network=self._network, clock=self._clock, timeout=self._timeout
                     )
                     try:
-                        await conn.request(
+                        hello = await conn.request(
                             StorageHello(request_id=conn.next_id(), replica=self.address),
                             self._timeout,
                         )
@@ -79,6 +88,7 @@ class RemoteStorage:
                         conn.close()
                         raise
                     self._conn = conn
+                    self._fences_batched = isinstance(hello, Ok) and hello.fences_batched
                 except HedwigError:
                     if self._forget is not None:
                         self._forget(self.address)
@@ -93,9 +103,20 @@ class RemoteStorage:
         except (LedgerFencedError, NoSuchEntryError):
             raise
         except HedwigError as exc:
-            if self._on_failure is not None:
-                self._on_failure(self.address)
-            raise NotEnoughReplicasError(f"storage replica {self.address}: {exc}") from exc
+            raise self._failed(exc) from exc
+
+    async def _connected(self) -> None:
+        try:
+            await self._connection()
+        except HedwigError as exc:
+            raise self._failed(exc) from exc
+
+    def _failed(self, exc: HedwigError) -> NotEnoughReplicasError:
+        """The replica did not answer (``exc``): told to ``on_failure``, counted against the
+        quorums."""
+        if self._on_failure is not None:
+            self._on_failure(self.address)
+        return NotEnoughReplicasError(f"storage replica {self.address}: {exc}")
 
     async def add_entry(
         self, ledger_id: int, entry_id: int, lac: int, payload: bytes, *, recovery: bool = False
@@ -124,6 +145,75 @@ class RemoteStorage:
         )
         assert isinstance(answer, Lac)
         return answer.lac, answer.last_entry_id
+
+    def fence_soon(self, ledger_id: int) -> asyncio.Future[tuple[int, int]]:
+        """``read_lac(ledger_id, fence=True)`` as a future: the fences asked for in one turn
+        of the event loop go to the replica as one FENCE_LEDGERS. After a hub died, each
+        survivor fenced a ledger per topic it took over on the other survivors, thousands a
+        second, and a request each (its task, frame, answer and handler on both sides) was
+        a twentieth of its time."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[tuple[int, int]] = loop.create_future()
+        if not self._fences:
+            loop.call_soon(self._send_fences)
+        self._fences.append((ledger_id, fut))
+        return fut
+
+    def _send_fences(self) -> None:
+        waiting, self._fences = self._fences, []
+        loop = asyncio.get_running_loop()
+        for i in range(0, len(waiting), MAX_FENCED_LEDGERS):
+            task = loop.create_task(self._fence(waiting[i : i + MAX_FENCED_LEDGERS]))
+            self._fence_tasks.add(task)
+            task.add_done_callback(self._fence_tasks.discard)
+
+    async def _fence(self, waiting: list[tuple[int, asyncio.Future[tuple[int, int]]]]) -> None:
+        ids = tuple(dict.fromkeys(ledger_id for ledger_id, _ in waiting))
+        try:
+            await self._connected()
+            if not self._fences_batched:
+                # A hub from before FENCE_LEDGERS (it would close the connection on one).
+                await self._fence_one_by_one(waiting)
+                return
+            answer = await self._request(lambda rid: FenceLedgers(request_id=rid, ledger_ids=ids))
+        except asyncio.CancelledError:
+            for _, fut in waiting:
+                fut.cancel()
+            raise
+        except Exception as exc:
+            for _, fut in waiting:
+                if not fut.done():
+                    fut.set_exception(exc)
+            return
+        assert isinstance(answer, FencedLedgers)
+        ends = {e.ledger_id: (e.lac, e.last_entry_id) for e in answer.ends}
+        for ledger_id, fut in waiting:
+            if fut.done():
+                continue
+            end = ends.get(ledger_id)
+            if end is None:
+                fut.set_exception(
+                    NotEnoughReplicasError(
+                        f"storage replica {self.address} could not fence ledger {ledger_id}"
+                    )
+                )
+            else:
+                fut.set_result(end)
+
+    async def _fence_one_by_one(
+        self, waiting: list[tuple[int, asyncio.Future[tuple[int, int]]]]
+    ) -> None:
+        async def one(ledger_id: int, fut: asyncio.Future[tuple[int, int]]) -> None:
+            try:
+                end = await self.read_lac(ledger_id, fence=True)
+            except Exception as exc:
+                if not fut.done():
+                    fut.set_exception(exc)
+            else:
+                if not fut.done():
+                    fut.set_result(end)
+
+        await asyncio.gather(*(one(ledger_id, fut) for ledger_id, fut in waiting))
 
     async def fenced(self, ledger_id: int) -> bool:
         answer = await self._request(

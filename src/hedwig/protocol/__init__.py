@@ -40,7 +40,7 @@ from hedwig.protocol.client_frames import (
 )
 from hedwig.protocol.codec import FRAME_TYPES, Event, Frame, Reply, Request
 from hedwig.protocol.connection import Connection, OversizedFrame, RefusedFrame, Role
-from hedwig.protocol.fields import LaneInfo, LedgerLac, SubscriptionInfo
+from hedwig.protocol.fields import LaneInfo, LedgerEnd, LedgerLac, SubscriptionInfo
 from hedwig.protocol.kinds import CloseReason, MoveKind, ResetTo, SubscribeMode
 from hedwig.protocol.messages import (
     Batch,
@@ -65,9 +65,12 @@ from hedwig.protocol.plan_frames import (
 from hedwig.protocol.security_frames import Authenticate, Authenticated
 from hedwig.protocol.status import Status, error_from_frame
 from hedwig.protocol.storage_frames import (
+    MAX_FENCED_LEDGERS,
     AddEntry,
     DeleteLedger,
     Entry,
+    FencedLedgers,
+    FenceLedgers,
     Lac,
     ReadEntry,
     ReadLac,
@@ -78,6 +81,7 @@ from hedwig.protocol.wire import PROTOCOL_VERSION
 
 __all__ = [
     "FRAME_TYPES",
+    "MAX_FENCED_LEDGERS",
     "PROTOCOL_VERSION",
     "AddEntry",
     "Authenticate",
@@ -99,11 +103,14 @@ __all__ = [
     "Entry",
     "Error",
     "Event",
+    "FenceLedgers",
+    "FencedLedgers",
     "Frame",
     "Lac",
     "LaneInfo",
     "Lanes",
     "LanesChanged",
+    "LedgerEnd",
     "LedgerLac",
     "Message",
     "Messages",

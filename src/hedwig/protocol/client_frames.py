@@ -33,6 +33,7 @@ Redirected = Annotated[bool, Flag(0)]  # sent here by another hub's redirect: cl
 ForceAttach = Annotated[bool, Flag(1)]  # take over a subscription another connection holds
 Force = Annotated[bool, Flag(1)]  # delete even while subscribers are attached
 Duplicate = Annotated[bool, Flag(0)]  # the hub recognised a re-sent batch and stored nothing
+FencesBatched = Annotated[bool, Flag(0)]  # (OK to STORAGE_HELLO) the hub takes FENCE_LEDGERS
 
 Mode = Annotated[SubscribeMode, EnumCodec(SubscribeMode)]
 Kind = Annotated[MoveKind, EnumCodec(MoveKind)]
@@ -212,7 +213,11 @@ class DescribeTopic(FrameBase):
 
 @frame(0x80, HUB)
 class Ok(FrameBase):
+    """Done. Answering STORAGE_HELLO, ``fences_batched`` says the hub takes FENCE_LEDGERS
+    (hubs from before it ignore the bit and are sent READ_LAC a ledger at a time)."""
+
     request_id: RequestId
+    fences_batched: FencesBatched = False
 
 
 @frame(0x81, HUB)

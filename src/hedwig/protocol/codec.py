@@ -49,6 +49,8 @@ from hedwig.protocol.storage_frames import (
     AddEntry,
     DeleteLedger,
     Entry,
+    FencedLedgers,
+    FenceLedgers,
     Lac,
     ReadEntry,
     ReadLac,
@@ -74,6 +76,7 @@ Request = (
     | AddEntry
     | ReadEntry
     | ReadLac
+    | FenceLedgers
     | WriteLacs
     | DeleteLedger
     | StorageHello
@@ -93,6 +96,7 @@ Reply = (
     | Error
     | Entry
     | Lac
+    | FencedLedgers
     | Authenticated
     | Lanes
 )
@@ -100,7 +104,15 @@ Reply = (
 Event = Deliver | TopicMoved | SubscriptionForcedClosed | SubscriptionMoved | LanesChanged
 Frame = Request | Reply | Event
 # The storage role's requests: hub to hub only.
-STORAGE_REQUESTS = (AddEntry, ReadEntry, ReadLac, WriteLacs, DeleteLedger, StorageHello)
+STORAGE_REQUESTS = (
+    AddEntry,
+    ReadEntry,
+    ReadLac,
+    FenceLedgers,
+    WriteLacs,
+    DeleteLedger,
+    StorageHello,
+)
 
 FRAME_TYPES: tuple[type[FrameBase], ...] = (
     Publish,
@@ -118,6 +130,7 @@ FRAME_TYPES: tuple[type[FrameBase], ...] = (
     AddEntry,
     ReadEntry,
     ReadLac,
+    FenceLedgers,
     WriteLacs,
     DeleteLedger,
     StorageHello,
@@ -133,6 +146,7 @@ FRAME_TYPES: tuple[type[FrameBase], ...] = (
     TopicDescription,
     Entry,
     Lac,
+    FencedLedgers,
     Authenticated,
     Lanes,
     Error,

@@ -334,6 +334,87 @@ def decode_ledger_lacs(data: bytes, pos: int) -> tuple[tuple[LedgerLac, ...], in
     return tuple(out), pos
 
 
+class LedgerIdsCodec(Codec):
+    """``u32 n`` then n times ``u64 ledger_id``."""
+
+    doc = "u32 n, {name}: n x u64 ledger_id"
+
+    def check(self, name: str, value: Any) -> None:
+        if not isinstance(value, tuple) or not all(
+            isinstance(x, int) and 0 <= x < 1 << 64 for x in value
+        ):
+            raise UsageError(f"{name} must be a tuple of u64 ledger ids")
+
+    def encode_expr(self, value: str) -> str:
+        return f"encode_ledger_ids({value})"
+
+    def decode_lines(self, target: str) -> list[str]:
+        return [f"{target}, pos = decode_ledger_ids(data, pos)"]
+
+
+def encode_ledger_ids(ids: tuple[int, ...]) -> bytes:
+    return wire.U32.pack(len(ids)) + struct.pack(f">{len(ids)}Q", *ids)
+
+
+def decode_ledger_ids(data: bytes, pos: int) -> tuple[tuple[int, ...], int]:
+    (n,) = wire.U32.unpack_from(data, pos)
+    pos += 4
+    if n > (len(data) - pos) // 8:
+        raise ValueError(f"{n} ledger ids do not fit in the frame")
+    return struct.unpack_from(f">{n}Q", data, pos), pos + 8 * n
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEnd:
+    """A fenced ledger's last-add-confirmed and last stored entry on one replica (-1: none),
+    as FENCE_LEDGERS answers them."""
+
+    ledger_id: int
+    lac: int
+    last_entry_id: int
+
+
+class LedgerEndsCodec(Codec):
+    """``u32 n`` then n times ``u64 ledger_id, i64 lac, i64 last_entry_id``."""
+
+    doc = "u32 n, {name}: n x (u64 ledger_id, i64 lac, i64 last_entry_id)"
+
+    def check(self, name: str, value: Any) -> None:
+        if not isinstance(value, tuple) or not all(
+            isinstance(x, LedgerEnd)
+            and 0 <= x.ledger_id < 1 << 64
+            and -1 <= x.lac < 1 << 63
+            and -1 <= x.last_entry_id < 1 << 63
+            for x in value
+        ):
+            raise UsageError(f"{name} must be a tuple of LedgerEnd (u64 ledger id, entries >= -1)")
+
+    def encode_expr(self, value: str) -> str:
+        return f"encode_ledger_ends({value})"
+
+    def decode_lines(self, target: str) -> list[str]:
+        return [f"{target}, pos = decode_ledger_ends(data, pos)"]
+
+
+_LEDGER_END = struct.Struct(">Qqq")
+
+
+def encode_ledger_ends(ends: tuple[LedgerEnd, ...]) -> bytes:
+    pack = _LEDGER_END.pack
+    return wire.U32.pack(len(ends)) + b"".join(
+        pack(x.ledger_id, x.lac, x.last_entry_id) for x in ends
+    )
+
+
+def decode_ledger_ends(data: bytes, pos: int) -> tuple[tuple[LedgerEnd, ...], int]:
+    (n,) = wire.U32.unpack_from(data, pos)
+    pos += 4
+    if n > (len(data) - pos) // _LEDGER_END.size:
+        raise ValueError(f"{n} ledger ends do not fit in the frame")
+    out = [LedgerEnd(*x) for x in _LEDGER_END.iter_unpack(data[pos : pos + n * _LEDGER_END.size])]
+    return tuple(out), pos + n * _LEDGER_END.size
+
+
 @dataclass(frozen=True)
 class Flag:
     """A boolean carried as one bit of the header's flags."""
@@ -366,3 +447,5 @@ Batches = Annotated[tuple[Batch, ...], BatchListCodec()]
 Subscriptions = Annotated[tuple[SubscriptionInfo, ...], SubscriptionInfosCodec()]
 LaneInfos = Annotated[tuple[LaneInfo, ...], LaneInfosCodec()]
 LedgerLacs = Annotated[tuple[LedgerLac, ...], LedgerLacsCodec()]
+LedgerIds = Annotated[tuple[int, ...], LedgerIdsCodec()]
+LedgerEnds = Annotated[tuple[LedgerEnd, ...], LedgerEndsCodec()]

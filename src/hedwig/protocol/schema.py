@@ -41,10 +41,14 @@ from hedwig.protocol.fields import (
     RequestIdMarker,
     decode_batches,
     decode_lanes,
+    decode_ledger_ends,
+    decode_ledger_ids,
     decode_ledger_lacs,
     decode_subscriptions,
     encode_batches,
     encode_lanes,
+    encode_ledger_ends,
+    encode_ledger_ids,
     encode_ledger_lacs,
     encode_subscriptions,
 )
@@ -156,6 +160,10 @@ def _namespace(body: list[tuple[str, Codec]]) -> dict[str, Any]:
         "decode_lanes": decode_lanes,
         "encode_ledger_lacs": encode_ledger_lacs,
         "decode_ledger_lacs": decode_ledger_lacs,
+        "encode_ledger_ids": encode_ledger_ids,
+        "decode_ledger_ids": decode_ledger_ids,
+        "encode_ledger_ends": encode_ledger_ends,
+        "decode_ledger_ends": decode_ledger_ends,
         "_ProtocolError": ProtocolError,
     }
     for _, codec in body:

@@ -9,7 +9,17 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from hedwig.protocol.fields import I64, U64, Flag, LedgerLacs, RequestId, Rest, Str
+from hedwig.protocol.fields import (
+    I64,
+    U64,
+    Flag,
+    LedgerEnds,
+    LedgerIds,
+    LedgerLacs,
+    RequestId,
+    Rest,
+    Str,
+)
 from hedwig.protocol.schema import FrameBase, Sender, frame
 
 # Flag bits, named per frame by the field that holds them.
@@ -19,6 +29,9 @@ Fenced = Annotated[bool, Flag(0)]  # the replica has fenced the ledger (someone 
 
 CLIENT = Sender.CLIENT
 HUB = Sender.HUB
+
+# The most ledgers one FENCE_LEDGERS may name (8 bytes each, 24 in the answer).
+MAX_FENCED_LEDGERS = 4096
 
 
 @frame(0x10, CLIENT)
@@ -84,6 +97,28 @@ class WriteLacs(FrameBase):
 
     request_id: RequestId
     lacs: LedgerLacs
+
+
+@frame(0x16, CLIENT)
+class FenceLedgers(FrameBase):
+    """READ_LAC with fence for many ledgers at once: a take-over fences a ledger per topic, on
+    every replica, and after a hub died its survivors took thousands over a second, a request,
+    an answer and a task on both sides for each. A recovering hub gathers the fences it has
+    for one replica in a turn of its event loop into one of these (at most
+    ``MAX_FENCED_LEDGERS``). Answered by ``FencedLedgers`` once every ledger named is fenced
+    durably; a ledger the replica could not fence is left out of the answer, and counts as
+    that replica not answering for it."""
+
+    request_id: RequestId
+    ledger_ids: LedgerIds
+
+
+@frame(0x89, HUB)
+class FencedLedgers(FrameBase):
+    """The answer to FENCE_LEDGERS: for each ledger fenced, its LAC and last stored entry."""
+
+    request_id: RequestId
+    ends: LedgerEnds
 
 
 @frame(0x85, HUB)
