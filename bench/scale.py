@@ -129,7 +129,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         zk.start()
         store_url = f"zk://{zk.address}"
     elif store_url == "etcd":
-        etcd = EtcdServer(data_dir=_scratch("hedwig-scale-etcd-"))
+        etcd = EtcdServer(data_dir=_scratch("hedwig-scale-etcd-"), memory_limit="2GiB")
         etcd.start()
         store_url = etcd.url
     region = f"scale-{os.getpid()}"
@@ -202,6 +202,8 @@ async def failover(args: argparse.Namespace, out: dict[str, Any]) -> dict[str, A
     # ZooKeeper's default heap (256 MB) runs out at about 100,000 topics (half a million
     # znodes): the server dies, as it did in a 200,000-topic run. It holds about 5 KB a
     # topic (resident, 200,000 topics): 4 GB up to about 500,000 topics, then 8 KB a topic.
+    # etcd gets the same budget (``hedwig.devcluster.etcd.GOGC_WITH_LIMIT``): with Go's
+    # default collector it marked its whole heap every few seconds during a failover.
     heap_mb = max(4096, args.topics * 8 // 1024)
     with DevCluster(
         hubs=3,
@@ -209,6 +211,7 @@ async def failover(args: argparse.Namespace, out: dict[str, Any]) -> dict[str, A
         session_timeout_s=args.session_timeout,
         store=store,
         zk_heap=f"{heap_mb}m",
+        etcd_memory=f"{heap_mb}MiB",
     ) as cluster:
         try:
             await _region(cluster, names, args, out)

@@ -439,6 +439,36 @@ async def test_ledger_ids_stay_unique_through_an_etcd_crash(
         server.stop()
 
 
+def test_an_etcd_given_a_memory_budget_runs_its_collector_by_it(tmp_path: Path) -> None:
+    """``memory_limit`` reaches etcd's Go runtime (its own metrics say what it runs with):
+    the budget as GOMEMLIMIT and the lazier collector (``GOGC_WITH_LIMIT``); without one,
+    Go's defaults."""
+    import urllib.request
+
+    from hedwig.devcluster.etcd import GOGC_WITH_LIMIT
+
+    def runtime(server: EtcdServer) -> dict[str, float]:
+        with urllib.request.urlopen(f"http://{server.address}/metrics", timeout=5) as r:
+            lines = r.read().decode().splitlines()
+        return {
+            name: float(value)
+            for name, _, value in (line.partition(" ") for line in lines)
+            if name in ("go_gc_gogc_percent", "go_gc_gomemlimit_bytes")
+        }
+
+    for limit, expected in (
+        ("256MiB", {"go_gc_gogc_percent": GOGC_WITH_LIMIT, "go_gc_gomemlimit_bytes": 256 << 20}),
+        (None, {"go_gc_gogc_percent": 100, "go_gc_gomemlimit_bytes": float(2**63 - 1)}),
+    ):
+        (tmp_path / str(limit)).mkdir()
+        server = EtcdServer(data_dir=str(tmp_path / str(limit)), memory_limit=limit)
+        server.start()
+        try:
+            assert runtime(server) == expected
+        finally:
+            server.stop()
+
+
 async def test_ledger_ids_come_in_blocks_unique_across_hubs(
     store: MetadataStore, other: MetadataStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -191,6 +191,8 @@ class DevCluster:
     store: str = "zookeeper"
     # ZooKeeper's JVM heap (``ZooKeeperServer.heap``): a region of many topics needs more.
     zk_heap: str = "256m"
+    # etcd's memory budget (``EtcdServer.memory_limit``; None: Go's defaults).
+    etcd_memory: str | None = None
     zk_server: ZooKeeperServer | None = field(default=None, init=False)
     etcd_server: EtcdServer | None = field(default=None, init=False)
     hub_procs: list[HubProcess] = field(default_factory=list, init=False)
@@ -233,6 +235,7 @@ class DevCluster:
                 host=self.zk_host.address,
                 launch=self.zk_host.launch,
                 security=self.security.etcd_security() if self.security else None,
+                memory_limit=self.etcd_memory,
             )
             self.etcd_server.start()
         else:
