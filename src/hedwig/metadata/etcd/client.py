@@ -189,6 +189,7 @@ class EtcdClient:
         self._channel: grpc.aio.Channel | None = None
         self._lease_channel: grpc.aio.Channel | None = None
         self._kv: Any = None
+        self._txn_raw: Any = None
         self._leases: Any = None
         self._watch: Any = None
         self._metadata: tuple[tuple[str, str], ...] | None = None
@@ -213,6 +214,13 @@ class EtcdClient:
         # of the hub would go with the lease.
         self._lease_channel = self._open_channel()
         self._kv = rpc.KVStub(self._channel)
+        # Txn taking the request already serialized (``batches.TxnBatcher`` builds a batch's
+        # bytes from its members' own).
+        self._txn_raw = self._channel.unary_unary(
+            "/etcdserverpb.KV/Txn",
+            request_serializer=None,
+            response_deserializer=rpc.TxnResponse.FromString,
+        )
         self._leases = rpc.LeaseStub(self._lease_channel)
         self._watch = rpc.WatchStub(self._channel)
         deadline = time.monotonic() + timeout
@@ -511,8 +519,8 @@ class EtcdClient:
         except grpc.aio.AioRpcError as exc:
             raise _translate(exc, what) from exc
 
-    async def _send_txn(self, request: Any) -> Any:
-        return await self.call(self._kv.Txn, request, "transaction")
+    async def _send_txn(self, request: bytes) -> Any:
+        return await self.call(self._txn_raw, request, "transaction")
 
     async def get(self, key: bytes) -> Item | None:
         return (await self.txn((), (get(key),))).reads[0]
