@@ -98,11 +98,27 @@ async def victim_owner(cluster: DevCluster) -> str:
     return owner
 
 
+def fences_answered(hubs: Sequence[HubProcess]) -> float:
+    """FENCE_LEDGERS requests these hubs answered: a take-over fences the old ledger on the
+    replicas with them (READ_LAC with fence only to a hub from before the frame)."""
+    total = 0.0
+    for h in hubs:
+        for line in scrape(h.metrics_url).splitlines():
+            if line.startswith('hedwig_requests_total{op="fence_ledgers",status="ok"}'):
+                total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
 async def test_kill9_owner_under_load(cluster: DevCluster) -> None:
+    victim: list[str] = []
+
     async def fault() -> None:
-        cluster.hub_at(await victim_owner(cluster)).kill()
+        victim.append(await victim_owner(cluster))
+        cluster.hub_at(victim[0]).kill()
 
     await run(cluster, fault, after=SESSION + 4)
+    # The victim's topics were taken over, their ledgers fenced on the survivors in batches.
+    assert fences_answered([h for h in cluster.hub_procs if h.address != victim[0]]) >= 1
 
 
 async def test_kill9_storage_replica_under_load(cluster: DevCluster) -> None:
@@ -477,10 +493,16 @@ async def test_left_over_ledgers_go_and_nothing_else_does(sweeping_cluster: DevC
 
 
 async def test_secure_kill9_owner_under_load(secure_cluster: DevCluster) -> None:
+    victim: list[str] = []
+
     async def fault() -> None:
-        secure_cluster.hub_at(await victim_owner(secure_cluster)).kill()
+        victim.append(await victim_owner(secure_cluster))
+        secure_cluster.hub_at(victim[0]).kill()
 
     await run_secure(secure_cluster, fault, after=SESSION + 4)
+    # Fenced over the internal listeners (TLS, hub certificates) in batches.
+    survivors = [h for h in secure_cluster.hub_procs if h.address != victim[0]]
+    assert fences_answered(survivors) >= 1
 
 
 async def test_secure_kill9_storage_replica_under_load(secure_cluster: DevCluster) -> None:
