@@ -92,6 +92,16 @@ def scrape(url: str) -> str:
         return str(r.read().decode())
 
 
+def summed(hubs: Sequence[HubProcess], series: str) -> float:
+    """The value of one metric series (``name{labels}`` as exposed), summed over ``hubs``."""
+    total = 0.0
+    for h in hubs:
+        for line in scrape(h.metrics_url).splitlines():
+            if line.startswith(series + " "):
+                total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
 async def victim_owner(cluster: DevCluster) -> str:
     owner = await owner_of(cluster.zk, cluster.region, TOPICS[0])
     assert owner is not None
@@ -101,12 +111,7 @@ async def victim_owner(cluster: DevCluster) -> str:
 def fences_answered(hubs: Sequence[HubProcess]) -> float:
     """FENCE_LEDGERS requests these hubs answered: a take-over fences the old ledger on the
     replicas with them (READ_LAC with fence only to a hub from before the frame)."""
-    total = 0.0
-    for h in hubs:
-        for line in scrape(h.metrics_url).splitlines():
-            if line.startswith('hedwig_requests_total{op="fence_ledgers",status="ok"}'):
-                total += float(line.rsplit(" ", 1)[1])
-    return total
+    return summed(hubs, 'hedwig_requests_total{op="fence_ledgers",status="ok"}')
 
 
 async def test_kill9_owner_under_load(cluster: DevCluster) -> None:
@@ -588,23 +593,12 @@ async def test_a_hub_back_on_another_address_keeps_its_replicas(tmp_path: Path, 
 
 def replaced_bytes(cluster: DevCluster) -> float:
     """Bytes the hubs' audits copied to replace replicas of hubs they took for gone."""
-    total = 0.0
-    for h in cluster.hub_procs:
-        with urllib.request.urlopen(h.metrics_url + "/metrics", timeout=5) as r:
-            for line in r.read().decode().splitlines():
-                if line.startswith('hedwig_rereplicated_bytes_total{kind="replace"}'):
-                    total += float(line.rsplit(" ", 1)[1])
-    return total
+    return summed(cluster.hub_procs, 'hedwig_rereplicated_bytes_total{kind="replace"}')
 
 
 def compactions(hubs: list[HubProcess]) -> float:
     """Entry logs these hubs compacted since they started."""
-    total = 0.0
-    for h in hubs:
-        for line in scrape(h.metrics_url).splitlines():
-            if line.startswith("hedwig_storage_compactions_total "):
-                total += float(line.rsplit(" ", 1)[1])
-    return total
+    return summed(hubs, "hedwig_storage_compactions_total")
 
 
 @pytest.mark.parametrize(
