@@ -26,7 +26,8 @@ from typing import Any
 
 from hedwig.devcluster.etcd import EtcdServer
 from hedwig.metadata.etcd import client as etcd_client
-from hedwig.metadata.etcd.client import EtcdClient, put
+from hedwig.metadata.etcd.client import EtcdClient
+from hedwig.metadata.etcd.wire import put
 
 # About an owner record's size (the hub's address and epoch as JSON).
 VALUE = b'{"address": "10.0.0.1:4080", "epoch": 1764230000000}'

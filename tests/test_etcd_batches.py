@@ -8,8 +8,8 @@ from aetcd import rpc  # type: ignore[import-untyped]
 from hypothesis import given
 from hypothesis import strategies as st
 
+from hedwig.metadata.etcd import wire
 from hedwig.metadata.etcd.batches import nested
-from hedwig.metadata.etcd.client import get, put
 
 
 def member(key: bytes, value: bytes, version: int) -> bytes:
@@ -18,7 +18,9 @@ def member(key: bytes, value: bytes, version: int) -> bytes:
     )
     return bytes(
         rpc.TxnRequest(
-            compare=[compare], success=[put(key, value, 7)], failure=[get(key)]
+            compare=[compare],
+            success=[rpc.RequestOp.FromString(wire.put(key, value, 7).raw)],
+            failure=[rpc.RequestOp.FromString(wire.get(key).raw)],
         ).SerializeToString()
     )
 

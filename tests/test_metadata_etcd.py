@@ -21,6 +21,7 @@ from hedwig.metadata import HubInfo, HubLoad, MetadataStore, SessionState
 from hedwig.metadata.etcd import EtcdMetadataStore, batches
 from hedwig.metadata.etcd import client as etcd_client
 from hedwig.metadata.etcd import store as etcd_store
+from hedwig.metadata.etcd.wire import put
 from hedwig.metadata.records import NEW_VERSION, LedgerMetadata
 from tests import scratch
 from tests.cluster_helpers import hedwig
@@ -478,7 +479,7 @@ async def test_ledger_ids_come_in_blocks_unique_across_hubs(
     scheme (empty value) starts the blocks after the last id that scheme gave."""
     assert isinstance(store, EtcdMetadataStore) and isinstance(other, EtcdMetadataStore)
     key = store.keys.ledger_ids
-    res = await store.etcd.txn((), (rpc.RequestOp(request_put=rpc.PutRequest(key=key)),))
+    res = await store.etcd.txn((), (put(key, b""),))
     old_scheme_last = res.revision  # the id that scheme's last write gave
     monkeypatch.setattr(etcd_store, "LEDGER_ID_BLOCK", 8)
     made = await asyncio.gather(

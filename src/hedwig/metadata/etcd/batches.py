@@ -36,6 +36,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from hedwig.errors import MetadataError, MetadataUnavailableError
+from hedwig.metadata.etcd.wire import Txn, varint
 
 log = logging.getLogger(__name__)
 
@@ -54,24 +55,14 @@ Answer = tuple[Any, int]
 class _Pending:
     __slots__ = ("alone", "future", "ops", "raw", "size", "writes")
 
-    def __init__(self, request: Any, future: asyncio.Future[Answer]) -> None:
-        # Serialized once: sent as it is alone, or wrapped in a batch's bytes (``nested``).
-        self.raw: bytes = request.SerializeToString()
+    def __init__(self, request: Txn, future: asyncio.Future[Answer]) -> None:
+        # Sent as it is alone, or wrapped in a batch's bytes (``nested``).
+        self.raw = request.raw
         self.future = future
         self.size = len(self.raw)
-        self.ops = max(len(request.compare), len(request.success), len(request.failure))
-        writes = _writes(request)
-        self.alone = writes is None
-        self.writes: frozenset[bytes] = writes or frozenset()
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
+        self.ops = request.width
+        self.alone = request.writes is None
+        self.writes: frozenset[bytes] = request.writes or frozenset()
 
 
 # Protocol buffers' keys of the fields a batch is made of (field number << 3 | 2, a
@@ -88,27 +79,10 @@ def nested(members: list[bytes]) -> bytes:
     etcd client during a failover's take-overs went to those copies)."""
     parts = []
     for m in members:
-        op = _REQUEST_TXN + _varint(len(m)) + m
-        parts.append(_SUCCESS + _varint(len(op)))
+        op = _REQUEST_TXN + varint(len(m)) + m
+        parts.append(_SUCCESS + varint(len(op)))
         parts.append(op)
     return b"".join(parts)
-
-
-def _writes(request: Any) -> frozenset[bytes] | None:
-    """The keys ``request`` may write (either branch); ``None``: a range, or a nested
-    transaction, which go alone."""
-    keys: set[bytes] = set()
-    for op in (*request.success, *request.failure):
-        kind = op.WhichOneof("request")
-        if kind == "request_put":
-            keys.add(bytes(op.request_put.key))
-        elif kind == "request_delete_range":
-            if op.request_delete_range.range_end:
-                return None
-            keys.add(bytes(op.request_delete_range.key))
-        elif kind == "request_txn":
-            return None
-    return frozenset(keys)
 
 
 class TxnBatcher:
@@ -130,8 +104,8 @@ class TxnBatcher:
         self.transactions = 0
         self.refused = 0
 
-    def submit(self, request: Any) -> asyncio.Future[Answer]:
-        """``request`` (a ``TxnRequest``), sent alone or with others; its response and the
+    def submit(self, request: Txn) -> asyncio.Future[Answer]:
+        """``request``, sent alone or with others; its response (a ``TxnResponse``) and the
         revision of the request that carried it."""
         loop = asyncio.get_running_loop()
         pending = _Pending(request, loop.create_future())

@@ -42,19 +42,9 @@ from hedwig.errors import (
     SubscriptionExistsError,
 )
 from hedwig.metadata.acls import AclEntry
-from hedwig.metadata.etcd.client import (
-    CredentialsSource,
-    EtcdClient,
-    Item,
-    PrefixWatch,
-    delete,
-    exists,
-    get,
-    missing,
-    modified_at,
-    put,
-)
+from hedwig.metadata.etcd.client import CredentialsSource, EtcdClient, Item, PrefixWatch, delete
 from hedwig.metadata.etcd.keys import Keys, create_key, delete_key, set_key
+from hedwig.metadata.etcd.wire import exists, get, missing, modified_at, put
 from hedwig.metadata.id_blocks import IdBlocks
 from hedwig.metadata.layout import ROOT
 from hedwig.metadata.managers import SessionState

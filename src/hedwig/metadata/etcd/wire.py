@@ -1,0 +1,140 @@
+"""etcd's transaction requests written as bytes, without protobuf's message objects.
+
+Every metadata operation on etcd is a transaction (``rpc.proto``'s ``TxnRequest``) of a few
+comparisons and operations on single keys. Built as protobuf messages, a take-over's claim cost
+about 30 us of a hub's time before it was sent (eight message objects made, then serialized,
+then walked again for the keys it writes), and a failover is tens of thousands of them on a
+hub already short of CPU. The messages are small and their fields few and fixed, so this
+module writes their serialized form directly from the keys and values: the bytes protobuf
+would make of the same messages (``tests/test_etcd_wire.py`` holds them equal for any keys,
+values and revisions, and etcd runs them in every etcd test), each part knowing the key it
+writes so the batcher (``batches``) need not parse anything back.
+
+Answers are still parsed by protobuf (in C, cheaply); only reading them field by field costs,
+which ``client.EtcdClient.txn`` keeps to the operations that read.
+
+The fields written (etcd's ``api/etcdserverpb/rpc.proto``), each a protobuf key (field number
+<< 3 | wire type) and, for bytes and messages, a length:
+
+- ``TxnRequest``: compare 1, success 2, failure 3 (messages);
+- ``RequestOp``: request_range 1, request_put 2, request_delete_range 3, request_txn 4
+  (a oneof of messages: written even when empty);
+- ``RangeRequest``, ``DeleteRangeRequest``: key 1, range_end 2; ``PutRequest``: key 1,
+  value 2, lease 3 (varint);
+- ``Compare``: result 1, target 2 (enums), key 3, then the oneof ``target_union``:
+  create_revision 5, mod_revision 6 (varints: written even when zero, being in a oneof).
+
+Fields at their default (an empty key or value, a zero lease or enum) are left out, as
+protobuf leaves them out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+
+def varint(n: int) -> bytes:
+    """A non-negative integer as protobuf's base-128 varint."""
+    if n < 0x80:
+        return _SMALL[n]
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+_SMALL = [bytes((i,)) for i in range(0x80)]
+
+
+def _bytes_field(tag: bytes, value: bytes) -> bytes:
+    """A bytes field (left out when empty, as proto3 leaves it)."""
+    if not value:
+        return b""
+    return tag + varint(len(value)) + value
+
+
+class Op(NamedTuple):
+    """One operation of a transaction's branch (a serialized ``RequestOp``) and what the
+    batcher must know of it: the key it writes (``None``: it writes nothing), and whether it
+    writes a range of keys (it then goes to etcd alone)."""
+
+    raw: bytes
+    writes: bytes | None = None
+    ranged: bool = False
+
+    @property
+    def reads(self) -> bool:
+        """Whether its answer is a key read (a ``RangeResponse``)."""
+        return self.raw[:1] == _RANGE
+
+
+# RequestOp's oneof fields.
+_RANGE, _PUT, _DELETE = b"\x0a", b"\x12", b"\x1a"
+
+
+def put(key: bytes, value: bytes, lease: int = 0) -> Op:
+    body = _bytes_field(b"\x0a", key) + _bytes_field(b"\x12", value)
+    if lease:
+        body += b"\x18" + varint(lease)
+    return Op(_PUT + varint(len(body)) + body, key)
+
+
+def get(key: bytes) -> Op:
+    body = _bytes_field(b"\x0a", key)
+    return Op(_RANGE + varint(len(body)) + body)
+
+
+def delete(key: bytes, end: bytes = b"") -> Op:
+    """A delete of ``key``, or of every key from it up to ``end`` (exclusive)."""
+    body = _bytes_field(b"\x0a", key) + _bytes_field(b"\x12", end)
+    return Op(_DELETE + varint(len(body)) + body, key, ranged=bool(end))
+
+
+# Compare: result 1 (EQUAL 0, GREATER 1), target 2 (CREATE 1, MOD 2).
+_GREATER = b"\x08\x01"
+_CREATE, _MOD = b"\x10\x01", b"\x10\x02"
+_CREATE_REVISION_0 = b"\x28\x00"
+
+
+def exists(key: bytes) -> bytes:
+    """The comparison "``key`` exists" (its create revision is above 0)."""
+    return _GREATER + _CREATE + _bytes_field(b"\x1a", key) + _CREATE_REVISION_0
+
+
+def missing(key: bytes) -> bytes:
+    """The comparison "``key`` does not exist" (its create revision is 0)."""
+    return _CREATE + _bytes_field(b"\x1a", key) + _CREATE_REVISION_0
+
+
+def modified_at(key: bytes, mod: int) -> bytes:
+    """The comparison "``key`` was last modified at revision ``mod``" (a compare-and-set's)."""
+    return _MOD + _bytes_field(b"\x1a", key) + b"\x30" + varint(mod)
+
+
+class Txn(NamedTuple):
+    """A serialized ``TxnRequest`` and what the batcher must know of it."""
+
+    raw: bytes
+    # Its widest level: the most comparisons or operations of one branch (etcd limits it).
+    width: int
+    # The keys either branch writes; ``None``: a range, which goes alone.
+    writes: frozenset[bytes] | None
+
+
+def txn(compare: Sequence[bytes], success: Sequence[Op], failure: Sequence[Op] = ()) -> Txn:
+    parts: list[bytes] = []
+    for c in compare:
+        parts += (b"\x0a", varint(len(c)), c)
+    writes: set[bytes] | None = set()
+    for tag, ops in ((b"\x12", success), (b"\x1a", failure)):
+        for op in ops:
+            parts += (tag, varint(len(op.raw)), op.raw)
+            if op.ranged:
+                writes = None
+            elif op.writes is not None and writes is not None:
+                writes.add(op.writes)
+    width = max(len(compare), len(success), len(failure))
+    return Txn(b"".join(parts), width, None if writes is None else frozenset(writes))
