@@ -35,15 +35,10 @@ from hedwig.protocol.fields import (
     Codec,
     EnumCodec,
     Int,
-    LaneInfo,
-    LaneInfosCodec,
-    LedgerEnd,
-    LedgerEndsCodec,
     LedgerIdsCodec,
-    LedgerLac,
-    LedgerLacsCodec,
     MessagesCodec,
     OptStrCodec,
+    RecordsCodec,
     RestCodec,
     StrCodec,
     SubscriptionInfo,
@@ -111,19 +106,18 @@ def strategy_for(codec: Codec) -> st.SearchStrategy[Any]:
             st.integers(0, 2**50),
         )
         return st.lists(infos, max_size=4).map(tuple)
-    if isinstance(codec, LaneInfosCodec):
-        lanes = st.builds(LaneInfo, st.integers(0, 2**32 - 1), st.booleans())
-        return st.lists(lanes, max_size=4).map(tuple)
-    if isinstance(codec, LedgerLacsCodec):
-        lacs = st.builds(LedgerLac, st.integers(0, 2**64 - 1), st.integers(-1, 2**63 - 1))
-        return st.lists(lacs, max_size=4).map(tuple)
+    if isinstance(codec, RecordsCodec):
+        # Every value each field accepts, its bounds included.
+        records = st.builds(
+            codec.record,
+            *(
+                st.booleans() if b is None else st.integers(b[0], b[1] - 1)
+                for _, _, b in codec.fields
+            ),
+        )
+        return st.lists(records, max_size=4).map(tuple)
     if isinstance(codec, LedgerIdsCodec):
         return st.lists(st.integers(0, 2**64 - 1), max_size=4).map(tuple)
-    if isinstance(codec, LedgerEndsCodec):
-        end = st.integers(-1, 2**63 - 1)
-        return st.lists(st.builds(LedgerEnd, st.integers(0, 2**64 - 1), end, end), max_size=4).map(
-            tuple
-        )
     raise AssertionError(f"no example strategy for {type(codec).__name__}")
 
 

@@ -424,6 +424,9 @@ class Unreachable:
         await self._fail()
         raise AssertionError
 
+    def fence_soon(self, ledger_id: int) -> asyncio.Future[tuple[int, int]]:
+        return asyncio.ensure_future(self.read_lac(ledger_id, fence=True))
+
     async def fenced(self, ledger_id: int) -> bool:
         await self._fail()
         raise AssertionError
@@ -549,6 +552,10 @@ class Recorder:
     async def read_lac(self, ledger_id: int, *, fence: bool) -> tuple[int, int]:
         self.calls.append((self.address, "fence" if fence else "read_lac", ledger_id, -1))
         return await self.node.read_lac(ledger_id, fence=fence)
+
+    def fence_soon(self, ledger_id: int) -> asyncio.Future[tuple[int, int]]:
+        self.calls.append((self.address, "fence", ledger_id, -1))
+        return self.node.fence_soon(ledger_id)
 
     async def fenced(self, ledger_id: int) -> bool:
         return await self.node.fenced(ledger_id)
@@ -1347,7 +1354,7 @@ async def test_recovery_goes_on_once_enough_replicas_are_fenced() -> None:
 
     # Two of three answer: the third gets the straggler's time, then is left in the background.
     started = loop.time()
-    got = await _enough_fenced(["a", "b", "c"], 2, fencing({"a": (4, 5), "b": (3, 5)}))
+    got = await _enough_fenced(7, ["a", "b", "c"], 2, fencing({"a": (4, 5), "b": (3, 5)}))
     waited = loop.time() - started
     assert got == {"a": (4, 5), "b": (3, 5)}
     assert FENCE_STRAGGLER_S * 0.9 <= waited < FENCE_STRAGGLER_S + 1.0
@@ -1356,14 +1363,16 @@ async def test_recovery_goes_on_once_enough_replicas_are_fenced() -> None:
     assert got == {"a": (4, 5), "b": (3, 5)}  # what was returned does not change after
     # A straggler that answers within its time is counted.
     answering = asyncio.ensure_future(
-        _enough_fenced(["a", "b", "c"], 2, fencing({"a": (4, 5), "b": (3, 5)}))
+        _enough_fenced(7, ["a", "b", "c"], 2, fencing({"a": (4, 5), "b": (3, 5)}))
     )
     await asyncio.sleep(0.01)
     late.pop("c").set_result((4, 6))
     assert await answering == {"a": (4, 5), "b": (3, 5), "c": (4, 6)}
     # Every replica answered or failed: no wait, short of the quorum or not.
     started = loop.time()
-    assert await _enough_fenced(["a", "b"], 2, fencing({"a": (1, 1), "b": None})) == {"a": (1, 1)}
-    assert await _enough_fenced(["a"], 1, fencing({"a": (2, 2)})) == {"a": (2, 2)}
-    assert await _enough_fenced(["a"], 1, fencing({"a": None})) == {}
+    assert await _enough_fenced(7, ["a", "b"], 2, fencing({"a": (1, 1), "b": None})) == {
+        "a": (1, 1)
+    }
+    assert await _enough_fenced(7, ["a"], 1, fencing({"a": (2, 2)})) == {"a": (2, 2)}
+    assert await _enough_fenced(7, ["a"], 1, fencing({"a": None})) == {}
     assert loop.time() - started < FENCE_STRAGGLER_S

@@ -42,7 +42,6 @@ from hedwig.errors import (
     NoSuchEntryError,
     NotEnoughReplicasError,
 )
-from hedwig.ledger.remote import RemoteStorage
 from hedwig.ledger.replicas import Replicas
 from hedwig.ledger.storage import LocalStorage
 from hedwig.metadata.managers import LedgerMetadataManager
@@ -495,12 +494,14 @@ _background: set[asyncio.Task[object]] = set()
 
 
 async def _enough_fenced(
+    ledger_id: int,
     ensemble: Collection[str],
     needed: int,
     fence: Callable[[str], Awaitable[tuple[int, int] | None]],
 ) -> dict[str, tuple[int, int]]:
-    """Fence every replica; return the answers once ``needed`` of them are in (plus whatever
-    arrives within ``FENCE_STRAGGLER_S``), or once every replica has answered or failed.
+    """Fence every replica of ledger ``ledger_id``; return the answers once ``needed`` of
+    them are in (plus whatever arrives within ``FENCE_STRAGGLER_S``), or once every replica
+    has answered or failed.
 
     A replica that is down or cut off may take a whole storage timeout to fail; waiting for it
     would make every take-over of its topics that slow, when the quorum rules do not need it.
@@ -524,7 +525,7 @@ async def _enough_fenced(
         if task.cancelled():
             pass
         elif (exc := task.exception()) is not None:
-            log.info("fencing a ledger on %s failed: %s", address, exc)
+            log.info("fencing ledger %d on %s failed: %s", ledger_id, address, exc)
         elif r := task.result():
             answers[address] = r
         if out == 0:
@@ -561,12 +562,9 @@ async def _fence_and_read_forward(
     needed = len(ensemble) - md.ack_quorum + 1
 
     def fence(address: str) -> Awaitable[tuple[int, int] | None]:
-        node = replicas.node(address)
-        if isinstance(node, LocalStorage | RemoteStorage):
-            # A future, no task: this hub's own disk, or a replica that gets the turn's
-            # fences in one request. ``_enough_fenced`` logs a failure.
-            return node.fence_soon(md.ledger_id)
-        return node.read_lac(md.ledger_id, fence=True)
+        # A future, no task: this hub's own disk, or a replica that gets the turn's fences
+        # in one request. ``_enough_fenced`` logs a failure.
+        return replicas.node(address).fence_soon(md.ledger_id)
 
     # Replicas that failed lately are fenced only if the others cannot make ``needed``: no
     # quorum of unfenced replicas is left either way (the quorum rule, not the number asked,
@@ -575,11 +573,13 @@ async def _fence_and_read_forward(
     doubtful = [a for a in ensemble if replicas.suspected(a)]
     if doubtful and len(ensemble) - len(doubtful) >= needed:
         trusted = [a for a in ensemble if a not in doubtful]
-        replies = await _enough_fenced(trusted, needed, fence)
+        replies = await _enough_fenced(md.ledger_id, trusted, needed, fence)
         if len(replies) < needed:
-            replies.update(await _enough_fenced(doubtful, needed - len(replies), fence))
+            replies.update(
+                await _enough_fenced(md.ledger_id, doubtful, needed - len(replies), fence)
+            )
     else:
-        replies = await _enough_fenced(ensemble, needed, fence)
+        replies = await _enough_fenced(md.ledger_id, ensemble, needed, fence)
     responders = set(replies)
     if len(replies) < needed:
         raise NotEnoughReplicasError(

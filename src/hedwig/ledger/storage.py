@@ -95,6 +95,13 @@ class StorageNode(Protocol):
         """``(lac, last_entry_id)`` known for the ledger; -1 for none. Fences if asked."""
         ...
 
+    def fence_soon(self, ledger_id: int) -> asyncio.Future[tuple[int, int]]:
+        """``read_lac(ledger_id, fence=True)`` started now, as a future: a recovery fences
+        every replica of its ledger, and a failover is thousands of recoveries, so a replica
+        may gather the fences of one turn (``RemoteStorage``) or answer without a task
+        (``LocalStorage``)."""
+        ...
+
     async def fenced(self, ledger_id: int) -> bool:
         """Whether this replica has fenced the ledger (a recovery has begun)."""
         ...

@@ -241,50 +241,79 @@ def decode_subscriptions(data: bytes, pos: int) -> tuple[tuple[SubscriptionInfo,
     return tuple(out), pos
 
 
+class RecordsCodec(Codec):
+    """``u32 n`` then n records of fixed width, each one ``struct`` of its fields in order:
+    the lists of small records storage and lanes frames carry (a ledger's LAC, a fenced
+    ledger's end, a lane), one codec for all of them.
+
+    Each field is ``(attribute, struct code, bounds)``: bounds are the accepted range
+    (``lo <= v < hi``), narrower than the wire type's where the value's is (a LAC is -1 or
+    more), or ``None`` for a flag (struct's ``?``, one byte)."""
+
+    def __init__(
+        self, record: type, fields: tuple[tuple[str, str, tuple[int, int] | None], ...], noun: str
+    ) -> None:
+        self.record = record
+        self.struct = struct.Struct(">" + "".join(code for _, code, _ in fields))
+        self.fields = fields
+        self.noun = noun
+        self.ref = f"_records_{record.__name__}"
+        members = ", ".join(f"{_WIRE_TYPES[code]} {attr}" for attr, code, _ in fields)
+        self.doc = "u32 n, {name}: n x (" + members + ")"
+
+    def check(self, name: str, value: Any) -> None:
+        if not isinstance(value, tuple) or not all(self._fits(x) for x in value):
+            ranges = ", ".join(
+                f"{attr} {'a flag' if b is None else f'in [{b[0]}, {b[1]})'}"
+                for attr, _, b in self.fields
+            )
+            raise UsageError(f"{name} must be a tuple of {self.record.__name__} ({ranges})")
+
+    def _fits(self, x: Any) -> bool:
+        if not isinstance(x, self.record):
+            return False
+        for attr, _, b in self.fields:
+            v = getattr(x, attr)
+            if b is None:
+                if not isinstance(v, bool):
+                    return False
+            elif not (isinstance(v, int) and b[0] <= v < b[1]):
+                return False
+        return True
+
+    def encode_expr(self, value: str) -> str:
+        return f"{self.ref}.encode({value})"
+
+    def decode_lines(self, target: str) -> list[str]:
+        return [f"{target}, pos = {self.ref}.decode(data, pos)"]
+
+    def encode(self, records: tuple[Any, ...]) -> bytes:
+        pack, names = self.struct.pack, [attr for attr, _, _ in self.fields]
+        return wire.U32.pack(len(records)) + b"".join(
+            pack(*[getattr(x, n) for n in names]) for x in records
+        )
+
+    def decode(self, data: bytes, pos: int) -> tuple[tuple[Any, ...], int]:
+        (n,) = wire.U32.unpack_from(data, pos)
+        pos += 4
+        size = self.struct.size
+        if n > (len(data) - pos) // size:
+            raise ValueError(f"{n} {self.noun} do not fit in the frame")
+        record = self.record
+        end = pos + n * size
+        return tuple(record(*x) for x in self.struct.iter_unpack(data[pos:end])), end
+
+
+# How ``docs/protocol.md`` names each struct code of a record's field.
+_WIRE_TYPES = {"?": "u8", "I": "u32", "Q": "u64", "q": "i64"}
+
+
 @dataclass(frozen=True, slots=True)
 class LaneInfo:
     """A lane as DESCRIBE_LANES reports it."""
 
     index: int
     sealed: bool
-
-
-class LaneInfosCodec(Codec):
-    """``u32 n`` then n times ``u32 index, u8 sealed``."""
-
-    doc = "u32 n, {name}: n x (u32 index, u8 sealed)"
-
-    def check(self, name: str, value: Any) -> None:
-        if not isinstance(value, tuple) or not all(isinstance(x, LaneInfo) for x in value):
-            raise UsageError(f"{name} must be a tuple of LaneInfo")
-
-    def encode_expr(self, value: str) -> str:
-        return f"encode_lanes({value})"
-
-    def decode_lines(self, target: str) -> list[str]:
-        return [f"{target}, pos = decode_lanes(data, pos)"]
-
-
-_LANE = struct.Struct(">IB")
-
-
-def encode_lanes(lanes: tuple[LaneInfo, ...]) -> bytes:
-    return wire.U32.pack(len(lanes)) + b"".join(
-        _LANE.pack(x.index, 1 if x.sealed else 0) for x in lanes
-    )
-
-
-def decode_lanes(data: bytes, pos: int) -> tuple[tuple[LaneInfo, ...], int]:
-    (n,) = wire.U32.unpack_from(data, pos)
-    pos += 4
-    if n > (len(data) - pos) // _LANE.size:
-        raise ValueError(f"{n} lanes do not fit in the frame")
-    out = []
-    for _ in range(n):
-        index, sealed = _LANE.unpack_from(data, pos)
-        pos += _LANE.size
-        out.append(LaneInfo(index, bool(sealed)))
-    return tuple(out), pos
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,43 +324,27 @@ class LedgerLac:
     lac: int
 
 
-class LedgerLacsCodec(Codec):
-    """``u32 n`` then n times ``u64 ledger_id, i64 lac``."""
+@dataclass(frozen=True, slots=True)
+class LedgerEnd:
+    """A fenced ledger's last-add-confirmed and last stored entry on one replica (-1: none),
+    as FENCE_LEDGERS answers them."""
 
-    doc = "u32 n, {name}: n x (u64 ledger_id, i64 lac)"
-
-    def check(self, name: str, value: Any) -> None:
-        if not isinstance(value, tuple) or not all(
-            isinstance(x, LedgerLac) and 0 <= x.ledger_id < 1 << 64 and -1 <= x.lac < 1 << 63
-            for x in value
-        ):
-            raise UsageError(f"{name} must be a tuple of LedgerLac (u64 ledger id, lac >= -1)")
-
-    def encode_expr(self, value: str) -> str:
-        return f"encode_ledger_lacs({value})"
-
-    def decode_lines(self, target: str) -> list[str]:
-        return [f"{target}, pos = decode_ledger_lacs(data, pos)"]
+    ledger_id: int
+    lac: int
+    last_entry_id: int
 
 
-_LEDGER_LAC = struct.Struct(">Qq")
-
-
-def encode_ledger_lacs(lacs: tuple[LedgerLac, ...]) -> bytes:
-    return wire.U32.pack(len(lacs)) + b"".join(_LEDGER_LAC.pack(x.ledger_id, x.lac) for x in lacs)
-
-
-def decode_ledger_lacs(data: bytes, pos: int) -> tuple[tuple[LedgerLac, ...], int]:
-    (n,) = wire.U32.unpack_from(data, pos)
-    pos += 4
-    if n > (len(data) - pos) // _LEDGER_LAC.size:
-        raise ValueError(f"{n} ledger LACs do not fit in the frame")
-    out = []
-    for _ in range(n):
-        ledger_id, lac = _LEDGER_LAC.unpack_from(data, pos)
-        pos += _LEDGER_LAC.size
-        out.append(LedgerLac(ledger_id, lac))
-    return tuple(out), pos
+_LEDGER_ID = (0, 1 << 64)
+_ENTRY = (-1, 1 << 63)  # an entry id or LAC: -1 for none
+LANE_INFOS = RecordsCodec(LaneInfo, (("index", "I", (0, 1 << 32)), ("sealed", "?", None)), "lanes")
+LEDGER_LACS = RecordsCodec(
+    LedgerLac, (("ledger_id", "Q", _LEDGER_ID), ("lac", "q", _ENTRY)), "ledger LACs"
+)
+LEDGER_ENDS = RecordsCodec(
+    LedgerEnd,
+    (("ledger_id", "Q", _LEDGER_ID), ("lac", "q", _ENTRY), ("last_entry_id", "q", _ENTRY)),
+    "ledger ends",
+)
 
 
 class LedgerIdsCodec(Codec):
@@ -364,57 +377,6 @@ def decode_ledger_ids(data: bytes, pos: int) -> tuple[tuple[int, ...], int]:
     return struct.unpack_from(f">{n}Q", data, pos), pos + 8 * n
 
 
-@dataclass(frozen=True, slots=True)
-class LedgerEnd:
-    """A fenced ledger's last-add-confirmed and last stored entry on one replica (-1: none),
-    as FENCE_LEDGERS answers them."""
-
-    ledger_id: int
-    lac: int
-    last_entry_id: int
-
-
-class LedgerEndsCodec(Codec):
-    """``u32 n`` then n times ``u64 ledger_id, i64 lac, i64 last_entry_id``."""
-
-    doc = "u32 n, {name}: n x (u64 ledger_id, i64 lac, i64 last_entry_id)"
-
-    def check(self, name: str, value: Any) -> None:
-        if not isinstance(value, tuple) or not all(
-            isinstance(x, LedgerEnd)
-            and 0 <= x.ledger_id < 1 << 64
-            and -1 <= x.lac < 1 << 63
-            and -1 <= x.last_entry_id < 1 << 63
-            for x in value
-        ):
-            raise UsageError(f"{name} must be a tuple of LedgerEnd (u64 ledger id, entries >= -1)")
-
-    def encode_expr(self, value: str) -> str:
-        return f"encode_ledger_ends({value})"
-
-    def decode_lines(self, target: str) -> list[str]:
-        return [f"{target}, pos = decode_ledger_ends(data, pos)"]
-
-
-_LEDGER_END = struct.Struct(">Qqq")
-
-
-def encode_ledger_ends(ends: tuple[LedgerEnd, ...]) -> bytes:
-    pack = _LEDGER_END.pack
-    return wire.U32.pack(len(ends)) + b"".join(
-        pack(x.ledger_id, x.lac, x.last_entry_id) for x in ends
-    )
-
-
-def decode_ledger_ends(data: bytes, pos: int) -> tuple[tuple[LedgerEnd, ...], int]:
-    (n,) = wire.U32.unpack_from(data, pos)
-    pos += 4
-    if n > (len(data) - pos) // _LEDGER_END.size:
-        raise ValueError(f"{n} ledger ends do not fit in the frame")
-    out = [LedgerEnd(*x) for x in _LEDGER_END.iter_unpack(data[pos : pos + n * _LEDGER_END.size])]
-    return tuple(out), pos + n * _LEDGER_END.size
-
-
 @dataclass(frozen=True)
 class Flag:
     """A boolean carried as one bit of the header's flags."""
@@ -445,7 +407,7 @@ CountedMessages = Annotated[EncodedMessages, MessagesCodec()]
 OneBatch = Annotated[Batch, BatchCodec()]
 Batches = Annotated[tuple[Batch, ...], BatchListCodec()]
 Subscriptions = Annotated[tuple[SubscriptionInfo, ...], SubscriptionInfosCodec()]
-LaneInfos = Annotated[tuple[LaneInfo, ...], LaneInfosCodec()]
-LedgerLacs = Annotated[tuple[LedgerLac, ...], LedgerLacsCodec()]
+LaneInfos = Annotated[tuple[LaneInfo, ...], LANE_INFOS]
+LedgerLacs = Annotated[tuple[LedgerLac, ...], LEDGER_LACS]
 LedgerIds = Annotated[tuple[int, ...], LedgerIdsCodec()]
-LedgerEnds = Annotated[tuple[LedgerEnd, ...], LedgerEndsCodec()]
+LedgerEnds = Annotated[tuple[LedgerEnd, ...], LEDGER_ENDS]

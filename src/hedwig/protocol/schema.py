@@ -38,18 +38,13 @@ from hedwig.protocol.fields import (
     Codec,
     EnumCodec,
     Flag,
+    RecordsCodec,
     RequestIdMarker,
     decode_batches,
-    decode_lanes,
-    decode_ledger_ends,
     decode_ledger_ids,
-    decode_ledger_lacs,
     decode_subscriptions,
     encode_batches,
-    encode_lanes,
-    encode_ledger_ends,
     encode_ledger_ids,
-    encode_ledger_lacs,
     encode_subscriptions,
 )
 from hedwig.protocol.messages import Batch, EncodedMessages
@@ -156,19 +151,15 @@ def _namespace(body: list[tuple[str, Codec]]) -> dict[str, Any]:
         "decode_batches": decode_batches,
         "encode_subscriptions": encode_subscriptions,
         "decode_subscriptions": decode_subscriptions,
-        "encode_lanes": encode_lanes,
-        "decode_lanes": decode_lanes,
-        "encode_ledger_lacs": encode_ledger_lacs,
-        "decode_ledger_lacs": decode_ledger_lacs,
         "encode_ledger_ids": encode_ledger_ids,
         "decode_ledger_ids": decode_ledger_ids,
-        "encode_ledger_ends": encode_ledger_ends,
-        "decode_ledger_ends": decode_ledger_ends,
         "_ProtocolError": ProtocolError,
     }
     for _, codec in body:
         if isinstance(codec, EnumCodec):
             ns[f"_enum_{codec.enum.__name__}"] = codec.enum
+        elif isinstance(codec, RecordsCodec):
+            ns[codec.ref] = codec
     for i, run in enumerate(_fixed_runs(body)):
         if run[0][1].fmt is not None:
             ns[f"_S{i}"] = struct.Struct(">" + "".join(c.fmt or "" for _, c in run))
