@@ -27,7 +27,7 @@ from hedwig.ledger import (
     TopicLog,
     recover_ledger,
 )
-from hedwig.ledger.auditor import DEPARTURE_AUDIT_AFTER_S, Auditor, inspect
+from hedwig.ledger.auditor import DEPARTURE_AUDIT_AFTER_S, TAKE_OVERS_QUIET_S, Auditor, inspect
 from hedwig.ledger.handle import (
     FENCE_STRAGGLER_S,
     SPECULATIVE_READ_S,
@@ -893,6 +893,7 @@ def first_hubs_auditor(
     *,
     delay_s: float = 0.0,
     full_interval_s: float = 3600.0,
+    last_claim_at: Callable[[], float] | None = None,
 ) -> Auditor:
     """The auditor of hub ``h:1`` of ``cluster``, which wants three replicas of every ledger."""
     return Auditor(
@@ -904,6 +905,7 @@ def first_hubs_auditor(
         clock=clock,
         delay_s=delay_s,
         full_interval_s=full_interval_s,
+        last_claim_at=last_claim_at,
     )
 
 
@@ -1055,6 +1057,57 @@ async def test_a_hub_going_calls_for_a_full_audit_after_the_take_overs_not_at_on
     clock.advance(1)
     await auditor.run_once()
     assert auditor.full_audits == 4
+
+
+async def test_a_departure_audit_waits_while_this_hub_takes_topics_over_up_to_the_delay(
+    store: MemoryMetadataStore, tmp_path: Path
+) -> None:
+    """The full audit a hub's going calls for is put off while this hub is still claiming
+    topics (the gone hub's, taken over): in a failover of 100,000 topics it read every ledger
+    of the share halfway through and took the take-overs' pace away. Once no claim came for
+    ``TAKE_OVERS_QUIET_S`` it runs; and a hub that never stops claiming has it at the end of
+    the re-replication delay, as every hub would."""
+    cluster = Cluster(tmp_path, 4)
+    names = ("h:1", "h:2", "h:3", "h:4")
+    for name in names:
+        await store.hubs.register_hub(name, HubLoad())
+    for _ in range(3):
+        await closed_ledger(store, cluster, names[:3], 3)
+    clock = ManualClock()
+    claimed = [float("-inf")]
+    auditor = first_hubs_auditor(
+        store, cluster, clock, delay_s=120, last_claim_at=lambda: claimed[0]
+    )
+    await auditor.run_once()
+    assert auditor.full_audits == 1
+
+    await store.hubs.unregister_hub("h:3")
+    await auditor.run_once()  # seen going
+    for _ in range(3):  # rounds 30 s apart, a claim just before each
+        clock.advance(30)
+        claimed[0] = clock.monotonic() - 1
+        await auditor.run_once()
+    assert auditor.full_audits == 1, "put off while this hub takes topics over"
+    clock.advance(15)  # 105 s: the take-overs ended, the delay (120 s) is not over
+    claimed[0] = clock.monotonic() - TAKE_OVERS_QUIET_S - 1
+    report = await auditor.run_once()
+    assert auditor.full_audits == 2 and report.waiting > 0 and report.repaired == 0
+
+    await store.hubs.register_hub("h:3", HubLoad())  # back: audited at once, busy or not
+    claimed[0] = clock.monotonic()
+    await auditor.run_once()
+    assert auditor.full_audits == 3
+    await store.hubs.unregister_hub("h:3")  # gone again, and this hub claims all along
+    await auditor.run_once()
+    for _ in range(4):
+        clock.advance(29)
+        claimed[0] = clock.monotonic()
+        await auditor.run_once()
+    assert auditor.full_audits == 3, "still claiming, the delay not over (116 s)"
+    clock.advance(5)
+    claimed[0] = clock.monotonic()
+    await auditor.run_once()
+    assert auditor.full_audits == 4, "the delay's end does not wait"
 
 
 async def test_a_read_does_not_wait_for_a_replica_that_hangs(

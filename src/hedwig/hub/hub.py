@@ -191,6 +191,7 @@ class Hub:
             delay_s=config.rereplication_delay_s,
             full_interval_s=config.audit_full_interval_s,
             clock=self.clock,
+            last_claim_at=lambda: self.topics.stats.last_claim_at,
         )
         self.topics.suspect = self.auditor.suspect
         self.loops = HubLoops(

@@ -123,6 +123,9 @@ MAX_SHARED_CONFIGS = 1000
 @dataclass
 class OwnershipStats:
     claims: int = 0
+    # When the last claim began (this hub's monotonic clock): the ledger auditor puts a
+    # gone hub's audit off while the take-overs of its topics go on.
+    last_claim_at: float = float("-inf")
     claim_conflicts: int = 0
     redirects: int = 0
     releases: int = 0
@@ -514,7 +517,7 @@ class TopicOwnership:
         version, fresh, known, ranges = claim.version, claim.new, claim.config, claim.ranges
         assert version is not None
         self.stats.claims += 1
-        began = self.clock.monotonic()
+        began = self.stats.last_claim_at = self.clock.monotonic()
         opened = began
         try:
             if first is not None:

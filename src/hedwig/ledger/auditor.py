@@ -37,7 +37,8 @@ had not changed. As BookKeeper's auditor, this one looks at everything when a hu
 restarted with a new session, or new: whatever a replica can have lost, or a small ensemble
 can now grow to), ``DEPARTURE_AUDIT_AFTER_S`` after a hub goes (not at once: nothing of its
 can be re-created before the delay, and a full audit then read and asked the replicas of
-every ledger of the share while the survivors took the gone hub's topics over), while a
+every ledger of the share while the survivors took the gone hub's topics over; and later
+still while this hub goes on taking topics over, up to the delay's end), while a
 previous audit left something to do (a repair that failed), when the delay of a gone hub
 whose replicas it found ends (not every round until then: after a hub of 100,000 topics
 died, each survivor read and inspected its share of every ledger every round, through the
@@ -75,6 +76,9 @@ MAX_SUSPECTS = 10_000
 # A hub's going calls for a full audit this long after it is seen (or at the end of the
 # re-replication delay, if sooner): the survivors take the gone hub's topics over first.
 DEPARTURE_AUDIT_AFTER_S = 30.0
+# And while this hub is still taking topics over (it claimed one within this long), that
+# audit waits for a later round, until the delay ends (``Auditor.last_claim_at``).
+TAKE_OVERS_QUIET_S = 10.0
 # Ledger metadata read at once by a full audit: a hundred thousand read one after the other
 # were a call each, half of an idle hub's CPU for a minute; at once, a store pipelines them
 # (etcd: a few requests, ``hedwig.metadata.etcd.batches``).
@@ -180,6 +184,7 @@ class Auditor:
         delay_s: float = 0.0,
         full_interval_s: float = 3600.0,
         clock: Clock | None = None,
+        last_claim_at: Callable[[], float] | None = None,
     ) -> None:
         self.address = address
         # How ledgers name this hub's replicas (``hedwig.hub.identity``).
@@ -192,6 +197,11 @@ class Auditor:
         self.delay_s = delay_s
         self.full_interval_s = full_interval_s
         self.clock = clock or SystemClock()
+        # When this hub last claimed a topic (its monotonic clock). The full audit a hub's
+        # going calls for read every ledger of the share while the survivors were taking
+        # its topics over: in a failover of 100,000 topics it came 30 s in and took the
+        # later half of the take-overs' pace away. It waits for them to end (``_put_off``).
+        self.last_claim_at = last_claim_at
         # What the last full audit saw, when, and whether it left anything to do.
         self._membership: frozenset[tuple[str, str, int]] | None = None
         self._last_full = float("-inf")
@@ -201,6 +211,8 @@ class Auditor:
         # When ledgers waiting for a gone hub may be repaired (its delay ends): a full audit
         # then. And how many the last full audit found waiting, still reported meanwhile.
         self._due: float | None = None
+        # The latest a departure's audit may be put off to: the end of its delay.
+        self._due_by: float | None = None
         self._carried_waiting = 0
         # Suspected ledgers by the replicas they name (few distinct sets), how many in all,
         # and the replica sets of those not kept (past ``MAX_SUSPECTS``).
@@ -233,6 +245,22 @@ class Auditor:
                     self._missing_since.setdefault(name, now)
         end = now + min(self.delay_s, DEPARTURE_AUDIT_AFTER_S)
         self._due = end if self._due is None else min(self._due, end)
+        by = now + self.delay_s
+        self._due_by = by if self._due_by is None else min(self._due_by, by)
+
+    def _put_off(self, now: float) -> bool:
+        """Whether a departure's audit, due now, waits for a later round: this hub is still
+        taking topics over (it claimed one within ``TAKE_OVERS_QUIET_S``), and the gone
+        hub's delay has not ended (its end calls for an audit anyway, and repairs may
+        begin). A hub that claims topics all the time (new ones made steadily) so counts
+        the gone hub's ledgers as waiting at the delay's end; the gone hub itself is
+        counted at once (``AuditReport.hubs_waiting``)."""
+        return (
+            self._due_by is not None
+            and now < self._due_by
+            and self.last_claim_at is not None
+            and now - self.last_claim_at() < TAKE_OVERS_QUIET_S
+        )
 
     def _waiting(self, alive: set[str], seen: set[str], *, full: bool) -> set[str]:
         """Of the hubs ``seen`` in ledgers but not alive, those still within the delay.
@@ -318,7 +346,7 @@ class Auditor:
             or any(not deferred(r) for r in self._overflowed)
             or membership != self._membership
             or now - self._last_full >= self.full_interval_s
-            or (self._due is not None and now >= self._due)
+            or (self._due is not None and now >= self._due and not self._put_off(now))
         )
         groups, self._suspects, self._suspect_count = self._suspects, {}, 0
         self._overflowed = set()
@@ -375,7 +403,7 @@ class Auditor:
             self._membership = membership
             self._last_full = now
             self._clean = only_waiting
-            self._due = None
+            self._due = self._due_by = None
             self._carried_waiting = report.waiting
         elif not only_waiting:
             self._clean = False  # look at everything again next time, until it is healthy
