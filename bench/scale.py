@@ -295,8 +295,12 @@ async def _region(
     async with HedwigClient(survivors, retry=retry) as client:
         cluster.hub_at(victim).kill()
         cpu0, t0 = _cpu_of({k: p for k, p in pids.items() if k not in dead}), time.monotonic()
-        failed = await _publish_all(client, theirs, args.failover_concurrency, args.progress)
+        acked_at: list[float] = []
+        failed = await _publish_all(
+            client, theirs, args.failover_concurrency, args.progress, acked_at
+        )
         out["failover_s"] = round(time.monotonic() - t0, 1)
+        out["failover_timeline_s"] = _timeline(acked_at, t0)
         # Those that failed once (their retries' deadline passed), tried again after.
         out["failover_failed_first"] = len(failed)
         out["failover_failed_again"] = len(
@@ -313,6 +317,18 @@ async def _region(
         out["failover_cpu_cores"] = _cores(
             {k: p for k, p in pids.items() if k not in dead}, cpu0, time.monotonic() - t0
         )
+
+
+def _timeline(acked_at: list[float], t0: float) -> dict[str, float]:
+    """When the first, and each tenth, of a failover's topics had accepted a publish, seconds
+    after the kill: the wait for the session (or lease) to end, then the take-overs' pace."""
+    if not acked_at:
+        return {}
+    acked_at.sort()
+    marks = {"first": acked_at[0]}
+    for tenth in range(1, 11):
+        marks[f"{tenth * 10}%"] = acked_at[min(len(acked_at), len(acked_at) * tenth // 10) - 1]
+    return {k: round(v - t0, 1) for k, v in marks.items()}
 
 
 async def _region_idle(
@@ -563,11 +579,16 @@ async def _publisher(
 
 
 async def _publish_all(
-    client: HedwigClient, names: list[str], concurrency: int, progress: bool = False
+    client: HedwigClient,
+    names: list[str],
+    concurrency: int,
+    progress: bool = False,
+    acked_at: list[float] | None = None,
 ) -> list[str]:
     """One message to each topic, ``concurrency`` at a time; the topics whose publish failed
     (its retries' deadline passed), which the caller counts: one failure must not end a run of
-    a million topics with nothing printed."""
+    a million topics with nothing printed. ``acked_at`` gets the moment of each acknowledged
+    publish (``time.monotonic``), for a failover's timeline."""
     todo = iter(names)
     done = 0
     failed: list[str] = []
@@ -577,6 +598,8 @@ async def _publish_all(
         for n in todo:
             try:
                 await client.publish(n, b"x")
+                if acked_at is not None:
+                    acked_at.append(time.monotonic())
             except HedwigError as exc:
                 if not failed:
                     print(f"publishing to {n} failed: {exc!r}", file=sys.stderr)
