@@ -4,8 +4,9 @@ A take-over fences its topic's ledger on every replica; after a hub died, its su
 fenced thousands a second on each other. These tests run real hubs (on the in-memory
 network) and check that the fences of a turn travel together, that each one is as durable and
 as binding as READ_LAC's fence, that a ledger the replica cannot fence fails alone, that a
-replica from before the frame is still fenced (a ledger at a time), and that an oversized
-request is refused without harm.
+replica cut off before it answers fails every fence of the request and is fenced once back,
+that a replica from before the frame is still fenced (a ledger at a time), and that an
+oversized request is refused without harm.
 """
 
 from __future__ import annotations
@@ -122,6 +123,52 @@ async def test_a_ledger_the_replica_cannot_fence_fails_alone() -> None:
             assert "could not fence ledger 2" in str(two)
             assert answered(hub, "fence_ledgers") == 1
         finally:
+            node.close()
+
+
+async def test_a_replica_cut_off_mid_request_fails_its_fences_and_is_fenced_when_back() -> None:
+    """A replica whose connection goes while a FENCE_LEDGERS waits for its answer: every fence
+    of the request fails (counted against the recovery's quorum, as a replica down), none
+    waits for good; once the replica is reachable the same fences are asked again on a new
+    connection and bind it."""
+    async for region in memory_region(2):
+        hub = region.hubs[1]
+        node = replica_of(region, hub)
+        real = hub.storage.fence_soon
+        held: list[asyncio.Future[tuple[int, int]]] = []
+
+        def hanging(
+            ledger_id: int, held: list[asyncio.Future[tuple[int, int]]] = held
+        ) -> asyncio.Future[tuple[int, int]]:
+            fut: asyncio.Future[tuple[int, int]] = asyncio.get_running_loop().create_future()
+            held.append(fut)
+            return fut
+
+        try:
+            for ledger_id in (1, 2, 3):
+                await node.add_entry(ledger_id, 0, -1, b"x")
+            hub.storage.fence_soon = hanging  # type: ignore[method-assign]
+            fences = [node.fence_soon(i) for i in (1, 2, 3)]
+            for _ in range(100):
+                if len(held) == 3:
+                    break
+                await asyncio.sleep(0.01)
+            assert len(held) == 3, "the replica got the request"
+            region.network.sever(hub.address)  # before it answers
+            outcomes = await asyncio.wait_for(
+                asyncio.gather(*fences, return_exceptions=True), timeout=5
+            )
+            assert all(isinstance(o, NotEnoughReplicasError) for o in outcomes), outcomes
+
+            hub.storage.fence_soon = real  # type: ignore[method-assign]
+            ends = await asyncio.gather(*(node.fence_soon(i) for i in (1, 2, 3)))
+            assert ends == [(-1, 0)] * 3
+            assert all(hub.storage.is_fenced(i) for i in (1, 2, 3))
+            with pytest.raises(LedgerFencedError):
+                await node.add_entry(2, 1, 0, b"from the old writer")
+        finally:
+            for fut in held:
+                fut.cancel()
             node.close()
 
 
