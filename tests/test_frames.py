@@ -19,6 +19,8 @@ from hedwig.protocol import (
     EncodedMessages,
     Error,
     Lac,
+    LaneInfo,
+    LedgerLac,
     Message,
     Ok,
     Publish,
@@ -27,11 +29,13 @@ from hedwig.protocol import (
     RefusedFrame,
     Role,
     Subscribe,
+    WriteLacs,
     encode_value,
 )
 from hedwig.protocol.fields import (
     BatchCodec,
     BatchListCodec,
+    BoolCodec,
     Codec,
     EnumCodec,
     Int,
@@ -106,15 +110,11 @@ def strategy_for(codec: Codec) -> st.SearchStrategy[Any]:
             st.integers(0, 2**50),
         )
         return st.lists(infos, max_size=4).map(tuple)
+    if isinstance(codec, BoolCodec):
+        return st.booleans()
     if isinstance(codec, RecordsCodec):
         # Every value each field accepts, its bounds included.
-        records = st.builds(
-            codec.record,
-            *(
-                st.booleans() if b is None else st.integers(b[0], b[1] - 1)
-                for _, _, b in codec.fields
-            ),
-        )
+        records = st.builds(codec.record, *(strategy_for(c) for _, c in codec.fields))
         return st.lists(records, max_size=4).map(tuple)
     if isinstance(codec, LedgerIdsCodec):
         return st.lists(st.integers(0, 2**64 - 1), max_size=4).map(tuple)
@@ -205,6 +205,18 @@ def test_construction_is_keyword_only_and_checked() -> None:
         Subscribe(request_id=1, topic="t", subscriber="s", mode=7)  # type: ignore[arg-type]
     with pytest.raises(UsageError, match="str"):
         Read(request_id=1, topic=b"t", start_seq=0, max_messages=1, max_bytes=1)  # type: ignore[arg-type]
+
+
+def test_a_record_list_names_the_record_and_field_it_refuses() -> None:
+    WriteLacs(request_id=1, lacs=(LedgerLac(ledger_id=2**64 - 1, lac=-1),))
+    with pytest.raises(UsageError, match=r"lacs\[1\]\.lac must be an integer in -1\.\."):
+        WriteLacs(request_id=1, lacs=(LedgerLac(1, 0), LedgerLac(ledger_id=2, lac=-2)))
+    with pytest.raises(UsageError, match=r"lacs\[0\]\.ledger_id"):
+        WriteLacs(request_id=1, lacs=(LedgerLac(ledger_id=2**64, lac=0),))
+    with pytest.raises(UsageError, match=r"lacs\[0\] must be a LedgerLac, got LaneInfo"):
+        WriteLacs(request_id=1, lacs=(LaneInfo(index=0, sealed=False),))  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="must be a tuple of LedgerLac, got list"):
+        WriteLacs(request_id=1, lacs=[LedgerLac(1, 0)])  # type: ignore[arg-type]
 
 
 def test_a_count_that_does_not_match_the_payload_is_refused_at_construction() -> None:

@@ -57,6 +57,28 @@ class Int(Codec):
             raise UsageError(f"{name} must be an integer in {self.lo}..{self.hi}, got {value!r}")
 
 
+class BoolCodec(Codec):
+    """A flag in a byte of its own (struct's ``?``): for fields of records, where there is no
+    header to carry it as a bit."""
+
+    fmt = "?"
+    doc = "u8"
+
+    def check(self, name: str, value: Any) -> None:
+        if not isinstance(value, bool):
+            raise UsageError(f"{name} must be a bool, got {value!r}")
+
+
+U8_CODEC = Int("B", 0, 0xFF, "u8")
+U16_CODEC = Int("H", 0, 0xFFFF, "u16")
+U32_CODEC = Int("I", 0, 0xFFFFFFFF, "u32")
+U64_CODEC = Int("Q", 0, 2**64 - 1, "u64")
+I64_CODEC = Int("q", -(2**63), 2**63 - 1, "i64")
+# An entry id or a LAC: -1 for none, else what a signed 64-bit field holds.
+ENTRY_CODEC = Int("q", -1, 2**63 - 1, "i64")
+BOOL_CODEC = BoolCodec()
+
+
 class EnumCodec(Codec):
     def __init__(self, enum: type[IntEnum]) -> None:
         self.enum = enum
@@ -246,40 +268,28 @@ class RecordsCodec(Codec):
     the lists of small records storage and lanes frames carry (a ledger's LAC, a fenced
     ledger's end, a lane), one codec for all of them.
 
-    Each field is ``(attribute, struct code, bounds)``: bounds are the accepted range
-    (``lo <= v < hi``), narrower than the wire type's where the value's is (a LAC is -1 or
-    more), or ``None`` for a flag (struct's ``?``, one byte)."""
+    Each field is ``(attribute, codec)``, with the fixed-width codec a frame's own field of
+    that type would have (its format, bounds and name in ``docs/protocol.md``): narrower
+    than the wire type where the value is (a LAC is -1 or more)."""
 
-    def __init__(
-        self, record: type, fields: tuple[tuple[str, str, tuple[int, int] | None], ...], noun: str
-    ) -> None:
+    def __init__(self, record: type, fields: tuple[tuple[str, Int | BoolCodec], ...], noun: str):
         self.record = record
-        self.struct = struct.Struct(">" + "".join(code for _, code, _ in fields))
+        self.struct = struct.Struct(">" + "".join(codec.fmt or "" for _, codec in fields))
         self.fields = fields
         self.noun = noun
         self.ref = f"_records_{record.__name__}"
-        members = ", ".join(f"{_WIRE_TYPES[code]} {attr}" for attr, code, _ in fields)
+        members = ", ".join(f"{codec.doc} {attr}" for attr, codec in fields)
         self.doc = "u32 n, {name}: n x (" + members + ")"
 
     def check(self, name: str, value: Any) -> None:
-        if not isinstance(value, tuple) or not all(self._fits(x) for x in value):
-            ranges = ", ".join(
-                f"{attr} {'a flag' if b is None else f'in [{b[0]}, {b[1]})'}"
-                for attr, _, b in self.fields
-            )
-            raise UsageError(f"{name} must be a tuple of {self.record.__name__} ({ranges})")
-
-    def _fits(self, x: Any) -> bool:
-        if not isinstance(x, self.record):
-            return False
-        for attr, _, b in self.fields:
-            v = getattr(x, attr)
-            if b is None:
-                if not isinstance(v, bool):
-                    return False
-            elif not (isinstance(v, int) and b[0] <= v < b[1]):
-                return False
-        return True
+        kind = self.record.__name__
+        if not isinstance(value, tuple):
+            raise UsageError(f"{name} must be a tuple of {kind}, got {type(value).__name__}")
+        for i, x in enumerate(value):
+            if not isinstance(x, self.record):
+                raise UsageError(f"{name}[{i}] must be a {kind}, got {type(x).__name__}")
+            for attr, codec in self.fields:
+                codec.check(f"{name}[{i}].{attr}", getattr(x, attr))
 
     def encode_expr(self, value: str) -> str:
         return f"{self.ref}.encode({value})"
@@ -288,7 +298,7 @@ class RecordsCodec(Codec):
         return [f"{target}, pos = {self.ref}.decode(data, pos)"]
 
     def encode(self, records: tuple[Any, ...]) -> bytes:
-        pack, names = self.struct.pack, [attr for attr, _, _ in self.fields]
+        pack, names = self.struct.pack, [attr for attr, _ in self.fields]
         return wire.U32.pack(len(records)) + b"".join(
             pack(*[getattr(x, n) for n in names]) for x in records
         )
@@ -302,10 +312,6 @@ class RecordsCodec(Codec):
         record = self.record
         end = pos + n * size
         return tuple(record(*x) for x in self.struct.iter_unpack(data[pos:end])), end
-
-
-# How ``docs/protocol.md`` names each struct code of a record's field.
-_WIRE_TYPES = {"?": "u8", "I": "u32", "Q": "u64", "q": "i64"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,15 +340,13 @@ class LedgerEnd:
     last_entry_id: int
 
 
-_LEDGER_ID = (0, 1 << 64)
-_ENTRY = (-1, 1 << 63)  # an entry id or LAC: -1 for none
-LANE_INFOS = RecordsCodec(LaneInfo, (("index", "I", (0, 1 << 32)), ("sealed", "?", None)), "lanes")
+LANE_INFOS = RecordsCodec(LaneInfo, (("index", U32_CODEC), ("sealed", BOOL_CODEC)), "lanes")
 LEDGER_LACS = RecordsCodec(
-    LedgerLac, (("ledger_id", "Q", _LEDGER_ID), ("lac", "q", _ENTRY)), "ledger LACs"
+    LedgerLac, (("ledger_id", U64_CODEC), ("lac", ENTRY_CODEC)), "ledger LACs"
 )
 LEDGER_ENDS = RecordsCodec(
     LedgerEnd,
-    (("ledger_id", "Q", _LEDGER_ID), ("lac", "q", _ENTRY), ("last_entry_id", "q", _ENTRY)),
+    (("ledger_id", U64_CODEC), ("lac", ENTRY_CODEC), ("last_entry_id", ENTRY_CODEC)),
     "ledger ends",
 )
 
@@ -387,12 +391,6 @@ class Flag:
 class RequestIdMarker:
     """The header's request id (0 for events, which answer nothing)."""
 
-
-U8_CODEC = Int("B", 0, 0xFF, "u8")
-U16_CODEC = Int("H", 0, 0xFFFF, "u16")
-U32_CODEC = Int("I", 0, 0xFFFFFFFF, "u32")
-U64_CODEC = Int("Q", 0, 2**64 - 1, "u64")
-I64_CODEC = Int("q", -(2**63), 2**63 - 1, "i64")
 
 RequestId = Annotated[int, RequestIdMarker()]
 U8 = Annotated[int, U8_CODEC]
