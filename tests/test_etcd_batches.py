@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hedwig.metadata.etcd import wire
-from hedwig.metadata.etcd.batches import nested
+from hedwig.metadata.etcd.wire import nested
 
 
 def member(key: bytes, value: bytes, version: int) -> bytes:

@@ -36,7 +36,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from hedwig.errors import MetadataError, MetadataUnavailableError
-from hedwig.metadata.etcd.wire import Txn, varint
+from hedwig.metadata.etcd.wire import Txn, nested
 
 log = logging.getLogger(__name__)
 
@@ -53,36 +53,15 @@ Answer = tuple[Any, int]
 
 
 class _Pending:
-    __slots__ = ("alone", "future", "ops", "raw", "size", "writes")
+    """A transaction waiting for its batch, and its caller's future."""
 
-    def __init__(self, request: Txn, future: asyncio.Future[Answer]) -> None:
-        # Sent as it is alone, or wrapped in a batch's bytes (``nested``).
-        self.raw = request.raw
+    __slots__ = ("alone", "future", "txn")
+
+    def __init__(self, txn: Txn, future: asyncio.Future[Answer]) -> None:
+        self.txn = txn
         self.future = future
-        self.size = len(self.raw)
-        self.ops = request.width
-        self.alone = request.writes is None
-        self.writes: frozenset[bytes] = request.writes or frozenset()
-
-
-# Protocol buffers' keys of the fields a batch is made of (field number << 3 | 2, a
-# length-delimited field): ``TxnRequest.success`` (2) and ``RequestOp.request_txn`` (4).
-_SUCCESS = b"\x12"
-_REQUEST_TXN = b"\x22"
-
-
-def nested(members: list[bytes]) -> bytes:
-    """The serialized ``TxnRequest`` whose success branch runs each of ``members`` (serialized
-    ``TxnRequest``s) as a nested transaction, in order: what
-    ``TxnRequest(success=[RequestOp(request_txn=m) ...])`` serializes to, without copying each
-    member into a new message and serializing it all again (a tenth of a hub's time in the
-    etcd client during a failover's take-overs went to those copies)."""
-    parts = []
-    for m in members:
-        op = _REQUEST_TXN + varint(len(m)) + m
-        parts.append(_SUCCESS + varint(len(op)))
-        parts.append(op)
-    return b"".join(parts)
+        # A range's delete goes alone; so does every member of a batch etcd refused.
+        self.alone = txn.writes is None
 
 
 class TxnBatcher:
@@ -138,21 +117,23 @@ class TxnBatcher:
             p = queue.popleft()
             if p.future.done():
                 continue  # its caller gave up before it was sent
+            txn = p.txn
             if p.alone:
                 if batch:
                     waiting.append(p)
                     continue
                 batch.append(p)
                 break
+            assert txn.writes is not None  # else alone
             fits = (
-                len(batch) + 1 + max(widest, p.ops) <= MAX_TXN_OPS
-                and size + p.size <= MAX_BATCH_BYTES
+                len(batch) + 1 + max(widest, txn.width) <= MAX_TXN_OPS
+                and size + len(txn.raw) <= MAX_BATCH_BYTES
             )
-            if not batch or (fits and written.isdisjoint(p.writes)):
+            if not batch or (fits and written.isdisjoint(txn.writes)):
                 batch.append(p)
-                written |= p.writes
-                size += p.size
-                widest = max(widest, p.ops)
+                written |= txn.writes
+                size += len(txn.raw)
+                widest = max(widest, txn.width)
             elif not fits:
                 waiting.append(p)
                 break
@@ -166,10 +147,10 @@ class TxnBatcher:
         self.transactions += len(batch)
         try:
             if len(batch) == 1:
-                resp = await self._send(batch[0].raw)
+                resp = await self._send(batch[0].txn.raw)
                 answers = [(resp, int(resp.header.revision))]
             else:
-                resp = await self._send(nested([p.raw for p in batch]))
+                resp = await self._send(nested([p.txn.raw for p in batch]))
                 revision = int(resp.header.revision)
                 answers = [(r.response_txn, revision) for r in resp.responses]
         except MetadataUnavailableError as exc:
