@@ -6,6 +6,8 @@ import asyncio
 import contextlib
 import os
 import signal
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,7 @@ from aetcd import rpc  # type: ignore[import-untyped]
 
 from hedwig.client import HedwigClient
 from hedwig.devcluster.etcd import EtcdServer
+from hedwig.devcluster.zookeeper import free_port
 from hedwig.errors import BadVersionError, MetadataError, MetadataUnavailableError
 from hedwig.hub import Hub, HubConfig
 from hedwig.metadata import HubInfo, HubLoad, MetadataStore, SessionState
@@ -574,6 +577,72 @@ async def test_a_session_whose_refreshes_go_unanswered_is_lost_when_its_lease_en
         if not thawed:
             os.kill(pid, signal.SIGCONT)
         await store.close()
+        server.stop()
+
+
+def _slow_relay(target: str, delay_s: float) -> tuple[subprocess.Popen[str], int]:
+    """The failure suite's delaying relay (``tests.failure.lab.relay``) on loopback to
+    ``target``, and the port it listens on."""
+    port = free_port()
+    relay = subprocess.Popen(
+        [sys.executable, "-m", "tests.failure.lab.relay", "--listen", f"127.0.0.1:{port}",
+         "--target", target, "--delay", str(delay_s)],
+        stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[1],
+    )  # fmt: skip
+    assert relay.stdout is not None
+    if relay.stdout.readline().strip() != "ready":
+        relay.kill()
+        raise RuntimeError("the relay did not start")
+    return relay, port
+
+
+async def test_a_session_on_a_slow_link_ends_by_its_clock_before_etcd_lets_its_lease_go(
+    tmp_path: Path,
+) -> None:
+    """A link to etcd that delays each packet 1 s each way (the failure suite's relay, on
+    loopback), then drops everything (the relay frozen). etcd renews a lease when a refresh
+    reaches it, a second after it was sent, and expires it a TTL after the last one that
+    did; the session must be over by this process's clock no later, or it would serve on
+    while another hub claims its topics. Counted from each refresh's answer, as it was, it
+    ended 0.6 s after etcd had let the lease go; counted from the sending, 3.2 s before (the
+    refresh under way when the link froze reached etcd, its answer did not). And the session
+    must last on such a link: its grant once counted from before the connection was made, and
+    it was lost at its first refresh."""
+    (tmp_path / "etcd").mkdir()
+    server = EtcdServer(data_dir=str(tmp_path / "etcd"))
+    server.start()
+    relay, port = _slow_relay(server.address, 1.0)
+    slow = EtcdMetadataStore(f"127.0.0.1:{port}", "slow", session_timeout=5.0)
+    direct = EtcdMetadataStore(server.address, "slow", session_timeout=5.0)
+    loop = asyncio.get_running_loop()
+    lost: list[float] = []
+    try:
+        await slow.start()
+        await direct.start()
+        slow.session.add_listener(
+            lambda s: lost.append(loop.time()) if s is SessionState.LOST else None
+        )
+        key = b"/slow-link/record"
+        await slow.etcd.txn([], [put(key, b"mine", slow.etcd.lease)])
+        await asyncio.sleep(2 * slow.etcd.ttl)  # refreshed over the slow link all along
+        assert slow.session.state is SessionState.CONNECTED
+        assert not lost, "the session was lost on a link slow by a fifth of its TTL"
+        os.kill(relay.pid, signal.SIGSTOP)
+        gone: float | None = None
+        for _ in range(400):
+            if gone is None and await direct.etcd.get(key) is None:
+                gone = loop.time()
+            if gone is not None and lost:
+                break
+            await asyncio.sleep(0.05)
+        assert lost, "the session outlived its lease by its own clock"
+        assert gone is not None, "etcd kept the record"
+        assert lost[0] <= gone, f"the session ended {lost[0] - gone:.2f} s after etcd's lease"
+    finally:
+        relay.kill()
+        relay.wait()
+        await slow.close()
+        await direct.close()
         server.stop()
 
 

@@ -308,6 +308,32 @@ async def test_secure_owner_cut_off_from_etcd_refuses_once_its_lease_ends(
     assert_failover(out, BOUND_ETCD)
 
 
+# A link to etcd slowed this much each way answers a lease refresh after a whole lease (4 s)
+# by the owner's clock, though etcd gets the refresh, late, and renews the lease.
+ETCD_DELAY = 2.0
+
+
+async def test_owner_link_to_etcd_slowed_past_its_lease(etcd_lc: LabCluster) -> None:
+    """The owner's link to etcd is slowed, not cut: every packet 2 s late each way (a relay).
+    etcd still gets each lease refresh and renews the lease, but the answer comes 4 s after
+    the refresh was sent, when the lease may have ended for all the owner can tell: it must
+    count its session over by its own clock, refuse, and give its records up, and another
+    hub takes its topics over once etcd lets the lease go (a delay after its last late
+    refresh). Nothing it acknowledged may be lost or doubled by the new owner."""
+    lc = etcd_lc
+    assert lc.dev.etcd_server is not None
+    port = lc.dev.etcd_server.port
+
+    async def inject(victim: str) -> None:
+        link = SlowLink(lc.lab, lc.hub_node(victim), lc.zk_node, port, ETCD_DELAY)
+        lc.add_fault(link.start())
+
+    out = await scenario(lc, "etcd: owner's link to etcd 2 s slow", inject, takeover=True)
+    # The lease lasts a refresh's one-way delay longer at etcd than the owner counts it.
+    assert_failover(out, BOUND_ETCD + ETCD_DELAY)
+    assert losses(lc, out.victim) >= 1, "the slowed owner never gave its topics up"
+
+
 async def test_isolated_owner_heals_on_etcd(etcd_lc: LabCluster) -> None:
     """Cut from everything past its leases, then healed: the others took over; the old owner
     finds its leases gone, drops its topics, and comes back with new ones."""

@@ -70,6 +70,12 @@ log = logging.getLogger(__name__)
 CALL_TIMEOUT_S = 10.0
 # Between attempts to reach etcd again after it went away (first, longest), in milliseconds.
 RECONNECT_BACKOFF_MS = (200, 2_000)
+# How long one attempt may take to connect (TCP, TLS, HTTP/2's settings), in milliseconds.
+# gRPC takes it from ``grpc.min_reconnect_backoff_ms``: its MIN_CONNECT_TIMEOUT
+# (doc/connection-backoff.md), not a pause. It was set to the first pause, 200 ms, and no
+# attempt could succeed on a link whose handshake took longer than the pause of the moment
+# (a second each way: never), so a slow etcd looked like a lost one.
+CONNECT_TIMEOUT_MS = 5_000
 # Keys per range request when listing (etcd answers in one message: keep it far below 4 MB).
 PAGE = 10_000
 # Leases a session spreads its owner records over (see the module's docstring).
@@ -178,6 +184,8 @@ class EtcdClient:
         self._metadata: tuple[tuple[str, str], ...] | None = None
         self._reauthenticating: asyncio.Task[None] | None = None
         self.lease = 0
+        # When the newest grant or refresh etcd answered was sent (``_keep_alive``).
+        self._renewed_at = 0.0
         # Owner records' leases by slot, and their grants under way (``owner_lease``).
         self._owner_leases: dict[int, int] = {}
         self._granting: dict[int, asyncio.Task[int]] = {}
@@ -232,7 +240,7 @@ class EtcdClient:
         options = [
             ("grpc.use_local_subchannel_pool", 1),
             ("grpc.initial_reconnect_backoff_ms", RECONNECT_BACKOFF_MS[0]),
-            ("grpc.min_reconnect_backoff_ms", RECONNECT_BACKOFF_MS[0]),
+            ("grpc.min_reconnect_backoff_ms", CONNECT_TIMEOUT_MS),
             ("grpc.max_reconnect_backoff_ms", RECONNECT_BACKOFF_MS[1]),
         ]
         if self._tls is not None:
@@ -298,7 +306,17 @@ class EtcdClient:
         await asyncio.shield(task)
 
     async def _grant(self) -> None:
+        # The session counts from the grant's sending (``_keep_alive``), so not from the
+        # making of the connection before it: on a link a second slow each way that took
+        # another second or two, and the session was lost at its first refresh.
+        assert self._lease_channel is not None  # started
+        try:
+            await asyncio.wait_for(self._lease_channel.channel_ready(), CONNECT_TIMEOUT_MS / 1000)
+        except TimeoutError:
+            raise MetadataUnavailableError("etcd unreachable: no connection for leases") from None
+        asked = time.monotonic()
         self.lease = await self.grant()
+        self._renewed_at = asked
 
     async def grant(self) -> int:
         """A new lease with the session's TTL (refreshed only if the session owns it)."""
@@ -396,14 +414,20 @@ class EtcdClient:
             listener(state)
 
     async def _keep_alive(self) -> None:
-        # When the last refresh's answer came: etcd renewed the lease before that, so by this
-        # process's clock the lease lasts until a TTL after it at the most (etcd's own client
-        # keeps the same deadline).
-        last_ok = time.monotonic()
-        pause = self.ttl / 3
+        # The session is counted over a TTL after the newest grant or refresh etcd answered
+        # was *sent*: etcd renewed the leases on receiving it, no earlier, so they last at
+        # least until then. Counted from the answer (as etcd's own client counts), a link that
+        # delays each packet by d would keep this hub serving for up to d after etcd let its
+        # leases go and another hub could claim its topics (ledger fencing keeps it from
+        # acknowledging anything then, but its clients would wait on it).
+        # Refreshed a third of a TTL after the newest renewal was sent (at once, if a slow
+        # link took that long to answer it: the grant of a new session included); ``pause``
+        # instead after a failure.
+        pause: float | None = None
         while True:
-            await asyncio.sleep(pause)
-            pause = self.ttl / 3
+            wait = self._renewed_at + self.ttl / 3 - time.monotonic() if pause is None else pause
+            await asyncio.sleep(max(0.0, wait))
+            pause = None
             try:
                 if self.state is SessionState.LOST:
                     # Owner leases left from the lost session (etcd may not have expired them
@@ -411,7 +435,6 @@ class EtcdClient:
                     await self._revoke(self._forget_owner_leases())
                     await self._authenticate(again=True)
                     await self._grant()
-                    last_ok = time.monotonic()
                     self._set_state(SessionState.CONNECTED)
                     continue
                 asked = time.monotonic()
@@ -421,17 +444,18 @@ class EtcdClient:
                 # went on serving topics whose owner records were gone, and the other hubs,
                 # which still saw it alive for a moment, sent their clients to it: nobody
                 # claimed those topics while the partition lasted.
-                ttl = await self._refresh(min(asked + CALL_TIMEOUT_S, last_ok + self.ttl))
+                ttl = await self._refresh(min(asked + CALL_TIMEOUT_S, self._renewed_at + self.ttl))
             except MetadataError as exc:
-                left = last_ok + self.ttl - time.monotonic()
+                left = self._renewed_at + self.ttl - time.monotonic()
                 if left <= 0:
                     self._set_state(SessionState.LOST)
+                    pause = self.ttl / 3
                     continue
                 if self.state is SessionState.CONNECTED:
                     log.warning("etcd lease refresh failed: %s", exc)
                     self._set_state(SessionState.SUSPENDED)
                 # Tried again sooner the nearer the lease's end (LOST there, if none answers).
-                pause = min(pause, left / 2)
+                pause = min(self.ttl / 3, left / 2)
                 continue
             took = time.monotonic() - asked
             if took > self.ttl / 3:
@@ -444,8 +468,9 @@ class EtcdClient:
                 # that the session is lost (as a ZooKeeper session's ephemerals go together).
                 await self._revoke([*self._forget_owner_leases(), self.lease])
                 self._set_state(SessionState.LOST)
+                pause = self.ttl / 3
             else:
-                last_ok = time.monotonic()
+                self._renewed_at = asked
                 self._set_state(SessionState.CONNECTED)
 
     async def _refresh(self, deadline: float) -> int:
