@@ -72,9 +72,10 @@ CALL_TIMEOUT_S = 10.0
 RECONNECT_BACKOFF_MS = (200, 2_000)
 # How long one attempt may take to connect (TCP, TLS, HTTP/2's settings), in milliseconds.
 # gRPC takes it from ``grpc.min_reconnect_backoff_ms``: its MIN_CONNECT_TIMEOUT
-# (doc/connection-backoff.md), not a pause. It was set to the first pause, 200 ms, and no
-# attempt could succeed on a link whose handshake took longer than the pause of the moment
-# (a second each way: never), so a slow etcd looked like a lost one.
+# (doc/connection-backoff.md), not a pause. It was set to the first pause, 200 ms: on a link
+# a second slow each way the first attempts timed out before etcd's settings came, failing
+# every call that waited on them, and on one slower than the longest pause (2 s) all did, so
+# a slow etcd looked like a lost one.
 CONNECT_TIMEOUT_MS = 5_000
 # Keys per range request when listing (etcd answers in one message: keep it far below 4 MB).
 PAGE = 10_000
