@@ -272,7 +272,9 @@ class RecordsCodec(Codec):
     that type would have (its format, bounds and name in ``docs/protocol.md``): narrower
     than the wire type where the value is (a LAC is -1 or more)."""
 
-    def __init__(self, record: type, fields: tuple[tuple[str, Int | BoolCodec], ...], noun: str):
+    def __init__(
+        self, record: type, fields: tuple[tuple[str, Int | BoolCodec], ...], noun: str
+    ) -> None:
         self.record = record
         self.struct = struct.Struct(">" + "".join(codec.fmt or "" for _, codec in fields))
         self.fields = fields
