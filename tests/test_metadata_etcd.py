@@ -6,8 +6,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import subprocess
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +26,7 @@ from hedwig.metadata.etcd.wire import put
 from hedwig.metadata.records import NEW_VERSION, LedgerMetadata
 from tests import scratch
 from tests.cluster_helpers import hedwig
+from tests.failure.lab.relay import start_relay
 from tests.ledger_id_crash import ledger_ids_stay_unique_through_a_crash
 from tests.metadata_conformance import MetadataConformance
 
@@ -580,22 +579,6 @@ async def test_a_session_whose_refreshes_go_unanswered_is_lost_when_its_lease_en
         server.stop()
 
 
-def _slow_relay(target: str, delay_s: float) -> tuple[subprocess.Popen[str], int]:
-    """The failure suite's delaying relay (``tests.failure.lab.relay``) on loopback to
-    ``target``, and the port it listens on."""
-    port = free_port()
-    relay = subprocess.Popen(
-        [sys.executable, "-m", "tests.failure.lab.relay", "--listen", f"127.0.0.1:{port}",
-         "--target", target, "--delay", str(delay_s)],
-        stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[1],
-    )  # fmt: skip
-    assert relay.stdout is not None
-    if relay.stdout.readline().strip() != "ready":
-        relay.kill()
-        raise RuntimeError("the relay did not start")
-    return relay, port
-
-
 async def test_a_session_on_a_slow_link_ends_by_its_clock_before_etcd_lets_its_lease_go(
     tmp_path: Path,
 ) -> None:
@@ -611,7 +594,8 @@ async def test_a_session_on_a_slow_link_ends_by_its_clock_before_etcd_lets_its_l
     (tmp_path / "etcd").mkdir()
     server = EtcdServer(data_dir=str(tmp_path / "etcd"))
     server.start()
-    relay, port = _slow_relay(server.address, 1.0)
+    port = free_port()
+    relay = start_relay(f"127.0.0.1:{port}", server.address, 1.0)
     slow = EtcdMetadataStore(f"127.0.0.1:{port}", "slow", session_timeout=5.0)
     direct = EtcdMetadataStore(server.address, "slow", session_timeout=5.0)
     loop = asyncio.get_running_loop()

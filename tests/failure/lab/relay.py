@@ -19,6 +19,7 @@ import contextlib
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -85,6 +86,24 @@ def main() -> None:
     asyncio.run(serve(args.listen, args.target, args.delay))
 
 
+def start_relay(
+    listen: str, target: str, delay_s: float, launch: Sequence[str] = ()
+) -> subprocess.Popen[str]:
+    """The relay as a process (run through ``launch``: a lab namespace's, or none for
+    loopback), once it listens on ``listen``."""
+    proc = subprocess.Popen(
+        [*launch, sys.executable, "-m", "tests.failure.lab.relay", "--listen", listen,
+         "--target", target, "--delay", str(delay_s)],
+        stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, cwd=ROOT,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    if proc.stdout.readline().strip() != "ready":
+        proc.kill()
+        proc.wait()
+        raise RuntimeError(f"the relay {listen} -> {target} did not start")
+    return proc
+
+
 @dataclass
 class SlowLink:
     """``src``'s TCP connections to ``dst:port`` delayed by ``delay_s`` each way."""
@@ -105,15 +124,12 @@ class SlowLink:
     def start(self) -> SlowLink:
         relay = self.lab.add_node("relay")
         self._relay_port = 7000 + self.lab.next_relay_port()
-        self.proc = subprocess.Popen(
-            [*relay.host.launch, sys.executable, "-m", "tests.failure.lab.relay",
-             "--listen", f"0.0.0.0:{self._relay_port}",
-             "--target", f"{self.dst.ip}:{self.port}", "--delay", str(self.delay_s)],
-            stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, cwd=ROOT,
-        )  # fmt: skip
-        assert self.proc.stdout is not None
-        if self.proc.stdout.readline().strip() != "ready":
-            raise RuntimeError(f"the relay for {self.description} did not start")
+        self.proc = start_relay(
+            f"0.0.0.0:{self._relay_port}",
+            f"{self.dst.ip}:{self.port}",
+            self.delay_s,
+            launch=relay.host.launch,
+        )
         dnat = ("HWL-NAT", "-d", self.dst.ip, "-p", "tcp", "--dport", str(self.port),
                 "-j", "DNAT", "--to-destination", f"{relay.ip}:{self._relay_port}")  # fmt: skip
         reset = ("HWL-IN", "-s", self.src.ip, "-p", "tcp", "--dport", str(self.port),
