@@ -15,7 +15,6 @@ from aetcd import rpc  # type: ignore[import-untyped]
 
 from hedwig.client import HedwigClient
 from hedwig.devcluster.etcd import EtcdServer
-from hedwig.devcluster.zookeeper import free_port
 from hedwig.errors import BadVersionError, MetadataError, MetadataUnavailableError
 from hedwig.hub import Hub, HubConfig
 from hedwig.metadata import HubInfo, HubLoad, MetadataStore, SessionState
@@ -26,7 +25,7 @@ from hedwig.metadata.etcd.wire import put
 from hedwig.metadata.records import NEW_VERSION, LedgerMetadata
 from tests import scratch
 from tests.cluster_helpers import hedwig
-from tests.failure.lab.relay import start_relay
+from tests.etcd_slow_link import session_on_a_slow_link_ends_before_its_lease
 from tests.ledger_id_crash import ledger_ids_stay_unique_through_a_crash
 from tests.metadata_conformance import MetadataConformance
 
@@ -583,50 +582,48 @@ async def test_a_session_on_a_slow_link_ends_by_its_clock_before_etcd_lets_its_l
     tmp_path: Path,
 ) -> None:
     """A link to etcd that delays each packet 1 s each way (the failure suite's relay, on
-    loopback), then drops everything (the relay frozen). etcd renews a lease when a refresh
-    reaches it, a second after it was sent, and expires it a TTL after the last one that
-    did; the session must be over by this process's clock no later, or it would serve on
-    while another hub claims its topics. Counted from each refresh's answer, as it was, it
-    ended 0.6 s after etcd had let the lease go; counted from the sending, 3.2 s before (the
-    refresh under way when the link froze reached etcd, its answer did not). And the session
-    must last on such a link: its grant once counted from before the connection was made, and
-    it was lost at its first refresh."""
+    loopback), then drops everything (the relay frozen): ``tests.etcd_slow_link``. Counted
+    from each refresh's answer, as it was, the session ended 0.6 s after etcd had let the
+    lease go; counted from the sending, 3.2 s before (the refresh under way when the link
+    froze reached etcd, its answer did not)."""
     (tmp_path / "etcd").mkdir()
     server = EtcdServer(data_dir=str(tmp_path / "etcd"))
     server.start()
-    port = free_port()
-    relay = start_relay(f"127.0.0.1:{port}", server.address, 1.0)
-    slow = EtcdMetadataStore(f"127.0.0.1:{port}", "slow", session_timeout=5.0)
-    direct = EtcdMetadataStore(server.address, "slow", session_timeout=5.0)
-    loop = asyncio.get_running_loop()
-    lost: list[float] = []
     try:
-        await slow.start()
-        await direct.start()
-        slow.session.add_listener(
-            lambda s: lost.append(loop.time()) if s is SessionState.LOST else None
+        await session_on_a_slow_link_ends_before_its_lease(
+            server, lambda at: EtcdMetadataStore(at, "slow", session_timeout=5.0)
         )
-        key = b"/slow-link/record"
-        await slow.etcd.txn([], [put(key, b"mine", slow.etcd.lease)])
-        await asyncio.sleep(2 * slow.etcd.ttl)  # refreshed over the slow link all along
-        assert slow.session.state is SessionState.CONNECTED
-        assert not lost, "the session was lost on a link slow by a fifth of its TTL"
-        os.kill(relay.pid, signal.SIGSTOP)
-        gone: float | None = None
-        for _ in range(400):
-            if gone is None and await direct.etcd.get(key) is None:
-                gone = loop.time()
-            if gone is not None and lost:
-                break
-            await asyncio.sleep(0.05)
-        assert lost, "the session outlived its lease by its own clock"
-        assert gone is not None, "etcd kept the record"
-        assert lost[0] <= gone, f"the session ended {lost[0] - gone:.2f} s after etcd's lease"
     finally:
-        relay.kill()
-        relay.wait()
-        await slow.close()
-        await direct.close()
+        server.stop()
+
+
+async def test_a_frozen_etcd_fails_a_start_with_a_clear_error_in_bounded_time(
+    tmp_path: Path,
+) -> None:
+    """etcd frozen (SIGSTOP) before a store starts: the kernel still completes the TCP
+    handshake, but the connection is never set up (no HTTP/2 settings come back). The store's
+    first lease waits for its connection at most ``CONNECT_TIMEOUT_MS`` (the session counts
+    from the grant's sending, so not from before the connection), then says etcd is
+    unreachable, and the start gives up at its deadline: a hub starting against a hung etcd
+    fails and says why, rather than hanging."""
+    (tmp_path / "etcd").mkdir()
+    server = EtcdServer(data_dir=str(tmp_path / "etcd"))
+    server.start()
+    pid = server.pid
+    assert pid is not None
+    store = EtcdMetadataStore(server.address, "frozen-start", session_timeout=2.0)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        with pytest.raises(MetadataUnavailableError, match="no connection for leases"):
+            await store.etcd.start(timeout=1.0)
+        took = loop.time() - began
+        wait_s = etcd_client.CONNECT_TIMEOUT_MS / 1000
+        assert wait_s - 0.5 <= took <= wait_s + 3, f"gave up after {took:.1f} s"
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        await store.close()
         server.stop()
 
 

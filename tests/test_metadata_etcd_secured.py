@@ -26,6 +26,7 @@ from hedwig.metadata.records import NEW_VERSION
 from hedwig.security import ClientSecurity
 from hedwig.security.ca import CertificateAuthority
 from tests.cluster_helpers import hedwig
+from tests.etcd_slow_link import session_on_a_slow_link_ends_before_its_lease
 from tests.metadata_conformance import MetadataConformance
 from tests.secured_etcd import access_files, change_password, secured_etcd
 
@@ -46,7 +47,8 @@ def _store(
         "key": Path(env["HEDWIG_ETCD_KEY"]).read_bytes(),
     }
     given.update(changes)
-    return EtcdMetadataStore(server.address, region, **given)  # type: ignore[arg-type]
+    address = str(given.pop("address", server.address))
+    return EtcdMetadataStore(address, region, **given)  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -240,5 +242,22 @@ async def test_a_password_rotated_in_its_file_is_picked_up_without_a_restart(
             assert await s.topics.list_topics() == sorted(
                 ["before", "after-the-file", "once-the-file-has-it"]
             )
+    finally:
+        server.stop()
+
+
+async def test_a_secured_session_on_a_slow_link_ends_before_etcd_lets_its_lease_go(
+    tmp_path: Path,
+) -> None:
+    """The slow link of ``tests.etcd_slow_link`` (1 s each way, then nothing) to etcd with TLS
+    and authentication: the handshakes and the token cost round trips of their own before
+    the first lease, and the session still lasts on the link and ends by its own clock before
+    etcd lets its owner records go. (The relay listens on the server's address, 127.0.0.1, so
+    the server's certificate is checked through it as ever.)"""
+    security, server = secured_etcd(str(tmp_path))
+    try:
+        await session_on_a_slow_link_ends_before_its_lease(
+            server, lambda at: _store(security, server, "slow", session_timeout=5.0, address=at)
+        )
     finally:
         server.stop()
