@@ -489,6 +489,8 @@ class MetadataConformance:
         await store.hubs.update_load("127.0.0.1:1", HubLoad(topics=9))
         hubs = {h.address: h for h in await other.hubs.list_hubs()}
         assert hubs["127.0.0.1:1"].load == HubLoad(topics=9)
+        # A load report keeps the epoch: other hubs answer HUB_ALIVE by it.
+        assert hubs["127.0.0.1:1"].epoch == e1
         await store.hubs.unregister_hub("127.0.0.1:1")
         hubs = {h.address: h for h in await other.hubs.list_hubs()}
         assert not hubs["127.0.0.1:1"].alive and hubs["127.0.0.1:2"].alive

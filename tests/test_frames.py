@@ -172,7 +172,8 @@ def test_flag_bits_are_named_per_frame() -> None:
         "ReadLac": {"fence": 0},
         "Lac": {"fenced": 0},
         "Published": {"duplicate": 0},
-        "Ok": {"fences_batched": 0},
+        "Ok": {"fences_batched": 0, "answers_hub_alive": 1},
+        "HubAliveAnswer": {"alive": 0},
     }
     header = Connection(Role.CLIENT).send(
         Subscribe(request_id=1, topic="t", subscriber="s", redirected=False, force_attach=True)

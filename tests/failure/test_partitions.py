@@ -176,19 +176,15 @@ async def test_owner_cut_off_from_zookeeper(lc: LabCluster) -> None:
     assert_failover(out)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a hub cut off from ZooKeeper past its session serves its unfenced topics on",
-)
 async def test_owner_cut_off_from_zookeeper_asked_after_its_session(lc: LabCluster) -> None:
     """The etcd scenario of the same name on ZooKeeper: once the victim's records are gone
     the controller's publish goes to it first. On etcd it refuses (its lease ended by its own
-    clock); on ZooKeeper it cannot tell its session from ZooKeeper's outage, in which it must
-    go on serving (``test_publishing_goes_on_through_a_zookeeper_outage``), so it
-    acknowledges on its unfenced ledger, its clients stay, and nobody claims the topic while
-    the cut lasts (no history is at risk: a claim elsewhere fences it first). Known, and
-    expected to fail until a hub suspended past its session can learn from a peer that
-    reaches ZooKeeper whether its session is over."""
+    clock); on ZooKeeper it cannot tell its session's end from ZooKeeper's outage, in which it
+    must go on serving (``test_publishing_goes_on_through_a_zookeeper_outage``). It used to
+    acknowledge on its unfenced ledger, its clients stayed, and nobody claimed the topic while
+    the cut lasted (no history was at risk: a claim elsewhere fences it first). It now asks the
+    other hubs, which reach ZooKeeper, whether its session is over (``hedwig.hub.witnesses``),
+    and once one finds its registration gone it refuses, and another hub takes over."""
 
     async def inject(victim: str) -> None:
         lc.add_fault(cut(lc.hub_node(victim), [lc.zk_node]))
@@ -220,14 +216,20 @@ def secure_lc(lab: Lab, lab_dir: Path) -> Iterator[LabCluster]:
         yield made
 
 
-async def test_secure_owner_cut_off_from_zookeeper(secure_lc: LabCluster) -> None:
+async def test_secure_owner_cut_off_from_zookeeper_asked_after_its_session(
+    secure_lc: LabCluster,
+) -> None:
+    """``test_owner_cut_off_from_zookeeper_asked_after_its_session`` secured: the victim asks
+    the other hubs whether its session is over on their mutual-TLS internal listeners (a
+    client's certificate or token is refused there: ``tests/security/test_probes.py``)."""
     lc = secure_lc
     assert lc.dev.security is not None
 
     async def inject(victim: str) -> None:
         lc.add_fault(cut(lc.hub_node(victim), [lc.zk_node]))
 
-    out = await scenario(lc, "secured: owner cut off from ZooKeeper", inject, takeover=True)
+    name = "secured: owner cut off from ZooKeeper, asked after its session"
+    out = await scenario(lc, name, inject, takeover=True, victim_first=True)
     assert_failover(out)
 
 

@@ -39,6 +39,7 @@ from hedwig.protocol import (
     DescribeTopic,
     EncodedMessages,
     FenceLedgers,
+    HubAlive,
     LedgerLac,
     Ping,
     Publish,
@@ -57,7 +58,7 @@ from hedwig.protocol import (
     WriteLacs,
     encode_values,
 )
-from hedwig.protocol.codec import FRAME_TYPES
+from hedwig.protocol.codec import FRAME_TYPES, STORAGE_REQUESTS
 from hedwig.protocol.schema import Sender
 from hedwig.protocol.wire import HEADER, PROTOCOL_VERSION
 from hedwig.security import ClientSecurity, StaticToken
@@ -107,6 +108,7 @@ def probes(ledger_id: int) -> list[Probe]:
         lambda r: DeleteLedger(request_id=r, ledger_id=ledger_id),
         lambda r: WriteLacs(request_id=r, lacs=(LedgerLac(ledger_id, 1_000_000),)),
         lambda r: StorageHello(request_id=r, replica="hub-anyone"),
+        lambda r: HubAlive(request_id=r, address="127.0.0.1:1", epoch=1),
         lambda r: TailTopic(
             request_id=r, topic="probe", after_seq=0, max_messages=100, max_bytes=1 << 20, wait_ms=0
         ),
@@ -201,7 +203,7 @@ async def test_every_frame_from_everyone_refused_and_nothing_changes(
     owner = next(h for h in secure.hubs if "probe" in h.topics.topics)
     other = next(h for h in secure.hubs if h is not owner)
     before = snapshot(secure)
-    storage = (AddEntry, ReadEntry, ReadLac, FenceLedgers, WriteLacs, DeleteLedger, StorageHello)
+    storage = STORAGE_REQUESTS
     # What replicas hold in memory only (the LAC a writer tells them once its topic is idle)
     # is not in the files: once the owner has told them, a probe must not change it.
     async with asyncio.timeout(10):

@@ -40,6 +40,7 @@ from hedwig.hub.requests import HubRequests
 from hedwig.hub.server import ClientConnection, HubFrontEnd
 from hedwig.hub.stalls import StallWatch
 from hedwig.hub.tls import HubTls
+from hedwig.hub.witnesses import SessionWitnesses
 from hedwig.ledger.auditor import Auditor
 from hedwig.ledger.replicas import LocalFirstReplicas
 from hedwig.ledger.storage import LocalStorage
@@ -122,6 +123,12 @@ class Hub:
             choices=self.choices,
             on_change=self._topics_changed,
         )
+        self.topics.session_over = SessionWitnesses(
+            directory=self.directory,
+            replicas=self.replicas,
+            names=lambda: (self.address, self.hub_id, self.internal_address),
+            rng=rng,
+        ).session_over
         self.access = AccessControl(
             authenticate=config.authenticate,
             authorize=config.authorize,

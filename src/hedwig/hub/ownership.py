@@ -30,7 +30,10 @@ it owns on their open ledgers: fencing, not the session, is what keeps two hubs 
 acknowledging (a hub that takes a topic over fences the ledger's replicas before anything
 else, after which the old owner can no longer reach an ack quorum). So publishing goes on
 through a metadata outage; what needs the store waits (claims are refused, roll-overs and
-consume marks wait and catch up). Past the session timeout another hub may have taken over:
+consume marks wait and catch up). Meanwhile it asks other hubs whether the store has ended
+its session (``hedwig.hub.witnesses``), and once one that reads the store says so it drops
+every topic, as when the store tells it itself: otherwise its clients would stay with it
+while nobody took its topics over. Past the session timeout another hub may have taken over:
 the hub then asks its open ledgers' replicas whether they were fenced, and drops the topics
 whose ledgers were, so their subscribers move on even when nobody publishes.
 """
@@ -40,7 +43,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, replace
 
 from hedwig.clock import Clock, Throttle
@@ -108,6 +111,9 @@ DEDUP_WINDOW = 5000
 # While ZooKeeper is out of reach past the session timeout, how often the hub asks its open
 # ledgers' replicas whether another hub has fenced them.
 FENCING_CHECK_S = 1.0
+# While it is out of reach at all, how often the hub asks other hubs whether the store still
+# has its session (``hedwig.hub.witnesses``).
+WITNESS_CHECK_S = 0.5
 # Owner records checked at once after their watches fired. A watch stream that breaks fires
 # every watch of the hub at once (etcd also cancels, at a compaction, the watches it had not
 # caught up yet): a task each for 300,000 owned topics took gigabytes.
@@ -176,6 +182,9 @@ class TopicOwnership:
         # be reached): the hub can claim nothing, and says so at once.
         self._session_lost = False
         self._fencing_task: asyncio.Task[None] | None = None
+        # Asks other hubs whether the store has ended the session of (address, epoch)
+        # (``hedwig.hub.witnesses``); None: nobody to ask.
+        self.session_over: Callable[[str, int], Awaitable[bool]] | None = None
         self.accepting = True
         self._dropping = False
         self._warn_throttle = Throttle(WARN_EVERY_S, clock)
@@ -235,18 +244,43 @@ class TopicOwnership:
             self._fencing_task = None
 
     async def _watch_fencing(self) -> None:
-        """While suspended past the session timeout, drop the topics whose open ledger another
-        hub has fenced (it took them over), checking every ``FENCING_CHECK_S``."""
-        await self.clock.sleep(self.config.zk_session_timeout_s)
+        """While suspended, ask other hubs every ``WITNESS_CHECK_S`` whether the store has
+        ended this hub's session, and end it here too if one says so; past the session
+        timeout, also drop the topics whose open ledger another hub has fenced (it took them
+        over), checking every ``FENCING_CHECK_S``."""
+        fencing_at = self.clock.monotonic() + self.config.zk_session_timeout_s
         while self._suspended_since is not None:
-            for name, owned in list(self.topics.items()):
-                if (
-                    owned.state is TopicState.OPEN
-                    and await owned.log.fenced_elsewhere()
-                    and self.topics.get(name) is owned
-                ):
-                    self.lose(name, LossKind.LEDGER, "taken over while ZooKeeper was out of reach")
-            await self.clock.sleep(FENCING_CHECK_S)
+            if (
+                self.session_over is not None
+                and self.epoch
+                and await self.session_over(self.address, self.epoch)
+                and self._suspended_since is not None
+            ):
+                self._session_ended_elsewhere()
+                return
+            if self.clock.monotonic() >= fencing_at:
+                fencing_at = self.clock.monotonic() + FENCING_CHECK_S
+                for name, owned in list(self.topics.items()):
+                    if (
+                        owned.state is TopicState.OPEN
+                        and await owned.log.fenced_elsewhere()
+                        and self.topics.get(name) is owned
+                    ):
+                        self.lose(
+                            name, LossKind.LEDGER, "taken over while ZooKeeper was out of reach"
+                        )
+            await self.clock.sleep(WITNESS_CHECK_S)
+
+    def _session_ended_elsewhere(self) -> None:
+        """Another hub read the registry and found this hub's session over: act as when the
+        store says so itself (``on_session(LOST)``), before it can. Until a new session is up
+        the hub claims nothing; the topics' new owners fence its ledgers as they take them."""
+        log.warning(
+            "another hub finds this hub's metadata session over (its registration is gone): "
+            "dropping its topics"
+        )
+        self._session_lost = True
+        self.drop_all(LossKind.SESSION, "metadata session over, as another hub reads the store")
 
     @property
     def suspended(self) -> bool:

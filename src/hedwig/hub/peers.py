@@ -12,6 +12,7 @@ second), and when a connection to a known one fails.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Collection
 
 from hedwig.clock import Clock
 from hedwig.errors import ConnectionLostError
@@ -89,6 +90,14 @@ class PeerDirectory:
             target = self._internal.get(h.address, h.address)
             self._storage[h.address] = target
             self._storage[h.storage_id] = target
+
+    def members(self, *, besides: Collection[str]) -> list[str]:
+        """One name (its id where known) for each hub the last registry reads found alive,
+        but for those named in ``besides``."""
+        by_target: dict[str, str] = {}
+        for member, target in self._storage.items():
+            by_target[target] = member  # a hub's id is entered after its address
+        return [m for t, m in by_target.items() if m not in besides and t not in besides]
 
     def forget(self, member: str) -> None:
         """A connection to ``member`` (an address or a hub id) failed: look it up again next

@@ -22,6 +22,7 @@ from hedwig.errors import (
     NoSuchSubscriptionError,
     NoSuchTopicError,
     NotResponsibleError,
+    ServiceUnavailableError,
     WrongReplicaError,
 )
 from hedwig.hub.access import AccessControl
@@ -50,6 +51,8 @@ from hedwig.protocol import (
     Entry,
     FencedLedgers,
     FenceLedgers,
+    HubAlive,
+    HubAliveAnswer,
     Lac,
     LedgerEnd,
     Messages,
@@ -140,6 +143,7 @@ class HubRequests:
             WriteLacs: self.write_lacs,
             DeleteLedger: self.delete_ledger,
             StorageHello: self.storage_hello,
+            HubAlive: self.hub_alive,
         }
 
     @property
@@ -404,7 +408,16 @@ class HubRequests:
                 f"replica {req.replica} is not here: this is hub {self.storage.address} at "
                 f"{self.address} (the address was reused)"
             )
-        return Ok(request_id=req.request_id, fences_batched=True)
+        return Ok(request_id=req.request_id, fences_batched=True, answers_hub_alive=True)
+
+    async def hub_alive(self, conn: ClientConnection, req: HubAlive) -> Reply:
+        """Read the registry for a hub that cannot (``HubAlive``). Only a read made now is an
+        answer: this hub's own view of its session is no better than the asker's."""
+        if self.ownership.suspended:
+            raise ServiceUnavailableError("this hub cannot reach the metadata store either")
+        hubs = await self.store.hubs.list_hubs()
+        alive = any(h.alive and h.address == req.address and h.epoch == req.epoch for h in hubs)
+        return HubAliveAnswer(request_id=req.request_id, alive=alive)
 
     async def add_entry(self, conn: ClientConnection, req: AddEntry) -> None:
         await self.storage.add_entry(

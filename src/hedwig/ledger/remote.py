@@ -22,6 +22,8 @@ from hedwig.protocol import (
     Entry,
     FencedLedgers,
     FenceLedgers,
+    HubAlive,
+    HubAliveAnswer,
     Lac,
     LedgerLac,
     Ok,
@@ -64,8 +66,10 @@ class RemoteStorage:
         # Fences asked for in this turn of the event loop, sent together (``fence_soon``).
         self._fences: list[tuple[int, asyncio.Future[tuple[int, int]]]] = []
         self._fence_tasks: set[asyncio.Task[None]] = set()
-        # Whether the replica takes FENCE_LEDGERS (its answer to STORAGE_HELLO says).
+        # Whether the replica takes FENCE_LEDGERS, and answers HUB_ALIVE (its answer to
+        # STORAGE_HELLO says).
         self._fences_batched = False
+        self._answers_hub_alive = False
 
     async def _connection(self) -> HubConnection:
         if self._conn is not None and not self._conn.closed:
@@ -89,6 +93,7 @@ class RemoteStorage:
                         raise
                     self._conn = conn
                     self._fences_batched = isinstance(hello, Ok) and hello.fences_batched
+                    self._answers_hub_alive = isinstance(hello, Ok) and hello.answers_hub_alive
                 except HedwigError:
                     if self._forget is not None:
                         self._forget(self.address)
@@ -221,6 +226,22 @@ class RemoteStorage:
         )
         assert isinstance(answer, Lac)
         return answer.fenced
+
+    async def hub_alive(self, address: str, epoch: int, timeout_s: float) -> bool | None:
+        """Whether the hub at ``address`` is alive in the session of ``epoch`` as this replica's
+        hub reads the registry now (``HubAlive``); None if it cannot tell: it is out of reach,
+        cannot reach the store either, or is from before HUB_ALIVE. Not a replica's failure:
+        nothing is counted against it."""
+        try:
+            conn = await asyncio.wait_for(self._connection(), timeout_s)
+            if not self._answers_hub_alive:
+                return None
+            answer = await conn.request(
+                HubAlive(request_id=conn.next_id(), address=address, epoch=epoch), timeout_s
+            )
+        except (HedwigError, TimeoutError):
+            return None
+        return answer.alive if isinstance(answer, HubAliveAnswer) else None
 
     async def write_lacs(self, lacs: Sequence[tuple[int, int]]) -> None:
         told = tuple(LedgerLac(ledger_id, lac) for ledger_id, lac in lacs)

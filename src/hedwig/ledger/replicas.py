@@ -79,6 +79,10 @@ class LocalFirstReplicas:
     def node(self, address: str) -> StorageNode:
         if address == self.local.address:
             return self.local
+        return self.remote(address)
+
+    def remote(self, address: str) -> RemoteStorage:
+        """The connection to another hub's storage role (made at first use)."""
         node = self._remote.get(address)
         if node is None:
             node = self._remote[address] = RemoteStorage(

@@ -34,6 +34,7 @@ ForceAttach = Annotated[bool, Flag(1)]  # take over a subscription another conne
 Force = Annotated[bool, Flag(1)]  # delete even while subscribers are attached
 Duplicate = Annotated[bool, Flag(0)]  # the hub recognised a re-sent batch and stored nothing
 FencesBatched = Annotated[bool, Flag(0)]  # (OK to STORAGE_HELLO) the hub takes FENCE_LEDGERS
+AnswersHubAlive = Annotated[bool, Flag(1)]  # (OK to STORAGE_HELLO) the hub answers HUB_ALIVE
 
 Mode = Annotated[SubscribeMode, EnumCodec(SubscribeMode)]
 Kind = Annotated[MoveKind, EnumCodec(MoveKind)]
@@ -214,10 +215,13 @@ class DescribeTopic(FrameBase):
 @frame(0x80, HUB)
 class Ok(FrameBase):
     """Done. Answering STORAGE_HELLO, ``fences_batched`` says the hub takes FENCE_LEDGERS
-    (hubs from before it ignore the bit and are sent READ_LAC a ledger at a time)."""
+    (hubs from before it ignore the bit and are sent READ_LAC a ledger at a time), and
+    ``answers_hub_alive`` that it answers HUB_ALIVE (hubs from before it are not asked: they
+    would close the connection on a frame they do not know)."""
 
     request_id: RequestId
     fences_batched: FencesBatched = False
+    answers_hub_alive: AnswersHubAlive = False
 
 
 @frame(0x81, HUB)

@@ -51,6 +51,8 @@ from hedwig.protocol.storage_frames import (
     Entry,
     FencedLedgers,
     FenceLedgers,
+    HubAlive,
+    HubAliveAnswer,
     Lac,
     ReadEntry,
     ReadLac,
@@ -77,6 +79,7 @@ Request = (
     | ReadEntry
     | ReadLac
     | FenceLedgers
+    | HubAlive
     | WriteLacs
     | DeleteLedger
     | StorageHello
@@ -97,6 +100,7 @@ Reply = (
     | Entry
     | Lac
     | FencedLedgers
+    | HubAliveAnswer
     | Authenticated
     | Lanes
 )
@@ -109,6 +113,7 @@ STORAGE_REQUESTS = (
     ReadEntry,
     ReadLac,
     FenceLedgers,
+    HubAlive,
     WriteLacs,
     DeleteLedger,
     StorageHello,
@@ -131,6 +136,7 @@ FRAME_TYPES: tuple[type[FrameBase], ...] = (
     ReadEntry,
     ReadLac,
     FenceLedgers,
+    HubAlive,
     WriteLacs,
     DeleteLedger,
     StorageHello,
@@ -147,6 +153,7 @@ FRAME_TYPES: tuple[type[FrameBase], ...] = (
     Entry,
     Lac,
     FencedLedgers,
+    HubAliveAnswer,
     Authenticated,
     Lanes,
     Error,

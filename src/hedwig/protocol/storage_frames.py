@@ -26,6 +26,7 @@ from hedwig.protocol.schema import FrameBase, Sender, frame
 Recovery = Annotated[bool, Flag(0)]  # a recovery write-back, allowed on a fenced ledger
 Fence = Annotated[bool, Flag(0)]  # fence the ledger before answering
 Fenced = Annotated[bool, Flag(0)]  # the replica has fenced the ledger (someone recovered it)
+Alive = Annotated[bool, Flag(0)]  # the hub asked about is alive in the session named
 
 CLIENT = Sender.CLIENT
 HUB = Sender.HUB
@@ -111,6 +112,28 @@ class FenceLedgers(FrameBase):
 
     request_id: RequestId
     ledger_ids: LedgerIds
+
+
+@frame(0x17, CLIENT)
+class HubAlive(FrameBase):
+    """Whether the hub at ``address`` is alive in the session that gave it ``epoch``, as the
+    metadata store shows it to the hub asked. A hub cut off from ZooKeeper cannot tell its
+    session's end from ZooKeeper's outage, in which it must serve on; past the session
+    timeout it asks the other hubs (the storage role's connections, which reach them), and
+    one that reads the registry and finds it gone is the word it waits for. Answered by
+    ``HubAliveAnswer``, or SERVICE_UNAVAILABLE by a hub that cannot reach the store either."""
+
+    request_id: RequestId
+    address: Str
+    epoch: U64
+
+
+@frame(0x8A, HUB)
+class HubAliveAnswer(FrameBase):
+    """The answer to HUB_ALIVE, from a registry read made for it."""
+
+    request_id: RequestId
+    alive: Alive = False
 
 
 @frame(0x89, HUB)

@@ -1,0 +1,142 @@
+"""HUB_ALIVE, and a hub cut off from its store learning from the others that its session ended.
+
+Real hubs on the in-memory network and store: the memory store loses its connection and
+keeps its session as a ZooKeeper client does (``disconnect``), and the session can be ended
+behind its back (``MemoryBackend.expire``), which the hub learns only when it gets through
+again, or from another hub (``hedwig.hub.witnesses``). The network lab runs the same with
+ZooKeeper itself (``tests/failure/test_partitions.py``,
+``test_owner_cut_off_from_zookeeper_asked_after_its_session`` and its secured twin).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from hedwig.errors import ServiceUnavailableError
+from hedwig.hub.hub import Hub
+from hedwig.ledger.remote import RemoteStorage
+from hedwig.metadata import SessionState
+from hedwig.metadata.memory import MemoryMetadataStore
+from hedwig.protocol import Ok, StorageHello
+from tests.memory_region import Region, memory_region
+
+
+def replica_of(region: Region, hub: Hub) -> RemoteStorage:
+    async def resolve(_member: str) -> str:
+        return hub.address
+
+    return RemoteStorage(hub.storage.address, network=region.network, resolve=resolve)
+
+
+def answered(hub: Hub, status: str = "ok") -> float:
+    value = hub.metrics.registry.get_sample_value(
+        "hedwig_requests_total", {"op": "hub_alive", "status": status}
+    )
+    return value or 0.0
+
+
+def memory_store(hub: Hub) -> MemoryMetadataStore:
+    assert isinstance(hub.store, MemoryMetadataStore)
+    return hub.store
+
+
+async def test_a_hub_says_whether_another_is_alive_in_its_session() -> None:
+    async for region in memory_region(2):
+        asked, other = region.hubs
+        node = replica_of(region, asked)
+        try:
+            epoch = other.topics.epoch
+            assert await node.hub_alive(other.address, epoch, 1.0) is True
+            assert await node.hub_alive(other.address, epoch + 1, 1.0) is False
+            assert await node.hub_alive("127.0.0.1:9", epoch, 1.0) is False
+            assert answered(asked) == 3
+            memory_store(other).expire()  # its registration goes with its session
+            assert await node.hub_alive(other.address, epoch, 1.0) is False
+        finally:
+            node.close()
+
+
+async def test_a_hub_that_cannot_reach_the_store_either_tells_nothing() -> None:
+    async for region in memory_region(2):
+        asked, other = region.hubs
+        node = replica_of(region, asked)
+        try:
+            memory_store(asked).disconnect()
+            assert await node.hub_alive(other.address, other.topics.epoch, 1.0) is None
+            assert answered(asked) == 0
+            memory_store(asked).reconnect()
+            assert await node.hub_alive(other.address, other.topics.epoch, 1.0) is True
+        finally:
+            node.close()
+
+
+async def test_a_hub_from_before_the_frame_is_not_asked() -> None:
+    """A hub whose OK to STORAGE_HELLO lacks **answers hub alive** would close the connection
+    (and every ledger write on it) on a frame it does not know: it is not sent one."""
+    async for region in memory_region(2):
+        asked, other = region.hubs
+        hello = asked.requests.storage_hello
+
+        async def old_hello(conn: object, req: StorageHello, hello: Any = hello) -> Ok:
+            await hello(conn, req)
+            return Ok(request_id=req.request_id, fences_batched=True)
+
+        asked.requests._routes[StorageHello] = old_hello
+        node = replica_of(region, asked)
+        try:
+            assert await node.hub_alive(other.address, other.topics.epoch, 1.0) is None
+            assert answered(asked) == 0
+            await node.add_entry(7, 0, -1, b"the connection still serves")
+        finally:
+            node.close()
+
+
+async def test_a_hub_cut_off_from_the_store_drops_its_topics_once_another_finds_it_gone() -> None:
+    """The owner loses its store connection; while its session lasts, it serves on (a store
+    outage stops no publishing). Its session then ends in the store, which it cannot learn
+    itself: another hub reads the registry for it, and it drops its topics and refuses what
+    needs a claim, so its clients go to a hub that can take the topics over. Back in reach,
+    it starts a new session and serves again."""
+    async for region in memory_region(3, replication="2/2/2"):
+        async with region.client() as client:
+            for i in range(6):
+                await client.publish(f"w{i}", b"before")
+            owner = region.owner("w0")
+            mine = [t for t in owner.topics.topics]
+            store = memory_store(owner)
+            store.disconnect()
+            await asyncio.sleep(0.6)  # asked at least once: still alive, nothing changes
+            assert sorted(owner.topics.topics) == sorted(mine)
+            await client.publish("w0", b"while the store is out of reach")
+
+            store.expire()
+            async with asyncio.timeout(3):
+                while owner.topics.topics:
+                    await asyncio.sleep(0.05)
+            assert owner.topics.suspended
+            assert store.state is SessionState.SUSPENDED  # the store itself has said nothing
+            with pytest.raises(ServiceUnavailableError, match="cannot reach the metadata store"):
+                await owner.topics.acquire("w0", redirected=True)
+            # Its clients move on: another hub takes the topic over, history intact.
+            await client.publish("w0", b"after")
+            assert region.owner("w0") is not owner
+            got = await client.read("w0", 1)
+            assert [m.value for b in got.batches for m in b.delivered()] == [
+                b"before",
+                b"while the store is out of reach",
+                b"after",
+            ]
+
+            epoch = owner.topics.epoch
+            store.reconnect()  # learns its session ended
+            assert memory_store(owner).state is SessionState.LOST
+            await store.start()  # a new one (a ZooKeeper client makes it by itself)
+            async with asyncio.timeout(5):
+                while owner.topics.suspended or owner.topics.epoch == epoch:
+                    await asyncio.sleep(0.05)
+            async with region.client() as again:
+                for t in mine:
+                    await again.publish(t, b"with the owner back")
