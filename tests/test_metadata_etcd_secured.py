@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -19,14 +20,15 @@ import pytest
 from hedwig.devcluster.cluster import DevCluster
 from hedwig.devcluster.etcd import EtcdServer
 from hedwig.devcluster.security import DevSecurity
+from hedwig.devcluster.zookeeper import free_port
 from hedwig.errors import MetadataError, MetadataUnavailableError
-from hedwig.metadata import HubInfo, HubLoad, MetadataStore, open_store
+from hedwig.metadata import HubInfo, HubLoad, MetadataStore, SessionState, open_store
 from hedwig.metadata.etcd import EtcdMetadataStore
 from hedwig.metadata.records import NEW_VERSION
 from hedwig.security import ClientSecurity
 from hedwig.security.ca import CertificateAuthority
 from tests.cluster_helpers import hedwig
-from tests.etcd_slow_link import session_on_a_slow_link_ends_before_its_lease
+from tests.failure.lab.relay import start_relay
 from tests.metadata_conformance import MetadataConformance
 from tests.secured_etcd import access_files, change_password, secured_etcd
 
@@ -246,18 +248,59 @@ async def test_a_password_rotated_in_its_file_is_picked_up_without_a_restart(
         server.stop()
 
 
-async def test_a_secured_session_on_a_slow_link_ends_before_etcd_lets_its_lease_go(
+async def test_a_session_on_a_slow_link_ends_by_its_clock_before_etcd_lets_its_lease_go(
     tmp_path: Path,
 ) -> None:
-    """The slow link of ``tests.etcd_slow_link`` (1 s each way, then nothing) to etcd with TLS
-    and authentication: the handshakes and the token cost round trips of their own before
-    the first lease, and the session still lasts on the link and ends by its own clock before
-    etcd lets its owner records go. (The relay listens on the server's address, 127.0.0.1, so
-    the server's certificate is checked through it as ever.)"""
+    """A link to the secured etcd that delays each packet 1 s each way (the failure suite's
+    relay, on loopback), then drops everything (the relay frozen). etcd renews a lease when a
+    refresh reaches it, a second after it was sent, and expires it a TTL after the last one
+    that did; the session must be over by this process's clock no later, or a hub would serve
+    on while another claims its topics. Counted from each refresh's answer, as it was, the
+    session ended 0.6 s after etcd had let the lease go; counted from the sending, 3.2 s
+    before (the refresh under way when the link froze reached etcd, its answer did not). And
+    the session must last on such a link, though TLS and the token cost round trips of their
+    own before the first lease: its grant once counted from before the connection was made,
+    and it was lost at its first refresh. (The relay listens on 127.0.0.1, the server's
+    address, so the server's certificate is checked through it as ever; the network lab runs
+    a slower link, without security: ``test_owner_link_to_etcd_slowed_past_its_lease``.)"""
     security, server = secured_etcd(str(tmp_path))
+
     try:
-        await session_on_a_slow_link_ends_before_its_lease(
-            server, lambda at: _store(security, server, "slow", session_timeout=5.0, address=at)
-        )
+        port = free_port()
+        relay = start_relay(f"127.0.0.1:{port}", server.address, 1.0)
+        slow = _store(security, server, "slow", session_timeout=5.0, address=f"127.0.0.1:{port}")
+        direct = _store(security, server, "slow", session_timeout=5.0)
+        loop = asyncio.get_running_loop()
+        lost: list[float] = []
+        try:
+            await slow.start()
+            await direct.start()
+            slow.session.add_listener(
+                lambda s: lost.append(loop.time()) if s is SessionState.LOST else None
+            )
+            # An owner record, on a lease the session refreshes with its own.
+            await slow.topics.ensure_topic("slow-link")
+            await slow.ownership.write_owner_info(
+                "slow-link", HubInfo("127.0.0.1:9", 1), NEW_VERSION
+            )
+            await asyncio.sleep(2 * slow.etcd.ttl)  # refreshed over the slow link all along
+            assert slow.session.state is SessionState.CONNECTED
+            assert not lost, "the session was lost on a link slow by a fifth of its TTL"
+            os.kill(relay.pid, signal.SIGSTOP)
+            gone: float | None = None
+            for _ in range(400):
+                if gone is None and await direct.ownership.read_owner_info("slow-link") is None:
+                    gone = loop.time()
+                if gone is not None and lost:
+                    break
+                await asyncio.sleep(0.05)
+            assert lost, "the session outlived its lease by its own clock"
+            assert gone is not None, "etcd kept the owner record"
+            assert lost[0] <= gone, f"the session ended {lost[0] - gone:.2f} s after etcd's lease"
+        finally:
+            relay.kill()
+            relay.wait()
+            await slow.close()
+            await direct.close()
     finally:
         server.stop()

@@ -337,20 +337,19 @@ async def test_two_of_three_hubs_down_then_one_back(cluster: DevCluster) -> None
     check(history)
 
 
-@pytest.mark.parametrize("new_topics", [0, 600], ids=["", "claims-waiting"])
-async def test_publishing_goes_on_through_a_zookeeper_outage(
-    cluster: DevCluster, new_topics: int
-) -> None:
+async def test_publishing_goes_on_through_a_zookeeper_outage(cluster: DevCluster) -> None:
     """ZooKeeper down for four session timeouts under load: owners keep acknowledging on their
-    open ledgers the whole time (no owner could have been replaced: nobody reaches ZooKeeper),
-    and everything catches up when it is back.
+    open ledgers the whole time (no owner could have been replaced: nobody reaches ZooKeeper,
+    and no hub that asks the others whether its session is over hears that it is), and
+    everything catches up when it is back.
 
-    ``claims-waiting``: meanwhile another client publishes to 600 new topics, over and over:
-    each publish is a claim, a ZooKeeper request that can only wait. Past 278 waiting, kazoo's
-    wake-up socket pair blocked each hub's event loop until ZooKeeper was back (owned topics
-    included); now the claims are refused as unavailable and retried, and the new topics are
-    claimed once it is back."""
-    await publishing_goes_on_through_a_zookeeper_outage(cluster, new_topics)
+    Meanwhile another client publishes to 600 new topics, over and over: each publish is a
+    claim, a ZooKeeper request that can only wait. Past 278 waiting, kazoo's wake-up socket
+    pair blocked each hub's event loop until ZooKeeper was back (owned topics included); now
+    the claims are refused as unavailable and retried, and the new topics are claimed once it
+    is back. (An outage without the claims was a test of its own, of nothing this one does
+    not check.)"""
+    await publishing_goes_on_through_a_zookeeper_outage(cluster, 600)
 
 
 async def publishing_goes_on_through_a_zookeeper_outage(
