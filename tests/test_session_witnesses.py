@@ -1,4 +1,5 @@
-"""HUB_ALIVE, and a hub cut off from its store learning from the others that its session ended.
+"""A hub cut off from its store: HUB_ALIVE, learning from the others that its session ended,
+and asking its replicas whether the ledgers of the topics read there were fenced.
 
 Real hubs on the in-memory network and store: the memory store loses its connection and
 keeps its session as a ZooKeeper client does (``disconnect``), and the session can be ended
@@ -20,7 +21,8 @@ from hedwig.hub.hub import Hub
 from hedwig.ledger.remote import RemoteStorage
 from hedwig.metadata import SessionState
 from hedwig.metadata.memory import MemoryMetadataStore
-from hedwig.protocol import Ok, StorageHello
+from hedwig.net.connection import HubConnection
+from hedwig.protocol import Ok, StorageHello, TailTopic
 from tests.memory_region import Region, memory_region
 
 
@@ -140,3 +142,82 @@ async def test_a_hub_cut_off_from_the_store_drops_its_topics_once_another_finds_
             async with region.client() as again:
                 for t in mine:
                     await again.publish(t, b"with the owner back")
+
+
+def read_lacs(hubs: list[Hub]) -> float:
+    total = 0.0
+    for hub in hubs:
+        value = hub.metrics.registry.get_sample_value(
+            "hedwig_requests_total", {"op": "read_lac", "status": "ok"}
+        )
+        total += value or 0.0
+    return total
+
+
+async def test_past_its_session_a_cut_off_hub_asks_about_the_ledgers_of_topics_read_only() -> None:
+    """The owner cut off from the store, its session alive (no witness says otherwise), while
+    another hub takes three of its topics over (their owner records deleted by hand, as an
+    operator might): past the session timeout the owner asks the replicas whether its open
+    ledgers were fenced, and drops the topics read here (a subscriber attached; a delivery
+    hub's long poll), so the subscriber moves on and receives what is published through the
+    new owner. It asks about those only: the idle one goes when a publish to it fails on its
+    fenced ledger; asking about every owned topic every second was a cost of each idle one
+    for as long as the store was out of reach."""
+    async for region in memory_region(3):
+        async with region.client() as client:
+            await client.publish("read", b"r1")
+            owner = region.owner("read")
+            others = [h for h in region.hubs if h is not owner]
+            idle = []
+            for i in range(200):
+                await client.publish(f"idle/{i}", b"i1")
+                if region.owner(f"idle/{i}") is owner:
+                    idle.append(f"idle/{i}")
+            assert len(idle) >= 2, "the owner claimed fewer than two of the idle topics"
+            tailed = idle.pop()  # long-polled once, as a delivery hub does: read too
+            conn = await HubConnection.open(owner.address, network=region.network)
+            try:
+                await conn.request(
+                    TailTopic(
+                        request_id=conn.next_id(),
+                        topic=tailed,
+                        after_seq=1,
+                        max_messages=10,
+                        max_bytes=1 << 20,
+                        wait_ms=200,
+                    ),
+                    timeout=5,
+                )
+            finally:
+                conn.close()
+            sub = await client.subscribe("read", "s")  # from the next message on
+            await client.publish("read", b"r2")
+            assert (await sub.next(5)).value == b"r2"
+
+            memory_store(owner).disconnect()
+            async with MemoryMetadataStore(region.backend, "mem") as operator:
+                for topic in ("read", tailed, idle[0]):
+                    record = await operator.read_owner_info(topic)
+                    assert record is not None
+                    await operator.delete_owner_info(topic, record.version)
+            new = others[0]
+            for topic in ("read", tailed, idle[0]):  # claimed there: the ledgers fenced
+                await new.topics.acquire(topic, redirected=True)
+            before = read_lacs(others)
+            async with asyncio.timeout(10):
+                while "read" in owner.topics.topics or tailed in owner.topics.topics:
+                    await asyncio.sleep(0.05)
+            await asyncio.sleep(2.5)  # two more rounds of asking
+            asked = read_lacs(others) - before
+            # The read topics' ledgers on their replicas, a few times; not 50-odd idle ones.
+            assert asked <= 24, f"{asked} READ_LACs for two read topics"
+            assert owner.topics.suspended and idle[0] in owner.topics.topics
+
+            await client.publish("read", b"r3")  # through the new owner
+            assert (await sub.next(10)).value == b"r3"
+            assert region.owner("read") is new
+            await client.publish(idle[0], b"i2")  # refused on its fenced ledger, then elsewhere
+            got = await client.read(idle[0], 1)
+            assert [m.value for b in got.batches for m in b.delivered()] == [b"i1", b"i2"]
+            assert idle[0] not in owner.topics.topics
+            memory_store(owner).reconnect()

@@ -625,6 +625,12 @@ class TopicLog:
                 self._waiting = None
             mine.set_result(None)
 
+    @property
+    def awaited(self) -> bool:
+        """Whether a reader has waited for the log's next change (a delivery hub's long poll)
+        since its last one."""
+        return self._changed is not None
+
     def _change(self) -> Flag:
         """What a waiter for the next change waits on."""
         if self._changed is None:
