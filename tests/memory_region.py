@@ -14,6 +14,7 @@ from typing import Any
 from hedwig.client import HedwigClient, RetryPolicy
 from hedwig.clock import Clock
 from hedwig.hub import Hub, HubConfig
+from hedwig.ledger.remote import RemoteStorage
 from hedwig.metadata.memory import MemoryBackend, MemoryMetadataStore
 from hedwig.net import MemoryNetwork
 
@@ -62,6 +63,14 @@ class Region:
     def owner_among(self, topic: str, hubs: list[Hub]) -> Hub | None:
         return next((h for h in hubs if topic in h.topics.topics), None)
 
+    def storage_client(self, hub: Hub) -> RemoteStorage:
+        """A client of ``hub``'s storage role, as another hub's replica connection is."""
+
+        async def resolve(_member: str) -> str:
+            return hub.address
+
+        return RemoteStorage(hub.storage.address, network=self.network, resolve=resolve)
+
     def client(self, **options: object) -> HedwigClient:
         options.setdefault("retry", FAST_RETRY)
         return HedwigClient(
@@ -69,6 +78,14 @@ class Region:
             network=self.network,
             **options,  # type: ignore[arg-type]
         )
+
+
+def answered(hub: Hub, op: str, status: str = "ok") -> float:
+    """How many ``op`` requests ``hub`` answered with ``status`` (its request metric)."""
+    value = hub.metrics.registry.get_sample_value(
+        "hedwig_requests_total", {"op": op, "status": status}
+    )
+    return value or 0.0
 
 
 async def memory_region(hubs: int = 2, **settings: Any) -> AsyncIterator[Region]:

@@ -12,43 +12,23 @@ oversized request is refused without harm.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from hedwig.errors import InvalidRequestError, LedgerFencedError, NotEnoughReplicasError
-from hedwig.hub.hub import Hub
-from hedwig.ledger.remote import RemoteStorage
 from hedwig.ledger.storage import LocalStorage
 from hedwig.metadata.memory import MemoryMetadataStore
 from hedwig.net.connection import HubConnection
 from hedwig.protocol import MAX_FENCED_LEDGERS, FenceLedgers, Ok, StorageHello
-from tests.memory_region import Region, memory_region
-
-
-def answered(hub: Hub, op: str, status: str = "ok") -> float:
-    value = hub.metrics.registry.get_sample_value(
-        "hedwig_requests_total", {"op": op, "status": status}
-    )
-    return value or 0.0
-
-
-def replica_of(region: Region, hub: Hub) -> RemoteStorage:
-    return RemoteStorage(hub.storage.address, network=region.network, resolve=_to(hub.address))
-
-
-def _to(address: str) -> Callable[[str], Awaitable[str]]:
-    async def resolve(_member: str) -> str:
-        return address
-
-    return resolve
+from tests.memory_region import answered, memory_region
 
 
 async def test_a_turns_fences_reach_a_replica_as_one_request() -> None:
     async for region in memory_region(2):
         hub = region.hubs[1]
-        node = replica_of(region, hub)
+        node = region.storage_client(hub)
         try:
             ledgers = range(100, 160)
             for ledger_id in ledgers:
@@ -81,7 +61,7 @@ async def test_the_fences_are_on_disk_before_the_answer() -> None:
     files still refuses the old writer."""
     async for region in memory_region(2):
         hub = region.hubs[1]
-        node = replica_of(region, hub)
+        node = region.storage_client(hub)
         try:
             for ledger_id in (7, 8):
                 await node.add_entry(ledger_id, 0, -1, b"x")
@@ -99,7 +79,7 @@ async def test_the_fences_are_on_disk_before_the_answer() -> None:
 async def test_a_ledger_the_replica_cannot_fence_fails_alone() -> None:
     async for region in memory_region(2):
         hub = region.hubs[1]
-        node = replica_of(region, hub)
+        node = region.storage_client(hub)
         real = hub.storage.fence_soon
 
         def failing(
@@ -133,7 +113,7 @@ async def test_a_replica_cut_off_mid_request_fails_its_fences_and_is_fenced_when
     connection and bind it."""
     async for region in memory_region(2):
         hub = region.hubs[1]
-        node = replica_of(region, hub)
+        node = region.storage_client(hub)
         real = hub.storage.fence_soon
         held: list[asyncio.Future[tuple[int, int]]] = []
 
@@ -184,7 +164,7 @@ async def test_a_replica_from_before_the_frame_is_fenced_a_ledger_at_a_time() ->
             return Ok(request_id=req.request_id)
 
         hub.requests._routes[StorageHello] = old_hello
-        node = replica_of(region, hub)
+        node = region.storage_client(hub)
         try:
             for ledger_id in (1, 2, 3):
                 await node.add_entry(ledger_id, 0, -1, b"x")

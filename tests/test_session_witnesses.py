@@ -18,26 +18,11 @@ import pytest
 
 from hedwig.errors import ServiceUnavailableError
 from hedwig.hub.hub import Hub
-from hedwig.ledger.remote import RemoteStorage
 from hedwig.metadata import SessionState
 from hedwig.metadata.memory import MemoryMetadataStore
 from hedwig.net.connection import HubConnection
 from hedwig.protocol import Ok, StorageHello, TailTopic
-from tests.memory_region import Region, memory_region
-
-
-def replica_of(region: Region, hub: Hub) -> RemoteStorage:
-    async def resolve(_member: str) -> str:
-        return hub.address
-
-    return RemoteStorage(hub.storage.address, network=region.network, resolve=resolve)
-
-
-def answered(hub: Hub, status: str = "ok") -> float:
-    value = hub.metrics.registry.get_sample_value(
-        "hedwig_requests_total", {"op": "hub_alive", "status": status}
-    )
-    return value or 0.0
+from tests.memory_region import answered, memory_region
 
 
 def memory_store(hub: Hub) -> MemoryMetadataStore:
@@ -48,13 +33,13 @@ def memory_store(hub: Hub) -> MemoryMetadataStore:
 async def test_a_hub_says_whether_another_is_alive_in_its_session() -> None:
     async for region in memory_region(2):
         asked, other = region.hubs
-        node = replica_of(region, asked)
+        node = region.storage_client(asked)
         try:
             epoch = other.topics.epoch
             assert await node.hub_alive(other.address, epoch, 1.0) is True
             assert await node.hub_alive(other.address, epoch + 1, 1.0) is False
             assert await node.hub_alive("127.0.0.1:9", epoch, 1.0) is False
-            assert answered(asked) == 3
+            assert answered(asked, "hub_alive") == 3
             memory_store(other).expire()  # its registration goes with its session
             assert await node.hub_alive(other.address, epoch, 1.0) is False
         finally:
@@ -64,11 +49,11 @@ async def test_a_hub_says_whether_another_is_alive_in_its_session() -> None:
 async def test_a_hub_that_cannot_reach_the_store_either_tells_nothing() -> None:
     async for region in memory_region(2):
         asked, other = region.hubs
-        node = replica_of(region, asked)
+        node = region.storage_client(asked)
         try:
             memory_store(asked).disconnect()
             assert await node.hub_alive(other.address, other.topics.epoch, 1.0) is None
-            assert answered(asked) == 0
+            assert answered(asked, "hub_alive") == 0
             memory_store(asked).reconnect()
             assert await node.hub_alive(other.address, other.topics.epoch, 1.0) is True
         finally:
@@ -87,10 +72,10 @@ async def test_a_hub_from_before_the_frame_is_not_asked() -> None:
             return Ok(request_id=req.request_id, fences_batched=True)
 
         asked.requests._routes[StorageHello] = old_hello
-        node = replica_of(region, asked)
+        node = region.storage_client(asked)
         try:
             assert await node.hub_alive(other.address, other.topics.epoch, 1.0) is None
-            assert answered(asked) == 0
+            assert answered(asked, "hub_alive") == 0
             await node.add_entry(7, 0, -1, b"the connection still serves")
         finally:
             node.close()

@@ -275,7 +275,7 @@ def check(history: History) -> None:
         if strangers:
             problems.append(f"{topic}: unknown messages in the log: {strangers[:3]}")
         at = dict(log)
-        last_by_publisher: dict[bytes, int] = {}
+        last_by_publisher: dict[bytes, tuple[int, bytes]] = {}
         for value, seq in history.acked.get(topic, []):
             if seq == 0 and len(by_value.get(value, [])) == 1:
                 problems.append(
@@ -290,9 +290,14 @@ def check(history: History) -> None:
                 )
                 continue
             pub = value.split(b":")[0]
-            if last_by_publisher.get(pub, -1) > seq:
-                problems.append(f"{topic}: {value!r} acknowledged after a later message")
-            last_by_publisher[pub] = max(last_by_publisher.get(pub, -1), seq)
+            latest, later = last_by_publisher.get(pub, (-1, b""))
+            if latest > seq:
+                problems.append(
+                    f"{topic}: {value!r} (at {seq}) acknowledged after a later message "
+                    f"({later!r} at {latest})"
+                )
+            else:
+                last_by_publisher[pub] = (seq, value)
         last_sent: dict[bytes, tuple[int, bytes]] = {}
         for value in history.flushed.get(topic, []):
             places = by_value.get(value, [])

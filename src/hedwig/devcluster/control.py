@@ -139,8 +139,16 @@ def request(socket_path: Path, message: dict[str, Any], timeout: float = 60.0) -
     return answer
 
 
+_state_lock = threading.Lock()
+
+
 def write_state(path: Path, state: dict[str, Any]) -> None:
+    """Replace the state file at once (readers never see half of it). Two threads write it:
+    the control server after a request and ``dev up``'s watch loop when a hub goes down, both
+    straight after a ``dev kill``. With one shared temporary file, the second ``os.replace``
+    found it gone, and the error ended ``dev up`` and with it every hub."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(state, indent=2))
-    os.replace(tmp, path)
+    with _state_lock:
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(state, indent=2))
+        os.replace(tmp, path)
