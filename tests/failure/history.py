@@ -9,8 +9,9 @@ history is checked:
 
 1. every acknowledged message is in the log exactly once, at the sequence id its
    acknowledgement gave;
-2. each publisher's acknowledged messages are in the log in acknowledgement order; a
-   sender's flushed messages are in the log exactly once, in the order they were sent;
+2. each publisher's messages are in the log in the order they were published, and its
+   acknowledgements came back in that order; a sender's flushed messages are in the log
+   exactly once, in the order they were sent;
 3. the log holds nothing that was not published, and nothing twice;
 4. each subscriber received every message of the log in log order: redeliveries (after a
    reconnect) are allowed, gaps never.
@@ -244,6 +245,28 @@ async def read_all(client: HedwigClient, topic: str) -> list[tuple[int, bytes]]:
         seq = out[-1][0] + 1
 
 
+def _out_of_publishing_order(topic: str, log: list[tuple[int, bytes]]) -> list[str]:
+    """Each publisher's numbered messages (``<publisher>:<n>``) must be in the log in the order
+    they were published, whatever was acknowledged: acknowledgements alone miss a log that
+    holds two of them swapped if their answers came back in log order."""
+    problems: list[str] = []
+    last: dict[bytes, tuple[int, int]] = {}
+    for seq, value in log:
+        pub, _, n = value.partition(b":")
+        if not n.isdigit():
+            continue
+        index = int(n)
+        before = last.get(pub)
+        if before is not None and before[0] > index:
+            problems.append(
+                f"{topic}: {value!r} (at {seq}) is in the log after a message its publisher "
+                f"published later ({pub.decode()}:{before[0]} at {before[1]})"
+            )
+        else:
+            last[pub] = (index, seq)
+    return problems
+
+
 def check(history: History) -> None:
     problems: list[str] = []
     for topic, acked in history.acked.items():
@@ -274,6 +297,7 @@ def check(history: History) -> None:
         strangers = [v for v in by_value if not v.startswith(b"pub")]
         if strangers:
             problems.append(f"{topic}: unknown messages in the log: {strangers[:3]}")
+        problems += _out_of_publishing_order(topic, log)
         at = dict(log)
         last_by_publisher: dict[bytes, tuple[int, bytes]] = {}
         for value, seq in history.acked.get(topic, []):

@@ -87,6 +87,24 @@ def test_the_checker_finds_sent_messages_lost_or_out_of_order() -> None:
     check(history)
 
 
+def test_the_checker_finds_a_publishers_messages_swapped_or_acknowledged_out_of_order() -> None:
+    """What ``check`` holds a publisher to, on made-up histories: its messages in the log in
+    the order published, even when the answers came back in log order, and its answers in
+    that order."""
+    swapped = History()
+    swapped.log["t"] = [(1, b"pub0:0"), (2, b"pub0:2"), (3, b"pub1:0"), (4, b"pub0:1")]
+    swapped.acked["t"] = [(b"pub0:0", 1), (b"pub0:2", 2), (b"pub1:0", 3), (b"pub0:1", 4)]
+    with pytest.raises(AssertionError, match=r"'pub0:1' \(at 4\) is in the log after a message"):
+        check(swapped)
+    late = History()
+    late.log["t"] = [(1, b"pub0:0"), (2, b"pub0:1"), (3, b"pub0:2")]
+    late.acked["t"] = [(b"pub0:0", 1), (b"pub0:2", 3), (b"pub0:1", 2)]
+    with pytest.raises(AssertionError, match=r"acknowledged after a later message \(b'pub0:2'"):
+        check(late)
+    late.acked["t"] = [(b"pub0:0", 1), (b"pub0:1", 2), (b"pub0:2", 3)]
+    check(late)
+
+
 def scrape(url: str) -> str:
     with urllib.request.urlopen(url + "/metrics", timeout=5) as r:
         return str(r.read().decode())

@@ -252,6 +252,10 @@ class TopicOwnership:
         while self._suspended_since is not None:
             if (
                 self.session_over is not None
+                # A hub draining or stopping took its own registration out: "not alive" from
+                # a witness says nothing about its session then. It hands its topics over
+                # once back in reach; the ledgers' fencing covers it until then.
+                and self.accepting
                 and self.epoch
                 and await self.session_over(self.address, self.epoch)
                 and self._suspended_since is not None
