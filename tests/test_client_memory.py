@@ -10,12 +10,13 @@ frozen hub, graceful moves.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import pytest
 
-from hedwig.client import HedwigClient, RetryPolicy, routing
+from hedwig.client import HedwigClient, PublishResult, RetryPolicy, routing
 from hedwig.client.routing import Router
 from hedwig.clock import ManualClock
 from hedwig.errors import (
@@ -33,11 +34,19 @@ from hedwig.errors import (
 from hedwig.hub import ownership
 from hedwig.hub.choices import HUBS_CACHE_S, HUBS_FRESH_S
 from hedwig.hub.events import LossKind
+from hedwig.hub.topic import OwnedTopic
 from hedwig.metadata.memory import MemoryMetadataStore
 from hedwig.net import MemoryNetwork
 from hedwig.net.connection import HubConnection
 from hedwig.net.transport import Listener
-from hedwig.protocol import DeleteTopic, MoveKind, Subscribed, TopicStats, Unsubscribe
+from hedwig.protocol import (
+    DeleteTopic,
+    MoveKind,
+    Published,
+    Subscribed,
+    TopicStats,
+    Unsubscribe,
+)
 from tests.cycle_garbage import frames_left_for_the_collector
 from tests.memory_region import FAST_RETRY, Region, memory_region
 
@@ -64,12 +73,29 @@ async def stored_values(client: HedwigClient, topic: str) -> list[bytes]:
 async def publish_around(
     client: HedwigClient, topic: str, count: int, fault: Callable[[], Awaitable[None]]
 ) -> list[int]:
-    """Publish ``count`` messages pipelined, with ``fault`` in the middle; the acked seqs."""
+    """Publish ``count`` messages pipelined, with ``fault`` in the middle; the acked seqs.
+    Whatever the fault, the results come in the order the messages were published."""
     futures = [client.publish_nowait(topic, b"m%05d" % i) for i in range(count // 2)]
     await asyncio.sleep(0)  # the first batches are on their way
     await fault()
     futures += [client.publish_nowait(topic, b"m%05d" % i) for i in range(count // 2, count)]
-    return [(await f).seq for f in futures]
+    told = tell_order(futures)
+    seqs = [(await f).seq for f in futures]
+    await asyncio.sleep(0)
+    assert told == list(range(count))
+    return seqs
+
+
+def tell_order(futures: list[asyncio.Future[PublishResult]]) -> list[int]:
+    """The indexes of ``futures`` in the order they resolve (filled in as they do)."""
+    told: list[int] = []
+    for i, f in enumerate(futures):
+        f.add_done_callback(functools.partial(_told, told, i))
+    return told
+
+
+def _told(told: list[int], i: int, _f: object) -> None:
+    told.append(i)
 
 
 def expected(count: int) -> list[bytes]:
@@ -201,6 +227,36 @@ async def test_order_kept_through_a_reconnect(region: Region) -> None:
         values = await stored_values(c, "cut")
         assert values == [b"warm-up", *expected(1000)]
         assert sorted(s for s in seqs if s) == sorted(set(s for s in seqs if s))
+
+
+async def test_results_come_in_publishing_order_when_a_later_batch_is_answered_first(
+    region: Region, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hub stores batches in order, but the answer to one comes late (as when its first
+    answer was lost and the re-send is answered as a duplicate after the next batch): the
+    futures still resolve in the order the messages were published."""
+    async with region.client(max_batch_messages=1) as c:
+        await c.publish("late", b"warm-up")
+        real = OwnedTopic.publish
+        delayed: list[int] = []
+
+        async def answer_late(
+            self: OwnedTopic, peer: Any, req: Any, check: Any = None
+        ) -> Published:
+            answer = await real(self, peer, req, check)
+            if req.publisher_seq == 2:
+                delayed.append(answer.first_seq)
+                await asyncio.sleep(0.2)  # stored already; its answer comes after the next
+            return answer
+
+        monkeypatch.setattr(OwnedTopic, "publish", answer_late)
+        futures = [c.publish_nowait("late", b"m%d" % i) for i in range(4)]
+        told = tell_order(futures)
+        seqs = [(await f).seq for f in futures]
+        await asyncio.sleep(0)  # the done callbacks of those resolved with the last one
+        assert delayed == [2]
+        assert told == [0, 1, 2, 3]
+        assert seqs == [2, 3, 4, 5]
 
 
 async def test_new_topic_pipelined_to_several_hubs_stays_ordered(region: Region) -> None:

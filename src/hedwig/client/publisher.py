@@ -24,6 +24,13 @@ and a batch that is sent again, or that was cut just before the gate closed, fir
 every batch cut before it has settled: without that, a later batch could be stored ahead of an
 earlier one still being retried, and the earlier one would then look like a duplicate.
 
+The gate is checked again just before each attempt goes out, once its connection is made (a
+connection to a hub that went away may take a while): a batch cut before a failure was noticed
+waits there for the failed ones. And whatever order the answers come in, a publisher's futures
+resolve in the order its batches were cut, as Kafka's callbacks do: a batch stored after an
+earlier one whose answer was lost is answered first, and the earlier one's re-send a moment later
+(as the duplicate it is), yet its caller hears of it after the earlier one's.
+
 Hubs keep the order too: a hub refuses a batch that would leave a gap in its publisher's
 sequence (OUT_OF_ORDER), and the batch is sent again after the earlier ones. So when a batch
 fails for good (its retry deadline passed, or a hub refused it outright), the batches after it
@@ -53,6 +60,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol, cast, overload
@@ -195,6 +203,11 @@ class _Batch:
     # refuses it).
     target: str = ""
     raws: list[bytes] | None = None
+    # Its outcome, kept until every batch cut before it has had its own told
+    # (``TopicPublisher._tell_in_order``): the answer, or the error it failed with for good.
+    finished: bool = False
+    answer: Published | None = None
+    error: HedwigError | None = None
 
 
 class TopicPublisher:
@@ -244,6 +257,8 @@ class TopicPublisher:
         self._failed: set[int] = set()
         self._barrier_pseq = 0  # batches below this must settle before the gate reopens
         self._outstanding: dict[int, _Batch] = {}
+        # Every batch cut and not yet told, in the order cut.
+        self._untold: deque[_Batch] = deque()
         self._loop = asyncio.get_running_loop()
         self._task = self._loop.create_task(self._run())
 
@@ -441,6 +456,7 @@ class TopicPublisher:
                 await self._settled.wait()
             batch = self._cut(limits.max_batch_messages, limits.max_batch_bytes)
             self._outstanding[batch.pseq] = batch
+            self._untold.append(batch)
             self._loop.create_task(self._send(batch))
 
     def _cut(self, max_messages: int, max_bytes: int) -> _Batch:
@@ -523,10 +539,18 @@ class TopicPublisher:
         async def wait_turn() -> None:
             await self._wait_turn(batch)
 
+        async def not_ahead() -> None:
+            # Just before each attempt goes out (after a connection was made, which may have
+            # taken a while): a batch cut before a failure was noticed must not overtake the
+            # failed ones on their way to the owner. Were it stored first, it would be
+            # acknowledged ahead of them, or, at a hub that no longer knows this publisher,
+            # stored ahead of them.
+            if not self._gate.is_set():
+                await self._earlier_settled(batch.pseq)
+
         try:
             if not self._gate.is_set():
-                # Cut just before a failure was noticed: it must not overtake the failed
-                # batches on their way to the new owner.
+                # Cut just before a failure was noticed: wait before choosing where to send it.
                 await self._earlier_settled(batch.pseq)
             try:
                 answer, _ = await self._router.topic_request(
@@ -540,6 +564,7 @@ class TopicPublisher:
                         redirected=redirected,
                     ),
                     before_retry=wait_turn,
+                    before_send=not_ahead,
                 )
             except UseLaneError as exc:
                 self._lane_refused(batch, exc)
@@ -556,35 +581,13 @@ class TopicPublisher:
                         unwaited,
                         exc,
                     )
-                for w in batch.futures:
-                    if w is None:
-                        continue
-                    if isinstance(w, _Chunk):
-                        w.call.fail(exc)
-                    elif not w.done():
-                        w.set_exception(exc)
+                batch.error = exc
                 return
             assert isinstance(answer, Published)
-            first, dup = answer.first_seq, answer.duplicate
-            lane = lane_of(batch.target)[1] if batch.target != self.topic else 0
-            futures = batch.futures
-            unwaited = futures.count(None)
-            if unwaited == len(futures):
-                pass  # all queued by ``send``: nothing to tell anyone
-            elif batch.has_chunks or unwaited:
-                _settle_mixed(futures, first, dup, lane)
-            elif first:
-                # One tuple per message, made without ``PublishResult.__new__`` (a Python
-                # function: twice the cost).
-                for seq, f in enumerate(cast(list[_Future], futures), first):
-                    if not f.done():
-                        f.set_result(_new_tuple(PublishResult, (seq, dup, lane)))
-            else:
-                unknown = PublishResult(0, dup, lane)
-                for f in cast(list[_Future], batch.futures):
-                    if not f.done():
-                        f.set_result(unknown)
+            batch.answer = answer
         finally:
+            batch.finished = True
+            self._tell_in_order()
             self._outstanding.pop(batch.pseq, None)
             self._failed.discard(batch.pseq)
             if self._switch_to is not None and not self._outstanding:
@@ -592,6 +595,50 @@ class TopicPublisher:
             self._reopen()
             self._settled.set()
             self._inflight.release()
+
+    def _tell_in_order(self) -> None:
+        """Resolve the futures of every finished batch not preceded by an unfinished one, in
+        the order the batches were cut: a publisher's results come in the order it published,
+        as Kafka's callbacks do, even when a later batch is answered first (it was stored after
+        an earlier one whose answer was lost, and the earlier one's re-send is answered as the
+        duplicate it is a moment later)."""
+        untold = self._untold
+        while untold and untold[0].finished:
+            self._tell(untold.popleft())
+
+    def _tell(self, batch: _Batch) -> None:
+        futures = batch.futures
+        if batch.error is not None:
+            exc = batch.error
+            for w in futures:
+                if w is None:
+                    continue
+                if isinstance(w, _Chunk):
+                    w.call.fail(exc)
+                elif not w.done():
+                    w.set_exception(exc)
+            return
+        answer = batch.answer
+        if answer is None:
+            return  # refused by a lane: its messages are queued again, in a new batch
+        first, dup = answer.first_seq, answer.duplicate
+        lane = lane_of(batch.target)[1] if batch.target != self.topic else 0
+        unwaited = futures.count(None)
+        if unwaited == len(futures):
+            pass  # all queued by ``send``: nothing to tell anyone
+        elif batch.has_chunks or unwaited:
+            _settle_mixed(futures, first, dup, lane)
+        elif first:
+            # One tuple per message, made without ``PublishResult.__new__`` (a Python
+            # function: twice the cost).
+            for seq, f in enumerate(cast(list[_Future], futures), first):
+                if not f.done():
+                    f.set_result(_new_tuple(PublishResult, (seq, dup, lane)))
+        else:
+            unknown = PublishResult(0, dup, lane)
+            for f in cast(list[_Future], futures):
+                if not f.done():
+                    f.set_result(unknown)
 
 
 def _settle_mixed(waiters: list[_Waiter], first: int, dup: bool, lane: int) -> None:
