@@ -491,9 +491,12 @@ class MetadataConformance:
         assert hubs["127.0.0.1:1"].load == HubLoad(topics=9)
         # A load report keeps the epoch: other hubs answer HUB_ALIVE by it.
         assert hubs["127.0.0.1:1"].epoch == e1
+        assert await other.hubs.alive_epoch("127.0.0.1:1") == e1
+        assert await other.hubs.alive_epoch("127.0.0.1:3") is None
         await store.hubs.unregister_hub("127.0.0.1:1")
         hubs = {h.address: h for h in await other.hubs.list_hubs()}
         assert not hubs["127.0.0.1:1"].alive and hubs["127.0.0.1:2"].alive
+        assert await other.hubs.alive_epoch("127.0.0.1:1") is None
 
     async def test_session_loss_drops_ephemeral_records(
         self, store: MetadataStore, other: MetadataStore

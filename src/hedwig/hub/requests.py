@@ -415,9 +415,8 @@ class HubRequests:
         answer: this hub's own view of its session is no better than the asker's."""
         if self.ownership.suspended:
             raise ServiceUnavailableError("this hub cannot reach the metadata store either")
-        hubs = await self.store.hubs.list_hubs()
-        alive = any(h.alive and h.address == req.address and h.epoch == req.epoch for h in hubs)
-        return HubAliveAnswer(request_id=req.request_id, alive=alive)
+        epoch = await self.store.hubs.alive_epoch(req.address)
+        return HubAliveAnswer(request_id=req.request_id, alive=epoch == req.epoch)
 
     async def add_entry(self, conn: ClientConnection, req: AddEntry) -> None:
         await self.storage.add_entry(

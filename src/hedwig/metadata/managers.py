@@ -235,6 +235,11 @@ class HubRegistry(Protocol):
 
     async def list_hubs(self) -> list[HubStatus]: ...
 
+    async def alive_epoch(self, address: str) -> int | None:
+        """The epoch of the hub's alive record, read now; None if it has none (its session
+        ended, or it unregistered). One read, where ``list_hubs`` reads every member's."""
+        ...
+
 
 class AclManager(Protocol):
     """The region's access control entries (``hedwig.metadata.acls``), by name."""

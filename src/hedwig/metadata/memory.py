@@ -447,6 +447,11 @@ class MemoryMetadataStore:
         self._check()
         self._b.data.pop(self._k("alive", address), None)
 
+    async def alive_epoch(self, address: str) -> int | None:
+        self._check()
+        alive = self._b.data.get(self._k("alive", address))
+        return None if alive is None else alive.czxid
+
     async def list_hubs(self) -> list[HubStatus]:
         self._check()
         out = []

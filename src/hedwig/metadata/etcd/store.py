@@ -519,6 +519,10 @@ class EtcdHubs:
     async def unregister_hub(self, address: str) -> None:
         await self._etcd.txn([], [delete(self._keys.alive(address))])
 
+    async def alive_epoch(self, address: str) -> int | None:
+        got = await self._etcd.get(self._keys.alive(address))
+        return None if got is None else got.create
+
     async def list_hubs(self) -> list[HubStatus]:
         hosts, _ = await self._etcd.range(self._keys.family("hosts"), keys_only=True)
         alive_items, _ = await self._etcd.range(self._keys.family("alive"))

@@ -531,6 +531,10 @@ class ZkHubs:
         with contextlib.suppress(NoNode):
             await self._zk.delete(self._layout.alive(address))
 
+    async def alive_epoch(self, address: str) -> int | None:
+        stat = await self._zk.exists(self._layout.alive(address))
+        return None if stat is None else int(stat.czxid)
+
     async def list_hubs(self) -> list[HubStatus]:
         try:
             names = await self._zk.children(self._layout.hosts)
