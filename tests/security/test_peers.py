@@ -26,6 +26,22 @@ async def test_concurrent_lookups_share_one_registry_read() -> None:
         await peers.internal_address("gone:1")
 
 
+async def test_members_are_named_by_id_though_an_address_was_read_again_after_it() -> None:
+    backend = MemoryBackend()
+    store = MemoryMetadataStore(backend, "r")
+    await store.start()
+    for i in range(3):
+        await store.hubs.register_hub(f"h:{i}", HubLoad(internal=f"h:{i + 100}", hub_id=f"id{i}"))
+    clock = ManualClock()
+    peers = PeerDirectory(store, clock)
+    await peers.refresh()
+    assert peers.members(besides=("h:0", "id0")) == ["id1", "id2"]
+    peers.forget("h:1")  # a failed connection, then the registry read again
+    clock.advance(2)
+    await peers.refresh()
+    assert sorted(peers.members(besides=("h:0", "id0"))) == ["id1", "id2"]
+
+
 def test_connections_whose_credentials_expired_are_closed() -> None:
     from dataclasses import dataclass, field
 

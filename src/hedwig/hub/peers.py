@@ -96,7 +96,10 @@ class PeerDirectory:
         but for those named in ``besides``."""
         by_target: dict[str, str] = {}
         for member, target in self._storage.items():
-            by_target[target] = member  # a hub's id is entered after its address
+            # Its id over its address (an id has no colon), whichever was entered last: an
+            # address forgotten and read again comes after the id.
+            if target not in by_target or ":" not in member:
+                by_target[target] = member
         return [m for t, m in by_target.items() if m not in besides and t not in besides]
 
     def forget(self, member: str) -> None:
