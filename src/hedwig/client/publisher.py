@@ -587,7 +587,6 @@ class TopicPublisher:
             batch.answer = answer
         finally:
             batch.finished = True
-            self._tell_in_order()
             self._outstanding.pop(batch.pseq, None)
             self._failed.discard(batch.pseq)
             if self._switch_to is not None and not self._outstanding:
@@ -595,6 +594,7 @@ class TopicPublisher:
             self._reopen()
             self._settled.set()
             self._inflight.release()
+            self._tell_in_order()  # last: nothing above may be skipped
 
     def _tell_in_order(self) -> None:
         """Resolve the futures of every finished batch not preceded by an unfinished one, in
