@@ -172,7 +172,11 @@ def run_up(args: argparse.Namespace) -> int:
                         file=sys.stderr,
                         flush=True,
                     )
-                    write_state(state_path, describe(cluster))
+                    try:
+                        write_state(state_path, describe(cluster))
+                    except OSError as exc:
+                        # The hubs go on; only ``dev status`` is out of date.
+                        print(f"cannot update {state_path}: {exc}", file=sys.stderr, flush=True)
                 elif h.running:
                     known_dead.discard(h.address)
     finally:
