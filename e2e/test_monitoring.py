@@ -368,11 +368,24 @@ def test_alerts_and_dashboard_queries_on_real_hubs(
     events.append((time.time(), "demo-1 killed"))
     dev.hub_procs[1].kill()
     expr = rules["HedwigTopicWithoutOwner"]["expr"]
-    wait_for(
-        "orphan without an owner",
-        lambda: "orphan" in {r["metric"]["topic"] for r in prom.query(expr)},
-        30,
-    )
+    try:
+        wait_for(
+            "orphan without an owner",
+            lambda: "orphan" in {r["metric"]["topic"] for r in prom.query(expr)},
+            30,
+        )
+    except AssertionError as exc:
+        # What the rule's parts said, for whoever reads a failure.
+        parts = {
+            q: prom.query(q)
+            for q in (
+                'last_over_time(hedwig_topic_rate{topic="orphan", unit="messages"}[10m])',
+                "last_over_time(hedwig_topic_rate_floor[10m])",
+                'hedwig_topic_rate{topic="orphan"}',
+                'up{job="hedwig-hub"}',
+            )
+        }
+        raise AssertionError(f"{exc}; parts of the rule: {parts}") from None
     prom.alert_seen("HedwigTopicWithoutOwner")
     down = prom.data("hub 1 down", rules["HedwigHubDown"]["expr"], 30)
     assert {r["metric"]["pod"] for r in down} == {pod(1)}
