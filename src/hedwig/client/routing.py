@@ -230,15 +230,17 @@ class Router:
         *,
         deadline_s: float | None = None,
         before_retry: Callable[[], Awaitable[None]] | None = None,
-        before_send: Callable[[], Awaitable[None]] | None = None,
+        before_send: Callable[[], Awaitable[None] | None] | None = None,
         route: str | None = None,
         on_in_doubt: Callable[[], None] | None = None,
     ) -> tuple[Reply, HubConnection]:
         """Send a topic request to its owner, following redirects and retrying transient errors.
 
         ``before_retry`` is awaited before every attempt after the first (redirects included):
-        ordered publishing uses it to let earlier batches go first. ``before_send`` is awaited
-        before every attempt, once its connection is made, just before the request goes out.
+        ordered publishing uses it to let earlier batches go first. ``before_send`` is called
+        before every attempt, once its connection is made, just before the request goes out,
+        and what it returns awaited (``None``: nothing to wait for, the usual case, which then
+        costs no coroutine).
         ``route``: the key under which the hub that answered is remembered
         (``subscription_route``; default the topic).
         ``on_in_doubt`` is called when an attempt went out and its answer was lost (the
@@ -261,8 +263,8 @@ class Router:
         while True:
             try:
                 conn = await self.connection(address)
-                if before_send is not None:
-                    await before_send()
+                if before_send is not None and (waiting := before_send()) is not None:
+                    await waiting
                 try:
                     answer = await conn.request(
                         make(conn.next_id(), redirected), self.request_timeout_s
