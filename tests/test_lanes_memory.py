@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable
 
 import pytest
 
-from hedwig.client import HedwigClient, Subscriber
+from hedwig.client import HedwigClient, PublishResult, Subscriber
 from hedwig.clock import SystemClock
 from hedwig.errors import InvalidTopicError, UseLaneError
 from hedwig.metadata import PlanMode, TopicPlan
@@ -274,6 +275,47 @@ async def test_a_batch_after_one_sent_to_another_lane_is_sent_there_too(region: 
             with pytest.raises(UseLaneError) as refused:
                 await conn.request(frame(pseq), 5)
             assert refused.value.lane == lane_name("gap", 1)
+
+
+async def test_pipelined_results_come_in_publishing_order_across_a_lane_switch(
+    region: Region,
+) -> None:
+    """Batches in flight when the plan sends their publisher to another lane: the ones the
+    topic refuses are sent again there, and every future still resolves in the order its
+    message was published: lane 0's results, then the new lane's, each lane's in sequence."""
+    two = TopicPlan(PlanMode.INGEST, lanes=(Lane(0), Lane(1)))
+    pid = next(p for p in (f"x{i}" for i in range(100)) if two.lane_for(p) == 1)
+    async with region.client(publisher_id=pid, max_batch_messages=5) as c:
+        await c.publish("turn", b"first")
+        futures: list[asyncio.Future[PublishResult]] = []
+        told: list[int] = []
+
+        def more(n: int) -> None:
+            for _ in range(n):
+                f = c.publish_nowait("turn", b"m%05d" % len(futures))
+                f.add_done_callback(functools.partial(lambda i, _f: told.append(i), len(futures)))
+                futures.append(f)
+
+        more(100)
+        await futures[9]  # two batches stored in lane 0, the others on their way or queued
+        await set_mode(region, "turn", PlanMode.INGEST, hubs=2)
+        publisher = c._publishers["turn"]
+        async with asyncio.timeout(10):
+            while not publisher.lane_switches:
+                more(20)  # pipelined while the hubs learn the plan
+                await asyncio.sleep(0.001)
+        more(100)
+        results = [await f for f in futures]
+        await asyncio.sleep(0)  # the done callbacks of those resolved with the last one
+    assert told == list(range(len(futures)))
+    lanes = [r.lane for r in results]
+    switch = lanes.index(1)
+    assert set(lanes[:switch]) == {0} and set(lanes[switch:]) == {1}, "back and forth"
+    for part in (results[:switch], results[switch:]):
+        seqs = [r.seq for r in part]
+        assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), "a gap or a swap in a lane"
+    assert not any(r.duplicate for r in results)
+    assert publisher.lane_switches == 1
 
 
 async def test_lane_names_are_served_only_as_lanes(region: Region) -> None:
