@@ -4,6 +4,8 @@ the hubs' ledgers on a tmpfs (so fsync costs nothing)."""
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import shutil
 import tempfile
 from collections.abc import AsyncIterator
@@ -86,6 +88,23 @@ def answered(hub: Hub, op: str, status: str = "ok") -> float:
         "hedwig_requests_total", {"op": op, "status": status}
     )
     return value or 0.0
+
+
+class ToldOrder:
+    """The futures added, and the order they resolve in (their indexes, noted as each one
+    resolves). A future is added as soon as it is made: a done callback added to a future
+    already resolved would be noted in the order of adding, whatever order it resolved in."""
+
+    def __init__(self) -> None:
+        self.futures: list[asyncio.Future[Any]] = []
+        self.order: list[int] = []
+
+    def add(self, future: asyncio.Future[Any]) -> None:
+        future.add_done_callback(functools.partial(self._told, len(self.futures)))
+        self.futures.append(future)
+
+    def _told(self, i: int, _future: object) -> None:
+        self.order.append(i)
 
 
 async def memory_region(hubs: int = 2, **settings: Any) -> AsyncIterator[Region]:

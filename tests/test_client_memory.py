@@ -10,7 +10,6 @@ frozen hub, graceful moves.
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -48,7 +47,7 @@ from hedwig.protocol import (
     Unsubscribe,
 )
 from tests.cycle_garbage import frames_left_for_the_collector
-from tests.memory_region import FAST_RETRY, Region, memory_region
+from tests.memory_region import FAST_RETRY, Region, ToldOrder, memory_region
 
 P = TypeVar("P", bound=asyncio.Protocol)
 
@@ -88,14 +87,10 @@ async def publish_around(
 
 def tell_order(futures: list[asyncio.Future[PublishResult]]) -> list[int]:
     """The indexes of ``futures`` in the order they resolve (filled in as they do)."""
-    told: list[int] = []
-    for i, f in enumerate(futures):
-        f.add_done_callback(functools.partial(_told, told, i))
-    return told
-
-
-def _told(told: list[int], i: int, _f: object) -> None:
-    told.append(i)
+    told = ToldOrder()
+    for f in futures:
+        told.add(f)
+    return told.order
 
 
 def expected(count: int) -> list[bytes]:

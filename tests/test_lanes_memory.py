@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable
 
@@ -28,7 +27,7 @@ from hedwig.protocol import (
 from hedwig.protocol import (
     Publish as PublishFrame,
 )
-from tests.memory_region import Region, memory_region
+from tests.memory_region import Region, ToldOrder, memory_region
 
 CLOCK = SystemClock()
 
@@ -287,14 +286,12 @@ async def test_pipelined_results_come_in_publishing_order_across_a_lane_switch(
     pid = next(p for p in (f"x{i}" for i in range(100)) if two.lane_for(p) == 1)
     async with region.client(publisher_id=pid, max_batch_messages=5) as c:
         await c.publish("turn", b"first")
-        futures: list[asyncio.Future[PublishResult]] = []
-        told: list[int] = []
+        told = ToldOrder()
+        futures = told.futures
 
         def more(n: int) -> None:
             for _ in range(n):
-                f = c.publish_nowait("turn", b"m%05d" % len(futures))
-                f.add_done_callback(functools.partial(lambda i, _f: told.append(i), len(futures)))
-                futures.append(f)
+                told.add(c.publish_nowait("turn", b"m%05d" % len(futures)))
 
         more(100)
         await futures[9]  # two batches stored in lane 0, the others on their way or queued
@@ -305,9 +302,9 @@ async def test_pipelined_results_come_in_publishing_order_across_a_lane_switch(
                 more(20)  # pipelined while the hubs learn the plan
                 await asyncio.sleep(0.001)
         more(100)
-        results = [await f for f in futures]
+        results: list[PublishResult] = [await f for f in futures]
         await asyncio.sleep(0)  # the done callbacks of those resolved with the last one
-    assert told == list(range(len(futures)))
+    assert told.order == list(range(len(futures)))
     lanes = [r.lane for r in results]
     switch = lanes.index(1)
     assert set(lanes[:switch]) == {0} and set(lanes[switch:]) == {1}, "back and forth"
