@@ -6,7 +6,8 @@ keeps its session as a ZooKeeper client does (``disconnect``), and the session c
 behind its back (``MemoryBackend.expire``), which the hub learns only when it gets through
 again, or from another hub (``hedwig.hub.witnesses``). The network lab runs the same with
 ZooKeeper itself (``tests/failure/test_partitions.py``,
-``test_owner_cut_off_from_zookeeper_asked_after_its_session`` and its secured twin).
+``test_owner_cut_off_from_zookeeper_asked_after_its_session`` and its secured twin); the
+witnesses' read on etcd, where the session is a lease, runs here against etcd itself.
 """
 
 from __future__ import annotations
@@ -16,12 +17,17 @@ from typing import Any
 
 import pytest
 
-from hedwig.errors import ServiceUnavailableError
+from hedwig.devcluster.etcd import EtcdServer
+from hedwig.errors import MetadataUnavailableError, ServiceUnavailableError
+from hedwig.hub import HubConfig
 from hedwig.hub.hub import Hub
+from hedwig.ledger.remote import RemoteStorage
 from hedwig.metadata import SessionState
+from hedwig.metadata.etcd.store import EtcdMetadataStore
 from hedwig.metadata.memory import MemoryMetadataStore
 from hedwig.net.connection import HubConnection
 from hedwig.protocol import Ok, StorageHello, TailTopic
+from tests import scratch
 from tests.memory_region import answered, memory_region
 
 
@@ -222,3 +228,98 @@ async def test_past_its_session_a_cut_off_hub_asks_about_the_ledgers_of_topics_r
             assert [m.value for b in got.batches for m in b.delivered()] == [b"i1", b"i2"]
             assert idle[0] not in owner.topics.topics
             memory_store(owner).reconnect()
+
+
+async def test_a_witness_whose_store_read_fails_tells_nothing() -> None:
+    """The asked hub reaches its store, but the read of the registry fails on the way (the
+    connection drops mid-request): that is no answer, never a "not alive" that would make the
+    asker drop every topic it owns. The next question, read whole, is answered."""
+    async for region in memory_region(2):
+        asked, other = region.hubs
+        node = region.storage_client(asked)
+        hubs = asked.store.hubs
+        read = hubs.alive_epoch
+        calls = 0
+
+        async def failing(address: str, read: Any = read) -> int | None:
+            nonlocal calls
+            calls += 1
+            await read(address)  # the read goes out; its answer is lost
+            raise MetadataUnavailableError("connection lost while reading")
+
+        try:
+            hubs.alive_epoch = failing  # type: ignore[method-assign]
+            assert await node.hub_alive(other.address, other.topics.epoch, 1.0) is None
+            assert calls == 1 and answered(asked, "hub_alive") == 0
+            assert answered(asked, "hub_alive", "service_unavailable") == 1
+            # The asker's witnesses: no answer is no end of its session.
+            witnesses = other.topics.session_over
+            assert witnesses is not None
+            assert await witnesses(other.address, other.topics.epoch) is False
+            hubs.alive_epoch = read  # type: ignore[method-assign]
+            assert await node.hub_alive(other.address, other.topics.epoch, 1.0) is True
+        finally:
+            node.close()
+
+
+@pytest.mark.integration
+async def test_hubs_on_etcd_witness_each_others_leases(
+    etcd_server: EtcdServer, region: str
+) -> None:
+    """Two real hubs on a real etcd, over real connections: a hub's lease is its session, and
+    the alive record on it carries the epoch (its create revision). A witness says "alive" for
+    the epoch of the lease in force, "not alive" once that lease has gone (revoked here as etcd
+    does at expiry), and "alive" again for the epoch of the lease the hub takes next."""
+    hubs = [
+        Hub(
+            HubConfig(
+                zk=etcd_server.url,
+                region=region,
+                listen="127.0.0.1:0",
+                data_dir=scratch.mkdtemp("hub-"),
+                replication="1/1/1",
+                zk_session_timeout_s=4.0,
+            )
+        )
+        for _ in range(2)
+    ]
+    for hub in hubs:
+        await hub.start()
+    asked, other = hubs
+
+    async def resolve(_member: str) -> str:
+        return asked.address
+
+    node = RemoteStorage(asked.storage.address, resolve=resolve)
+    try:
+        epoch = other.topics.epoch
+        assert epoch
+        assert await node.hub_alive(other.address, epoch, 2.0) is True
+        assert await node.hub_alive(other.address, epoch + 1, 2.0) is False
+        # What ``other`` would hear if it were cut off: its witnesses ask ``asked``, the one
+        # other hub its last read of the registry found.
+        await other.directory.refresh()
+        assert other.directory.members(besides=(other.address, other.hub_id)) == [asked.hub_id]
+        witnesses = other.topics.session_over
+        assert witnesses is not None
+        assert await witnesses(other.address, epoch) is False
+        told = answered(asked, "hub_alive")
+        assert told == 3
+
+        store = other.store
+        assert isinstance(store, EtcdMetadataStore)
+        await store.etcd.revoke_elsewhere(store.etcd.lease)
+        assert await node.hub_alive(other.address, epoch, 2.0) is False
+        assert await witnesses(other.address, epoch) is True
+
+        async with asyncio.timeout(15):  # it learns at its next refresh, and registers again
+            while other.topics.epoch in (0, epoch):
+                await asyncio.sleep(0.1)
+        renewed = other.topics.epoch
+        assert await node.hub_alive(other.address, renewed, 2.0) is True
+        assert await node.hub_alive(other.address, epoch, 2.0) is False
+        assert answered(asked, "hub_alive") == told + 4
+    finally:
+        node.close()
+        for hub in hubs:
+            await hub.stop()
