@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
+import sys
 import urllib.request
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
@@ -22,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from hedwig.metadata import open_store
+from tests.cluster_helpers import eventually
 from tests.failure.history import History, check
 from tests.failure.lab.cluster import LabCluster, ProcessFault, longest_pause
 from tests.failure.lab.disk import SlowDisk, slow_disk_unavailable
@@ -155,14 +159,19 @@ def report(name: str, out: Outcome, lc: LabCluster) -> None:
             f.write(json.dumps(line) + "\n")
 
 
-def losses(lc: LabCluster, address: str) -> float:
+def metric_sum(lc: LabCluster, address: str, series: str, label: str = "") -> float:
+    """The sum of the hub's ``series`` samples (those whose labels hold ``label``)."""
     with urllib.request.urlopen(lc.hub(address).metrics_url + "/metrics", timeout=5) as r:
         text = r.read().decode()
     return sum(
         float(line.rsplit(" ", 1)[1])
         for line in text.splitlines()
-        if line.startswith("hedwig_topic_losses_total{")
+        if line.startswith(series + "{") and label in line
     )
+
+
+def losses(lc: LabCluster, address: str) -> float:
+    return metric_sum(lc, address, "hedwig_topic_losses_total")
 
 
 async def test_owner_cut_off_from_zookeeper(lc: LabCluster) -> None:
@@ -192,6 +201,80 @@ async def test_owner_cut_off_from_zookeeper_asked_after_its_session(lc: LabClust
     name = "owner cut off from ZooKeeper, asked after its session"
     out = await scenario(lc, name, inject, takeover=True, victim_first=True)
     assert_failover(out)
+
+
+# The draining owner's link to ZooKeeper is slowed this much each way, so that its hand-offs
+# (each a few ZooKeeper round trips) are still under way when the link is cut.
+DRAIN_DELAY = 0.5
+
+
+def answered_hub_alive(lc: LabCluster, address: str) -> float:
+    """How many HUB_ALIVE questions the hub at ``address`` answered, whatever the answer."""
+    return metric_sum(lc, address, "hedwig_requests_total", 'op="hub_alive"')
+
+
+@pytest.fixture
+def drain_lc(lab: Lab, lab_dir: Path) -> Iterator[LabCluster]:
+    """``lc`` with each hub's HTTP endpoint on every address of its machine: a hub drains
+    only for a caller on its own machine (loopback), as the pod's preStop hook is."""
+    args = ["--metrics-host", "0.0.0.0"]
+    with LabCluster(lab, lab_dir, session_timeout_s=SESSION, hub_args=args) as made:
+        yield made
+
+
+async def test_draining_owner_cut_off_from_zookeeper(drain_lc: LabCluster) -> None:
+    """The owner drains (``hedwig drain`` on its own machine, as the pod's preStop hook
+    runs it): it takes its registration out of ZooKeeper first, then hands its topics over.
+    Its link to ZooKeeper is slowed so the hand-offs take seconds, and cut the moment its
+    registration is gone. Its registration's absence says nothing about its session (it took
+    it out itself), so it must not ask the other hubs, whose "not alive" would be about the
+    registration: it serves on until its session really ends; then the others take its topics
+    over by fencing its ledgers. Nothing acknowledged may be lost or doubled; the drain
+    itself ends once the link is back (``test_a_draining_hub_cut_off_from_the_store_is_not_
+    told_its_session_ended`` is the same in memory)."""
+    lc = drain_lc
+    port = int(lc.dev.zk.rpartition(":")[2])
+    drains: list[asyncio.Task[subprocess.CompletedProcess[str]]] = []
+    asked: list[float] = []
+
+    async def registered(address: str) -> bool:
+        store = open_store(lc.dev.zk, region=lc.region)
+        await store.start()
+        try:
+            return any(h.address == address and h.alive for h in await store.hubs.list_hubs())
+        finally:
+            await store.close()
+
+    async def inject(victim: str) -> None:
+        node = lc.hub_node(victim)
+        link = SlowLink(lc.lab, node, lc.zk_node, port, DRAIN_DELAY)
+        lc.add_fault(link.start())
+        await asyncio.sleep(2 * DRAIN_DELAY + 1.0)  # reconnected through the relay, session kept
+        metrics_port = str(lc.hub(victim).metrics_port)
+        command = [*node.host.launch, sys.executable, "-m", "hedwig", "drain", "--host",
+                   "127.0.0.1", "--metrics-port", metrics_port, "--timeout", "120"]  # fmt: skip
+        drains.append(
+            asyncio.create_task(
+                asyncio.to_thread(subprocess.run, command, capture_output=True, text=True)
+            )
+        )
+        await eventually(lambda: _not(registered(victim)), timeout=20, interval=0.05)
+        lc.note("the victim's registration is gone")
+        # Asked before, while its connection was moved onto the relay: it was accepting then.
+        asked.append(sum(answered_hub_alive(lc, a) for a in lc.dev.addresses if a != victim))
+        lc.add_fault(cut(node, [lc.zk_node]))
+        lc.undo(link)  # its connections through the relay close; direct ones are cut
+
+    out = await scenario(lc, "draining owner cut off from ZooKeeper", inject, takeover=True)
+    drained = await asyncio.wait_for(drains[0], 150)
+    assert drained.returncode == 0, drained.stderr
+    others = [a for a in lc.dev.addresses if a != out.victim]
+    now = sum(answered_hub_alive(lc, a) for a in others)
+    assert now == asked[0], f"the draining hub asked {now - asked[0]} times"
+
+
+async def _not(check: Awaitable[bool]) -> bool:
+    return not await check
 
 
 async def test_owner_cut_off_from_replicas(lc: LabCluster) -> None:
