@@ -283,8 +283,6 @@ async def test_hubs_on_etcd_witness_each_others_leases(
         )
         for _ in range(2)
     ]
-    for hub in hubs:
-        await hub.start()
     asked, other = hubs
 
     async def resolve(_member: str) -> str:
@@ -292,6 +290,8 @@ async def test_hubs_on_etcd_witness_each_others_leases(
 
     node = RemoteStorage(asked.storage.address, resolve=resolve)
     try:
+        for hub in hubs:
+            await hub.start()
         epoch = other.topics.epoch
         assert epoch
         assert await node.hub_alive(other.address, epoch, 2.0) is True

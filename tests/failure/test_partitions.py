@@ -237,14 +237,6 @@ async def test_draining_owner_cut_off_from_zookeeper(drain_lc: LabCluster) -> No
     drains: list[asyncio.Task[subprocess.CompletedProcess[str]]] = []
     asked: list[float] = []
 
-    async def registered(address: str) -> bool:
-        store = open_store(lc.dev.zk, region=lc.region)
-        await store.start()
-        try:
-            return any(h.address == address and h.alive for h in await store.hubs.list_hubs())
-        finally:
-            await store.close()
-
     async def inject(victim: str) -> None:
         node = lc.hub_node(victim)
         link = SlowLink(lc.lab, node, lc.zk_node, port, DRAIN_DELAY)
@@ -258,7 +250,18 @@ async def test_draining_owner_cut_off_from_zookeeper(drain_lc: LabCluster) -> No
                 asyncio.to_thread(subprocess.run, command, capture_output=True, text=True)
             )
         )
-        await eventually(lambda: _not(registered(victim)), timeout=20, interval=0.05)
+        store = open_store(lc.dev.zk, region=lc.region)
+        await store.start()
+        try:
+
+            async def unregistered() -> bool:
+                return not any(
+                    h.address == victim and h.alive for h in await store.hubs.list_hubs()
+                )
+
+            await eventually(unregistered, timeout=20, interval=0.05)
+        finally:
+            await store.close()
         lc.note("the victim's registration is gone")
         # Asked before, while its connection was moved onto the relay: it was accepting then.
         asked.append(sum(answered_hub_alive(lc, a) for a in lc.dev.addresses if a != victim))
@@ -271,10 +274,6 @@ async def test_draining_owner_cut_off_from_zookeeper(drain_lc: LabCluster) -> No
     others = [a for a in lc.dev.addresses if a != out.victim]
     now = sum(answered_hub_alive(lc, a) for a in others)
     assert now == asked[0], f"the draining hub asked {now - asked[0]} times"
-
-
-async def _not(check: Awaitable[bool]) -> bool:
-    return not await check
 
 
 async def test_owner_cut_off_from_replicas(lc: LabCluster) -> None:
