@@ -1,13 +1,27 @@
 """Choosing a hub for a topic nobody owns.
 
+A hub calls ``choose_hub`` when a request names a topic with no owner (a new topic, or one
+whose owner died or gave it up) and nothing else has decided where it goes
+(``hedwig.hub.choices``: a placement still held, a lane's hub, or, under ``random`` and
+``load-weighted``, the hub asked keeping the topic while its load is near the region's mean).
+The policy chooses among the alive hubs the caller did not exclude (drained hubs, hubs it
+cannot reach, itself when it cannot store the topic). It never moves a topic that has an
+owner: owned topics stay where they are until the rebalancer (``hedwig.placement.rebalance``,
+by load, whatever the policy), a drain or an administrator's move hands them over.
+
 - ``random``: uniform among alive hubs (the original Hedwig's default).
 - ``load-weighted``: random, weighted towards hubs with less load (the original's option), so a
   hot hub still gets some topics but fewer; a burst of claims does not all land on the one hub
   that looked idlest a moment ago, which is what plain least-loaded does.
 - ``least-loaded``: the hub with the least load; ties broken at random.
-- ``consistent-hash``: the topic's place on a hash ring of alive hubs, so every hub
-  computes the same answer without coordination and a joining or leaving hub moves only its
-  share of topics.
+- ``consistent-hash``: the topic's place on a hash ring of the alive hubs (``VIRTUAL_NODES``
+  points each), so hubs that see the same alive hubs give the same answer without
+  coordination. The ring places unowned topics only: a joining hub takes nothing from it (the
+  topics keep their owners; it gets new topics whose place is its own, and load from the
+  rebalancer), and the topics of a hub that leaves, once unowned, go wherever the ring of the
+  hubs left places them. Each hub builds the ring from its own list of alive hubs (at most a
+  fraction of a second old) less the hubs it excludes, so while membership changes two hubs
+  may answer differently; the claim's compare-and-set on the owner record settles it.
 
 Load is a hub's message rate in plus out, plus a floor per owned topic so that idle topics
 still count; reports older than ``max_age_ms`` are treated as unknown (weight of a median hub).
