@@ -30,10 +30,10 @@ from hedwig.errors import (
     TlsClosedError,
     UsageError,
 )
-from hedwig.hub import ownership
-from hedwig.hub.choices import HUBS_CACHE_S, HUBS_FRESH_S
-from hedwig.hub.events import LossKind
-from hedwig.hub.topic import OwnedTopic
+from hedwig.hub.owning import ownership
+from hedwig.hub.owning.choices import HUBS_CACHE_S, HUBS_FRESH_S
+from hedwig.hub.owning.topic import OwnedTopic
+from hedwig.hub.reporting.events import LossKind
 from hedwig.metadata.memory import MemoryMetadataStore
 from hedwig.net import MemoryNetwork
 from hedwig.net.connection import HubConnection

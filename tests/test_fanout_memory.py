@@ -14,8 +14,8 @@ import pytest
 from hedwig.client import HedwigClient, Subscriber
 from hedwig.clock import SystemClock
 from hedwig.errors import HedwigError, NotResponsibleError, TopicInUseError
-from hedwig.hub.tail import TailLog
-from hedwig.hub.topic_subscriptions import HAND_OVER_OVERLAP_S
+from hedwig.hub.serving.topic_subscriptions import HAND_OVER_OVERLAP_S
+from hedwig.hub.spreading.tail import TailLog
 from hedwig.metadata import HubLoad, HubStatus, PlanMode, TopicPlan
 from hedwig.metadata.memory import MemoryMetadataStore
 from hedwig.net import MemoryNetwork

@@ -4,7 +4,7 @@ and asking its replicas whether the ledgers of the topics read there were fenced
 Real hubs on the in-memory network and store: the memory store loses its connection and
 keeps its session as a ZooKeeper client does (``disconnect``), and the session can be ended
 behind its back (``MemoryBackend.expire``), which the hub learns only when it gets through
-again, or from another hub (``hedwig.hub.witnesses``). The network lab runs the same with
+again, or from another hub (``hedwig.hub.owning.witnesses``). The network lab runs the same with
 ZooKeeper itself (``tests/failure/test_partitions.py``,
 ``test_owner_cut_off_from_zookeeper_asked_after_its_session`` and its secured twin); the
 witnesses' read on etcd, where the session is a lease, runs here against etcd itself.
@@ -20,7 +20,7 @@ import pytest
 from hedwig.devcluster.etcd import EtcdServer
 from hedwig.errors import MetadataUnavailableError, ServiceUnavailableError
 from hedwig.hub import HubConfig
-from hedwig.hub.hub import Hub
+from hedwig.hub.process.hub import Hub
 from hedwig.ledger.remote import RemoteStorage
 from hedwig.metadata import SessionState
 from hedwig.metadata.etcd.store import EtcdMetadataStore

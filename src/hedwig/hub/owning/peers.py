@@ -1,8 +1,8 @@
 """Where other hubs are: their internal listeners, and the hubs that ledgers name by id.
 
 Owner records and the hub registry know a hub by its client address; ledger ensembles name
-its replicas by its stable id (``hedwig.hub.identity``), so they stay reachable when it comes
-back on another address. Hub-to-hub requests (the storage role, claim requests) go to the
+its replicas by its stable id (``hedwig.hub.process.identity``), so they stay reachable when
+it comes back on another address. Hub-to-hub requests (the storage role, claim requests) go to the
 internal listener when the hub has one. Each hub publishes its id and internal listener in
 its ``alive`` record (``HubLoad``); this directory maps addresses and ids to where to send
 requests, reading the registry again when it meets a hub it does not know (at most once a

@@ -18,11 +18,11 @@ from typing import Any, TypeVar
 from hedwig.clock import Clock
 from hedwig.errors import HedwigError
 from hedwig.hub.config import HubConfig
-from hedwig.hub.load import LoadTracker
-from hedwig.hub.metrics import HubMetrics
-from hedwig.hub.ownership import TopicOwnership
-from hedwig.hub.requests import HubRequests
-from hedwig.hub.topic import TopicState
+from hedwig.hub.owning.ownership import TopicOwnership
+from hedwig.hub.owning.topic import TopicState
+from hedwig.hub.reporting.load import LoadTracker
+from hedwig.hub.reporting.metrics import HubMetrics
+from hedwig.hub.requests.requests import HubRequests
 from hedwig.ledger.auditor import Auditor, AuditReport
 from hedwig.ledger.storage import LocalStorage
 from hedwig.metadata.managers import MetadataStore
@@ -81,7 +81,7 @@ class HubLoops:
         self.metrics = metrics
         self.clock = clock
         # This hub's internal listener and id, published in its load reports
-        # (``hedwig.hub.peers``).
+        # (``hedwig.hub.owning.peers``).
         self.internal_address = ""
         self.hub_id = ""
         self._connections = connections
@@ -280,7 +280,7 @@ class HubLoops:
 
     async def collect_garbage(self) -> None:
         """Delete ledgers every subscriber has consumed and retention lets go, and sealed
-        lanes every subscriber has finished (``hedwig.hub.lanes``)."""
+        lanes every subscriber has finished (``hedwig.hub.spreading.lanes``)."""
         lanes = self.requests.lanes
         async for owned in in_turns(list(self.ownership.topics.values())):
             if lanes is not None and owned.state is TopicState.OPEN and lane_of(owned.name)[1]:

@@ -3,7 +3,7 @@
 Rules:
 
 - Only an OPEN topic accepts publishes, subscribes and reads. Ownership decisions (claim,
-  watch, release) are made by ``hedwig.hub.ownership``; this object only obeys them: it is
+  watch, release) are made by ``hedwig.hub.owning.ownership``; this object only obeys them: it is
   created OPEN after a successful claim and log take-over, and moves to CLOSED through
   ``release`` (graceful: flush marks, close the ledger, tell clients where the topic went) or
   ``lose`` (sudden: the ownership record or the session is gone; stop at once, tell clients).
@@ -34,11 +34,11 @@ from hedwig.errors import (
     TopicMovingError,
 )
 from hedwig.hub.config import TopicSettings
-from hedwig.hub.dedup import RECENT, Known, PublisherTable
-from hedwig.hub.events import HubEvents, LossKind
-from hedwig.hub.peer import Peer
-from hedwig.hub.subscription import Subscription
-from hedwig.hub.topic_subscriptions import TopicSubscriptions, keep_from_seq_of
+from hedwig.hub.owning.dedup import RECENT, Known, PublisherTable
+from hedwig.hub.reporting.events import HubEvents, LossKind
+from hedwig.hub.serving.peer import Peer
+from hedwig.hub.serving.subscription import Subscription
+from hedwig.hub.serving.topic_subscriptions import TopicSubscriptions, keep_from_seq_of
 from hedwig.ledger.topic_log import TopicLog
 from hedwig.metadata.managers import MetadataStore
 from hedwig.metadata.records import LedgerRange, TopicConfig, Version
@@ -209,7 +209,7 @@ class OwnedTopic:
     async def publish(
         self, peer: Peer, req: Publish, check: Callable[[str], None] | None = None
     ) -> Published:
-        """Store a batch once. ``check`` (a lane's, ``hedwig.hub.lanes``) may refuse its
+        """Store a batch once. ``check`` (a lane's, ``hedwig.hub.spreading.lanes``) may refuse its
         publisher, but only after the duplicate check: a batch stored here is answered as
         stored whatever the check would say now."""
         self._check_open()
@@ -296,7 +296,7 @@ class OwnedTopic:
             if b.publisher_seq:
                 self.publisher_table.learn(b.publisher_id, b.publisher_seq, b.count, b.first_seq)
 
-    # subscriptions (``hedwig.hub.topic_subscriptions``) -------------------------------------
+    # subscriptions (``hedwig.hub.serving.topic_subscriptions``) ---------------------------
 
     async def subscribe(self, peer: Peer, req: Subscribe) -> Subscribed:
         self._check_open()

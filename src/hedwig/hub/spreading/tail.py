@@ -38,7 +38,7 @@ from hedwig.errors import (
     TopicMovingError,
 )
 from hedwig.flag import Flag
-from hedwig.hub.peers import PeerDirectory
+from hedwig.hub.owning.peers import PeerDirectory
 from hedwig.metadata.managers import MetadataStore
 from hedwig.net.connection import HubConnection
 from hedwig.net.transport import Network
@@ -68,7 +68,7 @@ RETRY_MAX_S = 1.0
 
 
 class TailLog:
-    """Quacks like ``hedwig.ledger.topic_log.TopicLog`` for ``hedwig.hub.subscription``."""
+    """Quacks like ``hedwig.ledger.topic_log.TopicLog`` for ``hedwig.hub.serving.subscription``."""
 
     def __init__(
         self,

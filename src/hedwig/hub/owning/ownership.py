@@ -31,7 +31,7 @@ acknowledging (a hub that takes a topic over fences the ledger's replicas before
 else, after which the old owner can no longer reach an ack quorum). So publishing goes on
 through a metadata outage; what needs the store waits (claims are refused, roll-overs and
 consume marks wait and catch up). Meanwhile it asks other hubs whether the store has ended
-its session (``hedwig.hub.witnesses``), and once one that reads the store says so it drops
+its session (``hedwig.hub.owning.witnesses``), and once one that reads the store says so it drops
 every topic, as when the store tells it itself: otherwise its clients would stay with it
 while nobody took its topics over. Past the session timeout another hub may have taken over:
 the hub then asks its open ledgers' replicas whether they were fenced, and drops the topics
@@ -59,10 +59,10 @@ from hedwig.errors import (
     ServiceUnavailableError,
     TopicMovingError,
 )
-from hedwig.hub.choices import HubChoices
 from hedwig.hub.config import HubConfig, TopicSettings
-from hedwig.hub.events import HubEvents, LossKind
-from hedwig.hub.topic import OwnedTopic, TopicState
+from hedwig.hub.owning.choices import HubChoices
+from hedwig.hub.owning.topic import OwnedTopic, TopicState
+from hedwig.hub.reporting.events import HubEvents, LossKind
 from hedwig.ledger.handle import Fragments
 from hedwig.ledger.lac_notices import LacNotices
 from hedwig.ledger.replicas import Replicas
@@ -112,7 +112,7 @@ DEDUP_WINDOW = 5000
 # ledgers' replicas whether another hub has fenced them.
 FENCING_CHECK_S = 1.0
 # While it is out of reach at all, how often the hub asks other hubs whether the store still
-# has its session (``hedwig.hub.witnesses``).
+# has its session (``hedwig.hub.owning.witnesses``).
 WITNESS_CHECK_S = 0.5
 # Owner records checked at once after their watches fired. A watch stream that breaks fires
 # every watch of the hub at once (etcd also cancels, at a compaction, the watches it had not
@@ -183,7 +183,7 @@ class TopicOwnership:
         self._session_lost = False
         self._fencing_task: asyncio.Task[None] | None = None
         # Asks other hubs whether the store has ended the session of (address, epoch)
-        # (``hedwig.hub.witnesses``); None: nobody to ask.
+        # (``hedwig.hub.owning.witnesses``); None: nobody to ask.
         self.session_over: Callable[[str, int], Awaitable[bool]] | None = None
         self.accepting = True
         self._dropping = False
@@ -383,7 +383,7 @@ class TopicOwnership:
             fut.exception()  # retrieved: waiters get it through shield
             # The future keeps the traceback, which holds this frame: without ``fut`` in it
             # there is no cycle (only the cycle collector could free one, and a failover's
-            # redirects made thousands a second: ``hedwig.hub.server.drop_tracebacks``).
+            # redirects made thousands a second: ``hedwig.hub.front.server.drop_tracebacks``).
             del fut
             raise
         self._claims.pop(topic, None)

@@ -23,24 +23,24 @@ from typing import TypeVar
 
 from hedwig.clock import Clock, SystemClock
 from hedwig.errors import MetadataUnavailableError, UsageError
-from hedwig.hub import collector
-from hedwig.hub.access import AccessControl, ListenerRole
-from hedwig.hub.acl_watch import AclWatcher
-from hedwig.hub.choices import HubChoices
 from hedwig.hub.config import HubConfig
-from hedwig.hub.events import LossKind
-from hedwig.hub.fanout import FanOut
-from hedwig.hub.http import HealthServer
-from hedwig.hub.identity import load_hub_id
-from hedwig.hub.loops import HubLoops
-from hedwig.hub.metrics import HubMetrics
-from hedwig.hub.ownership import TopicOwnership
-from hedwig.hub.peers import PeerDirectory
-from hedwig.hub.requests import HubRequests
-from hedwig.hub.server import ClientConnection, HubFrontEnd
-from hedwig.hub.stalls import StallWatch
-from hedwig.hub.tls import HubTls
-from hedwig.hub.witnesses import SessionWitnesses
+from hedwig.hub.front.access import AccessControl, ListenerRole
+from hedwig.hub.front.acl_watch import AclWatcher
+from hedwig.hub.front.server import ClientConnection, HubFrontEnd
+from hedwig.hub.front.tls import HubTls
+from hedwig.hub.owning.choices import HubChoices
+from hedwig.hub.owning.ownership import TopicOwnership
+from hedwig.hub.owning.peers import PeerDirectory
+from hedwig.hub.owning.witnesses import SessionWitnesses
+from hedwig.hub.process import collector
+from hedwig.hub.process.http import HealthServer
+from hedwig.hub.process.identity import load_hub_id
+from hedwig.hub.process.loops import HubLoops
+from hedwig.hub.process.stalls import StallWatch
+from hedwig.hub.reporting.events import LossKind
+from hedwig.hub.reporting.metrics import HubMetrics
+from hedwig.hub.requests.requests import HubRequests
+from hedwig.hub.spreading.fanout import FanOut
 from hedwig.ledger.auditor import Auditor
 from hedwig.ledger.replicas import LocalFirstReplicas
 from hedwig.ledger.storage import LocalStorage

@@ -20,8 +20,8 @@ Rules:
   to pay a store read for its plan, and a hub ~500 bytes per topic for the watch and cache
   entry). The plans of the topics in the set are cached with a watch each; when the set
   changes, the topics that joined or left it are rechecked as a plan's own watch would.
-  The same cache serves lanes (``hedwig.hub.lanes``): when the lanes of a topic change, its
-  owner tells the subscribers attached there (LANES_CHANGED), and they subscribe to the
+  The same cache serves lanes (``hedwig.hub.spreading.lanes``): when the lanes of a topic
+  change, its owner tells the subscribers attached there (LANES_CHANGED), and they subscribe to the
   lanes they do not read yet.
 """
 
@@ -35,12 +35,12 @@ from collections.abc import Iterable
 from hedwig.clock import Clock
 from hedwig.errors import HedwigError, MetadataError, TopicInUseError
 from hedwig.hub.config import HubConfig
-from hedwig.hub.events import HubEvents
-from hedwig.hub.ownership import TopicOwnership
-from hedwig.hub.peer import Peer
-from hedwig.hub.peers import PeerDirectory
-from hedwig.hub.tail import TailLog
-from hedwig.hub.topic_subscriptions import HAND_OVER_OVERLAP_S, TopicSubscriptions
+from hedwig.hub.owning.ownership import TopicOwnership
+from hedwig.hub.owning.peers import PeerDirectory
+from hedwig.hub.reporting.events import HubEvents
+from hedwig.hub.serving.peer import Peer
+from hedwig.hub.serving.topic_subscriptions import HAND_OVER_OVERLAP_S, TopicSubscriptions
+from hedwig.hub.spreading.tail import TailLog
 from hedwig.metadata.managers import MetadataStore
 from hedwig.metadata.plans import PlanMode, TopicPlan
 from hedwig.metadata.records import TopicConfig

@@ -4,7 +4,7 @@ Topic requests first find the topic through ``TopicOwnership.acquire`` (which se
 it, or raises ``NotResponsibleError`` naming the owner), then hand the request to the
 ``OwnedTopic``. Storage requests (from other hubs' ledger writers, recovery and auditors) go to
 this hub's ``LocalStorage``. Moves hand a topic over gracefully and ask the destination to claim
-it at once. Errors are raised as they are; ``hedwig.hub.server`` turns them into answers.
+it at once. Errors are raised as they are; ``hedwig.hub.front.server`` turns them into answers.
 """
 
 from __future__ import annotations
@@ -25,14 +25,14 @@ from hedwig.errors import (
     ServiceUnavailableError,
     WrongReplicaError,
 )
-from hedwig.hub.access import AccessControl
-from hedwig.hub.events import HubEvents
-from hedwig.hub.fanout import FanOut
-from hedwig.hub.lanes import TopicLanes
-from hedwig.hub.ownership import TopicOwnership
-from hedwig.hub.peers import PeerDirectory
-from hedwig.hub.server import ClientConnection
-from hedwig.hub.topic import OwnedTopic, TopicState
+from hedwig.hub.front.access import AccessControl
+from hedwig.hub.front.server import ClientConnection
+from hedwig.hub.owning.ownership import TopicOwnership
+from hedwig.hub.owning.peers import PeerDirectory
+from hedwig.hub.owning.topic import OwnedTopic, TopicState
+from hedwig.hub.reporting.events import HubEvents
+from hedwig.hub.spreading.fanout import FanOut
+from hedwig.hub.spreading.lanes import TopicLanes
 from hedwig.ledger.storage import LocalStorage
 from hedwig.metadata.managers import MetadataStore
 from hedwig.metadata.plans import PlanMode
@@ -91,7 +91,7 @@ TOPICS_KEPT = 1_024
 
 
 class HubRequests:
-    """Serves requests for one hub (``hedwig.hub.server.RequestHandler``)."""
+    """Serves requests for one hub (``hedwig.hub.front.server.RequestHandler``)."""
 
     def __init__(
         self,

@@ -2,13 +2,13 @@
 
 Each connection wraps the sans-IO ``Connection``. Requests are handled concurrently (many in
 flight per connection, answered as they finish, matched by request id); what each request does
-is ``hedwig.hub.requests``.
+is ``hedwig.hub.requests.requests``.
 
 This is the only place where a failed request becomes an ERROR answer: the exception goes
 through the table in ``hedwig.protocol.status``; one that no row covers is a bug, logged here
 with its cause and answered INTERNAL_ERROR, which clients do not retry.
 
-Before anything is served, ``hedwig.hub.access`` admits the request (authentication,
+Before anything is served, ``hedwig.hub.front.access`` admits the request (authentication,
 authorization, the closed hub-to-hub plane); a refusal is answered like any other error.
 
 Bad input never takes the hub down: a malformed frame closes that one connection with a logged
@@ -25,8 +25,8 @@ from functools import cache
 from typing import Protocol, cast
 
 from hedwig.errors import MessageTooLargeError, ProtocolError
-from hedwig.hub.access import AccessControl, ListenerRole
-from hedwig.hub.events import HubEvents
+from hedwig.hub.front.access import AccessControl, ListenerRole
+from hedwig.hub.reporting.events import HubEvents
 from hedwig.metadata.acls import Operation
 from hedwig.net.coalescing import TurnWriter
 from hedwig.protocol import (
@@ -53,7 +53,7 @@ HIGH_WATER = 4 * 1024 * 1024
 
 
 class RequestHandler(Protocol):
-    """What the front end calls; ``hedwig.hub.requests.HubRequests`` implements it."""
+    """What the front end calls; ``hedwig.hub.requests.requests.HubRequests`` implements it."""
 
     async def handle(self, conn: ClientConnection, frame: Request) -> Reply | None:
         """Serve one request; its answer (``None``: OK). Raises what the table maps."""
@@ -82,7 +82,7 @@ class ClientConnection(asyncio.Protocol):
         # disconnection looks at every owned topic instead: a client publishing to 100,000
         # topics kept about 100 bytes per topic here for as long as it was connected).
         self.topics: set[str] | None = set()
-        # Access control (``hedwig.hub.access``): which listener, who, and cached decisions.
+        # Access control (``hedwig.hub.front.access``): which listener, who, and cached decisions.
         self.role = front.role
         self.principal: Principal = ANONYMOUS
         self.decisions: dict[tuple[Operation, str], bool] = {}

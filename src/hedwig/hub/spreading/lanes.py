@@ -32,9 +32,9 @@ from hedwig.errors import (
     NoSuchTopicError,
     UseLaneError,
 )
-from hedwig.hub.fanout import FanOut
-from hedwig.hub.ownership import TopicOwnership
-from hedwig.hub.topic import OwnedTopic
+from hedwig.hub.owning.ownership import TopicOwnership
+from hedwig.hub.owning.topic import OwnedTopic
+from hedwig.hub.spreading.fanout import FanOut
 from hedwig.metadata.managers import MetadataStore, SessionState
 from hedwig.metadata.plans import PlanMode, TopicPlan
 from hedwig.metadata.records import Versioned
