@@ -107,7 +107,7 @@ async def test_order_kept_through_a_graceful_move(region: Region) -> None:
         dest = next(h for h in region.hubs if h is not source)
 
         async def move() -> None:
-            await source.requests.move("move", dest.address, MoveKind.REQUESTED, "test")
+            await source.requests.moves.move("move", dest.address, MoveKind.REQUESTED, "test")
 
         seqs = await publish_around(c, "move", 2000, move)
         assert seqs == list(range(2, 2002))
@@ -288,7 +288,7 @@ async def test_subscriber_follows_a_move(region: Region) -> None:
         assert (await sub.next(2)).value == b"before"
         source = region.owner("follow")
         dest = next(h for h in region.hubs if h is not source)
-        await source.requests.move("follow", dest.address, MoveKind.REQUESTED, "test")
+        await source.requests.moves.move("follow", dest.address, MoveKind.REQUESTED, "test")
         await c.publish("follow", b"after")
         assert (await sub.next(2)).value == b"after"
         assert region.owner("follow") is dest
@@ -522,7 +522,7 @@ async def test_a_move_told_with_the_subscribed_answer_is_not_missed(region: Regi
             answer, conn = await original(topic, make, **kw)
             if isinstance(answer, Subscribed) and armed:
                 armed.clear()
-                await owner.requests.move(topic, dest.address, MoveKind.REQUESTED, "race")
+                await owner.requests.moves.move(topic, dest.address, MoveKind.REQUESTED, "race")
                 await asyncio.sleep(0.05)  # its TOPIC_MOVED reaches the client first
             return answer, conn
 
@@ -546,7 +546,7 @@ async def test_a_pure_subscriber_follows_a_graceful_move(region: Region) -> None
         assert (await sub.next(5)).value == b"before"
         owner = region.owner("handed")
         dest = next(h for h in region.hubs if h is not owner)
-        await owner.requests.move("handed", dest.address, MoveKind.REQUESTED, "test")
+        await owner.requests.moves.move("handed", dest.address, MoveKind.REQUESTED, "test")
         await writer.publish("handed", b"after")
         assert region.owner("handed") is dest
         assert (await sub.next(5)).value == b"after"
@@ -784,7 +784,7 @@ async def test_a_request_redirected_to_the_old_owner_after_a_hand_off_goes_on(
         await c.publish("handed", b"warm-up")
         source = region.owner("handed")
         dest = next(h for h in region.hubs if h is not source)
-        assert await source.requests.move("handed", dest.address, MoveKind.REQUESTED, "test")
+        assert await source.requests.moves.move("handed", dest.address, MoveKind.REQUESTED, "test")
         with pytest.raises(NotResponsibleError) as told:
             await source.topics.acquire("handed", redirected=True)
         assert told.value.owner == dest.address
@@ -811,7 +811,7 @@ async def test_a_move_during_the_owners_claim_waits_for_it(region: Region) -> No
     claim = asyncio.create_task(a.topics.acquire("claiming", redirected=True))
     await written.wait()
     assert "claiming" not in a.topics.topics
-    assert await a.requests.move("claiming", b.address, MoveKind.REQUESTED, "test")
+    assert await a.requests.moves.move("claiming", b.address, MoveKind.REQUESTED, "test")
     await claim
     await until(lambda: "claiming" in b.topics.topics)
     assert "claiming" not in a.topics.topics
@@ -996,15 +996,15 @@ async def subscriber_follows_a_hand_off(region: Region) -> None:
         async def elsewhere(topic: str) -> str | None:
             return third.address  # the destination's placement would pick the third hub
 
-        real = old.requests._ask_to_claim
+        real = old.requests.moves._ask_to_claim
 
         async def slow_ask(destination: str, topic: str) -> None:
             await asyncio.sleep(0.5)  # the subscriber comes first
             await real(destination, topic)
 
         dest.topics.choices.owner_for = elsewhere  # type: ignore[method-assign]
-        old.requests._ask_to_claim = slow_ask  # type: ignore[method-assign]
-        assert await old.requests.move("handed", dest.address, MoveKind.REQUESTED, "test")
+        old.requests.moves._ask_to_claim = slow_ask  # type: ignore[method-assign]
+        assert await old.requests.moves.move("handed", dest.address, MoveKind.REQUESTED, "test")
         await until(lambda: region.owner_among("handed", region.hubs) is not None)
         await asyncio.sleep(0.7)
         assert region.owner("handed") is dest

@@ -71,13 +71,13 @@ async def test_a_hub_from_before_the_frame_is_not_asked() -> None:
     (and every ledger write on it) on a frame it does not know: it is not sent one."""
     async for region in memory_region(2):
         asked, other = region.hubs
-        hello = asked.requests.storage_hello
+        hello = asked.requests.storage.storage_hello
 
         async def old_hello(conn: object, req: StorageHello, hello: Any = hello) -> Ok:
             await hello(conn, req)
             return Ok(request_id=req.request_id, fences_batched=True)
 
-        asked.requests._routes[StorageHello] = old_hello
+        asked.client_routes._routes[StorageHello] = old_hello
         node = region.storage_client(asked)
         try:
             assert await node.hub_alive(other.address, other.topics.epoch, 1.0) is None

@@ -29,6 +29,7 @@ from hedwig.errors import (
     LedgerError,
     MessagesUnavailableError,
     MessageTooLargeError,
+    NoSuchSubscriptionError,
     OutOfOrderError,
     TopicInUseError,
     TopicMovingError,
@@ -305,6 +306,10 @@ class OwnedTopic:
         return answer
 
     def consume(self, peer: Peer, subscriber: str, seq: int) -> None:
+        if self.state is not TopicState.OPEN:
+            raise NoSuchSubscriptionError(
+                f"topic {self.name!r} is not served here; subscribe again"
+            )
         self.subs.consume(peer, subscriber, seq)
 
     async def close_subscription(self, peer: Peer, subscriber: str) -> None:

@@ -26,11 +26,12 @@ from hedwig.errors import MetadataUnavailableError, UsageError
 from hedwig.hub.config import HubConfig
 from hedwig.hub.front.access import AccessControl, ListenerRole
 from hedwig.hub.front.acl_watch import AclWatcher
+from hedwig.hub.front.admission import OpenDoor
 from hedwig.hub.front.server import ClientConnection, HubFrontEnd
 from hedwig.hub.front.tls import HubTls
 from hedwig.hub.owning.choices import HubChoices
 from hedwig.hub.owning.ownership import TopicOwnership
-from hedwig.hub.owning.peers import PeerDirectory
+from hedwig.hub.owning.peers import HubDialer, PeerDirectory
 from hedwig.hub.owning.witnesses import SessionWitnesses
 from hedwig.hub.process import collector
 from hedwig.hub.process.http import HealthServer
@@ -39,8 +40,16 @@ from hedwig.hub.process.loops import HubLoops
 from hedwig.hub.process.stalls import StallWatch
 from hedwig.hub.reporting.events import LossKind
 from hedwig.hub.reporting.metrics import HubMetrics
-from hedwig.hub.requests.requests import HubRequests
+from hedwig.hub.requests.moves import TopicMoves
+from hedwig.hub.requests.owned import OwnedTopics
+from hedwig.hub.requests.places import SubscriptionPlaces
+from hedwig.hub.requests.routes import HubRequests
+from hedwig.hub.requests.storage import StorageRequests
+from hedwig.hub.requests.subscriptions import SubscriptionRequests
+from hedwig.hub.requests.topics import TopicRequests
 from hedwig.hub.spreading.fanout import FanOut
+from hedwig.hub.spreading.lanes import TopicLanes
+from hedwig.hub.spreading.plans import TopicPlans
 from hedwig.ledger.auditor import Auditor
 from hedwig.ledger.replicas import LocalFirstReplicas
 from hedwig.ledger.storage import LocalStorage
@@ -96,7 +105,6 @@ class Hub:
         # when its address changes.
         self.hub_id = load_hub_id(config.data_dir, config.hub_id)
         self.directory = PeerDirectory(self.store, self.clock)
-        self.peers = self.directory if config.internal_listen else None
         self.storage = LocalStorage(config.data_dir, self.hub_id, log_bytes=config.entry_log_bytes)
         self.replicas = LocalFirstReplicas(
             self.storage,
@@ -138,44 +146,64 @@ class Hub:
             events=self.metrics,
             clock=self.clock,
         )
+        self.dialer = HubDialer(
+            directory=self.directory,
+            internal=bool(config.internal_listen),
+            network=self.internal_network,
+            clock=self.clock,
+        )
+        self.plans = TopicPlans(store=self.store, clock=self.clock)
         self.fanout = FanOut(
             address=self.address,
             config=config,
             store=self.store,
             ownership=self.topics,
-            network=self.internal_network,
+            plans=self.plans,
+            dialer=self.dialer,
             clock=self.clock,
             events=self.metrics,
-            peers=self.peers,
+        )
+        self.lanes = TopicLanes(plans=self.plans, store=self.store)
+        self.choices.lane_hint = self.lanes.hub_hint
+        owned = OwnedTopics(
+            ownership=self.topics, fanout=self.fanout, access=self.access, store=self.store
         )
         self.requests = HubRequests(
-            ownership=self.topics,
-            storage=self.storage,
-            store=self.store,
-            events=self.metrics,
-            network=self.internal_network,
-            clock=self.clock,
-            access=self.access if config.authorize else None,
-            peers=self.peers,
-            fanout=self.fanout,
+            owned=owned,
+            topics=TopicRequests(
+                owned=owned, fanout=self.fanout, lanes=self.lanes, events=self.metrics
+            ),
+            subscriptions=SubscriptionRequests(
+                places=SubscriptionPlaces(owned=owned, fanout=self.fanout, plans=self.plans),
+                lanes=self.lanes,
+            ),
+            moves=TopicMoves(
+                ownership=self.topics, store=self.store, dialer=self.dialer, events=self.metrics
+            ),
+            storage=StorageRequests(
+                storage=self.storage,
+                store=self.store,
+                address=lambda: self.address,
+                store_reachable=lambda: not self.topics.suspended,
+            ),
         )
-        if self.requests.lanes is not None:
-            self.choices.lane_hint = self.requests.lanes.hub_hint
         max_frame = max(DEFAULT_MAX_FRAME_SIZE, 2 * config.max_message_size + 65536)
-        # With security entirely off there is nothing to check: no access control on the
-        # path of every request.
+        # With security entirely off there is nothing to check: the open door admits all.
         secured = bool(config.authenticate or config.internal_listen or config.token_issuers)
+        # Each listener's table of what serves each request.
+        self.client_routes = self.requests.client_routes(with_storage=not config.internal_listen)
+        self.internal_routes = self.requests.internal_routes()
         self.front = HubFrontEnd(
-            self.requests,
+            self.client_routes,
             max_frame_size=max_frame,
             events=self.metrics,
-            access=self.access if secured else None,
+            admission=self.access if secured else OpenDoor(),
         )
         self.internal_front = HubFrontEnd(
-            self.requests,
+            self.internal_routes,
             max_frame_size=max_frame,
             events=self.metrics,
-            access=self.access,
+            admission=self.access,
             role=ListenerRole.INTERNAL,
         )
         self.acl_watcher = (
@@ -205,7 +233,9 @@ class Hub:
             config=config,
             store=self.store,
             ownership=self.topics,
-            requests=self.requests,
+            fanout=self.fanout,
+            lanes=self.lanes,
+            moves=self.requests.moves,
             auditor=self.auditor,
             storage=self.storage,
             metrics=self.metrics,
