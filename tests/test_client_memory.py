@@ -30,7 +30,7 @@ from hedwig.errors import (
     TlsClosedError,
     UsageError,
 )
-from hedwig.hub.owning import ownership
+from hedwig.hub.owning import claims, owner_watch, ownership, takeover
 from hedwig.hub.owning.choices import HUBS_CACHE_S, HUBS_FRESH_S
 from hedwig.hub.owning.topic import OwnedTopic
 from hedwig.hub.reporting.events import LossKind
@@ -590,7 +590,7 @@ async def test_the_next_owner_knows_the_last_batch_of_a_long_log(
     most likely could not send, so the one its publisher re-sends. With a log longer than the
     window read back, the read stopped one message short of the end, and the re-sent batch was
     stored a second time (found by the lab's failover rounds: "stored more than once")."""
-    monkeypatch.setattr(ownership, "DEDUP_WINDOW", 50)
+    monkeypatch.setattr(takeover, "DEDUP_WINDOW", 50)
     async with region.client(publisher_id="p") as c:
         for i in range(120):
             await c.publish("long", b"%d" % i)
@@ -668,7 +668,7 @@ async def test_a_hub_registers_again_though_the_store_refuses_the_first_attempt(
         return await list_hubs()
 
     hub.store.hubs.list_hubs = flaky  # type: ignore[method-assign]
-    await asyncio.wait_for(hub._reregister(), 5)
+    await asyncio.wait_for(hub.registration.reregister(), 5)
     assert not refusals
     assert hub.address in {h.address for h in await list_hubs() if h.alive}
 
@@ -933,10 +933,10 @@ async def test_every_owner_watch_firing_at_once_is_checked_a_bounded_number_at_a
     a.store.ownership.read_owner_info = counted  # type: ignore[method-assign]
     tasks = len(asyncio.all_tasks())
     for name in names:
-        a.topics._owner_changed(name)
+        a.topics.owners.fired(name)
     assert len(asyncio.all_tasks()) <= tasks + 1
-    await until(lambda: reading == 0 and not a.topics._to_check)
-    assert 1 < most <= ownership.OWNER_CHECKS_AT_ONCE
+    await until(lambda: reading == 0 and not a.topics.owners.to_check)
+    assert 1 < most <= owner_watch.OWNER_CHECKS_AT_ONCE
     assert set(names) <= set(a.topics.topics) and a.topics.stats.losses == 0
     # Watched again: the record of one removed, the hub lets the topic go.
     got = await read_owner("many/0007")
@@ -1081,7 +1081,7 @@ async def test_a_hub_claims_first_while_topics_asked_of_it_are_unowned_and_reads
         async with HedwigClient(first.address, network=region.network, retry=FAST_RETRY) as c:
             for topic in elsewhere:  # each asked of the first hub, owned by another
                 await c.publish(topic, b"y")
-            assert first.topics._unowned_lately < ownership.CLAIM_FIRST
+            assert first.topics.claims._unowned_lately < claims.CLAIM_FIRST
             reads.clear()
             await c.publish("wave/late", b"z")
         assert "wave/late" in first.topics.topics

@@ -253,7 +253,7 @@ async def test_a_witness_whose_store_read_fails_tells_nothing() -> None:
             assert calls == 1 and answered(asked, "hub_alive") == 0
             assert answered(asked, "hub_alive", "service_unavailable") == 1
             # The asker's witnesses: no answer is no end of its session.
-            witnesses = other.topics.session_over
+            witnesses = other.witnesses.session_over
             assert witnesses is not None
             assert await witnesses(other.address, other.topics.epoch) is False
             hubs.alive_epoch = read  # type: ignore[method-assign]
@@ -300,7 +300,7 @@ async def test_hubs_on_etcd_witness_each_others_leases(
         # other hub its last read of the registry found.
         await other.directory.refresh()
         assert other.directory.members(besides=(other.address, other.hub_id)) == [asked.hub_id]
-        witnesses = other.topics.session_over
+        witnesses = other.witnesses.session_over
         assert witnesses is not None
         assert await witnesses(other.address, epoch) is False
         told = answered(asked, "hub_alive")
