@@ -33,7 +33,7 @@ from hedwig.errors import (
 )
 from hedwig.hub.config import HubConfig, TopicSettings
 from hedwig.hub.owning.choices import HubChoices
-from hedwig.hub.owning.topic import OwnedTopic
+from hedwig.hub.owning.topic import OwnedTopic, TopicContext
 from hedwig.hub.reporting.events import HubEvents, LossKind
 from hedwig.ledger.handle import Fragments
 from hedwig.ledger.lac_notices import LacNotices
@@ -109,8 +109,7 @@ class TakeOver:
         self.suspect: Callable[[int, Fragments], None] = _no_suspects
         # Callbacks and settings every owned topic holds, made once and shared (a bound
         # method is 64 bytes, a topic's merged configuration and settings about 400).
-        self._on_lost = on_lost
-        self._on_subscriptions = on_subscriptions
+        self._context = TopicContext(store, clock, events, on_lost, on_subscriptions)
         self._rolled_over = on_rolled_over
         self._ensemble_cb = choices.ensemble
         self._suspect_one: Callable[[int, Fragments], None] = self._suspect_cb
@@ -222,17 +221,7 @@ class TakeOver:
                     f"topic {topic!r} was taken over concurrently"
                 ) from None
             raise ServiceUnavailableError(f"cannot recover topic {topic!r} now: {exc}") from None
-        owned = OwnedTopic(
-            topic,
-            tlog,
-            self.store,
-            config,
-            settings=settings,
-            clock=self.clock,
-            events=self.events,
-            on_lost=self._on_lost,
-            on_subscriptions=self._on_subscriptions,
-        )
+        owned = OwnedTopic(topic, tlog, config, settings=settings, context=self._context)
         try:
             # Learn the publishers' last sequences from the end of the log, so a publish
             # retried through this change of owner is still recognised as a duplicate.
