@@ -68,7 +68,8 @@ from hedwig.devcluster.cluster import DevCluster
 from hedwig.devcluster.etcd import EtcdServer
 from hedwig.devcluster.zookeeper import ZooKeeperServer
 from hedwig.errors import HedwigError
-from hedwig.hub import Hub, HubConfig, collector
+from hedwig.hub import Hub, HubConfig
+from hedwig.hub.process import collector
 from hedwig.metadata import open_store
 from hedwig.net.loop import install_uvloop
 

@@ -1,4 +1,4 @@
-"""The hub's ACL watcher (``hedwig.hub.acl_watch``) against the in-memory store: the rules
+"""The hub's ACL watcher (``hedwig.hub.front.acl_watch``) against the in-memory store: the rules
 follow every change through the watch, not the poll, even when a change lands while a read
 is still on its way back."""
 
@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 
 from hedwig.clock import SystemClock
-from hedwig.hub.acl_watch import AclWatcher
+from hedwig.hub.front.acl_watch import AclWatcher
 from hedwig.metadata.acls import AclEntry, AclRule, Operation
 from hedwig.metadata.memory import MemoryBackend, MemoryMetadataStore
 from hedwig.metadata.records import NEW_VERSION, Versioned

@@ -4,8 +4,8 @@ long (every topic of a claim wave passes through some hub's table)."""
 from __future__ import annotations
 
 from hedwig.clock import ManualClock
-from hedwig.hub.choices import ASSIGNMENT_HOLD_S, HubChoices
 from hedwig.hub.config import HubConfig
+from hedwig.hub.owning.choices import ASSIGNMENT_HOLD_S, HubChoices
 from hedwig.metadata.memory import MemoryBackend, MemoryMetadataStore
 from hedwig.metadata.records import HubLoad, HubStatus
 from hedwig.placement import PlacementPolicy

@@ -30,10 +30,10 @@ from hedwig.errors import (
     TlsClosedError,
     UsageError,
 )
-from hedwig.hub import ownership
-from hedwig.hub.choices import HUBS_CACHE_S, HUBS_FRESH_S
-from hedwig.hub.events import LossKind
-from hedwig.hub.topic import OwnedTopic
+from hedwig.hub.owning import claims, owner_watch, ownership, takeover
+from hedwig.hub.owning.choices import HUBS_CACHE_S, HUBS_FRESH_S
+from hedwig.hub.owning.topic import OwnedTopic
+from hedwig.hub.reporting.events import LossKind
 from hedwig.metadata.memory import MemoryMetadataStore
 from hedwig.net import MemoryNetwork
 from hedwig.net.connection import HubConnection
@@ -107,7 +107,7 @@ async def test_order_kept_through_a_graceful_move(region: Region) -> None:
         dest = next(h for h in region.hubs if h is not source)
 
         async def move() -> None:
-            await source.requests.move("move", dest.address, MoveKind.REQUESTED, "test")
+            await source.requests.moves.move("move", dest.address, MoveKind.REQUESTED, "test")
 
         seqs = await publish_around(c, "move", 2000, move)
         assert seqs == list(range(2, 2002))
@@ -288,7 +288,7 @@ async def test_subscriber_follows_a_move(region: Region) -> None:
         assert (await sub.next(2)).value == b"before"
         source = region.owner("follow")
         dest = next(h for h in region.hubs if h is not source)
-        await source.requests.move("follow", dest.address, MoveKind.REQUESTED, "test")
+        await source.requests.moves.move("follow", dest.address, MoveKind.REQUESTED, "test")
         await c.publish("follow", b"after")
         assert (await sub.next(2)).value == b"after"
         assert region.owner("follow") is dest
@@ -522,7 +522,7 @@ async def test_a_move_told_with_the_subscribed_answer_is_not_missed(region: Regi
             answer, conn = await original(topic, make, **kw)
             if isinstance(answer, Subscribed) and armed:
                 armed.clear()
-                await owner.requests.move(topic, dest.address, MoveKind.REQUESTED, "race")
+                await owner.requests.moves.move(topic, dest.address, MoveKind.REQUESTED, "race")
                 await asyncio.sleep(0.05)  # its TOPIC_MOVED reaches the client first
             return answer, conn
 
@@ -546,7 +546,7 @@ async def test_a_pure_subscriber_follows_a_graceful_move(region: Region) -> None
         assert (await sub.next(5)).value == b"before"
         owner = region.owner("handed")
         dest = next(h for h in region.hubs if h is not owner)
-        await owner.requests.move("handed", dest.address, MoveKind.REQUESTED, "test")
+        await owner.requests.moves.move("handed", dest.address, MoveKind.REQUESTED, "test")
         await writer.publish("handed", b"after")
         assert region.owner("handed") is dest
         assert (await sub.next(5)).value == b"after"
@@ -590,7 +590,7 @@ async def test_the_next_owner_knows_the_last_batch_of_a_long_log(
     most likely could not send, so the one its publisher re-sends. With a log longer than the
     window read back, the read stopped one message short of the end, and the re-sent batch was
     stored a second time (found by the lab's failover rounds: "stored more than once")."""
-    monkeypatch.setattr(ownership, "DEDUP_WINDOW", 50)
+    monkeypatch.setattr(takeover, "DEDUP_WINDOW", 50)
     async with region.client(publisher_id="p") as c:
         for i in range(120):
             await c.publish("long", b"%d" % i)
@@ -668,7 +668,7 @@ async def test_a_hub_registers_again_though_the_store_refuses_the_first_attempt(
         return await list_hubs()
 
     hub.store.hubs.list_hubs = flaky  # type: ignore[method-assign]
-    await asyncio.wait_for(hub._reregister(), 5)
+    await asyncio.wait_for(hub.registration.reregister(), 5)
     assert not refusals
     assert hub.address in {h.address for h in await list_hubs() if h.alive}
 
@@ -784,7 +784,7 @@ async def test_a_request_redirected_to_the_old_owner_after_a_hand_off_goes_on(
         await c.publish("handed", b"warm-up")
         source = region.owner("handed")
         dest = next(h for h in region.hubs if h is not source)
-        assert await source.requests.move("handed", dest.address, MoveKind.REQUESTED, "test")
+        assert await source.requests.moves.move("handed", dest.address, MoveKind.REQUESTED, "test")
         with pytest.raises(NotResponsibleError) as told:
             await source.topics.acquire("handed", redirected=True)
         assert told.value.owner == dest.address
@@ -811,7 +811,7 @@ async def test_a_move_during_the_owners_claim_waits_for_it(region: Region) -> No
     claim = asyncio.create_task(a.topics.acquire("claiming", redirected=True))
     await written.wait()
     assert "claiming" not in a.topics.topics
-    assert await a.requests.move("claiming", b.address, MoveKind.REQUESTED, "test")
+    assert await a.requests.moves.move("claiming", b.address, MoveKind.REQUESTED, "test")
     await claim
     await until(lambda: "claiming" in b.topics.topics)
     assert "claiming" not in a.topics.topics
@@ -933,10 +933,10 @@ async def test_every_owner_watch_firing_at_once_is_checked_a_bounded_number_at_a
     a.store.ownership.read_owner_info = counted  # type: ignore[method-assign]
     tasks = len(asyncio.all_tasks())
     for name in names:
-        a.topics._owner_changed(name)
+        a.topics.owners.fired(name)
     assert len(asyncio.all_tasks()) <= tasks + 1
-    await until(lambda: reading == 0 and not a.topics._to_check)
-    assert 1 < most <= ownership.OWNER_CHECKS_AT_ONCE
+    await until(lambda: reading == 0 and not a.topics.owners.to_check)
+    assert 1 < most <= owner_watch.OWNER_CHECKS_AT_ONCE
     assert set(names) <= set(a.topics.topics) and a.topics.stats.losses == 0
     # Watched again: the record of one removed, the hub lets the topic go.
     got = await read_owner("many/0007")
@@ -996,15 +996,15 @@ async def subscriber_follows_a_hand_off(region: Region) -> None:
         async def elsewhere(topic: str) -> str | None:
             return third.address  # the destination's placement would pick the third hub
 
-        real = old.requests._ask_to_claim
+        real = old.requests.moves._ask_to_claim
 
         async def slow_ask(destination: str, topic: str) -> None:
             await asyncio.sleep(0.5)  # the subscriber comes first
             await real(destination, topic)
 
         dest.topics.choices.owner_for = elsewhere  # type: ignore[method-assign]
-        old.requests._ask_to_claim = slow_ask  # type: ignore[method-assign]
-        assert await old.requests.move("handed", dest.address, MoveKind.REQUESTED, "test")
+        old.requests.moves._ask_to_claim = slow_ask  # type: ignore[method-assign]
+        assert await old.requests.moves.move("handed", dest.address, MoveKind.REQUESTED, "test")
         await until(lambda: region.owner_among("handed", region.hubs) is not None)
         await asyncio.sleep(0.7)
         assert region.owner("handed") is dest
@@ -1081,7 +1081,7 @@ async def test_a_hub_claims_first_while_topics_asked_of_it_are_unowned_and_reads
         async with HedwigClient(first.address, network=region.network, retry=FAST_RETRY) as c:
             for topic in elsewhere:  # each asked of the first hub, owned by another
                 await c.publish(topic, b"y")
-            assert first.topics._unowned_lately < ownership.CLAIM_FIRST
+            assert first.topics.claims._unowned_lately < claims.CLAIM_FIRST
             reads.clear()
             await c.publish("wave/late", b"z")
         assert "wave/late" in first.topics.topics

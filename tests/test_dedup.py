@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from hedwig.errors import OutOfOrderError
-from hedwig.hub.dedup import RECENT, Known, PublisherTable
+from hedwig.hub.owning.dedup import RECENT, Known, PublisherTable
 
 
 async def test_resent_batch_gets_its_place() -> None:
@@ -37,7 +37,7 @@ async def test_a_publisher_seen_once_is_remembered_as_exactly() -> None:
 async def test_a_lone_publisher_kept_alone_joins_a_table_when_a_second_comes() -> None:
     """The first publisher is kept without a table; a second one makes it, and both keep
     what they were: their places, their order, and which was seen last."""
-    from hedwig.hub import dedup
+    from hedwig.hub.owning import dedup
 
     t = PublisherTable()
     t.learn("p", 1, 2, first_seq=1)
@@ -85,7 +85,7 @@ async def test_resend_during_the_original_write_waits_for_it() -> None:
 
 
 async def test_least_recently_seen_publishers_are_forgotten() -> None:
-    from hedwig.hub import dedup
+    from hedwig.hub.owning import dedup
 
     t = PublisherTable()
     for i in range(dedup.MAX_PUBLISHERS + 5):
@@ -124,7 +124,7 @@ async def test_an_unknown_publisher_starts_anywhere() -> None:
 
 
 async def test_a_publisher_seen_again_is_forgotten_after_the_others() -> None:
-    from hedwig.hub import dedup
+    from hedwig.hub.owning import dedup
 
     t = PublisherTable()
     for i in range(dedup.MAX_PUBLISHERS):

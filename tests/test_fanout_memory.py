@@ -14,8 +14,8 @@ import pytest
 from hedwig.client import HedwigClient, Subscriber
 from hedwig.clock import SystemClock
 from hedwig.errors import HedwigError, NotResponsibleError, TopicInUseError
-from hedwig.hub.tail import TailLog
-from hedwig.hub.topic_subscriptions import HAND_OVER_OVERLAP_S
+from hedwig.hub.serving.topic_subscriptions import HAND_OVER_OVERLAP_S
+from hedwig.hub.spreading.tail import TailLog
 from hedwig.metadata import HubLoad, HubStatus, PlanMode, TopicPlan
 from hedwig.metadata.memory import MemoryMetadataStore
 from hedwig.net import MemoryNetwork
@@ -251,7 +251,7 @@ async def test_moving_a_fan_out_topic_keeps_its_delivery_hubs_going(region: Regi
             await asyncio.sleep(0.1)
             for dest in (plan.hubs[0], first_owner.address):
                 source = region.owner("mv")
-                await source.requests.move("mv", dest, MoveKind.REQUESTED, "test")
+                await source.requests.moves.move("mv", dest, MoveKind.REQUESTED, "test")
                 await until(lambda d=dest: "mv" in region.hub_at(d).topics.topics)  # type: ignore[misc]
                 await asyncio.sleep(0.1)
 
@@ -410,10 +410,13 @@ async def test_callers_that_find_the_alive_hubs_stale_share_one_read(
 
     monkeypatch.setattr(hubs, "list_hubs", slow_list_hubs)
     everyone = frozenset(h.address for h in region.hubs)
-    assert list(await asyncio.gather(fanout._alive_hubs(), fanout._alive_hubs())) == [everyone] * 2
+    assert (
+        list(await asyncio.gather(fanout.plans.alive_hubs(), fanout.plans.alive_hubs()))
+        == [everyone] * 2
+    )
     assert reads == 1
-    assert await fanout._alive_hubs() == everyone and reads == 1  # fresh: not read again
-    assert await fanout._alive_hubs(fresh=True) == everyone and reads == 2
+    assert await fanout.plans.alive_hubs() == everyone and reads == 1  # fresh: not read again
+    assert await fanout.plans.alive_hubs(fresh=True) == everyone and reads == 2
 
 
 async def test_a_lagging_tail_learns_what_a_read_through_the_owner_brought(
@@ -429,9 +432,7 @@ async def test_a_lagging_tail_learns_what_a_read_through_the_owner_brought(
             await pub.publish("lag", b"%d" % i)
         owner = region.owner("lag")
         hub = next(h for h in region.hubs if h is not owner)
-        tail = TailLog(
-            "lag", address=hub.address, store=hub.store, network=region.network, clock=CLOCK
-        )
+        tail = TailLog("lag", address=hub.address, store=hub.store, dialer=hub.dialer, clock=CLOCK)
         await tail.start()
         assert tail._task is not None
         tail._task.cancel()  # the poll is not getting through
@@ -462,17 +463,17 @@ async def test_a_topic_without_a_plan_costs_no_plan_read_and_learns_of_a_new_one
     monkeypatch.setattr(hub.store.plans, "read_plan", counted)
     for i in range(50):
         await hub.store.topics.ensure_topic(f"plain/{i}")
-        assert await hub.fanout.plan(f"plain/{i}") is None
+        assert await hub.plans.plan(f"plain/{i}") is None
     assert reads == []
-    assert hub.fanout.peek("plain/7") == (True, None)
-    assert not any(t.startswith("plain/") for t in hub.fanout._plans)
+    assert hub.plans.peek("plain/7") == (True, None)
+    assert not any(t.startswith("plain/") for t in hub.plans._plans)
     ingest = await set_mode(region, "plain/7", PlanMode.INGEST, hubs=2)
-    await until(lambda: hub.fanout.peek("plain/7") == (True, ingest))
+    await until(lambda: hub.plans.peek("plain/7") == (True, ingest))
     assert set(reads) == {"plain/7"}  # its plan alone (again after each change)
     # Back to one hub: the plan's record goes (or stays, naming sealed lanes); either way
     # the hub follows it.
     single = await set_mode(region, "plain/7", PlanMode.SINGLE)
-    await until(lambda: hub.fanout.peek("plain/7") in ((True, single), (True, None)))
+    await until(lambda: hub.plans.peek("plain/7") in ((True, single), (True, None)))
 
 
 async def test_a_plan_changed_while_it_is_being_read_is_read_again(
@@ -497,12 +498,12 @@ async def test_a_plan_changed_while_it_is_being_read_is_read_again(
         return got
 
     monkeypatch.setattr(plans, "read_plan", slow_answer)
-    first = asyncio.get_running_loop().create_task(hub.fanout.plan("racy"))
+    first = asyncio.get_running_loop().create_task(hub.plans.plan("racy"))
     await reading.wait()
     ingest = await set_mode(region, "racy", PlanMode.INGEST, hubs=2)
     answered.set()
     await first
-    await until(lambda: hub.fanout.peek("racy") == (True, ingest))
+    await until(lambda: hub.plans.peek("racy") == (True, ingest))
     # And the watch is in place for the next change.
     single = await set_mode(region, "racy", PlanMode.SINGLE)
-    await until(lambda: hub.fanout.peek("racy") == (True, single))
+    await until(lambda: hub.plans.peek("racy") == (True, single))

@@ -157,13 +157,13 @@ async def test_a_replica_from_before_the_frame_is_fenced_a_ledger_at_a_time() ->
     bit) would close the connection on one: it is sent READ_LAC with fence instead."""
     async for region in memory_region(2):
         hub = region.hubs[1]
-        hello = hub.requests.storage_hello
+        hello = hub.requests.storage.storage_hello
 
         async def old_hello(conn: object, req: StorageHello, hello: Any = hello) -> Ok:
             await hello(conn, req)
             return Ok(request_id=req.request_id)
 
-        hub.requests._routes[StorageHello] = old_hello
+        hub.client_routes._routes[StorageHello] = old_hello
         node = region.storage_client(hub)
         try:
             for ledger_id in (1, 2, 3):

@@ -1,4 +1,4 @@
-"""A hub's id lives with its data directory (``hedwig.hub.identity``)."""
+"""A hub's id lives with its data directory (``hedwig.hub.process.identity``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from hedwig.errors import NotEnoughReplicasError, UsageError
-from hedwig.hub.identity import load_hub_id
+from hedwig.hub.process.identity import load_hub_id
 from hedwig.ledger.remote import RemoteStorage
 from hedwig.ledger.replicas import LocalFirstReplicas
 from hedwig.ledger.storage import LocalStorage

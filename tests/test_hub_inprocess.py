@@ -21,7 +21,7 @@ from hedwig.errors import (
     ServiceUnavailableError,
 )
 from hedwig.hub import Hub, HubConfig
-from hedwig.hub.topic import TopicState
+from hedwig.hub.owning.topic import TopicState
 from hedwig.metadata.memory import MemoryBackend, MemoryMetadataStore
 from hedwig.metadata.records import HubLoad
 from hedwig.protocol import EncodedMessages, Publish, Published

@@ -59,7 +59,7 @@ async def test_a_take_over_of_idle_topics_after_a_crash_writes_nothing_back(
                 for lid in ledgers
             } != {2}:
                 await asyncio.sleep(0.02)
-        assert victim.topics.lac_notices.failed == 0
+        assert victim.topics.takeover.lac_notices.failed == 0
         write_backs = [WriteBacks(h.storage) for h in survivors]
         crash(region, victim)
         for t in mine:

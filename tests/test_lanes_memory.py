@@ -226,7 +226,7 @@ async def test_a_resent_batch_is_a_duplicate_even_if_its_publisher_belongs_elsew
         assert plan.open_lanes == (0, 1)
 
         def seen() -> bool:
-            known, current = owner.fanout.peek("dups")
+            known, current = owner.plans.peek("dups")
             return known and current is not None and current.mode is PlanMode.INGEST
 
         await until(seen)
@@ -266,7 +266,7 @@ async def test_a_batch_after_one_sent_to_another_lane_is_sent_there_too(region: 
         await set_mode(region, "gap", PlanMode.INGEST, hubs=2)
 
         def seen() -> bool:
-            known, current = owner.fanout.peek("gap")
+            known, current = owner.plans.peek("gap")
             return known and current is not None and current.mode is PlanMode.INGEST
 
         await until(seen)

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Awaitable
 
 import pytest
 
-import hedwig.hub.requests as hub_requests
+import hedwig.hub.requests.owned as hub_requests
 from hedwig.client import RetryPolicy
 from hedwig.clock import ManualClock
 from hedwig.errors import (

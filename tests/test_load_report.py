@@ -19,8 +19,8 @@ from hedwig.clock import ManualClock
 from hedwig.devcluster.zookeeper import ZooKeeperServer
 from hedwig.errors import MetadataError, MetadataUnavailableError
 from hedwig.hub import Hub, HubConfig
-from hedwig.hub.load import LoadTracker
-from hedwig.hub.metrics import HubMetrics
+from hedwig.hub.reporting.load import LoadTracker
+from hedwig.hub.reporting.metrics import HubMetrics
 from hedwig.metadata.memory import MemoryBackend, MemoryMetadataStore
 from hedwig.metadata.records import HubLoad, HubStatus, TopicLoad
 from hedwig.placement.rebalance import RebalanceConfig, Rebalancer

@@ -77,7 +77,7 @@ async def test_order_kept_through_a_graceful_move(region: Region) -> None:
         dest = next(h for h in region.hubs if h is not source)
         first = c.publish_batch_nowait("move", values(0, 1000))
         await asyncio.sleep(0)
-        await source.requests.move("move", dest.address, MoveKind.REQUESTED, "test")
+        await source.requests.moves.move("move", dest.address, MoveKind.REQUESTED, "test")
         second = c.publish_batch_nowait("move", values(1000, 2000))
         results = [r.seq for r in await first] + [r.seq for r in await second]
         assert results == list(range(2, 2002))

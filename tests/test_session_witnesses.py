@@ -4,7 +4,7 @@ and asking its replicas whether the ledgers of the topics read there were fenced
 Real hubs on the in-memory network and store: the memory store loses its connection and
 keeps its session as a ZooKeeper client does (``disconnect``), and the session can be ended
 behind its back (``MemoryBackend.expire``), which the hub learns only when it gets through
-again, or from another hub (``hedwig.hub.witnesses``). The network lab runs the same with
+again, or from another hub (``hedwig.hub.owning.witnesses``). The network lab runs the same with
 ZooKeeper itself (``tests/failure/test_partitions.py``,
 ``test_owner_cut_off_from_zookeeper_asked_after_its_session`` and its secured twin); the
 witnesses' read on etcd, where the session is a lease, runs here against etcd itself.
@@ -20,7 +20,7 @@ import pytest
 from hedwig.devcluster.etcd import EtcdServer
 from hedwig.errors import MetadataUnavailableError, ServiceUnavailableError
 from hedwig.hub import HubConfig
-from hedwig.hub.hub import Hub
+from hedwig.hub.process.hub import Hub
 from hedwig.ledger.remote import RemoteStorage
 from hedwig.metadata import SessionState
 from hedwig.metadata.etcd.store import EtcdMetadataStore
@@ -71,13 +71,13 @@ async def test_a_hub_from_before_the_frame_is_not_asked() -> None:
     (and every ledger write on it) on a frame it does not know: it is not sent one."""
     async for region in memory_region(2):
         asked, other = region.hubs
-        hello = asked.requests.storage_hello
+        hello = asked.requests.storage.storage_hello
 
         async def old_hello(conn: object, req: StorageHello, hello: Any = hello) -> Ok:
             await hello(conn, req)
             return Ok(request_id=req.request_id, fences_batched=True)
 
-        asked.requests._routes[StorageHello] = old_hello
+        asked.client_routes._routes[StorageHello] = old_hello
         node = region.storage_client(asked)
         try:
             assert await node.hub_alive(other.address, other.topics.epoch, 1.0) is None
@@ -253,7 +253,7 @@ async def test_a_witness_whose_store_read_fails_tells_nothing() -> None:
             assert calls == 1 and answered(asked, "hub_alive") == 0
             assert answered(asked, "hub_alive", "service_unavailable") == 1
             # The asker's witnesses: no answer is no end of its session.
-            witnesses = other.topics.session_over
+            witnesses = other.witnesses.session_over
             assert witnesses is not None
             assert await witnesses(other.address, other.topics.epoch) is False
             hubs.alive_epoch = read  # type: ignore[method-assign]
@@ -300,7 +300,7 @@ async def test_hubs_on_etcd_witness_each_others_leases(
         # other hub its last read of the registry found.
         await other.directory.refresh()
         assert other.directory.members(besides=(other.address, other.hub_id)) == [asked.hub_id]
-        witnesses = other.topics.session_over
+        witnesses = other.witnesses.session_over
         assert witnesses is not None
         assert await witnesses(other.address, epoch) is False
         told = answered(asked, "hub_alive")

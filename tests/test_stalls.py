@@ -11,9 +11,10 @@ import pytest
 
 from hedwig.client import HedwigClient
 from hedwig.devcluster.etcd import EtcdServer
-from hedwig.hub import Hub, HubConfig, stalls
-from hedwig.hub.loops import WALK_SLICE, in_turns
-from hedwig.hub.stalls import StallWatch
+from hedwig.hub import Hub, HubConfig
+from hedwig.hub.process import stalls
+from hedwig.hub.process.loops import WALK_SLICE, in_turns
+from hedwig.hub.process.stalls import StallWatch
 from tests import scratch
 
 

@@ -192,8 +192,9 @@ async def test_owner_cut_off_from_zookeeper_asked_after_its_session(lc: LabClust
     must go on serving (``test_publishing_goes_on_through_a_zookeeper_outage``). It used to
     acknowledge on its unfenced ledger, its clients stayed, and nobody claimed the topic while
     the cut lasted (no history was at risk: a claim elsewhere fences it first). It now asks the
-    other hubs, which reach ZooKeeper, whether its session is over (``hedwig.hub.witnesses``),
-    and once one finds its registration gone it refuses, and another hub takes over."""
+    other hubs, which reach ZooKeeper, whether its session is over
+    (``hedwig.hub.owning.witnesses``), and once one finds its registration gone it refuses, and
+    another hub takes over."""
 
     async def inject(victim: str) -> None:
         lc.add_fault(cut(lc.hub_node(victim), [lc.zk_node]))

@@ -59,7 +59,7 @@ async def test_lost_replica_is_visible_then_repaired_elsewhere() -> None:
                 await client.publish("rerep", v)
             owner = await owner_of(c.zk, c.region, "rerep")
             victim = next(h for h in c.hub_procs if h.address != owner)
-            # Ledgers name replicas by hub id (hedwig.hub.identity).
+            # Ledgers name replicas by hub id (hedwig.hub.process.identity).
             victim_id = Path(victim.data_dir, "hub-id").read_text().strip()
             victim.kill()
             for v in sent[150:]:

@@ -8,7 +8,7 @@ import pytest
 
 from hedwig.clock import ManualClock
 from hedwig.errors import ConnectionLostError
-from hedwig.hub.peers import PeerDirectory
+from hedwig.hub.owning.peers import PeerDirectory
 from hedwig.metadata.memory import MemoryBackend, MemoryMetadataStore
 from hedwig.metadata.records import HubLoad
 
@@ -45,8 +45,8 @@ async def test_members_are_named_by_id_though_an_address_was_read_again_after_it
 def test_connections_whose_credentials_expired_are_closed() -> None:
     from dataclasses import dataclass, field
 
-    from hedwig.hub.access import AccessControl, ListenerRole
-    from hedwig.hub.events import NoEvents
+    from hedwig.hub.front.access import AccessControl, ListenerRole
+    from hedwig.hub.reporting.events import NoEvents
     from hedwig.metadata.acls import Operation
     from hedwig.security.principal import Principal, PrincipalKind
     from hedwig.security.tokens import TokenVerifier

@@ -1,19 +1,28 @@
 """The hub: serves publish and subscribe for the topics it owns, redirects for the rest.
 
+Its parts stand in wings, each a folder named for what it holds; a wing imports only the wings
+below it (``pyproject.toml``'s import-linter layers):
+
+- ``process``: the hub process: wires the parts together, starts and stops them; its periodic
+  work (load reports, flushes, garbage collection, audit, balancing); ``/metrics``,
+  ``/healthz``, ``/readyz`` and ``/drain``.
+- ``requests``: what each request does, one path per request: the topic requests, the
+  subscription requests (through the one seam that says where a subscription is served), moves,
+  and the storage role's hub-to-hub requests in a handler of their own.
+- ``spreading``: a topic served by several hubs: fan-out delivery hubs, ingest lanes, the plans
+  they follow, and a delivery hub's tail of the owner's log.
+- ``owning``: which topics this hub owns (claiming, watching, releasing: one state machine), an
+  owned topic (its log, publishers' duplicate detection), placement choices, the region's other
+  hubs and their witness of this hub's session.
+- ``serving``: delivery to subscribers: a topic's subscription table, one subscription's flow
+  control and consume mark.
+- ``front``: the door: connections, frames to calls and answers back (the one error
+  boundary), TLS, authentication and authorization.
+- ``reporting``: what happens, reported (``events``) and counted (``metrics``); load rates.
 - ``config``: settings, from flags and ``HEDWIG_*`` environment variables.
-- ``hub``: wires the parts together, starts and stops them.
-- ``server``: the front end that turns frames into calls, and answers (the error boundary).
-- ``requests``: what each request does (publish, subscribe, read, move, the storage role).
-- ``ownership``: claiming, watching and releasing topics, one state machine.
-- ``topic``: an owned topic: its log, publishers' duplicate detection, subscriptions.
-- ``subscription``: delivery to one subscriber, flow control and consume marks.
-- ``dedup``: publishers' last sequences, for duplicate detection.
-- ``loops``: periodic work (load reports, flushes, garbage collection, audit, balancing).
-- ``load``: load reports' rates; ``events`` and ``metrics``: what happens, counted.
-- ``http``: ``/metrics``, ``/healthz``, ``/readyz``, ``/drain``.
 """
 
 from hedwig.hub.config import HubConfig
-from hedwig.hub.hub import Hub, serve
+from hedwig.hub.process.hub import Hub, serve
 
 __all__ = ["Hub", "HubConfig", "serve"]

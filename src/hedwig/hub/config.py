@@ -36,7 +36,7 @@ class HubConfig:
         None, "the address other hubs send clients to (default: the listen address)"
     )
     data_dir: str = setting("./hedwig-data", "where this hub's ledger replicas are stored")
-    # Kept in data_dir/hub-id; ledgers name the hub's replicas by it (hedwig.hub.identity).
+    # Kept in data_dir/hub-id; ledgers name the hub's replicas by it (hedwig.hub.process.identity).
     hub_id: str | None = setting(
         None, "this hub's stable id (default: the one in data_dir, made on first start)"
     )

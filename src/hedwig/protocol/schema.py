@@ -24,6 +24,7 @@ is what ``docs/protocol.md`` tables show and what the round-trip tests draw exam
 
 from __future__ import annotations
 
+import re
 import struct
 import typing
 from collections.abc import Callable
@@ -66,6 +67,9 @@ class FrameBase:
     __slots__ = ()
     TYPE: ClassVar[int]
     SENDER: ClassVar[Sender]
+    # The frame's name in metrics and logs, from its class name: ``CloseSubscription`` is
+    # ``close_subscription`` (``docs/protocol.md`` writes it ``CLOSE_SUBSCRIPTION``).
+    LABEL: ClassVar[str]
     # Body fields in wire order, with their codecs; flag fields with their bits.
     FIELD_CODECS: ClassVar[tuple[tuple[str, Codec], ...]]
     FLAG_BITS: ClassVar[tuple[tuple[str, int], ...]]
@@ -127,6 +131,7 @@ def frame(type_code: int, sender: Sender) -> Callable[[F], F]:
             setattr(cls, attr, value)
         cls.TYPE = type_code
         cls.SENDER = sender
+        cls.LABEL = re.sub(r"(?<!^)(?=[A-Z])", "_", cls.__name__).lower()
         cls.FIELD_CODECS = tuple(body)
         cls.FLAG_BITS = tuple(flags)
         return typing.cast(F, dataclass(frozen=True, slots=True, kw_only=True)(cls))

@@ -3,7 +3,7 @@
 Rules:
 
 - Only an OPEN topic accepts publishes, subscribes and reads. Ownership decisions (claim,
-  watch, release) are made by ``hedwig.hub.ownership``; this object only obeys them: it is
+  watch, release) are made by ``hedwig.hub.owning.ownership``; this object only obeys them: it is
   created OPEN after a successful claim and log take-over, and moves to CLOSED through
   ``release`` (graceful: flush marks, close the ledger, tell clients where the topic went) or
   ``lose`` (sudden: the ownership record or the session is gone; stop at once, tell clients).
@@ -29,16 +29,17 @@ from hedwig.errors import (
     LedgerError,
     MessagesUnavailableError,
     MessageTooLargeError,
+    NoSuchSubscriptionError,
     OutOfOrderError,
     TopicInUseError,
     TopicMovingError,
 )
 from hedwig.hub.config import TopicSettings
-from hedwig.hub.dedup import RECENT, Known, PublisherTable
-from hedwig.hub.events import HubEvents, LossKind
-from hedwig.hub.peer import Peer
-from hedwig.hub.subscription import Subscription
-from hedwig.hub.topic_subscriptions import TopicSubscriptions, keep_from_seq_of
+from hedwig.hub.owning.dedup import RECENT, Known, PublisherTable
+from hedwig.hub.reporting.events import HubEvents, LossKind
+from hedwig.hub.serving.peer import Peer
+from hedwig.hub.serving.subscription import Subscription
+from hedwig.hub.serving.topic_subscriptions import TopicSubscriptions, keep_from_seq_of
 from hedwig.ledger.topic_log import TopicLog
 from hedwig.metadata.managers import MetadataStore
 from hedwig.metadata.records import LedgerRange, TopicConfig, Version
@@ -56,7 +57,6 @@ from hedwig.protocol import (
     TopicDescription,
     TopicMoved,
 )
-from hedwig.shared import shared
 
 log = logging.getLogger(__name__)
 
@@ -72,26 +72,29 @@ class TopicState(Enum):
     CLOSED = "closed"
 
 
-@dataclass(frozen=True, slots=True, weakref_slot=True)
-class _TopicShared:
-    """What a hub's owned topics hold alike (``hedwig.shared``)."""
+@dataclass(frozen=True, slots=True)
+class TopicContext:
+    """What a hub's owned topics hold alike, made once by the hub and handed to each (a
+    reference each instead of five: a hub may own a million topics)."""
 
     store: MetadataStore
     clock: Clock
     events: HubEvents
+    # Told (topic, why, text) when the topic's log fails under it.
     on_lost: LostCallback
-    on_subscriptions: Callable[[OwnedTopic], None] | None
+    # Told when a topic makes its subscriptions table.
+    on_subscriptions: Callable[[OwnedTopic], None]
 
 
 class OwnedTopic:
     # One per owned topic: without an attribute dictionary each costs about 100 bytes less.
     __slots__ = (
         "_publisher_table",
-        "_sh",
         "_subs",
         "bytes_in",
         "bytes_out",
         "config",
+        "context",
         "last_active_ms",
         "log",
         "moved_to",
@@ -108,19 +111,14 @@ class OwnedTopic:
         self,
         name: str,
         log_: TopicLog,
-        store: MetadataStore,
         config: TopicConfig,
         *,
         settings: TopicSettings,
-        clock: Clock,
-        events: HubEvents,
-        on_lost: LostCallback,
-        on_subscriptions: Callable[[OwnedTopic], None] | None = None,
+        context: TopicContext,
     ) -> None:
         self.name = name
         self.log = log_
-        # What the hub's owned topics hold alike, in one object (``hedwig.shared``).
-        self._sh = shared(_TopicShared, store, clock, events, on_lost, on_subscriptions)
+        self.context = context
         self.config = config
         self.settings = settings
         self.state = TopicState.OPEN
@@ -138,7 +136,7 @@ class OwnedTopic:
         self.owner_version: Version | None = None
         # When somebody last published or attached (for inactive-topic expiry); taking the
         # topic over counts, so a topic is never expired just because it moved.
-        self.last_active_ms = clock.wall_ms()
+        self.last_active_ms = context.clock.wall_ms()
         # Cumulative counts, for the load report's rates.
         self.msg_in = 0
         self.bytes_in = 0
@@ -146,41 +144,19 @@ class OwnedTopic:
         self.bytes_out = 0
 
     @property
-    def store(self) -> MetadataStore:
-        return self._sh.store
-
-    @property
-    def clock(self) -> Clock:
-        return self._sh.clock
-
-    @property
-    def _events(self) -> HubEvents:
-        return self._sh.events
-
-    @property
-    def _on_lost(self) -> LostCallback:
-        return self._sh.on_lost
-
-    @property
-    def _on_subscriptions(self) -> Callable[[OwnedTopic], None] | None:
-        """Told when the subscriptions table is made."""
-        return self._sh.on_subscriptions
-
-    @property
     def subs(self) -> TopicSubscriptions:
         if self._subs is None:
             self._subs = TopicSubscriptions(
                 self.name,
                 log_=self.log,
-                store=self.store,
+                store=self.context.store,
                 settings=self.settings,
-                clock=self.clock,
+                clock=self.context.clock,
                 check_open=self._check_open,
                 on_lost=self._ledger_lost,
                 on_delivered=self._delivered,
             )
-            if self._on_subscriptions is not None:
-                self._on_subscriptions(self)
+            self.context.on_subscriptions(self)
         return self._subs
 
     @property
@@ -201,7 +177,7 @@ class OwnedTopic:
             # Broken with no publish waiting on it (a roll-over that failed in the
             # background): give the topic up now, as a failed append does, so that a claim
             # recovers the log; left owned, the topic would refuse every request.
-            self._on_lost(self.name, LossKind.LEDGER, f"ledger failed: {self.log.broken}")
+            self.context.on_lost(self.name, LossKind.LEDGER, f"ledger failed: {self.log.broken}")
             raise TopicMovingError(f"topic {self.name!r} lost its log: {self.log.broken}")
 
     # publish ------------------------------------------------------------------------------
@@ -209,7 +185,7 @@ class OwnedTopic:
     async def publish(
         self, peer: Peer, req: Publish, check: Callable[[str], None] | None = None
     ) -> Published:
-        """Store a batch once. ``check`` (a lane's, ``hedwig.hub.lanes``) may refuse its
+        """Store a batch once. ``check`` (a lane's, ``hedwig.hub.spreading.lanes``) may refuse its
         publisher, but only after the duplicate check: a batch stored here is answered as
         stored whatever the check would say now."""
         self._check_open()
@@ -285,7 +261,7 @@ class OwnedTopic:
         self.last_active_ms = batch.publish_time_ms
         self.msg_in += count
         self.bytes_in += size
-        self._events.published(self.name, count, size)
+        self.context.events.published(self.name, count, size)
         return Published(
             request_id=req.request_id, first_seq=batch.first_seq, last_seq=batch.last_seq
         )
@@ -296,15 +272,19 @@ class OwnedTopic:
             if b.publisher_seq:
                 self.publisher_table.learn(b.publisher_id, b.publisher_seq, b.count, b.first_seq)
 
-    # subscriptions (``hedwig.hub.topic_subscriptions``) -------------------------------------
+    # subscriptions (``hedwig.hub.serving.topic_subscriptions``) ---------------------------
 
     async def subscribe(self, peer: Peer, req: Subscribe) -> Subscribed:
         self._check_open()
         answer = await self.subs.subscribe(peer, req)
-        self.last_active_ms = self.clock.wall_ms()
+        self.last_active_ms = self.context.clock.wall_ms()
         return answer
 
     def consume(self, peer: Peer, subscriber: str, seq: int) -> None:
+        if self.state is not TopicState.OPEN:
+            raise NoSuchSubscriptionError(
+                f"topic {self.name!r} is not served here; subscribe again"
+            )
         self.subs.consume(peer, subscriber, seq)
 
     async def close_subscription(self, peer: Peer, subscriber: str) -> None:
@@ -335,7 +315,7 @@ class OwnedTopic:
         if self._subs is None:
             # Nobody subscribed here since the claim: the stored marks are all there is (and
             # no subscriptions table is made for it, on every topic the collector looks at).
-            return await keep_from_seq_of(self.store, self.name, self.log.last_seq)
+            return await keep_from_seq_of(self.context.store, self.name, self.log.last_seq)
         return await self._subs.keep_from_seq()
 
     def collect_due(self) -> bool:
@@ -347,7 +327,7 @@ class OwnedTopic:
     def _delivered(self, count: int, size: int) -> None:
         self.msg_out += count
         self.bytes_out += size
-        self._events.delivered(self.name, count, size)
+        self.context.events.delivered(self.name, count, size)
 
     # reads --------------------------------------------------------------------------------
 
@@ -382,7 +362,7 @@ class OwnedTopic:
         """How long nobody published or attached (``None`` while a subscriber is attached)."""
         if self._subs is not None and self._subs.any_attached():
             return None
-        return self.clock.wall_ms() - self.last_active_ms
+        return self.context.clock.wall_ms() - self.last_active_ms
 
     # leaving ------------------------------------------------------------------------------
 
@@ -398,7 +378,7 @@ class OwnedTopic:
         losses left subscribers receiving nothing while publishing went on.
         """
         if self.state is TopicState.OPEN:
-            self._on_lost(self.name, kind, why)
+            self.context.on_lost(self.name, kind, why)
 
     def _clients(self) -> set[Peer]:
         """The connections publishing to or subscribed to this topic."""

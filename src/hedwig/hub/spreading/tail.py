@@ -38,10 +38,9 @@ from hedwig.errors import (
     TopicMovingError,
 )
 from hedwig.flag import Flag
-from hedwig.hub.peers import PeerDirectory
+from hedwig.hub.owning.peers import HubDialer
 from hedwig.metadata.managers import MetadataStore
 from hedwig.net.connection import HubConnection
-from hedwig.net.transport import Network
 from hedwig.protocol import Batch, Messages, TailTopic
 
 log = logging.getLogger(__name__)
@@ -68,7 +67,7 @@ RETRY_MAX_S = 1.0
 
 
 class TailLog:
-    """Quacks like ``hedwig.ledger.topic_log.TopicLog`` for ``hedwig.hub.subscription``."""
+    """Quacks like ``hedwig.ledger.topic_log.TopicLog`` for ``hedwig.hub.serving.subscription``."""
 
     def __init__(
         self,
@@ -76,9 +75,8 @@ class TailLog:
         *,
         address: str,
         store: MetadataStore,
-        network: Network,
+        dialer: HubDialer,
         clock: Clock,
-        peers: PeerDirectory | None = None,
         cache_bytes: int = CACHE_BYTES,
     ) -> None:
         self.topic = topic
@@ -87,9 +85,8 @@ class TailLog:
         self.broken: LedgerError | None = None
         self._address = address
         self._store = store
-        self._network = network
+        self._dialer = dialer
         self._clock = clock
-        self._peers = peers
         self._cache: deque[Batch] = deque()
         self._cache_bytes = 0
         self._cache_limit = cache_bytes
@@ -103,7 +100,7 @@ class TailLog:
         self._ownerless_since: float | None = None
         self._task: asyncio.Task[None] | None = None
         # Called once if the topic turns out to be deleted.
-        self.on_deleted: Callable[[], None] | None = None
+        self.on_deleted: Callable[[], None] = lambda: None
         # Answers received from the owner, for tests and metrics.
         self.polls = 0
 
@@ -184,8 +181,7 @@ class TailLog:
             except NoSuchTopicError as exc:
                 self.broken = LedgerError(f"topic {self.topic!r} was deleted: {exc}")
                 self._notify()
-                if self.on_deleted is not None:
-                    self.on_deleted()
+                self.on_deleted()
                 return
             except HedwigError as exc:
                 if not failing:
@@ -286,12 +282,7 @@ class TailLog:
         if self._conn is not None and not self._conn.closed and self._conn_target == target:
             return self._conn
         self._drop_connection()
-        address = target
-        if self._peers is not None:
-            address = await self._peers.internal_address(target)
-        self._conn = await HubConnection.open(
-            address, network=self._network, clock=self._clock, timeout=CONNECT_TIMEOUT_S
-        )
+        self._conn = await self._dialer.open(target, CONNECT_TIMEOUT_S)
         self._conn_target = target
         return self._conn
 

@@ -32,7 +32,7 @@ from hedwig.errors import (
     NoSuchSubscriptionError,
 )
 from hedwig.flag import Flag
-from hedwig.hub.peer import Peer
+from hedwig.hub.serving.peer import Peer
 from hedwig.metadata.managers import MetadataStore
 from hedwig.metadata.records import (
     SubscriptionData,

@@ -12,7 +12,7 @@ Rules:
 - A name with the lane suffix is served only as a lane its topic's plan lists, so nobody can
   make a topic that shadows a lane. Before refusing, the plan is read again from the store:
   the hub a publisher was just sent to may not have seen the new plan yet.
-- DESCRIBE_LANES is answered by any hub from the plans it watches (``FanOut.plan``).
+- DESCRIBE_LANES is answered by any hub from the plans it watches (``TopicPlans``).
 - A sealed lane is dropped by its owner once every subscription of it has consumed all it
   holds (``drop_if_finished``, with garbage collection): first from the plan, by
   compare-and-set, so no subscriber looks for it again, then the lane's topic itself, whose
@@ -32,9 +32,9 @@ from hedwig.errors import (
     NoSuchTopicError,
     UseLaneError,
 )
-from hedwig.hub.fanout import FanOut
-from hedwig.hub.ownership import TopicOwnership
-from hedwig.hub.topic import OwnedTopic
+from hedwig.hub.owning.ownership import TopicOwnership
+from hedwig.hub.owning.topic import OwnedTopic
+from hedwig.hub.spreading.plans import TopicPlans
 from hedwig.metadata.managers import MetadataStore, SessionState
 from hedwig.metadata.plans import PlanMode, TopicPlan
 from hedwig.metadata.records import Versioned
@@ -54,13 +54,13 @@ def _lane_for(plan: TopicPlan, publisher: str) -> int:
 
 
 class TopicLanes:
-    def __init__(self, *, fanout: FanOut, store: MetadataStore) -> None:
-        self._fanout = fanout
+    def __init__(self, *, plans: TopicPlans, store: MetadataStore) -> None:
+        self._plans = plans
         self._store = store
 
     async def _plan(self, topic: str) -> TopicPlan | None:
-        known, plan = self._fanout.peek(topic)
-        return plan if known else await self._fanout.plan(topic)
+        known, plan = self._plans.peek(topic)
+        return plan if known else await self._plans.plan(topic)
 
     async def check_name(self, name: str) -> TopicPlan | None:
         """The plan of ``name``'s topic; ``InvalidTopicError`` if ``name`` is a lane's name
@@ -87,7 +87,7 @@ class TopicLanes:
         so at worst a lane takes a publisher the plan meant for another until the plan is read.
         """
         base, index = lane_of(name)
-        known, plan = self._fanout.peek(base)
+        known, plan = self._plans.peek(base)
         if not known or (index and (plan is None or plan.lane(index) is None)):
             if self._store.session.state is not SessionState.CONNECTED:
                 return None

@@ -23,24 +23,34 @@ from typing import TypeVar
 
 from hedwig.clock import Clock, SystemClock
 from hedwig.errors import MetadataUnavailableError, UsageError
-from hedwig.hub import collector
-from hedwig.hub.access import AccessControl, ListenerRole
-from hedwig.hub.acl_watch import AclWatcher
-from hedwig.hub.choices import HubChoices
 from hedwig.hub.config import HubConfig
-from hedwig.hub.events import LossKind
-from hedwig.hub.fanout import FanOut
-from hedwig.hub.http import HealthServer
-from hedwig.hub.identity import load_hub_id
-from hedwig.hub.loops import HubLoops
-from hedwig.hub.metrics import HubMetrics
-from hedwig.hub.ownership import TopicOwnership
-from hedwig.hub.peers import PeerDirectory
-from hedwig.hub.requests import HubRequests
-from hedwig.hub.server import ClientConnection, HubFrontEnd
-from hedwig.hub.stalls import StallWatch
-from hedwig.hub.tls import HubTls
-from hedwig.hub.witnesses import SessionWitnesses
+from hedwig.hub.front.access import AccessControl, ListenerRole
+from hedwig.hub.front.acl_watch import AclWatcher, NoAclWatch
+from hedwig.hub.front.admission import OpenDoor
+from hedwig.hub.front.server import ClientConnection, HubFrontEnd
+from hedwig.hub.front.tls import GivenNetwork, HubNetworks, HubTls
+from hedwig.hub.owning.choices import HubChoices
+from hedwig.hub.owning.ownership import TopicOwnership
+from hedwig.hub.owning.peers import HubDialer, PeerDirectory
+from hedwig.hub.owning.witnesses import SessionWitnesses
+from hedwig.hub.process import collector
+from hedwig.hub.process.http import HealthServer
+from hedwig.hub.process.identity import load_hub_id
+from hedwig.hub.process.loops import HubLoops
+from hedwig.hub.process.registration import HubRegistration
+from hedwig.hub.process.stalls import StallWatch
+from hedwig.hub.reporting.events import LossKind
+from hedwig.hub.reporting.metrics import HubMetrics
+from hedwig.hub.requests.moves import TopicMoves
+from hedwig.hub.requests.owned import OwnedTopics
+from hedwig.hub.requests.places import SubscriptionPlaces
+from hedwig.hub.requests.routes import HubRequests
+from hedwig.hub.requests.storage import StorageRequests
+from hedwig.hub.requests.subscriptions import SubscriptionRequests
+from hedwig.hub.requests.topics import TopicRequests
+from hedwig.hub.spreading.fanout import FanOut
+from hedwig.hub.spreading.lanes import TopicLanes
+from hedwig.hub.spreading.plans import TopicPlans
 from hedwig.ledger.auditor import Auditor
 from hedwig.ledger.replicas import LocalFirstReplicas
 from hedwig.ledger.storage import LocalStorage
@@ -48,7 +58,7 @@ from hedwig.metadata import open_store
 from hedwig.metadata.acls import Operation
 from hedwig.metadata.managers import MetadataStore, SessionState
 from hedwig.metadata.records import HubLoad
-from hedwig.net.transport import TCP, Listener, Network
+from hedwig.net.transport import Listener, Network
 from hedwig.protocol import CloseReason, MoveKind
 from hedwig.protocol.connection import DEFAULT_MAX_FRAME_SIZE
 from hedwig.security.acl import AclSet
@@ -60,11 +70,6 @@ T = TypeVar("T")
 
 # How often connections whose credentials expired are looked for (and closed).
 EXPIRY_CHECK_S = 5.0
-# Re-registering after a session loss is retried from this pause, doubled up to the maximum.
-REREGISTER_RETRY_S = 0.2
-REREGISTER_RETRY_MAX_S = 5.0
-# How long a starting hub waits out an unreachable store before it gives up and exits.
-STARTUP_STORE_WAIT_S = 120.0
 
 
 class Hub:
@@ -81,11 +86,11 @@ class Hub:
         self.clock = clock or SystemClock()
         # TLS contexts from the configuration; an explicit network (in memory, in tests) is
         # used as it is for every listener and connection.
-        if network is not None and (config.tls_cert or config.internal_cert):
-            raise UsageError("TLS settings need the hub's own TCP network (network=None)")
-        self.tls = HubTls(config) if network is None else None
-        self.network: Network = network or (self.tls.client_network if self.tls else TCP)
-        self.internal_network: Network = network or (self.tls.internal_network if self.tls else TCP)
+        self.tls: HubNetworks = (
+            HubTls(config, self.clock) if network is None else GivenNetwork(network, config)
+        )
+        self.network: Network = self.tls.client_network
+        self.internal_network: Network = self.tls.internal_network
         self.store: MetadataStore = store or open_store(
             config.zk, region=config.region, session_timeout_s=config.zk_session_timeout_s
         )
@@ -96,7 +101,6 @@ class Hub:
         # when its address changes.
         self.hub_id = load_hub_id(config.data_dir, config.hub_id)
         self.directory = PeerDirectory(self.store, self.clock)
-        self.peers = self.directory if config.internal_listen else None
         self.storage = LocalStorage(config.data_dir, self.hub_id, log_bytes=config.entry_log_bytes)
         self.replicas = LocalFirstReplicas(
             self.storage,
@@ -123,12 +127,15 @@ class Hub:
             choices=self.choices,
             on_change=self._topics_changed,
         )
-        self.topics.session_over = SessionWitnesses(
+        self.witnesses = SessionWitnesses(
             directory=self.directory,
             replicas=self.replicas,
             names=lambda: (self.address, self.hub_id, self.internal_address),
             rng=rng,
-        ).session_over
+        )
+        self.topics.standing.session_over = lambda: self.witnesses.session_over(
+            self.address, self.topics.epoch
+        )
         self.access = AccessControl(
             authenticate=config.authenticate,
             authorize=config.authorize,
@@ -138,47 +145,67 @@ class Hub:
             events=self.metrics,
             clock=self.clock,
         )
+        self.dialer = HubDialer(
+            directory=self.directory,
+            internal=bool(config.internal_listen),
+            network=self.internal_network,
+            clock=self.clock,
+        )
+        self.plans = TopicPlans(store=self.store, clock=self.clock)
         self.fanout = FanOut(
             address=self.address,
             config=config,
             store=self.store,
             ownership=self.topics,
-            network=self.internal_network,
+            plans=self.plans,
+            dialer=self.dialer,
             clock=self.clock,
             events=self.metrics,
-            peers=self.peers,
+        )
+        self.lanes = TopicLanes(plans=self.plans, store=self.store)
+        self.choices.lane_hint = self.lanes.hub_hint
+        owned = OwnedTopics(
+            ownership=self.topics, fanout=self.fanout, access=self.access, store=self.store
         )
         self.requests = HubRequests(
-            ownership=self.topics,
-            storage=self.storage,
-            store=self.store,
-            events=self.metrics,
-            network=self.internal_network,
-            clock=self.clock,
-            access=self.access if config.authorize else None,
-            peers=self.peers,
-            fanout=self.fanout,
+            owned=owned,
+            topics=TopicRequests(
+                owned=owned, fanout=self.fanout, lanes=self.lanes, events=self.metrics
+            ),
+            subscriptions=SubscriptionRequests(
+                places=SubscriptionPlaces(owned=owned, fanout=self.fanout, plans=self.plans),
+                lanes=self.lanes,
+            ),
+            moves=TopicMoves(
+                ownership=self.topics, store=self.store, dialer=self.dialer, events=self.metrics
+            ),
+            storage=StorageRequests(
+                storage=self.storage,
+                store=self.store,
+                address=lambda: self.address,
+                store_reachable=lambda: not self.topics.suspended,
+            ),
         )
-        if self.requests.lanes is not None:
-            self.choices.lane_hint = self.requests.lanes.hub_hint
         max_frame = max(DEFAULT_MAX_FRAME_SIZE, 2 * config.max_message_size + 65536)
-        # With security entirely off there is nothing to check: no access control on the
-        # path of every request.
+        # With security entirely off there is nothing to check: the open door admits all.
         secured = bool(config.authenticate or config.internal_listen or config.token_issuers)
+        # Each listener's table of what serves each request.
+        self.client_routes = self.requests.client_routes(with_storage=not config.internal_listen)
+        self.internal_routes = self.requests.internal_routes()
         self.front = HubFrontEnd(
-            self.requests,
+            self.client_routes,
             max_frame_size=max_frame,
             events=self.metrics,
-            access=self.access if secured else None,
+            admission=self.access if secured else OpenDoor(),
         )
         self.internal_front = HubFrontEnd(
-            self.requests,
+            self.internal_routes,
             max_frame_size=max_frame,
             events=self.metrics,
-            access=self.access,
+            admission=self.access,
             role=ListenerRole.INTERNAL,
         )
-        self.acl_watcher = (
+        self.acl_watcher: AclWatcher | NoAclWatch = (
             AclWatcher(
                 self.store,
                 super_users=config.super_user_set,
@@ -186,7 +213,7 @@ class Hub:
                 clock=self.clock,
             )
             if config.authorize
-            else None
+            else NoAclWatch()
         )
         self.auditor = Auditor(
             address=self.address,
@@ -200,12 +227,14 @@ class Hub:
             clock=self.clock,
             last_claim_at=lambda: self.topics.stats.last_claim_at,
         )
-        self.topics.suspect = self.auditor.suspect
+        self.topics.takeover.suspect = self.auditor.suspect
         self.loops = HubLoops(
             config=config,
             store=self.store,
             ownership=self.topics,
-            requests=self.requests,
+            fanout=self.fanout,
+            lanes=self.lanes,
+            moves=self.requests.moves,
             auditor=self.auditor,
             storage=self.storage,
             metrics=self.metrics,
@@ -228,11 +257,15 @@ class Hub:
                 str(generation)
             ).observe(took),
         )
-        self._reregistering = False
         self._stopping = False
-        # A session lost while starting (after registering, say) ends the record made in it;
-        # the new session's CONNECTED comes before the hub is ready, so it is checked then.
-        self._lost_while_starting = False
+        self.registration = HubRegistration(
+            store=self.store,
+            clock=self.clock,
+            record=self._alive_record,
+            registered=self._registered,
+            serving=lambda: self._ready,
+            stopping=lambda: self._stopping,
+        )
         self.stopped = asyncio.Event()
 
     # lifecycle ----------------------------------------------------------------------------
@@ -240,11 +273,10 @@ class Hub:
     async def start(self) -> None:
         self.store.session.add_listener(self._on_session)
         await self._while_store_away("connecting to the metadata store", self.store.start)
-        self.topics.defaults = await self._while_store_away(
+        self.topics.takeover.defaults = await self._while_store_away(
             "reading the region's defaults", self.store.topics.read_region_defaults
         )
-        if self.acl_watcher is not None:
-            await self._while_store_away("reading the access rules", self.acl_watcher.start)
+        await self._while_store_away("reading the access rules", self.acl_watcher.start)
         if self.config.internal_listen:
             self._internal_listener = await self.internal_network.listen(
                 self.config.internal_listen, self.internal_front.protocol
@@ -256,8 +288,7 @@ class Hub:
         self._listener = await self.network.listen(self.config.listen, self.front.protocol)
         if not self.config.advertise:
             self._set_address(self._listener.address)
-        if self.tls is not None:
-            self.tls.start_reloading(self.config.cert_reload_interval_s)
+        self.tls.start_reloading(self.config.cert_reload_interval_s)
         if self.config.authenticate:
             self._expiry = asyncio.get_running_loop().create_task(self._close_expired())
         if self.config.metrics_port is not None:
@@ -269,7 +300,7 @@ class Hub:
                 drain_allowed=self._drain_allowed,
             )
             await self._http.start(self.config.metrics_host, self.config.metrics_port)
-        await self._while_store_away("registering", self._register)
+        await self._while_store_away("registering", self.registration.register)
         try:
             await self.loops.check_hub_count()
         except MetadataUnavailableError as exc:  # counted again at every load report
@@ -279,8 +310,7 @@ class Hub:
         self.loops.start()
         self.fanout.start()
         self._ready = True
-        if self._lost_while_starting:
-            asyncio.get_running_loop().create_task(self._reregister())
+        self.registration.started()
         self._stall_watch.start()
         self.metrics.session_changed(SessionState.CONNECTED)
         log.info(
@@ -290,6 +320,18 @@ class Hub:
             self.topics.epoch,
         )
 
+    def _alive_record(self) -> tuple[str, HubLoad]:
+        load = HubLoad(
+            timestamp_ms=self.clock.wall_ms(), internal=self.internal_address, hub_id=self.hub_id
+        )
+        return self.address, load
+
+    def _registered(self, epoch: int) -> None:
+        self.topics.epoch = epoch
+
+    async def _while_store_away(self, what: str, step: Callable[[], Awaitable[T]]) -> T:
+        return await self.registration.while_store_away(what, step)
+
     def _set_address(self, address: str) -> None:
         """The bound address, once the port is known (listening on port 0)."""
         self.address = address
@@ -297,53 +339,6 @@ class Hub:
         self.topics.address = address
         self.auditor.address = address
         self.fanout.address = address
-
-    async def _while_store_away(self, what: str, step: Callable[[], Awaitable[T]]) -> T:
-        """Run a startup step, again while the store cannot be reached (for up to
-        ``STARTUP_STORE_WAIT_S``). A hub restarted into a network blip, or while ZooKeeper or
-        etcd restarts, waits it out as a running hub does, instead of exiting and leaving its
-        replicas down until something restarts it. Every step is safe to repeat: a
-        registration that reached the store before the answer was lost replaces its own
-        record."""
-        deadline = self.clock.monotonic() + STARTUP_STORE_WAIT_S
-        return await self._again_while(
-            f"starting: {what}",
-            step,
-            retry_on=MetadataUnavailableError,
-            keep_on=lambda delay: self.clock.monotonic() + delay <= deadline,
-        )
-
-    async def _again_while(
-        self,
-        what: str,
-        step: Callable[[], Awaitable[T]],
-        *,
-        retry_on: type[Exception],
-        keep_on: Callable[[float], bool],
-    ) -> T:
-        """``step``, again after each ``retry_on`` failure while ``keep_on(pause)`` holds,
-        pausing from ``REREGISTER_RETRY_S`` doubled up to ``REREGISTER_RETRY_MAX_S``; the
-        failure that ends it is raised."""
-        delay = REREGISTER_RETRY_S
-        while True:
-            try:
-                return await step()
-            except retry_on as exc:
-                if not keep_on(delay):
-                    raise
-                log.warning("%s failed (again in %.1f s): %s", what, delay, exc)
-            await self.clock.sleep(delay)
-            delay = min(delay * 2, REREGISTER_RETRY_MAX_S)
-
-    async def _register(self) -> None:
-        self.topics.epoch = await self.store.hubs.register_hub(
-            self.address,
-            HubLoad(
-                timestamp_ms=self.clock.wall_ms(),
-                internal=self.internal_address,
-                hub_id=self.hub_id,
-            ),
-        )
 
     async def drain(self, force: bool = False) -> int:
         """Stop taking topics and hand over every topic this hub owns; keeps serving the
@@ -399,12 +394,10 @@ class Hub:
         self.loops.stop()
         self.fanout.stop()
         self._stall_watch.stop()
-        if self.acl_watcher is not None:
-            self.acl_watcher.stop()
+        self.acl_watcher.stop()
         if self._expiry is not None:
             self._expiry.cancel()
-        if self.tls is not None:
-            self.tls.stop_reloading()
+        self.tls.stop_reloading()
         for listener in (self._listener, self._internal_listener):
             if listener is not None:
                 listener.close()
@@ -414,7 +407,7 @@ class Hub:
             await self._http.close()
         with contextlib.suppress(Exception):
             await self.clock.wait_for(self.store.close(), 5.0)
-        await self.topics.lac_notices.close()
+        await self.topics.takeover.lac_notices.close()
         self.replicas.close()
         await self.storage.close()
         self.stopped.set()
@@ -432,38 +425,7 @@ class Hub:
     def _on_session(self, state: SessionState) -> None:
         self.metrics.session_changed(state)
         self.topics.on_session(state)
-        if state is SessionState.LOST and not self._ready and not self._stopping:
-            self._lost_while_starting = True
-        if state is SessionState.CONNECTED and self._ready:
-            # A new session after an expiry: our alive record is gone; register again.
-            asyncio.get_running_loop().create_task(self._reregister())
-
-    async def _reregister(self) -> None:
-        """Register again after a session loss, retrying until it holds: a store that has
-        just come back (etcd restarted) can refuse the first attempt, and a hub left
-        unregistered stays out of every ensemble and placement for good."""
-        if self._reregistering or not self._ready:
-            return
-        self._reregistering = True
-        try:
-            await self._again_while(
-                "re-registering",
-                self._register_if_gone,
-                retry_on=Exception,
-                keep_on=lambda _: self._ready,
-            )
-        except Exception as exc:  # stopping: nothing left to register
-            log.info("re-registering given up (hub stopping): %s", exc)
-        finally:
-            self._reregistering = False
-
-    async def _register_if_gone(self) -> None:
-        if not self._ready:
-            return  # stopping (or stopped during the pause): registers nothing
-        hubs = await self.store.hubs.list_hubs()
-        if not any(h.address == self.address and h.alive for h in hubs):
-            await self._register()
-            log.info("re-registered after session loss (epoch %d)", self.topics.epoch)
+        self.registration.on_session(state)
 
     # access control -------------------------------------------------------------------------
 
@@ -511,7 +473,7 @@ class Hub:
         self.loops.topics_changed()
 
     async def _wanted_size(self, topic: str) -> int:
-        config = await self.topics.topic_config(topic)
+        config = await self.topics.takeover.topic_config(topic)
         return (config.replication or self.config.replication_config).ensemble
 
 

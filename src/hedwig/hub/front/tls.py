@@ -7,27 +7,47 @@ certificate reloading that makes rotation need no restart.
   ``internal_ca``, the region's hub CA; the connections this hub opens to other hubs present
   the same certificate and check theirs against the same CA. Without those it is plaintext
   (a hub with security off).
+
+A hub given a network of its own (in memory, in tests) uses it as it is for both listeners and
+every connection (``GivenNetwork``): no TLS, nothing to reload.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import Protocol
 
+from hedwig.clock import Clock
+from hedwig.errors import UsageError
 from hedwig.hub.config import HubConfig
-from hedwig.net.transport import TcpNetwork
+from hedwig.net.transport import Network, TcpNetwork
 from hedwig.security.tls import ReloadingCertificate, client_context, server_context
 
 
+class HubNetworks(Protocol):
+    """What the hub listens and connects with, and their certificates' reloading."""
+
+    client_network: Network
+    internal_network: Network
+
+    def reload(self) -> int: ...
+
+    def start_reloading(self, interval_s: float) -> None: ...
+
+    def stop_reloading(self) -> None: ...
+
+
 class HubTls:
-    def __init__(self, config: HubConfig) -> None:
+    def __init__(self, config: HubConfig, clock: Clock) -> None:
+        self._clock = clock
         self._reloading: list[ReloadingCertificate] = []
         self._task: asyncio.Task[None] | None = None
         server = None
         if config.tls_cert:
             server = server_context(config.tls_cert, config.tls_key, client_ca=config.tls_client_ca)
             self._reloading.append(ReloadingCertificate(server, config.tls_cert, config.tls_key))
-        self.client_network = TcpNetwork(server_tls=server)
+        self.client_network: Network = TcpNetwork(server_tls=server)
         internal_server = internal_client = None
         if config.internal_cert:
             internal_server = server_context(
@@ -43,7 +63,9 @@ class HubTls:
                 self._reloading.append(
                     ReloadingCertificate(ctx, config.internal_cert, config.internal_key)
                 )
-        self.internal_network = TcpNetwork(client_tls=internal_client, server_tls=internal_server)
+        self.internal_network: Network = TcpNetwork(
+            client_tls=internal_client, server_tls=internal_server
+        )
 
     def reload(self) -> int:
         """Reload every certificate whose files changed; how many were."""
@@ -59,6 +81,24 @@ class HubTls:
 
     async def _reload_every(self, interval_s: float) -> None:
         while True:
-            await asyncio.sleep(interval_s)
+            await self._clock.sleep(interval_s)
             with contextlib.suppress(Exception):
                 self.reload()
+
+
+class GivenNetwork:
+    """The networks of a hub given one of its own: that one, for everything."""
+
+    def __init__(self, network: Network, config: HubConfig) -> None:
+        if config.tls_cert or config.internal_cert:
+            raise UsageError("TLS settings need the hub's own TCP network (network=None)")
+        self.client_network = self.internal_network = network
+
+    def reload(self) -> int:
+        return 0
+
+    def start_reloading(self, interval_s: float) -> None:
+        return None
+
+    def stop_reloading(self) -> None:
+        return None

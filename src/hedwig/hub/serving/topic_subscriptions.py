@@ -34,8 +34,8 @@ from hedwig.errors import (
     SubscriptionExistsError,
 )
 from hedwig.hub.config import TopicSettings
-from hedwig.hub.peer import Peer
-from hedwig.hub.subscription import DeliveryLog, Subscription
+from hedwig.hub.serving.peer import Peer
+from hedwig.hub.serving.subscription import DeliveryLog, Subscription
 from hedwig.metadata.managers import MetadataStore
 from hedwig.metadata.records import (
     SubscriptionData,

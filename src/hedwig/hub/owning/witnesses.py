@@ -3,7 +3,7 @@
 A hub cut off from ZooKeeper cannot tell whether its session is over: ZooKeeper ends it a
 session timeout after it last heard from the hub, but the hub learns so only when it gets
 through again. Meanwhile it must go on serving the topics it owns, since ZooKeeper itself may
-be what is down (an outage stops no publishing: ``hedwig.hub.ownership``). Yet if only this
+be what is down (an outage stops no publishing: ``hedwig.hub.owning.ownership``). Yet if only this
 hub is cut off, the others see its records go and would take its topics over, while its
 clients stay with it and it acknowledges on ledgers nobody has fenced: the topics stall for
 as long as the cut lasts (nothing is lost: a take-over fences first).
@@ -24,7 +24,7 @@ import asyncio
 import random
 from collections.abc import Callable
 
-from hedwig.hub.peers import PeerDirectory
+from hedwig.hub.owning.peers import PeerDirectory
 from hedwig.ledger.replicas import LocalFirstReplicas
 
 # How long a witness has to answer, and how many are asked at a time.

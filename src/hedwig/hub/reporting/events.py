@@ -2,8 +2,9 @@
 
 Owned topics, subscriptions, ownership and the request handlers tell ``HubEvents`` what
 happened (a batch stored, messages delivered, a topic claimed, lost or handed over, a request
-answered); ``hedwig.hub.metrics.HubMetrics`` implements it with Prometheus metrics, and tests
-implement it to watch a hub. Nothing in the hub counts for the metrics any other way.
+answered); ``hedwig.hub.reporting.metrics.HubMetrics`` implements it with Prometheus
+metrics, and tests implement it to watch a hub. Nothing in the hub counts for the metrics
+any other way.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Protocol
 
+from hedwig.hub.reporting.denials import DenialReason
 from hedwig.metadata.managers import SessionState
 from hedwig.protocol.kinds import MoveKind
 
@@ -79,9 +81,9 @@ class HubEvents(Protocol):
         """The metadata session changed state (``LOST``: it expired)."""
         ...
 
-    def denied(self, op: str, reason: str) -> None:
+    def denied(self, op: str, reason: DenialReason) -> None:
         """A request (or a connection, op ``connect``) was refused by the trust boundary:
-        ``reason`` is a bounded category (``hedwig.hub.access.DENIAL_REASONS``)."""
+        ``reason`` is a bounded category (``hedwig.hub.reporting.denials.DenialReason``)."""
         ...
 
 
@@ -124,5 +126,5 @@ class NoEvents:
     def session_changed(self, state: SessionState) -> None:
         return None
 
-    def denied(self, op: str, reason: str) -> None:
+    def denied(self, op: str, reason: DenialReason) -> None:
         return None

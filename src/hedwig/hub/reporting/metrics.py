@@ -13,7 +13,7 @@ sees a fresh counter). Backlogs are exported for the subscriptions with the larg
 
 The same events feed the load reports: ``take_traffic`` hands over what each topic carried
 since the last call, for the topics that carried anything only, so a report costs nothing for
-idle topics (``hedwig.hub.load``).
+idle topics (``hedwig.hub.reporting.load``).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from hedwig.hub.access import DENIAL_SERIES
-from hedwig.hub.events import LossKind
+from hedwig.hub.reporting.denials import DENIAL_SERIES, DenialReason
+from hedwig.hub.reporting.events import LossKind
 from hedwig.metadata.managers import SessionState
 from hedwig.metadata.records import HubLoad, TopicLoad
 from hedwig.protocol.kinds import MoveKind
@@ -245,7 +245,7 @@ class HubMetrics:
         for loss in LossKind:
             self.losses.labels(loss.value)
         for op, reason in DENIAL_SERIES:
-            self.auth_denied.labels(op, reason)
+            self.auth_denied.labels(op, reason.value)
         # The labelled series of the per-request counters, looked up once each: ``labels()``
         # takes a lock and builds a key every time, a measurable share of a one-message
         # publish. Keyed by series (a topic's own, or "" for the unlisted rest).
@@ -353,8 +353,8 @@ class HubMetrics:
     def redirected(self, topic: str) -> None:
         self.redirects.inc()
 
-    def denied(self, op: str, reason: str) -> None:
-        self.auth_denied.labels(op, reason).inc()
+    def denied(self, op: str, reason: DenialReason) -> None:
+        self.auth_denied.labels(op, reason.value).inc()
 
     def metadata_write_failed(self, record: str) -> None:
         self.metadata_write_failures.labels(record).inc()

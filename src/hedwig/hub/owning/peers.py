@@ -1,12 +1,12 @@
 """Where other hubs are: their internal listeners, and the hubs that ledgers name by id.
 
 Owner records and the hub registry know a hub by its client address; ledger ensembles name
-its replicas by its stable id (``hedwig.hub.identity``), so they stay reachable when it comes
-back on another address. Hub-to-hub requests (the storage role, claim requests) go to the
-internal listener when the hub has one. Each hub publishes its id and internal listener in
-its ``alive`` record (``HubLoad``); this directory maps addresses and ids to where to send
-requests, reading the registry again when it meets a hub it does not know (at most once a
-second), and when a connection to a known one fails.
+its replicas by its stable id (``hedwig.hub.process.identity``), so they stay reachable when
+it comes back on another address. Hub-to-hub requests (the storage role, claim requests) go
+to the internal listener when the hub has one (``HubDialer``). Each hub publishes its id and
+internal listener in its ``alive`` record (``HubLoad``); this directory maps addresses and
+ids to where to send requests, reading the registry again when it meets a hub it does not
+know (at most once a second), and when a connection to a known one fails.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from collections.abc import Collection
 from hedwig.clock import Clock
 from hedwig.errors import ConnectionLostError
 from hedwig.metadata.managers import MetadataStore
+from hedwig.net.connection import HubConnection
+from hedwig.net.transport import Network
 
 # The registry is read again for an unknown hub at most this often.
 REFRESH_MIN_INTERVAL_S = 1.0
@@ -107,3 +109,26 @@ class PeerDirectory:
         time."""
         self._internal.pop(member, None)
         self._storage.pop(member, None)
+
+
+class HubDialer:
+    """Connections for hub-to-hub requests (claims, tails of a fan-out topic, questions): to
+    the other hub's internal listener when the region's hubs have one (``internal``), else to
+    its client address. Which of the two is chosen once, here."""
+
+    def __init__(
+        self, *, directory: PeerDirectory, internal: bool, network: Network, clock: Clock
+    ) -> None:
+        self._where = directory.internal_address if internal else _as_it_is
+        self._network = network
+        self._clock = clock
+
+    async def open(self, address: str, timeout: float) -> HubConnection:
+        """A connection to the hub known by its client ``address``."""
+        return await HubConnection.open(
+            await self._where(address), network=self._network, clock=self._clock, timeout=timeout
+        )
+
+
+async def _as_it_is(address: str) -> str:
+    return address

@@ -86,7 +86,7 @@ class HubChoices:
         hub_id: str | None = None,
     ) -> None:
         self.address = address
-        # How ledgers name this hub's replicas (``hedwig.hub.identity``).
+        # How ledgers name this hub's replicas (``hedwig.hub.process.identity``).
         self.hub_id = hub_id or address
         self._config = config
         self._store = store

@@ -92,3 +92,13 @@ class AclWatcher:
         self._on_rules(
             AclSet({name: v.value for name, v in entries.items()}, super_users=self._super_users)
         )
+
+
+class NoAclWatch:
+    """Authorization off: no rules to read or follow."""
+
+    async def start(self) -> None:
+        return None
+
+    def stop(self) -> None:
+        return None

@@ -1,6 +1,6 @@
 """The trust boundary at a hub's door: who a connection is, and whether it may send this frame.
 
-Every request passes ``AccessControl.admit`` before it is served (``hedwig.hub.server``), with
+Every request passes ``AccessControl.admit`` before it is served (``hedwig.hub.front.server``), with
 these rules, in order:
 
 1. The **internal listener** serves hubs of the region only: its TLS handshake already required
@@ -39,7 +39,8 @@ from hedwig.errors import (
     HedwigError,
     InternalOnlyError,
 )
-from hedwig.hub.events import HubEvents
+from hedwig.hub.reporting.denials import DenialReason
+from hedwig.hub.reporting.events import HubEvents
 from hedwig.metadata.acls import Operation
 from hedwig.protocol import (
     Authenticate,
@@ -98,71 +99,6 @@ _NEEDS_ANY: dict[type, tuple[Operation, ...]] = {
 INTERNAL_SERVES = frozenset((*STORAGE_REQUESTS, TopicStats, Ping, TailTopic, DeliveryStats))
 # A connection's cached decisions are dropped past this many (a client touching many topics).
 DECISION_CACHE_SIZE = 4096
-# Bounded categories of ``hedwig_auth_denied_total``'s reason label.
-DENIAL_REASONS = (
-    "unauthenticated",
-    "expired",
-    "forbidden",
-    "internal_only",
-    "audience",
-    "issuer",
-    "unknown_key",
-    "signature",
-    "malformed",
-    "mechanism",
-    "principal_changed",
-)
-
-
-# The (op, reason) pairs a refusal can have, created at start so increase() sees the first.
-_CLIENT_OPS = (
-    "publish",
-    "subscribe",
-    "consume",
-    "unsubscribe",
-    "close_subscription",
-    "read",
-    "delete_topic",
-    "reset_subscription",
-    "describe_topic",
-    "tail_topic",
-)
-DENIAL_SERIES: tuple[tuple[str, str], ...] = (
-    *(
-        (op, r)
-        for op in (*_CLIENT_OPS, "topic_stats", "release_topic", "ping")
-        for r in (
-            "unauthenticated",
-            "expired",
-        )
-    ),
-    *((op, "forbidden") for op in (*_CLIENT_OPS, "topic_stats", "release_topic", "create")),
-    *(
-        (op, "internal_only")
-        for op in (
-            "add_entry",
-            "read_entry",
-            "read_lac",
-            "fence_ledgers",
-            "write_lacs",
-            "delete_ledger",
-        )
-    ),
-    ("connect", "expired"),
-    *(
-        ("authenticate", r)
-        for r in (
-            "audience",
-            "issuer",
-            "unknown_key",
-            "signature",
-            "malformed",
-            "expired",
-            "mechanism",
-            "principal_changed",
-        )
-    ),
-)
 
 
 class ListenerRole(Enum):
@@ -171,7 +107,7 @@ class ListenerRole(Enum):
 
 
 class Caller(Protocol):
-    """What access control keeps on a connection (``hedwig.hub.server.ClientConnection``)."""
+    """What access control keeps on a connection (``hedwig.hub.front.server.ClientConnection``)."""
 
     name: str
     role: ListenerRole
@@ -212,7 +148,7 @@ class AccessControl:
                 self._deny(
                     conn,
                     op,
-                    "forbidden",
+                    DenialReason.FORBIDDEN,
                     ForbiddenError(f"{op} is not served on the internal listener"),
                 )
             return
@@ -221,7 +157,7 @@ class AccessControl:
                 self._deny(
                     conn,
                     op,
-                    "internal_only",
+                    DenialReason.INTERNAL_ONLY,
                     InternalOnlyError(
                         f"{op} is a hub-to-hub request, served only on the hubs' internal listener",
                         principal=conn.principal.name,
@@ -236,7 +172,7 @@ class AccessControl:
             self._deny(
                 conn,
                 op,
-                "unauthenticated",
+                DenialReason.UNAUTHENTICATED,
                 AuthenticationError(
                     f"{op} refused: this hub needs an identity (a client certificate, or a "
                     "token with AUTHENTICATE) first",
@@ -247,7 +183,7 @@ class AccessControl:
             self._deny(
                 conn,
                 op,
-                "expired",
+                DenialReason.EXPIRED,
                 AuthenticationError(
                     f"the credentials of {principal.name} have expired; authenticate again",
                     reason="expired",
@@ -263,12 +199,18 @@ class AccessControl:
             topic_ = frame.topic  # type: ignore[union-attr]
             if not any(self.allowed(conn, o, topic_) for o in anyof):
                 self._deny(
-                    conn, op, "forbidden", self._forbidden(conn, anyof[0], topic_), topic=topic_
+                    conn,
+                    op,
+                    DenialReason.FORBIDDEN,
+                    self._forbidden(conn, anyof[0], topic_),
+                    topic=topic_,
                 )
             return
         topic: str = frame.topic  # type: ignore[union-attr]
         if not self.allowed(conn, need, topic):
-            self._deny(conn, op, "forbidden", self._forbidden(conn, need, topic), topic=topic)
+            self._deny(
+                conn, op, DenialReason.FORBIDDEN, self._forbidden(conn, need, topic), topic=topic
+            )
 
     def allowed(self, conn: Caller, op: Operation, topic: str) -> bool:
         """Whether ``conn`` may do ``op`` on ``topic`` now (cached until the rules change)."""
@@ -296,7 +238,7 @@ class AccessControl:
         self._deny(
             conn,
             "create",
-            "forbidden",
+            DenialReason.FORBIDDEN,
             self._forbidden(conn, Operation.CREATE, topic),
             topic=topic,
         )
@@ -313,7 +255,7 @@ class AccessControl:
         closed = 0
         for conn in list(connections):
             if self.expired(conn):
-                self._events.denied("connect", "expired")
+                self._events.denied("connect", DenialReason.EXPIRED)
                 audit.warning(
                     json.dumps(
                         {
@@ -343,7 +285,7 @@ class AccessControl:
             self._deny(
                 conn,
                 "authenticate",
-                "mechanism",
+                DenialReason.MECHANISM,
                 AuthenticationError(
                     f"unknown authentication mechanism {frame.mechanism!r}", reason="mechanism"
                 ),
@@ -355,19 +297,19 @@ class AccessControl:
             self._deny(
                 conn,
                 "authenticate",
-                "issuer",
+                DenialReason.ISSUER,
                 AuthenticationError("this hub accepts no tokens", reason="issuer"),
             )
         try:
             principal = await self.verifier.verify(frame.credentials)
         except AuthenticationError as exc:
-            self._deny(conn, "authenticate", exc.reason or "unauthenticated", exc)
+            self._deny(conn, "authenticate", DenialReason.of(exc.reason), exc)
             raise  # pragma: no cover - _deny raises
         if not conn.principal.anonymous and conn.principal.name != principal.name:
             self._deny(
                 conn,
                 "authenticate",
-                "principal_changed",
+                DenialReason.PRINCIPAL_CHANGED,
                 AuthenticationError(
                     f"a connection authenticated as {conn.principal.name} cannot become "
                     f"{principal.name}",
@@ -406,7 +348,7 @@ class AccessControl:
         )
 
     def _deny(
-        self, conn: Caller, op: str, reason: str, exc: HedwigError, *, topic: str = ""
+        self, conn: Caller, op: str, reason: DenialReason, exc: HedwigError, *, topic: str = ""
     ) -> None:
         self._events.denied(op, reason)
         audit.warning(
@@ -414,7 +356,7 @@ class AccessControl:
                 {
                     "event": "denied",
                     "op": op,
-                    "reason": reason,
+                    "reason": reason.value,
                     "principal": conn.principal.name,
                     "topic": topic,
                     "peer": conn.name,

@@ -18,11 +18,13 @@ from typing import Any, TypeVar
 from hedwig.clock import Clock
 from hedwig.errors import HedwigError
 from hedwig.hub.config import HubConfig
-from hedwig.hub.load import LoadTracker
-from hedwig.hub.metrics import HubMetrics
-from hedwig.hub.ownership import TopicOwnership
-from hedwig.hub.requests import HubRequests
-from hedwig.hub.topic import TopicState
+from hedwig.hub.owning.ownership import TopicOwnership
+from hedwig.hub.owning.topic import TopicState
+from hedwig.hub.reporting.load import LoadTracker
+from hedwig.hub.reporting.metrics import HubMetrics
+from hedwig.hub.requests.moves import TopicMoves
+from hedwig.hub.spreading.fanout import FanOut
+from hedwig.hub.spreading.lanes import TopicLanes
 from hedwig.ledger.auditor import Auditor, AuditReport
 from hedwig.ledger.storage import LocalStorage
 from hedwig.metadata.managers import MetadataStore
@@ -64,7 +66,9 @@ class HubLoops:
         config: HubConfig,
         store: MetadataStore,
         ownership: TopicOwnership,
-        requests: HubRequests,
+        fanout: FanOut,
+        lanes: TopicLanes,
+        moves: TopicMoves,
         auditor: Auditor,
         storage: LocalStorage,
         metrics: HubMetrics,
@@ -74,14 +78,16 @@ class HubLoops:
         self.config = config
         self.store = store
         self.ownership = ownership
-        self.requests = requests
+        self.fanout = fanout
+        self.lanes = lanes
+        self.moves = moves
         self.auditor = auditor
         self._copied_seen: dict[str, int] = {}
         self.storage = storage
         self.metrics = metrics
         self.clock = clock
         # This hub's internal listener and id, published in its load reports
-        # (``hedwig.hub.peers``).
+        # (``hedwig.hub.owning.peers``).
         self.internal_address = ""
         self.hub_id = ""
         self._connections = connections
@@ -170,8 +176,8 @@ class HubLoops:
     def _delivering_loads(self, now: float) -> dict[str, TopicLoad]:
         """Rates of the fan-out topics this hub delivers for their owners (bounded by how
         many it delivers, not by how many topics it owns)."""
-        fanout = self.requests.fanout
-        if fanout is None or not (fanout.delivering or self._delivering.active):
+        fanout = self.fanout
+        if not (fanout.delivering or self._delivering.active):
             return {}
         traffic: dict[str, tuple[int, int, int, int]] = {}
         for name, d in fanout.delivering.items():
@@ -217,7 +223,7 @@ class HubLoops:
         self._last_report = report
         report = replace(report, internal=self.internal_address, hub_id=self.hub_id)
         try:
-            await self.store.hubs.update_load(self.requests.address, report)
+            await self.store.hubs.update_load(self.ownership.address, report)
         except Exception as exc:
             self.metrics.metadata_write_failed("load")
             log.warning("load report (%d topics) not written: %s", report.topics, exc)
@@ -273,19 +279,16 @@ class HubLoops:
         for t in [t for t in self.ownership.subscribed_topics() if t.subscriptions]:
             with contextlib.suppress(HedwigError):
                 await t.flush_marks()
-        fanout = self.requests.fanout
-        if fanout is not None:
-            with contextlib.suppress(HedwigError):
-                await fanout.flush_marks()
+        with contextlib.suppress(HedwigError):
+            await self.fanout.flush_marks()
 
     async def collect_garbage(self) -> None:
         """Delete ledgers every subscriber has consumed and retention lets go, and sealed
-        lanes every subscriber has finished (``hedwig.hub.lanes``)."""
-        lanes = self.requests.lanes
+        lanes every subscriber has finished (``hedwig.hub.spreading.lanes``)."""
         async for owned in in_turns(list(self.ownership.topics.values())):
-            if lanes is not None and owned.state is TopicState.OPEN and lane_of(owned.name)[1]:
+            if owned.state is TopicState.OPEN and lane_of(owned.name)[1]:
                 try:
-                    if await lanes.drop_if_finished(owned, self.ownership):
+                    if await self.lanes.drop_if_finished(owned, self.ownership):
                         log.info(
                             "sealed lane %r dropped: its subscribers read all of it", owned.name
                         )
@@ -366,11 +369,11 @@ class HubLoops:
         over the topics the policy moves off it. Off when an operator balances the pool
         (``--no-self-balance``)."""
         hubs = await self.store.hubs.list_hubs()
-        mine = [m for m in self.rebalancer.plan(hubs) if m.source == self.requests.address]
+        mine = [m for m in self.rebalancer.plan(hubs) if m.source == self.ownership.address]
         for m in mine:
             log.info("shedding: %s", m.reason)
             try:
-                await self.requests.move(m.topic, m.destination, m.kind, m.reason)
+                await self.moves.move(m.topic, m.destination, m.kind, m.reason)
             except HedwigError as exc:
                 log.info("moving %r failed: %s", m.topic, exc)
         return mine
@@ -378,16 +381,13 @@ class HubLoops:
     async def scale_once(self) -> list[ModeChange]:
         """The shared scaling policy on the region's load reports; this hub changes the plans
         of the topics it owns (``--auto-fan-out``)."""
-        fanout = self.requests.fanout
-        if fanout is None:
-            return []
         hubs = await self.store.hubs.list_hubs()
         plans = {}
         for topic in list(self.ownership.topics):
-            plan = await fanout.plan(topic)
+            plan = await self.fanout.plans.plan(topic)
             if plan is not None:
                 plans[topic] = plan
-        mine = [c for c in self.scaler.plan(hubs, plans) if c.owner == self.requests.address]
+        mine = [c for c in self.scaler.plan(hubs, plans) if c.owner == self.ownership.address]
         for change in mine:
             log.info("scaling: %s", change.reason)
             try:
@@ -410,26 +410,24 @@ class HubLoops:
         m = self.metrics
         m.connections.set(self._connections())
         m.topics_owned.set(len(self.ownership.topics))
-        fanout = self.requests.fanout
+        fanout = self.fanout
         backlogs = [
             (name, sname, sub.backlog)
             for name, t in self.ownership.topics.items()
             if t.subscriptions
             for sname, sub in t.subscriptions.items()
         ]
-        if fanout is not None:
-            backlogs += [
-                (name, sname, sub.backlog)
-                for name, d in fanout.delivering.items()
-                for sname, sub in d.subs.by_name.items()
-            ]
+        backlogs += [
+            (name, sname, sub.backlog)
+            for name, d in fanout.delivering.items()
+            for sname, sub in d.subs.by_name.items()
+        ]
         m.export_backlogs(backlogs, self.config.load_report_topics)
-        if fanout is not None:
-            owned = self.ownership.topics
-            listed = [t for t in self._listed if t in owned]
-            if not listed and len(owned) <= self.config.load_report_topics:
-                listed = list(owned)  # no report yet
-            m.export_plans(fanout.plans_to_export(listed), len(fanout.delivering))
+        owned = self.ownership.topics
+        listed = [t for t in self._listed if t in owned]
+        if not listed and len(owned) <= self.config.load_report_topics:
+            listed = list(owned)  # no report yet
+        m.export_plans(fanout.plans.plans_to_export(listed), len(fanout.delivering))
         s = self.storage
         m.storage_bytes.inc(s.bytes_written - self._seen_written)
         m.storage_syncs.inc(s.syncs - self._seen_syncs)

@@ -2,13 +2,13 @@
 
 Each connection wraps the sans-IO ``Connection``. Requests are handled concurrently (many in
 flight per connection, answered as they finish, matched by request id); what each request does
-is ``hedwig.hub.requests``.
+is ``hedwig.hub.requests.requests``.
 
 This is the only place where a failed request becomes an ERROR answer: the exception goes
 through the table in ``hedwig.protocol.status``; one that no row covers is a bug, logged here
 with its cause and answered INTERNAL_ERROR, which clients do not retry.
 
-Before anything is served, ``hedwig.hub.access`` admits the request (authentication,
+Before anything is served, ``hedwig.hub.front.access`` admits the request (authentication,
 authorization, the closed hub-to-hub plane); a refusal is answered like any other error.
 
 Bad input never takes the hub down: a malformed frame closes that one connection with a logged
@@ -20,18 +20,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
-from functools import cache
 from typing import Protocol, cast
 
 from hedwig.errors import MessageTooLargeError, ProtocolError
-from hedwig.hub.access import AccessControl, ListenerRole
-from hedwig.hub.events import HubEvents
+from hedwig.hub.front.access import ListenerRole
+from hedwig.hub.front.admission import Admission
+from hedwig.hub.reporting.events import HubEvents
 from hedwig.metadata.acls import Operation
 from hedwig.net.coalescing import TurnWriter
 from hedwig.protocol import (
     Authenticate,
-    Authenticated,
     Connection,
     Consume,
     Error,
@@ -53,7 +51,7 @@ HIGH_WATER = 4 * 1024 * 1024
 
 
 class RequestHandler(Protocol):
-    """What the front end calls; ``hedwig.hub.requests.HubRequests`` implements it."""
+    """What the front end calls; ``hedwig.hub.requests.requests.HubRequests`` implements it."""
 
     async def handle(self, conn: ClientConnection, frame: Request) -> Reply | None:
         """Serve one request; its answer (``None``: OK). Raises what the table maps."""
@@ -82,7 +80,7 @@ class ClientConnection(asyncio.Protocol):
         # disconnection looks at every owned topic instead: a client publishing to 100,000
         # topics kept about 100 bytes per topic here for as long as it was connected).
         self.topics: set[str] | None = set()
-        # Access control (``hedwig.hub.access``): which listener, who, and cached decisions.
+        # Access control (``hedwig.hub.front.access``): which listener, who, and cached decisions.
         self.role = front.role
         self.principal: Principal = ANONYMOUS
         self.decisions: dict[tuple[Operation, str], bool] = {}
@@ -177,26 +175,25 @@ class HubFrontEnd:
         *,
         max_frame_size: int,
         events: HubEvents,
-        access: AccessControl | None = None,
+        admission: Admission,
         role: ListenerRole = ListenerRole.CLIENT,
     ) -> None:
         self.handler = handler
         self.max_frame_size = max_frame_size
         self.connections: set[ClientConnection] = set()
         self._events = events
-        self.access = access
+        self._admission = admission
         self.role = role
 
     def protocol(self) -> ClientConnection:
         return ClientConnection(self)
 
     def dispatch(self, conn: ClientConnection, frame: Request) -> None:
-        if self.access is not None:
-            try:
-                self.access.admit(conn, frame, op_name(type(frame)))
-            except Exception as exc:
-                conn.send(self._error(frame, exc))
-                return
+        try:
+            self._admission.admit(conn, frame, type(frame).LABEL)
+        except Exception as exc:
+            conn.send(self._error(frame, exc))
+            return
         if isinstance(frame, Consume):
             # Consumes are frequent and need no I/O before their answer.
             try:
@@ -213,26 +210,19 @@ class HubFrontEnd:
         conn.send(self._error_answer(request_id, "undecoded", exc))
 
     async def _run(self, conn: ClientConnection, frame: Request) -> None:
-        op = op_name(type(frame))
         try:
             if isinstance(frame, Authenticate):
-                answer: Reply | None = await self._authenticate(conn, frame)
+                answer: Reply | None = await self._admission.authenticate_with(conn, frame)
             else:
                 answer = await self.handler.handle(conn, frame)
         except Exception as exc:
             conn.send(self._error(frame, exc))
             return
         conn.send(answer if answer is not None else Ok(request_id=frame.request_id))
-        self._events.answered(op, "ok")
-
-    async def _authenticate(self, conn: ClientConnection, frame: Authenticate) -> Reply:
-        if self.access is None:
-            # No access control at all (a hub part used alone): every connection is anonymous.
-            return Authenticated(request_id=frame.request_id, principal=ANONYMOUS.name)
-        return await self.access.authenticate_with(conn, frame)
+        self._events.answered(type(frame).LABEL, "ok")
 
     def _error(self, frame: Request, exc: Exception) -> Error:
-        return self._error_answer(frame.request_id, op_name(type(frame)), exc)
+        return self._error_answer(frame.request_id, type(frame).LABEL, exc)
 
     def _error_answer(self, request_id: int, op: str, exc: Exception) -> Error:
         answer = error_frame(request_id, exc)
@@ -259,13 +249,3 @@ def drop_tracebacks(exc: BaseException) -> None:
         current.__traceback__ = None
         current = current.__cause__ or current.__context__
         seen += 1
-
-
-def op_name(cls: type) -> str:
-    """A request type as a metric label: ``CloseSubscription`` is ``close_subscription``."""
-    return _snake(cls.__name__)
-
-
-@cache
-def _snake(name: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()

@@ -1,0 +1,55 @@
+"""The subscription requests: attach, consume, close, delete and reset a subscription.
+
+Each finds the table it acts on through ``SubscriptionPlaces`` (the one seam that says where a
+subscription is served) and hands the request to it. A lane's name is served only as a lane
+its topic's plan lists (``TopicLanes.check_name``).
+"""
+
+from __future__ import annotations
+
+from hedwig.hub.front.server import ClientConnection
+from hedwig.hub.requests.places import SubscriptionPlaces
+from hedwig.hub.spreading.lanes import TopicLanes
+from hedwig.protocol import (
+    CloseSubscription,
+    Consume,
+    Reply,
+    ResetSubscription,
+    Subscribe,
+    Unsubscribe,
+    validate_name,
+)
+
+
+class SubscriptionRequests:
+    def __init__(self, *, places: SubscriptionPlaces, lanes: TopicLanes) -> None:
+        self._places = places
+        self._lanes = lanes
+
+    async def subscribe(self, conn: ClientConnection, req: Subscribe) -> Reply:
+        validate_name(req.subscriber, what="subscriber")
+        await self._lanes.check_name(req.topic)
+        table = await self._places.placed(
+            conn, req.topic, req.subscriber, redirected=req.redirected, create=True
+        )
+        return await table.subscribe(conn, req)
+
+    def consume(self, conn: ClientConnection, req: Consume) -> None:
+        self._places.attached(conn, req.topic, req.subscriber).consume(
+            conn, req.subscriber, req.seq
+        )
+
+    async def close_subscription(self, conn: ClientConnection, req: CloseSubscription) -> None:
+        table = self._places.attached(conn, req.topic, req.subscriber)
+        await table.close_subscription(conn, req.subscriber)
+
+    async def unsubscribe(self, conn: ClientConnection, req: Unsubscribe) -> None:
+        table = await self._places.holding(conn, req.topic, req.subscriber)
+        await table.unsubscribe(conn, req.subscriber)
+
+    async def reset_subscription(self, conn: ClientConnection, req: ResetSubscription) -> Reply:
+        validate_name(req.subscriber, what="subscriber")
+        table = await self._places.placed(
+            conn, req.topic, req.subscriber, redirected=req.redirected
+        )
+        return await table.reset_subscription(req)

@@ -1,0 +1,120 @@
+"""The topic requests: publish, read, tail, describe, count and delete a topic.
+
+Each finds its owned topic through ``OwnedTopics.acquire`` (served here, claimed, or a redirect)
+and hands the request to it. Publishing to a topic served by lanes passes the lane's check
+(``TopicLanes.publish_check``) once it is known not to be a duplicate. DELIVERY_STATS is
+answered by any hub from what it delivers (the owner asks its delivery hubs). Errors are
+raised as they are; ``hedwig.hub.front.server`` turns them into answers.
+"""
+
+from __future__ import annotations
+
+import time
+
+from hedwig.hub.front.server import ClientConnection
+from hedwig.hub.reporting.events import HubEvents
+from hedwig.hub.requests.owned import OwnedTopics
+from hedwig.hub.spreading.fanout import FanOut
+from hedwig.hub.spreading.lanes import TopicLanes
+from hedwig.protocol import (
+    DeleteTopic,
+    DeliveryStats,
+    DescribeLanes,
+    DescribeTopic,
+    Messages,
+    Ping,
+    Publish,
+    Read,
+    Reply,
+    TailTopic,
+    TopicInfo,
+    TopicStats,
+    validate_name,
+)
+
+# The longest a TAIL_TOPIC waits for a message.
+MAX_TAIL_WAIT_MS = 30_000
+
+
+class TopicRequests:
+    def __init__(
+        self, *, owned: OwnedTopics, fanout: FanOut, lanes: TopicLanes, events: HubEvents
+    ) -> None:
+        self._owned = owned
+        self._ownership = owned.ownership
+        self._fanout = fanout
+        self._lanes = lanes
+        self._events = events
+
+    async def publish(self, conn: ClientConnection, req: Publish) -> Reply:
+        start = time.perf_counter()
+        check = await self._lanes.publish_check(req.topic)
+        owned = await self._owned.acquire(conn, req.topic, req.redirected, create=True)
+        answer = await owned.publish(conn, req, check)
+        self._events.publish_answered(time.perf_counter() - start)
+        return answer
+
+    async def read(self, conn: ClientConnection, req: Read) -> Reply:
+        owned = await self._owned.acquire(conn, req.topic, req.redirected)
+        return await owned.read(req)
+
+    async def tail_topic(self, conn: ClientConnection, req: TailTopic) -> Reply:
+        """READ with a wait: a delivery hub's long poll of the owner's confirmed log."""
+        owned = await self._owned.acquire(conn, req.topic, req.redirected)
+        if req.max_messages == 0:
+            return Messages(
+                request_id=req.request_id,
+                first_available=owned.log.first_seq,
+                last_seq=owned.log.last_seq,
+            )
+        if req.wait_ms and owned.log.last_seq <= req.after_seq:
+            await owned.log.wait_beyond(req.after_seq, min(req.wait_ms, MAX_TAIL_WAIT_MS) / 1000)
+        return await owned.read(
+            Read(
+                request_id=req.request_id,
+                topic=req.topic,
+                start_seq=req.after_seq + 1,
+                max_messages=req.max_messages,
+                max_bytes=req.max_bytes,
+            )
+        )
+
+    async def describe_lanes(self, conn: ClientConnection, req: DescribeLanes) -> Reply:
+        validate_name(req.topic)
+        return await self._lanes.describe(req)
+
+    async def delivery_stats(self, conn: ClientConnection, req: DeliveryStats) -> Reply:
+        """Answered by any hub, from what it delivers (no redirect: the owner asks this hub)."""
+        delivery = self._fanout.delivering.get(req.topic)
+        if delivery is None:
+            return TopicInfo(
+                request_id=req.request_id, first_available=0, last_seq=0, subscribers=0
+            )
+        return TopicInfo(
+            request_id=req.request_id,
+            first_available=delivery.tail.first_seq,
+            last_seq=delivery.tail.last_seq,
+            subscribers=delivery.subs.attached_count(),
+        )
+
+    async def topic_stats(self, conn: ClientConnection, req: TopicStats) -> Reply:
+        owned = await self._owned.acquire(conn, req.topic, req.redirected)
+        return TopicInfo(
+            request_id=req.request_id,
+            first_available=owned.log.first_seq,
+            last_seq=owned.log.last_seq,
+            subscribers=len(owned.subscriptions),
+        )
+
+    async def describe_topic(self, conn: ClientConnection, req: DescribeTopic) -> Reply:
+        owned = await self._owned.acquire(conn, req.topic, req.redirected)
+        return await owned.describe(req)
+
+    async def ping(self, conn: ClientConnection, req: Ping) -> None:
+        return None
+
+    async def delete_topic(self, conn: ClientConnection, req: DeleteTopic) -> None:
+        await self._owned.acquire(conn, req.topic, req.redirected)
+        if not req.force:
+            await self._fanout.refuse_if_attached_elsewhere(req.topic)
+        await self._ownership.delete(req.topic, force=req.force)
