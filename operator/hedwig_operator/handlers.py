@@ -35,6 +35,7 @@ from hedwig_operator.hubs import ClientHubRequests
 from hedwig_operator.kube import KubeError, ObjectRef
 from hedwig_operator.kube.http import HttpKubeApi
 from hedwig_operator.metadata import MetadataConnections
+from hedwig_operator.ownership import SecretRefusedError
 from hedwig_operator.pools import apply_children, selector_string
 from hedwig_operator.recorder import record_event
 from hedwig_operator.resources import (
@@ -264,6 +265,13 @@ async def pool_changed(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
         raise kopf.PermanentError(str(exc)) from exc
     try:
         await apply_children(ctx.kube, pool, ctx.trust)
+    except SecretRefusedError as exc:
+        # A domain problem, not a handler failure: the pool's worker repeats the check every
+        # refresh (and posts the Warning Event), so a Secret made right is picked up.
+        patch.status["conditions"] = [
+            condition("Ready", False, exc.reason, exc.message, body.status.get("conditions"))
+        ]
+        return
     except KubeError as exc:
         await record_event(ctx.kube, body, "ApplyFailed", str(exc), warning=True)
         raise kopf.TemporaryError(

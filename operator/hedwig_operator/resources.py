@@ -45,6 +45,11 @@ ZK_DIGEST_DIR: Final = "/etc/hedwig/zookeeper"
 # A secured etcd's access Secret (spec.metadata.secretName), read through HEDWIG_ETCD_DIR.
 ETCD_ACCESS_DIR: Final = "/etc/hedwig/etcd"
 DATA_DIR: Final = "/var/lib/hedwig"
+# A tls HedwigUser's Secret is named <user> + this: a suffix no pool Secret's name has
+# (builders/security.py), so a user's name never makes it one of its pool's Secrets.
+USER_SECRET_SUFFIX: Final = "-user-tls"
+# Kubernetes' limit on an object's name (a DNS subdomain).
+MAX_NAME: Final = 253
 
 LABEL_NAME: Final = "app.kubernetes.io/name"
 LABEL_INSTANCE: Final = "app.kubernetes.io/instance"
