@@ -28,14 +28,13 @@ from typing import Any
 import kopf
 
 from hedwig.errors import HedwigError
-from hedwig_operator.builders.security import secret_data
 from hedwig_operator.conditions import condition
 from hedwig_operator.context import Context
 from hedwig_operator.hubs import ClientHubRequests
-from hedwig_operator.kube import KubeError, ObjectRef
+from hedwig_operator.kube import KubeError
 from hedwig_operator.kube.http import HttpKubeApi
 from hedwig_operator.metadata import MetadataConnections
-from hedwig_operator.ownership import SecretRefusedError
+from hedwig_operator.ownership import SecretRefusedError, read_access
 from hedwig_operator.pools import apply_children, selector_string
 from hedwig_operator.recorder import record_event
 from hedwig_operator.resources import (
@@ -49,7 +48,7 @@ from hedwig_operator.resources import (
 )
 from hedwig_operator.security import PoolTrust, delete_user, reconcile_user
 from hedwig_operator.settings import OperatorSettings
-from hedwig_operator.specs import SpecError, parse_pool
+from hedwig_operator.specs import AccessSecret, SpecError, parse_pool
 from hedwig_operator.topics import (
     TopicClaim,
     TransientError,
@@ -175,8 +174,8 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     trust = PoolTrust.from_pod()
     kube = HttpKubeApi.from_environment()
 
-    async def read_secret(namespace: str, name: str) -> dict[str, bytes]:
-        return secret_data(await kube.get(ObjectRef("v1", "Secret", namespace, name)))
+    async def read_secret(secret: AccessSecret) -> dict[str, bytes]:
+        return await read_access(kube, secret)
 
     STATE.ctx = Context(
         kube=kube,

@@ -58,5 +58,8 @@ LABEL_PART_OF: Final = "app.kubernetes.io/part-of"
 LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
 LABEL_VERSION: Final = "app.kubernetes.io/version"
 LABEL_POOL: Final = f"{GROUP}/pool"
+# Set by a Secret's owner on the access Secret a pool names (spec.metadata.secretName), with
+# the pool's name: the owner's consent that the operator and the pool's hubs use it.
+LABEL_STORE_ACCESS: Final = f"{GROUP}/store-access-for"
 
 HUB_APP_NAME: Final = "hedwig-hub"

@@ -9,6 +9,7 @@ import pytest
 import yaml
 from hedwig_operator import resources
 from hedwig_operator.specs import (
+    AccessSecret,
     DeletionPolicy,
     PoolSpec,
     RebalancingSpec,
@@ -253,7 +254,7 @@ def test_an_etcd_pool_names_its_access_secret() -> None:
     del body["spec"]["zookeeper"]
     p = parse_pool(body)
     assert p.metadata_secret == "etcd-access"
-    assert p.store_secret == ("ns", "etcd-access")
+    assert p.store_secret == AccessSecret("ns", "etcd-access", pool="pool")
     md = schema("hubpools")["properties"]["spec"]["properties"]["metadata"]["properties"]
     assert md["secretName"]["type"] == "string"
     # ZooKeeper's credentials are the pool's own digest (spec.security), not a Secret here.
