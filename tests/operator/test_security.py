@@ -411,3 +411,53 @@ def test_a_tls_users_name_leaves_room_for_its_secrets_suffix() -> None:
     parse_user(
         user_body("b" * 253, authentication={"type": "serviceAccount", "serviceAccount": "x"})
     )
+
+
+async def test_the_operator_touches_only_the_secrets_of_its_pools_and_users() -> None:
+    """What RBAC cannot narrow (get, create, patch on Secrets by name) the operator does: a
+    secured pool, a tls and a serviceAccount user, the pool's worker refreshing them, and an
+    etcd pool with its bound access Secret read or write these Secrets and no other."""
+    from hedwig_operator.builders.security import pool_secret_names, user_secret_name
+    from hedwig_operator.kube import ObjectRef
+    from hedwig_operator.ownership import read_access
+    from hedwig_operator.workers import PoolWorker
+
+    from .fakes import FakeKube
+
+    class Recording(FakeKube):
+        def __init__(self) -> None:
+            super().__init__()
+            self.touched: set[str] = set()
+
+        async def get(self, ref: ObjectRef) -> dict[str, Any] | None:
+            if ref.kind == "Secret":
+                self.touched.add(ref.name)
+            return await super().get(ref)
+
+        async def apply(self, manifest: Any) -> dict[str, Any]:
+            if manifest["kind"] == "Secret":
+                self.touched.add(manifest["metadata"]["name"])
+            return await super().apply(manifest)
+
+    w = await World().start()
+    kube = Recording()
+    w.kube = kube
+    w.ctx.kube = kube
+    body = pool_body(spec=SECURE)
+    kube.put(body)
+    kube.put(foreign_secret("unrelated", {"password": b"x"}))
+    trust = PoolTrust()
+    w.ctx.trust = trust
+    await reconcile_user(kube, w.connections, trust, SA_USER)
+    await reconcile_user(
+        kube, w.connections, trust, user_body("bob", authentication={"type": "tls"})
+    )
+    await PoolWorker(w.ctx, body, lambda key: []).refresh(parse_pool(body))
+    etcd = pool_body("store", spec={"metadata": {"url": "etcd://e:2379", "secretName": "acc"}})
+    del etcd["spec"]["zookeeper"]
+    kube.put(foreign_secret("acc", {}, labels={"hedwig.io/store-access-for": "store"}))
+    store_pool = parse_pool(etcd)
+    assert store_pool.store_secret is not None
+    await read_access(kube, store_pool.store_secret)
+    pool = parse_pool(body)
+    assert kube.touched == {*pool_secret_names(pool), user_secret_name("bob"), "acc"}
