@@ -12,6 +12,9 @@ Everything goes into one directory, printed by ``dev up``:
   certificate to every command line user, so it must open etcd's TLS and nothing else: from
   the hub CA, it passed the hubs' internal listener, whose handshake admits any certificate of
   the hub CA as a hub, and read topics' stored entries past every ACL;
+  ``store-peer.crt``/``store-peer.key``: etcd's peer listener's certificate, from a CA of its
+  own (``store-peer-ca.crt``; its key is never written), the only certificate that listener
+  admits;
   ``etcd-root``: the password of etcd's ``root`` user (Hedwig's processes never use it);
 - ``env``: ``export`` lines that make every ``hedwig`` command act as admin
   (``. DIR/env``), with the ZooKeeper digest the hubs protect their znodes with, and etcd's
@@ -39,6 +42,8 @@ FILES = (
     "store-ca.crt",
     "store-server.crt",
     "store.crt",
+    "store-peer-ca.crt",
+    "store-peer.crt",
     "etcd-root",
 )
 
@@ -99,6 +104,16 @@ class DevSecurity:
             days=30,
         ).write(d, "store-server")
         store_ca.issue("hedwig-store-client", client=True, days=30).write(d, "store")
+        peer_ca = CertificateAuthority.create("hedwig dev metadata store peers", days=30)
+        peer_ca.write(d, "store-peer-ca")
+        peer_ca.issue(
+            "hedwig-store-peer",
+            ip_addresses=list(ip_addresses),
+            dns_names=["localhost"],
+            server=True,
+            client=True,
+            days=30,
+        ).write(d, "store-peer")
         if not (d / "etcd-root").is_file():  # etcd's data directory knows it already
             (d / "etcd-root").write_text(secrets.token_urlsafe(18))
         (d / "etcd-root").chmod(0o600)
@@ -155,4 +170,7 @@ class DevSecurity:
             user=user,
             password=password,
             root_password=(self.directory / "etcd-root").read_text().strip(),
+            peer_cert=self.path("store-peer.crt"),
+            peer_key=self.path("store-peer.key"),
+            peer_ca=self.path("store-peer-ca.crt"),
         )
