@@ -83,6 +83,8 @@ def test_a_secured_pool_runs_hubs_with_tls_tokens_acls_and_an_internal_listener(
     (issuer,) = json.loads(env["HEDWIG_TOKEN_ISSUERS"])
     assert issuer["issuer"] == "https://kubernetes.default.svc.cluster.local"
     assert issuer["audience"] == "hedwig"
+    # The cluster's ServiceAccounts are principals by their own names (no issuer prefix).
+    assert issuer["principal_prefix"] == ""
     pod = build_statefulset(pool)["spec"]["template"]["spec"]
     (hub,) = pod["containers"]
     assert {"name": "internal", "containerPort": 4081, "protocol": "TCP"} in hub["ports"]

@@ -116,12 +116,15 @@ def secret_data(secret: Mapping[str, Any] | None) -> dict[str, bytes]:
 
 
 def token_issuers(pool: PoolSpec) -> str:
-    """The hubs' ``token_issuers``: the cluster's ServiceAccount issuer."""
+    """The hubs' ``token_issuers``: the cluster's ServiceAccount issuer, whose principals are
+    the ServiceAccounts' names as Kubernetes gives them (``system:serviceaccount:...``, a
+    namespace no certificate may name), so with no prefix (``hedwig.security.tokens``)."""
     issuer: dict[str, Any] = {
         "issuer": pool.security.service_account_issuer,
         "audience": pool.security.audience,
         "ca_file": "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt",
         "bearer_token_file": "/var/run/secrets/kubernetes.io/serviceaccount/token",
+        "principal_prefix": "",
     }
     if pool.security.jwks_url:
         issuer["jwks_url"] = pool.security.jwks_url

@@ -21,6 +21,7 @@ import ssl
 from typing import Any
 
 from hedwig.errors import UsageError
+from hedwig.security.principal import certificate_may_name
 
 log = logging.getLogger(__name__)
 
@@ -122,14 +123,22 @@ class ReloadingCertificate:
 
 def principal_from_certificate(peercert: dict[str, Any] | None) -> str | None:
     """The principal a verified certificate names: its subject's common name, else its first
-    URI or DNS subject alternative name; ``None`` if it names nothing (or is absent)."""
+    URI or DNS subject alternative name; ``None`` if it names nothing (or is absent), or a
+    name only tokens may have (``principal.certificate_may_name``): such a peer is anonymous."""
     if not peercert:
         return None
+    named = None
     for rdn in peercert.get("subject", ()):
         for name, value in rdn:
-            if name == "commonName" and value:
-                return str(value)
-    for kind, value in peercert.get("subjectAltName", ()):
-        if kind in ("URI", "DNS") and value:
-            return str(value)
-    return None
+            if named is None and name == "commonName" and value:
+                named = str(value)
+    if named is None:
+        for kind, value in peercert.get("subjectAltName", ()):
+            if kind in ("URI", "DNS") and value:
+                named = str(value)
+                break
+    if named is None or not certificate_may_name(named):
+        if named is not None:
+            log.warning("a certificate names %r, a token's kind of name: no principal", named)
+        return None
+    return named
