@@ -481,3 +481,32 @@ def test_a_zookeeper_nobody_may_use_admits_nobody() -> None:
     assert _zookeeper_clients(objects) is None
     zk = one(objects, "NetworkPolicy", "hedwig-zookeeper")["spec"]
     assert all(rule.get("from") or rule["ports"][0]["port"] == 7000 for rule in zk["ingress"])
+
+
+def test_zookeeper_runs_on_a_read_only_root_without_a_token() -> None:
+    """ZooKeeper's pod: no ServiceAccount token (it talks to no API server), a read-only root
+    filesystem, and every directory the image's entrypoint and zkServer.sh write to on a
+    volume: zoo.cfg's ZOO_CONF_DIR (which zkServer.sh reads as ZOOCFGDIR, and which gets the
+    image's own conf files first), the logs, the JVM's /tmp, the data and its log."""
+    zk = one(render(), "StatefulSet", "hedwig-zookeeper")["spec"]["template"]["spec"]
+    assert zk["automountServiceAccountToken"] is False
+    (c,) = zk["containers"]
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    env = {e["name"]: e["value"] for e in c["env"]}
+    assert env["ZOOCFGDIR"] == env["ZOO_CONF_DIR"]
+    assert env["ZOO_ADMINSERVER_ENABLED"] == "false"
+    mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+    volumes = {v["name"]: v for v in zk["volumes"]}
+    for written in (
+        env["ZOO_CONF_DIR"],
+        env["ZOO_LOG_DIR"],
+        env["ZOO_DATA_DIR"],
+        env["ZOO_DATA_LOG_DIR"],
+        "/tmp",
+    ):
+        holder = next((p for p in mounts if written == p or written.startswith(p + "/")), None)
+        assert holder is not None, f"{written} is on the read-only root"
+        name = mounts[holder]
+        assert name == "data" or "emptyDir" in volumes[name], name
+    # The image's logback.xml and the rest of its /conf, copied before the entrypoint runs.
+    assert c["args"][0].startswith('cp /conf/* "$ZOO_CONF_DIR"/ && ')
