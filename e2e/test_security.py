@@ -202,6 +202,9 @@ def _secure_pool(bed: SecureBed) -> None:
             # The API server's own discovery document names its JWKS.
             "discovery_url": f"{bed.cp.server}/.well-known/openid-configuration",
             "ca_file": str(bed.cp.ca_file),
+            # As the operator trusts the cluster's issuer: its ServiceAccounts are principals
+            # by their own names (hedwig.security.tokens).
+            "principal_prefix": "",
         }
     ]
     env = {
@@ -427,6 +430,9 @@ def test_cert_manager_issues_the_hubs_certificate(bed: SecureBed) -> None:
             "audience": "hedwig",
             "discovery_url": f"{bed.cp.server}/.well-known/openid-configuration",
             "ca_file": str(bed.cp.ca_file),
+            # As the operator trusts the cluster's issuer: its ServiceAccounts are principals
+            # by their own names (hedwig.security.tokens).
+            "principal_prefix": "",
         }
     ]
     hub = HubProcess(
