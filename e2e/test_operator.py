@@ -269,12 +269,17 @@ def test_hubpool_becomes_statefulset_services_pdb_and_status(bed: Bed, alpha: st
     assert alpha in table
 
 
-def _etcd_access_secret(name: str, files: dict[str, bytes]) -> dict[str, Any]:
+def _etcd_access_secret(name: str, files: dict[str, bytes], pool: str) -> dict[str, Any]:
+    """An access Secret its owner bound to ``pool`` (the label the operator asks for)."""
     data = {k: base64.b64encode(v).decode() for k, v in files.items()}
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": {"name": name, "namespace": NS},
+        "metadata": {
+            "name": name,
+            "namespace": NS,
+            "labels": {"hedwig.io/store-access-for": pool},
+        },
         "type": "Opaque",
         "data": data,
     }
@@ -308,7 +313,7 @@ def test_a_pool_on_a_secured_etcd(
     try:
         hub.start()
         bed.add_volumes(1)
-        bed.apply(_etcd_access_secret("etcd-access", files))
+        bed.apply(_etcd_access_secret("etcd-access", files, "sec"))
         bed.apply(
             pool_manifest("sec", 1, metadata={"url": server.url, "secretName": "etcd-access"})
         )
@@ -340,7 +345,7 @@ def test_a_pool_on_a_secured_etcd(
         # A wrong password: etcd refuses the operator, and the Topic says why. (No replicas:
         # the pool's pod would take a static volume another test's pool counts on.)
         bad = {**files, "credentials": b"hedwig:wrong"}
-        bed.apply(_etcd_access_secret("etcd-wrong", bad))
+        bed.apply(_etcd_access_secret("etcd-wrong", bad, "sec-wrong"))
         bed.apply(
             pool_manifest("sec-wrong", 0, metadata={"url": server.url, "secretName": "etcd-wrong"})
         )

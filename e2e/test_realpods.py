@@ -101,7 +101,7 @@ class Release:
         """The Secret the operator issued a ``tls`` HedwigUser (``ca.crt``, ``tls.crt``,
         ``tls.key``), written to files for a client outside the cluster."""
         wait_for(f"HedwigUser {name} Ready", lambda: _user_ready(self.cp, name), 60)
-        secret = self.cp.kubectl_json("get", "secret", name, "-n", NS)
+        secret = self.cp.kubectl_json("get", "secret", f"{name}-user-tls", "-n", NS)
         d = self.volumes.parent / "users" / name
         d.mkdir(parents=True, exist_ok=True)
         for key, value in secret["data"].items():
@@ -701,8 +701,8 @@ def test_spark_heatmap_job_runs_on_kubernetes_driver_and_executor_pods(release: 
         "spark.kubernetes.executor.deleteOnTermination": "false",
         "spark.kubernetes.submission.waitAppCompletion": "true",
         "spark.kubernetes.report.interval": "5s",
-        "spark.kubernetes.driver.secrets.spark-heatmap": user_dir,
-        "spark.kubernetes.executor.secrets.spark-heatmap": user_dir,
+        "spark.kubernetes.driver.secrets.spark-heatmap-user-tls": user_dir,
+        "spark.kubernetes.executor.secrets.spark-heatmap-user-tls": user_dir,
         **{f"spark.kubernetes.driverEnv.{k}": v for k, v in user_env.items()},
         **{f"spark.executorEnv.{k}": v for k, v in user_env.items()},
     }

@@ -202,6 +202,9 @@ def _secure_pool(bed: SecureBed) -> None:
             # The API server's own discovery document names its JWKS.
             "discovery_url": f"{bed.cp.server}/.well-known/openid-configuration",
             "ca_file": str(bed.cp.ca_file),
+            # As the operator trusts the cluster's issuer: its ServiceAccounts are principals
+            # by their own names (hedwig.security.tokens).
+            "principal_prefix": "",
         }
     ]
     env = {
@@ -279,7 +282,7 @@ def test_a_service_account_publishes_where_its_hedwiguser_allows(bed: SecureBed)
 def test_a_tls_hedwiguser_gets_a_certificate_that_works(bed: SecureBed) -> None:
     bed.apply(user_manifest("bob", {"type": "tls"}, ORDERS_ACL))
     wait_for("HedwigUser Ready", lambda: bed.ready("hedwigusers", "bob").get("status") == "True")
-    d = bed.write_secret("bob")
+    d = bed.write_secret("bob-user-tls")
     bob = ClientSecurity.build(
         tls_ca=str(d / "ca.crt"), cert=str(d / "tls.crt"), key=str(d / "tls.key")
     )
@@ -296,6 +299,10 @@ def test_the_crd_refuses_a_malformed_hedwiguser(bed: SecureBed) -> None:
     proc = bed.apply(user_manifest("broken", {"type": "tls"}, cluster_publish), check=False)
     assert proc.returncode != 0
     assert "the cluster has one operation: admin" in proc.stderr
+    # A tls user's Secret is <name>-user-tls: the name leaves room for the suffix.
+    proc = bed.apply(user_manifest("b" * 245, {"type": "tls"}, ORDERS_ACL), check=False)
+    assert proc.returncode != 0
+    assert "a tls user's name may have at most 244 characters" in proc.stderr
 
 
 def test_the_operator_reaches_the_secured_hubs_as_itself(bed: SecureBed) -> None:
@@ -423,6 +430,9 @@ def test_cert_manager_issues_the_hubs_certificate(bed: SecureBed) -> None:
             "audience": "hedwig",
             "discovery_url": f"{bed.cp.server}/.well-known/openid-configuration",
             "ca_file": str(bed.cp.ca_file),
+            # As the operator trusts the cluster's issuer: its ServiceAccounts are principals
+            # by their own names (hedwig.security.tokens).
+            "principal_prefix": "",
         }
     ]
     hub = HubProcess(

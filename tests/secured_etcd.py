@@ -27,7 +27,7 @@ def access_files(security: DevSecurity) -> dict[str, bytes]:
     d = security.directory
     return {
         "credentials": security.etcd_credentials.encode(),
-        "ca.crt": (d / "hub-ca.crt").read_bytes(),
+        "ca.crt": (d / "store-ca.crt").read_bytes(),
         "tls.crt": (d / "store.crt").read_bytes(),
         "tls.key": (d / "store.key").read_bytes(),
     }

@@ -28,13 +28,13 @@ from typing import Any
 import kopf
 
 from hedwig.errors import HedwigError
-from hedwig_operator.builders.security import secret_data
 from hedwig_operator.conditions import condition
 from hedwig_operator.context import Context
 from hedwig_operator.hubs import ClientHubRequests
-from hedwig_operator.kube import KubeError, ObjectRef
+from hedwig_operator.kube import KubeError
 from hedwig_operator.kube.http import HttpKubeApi
 from hedwig_operator.metadata import MetadataConnections
+from hedwig_operator.ownership import SecretRefusedError, read_access
 from hedwig_operator.pools import apply_children, selector_string
 from hedwig_operator.recorder import record_event
 from hedwig_operator.resources import (
@@ -48,7 +48,7 @@ from hedwig_operator.resources import (
 )
 from hedwig_operator.security import PoolTrust, delete_user, reconcile_user
 from hedwig_operator.settings import OperatorSettings
-from hedwig_operator.specs import SpecError, parse_pool
+from hedwig_operator.specs import AccessSecret, SpecError, parse_pool
 from hedwig_operator.topics import (
     TopicClaim,
     TransientError,
@@ -174,8 +174,8 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     trust = PoolTrust.from_pod()
     kube = HttpKubeApi.from_environment()
 
-    async def read_secret(namespace: str, name: str) -> dict[str, bytes]:
-        return secret_data(await kube.get(ObjectRef("v1", "Secret", namespace, name)))
+    async def read_secret(secret: AccessSecret) -> dict[str, bytes]:
+        return await read_access(kube, secret)
 
     STATE.ctx = Context(
         kube=kube,
@@ -264,6 +264,13 @@ async def pool_changed(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
         raise kopf.PermanentError(str(exc)) from exc
     try:
         await apply_children(ctx.kube, pool, ctx.trust)
+    except SecretRefusedError as exc:
+        # A domain problem, not a handler failure: the pool's worker repeats the check every
+        # refresh (and posts the Warning Event), so a Secret made right is picked up.
+        patch.status["conditions"] = [
+            condition("Ready", False, exc.reason, exc.message, body.status.get("conditions"))
+        ]
+        return
     except KubeError as exc:
         await record_event(ctx.kube, body, "ApplyFailed", str(exc), warning=True)
         raise kopf.TemporaryError(

@@ -10,7 +10,9 @@ a secured etcd names a Secret (``spec.metadata.secretName``): its store is opene
 Secret holds (``EtcdAccess``: credentials, CA, client certificate), read when the store is
 opened; a store etcd refuses is dropped, so a corrected Secret is read at the next request, and
 an open store reads the Secret's credentials again when etcd refuses its token (a rotated
-password).
+password). The reader reads only a Secret bound to the pool (``ownership.read_access``): any
+other is refused as unavailable, and an open store whose Secret stops being bound gets no
+credentials from it.
 """
 
 from __future__ import annotations
@@ -23,13 +25,16 @@ from dataclasses import replace
 
 from hedwig.errors import HedwigError, MetadataUnavailableError
 from hedwig.metadata import EtcdAccess, MetadataStore, open_store
+from hedwig_operator.ownership import SecretRefusedError
+from hedwig_operator.specs import AccessSecret
 
 log = logging.getLogger(__name__)
 
 Opener = Callable[[str, str], MetadataStore]
 AccessOpener = Callable[[str, str, str | None, EtcdAccess | None], MetadataStore]
-# (namespace, name) -> the Secret's data (empty: no such Secret)
-SecretReader = Callable[[str, str], Awaitable[Mapping[str, bytes]]]
+# The access Secret -> its data (empty: no such Secret); SecretRefusedError if it is not bound
+# to its pool (``ownership.read_access``).
+SecretReader = Callable[[AccessSecret], Awaitable[Mapping[str, bytes]]]
 
 
 class MetadataConnections:
@@ -62,12 +67,10 @@ class MetadataConnections:
         self._stores: dict[tuple[str, str], MetadataStore] = {}
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
 
-    async def get(
-        self, zk: str, region: str, secret: tuple[str, str] | None = None
-    ) -> MetadataStore:
-        """The store of ``region`` on ``zk``, opened with the etcd access Secret ``secret``
-        ((namespace, name)) if given; ``MetadataUnavailableError`` if unreachable, refused, or
-        the Secret is missing."""
+    async def get(self, zk: str, region: str, secret: AccessSecret | None = None) -> MetadataStore:
+        """The store of ``region`` on ``zk``, opened with the etcd access Secret ``secret`` if
+        given; ``MetadataUnavailableError`` if unreachable, refused, or the Secret is missing
+        or not bound to its pool."""
         key = (zk, region)
         store = self._stores.get(key)
         if store is not None and self._opened_with.get(key) != self._digests.get(key):
@@ -101,20 +104,27 @@ class MetadataConnections:
             self._opened_with[key] = digest
             return store
 
-    async def _access(self, secret: tuple[str, str]) -> EtcdAccess:
-        namespace, name = secret
+    async def _access(self, secret: AccessSecret) -> EtcdAccess:
+        where = f"{secret.namespace}/{secret.name}"
         if self._read_secret is None:
-            raise MetadataUnavailableError(f"no way to read the Secret {namespace}/{name}")
-        data = await self._read_secret(namespace, name)
+            raise MetadataUnavailableError(f"no way to read the Secret {where}")
+        try:
+            data = await self._read_secret(secret)
+        except SecretRefusedError as exc:
+            raise MetadataUnavailableError(exc.message) from exc
         if not data:
             raise MetadataUnavailableError(
-                f"the metadata store's access Secret {namespace}/{name} does not exist (yet)"
+                f"the metadata store's access Secret {where} does not exist (yet)"
             )
         read = self._read_secret
 
         async def credentials() -> str | None:
-            # Read again when etcd refuses the store's token: a rotated password.
-            return (await read(namespace, name)).get("credentials", b"").decode() or None
+            # Read again when etcd refuses the store's token: a rotated password (none from
+            # a Secret that is no longer bound to the pool).
+            try:
+                return (await read(secret)).get("credentials", b"").decode() or None
+            except SecretRefusedError:
+                return None
 
         return replace(EtcdAccess.from_files(data), credentials_source=credentials)
 

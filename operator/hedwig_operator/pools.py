@@ -8,6 +8,9 @@ to repair drift (a deleted Service comes back).
 
 Status combines two views that can disagree, and shows both: the StatefulSet's (pods
 scheduled and ready) and ZooKeeper's (hubs registered alive in the region, with their load).
+A Secret the pool needs that is not the operator's to use (``ownership``: someone else's
+under a pool Secret's name, or an access Secret its owner has not bound to the pool) stops
+the reconciliation before anything is applied, and is the Ready condition's reason.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from hedwig_operator.builders import build_pool_children, selector_labels
 from hedwig_operator.builders.labels import statefulset_name
 from hedwig_operator.conditions import condition
 from hedwig_operator.kube import KubeApi, ObjectRef
+from hedwig_operator.ownership import SecretRefusedError, read_access
 from hedwig_operator.security import PoolTrust, ensure_pool_security, operator_principal
 from hedwig_operator.specs import PoolSpec
 
@@ -34,7 +38,11 @@ def statefulset_ref(pool: PoolSpec) -> ObjectRef:
 
 async def apply_children(kube: KubeApi, pool: PoolSpec, trust: PoolTrust | None = None) -> None:
     """Apply every child (a secured pool's Secrets first); ``KubeError`` propagates (the
-    caller retries)."""
+    caller retries), and ``SecretRefusedError`` if a Secret the pool needs is someone else's,
+    or its access Secret is missing or not bound to it (nothing is applied then)."""
+    if pool.store_secret is not None:
+        # Before anything mounts it into the hubs: the Secret's owner bound it to this pool.
+        await read_access(kube, pool.store_secret)
     if trust is not None:
         await ensure_pool_security(kube, pool, trust)
     for manifest in build_pool_children(pool, operator_principal()):
@@ -71,14 +79,18 @@ def build_pool_status(
     previous: Mapping[str, Any] | None,
     now_ms: int,
     now: dt.datetime | None = None,
+    refused: SecretRefusedError | None = None,
 ) -> dict[str, Any]:
-    """The pool's status from the StatefulSet and ZooKeeper (``hubs`` None if unreadable)."""
+    """The pool's status from the StatefulSet and ZooKeeper (``hubs`` None if unreadable),
+    and the Secret that stopped its reconciliation (``refused``), if one did."""
     previous = previous or {}
     sts_status = (statefulset or {}).get("status") or {}
     ready = int(sts_status.get("readyReplicas", 0))
     replicas = int(sts_status.get("replicas", 0))
     alive = sum(1 for h in hubs or () if h.alive)
-    if statefulset is None:
+    if refused is not None:
+        ok, reason, message = False, refused.reason, refused.message
+    elif statefulset is None:
         ok, reason, message = False, "StatefulSetMissing", "the StatefulSet does not exist yet"
     elif zk_error is not None:
         ok, reason, message = False, "ZooKeeperUnavailable", zk_error

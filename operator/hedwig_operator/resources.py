@@ -45,6 +45,11 @@ ZK_DIGEST_DIR: Final = "/etc/hedwig/zookeeper"
 # A secured etcd's access Secret (spec.metadata.secretName), read through HEDWIG_ETCD_DIR.
 ETCD_ACCESS_DIR: Final = "/etc/hedwig/etcd"
 DATA_DIR: Final = "/var/lib/hedwig"
+# A tls HedwigUser's Secret is named <user> + this: a suffix no pool Secret's name has
+# (builders/security.py), so a user's name never makes it one of its pool's Secrets.
+USER_SECRET_SUFFIX: Final = "-user-tls"
+# Kubernetes' limit on an object's name (a DNS subdomain).
+MAX_NAME: Final = 253
 
 LABEL_NAME: Final = "app.kubernetes.io/name"
 LABEL_INSTANCE: Final = "app.kubernetes.io/instance"
@@ -53,5 +58,8 @@ LABEL_PART_OF: Final = "app.kubernetes.io/part-of"
 LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
 LABEL_VERSION: Final = "app.kubernetes.io/version"
 LABEL_POOL: Final = f"{GROUP}/pool"
+# Set by a Secret's owner on the access Secret a pool names (spec.metadata.secretName), with
+# the pool's name: the owner's consent that the operator and the pool's hubs use it.
+LABEL_STORE_ACCESS: Final = f"{GROUP}/store-access-for"
 
 HUB_APP_NAME: Final = "hedwig-hub"

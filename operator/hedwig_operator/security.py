@@ -14,8 +14,12 @@ with the digest.
 
 A HedwigUser becomes one ACL entry (``<namespace>/<name>``) in its pool's region, written on
 every reconciliation and deleted with the resource; a ``tls`` user also gets a client
-certificate from the clients CA in a Secret named after it (``ca.crt``, ``tls.crt``,
+certificate from the clients CA in the Secret ``<user>-user-tls`` (``ca.crt``, ``tls.crt``,
 ``tls.key``), owned by the HedwigUser so it goes with it, and renewed like the hubs'.
+
+Every Secret is read and written only if it is absent or the operator's own for that pool or
+user (``ownership``): one held by anyone else is refused with the reason ``SecretConflict``
+(the pool's or the user's Ready condition, and a Warning Event on the user) and left alone.
 """
 
 from __future__ import annotations
@@ -47,10 +51,13 @@ from hedwig_operator.builders.security import (
     hub_tls_secret_name,
     secret_data,
     secret_manifest,
+    user_secret_name,
     zk_secret_name,
 )
-from hedwig_operator.conditions import condition
+from hedwig_operator.conditions import condition, find
 from hedwig_operator.kube import KubeApi, ObjectRef
+from hedwig_operator.ownership import Owner, SecretRefusedError, read_owned
+from hedwig_operator.recorder import record_event
 from hedwig_operator.resources import API_VERSION, POOL_KIND, USER_KIND
 from hedwig_operator.specs import PoolSpec, SpecError, UserSpec, parse_pool, parse_user
 from hedwig_operator.specs.user import AuthenticationType
@@ -143,7 +150,7 @@ def needs_renewal(cert_pem: bytes | None, renew_before_days: int, now: dt.dateti
 
 
 async def _ca(kube: KubeApi, pool: PoolSpec, name: str, title: str) -> CertificateAuthority:
-    data = secret_data(await kube.get(ObjectRef("v1", "Secret", pool.namespace, name)))
+    data = await read_owned(kube, pool.namespace, name, Owner.of_pool(pool))
     if data.get("tls.crt") and data.get("tls.key"):
         return CertificateAuthority.load(data["tls.crt"], data["tls.key"])
     ca = CertificateAuthority.create(f"{title} {pool.namespace}/{pool.name}", days=CA_DAYS)
@@ -172,7 +179,7 @@ async def _ensure_pool_security(
     clients_ca = await _ca(kube, pool, clients_ca_secret_name(pool), "hedwig clients")
     await kube.apply(ca_cert_configmap(pool, hub_ca.cert_pem))
     ref = ObjectRef("v1", "Secret", pool.namespace, hub_tls_secret_name(pool))
-    current = secret_data(await kube.get(ref))
+    current = await read_owned(kube, ref.namespace, ref.name, Owner.of_pool(pool))
     if (
         needs_renewal(current.get("tls.crt"), pool.security.renew_before_days, now)
         or current.get("ca.crt") != hub_ca.cert_pem
@@ -204,12 +211,13 @@ async def _ensure_pool_security(
 
 
 async def _zk_digest(kube: KubeApi, pool: PoolSpec) -> str:
-    zk_ref = ObjectRef("v1", "Secret", pool.namespace, zk_secret_name(pool))
-    digest = secret_data(await kube.get(zk_ref)).get("digest", b"").decode()
+    name = zk_secret_name(pool)
+    digest = (await read_owned(kube, pool.namespace, name, Owner.of_pool(pool))).get("digest", b"")
     if not digest:
-        digest = f"hedwig:{secrets.token_urlsafe(24)}"
-        await kube.apply(secret_manifest(pool, zk_ref.name, {"digest": digest.encode()}))
-    return digest
+        made = f"hedwig:{secrets.token_urlsafe(24)}"
+        await kube.apply(secret_manifest(pool, name, {"digest": made.encode()}))
+        return made
+    return digest.decode()
 
 
 async def _ensure_cert_manager(kube: KubeApi, pool: PoolSpec, trust: PoolTrust) -> None:
@@ -293,6 +301,11 @@ async def reconcile_user(
         await ensure_pool_security(kube, pool, trust, now)
         store = await metadata.get(pool.zk_connect, pool.region, pool.store_secret)
         await store.acls.write_acl(user.acl_name, user.acl_entry, ANY_VERSION)
+    except SecretRefusedError as exc:
+        # One of the pool's Secrets is someone else's: the pool's condition says which.
+        return UserOutcome(
+            ready(False, exc.reason, f"pool {pool.name}: {exc.message}", **extra), retry=True
+        )
     except (HedwigError, MetadataError) as exc:
         return UserOutcome(
             ready(False, "MetadataUnavailable", f"writing the ACLs failed: {exc}", **extra),
@@ -309,8 +322,15 @@ async def reconcile_user(
                 ),
                 retry=True,
             )
-        async with trust.lock(pool):
-            extra.update(await _user_certificate(kube, pool, user, now))
+        try:
+            async with trust.lock(pool):
+                extra.update(await _user_certificate(kube, pool, user, now))
+        except SecretRefusedError as exc:
+            # Not retried: nothing changes until someone removes or renames that Secret (the
+            # hourly reconciliation looks again).
+            if (find(previous, "Ready") or {}).get("reason") != exc.reason:
+                await record_event(kube, body, exc.reason, exc.message, warning=True)
+            return UserOutcome(ready(False, exc.reason, exc.message, **extra))
     if not pool.security.enabled:
         return UserOutcome(
             ready(
@@ -331,8 +351,8 @@ async def _user_certificate(
 ) -> dict[str, Any]:
     clients_ca = await _ca(kube, pool, clients_ca_secret_name(pool), "hedwig clients")
     hub_ca = await _ca(kube, pool, ca_secret_name(pool), "hedwig hubs")
-    ref = ObjectRef("v1", "Secret", user.namespace, user.name)
-    current = secret_data(await kube.get(ref))
+    name = user_secret_name(user.name)
+    current = await read_owned(kube, user.namespace, name, Owner.of_user(user))
     cert = current.get("tls.crt")
     if (
         needs_renewal(cert, pool.security.renew_before_days, now)
@@ -341,13 +361,13 @@ async def _user_certificate(
         issued = clients_ca.issue(user.principal, client=True, days=pool.security.certificate_days)
         cert = issued.cert_pem
         manifest = secret_manifest(
-            pool, user.name, {"tls.crt": cert, "tls.key": issued.key_pem, "ca.crt": hub_ca.cert_pem}
+            pool, name, {"tls.crt": cert, "tls.key": issued.key_pem, "ca.crt": hub_ca.cert_pem}
         )
         manifest["metadata"]["ownerReferences"] = [_user_owner(user)]
         await kube.apply(manifest)
         log.info("issued the certificate of HedwigUser %s/%s", user.namespace, user.name)
     end = _not_after(cert) if cert else None
-    return {"secret": user.name, "certificateNotAfter": end.isoformat() if end else ""}
+    return {"secret": name, "certificateNotAfter": end.isoformat() if end else ""}
 
 
 async def delete_user(

@@ -27,11 +27,13 @@ from typing import Any
 
 from hedwig.errors import MetadataError
 from hedwig.metadata import HubStatus
-from hedwig_operator.conditions import changed
+from hedwig_operator.conditions import changed, find
 from hedwig_operator.context import Context
 from hedwig_operator.kube import KubeError, ObjectRef
+from hedwig_operator.ownership import SecretRefusedError
 from hedwig_operator.pools import apply_children, build_pool_status, statefulset_ref
 from hedwig_operator.rebalancing import RebalanceState, rebalance_cycle
+from hedwig_operator.recorder import record_event
 from hedwig_operator.resources import API_VERSION, POOL_KIND, TOPIC_KIND
 from hedwig_operator.specs import PoolSpec, SpecError, parse_pool
 from hedwig_operator.topics import TopicClaim, reconcile_topic
@@ -143,11 +145,15 @@ class PoolWorker:
         """Repair the children, then refresh the pool's and its Topics' status."""
         ctx = self.ctx
         applied = True
+        refused: SecretRefusedError | None = None
         try:
             await apply_children(ctx.kube, pool, ctx.trust)
         except KubeError as exc:
             applied = False
             log.warning("pool %s: applying children failed: %s", pool.name, exc)
+        except SecretRefusedError as exc:
+            applied, refused = False, exc
+            log.warning("pool %s/%s: %s", pool.namespace, pool.name, exc.message)
         statefulset = await ctx.kube.get(statefulset_ref(pool))
         hubs: list[HubStatus] | None = None
         zk_error = None
@@ -165,7 +171,11 @@ class PoolWorker:
             zk_error=zk_error,
             previous=previous,
             now_ms=ctx.clock.wall_ms(),
+            refused=refused,
         )
+        was = (find(previous.get("conditions"), "Ready") or {}).get("reason")
+        if refused is not None and was != refused.reason:
+            await record_event(ctx.kube, self.body, refused.reason, refused.message, warning=True)
         if applied:
             status["observedGeneration"] = pool.generation
         if changed(previous, status):

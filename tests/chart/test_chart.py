@@ -78,14 +78,21 @@ def test_default_release_installs_operator_zookeeper_and_a_pool() -> None:
         "ClusterRole",
         "Deployment",
         "HubPool",
+        "NetworkPolicy",
         "PodDisruptionBudget",
         "RoleBinding",
         "Service",
         "ServiceAccount",
         "StatefulSet",
     ]
-    # Monitoring and NetworkPolicies are opt-in: their CRDs or CNI may be missing.
-    assert not find(objects, "PrometheusRule") and not find(objects, "NetworkPolicy")
+    # Monitoring is opt-in (its CRDs may be missing); NetworkPolicies are on: without them
+    # every pod of the cluster reaches ZooKeeper and the hubs.
+    assert not find(objects, "PrometheusRule")
+    assert {p["metadata"]["name"] for p in find(objects, "NetworkPolicy")} == {
+        "hedwig-hubs",
+        "hedwig-zookeeper",
+        "hedwig-operator",
+    }
 
 
 # ------------------------------------------------------------------------------ operator
@@ -402,3 +409,104 @@ def test_network_policies_cover_hubs_zookeeper_and_the_operator() -> None:
     assert metrics_rule["ports"] == [{"port": 9100, "protocol": "TCP"}]
     zk = policies[("hedwig", "hedwig-zookeeper")]["spec"]
     assert [r["ports"][0]["port"] for r in zk["ingress"]] == [2181, 2888, 7000]
+
+
+def _zookeeper_clients(objects: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """The peers ZooKeeper's policy admits on 2181 (None: no rule admits anyone there)."""
+    zk = one(objects, "NetworkPolicy", "hedwig-zookeeper")["spec"]
+    rules = [r for r in zk["ingress"] if {"port": 2181, "protocol": "TCP"} in r["ports"]]
+    if not rules:
+        return None
+    (rule,) = rules
+    return rule["from"]  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize(
+    "sets",
+    [[], ["operator.watchAllNamespaces=true"], ["operator.watchNamespaces={hedwig,apps}"]],
+    ids=["defaults", "all-namespaces", "some-namespaces"],
+)
+def test_zookeeper_admits_its_pools_by_namespace_and_pool(sets: list[str]) -> None:
+    """Labels are whatever a pod's creator writes: ZooKeeper's clients are each pinned to a
+    namespace by the name the API server gives it, and hubs to their pool; no namespace is
+    admitted by wildcard, whatever the operator watches."""
+    peers = _zookeeper_clients(render(sets=sets))
+    assert peers == [
+        {
+            "podSelector": {
+                "matchLabels": {
+                    "app.kubernetes.io/name": "hedwig-hub",
+                    "app.kubernetes.io/instance": "hedwig",
+                }
+            },
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "hedwig"}},
+        },
+        {
+            "podSelector": {
+                "matchLabels": {
+                    "app.kubernetes.io/name": "hedwig",
+                    "app.kubernetes.io/instance": "hedwig",
+                    "app.kubernetes.io/component": "operator",
+                }
+            },
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "hedwig"}},
+        },
+    ]
+
+
+def test_more_pools_reach_zookeeper_only_when_named(tmp_path: Path) -> None:
+    values = tmp_path / "v.yaml"
+    values.write_text(
+        "networkPolicy:\n  zookeeperClients: [{namespace: apps, pool: orders}]\n"
+        "hubPool:\n  name: main\n"
+    )
+    peers = _zookeeper_clients(render([values]))
+    assert peers is not None
+    pools = [
+        (
+            p["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+            p["podSelector"]["matchLabels"].get("app.kubernetes.io/instance"),
+        )
+        for p in peers
+    ]
+    assert pools == [("hedwig", "main"), ("apps", "orders"), ("hedwig", "hedwig")]
+    values.write_text("networkPolicy:\n  zookeeperClients: [{namespace: apps}]\n")
+    assert "'/networkPolicy/zookeeperClients/0': missing property 'pool'" in render_error([values])
+
+
+def test_a_zookeeper_nobody_may_use_admits_nobody() -> None:
+    """A NetworkPolicy rule with no peers admits everyone: without a pool or the operator
+    there is no client rule at all."""
+    objects = render(sets=["operator.enabled=false", "hubPool.enabled=false"])
+    assert _zookeeper_clients(objects) is None
+    zk = one(objects, "NetworkPolicy", "hedwig-zookeeper")["spec"]
+    assert all(rule.get("from") or rule["ports"][0]["port"] == 7000 for rule in zk["ingress"])
+
+
+def test_zookeeper_runs_on_a_read_only_root_without_a_token() -> None:
+    """ZooKeeper's pod: no ServiceAccount token (it talks to no API server), a read-only root
+    filesystem, and every directory the image's entrypoint and zkServer.sh write to on a
+    volume: zoo.cfg's ZOO_CONF_DIR (which zkServer.sh reads as ZOOCFGDIR, and which gets the
+    image's own conf files first), the logs, the JVM's /tmp, the data and its log."""
+    zk = one(render(), "StatefulSet", "hedwig-zookeeper")["spec"]["template"]["spec"]
+    assert zk["automountServiceAccountToken"] is False
+    (c,) = zk["containers"]
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    env = {e["name"]: e["value"] for e in c["env"]}
+    assert env["ZOOCFGDIR"] == env["ZOO_CONF_DIR"]
+    assert env["ZOO_ADMINSERVER_ENABLED"] == "false"
+    mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+    volumes = {v["name"]: v for v in zk["volumes"]}
+    for written in (
+        env["ZOO_CONF_DIR"],
+        env["ZOO_LOG_DIR"],
+        env["ZOO_DATA_DIR"],
+        env["ZOO_DATA_LOG_DIR"],
+        "/tmp",
+    ):
+        holder = next((p for p in mounts if written == p or written.startswith(p + "/")), None)
+        assert holder is not None, f"{written} is on the read-only root"
+        name = mounts[holder]
+        assert name == "data" or "emptyDir" in volumes[name], name
+    # The image's logback.xml and the rest of its /conf, copied before the entrypoint runs.
+    assert c["args"][0].startswith('cp /conf/* "$ZOO_CONF_DIR"/ && ')

@@ -83,6 +83,8 @@ def test_a_secured_pool_runs_hubs_with_tls_tokens_acls_and_an_internal_listener(
     (issuer,) = json.loads(env["HEDWIG_TOKEN_ISSUERS"])
     assert issuer["issuer"] == "https://kubernetes.default.svc.cluster.local"
     assert issuer["audience"] == "hedwig"
+    # The cluster's ServiceAccounts are principals by their own names (no issuer prefix).
+    assert issuer["principal_prefix"] == ""
     pod = build_statefulset(pool)["spec"]["template"]["spec"]
     (hub,) = pod["containers"]
     assert {"name": "internal", "containerPort": 4081, "protocol": "TCP"} in hub["ports"]
@@ -137,15 +139,15 @@ async def test_a_tls_user_gets_a_certificate_from_the_clients_ca() -> None:
     w.kube.put(pool_body(spec=SECURE))
     body = user_body("bob", authentication={"type": "tls"})
     outcome = await reconcile_user(w.kube, w.connections, PoolTrust(), body)
-    assert outcome.status["secret"] == "bob"
-    issued = secret(w, "bob")
+    assert outcome.status["secret"] == "bob-user-tls"
+    issued = secret(w, "bob-user-tls")
     cert = x509.load_pem_x509_certificate(issued["tls.crt"])
     cn = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value
     assert cn == "user:ns:bob"
     clients_ca = x509.load_pem_x509_certificate(secret(w, "pool-clients-ca")["tls.crt"])
     assert cert.issuer == clients_ca.subject
     assert issued["ca.crt"] == secret(w, "pool-ca")["tls.crt"]
-    owner = w.kube.objects[("Secret", "ns", "bob")]["metadata"]["ownerReferences"][0]
+    owner = w.kube.objects[("Secret", "ns", "bob-user-tls")]["metadata"]["ownerReferences"][0]
     assert (owner["kind"], owner["name"]) == ("HedwigUser", "bob")
 
 
@@ -267,3 +269,197 @@ def test_a_cert_manager_issuer_must_be_named() -> None:
     }
     with pytest.raises(SpecError, match="Issuer or ClusterIssuer"):
         parse_pool(pool_body(spec={"region": "r1", **worse}))
+
+
+# ------------------------------------------------------------------ Secrets the operator owns
+
+
+def foreign_secret(name: str, data: dict[str, bytes], **meta: Any) -> dict[str, Any]:
+    """A Secret someone else made in the pool's namespace."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": "ns", **meta},
+        "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
+    }
+
+
+@pytest.mark.parametrize("name", ["pool-ca", "pool-clients-ca", "pool-hub-tls", "pool-zookeeper"])
+async def test_a_user_named_like_a_pool_secret_never_writes_it(name: str) -> None:
+    """A tls HedwigUser named after one of its pool's Secrets gets a Secret of its own: the
+    pool's CAs, the hubs' certificate and the digest stay the pool's, and the hubs'
+    certificate is still signed by the pool's hub CA afterwards."""
+    from hedwig_operator.builders.security import pool_secret_names, user_secret_name
+
+    w = await World().start()
+    w.kube.put(pool_body(spec=SECURE))
+    pool = parse_pool(pool_body(spec=SECURE))
+    trust = PoolTrust()
+    await ensure_pool_security(w.kube, pool, trust)
+    before = {n: secret(w, n) for n in pool_secret_names(pool)}
+    outcome = await reconcile_user(
+        w.kube, w.connections, trust, user_body(name, authentication={"type": "tls"})
+    )
+    assert outcome.status["conditions"][0]["reason"] == "Ready"
+    assert outcome.status["secret"] == user_secret_name(name) == f"{name}-user-tls"
+    assert {n: secret(w, n) for n in pool_secret_names(pool)} == before
+    for n in pool_secret_names(pool):
+        (owner,) = w.kube.objects[("Secret", "ns", n)]["metadata"]["ownerReferences"]
+        assert (owner["kind"], owner["uid"]) == ("HubPool", "pool-uid")
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(days=70)  # the hubs' certificate renewed
+    await ensure_pool_security(w.kube, pool, trust, now=later)
+    hub = x509.load_pem_x509_certificate(secret(w, "pool-hub-tls")["tls.crt"])
+    hub_ca = x509.load_pem_x509_certificate(before["pool-ca"]["tls.crt"])
+    assert hub.issuer == hub_ca.subject and secret(w, "pool-ca") == before["pool-ca"]
+
+
+def test_no_user_secret_name_is_a_pool_secret_name() -> None:
+    """The names cannot meet whatever the pool's and the user's names are."""
+    from hedwig_operator.builders.security import pool_secret_names, user_secret_name
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    label = st.from_regex(r"[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?", fullmatch=True)
+
+    @given(pool_name=label, user_name=label)
+    def check(pool_name: str, user_name: str) -> None:
+        pool = parse_pool(pool_body(pool_name, spec=SECURE))
+        assert user_secret_name(user_name) not in pool_secret_names(pool)
+
+    check()
+
+
+async def test_a_users_secret_held_by_someone_else_is_refused_and_left_alone() -> None:
+    w = await World().start()
+    w.kube.put(pool_body(spec=SECURE))
+    theirs = foreign_secret("bob-user-tls", {"password": b"app secret"})
+    w.kube.put(theirs)
+    body = user_body("bob", authentication={"type": "tls"})
+    outcome = await reconcile_user(w.kube, w.connections, PoolTrust(), body)
+    (cond,) = outcome.status["conditions"]
+    assert (cond["status"], cond["reason"]) == ("False", "SecretConflict")
+    assert "ns/bob-user-tls" in cond["message"] and "not made by the operator" in cond["message"]
+    assert not outcome.retry, "nothing changes until someone removes the Secret"
+    assert w.kube.objects[("Secret", "ns", "bob-user-tls")] == theirs
+    (event,) = w.kube.events_for("HedwigUser", "bob")
+    assert (event["type"], event["reason"]) == ("Warning", "SecretConflict")
+    # The same refusal again posts no second Event.
+    again = {**body, "status": outcome.status}
+    await reconcile_user(w.kube, w.connections, PoolTrust(), again)
+    assert len(w.kube.events_for("HedwigUser", "bob")) == 1
+    # Another user's Secret (a HedwigUser of the same name, deleted and made again) is not
+    # this one's either.
+    w.kube.put(
+        foreign_secret(
+            "bob-user-tls",
+            {},
+            ownerReferences=[
+                {
+                    "apiVersion": "hedwig.io/v1alpha1",
+                    "kind": "HedwigUser",
+                    "name": "bob",
+                    "uid": "an-older-bob",
+                    "controller": True,
+                }
+            ],
+        )
+    )
+    outcome = await reconcile_user(w.kube, w.connections, PoolTrust(), body)
+    assert outcome.status["conditions"][0]["reason"] == "SecretConflict"
+    assert "controlled by HedwigUser bob" in outcome.status["conditions"][0]["message"]
+
+
+async def test_a_pool_secret_the_operator_did_not_make_is_never_used() -> None:
+    """A CA planted under the pool's CA name before the pool existed is neither loaded nor
+    overwritten: the pool says so in its condition and a Warning Event, applies nothing, and
+    its hubs get no certificate from it."""
+    from hedwig_operator.ownership import SecretRefusedError
+    from hedwig_operator.pools import apply_children
+    from hedwig_operator.workers import PoolWorker
+
+    from hedwig.security.ca import CertificateAuthority
+
+    w = await World().start()
+    planted = CertificateAuthority.create("someone's CA")
+    theirs = foreign_secret("pool-ca", {"tls.crt": planted.cert_pem, "tls.key": planted.key_pem})
+    w.kube.put(theirs)
+    body = pool_body(spec=SECURE)
+    w.kube.put(body)
+    pool = parse_pool(body)
+    with pytest.raises(SecretRefusedError, match="ns/pool-ca exists"):
+        await apply_children(w.kube, pool, PoolTrust())
+    assert not w.kube.applied
+    worker = PoolWorker(w.ctx, body, lambda key: [])
+    await worker.refresh(pool)
+    (cond,) = w.kube.objects[("HubPool", "ns", "pool")]["status"]["conditions"]
+    assert (cond["status"], cond["reason"]) == ("False", "SecretConflict")
+    (event,) = w.kube.events_for("HubPool", "pool")
+    assert (event["type"], event["reason"]) == ("Warning", "SecretConflict")
+    assert w.kube.objects[("Secret", "ns", "pool-ca")] == theirs
+    assert ("Secret", "ns", "pool-hub-tls") not in w.kube.objects
+    # A user of the pool is told why it is not served.
+    outcome = await reconcile_user(
+        w.kube, w.connections, PoolTrust(), user_body("bob", authentication={"type": "tls"})
+    )
+    assert outcome.status["conditions"][0]["reason"] == "SecretConflict"
+    assert ("Secret", "ns", "bob-user-tls") not in w.kube.objects
+
+
+def test_a_tls_users_name_leaves_room_for_its_secrets_suffix() -> None:
+    ok = parse_user(user_body("b" * 244, authentication={"type": "tls"}))
+    assert ok.name == "b" * 244
+    with pytest.raises(SpecError, match="at most 244 characters"):
+        parse_user(user_body("b" * 245, authentication={"type": "tls"}))
+    parse_user(
+        user_body("b" * 253, authentication={"type": "serviceAccount", "serviceAccount": "x"})
+    )
+
+
+async def test_the_operator_touches_only_the_secrets_of_its_pools_and_users() -> None:
+    """What RBAC cannot narrow (get, create, patch on Secrets by name) the operator does: a
+    secured pool, a tls and a serviceAccount user, the pool's worker refreshing them, and an
+    etcd pool with its bound access Secret read or write these Secrets and no other."""
+    from hedwig_operator.builders.security import pool_secret_names, user_secret_name
+    from hedwig_operator.kube import ObjectRef
+    from hedwig_operator.ownership import read_access
+    from hedwig_operator.workers import PoolWorker
+
+    from .fakes import FakeKube
+
+    class Recording(FakeKube):
+        def __init__(self) -> None:
+            super().__init__()
+            self.touched: set[str] = set()
+
+        async def get(self, ref: ObjectRef) -> dict[str, Any] | None:
+            if ref.kind == "Secret":
+                self.touched.add(ref.name)
+            return await super().get(ref)
+
+        async def apply(self, manifest: Any) -> dict[str, Any]:
+            if manifest["kind"] == "Secret":
+                self.touched.add(manifest["metadata"]["name"])
+            return await super().apply(manifest)
+
+    w = await World().start()
+    kube = Recording()
+    w.kube = kube
+    w.ctx.kube = kube
+    body = pool_body(spec=SECURE)
+    kube.put(body)
+    kube.put(foreign_secret("unrelated", {"password": b"x"}))
+    trust = PoolTrust()
+    w.ctx.trust = trust
+    await reconcile_user(kube, w.connections, trust, SA_USER)
+    await reconcile_user(
+        kube, w.connections, trust, user_body("bob", authentication={"type": "tls"})
+    )
+    await PoolWorker(w.ctx, body, lambda key: []).refresh(parse_pool(body))
+    etcd = pool_body("store", spec={"metadata": {"url": "etcd://e:2379", "secretName": "acc"}})
+    del etcd["spec"]["zookeeper"]
+    kube.put(foreign_secret("acc", {}, labels={"hedwig.io/store-access-for": "store"}))
+    store_pool = parse_pool(etcd)
+    assert store_pool.store_secret is not None
+    await read_access(kube, store_pool.store_secret)
+    pool = parse_pool(body)
+    assert kube.touched == {*pool_secret_names(pool), user_secret_name("bob"), "acc"}

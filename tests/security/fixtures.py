@@ -85,8 +85,15 @@ class TokenIssuer:
             claims, key or self.key, algorithm="RS256", headers={"kid": kid or self.kid}
         )
 
-    def issuers_json(self, audience: str = "hedwig") -> str:
-        return json.dumps([{"issuer": self.url, "audience": audience}])
+    def issuers_json(self, audience: str = "hedwig", *, prefix: str | None = "") -> str:
+        """The hubs' ``token_issuers`` for this issuer. By default as the operator trusts the
+        cluster's ServiceAccount issuer (no prefix: a token's ``sub`` is its principal, as the
+        tests' ACLs name them); ``prefix=None`` leaves the prefix to its default
+        (``<issuer>#``)."""
+        entry: dict[str, Any] = {"issuer": self.url, "audience": audience}
+        if prefix is not None:
+            entry["principal_prefix"] = prefix
+        return json.dumps([entry])
 
     def close(self) -> None:
         self.server.shutdown()

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import ssl
 from collections.abc import Iterator
 
 import pytest
@@ -13,6 +15,7 @@ from kazoo.exceptions import NoAuthError
 
 from hedwig.devcluster.cluster import DevCluster
 from hedwig.metadata.layout import Layout
+from hedwig.security.tls import client_context
 from tests.cluster_helpers import hedwig
 
 pytestmark = pytest.mark.integration
@@ -187,3 +190,59 @@ def test_lifecycle_commands_authenticate_and_need_their_operations(cluster: DevC
     assert code == 0, err
     code, _, err = run(admin, "topic", "describe", "--hub", hubs, "lifecycle.t")
     assert code != 0
+
+
+def test_the_env_files_store_certificate_is_no_hub(cluster: DevCluster) -> None:
+    """The ``env`` file gives every command line user etcd's client certificate: it comes from
+    the store's own CA, so the hubs' internal listener, which admits any certificate of the hub
+    CA as a hub, refuses it, and a storage read with it reaches no replica."""
+    assert cluster.security is not None
+    sec = cluster.security
+    env = {
+        k: v
+        for line in (sec.directory / "env").read_text().splitlines()
+        for k, _, v in [line.removeprefix("export ").partition("=")]
+    }
+    as_store = client_context(
+        sec.path("hub-ca.crt"), cert=env["HEDWIG_ETCD_CERT"], key=env["HEDWIG_ETCD_KEY"]
+    )
+    as_hub = client_context(
+        sec.path("hub-ca.crt"), cert=sec.path("hub.crt"), key=sec.path("hub.key")
+    )
+    for hub in cluster.hub_procs:
+        assert _internal_handshake(as_hub, hub.internal_port) is None
+        assert _internal_handshake(as_store, hub.internal_port) is not None
+
+    hubs = ",".join(cluster.addresses)
+    run(as_user(cluster, "admin"), "pub", "--hub", hubs, "stored", input="secret\n")
+    run(as_user(cluster, "admin"), "move", "stored", "--hub", hubs)
+    store_as_hub = {
+        "HEDWIG_INTERNAL_CA": sec.path("hub-ca.crt"),
+        "HEDWIG_INTERNAL_CERT": env["HEDWIG_ETCD_CERT"],
+        "HEDWIG_INTERNAL_KEY": env["HEDWIG_ETCD_KEY"],
+    }
+    before = read_lacs_answered(cluster)
+    args = ("ledgers", "--zk", cluster.zk, "--region", "secure", "--replication", "2/2/2")
+    code, _, err = run(store_as_hub, *args, "--json")
+    assert code == 0, err
+    assert read_lacs_answered(cluster) == before
+
+
+def _internal_handshake(ctx: ssl.SSLContext, port: int) -> str | None:
+    """None if a hub's internal listener keeps a TLS connection made with ``ctx`` open (it
+    waits for a frame), else how it refused. (With TLS 1.3 the server's verdict on a client
+    certificate comes after the client's side of the handshake: an alert, or the connection
+    closed, on the first read.)"""
+    try:
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+            ctx.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+        ):
+            tls.settimeout(1.0)
+            try:
+                got = tls.recv(1)
+            except TimeoutError:
+                return None
+            return f"closed by the hub ({got!r})"
+    except (ssl.SSLError, OSError) as exc:
+        return str(exc) or type(exc).__name__

@@ -90,3 +90,81 @@ def test_a_client_asked_for_tls_refuses_a_network_without_it(pki: Pki) -> None:
         HedwigClient(["127.0.0.1:1"], security=security, network=TcpNetwork())
     # With TLS on the network it is what the client would have built itself.
     HedwigClient(["127.0.0.1:1"], security=security, network=TcpNetwork(client_tls=security.tls))
+
+
+# ---------------------------------------------------------------- what a hub's TLS offers
+
+
+def _offering(
+    *, ciphers: str | None = None, group: str | None = None, tls12: bool = False
+) -> ssl.SSLContext:
+    """A client that offers only what it is given (trusting any server: a prober)."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    if tls12:
+        ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+    if ciphers:
+        ctx.set_ciphers(ciphers)
+    if group:
+        ctx.set_ecdh_curve(group)
+    return ctx
+
+
+# How a refused handshake reaches the client: an alert, or the hub closing the connection.
+REFUSED = (ssl.SSLError, ConnectionError)
+
+
+async def _handshake(address: str, ctx: ssl.SSLContext) -> str:
+    """The suite and protocol a hub agreed to with ``ctx`` (``REFUSED`` if none)."""
+    host, port = address.rsplit(":", 1)
+    _, writer = await asyncio.open_connection(host, int(port), ssl=ctx)
+    tls = writer.get_extra_info("ssl_object")
+    name, version, _ = tls.cipher()
+    writer.close()
+    return f"{name} {version}"
+
+
+@pytest.mark.parametrize("cbc", ["ECDHE-ECDSA-AES128-SHA256", "ECDHE-ECDSA-AES256-SHA384"])
+async def test_a_hub_refuses_a_tls12_client_that_offers_only_cbc(
+    secure: SecureRegion, cbc: str
+) -> None:
+    address = secure.hubs[0].address
+    with pytest.raises(REFUSED):
+        await _handshake(address, _offering(ciphers=cbc, tls12=True))
+    # The same client with an AEAD suite is served.
+    agreed = await _handshake(
+        address, _offering(ciphers="ECDHE-ECDSA-AES128-GCM-SHA256", tls12=True)
+    )
+    assert agreed == "ECDHE-ECDSA-AES128-GCM-SHA256 TLSv1.2"
+
+
+@pytest.mark.parametrize("group", ["X448", "secp521r1"])
+@pytest.mark.parametrize("tls12", [False, True], ids=["tls13", "tls12"])
+async def test_a_hub_refuses_key_exchange_groups_it_does_not_offer(
+    secure: SecureRegion, group: str, tls12: bool
+) -> None:
+    address = secure.hubs[0].address
+    with pytest.raises(REFUSED):
+        await _handshake(address, _offering(group=group, tls12=tls12))
+    agreed = await _handshake(address, _offering(group="prime256v1", tls12=tls12))
+    assert agreed.endswith("TLSv1.2" if tls12 else "TLSv1.3")
+
+
+def test_every_context_offers_aead_suites_only(pki: Pki) -> None:
+    from hedwig.security.tls import server_context
+
+    contexts = [
+        server_context(pki.path("hub.crt"), pki.path("hub.key")),
+        server_context(
+            pki.path("hub.crt"),
+            pki.path("hub.key"),
+            client_ca=pki.path("hub-ca.crt"),
+            require_client_cert=True,
+        ),
+        client_context(pki.path("hub-ca.crt")),
+    ]
+    for ctx in contexts:
+        suites = ctx.get_ciphers()
+        assert suites and all(s["aead"] for s in suites), [s["name"] for s in suites]
+        assert all(s["kea"] in ("kx-ecdhe", "kx-any") for s in suites)

@@ -10,6 +10,10 @@ security settings, and what the StatefulSet mounts.
 - ``<pool>-ca-cert`` (a ConfigMap): the hub CA's certificate alone, for clients.
 - ``<pool>-zookeeper``: the ZooKeeper digest (``digest``: ``hedwig:<random>``) that the hubs
   and the operator create znodes with.
+- ``<user>-user-tls``: a ``tls`` HedwigUser's certificate (``tls.crt``, ``tls.key``, and
+  ``ca.crt`` to trust the hubs), owned by the user. No pool Secret's name ends in
+  ``-user-tls``, so no user's name can make it one of its pool's (a user named ``<pool>-ca``
+  once had its certificate written over the pool's hub CA).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from hedwig_operator.builders.labels import (
     client_service_name,
     headless_service_name,
 )
-from hedwig_operator.resources import INTERNAL_PORT, TLS_DIR, ZK_DIGEST_DIR
+from hedwig_operator.resources import INTERNAL_PORT, TLS_DIR, USER_SECRET_SUFFIX, ZK_DIGEST_DIR
 from hedwig_operator.specs import PoolSpec
 
 TLS_VOLUME = "hub-tls"
@@ -47,6 +51,21 @@ def hub_tls_secret_name(pool: PoolSpec) -> str:
 
 def zk_secret_name(pool: PoolSpec) -> str:
     return f"{pool.name}-zookeeper"
+
+
+def user_secret_name(user: str) -> str:
+    return f"{user}{USER_SECRET_SUFFIX}"
+
+
+def pool_secret_names(pool: PoolSpec) -> list[str]:
+    """Every Secret the operator keeps for a pool (with its own CA; cert-manager writes the
+    hubs' certificate otherwise)."""
+    return [
+        ca_secret_name(pool),
+        clients_ca_secret_name(pool),
+        hub_tls_secret_name(pool),
+        zk_secret_name(pool),
+    ]
 
 
 def ca_cert_configmap_name(pool: PoolSpec) -> str:
@@ -97,12 +116,15 @@ def secret_data(secret: Mapping[str, Any] | None) -> dict[str, bytes]:
 
 
 def token_issuers(pool: PoolSpec) -> str:
-    """The hubs' ``token_issuers``: the cluster's ServiceAccount issuer."""
+    """The hubs' ``token_issuers``: the cluster's ServiceAccount issuer, whose principals are
+    the ServiceAccounts' names as Kubernetes gives them (``system:serviceaccount:...``, a
+    namespace no certificate may name), so with no prefix (``hedwig.security.tokens``)."""
     issuer: dict[str, Any] = {
         "issuer": pool.security.service_account_issuer,
         "audience": pool.security.audience,
         "ca_file": "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt",
         "bearer_token_file": "/var/run/secrets/kubernetes.io/serviceaccount/token",
+        "principal_prefix": "",
     }
     if pool.security.jwks_url:
         issuer["jwks_url"] = pool.security.jwks_url

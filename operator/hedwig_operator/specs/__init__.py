@@ -8,6 +8,7 @@ A spec that cannot be parsed raises ``SpecError`` with the field's path in its m
 
 from hedwig_operator.specs.common import SpecError
 from hedwig_operator.specs.pool import (
+    AccessSecret,
     PoolSpec,
     PrometheusSpec,
     RebalancingSpec,
@@ -20,6 +21,7 @@ from hedwig_operator.specs.topic import DeletionPolicy, ScalingMode, TopicSpec, 
 from hedwig_operator.specs.user import AuthenticationType, UserSpec, parse_user
 
 __all__ = [
+    "AccessSecret",
     "AuthenticationType",
     "DeletionPolicy",
     "PoolSpec",

@@ -199,6 +199,17 @@ class SchedulingSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class AccessSecret:
+    """The Secret a pool's metadata store is reached with (``spec.metadata.secretName``): in
+    the pool's namespace, and usable only while it is bound to ``pool`` by its label
+    (``hedwig_operator.ownership``)."""
+
+    namespace: str
+    name: str
+    pool: str
+
+
+@dataclass(frozen=True, slots=True)
 class PoolSpec:
     """A HubPool, identified by namespace and name, with its spec and what the handlers need
     from its metadata (uid for owner references, generation, the pause annotation)."""
@@ -233,9 +244,11 @@ class PoolSpec:
         return self.region_override or self.name
 
     @property
-    def store_secret(self) -> tuple[str, str] | None:
-        """(namespace, name) of the metadata store's access Secret, if it has one."""
-        return None if self.metadata_secret is None else (self.namespace, self.metadata_secret)
+    def store_secret(self) -> AccessSecret | None:
+        """The metadata store's access Secret, if it has one."""
+        if self.metadata_secret is None:
+            return None
+        return AccessSecret(self.namespace, self.metadata_secret, self.name)
 
     @property
     def rebalancing_paused(self) -> bool:

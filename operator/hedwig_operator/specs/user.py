@@ -5,7 +5,8 @@ The principal a user's rules name follows from how it authenticates:
 - ``serviceAccount``: ``system:serviceaccount:<namespace>:<serviceAccount>``, the ``sub`` of
   the ServiceAccount's tokens: any pod running as it is the user, with no secret to hand out;
 - ``tls``: ``user:<namespace>:<name>``, the common name of the client certificate the operator
-  issues into a Secret named after the user.
+  issues into the Secret ``<name>-user-tls`` (so the user's name must leave room for the
+  suffix within Kubernetes' 253 characters).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from enum import Enum
 
 from hedwig.errors import MetadataError
 from hedwig.metadata.acls import AclEntry, AclRule, Effect, Operation, PatternType, ResourceType
+from hedwig_operator.resources import MAX_NAME, USER_SECRET_SUFFIX
 from hedwig_operator.specs.common import Raw, SpecError, int_or, opt_str, req_str, section
 
 
@@ -81,6 +83,12 @@ def parse_user(body: Raw) -> UserSpec:
         raise SpecError("spec.authentication.serviceAccount", "is required for serviceAccount")
     namespace = req_str(meta, "namespace", "metadata")
     name = req_str(meta, "name", "metadata")
+    if kind is AuthenticationType.TLS and len(name) + len(USER_SECRET_SUFFIX) > MAX_NAME:
+        raise SpecError(
+            "metadata.name",
+            f"a tls user's name may have at most {MAX_NAME - len(USER_SECRET_SUFFIX)} "
+            f"characters (its Secret is <name>{USER_SECRET_SUFFIX})",
+        )
     partial = UserSpec(namespace, name, "", kind, service_account, ())
     acls = section(spec, "authorization", "spec").get("acls") or []
     if not isinstance(acls, list):

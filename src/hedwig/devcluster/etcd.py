@@ -10,7 +10,10 @@ it over TLS only and must present a certificate of the trusted CA (``--client-ce
 its authentication is on, with a ``root`` user and one user for Hedwig whose role may read and
 write only under Hedwig's prefix (``/hedwig/``), so a Hedwig credential cannot touch another
 tenant's keys. Users and roles are made through etcd's own ``Auth`` API on the first start (they
-live in the data directory after that).
+live in the data directory after that). Its peer port, which a single member never dials but
+serves (raft, and ``/leases``, where followers forward lease keep-alives to the leader: anyone
+reaching it plaintext kept a killed hub's lease, and with it the hub's claims, alive), is TLS
+too and admits only a certificate of the peer CA, which no client holds.
 
 Run as a production etcd for Hedwig should be: etcd keeps every revision until it is compacted,
 and a region writes one per consume mark, claim and ledger change, so its history is compacted
@@ -85,6 +88,11 @@ class EtcdSecurity:
     user: str
     password: str
     root_password: str
+    # The peer listener's certificate and key, and the CA a peer's certificate must come from:
+    # one of its own (no client certificate passes; the dev CA's key is not kept at all).
+    peer_cert: str
+    peer_key: str
+    peer_ca: str
     # Hedwig's user may read and write every key under it, and no other.
     prefix: str = "/hedwig/"
 
@@ -113,6 +121,11 @@ class EtcdServer:
         return f"etcd://{self.address}"
 
     @property
+    def peer_address(self) -> str:
+        """Where the peer listener is (known once started)."""
+        return f"{self.host}:{self._peer_port}"
+
+    @property
     def pid(self) -> int | None:
         return None if self._proc is None else self._proc.pid
 
@@ -129,14 +142,19 @@ class EtcdServer:
         if not self._peer_port:
             self._peer_port = free_port()
         sec = self.security
-        client = f"{'https' if sec else 'http'}://{self.host}:{self.port}"
-        peer = f"http://{self.host}:{self._peer_port}"
+        scheme = "https" if sec else "http"
+        client = f"{scheme}://{self.host}:{self.port}"
+        peer = f"{scheme}://{self.host}:{self._peer_port}"
         tls = (
             [
                 f"--cert-file={sec.cert}",
                 f"--key-file={sec.key}",
                 f"--trusted-ca-file={sec.ca}",
                 "--client-cert-auth",
+                f"--peer-cert-file={sec.peer_cert}",
+                f"--peer-key-file={sec.peer_key}",
+                f"--peer-trusted-ca-file={sec.peer_ca}",
+                "--peer-client-cert-auth",
             ]
             if sec
             else []

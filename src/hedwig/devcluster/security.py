@@ -6,8 +6,15 @@ Everything goes into one directory, printed by ``dev up``:
   ``hub.crt``/``hub.key``: the hubs' certificate (127.0.0.1 and localhost, server and client);
 - ``client-ca.crt``: the CA of client certificates; ``admin.crt``/``admin.key`` (a super-user)
   and ``alice.crt``/``alice.key`` (no ACLs until you add some with ``hedwig acl``);
-- ``store-server.crt``/``store-server.key``: etcd's server certificate (of the hub CA), and
-  ``store.crt``/``store.key``: the client certificate hubs and commands present to etcd;
+- ``store-ca.crt``: the metadata store's own CA, apart from the hub CA: it signs etcd's server
+  certificate (``store-server.crt``/``store-server.key``) and ``store.crt``/``store.key``, the
+  client certificate hubs and commands present to etcd. The ``env`` file hands that client
+  certificate to every command line user, so it must open etcd's TLS and nothing else: from
+  the hub CA, it passed the hubs' internal listener, whose handshake admits any certificate of
+  the hub CA as a hub, and read topics' stored entries past every ACL;
+  ``store-peer.crt``/``store-peer.key``: etcd's peer listener's certificate, from a CA of its
+  own (``store-peer-ca.crt``; its key is never written), the only certificate that listener
+  admits;
   ``etcd-root``: the password of etcd's ``root`` user (Hedwig's processes never use it);
 - ``env``: ``export`` lines that make every ``hedwig`` command act as admin
   (``. DIR/env``), with the ZooKeeper digest the hubs protect their znodes with, and etcd's
@@ -25,6 +32,30 @@ from hedwig.devcluster.etcd import EtcdSecurity
 from hedwig.security.ca import CertificateAuthority
 
 SUPER_USER = "admin"
+# The files ``create`` makes; a directory missing any is made again (keeping its digest and
+# etcd credentials: a cluster on the same data directory has its znodes and users).
+FILES = (
+    "env",
+    "hub-ca.crt",
+    "hub.crt",
+    "client-ca.crt",
+    "store-ca.crt",
+    "store-server.crt",
+    "store.crt",
+    "store-peer-ca.crt",
+    "store-peer.crt",
+    "etcd-root",
+)
+
+
+def _kept_env(path: Path) -> dict[str, str]:
+    if not path.is_file():
+        return {}
+    kept = {}
+    for line in path.read_text().splitlines():
+        name, _, value = line.removeprefix("export ").partition("=")
+        kept[name] = value
+    return kept
 
 
 @dataclass(frozen=True)
@@ -42,19 +73,19 @@ class DevSecurity:
         znodes are protected with that digest). The hubs' certificate names ``ip_addresses``
         (where the hubs listen: loopback, or each hub's address in a network lab)."""
         d = Path(directory)
-        env = d / "env"
-        if env.is_file() and (d / "store.crt").is_file():
-            kept = {}
-            for line in env.read_text().splitlines():
-                name, _, value = line.removeprefix("export ").partition("=")
-                kept[name] = value
-            return cls(d, kept["HEDWIG_ZK_DIGEST"], kept["HEDWIG_ETCD_CREDENTIALS"])
+        kept = _kept_env(d / "env")
+        digest = kept.get("HEDWIG_ZK_DIGEST") or f"hedwig:{secrets.token_urlsafe(18)}"
+        etcd = kept.get("HEDWIG_ETCD_CREDENTIALS") or f"hedwig:{secrets.token_urlsafe(18)}"
+        if all((d / name).is_file() for name in FILES):
+            return cls(d, digest, etcd)
         d.mkdir(parents=True, exist_ok=True)
         d.chmod(0o700)
         hub_ca = CertificateAuthority.create("hedwig dev hubs", days=30)
         client_ca = CertificateAuthority.create("hedwig dev clients", days=30)
+        store_ca = CertificateAuthority.create("hedwig dev metadata store", days=30)
         hub_ca.write(d, "hub-ca")
         client_ca.write(d, "client-ca")
+        store_ca.write(d, "store-ca")
         hub_ca.issue(
             "hub",
             ip_addresses=list(ip_addresses),
@@ -65,18 +96,28 @@ class DevSecurity:
         ).write(d, "hub")
         for user in (SUPER_USER, "alice"):
             client_ca.issue(user, client=True, days=30).write(d, user)
-        hub_ca.issue(
+        store_ca.issue(
             "hedwig-store",
             ip_addresses=list(ip_addresses),
             dns_names=["localhost"],
             server=True,
             days=30,
         ).write(d, "store-server")
-        hub_ca.issue("hedwig-store-client", client=True, days=30).write(d, "store")
-        (d / "etcd-root").write_text(secrets.token_urlsafe(18))
+        store_ca.issue("hedwig-store-client", client=True, days=30).write(d, "store")
+        peer_ca = CertificateAuthority.create("hedwig dev metadata store peers", days=30)
+        peer_ca.write(d, "store-peer-ca")
+        peer_ca.issue(
+            "hedwig-store-peer",
+            ip_addresses=list(ip_addresses),
+            dns_names=["localhost"],
+            server=True,
+            client=True,
+            days=30,
+        ).write(d, "store-peer")
+        if not (d / "etcd-root").is_file():  # etcd's data directory knows it already
+            (d / "etcd-root").write_text(secrets.token_urlsafe(18))
         (d / "etcd-root").chmod(0o600)
-        digest = f"hedwig:{secrets.token_urlsafe(18)}"
-        made = cls(d, digest, f"hedwig:{secrets.token_urlsafe(18)}")
+        made = cls(d, digest, etcd)
         (d / "env").write_text("".join(f"export {k}={v}\n" for k, v in made.client_env().items()))
         return made
 
@@ -111,7 +152,7 @@ class DevSecurity:
     def store_env(self) -> dict[str, str]:
         """How a process reaches a secured etcd (``hedwig.metadata.opening``)."""
         return {
-            "HEDWIG_ETCD_CA": self.path("hub-ca.crt"),
+            "HEDWIG_ETCD_CA": self.path("store-ca.crt"),
             "HEDWIG_ETCD_CERT": self.path("store.crt"),
             "HEDWIG_ETCD_KEY": self.path("store.key"),
             "HEDWIG_ETCD_CREDENTIALS": self.etcd_credentials,
@@ -123,10 +164,13 @@ class DevSecurity:
         return EtcdSecurity(
             cert=self.path("store-server.crt"),
             key=self.path("store-server.key"),
-            ca=self.path("hub-ca.crt"),
+            ca=self.path("store-ca.crt"),
             client_cert=self.path("store.crt"),
             client_key=self.path("store.key"),
             user=user,
             password=password,
             root_password=(self.directory / "etcd-root").read_text().strip(),
+            peer_cert=self.path("store-peer.crt"),
+            peer_key=self.path("store-peer.key"),
+            peer_ca=self.path("store-peer-ca.crt"),
         )

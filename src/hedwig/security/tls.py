@@ -1,5 +1,16 @@
 """TLS contexts from the standard library's ``ssl``: TLS 1.2 and later, nothing weaker.
 
+What every context offers, server or client (``_base``): TLS 1.3's suites (all AEAD), and of
+TLS 1.2's only the AEAD ones with an ephemeral elliptic-curve key exchange (AES-GCM,
+ChaCha20-Poly1305; the default list also offered CBC suites, whose padding checks are what
+Lucky Thirteen and its kin time); one key exchange group, P-256 (the default offered X448 and
+secp521r1 as well, which cost a handshake several times as much work). One group because the
+``ssl`` of Python 3.11 sets one (``SSLContext.set_ecdh_curve``; a list needs OpenSSL's
+``SSL_CTX_set1_groups_list``, which it does not reach): P-256 is the group every TLS 1.3
+implementation must support (RFC 8446, 9.1), so no client is shut out; one that sends an
+X25519 key share first (most do) is asked for P-256 once, a round trip more at connect,
+while Hedwig's own clients offer P-256 at once.
+
 Three uses, three builders:
 
 - ``server_context``: a hub's listener. On the client listener a client certificate is optional
@@ -21,13 +32,23 @@ import ssl
 from typing import Any
 
 from hedwig.errors import UsageError
+from hedwig.security.principal import certificate_may_name
 
 log = logging.getLogger(__name__)
+
+
+# TLS 1.2 suites: AEAD with an ephemeral ECDH key exchange, nothing else (TLS 1.3's are set
+# apart by OpenSSL and are all AEAD).
+TLS12_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
+# The one key exchange group (above).
+KEY_EXCHANGE_GROUP = "prime256v1"
 
 
 def _base(purpose: ssl.Purpose) -> ssl.SSLContext:
     ctx = ssl.create_default_context(purpose)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.set_ciphers(TLS12_CIPHERS)
+    ctx.set_ecdh_curve(KEY_EXCHANGE_GROUP)
     return ctx
 
 
@@ -122,14 +143,22 @@ class ReloadingCertificate:
 
 def principal_from_certificate(peercert: dict[str, Any] | None) -> str | None:
     """The principal a verified certificate names: its subject's common name, else its first
-    URI or DNS subject alternative name; ``None`` if it names nothing (or is absent)."""
+    URI or DNS subject alternative name; ``None`` if it names nothing (or is absent), or a
+    name only tokens may have (``principal.certificate_may_name``): such a peer is anonymous."""
     if not peercert:
         return None
+    named = None
     for rdn in peercert.get("subject", ()):
         for name, value in rdn:
-            if name == "commonName" and value:
-                return str(value)
-    for kind, value in peercert.get("subjectAltName", ()):
-        if kind in ("URI", "DNS") and value:
-            return str(value)
-    return None
+            if named is None and name == "commonName" and value:
+                named = str(value)
+    if named is None:
+        for kind, value in peercert.get("subjectAltName", ()):
+            if kind in ("URI", "DNS") and value:
+                named = str(value)
+                break
+    if named is None or not certificate_may_name(named):
+        if named is not None:
+            log.warning("a certificate names %r, a token's kind of name: no principal", named)
+        return None
+    return named

@@ -15,6 +15,12 @@ cannot turn into a flood of requests to the API server. Its fetches block, so th
 thread. A token is refused with a reason (expired, audience, issuer, unknown key, signature,
 malformed) that becomes a metric label and an audit line; an issuer whose keys cannot be
 fetched makes the hub answer SERVICE_UNAVAILABLE (retried), not UNAUTHENTICATED.
+
+A token's principal is its subject behind the issuer's prefix, ``<issuer>#`` unless configured
+(``hedwig.security.principal``): an issuer's ``sub: admin`` is ``https://idp.example#admin``,
+never the ``admin`` a client certificate names. The cluster's ServiceAccount issuer is the one
+given an empty prefix (``TokenIssuer.kubernetes``, and the operator's pools): its subjects are
+``system:serviceaccount:...``, which no certificate may name.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from typing import Any
 import jwt
 
 from hedwig.errors import AuthenticationError, ServiceUnavailableError, UsageError
-from hedwig.security.principal import Principal, PrincipalKind
+from hedwig.security.principal import ISSUER_SEPARATOR, Principal, PrincipalKind
 
 log = logging.getLogger(__name__)
 
@@ -61,10 +67,13 @@ class TokenIssuer:
     ca_file: str | None = None
     # A file whose contents are sent as a bearer token with those requests (re-read each time).
     bearer_token_file: str | None = None
-    # The claim that names the principal, and a prefix put before it (to keep the principals of
-    # two issuers apart).
+    # The claim that names the principal, and a prefix put before it, to keep the principals of
+    # two issuers, and of tokens and certificates, apart. None: ``<issuer>#`` (the Kubernetes
+    # API server's default for OpenID Connect users); one of one's own holds a "#" too, as no
+    # certificate's name may; "" only for an issuer whose subjects are a namespace of their
+    # own, as the cluster's ServiceAccount issuer's ``system:serviceaccount:...`` are.
     principal_claim: str = "sub"
-    principal_prefix: str = ""
+    principal_prefix: str | None = None
     # Seconds a fetched key set is trusted before it is fetched again.
     jwks_lifespan_s: float = 300.0
     # Fetches caused by unknown key ids are at least this far apart.
@@ -75,6 +84,19 @@ class TokenIssuer:
             raise UsageError("a token issuer needs its name (the tokens' iss claim)")
         if not self.audiences:
             raise UsageError(f"issuer {self.issuer}: at least one audience is needed")
+        if self.principal_prefix and ISSUER_SEPARATOR not in self.principal_prefix:
+            raise UsageError(
+                f"issuer {self.issuer}: principal_prefix {self.principal_prefix!r} must hold a "
+                f"{ISSUER_SEPARATOR!r} (as no certificate's name may), or tokens and client "
+                "certificates could name the same principal"
+            )
+
+    @property
+    def prefix(self) -> str:
+        """What the principal of each of this issuer's tokens begins with."""
+        if self.principal_prefix is None:
+            return self.issuer + ISSUER_SEPARATOR
+        return self.principal_prefix
 
     @classmethod
     def kubernetes(
@@ -85,13 +107,15 @@ class TokenIssuer:
         api_server: str = "https://kubernetes.default.svc",
     ) -> TokenIssuer:
         """The cluster's ServiceAccount issuer, its discovery document read from the API server
-        with the pod's own token and CA (Pulsar's Kubernetes discovery mode)."""
+        with the pod's own token and CA (Pulsar's Kubernetes discovery mode); its principals
+        are the ServiceAccounts' own names (``system:serviceaccount:<namespace>:<name>``)."""
         return cls(
             issuer=issuer,
             audiences=(audience,),
             discovery_url=f"{api_server}/.well-known/openid-configuration",
             ca_file=POD_CA,
             bearer_token_file=POD_TOKEN,
+            principal_prefix="",
         )
 
     @classmethod
@@ -254,7 +278,7 @@ class TokenVerifier:
                 f"token has no {issuer.principal_claim} claim", reason="malformed"
             )
         return Principal(
-            issuer.principal_prefix + subject,
+            issuer.prefix + subject,
             PrincipalKind.TOKEN,
             expires_ms=int(verified["exp"]) * 1000,
         )
