@@ -65,9 +65,10 @@ from hedwig.hub.events import HubEvents, LossKind
 from hedwig.hub.topic import OwnedTopic, TopicState
 from hedwig.ledger.handle import Fragments
 from hedwig.ledger.lac_notices import LacNotices
+from hedwig.ledger.log_context import LogContext, LogSettings
 from hedwig.ledger.replicas import Replicas
 from hedwig.ledger.retention import delete_ledger_everywhere
-from hedwig.ledger.topic_log import LogSettings, TopicLog, new_ledger_metadata
+from hedwig.ledger.topic_log import TopicLog
 from hedwig.metadata.managers import MetadataStore, SessionState
 from hedwig.metadata.records import (
     NEW_VERSION,
@@ -208,6 +209,7 @@ class TopicOwnership:
         self._subscribed_cb: Callable[[OwnedTopic], None] = self._subscribed
         self._ensemble_cb = choices.ensemble
         self._shared: dict[TopicConfig, tuple[TopicConfig, TopicSettings, LogSettings]] = {}
+        self._log_ctx: LogContext | None = None  # ``_log_context``
 
     # session ------------------------------------------------------------------------------
 
@@ -508,9 +510,7 @@ class TopicOwnership:
             shared, ensemble = await self._log_plan(topic, fresh=True)
         except HedwigError:
             return None
-        ledger = new_ledger_metadata(
-            topic, shared[2], ensemble, self.address, self.epoch, self.clock.wall_ms()
-        )
+        ledger = self._log_context().new_ledger_metadata(topic, shared[2], ensemble)
         return _FirstLog(shared, ensemble, ledger)
 
     async def _log_plan(
@@ -578,22 +578,7 @@ class TopicOwnership:
                 (config, settings, log_settings), ensemble = await self._log_plan(
                     topic, fresh=fresh, known=known
                 )
-            tlog = TopicLog(
-                topic,
-                self.store,
-                self.replicas,
-                owner=self.address,
-                owner_epoch=self.epoch,
-                ensemble=ensemble,
-                choose_ensemble=self._ensemble_cb,
-                on_rolled_over=(
-                    (lambda: self._give_up(topic)) if self.config.release_on_rollover else None
-                ),
-                on_suspect=self.suspect,
-                on_idle=self._lac_idle,
-                settings=log_settings,
-                clock=self.clock,
-            )
+            tlog = TopicLog(topic, self._log_context(), ensemble=ensemble, settings=log_settings)
             await tlog.open(fresh=fresh, started=first.started if first else None, known=ranges)
             opened = self.clock.monotonic()
         except HedwigError as exc:
@@ -824,6 +809,24 @@ class TopicOwnership:
         log.info("deleted topic %r (%d ledgers)", topic, len(ranges))
         self.events.deleted(topic, expired=expired)
         self._changed()
+
+    def _log_context(self) -> LogContext:
+        """What every topic log of this hub shares, made again for a new session (its epoch
+        names the owner of new ledgers) or a new auditor to tell."""
+        ctx = self._log_ctx
+        if ctx is None or ctx.epoch != self.epoch or ctx.on_suspect is not self.suspect:
+            ctx = self._log_ctx = LogContext(
+                self.store,
+                self.replicas,
+                self.address,
+                self.epoch,
+                self.clock,
+                choose_ensemble=self._ensemble_cb,
+                on_rolled_over=self._give_up if self.config.release_on_rollover else None,
+                on_suspect=self.suspect,
+                on_idle=self._lac_idle,
+            )
+        return ctx
 
     def _give_up(self, topic: str) -> None:
         """Its ledger rolled over: hand the topic to whichever hub placement picks next."""
