@@ -65,8 +65,8 @@ class Compactor:
     def maybe_compact(self) -> None:
         """Compact the closed log with the smallest share of live records, if it is below
         ``COMPACT_BELOW`` (one at a time)."""
-        if self.running:
-            return
+        if self._task is not None and not self._task.done():
+            return  # (not ``running``: asked at every deletion)
         logs = self._logs
         best, share = None, COMPACT_BELOW
         for log_id, size in logs.sizes.items():
@@ -92,18 +92,16 @@ class Compactor:
                 lf = None if held is None else unpacked(held)
                 if eid == DELETE_ENTRY:
                     if lf is None and any(lac <= i < log_id for i in logs.sizes):
-                        copies.append(
-                            Carried(Carry.DELETE, lid, eid, 0, encode_record(lid, eid, lac))
-                        )
+                        copies.append((Carry.DELETE, lid, eid, 0, encode_record(lid, eid, lac)))
                 elif lf is None:
                     continue
                 elif eid == FENCE_ENTRY:
                     if lf.fence == log_id:
                         record = encode_record(lid, eid, lac)
-                        copies.append(Carried(Carry.MOVE_FENCE, lid, eid, log_id, record))
+                        copies.append((Carry.MOVE_FENCE, lid, eid, log_id, record))
                 elif place_of(lf, eid) == (here := place(log_id, pos, plen)):
                     record = data[pos - RECORD.size : pos + plen]
-                    copies.append(Carried(Carry.MOVE, lid, eid, here, record))
+                    copies.append((Carry.MOVE, lid, eid, here, record))
             if copies:
                 await self._commit.carry(copies)
             if logs.live[log_id] > 0:  # entries this scan could not read (a damaged log)
