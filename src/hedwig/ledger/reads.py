@@ -4,7 +4,7 @@ An entry is on the replicas of its write set. They are asked this hub's own disk
 recently failed ones last (``Replicas.preferred``); a replica that does not answer in
 ``SPECULATIVE_READ_S`` is not waited for alone: the next is asked too and the first answer
 wins (BookKeeper's speculative reads), and the slow one is tried last for a while. A replica
-that has not the entry (``NoSuchEntryError``) is not suspected; one that fails is.
+that does not hold the entry (``NoSuchEntryError``) is not suspected; one that fails is.
 """
 
 from __future__ import annotations
