@@ -23,20 +23,17 @@ from hedwig.ledger import (
     LacNotices,
     LocalFirstReplicas,
     LocalStorage,
+    LogContext,
     LogSettings,
     TopicLog,
     recover_ledger,
 )
-from hedwig.ledger.auditor import DEPARTURE_AUDIT_AFTER_S, TAKE_OVERS_QUIET_S, Auditor, inspect
-from hedwig.ledger.handle import (
-    FENCE_STRAGGLER_S,
-    SPECULATIVE_READ_S,
-    _enough_fenced,
-    read_entry,
-    recovered_end,
-    write_set,
-)
+from hedwig.ledger.auditor import DEPARTURE_AUDIT_AFTER_S, TAKE_OVERS_QUIET_S, Auditor
+from hedwig.ledger.handle import write_set
+from hedwig.ledger.health import inspect
 from hedwig.ledger.log_reader import READ_AHEAD
+from hedwig.ledger.reads import SPECULATIVE_READ_S, read_entry
+from hedwig.ledger.recovery import FENCE_STRAGGLER_S, _enough_fenced, recovered_end
 from hedwig.ledger.storage import StorageNode
 from hedwig.metadata import LedgerState
 from hedwig.metadata.memory import MemoryBackend, MemoryMetadataStore
@@ -61,10 +58,7 @@ async def store() -> MemoryMetadataStore:
 def make_log(store: MemoryMetadataStore, storage: LocalStorage, **kw: int) -> TopicLog:
     return TopicLog(
         "t",
-        store,
-        LocalFirstReplicas(storage),
-        owner="h:1",
-        owner_epoch=1,
+        LogContext(store, LocalFirstReplicas(storage), "h:1", 1),
         ensemble=[storage.address],
         settings=LogSettings(**kw),  # type: ignore[arg-type]
     )
@@ -469,14 +463,16 @@ async def test_two_replicas_failing_at_once_start_one_roll_over(
     suspects: list[int] = []
     log = TopicLog(
         "t",
-        store,
-        cluster,
-        owner="h:1",
-        owner_epoch=1,
+        LogContext(
+            store,
+            cluster,
+            "h:1",
+            1,
+            choose_ensemble=cluster.choose,
+            on_suspect=lambda lid, _fragments: suspects.append(lid),
+        ),
         ensemble=["h:1", "h:2", "h:3"],
-        choose_ensemble=cluster.choose,
         settings=LogSettings(replication=ReplicationConfig(3, 3, 1)),
-        on_suspect=lambda lid, _fragments: suspects.append(lid),
     )
     await log.open()
     await log.append("p", 1, EncodedMessages.of_values([b"before"]))
@@ -505,13 +501,7 @@ async def test_recovery_needs_only_the_replicas_the_quorums_require(
     cluster = Cluster(tmp_path, 3)
     settings = LogSettings(replication=ReplicationConfig(3, 3, 2))
     old = TopicLog(
-        "t",
-        store,
-        cluster,
-        owner="h:1",
-        owner_epoch=1,
-        ensemble=["h:1", "h:2", "h:3"],
-        settings=settings,
+        "t", LogContext(store, cluster, "h:1", 1), ensemble=["h:1", "h:2", "h:3"], settings=settings
     )
     await old.open()
     for i in range(5):
@@ -519,10 +509,7 @@ async def test_recovery_needs_only_the_replicas_the_quorums_require(
     cluster.cut = {"h:1": Unreachable("h:1", hang=True)}  # the old owner's own disk: gone
     new = TopicLog(
         "t",
-        store,
-        cluster,
-        owner="h:2",
-        owner_epoch=1,
+        LogContext(store, cluster, "h:2", 1),
         ensemble=["h:2", "h:3"],
         settings=LogSettings(replication=ReplicationConfig(2, 2, 2)),
     )
@@ -595,13 +582,9 @@ async def test_replicas_told_an_idle_ledgers_lac_spare_its_recovery_the_write_ba
     settings = LogSettings(replication=ReplicationConfig(3, 3, 2))
     old = TopicLog(
         "t",
-        store,
-        cluster,
-        owner="h:1",
-        owner_epoch=1,
+        LogContext(store, cluster, "h:1", 1, on_idle=notices.idle if told else None),
         ensemble=ensemble,
         settings=settings,
-        on_idle=notices.idle if told else None,
     )
     await old.open()
     for i in range(3):
@@ -617,9 +600,7 @@ async def test_replicas_told_an_idle_ledgers_lac_spare_its_recovery_the_write_ba
         # What the adds carried: the LAC before the last entry.
         assert {(await d.read_lac(lid, fence=False))[0] for d in disks} == {1}
     cluster.calls.clear()
-    new = TopicLog(
-        "t", store, cluster, owner="h:2", owner_epoch=1, ensemble=ensemble, settings=settings
-    )
+    new = TopicLog("t", LogContext(store, cluster, "h:2", 1), ensemble=ensemble, settings=settings)
     await new.open()
     assert new.last_seq == 3
     on_old = [c for c in cluster.calls if c[2] == lid]
@@ -644,9 +625,7 @@ async def test_recovery_fences_a_replica_that_failed_lately_only_if_the_others_f
     cluster = Recorded(tmp_path, 3)
     settings = LogSettings(replication=ReplicationConfig(3, 3, 2))
     ensemble = ["h:1", "h:2", "h:3"]
-    old = TopicLog(
-        "t", store, cluster, owner="h:1", owner_epoch=1, ensemble=ensemble, settings=settings
-    )
+    old = TopicLog("t", LogContext(store, cluster, "h:1", 1), ensemble=ensemble, settings=settings)
     await old.open()
     for i in range(3):
         await old.append("p", i + 1, EncodedMessages.of_values([b"m%d" % i]))
@@ -655,9 +634,7 @@ async def test_recovery_fences_a_replica_that_failed_lately_only_if_the_others_f
     if not others_answer:
         cluster.cut = {"h:1": Unreachable("h:1")}
     cluster.calls.clear()
-    new = TopicLog(
-        "t", store, cluster, owner="h:2", owner_epoch=1, ensemble=ensemble, settings=settings
-    )
+    new = TopicLog("t", LogContext(store, cluster, "h:2", 1), ensemble=ensemble, settings=settings)
     await new.open()
     assert new.last_seq == 3
     asked = {c[0] for c in cluster.calls if c[2] == lid and c[1] == "fence"}
@@ -679,13 +656,9 @@ async def test_a_writer_tells_only_what_it_confirmed(
     settings = LogSettings(replication=ReplicationConfig(3, 3, 2))
     log = TopicLog(
         "t",
-        store,
-        cluster,
-        owner="h:1",
-        owner_epoch=1,
+        LogContext(store, cluster, "h:1", 1, on_idle=notices.idle),
         ensemble=["h:1", "h:2", "h:3"],
         settings=settings,
-        on_idle=notices.idle,
     )
     await log.open()
     await log.append("p", 1, EncodedMessages.of_values([b"confirmed"]))
@@ -725,13 +698,9 @@ async def test_a_frozen_replica_holds_back_only_its_own_lac_notices(
     def topic_log(name: str, ensemble: list[str]) -> TopicLog:
         return TopicLog(
             name,
-            store,
-            cluster,
-            owner="h:1",
-            owner_epoch=1,
+            LogContext(store, cluster, "h:1", 1, on_idle=notices.idle),
             ensemble=ensemble,
             settings=LogSettings(replication=ReplicationConfig(len(ensemble), len(ensemble), 2)),
-            on_idle=notices.idle,
         )
 
     first = topic_log("t1", ["h:1", "h:2", "h:3"])
@@ -767,7 +736,7 @@ async def test_recovery_writes_back_on_a_stand_in_when_a_replica_is_gone(
     cluster = Cluster(tmp_path, 3)
     settings = LogSettings(replication=ReplicationConfig(2, 2, 2))
     old = TopicLog(
-        "t", store, cluster, owner="h:1", owner_epoch=1, ensemble=["h:1", "h:2"], settings=settings
+        "t", LogContext(store, cluster, "h:1", 1), ensemble=["h:1", "h:2"], settings=settings
     )
     await old.open()
     await old.append("p", 1, EncodedMessages.of_values([b"acked"]))
@@ -777,12 +746,8 @@ async def test_recovery_writes_back_on_a_stand_in_when_a_replica_is_gone(
     lid = old.ledger_id
     new = TopicLog(
         "t",
-        store,
-        cluster,
-        owner="h:1",
-        owner_epoch=2,
+        LogContext(store, cluster, "h:1", 2, choose_ensemble=cluster.choose),
         ensemble=["h:1", "h:3"],
-        choose_ensemble=cluster.choose,
         settings=settings,
     )
     await new.open()
@@ -1119,10 +1084,7 @@ async def test_a_read_does_not_wait_for_a_replica_that_hangs(
     cluster = Cluster(tmp_path, 2)
     writer = TopicLog(
         "t",
-        store,
-        cluster,
-        owner="h:1",
-        owner_epoch=1,
+        LogContext(store, cluster, "h:1", 1),
         ensemble=["h:1", "h:2"],
         settings=LogSettings(replication=ReplicationConfig(2, 2, 2)),
     )
@@ -1146,10 +1108,7 @@ async def test_a_replica_outrun_by_a_speculative_read_is_tried_last(
     cluster.suspect = suspects.append  # type: ignore[method-assign,assignment]
     writer = TopicLog(
         "t",
-        store,
-        cluster,
-        owner="h:1",
-        owner_epoch=1,
+        LogContext(store, cluster, "h:1", 1),
         ensemble=["h:1", "h:2"],
         settings=LogSettings(replication=ReplicationConfig(2, 2, 2)),
     )

@@ -14,7 +14,7 @@ from hedwig.clock import SystemClock
 from hedwig.errors import HedwigError
 from hedwig.hub.config import parse_replication
 from hedwig.hub.owning.peers import PeerDirectory
-from hedwig.ledger.auditor import inspect
+from hedwig.ledger.health import inspect
 from hedwig.ledger.replicas import RemoteReplicas
 from hedwig.metadata import open_store
 from hedwig.metadata.records import LedgerState
