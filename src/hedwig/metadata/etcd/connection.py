@@ -289,14 +289,26 @@ class Connection:
 
     # watches (``watch_stream``) ---------------------------------------------------------
 
-    async def watch(self, requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
-        """One watch stream: ``requests`` sent as they come, each response yielded. Ends with
-        ``MetadataError`` when the stream breaks (a new token asked for first if etcd refused
-        the one it went with), or with nothing if etcd ends it."""
+    async def watch(self, requests: asyncio.Queue[Any]) -> AsyncIterator[Any]:
+        """One watch stream: each request put on ``requests`` is sent, each response
+        yielded. Ends with ``MetadataError`` when the stream breaks (a new token asked for
+        first if etcd refused the one it went with), or with nothing if etcd ends it."""
         token = self.token
-        call = self._watch.Watch(requests, metadata=token)
+        call = self._watch.Watch(metadata=token)
+
+        async def send() -> None:
+            # Until the stream ends: a write to a stream that broke fails, and the reading
+            # side below says why.
+            with contextlib.suppress(grpc.aio.AioRpcError, grpc.aio.UsageError):
+                while True:
+                    await call.write(await requests.get())
+
+        sender = asyncio.get_running_loop().create_task(send())
         try:
-            async for resp in call:
+            while True:
+                resp = await call.read()
+                if resp is grpc.aio.EOF:
+                    return
                 yield resp
         except grpc.aio.AioRpcError as exc:
             log.info("etcd watch stream broke: %s", exc.code().name)
@@ -305,4 +317,5 @@ class Connection:
                     await self.renew_token(token)
             raise _translate(exc, "watch") from exc
         finally:
+            sender.cancel()
             call.cancel()

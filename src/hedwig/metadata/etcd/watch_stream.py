@@ -34,7 +34,7 @@ import asyncio
 import collections
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from aetcd import rpc  # type: ignore[import-untyped]
@@ -159,16 +159,12 @@ class WatchStream:
         cancel = rpc.WatchCancelRequest(watch_id=watch_id)
         self._requests.put_nowait(rpc.WatchRequest(cancel_request=cancel))
 
-    async def _outgoing(self, requests: asyncio.Queue[Any]) -> AsyncIterator[Any]:
-        while True:
-            yield await requests.get()
-
     async def _run(self) -> None:
         backoff = BACKOFF_S[0]
         while not self._closed:
             self.opened += 1
             try:
-                async for resp in self._connection.watch(self._outgoing(self._requests)):
+                async for resp in self._connection.watch(self._requests):
                     backoff = BACKOFF_S[0]
                     self._on(resp)
             except MetadataError:
