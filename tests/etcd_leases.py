@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from hedwig.clock import ManualClock
 from hedwig.errors import MetadataUnavailableError
-from hedwig.metadata.etcd.connection import CALL_TIMEOUT_S
+from hedwig.metadata.etcd.connection import CALL_TIMEOUT_S, CONNECT_TIMEOUT_MS
 
 
 class MemoryLeases:
@@ -111,9 +111,9 @@ class MemoryLeases:
 
     # ``LeaseService`` -------------------------------------------------------------------
 
-    async def connect(self, timeout: float) -> None:
+    async def connect(self) -> None:
         if self.down or self.frozen:
-            await self.clock.sleep(timeout)
+            await self.clock.sleep(CONNECT_TIMEOUT_MS / 1000)
             raise MetadataUnavailableError("etcd unreachable: no connection for leases")
 
     async def authenticate(self, *, again: bool = False) -> None:

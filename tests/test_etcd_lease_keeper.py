@@ -14,7 +14,7 @@ import pytest
 from hedwig.clock import ManualClock
 from hedwig.errors import MetadataError, MetadataUnavailableError
 from hedwig.metadata.etcd import lease_keeper
-from hedwig.metadata.etcd.connection import CONNECT_TIMEOUT_MS
+from hedwig.metadata.etcd.connection import CALL_TIMEOUT_S, CONNECT_TIMEOUT_MS
 from hedwig.metadata.etcd.lease_keeper import LeaseKeeper
 from hedwig.metadata.etcd.session import Phase
 from hedwig.metadata.managers import SessionState
@@ -36,6 +36,10 @@ class Told:
 
     def first(self, state: SessionState) -> float:
         return next(at for s, at in self.heard if s is state)
+
+
+def keeper_on(etcd: MemoryLeases, ttl_s: float, clock: ManualClock) -> LeaseKeeper:
+    return LeaseKeeper(etcd, ttl_s=ttl_s, clock=clock, call_timeout_s=CALL_TIMEOUT_S)
 
 
 def phase(keeper: LeaseKeeper) -> Phase:
@@ -62,7 +66,7 @@ async def started(keeper: LeaseKeeper, clock: ManualClock) -> LeaseKeeper:
 
 @pytest.fixture
 async def keeper(etcd: MemoryLeases, clock: ManualClock) -> AsyncIterator[LeaseKeeper]:
-    k = await started(LeaseKeeper(etcd, ttl_s=3.0, clock=clock), clock)
+    k = await started(keeper_on(etcd, 3.0, clock), clock)
     yield k
     await k.stop()
 
@@ -150,7 +154,7 @@ async def test_on_a_slow_link_the_session_ends_no_later_than_etcd_lets_the_lease
     sending; cut off, it ends by the clock no later than etcd expires the lease (counted from
     each answer, it ended a second after)."""
     etcd.delay_s = 1.0
-    keeper = await started(LeaseKeeper(etcd, ttl_s=5.0, clock=clock), clock)
+    keeper = await started(keeper_on(etcd, 5.0, clock), clock)
     told = Told(keeper, clock)
     try:
         await advance(clock, 20.0)
@@ -226,7 +230,7 @@ async def test_a_start_against_an_etcd_out_of_reach_gives_up_at_its_deadline(
     so."""
     etcd = MemoryLeases(clock, authentication=True)
     etcd.down = True
-    keeper = LeaseKeeper(etcd, ttl_s=3.0, clock=clock)
+    keeper = keeper_on(etcd, 3.0, clock)
     began = clock.monotonic()
     start = asyncio.ensure_future(keeper.start(timeout=2.0))
     while not start.done():
@@ -239,7 +243,7 @@ async def test_a_start_against_an_etcd_out_of_reach_gives_up_at_its_deadline(
 
     etcd = MemoryLeases(clock)
     etcd.freeze()
-    keeper = LeaseKeeper(etcd, ttl_s=3.0, clock=clock)
+    keeper = keeper_on(etcd, 3.0, clock)
     began = clock.monotonic()
     start = asyncio.ensure_future(keeper.start(timeout=1.0))
     while not start.done():
@@ -255,13 +259,13 @@ async def test_a_refusal_at_start_is_raised_at_once(clock: ManualClock) -> None:
         async def authenticate(self, *, again: bool = False) -> None:
             raise MetadataError("etcd refused user 'hedwig'")
 
-    keeper = LeaseKeeper(Refusing(clock), ttl_s=3.0, clock=clock)
+    keeper = keeper_on(Refusing(clock), 3.0, clock)
     with pytest.raises(MetadataError, match="refused"):
         await keeper.start(timeout=15.0)
 
 
 async def test_close_revokes_a_live_session_only(etcd: MemoryLeases, clock: ManualClock) -> None:
-    live = await started(LeaseKeeper(etcd, ttl_s=3.0, clock=clock), clock)
+    live = await started(keeper_on(etcd, 3.0, clock), clock)
     owner = await live.owner_lease(b"/o/x")
     own = live.session.lease
     await live.close(revoke=True)
@@ -269,7 +273,7 @@ async def test_close_revokes_a_live_session_only(etcd: MemoryLeases, clock: Manu
     assert live.session.phase is Phase.CLOSED
     assert live.session.state is SessionState.CONNECTED, "closing tells nobody"
 
-    dropped = await started(LeaseKeeper(etcd, ttl_s=3.0, clock=clock), clock)
+    dropped = await started(keeper_on(etcd, 3.0, clock), clock)
     await dropped.close(revoke=False)  # as kill -9 leaves it: expires after its TTL
     assert etcd.alive(dropped.session.lease)
     await advance(clock, 3.0 + STEP)

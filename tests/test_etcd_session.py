@@ -31,7 +31,7 @@ def phase(s: Session) -> Phase:
 
 def in_phase(phase: Phase) -> Session:
     """A session of TTL 3 s moved to ``phase`` by legal events."""
-    s = Session(3.0)
+    s = Session(3.0, call_timeout_s=CALL_TIMEOUT_S)
     path = {
         Phase.STARTING: [],
         Phase.CONNECTED: [Event.GRANTED],
@@ -86,7 +86,7 @@ def test_the_table_in_the_modules_prose_is_the_one_it_runs() -> None:
 
 
 def test_listeners_hear_each_change_of_the_reported_state_in_order() -> None:
-    s = Session(3.0)
+    s = Session(3.0, call_timeout_s=CALL_TIMEOUT_S)
     heard: list[SessionState] = []
     s.add_listener(heard.append)
     assert s.state is SessionState.SUSPENDED  # not started yet
@@ -112,9 +112,9 @@ def test_listeners_hear_each_change_of_the_reported_state_in_order() -> None:
 
 
 def test_the_clocks_rules() -> None:
-    s = Session(2.5)
+    s = Session(2.5, call_timeout_s=CALL_TIMEOUT_S)
     assert s.ttl == 3, "whole seconds, rounded up"
-    assert Session(0.5).ttl == 2, "two at least"
+    assert Session(0.5, call_timeout_s=CALL_TIMEOUT_S).ttl == 2, "two at least"
     s.granted(7, sent_at=50.0)
     # Counted from the sending of the newest renewal answered.
     assert s.lease_ends == 53.0 and s.next_refresh == 51.0
@@ -122,7 +122,7 @@ def test_the_clocks_rules() -> None:
     assert s.lease_ends == 54.0 and s.next_refresh == 52.0
     # A refresh waits no longer than the lease may last, nor than a call's timeout.
     assert s.refresh_deadline(52.0) == 54.0
-    long = Session(60.0)
+    long = Session(60.0, call_timeout_s=CALL_TIMEOUT_S)
     long.granted(8, sent_at=0.0)
     assert long.refresh_deadline(20.0) == 20.0 + CALL_TIMEOUT_S
     # A failure with time left suspends; at the lease's end by the clock, the session is lost.

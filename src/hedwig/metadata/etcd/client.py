@@ -24,7 +24,7 @@ from collections.abc import Callable
 from hedwig.clock import Clock, SystemClock
 from hedwig.errors import MetadataError
 from hedwig.metadata.etcd.batches import TxnBatcher
-from hedwig.metadata.etcd.connection import Connection, CredentialsSource
+from hedwig.metadata.etcd.connection import CALL_TIMEOUT_S, Connection, CredentialsSource
 from hedwig.metadata.etcd.kv import KeyValues, prefix_end
 from hedwig.metadata.etcd.lease_keeper import LeaseKeeper
 from hedwig.metadata.etcd.watch_stream import Once, WatchStream
@@ -61,7 +61,9 @@ class EtcdClient:
             key=key,
             credentials_source=credentials_source,
         )
-        self.keeper = LeaseKeeper(self.connection, ttl_s=ttl_s, clock=self.clock)
+        self.keeper = LeaseKeeper(
+            self.connection, ttl_s=ttl_s, clock=self.clock, call_timeout_s=CALL_TIMEOUT_S
+        )
         self.watches = WatchStream(self.connection, clock=self.clock)
         # Every single-key read and transaction goes through it (``batches``).
         self.batcher = TxnBatcher(self.connection.send_txn)

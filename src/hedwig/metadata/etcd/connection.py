@@ -239,10 +239,12 @@ class Connection:
 
     # leases (``lease_keeper.LeaseService``) ---------------------------------------------
 
-    async def connect(self, timeout: float) -> None:
-        """Wait for the lease channel's connection, ``timeout`` seconds at most."""
+    async def connect(self) -> None:
+        """Wait for the lease channel's connection, ``CONNECT_TIMEOUT_MS`` at most."""
         try:
-            await self._clock.wait_for(self._lease_channel.channel_ready(), timeout)
+            await self._clock.wait_for(
+                self._lease_channel.channel_ready(), CONNECT_TIMEOUT_MS / 1000
+            )
         except TimeoutError:
             raise MetadataUnavailableError("etcd unreachable: no connection for leases") from None
 

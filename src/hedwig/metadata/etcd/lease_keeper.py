@@ -37,7 +37,6 @@ from typing import Protocol
 
 from hedwig.clock import Clock
 from hedwig.errors import MetadataError, MetadataUnavailableError
-from hedwig.metadata.etcd.connection import CONNECT_TIMEOUT_MS
 from hedwig.metadata.etcd.session import Event, Phase, Session
 
 log = logging.getLogger(__name__)
@@ -51,8 +50,8 @@ START_RETRY_S = 0.2
 class LeaseService(Protocol):
     """What the keeper asks of etcd."""
 
-    async def connect(self, timeout: float) -> None:
-        """Wait up to ``timeout`` seconds for a connection to carry the leases' calls;
+    async def connect(self) -> None:
+        """Wait for a connection to carry the leases' calls (a few seconds at most);
         ``MetadataUnavailableError`` if none is set up by then."""
         ...
 
@@ -75,8 +74,10 @@ class LeaseService(Protocol):
 class LeaseKeeper:
     """The session's lease and its owner records' leases, kept alive on ``clock``."""
 
-    def __init__(self, service: LeaseService, *, ttl_s: float, clock: Clock) -> None:
-        self.session = Session(ttl_s)
+    def __init__(
+        self, service: LeaseService, *, ttl_s: float, clock: Clock, call_timeout_s: float
+    ) -> None:
+        self.session = Session(ttl_s, call_timeout_s=call_timeout_s)
         self._service = service
         self._clock = clock
         # Owner records' leases by slot, and their grants under way (``owner_lease``).
@@ -108,7 +109,7 @@ class LeaseKeeper:
     async def _grant(self) -> None:
         # The session counts from the grant's sending (``session``), so not from the making
         # of the connection before it.
-        await self._service.connect(CONNECT_TIMEOUT_MS / 1000)
+        await self._service.connect()
         sent = self._clock.monotonic()
         lease = await self._service.grant(self.session.ttl)
         self.session.granted(lease, sent)

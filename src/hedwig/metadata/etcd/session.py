@@ -7,7 +7,7 @@ owner records' leases, ``lease_keeper``) and reports what the hub must know as
 ``SessionState``. This module decides; it does no I/O and reads no clock of its own: the
 keeper (``lease_keeper.LeaseKeeper``) tells it what happened and when, by the injected clock,
 and asks it when to refresh next. So its rules run on a manual clock in memory
-(``tests/test_etcd_session.py``).
+(``tests/test_etcd_session.py``, and with the keeper ``tests/test_etcd_lease_keeper.py``).
 
 States (``Phase``), each reported to the hub as a ``SessionState``:
 
@@ -71,7 +71,6 @@ from collections.abc import Callable
 from enum import Enum
 
 from hedwig.errors import UsageError
-from hedwig.metadata.etcd.connection import CALL_TIMEOUT_S
 from hedwig.metadata.managers import SessionState
 
 log = logging.getLogger(__name__)
@@ -137,11 +136,13 @@ class SessionTransitionError(UsageError):
 
 class Session:
     """One process's session on etcd: its phase, its lease, and when the newest refresh etcd
-    answered was sent; the times it gives are on the keeper's clock."""
+    answered was sent; the times it gives are on the keeper's clock. ``call_timeout_s``: the
+    longest a refresh may wait however long the lease lasts (a call's timeout)."""
 
-    def __init__(self, ttl_s: float) -> None:
+    def __init__(self, ttl_s: float, *, call_timeout_s: float) -> None:
         # Whole seconds (etcd's), rounded up: never shorter than asked.
         self.ttl = max(2, math.ceil(ttl_s))
+        self.call_timeout_s = call_timeout_s
         self.phase = Phase.STARTING
         self.state = REPORTED[Phase.STARTING]
         self.lease = 0
@@ -222,7 +223,7 @@ class Session:
     def refresh_deadline(self, sent_at: float) -> float:
         """How long a refresh sent at ``sent_at`` may wait for its answer: no longer than the
         lease may last, nor than a call's timeout."""
-        return min(sent_at + CALL_TIMEOUT_S, self.lease_ends)
+        return min(sent_at + self.call_timeout_s, self.lease_ends)
 
     @property
     def live(self) -> bool:
