@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from hedwig.clock import Clock
 from hedwig.errors import UsageError
 from hedwig.metadata.managers import MetadataStore
 from hedwig.metadata.memory import MemoryBackend, MemoryMetadataStore
@@ -130,6 +131,7 @@ def open_store(
     session_timeout_s: float = DEFAULT_SESSION_TIMEOUT_S,
     digest: str | None = None,
     etcd_access: EtcdAccess | None = None,
+    clock: Clock | None = None,
 ) -> MetadataStore:
     """The store ``url`` names, for ``region``; ``UsageError`` if the URL is not understood.
 
@@ -158,7 +160,7 @@ def open_store(
         return _zookeeper(hosts, region, session_timeout_s, digest or given or _digest_from_env())
     if scheme == "etcd":
         access = etcd_access if etcd_access is not None else EtcdAccess.from_env()
-        return _etcd(parts.netloc, parts.path, region, session_timeout_s, url, access)
+        return _etcd(parts.netloc, parts.path, region, session_timeout_s, url, access, clock)
     if scheme == "memory":
         name = parts.netloc or parts.path.strip("/") or "default"
         return MemoryMetadataStore(memory_backend(name), region)
@@ -191,7 +193,13 @@ def _zookeeper(
 
 
 def _etcd(
-    netloc: str, path: str, region: str, session_timeout_s: float, url: str, access: EtcdAccess
+    netloc: str,
+    path: str,
+    region: str,
+    session_timeout_s: float,
+    url: str,
+    access: EtcdAccess,
+    clock: Clock | None,
 ) -> MetadataStore:
     """etcd with the same security approach as ZooKeeper: credentials (``USER:PASSWORD``, for
     etcd's own authentication) from the URL, else ``access``; TLS when ``access`` has the CA
@@ -240,6 +248,7 @@ def _etcd(
         cert=cert,
         key=key,
         credentials_source=None if given else access.credentials_source,
+        clock=clock,
     )
 
 
