@@ -21,7 +21,8 @@ from collections.abc import Callable, Iterable, Sequence
 from hedwig.client.chunks import chunk_messages
 from hedwig.client.publisher import BatchPublishResult, PublishResult, TopicPublisher
 from hedwig.client.retry import RetryPolicy
-from hedwig.client.routing import RequestMaker, Router, subscription_route
+from hedwig.client.routes import SubscriptionRoute
+from hedwig.client.routing import RequestMaker, Router
 from hedwig.client.subscriber import Subscriber
 from hedwig.clock import Clock, SystemClock
 from hedwig.errors import (
@@ -157,7 +158,7 @@ class HedwigClient:
             credentials=self.security.credentials,
         )
         self._publishers: dict[str, TopicPublisher] = {}
-        self._subscribers: dict[tuple[str, str], Subscriber] = {}
+        self._subscribers: dict[SubscriptionRoute, Subscriber] = {}
         self._closed = False
 
     async def __aenter__(self) -> HedwigClient:
@@ -195,26 +196,26 @@ class HedwigClient:
 
     def _on_event(self, conn: HubConnection, event: Event) -> None:
         if isinstance(event, Deliver):
-            sub = self._subscribers.get((event.topic, event.subscriber))
+            sub = self._subscribers.get(SubscriptionRoute(event.topic, event.subscriber))
             if sub is not None:
                 sub.on_deliver(conn, event)
         elif isinstance(event, TopicMoved):
             pub = self._publishers.get(event.topic) or self._publishers.get(lane_of(event.topic)[0])
             if pub is not None and pub.target == event.topic:
                 pub.barrier()
-            for (topic, _), sub in list(self._subscribers.items()):
-                if topic == event.topic:
+            for key, sub in list(self._subscribers.items()):
+                if key.topic == event.topic:
                     sub.on_moved(conn, event.reason)
         elif isinstance(event, SubscriptionForcedClosed):
-            sub = self._subscribers.get((event.topic, event.subscriber))
+            sub = self._subscribers.get(SubscriptionRoute(event.topic, event.subscriber))
             if sub is not None:
                 sub.on_forced_close(conn, event)
         elif isinstance(event, LanesChanged):
-            for (topic, _), sub in list(self._subscribers.items()):
-                if topic == event.topic:
+            for key, sub in list(self._subscribers.items()):
+                if key.topic == event.topic:
                     sub.on_lanes_changed()
         elif isinstance(event, SubscriptionMoved):
-            sub = self._subscribers.get((event.topic, event.subscriber))
+            sub = self._subscribers.get(SubscriptionRoute(event.topic, event.subscriber))
             if sub is not None:
                 sub.on_subscription_moved(
                     conn, f"served by {event.hub or 'the owner'} now: {event.reason}"
@@ -370,7 +371,7 @@ class HedwigClient:
             raise UsageError("client is closed")
         validate_name(topic)
         validate_name(subscriber, what="subscriber")
-        key = (topic, subscriber)
+        key = SubscriptionRoute(topic, subscriber)
         existing = self._subscribers.get(key)
         if existing is not None and not existing.closed:
             raise UsageError(f"already subscribed to {topic!r} as {subscriber!r}")
@@ -398,14 +399,14 @@ class HedwigClient:
 
     def _lane_registry(self, sub: Subscriber, add: bool) -> None:
         """Lanes' subscriptions get the events of their lane's topic."""
-        key = (sub.topic, sub.name)
+        key = SubscriptionRoute(sub.topic, sub.name)
         if add:
             self._subscribers[key] = sub
         elif self._subscribers.get(key) is sub:
             del self._subscribers[key]
 
     async def close_subscription(self, topic: str, subscriber: str) -> None:
-        sub = self._subscribers.pop((topic, subscriber), None)
+        sub = self._subscribers.pop(SubscriptionRoute(topic, subscriber), None)
         if sub is not None:
             await sub.close()
 
@@ -423,7 +424,7 @@ class HedwigClient:
             topic,
             lambda rid, _: Unsubscribe(request_id=rid, topic=topic, subscriber=subscriber),
             already_done=NoSuchSubscriptionError,
-            route=subscription_route(topic, subscriber),
+            route=SubscriptionRoute(topic, subscriber),
         )
 
     async def _request_once(
@@ -432,7 +433,7 @@ class HedwigClient:
         make: RequestMaker,
         *,
         already_done: type[HedwigError],
-        route: str | None = None,
+        route: SubscriptionRoute | None = None,
     ) -> None:
         """Send a request whose effect is a thing gone (a topic, a subscription), retried as
         every request is. A retry after an attempt whose answer was lost (the hub it went to
@@ -552,7 +553,7 @@ class HedwigClient:
                 redirected=redirected,
             ),
             # A fan-out topic's subscription is reset where it is served.
-            route=subscription_route(topic, subscriber),
+            route=SubscriptionRoute(topic, subscriber),
         )
         assert isinstance(answer, Subscribed)
         return answer.consumed_seq

@@ -34,7 +34,8 @@ from collections.abc import AsyncIterator, Callable
 
 from hedwig.client.inbox import Inbox
 from hedwig.client.retry import Backoff
-from hedwig.client.routing import Router, subscription_route
+from hedwig.client.routes import SubscriptionRoute
+from hedwig.client.routing import Router
 from hedwig.errors import (
     DeadlineExceededError,
     ForbiddenError,
@@ -151,7 +152,7 @@ class Subscriber:
                 redirected=redirected,
                 force_attach=force,
             ),
-            route=subscription_route(self.topic, self.name),
+            route=SubscriptionRoute(self.topic, self.name),
         )
         assert isinstance(answer, Subscribed)
         first = self._last_seen == 0 and self.resubscriptions == 0 and self._conn is None
