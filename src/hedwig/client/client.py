@@ -3,7 +3,7 @@
 ``HedwigClient`` is the facade; the work is done by three parts, each in its own module:
 
 - ``routing.Router``: connections, which hub owns which topic, redirects and retries;
-- ``publisher.TopicPublisher``: ordered, batched, pipelined publishing to one topic;
+- ``publishing.TopicPublisher``: ordered, batched, pipelined publishing to one topic;
 - ``subscriber.Subscriber``: one subscription, re-attached by itself after failures and moves.
 
 The client routes what hubs push (deliveries, TOPIC_MOVED, forced closes, lost connections) to
@@ -18,8 +18,12 @@ import contextlib
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 
-from hedwig.client.chunks import chunk_messages
-from hedwig.client.publisher import BatchPublishResult, PublishResult, TopicPublisher
+from hedwig.client.publishing import (
+    BatchPublishResult,
+    PublishResult,
+    TopicPublisher,
+    chunk_messages,
+)
 from hedwig.client.retry import RetryPolicy
 from hedwig.client.routes import SubscriptionRoute
 from hedwig.client.routing import RequestMaker, Router

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, 
 from typing import Any, TypeVar
 
 from hedwig.client.client import HedwigClient
-from hedwig.client.publisher import PublishResult
+from hedwig.client.publishing import PublishResult
 from hedwig.client.subscriber import Subscriber
 from hedwig.errors import DeadlineExceededError
 from hedwig.protocol import DeliveredMessage, Messages, SubscribeMode, TopicInfo
