@@ -8,7 +8,7 @@
 from hedwig.client.client import HedwigClient
 from hedwig.client.publishing import BatchPublishResult, PublishResult
 from hedwig.client.retry import RetryPolicy
-from hedwig.client.subscriber import Subscriber
+from hedwig.client.subscribing import Subscriber
 from hedwig.client.sync import SyncClient, SyncSubscriber
 from hedwig.protocol import DeliveredMessage, Message, SubscribeMode
 

@@ -27,7 +27,7 @@ from hedwig.client.publishing import (
 from hedwig.client.retry import RetryPolicy
 from hedwig.client.routes import SubscriptionRoute
 from hedwig.client.routing import RequestMaker, Router
-from hedwig.client.subscriber import Subscriber
+from hedwig.client.subscribing import Subscriber
 from hedwig.clock import Clock, SystemClock
 from hedwig.errors import (
     ForbiddenError,

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from hedwig.client.client import HedwigClient
 from hedwig.client.publishing import PublishResult
-from hedwig.client.subscriber import Subscriber
+from hedwig.client.subscribing import Subscriber
 from hedwig.errors import DeadlineExceededError
 from hedwig.protocol import DeliveredMessage, Messages, SubscribeMode, TopicInfo
 
