@@ -5,7 +5,7 @@
 ``retry`` holds the backoff policy and ``sync`` the thread-based facade.
 """
 
-from hedwig.client.client import HedwigClient
+from hedwig.client.facade import HedwigClient
 from hedwig.client.publishing import BatchPublishResult, PublishResult
 from hedwig.client.retry import RetryPolicy
 from hedwig.client.subscribing import Subscriber

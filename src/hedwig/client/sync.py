@@ -12,7 +12,7 @@ import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from hedwig.client.client import HedwigClient
+from hedwig.client.facade import HedwigClient
 from hedwig.client.publishing import PublishResult
 from hedwig.client.subscribing import Subscriber
 from hedwig.errors import DeadlineExceededError
