@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from hedwig.errors import MetadataError
-from hedwig.metadata.records import _dump, _load
+from hedwig.metadata.records.encoding import dump_object, load_object
 from hedwig.protocol.names import MAX_LANE
 
 # More delivery hubs than this is a mistake, not a plan (each one tails the whole topic).
@@ -167,11 +167,11 @@ class TopicPlan:
             record["lanes"] = [
                 {"index": lane.index, "hub": lane.hub, "sealed": lane.sealed} for lane in self.lanes
             ]
-        return _dump(record)
+        return dump_object(record)
 
     @classmethod
     def from_json(cls, raw: bytes) -> TopicPlan:
-        d = _load(raw, "plan")
+        d = load_object(raw, "plan")
         try:
             hubs = d.get("hubs", [])
             lanes = d.get("lanes", [])
