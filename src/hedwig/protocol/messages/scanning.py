@@ -3,11 +3,11 @@
 Every publish a hub takes is checked (``largest_message``: lean, no offsets, a message
 without a key has its key and value lengths read in one go), a stored batch cut by a
 subscription's window is scanned for where its messages start (``scan``), and a delivered
-batch is checked by its subscriber. Batches of equal messages without keys or headers, the common batch (records of
-one schema), are checked at once, without a Python step per message (``uniform_size``): at a
-fixed stride, each framing byte of every message is compared by one strided slice. Anything
-else is read message by message. Either way, a payload that does not hold exactly its count is
-``MalformedBatchError``.
+batch is checked by its subscriber. Batches of equal messages without keys or headers, the
+common batch (records of one schema), are checked at once, without a Python step per message
+(``uniform_size``): at a fixed stride, each framing byte of every message is compared by one
+strided slice. Anything else is read message by message. Either way, a payload that does not
+hold exactly its count is ``MalformedBatchError``.
 """
 
 from __future__ import annotations
