@@ -22,7 +22,7 @@ published, through moves and failures. These rules keep it so:
   a duplicate first), nor was any batch after it: the publisher shuts the gate, lets the
   earlier batches settle where they are, puts every refused batch back at the head of the
   queue in its order, and cuts them again for the lane named, under a fresh identity
-  (``hedwig.metadata.plans.publisher_base``: the lane is chosen by the id before the epoch
+  (``hedwig.protocol.names.publisher_identity``: the lane is chosen by the id before the epoch
   suffix, so the new identity belongs to the same lane). A fresh identity because the lane may
   have seen this publisher before, with sequences the new ones would leave a gap after. So a
   publisher's messages are in order in each lane, and each lane holds them from some point on.
@@ -49,6 +49,7 @@ from hedwig.client.routing import Router
 from hedwig.clock import Clock
 from hedwig.errors import EarlierBatchFailedError, HedwigError, UseLaneError
 from hedwig.protocol import EncodedMessage, EncodedMessages, Publish, Published, lane_of
+from hedwig.protocol.names import publisher_identity
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +153,7 @@ class TopicPublisher:
 
     def _new_identity(self) -> None:
         self._epoch += 1
-        self._publisher_id = f"{self._base_id}~{self._epoch}"
+        self._publisher_id = publisher_identity(self._base_id, self._epoch)
         self._next_pseq = 1
 
     # lanes ----------------------------------------------------------------------------------
