@@ -1,7 +1,8 @@
-"""A subscription as the client sees it: an async iterator of messages, in order, that
-re-subscribes by itself.
+"""A subscription as the client sees it: attached to the hub serving it, and attached again
+by itself after failures and moves.
 
-Rules:
+``Subscriber`` is this module's attachment state machine together with its lanes (``lanes``)
+and its caller's side (``reading``: ``async for msg in sub`` yields messages in order). Rules:
 
 - Delivery is at least once: after a re-subscription the hub sends again everything past the
   consume mark it has persisted. The subscriber remembers the last sequence id it handed out
@@ -16,12 +17,9 @@ Rules:
   the same messages around the switch; they are dropped by sequence id.
 - Deliveries can overtake the answer to SUBSCRIBE (both arrive in one read): they are held,
   per connection, until the answer says which connection the subscription is attached on.
-- A topic served by lanes (``hedwig.metadata.plans``) is read lane by lane: the subscription
-  of the topic (lane 0) asks which lanes there are (DESCRIBE_LANES) when it subscribes, after
-  every re-subscription, and whenever a hub says they changed (LANES_CHANGED), and subscribes
-  to each lane it does not read yet, with the same name. Each lane is a subscription of its
-  own with its own consume mark; their messages go into one queue, each tagged with its lane
-  (``DeliveredMessage.lane``), in each lane's order; there is no order across lanes.
+- A topic served by lanes is read lane by lane, each lane a subscription of its own that the
+  topic's subscription follows (``lanes``); what the caller is handed, and the consumes it
+  sends back, are ``reading``'s.
 """
 
 from __future__ import annotations
@@ -30,11 +28,14 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 
-from hedwig.client.inbox import Inbox
 from hedwig.client.retry import Backoff
-from hedwig.client.routing import Router, subscription_route
+from hedwig.client.routes import SubscriptionRoute
+from hedwig.client.routing import Router
+from hedwig.client.subscribing.inbox import Inbox
+from hedwig.client.subscribing.lanes import LaneFollowing
+from hedwig.client.subscribing.reading import Reading, ignore_answer
 from hedwig.errors import (
     DeadlineExceededError,
     ForbiddenError,
@@ -42,18 +43,12 @@ from hedwig.errors import (
     NoSuchSubscriptionError,
     NoSuchTopicError,
     SubscriptionBusyError,
-    UsageError,
 )
 from hedwig.net.connection import HubConnection
 from hedwig.protocol import (
     CloseReason,
     CloseSubscription,
-    Consume,
     Deliver,
-    DeliveredMessage,
-    DescribeLanes,
-    Error,
-    Lanes,
     Reply,
     Subscribe,
     Subscribed,
@@ -67,7 +62,7 @@ log = logging.getLogger(__name__)
 CLOSE_TIMEOUT_S = 5.0
 
 
-class Subscriber:
+class Subscriber(LaneFollowing, Reading):
     """An attached subscription: ``async for msg in sub`` yields messages in order."""
 
     def __init__(
@@ -131,10 +126,18 @@ class Subscriber:
     def closed(self) -> bool:
         return self._closed
 
-    @property
-    def lanes(self) -> dict[int, Subscriber]:
-        """The subscriptions of the topic's other lanes this one reads, by lane."""
-        return dict(self._lanes)
+    def _lane_subscriber(self, index: int) -> Subscriber:
+        return Subscriber(
+            self._router,
+            lane_name(self.topic, index),
+            self.name,
+            mode=SubscribeMode.CREATE_OR_ATTACH,
+            window=self._window,
+            bound=self._bound,
+            auto_consume=False,
+            lane=index,
+            inbox=self._inbox,
+        )
 
     async def attach(self, *, force: bool) -> None:
         mode = self._mode
@@ -151,7 +154,7 @@ class Subscriber:
                 redirected=redirected,
                 force_attach=force,
             ),
-            route=subscription_route(self.topic, self.name),
+            route=SubscriptionRoute(self.topic, self.name),
         )
         assert isinstance(answer, Subscribed)
         first = self._last_seen == 0 and self.resubscriptions == 0 and self._conn is None
@@ -183,75 +186,6 @@ class Subscriber:
             self._lost(lost)
         if self._registry is not None and not first:
             self.on_lanes_changed()  # the plan may have changed while this was detached
-
-    # lanes ----------------------------------------------------------------------------------
-
-    async def follow_lanes(self) -> None:
-        """Read every lane the topic has now (subscribing to each not read yet); later
-        changes are followed by themselves."""
-        router = self._router
-        answer, _ = await router.topic_request(
-            self.topic, lambda rid, _: DescribeLanes(request_id=rid, topic=self.topic)
-        )
-        assert isinstance(answer, Lanes)
-        if self._closed:
-            return
-        self.lanes_generation = answer.generation
-        wanted = {x.index for x in answer.lanes if x.index}
-        for index in sorted(set(self._lanes) - wanted):
-            # Dropped from the plan: its readers had finished it.
-            gone = self._lanes.pop(index)
-            await gone.close()
-            if self._registry is not None:
-                self._registry(gone, False)
-        for index in sorted(wanted - set(self._lanes)):
-            child = Subscriber(
-                router,
-                lane_name(self.topic, index),
-                self.name,
-                mode=SubscribeMode.CREATE_OR_ATTACH,
-                window=self._window,
-                bound=self._bound,
-                auto_consume=False,
-                lane=index,
-                inbox=self._inbox,
-            )
-            self._lanes[index] = child
-            assert self._registry is not None
-            self._registry(child, True)
-            try:
-                await child.attach(force=True)
-            except HedwigError as exc:
-                if not exc.retriable and not isinstance(exc, DeadlineExceededError):
-                    raise
-                child._lost(f"could not attach: {exc}")  # it goes on trying by itself
-
-    def on_lanes_changed(self) -> None:
-        """A hub says the lanes changed (or they may have): look again, once at a time."""
-        if self._registry is None or self._closed:
-            return
-        if self._lanes_task is not None and not self._lanes_task.done():
-            self._lanes_again = True
-            return
-        self._lanes_task = asyncio.get_running_loop().create_task(self._follow_again())
-
-    async def _follow_again(self) -> None:
-        router = self._router
-        backoff = Backoff(router.retry, router.clock)
-        while not self._closed:
-            self._lanes_again = False
-            try:
-                await self.follow_lanes()
-            except HedwigError as exc:
-                if not exc.retriable and not isinstance(exc, DeadlineExceededError):
-                    self.error = exc
-                    self._inbox.put(exc)
-                    return
-                if not await backoff.wait():
-                    backoff = Backoff(router.retry, router.clock)
-                continue
-            if not self._lanes_again:
-                return
 
     # events from the connection -----------------------------------------------------------
 
@@ -376,120 +310,12 @@ class Subscriber:
                 if not await backoff.wait():
                     backoff = Backoff(router.retry, router.clock)
 
-    # the caller's side --------------------------------------------------------------------
-
-    def __aiter__(self) -> AsyncIterator[DeliveredMessage]:
-        return self._iterate()
-
-    async def _iterate(self) -> AsyncIterator[DeliveredMessage]:
-        inbox = self._inbox
-        while (item := await inbox.messages()) is not None:
-            # A batch's messages, straight from its iterator; it stays the inbox's current
-            # one, so ``next`` takes up where this stops, and a drop (a reset) ends it.
-            for m in item:
-                yield m
-                if self._auto_consume:
-                    self.consume(m.seq, m.lane)
-                if inbox.current is not item:
-                    break
-            else:
-                if inbox.current is item:
-                    inbox.current = None
-
-    def batches(self, max_messages: int = 1000) -> AsyncIterator[list[DeliveredMessage]]:
-        """The messages as they come, in lists of at most ``max_messages`` (each from one
-        delivered batch, so of one lane): as Kafka's ``consume(num_messages)``, one step of
-        the caller's loop per list rather than per message. With ``auto_consume``, a list is
-        consumed when the next one is asked for."""
-        if max_messages < 1:
-            raise UsageError("max_messages is at least 1")
-        return self._iterate_lists(max_messages)
-
-    async def _iterate_lists(self, max_messages: int) -> AsyncIterator[list[DeliveredMessage]]:
-        inbox = self._inbox
-        while (item := await inbox.messages()) is not None:
-            got = list(itertools.islice(item, max_messages))
-            if len(got) < max_messages and inbox.current is item:
-                inbox.current = None  # used up
-            if got:
-                yield got
-                if self._auto_consume:
-                    self.consume(got[-1].seq, got[-1].lane)
-
-    async def next(self, timeout: float | None = None) -> DeliveredMessage:
-        """The next message; ``DeadlineExceededError`` after ``timeout`` seconds (saying so if
-        the hub is holding messages back because the window of unconsumed ones is full)."""
-        try:
-            item = await self._router.clock.wait_for(self._inbox.get(), timeout)
-        except TimeoutError:
-            why = ""
-            if self._window and self._last_seen - self._consumed >= self._window:
-                why = (
-                    f"; {self._last_seen - self._consumed} messages were handed out and not "
-                    f"consumed, the subscription's window of {self._window}: the hub sends "
-                    "more once they are consumed (Subscriber.consume)"
-                )
-            raise DeadlineExceededError(
-                f"no message on {self.topic!r} within {timeout}s{why}"
-            ) from None
-        if item is None:
-            raise UsageError("subscriber is closed")
-        if isinstance(item, HedwigError):
-            raise item
-        if self._auto_consume:
-            self.consume(item.seq, item.lane)
-        return item
-
-    def consume(self, seq: int | DeliveredMessage, lane: int = 0) -> None:
-        """Cumulatively consume every message up to ``seq`` (of ``lane``, for a topic served
-        by lanes: ``DeliveredMessage.lane``), sent without waiting. Given the message itself,
-        every message up to it in its lane."""
-        if not isinstance(seq, int):
-            msg = seq
-            seq, lane = msg.seq, msg.lane
-        if lane != self.lane:
-            child = self._lanes.get(lane)
-            if child is not None:
-                child.consume(seq, lane)
-            return
-        if seq <= self._consumed:
-            return
-        self._consumed = seq
-        conn = self._conn
-        if conn is None or conn.closed:
-            return  # said again after re-subscription (see attach)
-        self._send_consume(conn, seq)
-
     def _send_close(self, conn: HubConnection) -> None:
         with contextlib.suppress(HedwigError):
             fut = conn.send_nowait(
                 CloseSubscription(request_id=conn.next_id(), topic=self.topic, subscriber=self.name)
             )
-            fut.add_done_callback(_ignore)
-
-    def _send_consume(self, conn: HubConnection, seq: int) -> None:
-        with contextlib.suppress(HedwigError):
-            fut = conn.send_nowait(
-                Consume(request_id=conn.next_id(), topic=self.topic, subscriber=self.name, seq=seq)
-            )
-            fut.add_done_callback(_ignore)
-            self._last_consume = fut
-
-    async def sync(self, timeout: float | None = 10.0) -> bool:
-        """Wait until the hub has taken every consume sent so far (it persists them with its
-        next flush); False if the last one was lost with its connection (the hub will then
-        redeliver from its mark: at least once) or did not come back within ``timeout``."""
-        for child in list(self._lanes.values()):
-            if not await child.sync(timeout):
-                return False
-        fut = self._last_consume
-        if fut is None:
-            return True
-        try:
-            answer = await self._router.clock.wait_for(asyncio.shield(fut), timeout)
-        except (HedwigError, TimeoutError):
-            return False
-        return not isinstance(answer, Error)
+            fut.add_done_callback(ignore_answer)
 
     async def close(self) -> None:
         """Stop delivery; the subscription and its consume mark stay on the hub."""
@@ -516,8 +342,3 @@ class Subscriber:
                 )
         if not self.lane:
             self._inbox.put(None)  # a lane's queue is its topic's: the topic ends it
-
-
-def _ignore(fut: asyncio.Future[Reply]) -> None:
-    if not fut.cancelled():
-        fut.exception()
