@@ -771,7 +771,7 @@ async def test_a_striped_ledger_replica_missing_its_entries_is_caught_up(
     cluster = Cluster(tmp_path, 3)
     names = ("h:1", "h:2", "h:3")
     for name in names:
-        await store.hubs.register_hub(name, HubLoad())
+        await store.hubs.register_hub(name, HubLoad(hub_id=name))
     # h:3 was away from entry 3 on
     closed = await closed_ledger(
         store, cluster, names, 6, write_quorum=2, held=lambda n, e: n != "h:3" or e < 3
@@ -904,7 +904,7 @@ async def test_the_auditor_reads_every_ledger_only_when_something_can_have_chang
     cluster = Cluster(tmp_path, 3)
     names = ("h:1", "h:2", "h:3")
     for name in names:
-        await store.hubs.register_hub(name, HubLoad())
+        await store.hubs.register_hub(name, HubLoad(hub_id=name))
     for _ in range(4):
         await closed_ledger(store, cluster, names, 4)
     reads = counted_ledger_reads(store)
@@ -929,7 +929,7 @@ async def test_the_auditor_reads_every_ledger_only_when_something_can_have_chang
     reads.clear()
     await auditor.run_once()
     assert auditor.full_audits == 2 and reads == []
-    await store.hubs.register_hub("h:2", HubLoad())  # h:2 restarted: a new session
+    await store.hubs.register_hub("h:2", HubLoad(hub_id="h:2"))  # h:2 restarted: a new session
     await auditor.run_once()
     assert auditor.full_audits == 3
     await auditor.run_once()
@@ -949,7 +949,7 @@ async def test_ledgers_waiting_for_a_gone_hub_are_read_again_when_its_delay_ends
     cluster = Cluster(tmp_path, 3)
     names = ("h:1", "h:2", "h:3")
     for name in names[:2]:
-        await store.hubs.register_hub(name, HubLoad())  # h:3 is gone
+        await store.hubs.register_hub(name, HubLoad(hub_id=name))  # h:3 is gone
     for _ in range(6):
         await closed_ledger(store, cluster, names, 3, held=lambda n, _e: n != "h:3")
     reads = counted_ledger_reads(store)
@@ -982,7 +982,7 @@ async def test_a_hub_going_calls_for_a_full_audit_after_the_take_overs_not_at_on
     cluster = Cluster(tmp_path, 4)
     names = ("h:1", "h:2", "h:3", "h:4")
     for name in names:
-        await store.hubs.register_hub(name, HubLoad())
+        await store.hubs.register_hub(name, HubLoad(hub_id=name))
     on_gone = [await closed_ledger(store, cluster, names[:3], 3) for _ in range(4)]
     elsewhere = await closed_ledger(store, cluster, ("h:1", "h:2", "h:4"), 3)
     reads = counted_ledger_reads(store)
@@ -1018,7 +1018,9 @@ async def test_a_hub_going_calls_for_a_full_audit_after_the_take_overs_not_at_on
     assert auditor.full_audits == 3 and report.repaired > 0 and report.hubs_waiting == 0
     assert set(reads) >= {md.ledger_id for md in on_gone if md.ledger_id % 3 == 0}
 
-    await store.hubs.register_hub("h:3", HubLoad())  # back (a new session): audited at once
+    await store.hubs.register_hub(
+        "h:3", HubLoad(hub_id="h:3")
+    )  # back (a new session): audited at once
     clock.advance(1)
     await auditor.run_once()
     assert auditor.full_audits == 4
@@ -1035,7 +1037,7 @@ async def test_a_departure_audit_waits_while_this_hub_takes_topics_over_up_to_th
     cluster = Cluster(tmp_path, 4)
     names = ("h:1", "h:2", "h:3", "h:4")
     for name in names:
-        await store.hubs.register_hub(name, HubLoad())
+        await store.hubs.register_hub(name, HubLoad(hub_id=name))
     for _ in range(3):
         await closed_ledger(store, cluster, names[:3], 3)
     clock = ManualClock()
@@ -1058,7 +1060,9 @@ async def test_a_departure_audit_waits_while_this_hub_takes_topics_over_up_to_th
     report = await auditor.run_once()
     assert auditor.full_audits == 2 and report.waiting > 0 and report.repaired == 0
 
-    await store.hubs.register_hub("h:3", HubLoad())  # back: audited at once, busy or not
+    await store.hubs.register_hub(
+        "h:3", HubLoad(hub_id="h:3")
+    )  # back: audited at once, busy or not
     claimed[0] = clock.monotonic()
     await auditor.run_once()
     assert auditor.full_audits == 3
@@ -1270,7 +1274,7 @@ async def test_ledgers_no_log_can_name_are_deleted_at_most_every_full_interval(
     write (its maker's compare-and-set could still succeed), one of a topic without a record,
     and one younger than the full-audit interval, until a later sweep."""
     disk = LocalStorage(tmp_path / "d", "h:1")
-    await store.hubs.register_hub("h:1", HubLoad())
+    await store.hubs.register_hub("h:1", HubLoad(hub_id="h:1"))
     clock = ManualClock()
     auditor = lone_hubs_auditor(store, disk, clock, full_interval_s=60)
     await auditor.run_once()  # the first full audit: no sweep so soon after start
@@ -1305,7 +1309,9 @@ async def test_ledgers_no_log_can_name_are_deleted_at_most_every_full_interval(
         assert await store.ledgers.read_ledger(lid) is not None
     assert await disk.read_entry(tail, 0) == b"named"
 
-    await store.hubs.register_hub("h:1", HubLoad())  # a new session: a full audit, no sweep
+    await store.hubs.register_hub(
+        "h:1", HubLoad(hub_id="h:1")
+    )  # a new session: a full audit, no sweep
     report = await auditor.run_once()
     assert auditor.full_audits == 3 and report.left_over_deleted == []
     clock.advance(61)

@@ -228,7 +228,7 @@ class Auditor:
 
     async def run_once(self) -> AuditReport:
         report = AuditReport()
-        hubs = [h for h in await self.store.hubs.list_hubs() if h.alive]
+        hubs = [h for h in await self.store.hubs.list_hubs() if h.alive and h.storage_id]
         # Ensembles name replicas by hub id.
         alive = {h.storage_id for h in hubs}
         order = sorted(alive)

@@ -169,6 +169,6 @@ class HubStatus:
 
     @property
     def storage_id(self) -> str:
-        """How ledger ensembles name this hub's replicas: its id, or (a hub from before ids,
-        whose ledgers name it by address) its address."""
-        return self.load.hub_id if self.load is not None and self.load.hub_id else self.address
+        """How ledger ensembles name this hub's replicas: its id ("" for a record without one,
+        which no ensemble names)."""
+        return self.load.hub_id if self.load is not None else ""
