@@ -80,6 +80,7 @@ class StorageHello(FrameBase):
     another one listened (its address reused, with another data directory) must not be taken for
     it: its empty disk would answer a recovery as a replica holding nothing, and acknowledged
     entries could be judged never written."""
+
     request_id: RequestId
     replica: Str
 
