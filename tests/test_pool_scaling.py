@@ -114,7 +114,7 @@ def test_a_load_step_is_met_in_one_change_capped_by_the_step() -> None:
     assert (d.action, d.replicas) == (ScaleAction.SCALE_OUT, 6)
 
 
-def test_scale_in_drains_the_cheapest_hub_then_removes_it_then_cools_down() -> None:
+def test_scale_in_drains_the_cheapest_hub_then_removes_it() -> None:
     cycle = Cycles()
     # 1,100 msg/s over four hubs: three would carry it at 73 % of the target (80 % allowed).
     hubs = hubs_of({"h0": [100] * 3, "h1": [150] * 2 + [100] * 2, "h2": [30] * 5, "h3": [75] * 2})
@@ -138,21 +138,31 @@ def test_scale_in_drains_the_cheapest_hub_then_removes_it_then_cools_down() -> N
     assert d.action is ScaleAction.NONE and d.drain == "h3"  # still alive: still retiring
     del hubs["h3"]
     d = cycle(hubs, 3)
-    assert (d.action, d.drain, d.state) == (ScaleAction.COMPLETE, None, PoolState.COOLING_DOWN)
-    # 1,100 msg/s on two hubs would be 110 % of the target: no further scale-in. And none
-    # during the cooldown even for a load two would carry.
+    assert (d.action, d.drain, d.state) == (ScaleAction.COMPLETE, None, PoolState.STEADY)
+    # 1,100 msg/s on two hubs would be 110 % of the target: no further scale-in.
+    for _ in range(12):
+        assert cycle(hubs, 3).action is ScaleAction.NONE
+    # A load two would carry: the next drain once it has held for the window (ten cycles);
+    # with equal costs the caller's order decides.
     low = hubs_of({"h0": [100], "h1": [100], "h2": [100]})
-    for _ in range(4):
-        d = cycle(low, 3)
-        assert d.action is ScaleAction.NONE and "cooling down" in d.reason
-    assert cycle(low, 3).state is PoolState.STEADY
-    # The next drain once the low load has held for the scale-in window (ten cycles); with
-    # equal costs the caller's order decides.
-    for _ in range(5):
+    for _ in range(10):
         assert cycle(low, 3, removable=["h2", "h1"]).action is ScaleAction.NONE
     d = cycle(low, 3, removable=["h2", "h1"])
     assert (d.action, d.drain) == (ScaleAction.DRAIN, "h2")
     assert cycle.policy.changes == 1
+
+
+def test_no_scale_in_during_the_cooldown_after_a_scale_out() -> None:
+    cycle = Cycles(dataclasses.replace(CONFIG, scale_in_window_s=60, cooldown_s=300))
+    for _ in range(3):
+        d = cycle(even(3, 1800), 3)
+    assert d.action is ScaleAction.SCALE_OUT
+    assert cycle(even(4, 1800), 4).action is ScaleAction.COMPLETE
+    for _ in range(4):  # the load falls at once: held by the cooldown, not by the window
+        d = cycle(even(4, 400), 4)
+        assert d.action is ScaleAction.NONE and "cooling down" in d.reason
+    assert cycle(even(4, 400), 4).state is PoolState.STEADY
+    assert cycle(even(4, 400), 4).action is ScaleAction.DRAIN
 
 
 def test_a_hub_owning_or_delivering_a_topic_mid_reconfiguration_is_not_drained() -> None:

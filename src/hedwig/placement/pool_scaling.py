@@ -33,9 +33,10 @@ reports ``decision.action`` and ``decision.reason``. The rules:
   ``reconfiguration_s`` ago: its subscribers or publishers are moving already.
 - A drain is cancelled when the pool without the draining hub would scale out (the load came
   back); the rebalancer then refills the hub.
-- After every change completes (the new hubs report, the drained hub has left) no scale-in for
-  ``cooldown_s``: the moves settle and the reports catch up. Scaling out is never held by a
-  cooldown, only by its window.
+- After a scale-out completes (the new hubs report) no scale-in for ``cooldown_s``, whatever the
+  window says: the pool has just paid for its hubs in moves. A scale-in is followed at once by
+  the next if the window still allows one (a load that fell far is met hub after hub, never
+  two at once); scaling out is never held by a cooldown, only by its window.
 - No decision while the pool is not whole (fewer hubs report than it should have: a hub
   restarting, its topics in flight between owners) or while the caller holds it (a rollout);
   the windows start again afterwards. Below ``min_hubs`` the pool grows at once, above
@@ -56,11 +57,11 @@ steady            underloaded       draining          one hub fewer fits for the
 scaling-out       hubs-up           cooling-down      every replica reports
 cooling-down      below-min*        scaling-out       replicas < min_hubs
 cooling-down      overloaded        scaling-out       as in steady
-cooling-down      cooled            steady            cooldown_s since the change completed
+cooling-down      cooled            steady            cooldown_s since the scale-out completed
 draining          hub-lost*         steady            the draining hub died or stopped reporting
 draining          load-back         steady            the pool without it would scale out
 draining          emptied           scaling-in        the draining hub reports no topic
-scaling-in        hub-gone          cooling-down      the drained hub is no longer alive
+scaling-in        hub-gone          steady            the drained hub is no longer alive
 (any but steady)  resized*          steady            replicas changed by someone else
 ================  ================  ================  ==========================================
 """
@@ -107,7 +108,7 @@ TRANSITIONS: dict[PoolState, tuple[tuple[Event, PoolState], ...]] = {
         (E.LOAD_BACK, S.STEADY),
         (E.EMPTIED, S.SCALING_IN),
     ),
-    S.SCALING_IN: ((E.RESIZED, S.STEADY), (E.HUB_GONE, S.COOLING_DOWN)),
+    S.SCALING_IN: ((E.RESIZED, S.STEADY), (E.HUB_GONE, S.STEADY)),
 }
 # States that decide nothing while fewer hubs report than the pool should have, and the
 # events that fire even then.
@@ -365,7 +366,7 @@ class PoolScaler:
             self.changes += 1
             reason = f"{self.retiring} owns no topic: scaling in to {self._replicas} hubs"
         elif event is E.HUB_GONE:
-            action, self._completed_at = ScaleAction.COMPLETE, facts.now
+            action = ScaleAction.COMPLETE
             reason = f"{self.retiring} has left: scaled in"
             self.retiring = None
         self.state, self._since = after, facts.now
