@@ -328,6 +328,7 @@ class _Run:
             "drain_moves": self.drain_moves,
             "topics_on_removed_hubs": self.left_on_removed,
             "topics_moved_more_than_twice": sum(1 for n in self.moved.values() if n > 2),
+            "max_moves_of_one_topic": max(self.moved.values(), default=0),
             "pauses": self.moves,
             "pause_s": round(self.moves * PAUSE_S, 1),
             "messages_in_pauses": round(self.caught),
