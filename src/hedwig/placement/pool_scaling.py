@@ -333,7 +333,9 @@ class PoolScaler:
             self.retiring, self._must = hub, event is E.ABOVE_MAX
             action = ScaleAction.DRAIN
             load = facts.reporting[hub]
-            cost = f"{load.topics} topics, {hub_rate(load):.0f} msg/s"
+            free = self._free(facts)
+            which = "the cheapest to empty" if len(free) > 1 else "the one removable now"
+            cost = f"{load.topics} topics, {hub_rate(load):.0f} msg/s, {which}"
             if event is E.ABOVE_MAX:
                 reason = f"{facts.replicas} hubs is above the maximum: draining {hub} ({cost})"
             else:
@@ -341,7 +343,7 @@ class PoolScaler:
                 reason = (
                     f"the region has carried at most {high:.0f} msg/s for "
                     f"{c.scale_in_window_s:.0f} s, {high / (self._line(n - 1) or 1):.0%} of the "
-                    f"target of {n - 1} hubs: draining {hub} ({cost}, the cheapest to empty) "
+                    f"target of {n - 1} hubs: draining {hub} ({cost}) "
                     f"to scale in to {n - 1}"
                 )
         elif event is E.HUBS_UP:
@@ -374,13 +376,17 @@ class PoolScaler:
 
     # -- choosing the hub to drain ----------------------------------------------------------
 
+    def _free(self, facts: _Facts) -> list[str]:
+        """The hubs that may be removed and are not mid-reconfiguration, preferred first."""
+        order = list(facts.removable) if facts.removable is not None else sorted(facts.reporting)
+        return [a for a in order if a in facts.reporting and a not in facts.busy]
+
     def _candidate(self, facts: _Facts) -> str | None:
         """The hub cheapest to empty among those that may be removed, or None."""
-        order = list(facts.removable) if facts.removable is not None else sorted(facts.reporting)
-        free = [a for a in order if a in facts.reporting and a not in facts.busy]
+        free = self._free(facts)
         if not free:
             return None
-        rank = {a: i for i, a in enumerate(order)}
+        rank = {a: i for i, a in enumerate(free)}
 
         def cost(a: str) -> tuple[int, float, int]:
             load = facts.reporting[a]
