@@ -77,10 +77,9 @@ class Reads:
         return fut
 
     def read_group(self, paths: Sequence[str], deliver: Callable[[GroupResult], None]) -> None:
-        """At most ``MAX_READS`` ``paths`` read in one request, for a caller that wants them
-        as one list (each a failure of the request if it failed as a whole)."""
-        if len(paths) > MAX_READS:
-            raise ValueError(f"{len(paths)} reads for one request (at most {MAX_READS})")
+        """``paths`` read in one request, however many, for a caller that wants them as one
+        list (each a failure of the request if it failed as a whole): the read-back of the
+        watches set in one request (``watches``)."""
         if not paths:
             deliver([])
         elif not self.together:

@@ -16,10 +16,11 @@ Rules:
 - Everything timed is timed on the injected clock: a connection that heard nothing for
   two thirds of the negotiated timeout is dropped (the server may be gone without a word),
   a ping goes out when nothing was sent for a third of it, a connection attempt (TCP and
-  handshake) gets the timeout divided by the number of servers, and attempts after a lost
-  connection or a failed attempt back off exponentially, with jitter from the injected
-  randomness, up to a second (``Backoff``), as ZooKeeper's and kazoo's clients do. (The
-  first attempt of a client, and the one for a new session after an expiry, go at once.)
+  handshake) gets the timeout divided by the number of servers (``MAX_CONNECT_S`` at most),
+  and attempts after a lost connection or a failed attempt back off exponentially, with
+  jitter from the injected randomness, up to a second (``Backoff``), as ZooKeeper's and
+  kazoo's clients do. (The first attempt of a client, and the one for a new session after
+  an expiry, go at once.)
 - Closing is final.
 
 ``TRANSITIONS`` is the table: a phase and an event give the next phase; an event the table
@@ -88,6 +89,13 @@ def next_phase(phase: Phase, event: Event) -> Phase:
         ) from None
 
 
+# The longest a connection attempt waits for the handshake's answer, in seconds. A server
+# answers one in milliseconds; one that holds it (ZooKeeper just started answers some of
+# the first connections never) is given up and tried again after the backoff, rather than
+# holding a client with a long session timeout (30 s: its share would be all of it) that long.
+MAX_CONNECT_S = 10.0
+
+
 @dataclass(frozen=True, slots=True)
 class Timing:
     """What a session timeout means for a connection (``ClientCnxn``'s rules)."""
@@ -107,8 +115,9 @@ class Timing:
 
     @property
     def connect_timeout_s(self) -> float:
-        """For one attempt, TCP and handshake: each server of the ring gets its share."""
-        return self.timeout_s / max(1, self.servers)
+        """For one attempt, TCP and handshake: each server of the ring gets its share, at
+        most ``MAX_CONNECT_S``."""
+        return min(MAX_CONNECT_S, self.timeout_s / max(1, self.servers))
 
     def next_check(self, last_sent: float, last_received: float) -> float:
         """When the keeper looks at a connection next."""

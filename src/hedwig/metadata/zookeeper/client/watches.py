@@ -20,7 +20,7 @@ Rules:
   watchers go into the record before the request is sent, so none can miss its notification.
 - A change between a caller's read of a record and that zxid would not be notified, so a
   watch that expects a version (the one its holder wrote or read) is read back once set, in
-  one ``multiRead`` per ``MAX_READS``: a record gone or at another version fires its watcher.
+  one ``multiRead`` for the request's: a record gone or at another version fires its watcher.
 - Watches outlive connections: while the session is suspended a watch set is kept in the
   record, unfired, and every watch of the record is set again on the session's next
   connection, before any request, in ``SetWatches`` of up to 128 KiB of paths (as
@@ -47,7 +47,7 @@ from hedwig.errors import MetadataUnavailableError
 from hedwig.metadata.zookeeper.client.channel import Channel
 from hedwig.metadata.zookeeper.client.codes import CONNECTION_LOSS, EventType
 from hedwig.metadata.zookeeper.client.connection import Connection
-from hedwig.metadata.zookeeper.client.reads import MAX_READS, GroupResult, Reads
+from hedwig.metadata.zookeeper.client.reads import GroupResult, Reads
 from hedwig.metadata.zookeeper.client.records import SetWatchesRequest, WatcherEvent
 
 log = logging.getLogger(__name__)
@@ -217,6 +217,11 @@ class WatchRecord:
         """The watchers ``event`` fires, no longer recorded."""
         return [w for kind in FIRES.get(event.type, ()) for w in self.pop(kind, event.path)]
 
+    def keys(self, kind: Kind = Kind.DATA) -> list[str]:
+        """What ``kind``'s watchers are filed by: paths, and ends of the filed kind."""
+        held = self._held[kind]
+        return [*held.by_path, *held.by_end]
+
     def paths(self, kind: Kind) -> Iterator[str]:
         held = self._held[kind]
         yield from held.by_path
@@ -316,8 +321,9 @@ class Watches:
         fire([w.watcher for w in watches])
 
     def _read_back(self, watches: Sequence[_Watch]) -> None:
-        for start in range(0, len(watches), MAX_READS):
-            chunk = watches[start : start + MAX_READS]
+        """One ``multiRead`` for the watches of one ``SetWatches``."""
+        for start in range(0, len(watches), MAX_WATCHES):
+            chunk = watches[start : start + MAX_WATCHES]
             self._reads.read_group([w.path for w in chunk], functools.partial(self._check, chunk))
 
     def _check(self, watches: Sequence[_Watch], got: GroupResult) -> None:
