@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from hedwig.metadata.zookeeper.client.framing import REQUEST_TYPES
 
@@ -66,8 +66,7 @@ class _Protocol(asyncio.Protocol):
         self._inner = inner
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._inner.connection_made(_Transport(self._tap, transport))
+        self._inner.connection_made(_Transport(self._tap, cast(asyncio.Transport, transport)))
 
     def data_received(self, data: bytes) -> None:
         self._tap.reads += 1

@@ -36,7 +36,10 @@ class ZkTopics:
         return created
 
     async def topic_exists(self, topic: str) -> bool:
-        return await self._zk.exists(self._layout.topic(topic)) is not None
+        # A read, not an ``exists``: reads of a turn go together in one ``multiRead`` (a
+        # wave of claims asks whether each topic exists, one request each before), and a
+        # topic's data is its configuration, a few bytes.
+        return await self._zk.get_or_none(self._layout.topic(topic)) is not None
 
     async def read_topic_config(self, topic: str) -> Versioned[TopicConfig] | None:
         got = await self._zk.get_or_none(self._layout.topic(topic))

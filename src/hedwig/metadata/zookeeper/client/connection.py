@@ -33,7 +33,7 @@ import asyncio
 import collections
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 from hedwig.clock import Clock
 from hedwig.errors import MetadataUnavailableError, ProtocolError
@@ -100,8 +100,8 @@ class Connection(asyncio.Protocol):
     # asyncio.Protocol ----------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # A stream transport (uvloop's are not subclasses of asyncio's, only alike).
+        self._transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         self.last_received = self._clock.monotonic()

@@ -31,7 +31,7 @@ import inspect
 import struct
 import typing
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass
 from typing import Annotated, Any, ClassVar, Self, TypeVar, dataclass_transform
 
 from hedwig.errors import ProtocolError
@@ -269,16 +269,23 @@ def jute(cls: R) -> R:
     for i, (name, kind) in enumerate(fields):
         if isinstance(kind, Trailing) and i != len(fields) - 1:
             raise TypeError(f"{cls.__name__}.{name} is trailing: it must come last")
-    ns = _namespace(fields)
-    cls.encode_into = _compile(_encode_source(fields), "encode_into", ns)  # type: ignore[method-assign]
     cls.FIELDS = tuple(fields)
-    made = dataclass(frozen=True, slots=True)(cls)
-    # Decoded records are built without ``__init__``, each field set through its slot's own
-    # descriptor: a dataclass's frozen ``__init__`` goes through ``object.__setattr__`` for
-    # each (a lookup of the descriptor every time), half again as slow for a ``Stat``.
+    made = dataclass(frozen=True, slots=True, init=False)(cls)
+    # Fields are set through their slots' own descriptors, in decoding and in ``__init__``
+    # alike: a frozen dataclass's ``__init__`` goes through ``object.__setattr__`` for each
+    # (a lookup of the descriptor every time), half again as slow for a ``Stat``. Nothing
+    # here has a check to run. The three functions are compiled together (a compile each
+    # was most of what importing the records cost).
+    ns = _namespace(fields)
     for name, _ in fields:
         ns[f"_set_{name}"] = made.__dict__[name].__set__
-    made.read = classmethod(_compile(_read_source(fields), "read", ns))  # type: ignore[method-assign,assignment]
+    source = "\n\n".join(
+        (_encode_source(fields), _read_source(fields), _init_source(made, fields))
+    )
+    exec(compile(source, f"<jute {cls.__name__}>", "exec"), ns)
+    made.encode_into = ns["encode_into"]  # type: ignore[method-assign]
+    made.read = classmethod(ns["read"])  # type: ignore[method-assign,assignment]
+    made.__init__ = ns["__init__"]  # type: ignore[method-assign]
     return typing.cast(R, made)
 
 
@@ -359,7 +366,12 @@ def _read_source(fields: Sequence[tuple[str, JuteType]]) -> str:
     return "\n".join(lines)
 
 
-def _compile(source: str, name: str, namespace: dict[str, Any]) -> Any:
-    ns = dict(namespace)
-    exec(compile(source, f"<jute {name}>", "exec"), ns)
-    return ns[name]
+def _init_source(cls: type, fields: Sequence[tuple[str, JuteType]]) -> str:
+    params = []
+    for name, _ in fields:
+        default = cls.__dataclass_fields__[name].default  # type: ignore[attr-defined]
+        params.append(name if default is MISSING else f"{name}={default!r}")
+    lines = [f"def __init__(self, {', '.join(params)}):" if params else "def __init__(self):"]
+    lines += [f"    _set_{n}(self, {n})" for n, _ in fields]
+    lines.append("    return None")
+    return "\n".join(lines)
