@@ -8,10 +8,11 @@ names its jute type, as ``zookeeper.jute`` declares it::
         path: UString
         watch: Bool
 
-The decorator generates ``encode_into(out)`` (appends the record to a ``bytearray``) and
-``read(data, pos)`` (the record at ``pos`` and the position after it) as straight-line code,
-adjacent fixed-width fields packed by one ``struct.Struct`` (as ``hedwig.protocol.schema``
-does for Hedwig's frames), so a declared record costs no more than a hand-written codec.
+The decorator generates ``encode_into(out)`` (appends the record to a ``bytearray``),
+``read(data, pos)`` (the record at ``pos`` and the position after it) and ``__init__`` as
+straight-line code, adjacent fixed-width fields packed by one ``struct.Struct`` (as
+``hedwig.protocol.schema`` does for Hedwig's frames), so a declared record costs no more than
+a hand-written codec.
 
 The types (all big-endian): ``int`` (4 bytes), ``long`` (8), ``boolean`` (1), ``buffer``
 (an int length, then the bytes; -1 is null), ``ustring`` (a buffer of UTF-8), ``vector``

@@ -160,9 +160,17 @@ class SessionKeeper:
                 self._change(Event.EXPIRED)
                 failures = 0
                 continue
-            except (OSError, TimeoutError, HedwigError) as exc:
+            except Exception as exc:  # whatever failed, the session is kept trying for
                 failures += 1
-                log.info("cannot connect to ZooKeeper at %s:%d: %s", host, port, exc)
+                expected = isinstance(exc, OSError | TimeoutError | HedwigError)
+                log.log(
+                    logging.INFO if expected else logging.WARNING,
+                    "cannot connect to ZooKeeper at %s:%d: %s",
+                    host,
+                    port,
+                    exc,
+                    exc_info=not expected,
+                )
                 self._change(Event.LOST)
                 continue
             self.connection = connection
