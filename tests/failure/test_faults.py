@@ -365,8 +365,8 @@ async def test_publishing_goes_on_through_a_zookeeper_outage(cluster: DevCluster
     claim, a ZooKeeper request that can only wait. Past 278 waiting, the ZooKeeper client of
     then (kazoo, on its wake-up socket pair) blocked each hub's event loop until ZooKeeper was
     back (owned topics included); now the claims are refused as unavailable and retried, and
-    the new topics are claimed once it is back. (An outage without the claims was a test of its own, of nothing this one does
-    not check.)"""
+    the new topics are claimed once it is back. (An outage without the claims was a test of
+    its own, of nothing this one does not check.)"""
     await publishing_goes_on_through_a_zookeeper_outage(cluster, 600)
 
 

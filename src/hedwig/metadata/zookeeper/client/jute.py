@@ -280,9 +280,7 @@ def jute(cls: R) -> R:
     ns = _namespace(fields)
     for name, _ in fields:
         ns[f"_set_{name}"] = made.__dict__[name].__set__
-    source = "\n\n".join(
-        (_encode_source(fields), _read_source(fields), _init_source(made, fields))
-    )
+    source = "\n\n".join((_encode_source(fields), _read_source(fields), _init_source(made, fields)))
     exec(compile(source, f"<jute {cls.__name__}>", "exec"), ns)
     made.encode_into = ns["encode_into"]  # type: ignore[method-assign]
     made.read = classmethod(ns["read"])  # type: ignore[method-assign,assignment]
