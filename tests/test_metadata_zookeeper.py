@@ -13,9 +13,11 @@ from typing import Any
 import pytest
 from msgspec.structs import replace
 
+from hedwig.client import HedwigClient
 from hedwig.devcluster.zookeeper import ZooKeeperServer
 from hedwig.errors import BadVersionError, MetadataError, MetadataUnavailableError
-from hedwig.metadata import MetadataStore
+from hedwig.hub import Hub, HubConfig
+from hedwig.metadata import MetadataStore, SessionState
 from hedwig.metadata.layout import Layout
 from hedwig.metadata.plans import TopicPlan
 from hedwig.metadata.records import NEW_VERSION, HubInfo, LedgerMetadata
@@ -29,6 +31,7 @@ from hedwig.metadata.zookeeper.client.reads import UNIMPLEMENTED
 from hedwig.metadata.zookeeper.client.records import Request
 from hedwig.metadata.zookeeper.client.slots import MAX_IN_FLIGHT
 from hedwig.metadata.zookeeper.znode_acls import digest_id
+from tests import scratch
 from tests.cycle_garbage import frames_left_for_the_collector
 from tests.ledger_id_crash import ledger_ids_stay_unique_through_a_crash
 from tests.metadata_conformance import MetadataConformance
@@ -521,3 +524,61 @@ async def test_a_transaction_that_fails_among_others_fails_alone(
     assert (await store.zk.get(f"{base}/taken"))[0] == b"old"
     assert (await store.zk.get(f"{base}/versioned"))[0] == b"v0"
     assert (await store.zk.get(f"{base}/raced"))[0] == (b"first" if won == [15] else b"second")
+
+
+async def test_a_hub_started_while_zookeeper_is_down_waits_for_it_and_serves(
+    tmp_path: Path,
+) -> None:
+    """A hub restarted into a ZooKeeper outage (found by the nemesis) waits for the store at
+    each startup step instead of exiting, registers once ZooKeeper is back, and serves."""
+    server = ZooKeeperServer(data_dir=str(tmp_path / "zk"))
+    server.start()
+    await asyncio.to_thread(server.kill)
+    hub = Hub(
+        HubConfig(
+            zk=server.address,
+            region="startup-outage",
+            listen="127.0.0.1:0",
+            data_dir=scratch.mkdtemp("hub-"),
+            replication="1/1/1",
+            zk_session_timeout_s=4.0,
+        )
+    )
+    starting = asyncio.create_task(hub.start())
+    try:
+        await asyncio.sleep(3.0)
+        assert not starting.done(), "the hub gave up (or started) without its store"
+        await asyncio.to_thread(server.start)
+        await asyncio.wait_for(starting, 60)
+        assert hub.readiness() == (True, "ready")
+        async with ZkMetadataStore(server.address, "startup-outage") as look:
+            assert [h.address for h in await look.hubs.list_hubs() if h.alive] == [hub.address]
+        async with HedwigClient(hub.address) as client:
+            await client.publish("after-the-outage", b"x")
+    finally:
+        if not starting.done():
+            starting.cancel()
+        await hub.stop()
+        server.stop()
+
+
+async def test_a_store_whose_start_gave_up_starts_again(tmp_path: Path) -> None:
+    """A start that found no ZooKeeper in its time gives up (the hub retries it while the
+    store is away, ``hedwig.hub.hub.STARTUP_STORE_WAIT_S``); started again once ZooKeeper is
+    there, the same store connects, with a new session, and works."""
+    server = ZooKeeperServer(data_dir=str(tmp_path / "zk"))
+    server.start()
+    await asyncio.to_thread(server.kill)
+    store = ZkMetadataStore(server.address, "start-again", session_timeout=4.0)
+    try:
+        with pytest.raises(MetadataUnavailableError):
+            await store.zk.start(timeout=1.0)
+        await asyncio.to_thread(server.start)
+        await asyncio.wait_for(store.start(), 30)
+        assert store.session.state is SessionState.CONNECTED and store.zk.session_id
+        await store.topics.ensure_topic("again")
+        assert await store.topics.topic_exists("again")
+        await store.start()  # started already: nothing to do
+    finally:
+        await store.close()
+        server.stop()

@@ -429,7 +429,10 @@ async def test_watches_are_set_again_on_the_next_connection_before_any_request()
     await zk.close()
 
 
-async def test_the_first_connection_is_retried_until_start_gives_up() -> None:
+async def test_the_first_connection_is_retried_until_start_gives_up_and_start_again() -> None:
+    """A start that finds no server for its timeout gives up, closed; started again (a hub
+    retries its store's start while the store is away) it connects, with a new session;
+    started once more while connected, it returns at once."""
     clock, ensemble = ManualClock(), Ensemble("a:1")
     ensemble.down = {"a:1"}
     zk, phases = client(ensemble, clock)
@@ -438,3 +441,10 @@ async def test_the_first_connection_is_retried_until_start_gives_up() -> None:
     with pytest.raises(Exception, match="cannot reach ZooKeeper"):
         await starting
     assert zk.phase is Phase.CLOSED and phases == [Phase.CLOSED]  # never connected
+    ensemble.down.clear()
+    await zk.start(timeout=5.0)
+    assert phases == [Phase.CLOSED, Phase.CONNECTING, Phase.CONNECTED] and zk.session_id
+    connections = len(ensemble.servers)
+    await zk.start()
+    assert len(ensemble.servers) == connections and zk.phase is Phase.CONNECTED
+    await zk.close()

@@ -109,7 +109,13 @@ class ZkClient:
     # session ------------------------------------------------------------------------------
 
     async def start(self, timeout: float = 15.0) -> None:
-        """Connect; ``MetadataUnavailableError`` (and closed) if no server answers in time."""
+        """Connect; ``MetadataUnavailableError`` (and closed) if no server answers in time.
+        Started again after that (or after ``close``), the client seeks a new session; while
+        it is connected already, this returns at once."""
+        if self.phase is Phase.CONNECTED:
+            return
+        self._connected.clear()
+        self._watches.open()
         self._keeper.start()
         try:
             await self.clock.wait_for(self._connected.wait(), timeout)

@@ -100,8 +100,13 @@ class SessionKeeper:
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run())
+        """Keep the session from now on (again, with a new session, once closed)."""
+        if self._task is not None and not self._task.done():
+            return
+        if self.phase is Phase.CLOSED:
+            self.credentials.forget()
+            self._change(Event.START)
+        self._task = asyncio.get_running_loop().create_task(self._run())
 
     @property
     def connected(self) -> bool:

@@ -21,7 +21,8 @@ Rules:
   jitter from the injected randomness, up to a second (``Backoff``), as ZooKeeper's and
   kazoo's clients do. (The first attempt of a client, and the one for a new session after
   an expiry, go at once.)
-- Closing is final.
+- Closing ends the session. A closed client started again (a start that timed out is
+  retried so) seeks a new one.
 
 ``TRANSITIONS`` is the table: a phase and an event give the next phase; an event the table
 has no row for in that phase is a bug (``UsageError``). ``REPORTED`` is what the session's
@@ -52,6 +53,7 @@ class Event(Enum):
     LOST = "lost"  # the connection (or an attempt) failed
     EXPIRED = "expired"  # ZooKeeper answered a reconnection: the session is over
     CLOSE = "close"  # the client is closed
+    START = "start"  # a closed client is started again
 
 
 TRANSITIONS: dict[tuple[Phase, Event], Phase] = {
@@ -68,6 +70,7 @@ TRANSITIONS: dict[tuple[Phase, Event], Phase] = {
     (Phase.EXPIRED, Event.CONNECTED): Phase.CONNECTED,  # a new session
     (Phase.EXPIRED, Event.LOST): Phase.EXPIRED,
     **{(phase, Event.CLOSE): Phase.CLOSED for phase in Phase},
+    (Phase.CLOSED, Event.START): Phase.CONNECTING,
 }
 
 # What listeners are told of each phase (``None``: nothing).

@@ -389,6 +389,9 @@ class Watches:
         if event.type != EventType.NONE:
             fire(self.record.fired(event), event)
 
+    def open(self) -> None:
+        self._closed = False
+
     def close(self) -> None:
         self._closed = True
         self._unverified.clear()
