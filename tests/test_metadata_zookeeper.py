@@ -432,13 +432,13 @@ async def test_reads_go_one_by_one_to_a_zookeeper_that_cannot_read_together(
     real = connection.send
     refused = 0
 
-    def old_server(request: Request, answer: Answer) -> None:
+    def old_server(request: Request, answer: Answer, *, flush: bool = True) -> None:
         nonlocal refused
         if isinstance(request, MultiReadRequest):
             refused += 1  # answered as a server would: later, not while it is sent
             asyncio.get_running_loop().call_soon(answer, UNIMPLEMENTED, None)
             return
-        real(request, answer)
+        real(request, answer, flush=flush)
 
     monkeypatch.setattr(connection, "send", old_server)
     got, requests = await _owners_read_at_once(store, "old-server", 100)

@@ -212,9 +212,9 @@ async def test_watches_of_a_turn_go_together_and_a_change_before_them_fires(
         assert connection is not None
         real = connection.send
 
-        def counting(request: Request, answer: Answer) -> None:
+        def counting(request: Request, answer: Answer, *, flush: bool = True) -> None:
             sent[type(request).__name__] += 1
-            real(request, answer)
+            real(request, answer, flush=flush)
 
         monkeypatch.setattr(connection, "send", counting)
         for path in paths:
@@ -264,12 +264,12 @@ async def test_watches_in_flight_when_the_connection_goes_miss_nothing(
         real = connection.send
         seen: Counter[str] = Counter()
 
-        def losing(request: Request, answer: Answer) -> None:
+        def losing(request: Request, answer: Answer, *, flush: bool = True) -> None:
             kind = type(request).__name__
             seen[kind] += 1
             if kind == lost_at and seen[kind] == 1:
                 server.kill()  # gone before the request is written, or as it is
-            real(request, answer)
+            real(request, answer, flush=flush)
 
         monkeypatch.setattr(connection, "send", losing)
         for path in paths:

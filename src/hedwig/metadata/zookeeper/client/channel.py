@@ -6,6 +6,12 @@ slots`` taken, at once if one is free), sent on the session's connection, its an
 error code, mapped by ``codes.error_for``) back on the caller's future, its slot given back.
 A request made for many callers (``reads``, ``writes``, ``watches``) is admitted once with
 ``send_group`` and answered through its own ``Answer``.
+
+Everything a turn of the loop asks goes out together when the turn ends (``at_turn_end``):
+the requests for many callers are made then (the reads, transactions and watches of the
+turn), and everything sent is written in one write, in the same callback. A request made in a
+turn is written in the next turn of the loop, not the one after (a busy loop's turn takes
+milliseconds: a claim is a few such waits).
 """
 
 from __future__ import annotations
@@ -29,6 +35,9 @@ class Channel:
         self.keeper = keeper
         self.slots = Slots(limit, lambda: keeper.connected)
         self._tasks: set[asyncio.Task[None]] = set()
+        self._turn_end: list[Callable[[], None]] = []  # what to do as this turn ends
+        self._scheduled = False  # the turn's end is (``_end_turn`` will run)
+        self._ending = False  # it is running
 
     def admitted_now(self, path: str) -> bool:
         """A slot for a request on ``path`` taken at once, while connected; ``False`` if it
@@ -45,12 +54,44 @@ class Channel:
             raise MetadataUnavailableError(f"ZooKeeper unavailable (not connected) at {path}")
 
     def send(self, request: Request, answer: Answer) -> None:
-        """``request`` on the session's connection, admitted already."""
+        """``request`` on the session's connection, admitted already; written as this turn
+        ends."""
         connection = self.keeper.connection
         if connection is None:
             answer(CONNECTION_LOSS, None)
-        else:
-            connection.send(request, answer)
+            return
+        connection.send(request, answer, flush=False)
+        self._schedule()
+
+    def at_turn_end(self, make: Callable[[], None]) -> None:
+        """``make`` (the requests of a turn for many callers) once this turn ends, before its
+        requests are written."""
+        self._turn_end.append(make)
+        self._schedule()
+
+    def _schedule(self) -> None:
+        if not (self._scheduled or self._ending):
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._end_turn)
+
+    def _end_turn(self) -> None:
+        self._scheduled = False
+        self._ending = True
+        try:
+            while self._turn_end:
+                makes, self._turn_end = self._turn_end, []
+                for make in makes:
+                    try:
+                        make()
+                    except Exception as exc:  # as the loop does with a callback: report it
+                        asyncio.get_running_loop().call_exception_handler(
+                            {"message": "making ZooKeeper requests failed", "exception": exc}
+                        )
+        finally:
+            self._ending = False
+        connection = self.keeper.connection
+        if connection is not None:
+            connection.flush()
 
     async def call(
         self,

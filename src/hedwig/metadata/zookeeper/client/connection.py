@@ -16,8 +16,9 @@ something heard.
 
 Writes: the frames of the requests made in one turn of the loop are written together, once
 the turn ends (a wave of claims or take-overs makes hundreds of requests in a turn: one write
-and one system call instead of one each). Reads: every whole frame that arrived is handled
-before the loop waits again.
+and one system call instead of one each); the client's requests are written by its
+``channel``, with the requests it made for many callers in that turn. Reads: every whole
+frame that arrived is handled before the loop waits again.
 
 When the connection is lost (the server closed it, the socket failed, a frame did not parse,
 or the session's keeper dropped it for silence), every pending request is answered with
@@ -154,9 +155,10 @@ class Connection(asyncio.Protocol):
         self._flush()
         return await self._auth
 
-    def send(self, request: Request, answer: Answer) -> None:
-        """Send ``request`` once this turn ends; ``answer`` is told its outcome (at once,
-        with ``CONNECTION_LOSS``, if the connection is gone)."""
+    def send(self, request: Request, answer: Answer, *, flush: bool = True) -> None:
+        """Send ``request`` once this turn ends (``flush``: the connection writes it then;
+        else the caller's ``flush`` does); ``answer`` is told its outcome (at once, with
+        ``CONNECTION_LOSS``, if the connection is gone)."""
         if not self.open:
             _answer(answer, CONNECTION_LOSS, None)
             return
@@ -164,9 +166,13 @@ class Connection(asyncio.Protocol):
         put_request(self._out, xid, request)
         self._pending.append((xid, request, answer))
         self.requests += 1
-        if not self._flush_scheduled:
+        if flush and not self._flush_scheduled:
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)
+
+    def flush(self) -> None:
+        """Write what was sent so far, now."""
+        self._flush()
 
     def ping(self) -> None:
         put_request(self._out, Xid.PING, PingRequest())

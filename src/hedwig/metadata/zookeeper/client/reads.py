@@ -71,7 +71,7 @@ class Reads:
         reads = self._reads
         reads.append(PendingRead(path, fut))
         if len(reads) == 1:
-            loop.call_soon(self._send_reads)
+            self._channel.at_turn_end(self._send_reads)
         elif len(reads) >= MAX_READS:
             self._send_reads()
         return fut

@@ -36,7 +36,6 @@ Rules:
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 from collections.abc import Callable, Iterator, Sequence
@@ -287,7 +286,7 @@ class Watches:
         group = self._group
         group.append(watch)
         if len(group) == 1:
-            asyncio.get_running_loop().call_soon(self._send_group)
+            self._channel.at_turn_end(self._send_group)
         elif len(group) >= MAX_WATCHES:
             self._send_group()
 

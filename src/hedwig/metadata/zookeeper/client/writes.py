@@ -170,7 +170,7 @@ class Writes:
     def _later(self, *writes: PendingWrite) -> None:
         """``writes`` sent once this turn ends, with every other transaction made in it."""
         if not self._writes:
-            asyncio.get_running_loop().call_soon(self._send_writes)
+            self._channel.at_turn_end(self._send_writes)
         self._writes.extend(writes)
 
     def _send_writes(self) -> None:
