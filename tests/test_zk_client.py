@@ -14,7 +14,9 @@ import pytest
 from hedwig.devcluster.zookeeper import ZooKeeperServer
 from hedwig.errors import MetadataError, MetadataUnavailableError
 from hedwig.metadata.zookeeper.client import Op, Phase, ZkClient
+from hedwig.metadata.zookeeper.client import connection as connection_module
 from hedwig.metadata.zookeeper.client.codes import OpCode
+from hedwig.metadata.zookeeper.client.records import GetChildrenResponse
 from hedwig.metadata.zookeeper.client.slots import Slots
 from tests.zk_wire import WireTap, opcodes
 
@@ -254,3 +256,38 @@ async def test_the_client_runs_no_thread(zk_server: ZooKeeperServer, region: str
     await asyncio.sleep(2.0)  # pings
     assert {t.ident for t in threading.enumerate()} <= before
     await client.close()
+
+
+async def test_a_large_listing_is_decoded_off_the_loop(
+    zk_server: ZooKeeperServer, region: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An answer past ``LARGE_ANSWER`` without a watch (a region's every ledger, tens of
+    megabytes at a million topics) is decoded on the loop's executor: right, and the loop
+    answers other requests meanwhile. A watched listing is decoded at once (its watch is
+    recorded before any notification can follow)."""
+    monkeypatch.setattr(connection_module, "LARGE_ANSWER", 1000)
+    client = ZkClient(zk_server.address, session_timeout=10.0)
+    await client.start()
+    base = f"/large-{region}"
+    decoders: list[int] = []
+    real = GetChildrenResponse.read
+
+    def spying(data: bytes, pos: int) -> tuple[GetChildrenResponse, int]:
+        decoders.append(threading.get_ident())
+        return real(data, pos)
+
+    try:
+        await client.ensure_path(base)
+        names = [f"child-{i:04d}" for i in range(200)]  # 200 x 14 bytes: past 1,000
+        await asyncio.gather(*(client.create(f"{base}/{n}") for n in names))
+        monkeypatch.setattr(GetChildrenResponse, "read", spying)
+        listed, small = await asyncio.gather(client.children(base), client.exists(base))
+        assert sorted(listed) == names and small is not None
+        assert decoders and decoders[0] != threading.get_ident()  # on another thread
+        fired = asyncio.Event()
+        watched = await client.children_watched(base, client.one_shot(fired.set))
+        assert sorted(watched) == names and decoders[1] == threading.get_ident()
+        await client.create(f"{base}/one-more")
+        await asyncio.wait_for(fired.wait(), 10)
+    finally:
+        await client.close()

@@ -5,8 +5,9 @@ a ``connection`` driving it over an asyncio transport, the ``session`` table and
 ``keeper`` (connects, reconnects, pings, on the injected clock), the ``channel`` every request
 goes through (admitted while connected, at most ``slots.MAX_IN_FLIGHT`` out), and the three
 ways requests of one turn of the loop go together: ``reads`` (``multiRead``), ``writes``
-(``multi``) and ``watches`` (``SetWatches``). No thread is involved: answers, notifications
-and session changes arrive on the loop, in the order the server sent them.
+(``multi``) and ``watches`` (``SetWatches``). The client has no thread of its own: answers,
+notifications and session changes arrive on the loop, in the order the server sent them
+(only an answer of megabytes is decoded on the loop's executor, ``connection``).
 
 The operations are ZooKeeper's, with what Hedwig's store needs of them: versions (-1 for
 any), ``makepath`` creating missing parents, one-shot watches, ZooKeeper's errors as the

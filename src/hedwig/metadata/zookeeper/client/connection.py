@@ -20,6 +20,13 @@ and one system call instead of one each); the client's requests are written by i
 ``channel``, with the requests it made for many callers in that turn. Reads: every whole
 frame that arrived is handled before the loop waits again.
 
+An answer of more than ``LARGE_ANSWER`` bytes to a request without a watch (a region's list
+of every ledger is tens of megabytes at a million topics: over half a second of decoding) is
+decoded on the loop's executor, so the loop keeps its turns meanwhile (the interpreter
+switches threads every few milliseconds); its caller is answered once it is decoded, possibly
+after answers to later requests. One with a watch is decoded at once, so the watch is
+recorded before any notification that follows it.
+
 When the connection is lost (the server closed it, the socket failed, a frame did not parse,
 or the session's keeper dropped it for silence), every pending request is answered with
 ``CONNECTION_LOSS``, whose outcome is unknown to its caller, and ``closed`` resolves.
@@ -61,6 +68,8 @@ log = logging.getLogger(__name__)
 # The largest xid before it wraps to 1 (ZooKeeper's are signed 32-bit; negative ones are
 # reserved, ``Xid``).
 MAX_XID = 2**31 - 1
+# Answers longer than this (bytes) are decoded off the loop (see the module docstring).
+LARGE_ANSWER = 1 << 20
 
 
 # Told the outcome of one request: ZooKeeper's error code (0: done) and the decoded record
@@ -225,8 +234,26 @@ class Connection(asyncio.Protocol):
             self.last_zxid = zxid
         result = None
         if err == 0:
+            if len(frame) > LARGE_ANSWER and not getattr(request, "watch", False):
+                self._decode_apart(request, answer, frame)
+                return
             result = decode_whole(request.RESPONSE.read, frame, REPLY_HEADER_SIZE)
         _answer(answer, err, result)
+
+    def _decode_apart(self, request: Request, answer: Answer, frame: bytes) -> None:
+        decoding = self._loop.run_in_executor(
+            None, decode_whole, request.RESPONSE.read, frame, REPLY_HEADER_SIZE
+        )
+
+        def decoded(done: asyncio.Future[Any]) -> None:
+            if done.cancelled() or done.exception() is not None:
+                log.warning("a ZooKeeper answer did not decode: %s", done.exception())
+                _answer(answer, CONNECTION_LOSS, None)  # its outcome unknown to its caller
+                self.abort()
+                return
+            _answer(answer, 0, done.result())
+
+        decoding.add_done_callback(decoded)
 
 
 def _answer(answer: Answer, err: int, result: Any) -> None:
