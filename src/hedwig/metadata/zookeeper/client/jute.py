@@ -170,6 +170,63 @@ class Vector(JuteType):
         return tuple(items), pos
 
 
+class _UStrings(Vector):
+    """``vector<ustring>``, in one loop each way (a listing's children, a ``SetWatches``'s
+    paths: thousands at a time)."""
+
+    def __init__(self) -> None:
+        super().__init__(USTRING_TYPE)
+
+    def put(self, out: bytearray, value: Any) -> None:
+        pack = INT.pack
+        out += pack(len(value))
+        for item in value:
+            raw = item.encode()
+            out += pack(len(raw))
+            out += raw
+
+    def read(self, data: bytes, pos: int) -> tuple[Any, int]:
+        (n,) = INT.unpack_from(data, pos)
+        pos += 4
+        if n < 0:
+            if n != -1:
+                raise ProtocolError(f"a jute vector of {n} items")
+            return (), pos
+        if n > len(data) - pos:
+            raise ProtocolError(f"a jute vector of {n} items runs past the end of its frame")
+        unpack, size = INT.unpack_from, len(data)
+        items: list[str] = []
+        append = items.append
+        for _ in range(n):
+            (length,) = unpack(data, pos)
+            pos += 4
+            end = pos + length
+            if length < 0 or end > size:
+                item, pos = read_ustring(data, pos - 4)  # null, or refused
+                append(item)
+                continue
+            append(data[pos:end].decode())
+            pos = end
+        return tuple(items), pos
+
+
+class Repeated(Vector):
+    """A vector a writer gives again and again (every create's ACL): its encoding kept for
+    the last value written, by identity."""
+
+    def __init__(self, item: JuteType) -> None:
+        super().__init__(item)
+        self._last: Any = None
+        self._last_bytes = b""
+
+    def put(self, out: bytearray, value: Any) -> None:
+        if value is not self._last:
+            encoded = bytearray()
+            super().put(encoded, value)
+            self._last, self._last_bytes = value, bytes(encoded)
+        out += self._last_bytes
+
+
 class Nested(JuteType):
     """A record inside a record."""
 
@@ -207,7 +264,7 @@ Long = Annotated[int, LONG_TYPE]
 Bool = Annotated[bool, BOOL_TYPE]
 Buffer = Annotated[bytes, BUFFER_TYPE]
 UString = Annotated[str, USTRING_TYPE]
-UStrings = Annotated[tuple[str, ...], Vector(USTRING_TYPE)]
+UStrings = Annotated[tuple[str, ...], _UStrings()]
 TrailingBool = Annotated[bool, Trailing(BOOL_TYPE)]
 
 
@@ -246,6 +303,8 @@ def decode_whole(read: Callable[[bytes, int], tuple[T, int]], data: bytes, pos: 
         value, end = read(data, pos)
     except struct.error as exc:
         raise ProtocolError(f"a ZooKeeper record cut short: {exc}") from exc
+    except UnicodeDecodeError as exc:  # from generated code, which decodes strings inline
+        raise ProtocolError("a jute string is not UTF-8") from exc
     if end != len(data):
         raise ProtocolError(f"{len(data) - end} bytes after a ZooKeeper record")
     return value
@@ -301,6 +360,7 @@ def _runs(fields: Sequence[tuple[str, JuteType]]) -> list[list[tuple[str, JuteTy
 
 def _namespace(fields: Sequence[tuple[str, JuteType]]) -> dict[str, Any]:
     ns: dict[str, Any] = {
+        "_INT": INT,
         "_new": object.__new__,
         "_put_buffer": put_buffer,
         "_read_buffer": read_buffer,
@@ -325,10 +385,11 @@ def _encode_source(fields: Sequence[tuple[str, JuteType]]) -> str:
         if kind.fmt is not None:
             args = ", ".join(k.to_fixed(f"self.{n}") for n, k in run)
             lines.append(f"    out += _S{i}.pack({args})")
-        elif kind is BUFFER_TYPE:
-            lines.append(f"    _put_buffer(out, self.{name})")
-        elif kind is USTRING_TYPE:
-            lines.append(f"    _put_ustring(out, self.{name})")
+        elif kind is BUFFER_TYPE or kind is USTRING_TYPE:
+            raw = f"self.{name}" if kind is BUFFER_TYPE else f"self.{name}.encode()"
+            lines.append(f"    _b = {raw}")
+            lines.append("    out += _INT.pack(len(_b))")
+            lines.append("    out += _b")
         elif isinstance(kind, Nested):
             lines.append(f"    self.{name}.encode_into(out)")
         else:
@@ -353,10 +414,18 @@ def _read_source(fields: Sequence[tuple[str, JuteType]]) -> str:
             lines.append(f"        _v_{name}, pos = _T{i}(data, pos)")
             lines.append("    else:")
             lines.append(f"        _v_{name} = cls.__dataclass_fields__[{name!r}].default")
-        elif kind is BUFFER_TYPE:
-            lines.append(f"    _v_{name}, pos = _read_buffer(data, pos)")
-        elif kind is USTRING_TYPE:
-            lines.append(f"    _v_{name}, pos = _read_ustring(data, pos)")
+        elif kind is BUFFER_TYPE or kind is USTRING_TYPE:
+            # Inline, a buffer's length checked (a slice past the end would just be short);
+            # a negative one is null (-1) or refused by ``read_buffer``.
+            decode = ".decode()" if kind is USTRING_TYPE else ""
+            lines.append("    (_n,) = _INT.unpack_from(data, pos)")
+            lines.append("    _end = pos + 4 + _n")
+            lines.append("    if _n < 0 or _end > len(data):")
+            reader = "_read_ustring" if kind is USTRING_TYPE else "_read_buffer"
+            lines.append(f"        _v_{name}, pos = {reader}(data, pos)")
+            lines.append("    else:")
+            lines.append(f"        _v_{name} = data[pos + 4 : _end]{decode}")
+            lines.append("        pos = _end")
         else:
             lines.append(f"    _v_{name}, pos = _T{i}(data, pos)")
     lines.append("    self = _new(cls)")

@@ -21,10 +21,10 @@ from hedwig.metadata.zookeeper.client.jute import (
     JuteRecord,
     Long,
     Nested,
+    Repeated,
     TrailingBool,
     UString,
     UStrings,
-    Vector,
     jute,
 )
 
@@ -58,7 +58,8 @@ class Stat(JuteRecord):
     pzxid: Long  # the zxid of the last change of its children
 
 
-Acls = Annotated[tuple[Acl, ...], Vector(Nested(Acl))]
+# The same ACL goes with every create: its encoding is kept (``Repeated``).
+Acls = Annotated[tuple[Acl, ...], Repeated(Nested(Acl))]
 
 
 # Session ---------------------------------------------------------------------------------------

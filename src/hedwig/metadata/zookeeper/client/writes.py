@@ -165,6 +165,8 @@ class Writes:
         fut: asyncio.Future[list[OpResult]] = asyncio.get_running_loop().create_future()
         self._later(PendingWrite(requests, size, ops[0].path, fut))
         results = await fut
+        if not any(type(r) is ErrorResult for r in results):
+            return [None] * len(ops)
         return [_outcome(op, r) for op, r in zip(ops, results, strict=True)]
 
     def _later(self, *writes: PendingWrite) -> None:
