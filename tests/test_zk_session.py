@@ -440,11 +440,11 @@ async def test_the_first_connection_is_retried_until_start_gives_up_and_start_ag
     await advance(clock, 5.1, step=0.1)
     with pytest.raises(Exception, match="cannot reach ZooKeeper"):
         await starting
-    assert zk.phase is Phase.CLOSED and phases == [Phase.CLOSED]  # never connected
+    assert phases == [Phase.CLOSED]  # never connected
     ensemble.down.clear()
     await zk.start(timeout=5.0)
     assert phases == [Phase.CLOSED, Phase.CONNECTING, Phase.CONNECTED] and zk.session_id
     connections = len(ensemble.servers)
     await zk.start()
-    assert len(ensemble.servers) == connections and zk.phase is Phase.CONNECTED
+    assert len(ensemble.servers) == connections and phases[-1] is Phase.CONNECTED
     await zk.close()
