@@ -260,7 +260,7 @@ def test_first_mistakes_fail_at_once_and_say_what_to_do() -> None:
     t0 = time.monotonic()
     no_zk = cli("topics", "--zk", "127.0.0.1:9", timeout=60)
     assert no_zk.returncode == 1 and "cannot reach ZooKeeper" in no_zk.stderr
-    assert "Connection refused" not in no_zk.stderr  # kazoo's own retries stay quiet
+    assert "Connection refused" not in no_zk.stderr  # the client's own retries stay quiet
     assert time.monotonic() - t0 < 30
     with DevCluster(hubs=1, replication="3/3/2", session_timeout_s=2) as lone:
         t0 = time.monotonic()

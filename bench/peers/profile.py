@@ -53,6 +53,7 @@ STAGES: list[tuple[str, str]] = [
     ("hedwig/hub/", "hub (server, requests, topic, subscription)"),
     ("hedwig/client/", "client (publisher, subscriber, routing)"),
     ("hedwig/net/", "connection (hedwig.net)"),
+    ("hedwig/metadata/zookeeper/client/", "ZooKeeper client (hedwig.metadata.zookeeper.client)"),
     ("hedwig/", "other Hedwig"),
     ("bench/peers/", "benchmark driver"),
 ]
@@ -78,8 +79,6 @@ def stage_of(frames: list[str]) -> str:
     # frame that runs the loop.
     if any(m in leaf for m in EVENT_LOOP):
         return "event loop (uvloop, sockets)"
-    if any("kazoo/" in f for f in frames):
-        return "ZooKeeper client (kazoo)"
     for frame in reversed(frames):
         for marker, stage in STAGES:
             if marker in frame:

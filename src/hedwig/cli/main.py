@@ -81,8 +81,9 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,
     )
     if numeric > logging.DEBUG:
-        # kazoo logs every failed connection attempt; the commands say it once, with a hint.
-        logging.getLogger("kazoo").setLevel(logging.CRITICAL)
+        # The ZooKeeper client logs every failed connection attempt; the commands say it
+        # once, with a hint.
+        logging.getLogger("hedwig.metadata.zookeeper.client").setLevel(logging.CRITICAL)
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

@@ -57,7 +57,7 @@ def encode_name(name: str) -> str:
     if encoded in (".", ".."):
         return encoded.replace(".", "%2E")
     # The name itself when unchanged: a hub keeps it anyway, and a record filed by the znode
-    # name (kazoo's of owner watches) then shares it.
+    # name (the ZooKeeper client's of owner watches) then shares it.
     return name if encoded == name else encoded
 
 
