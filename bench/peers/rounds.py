@@ -2,14 +2,18 @@
 
 In round ``r`` the lines take turns in an order rotated by ``r`` (so no system always runs
 first, on a cooler or warmer machine). Each turn starts the system fresh (one node), runs the
-single-node workloads one after another on fresh topics, and stops it; then the three-node
-workloads the same way. Every run is one JSON line in the results file, as it finishes, so a
-long run that is interrupted keeps what it measured.
+single-node workloads one after another on fresh topics, each once for every publishing kind
+it has (``workloads.py``), and stops it; then the three-node workloads the same way. Every run
+is one JSON line in the results file, as it finishes, so a long run that is interrupted keeps
+what it measured.
 
-For each run: the consumer (if the workload has one, and it is not a backlog read) starts
-first and reports ``ready``; then the producer; the servers' CPU time is sampled when the
-producer reports ``measuring`` and when it reports its result. A backlog's consumer starts
-after the producer is done.
+For each run: the consumers (if the workload has them, and it is not a backlog read) start
+first and report ``ready``; then the producers. Several producers report ``warm`` after their
+warm-up and wait, and are told to go together (a line on their standard input), so their
+measured parts overlap. The servers' CPU time is sampled when every producer has reported
+``measuring`` and when every one has reported its result; the servers' resident memory then.
+A backlog's consumer starts after the producer is done. The processes' reports are made one
+result by ``merge.py``.
 """
 
 from __future__ import annotations
@@ -21,13 +25,14 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from bench.peers.measure import cpu_seconds
+from bench.peers import merge
+from bench.peers.measure import cpu_seconds, rss_mb
 from bench.peers.systems import Line, Running, start
-from bench.peers.workloads import Workload, to_json
+from bench.peers.workloads import ConsumeSpec, Workload, to_json
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,7 +45,7 @@ class Driver:
             argv,
             stdout=subprocess.PIPE,
             stderr=log,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE,
             text=True,
             env=env,
             cwd=ROOT,
@@ -69,14 +74,33 @@ class Driver:
             if got.get("event") == event:
                 return got
 
+    def go(self) -> None:
+        """Release a producer waiting at the barrier after its warm-up."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
+
     def close(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
 
 
+def _results(drivers: list[Driver], timeout: float) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + timeout
+    out = []
+    for d in drivers:
+        got = d.wait("result", max(1.0, deadline - time.monotonic()))
+        got.pop("event")
+        out.append(got)
+    return out
+
+
 @dataclass
 class Harness:
+    """``classpath`` is the peer's jars (``fetch.KAFKA_VERSION``), ``classpaths`` any other
+    fetched Kafka versions' by version."""
+
     lines: list[Line]
     workloads: list[Workload]
     rounds: int
@@ -84,6 +108,13 @@ class Harness:
     classpath: str | None
     kafka_python_path: str | None
     log: TextIO
+    classpaths: dict[str, str] = field(default_factory=dict)
+
+    def _classpaths(self) -> dict[str, str]:
+        from bench.peers.fetch import KAFKA_VERSION
+
+        own = {KAFKA_VERSION: self.classpath} if self.classpath else {}
+        return {**self.classpaths, **own}
 
     def driver(self, line: Line, role: str, running: Running, spec: dict[str, Any]) -> Driver:
         env = dict(os.environ)
@@ -107,56 +138,68 @@ class Harness:
         return Driver(argv, env, self.log)
 
     def run_one(
-        self, line: Line, running: Running, workload: Workload, run_id: str
+        self, line: Line, running: Running, workload: Workload, run_id: str, kind: str
     ) -> dict[str, Any]:
-        produce = workload.produce_spec(run_id)
-        consume = workload.consume_spec(run_id)
-        result: dict[str, Any] = {"workload": workload.key, "line": line.key}
-        consumer = None
-        producer = None
+        produce = workload.produce_specs(run_id, kind)
+        consume = workload.consume_specs(run_id)
+        result: dict[str, Any] = {"workload": workload.key, "line": line.key, "kind": kind}
+        consumers: list[Driver] = []
+        producers: list[Driver] = []
+
+        def start_consumers() -> None:
+            consumers.extend(self.driver(line, "consume", running, to_json(c)) for c in consume)
+            for c in consumers:
+                c.wait("ready", 300)
+
         try:
-            if consume is not None and not workload.backlog:
-                consumer = self.driver(line, "consume", running, to_json(consume))
-                consumer.wait("ready", 120)
-            producer = self.driver(line, "produce", running, to_json(produce))
-            producer.wait("measuring", 300)
+            if consume and not workload.backlog:
+                start_consumers()
+            producers = [self.driver(line, "produce", running, to_json(p)) for p in produce]
+            if len(producers) > 1:
+                for p in producers:
+                    p.wait("warm", 300)
+                for p in producers:
+                    p.go()
+            for p in producers:
+                p.wait("measuring", 300)
             pids = running.server_pids
             cpu0, t0 = sum(cpu_seconds(p) for p in pids), time.monotonic()
-            got = producer.wait("result", 600)
+            reports = _results(producers, 600)
             cpu1, t1 = sum(cpu_seconds(p) for p in pids), time.monotonic()
-            got.pop("event")
-            result["produce"] = got
+            result["produce"] = merge.productions(reports)
             result["server_cpu_pct"] = round(100 * (cpu1 - cpu0) / (t1 - t0), 1)
-            if consume is not None:
-                if consumer is None:
-                    consumer = self.driver(line, "consume", running, to_json(consume))
-                got = consumer.wait("result", consume.timeout_s + 120)
-                got.pop("event")
-                result["consume"] = got
+            result["server_rss_mb"] = round(sum(rss_mb(p) for p in running.memory_pids), 1)
+            if consume:
+                if not consumers:
+                    start_consumers()
+                result["consume"] = merge.deliveries(_results(consumers, _longest(consume) + 120))
+            bad = merge.problem(result["produce"])
+            if bad:
+                result["error"] = bad
         except (TimeoutError, RuntimeError) as exc:
             result["error"] = str(exc)
         finally:
-            for d in (producer, consumer):
-                if d is not None:
-                    d.close()
+            for d in (*producers, *consumers):
+                d.close()
         return result
 
     def turn(self, r: int, line: Line, nodes: int, workloads: list[Workload]) -> None:
         print(f"round {r + 1}: {line.key}, {nodes} node(s)", file=sys.stderr, flush=True)
         try:
-            running = start(line, nodes, self.classpath)
+            running = start(line, nodes, self._classpaths())
         except (OSError, RuntimeError, subprocess.CalledProcessError) as exc:
             for w in workloads:
                 self._record({"workload": w.key, "line": line.key, "error": f"start: {exc}"}, r)
             return
         try:
             for w in workloads:
-                run_id = f"{r}{line.key[:1]}{w.key}{int(time.time() * 1000) % 10**8}"
-                load = os.getloadavg()[0]
-                result = self.run_one(line, running, w, run_id)
-                result.update(nodes=nodes, load_before=round(load, 2))
-                self._record(result, r)
-                time.sleep(1.0)
+                for kind in w.kinds:
+                    run_id = f"{r}{line.key[:1]}{w.key}{int(time.time() * 1000) % 10**8}"
+                    load = os.getloadavg()[0]
+                    result = self.run_one(line, running, w, run_id, kind)
+                    result.update(nodes=nodes, load_before=round(load, 2))
+                    self._record(result, r)
+                    time.sleep(1.0)
         finally:
             running.stop()
 
@@ -180,8 +223,12 @@ class Harness:
                     self.turn(r, line, nodes, by_nodes[nodes])
 
 
+def _longest(consume: list[ConsumeSpec]) -> float:
+    return max(c.timeout_s for c in consume)
+
+
 def _summary(result: dict[str, Any]) -> str:
-    parts = [f"workload {result['workload']} {result['line']}"]
+    parts = [f"workload {result['workload']} {result['line']} {result.get('kind', '')}"]
     p = result.get("produce", {})
     if "msgs_per_s" in p:
         parts.append(f"{p['msgs_per_s']:,} msg/s")
@@ -194,6 +241,8 @@ def _summary(result: dict[str, Any]) -> str:
             parts.append(f"e2e p99 {c['e2e']['p99_ms']} ms")
     if "server_cpu_pct" in result:
         parts.append(f"server CPU {result['server_cpu_pct']} %")
+    if "server_rss_mb" in result:
+        parts.append(f"server RSS {result['server_rss_mb']} MB")
     if "error" in result:
         parts.append(f"ERROR {result['error']}")
     return ", ".join(parts)
