@@ -18,11 +18,13 @@ result by ``merge.py``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -40,7 +42,8 @@ ROOT = Path(__file__).resolve().parents[2]
 class Driver:
     """A driver process (``bench/peers/driver.py``) and the JSON events it prints."""
 
-    def __init__(self, argv: list[str], env: dict[str, str], log: TextIO) -> None:
+    def __init__(self, argv: list[str], env: dict[str, str], log: TextIO, spec: str) -> None:
+        self.spec = spec
         self.proc = subprocess.Popen(
             argv,
             stdout=subprocess.PIPE,
@@ -84,6 +87,8 @@ class Driver:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
+        with contextlib.suppress(OSError):
+            os.unlink(self.spec)
 
 
 def _results(drivers: list[Driver], timeout: float) -> list[dict[str, Any]]:
@@ -125,6 +130,9 @@ class Harness:
         if line.system == "kafka" and self.kafka_python_path:
             paths.append(self.kafka_python_path)
         env["PYTHONPATH"] = os.pathsep.join(paths)
+        fd, spec_path = tempfile.mkstemp(prefix="peers-spec-", suffix=".json")
+        with os.fdopen(fd, "w") as f:
+            json.dump(spec, f)
         argv = [
             sys.executable,
             "-m",
@@ -132,10 +140,10 @@ class Harness:
             line.system,
             role,
             ",".join(running.bootstrap),
-            json.dumps(spec),
+            f"@{spec_path}",
             json.dumps(line.producer_config),
         ]
-        return Driver(argv, env, self.log)
+        return Driver(argv, env, self.log, spec_path)
 
     def run_one(
         self, line: Line, running: Running, workload: Workload, run_id: str, kind: str
@@ -193,6 +201,8 @@ class Harness:
             return
         try:
             for w in workloads:
+                if w.max_rounds and r >= w.max_rounds:
+                    continue
                 for kind in w.kinds:
                     run_id = f"{r}{line.key[:1]}{w.key}{int(time.time() * 1000) % 10**8}"
                     load = os.getloadavg()[0]
@@ -220,7 +230,8 @@ class Harness:
             order = self.lines[k:] + self.lines[:k]
             for nodes in sorted(by_nodes):
                 for line in order:
-                    self.turn(r, line, nodes, by_nodes[nodes])
+                    if any(not w.max_rounds or r < w.max_rounds for w in by_nodes[nodes]):
+                        self.turn(r, line, nodes, by_nodes[nodes])
 
 
 def _longest(consume: list[ConsumeSpec]) -> float:

@@ -191,6 +191,7 @@ def render(paths: list[Path], note: str = "") -> str:
     lines = [ln for ln in LINES if any(r["line"] == ln.key for r in results)]
     rounds = max((r["round"] for r in results), default=0) + 1
     titles = {w.key: w.title for w in WORKLOADS}
+    caps = {w.key: w.max_rounds for w in WORKLOADS if w.max_rounds}
     head = ["workload", "figure", *(ln.label for ln in lines)]
     compare = any(ln.key == "hedwig" for ln in lines) and any(
         ln.key == "kafka-durable" for ln in lines
@@ -212,7 +213,8 @@ def render(paths: list[Path], note: str = "") -> str:
         if not any(per_line.values()):
             continue
         cells = [f"{row.workload}: {titles[row.workload]}", row.figure]
-        cells += [_cell(per_line[ln.key], row.throughput, rounds) for ln in lines]
+        expected = min(rounds, caps.get(row.workload, rounds))
+        cells += [_cell(per_line[ln.key], row.throughput, expected) for ln in lines]
         if compare:
             h, k = per_line["hedwig"], per_line["kafka-durable"]
             ratio = (
