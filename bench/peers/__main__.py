@@ -2,6 +2,7 @@
 
     python -m bench.peers                       # fetch, 3 rounds, every workload, write the docs
     python -m bench.peers --previous            # the same with Kafka 4.1.1's durable line too
+    python -m bench.peers --previous 1 7b       # ... that line on workloads 1 and 7b only
     python -m bench.peers --rounds 5 --workloads 1 2a --systems hedwig kafka-durable
     python -m bench.peers --table A.jsonl B.jsonl   # only render results files into the docs
 
@@ -42,8 +43,10 @@ def main() -> None:
     )
     p.add_argument(
         "--previous",
-        action="store_true",
-        help=f"add the line {PREVIOUS_LINE} (the peer before, to show the change of peer)",
+        nargs="*",
+        metavar="WORKLOAD",
+        help=f"add the line {PREVIOUS_LINE} (the peer before, to show the change of peer), "
+        "on these workloads only if any are named",
     )
     p.add_argument("--scale", type=float, default=1.0, help="shrink counts and durations")
     p.add_argument("--out", type=Path, help="results file (JSON lines)")
@@ -63,8 +66,9 @@ def main() -> None:
             write_docs(docs, text)
         return
     keys = list(args.systems or DEFAULT_LINES)
-    if args.previous and PREVIOUS_LINE not in keys:
+    if args.previous is not None and PREVIOUS_LINE not in keys:
         keys.append(PREVIOUS_LINE)
+    only = {PREVIOUS_LINE: set(args.previous)} if args.previous else {}
     lines = lines_by_key(keys)
     workloads = [w.scaled(args.scale) for w in by_key(args.workloads)]
     versions = tuple(sorted({line.version for line in lines if line.system == "kafka"}))
@@ -81,6 +85,7 @@ def main() -> None:
         kafka_python_path=str(tools.python_path) if tools else None,
         log=sys.stderr,
         classpaths=tools.classpaths if tools else {},
+        only=only,
     ).run()
     text = render([out], note=args.note)
     print(text)

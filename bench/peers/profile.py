@@ -2,6 +2,7 @@
 
     python -m bench.peers.profile                      # every path, markdown on stdout
     python -m bench.peers.profile publish --keep DIR   # one path, keep the raw stacks
+    python -m bench.peers.profile publish --kind each --window 16000   # another kind, window
 
 A one-hub cluster runs a workload of the peer benchmark while py-spy samples the hub and the
 driver process (Python frames, 250 per second, without pausing them, only while a thread holds
@@ -33,14 +34,15 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
-from bench.peers import fetch
+from bench.peers import fetch, merge
 from bench.peers.measure import cpu_seconds
 from bench.peers.rounds import ROOT
 from bench.peers.systems import RunningHedwig
-from bench.peers.workloads import Workload, by_key, to_json
+from bench.peers.workloads import EACH, NONE, Workload, by_key, to_json
 
 PATHS: dict[str, str] = {"publish": "1", "topics": "3", "catchup": "5", "fanout": "6"}
 RATE = 250
@@ -221,13 +223,18 @@ def _wait(proc: subprocess.Popen[str], event: str) -> dict[str, object]:
     raise RuntimeError(f"driver exited before {event!r}")
 
 
-def profile_path(path: str, py_spy: Path, keep: Path) -> str:
+def profile_path(
+    path: str, py_spy: Path, keep: Path, kind: str | None = None, window: int | None = None
+) -> str:
     w: Workload = by_key([PATHS[path]])[0]
     running = RunningHedwig(1)
     try:
         hub_pid = running.server_pids[0]
         run_id = f"prof{int(time.time())}"
-        produce, consume = w.produce_spec(run_id), w.consume_spec(run_id)
+        produce = w.produce_spec(run_id, kind if kind in w.kinds else None)
+        if window:
+            produce = replace(produce, window=window)
+        consume = w.consume_spec(run_id)
         samplers: list[Sampler] = []
         consumer = None
         if consume is not None and not w.backlog:
@@ -246,7 +253,7 @@ def profile_path(path: str, py_spy: Path, keep: Path) -> str:
             samplers.append(
                 Sampler(py_spy, consumer.pid, keep / "fanout-client.txt", "client (16 subscribers)")
             )
-        _wait(producer, "result")
+        published = merge.productions([_wait(producer, "result")])
         producer.wait()
         if w.backlog:
             consumer = _driver("consume", running.bootstrap, to_json(consume))  # type: ignore[arg-type]
@@ -255,9 +262,9 @@ def profile_path(path: str, py_spy: Path, keep: Path) -> str:
             samplers.append(
                 Sampler(py_spy, consumer.pid, keep / "catchup-client.txt", "client (consumer)")
             )
-        result: dict[str, object] = {}
+        result: dict[str, Any] = {}
         if consumer is not None:
-            result = _wait(consumer, "result")
+            result = merge.deliveries([_wait(consumer, "result")])
             consumer.wait()
         sampled = [s.stop() for s in samplers]
     finally:
@@ -268,7 +275,15 @@ def profile_path(path: str, py_spy: Path, keep: Path) -> str:
         messages = produce.total - produce.warmup
     else:
         messages = produce.total * max(1, w.subscribers)
-    text = [f"### {path}: workload {w.key}, {w.title}", ""]
+    text = [f"### {path}: workload {w.key}, {w.title}, {produce.kind}", ""]
+    if published:
+        p = published.get("publish", {})
+        text += [
+            f"Published {published.get('msgs_per_s') or published.get('achieved_rate')} msg/s;"
+            f" publish p50 {p.get('p50_ms')} ms, p99 {p.get('p99_ms')} ms"
+            f" (window {produce.window:,} messages).",
+            "",
+        ]
     if result:
         text += [
             f"Delivered {result.get('received')} at {result.get('delivered_per_s')} msg/s.",
@@ -283,6 +298,8 @@ def main() -> None:
     p = argparse.ArgumentParser(prog="python -m bench.peers.profile")
     p.add_argument("paths", nargs="*", help=f"of {sorted(PATHS)} (default: all)")
     p.add_argument("--keep", type=Path, help="keep py-spy's raw stacks in this directory")
+    p.add_argument("--kind", choices=[EACH, NONE], help="publishing kind (default: the first)")
+    p.add_argument("--window", type=int, help="Hedwig's window of unacknowledged messages")
     args = p.parse_args()
     unknown = [x for x in args.paths if x not in PATHS]
     if unknown:
@@ -293,7 +310,7 @@ def main() -> None:
         keep = args.keep or Path(tmp)
         keep.mkdir(parents=True, exist_ok=True)
         for path in args.paths or list(PATHS):
-            print(profile_path(path, py_spy, keep), flush=True)
+            print(profile_path(path, py_spy, keep, args.kind, args.window), flush=True)
 
 
 if __name__ == "__main__":

@@ -114,6 +114,8 @@ class Harness:
     kafka_python_path: str | None
     log: TextIO
     classpaths: dict[str, str] = field(default_factory=dict)
+    # Lines that run only some workloads (by key), as the previous peer's may.
+    only: dict[str, set[str]] = field(default_factory=dict)
 
     def _classpaths(self) -> dict[str, str]:
         from bench.peers.fetch import KAFKA_VERSION
@@ -201,7 +203,7 @@ class Harness:
             return
         try:
             for w in workloads:
-                if w.max_rounds and r >= w.max_rounds:
+                if not self._runs(line, w, r):
                     continue
                 for kind in w.kinds:
                     run_id = f"{r}{line.key[:1]}{w.key}{int(time.time() * 1000) % 10**8}"
@@ -212,6 +214,11 @@ class Harness:
                     time.sleep(1.0)
         finally:
             running.stop()
+
+    def _runs(self, line: Line, w: Workload, r: int) -> bool:
+        if w.max_rounds and r >= w.max_rounds:
+            return False
+        return line.key not in self.only or w.key in self.only[line.key]
 
     def _record(self, result: dict[str, Any], r: int) -> None:
         """One JSON line per run, with the round, the time and the machine's load average
@@ -230,7 +237,7 @@ class Harness:
             order = self.lines[k:] + self.lines[:k]
             for nodes in sorted(by_nodes):
                 for line in order:
-                    if any(not w.max_rounds or r < w.max_rounds for w in by_nodes[nodes]):
+                    if any(self._runs(line, w, r) for w in by_nodes[nodes]):
                         self.turn(r, line, nodes, by_nodes[nodes])
 
 
