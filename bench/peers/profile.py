@@ -14,6 +14,13 @@ the benchmark driver or the rest. The processes' CPU time divided by the message
 cost per message, and each share of the samples a share of that cost (an estimate: CPU spent
 outside the interpreter lock, in system calls, is spread over the shares).
 
+Where the time a message waits goes, which a CPU profile cannot show, comes from the hub's own
+metrics read before and after the measured part (``hub_account``): publish requests answered
+and the group commit's syncs (so messages a request and requests a sync), the hub's publish
+latency from a request's arrival to its durable acknowledgement (its histogram's buckets), and
+the cycle collector's pauses. A message's publish latency less the hub's is the time it spent
+in the client (queued, in a batch not yet cut or not yet sent) and on the wire.
+
 Paths:
 - ``publish``: workload 1 (as fast as acknowledgements come): the client's publish path and
   the hub's receive and storage path.
@@ -34,6 +41,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -144,6 +152,68 @@ def report(sampled: Sampled, messages: int, top: int = 12) -> str:
     return "\n".join(out) + "\n"
 
 
+def _scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def _bucket_quantile(buckets: list[tuple[float, float]], q: float) -> float:
+    """The upper bound of the histogram bucket holding quantile ``q`` (cumulative counts)."""
+    total = buckets[-1][1] if buckets else 0.0
+    for bound, count in buckets:
+        if total and count >= q * total:
+            return bound
+    return float("nan")
+
+
+def hub_account(
+    before: dict[tuple[str, tuple[tuple[str, str], ...]], float],
+    after: dict[tuple[str, tuple[tuple[str, str], ...]], float],
+    messages: int,
+) -> str:
+    def delta(name: str, **labels: str) -> float:
+        key = (name, tuple(sorted(labels.items())))
+        return after.get(key, 0.0) - before.get(key, 0.0)
+
+    # Every publish request answered is one sample of the hub's publish latency.
+    publishes = delta("hedwig_publish_latency_seconds_count")
+    syncs = delta("hedwig_storage_syncs_total")
+    buckets = sorted(
+        (float(dict(k[1])["le"]), v - before.get(k, 0.0))
+        for k, v in after.items()
+        if k[0] == "hedwig_publish_latency_seconds_bucket"
+    )
+    gcs = {
+        dict(k[1])["generation"]: (v - before.get(k, 0.0))
+        for k, v in after.items()
+        if k[0] == "hedwig_gc_pause_seconds_count"
+    }
+    gc_s = {
+        dict(k[1])["generation"]: (v - before.get(k, 0.0))
+        for k, v in after.items()
+        if k[0] == "hedwig_gc_pause_seconds_sum"
+    }
+    p50, p99 = (_bucket_quantile(buckets, q) * 1000 for q in (0.5, 0.99))
+    lat_sum = delta("hedwig_publish_latency_seconds_sum")
+    pauses = ", ".join(
+        f"gen {g}: {gcs[g]:.0f} ({gc_s.get(g, 0.0) * 1000:.0f} ms)" for g in sorted(gcs)
+    )
+    return (
+        f"**hub account**: {publishes:,.0f} publish requests ({messages / max(1, publishes):,.1f}"
+        f" messages each), {syncs:,.0f} syncs ({publishes / max(1, syncs):,.1f} requests and"
+        f" {messages / max(1, syncs):,.1f} messages a sync); hub publish latency (arrival to"
+        f" durable ack) mean {lat_sum / max(1, publishes) * 1000:.2f} ms, p50 ≤ {p50:g} ms, p99 ≤"
+        f" {p99:g} ms (bucket bounds); collector pauses {pauses or 'none'}\n"
+    )
+
+
 class Sampler:
     """py-spy attached to a running process until stopped; its CPU time is read meanwhile
     (the last reading before the process ends)."""
@@ -241,8 +311,10 @@ def profile_path(
             consumer = _driver("consume", running.bootstrap, to_json(consume))
             _wait(consumer, "ready")
         producer = _driver("produce", running.bootstrap, to_json(produce))
+        metrics_url = running.cluster.hub_procs[0].metrics_url
         if path in ("publish", "topics"):
             _wait(producer, "measuring")
+            before = _scrape(metrics_url)
             samplers.append(Sampler(py_spy, hub_pid, keep / f"{path}-hub.txt", "hub"))
             samplers.append(
                 Sampler(py_spy, producer.pid, keep / f"{path}-client.txt", "client (producer)")
@@ -254,6 +326,9 @@ def profile_path(
                 Sampler(py_spy, consumer.pid, keep / "fanout-client.txt", "client (16 subscribers)")
             )
         published = merge.productions([_wait(producer, "result")])
+        account = ""
+        if path in ("publish", "topics"):
+            account = hub_account(before, _scrape(metrics_url), produce.measured)
         producer.wait()
         if w.backlog:
             consumer = _driver("consume", running.bootstrap, to_json(consume))  # type: ignore[arg-type]
@@ -289,6 +364,8 @@ def profile_path(
             f"Delivered {result.get('received')} at {result.get('delivered_per_s')} msg/s.",
             "",
         ]
+    if account:
+        text.append(account)
     for s in sampled:
         text.append(report(s, messages))
     return "\n".join(text)

@@ -11,7 +11,8 @@ For each run: the consumers (if the workload has them, and it is not a backlog r
 first and report ``ready``; then the producers. Several producers report ``warm`` after their
 warm-up and wait, and are told to go together (a line on their standard input), so their
 measured parts overlap. The servers' CPU time is sampled when every producer has reported
-``measuring`` and when every one has reported its result; the servers' resident memory then.
+``measuring`` and when every one has reported its result; the servers' resident memory before
+the run and then.
 A backlog's consumer starts after the producer is done. The processes' reports are made one
 result by ``merge.py``.
 """
@@ -162,6 +163,7 @@ class Harness:
                 c.wait("ready", 300)
 
         try:
+            rss0 = sum(rss_mb(p) for p in running.memory_pids)
             if consume and not workload.backlog:
                 start_consumers()
             producers = [self.driver(line, "produce", running, to_json(p)) for p in produce]
@@ -178,7 +180,11 @@ class Harness:
             cpu1, t1 = sum(cpu_seconds(p) for p in pids), time.monotonic()
             result["produce"] = merge.productions(reports)
             result["server_cpu_pct"] = round(100 * (cpu1 - cpu0) / (t1 - t0), 1)
-            result["server_rss_mb"] = round(sum(rss_mb(p) for p in running.memory_pids), 1)
+            rss1 = sum(rss_mb(p) for p in running.memory_pids)
+            result["server_rss_mb"] = round(rss1, 1)
+            # What the run added (its topics, their subscriptions and messages): the servers
+            # are not restarted between a turn's runs, so the total carries the earlier ones.
+            result["server_rss_added_mb"] = round(rss1 - rss0, 1)
             if consume:
                 if not consumers:
                     start_consumers()

@@ -116,7 +116,13 @@ ROWS: list[Row] = [
     Row("7a", "server CPU, % of one core", SERVER_CPU, False),
     *_saturation_rows("7b", delivery=True, cpu=False),
     *_latency_rows("7c", ("p50", "p99")),
-    Row("7c", "server RSS, MB (Hedwig: hub and ZooKeeper)", _path("server_rss_mb"), False),
+    Row(
+        "7c",
+        "server memory the run added, MB (Hedwig: hub and ZooKeeper)",
+        _path("server_rss_added_mb"),
+        False,
+    ),
+    Row("7c", "server RSS after the run, MB", _path("server_rss_mb"), False),
     Row("7c", "server CPU, % of one core", SERVER_CPU, False),
     Row(
         "6",

@@ -300,6 +300,28 @@ WORKLOADS: list[Workload] = [
         warmup=4_000,
         kinds=BOTH,
     ),
+    Workload(
+        key="6",
+        title="one topic, 100 B, 16 subscribers",
+        nodes=1,
+        topics=1,
+        size=100,
+        messages=100_000,
+        subscribers=16,
+    ),
+    # It leaves a million messages on the servers' disks.
+    Workload(
+        key="5",
+        title="backlog of 1,000,000 x 100 B read from the start",
+        nodes=1,
+        topics=1,
+        size=100,
+        messages=1_000_000,
+        subscribers=1,
+        backlog=True,
+    ),
+    # Last of the single-node runs: 10,000 topics stay on the servers for the rest of the
+    # turn.
     _omb(
         "7c",
         "OMB: 10,000 topics, 1 KB, 4 producers, 4 consumers, 1,000 msg/s in all (first round only)",
@@ -311,26 +333,6 @@ WORKLOADS: list[Workload] = [
         # One message to every topic first: each is created (Kafka) or claimed (Hedwig)
         # before the measured part.
         warmup=10_000,
-    ),
-    Workload(
-        key="6",
-        title="one topic, 100 B, 16 subscribers",
-        nodes=1,
-        topics=1,
-        size=100,
-        messages=100_000,
-        subscribers=16,
-    ),
-    # Last of the single-node runs: it leaves a million messages on the servers' disks.
-    Workload(
-        key="5",
-        title="backlog of 1,000,000 x 100 B read from the start",
-        nodes=1,
-        topics=1,
-        size=100,
-        messages=1_000_000,
-        subscribers=1,
-        backlog=True,
     ),
     Workload(
         key="4",
