@@ -3,6 +3,7 @@
     python -m bench.peers.profile                      # every path, markdown on stdout
     python -m bench.peers.profile publish --keep DIR   # one path, keep the raw stacks
     python -m bench.peers.profile publish --kind each --window 16000   # another kind, window
+    python -m bench.peers.profile topics --wall        # every thread's wall clock, idle too
 
 A one-hub cluster runs a workload of the peer benchmark while py-spy samples the hub and the
 driver process (Python frames, 250 per second, without pausing them, only while a thread holds
@@ -128,6 +129,23 @@ def _leaf(frames: list[str]) -> str:
     return leaf
 
 
+def wall_report(sampled: Sampled, top: int = 6) -> str:
+    """Per thread, the share of its wall-clock samples in each innermost frame."""
+    threads: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    for stack, n in sampled.stacks.items():
+        thread, _, rest = stack.partition(";")
+        if rest:
+            threads[thread][_leaf(rest.split(";"))] += n
+    out = [f"**{sampled.name}, wall clock** (every thread at every tick)", ""]
+    for thread, leaves in sorted(threads.items(), key=lambda kv: -sum(kv[1].values())):
+        total = sum(leaves.values())
+        parts = ", ".join(
+            f"`{leaf}` {100 * n / total:.0f} %" for leaf, n in leaves.most_common(top)
+        )
+        out.append(f"- {thread} ({total:,} samples): {parts}")
+    return "\n".join(out) + "\n"
+
+
 def report(sampled: Sampled, messages: int, top: int = 12) -> str:
     total = sampled.total or 1
     per_msg_us = sampled.cpu_s / messages * 1e6 if messages else 0.0
@@ -218,8 +236,12 @@ class Sampler:
     """py-spy attached to a running process until stopped; its CPU time is read meanwhile
     (the last reading before the process ends)."""
 
-    def __init__(self, py_spy: Path, pid: int, out: Path, name: str) -> None:
+    def __init__(self, py_spy: Path, pid: int, out: Path, name: str, wall: bool = False) -> None:
         self.name, self.pid, self.out = name, pid, out
+        # Only samples holding the interpreter lock: Python's own work, not a thread blocked
+        # in fdatasync or a socket; or, with ``wall``, every thread at every tick, idle or not,
+        # each stack under its thread, to see where the time goes while nothing computes.
+        which = ["--idle", "--threads"] if wall else ["--gil"]
         self.proc = subprocess.Popen(
             [
                 str(py_spy),
@@ -230,9 +252,7 @@ class Sampler:
                 "raw",
                 "--nolineno",
                 "--nonblocking",
-                # Only samples holding the interpreter lock: Python's own work, not a thread
-                # blocked in fdatasync or a socket.
-                "--gil",
+                *which,
                 "--rate",
                 str(RATE),
                 "-o",
@@ -294,7 +314,12 @@ def _wait(proc: subprocess.Popen[str], event: str) -> dict[str, object]:
 
 
 def profile_path(
-    path: str, py_spy: Path, keep: Path, kind: str | None = None, window: int | None = None
+    path: str,
+    py_spy: Path,
+    keep: Path,
+    kind: str | None = None,
+    window: int | None = None,
+    wall: bool = False,
 ) -> str:
     w: Workload = by_key([PATHS[path]])[0]
     running = RunningHedwig(1)
@@ -315,9 +340,11 @@ def profile_path(
         if path in ("publish", "topics"):
             _wait(producer, "measuring")
             before = _scrape(metrics_url)
-            samplers.append(Sampler(py_spy, hub_pid, keep / f"{path}-hub.txt", "hub"))
+            samplers.append(Sampler(py_spy, hub_pid, keep / f"{path}-hub.txt", "hub", wall))
             samplers.append(
-                Sampler(py_spy, producer.pid, keep / f"{path}-client.txt", "client (producer)")
+                Sampler(
+                    py_spy, producer.pid, keep / f"{path}-client.txt", "client (producer)", wall
+                )
             )
         if path == "fanout":
             samplers.append(Sampler(py_spy, hub_pid, keep / "fanout-hub.txt", "hub"))
@@ -367,7 +394,7 @@ def profile_path(
     if account:
         text.append(account)
     for s in sampled:
-        text.append(report(s, messages))
+        text.append(wall_report(s) if wall else report(s, messages))
     return "\n".join(text)
 
 
@@ -377,6 +404,9 @@ def main() -> None:
     p.add_argument("--keep", type=Path, help="keep py-spy's raw stacks in this directory")
     p.add_argument("--kind", choices=[EACH, NONE], help="publishing kind (default: the first)")
     p.add_argument("--window", type=int, help="Hedwig's window of unacknowledged messages")
+    p.add_argument(
+        "--wall", action="store_true", help="sample every thread, idle or not (publish, topics)"
+    )
     args = p.parse_args()
     unknown = [x for x in args.paths if x not in PATHS]
     if unknown:
@@ -387,7 +417,7 @@ def main() -> None:
         keep = args.keep or Path(tmp)
         keep.mkdir(parents=True, exist_ok=True)
         for path in args.paths or list(PATHS):
-            print(profile_path(path, py_spy, keep, args.kind, args.window), flush=True)
+            print(profile_path(path, py_spy, keep, args.kind, args.window, args.wall), flush=True)
 
 
 if __name__ == "__main__":
