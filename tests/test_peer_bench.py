@@ -215,3 +215,29 @@ def test_table_rows_by_kind_and_line(tmp_path: Path) -> None:
     none = next(ln for ln in table.splitlines() if "acknowledged msg/s, no outcome per" in ln)
     assert "| 410k (400k-420k) | 500k [1 runs] | 600k [1 runs] | 0.82 | ≥ 1.0 |" in each
     assert "| 1,050k (1,000k-1,100k) | 525k (500k-550k) | - | 2.00 | ≥ 1.0 |" in none
+
+
+def test_lines_and_rounds_a_run_chooses(tmp_path: Path) -> None:
+    """Kafka 4.4.0 is the peer of the default lines; 4.1.1 runs only when asked for, and
+    then only on the workloads named; a workload capped at one round runs in the first."""
+    default = lines_by_key(None)
+    assert [ln.key for ln in default] == ["hedwig", "kafka-durable", "kafka-default"]
+    assert {ln.version for ln in default if ln.system == "kafka"} == {fetch.KAFKA_VERSION}
+    assert fetch.KAFKA_VERSION == "4.4.0"
+    (previous,) = lines_by_key(["kafka-4.1.1-durable"])
+    assert previous.version == fetch.PREVIOUS_KAFKA_VERSION == "4.1.1"
+    assert previous.producer_config == {"acks": "all", "enable.idempotence": True}
+    harness = Harness(
+        lines=[*default, previous],
+        workloads=list(WORKLOADS),
+        rounds=3,
+        out=tmp_path / "r.jsonl",
+        classpath=None,
+        kafka_python_path=None,
+        log=sys.stderr,
+        only={previous.key: {"1", "7b"}},
+    )
+    w = {x.key: x for x in WORKLOADS}
+    assert harness.runs(previous, w["1"], 2) and not harness.runs(previous, w["2a"], 0)
+    assert harness.runs(default[0], w["7c"], 0) and not harness.runs(default[0], w["7c"], 1)
+    assert harness.runs(default[1], w["4"], 2)

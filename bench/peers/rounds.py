@@ -209,7 +209,7 @@ class Harness:
             return
         try:
             for w in workloads:
-                if not self._runs(line, w, r):
+                if not self.runs(line, w, r):
                     continue
                 for kind in w.kinds:
                     run_id = f"{r}{line.key[:1]}{w.key}{int(time.time() * 1000) % 10**8}"
@@ -221,7 +221,8 @@ class Harness:
         finally:
             running.stop()
 
-    def _runs(self, line: Line, w: Workload, r: int) -> bool:
+    def runs(self, line: Line, w: Workload, r: int) -> bool:
+        """Whether ``line`` runs ``w`` in round ``r``."""
         if w.max_rounds and r >= w.max_rounds:
             return False
         return line.key not in self.only or w.key in self.only[line.key]
@@ -243,7 +244,7 @@ class Harness:
             order = self.lines[k:] + self.lines[:k]
             for nodes in sorted(by_nodes):
                 for line in order:
-                    if any(self._runs(line, w, r) for w in by_nodes[nodes]):
+                    if any(self.runs(line, w, r) for w in by_nodes[nodes]):
                         self.turn(r, line, nodes, by_nodes[nodes])
 
 
