@@ -240,4 +240,5 @@ def test_lines_and_rounds_a_run_chooses(tmp_path: Path) -> None:
     w = {x.key: x for x in WORKLOADS}
     assert harness.runs(previous, w["1"], 2) and not harness.runs(previous, w["2a"], 0)
     assert harness.runs(default[0], w["7c"], 0) and not harness.runs(default[0], w["7c"], 1)
+    assert not harness.runs(default[2], w["7c"], 0)  # not on Kafka's default line
     assert harness.runs(default[1], w["4"], 2)

@@ -7,9 +7,11 @@ do not fit in a command line).
 
 It prints ``{"event": "ready"}`` (consumer attached), ``{"event": "warm"}`` (a producer told to
 wait for the others past its warm-up: it goes on at a line on its standard input),
-``{"event": "measuring"}`` (producer past its warm-up) and finally ``{"event": "result", ...}``,
-one JSON object a line, so the harness can sample the servers' CPU time over exactly the
-measured part and start the producers only once the consumers are attached.
+``{"event": "measuring"}`` (producer past its warm-up) and finally ``{"event": "result",
+...}``, one JSON object a line, so the harness can sample the servers' CPU time over exactly
+the measured part and start the producers only once the consumers are attached. A consumer
+waits for a line on its standard input saying the producers are done before its time budget
+starts to run.
 """
 
 from __future__ import annotations

@@ -248,6 +248,9 @@ async def consume(bootstrap: list[str], spec: ConsumeSpec, emit: Emit) -> dict[s
         gc.freeze()
         emit({"event": "ready"})
         tasks = [asyncio.create_task(drain(per_name[s.name], s)) for s in subs]
+        # The budget runs from when the producers are done (the harness's word on standard
+        # input): a slow system's producers may take longer than any fixed budget.
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(done.wait(), spec.timeout_s)
         for task in tasks:

@@ -299,9 +299,17 @@ def _driver(role: str, bootstrap: list[str], spec: dict[str, object]) -> subproc
             json.dumps(spec),
         ],
         stdout=subprocess.PIPE,
+        stdin=subprocess.PIPE,
         text=True,
         cwd=ROOT,
     )
+
+
+def _done(proc: subprocess.Popen[str]) -> None:
+    """Tell a consumer the producer is done (its time budget runs from then)."""
+    assert proc.stdin is not None
+    proc.stdin.write("done\n")
+    proc.stdin.flush()
 
 
 def _wait(proc: subprocess.Popen[str], event: str) -> dict[str, object]:
@@ -366,6 +374,7 @@ def profile_path(
             )
         result: dict[str, Any] = {}
         if consumer is not None:
+            _done(consumer)
             result = merge.deliveries([_wait(consumer, "result")])
             consumer.wait()
         sampled = [s.stop() for s in samplers]

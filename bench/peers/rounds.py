@@ -13,8 +13,9 @@ warm-up and wait, and are told to go together (a line on their standard input), 
 measured parts overlap. The servers' CPU time is sampled when every producer has reported
 ``measuring`` and when every one has reported its result; the servers' resident memory before
 the run and then.
-A backlog's consumer starts after the producer is done. The processes' reports are made one
-result by ``merge.py``.
+A backlog's consumer starts after the producer is done. A consumer's time budget runs from
+when the producers are done (it is told so on its standard input). The processes' reports
+are made one result by ``merge.py``.
 """
 
 from __future__ import annotations
@@ -79,7 +80,8 @@ class Driver:
                 return got
 
     def go(self) -> None:
-        """Release a producer waiting at the barrier after its warm-up."""
+        """Release a producer waiting at the barrier after its warm-up; tell a consumer the
+        producers are done (its budget runs from then)."""
         assert self.proc.stdin is not None
         self.proc.stdin.write("go\n")
         self.proc.stdin.flush()
@@ -188,6 +190,8 @@ class Harness:
             if consume:
                 if not consumers:
                     start_consumers()
+                for c in consumers:
+                    c.go()
                 result["consume"] = merge.deliveries(_results(consumers, _longest(consume) + 120))
             bad = merge.problem(result["produce"])
             if bad:
@@ -217,13 +221,15 @@ class Harness:
                     result = self.run_one(line, running, w, run_id, kind)
                     result.update(nodes=nodes, load_before=round(load, 2))
                     self._record(result, r)
-                    time.sleep(1.0)
+                    time.sleep(0.5)
         finally:
             running.stop()
 
     def runs(self, line: Line, w: Workload, r: int) -> bool:
         """Whether ``line`` runs ``w`` in round ``r``."""
         if w.max_rounds and r >= w.max_rounds:
+            return False
+        if w.lines and line.key not in w.lines:
             return False
         return line.key not in self.only or w.key in self.only[line.key]
 

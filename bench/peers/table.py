@@ -180,6 +180,12 @@ def _fmt(v: float, throughput: bool) -> str:
     return f"{v:.2f}"
 
 
+def _ratio(r: float) -> str:
+    """Two decimals, or two significant digits below 0.1 (a latency hundreds of times
+    lower is not 0.00)."""
+    return f"{r:.2f}" if r >= 0.1 else f"{r:.2g}"
+
+
 def _cell(values: list[float], throughput: bool, rounds: int) -> str:
     if not values:
         return "-"
@@ -228,7 +234,7 @@ def render(paths: list[Path], note: str = "") -> str:
                 if h and k and statistics.median(k)
                 else None
             )
-            cells.append(f"{ratio:.2f}" if ratio is not None else "-")
+            cells.append(_ratio(ratio) if ratio is not None else "-")
             cells.append(row.target)
         out.append("| " + " | ".join(cells) + " |")
     names = ", ".join(f"`{p.name}`" for p in paths)
