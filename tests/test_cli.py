@@ -276,6 +276,55 @@ def test_first_mistakes_fail_at_once_and_say_what_to_do() -> None:
         assert drain.returncode == 0  # owns nothing: nothing to strand
 
 
+def test_a_mistyped_hub_fails_in_seconds_saying_what_is_there(dev: Cli) -> None:
+    """Nothing listening, a host that does not resolve, a hub's metrics port, ZooKeeper's port:
+    each fails within a few seconds (not the 30 s retry deadline), saying what is there, with
+    exit 1; a list with one hub that answers goes on."""
+    status = json.loads(dev("dev", "status", "--json").stdout)
+    metrics = status["hubs"][0]["metrics"].removeprefix("http://")
+    for address, told in (
+        ("127.0.0.1:9", "nothing listening"),
+        ("no-such-host.invalid:4080", "no such host"),
+        (metrics, "not a Hedwig hub (a metrics or ZooKeeper port?)"),
+        (status["zk"], "not a Hedwig hub (a metrics or ZooKeeper port?)"),
+    ):
+        for argv in (("pub", "--hub", address, "t"), ("sub", "--hub", address, "t", "r")):
+            t0 = time.monotonic()
+            out = dev(*argv, input="x\n")
+            assert time.monotonic() - t0 < 10, argv
+            assert out.returncode == 1, out.stderr
+            assert f"no Hedwig hub at {address} (" in out.stderr and told in out.stderr, out.stderr
+            assert "WARNING" not in out.stderr
+            assert "check the address (--hub, HEDWIG_HUB)" in out.stderr
+            assert "waiting for topic" not in out.stderr and "retrying" not in out.stderr
+    some = f"127.0.0.1:9,{status['hubs'][1]['address']}"
+    assert dev("pub", "--hub", some, "mistyped-one", input="x\n").stdout == "1\tx\n"
+
+
+def test_pub_gives_up_at_its_deadline_with_stderr_piped_into_head(dev: Cli) -> None:
+    """Every hub gone after ``hedwig pub`` started, its stderr a pipe whose reader has exited:
+    it still gives up at its retry deadline, with exit 1."""
+    pipeline = subprocess.Popen(
+        [
+            "bash",
+            "-c",
+            f"(sleep 8; echo x) | {sys.executable} -m hedwig pub headed --retry-deadline 5 "
+            "2>&1 >/dev/null | head -c 10; exit ${PIPESTATUS[1]}",
+        ],
+        stdout=subprocess.PIPE,
+        env=dev.env,
+    )
+    time.sleep(1.5)  # past the check that a hub answers, before the line comes
+    try:
+        for i in range(3):
+            assert dev("dev", "kill", str(i)).returncode == 0
+        assert pipeline.wait(30) == 1
+    finally:
+        pipeline.kill()
+        for i in range(3):
+            dev("dev", "restart", str(i))
+
+
 def test_bench_reports_delivery_rate_and_latency(dev: Cli) -> None:
     out = dev("bench", "--subscribe", "--messages", "5000", "--warmup", "1000", timeout=120)
     assert out.returncode == 0, out.stderr

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from hedwig.cli.reach import HubsUnreachableError, check_hubs
 from hedwig.errors import (
     ConnectionLostError,
     DeadlineExceededError,
@@ -32,6 +33,7 @@ from hedwig.errors import (
     UsageError,
 )
 from hedwig.metadata import open_store
+from hedwig.net.transport import split_address
 from hedwig.security.credentials import POD_TOKEN_FILE, ClientSecurity
 
 # The one region default of every component (hubs, commands, the Spark source, the operator).
@@ -132,6 +134,16 @@ def resolve_zk(args: argparse.Namespace) -> str:
 
 
 def resolve_hubs(args: argparse.Namespace) -> list[str]:
+    """The hubs to talk to, once one of them has answered (``reach``: an address that was
+    never a hub's fails within seconds, saying what is there, not after the retry deadline)."""
+    hubs = _hub_addresses(args)
+    for address in hubs:
+        split_address(address)  # HOST:PORT, or a UsageError before anything is dialled
+    asyncio.run(check_hubs(hubs, client_security(args)))
+    return hubs
+
+
+def _hub_addresses(args: argparse.Namespace) -> list[str]:
     if args.hub:
         return [h.strip() for h in str(args.hub).split(",") if h.strip()]
     if args.zk:
@@ -162,6 +174,11 @@ _HINTS: list[tuple[type[HedwigError], str]] = [
         "is the metadata store running there (and, for a secured etcd, are HEDWIG_ETCD_CA, "
         "_CERT, _KEY and _CREDENTIALS set, as the credentials' env file sets them)? "
         "'hedwig dev up' starts one and hubs on this machine",
+    ),
+    (
+        HubsUnreachableError,
+        "check the address (--hub, HEDWIG_HUB): a hub's client port, 4080 in Kubernetes, "
+        "24001... for 'hedwig dev up'; 'hedwig dev status' or 'hedwig hubs' lists them",
     ),
     (
         ConnectionLostError,

@@ -79,13 +79,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=run_subscriptions)
 
 
-def _client(args: argparse.Namespace) -> HedwigClient:
-    return HedwigClient(resolve_hubs(args), security=client_security(args))
+def _client(hubs: list[str], args: argparse.Namespace) -> HedwigClient:
+    return HedwigClient(hubs, security=client_security(args))
 
 
 def run_topic_describe(args: argparse.Namespace) -> int:
     async def go() -> dict[str, object]:
-        async with _client(args) as client:
+        async with _client(hubs, args) as client:
             d = await client.describe_topic(args.topic)
             owner = client.router.owner_of(args.topic)
         return {
@@ -99,6 +99,7 @@ def run_topic_describe(args: argparse.Namespace) -> int:
         }
 
     try:
+        hubs = resolve_hubs(args)
         row = asyncio.run(go())
     except HedwigError as exc:
         return report("topic describe", exc)
@@ -113,10 +114,11 @@ def run_topic_describe(args: argparse.Namespace) -> int:
 
 def run_topic_delete(args: argparse.Namespace) -> int:
     async def go() -> None:
-        async with _client(args) as client:
+        async with _client(hubs, args) as client:
             await client.delete_topic(args.topic, force=args.force)
 
     try:
+        hubs = resolve_hubs(args)
         asyncio.run(go())
     except HedwigError as exc:
         return report("topic delete", exc)
@@ -126,11 +128,12 @@ def run_topic_delete(args: argparse.Namespace) -> int:
 
 def run_subscription_create(args: argparse.Namespace) -> int:
     async def go() -> None:
-        async with _client(args) as client:
+        async with _client(hubs, args) as client:
             sub = await client.subscribe(args.topic, args.subscriber, mode=SubscribeMode.CREATE)
             await sub.close()
 
     try:
+        hubs = resolve_hubs(args)
         asyncio.run(go())
     except HedwigError as exc:
         return report("subscription create", exc)
@@ -140,10 +143,11 @@ def run_subscription_create(args: argparse.Namespace) -> int:
 
 def run_subscription_delete(args: argparse.Namespace) -> int:
     async def go() -> None:
-        async with _client(args) as client:
+        async with _client(hubs, args) as client:
             await client.unsubscribe(args.topic, args.subscriber)
 
     try:
+        hubs = resolve_hubs(args)
         asyncio.run(go())
     except HedwigError as exc:
         return report("subscription delete", exc)
@@ -157,10 +161,11 @@ def run_subscription_reset(args: argparse.Namespace) -> int:
     )
 
     async def go() -> int:
-        async with _client(args) as client:
+        async with _client(hubs, args) as client:
             return await client.reset_subscription(args.topic, args.subscriber, to)
 
     try:
+        hubs = resolve_hubs(args)
         mark = asyncio.run(go())
     except HedwigError as exc:
         return report("subscription reset", exc)
@@ -170,7 +175,7 @@ def run_subscription_reset(args: argparse.Namespace) -> int:
 
 def run_subscriptions(args: argparse.Namespace) -> int:
     async def go() -> list[dict[str, object]]:
-        async with _client(args) as client:
+        async with _client(hubs, args) as client:
             d = await client.describe_topic(args.topic)
         now = time.time() * 1000
         return [
@@ -185,6 +190,7 @@ def run_subscriptions(args: argparse.Namespace) -> int:
         ]
 
     try:
+        hubs = resolve_hubs(args)
         rows = asyncio.run(go())
     except HedwigError as exc:
         return report("subscriptions", exc)

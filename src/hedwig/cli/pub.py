@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import concurrent.futures
+import contextlib
 import json
 import sys
 import threading
@@ -145,10 +146,15 @@ class Publisher:
         if now - self._last_wait >= 2.0:
             self._last_wait = now
             self.progress.done()
-            print(
-                f"hedwig pub: waiting for topic {topic!r} ({seconds:.0f} s so far): {error}",
-                file=sys.stderr,
-            )
+            # stderr may be gone (piped into ``head``, which exited): the retries then go on
+            # to their deadline untold, rather than this failing inside the client.
+            with contextlib.suppress(OSError):
+                print(
+                    f"hedwig pub: retrying topic {topic!r} ({seconds:.0f} s of "
+                    f"{self.args.retry_deadline:g} so far): {error}",
+                    file=sys.stderr,
+                    flush=True,
+                )
 
     async def run(self) -> int:
         args = self.args
