@@ -470,6 +470,31 @@ def test_dev_up_secure_prints_its_credentials_and_the_commands_use_them(
             listed = as_admin("topics", "--zk", url)
             assert listed.returncode == 0, listed.stderr
             assert "greetings" in listed.stdout
+            # ``hedwig acl`` finds the cluster and its region as the others do, says what it
+            # did, lists as JSON, and a wrong operation is a command used wrongly (2).
+            bad = as_admin(
+                "acl", "add", "x", "--principal", "bob", "--topic", "t", "--operations", "pub"
+            )
+            assert bad.returncode == 2 and "not pub" in bad.stderr and "publish" in bad.stderr
+            added = as_admin(
+                "acl", "add", "x", "--principal", "bob", "--topic", "t", "--operations", "read"
+            )
+            assert added.returncode == 0, added.stderr
+            assert added.stdout == "ACL entry x (region default): allow bob read on topic 't'\n"
+            (entry,) = json.loads(as_admin("acl", "list", "--json").stdout)
+            assert entry["entry"] == "x" and entry["rules"][0]["operations"] == ["read"]
+            if store == "zookeeper":
+                no_digest = {k: v for k, v in as_admin.env.items() if k != "HEDWIG_ZK_DIGEST"}
+                refused = subprocess.run(
+                    [sys.executable, "-m", "hedwig", "acl", "delete", "x"],
+                    capture_output=True,
+                    text=True,
+                    env=no_digest,
+                )
+                assert refused.returncode == 1
+                assert "NoAuthError" in refused.stderr and "HEDWIG_ZK_DIGEST" in refused.stderr
+            deleted = as_admin("acl", "delete", "x")
+            assert deleted.stdout == "deleted ACL entry x (region default)\n"
         finally:
             cli("dev", "down")
             try:

@@ -17,34 +17,46 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def by_hand_session() -> str:
-    readme = (ROOT / "README.md").read_text()
-    after = readme[readme.index("By hand, after `make deps`") :]
-    match = re.search(r"```\n(.*?)```", after, re.S)
-    assert match is not None, "the README has no by-hand session"
+def block_after(page: str, marker: str, fence: str = "```") -> str:
+    """The first code block of ``page`` after ``marker``, as a user copies it."""
+    text = (ROOT / page).read_text()
+    after = text[text.index(marker) :]
+    match = re.search(re.escape(fence) + r"\n(.*?)```", after, re.S)
+    assert match is not None, f"{page} has no code block after {marker!r}"
     return match.group(1)
 
 
-def test_the_by_hand_session_works_when_pasted() -> None:
-    session = by_hand_session()
-    state = Path(scratch.mkdtemp("readme-")) / "dev.json"
+def by_hand_session() -> str:
+    return block_after("README.md", "By hand, after `make deps`")
+
+
+def pasted(script: str, tmp: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """``script`` run as a shell runs what is pasted into it (stopping at the first failure),
+    with a state file and temporary directory of its own; its cluster stopped afterwards."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("HEDWIG_")}
-    env["HEDWIG_DEV_STATE"] = str(state)
-    # The session runs its own ``hedwig``: the one next to this interpreter (``.venv/bin``).
+    env["HEDWIG_DEV_STATE"] = str(tmp / "dev.json")
+    env["TMPDIR"] = str(tmp)  # mktemp -d in the script
+    # The script runs its own ``hedwig``: the one next to this interpreter (``.venv/bin``).
     env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
     try:
-        out = subprocess.run(
-            ["bash", "-e", "-c", session],
+        return subprocess.run(
+            ["bash", "-e", "-c", script],
             cwd=ROOT,
             env=env,
             capture_output=True,
             text=True,
-            timeout=300,
+            timeout=timeout,
         )
     finally:
         subprocess.run(
             [sys.executable, "-m", "hedwig", "dev", "down"], env=env, capture_output=True
         )
+
+
+def test_the_by_hand_session_works_when_pasted() -> None:
+    tmp = Path(scratch.mkdtemp("readme-"))
+    state = tmp / "dev.json"
+    out = pasted(by_hand_session(), tmp)
     assert out.returncode == 0, out.stdout + out.stderr
     lines = out.stdout.splitlines()
     assert any(line.startswith("READY hubs=") for line in lines)
@@ -53,3 +65,21 @@ def test_the_by_hand_session_works_when_pasted() -> None:
     assert "3\tagain" in lines
     assert "stopping the development cluster" in out.stdout
     assert not state.exists()
+
+
+def test_the_security_by_hand_steps_work_when_pasted() -> None:
+    """docs/security.md's steps: admin publishes, alice is refused until ``hedwig acl add``
+    (finding the development cluster and its region by itself) grants her the topics, and
+    says what it added."""
+    tmp = Path(scratch.mkdtemp("security-doc-"))
+    out = pasted(block_after("docs/security.md", "## Running it by hand"), tmp)
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    assert any(line.startswith("SECURE credentials in ") for line in lines)
+    assert lines.count("1\thi") == 1 and lines.count("2\thi") == 1
+    assert "refused" in lines
+    assert "principal alice may not publish topic 'orders.eu'" in out.stderr
+    assert "hedwig acl add" in out.stderr  # the refusal says what grants it
+    added = "ACL entry shop/alice (region default): allow alice create,publish,subscribe on "
+    assert added + "topics 'orders.'*" in lines
+    assert "\tallow alice create,publish,subscribe on topics 'orders.'*" in lines

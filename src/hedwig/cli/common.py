@@ -23,8 +23,10 @@ from hedwig.cli.reach import HubsUnreachableError, check_hubs
 from hedwig.errors import (
     ConnectionLostError,
     DeadlineExceededError,
+    ForbiddenError,
     HedwigError,
     InvalidTopicError,
+    MetadataError,
     MetadataUnavailableError,
     NoSuchSubscriptionError,
     NoSuchTopicError,
@@ -170,6 +172,11 @@ _HINTS: list[tuple[type[HedwigError], str]] = [
     (SubscriptionBusyError, "another process is attached; --force-attach takes it over"),
     (InvalidTopicError, "names are 1 to 255 bytes of printable UTF-8"),
     (
+        ForbiddenError,
+        "an ACL must allow it: 'hedwig acl add ENTRY --principal P --topic T --operations OP' "
+        "(docs/security.md)",
+    ),
+    (
         MetadataUnavailableError,
         "is the metadata store running there (and, for a secured etcd, are HEDWIG_ETCD_CA, "
         "_CERT, _KEY and _CREDENTIALS set, as the credentials' env file sets them)? "
@@ -188,7 +195,20 @@ _HINTS: list[tuple[type[HedwigError], str]] = [
 ]
 
 
+# Refusals the metadata store words its own way (ZooKeeper's NoAuth, etcd's permission
+# denied), told by what they say: the store's errors carry no kind for them.
+_STORE_REFUSALS = ("NoAuthError", "InvalidACLError", "AuthFailedError", "permission denied")
+_STORE_REFUSAL_HINT = (
+    "the metadata store refused this user: its tree is protected. Give the ZooKeeper digest "
+    "as HEDWIG_ZK_DIGEST=USER:PASSWORD (the env file 'hedwig dev up --secure' prints sets it; "
+    "under the operator it is in the Secret <pool>-zookeeper) or zk://USER:PASSWORD@HOST:PORT, "
+    "or etcd's HEDWIG_ETCD_CREDENTIALS"
+)
+
+
 def hint_for(exc: BaseException) -> str | None:
+    if isinstance(exc, MetadataError) and any(w in str(exc) for w in _STORE_REFUSALS):
+        return _STORE_REFUSAL_HINT
     for cls, hint in _HINTS:
         if isinstance(exc, cls):
             return hint
