@@ -193,6 +193,67 @@ def test_topic_and_subscription_lifecycle(dev: Cli) -> None:
     assert again.returncode == 1 and "hedwig subscriptions" in again.stderr
 
 
+def test_sub_says_what_it_creates_and_a_timeout_with_nothing_received_fails(dev: Cli) -> None:
+    """A mistyped topic: ``hedwig sub`` says it creates it; a new subscription says where it
+    starts; ``--timeout`` without ``--count`` and nothing received is a failure (1)."""
+    typo = dev("sub", "greetinsg", "reader", "--timeout", "1")
+    assert typo.returncode == 1, typo.stderr
+    assert "topic 'greetinsg' does not exist: subscribing creates it" in typo.stderr
+    assert "hedwig topic delete greetinsg" in typo.stderr
+    assert "1 s without a message; nothing received" in typo.stderr
+    assert dev("pub", "told", input="a\n").returncode == 0
+    fresh = dev("sub", "told", "late", "--timeout", "1")
+    assert fresh.returncode == 1 and "'late' of 'told' is new" in fresh.stderr
+    assert "--earliest" in fresh.stderr
+    assert dev("pub", "told", input="b\n").returncode == 0
+    again = dev("sub", "told", "late", "--timeout", "2")
+    assert again.returncode == 0 and again.stdout == "2\tb\n"  # idle after some: done
+    assert "new" not in again.stderr and "does not exist" not in again.stderr
+
+
+def test_a_new_subscription_starts_at_the_first_kept_message_in_one_step(dev: Cli) -> None:
+    assert dev("pub", "kept-early", "-q", input="a\nb\nc\n").returncode == 0
+    made = dev("subscription", "create", "kept-early", "first", "--earliest")
+    assert made.returncode == 0, made.stderr
+    assert made.stdout == (
+        "created subscription first of kept-early: delivery starts at 1, the first kept message\n"
+    )
+    got = dev("sub", "kept-early", "first", "--count", "3", "--timeout", "10")
+    assert got.stdout.splitlines() == ["1\ta", "2\tb", "3\tc"], got.stderr
+    got = dev("sub", "kept-early", "other", "--earliest", "--count", "3", "--timeout", "10")
+    assert got.stdout.splitlines() == ["1\ta", "2\tb", "3\tc"], got.stderr
+    # An existing subscription goes on where it is: nothing new, nothing again.
+    again = dev("sub", "kept-early", "other", "--earliest", "--timeout", "1")
+    assert again.returncode == 1 and again.stdout == ""
+    exists = dev("subscription", "create", "kept-early", "first", "--earliest")
+    assert exists.returncode == 1
+
+
+def test_an_attached_subscription_is_taken_over_with_force_attach(dev: Cli) -> None:
+    """The busy subscription's error names ``--force-attach``, which ``hedwig sub`` has."""
+    assert dev("subscription", "create", "busy", "holder").returncode == 0
+    first = background(dev, "sub", "busy", "holder", "--timeout", "60")
+    try:
+        deadline = time.monotonic() + 20
+        while not any(
+            s["attached"] for s in json.loads(dev("subscriptions", "busy", "--json").stdout)
+        ):
+            assert time.monotonic() < deadline, "the first subscriber never attached"
+            time.sleep(0.2)
+        busy = dev("sub", "busy", "holder", "--timeout", "1")
+        assert busy.returncode == 1, busy.stderr
+        assert "'hedwig sub TOPIC SUBSCRIBER --force-attach' takes it over" in busy.stderr
+        taken = background(dev, "sub", "busy", "holder", "--force-attach", "--count", "1")
+        _, err = first.communicate(timeout=30)
+        assert first.returncode == 1, err  # closed: the other took it over
+        assert dev("pub", "busy", input="x\n").returncode == 0
+        out, err = taken.communicate(timeout=30)
+        assert taken.returncode == 0, err
+        assert out.decode() == "1\tx\n"
+    finally:
+        first.kill()
+
+
 def on_a_terminal(cli: Cli, *args: str, stdin: Path | None = None) -> tuple[int, str]:
     """Run ``hedwig`` with stderr on a pseudo-terminal; its exit status and what it wrote there."""
     leader, follower = pty.openpty()

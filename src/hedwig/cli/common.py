@@ -169,7 +169,11 @@ _HINTS: list[tuple[type[HedwigError], str]] = [
     (NoSuchTopicError, "'hedwig topics' lists the topics; publishing creates one"),
     (NoSuchSubscriptionError, "'hedwig subscriptions TOPIC' lists its subscriptions"),
     (TopicInUseError, "--force closes the attached subscribers"),
-    (SubscriptionBusyError, "another process is attached; --force-attach takes it over"),
+    (
+        SubscriptionBusyError,
+        "another process is attached to it; 'hedwig sub TOPIC SUBSCRIBER --force-attach' takes "
+        "it over (the other is closed), or use another subscriber name",
+    ),
     (InvalidTopicError, "names are 1 to 255 bytes of printable UTF-8"),
     (
         ForbiddenError,

@@ -51,6 +51,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_hub_options(c)
     c.add_argument("topic")
     c.add_argument("subscriber")
+    c.add_argument(
+        "--earliest",
+        action="store_true",
+        help="start at the first kept message instead (what was published before is delivered)",
+    )
     c.set_defaults(func=run_subscription_create)
     d = ssub.add_parser("delete", help="delete a subscription and its consume mark")
     add_hub_options(d)
@@ -126,18 +131,36 @@ def run_topic_delete(args: argparse.Namespace) -> int:
     return 0
 
 
+async def create_subscription(
+    client: HedwigClient, topic: str, subscriber: str, *, earliest: bool = False
+) -> int | None:
+    """Create the subscription (``SubscriptionExistsError`` if it exists); with ``earliest``
+    move it to the first kept message at once, and return its consume mark then.
+
+    Two requests (a create, a reset), not one: the protocol's SUBSCRIBE starts a new
+    subscription at the end. Between them it is at the end, attached by nobody, so nothing is
+    delivered from there, and the reset covers all that is kept by then."""
+    sub = await client.subscribe(topic, subscriber, mode=SubscribeMode.CREATE)
+    await sub.close()
+    if not earliest:
+        return None
+    return await client.reset_subscription(topic, subscriber, ResetTo.EARLIEST)
+
+
 def run_subscription_create(args: argparse.Namespace) -> int:
-    async def go() -> None:
+    async def go() -> int | None:
         async with _client(hubs, args) as client:
-            sub = await client.subscribe(args.topic, args.subscriber, mode=SubscribeMode.CREATE)
-            await sub.close()
+            return await create_subscription(
+                client, args.topic, args.subscriber, earliest=args.earliest
+            )
 
     try:
         hubs = resolve_hubs(args)
-        asyncio.run(go())
+        mark = asyncio.run(go())
     except HedwigError as exc:
         return report("subscription create", exc)
-    print(f"created subscription {args.subscriber} of {args.topic}")
+    told = f": delivery starts at {mark + 1}, the first kept message" if mark is not None else ""
+    print(f"created subscription {args.subscriber} of {args.topic}{told}")
     return 0
 
 
