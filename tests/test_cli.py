@@ -121,6 +121,22 @@ def test_pub_fast_with_a_summary(dev: Cli) -> None:
     assert peek.stdout.splitlines() == [f"49999\t{49998:099d}", f"50000\t{49999:099d}"]
 
 
+def test_pub_stopping_at_a_line_prints_what_was_stored_before_it(dev: Cli) -> None:
+    """An oversized line stops ``hedwig pub``; the lines before it were stored, and their
+    acknowledgements are printed, so a script re-publishes only from the line it names."""
+    lines = "".join(f"m{i}\n" for i in range(1, 1001)) + "y" * 2_000_000 + "\nafter\n"
+    pub = dev("pub", "stops", input=lines)
+    assert pub.returncode == 1
+    assert pub.stdout.splitlines() == [f"{i}\tm{i}" for i in range(1, 1001)]
+    assert "line 1001 (2,000,000 bytes) was not published" in pub.stderr
+    assert "the 1000 lines before line 1001 were stored" in pub.stderr
+    peek = dev("sub", "stops", "--peek")
+    assert len(peek.stdout.splitlines()) == 1000  # none twice, none after the stop
+    quiet = dev("pub", "stops", "-q", "-K", ":", input="k:v\nno separator\n")
+    assert quiet.returncode == 2 and "line 2 has no key separator" in quiet.stderr
+    assert "the 1 lines before line 2 were stored (not printed: --quiet)" in quiet.stderr
+
+
 def test_keys_headers_and_json(dev: Cli) -> None:
     pub = dev("pub", "keyed", "-K", ":", "-H", "source=cli", input="k1:v1\nk2:v2\n")
     assert pub.returncode == 0, pub.stderr
