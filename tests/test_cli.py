@@ -547,6 +547,15 @@ def test_dev_up_secure_prints_its_credentials_and_the_commands_use_them(
             listed = as_admin("topics", "--zk", url)
             assert listed.returncode == 0, listed.stderr
             assert "greetings" in listed.stdout
+            # The owners are asked with the same credentials as pub and sub: the owner's
+            # figures, not the store's (which put LAST_SEQ at 0 and the backlog below it).
+            (row,) = json.loads(as_admin("topics", "--json").stdout)
+            assert (row["last_seq"], row["source"], row["backlog"]) == (1, "owner", 0)
+            if store == "zookeeper":
+                anonymous = cli("topics", "--json")
+                assert anonymous.returncode == 0, anonymous.stderr
+                assert "could not ask owner" in anonymous.stderr and "--tls-ca" in anonymous.stderr
+                assert json.loads(anonymous.stdout)[0]["source"] == "store"
             # ``hedwig acl`` finds the cluster and its region as the others do, says what it
             # did, lists as JSON, and a wrong operation is a command used wrongly (2).
             bad = as_admin(
