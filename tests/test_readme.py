@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -83,3 +84,65 @@ def test_the_security_by_hand_steps_work_when_pasted() -> None:
     added = "ACL entry shop/alice (region default): allow alice create,publish,subscribe on "
     assert added + "topics 'orders.'*" in lines
     assert "\tallow alice create,publish,subscribe on topics 'orders.'*" in lines
+
+
+def _dev_up(tmp: Path) -> tuple[dict[str, str], dict[str, object]]:
+    """``hedwig dev up --detach`` with a state file of its own: its environment and state."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HEDWIG_")}
+    env["HEDWIG_DEV_STATE"] = str(tmp / "dev.json")
+    up = subprocess.run(
+        [sys.executable, "-m", "hedwig", "dev", "up", "--detach"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert up.returncode == 0, up.stdout + up.stderr
+    return env, json.loads((tmp / "dev.json").read_text())
+
+
+@pytest.mark.spark
+def test_the_spark_example_runs_against_the_development_cluster() -> None:
+    """docs/spark.md's "Using it": the shell lines, then the script, against ``hedwig dev up``
+    (whose ports are the page's unless another cluster holds them: then they are put in)."""
+    tmp = Path(scratch.mkdtemp("spark-doc-"))
+    env, state = _dev_up(tmp)
+    try:
+        hubs = [str(h["address"]) for h in state["hubs"]]  # type: ignore[attr-defined]
+        ports = {"127.0.0.1:24000": str(state["zk"])}
+        ports |= {f"127.0.0.1:{24001 + i}": address for i, address in enumerate(hubs)}
+
+        def placed(text: str) -> str:
+            return re.sub(r"127\.0\.0\.1:240\d\d", lambda m: ports[m.group(0)], text)
+
+        shell = placed(block_after("docs/spark.md", "## Using it"))
+        done = subprocess.run(
+            ["bash", "-e", "-c", shell], cwd=ROOT, env=env, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+        script = tmp / "example.py"
+        script.write_text(
+            placed(block_after("docs/spark.md", "this runs as a script", "```python"))
+        )
+        ran = subprocess.run(
+            [sys.executable, str(script)],
+            cwd=tmp,
+            env={**env, "TMPDIR": str(tmp)},
+            capture_output=True,
+            text=True,
+            timeout=400,
+        )
+        assert ran.returncode == 0, ran.stdout + ran.stderr[-3000:]
+        assert "streamed 3 messages" in ran.stdout
+        assert "traffic.quadrant-1-0|  1|    c|" in ran.stdout
+        peek = subprocess.run(
+            [sys.executable, "-m", "hedwig", "sub", "shouting", "--peek"],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        assert sorted(line.split("\t")[1] for line in peek.stdout.splitlines()) == ["A", "B", "C"]
+    finally:
+        subprocess.run(
+            [sys.executable, "-m", "hedwig", "dev", "down"], env=env, capture_output=True
+        )
