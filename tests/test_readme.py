@@ -146,3 +146,31 @@ def test_the_spark_example_runs_against_the_development_cluster() -> None:
         subprocess.run(
             [sys.executable, "-m", "hedwig", "dev", "down"], env=env, capture_output=True
         )
+
+
+def test_the_python_example_runs_as_a_script() -> None:
+    """The README's Python example, saved as a file and run against ``hedwig dev up`` (its
+    first hub's address put in if another cluster holds the README's port)."""
+    tmp = Path(scratch.mkdtemp("python-doc-"))
+    env, state = _dev_up(tmp)
+    try:
+        first = str(state["hubs"][0]["address"])  # type: ignore[index]
+        script = tmp / "greetings.py"
+        code = block_after("README.md", "In Python, as a script", "```python")
+        script.write_text(code.replace("127.0.0.1:24001", first))
+        ran = subprocess.run(
+            [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        assert ran.stdout.splitlines() == ["1 b'hello'", "[2, 3, 4]"]
+        peek = subprocess.run(
+            [sys.executable, "-m", "hedwig", "sub", "greetings", "--peek"],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        assert peek.stdout.splitlines()[-1] == "5\tfour"  # sent, and flushed before the end
+    finally:
+        subprocess.run(
+            [sys.executable, "-m", "hedwig", "dev", "down"], env=env, capture_output=True
+        )
