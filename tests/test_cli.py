@@ -270,6 +270,33 @@ def test_an_attached_subscription_is_taken_over_with_force_attach(dev: Cli) -> N
         first.kill()
 
 
+def test_topic_create_and_config_set_a_topics_own_settings(dev: Cli) -> None:
+    """A topic made explicitly with settings of its own, changed later, and the owner taking
+    them at its next take-over (``hedwig move``); mistakes exit 2, a missing topic 1."""
+    made = dev("topic", "create", "configured", "--max-message-size", "1000", "--json")
+    assert made.returncode == 0, made.stderr
+    assert json.loads(made.stdout)["max-message-size"] == 1000
+    assert "configured" in dev("topics").stdout  # it exists, with nothing published
+    again = dev("topic", "create", "configured")
+    assert again.returncode == 1 and "'hedwig topic config configured'" in again.stderr
+    big = dev("pub", "configured", input="x" * 2000 + "\n")
+    assert big.returncode == 1 and "exceeds the limit of 1000" in big.stderr
+    changed = dev("topic", "config", "configured", "--unset", "max-message-size", "--json")
+    assert json.loads(changed.stdout)["max-message-size"] is None
+    changed = dev(
+        "topic", "config", "configured", "--retention-ms", "60000", "--replication", "3/3/2"
+    )
+    assert changed.returncode == 0 and "next take-over" in changed.stdout
+    assert dev("move", "configured").returncode == 0
+    assert dev("pub", "configured", input="x" * 2000 + "\n").returncode == 0
+    shown = json.loads(dev("topic", "config", "configured", "--json").stdout)
+    assert (shown["retention-ms"], shown["replication"]) == (60000, "3/3/2")
+    assert dev("topic", "config", "configured", "--replication", "1/2/3").returncode == 2
+    assert dev("topic", "config", "configured", "--retention-ms", "soon").returncode == 2
+    missing = dev("topic", "config", "not-made")
+    assert missing.returncode == 1 and "'hedwig topic create not-made'" in missing.stderr
+
+
 def on_a_terminal(cli: Cli, *args: str, stdin: Path | None = None) -> tuple[int, str]:
     """Run ``hedwig`` with stderr on a pseudo-terminal; its exit status and what it wrote there."""
     leader, follower = pty.openpty()

@@ -18,13 +18,14 @@ from hedwig.cli.common import (
 )
 from hedwig.cli.output import emit
 from hedwig.cli.plans import register_topic_mode
+from hedwig.cli.topic_config import register_topic_config
 from hedwig.client import HedwigClient
 from hedwig.errors import HedwigError
 from hedwig.protocol import ResetTo, SubscribeMode
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("topic", help="a topic: describe, delete, mode")
+    p = sub.add_parser("topic", help="a topic: create, config, describe, delete, mode")
     tsub = p.add_subparsers(dest="topic_command", required=True, metavar="ACTION")
     d = tsub.add_parser(
         "describe", help="a topic's owner, kept sequence ids and subscriptions (creates nothing)"
@@ -41,6 +42,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     d.set_defaults(func=run_topic_delete)
     register_topic_mode(tsub)
+    register_topic_config(tsub)
 
     p = sub.add_parser("subscription", help="a subscription: create, delete, reset")
     ssub = p.add_subparsers(dest="subscription_command", required=True, metavar="ACTION")

@@ -175,7 +175,7 @@ class Publisher:
             resume = self._print_stored(stop.line)
             self._abandon()
             code = report("pub", stop.error, stop.where) if stop.error else 1
-            if resume:
+            if resume > 1:
                 # What a script needs to publish the rest once, without duplicates.
                 print(
                     f"hedwig pub: the {resume - 1} lines before line {resume} were stored "
