@@ -297,6 +297,27 @@ def test_topic_create_and_config_set_a_topics_own_settings(dev: Cli) -> None:
     assert missing.returncode == 1 and "'hedwig topic create not-made'" in missing.stderr
 
 
+def test_ledgers_say_when_under_replication_is_the_repairs_normal_course(dev: Cli) -> None:
+    """Right after a hub goes, ``ledgers --under-replicated`` lists rows: each says what
+    repairs it and when (the re-replication delay, the next audit), not just that it is
+    short."""
+    assert dev("pub", "repaired", input="a\n").returncode == 0
+    assert dev("dev", "kill", "2").returncode == 0
+    try:
+        time.sleep(4)  # past the session timeout (3 s): the hub is gone from the registry
+        assert dev("pub", "repaired-short", input="b\n").returncode == 0
+        rows = json.loads(dev("ledgers", "--under-replicated", "--json").stdout)
+        assert rows and all(r["expected"] for r in rows), rows
+        told = {r["topic"]: r["expected"] for r in rows}
+        assert "fewer replicas than wanted" in told["repaired-short"]
+        table = dev("ledgers", "--under-replicated")
+        assert "note: " in table.stderr
+        if any(r["dead"] for r in rows):
+            assert "120 s after its hub went (--rereplication-delay)" in table.stderr
+    finally:
+        assert dev("dev", "restart", "2").returncode == 0
+
+
 def on_a_terminal(cli: Cli, *args: str, stdin: Path | None = None) -> tuple[int, str]:
     """Run ``hedwig`` with stderr on a pseudo-terminal; its exit status and what it wrote there."""
     leader, follower = pty.openpty()
