@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import subprocess
 import sys
 import time
@@ -450,6 +451,24 @@ def test_pub_gives_up_at_its_deadline_with_stderr_piped_into_head(dev: Cli) -> N
             dev("dev", "restart", str(i))
 
 
+@pytest.mark.parametrize(
+    "command", [["zk"], ["dev", "up"], ["sim"], ["bench"], ["drain"], ["topic", "config"]]
+)
+def test_every_option_says_what_it_is(command: list[str]) -> None:
+    """``--help`` describes the command and each of its options."""
+    out = Cli(Path(scratch.mkdtemp()) / "none.json")(*command, "--help")
+    assert out.returncode == 0, out.stderr
+    usage, _, body = out.stdout.partition("\n\n")
+    assert body.split("\n\n")[0].strip() and not body.startswith("options:"), out.stdout
+    lines = body.splitlines()
+    for option in sorted(set(re.findall(r"\[(--[a-z-]+)", usage)) - {"--help"}):
+        (i,) = [n for n, line in enumerate(lines) if re.match(rf"\s+{option}\b(?!-)", line)]
+        described = len(lines[i].split("  ", 2)) > 2 or (
+            i + 1 < len(lines) and lines[i + 1].startswith(" " * 10)
+        )
+        assert described, (command, option, lines[i])
+
+
 def test_bench_reports_delivery_rate_and_latency(dev: Cli) -> None:
     out = dev("bench", "--subscribe", "--messages", "5000", "--warmup", "1000", timeout=120)
     assert out.returncode == 0, out.stderr
@@ -592,6 +611,9 @@ def test_dev_up_secure_prints_its_credentials_and_the_commands_use_them(
             (ready,) = [x for x in log_path.read_text().splitlines() if x.startswith("READY")]
             url = ready.rpartition("zk=")[2]
             assert url.startswith("etcd://") == (store == "etcd")
+            # The endpoint line names the store it is.
+            label = "etcd" if store == "etcd" else "zookeeper"
+            assert f"{label:<11} {url}" in log_path.read_text().splitlines()
             listed = as_admin("topics", "--zk", url)
             assert listed.returncode == 0, listed.stderr
             assert "greetings" in listed.stdout
