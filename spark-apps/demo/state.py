@@ -93,9 +93,7 @@ class DemoState:
                             "qy": qy,
                             "topic": topic,
                             "owner": owner,
-                            "hub": self.hub_order.index(owner)
-                            if owner in self.hub_order
-                            else None,
+                            "hub": self.hub_order.index(owner) if owner in self.hub_order else None,
                         }
                     )
             return {
