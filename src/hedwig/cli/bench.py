@@ -19,12 +19,11 @@ import contextlib
 import gc
 import json
 import struct
-import sys
 import time
 from collections import deque
 from typing import Any
 
-from hedwig.cli.common import add_hub_options, client_security, resolve_hubs
+from hedwig.cli.common import add_hub_options, client_security, report, resolve_hubs
 from hedwig.client import BatchPublishResult, HedwigClient, PublishResult
 from hedwig.devcluster.cluster import DevCluster
 from hedwig.errors import HedwigError
@@ -343,8 +342,7 @@ def run_bench(args: argparse.Namespace) -> int:
         install_uvloop()
         result = asyncio.run(_bench(hubs, args))
     except HedwigError as exc:
-        print(f"hedwig bench: {exc}", file=sys.stderr)
-        return 1
+        return report("bench", exc)
     finally:
         if cluster is not None:
             cluster.stop()
