@@ -15,7 +15,7 @@ address what was found there:
 | the host does not resolve | no such host |
 | the connection is refused | nothing listening |
 | the connection is made, then closed unanswered | not a Hedwig hub (a metrics, ZooKeeper port) |
-| the connection is made, never answered | not a hub, or a frozen one |
+| the connection is made, never answered | not a hub (a metrics port), or a frozen one |
 | no connection in the budget | no answer (a firewall, or a host that is down) |
 
 A TLS or authentication failure is a hub's answer too: it is left to the command, which
@@ -29,6 +29,7 @@ import logging
 import socket
 from collections.abc import Sequence
 
+from hedwig.clock import Clock, SystemClock
 from hedwig.errors import ConnectionLostError, HedwigError, TlsError
 from hedwig.net.connection import HubConnection
 from hedwig.net.transport import TCP, TcpNetwork
@@ -44,15 +45,16 @@ RETRY_EVERY_S = 0.5
 
 NO_SUCH_HOST = "no such host"
 NOT_A_HUB = "it closed the connection unanswered: not a Hedwig hub (a metrics or ZooKeeper port?)"
+SILENT = (
+    "it took the connection, never answered: not a Hedwig hub (a metrics port?) or a frozen one"
+)
 
+# Its warnings (a silent peer dropped) would tell what this module tells, twice.
 CONNECTION_LOGGER = "hedwig.net.connection"
 
 
 def _errors_only(record: logging.LogRecord) -> bool:
     return record.levelno >= logging.ERROR
-
-
-_QUIET = _errors_only
 
 
 class HubsUnreachableError(ConnectionLostError):
@@ -75,60 +77,62 @@ def _why(exc: BaseException) -> str:
         return f"no connection in {PROBE_BUDGET_S:g} s (a firewall, or a host that is down?)"
     if isinstance(cause, OSError):
         return str(cause.strerror or cause).lower()
-    if "did not answer" in str(exc):
-        return "it took the connection and never answered: not a Hedwig hub, or a frozen one"
     return NOT_A_HUB
 
 
-async def _ask(address: str, network: TcpNetwork, timeout: float) -> None:
-    """Return once ``address`` answered a PING with any frame; raise what it did instead."""
-    conn = await HubConnection.open(address, network=network, timeout=timeout)
+async def _ask(address: str, network: TcpNetwork, clock: Clock, timeout: float) -> None:
+    """Return once ``address`` answered a PING with any frame; raise what it did instead
+    (``TimeoutError``: connected, and nothing came back in ``timeout``)."""
+    conn = await HubConnection.open(address, network=network, clock=clock, timeout=timeout)
     try:
-        try:
-            await conn.request(Ping(request_id=conn.next_id()), timeout=timeout)
-        except ConnectionLostError:
-            raise
-        except HedwigError:
-            return  # a refusal: a hub's answer all the same
+        await clock.wait_for(conn.request(Ping(request_id=conn.next_id()), timeout=None), timeout)
+    except ConnectionLostError as exc:
+        if conn.went_silent:  # dropped by the connection's keepalive: nothing ever came
+            raise TimeoutError(str(exc)) from exc
+        raise
+    except HedwigError:
+        return  # a refusal: a hub's answer all the same
     finally:
         conn.close()
 
 
-async def _probe(address: str, network: TcpNetwork, deadline: float) -> str | None:
+async def _probe(address: str, network: TcpNetwork, clock: Clock, deadline: float) -> str | None:
     """None once ``address`` answers; else why not, when the budget is spent."""
-    loop = asyncio.get_running_loop()
     why = "no answer"
-    while (left := deadline - loop.time()) > 0:
+    while (left := deadline - clock.monotonic()) > 0:
         try:
-            await _ask(address, network, left)
+            await _ask(address, network, clock, left)
             return None
         except TlsError:
             return None  # a TLS listener: the command's own connection says what failed
+        except TimeoutError:
+            return SILENT
         except ConnectionLostError as exc:
             why = _why(exc)
             if why in (NOT_A_HUB, NO_SUCH_HOST):
                 return why  # it will not turn into a hub by waiting
-        await asyncio.sleep(min(RETRY_EVERY_S, max(0.0, deadline - loop.time())))
+        await clock.sleep(min(RETRY_EVERY_S, max(0.0, deadline - clock.monotonic())))
     return why
 
 
-async def check_hubs(hubs: Sequence[str], security: ClientSecurity) -> None:
+async def check_hubs(
+    hubs: Sequence[str], security: ClientSecurity, clock: Clock | None = None
+) -> None:
     """Return as soon as one of ``hubs`` answers; ``HubsUnreachableError`` if none does."""
     network = TcpNetwork(client_tls=security.tls) if security.tls is not None else TCP
-    # The connection's own warnings (a silent peer dropped) would tell the same thing twice.
-    quiet = _QUIET if not logging.getLogger(__name__).isEnabledFor(logging.DEBUG) else None
-    if quiet is not None:
-        logging.getLogger(CONNECTION_LOGGER).addFilter(quiet)
+    quiet = not logging.getLogger(__name__).isEnabledFor(logging.DEBUG)
+    if quiet:
+        logging.getLogger(CONNECTION_LOGGER).addFilter(_errors_only)
     try:
-        await _check(hubs, network)
+        await _check(hubs, network, clock or SystemClock())
     finally:
-        if quiet is not None:
-            logging.getLogger(CONNECTION_LOGGER).removeFilter(quiet)
+        if quiet:
+            logging.getLogger(CONNECTION_LOGGER).removeFilter(_errors_only)
 
 
-async def _check(hubs: Sequence[str], network: TcpNetwork) -> None:
-    deadline = asyncio.get_running_loop().time() + PROBE_BUDGET_S
-    tasks = {asyncio.ensure_future(_probe(h, network, deadline)): h for h in hubs}
+async def _check(hubs: Sequence[str], network: TcpNetwork, clock: Clock) -> None:
+    deadline = clock.monotonic() + PROBE_BUDGET_S
+    tasks = {asyncio.ensure_future(_probe(h, network, clock, deadline)): h for h in hubs}
     reasons: dict[str, str] = {}
     try:
         for done in asyncio.as_completed(tasks):
