@@ -3,6 +3,7 @@ subscriber in one terminal and the publisher in another, with the bed's kubectl.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from collections.abc import Callable
@@ -49,3 +50,17 @@ def run_notes(
     finally:
         sub.kill()
     return subprocess.CompletedProcess(sub.args, sub.returncode, out, err), pub
+
+
+def dry_run(notes: str, env: dict[str, str]) -> dict[str, dict[str, object]]:
+    """Each of step 2's ``kubectl run`` commands as pasted, with ``--dry-run=server -o json``
+    added: the pod the API server would create, by name (a control plane without a kubelet
+    runs no pod, but merges and admits it as a real one does)."""
+    pods = {}
+    for commands in split_terminals(notes):
+        name = "hedwig-sub" if "run hedwig-sub " in commands else "hedwig-pub"
+        dry = commands.replace(f"run {name} ", f"run {name} --dry-run=server -o json ")
+        done = subprocess.run(["bash", "-e", "-c", dry], env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        pods[name] = json.loads(done.stdout)
+    return pods
