@@ -54,12 +54,14 @@ def run_notes(
 
 def dry_run(notes: str, env: dict[str, str]) -> dict[str, dict[str, object]]:
     """Each of step 2's ``kubectl run`` commands as pasted, with ``--dry-run=server -o json``
-    added: the pod the API server would create, by name (a control plane without a kubelet
-    runs no pod, but merges and admits it as a real one does)."""
+    instead of ``--rm -i``: the pod the API server would create, by name (a control plane
+    without a kubelet runs no pod, but merges and admits it as a real one does)."""
     pods = {}
     for commands in split_terminals(notes):
         name = "hedwig-sub" if "run hedwig-sub " in commands else "hedwig-pub"
-        dry = commands.replace(f"run {name} ", f"run {name} --dry-run=server -o json ")
+        # Attaching (--rm -i) is what a dry run cannot do; the pod is the same without it.
+        dry = commands.replace(f"run {name} --rm -i ", f"run {name} --dry-run=server -o json ")
+        assert dry != commands, commands
         done = subprocess.run(["bash", "-e", "-c", dry], env=env, capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
         pods[name] = json.loads(done.stdout)

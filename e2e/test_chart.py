@@ -375,4 +375,3 @@ def test_the_notes_client_pods_are_the_ones_docs_security_md_describes(
         env = {e["name"]: e["value"] for e in container["env"]}
         ca = volumes[mounts[env["HEDWIG_TLS_CA"].rpartition("/")[0]]]
         assert ca["configMap"]["name"] == "hedwig-ca-cert"
-        assert container.get("stdin") is True  # -i: the publisher reads the piped lines
