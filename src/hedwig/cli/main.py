@@ -88,3 +88,10 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader of stdout or stderr went away (``| head``): stop, quietly, as a failure;
+        # what is still buffered goes nowhere instead of into a second error at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.dup2(devnull, sys.stderr.fileno())
+        return 1

@@ -22,10 +22,17 @@ from hedwig.placement import POLICIES, PlacementPolicy
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("zk", help="run a standalone ZooKeeper for development")
-    p.add_argument("--port", type=int, default=2181)
-    p.add_argument("--data-dir", default=None, help="default: a temporary directory")
-    p.add_argument("--host", default="127.0.0.1")
+    p = sub.add_parser(
+        "zk",
+        help="run a standalone ZooKeeper for development",
+        description="Run Debian's ZooKeeper server (make zookeeper installs it) on one port "
+        "until Ctrl-C; hubs and commands take it as --zk HOST:PORT.",
+    )
+    p.add_argument("--port", type=int, default=2181, help="client port (default 2181)")
+    p.add_argument(
+        "--data-dir", default=None, help="where it keeps its data (default: a temporary directory)"
+    )
+    p.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
     p.set_defaults(func=run_zk)
 
     p = sub.add_parser(
@@ -34,9 +41,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="POST /drain on a hub's metrics port: the hub stops taking topics, hands "
         "every topic it owns over to other hubs, and answers when it is done.",
     )
-    p.add_argument("--metrics-port", type=int, default=9100)
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--timeout", type=float, default=60.0)
+    p.add_argument(
+        "--metrics-port", type=int, default=9100, help="the hub's metrics port (default 9100)"
+    )
+    p.add_argument("--host", default="127.0.0.1", help="the hub's host (default 127.0.0.1)")
+    p.add_argument(
+        "--timeout", type=float, default=60.0, help="seconds to wait for the hand-off (default 60)"
+    )
     p.add_argument(
         "--force",
         action="store_true",

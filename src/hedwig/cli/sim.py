@@ -11,15 +11,35 @@ from hedwig.placement.simulator import SCENARIOS, simulate
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("sim", help="simulate the rebalancing policy on synthetic workloads")
-    p.add_argument("--scenario", choices=[*SCENARIOS, *POOL_SCENARIOS, "all"], default="all")
-    p.add_argument("--hubs", type=int, default=3)
-    p.add_argument("--topics", type=int, default=60)
-    p.add_argument("--cycles", type=int, default=15)
-    p.add_argument("--confirmations", type=int, default=2)
-    p.add_argument("--max-moves", type=int, default=10)
-    p.add_argument("--margin", type=float, default=0.2, help="overload margin over the mean")
-    p.add_argument("--seed", type=int, default=1)
+    p = sub.add_parser(
+        "sim",
+        help="simulate the rebalancing policy on synthetic workloads",
+        description="Run the rebalancing policy the hubs and the operator share "
+        "(hedwig.placement.rebalance) on synthetic load, cycle by cycle, with no cluster; print "
+        "each scenario's moves and final balance as a JSON line.",
+    )
+    p.add_argument(
+        "--scenario",
+        choices=[*SCENARIOS, *POOL_SCENARIOS, "all"],
+        default="all",
+        help="the workload, or hour and step for the hub pool's autoscaling (default: all)",
+    )
+    p.add_argument("--hubs", type=int, default=3, help="hubs simulated (default 3)")
+    p.add_argument("--topics", type=int, default=60, help="topics simulated (default 60)")
+    p.add_argument("--cycles", type=int, default=15, help="balancing cycles run (default 15)")
+    p.add_argument(
+        "--confirmations",
+        type=int,
+        default=2,
+        help="cycles a hub must stay overloaded before it sheds load (default 2)",
+    )
+    p.add_argument(
+        "--max-moves", type=int, default=10, help="topics moved per cycle at most (default 10)"
+    )
+    p.add_argument(
+        "--margin", type=float, default=0.2, help="overload margin over the mean (default 0.2)"
+    )
+    p.add_argument("--seed", type=int, default=1, help="of the synthetic load (default 1)")
     pool = p.add_argument_group("hub pool autoscaling (--scenario hour or step)")
     pool.add_argument("--autoscaler", choices=[*AUTOSCALERS, "both"], default="both")
     pool.add_argument("--minutes", type=float, default=60.0, help="length of the run")
