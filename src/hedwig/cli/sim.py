@@ -41,8 +41,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--seed", type=int, default=1, help="of the synthetic load (default 1)")
     pool = p.add_argument_group("hub pool autoscaling (--scenario hour or step)")
-    pool.add_argument("--autoscaler", choices=[*AUTOSCALERS, "both"], default="both")
-    pool.add_argument("--minutes", type=float, default=60.0, help="length of the run")
+    pool.add_argument(
+        "--autoscaler",
+        choices=[*AUTOSCALERS, "both"],
+        default="both",
+        help="the pool's own policy, a model of the CPU-based HPA, or both side by side (default)",
+    )
+    pool.add_argument("--minutes", type=float, default=60.0, help="length of the run (default 60)")
     pool.add_argument(
         "--drain-any", action="store_true", help="drain the cheapest hub, not the last ordinal"
     )
