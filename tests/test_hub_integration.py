@@ -331,7 +331,7 @@ def test_sync_client(cluster: DevCluster) -> None:
 
     with SyncClient(cluster.addresses) as c:
         sub = c.subscribe("sync-topic", "s")
-        results = c.publish_many("sync-topic", [b"a", b"b", b"c"])
+        results = c.publish_batch("sync-topic", [b"a", b"b", b"c"])
         assert [r.seq for r in results] == [1, 2, 3]
         got = [sub.next(10) for _ in range(3)]
         assert [m.value for m in got] == [b"a", b"b", b"c"]

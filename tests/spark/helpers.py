@@ -12,7 +12,7 @@ from hedwig.client import SyncClient
 
 def publish(hubs: str, topic: str, values: Sequence[bytes]) -> None:
     with SyncClient(hubs.split(",")) as client:
-        client.publish_many(topic, values)
+        client.publish_batch(topic, values)
 
 
 def read_topic(spark: SparkSession, hubs: str, topic: str, **options: str) -> DataFrame:

@@ -47,7 +47,7 @@ def test_load_topic_history(
     def traffic() -> None:
         with SyncClient(hubs.split(",")) as client:
             while not stop.is_set():
-                client.publish_many(busy, [b"b"] * 50)
+                client.publish_batch(busy, [b"b"] * 50)
                 client.publish(quiet, b"q")
                 time.sleep(0.1)
 

@@ -65,7 +65,7 @@ class Publisher(threading.Thread):
                 step = 20
                 while self.sent < self.total:
                     n = min(step, self.total - self.sent)
-                    client.publish_many(
+                    client.publish_batch(
                         self.topic, [f"m{self.sent + i + 1}".encode() for i in range(n)]
                     )
                     self.sent += n
@@ -190,7 +190,7 @@ def publish_from(hubs: str, topic: str, publishers: int, start: int, count: int)
     for p in range(publishers):
         with SyncClient(hubs.split(","), publisher_id=f"p{p}-{start}") as client:
             values = [f"p{p}:{start + i}" for i in range(count)]
-            client.publish_many(topic, [v.encode() for v in values])
+            client.publish_batch(topic, [v.encode() for v in values])
             sent.update(values)
     return sent
 

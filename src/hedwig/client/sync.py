@@ -1,7 +1,15 @@
 """A thin synchronous facade: the async client on an event loop in a background thread.
 
 For scripts and frameworks without asyncio (Spark executors among them). Every call blocks
-until the async call it wraps has finished; exceptions are the same typed ones.
+until the async call it wraps has finished, with the same results and the same typed
+exceptions, except ``send``, which returns at once as ``HedwigClient.send`` does.
+
+``send`` checks and encodes the message in the caller's thread (a bad one raises there, at
+once) and appends it to an outbox; the first message of a burst schedules one callback on the
+loop, which hands every message queued by then to the client's publishers. So a thread sending
+flat out pays a lock and an append per message, not a wake-up of the loop. ``flush`` is
+scheduled after that callback (the loop runs callbacks in the order they were scheduled), so it
+waits for every message sent before it.
 """
 
 from __future__ import annotations
@@ -13,10 +21,18 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, 
 from typing import Any, TypeVar
 
 from hedwig.client.facade import HedwigClient
-from hedwig.client.publishing import PublishResult
+from hedwig.client.publishing import BatchPublishResult, PublishResult
 from hedwig.client.subscribing import Subscriber
 from hedwig.errors import DeadlineExceededError
-from hedwig.protocol import DeliveredMessage, Messages, SubscribeMode, TopicInfo
+from hedwig.protocol import (
+    DeliveredMessage,
+    EncodedMessage,
+    Message,
+    Messages,
+    SubscribeMode,
+    TopicInfo,
+    validate_name,
+)
 
 T = TypeVar("T")
 
@@ -29,6 +45,11 @@ class SyncClient:
         )
         self._thread.start()
         self._client: HedwigClient = self._run(self._make(hubs, options))
+        # Messages ``send`` queued for the loop, and whether a callback is due to take them.
+        self._outbox: list[tuple[str, EncodedMessage]] = []
+        self._outbox_lock = threading.Lock()
+        self._outbox_due = False
+        self._named: set[str] = set()  # topic names ``send`` found valid
 
     @staticmethod
     async def _make(hubs: str | Sequence[str], options: dict[str, Any]) -> HedwigClient:
@@ -70,10 +91,45 @@ class SyncClient:
     def publish(self, topic: str, value: bytes, **kw: Any) -> PublishResult:
         return self._run(self._client.publish(topic, value, **kw))
 
-    def publish_many(self, topic: str, values: Iterable[bytes]) -> list[PublishResult]:
-        """Publish many values at once (``HedwigClient.publish_batch``); returns when all are
-        durable."""
-        return list(self._run(self._client.publish_batch(topic, list(values))))
+    def publish_batch(self, topic: str, messages: Iterable[bytes | Message]) -> BatchPublishResult:
+        """Publish many messages at once (``HedwigClient.publish_batch``, the same result);
+        returns when all are durable."""
+        return self._run(self._client.publish_batch(topic, list(messages)))
+
+    def send(
+        self,
+        topic: str,
+        value: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Iterable[tuple[str, bytes]] = (),
+    ) -> None:
+        """Queue one message and wait for nothing (``HedwigClient.send``): a message the
+        client refuses (not bytes, too large, the client closed) raises here; ``flush``
+        raises ``SendFailedError`` for those that failed for good later."""
+        if topic not in self._named:
+            validate_name(topic)  # here, not on the loop, where it would stop the hand-over
+            self._named.add(topic)
+        raw = self._client.encode(value, key=key, headers=headers)
+        with self._outbox_lock:
+            self._outbox.append((topic, raw))
+            if self._outbox_due:
+                return
+            self._outbox_due = True
+        self._loop.call_soon_threadsafe(self._hand_over)
+
+    def _hand_over(self) -> None:
+        """On the loop: every message ``send`` queued so far, to the client's publishers."""
+        with self._outbox_lock:
+            outbox, self._outbox = self._outbox, []
+            self._outbox_due = False
+        for topic, raw in outbox:
+            self._client.send_encoded(topic, raw)
+
+    def flush(self, topic: str | None = None, timeout: float | None = None) -> None:
+        """Wait until every message published or sent so far (to ``topic``, or to any) has
+        settled (``HedwigClient.flush``)."""
+        self._run(self._client.flush(topic), timeout)
 
     def read(self, topic: str, start_seq: int, **kw: Any) -> Messages:
         return self._run(self._client.read(topic, start_seq, **kw))

@@ -101,10 +101,22 @@ class Publishing:
         raw = self._encoded(value, key, headers)
         (self._publishers.get(topic) or self._publisher(topic)).send(raw)
 
+    def encode(
+        self, value: bytes, *, key: bytes | None = None, headers: Iterable[tuple[str, bytes]] = ()
+    ) -> EncodedMessage:
+        """One message checked and encoded as ``send`` does it, without queueing it: for a
+        caller on another thread (``SyncClient.send``) that must see a bad message refused at
+        once and hands the encoded message to the loop later (``send_encoded``)."""
+        return self._encoded(value, key, headers)
+
+    def send_encoded(self, topic: str, raw: EncodedMessage) -> None:
+        """``send`` of a message ``encode`` checked and encoded."""
+        (self._publishers.get(topic) or self._publisher(topic)).send(raw)
+
     def _encoded(
         self, value: bytes, key: bytes | None, headers: Iterable[tuple[str, bytes]]
     ) -> EncodedMessage:
-        """One message checked and encoded for ``publish_nowait`` and ``send``."""
+        """One message checked and encoded for ``publish_nowait``, ``send`` and ``encode``."""
         if self._closed:
             raise UsageError("client is closed")
         if type(value) is not bytes and not isinstance(value, _VALUE_TYPES):
