@@ -652,7 +652,7 @@ def test_dev_up_secure_prints_its_credentials_and_the_commands_use_them(
                     env=no_digest,
                 )
                 assert refused.returncode == 1
-                assert "NoAuthError" in refused.stderr and "HEDWIG_ZK_DIGEST" in refused.stderr
+                assert "NoAuth" in refused.stderr and "HEDWIG_ZK_DIGEST" in refused.stderr
             deleted = as_admin("acl", "delete", "x")
             assert deleted.stdout == "deleted ACL entry x (region default)\n"
         finally:

@@ -308,6 +308,12 @@ class NoSuchSubscriptionError(MetadataError):
     """The subscription does not exist (or is not attached where it is used)."""
 
 
+class MetadataRefusedError(MetadataError):
+    """The store refused this client: its credentials are missing or wrong, or the node's ACL
+    does not let it do that (ZooKeeper's NoAuth, AuthFailed and InvalidACL, etcd's permission
+    denied). Not retried: the same credentials are refused again."""
+
+
 class MetadataUnavailableError(MetadataError):
     """The store cannot be reached now (disconnected, session lost); retrying later may work."""
 

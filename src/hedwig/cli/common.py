@@ -26,7 +26,7 @@ from hedwig.errors import (
     ForbiddenError,
     HedwigError,
     InvalidTopicError,
-    MetadataError,
+    MetadataRefusedError,
     MetadataUnavailableError,
     NoSuchSubscriptionError,
     NoSuchTopicError,
@@ -199,9 +199,6 @@ _HINTS: list[tuple[type[HedwigError], str]] = [
 ]
 
 
-# Refusals the metadata store words its own way (ZooKeeper's NoAuth, etcd's permission
-# denied), told by what they say: the store's errors carry no kind for them.
-_STORE_REFUSALS = ("NoAuthError", "InvalidACLError", "AuthFailedError", "permission denied")
 _STORE_REFUSAL_HINT = (
     "the metadata store refused this user: its tree is protected. Give the ZooKeeper digest "
     "as HEDWIG_ZK_DIGEST=USER:PASSWORD (the env file 'hedwig dev up --secure' prints sets it; "
@@ -211,7 +208,7 @@ _STORE_REFUSAL_HINT = (
 
 
 def hint_for(exc: BaseException) -> str | None:
-    if isinstance(exc, MetadataError) and any(w in str(exc) for w in _STORE_REFUSALS):
+    if isinstance(exc, MetadataRefusedError):
         return _STORE_REFUSAL_HINT
     for cls, hint in _HINTS:
         if isinstance(exc, cls):

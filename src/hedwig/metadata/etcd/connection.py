@@ -45,7 +45,7 @@ import grpc  # type: ignore[import-untyped]
 from aetcd import rpc  # type: ignore[import-untyped]
 
 from hedwig.clock import Clock
-from hedwig.errors import MetadataError, MetadataUnavailableError
+from hedwig.errors import MetadataError, MetadataRefusedError, MetadataUnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +65,9 @@ CONNECT_TIMEOUT_MS = 5_000
 CredentialsSource = Callable[[], Awaitable[str | None]]
 # The token sent with every call, as gRPC metadata (None: etcd's authentication is off).
 Token = tuple[tuple[str, str], ...] | None
+
+# A refusal of this client's credentials or rights: the same call is refused again.
+_REFUSED = {grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED}
 
 _UNAVAILABLE = {
     grpc.StatusCode.UNAVAILABLE,
@@ -86,6 +89,8 @@ def _stale_token(exc: grpc.aio.AioRpcError) -> bool:
 def _translate(exc: grpc.aio.AioRpcError, what: str) -> MetadataError:
     if exc.code() in _UNAVAILABLE or _stale_token(exc):
         return MetadataUnavailableError(f"etcd unavailable ({exc.code().name}) at {what}")
+    if exc.code() in _REFUSED:
+        return MetadataRefusedError(f"etcd refused ({exc.details()}) at {what}")
     return MetadataError(f"etcd error {exc.code().name} at {what}: {exc.details()}")
 
 

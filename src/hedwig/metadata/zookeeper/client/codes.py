@@ -16,7 +16,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum, IntFlag
 
-from hedwig.errors import BadVersionError, MetadataError, MetadataUnavailableError
+from hedwig.errors import (
+    BadVersionError,
+    MetadataError,
+    MetadataRefusedError,
+    MetadataUnavailableError,
+)
 
 
 class OpCode(IntEnum):
@@ -105,8 +110,16 @@ class NotEmpty(ZooKeeperError):
     """The znode to delete has children."""
 
 
-class NoAuth(ZooKeeperError):
+class NoAuth(ZooKeeperError, MetadataRefusedError):
     """The znode's ACL does not let this session do that."""
+
+
+class AuthFailed(ZooKeeperError, MetadataRefusedError):
+    """The session's credentials were refused."""
+
+
+class InvalidAcl(ZooKeeperError, MetadataRefusedError):
+    """An ACL ZooKeeper refuses: for Hedwig's ``auth`` ACLs, a session without the digest."""
 
 
 class RolledBack(ZooKeeperError):
@@ -150,8 +163,8 @@ ERRORS: dict[int, ErrorCode] = {
         ErrorCode(-111, "NotEmpty", NotEmpty),
         ErrorCode(-112, "SessionExpired", MetadataUnavailableError),
         ErrorCode(-113, "InvalidCallback", ZooKeeperError),
-        ErrorCode(-114, "InvalidACL", ZooKeeperError),
-        ErrorCode(-115, "AuthFailed", ZooKeeperError),
+        ErrorCode(-114, "InvalidACL", InvalidAcl),
+        ErrorCode(-115, "AuthFailed", AuthFailed),
         ErrorCode(-118, "SessionMoved", MetadataUnavailableError),
         ErrorCode(-119, "NotReadOnly", ZooKeeperError),
         ErrorCode(-120, "EphemeralOnLocalSession", ZooKeeperError),
