@@ -106,7 +106,7 @@ class Auditor:
         last_claim_at: Callable[[], float] | None = None,
     ) -> None:
         self.address = address
-        # How ledgers name this hub's replicas (``hedwig.hub.identity``).
+        # How ledgers name this hub's replicas (``hedwig.hub.process.identity``).
         self.hub_id = hub_id or address
         self.store = store
         self.local = local

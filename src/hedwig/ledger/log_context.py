@@ -92,7 +92,7 @@ class LogContext:
         self, topic: str, settings: LogSettings, ensemble: Sequence[str]
     ) -> LedgerMetadata:
         """A new ledger of ``topic`` on ``ensemble`` (its id is the store's to give): a log's
-        next one, or a new topic's first, made with its claim (``hedwig.hub.ownership``)."""
+        next one, or a new topic's first, made with its claim (``hedwig.hub.owning.ownership``)."""
         rep = settings.replication
         ensemble = ensemble[: rep.ensemble]
         return LedgerMetadata(

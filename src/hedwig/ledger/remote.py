@@ -36,7 +36,7 @@ from hedwig.protocol import (
 )
 
 # Maps a hub's address to where its storage role listens (its internal listener), and is told
-# when that failed (``hedwig.hub.peers.PeerDirectory``).
+# when that failed (``hedwig.hub.owning.peers.PeerDirectory``).
 Resolve = Callable[[str], Awaitable[str]]
 
 

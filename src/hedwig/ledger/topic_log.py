@@ -173,7 +173,7 @@ class TopicLog(RollingLog):
         """Durably append one batch; returns it with its sequence ids (and its stored bytes).
 
         Batches take their sequence ids in the order of the calls: the owner's per-publisher
-        order check (``hedwig.hub.dedup``) lets a publisher's next batch in once the one
+        order check (``hedwig.hub.owning.dedup``) lets a publisher's next batch in once the one
         before is being written, so the log must not let it overtake that one."""
         if self._rolling is not None or self._waiting is not None:
             await self._take_turn()

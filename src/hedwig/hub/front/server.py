@@ -2,7 +2,7 @@
 
 Each connection wraps the sans-IO ``Connection``. Requests are handled concurrently (many in
 flight per connection, answered as they finish, matched by request id); what each request does
-is ``hedwig.hub.requests.requests``.
+is ``hedwig.hub.requests.routes``.
 
 This is the only place where a failed request becomes an ERROR answer: the exception goes
 through the table in ``hedwig.protocol.status``; one that no row covers is a bug, logged here
@@ -51,7 +51,7 @@ HIGH_WATER = 4 * 1024 * 1024
 
 
 class RequestHandler(Protocol):
-    """What the front end calls; ``hedwig.hub.requests.requests.HubRequests`` implements it."""
+    """What the front end calls; ``hedwig.hub.requests.routes.HubRequests`` implements it."""
 
     async def handle(self, conn: ClientConnection, frame: Request) -> Reply | None:
         """Serve one request; its answer (``None``: OK). Raises what the table maps."""

@@ -83,9 +83,9 @@ class HubLoad:
     bytes_out: float = 0.0
     topic_loads: dict[str, TopicLoad] = field(default_factory=dict)
     # The hub's internal (hub-to-hub) listener, if it has one: where other hubs send storage
-    # and claim requests (``hedwig.hub.peers``).
+    # and claim requests (``hedwig.hub.owning.peers``).
     internal: str = ""
-    # The hub's stable id (``hedwig.hub.identity``): what ledger ensembles name its replicas
+    # The hub's stable id (``hedwig.hub.process.identity``): what ledger ensembles name its replicas
     # by, so they stay reachable when the hub comes back on another address.
     hub_id: str = ""
     # Fan-out topics this hub delivers for their owners (their subscribers here): counted in

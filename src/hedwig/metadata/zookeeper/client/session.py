@@ -11,7 +11,7 @@ Rules:
   The client never concludes it from its own clock. A hub cut off from every server keeps
   serving on its open ledgers (a ZooKeeper outage must stop no publishing, and ZooKeeper
   restarted gives its sessions a fresh timeout); whether only this hub was cut off is the
-  witnesses' question (``hedwig.hub.witnesses``). Once expired, a new session is sought at
+  witnesses' question (``hedwig.hub.owning.witnesses``). Once expired, a new session is sought at
   once: the ephemeral znodes of the old one are gone.
 - Everything timed is timed on the injected clock: a connection that heard nothing for
   two thirds of the negotiated timeout is dropped (the server may be gone without a word),
