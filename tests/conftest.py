@@ -4,12 +4,21 @@ import os
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from hedwig.devcluster.etcd import EtcdServer
 from hedwig.devcluster.security import DevSecurity
 from hedwig.devcluster.zookeeper import ZooKeeperServer
 from tests import scratch
 from tests.secured_etcd import secured_etcd
+
+# Property tests check what they generate, not how fast: on a machine whose cores other work
+# shares, a pause while drawing an input (the first regex compiled, a collector's pass) is the
+# machine's, and failed the run as "input generation is slow" or an example's deadline.
+settings.register_profile(
+    "hedwig", suppress_health_check=[HealthCheck.too_slow], deadline=None, print_blob=True
+)
+settings.load_profile("hedwig")
 
 # Commands run by tests never find (or disturb) a development cluster of the machine's user.
 os.environ.setdefault("HEDWIG_DEV_STATE", os.path.join(scratch.mkdtemp("dev-"), "dev.json"))
