@@ -1,7 +1,7 @@
 """``hedwig acl``: the region's ACL entries, by hand (the operator writes them from
 ``HedwigUser`` resources).
 
-It finds the metadata store and the region as every other command does (``--zk``, else the
+It finds the metadata store and the region as every other command does (``--metadata``, else the
 cluster ``hedwig dev up`` runs; region ``default``), so an entry added by hand lands where the
 hubs read it. Writing needs the ZooKeeper digest credentials when the tree is protected
 (``HEDWIG_ZK_DIGEST``, which the env file of ``hedwig dev up --secure`` sets, or

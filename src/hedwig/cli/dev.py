@@ -7,7 +7,7 @@ stop (the hub hands its topics over). Ports: 24000 for ZooKeeper and 24001, 2400
 (metrics on 24101...) when free, and with ``--data-dir`` the ports of the previous run, so
 addresses survive restarts. They sit below Linux's ephemeral range (32768 and up), where an
 outgoing connection could hold one by chance. The endpoints go into a state file, where the
-other commands find them when given no ``--hub`` or ``--zk``.
+other commands find them when given no ``--hub`` or ``--metadata``.
 """
 
 from __future__ import annotations
