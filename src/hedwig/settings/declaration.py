@@ -10,6 +10,8 @@ its text), and must be one the ``Kind`` table below knows: ``bool``, ``int``, ``
 
 Rules:
 
+- A root holds its settings in groups (fields whose type is a dataclass), or as fields of its
+  own (a small root, such as the operator's).
 - A field made without ``setting`` is set in code, never from flags or the environment (a
   policy's tuning, such as the rebalancer's).
 - Text becomes a value by the field's ``Kind`` alone; an empty text is ``None`` when the
@@ -129,7 +131,7 @@ def kind_of(annotation: object) -> Kind:
 class Declared:
     """One setting of a root's groups: where it lives, how it is named, its kind and default."""
 
-    group: str  # the root's field holding the group
+    group: str  # the root's field holding the group ("": a field of the root itself)
     name: str  # the group's field, unique among all the root's settings
     setting: Setting
     kind: Kind
@@ -169,18 +171,21 @@ def groups(root: type) -> Iterator[tuple[str, type]]:
 
 
 def declarations(root: type) -> tuple[Declared, ...]:
-    """Every setting of the root's groups, in declaration order; names must be unique."""
-    found: list[Declared] = []
+    """Every setting of the root (its own fields first, group ``""``) and of its groups, in
+    declaration order; names must be unique."""
+    found: list[Declared] = list(_declared_fields(root, ""))
     for group_name, group in groups(root):
-        hints = typing.get_type_hints(group)
-        for f in dataclasses.fields(group):
-            declared = f.metadata.get("setting")
-            if not isinstance(declared, Setting):
-                continue  # set in code
-            kind = kind_of(hints[f.name])
-            found.append(Declared(group_name, f.name, declared, kind, f.default))
+        found += _declared_fields(group, group_name)
     names = [d.name for d in found]
     duplicated = {n for n in names if names.count(n) > 1}
     if duplicated:
         raise TypeError(f"settings named twice in {root.__name__}: {sorted(duplicated)}")
     return tuple(found)
+
+
+def _declared_fields(cls: type, group: str) -> Iterator[Declared]:
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        declared = f.metadata.get("setting")
+        if isinstance(declared, Setting):  # else set in code
+            yield Declared(group, f.name, declared, kind_of(hints[f.name]), f.default)

@@ -84,7 +84,8 @@ def add_flags(parser: argparse.ArgumentParser, root: type) -> None:
     for declared in declarations(root):
         group = by_group.get(declared.group)
         if group is None:
-            group = by_group[declared.group] = parser.add_argument_group(declared.group)
+            title = declared.group or root.__name__
+            group = by_group[declared.group] = parser.add_argument_group(title)
         add_flag(group, declared)
 
 
@@ -112,7 +113,8 @@ def load(root: type[T], environ: Mapping[str, str] | None = None, /, **given: ob
             source = next(n for n in d.envs if n in env)
             value = d.parse(raw, source)
         values.setdefault(d.group, {})[name] = value
-    built = {name: group(**values.get(name, {})) for name, group in groups(root)}
+    built: dict[str, object] = dict(values.pop("", {}))
+    built.update({name: group(**values.get(name, {})) for name, group in groups(root)})
     return root(**built)
 
 
@@ -124,11 +126,14 @@ def changed(config: T, **values: object) -> T:
         if name not in declared:
             raise UsageError(f"{type(config).__name__} has no setting {name!r}")
         by_group.setdefault(declared[name].group, {})[name] = value
-    groups_changed = {
-        group: dataclasses.replace(getattr(config, group), **given)
-        for group, given in by_group.items()
-    }
-    return dataclasses.replace(config, **groups_changed)  # type: ignore[type-var]
+    replaced: dict[str, object] = dict(by_group.pop("", {}))
+    replaced.update(
+        {
+            group: dataclasses.replace(getattr(config, group), **given)
+            for group, given in by_group.items()
+        }
+    )
+    return dataclasses.replace(config, **replaced)  # type: ignore[type-var]
 
 
 def command_line(root: type, **values: object) -> list[str]:
