@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import types
 import typing
 from collections.abc import Callable, Iterator
@@ -161,18 +162,22 @@ class Declared:
             raise UsageError(f"{source}={raw!r}: {exc}") from exc
 
 
-def groups(root: type) -> Iterator[tuple[str, type]]:
+@functools.cache
+def groups(root: type) -> tuple[tuple[str, type], ...]:
     """The root's groups: each field whose type is a dataclass, by field name."""
     hints = typing.get_type_hints(root)
-    for f in dataclasses.fields(root):
-        kind = hints[f.name]
-        if isinstance(kind, type) and dataclasses.is_dataclass(kind):
-            yield f.name, kind
+    return tuple(
+        (f.name, hints[f.name])
+        for f in dataclasses.fields(root)
+        if isinstance(hints[f.name], type) and dataclasses.is_dataclass(hints[f.name])
+    )
 
 
+@functools.cache
 def declarations(root: type) -> tuple[Declared, ...]:
     """Every setting of the root (its own fields first, group ``""``) and of its groups, in
-    declaration order; names must be unique."""
+    declaration order; names must be unique. Worked out once per root (resolving the
+    annotations takes milliseconds; the operator writes a pool's ConfigMap every refresh)."""
     found: list[Declared] = list(_declared_fields(root, ""))
     for group_name, group in groups(root):
         found += _declared_fields(group, group_name)

@@ -97,7 +97,8 @@ def given_flags(args: argparse.Namespace, root: type) -> dict[str, object]:
 def load(root: type[T], environ: Mapping[str, str] | None = None, /, **given: object) -> T:
     """``root`` from ``given`` (non-None), then the environment, then the defaults."""
     env = os.environ if environ is None else environ
-    declared = {d.name: d for d in declarations(root)}
+    shape: type = root
+    declared = {d.name: d for d in declarations(shape)}
     unknown = set(given) - set(declared)
     if unknown:
         raise UsageError(f"{root.__name__} has no settings {sorted(unknown)}")
@@ -114,13 +115,14 @@ def load(root: type[T], environ: Mapping[str, str] | None = None, /, **given: ob
             value = d.parse(raw, source)
         values.setdefault(d.group, {})[name] = value
     built: dict[str, object] = dict(values.pop("", {}))
-    built.update({name: group(**values.get(name, {})) for name, group in groups(root)})
+    built.update({name: group(**values.get(name, {})) for name, group in groups(shape)})
     return root(**built)
 
 
 def changed(config: T, **values: object) -> T:
     """``config`` with some settings (by name) replaced, each group checked again."""
-    declared = {d.name: d for d in declarations(type(config))}
+    shape: type = type(config)
+    declared = {d.name: d for d in declarations(shape)}
     by_group: dict[str, dict[str, object]] = {}
     for name, value in values.items():
         if name not in declared:
