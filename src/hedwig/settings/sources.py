@@ -5,7 +5,8 @@ hub's flags (``hedwig hub --help``), the variables it reads, the client commands
 options and the ConfigMap the operator writes all come from one list:
 
 - ``add_flags`` puts every setting on an ``argparse`` parser as its flag (and its aliases);
-  flags keep their text, so a flag and a variable are parsed by the same code.
+  a number's flag is converted by argparse with ``int`` or ``float``, as its variable is, the
+  others keep their text for ``load`` to parse as it parses the variables.
 - ``load`` builds the root: a value given (a flag, or a keyword in code) wins over the
   environment, which wins over the default; ``None`` given means "not given".
 - ``environment`` and ``command_line`` are the other way: values named by setting, as the
@@ -15,9 +16,9 @@ options and the ConfigMap the operator writes all come from one list:
 - ``lookup`` and ``from_environment`` serve a command that shares one setting (the metadata
   URL, the region) with a default of its own.
 
-The standard library's ``argparse`` and ``os.environ`` suffice: pydantic-settings would add
-two dependencies (pydantic, pydantic-settings) for a parser of five scalar kinds, and its
-models are not the frozen, slotted dataclasses the rest of Hedwig passes around.
+The standard library's ``argparse`` and ``os.environ`` suffice: pydantic-settings (not a
+dependency) would bring pydantic and its compiled core for a parser of five scalar kinds, and
+its models are not the frozen, slotted dataclasses the rest of Hedwig passes around.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ T = TypeVar("T")
 
 
 def lookup(root: type, name: str) -> Declared:
+    """One setting of ``root``, by name."""
     for declared in declarations(root):
         if declared.name == name:
             return declared
