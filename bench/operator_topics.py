@@ -241,8 +241,6 @@ class Store:
 
     def pool_spec(self) -> dict[str, Any]:
         """How a HubPool names this store."""
-        if self.zk is not None:
-            return {"zookeeper": {"connect": self.zk.address}}
         return {"metadata": {"url": self.url}}
 
     def requests(self) -> float:

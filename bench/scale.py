@@ -72,6 +72,7 @@ from hedwig.hub import Hub, HubConfig
 from hedwig.hub.process import collector
 from hedwig.metadata import open_store
 from hedwig.net.loop import install_uvloop
+from hedwig.settings import ConnectionSettings, StorageSettings
 
 
 def rss_bytes() -> int:
@@ -135,12 +136,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         store_url = etcd.url
     region = f"scale-{os.getpid()}"
     config = HubConfig(
-        zk=store_url,
-        region=region,
-        listen="127.0.0.1:0",
-        data_dir=_scratch("hedwig-scale-hub-"),
-        replication="1/1/1",
-        zk_session_timeout_s=args.session_timeout,
+        connection=ConnectionSettings(
+            metadata_url=store_url,
+            region=region,
+            listen="127.0.0.1:0",
+            metadata_session_timeout_s=args.session_timeout,
+        ),
+        storage=StorageSettings(data_dir=_scratch("hedwig-scale-hub-"), replication="1/1/1"),
     )
     hub = Hub(config)
     gc.callbacks.append(_gc_timer)

@@ -193,7 +193,7 @@ def test_helm_install_creates_the_operator_and_a_pool_the_operator_reconciles(
         "--set",
         "hubPool.storage.size=1Gi",
         "--set",
-        "hubPool.zookeeper.sessionTimeoutSeconds=4",
+        "hubPool.metadata.sessionTimeoutSeconds=4",
         # The hubs here are local processes started before the pool exists; a secured pool's
         # hubs need the Secrets the operator makes for it (e2e/test_security.py runs those).
         "--set",
@@ -217,7 +217,7 @@ def test_helm_install_creates_the_operator_and_a_pool_the_operator_reconciles(
     assert pod["containers"][0]["args"][0] == f"--namespace={ns}"
     pool = get("hubpool", "hedwig")
     assert pool is not None
-    assert pool["spec"]["zookeeper"]["connect"] == zk
+    assert pool["spec"]["metadata"]["url"] == zk
 
     # The operator, as the Deployment's pod would run it: under the chart's ServiceAccount.
     kubeconfig = cp.token_kubeconfig(ns, "hedwig-operator")

@@ -189,7 +189,7 @@ def alpha(bed: Bed) -> str:
     bed.add_volumes(2)
     bed.start_hub("alpha")
     bed.start_hub("alpha")
-    bed.apply(pool_manifest("alpha", zookeeper={"connect": bed.zk}))
+    bed.apply(pool_manifest("alpha", metadata={"url": bed.zk}))
     return "alpha"
 
 
@@ -249,7 +249,7 @@ def test_hubpool_becomes_statefulset_services_pdb_and_status(bed: Bed, alpha: st
     assert headless["spec"]["clusterIP"] == "None"
     config = bed.get("configmap", f"{alpha}-config")
     assert config is not None
-    assert config["data"]["HEDWIG_ZK"] == bed.zk
+    assert config["data"]["HEDWIG_METADATA"] == bed.zk
 
     # kwok runs the pods; ZooKeeper has the local hubs; the status shows both.
     def settled() -> dict[str, Any] | None:
@@ -559,7 +559,7 @@ def test_skewed_load_moves_topics_without_losing_acknowledged_messages(
     bed.apply(
         pool_manifest(
             pool,
-            zookeeper={"connect": bed.zk},
+            metadata={"url": bed.zk},
             rebalancing={
                 "intervalSeconds": 2,
                 "confirmations": 1,
@@ -635,7 +635,7 @@ def test_a_topic_whose_subscribers_overload_its_hub_is_fanned_out(bed: Bed) -> N
         pool_manifest(
             pool,
             replicas=0,
-            zookeeper={"connect": bed.zk},
+            metadata={"url": bed.zk},
             rebalancing={
                 "intervalSeconds": 2,
                 "confirmations": 2,

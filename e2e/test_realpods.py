@@ -153,7 +153,7 @@ def _helm_install(rel: Release) -> str:
         "--set",
         "hubPool.storage.size=1Gi",
         "--set",
-        "hubPool.zookeeper.sessionTimeoutSeconds=4",
+        "hubPool.metadata.sessionTimeoutSeconds=4",
         "--set",
         "hubPool.terminationGracePeriodSeconds=40",
         "--set",

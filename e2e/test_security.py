@@ -188,7 +188,7 @@ def _secure_pool(bed: SecureBed) -> None:
             "spec": {
                 "replicas": 0,
                 "image": "hedwig/hub:e2e",
-                "zookeeper": {"connect": bed.zk},
+                "metadata": {"url": bed.zk},
                 "security": {"enabled": True},
             },
         }
@@ -373,7 +373,7 @@ def test_cert_manager_issues_the_hubs_certificate(bed: SecureBed) -> None:
             "spec": {
                 "replicas": 0,
                 "image": "hedwig/hub:e2e",
-                "zookeeper": {"connect": bed.zk},
+                "metadata": {"url": bed.zk},
                 "security": {"enabled": True, "certManager": {"issuerRef": {"name": "hedwig-ca"}}},
             },
         }

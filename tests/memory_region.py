@@ -9,7 +9,7 @@ import functools
 import shutil
 import tempfile
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,12 @@ from hedwig.hub import Hub, HubConfig
 from hedwig.ledger.remote import RemoteStorage
 from hedwig.metadata.memory import MemoryBackend, MemoryMetadataStore
 from hedwig.net import MemoryNetwork
+from hedwig.settings import (
+    BalanceSettings,
+    ConnectionSettings,
+    RetentionSettings,
+    StorageSettings,
+)
 
 SCRATCH = "/dev/shm" if Path("/dev/shm").is_dir() else None
 FAST_RETRY = RetryPolicy(initial_delay_s=0.005, max_delay_s=0.05, deadline_s=10)
@@ -32,19 +38,25 @@ class Region:
     dirs: list[str] = field(default_factory=list)
 
     async def add_hub(
-        self, replication: str = "2/2/2", *, clock: Clock | None = None, **settings: Any
+        self,
+        replication: str = "2/2/2",
+        *,
+        clock: Clock | None = None,
+        ledger_max_bytes: int | None = None,
+        retention: RetentionSettings | None = None,
+        balance: BalanceSettings | None = None,
     ) -> Hub:
         data_dir = tempfile.mkdtemp(prefix="hedwig-mem-", dir=SCRATCH)
         self.dirs.append(data_dir)
-        config = replace(
-            HubConfig(
-                listen="memory:0",
+        config = HubConfig(
+            connection=ConnectionSettings(listen="memory:0", metadata_session_timeout_s=2.0),
+            storage=StorageSettings(
                 data_dir=data_dir,
                 replication=replication,
-                self_balance=False,
-                zk_session_timeout_s=2.0,
+                ledger_max_bytes=ledger_max_bytes or StorageSettings().ledger_max_bytes,
             ),
-            **settings,
+            retention=retention or RetentionSettings(),
+            balance=balance or BalanceSettings(self_balance=False),
         )
         hub = Hub(
             config,

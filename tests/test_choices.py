@@ -4,17 +4,20 @@ long (every topic of a claim wave passes through some hub's table)."""
 from __future__ import annotations
 
 from hedwig.clock import ManualClock
-from hedwig.hub.config import HubConfig
 from hedwig.hub.owning.choices import ASSIGNMENT_HOLD_S, HubChoices
 from hedwig.metadata.memory import MemoryBackend, MemoryMetadataStore
 from hedwig.metadata.records import HubLoad, HubStatus
 from hedwig.placement import PlacementPolicy
+from hedwig.settings import ConnectionSettings, HubConfig, PlacementSettings, StorageSettings
 
 
 def choices(clock: ManualClock) -> HubChoices:
     return HubChoices(
         address="hub-a:1",
-        config=HubConfig(listen="127.0.0.1:0", data_dir="unused"),
+        config=HubConfig(
+            connection=ConnectionSettings(listen="127.0.0.1:0"),
+            storage=StorageSettings(data_dir="unused"),
+        ),
         store=MemoryMetadataStore(MemoryBackend(), "mem"),
         clock=clock,
     )
@@ -81,7 +84,11 @@ def test_other_policies_always_choose() -> None:
     for policy in (PlacementPolicy.LEAST_LOADED, PlacementPolicy.CONSISTENT_HASH):
         c = HubChoices(
             address="hub-a:1",
-            config=HubConfig(listen="127.0.0.1:0", data_dir="unused", placement=policy),
+            config=HubConfig(
+                connection=ConnectionSettings(listen="127.0.0.1:0"),
+                storage=StorageSettings(data_dir="unused"),
+                placement=PlacementSettings(policy=policy),
+            ),
             store=MemoryMetadataStore(MemoryBackend(), "mem"),
             clock=clock,
         )

@@ -13,6 +13,7 @@ from hedwig.metadata.memory import MemoryBackend, MemoryMetadataStore
 from hedwig.net.coalescing import FLUSH_BYTES, TurnWriter
 from hedwig.net.connection import HubConnection
 from hedwig.protocol import Ok, Ping
+from hedwig.settings import ConnectionSettings, StorageSettings
 from tests import scratch
 
 
@@ -63,7 +64,10 @@ async def test_what_is_gathered_is_bounded_and_flushed_before_a_close() -> None:
 
 @pytest.fixture
 async def hub() -> AsyncIterator[Hub]:
-    config = HubConfig(listen="127.0.0.1:0", data_dir=scratch.mkdtemp("hub-"), replication="1/1/1")
+    config = HubConfig(
+        connection=ConnectionSettings(listen="127.0.0.1:0"),
+        storage=StorageSettings(data_dir=scratch.mkdtemp("hub-"), replication="1/1/1"),
+    )
     hub = Hub(config, store=MemoryMetadataStore(MemoryBackend(), "mem"))
     await hub.start()
     yield hub

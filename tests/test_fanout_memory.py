@@ -23,6 +23,7 @@ from hedwig.net.transport import Listener
 from hedwig.placement.plans import choose_delivery_hubs, set_topic_mode
 from hedwig.placement.scaling import ScalingConfig
 from hedwig.protocol import MoveKind, Subscribe
+from hedwig.settings import BalanceSettings
 from tests.memory_region import FAST_RETRY, Region, memory_region
 
 CLOCK = SystemClock()
@@ -352,7 +353,9 @@ async def test_the_scaling_policy_fans_a_hot_topic_out_and_brings_it_back() -> N
     scaling = ScalingConfig(
         hub_capacity=100, confirmations=1, cooldown_s=0, fan_out_above=0.7, back_below=0.3
     )
-    async for r in memory_region(3, replication="2/2/2", scaling=scaling):
+    async for r in memory_region(
+        3, replication="2/2/2", balance=BalanceSettings(self_balance=False, scaling=scaling)
+    ):
         await scale_and_back(r)
 
 

@@ -25,18 +25,24 @@ from hedwig.hub.owning.topic import TopicState
 from hedwig.metadata.memory import MemoryBackend, MemoryMetadataStore
 from hedwig.metadata.records import HubLoad
 from hedwig.protocol import EncodedMessages, Publish, Published
+from hedwig.settings import ConnectionSettings, StorageSettings
 from tests import scratch
 from tests.cluster_helpers import eventually
 from tests.test_metadata_zookeeper import expire_session
 
 # Two hubs replicate each ledger on both: the storage role is exercised on every write.
 BASE = HubConfig(
-    listen="127.0.0.1:0", data_dir="unused", zk_session_timeout_s=2.0, replication="2/2/2"
+    connection=ConnectionSettings(listen="127.0.0.1:0", metadata_session_timeout_s=2.0),
+    storage=StorageSettings(data_dir="unused", replication="2/2/2"),
 )
 
 
-def config(**kw: object) -> HubConfig:
-    return replace(BASE, data_dir=scratch.mkdtemp("hub-"), **kw)  # type: ignore[arg-type]
+def config(replication: str = "2/2/2", **connection: object) -> HubConfig:
+    return replace(
+        BASE,
+        connection=replace(BASE.connection, **connection),  # type: ignore[arg-type]
+        storage=replace(BASE.storage, data_dir=scratch.mkdtemp("hub-"), replication=replication),
+    )
 
 
 @pytest.fixture
@@ -305,7 +311,7 @@ async def test_a_hub_whose_session_ends_while_it_starts_registers_again() -> Non
 
 @pytest.fixture
 async def zk_hub(zk_server: ZooKeeperServer, region: str) -> AsyncIterator[Hub]:
-    hub = Hub(config(zk=zk_server.address, region=region, replication="1/1/1"))
+    hub = Hub(config(metadata_url=zk_server.address, region=region, replication="1/1/1"))
     await hub.start()
     yield hub
     await hub.stop()

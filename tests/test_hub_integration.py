@@ -34,6 +34,7 @@ from hedwig.protocol import (
     error_from_frame,
 )
 from hedwig.protocol.wire import HEADER
+from hedwig.settings import ConnectionSettings, StorageSettings
 from tests import scratch
 from tests.cluster_helpers import eventually, hedwig, owner_of
 
@@ -167,12 +168,13 @@ async def test_claim_race_exactly_one_wins(zk_server: ZooKeeperServer) -> None:
     for _ in range(2):
         h = Hub(
             HubConfig(
-                zk=zk_server.address,
-                region="race",
-                listen="127.0.0.1:0",
-                data_dir=scratch.mkdtemp(),
-                zk_session_timeout_s=SESSION,
-                replication="2/2/2",
+                connection=ConnectionSettings(
+                    metadata_url=zk_server.address,
+                    region="race",
+                    listen="127.0.0.1:0",
+                    metadata_session_timeout_s=SESSION,
+                ),
+                storage=StorageSettings(data_dir=scratch.mkdtemp(), replication="2/2/2"),
             )
         )
         await h.start()
@@ -386,11 +388,10 @@ async def test_drain_hands_everything_over(fresh_cluster: DevCluster) -> None:
 async def test_orphan_ledger_replicas_are_collected(zk_server: ZooKeeperServer) -> None:
     hub = Hub(
         HubConfig(
-            zk=zk_server.address,
-            region="orphans",
-            listen="127.0.0.1:0",
-            data_dir=scratch.mkdtemp(),
-            replication="1/1/1",
+            connection=ConnectionSettings(
+                metadata_url=zk_server.address, region="orphans", listen="127.0.0.1:0"
+            ),
+            storage=StorageSettings(data_dir=scratch.mkdtemp(), replication="1/1/1"),
         )
     )
     await hub.start()
@@ -434,12 +435,13 @@ async def test_stop_without_zookeeper_is_bounded(zk_server: ZooKeeperServer) -> 
     zk = ZooKeeperServer().start()
     hub = Hub(
         HubConfig(
-            zk=zk.address,
-            region="nozk",
-            listen="127.0.0.1:0",
-            data_dir=scratch.mkdtemp(),
-            replication="1/1/1",
-            zk_session_timeout_s=2.0,
+            connection=ConnectionSettings(
+                metadata_url=zk.address,
+                region="nozk",
+                listen="127.0.0.1:0",
+                metadata_session_timeout_s=2.0,
+            ),
+            storage=StorageSettings(data_dir=scratch.mkdtemp(), replication="1/1/1"),
         )
     )
     await hub.start()

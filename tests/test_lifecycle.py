@@ -23,6 +23,7 @@ from hedwig.ledger import TopicLog
 from hedwig.ledger.log_reader import LogReader, Unread
 from hedwig.ledger.retention import delete_ledger_everywhere
 from hedwig.protocol import ResetTo
+from hedwig.settings import BalanceSettings, RetentionSettings
 from tests.memory_region import Region, memory_region
 
 
@@ -129,8 +130,9 @@ async def test_idle_subscriptions_and_then_idle_topics_expire() -> None:
     async for region in memory_region(
         2,
         clock=clock,
-        default_subscription_expiry_ms=60_000,
-        default_inactive_topic_expiry_ms=300_000,
+        retention=RetentionSettings(
+            default_subscription_expiry_ms=60_000, default_inactive_topic_expiry_ms=300_000
+        ),
     ):
         async with region.client() as c:
             sub = await c.subscribe("idle", "abandoned")
@@ -171,7 +173,11 @@ async def test_expiry_is_off_unless_configured(region: Region) -> None:
 
 
 async def test_topics_given_up_when_their_ledger_rolls_over() -> None:
-    async for region in memory_region(2, release_on_rollover=True, ledger_max_bytes=2000):
+    async for region in memory_region(
+        2,
+        balance=BalanceSettings(self_balance=False, release_on_rollover=True),
+        ledger_max_bytes=2000,
+    ):
         async with region.client(max_batch_messages=5) as c:
             seqs = [(await c.publish("drifting", b"x" * 100)).seq for _ in range(200)]
             assert seqs == list(range(1, 201))

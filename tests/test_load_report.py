@@ -24,6 +24,7 @@ from hedwig.hub.reporting.metrics import HubMetrics
 from hedwig.metadata.memory import MemoryBackend, MemoryMetadataStore
 from hedwig.metadata.records import HubLoad, HubStatus, TopicLoad
 from hedwig.placement.rebalance import RebalanceConfig, Rebalancer
+from hedwig.settings import ConnectionSettings, PlacementSettings, StorageSettings
 from tests import scratch
 from tests.cluster_helpers import eventually
 
@@ -194,7 +195,10 @@ class _FailingHubs:
 
 
 async def test_a_failed_report_is_a_warning_and_a_metric(caplog: pytest.LogCaptureFixture) -> None:
-    config = HubConfig(listen="127.0.0.1:0", data_dir=scratch.mkdtemp("hub-"), replication="1/1/1")
+    config = HubConfig(
+        connection=ConnectionSettings(listen="127.0.0.1:0"),
+        storage=StorageSettings(data_dir=scratch.mkdtemp("hub-"), replication="1/1/1"),
+    )
     hub = Hub(config, store=MemoryMetadataStore(MemoryBackend(), "mem"))
     await hub.start()
     try:
@@ -228,12 +232,11 @@ async def test_a_hub_with_many_topics_keeps_its_report(
 ) -> None:
     """A hub owning 12,000 topics against the real ZooKeeper: every report is written."""
     config = HubConfig(
-        zk=zk_server.address,
-        region=region,
-        listen="127.0.0.1:0",
-        data_dir=scratch.mkdtemp("hub-"),
-        replication="1/1/1",
-        load_report_interval_s=0.5,
+        connection=ConnectionSettings(
+            metadata_url=zk_server.address, region=region, listen="127.0.0.1:0"
+        ),
+        storage=StorageSettings(data_dir=scratch.mkdtemp("hub-"), replication="1/1/1"),
+        placement=PlacementSettings(load_report_interval_s=0.5),
     )
     hub = Hub(config)
     await hub.start()
@@ -252,7 +255,7 @@ async def test_a_hub_with_many_topics_keeps_its_report(
         assert failures(hub) == 0
         status = next(h for h in await hub.store.hubs.list_hubs() if h.address == hub.address)
         assert status.load is not None
-        assert len(status.load.topic_loads) == config.load_report_topics
+        assert len(status.load.topic_loads) == config.placement.load_report_topics
         assert hub.store.session.state.value == "connected"
     finally:
         await hub.stop()

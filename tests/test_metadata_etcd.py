@@ -23,6 +23,7 @@ from hedwig.metadata.etcd import ledgers as etcd_ledgers
 from hedwig.metadata.etcd import watches as etcd_watches
 from hedwig.metadata.etcd.wire import put
 from hedwig.metadata.records import NEW_VERSION, LedgerMetadata
+from hedwig.settings import ConnectionSettings, StorageSettings
 from tests import scratch
 from tests.cluster_helpers import hedwig
 from tests.ledger_id_crash import ledger_ids_stay_unique_through_a_crash
@@ -86,11 +87,10 @@ async def test_a_hub_and_the_cli_on_etcd(etcd_server: EtcdServer, region: str) -
     """A hub picks etcd from its store URL; publishing, subscribing and ``hedwig topics``
     work as on ZooKeeper."""
     config = HubConfig(
-        zk=etcd_server.url,
-        region=region,
-        listen="127.0.0.1:0",
-        data_dir=scratch.mkdtemp("hub-"),
-        replication="1/1/1",
+        connection=ConnectionSettings(
+            metadata_url=etcd_server.url, region=region, listen="127.0.0.1:0"
+        ),
+        storage=StorageSettings(data_dir=scratch.mkdtemp("hub-"), replication="1/1/1"),
     )
     hub = Hub(config)
     await hub.start()
@@ -650,12 +650,13 @@ async def test_a_hub_started_while_etcd_is_down_waits_for_it_and_serves(tmp_path
     await asyncio.to_thread(server.kill)
     hub = Hub(
         HubConfig(
-            zk=server.url,
-            region="startup-outage",
-            listen="127.0.0.1:0",
-            data_dir=scratch.mkdtemp("hub-"),
-            replication="1/1/1",
-            zk_session_timeout_s=4.0,
+            connection=ConnectionSettings(
+                metadata_url=server.url,
+                region="startup-outage",
+                listen="127.0.0.1:0",
+                metadata_session_timeout_s=4.0,
+            ),
+            storage=StorageSettings(data_dir=scratch.mkdtemp("hub-"), replication="1/1/1"),
         )
     )
     starting = asyncio.create_task(hub.start())

@@ -2,24 +2,22 @@
 
 from __future__ import annotations
 
-from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
-from hedwig.hub.config import HubConfig
+from hedwig.settings import Declared, HubConfig
+from hedwig.settings.declaration import declarations
 
 DOC = (Path(__file__).resolve().parents[1] / "docs" / "operations.md").read_text()
-SETTINGS = [f for f in fields(HubConfig) if "doc" in f.metadata]
+SETTINGS = declarations(HubConfig)
 
 
-@pytest.mark.parametrize("setting", SETTINGS, ids=lambda f: f.name)
-def test_every_setting_is_documented(setting: object) -> None:
-    name = setting.name  # type: ignore[attr-defined]
-    flag = "--" + name.removesuffix("_s").replace("_", "-")
-    row = f"| `{flag}` | `HEDWIG_{name.upper()}` |"
-    assert row in DOC, f"docs/operations.md lacks the setting {name} ({row})"
-    assert setting.metadata["doc"] in DOC  # type: ignore[attr-defined]
+@pytest.mark.parametrize("setting", SETTINGS, ids=lambda d: d.name)
+def test_every_setting_is_documented(setting: Declared) -> None:
+    row = f"| `{setting.flag}` | `{setting.env}` |"
+    assert row in DOC, f"docs/operations.md lacks the setting {setting.name} ({row})"
+    assert setting.setting.doc in DOC
 
 
 def test_only_settings_that_exist_are_documented() -> None:
@@ -28,4 +26,4 @@ def test_only_settings_that_exist_are_documented() -> None:
         for line in DOC.splitlines()
         if line.startswith("| `--") and "`HEDWIG_" in line
     }
-    assert documented == {f"HEDWIG_{f.name.upper()}" for f in SETTINGS}
+    assert documented == {d.env for d in SETTINGS}

@@ -27,6 +27,7 @@ from hedwig.metadata.etcd.store import EtcdMetadataStore
 from hedwig.metadata.memory import MemoryMetadataStore
 from hedwig.net.connection import HubConnection
 from hedwig.protocol import Ok, StorageHello, TailTopic
+from hedwig.settings import ConnectionSettings, StorageSettings
 from tests import scratch
 from tests.memory_region import answered, memory_region
 
@@ -273,12 +274,13 @@ async def test_hubs_on_etcd_witness_each_others_leases(
     hubs = [
         Hub(
             HubConfig(
-                zk=etcd_server.url,
-                region=region,
-                listen="127.0.0.1:0",
-                data_dir=scratch.mkdtemp("hub-"),
-                replication="1/1/1",
-                zk_session_timeout_s=4.0,
+                connection=ConnectionSettings(
+                    metadata_url=etcd_server.url,
+                    region=region,
+                    listen="127.0.0.1:0",
+                    metadata_session_timeout_s=4.0,
+                ),
+                storage=StorageSettings(data_dir=scratch.mkdtemp("hub-"), replication="1/1/1"),
             )
         )
         for _ in range(2)

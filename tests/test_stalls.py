@@ -15,6 +15,7 @@ from hedwig.hub import Hub, HubConfig
 from hedwig.hub.process import stalls
 from hedwig.hub.process.loops import WALK_SLICE, in_turns
 from hedwig.hub.process.stalls import StallWatch
+from hedwig.settings import ConnectionSettings, StorageSettings
 from tests import scratch
 
 
@@ -79,12 +80,13 @@ async def test_a_stall_that_costs_the_session_is_logged_first_with_its_stack(
     gone; then it registers again with a new lease. A million-topic hub lost its session this
     way with nothing in its log."""
     config = HubConfig(
-        zk=etcd_server.url,
-        region=region,
-        listen="127.0.0.1:0",
-        data_dir=scratch.mkdtemp("hub-"),
-        replication="1/1/1",
-        zk_session_timeout_s=2.0,
+        connection=ConnectionSettings(
+            metadata_url=etcd_server.url,
+            region=region,
+            listen="127.0.0.1:0",
+            metadata_session_timeout_s=2.0,
+        ),
+        storage=StorageSettings(data_dir=scratch.mkdtemp("hub-"), replication="1/1/1"),
     )
     hub = Hub(config)
     await hub.start()

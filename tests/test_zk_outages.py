@@ -19,6 +19,7 @@ from hedwig.metadata import SessionState
 from hedwig.metadata.zookeeper import ZkMetadataStore
 from hedwig.metadata.zookeeper import ledgers as zk_ledgers
 from hedwig.metadata.zookeeper.client.slots import MAX_IN_FLIGHT
+from hedwig.settings import ConnectionSettings, StorageSettings
 from tests import scratch
 from tests.ledger_id_crash import ledger_ids_stay_unique_through_a_crash
 
@@ -122,12 +123,13 @@ async def test_a_hub_started_while_zookeeper_is_down_waits_for_it_and_serves(
     await asyncio.to_thread(server.kill)
     hub = Hub(
         HubConfig(
-            zk=server.address,
-            region="startup-outage",
-            listen="127.0.0.1:0",
-            data_dir=scratch.mkdtemp("hub-"),
-            replication="1/1/1",
-            zk_session_timeout_s=4.0,
+            connection=ConnectionSettings(
+                metadata_url=server.address,
+                region="startup-outage",
+                listen="127.0.0.1:0",
+                metadata_session_timeout_s=4.0,
+            ),
+            storage=StorageSettings(data_dir=scratch.mkdtemp("hub-"), replication="1/1/1"),
         )
     )
     starting = asyncio.create_task(hub.start())

@@ -180,8 +180,8 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     STATE.ctx = Context(
         kube=kube,
         metadata=MetadataConnections(
-            session_timeout_s=ops.zk_session_timeout_s,
-            connect_timeout_s=ops.zk_connect_timeout_s,
+            session_timeout_s=ops.metadata_session_timeout_s,
+            connect_timeout_s=ops.metadata_connect_timeout_s,
             digests=trust.digests,
             read_secret=read_secret,
         ),

@@ -117,7 +117,7 @@ class PoolTrust:
         if self.domains.get(domain) != ca_pem:
             self.domains[domain] = ca_pem
             self._contexts.pop(domain, None)
-        self.digests[(pool.zk_connect, pool.region)] = digest
+        self.digests[(pool.metadata_url, pool.region)] = digest
 
     def security_for(self, address: str) -> ClientSecurity | None:
         """TLS and credentials for a hub address of a secured pool; None for other pools."""
@@ -299,7 +299,7 @@ async def reconcile_user(
     extra: dict[str, Any] = {"principal": user.principal, "observedGeneration": user.generation}
     try:
         await ensure_pool_security(kube, pool, trust, now)
-        store = await metadata.get(pool.zk_connect, pool.region, pool.store_secret)
+        store = await metadata.get(pool.metadata_url, pool.region, pool.store_secret)
         await store.acls.write_acl(user.acl_name, user.acl_entry, ANY_VERSION)
     except SecretRefusedError as exc:
         # One of the pool's Secrets is someone else's: the pool's condition says which.
@@ -382,7 +382,7 @@ async def delete_user(
     if pool is None:
         return  # the pool (and with it, the region's ACLs) is gone
     await ensure_pool_security(kube, pool, trust)
-    store = await metadata.get(pool.zk_connect, pool.region, pool.store_secret)
+    store = await metadata.get(pool.metadata_url, pool.region, pool.store_secret)
     try:
         await store.acls.delete_acl(user.acl_name, ANY_VERSION)
     except MetadataError as exc:

@@ -158,11 +158,11 @@ class PoolWorker:
         hubs: list[HubStatus] | None = None
         zk_error = None
         try:
-            store = await ctx.metadata.get(pool.zk_connect, pool.region, pool.store_secret)
+            store = await ctx.metadata.get(pool.metadata_url, pool.region, pool.store_secret)
             hubs = await store.hubs.list_hubs()
             ctx.trust.note_hubs(pool, [h.address for h in hubs])
         except MetadataError as exc:
-            zk_error = f"ZooKeeper {pool.zk_connect}: {exc}"
+            zk_error = f"ZooKeeper {pool.metadata_url}: {exc}"
         previous = self.body.get("status") or {}
         status = build_pool_status(
             pool,

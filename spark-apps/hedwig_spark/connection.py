@@ -62,9 +62,9 @@ class HubSession(SyncClient):
 
 def _ask_store(cluster: ClusterOptions, fn: Callable[[MetadataStore], Awaitable[T]]) -> T:
     """``fn(store)`` on the cluster's metadata store, opened for this question only."""
-    url = cluster.zookeeper
+    url = cluster.metadata
     if url is None:
-        raise ValueError("set the 'zookeeper' option to look the cluster up")
+        raise ValueError("set the 'metadata' option (the metadata URL) to look the cluster up")
 
     async def go() -> T:
         async with open_store(url, region=cluster.region) as store:
@@ -74,7 +74,8 @@ def _ask_store(cluster: ClusterOptions, fn: Callable[[MetadataStore], Awaitable[
 
 
 def resolve_hubs(cluster: ClusterOptions) -> tuple[str, ...]:
-    """The hub addresses to use: the ``hubs`` option, else the alive hubs in ZooKeeper."""
+    """The hub addresses to use: the ``hubs`` option, else the alive hubs the metadata store
+    lists."""
     if cluster.hubs:
         return cluster.hubs
 
@@ -84,7 +85,7 @@ def resolve_hubs(cluster: ClusterOptions) -> tuple[str, ...]:
     hubs = _ask_store(cluster, alive)
     if not hubs:
         raise RuntimeError(
-            f"no alive hub in region {cluster.region!r} of ZooKeeper {cluster.zookeeper}"
+            f"no alive hub in region {cluster.region!r} of metadata store {cluster.metadata}"
         )
     return tuple(hubs)
 

@@ -5,9 +5,10 @@ Names follow Spark's Kafka source where the idea is the same, so a Kafka user ca
 are accepted as aliases), ``startingOffsets``, ``endingOffsets``, ``failOnDataLoss``,
 ``maxRecordsPerTrigger`` (alias ``maxOffsetsPerTrigger``), ``minPartitions``. The cluster is
 named by ``hubs`` (comma-separated HOST:PORT, any hubs will do: they redirect) or by
-``zookeeper`` plus ``region`` (the alive hubs are looked up there; ``topicPattern`` needs it,
-since only ZooKeeper knows every topic). Secured hubs: ``tls``, ``tlsCaFile``, ``tlsCertFile``,
-``tlsKeyFile``, ``tokenFile`` (``SecurityOptions``).
+``metadata`` (the metadata URL the hubs use, ZooKeeper's or etcd's; ``zookeeper`` and ``zk``
+are accepted as aliases) plus ``region`` (the alive hubs are looked up there;
+``topicPattern`` needs it, since only the metadata store knows every topic). Secured hubs:
+``tls``, ``tlsCaFile``, ``tlsCertFile``, ``tlsKeyFile``, ``tokenFile`` (``SecurityOptions``).
 
 Spark passes options as a case-insensitive map of strings; we look names up in lower case.
 A bad option fails the query at planning time with ``ValueError`` naming the option.
@@ -58,7 +59,8 @@ class ClusterOptions:
     """Where the hubs are, and how to reach them."""
 
     hubs: tuple[str, ...] = ()
-    zookeeper: str | None = None
+    # The metadata URL (option ``metadata``, or ``zookeeper``/``zk``).
+    metadata: str | None = None
     region: str = "default"
     # How long one read or publish keeps retrying through topic moves and hub restarts before
     # the task fails. A graceful move takes well under a second; a hub that crashed needs its
@@ -145,17 +147,20 @@ def _int(options: Mapping[str, str], minimum: int, *names: str) -> int | None:
 
 def parse_cluster(options: Mapping[str, str]) -> ClusterOptions:
     hubs_raw = _get(options, "hubs", "hub")
-    zookeeper = _get(options, "zookeeper", "zk")
+    metadata = _get(options, "metadata", "zookeeper", "zk")
     hubs = tuple(h.strip() for h in (hubs_raw or "").split(",") if h.strip())
-    if not hubs and zookeeper is None:
-        raise ValueError("set option 'hubs' (HOST:PORT,...) or 'zookeeper' (with 'region')")
+    if not hubs and metadata is None:
+        raise ValueError(
+            "set option 'hubs' (HOST:PORT,...) or 'metadata' (the metadata URL, alias "
+            "'zookeeper'; with 'region')"
+        )
     deadline_ms = _int(options, 1, "retryDeadlineMs")
     tls = (_get(options, "tls") or "false").lower()
     if tls not in ("true", "false"):
         raise ValueError(f"option 'tls' must be true or false, got {tls!r}")
     return ClusterOptions(
         hubs=hubs,
-        zookeeper=zookeeper,
+        metadata=metadata,
         region=_get(options, "region") or "default",
         retry_deadline_s=deadline_ms / 1000 if deadline_ms else DEFAULT_RETRY_DEADLINE_S,
         security=SecurityOptions(
@@ -190,8 +195,11 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
             raise ValueError("option 'topics' names no topic")
     else:
         assert pattern is not None
-        if cluster.zookeeper is None:
-            raise ValueError("option 'topicPattern' needs 'zookeeper': only it lists topics")
+        if cluster.metadata is None:
+            raise ValueError(
+                "option 'topicPattern' needs 'metadata' (alias 'zookeeper'): only the "
+                "metadata store lists topics"
+            )
         try:
             compiled = re.compile(pattern)
         except re.error as exc:

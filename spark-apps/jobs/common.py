@@ -17,7 +17,12 @@ from hedwig_spark import local_session, register
 def add_cluster_args(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("cluster")
     g.add_argument("--hubs", help="comma-separated hub addresses HOST:PORT")
-    g.add_argument("--zookeeper", help="ZooKeeper HOST:PORT, to find the hubs (with --region)")
+    g.add_argument(
+        "--metadata",
+        "--zookeeper",
+        dest="metadata",
+        help="the hubs' metadata URL, to find them (with --region); --zookeeper is an alias",
+    )
     g.add_argument("--region", default="default")
     g.add_argument("--local", action="store_true", help="run Spark in this process, local[2]")
 
@@ -25,9 +30,9 @@ def add_cluster_args(parser: argparse.ArgumentParser) -> None:
 def cluster_options(args: argparse.Namespace) -> dict[str, str]:
     if args.hubs:
         return {"hubs": args.hubs}
-    if args.zookeeper:
-        return {"zookeeper": args.zookeeper, "region": args.region}
-    raise SystemExit("give --hubs or --zookeeper")
+    if args.metadata:
+        return {"metadata": args.metadata, "region": args.region}
+    raise SystemExit("give --hubs or --metadata")
 
 
 def session(args: argparse.Namespace, app_name: str) -> SparkSession:

@@ -15,7 +15,7 @@ Two inputs, because the hubs expose their load two ways:
 
     spark-submit jobs/hub_load.py --hubs h:4100 [--output /out]
     python -m jobs.hub_load --local --metrics http://127.0.0.1:9100/metrics,...
-    python -m jobs.hub_load record --zookeeper z:2181 --region r --hubs h:4100 --every 5
+    python -m jobs.hub_load record --metadata z:2181 --region r --hubs h:4100 --every 5
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def load_records(statuses: Iterable[HubStatus], time_ms: int) -> list[bytes]:
 
 
 async def record(
-    zookeeper: str,
+    metadata_url: str,
     region: str,
     hubs: Sequence[str],
     every_s: float,
@@ -93,7 +93,7 @@ async def record(
     topic: str = LOAD_TOPIC,
 ) -> int:
     """Snapshot the hubs' load reports into the load topic every ``every_s`` seconds."""
-    store = open_store(zookeeper, region=region)
+    store = open_store(metadata_url, region=region)
     await store.start()
     written = 0
     try:
@@ -262,11 +262,11 @@ def analyze(spark: SparkSession, args: argparse.Namespace) -> tuple[DataFrame, D
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     if args.mode == "record":
-        if not (args.zookeeper and args.hubs):
-            raise SystemExit("record needs --zookeeper (load reports) and --hubs (to publish)")
+        if not (args.metadata and args.hubs):
+            raise SystemExit("record needs --metadata (load reports) and --hubs (to publish)")
         hubs = args.hubs.split(",")
         asyncio.run(
-            record(args.zookeeper, args.region, hubs, args.every, args.count, args.load_topic)
+            record(args.metadata, args.region, hubs, args.every, args.count, args.load_topic)
         )
         return
     spark = session(args, "hub-load")

@@ -5,7 +5,7 @@
 # the cluster's nodes find it (pushed to a registry, or imported into the nodes' runtime).
 # Files already in the image are named with local://. Options before "--" go to
 # spark-submit (credentials, resources); what follows "--" replaces the job's default
-# arguments after --zookeeper/--region (e2e/test_realpods.py runs a bounded job this way).
+# arguments after --metadata/--region (e2e/test_realpods.py runs a bounded job this way).
 # The pods run the image's Python whatever PYSPARK_PYTHON says where spark-submit runs.
 set -euo pipefail
 : "${K8S:?set K8S to the API server URL, e.g. https://127.0.0.1:6443}"
@@ -38,4 +38,4 @@ exec spark-submit \
   --conf spark.kubernetes.executor.volumes.persistentVolumeClaim.data.mount.path=/data \
   ${submit_args[@]+"${submit_args[@]}"} \
   local:///opt/hedwig/jobs/traffic_heatmap.py \
-  --zookeeper "${ZK}" --region "${REGION}" "${job_args[@]}"
+  --metadata "${ZK}" --region "${REGION}" "${job_args[@]}"

@@ -218,7 +218,6 @@ def test_a_pool_on_etcd() -> None:
     objects = render(sets=[f"hubPool.metadata.url={url}", "zookeeper.enabled=false"])
     spec = one(objects, "HubPool")["spec"]
     assert spec["metadata"] == {"url": url, "sessionTimeoutSeconds": 6}
-    assert "zookeeper" not in spec
     jsonschema.validate(spec, _openapi_to_jsonschema(_crd_spec_schema()))
     assert not [
         o for o in objects if o["kind"] == "StatefulSet" and "zookeeper" in o["metadata"]["name"]
@@ -256,7 +255,7 @@ def test_hubpool_uses_the_chart_zookeeper_or_the_external_one() -> None:
         f"hedwig-zookeeper-{i}.hedwig-zookeeper-headless.hw.svc.cluster.local:2181"
         for i in range(3)
     ]
-    assert pool["spec"]["zookeeper"]["connect"] == ",".join(servers)
+    assert pool["spec"]["metadata"]["url"] == ",".join(servers)
     zk = one(objects, "StatefulSet", "hedwig-zookeeper")
     env = {e["name"]: e["value"] for e in zk["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["ZOO_SERVERS"].split() == [
@@ -272,7 +271,7 @@ def test_hubpool_uses_the_chart_zookeeper_or_the_external_one() -> None:
 
     objects = render([EXTERNAL_ZK])
     assert not find(objects, "StatefulSet") and not find(objects, "PodDisruptionBudget")
-    assert one(objects, "HubPool")["spec"]["zookeeper"]["connect"].startswith("zk-0.zk.infra.svc")
+    assert one(objects, "HubPool")["spec"]["metadata"]["url"].startswith("zk-0.zk.infra.svc")
 
 
 def test_single_zookeeper_server_runs_standalone() -> None:

@@ -184,7 +184,7 @@ def pool_body(
         "apiVersion": "hedwig.io/v1alpha1",
         "kind": "HubPool",
         "metadata": {"name": name, "namespace": namespace, "uid": "pool-uid", "generation": 1},
-        "spec": {"image": "hedwig/hub:1.2", "zookeeper": {"connect": "zk:2181"}, **(spec or {})},
+        "spec": {"image": "hedwig/hub:1.2", "metadata": {"url": "zk:2181"}, **(spec or {})},
     }
 
 

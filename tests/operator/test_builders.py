@@ -121,18 +121,18 @@ def test_configmap_holds_the_hub_settings() -> None:
             region="eu",
             replication={"ensemble": 3, "writeQuorum": 3, "ackQuorum": 2},
             maxMessageSizeBytes=2048,
-            zookeeper={"connect": "zk-0:2181,zk-1:2181", "sessionTimeoutSeconds": 8},
+            metadata={"url": "zk-0:2181,zk-1:2181", "sessionTimeoutSeconds": 8},
         )
     )["data"]
     assert data == {
-        "HEDWIG_ZK": "zk-0:2181,zk-1:2181",
+        "HEDWIG_METADATA": "zk-0:2181,zk-1:2181",
         "HEDWIG_REGION": "eu",
         "HEDWIG_LISTEN": "0.0.0.0:4080",
         "HEDWIG_DATA_DIR": "/var/lib/hedwig",
         "HEDWIG_METRICS_PORT": "9100",
         "HEDWIG_METRICS_HOST": "0.0.0.0",
         "HEDWIG_PLACEMENT": "load-weighted",
-        "HEDWIG_ZK_SESSION_TIMEOUT_S": "8",
+        "HEDWIG_METADATA_SESSION_TIMEOUT_S": "8",
         "HEDWIG_SELF_BALANCE": "false",
         "HEDWIG_REPLICATION": "3/3/2",
         "HEDWIG_MAX_MESSAGE_SIZE": "2048",
@@ -220,7 +220,6 @@ def test_hubs_get_default_resources_and_spread_when_the_pool_names_none() -> Non
 
 def test_an_etcd_access_secret_is_mounted_for_the_hubs_only_when_named() -> None:
     body = pool_body(spec={"metadata": {"url": "etcd://e:2379", "secretName": "etcd-access"}})
-    del body["spec"]["zookeeper"]
     pod = build_statefulset(parse_pool(body))["spec"]["template"]["spec"]
     (c,) = pod["containers"]
     env = {e["name"]: e.get("value") for e in c["env"]}

@@ -12,6 +12,8 @@ from hedwig_operator.kube import KubeError, ObjectRef, build_event, object_path
 from hedwig_operator.kube.http import HttpKubeApi
 from hedwig_operator.settings import OperatorSettings
 
+from hedwig.errors import UsageError
+
 STS = ObjectRef("apps/v1", "StatefulSet", "ns", "pool")
 
 
@@ -113,3 +115,7 @@ def test_settings_from_environment() -> None:
     assert s.status_interval_s == 2.5
     assert s.rebalancing_enabled is False
     assert OperatorSettings.from_env({}) == OperatorSettings()
+    renamed = OperatorSettings.from_env({"HEDWIG_OPERATOR_ZK_SESSION_TIMEOUT_S": "4"})
+    assert renamed.metadata_session_timeout_s == 4.0  # the older name, an alias
+    with pytest.raises(UsageError, match="HEDWIG_OPERATOR_RETRY_DELAY_S"):
+        OperatorSettings.from_env({"HEDWIG_OPERATOR_RETRY_DELAY_S": "soon"})

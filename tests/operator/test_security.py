@@ -456,7 +456,6 @@ async def test_the_operator_touches_only_the_secrets_of_its_pools_and_users() ->
     )
     await PoolWorker(w.ctx, body, lambda key: []).refresh(parse_pool(body))
     etcd = pool_body("store", spec={"metadata": {"url": "etcd://e:2379", "secretName": "acc"}})
-    del etcd["spec"]["zookeeper"]
     kube.put(foreign_secret("acc", {}, labels={"hedwig.io/store-access-for": "store"}))
     store_pool = parse_pool(etcd)
     assert store_pool.store_secret is not None

@@ -101,8 +101,8 @@ def test_pool_crd_defaults_are_the_specs_defaults() -> None:
     p = parse_pool(pool_body())
     assert props["replicas"]["default"] == p.replicas
     assert props["placement"]["default"] == p.placement
-    assert props["zookeeper"]["properties"]["sessionTimeoutSeconds"]["default"] == (
-        p.zk_session_timeout_s
+    assert props["metadata"]["properties"]["sessionTimeoutSeconds"]["default"] == (
+        p.metadata_session_timeout_s
     )
     assert props["terminationGracePeriodSeconds"]["default"] == p.termination_grace_period_s
     assert props["preStopSleepSeconds"]["default"] == p.pre_stop_sleep_s
@@ -130,7 +130,7 @@ def test_parse_pool_defaults() -> None:
         uid="pool-uid",
         generation=1,
         image="hedwig/hub:1.2",
-        zk_connect="zk:2181",
+        metadata_url="zk:2181",
     )
     assert p.region == "pool"
     assert not p.rebalancing_paused
@@ -170,9 +170,7 @@ def test_parse_pool_full() -> None:
         ({"replication": {"ensemble": 1, "writeQuorum": 2, "ackQuorum": 1}}, "spec.replication"),
         ({"placement": "nearest"}, "spec.placement"),
         ({"replicas": -1}, "spec.replicas"),
-        ({"zookeeper": {}}, "spec.zookeeper.connect"),
-        # pool_body gives spec.zookeeper: a store URL besides it is refused.
-        ({"metadata": {"url": "etcd://e:2379"}}, "spec.metadata"),
+        ({"metadata": {}}, "spec.metadata.url"),
         ({"storage": {"whenDeleted": "Keep"}}, "spec.storage.whenDeleted"),
         ({"rebalancing": {"fanOut": {"above": 0.2, "backBelow": 0.3}}}, "spec.rebalancing.fanOut"),
     ],
@@ -244,16 +242,14 @@ def test_shipped_rbac_covers_what_the_operator_writes() -> None:
 
 def test_pool_on_any_store_by_url() -> None:
     body = pool_body(spec={"metadata": {"url": "etcd://etcd:2379/hedwig"}})
-    del body["spec"]["zookeeper"]
     p = parse_pool(body)
-    assert p.zk_connect == "etcd://etcd:2379/hedwig"
+    assert p.metadata_url == "etcd://etcd:2379/hedwig"
     md = schema("hubpools")["properties"]["spec"]["properties"]["metadata"]["properties"]
-    assert md["sessionTimeoutSeconds"]["default"] == p.zk_session_timeout_s
+    assert md["sessionTimeoutSeconds"]["default"] == p.metadata_session_timeout_s
 
 
 def test_an_etcd_pool_names_its_access_secret() -> None:
     body = pool_body(spec={"metadata": {"url": "etcd://etcd:2379", "secretName": "etcd-access"}})
-    del body["spec"]["zookeeper"]
     p = parse_pool(body)
     assert p.metadata_secret == "etcd-access"
     assert p.store_secret == AccessSecret("ns", "etcd-access", pool="pool")
@@ -261,7 +257,6 @@ def test_an_etcd_pool_names_its_access_secret() -> None:
     assert md["secretName"]["type"] == "string"
     # ZooKeeper's credentials are the pool's own digest (spec.security), not a Secret here.
     zk = pool_body(spec={"metadata": {"url": "zk://zk:2181", "secretName": "x"}})
-    del zk["spec"]["zookeeper"]
     with pytest.raises(SpecError) as err:
         parse_pool(zk)
     assert err.value.path == "spec.metadata.secretName"

@@ -159,7 +159,6 @@ def _secret(name: str, labels: dict[str, str] | None = None, **meta: Any) -> dic
 
 def _etcd_pool(secret: str) -> dict[str, Any]:
     body = pool_body(spec={"metadata": {"url": "etcd://etcd.attacker:2379", "secretName": secret}})
-    del body["spec"]["zookeeper"]
     return body
 
 
@@ -216,7 +215,7 @@ async def test_a_pool_cannot_name_a_secret_its_owner_did_not_bind_to_it(
 
     connections = MetadataConnections(opener, read_secret=lambda s: read_access(w.kube, s))
     with pytest.raises(MetadataUnavailableError, match=problem):
-        await connections.get(pool.zk_connect, pool.region, pool.store_secret)
+        await connections.get(pool.metadata_url, pool.region, pool.store_secret)
     assert opened == []
 
     w.ctx.metadata = connections

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -11,6 +11,13 @@ from hedwig.client import HedwigClient, RetryPolicy
 from hedwig.hub import Hub, HubConfig
 from hedwig.metadata.memory import MemoryBackend, MemoryMetadataStore
 from hedwig.security import ClientSecurity
+from hedwig.settings import (
+    BalanceSettings,
+    ConnectionSettings,
+    SecuritySettings,
+    StorageSettings,
+    changed,
+)
 from tests import scratch
 from tests.security.fixtures import Pki, TokenIssuer
 
@@ -31,24 +38,24 @@ def issuer() -> Iterator[TokenIssuer]:
 
 def secure_config(pki: Pki, issuer: TokenIssuer, **kw: object) -> HubConfig:
     base = HubConfig(
-        listen="127.0.0.1:0",
-        data_dir=scratch.mkdtemp("sec-"),
-        replication="2/2/2",
-        zk_session_timeout_s=2.0,
-        self_balance=False,
-        tls_cert=pki.path("hub.crt"),
-        tls_key=pki.path("hub.key"),
-        tls_client_ca=pki.path("client-ca.crt"),
-        internal_listen="127.0.0.1:0",
-        internal_ca=pki.path("hub-ca.crt"),
-        internal_cert=pki.path("hub.crt"),
-        internal_key=pki.path("hub.key"),
-        authenticate=True,
-        authorize=True,
-        super_users="admin",
-        token_issuers=issuer.issuers_json(),
+        connection=ConnectionSettings(listen="127.0.0.1:0", metadata_session_timeout_s=2.0),
+        storage=StorageSettings(data_dir=scratch.mkdtemp("sec-"), replication="2/2/2"),
+        balance=BalanceSettings(self_balance=False),
+        security=SecuritySettings(
+            tls_cert=pki.path("hub.crt"),
+            tls_key=pki.path("hub.key"),
+            tls_client_ca=pki.path("client-ca.crt"),
+            internal_listen="127.0.0.1:0",
+            internal_ca=pki.path("hub-ca.crt"),
+            internal_cert=pki.path("hub.crt"),
+            internal_key=pki.path("hub.key"),
+            authenticate=True,
+            authorize=True,
+            super_users="admin",
+            token_issuers=issuer.issuers_json(),
+        ),
     )
-    return replace(base, **kw)  # type: ignore[arg-type]
+    return changed(base, **kw)
 
 
 @dataclass
@@ -88,7 +95,7 @@ async def secure(pki: Pki, issuer: TokenIssuer) -> AsyncIterator[SecureRegion]:
     yield region
     for hub in region.hubs:
         await hub.stop()
-        shutil.rmtree(hub.config.data_dir, ignore_errors=True)
+        shutil.rmtree(hub.config.storage.data_dir, ignore_errors=True)
 
 
 def files_under(directory: str) -> dict[str, bytes]:

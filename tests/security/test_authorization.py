@@ -327,7 +327,7 @@ async def test_http_drain_from_another_machine_needs_a_cluster_admin_token(
     finally:
         for hub in region.hubs:
             await hub.stop()
-            shutil.rmtree(hub.config.data_dir, ignore_errors=True)
+            shutil.rmtree(hub.config.storage.data_dir, ignore_errors=True)
 
 
 async def test_acl_entries_round_trip_in_the_store(secure: SecureRegion) -> None:

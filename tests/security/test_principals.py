@@ -42,7 +42,7 @@ async def by_default(pki: Pki, issuer: TokenIssuer) -> AsyncIterator[SecureRegio
     region.hubs.append(hub)
     yield region
     await hub.stop()
-    shutil.rmtree(hub.config.data_dir, ignore_errors=True)
+    shutil.rmtree(hub.config.storage.data_dir, ignore_errors=True)
 
 
 async def test_a_tokens_subject_is_not_a_certificates_principal(by_default: SecureRegion) -> None:
@@ -57,7 +57,7 @@ async def test_a_tokens_subject_is_not_a_certificates_principal(by_default: Secu
     async with by_default.client(security=by_default.security(token_for="alice")) as alice:
         with pytest.raises(ForbiddenError, match=f"principal {url}#alice may not"):
             await alice.publish("orders.eu", b"no")
-    assert super_user in by_default.hubs[0].config.super_user_set
+    assert super_user in by_default.hubs[0].config.security.super_user_set
     async with by_default.client(security=by_default.security(token_for=OPERATOR)) as other:
         # A subject shaped like a ServiceAccount's, from an issuer that is not the cluster's.
         with pytest.raises(ForbiddenError, match=f"principal {url}#{OPERATOR} may not"):
@@ -71,7 +71,7 @@ async def test_the_super_user_admin_is_no_tokens(pki: Pki, issuer: TokenIssuer) 
     config = secure_config(
         pki, issuer, replication="1/1/1", token_issuers=issuer.issuers_json(prefix=None)
     )
-    assert config.super_user_set == {"admin"}
+    assert config.security.super_user_set == {"admin"}
     hub = Hub(config, store=region.store())
     await hub.start()
     region.hubs.append(hub)
@@ -81,7 +81,7 @@ async def test_the_super_user_admin_is_no_tokens(pki: Pki, issuer: TokenIssuer) 
                 await admin.publish("payments", b"no")
     finally:
         await hub.stop()
-        shutil.rmtree(hub.config.data_dir, ignore_errors=True)
+        shutil.rmtree(hub.config.storage.data_dir, ignore_errors=True)
 
 
 @pytest.mark.parametrize("named", ["issuer#admin", OPERATOR])

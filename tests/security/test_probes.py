@@ -148,7 +148,7 @@ def snapshot(region: SecureRegion) -> dict[str, object]:
     """Every ledger file of every hub, and every metadata record but the load reports."""
     state: dict[str, object] = {}
     for i, hub in enumerate(region.hubs):
-        for name, data in files_under(hub.config.data_dir).items():
+        for name, data in files_under(hub.config.storage.data_dir).items():
             state[f"hub{i}/{name}"] = data
     for key, entry in region.backend.data.items():
         if "alive" not in key:

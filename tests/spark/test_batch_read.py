@@ -65,7 +65,7 @@ def test_topic_pattern_through_zookeeper(
         publish(hubs, name, [b"x"] * (i + 1))
     df = (
         spark.read.format("hedwig")
-        .option("zookeeper", spark_cluster.zk)
+        .option("metadata", spark_cluster.zk)
         .option("region", spark_cluster.region)
         .option("topicPattern", f"{topic}\\..*")
         .load()

@@ -56,8 +56,14 @@ def test_bad_options_name_the_option(options: dict[str, str], message: str) -> N
 
 def test_write_options() -> None:
     o = parse_write_options({"zookeeper": "z:2181", "region": "r", "topic": "out"})
-    assert o.cluster.zookeeper == "z:2181" and o.cluster.region == "r"
+    assert o.cluster.metadata == "z:2181" and o.cluster.region == "r"
     assert o.topic == "out" and o.writer_id is None
+
+
+def test_the_metadata_url_by_its_name_and_its_aliases() -> None:
+    for name in ("metadata", "zookeeper", "zk"):
+        o = parse_read_options({name: "etcd://e:2379", "topicPattern": "t.*"})
+        assert o.cluster.metadata == "etcd://e:2379"
 
 
 def test_offset_spec_resolution() -> None:

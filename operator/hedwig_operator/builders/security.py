@@ -133,8 +133,9 @@ def token_issuers(pool: PoolSpec) -> str:
     return json.dumps([issuer], sort_keys=True)
 
 
-def security_environment(pool: PoolSpec, operator_principal: str) -> dict[str, str]:
-    """The hubs' security settings (``HEDWIG_*``), empty when the pool is not secured."""
+def security_settings(pool: PoolSpec, operator_principal: str) -> dict[str, object]:
+    """The hubs' security settings (``hedwig.settings.SecuritySettings``, by name), empty when
+    the pool is not secured."""
     if not pool.security.enabled:
         return {}
     supers = (
@@ -143,19 +144,26 @@ def security_environment(pool: PoolSpec, operator_principal: str) -> dict[str, s
         else list(pool.security.super_users)
     )
     return {
-        "HEDWIG_TLS_CERT": f"{TLS_DIR}/tls.crt",
-        "HEDWIG_TLS_KEY": f"{TLS_DIR}/tls.key",
-        "HEDWIG_TLS_CLIENT_CA": f"{TLS_DIR}/client-ca.crt",
-        "HEDWIG_INTERNAL_LISTEN": f"0.0.0.0:{INTERNAL_PORT}",
-        "HEDWIG_INTERNAL_CA": f"{TLS_DIR}/ca.crt",
-        "HEDWIG_INTERNAL_CERT": f"{TLS_DIR}/tls.crt",
-        "HEDWIG_INTERNAL_KEY": f"{TLS_DIR}/tls.key",
-        "HEDWIG_AUTHENTICATE": "true",
-        "HEDWIG_AUTHORIZE": "true",
-        "HEDWIG_SUPER_USERS": ",".join(supers),
-        "HEDWIG_TOKEN_ISSUERS": token_issuers(pool),
-        "HEDWIG_ZK_DIGEST_FILE": f"{ZK_DIGEST_DIR}/digest",
+        "tls_cert": f"{TLS_DIR}/tls.crt",
+        "tls_key": f"{TLS_DIR}/tls.key",
+        "tls_client_ca": f"{TLS_DIR}/client-ca.crt",
+        "internal_listen": f"0.0.0.0:{INTERNAL_PORT}",
+        "internal_ca": f"{TLS_DIR}/ca.crt",
+        "internal_cert": f"{TLS_DIR}/tls.crt",
+        "internal_key": f"{TLS_DIR}/tls.key",
+        "authenticate": True,
+        "authorize": True,
+        "super_users": ",".join(supers),
+        "token_issuers": token_issuers(pool),
     }
+
+
+def store_environment(pool: PoolSpec) -> dict[str, str]:
+    """How a secured pool's hubs reach its ZooKeeper: the digest file's variable, which the
+    metadata store reads (``hedwig.metadata``), not a hub setting."""
+    if not pool.security.enabled:
+        return {}
+    return {"HEDWIG_ZK_DIGEST_FILE": f"{ZK_DIGEST_DIR}/digest"}
 
 
 def security_volumes(pool: PoolSpec) -> list[dict[str, Any]]:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from hedwig.settings import HubConfig, environment
 from hedwig_operator.builders.configmap import build_configmap, config_hash
 from hedwig_operator.builders.labels import (
     child_metadata,
@@ -61,8 +62,7 @@ def _container(pool: PoolSpec) -> dict[str, Any]:
         "envFrom": [{"configMapRef": {"name": configmap_name(pool)}}],
         "env": [
             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-            {"name": "HEDWIG_ADVERTISE", "value": advertise},
-            {"name": "HEDWIG_HUB_ID", "value": "$(POD_NAME)"},
+            *_env(advertise=advertise, hub_id="$(POD_NAME)"),
         ],
         "ports": [
             {"name": "hub", "containerPort": HUB_PORT, "protocol": "TCP"},
@@ -110,9 +110,7 @@ def _container(pool: PoolSpec) -> dict[str, Any]:
     }
     if pool.security.enabled:
         # Hub-to-hub requests (storage, claims) go to the internal listener, mutual TLS.
-        container["env"].append(
-            {"name": "HEDWIG_INTERNAL_ADVERTISE", "value": f"{pod_host}:{INTERNAL_PORT}"}
-        )
+        container["env"] += _env(internal_advertise=f"{pod_host}:{INTERNAL_PORT}")
         container["ports"].append(
             {"name": "internal", "containerPort": INTERNAL_PORT, "protocol": "TCP"}
         )
@@ -260,3 +258,8 @@ def rollout_in_progress(statefulset: dict[str, Any] | None) -> str | None:
     if int(status.get("readyReplicas", 0)) < replicas:
         return f"{status.get('readyReplicas', 0)} of {replicas} pods are ready"
     return None
+
+
+def _env(**settings: object) -> list[dict[str, str]]:
+    """Per-pod hub settings (by name, as ``hedwig.settings`` declares them) as container env."""
+    return [{"name": k, "value": v} for k, v in environment(HubConfig, **settings).items()]

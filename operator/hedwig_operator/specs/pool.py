@@ -35,7 +35,7 @@ RETENTION_POLICIES = ("Retain", "Delete")
 # Defaults of PoolSpec's fields that parse_pool also needs (slotted dataclasses hide them).
 DEFAULT_REPLICAS = 3
 DEFAULT_PLACEMENT = "load-weighted"
-DEFAULT_ZK_SESSION_TIMEOUT_S = 6.0
+DEFAULT_METADATA_SESSION_TIMEOUT_S = 6.0
 DEFAULT_GRACE_PERIOD_S = 60
 DEFAULT_PRE_STOP_SLEEP_S = 5
 # Each hub's container when the pool names no resources: enough for a modest pool, and a
@@ -217,7 +217,7 @@ class PoolSpec:
     namespace: str
     name: str
     image: str
-    zk_connect: str
+    metadata_url: str
     uid: str = ""
     generation: int = 0
     replicas: int = DEFAULT_REPLICAS
@@ -225,7 +225,7 @@ class PoolSpec:
     resources: Mapping[str, Any] = field(default_factory=lambda: dict(DEFAULT_RESOURCES))
     scheduling: SchedulingSpec = field(default_factory=SchedulingSpec)
     storage: StorageSpec = field(default_factory=StorageSpec)
-    zk_session_timeout_s: float = DEFAULT_ZK_SESSION_TIMEOUT_S
+    metadata_session_timeout_s: float = DEFAULT_METADATA_SESSION_TIMEOUT_S
     region_override: str | None = None
     placement: str = DEFAULT_PLACEMENT
     replication: ReplicationConfig | None = None
@@ -405,23 +405,21 @@ def _scheduling(spec: Raw) -> SchedulingSpec:
 
 
 def _metadata_store(spec: Raw) -> tuple[str, float, str | None]:
-    """The store the hubs use: ``spec.metadata.url`` (any store URL: ``zk://``, ``etcd://``) or
-    ``spec.zookeeper.connect`` (the older field, a ZooKeeper connection string); one of them.
-    And the Secret an etcd store's access comes from (``spec.metadata.secretName``)."""
+    """The store the hubs use: ``spec.metadata.url`` (any store URL: ZooKeeper's
+    ``HOST:PORT[,...]`` or ``zk://``, ``etcd://``), its session timeout, and the Secret an etcd
+    store's access comes from (``spec.metadata.secretName``)."""
     md = section(spec, "metadata", "spec")
-    zk = section(spec, "zookeeper", "spec")
-    if md and zk:
-        raise SpecError("spec.metadata", "give spec.metadata or spec.zookeeper, not both")
-    where, raw, key = ("spec.metadata", md, "url") if md else ("spec.zookeeper", zk, "connect")
-    url = req_str(raw, key, where)
-    secret = opt_str(md, "secretName", where) if md else None
+    url = req_str(md, "url", "spec.metadata")
+    secret = opt_str(md, "secretName", "spec.metadata")
     if secret is not None and not url.lower().startswith("etcd://"):
         raise SpecError(
             "spec.metadata.secretName",
             "only an etcd:// store takes an access Secret (ZooKeeper's digest is the pool's "
             "own, under spec.security)",
         )
-    timeout = float_or(raw, "sessionTimeoutSeconds", where, DEFAULT_ZK_SESSION_TIMEOUT_S)
+    timeout = float_or(
+        md, "sessionTimeoutSeconds", "spec.metadata", DEFAULT_METADATA_SESSION_TIMEOUT_S
+    )
     return url, timeout, secret
 
 
@@ -441,13 +439,13 @@ def parse_pool(body: Raw) -> PoolSpec:
         uid=opt_str(meta, "uid", "metadata") or "",
         generation=int_or(meta, "generation", "metadata", 0),
         image=req_str(spec, "image", "spec"),
-        zk_connect=store_url,
+        metadata_url=store_url,
         replicas=int_or(spec, "replicas", "spec", DEFAULT_REPLICAS, minimum=0),
         image_pull_policy=opt_str(spec, "imagePullPolicy", "spec"),
         resources=dict(section(spec, "resources", "spec")) or dict(DEFAULT_RESOURCES),
         scheduling=_scheduling(spec),
         storage=_storage(section(spec, "storage", "spec")),
-        zk_session_timeout_s=session_timeout_s,
+        metadata_session_timeout_s=session_timeout_s,
         region_override=opt_str(spec, "region", "spec"),
         placement=placement,
         replication=replication(spec, "replication", "spec"),

@@ -166,7 +166,7 @@ async def reconcile_topic(
     except SpecError as exc:
         return result(False, "PoolInvalid", f"HubPool {spec.pool} is invalid: {exc}", topic=topic)
     try:
-        store = await ctx.metadata.get(pool.zk_connect, pool.region, pool.store_secret)
+        store = await ctx.metadata.get(pool.metadata_url, pool.region, pool.store_secret)
         await _ensure_config(store, spec)
         if hubs is None:
             hubs = await store.hubs.list_hubs()
@@ -199,7 +199,7 @@ async def reconcile_topic(
         return result(
             False,
             "ZooKeeperUnavailable",
-            f"ZooKeeper of pool {pool.name} ({pool.zk_connect}): {exc}",
+            f"ZooKeeper of pool {pool.name} ({pool.metadata_url}): {exc}",
             topic=topic,
             retry=True,
         )
@@ -218,7 +218,7 @@ async def reconcile_topic(
         return result(
             False,
             "ZooKeeperUnavailable",
-            f"ZooKeeper of pool {pool.name} ({pool.zk_connect}): {exc}",
+            f"ZooKeeper of pool {pool.name} ({pool.metadata_url}): {exc}",
             topic=topic,
             snapshot=snapshot,
             retry=True,

@@ -1,7 +1,7 @@
 """``hedwig acl``: the region's ACL entries, by hand (the operator writes them from
 ``HedwigUser`` resources).
 
-It finds the metadata store and the region as every other command does (``--zk``, else the
+It finds the metadata store and the region as every other command does (``--metadata``, else the
 cluster ``hedwig dev up`` runs; region ``default``), so an entry added by hand lands where the
 hubs read it. Writing needs the ZooKeeper digest credentials when the tree is protected
 (``HEDWIG_ZK_DIGEST``, which the env file of ``hedwig dev up --secure`` sets, or
@@ -16,7 +16,7 @@ import asyncio
 import json
 from typing import Any
 
-from hedwig.cli.common import add_json_option, add_zk_options, report, resolve_zk
+from hedwig.cli.common import add_json_option, add_metadata_options, report, resolve_metadata
 from hedwig.errors import HedwigError, UsageError
 from hedwig.metadata import open_store
 from hedwig.metadata.acls import (
@@ -39,7 +39,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         ("delete", "delete an entry and its rules"),
     ):
         a = asub.add_parser(name, help=help_, description=__doc__)
-        add_zk_options(a)
+        add_metadata_options(a)
         if name == "list":
             add_json_option(a)
         else:
@@ -62,7 +62,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def run_acl(args: argparse.Namespace) -> int:
     try:
         rule = _rule(args) if args.acl_command == "add" else None
-        zk = resolve_zk(args)
+        zk = resolve_metadata(args)
         told = asyncio.run(_acl(args, zk, rule))
     except HedwigError as exc:
         return report(f"acl {args.acl_command}", exc)

@@ -14,11 +14,11 @@ from typing import Any
 
 from hedwig.cli.common import (
     add_json_option,
+    add_metadata_options,
     add_security_options,
-    add_zk_options,
     client_security,
     report,
-    resolve_zk,
+    resolve_metadata,
 )
 from hedwig.cli.output import Progress, emit
 from hedwig.cli.plans import describe_lanes
@@ -38,7 +38,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         ("hubs", run_hubs, "hubs: alive, topics, load"),
     ):
         p = sub.add_parser(name, help=text)
-        add_zk_options(p)
+        add_metadata_options(p)
         add_json_option(p)
         if name == "topics":
             # The owners are asked for their topics' bounds as pub and sub reach them.
@@ -179,7 +179,7 @@ async def _hubs(zk: str, region: str, _: ClientSecurity) -> list[dict[str, Any]]
 
 def _run(args: argparse.Namespace, collect: Collect, columns: list[str]) -> int:
     try:
-        rows = asyncio.run(collect(resolve_zk(args), args.region, client_security(args)))
+        rows = asyncio.run(collect(resolve_metadata(args), args.region, client_security(args)))
     except HedwigError as exc:
         return report(str(args.command), exc)
     emit(rows, columns, as_json=args.json)

@@ -10,13 +10,13 @@ from dataclasses import asdict, replace
 from hedwig.cli.common import (
     add_hub_options,
     add_json_option,
+    add_metadata_options,
     add_security_options,
-    add_zk_options,
     alive_hubs,
     client_security,
     report,
     resolve_hubs,
-    resolve_zk,
+    resolve_metadata,
 )
 from hedwig.cli.output import Progress
 from hedwig.client import HedwigClient
@@ -34,7 +34,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=run_move)
 
     p = sub.add_parser("rebalance", help="propose (--dry-run) or apply topic moves by the policy")
-    add_zk_options(p)
+    add_metadata_options(p)
     add_security_options(p)
     p.add_argument("--dry-run", action="store_true", help="print the moves, change nothing")
     p.add_argument("--margin", type=float, default=0.2, help="overload margin over the mean")
@@ -97,7 +97,7 @@ def run_rebalance(args: argparse.Namespace) -> int:
         confirmations=1,
     )
     try:
-        zk = resolve_zk(args)
+        zk = resolve_metadata(args)
         moves = asyncio.run(
             plan_and_apply(
                 zk,

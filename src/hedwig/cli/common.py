@@ -1,7 +1,8 @@
 """What the client-side commands share: where the hubs are, and how failures are told.
 
-Where the hubs are, in this order: ``--hub`` (or ``HEDWIG_HUB``), the alive hubs ZooKeeper
-lists (``--zk`` or ``HEDWIG_ZK``, with ``--region``/``HEDWIG_REGION``), and last the
+Where the hubs are, in this order: ``--hub`` (or ``HEDWIG_HUB``), the alive hubs the metadata
+store lists (``--metadata`` or ``HEDWIG_METADATA``, ``--zk``/``HEDWIG_ZK`` as aliases, with
+``--region``/``HEDWIG_REGION``: the hub's own declarations of them), and last the
 development cluster ``hedwig dev up`` is running on this machine (it leaves its endpoints in a
 state file), so that the commands of the README work as pasted.
 
@@ -37,6 +38,7 @@ from hedwig.errors import (
 from hedwig.metadata import open_store
 from hedwig.net.transport import split_address
 from hedwig.security.credentials import POD_TOKEN_FILE, ClientSecurity
+from hedwig.settings import HubConfig, add_flag, from_environment, lookup
 
 # The one region default of every component (hubs, commands, the Spark source, the operator).
 DEFAULT_REGION = "default"
@@ -65,7 +67,7 @@ def add_hub_options(p: argparse.ArgumentParser) -> None:
         default=os.environ.get("HEDWIG_HUB"),
         help="any hub's HOST:PORT, comma-separated for several (env HEDWIG_HUB)",
     )
-    add_zk_options(p)
+    add_metadata_options(p)
     add_security_options(p)
 
 
@@ -97,41 +99,42 @@ def client_security(args: argparse.Namespace) -> ClientSecurity:
     )
 
 
-def add_zk_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--zk",
-        default=os.environ.get("HEDWIG_ZK"),
-        help="metadata store: ZooKeeper HOST:PORT, zk://... or etcd://... (env HEDWIG_ZK; "
-        "default: the cluster 'hedwig dev up' runs)",
+def add_metadata_options(p: argparse.ArgumentParser) -> None:
+    """The hubs' metadata URL and region (their declarations: the same flags, variables and
+    aliases as ``hedwig hub``), with the development cluster's store as the default."""
+    metadata = lookup(HubConfig, "metadata_url")
+    add_flag(
+        p,
+        metadata,
+        default=from_environment(metadata),
+        help=f"{metadata.setting.doc} (env {' or '.join(metadata.envs)}; default: the "
+        "cluster 'hedwig dev up' runs)",
     )
-    p.add_argument(
-        "--region",
-        default=os.environ.get("HEDWIG_REGION", DEFAULT_REGION),
-        help=f"region (env HEDWIG_REGION; default {DEFAULT_REGION!r})",
-    )
+    region = lookup(HubConfig, "region")
+    add_flag(p, region, default=from_environment(region) or DEFAULT_REGION)
 
 
 def add_json_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output (JSON)")
 
 
-async def alive_hubs(zk: str, region: str) -> list[str]:
-    async with open_store(zk, region=region) as store:
+async def alive_hubs(metadata_url: str, region: str) -> list[str]:
+    async with open_store(metadata_url, region=region) as store:
         return [h.address for h in await store.hubs.list_hubs() if h.alive]
 
 
-def resolve_zk(args: argparse.Namespace) -> str:
-    """The metadata store to use: ``--zk``, else the development cluster's."""
-    if args.zk:
-        return str(args.zk)
+def resolve_metadata(args: argparse.Namespace) -> str:
+    """The metadata URL to use: ``--metadata``, else the development cluster's."""
+    if args.metadata_url:
+        return str(args.metadata_url)
     state = read_dev_state()
     if state and state.get("zk"):
         if args.region == DEFAULT_REGION and state.get("region"):
             args.region = state["region"]
         return str(state["zk"])
     raise UsageError(
-        "no metadata store: give --zk HOST:PORT (or set HEDWIG_ZK), or start a local "
-        "cluster with 'hedwig dev up'"
+        "no metadata store: give --metadata HOST:PORT (or set HEDWIG_METADATA), or start a "
+        "local cluster with 'hedwig dev up'"
     )
 
 
@@ -148,11 +151,12 @@ def resolve_hubs(args: argparse.Namespace) -> list[str]:
 def _hub_addresses(args: argparse.Namespace) -> list[str]:
     if args.hub:
         return [h.strip() for h in str(args.hub).split(",") if h.strip()]
-    if args.zk:
-        hubs = asyncio.run(alive_hubs(args.zk, args.region))
+    if args.metadata_url:
+        hubs = asyncio.run(alive_hubs(args.metadata_url, args.region))
         if not hubs:
             raise UsageError(
-                f"no alive hub in region {args.region!r} at {args.zk} (is the region right? "
+                f"no alive hub in region {args.region!r} at {args.metadata_url} (is the region "
+                "right? "
                 "'hedwig hubs' lists what ZooKeeper knows)"
             )
         return hubs
@@ -160,7 +164,7 @@ def _hub_addresses(args: argparse.Namespace) -> list[str]:
     if state and state.get("hubs"):
         return [str(h["address"]) for h in state["hubs"]]
     raise UsageError(
-        "no hub to talk to: give --hub HOST:PORT (or set HEDWIG_HUB), or --zk HOST:PORT to "
+        "no hub to talk to: give --hub HOST:PORT (or set HEDWIG_HUB), or --metadata HOST:PORT to "
         "find the hubs, or start a local cluster with 'hedwig dev up'"
     )
 

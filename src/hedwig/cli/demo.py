@@ -67,7 +67,10 @@ def run_demo(args: argparse.Namespace) -> int:
         return 1
     try:
         print(f"READY hubs={','.join(cluster.addresses)} zk={cluster.zk}", flush=True)
-        print(f"watch ownership with: hedwig topics --zk {cluster.zk} --region demo", flush=True)
+        print(
+            f"watch ownership with: hedwig topics --metadata {cluster.zk} --region demo",
+            flush=True,
+        )
 
         async def main() -> None:
             task = asyncio.create_task(_traffic(cluster, args))

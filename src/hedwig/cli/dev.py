@@ -7,7 +7,7 @@ stop (the hub hands its topics over). Ports: 24000 for ZooKeeper and 24001, 2400
 (metrics on 24101...) when free, and with ``--data-dir`` the ports of the previous run, so
 addresses survive restarts. They sit below Linux's ephemeral range (32768 and up), where an
 outgoing connection could hold one by chance. The endpoints go into a state file, where the
-other commands find them when given no ``--hub`` or ``--zk``.
+other commands find them when given no ``--hub`` or ``--metadata``.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from hedwig.cli.output import emit
 from hedwig.devcluster.cluster import DevCluster
 from hedwig.devcluster.control import ControlServer, describe, request, write_state
 from hedwig.errors import HedwigError, UsageError
+from hedwig.settings import HubConfig, add_flag, command_line, lookup
 
 ZK_PORT = 24000
 HUB_PORT = 24001
@@ -54,9 +55,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=None,
         help="keep data, ports and credentials here, for the next start (default: temporary)",
     )
-    up.add_argument(
-        "--zk-session-timeout",
-        type=float,
+    add_flag(
+        up,
+        lookup(HubConfig, "metadata_session_timeout_s"),
         default=6.0,
         help="seconds before a crashed hub's topics move (default 6)",
     )
@@ -148,7 +149,7 @@ def run_up(args: argparse.Namespace) -> int:
         hubs=args.hubs,
         region=args.region,
         base_dir=args.data_dir,
-        session_timeout_s=args.zk_session_timeout,
+        session_timeout_s=args.metadata_session_timeout_s,
         replication=args.replication,
         zk_port=zk_port,
         hub_ports=hub_ports,
@@ -208,7 +209,8 @@ def _detach(args: argparse.Namespace) -> int:
     """Start ``dev up`` again as a background process in its own session (a closed terminal does
     not stop it), wait until it is ready, print its endpoints and return."""
     argv = [sys.executable, "-m", "hedwig", "dev", "up", "--hubs", str(args.hubs)]
-    argv += ["--region", args.region, "--zk-session-timeout", str(args.zk_session_timeout)]
+    argv += ["--region", args.region]
+    argv += command_line(HubConfig, metadata_session_timeout_s=args.metadata_session_timeout_s)
     if args.data_dir is not None:
         argv += ["--data-dir", args.data_dir]
     if args.replication is not None:

@@ -9,11 +9,10 @@ import ssl
 import sys
 from typing import Any
 
-from hedwig.cli.common import add_json_option, add_zk_options, report, resolve_zk
+from hedwig.cli.common import add_json_option, add_metadata_options, report, resolve_metadata
 from hedwig.cli.output import emit
 from hedwig.clock import SystemClock
 from hedwig.errors import HedwigError
-from hedwig.hub.config import HubConfig, parse_replication
 from hedwig.hub.owning.peers import PeerDirectory
 from hedwig.ledger.health import inspect
 from hedwig.ledger.replicas import RemoteReplicas
@@ -21,16 +20,17 @@ from hedwig.metadata import open_store
 from hedwig.metadata.records import LedgerState
 from hedwig.net.transport import TCP, TcpNetwork
 from hedwig.security.tls import client_context
+from hedwig.settings import HubConfig, parse_replication
 
 # The hubs' defaults, which the notes on rows quote (a region may run with others).
 _DEFAULTS = HubConfig()
-REREPLICATION_DELAY_S = _DEFAULTS.rereplication_delay_s
-AUDIT_INTERVAL_S = _DEFAULTS.audit_interval_s
+REREPLICATION_DELAY_S = _DEFAULTS.audit.rereplication_delay_s
+AUDIT_INTERVAL_S = _DEFAULTS.audit.audit_interval_s
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("ledgers", help="ledgers, their replicas and replication health")
-    add_zk_options(p)
+    add_metadata_options(p)
     p.add_argument("--under-replicated", action="store_true", help="only unhealthy ledgers")
     p.add_argument(
         "--replication",
@@ -122,7 +122,7 @@ async def collect(
 def run_ledgers(args: argparse.Namespace) -> int:
     try:
         size = parse_replication(args.replication).ensemble
-        rows = asyncio.run(collect(resolve_zk(args), args.region, size, internal_tls(args)))
+        rows = asyncio.run(collect(resolve_metadata(args), args.region, size, internal_tls(args)))
     except HedwigError as exc:
         return report("ledgers", exc)
     if args.under_replicated:

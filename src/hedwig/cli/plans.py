@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from hedwig.cli.common import add_json_option, add_zk_options, report, resolve_zk
+from hedwig.cli.common import add_json_option, add_metadata_options, report, resolve_metadata
 from hedwig.cli.output import emit
 from hedwig.clock import SystemClock
 from hedwig.errors import HedwigError
@@ -26,7 +26,7 @@ def register_topic_mode(tsub: argparse._SubParsersAction[argparse.ArgumentParser
         help="serve a topic from one hub (single), spread its subscribers (fan-out) or its "
         "publishers (ingest)",
     )
-    add_zk_options(m)
+    add_metadata_options(m)
     add_json_option(m)
     m.add_argument("topic")
     m.add_argument(
@@ -48,7 +48,7 @@ def register_topic_mode(tsub: argparse._SubParsersAction[argparse.ArgumentParser
 
 def run_topic_mode(args: argparse.Namespace) -> int:
     async def go() -> TopicPlan:
-        async with open_store(resolve_zk(args), region=args.region) as store:
+        async with open_store(resolve_metadata(args), region=args.region) as store:
             return await set_topic_mode(
                 store,
                 args.topic,

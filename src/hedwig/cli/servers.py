@@ -10,15 +10,13 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from dataclasses import fields
 
 from hedwig.cli.output import Progress
 from hedwig.devcluster.zookeeper import ZooKeeperServer
 from hedwig.errors import HedwigError
 from hedwig.hub import serve
-from hedwig.hub.config import HubConfig
 from hedwig.net.loop import install_uvloop
-from hedwig.placement import POLICIES, PlacementPolicy
+from hedwig.settings import HubConfig, add_flags, given_flags
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -26,7 +24,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "zk",
         help="run a standalone ZooKeeper for development",
         description="Run Debian's ZooKeeper server (make zookeeper installs it) on one port "
-        "until Ctrl-C; hubs and commands take it as --zk HOST:PORT.",
+        "until Ctrl-C; hubs and commands take it as --metadata HOST:PORT.",
     )
     p.add_argument("--port", type=int, default=2181, help="client port (default 2181)")
     p.add_argument(
@@ -62,23 +60,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "hub",
         help="run a hub",
         description="Run a hub. Every setting is a flag and an environment variable "
-        "HEDWIG_<NAME> (e.g. HEDWIG_ZK, HEDWIG_REGION, HEDWIG_LISTEN, HEDWIG_DATA_DIR); flags "
-        "win. docs/operations.md lists them all.",
+        "HEDWIG_<NAME> (e.g. HEDWIG_METADATA, HEDWIG_REGION, HEDWIG_LISTEN, HEDWIG_DATA_DIR); "
+        "flags win. docs/operations.md lists them all.",
     )
-    for f in fields(HubConfig):
-        doc = f.metadata.get("doc")
-        if doc is None:
-            continue  # a group set in code or by the operator (rebalancing)
-        flag = "--" + f.name.removesuffix("_s").replace("_", "-")
-        default = f.default.value if isinstance(f.default, PlacementPolicy) else f.default
-        text = f"{doc} (env HEDWIG_{f.name.upper()}; default {default})"
-        kind = str(f.type)
-        if kind.startswith("bool"):
-            p.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, help=text)
-        elif "PlacementPolicy" in kind:
-            p.add_argument(flag, dest=f.name, choices=POLICIES, help=text)
-        else:
-            p.add_argument(flag, dest=f.name, type=_converter(kind), help=text)
+    add_flags(p, HubConfig)
     p.set_defaults(func=run_hub)
 
 
@@ -157,15 +142,9 @@ def run_zk(args: argparse.Namespace) -> int:
     return 0
 
 
-def _converter(kind: str) -> type:
-    return int if kind.startswith("int") else float if kind.startswith("float") else str
-
-
 def run_hub(args: argparse.Namespace) -> int:
     try:
-        given = {f.name: getattr(args, f.name, None) for f in fields(HubConfig)}
-        given.pop("rebalance", None)
-        config = HubConfig.from_env(**given)
+        config = HubConfig.from_env(**given_flags(args, HubConfig))
     except HedwigError as exc:
         print(f"hedwig hub: {exc}", file=sys.stderr)
         return 2

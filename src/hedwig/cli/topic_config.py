@@ -25,12 +25,12 @@ import dataclasses
 import json
 from typing import Any
 
-from hedwig.cli.common import add_json_option, add_zk_options, report, resolve_zk
+from hedwig.cli.common import add_json_option, add_metadata_options, report, resolve_metadata
 from hedwig.errors import BadVersionError, HedwigError, NoSuchTopicError, UsageError
-from hedwig.hub.config import parse_replication
 from hedwig.metadata import open_store
 from hedwig.metadata.records import NEW_VERSION, TopicConfig
 from hedwig.protocol import validate_name
+from hedwig.settings import parse_replication
 
 # Flag (without --) to the record's field, and what it takes.
 SETTINGS = {
@@ -56,7 +56,7 @@ def register_topic_config(tsub: argparse._SubParsersAction[argparse.ArgumentPars
         ("config", "show or change a topic's own settings (the rest are the region's)"),
     ):
         p = tsub.add_parser(name, help=text, description=__doc__)
-        add_zk_options(p)
+        add_metadata_options(p)
         add_json_option(p)
         p.add_argument("topic")
         for flag, (_, meaning) in SETTINGS.items():
@@ -157,7 +157,7 @@ def run_topic_config(args: argparse.Namespace) -> int:
     try:
         validate_name(args.topic)
         changes = _changes(args)
-        told = asyncio.run(_apply(args, resolve_zk(args), changes))
+        told = asyncio.run(_apply(args, resolve_metadata(args), changes))
     except HedwigError as exc:
         return report(command, exc)
     print(told)

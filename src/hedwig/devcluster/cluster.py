@@ -24,6 +24,7 @@ from hedwig.devcluster.hosts import LOOPBACK, Host
 from hedwig.devcluster.security import DevSecurity
 from hedwig.devcluster.zookeeper import ZooKeeperServer, free_port
 from hedwig.errors import HedwigError
+from hedwig.settings import HubConfig, command_line
 
 
 @dataclass
@@ -67,24 +68,18 @@ class HubProcess:
             "-m",
             "hedwig",
             "hub",
-            "--zk",
-            self.zk,
-            "--region",
-            self.region,
-            "--listen",
-            self.address,
-            "--data-dir",
-            self.data_dir,
-            "--metrics-port",
-            str(self.metrics_port),
-            "--metrics-host",
-            self.host.address,
-            "--zk-session-timeout",
-            str(self.session_timeout_s),
-            *(
-                ["--internal-listen", f"{self.host.address}:{self.internal_port}"]
-                if self.internal_port
-                else []
+            *command_line(
+                HubConfig,
+                metadata_url=self.zk,
+                region=self.region,
+                listen=self.address,
+                data_dir=self.data_dir,
+                metrics_port=self.metrics_port,
+                metrics_host=self.host.address,
+                metadata_session_timeout_s=self.session_timeout_s,
+                internal_listen=(
+                    f"{self.host.address}:{self.internal_port}" if self.internal_port else None
+                ),
             ),
             *self.extra_args,
         ]

@@ -19,10 +19,12 @@ below it (``pyproject.toml``'s import-linter layers):
 - ``front``: the door: connections, frames to calls and answers back (the one error
   boundary), TLS, authentication and authorization.
 - ``reporting``: what happens, reported (``events``) and counted (``metrics``); load rates.
-- ``config``: settings, from flags and ``HEDWIG_*`` environment variables.
+
+Its settings (``HubConfig``, grouped) live below it, in ``hedwig.settings``, where the
+commands and the operator read the same declarations.
 """
 
-from hedwig.hub.config import HubConfig
 from hedwig.hub.process.hub import Hub, serve
+from hedwig.settings import HubConfig
 
 __all__ = ["Hub", "HubConfig", "serve"]

@@ -20,9 +20,9 @@ from typing import Protocol
 
 from hedwig.clock import Clock
 from hedwig.errors import UsageError
-from hedwig.hub.config import HubConfig
 from hedwig.net.transport import Network, TcpNetwork
 from hedwig.security.tls import ReloadingCertificate, client_context, server_context
+from hedwig.settings import HubConfig
 
 
 class HubNetworks(Protocol):
@@ -44,24 +44,34 @@ class HubTls:
         self._reloading: list[ReloadingCertificate] = []
         self._task: asyncio.Task[None] | None = None
         server = None
-        if config.tls_cert:
-            server = server_context(config.tls_cert, config.tls_key, client_ca=config.tls_client_ca)
-            self._reloading.append(ReloadingCertificate(server, config.tls_cert, config.tls_key))
+        if config.security.tls_cert:
+            server = server_context(
+                config.security.tls_cert,
+                config.security.tls_key,
+                client_ca=config.security.tls_client_ca,
+            )
+            self._reloading.append(
+                ReloadingCertificate(server, config.security.tls_cert, config.security.tls_key)
+            )
         self.client_network: Network = TcpNetwork(server_tls=server)
         internal_server = internal_client = None
-        if config.internal_cert:
+        if config.security.internal_cert:
             internal_server = server_context(
-                config.internal_cert,
-                config.internal_key,
-                client_ca=config.internal_ca,
+                config.security.internal_cert,
+                config.security.internal_key,
+                client_ca=config.security.internal_ca,
                 require_client_cert=True,
             )
             internal_client = client_context(
-                config.internal_ca, cert=config.internal_cert, key=config.internal_key
+                config.security.internal_ca,
+                cert=config.security.internal_cert,
+                key=config.security.internal_key,
             )
             for ctx in (internal_server, internal_client):
                 self._reloading.append(
-                    ReloadingCertificate(ctx, config.internal_cert, config.internal_key)
+                    ReloadingCertificate(
+                        ctx, config.security.internal_cert, config.security.internal_key
+                    )
                 )
         self.internal_network: Network = TcpNetwork(
             client_tls=internal_client, server_tls=internal_server
@@ -90,7 +100,7 @@ class GivenNetwork:
     """The networks of a hub given one of its own: that one, for everything."""
 
     def __init__(self, network: Network, config: HubConfig) -> None:
-        if config.tls_cert or config.internal_cert:
+        if config.security.tls_cert or config.security.internal_cert:
             raise UsageError("TLS settings need the hub's own TCP network (network=None)")
         self.client_network = self.internal_network = network
 

@@ -34,11 +34,11 @@ from collections.abc import Awaitable, Callable
 
 from hedwig.clock import Clock
 from hedwig.errors import NotEnoughHubsError, ServiceUnavailableError
-from hedwig.hub.config import HubConfig
 from hedwig.metadata.managers import MetadataStore
 from hedwig.metadata.records import HubStatus
 from hedwig.placement import PlacementPolicy, choose_hub
 from hedwig.placement.choice import TOPIC_FLOOR, hub_load
+from hedwig.settings import HubConfig
 
 # How long a placement decision for an unowned topic holds (a client follows a redirect in a
 # round trip or two; a chosen hub that does not claim in this time is chosen afresh).
@@ -166,7 +166,7 @@ class HubChoices:
             for h in self._hubs[1]
             if h.alive and (h.address == self.address or not self.unreachable(h.storage_id))
         )
-        return reachable >= self._config.replication_config.ack_quorum
+        return reachable >= self._config.storage.replication_config.ack_quorum
 
     async def owner_for(self, topic: str) -> str | None:
         """The hub that should claim unowned ``topic`` (maybe this one); ``None``: any (or,
@@ -207,11 +207,11 @@ class HubChoices:
         def choose(avoid: set[str]) -> str | None:
             return choose_hub(
                 hubs,
-                self._config.placement,
+                self._config.placement.policy,
                 topic,
                 rng=self._rng,
                 now_ms=self._clock.wall_ms(),
-                max_age_ms=int(self._config.load_report_max_age_s * 1000),
+                max_age_ms=int(self._config.placement.load_report_max_age_s * 1000),
                 exclude=lambda a: (a == self.address and not fit) or a in drained or a in avoid,
             )
 
@@ -243,13 +243,13 @@ class HubChoices:
         module docstring): random or load-weighted placement, this hub fit and not drained,
         every other hub's load known, and this one's, with its live topic count, at most
         ``LOCAL_MARGIN`` above the mean."""
-        policy = self._config.placement
+        policy = self._config.placement.policy
         if policy not in (PlacementPolicy.RANDOM, PlacementPolicy.LOAD_WEIGHTED):
             return False
         if not fit or self.address in drained:
             return False
         now_ms = self._clock.wall_ms()
-        max_age_ms = int(self._config.load_report_max_age_s * 1000)
+        max_age_ms = int(self._config.placement.load_report_max_age_s * 1000)
         mine: float | None = None
         total = 0.0
         count = 0

@@ -41,7 +41,6 @@ from hedwig.errors import (
     ServiceUnavailableError,
     TopicMovingError,
 )
-from hedwig.hub.config import HubConfig
 from hedwig.hub.owning.choices import HubChoices
 from hedwig.hub.owning.claims import ClaimRules, OwnershipStats
 from hedwig.hub.owning.owner_watch import OwnerWatch
@@ -58,6 +57,7 @@ from hedwig.metadata.records import (
 )
 from hedwig.protocol import MoveKind
 from hedwig.protocol.names import validate_name
+from hedwig.settings import HubConfig
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ class TopicOwnership:
         # Connected, suspended or over (``hedwig.hub.owning.standing``): whether it may claim.
         self.standing = HubStanding(
             clock=clock,
-            session_timeout_s=config.zk_session_timeout_s,
+            session_timeout_s=config.connection.metadata_session_timeout_s,
             drop_all=lambda why: self.drop_all(LossKind.SESSION, why),
             drop_fenced=self._drop_fenced,
             asking=lambda: self.accepting and bool(self.epoch),

@@ -31,7 +31,6 @@ from hedwig.errors import (
     NotEnoughHubsError,
     ServiceUnavailableError,
 )
-from hedwig.hub.config import HubConfig, TopicSettings
 from hedwig.hub.owning.choices import HubChoices
 from hedwig.hub.owning.topic import OwnedTopic, TopicContext
 from hedwig.hub.reporting.events import HubEvents, LossKind
@@ -49,6 +48,7 @@ from hedwig.metadata.records import (
     Version,
     Versioned,
 )
+from hedwig.settings import HubConfig, TopicSettings
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +133,9 @@ class TakeOver:
                 me.epoch,
                 self.clock,
                 choose_ensemble=self._ensemble_cb,
-                on_rolled_over=self._rolled_over if self.config.release_on_rollover else None,
+                on_rolled_over=self._rolled_over
+                if self.config.balance.release_on_rollover
+                else None,
                 on_suspect=self._suspect_one,
                 on_idle=self._lac_idle,
             )
@@ -180,12 +182,12 @@ class TakeOver:
             c = self.config
             self._merged = self.defaults.merged(
                 TopicConfig(
-                    replication=c.replication_config,
-                    retention_ms=c.default_retention_ms,
-                    retention_bytes=c.default_retention_bytes,
-                    max_message_size=c.max_message_size,
-                    inactive_topic_expiry_ms=c.default_inactive_topic_expiry_ms,
-                    subscription_expiry_ms=c.default_subscription_expiry_ms,
+                    replication=c.storage.replication_config,
+                    retention_ms=c.retention.default_retention_ms,
+                    retention_bytes=c.retention.default_retention_bytes,
+                    max_message_size=c.delivery.max_message_size,
+                    inactive_topic_expiry_ms=c.retention.default_inactive_topic_expiry_ms,
+                    subscription_expiry_ms=c.retention.default_subscription_expiry_ms,
                 )
             )
             self._merged_of = self.defaults
@@ -270,9 +272,9 @@ class TakeOver:
                 config,
                 self.config.topic_settings(config),
                 LogSettings(
-                    replication=config.replication or self.config.replication_config,
-                    ledger_max_bytes=self.config.ledger_max_bytes,
-                    cache_bytes=self.config.cache_bytes,
+                    replication=config.replication or self.config.storage.replication_config,
+                    ledger_max_bytes=self.config.storage.ledger_max_bytes,
+                    cache_bytes=self.config.storage.cache_bytes,
                 ),
             )
             self._shared[config] = shared

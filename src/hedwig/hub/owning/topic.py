@@ -34,7 +34,6 @@ from hedwig.errors import (
     TopicInUseError,
     TopicMovingError,
 )
-from hedwig.hub.config import TopicSettings
 from hedwig.hub.owning.dedup import RECENT, Known, PublisherTable
 from hedwig.hub.reporting.events import HubEvents, LossKind
 from hedwig.hub.serving.peer import Peer
@@ -57,6 +56,7 @@ from hedwig.protocol import (
     TopicDescription,
     TopicMoved,
 )
+from hedwig.settings import TopicSettings
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,6 @@ from typing import TypeVar
 
 from hedwig.clock import Clock, SystemClock
 from hedwig.errors import MetadataUnavailableError, UsageError
-from hedwig.hub.config import HubConfig
 from hedwig.hub.front.access import AccessControl, ListenerRole
 from hedwig.hub.front.acl_watch import AclWatcher, NoAclWatch
 from hedwig.hub.front.admission import OpenDoor
@@ -63,6 +62,7 @@ from hedwig.protocol import CloseReason, MoveKind
 from hedwig.protocol.connection import DEFAULT_MAX_FRAME_SIZE
 from hedwig.security.acl import AclSet
 from hedwig.security.tokens import TokenVerifier, parse_issuers
+from hedwig.settings import HubConfig
 
 log = logging.getLogger(__name__)
 
@@ -92,19 +92,23 @@ class Hub:
         self.network: Network = self.tls.client_network
         self.internal_network: Network = self.tls.internal_network
         self.store: MetadataStore = store or open_store(
-            config.zk,
-            region=config.region,
-            session_timeout_s=config.zk_session_timeout_s,
+            config.connection.metadata_url,
+            region=config.connection.region,
+            session_timeout_s=config.connection.metadata_session_timeout_s,
             clock=self.clock,
         )
-        self.metrics = HubMetrics(series_limit=config.load_report_topics)
-        self.address = config.advertise or config.listen
-        self.internal_address = config.internal_advertise or config.internal_listen or ""
+        self.metrics = HubMetrics(series_limit=config.placement.load_report_topics)
+        self.address = config.connection.advertise or config.connection.listen
+        self.internal_address = (
+            config.security.internal_advertise or config.security.internal_listen or ""
+        )
         # Ledgers name this hub's replicas by its id, which stays with its data directory
         # when its address changes.
-        self.hub_id = load_hub_id(config.data_dir, config.hub_id)
+        self.hub_id = load_hub_id(config.storage.data_dir, config.storage.hub_id)
         self.directory = PeerDirectory(self.store, self.clock)
-        self.storage = LocalStorage(config.data_dir, self.hub_id, log_bytes=config.entry_log_bytes)
+        self.storage = LocalStorage(
+            config.storage.data_dir, self.hub_id, log_bytes=config.storage.entry_log_bytes
+        )
         self.replicas = LocalFirstReplicas(
             self.storage,
             network=self.internal_network,
@@ -140,17 +144,17 @@ class Hub:
             self.address, self.topics.epoch
         )
         self.access = AccessControl(
-            authenticate=config.authenticate,
-            authorize=config.authorize,
-            internal_plane=bool(config.internal_listen),
-            verifier=TokenVerifier(parse_issuers(config.token_issuers)),
-            super_users=config.super_user_set,
+            authenticate=config.security.authenticate,
+            authorize=config.security.authorize,
+            internal_plane=bool(config.security.internal_listen),
+            verifier=TokenVerifier(parse_issuers(config.security.token_issuers)),
+            super_users=config.security.super_user_set,
             events=self.metrics,
             clock=self.clock,
         )
         self.dialer = HubDialer(
             directory=self.directory,
-            internal=bool(config.internal_listen),
+            internal=bool(config.security.internal_listen),
             network=self.internal_network,
             clock=self.clock,
         )
@@ -189,11 +193,17 @@ class Hub:
                 store_reachable=lambda: not self.topics.suspended,
             ),
         )
-        max_frame = max(DEFAULT_MAX_FRAME_SIZE, 2 * config.max_message_size + 65536)
+        max_frame = max(DEFAULT_MAX_FRAME_SIZE, 2 * config.delivery.max_message_size + 65536)
         # With security entirely off there is nothing to check: the open door admits all.
-        secured = bool(config.authenticate or config.internal_listen or config.token_issuers)
+        secured = bool(
+            config.security.authenticate
+            or config.security.internal_listen
+            or config.security.token_issuers
+        )
         # Each listener's table of what serves each request.
-        self.client_routes = self.requests.client_routes(with_storage=not config.internal_listen)
+        self.client_routes = self.requests.client_routes(
+            with_storage=not config.security.internal_listen
+        )
         self.internal_routes = self.requests.internal_routes()
         self.front = HubFrontEnd(
             self.client_routes,
@@ -211,11 +221,11 @@ class Hub:
         self.acl_watcher: AclWatcher | NoAclWatch = (
             AclWatcher(
                 self.store,
-                super_users=config.super_user_set,
+                super_users=config.security.super_user_set,
                 on_rules=self._rules_changed,
                 clock=self.clock,
             )
-            if config.authorize
+            if config.security.authorize
             else NoAclWatch()
         )
         self.auditor = Auditor(
@@ -225,8 +235,8 @@ class Hub:
             replicas=self.replicas,
             local=self.storage,
             wanted_size=self._wanted_size,
-            delay_s=config.rereplication_delay_s,
-            full_interval_s=config.audit_full_interval_s,
+            delay_s=config.audit.rereplication_delay_s,
+            full_interval_s=config.audit.audit_full_interval_s,
             clock=self.clock,
             last_claim_at=lambda: self.topics.stats.last_claim_at,
         )
@@ -280,21 +290,23 @@ class Hub:
             "reading the region's defaults", self.store.topics.read_region_defaults
         )
         await self._while_store_away("reading the access rules", self.acl_watcher.start)
-        if self.config.internal_listen:
+        if self.config.security.internal_listen:
             self._internal_listener = await self.internal_network.listen(
-                self.config.internal_listen, self.internal_front.protocol
+                self.config.security.internal_listen, self.internal_front.protocol
             )
-            if not self.config.internal_advertise:
+            if not self.config.security.internal_advertise:
                 self.internal_address = self._internal_listener.address
             self.loops.internal_address = self.internal_address
         self.loops.hub_id = self.hub_id
-        self._listener = await self.network.listen(self.config.listen, self.front.protocol)
-        if not self.config.advertise:
+        self._listener = await self.network.listen(
+            self.config.connection.listen, self.front.protocol
+        )
+        if not self.config.connection.advertise:
             self._set_address(self._listener.address)
-        self.tls.start_reloading(self.config.cert_reload_interval_s)
-        if self.config.authenticate:
+        self.tls.start_reloading(self.config.security.cert_reload_interval_s)
+        if self.config.security.authenticate:
             self._expiry = asyncio.get_running_loop().create_task(self._close_expired())
-        if self.config.metrics_port is not None:
+        if self.config.http.metrics_port is not None:
             self._http = HealthServer(
                 self.metrics.registry,
                 self.readiness,
@@ -302,7 +314,7 @@ class Hub:
                 drain=self.drain,
                 drain_allowed=self._drain_allowed,
             )
-            await self._http.start(self.config.metrics_host, self.config.metrics_port)
+            await self._http.start(self.config.http.metrics_host, self.config.http.metrics_port)
         await self._while_store_away("registering", self.registration.register)
         try:
             await self.loops.check_hub_count()
@@ -319,7 +331,7 @@ class Hub:
         log.info(
             "hub %s serving region %r (epoch %d)",
             self.address,
-            self.config.region,
+            self.config.connection.region,
             self.topics.epoch,
         )
 
@@ -355,8 +367,8 @@ class Hub:
             if all(h.address == self.address for h in alive):
                 raise UsageError(
                     f"hub {self.address} is the last alive hub of region "
-                    f"{self.config.region!r}: its {len(self.topics.topics)} topics would have "
-                    "nowhere to go (drain with force to do it anyway)"
+                    f"{self.config.connection.region!r}: its {len(self.topics.topics)} topics "
+                    "would have nowhere to go (drain with force to do it anyway)"
                 )
         self._ready = False
         self.topics.accepting = False
@@ -384,7 +396,7 @@ class Hub:
         # Without ZooKeeper a hand-off cannot complete (kazoo queues the requests until it
         # reconnects): bound the graceful part, then stop anyway. The ledgers' fencing keeps
         # an unfinished hand-off safe; the next owner recovers.
-        budget = max(5.0, self.config.zk_session_timeout_s)
+        budget = max(5.0, self.config.connection.metadata_session_timeout_s)
         with contextlib.suppress(Exception):
             await self.clock.wait_for(self.store.hubs.unregister_hub(self.address), budget / 2)
         try:
@@ -477,7 +489,7 @@ class Hub:
 
     async def _wanted_size(self, topic: str) -> int:
         config = await self.topics.takeover.topic_config(topic)
-        return (config.replication or self.config.replication_config).ensemble
+        return (config.replication or self.config.storage.replication_config).ensemble
 
 
 async def serve(config: HubConfig) -> None:
@@ -490,7 +502,8 @@ async def serve(config: HubConfig) -> None:
     await hub.start()
     collector.settle()
     print(
-        f"HUB {hub.address} id={hub.hub_id} region={config.region} store={config.zk}",
+        f"HUB {hub.address} id={hub.hub_id} region={config.connection.region} "
+        f"store={config.connection.metadata_url}",
         flush=True,
     )
     await stop.wait()

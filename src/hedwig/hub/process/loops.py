@@ -17,7 +17,6 @@ from typing import Any, TypeVar
 
 from hedwig.clock import Clock
 from hedwig.errors import HedwigError
-from hedwig.hub.config import HubConfig
 from hedwig.hub.owning.ownership import TopicOwnership
 from hedwig.hub.owning.topic import TopicState
 from hedwig.hub.reporting.load import LoadTracker
@@ -33,6 +32,7 @@ from hedwig.placement.plans import set_topic_mode
 from hedwig.placement.rebalance import Move, Rebalancer
 from hedwig.placement.scaling import ModeChange, ScalingPolicy
 from hedwig.protocol.names import lane_of
+from hedwig.settings import HubConfig
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +91,8 @@ class HubLoops:
         self.internal_address = ""
         self.hub_id = ""
         self._connections = connections
-        self.rebalancer = Rebalancer(config.rebalance, clock)
-        self.scaler = ScalingPolicy(config.scaling, clock)
+        self.rebalancer = Rebalancer(config.balance.rebalance, clock)
+        self.scaler = ScalingPolicy(config.balance.scaling, clock)
         self._load = LoadTracker()
         # Fan-out topics this hub delivers for other owners: their rates, apart from its own.
         self._delivering = LoadTracker()
@@ -119,15 +119,17 @@ class HubLoops:
     def start(self) -> None:
         self._running = True
         c = self.config
-        self._every(c.load_report_interval_s, self.report_load)
-        self._every(c.consume_flush_interval_s, self.flush_marks)
-        self._every(c.gc_interval_s, self.collect_garbage)
-        self._every(c.gc_interval_s, self.expire_idle, "expiring idle topics and subscriptions")
-        self._every(c.audit_interval_s, self.audit_once, "ledger audit")
-        if c.self_balance:
-            self._every(c.balance_interval_s, self.balance_once, "self-balancing cycle")
-        if c.auto_fan_out:
-            self._every(c.balance_interval_s, self.scale_once, "scaling cycle")
+        self._every(c.placement.load_report_interval_s, self.report_load)
+        self._every(c.delivery.consume_flush_interval_s, self.flush_marks)
+        self._every(c.retention.gc_interval_s, self.collect_garbage)
+        self._every(
+            c.retention.gc_interval_s, self.expire_idle, "expiring idle topics and subscriptions"
+        )
+        self._every(c.audit.audit_interval_s, self.audit_once, "ledger audit")
+        if c.balance.self_balance:
+            self._every(c.balance.balance_interval_s, self.balance_once, "self-balancing cycle")
+        if c.balance.auto_fan_out:
+            self._every(c.balance.balance_interval_s, self.scale_once, "scaling cycle")
 
     def stop(self) -> None:
         self._running = False
@@ -168,7 +170,7 @@ class HubLoops:
             self._connections(),
             topics,
             len(topics),
-            self.config.load_report_topics,
+            self.config.placement.load_report_topics,
             extra,
             self._delivering_loads(now),
         )
@@ -237,16 +239,16 @@ class HubLoops:
 
     async def check_hub_count(self) -> None:
         """Note whether the region has ever had enough hubs for the default replication."""
-        needed = self.config.replication_config.ack_quorum
+        needed = self.config.storage.replication_config.ack_quorum
         registered = len(await self.store.hubs.list_hubs())
         if registered >= needed:
             self.short_of_hubs = None
             return
         self.short_of_hubs = (
-            f"{SHORT_OF_HUBS}: region {self.config.region!r} has {registered} hub(s) and the "
-            "replication "
-            f"{self.config.replication} needs at least {needed}: publishing fails until more "
-            "hubs join; start more hubs, or run with --replication 1/1/1 for a single hub"
+            f"{SHORT_OF_HUBS}: region {self.config.connection.region!r} has {registered} "
+            f"hub(s) and the replication {self.config.storage.replication} needs at least "
+            f"{needed}: publishing fails until more hubs join; start more hubs, or run with "
+            "--replication 1/1/1 for a single hub"
         )
 
     def topics_changed(self) -> None:
@@ -422,10 +424,10 @@ class HubLoops:
             for name, d in fanout.delivering.items()
             for sname, sub in d.subs.by_name.items()
         ]
-        m.export_backlogs(backlogs, self.config.load_report_topics)
+        m.export_backlogs(backlogs, self.config.placement.load_report_topics)
         owned = self.ownership.topics
         listed = [t for t in self._listed if t in owned]
-        if not listed and len(owned) <= self.config.load_report_topics:
+        if not listed and len(owned) <= self.config.placement.load_report_topics:
             listed = list(owned)  # no report yet
         m.export_plans(fanout.plans.plans_to_export(listed), len(fanout.delivering))
         s = self.storage

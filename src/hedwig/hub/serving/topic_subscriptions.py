@@ -33,7 +33,6 @@ from hedwig.errors import (
     SubscriptionBusyError,
     SubscriptionExistsError,
 )
-from hedwig.hub.config import TopicSettings
 from hedwig.hub.serving.peer import Peer
 from hedwig.hub.serving.subscription import DeliveryLog, Subscription
 from hedwig.metadata.managers import MetadataStore
@@ -52,6 +51,7 @@ from hedwig.protocol import (
     SubscriptionInfo,
     SubscriptionMoved,
 )
+from hedwig.settings import TopicSettings
 
 # How long a subscription handed to another hub keeps delivering here at most.
 HAND_OVER_OVERLAP_S = 2.0

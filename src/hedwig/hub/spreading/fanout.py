@@ -28,7 +28,6 @@ import logging
 
 from hedwig.clock import Clock
 from hedwig.errors import HedwigError, MetadataError, TopicInUseError
-from hedwig.hub.config import HubConfig
 from hedwig.hub.owning.ownership import TopicOwnership
 from hedwig.hub.owning.peers import HubDialer
 from hedwig.hub.reporting.events import HubEvents
@@ -48,6 +47,7 @@ from hedwig.protocol import (
     Subscribed,
     TopicInfo,
 )
+from hedwig.settings import HubConfig
 
 log = logging.getLogger(__name__)
 
