@@ -1,25 +1,15 @@
-"""Helpers for tests that run real hubs: wait for conditions, read ZooKeeper, run the CLI."""
+"""Helpers for tests that run real hubs: wait for conditions (``tests.waiting``), read the
+store, run the CLI."""
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 import sys
-import time
-from collections.abc import Awaitable, Callable
 
 from hedwig.metadata import open_store
+from tests.waiting import eventually
 
-
-async def eventually(
-    check: Callable[[], Awaitable[bool]], timeout: float = 20.0, interval: float = 0.05
-) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if await check():
-            return
-        await asyncio.sleep(interval)
-    raise AssertionError(f"condition not met within {timeout}s")
+__all__ = ["eventually", "hedwig", "owner_of"]
 
 
 async def owner_of(zk: str, region: str, topic: str) -> str | None:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from hedwig.errors import MetadataUnavailableError
 from hedwig.metadata import MetadataStore
 from hedwig.metadata.records import LedgerMetadata
+from tests.waiting import eventually, until
 
 LEDGER = LedgerMetadata(0, "t", 1, 1, 1, ((0, ("h:1",)),), owner="h:1", owner_epoch=3)
 
@@ -41,26 +42,27 @@ async def ledger_ids_stay_unique_through_a_crash(
         for s in stores:
             await s.start()
         makers = [asyncio.create_task(make(s)) for s in stores for _ in range(4)]
-        await asyncio.sleep(1.0)
+        await until(lambda: len(made) > 20, what="ledgers made before the crash")
         before = len(made)
         await asyncio.to_thread(kill)
-        await asyncio.sleep(0.5)
+        await until(lambda: failed[0] > 0, what="the crash felt")
         await asyncio.to_thread(start)
         after_restart = len(made)
-        for _ in range(100):  # until the clients are back and ledgers are made again
-            if len(made) > after_restart + 20:
-                break
-            await asyncio.sleep(0.1)
+        # until the clients are back and ledgers are made again
+        await until(lambda: len(made) > after_restart + 20, what="ledgers made after the crash")
         stop.set()
         await asyncio.gather(*makers)
         assert before > 0 and len(made) > after_restart + 20, "ledgers made before and after"
         assert failed[0] > 0, "the crash was felt"
         assert len(made) == len(set(made)), "a ledger id was given twice"
-        for _ in range(100):  # each store reconnects on its own: read through one that has
+
+        async def read() -> bool:  # each store reconnects on its own: read through one that has
             with contextlib.suppress(MetadataUnavailableError):
                 await stores[0].ledgers.read_ledger(made[0])
-                break
-            await asyncio.sleep(0.1)
+                return True
+            return False
+
+        await eventually(read, what="a read through the first store")
         for lid in made:
             got = await stores[0].ledgers.read_ledger(lid)
             assert got is not None and got.value.ledger_id == lid

@@ -27,6 +27,8 @@ from tests import scratch
 from tests.cluster_helpers import hedwig
 from tests.ledger_id_crash import ledger_ids_stay_unique_through_a_crash
 from tests.metadata_conformance import MetadataConformance
+from tests.store_outage import a_hub_started_in_an_outage_waits_and_serves
+from tests.waiting import eventually, until
 
 pytestmark = pytest.mark.integration
 
@@ -67,10 +69,11 @@ class TestEtcdStore(MetadataConformance):
         states: list[SessionState] = []
         store.session.add_listener(states.append)
         await store.etcd.keeper.stop()  # frozen: no more refreshes
-        for _ in range(100):
-            if await other.ownership.read_owner_info("frozen") is None:
-                break
-            await asyncio.sleep(0.1)
+
+        async def gone() -> bool:
+            return await other.ownership.read_owner_info("frozen") is None
+
+        await eventually(gone, timeout=10, interval=0.1, what="the frozen owner's record gone")
         assert await other.ownership.read_owner_info("frozen") is None
         await other.ownership.write_owner_info("frozen", HubInfo("127.0.0.1:8", 2), NEW_VERSION)
         assert not {h.address: h for h in await other.hubs.list_hubs()}["127.0.0.1:7"].alive
@@ -189,7 +192,7 @@ async def test_an_owner_watch_after_a_compaction_waits_for_a_change(
     )
     fired = asyncio.Event()
     store.ownership.watch_owner("compacted", lambda _t: fired.set(), v)
-    await asyncio.sleep(0.5)
+    await asyncio.sleep(0.5)  # the test: no spurious fire in this window
     assert not fired.is_set()
     await other.ownership.delete_owner_info("compacted", v)
     await asyncio.wait_for(fired.wait(), 10)
@@ -215,7 +218,10 @@ async def test_owner_watches_share_one_watch_of_the_prefix(
     fired = {name: asyncio.Event() for name in ("p3", "p4", "p5")}
     store.ownership.watch_owner("p4", lambda _t: fired["p4"].set(), versions["p4"])
     store.ownership.watch_owner("p5", lambda _t: fired["p5"].set(), versions["p5"])
-    await asyncio.sleep(0.3)
+    await until(
+        lambda: watches._watch is not None and watches._watch.id != -1,
+        what="the owners' prefix watch created",
+    )
     before = (await store.etcd.txn((), ())).revision
     await other.ownership.write_owner_info("p3", HubInfo("127.0.0.1:8", 2), NEW_VERSION)
     await other.ownership.delete_owner_info("p4", versions["p4"])  # after p3's write
@@ -230,15 +236,14 @@ async def test_owner_watches_share_one_watch_of_the_prefix(
     unchanged = asyncio.Event()
     watches.add(store.keys.owner("p5"), before, unchanged.set)
     assert watches.fallbacks == fallbacks
-    await asyncio.sleep(0.3)
+    await asyncio.sleep(0.3)  # the test: no wrong fire in this window
     assert not unchanged.is_set()
     # A window of two keys, past p3's write once three more keys have changed.
     monkeypatch.setattr(etcd_watches, "RECENT_KEYS", 2)
     for name in ("q1", "q2", "q3"):
         await other.topics.ensure_topic(name)
         last = await other.ownership.write_owner_info(name, HubInfo("127.0.0.1:8", 2), NEW_VERSION)
-    while watches._delivered < int(last):
-        await asyncio.sleep(0.01)
+    await until(lambda: watches._delivered >= int(last), what="q3's write delivered")
     p3 = store.keys.owner("p3")[len(store.keys.family("owners")) :]
     assert p3 not in watches._recent and len(watches._recent) == 2
     again = asyncio.Event()
@@ -256,7 +261,7 @@ async def test_owner_watches_share_one_watch_of_the_prefix(
     requests = store.etcd.batcher.requests
     fired6 = asyncio.Event()
     store.ownership.watch_owner("p6", lambda _t: fired6.set(), v6)
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)  # the test: no read sent in this window
     assert store.etcd.batcher.requests == requests
     await other.ownership.delete_owner_info("p6", v6)
     await asyncio.wait_for(fired6.wait(), 10)
@@ -277,7 +282,7 @@ async def test_owner_watches_share_one_watch_of_the_prefix(
     await other.ownership.delete_owner_info("p7", v7)
     await asyncio.wait_for(both.wait(), 10)
     await other.ownership.write_owner_info("p7", HubInfo("127.0.0.1:8", 2), NEW_VERSION)
-    await asyncio.sleep(0.3)
+    await asyncio.sleep(0.3)  # the test: no second fire in this window
     assert sorted(calls) == ["a", "b"]
 
 
@@ -320,16 +325,12 @@ async def test_a_prefix_stream_that_breaks_with_a_full_window_fires_every_watch_
                 f"q{i}", HubInfo("127.0.0.1:8", 2), NEW_VERSION
             )
             last = int(at)
-        while watches._delivered < last:
-            await asyncio.sleep(0.01)
+        await until(lambda: watches._delivered >= last, what="the other topics' writes delivered")
         assert len(watches._recent) == 4 and watches.follows(last - 1)
         assert fired == {}
 
         await asyncio.to_thread(server.kill)
-        for _ in range(200):
-            if len(fired) == len(mine):
-                break
-            await asyncio.sleep(0.05)
+        await until(lambda: len(fired) == len(mine), what="every watch fired at the break")
         assert fired == dict.fromkeys(mine, 1)
         assert watches._recent == {} and not watches.follows(last)
         assert watches._callbacks == {}
@@ -337,14 +338,18 @@ async def test_a_prefix_stream_that_breaks_with_a_full_window_fires_every_watch_
         await asyncio.to_thread(server.start)  # the same data: the records are there
         again = asyncio.Event()
         now = None
-        for _ in range(200):
+
+        async def read_again() -> bool:
+            nonlocal now
             with contextlib.suppress(MetadataError):
                 now = await store.ownership.read_owner_info("w0")
-                break
-            await asyncio.sleep(0.1)
+                return True
+            return False
+
+        await eventually(read_again, timeout=20, interval=0.1, what="a read once etcd is back")
         assert now is not None
         store.ownership.watch_owner("w0", lambda _t: again.set(), now.version)
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.3)  # the test: no wrong fire in this window
         assert not again.is_set()
         await other.ownership.delete_owner_info("w0", now.version)
         await asyncio.wait_for(again.wait(), 10)
@@ -379,7 +384,7 @@ async def test_owner_records_spread_over_leases_that_live_and_die_with_the_sessi
     leases = await owner_leases()
     assert len(leases) == 4 and store.etcd.lease not in leases
     assert set(store.etcd.leases) == {store.etcd.lease, *leases}
-    await asyncio.sleep(3 * store.etcd.ttl)  # well past the TTL: kept alive
+    await asyncio.sleep(3 * store.etcd.ttl)  # the test: well past the TTL, kept alive
     assert await owner_leases() == leases
     lost = asyncio.Event()
     store.session.add_listener(lambda s: lost.set() if s is SessionState.LOST else None)
@@ -407,8 +412,8 @@ async def test_an_owner_lease_granted_as_the_session_is_lost_is_revoked(
         granted.append(lease)
         lost = etcd.lease
         await etcd.revoke_elsewhere(lost)  # the session's lease goes meanwhile
-        while etcd.lease == lost:  # and the keeper moves on to a new session
-            await asyncio.sleep(0.05)
+        # and the keeper moves on to a new session
+        await until(lambda: etcd.lease != lost, what="a new session's lease")
         return lease
 
     etcd.keeper.grant = grant_then_lose  # type: ignore[method-assign]
@@ -513,18 +518,21 @@ async def test_a_store_reaches_etcd_within_seconds_of_its_return_after_a_long_ou
         await asyncio.to_thread(server.kill)
         loop = asyncio.get_running_loop()
         gone = loop.time()
-        while loop.time() - gone < 20:
+        while loop.time() - gone < 20:  # the test: an outage of 20 s, the store asking on
             with pytest.raises(MetadataUnavailableError):
                 await store.topics.list_topics()
             await asyncio.sleep(0.5)
         await asyncio.to_thread(server.start)
         back = loop.time()
-        while True:
+
+        async def answered() -> bool:
             try:
                 await store.topics.ensure_topic("after")
-                break
             except MetadataUnavailableError:
-                await asyncio.sleep(0.1)
+                return False
+            return True
+
+        await eventually(answered, timeout=60, interval=0.1, what="an answer after etcd's return")
         assert loop.time() - back < 4.0, f"answered {loop.time() - back:.1f} s after etcd's return"
         assert await store.topics.list_topics() == ["after", "before"]
         assert store.session.state is SessionState.CONNECTED, "its session outlived the outage"
@@ -554,24 +562,21 @@ async def test_a_session_whose_refreshes_go_unanswered_is_lost_when_its_lease_en
     try:
         await store.start()
         store.session.add_listener(lambda s: states.append((s, loop.time())))
-        await asyncio.sleep(store.etcd.ttl)  # refreshed: the session is as it always is
+        await asyncio.sleep(store.etcd.ttl)  # the test: refreshed, the session is as always
         assert store.session.state is SessionState.CONNECTED
         os.kill(pid, signal.SIGSTOP)
         frozen = loop.time()
-        for _ in range(100):
-            if any(s is SessionState.LOST for s, _ in states):
-                break
-            await asyncio.sleep(0.1)
+        await until(
+            lambda: any(s is SessionState.LOST for s, _ in states),
+            what=f"the session lost after etcd froze (still {store.session.state})",
+        )
         lost = [at for s, at in states if s is SessionState.LOST]
         assert lost, f"still {store.session.state} 10 s after etcd froze"
         # The lease ends a TTL after the last answer, which came before the freeze.
         assert lost[0] - frozen <= store.etcd.ttl + 0.5, f"lost after {lost[0] - frozen:.1f} s"
         os.kill(pid, signal.SIGCONT)
         thawed = True
-        for _ in range(100):
-            if store.session.state is SessionState.CONNECTED:
-                break
-            await asyncio.sleep(0.1)
+        await until(lambda: store.session.state is SessionState.CONNECTED, what="connected")
         assert store.session.state is SessionState.CONNECTED
         await store.topics.ensure_topic("after")
     finally:
@@ -648,31 +653,9 @@ async def test_a_hub_started_while_etcd_is_down_waits_for_it_and_serves(tmp_path
     server = EtcdServer(data_dir=str(tmp_path / "etcd"))
     server.start()
     await asyncio.to_thread(server.kill)
-    hub = Hub(
-        HubConfig(
-            zk=server.url,
-            region="startup-outage",
-            listen="127.0.0.1:0",
-            data_dir=scratch.mkdtemp("hub-"),
-            replication="1/1/1",
-            zk_session_timeout_s=4.0,
-        )
-    )
-    starting = asyncio.create_task(hub.start())
     try:
-        await asyncio.sleep(3.0)
-        assert not starting.done(), "the hub gave up (or started) without its store"
-        await asyncio.to_thread(server.start)
-        await asyncio.wait_for(starting, 60)
-        assert hub.readiness() == (True, "ready")
-        async with EtcdMetadataStore(server.address, "startup-outage") as look:
-            assert [h.address for h in await look.hubs.list_hubs() if h.alive] == [hub.address]
-        async with HedwigClient(hub.address) as client:
-            await client.publish("after-the-outage", b"x")
+        await a_hub_started_in_an_outage_waits_and_serves(server.url, server.start)
     finally:
-        if not starting.done():
-            starting.cancel()
-        await hub.stop()
         server.stop()
 
 
