@@ -6,7 +6,7 @@ change, the stream made again after a back-off on its clock."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from hedwig.metadata.etcd.connection import Connection
 from hedwig.metadata.etcd.kv import prefix_end
 from hedwig.metadata.etcd.watch_stream import BACKOFF_S, WatchStream
 from hedwig.metadata.etcd.wire import put
+from tests.waiting import eventually, until
 
 pytestmark = pytest.mark.integration
 
@@ -44,14 +45,6 @@ class Handler:
 
     def ended(self) -> None:
         self.told.append("ended")
-
-
-async def until(check: Callable[[], bool], timeout: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not check():
-        assert loop.time() < deadline, "not within the time"
-        await asyncio.sleep(0.01)
 
 
 async def on(address: str, clock: Clock) -> tuple[Connection, WatchStream]:
@@ -112,7 +105,7 @@ async def test_a_watch_done_or_cancelled_hears_nothing_more(
         await until(lambda: len(kept.changes) == 1 and len(once.changes) == 1)
         second = await write(writer, key)
         await until(lambda: len(kept.changes) == 2)
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.2)  # the test: nothing more comes in this window
         assert once.changes == [(key, first)]
         assert kept.changes == [(key, first), (key, second)]
         assert cancelled.changes == [] and cancelled.told == []
@@ -140,7 +133,7 @@ async def test_a_watch_from_a_compacted_revision_ends_at_once(
         await until(lambda: "ended" in one_shot.told and "ended" in resuming.told)
         assert one_shot.changes == [] and resuming.changes == []
         await write(writer, key)
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.2)  # the test: no resumption in this window
         assert resuming.changes == [] and resuming.told.count("ended") == 1
     finally:
         await stream.close()
@@ -197,19 +190,26 @@ async def test_a_break_ends_one_shot_watches_and_resumes_the_others_after_a_back
 
         await asyncio.to_thread(server.start)
         meanwhile = None
-        for _ in range(100):  # the writer reconnects on its own clock
+
+        async def written() -> bool:  # the writer reconnects on its own clock
+            nonlocal meanwhile
             try:
                 meanwhile = await write(writer, key, b"meanwhile")
-                break
             except Exception:
-                await asyncio.sleep(0.1)
+                return False
+            return True
+
+        await eventually(written, timeout=10, interval=0.1, what="a write once etcd is back")
         assert meanwhile is not None
         assert resuming.changes == [(key, before)], "nothing while the stream is down"
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 20
-        while len(resuming.changes) < 2 and loop.time() < deadline:
-            clock.advance(BACKOFF_S[1])  # (until gRPC has its connection again)
-            await asyncio.sleep(0.1)
+
+        def resumed() -> bool:  # the stream's clock moved on at each look, until gRPC is back
+            if len(resuming.changes) >= 2:
+                return True
+            clock.advance(BACKOFF_S[1])
+            return False
+
+        await until(resumed, 20, interval=0.1, what="the watch resumed")
         assert resuming.changes == [(key, before), (key, meanwhile)]
         assert resuming.told[-1] == "created"
         after = await write(writer, key)

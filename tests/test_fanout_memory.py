@@ -24,21 +24,18 @@ from hedwig.placement.plans import choose_delivery_hubs, set_topic_mode
 from hedwig.placement.scaling import ScalingConfig
 from hedwig.protocol import MoveKind, Subscribe
 from tests.memory_region import FAST_RETRY, Region, memory_region
+from tests.waiting import until
 
 CLOCK = SystemClock()
 P = TypeVar("P", bound=asyncio.Protocol)
+# Messages acknowledged before a fault of ``publishing`` begins: the fault comes mid-stream.
+UNDER_WAY = 20
 
 
 @pytest.fixture
 async def region() -> AsyncIterator[Region]:
     async for r in memory_region(3, replication="2/2/2"):
         yield r
-
-
-async def until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not condition():
-            await asyncio.sleep(0.002)
 
 
 async def set_mode(region: Region, topic: str, mode: PlanMode, hubs: int = 2) -> TopicPlan:
@@ -81,16 +78,20 @@ async def readers(client: HedwigClient, topic: str, count: int) -> list[Reader]:
 async def publishing(
     client: HedwigClient, topic: str, count: int, during: Callable[[], Awaitable[None]]
 ) -> int:
-    """Publish ``count`` messages one batch at a time while ``during`` runs; the last seq."""
+    """Publish ``count`` messages one batch at a time while ``during`` runs, from when the
+    first ``UNDER_WAY`` are acknowledged; the last seq."""
     last = 0
+    acked = 0
 
     async def publish() -> None:
-        nonlocal last
+        nonlocal last, acked
         for i in range(count):
             last = (await client.publish(topic, b"m%05d" % i)).seq
+            acked += 1
             await asyncio.sleep(0.001)
 
     task = asyncio.get_running_loop().create_task(publish())
+    await until(lambda: acked >= UNDER_WAY or task.done(), what="publishing under way")
     await during()
     await task
     return last
@@ -179,7 +180,7 @@ async def test_every_reconfiguration_under_load_skips_nothing(region: Region) ->
                 (PlanMode.FAN_OUT, 2),
                 (PlanMode.SINGLE, 0),
             ):
-                await asyncio.sleep(0.1)
+                await asyncio.sleep(0.1)  # publishing goes on a while in each configuration
                 await set_mode(region, "re", mode, hubs)
 
         last = await publishing(pub, "re", 300, reconfigure)
@@ -200,7 +201,6 @@ async def test_a_lost_delivery_hub_gives_its_subscribers_to_the_others(region: R
         assert serving(region, "lost")[victim.address]
 
         async def crash() -> None:
-            await asyncio.sleep(0.1)
             # As kill -9 does: its connections drop, it answers nothing, its session ends.
             region.network.sever(victim.address, refuse=True)
             victim.fanout.stop()
@@ -248,12 +248,11 @@ async def test_moving_a_fan_out_topic_keeps_its_delivery_hubs_going(region: Regi
         rs = await readers(subc, "mv", 8)
 
         async def moves() -> None:
-            await asyncio.sleep(0.1)
             for dest in (plan.hubs[0], first_owner.address):
                 source = region.owner("mv")
                 await source.requests.moves.move("mv", dest, MoveKind.REQUESTED, "test")
                 await until(lambda d=dest: "mv" in region.hub_at(d).topics.topics)  # type: ignore[misc]
-                await asyncio.sleep(0.1)
+                await asyncio.sleep(0.1)  # publishing goes on a while at each owner
 
         last = await publishing(pub, "mv", 200, moves)
         await all_delivered(rs, last)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import defaultdict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -28,6 +28,7 @@ from hedwig.protocol import (
     Publish as PublishFrame,
 )
 from tests.memory_region import Region, ToldOrder, memory_region
+from tests.waiting import until
 
 CLOCK = SystemClock()
 
@@ -36,12 +37,6 @@ CLOCK = SystemClock()
 async def region() -> AsyncIterator[Region]:
     async for r in memory_region(3, replication="2/2/2"):
         yield r
-
-
-async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not condition():
-            await asyncio.sleep(0.002)
 
 
 async def set_mode(region: Region, topic: str, mode: PlanMode, hubs: int = 2) -> TopicPlan:

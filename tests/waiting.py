@@ -25,7 +25,7 @@ async def until(
     timeout: float = 10.0,
     *,
     what: str = "the condition",
-    interval: float = 0.01,
+    interval: float = 0.002,
 ) -> None:
     """Return once ``condition()`` is true; fail after ``timeout`` seconds, polling every
     ``interval`` seconds (both by the event loop's clock)."""
