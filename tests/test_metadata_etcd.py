@@ -35,20 +35,14 @@ pytestmark = pytest.mark.integration
 LEDGER = LedgerMetadata(0, "t", 1, 1, 1, ((0, ("h:1",)),), owner="h:1", owner_epoch=3)
 
 
-@pytest.fixture
-async def store(etcd_server: EtcdServer, region: str) -> AsyncIterator[MetadataStore]:
-    s = EtcdMetadataStore(etcd_server.address, region, session_timeout=2.0)
-    await s.start()
-    yield s
-    await s.close()
+async def _started(etcd_server: EtcdServer, region: str) -> AsyncIterator[MetadataStore]:
+    async with EtcdMetadataStore(etcd_server.address, region, session_timeout=2.0) as s:
+        yield s
 
 
-@pytest.fixture
-async def other(etcd_server: EtcdServer, region: str) -> AsyncIterator[MetadataStore]:
-    s = EtcdMetadataStore(etcd_server.address, region, session_timeout=2.0)
-    await s.start()
-    yield s
-    await s.close()
+# Two stores of one region: a hub's and another's.
+store = pytest.fixture(_started, name="store")
+other = pytest.fixture(_started, name="other")
 
 
 class TestEtcdStore(MetadataConformance):

@@ -53,24 +53,16 @@ def _store(
     return EtcdMetadataStore(address, region, **given)  # type: ignore[arg-type]
 
 
-@pytest.fixture
-async def store(
+async def _started(
     secured_etcd_server: tuple[DevSecurity, EtcdServer], region: str
 ) -> AsyncIterator[MetadataStore]:
-    s = _store(*secured_etcd_server, region)
-    await s.start()
-    yield s
-    await s.close()
+    async with _store(*secured_etcd_server, region) as s:
+        yield s
 
 
-@pytest.fixture
-async def other(
-    secured_etcd_server: tuple[DevSecurity, EtcdServer], region: str
-) -> AsyncIterator[MetadataStore]:
-    s = _store(*secured_etcd_server, region)
-    await s.start()
-    yield s
-    await s.close()
+# Two stores of one region: a hub's and another's.
+store = pytest.fixture(_started, name="store")
+other = pytest.fixture(_started, name="other")
 
 
 class TestSecuredEtcdStore(MetadataConformance):
