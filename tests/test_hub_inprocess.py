@@ -242,7 +242,7 @@ async def test_the_collector_reads_a_quiet_topic_once_until_something_changes(
         reads.clear()
         await owner.loops.collect_garbage()
         assert reads == [] and owned._subs is None
-        await asyncio.sleep(1.6)
+        await asyncio.sleep(1.6)  # the test: the ledger ages past its retention (1.5 s)
         await owner.loops.collect_garbage()
         assert reads and owned.log.first_seq == 3, "old enough: collected"
         assert [m.value for b in (await c.read("quiet-gc", 0)).batches for m in b.delivered()] == []
