@@ -1,15 +1,35 @@
-"""Helpers for tests that run real hubs: wait for conditions (``tests.waiting``), read the
-store, run the CLI."""
+"""Helpers for tests that run real hubs: make one, wait for conditions (``tests.waiting``),
+read the store, run the CLI."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from typing import Any
 
+from hedwig.hub import Hub, HubConfig
 from hedwig.metadata import open_store
+from tests import scratch
 from tests.waiting import eventually
 
-__all__ = ["eventually", "hedwig", "owner_of"]
+__all__ = ["eventually", "hedwig", "lone_hub", "owner_of"]
+
+
+def lone_hub(store_url: str, region: str, **settings: Any) -> Hub:
+    """A hub of its own on a store: a free port, a fresh data directory, replication 1/1/1
+    (it needs no other hub), and ``settings`` (``HubConfig``'s fields) besides."""
+    return Hub(
+        HubConfig(
+            **{
+                "zk": store_url,
+                "region": region,
+                "listen": "127.0.0.1:0",
+                "data_dir": scratch.mkdtemp("hub-"),
+                "replication": "1/1/1",
+                **settings,
+            }
+        )
+    )
 
 
 async def owner_of(zk: str, region: str, topic: str) -> str | None:

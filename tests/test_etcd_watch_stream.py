@@ -20,7 +20,7 @@ from hedwig.metadata.etcd.connection import Connection
 from hedwig.metadata.etcd.kv import prefix_end
 from hedwig.metadata.etcd.watch_stream import BACKOFF_S, WatchStream
 from hedwig.metadata.etcd.wire import put
-from tests.waiting import eventually, until
+from tests.waiting import succeeds, until
 
 pytestmark = pytest.mark.integration
 
@@ -189,18 +189,8 @@ async def test_a_break_ends_one_shot_watches_and_resumes_the_others_after_a_back
         assert (expected[0], expected[-1]) == BACKOFF_S
 
         await asyncio.to_thread(server.start)
-        meanwhile = None
-
-        async def written() -> bool:  # the writer reconnects on its own clock
-            nonlocal meanwhile
-            try:
-                meanwhile = await write(writer, key, b"meanwhile")
-            except Exception:
-                return False
-            return True
-
-        await eventually(written, timeout=10, interval=0.1, what="a write once etcd is back")
-        assert meanwhile is not None
+        # the writer reconnects on its own clock
+        meanwhile = await succeeds(lambda: write(writer, key, b"meanwhile"), Exception, 10)
         assert resuming.changes == [(key, before)], "nothing while the stream is down"
 
         def resumed() -> bool:  # the stream's clock moved on at each look, until gRPC is back

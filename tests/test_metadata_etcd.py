@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
 from collections.abc import AsyncIterator
@@ -16,19 +15,19 @@ from aetcd import rpc  # type: ignore[import-untyped]
 from hedwig.client import HedwigClient
 from hedwig.devcluster.etcd import EtcdServer
 from hedwig.errors import BadVersionError, MetadataError, MetadataUnavailableError
-from hedwig.hub import Hub, HubConfig
 from hedwig.metadata import HubInfo, HubLoad, MetadataStore, SessionState
 from hedwig.metadata.etcd import EtcdMetadataStore, batches, connection, kv, lease_keeper
 from hedwig.metadata.etcd import ledgers as etcd_ledgers
 from hedwig.metadata.etcd import watches as etcd_watches
 from hedwig.metadata.etcd.wire import put
 from hedwig.metadata.records import NEW_VERSION, LedgerMetadata
-from tests import scratch
-from tests.cluster_helpers import hedwig
-from tests.ledger_id_crash import ledger_ids_stay_unique_through_a_crash
+from tests.cluster_helpers import hedwig, lone_hub
 from tests.metadata_conformance import MetadataConformance
-from tests.store_outage import a_hub_started_in_an_outage_waits_and_serves
-from tests.waiting import eventually, until
+from tests.store_outage import (
+    a_hub_started_in_an_outage_waits_and_serves,
+    ledger_ids_stay_unique_through_a_crash,
+)
+from tests.waiting import eventually, succeeds, until
 
 pytestmark = pytest.mark.integration
 
@@ -43,6 +42,14 @@ async def _started(etcd_server: EtcdServer, region: str) -> AsyncIterator[Metada
 # Two stores of one region: a hub's and another's.
 store = pytest.fixture(_started, name="store")
 other = pytest.fixture(_started, name="other")
+
+
+def own_etcd(tmp_path: Path) -> EtcdServer:
+    """An etcd of the test's own (to kill, freeze or restart), started."""
+    (tmp_path / "etcd").mkdir()
+    server = EtcdServer(data_dir=str(tmp_path / "etcd"))
+    server.start()
+    return server
 
 
 class TestEtcdStore(MetadataConformance):
@@ -82,14 +89,7 @@ class TestEtcdStore(MetadataConformance):
 async def test_a_hub_and_the_cli_on_etcd(etcd_server: EtcdServer, region: str) -> None:
     """A hub picks etcd from its store URL; publishing, subscribing and ``hedwig topics``
     work as on ZooKeeper."""
-    config = HubConfig(
-        zk=etcd_server.url,
-        region=region,
-        listen="127.0.0.1:0",
-        data_dir=scratch.mkdtemp("hub-"),
-        replication="1/1/1",
-    )
-    hub = Hub(config)
+    hub = lone_hub(etcd_server.url, region)
     await hub.start()
     try:
         assert isinstance(hub.store, EtcdMetadataStore)
@@ -288,9 +288,7 @@ async def test_a_prefix_stream_that_breaks_with_a_full_window_fires_every_watch_
     changed meanwhile is unknown), so no watch is served from it; with etcd back, a watch
     starts a stream of its own revision and sees the next change."""
     monkeypatch.setattr(etcd_watches, "RECENT_KEYS", 4)
-    (tmp_path / "etcd").mkdir()
-    server = EtcdServer(data_dir=str(tmp_path / "etcd"))
-    server.start()
+    server = own_etcd(tmp_path)
     store = EtcdMetadataStore(server.address, "broken", session_timeout=10.0)
     other = EtcdMetadataStore(server.address, "broken", session_timeout=10.0)
     fired: dict[str, int] = {}
@@ -331,16 +329,9 @@ async def test_a_prefix_stream_that_breaks_with_a_full_window_fires_every_watch_
 
         await asyncio.to_thread(server.start)  # the same data: the records are there
         again = asyncio.Event()
-        now = None
-
-        async def read_again() -> bool:
-            nonlocal now
-            with contextlib.suppress(MetadataError):
-                now = await store.ownership.read_owner_info("w0")
-                return True
-            return False
-
-        await eventually(read_again, timeout=20, interval=0.1, what="a read once etcd is back")
+        now = await succeeds(
+            lambda: store.ownership.read_owner_info("w0"), MetadataError, what="a read"
+        )
         assert now is not None
         store.ownership.watch_owner("w0", lambda _t: again.set(), now.version)
         await asyncio.sleep(0.3)  # the test: no wrong fire in this window
@@ -428,19 +419,12 @@ async def test_an_owner_lease_granted_as_the_session_is_lost_is_revoked(
 async def test_ledger_ids_stay_unique_through_an_etcd_crash(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``tests/ledger_id_crash.py`` on etcd (the ``ledger-ids`` key)."""
+    """``tests/store_outage.py``'s ledger ids on etcd (the ``ledger-ids`` key)."""
     monkeypatch.setattr(etcd_ledgers, "LEDGER_ID_BLOCK", 3)
-    (tmp_path / "etcd").mkdir()
-    server = EtcdServer(data_dir=str(tmp_path / "etcd"))
-    server.start()
-    try:
-        await ledger_ids_stay_unique_through_a_crash(
-            [EtcdMetadataStore(server.address, "ids", session_timeout=10.0) for _ in range(2)],
-            server.kill,
-            server.start,
-        )
-    finally:
-        server.stop()
+    server = own_etcd(tmp_path)
+    await ledger_ids_stay_unique_through_a_crash(
+        server, [EtcdMetadataStore(server.address, "ids", session_timeout=10.0) for _ in range(2)]
+    )
 
 
 def test_an_etcd_given_a_memory_budget_runs_its_collector_by_it(tmp_path: Path) -> None:
@@ -502,9 +486,7 @@ async def test_a_store_reaches_etcd_within_seconds_of_its_return_after_a_long_ou
     """gRPC waits longer and longer between attempts to reconnect (up to two minutes by
     default): after etcd was gone for 20 s, a store answered again only 5-10 s after etcd
     was back, and after a longer outage a whole session later. The wait is now 2 s at most."""
-    (tmp_path / "etcd").mkdir()
-    server = EtcdServer(data_dir=str(tmp_path / "etcd"))
-    server.start()
+    server = own_etcd(tmp_path)
     store = EtcdMetadataStore(server.address, "outage", session_timeout=90.0)
     try:
         await store.start()
@@ -518,15 +500,7 @@ async def test_a_store_reaches_etcd_within_seconds_of_its_return_after_a_long_ou
             await asyncio.sleep(0.5)
         await asyncio.to_thread(server.start)
         back = loop.time()
-
-        async def answered() -> bool:
-            try:
-                await store.topics.ensure_topic("after")
-            except MetadataUnavailableError:
-                return False
-            return True
-
-        await eventually(answered, timeout=60, interval=0.1, what="an answer after etcd's return")
+        await succeeds(lambda: store.topics.ensure_topic("after"), MetadataUnavailableError, 60)
         assert loop.time() - back < 4.0, f"answered {loop.time() - back:.1f} s after etcd's return"
         assert await store.topics.list_topics() == ["after", "before"]
         assert store.session.state is SessionState.CONNECTED, "its session outlived the outage"
@@ -544,9 +518,7 @@ async def test_a_session_whose_refreshes_go_unanswered_is_lost_when_its_lease_en
     whose owner record was gone, and the other hubs, still seeing it alive for a moment, sent
     a client there; nobody claimed the topic while the cut lasted. The session is now lost
     when the lease ends by this process's clock; thawed, etcd grants a new one."""
-    (tmp_path / "etcd").mkdir()
-    server = EtcdServer(data_dir=str(tmp_path / "etcd"))
-    server.start()
+    server = own_etcd(tmp_path)
     pid = server.pid
     assert pid is not None
     store = EtcdMetadataStore(server.address, "frozen", session_timeout=2.0)
@@ -589,9 +561,7 @@ async def test_a_frozen_etcd_fails_a_start_with_a_clear_error_in_bounded_time(
     from the grant's sending, so not from before the connection), then says etcd is
     unreachable, and the start gives up at its deadline: a hub starting against a hung etcd
     fails and says why, rather than hanging."""
-    (tmp_path / "etcd").mkdir()
-    server = EtcdServer(data_dir=str(tmp_path / "etcd"))
-    server.start()
+    server = own_etcd(tmp_path)
     pid = server.pid
     assert pid is not None
     store = EtcdMetadataStore(server.address, "frozen-start", session_timeout=2.0)
@@ -643,14 +613,8 @@ async def test_a_hub_started_while_etcd_is_down_waits_for_it_and_serves(tmp_path
     """A hub restarted into an etcd outage (a pod rescheduled while etcd restarts) waits for
     the store at each startup step instead of exiting, registers once etcd is back, and
     serves: as on ZooKeeper (the nemesis found it there)."""
-    (tmp_path / "etcd").mkdir()
-    server = EtcdServer(data_dir=str(tmp_path / "etcd"))
-    server.start()
-    await asyncio.to_thread(server.kill)
-    try:
-        await a_hub_started_in_an_outage_waits_and_serves(server.url, server.start)
-    finally:
-        server.stop()
+    server = own_etcd(tmp_path)
+    await a_hub_started_in_an_outage_waits_and_serves(server, server.url)
 
 
 async def test_claims_are_tried_the_way_the_last_one_needed(

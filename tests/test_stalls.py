@@ -11,11 +11,10 @@ import pytest
 
 from hedwig.client import HedwigClient
 from hedwig.devcluster.etcd import EtcdServer
-from hedwig.hub import Hub, HubConfig
 from hedwig.hub.process import stalls
 from hedwig.hub.process.loops import WALK_SLICE, in_turns
 from hedwig.hub.process.stalls import StallWatch
-from tests import scratch
+from tests.cluster_helpers import lone_hub
 from tests.waiting import until
 
 
@@ -79,15 +78,7 @@ async def test_a_stall_that_costs_the_session_is_logged_first_with_its_stack(
     where it stood while it stood there, before the hub loses its topic and finds its lease
     gone; then it registers again with a new lease. A million-topic hub lost its session this
     way with nothing in its log."""
-    config = HubConfig(
-        zk=etcd_server.url,
-        region=region,
-        listen="127.0.0.1:0",
-        data_dir=scratch.mkdtemp("hub-"),
-        replication="1/1/1",
-        zk_session_timeout_s=2.0,
-    )
-    hub = Hub(config)
+    hub = lone_hub(etcd_server.url, region, zk_session_timeout_s=2.0)
     await hub.start()
     try:
         async with HedwigClient(hub.address) as client:

@@ -18,7 +18,7 @@ from hedwig.metadata.zookeeper.client import connection as connection_module
 from hedwig.metadata.zookeeper.client.codes import OpCode
 from hedwig.metadata.zookeeper.client.records import GetChildrenResponse
 from hedwig.metadata.zookeeper.client.slots import Slots
-from tests.waiting import eventually
+from tests.waiting import succeeds
 from tests.zk_wire import WireTap, opcodes
 
 pytestmark = pytest.mark.integration
@@ -108,17 +108,7 @@ async def test_a_slot_given_back_passes_to_the_first_waiting_request() -> None:
 
 
 async def _until_it_works(client: ZkClient, attempt: Any) -> Any:
-    got: list[Any] = []
-
-    async def works() -> bool:
-        try:
-            got.append(await attempt())
-        except MetadataUnavailableError:
-            return False
-        return True
-
-    await eventually(works, timeout=15, interval=0.1, what="the client sending again")
-    return got[0]
+    return await succeeds(attempt, MetadataUnavailableError, 15, what="the client sending")
 
 
 async def test_reads_together_when_the_connection_drops_each_end(

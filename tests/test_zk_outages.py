@@ -17,8 +17,10 @@ from hedwig.metadata import SessionState
 from hedwig.metadata.zookeeper import ZkMetadataStore
 from hedwig.metadata.zookeeper import ledgers as zk_ledgers
 from hedwig.metadata.zookeeper.client.slots import MAX_IN_FLIGHT
-from tests.ledger_id_crash import ledger_ids_stay_unique_through_a_crash
-from tests.store_outage import a_hub_started_in_an_outage_waits_and_serves
+from tests.store_outage import (
+    a_hub_started_in_an_outage_waits_and_serves,
+    ledger_ids_stay_unique_through_a_crash,
+)
 from tests.waiting import eventually, until
 
 pytestmark = pytest.mark.integration
@@ -96,18 +98,12 @@ async def test_requests_while_zookeeper_is_gone_never_block_the_event_loop(
 async def test_ledger_ids_stay_unique_through_a_zookeeper_crash(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``tests/ledger_id_crash.py`` on ZooKeeper (the ``ledger-ids`` znode)."""
+    """``tests/store_outage.py``'s ledger ids on ZooKeeper (the ``ledger-ids`` znode)."""
     monkeypatch.setattr(zk_ledgers, "LEDGER_ID_BLOCK", 3)
-    server = ZooKeeperServer(data_dir=str(tmp_path / "zk"))
-    server.start()
-    try:
-        await ledger_ids_stay_unique_through_a_crash(
-            [ZkMetadataStore(server.address, "ids", session_timeout=20.0) for _ in range(2)],
-            server.kill,
-            server.start,
-        )
-    finally:
-        server.stop()
+    server = ZooKeeperServer(data_dir=str(tmp_path / "zk")).start()
+    await ledger_ids_stay_unique_through_a_crash(
+        server, [ZkMetadataStore(server.address, "ids", session_timeout=20.0) for _ in range(2)]
+    )
 
 
 async def test_a_hub_started_while_zookeeper_is_down_waits_for_it_and_serves(
@@ -115,13 +111,8 @@ async def test_a_hub_started_while_zookeeper_is_down_waits_for_it_and_serves(
 ) -> None:
     """A hub restarted into a ZooKeeper outage (found by the nemesis) waits for the store at
     each startup step instead of exiting, registers once ZooKeeper is back, and serves."""
-    server = ZooKeeperServer(data_dir=str(tmp_path / "zk"))
-    server.start()
-    await asyncio.to_thread(server.kill)
-    try:
-        await a_hub_started_in_an_outage_waits_and_serves(server.address, server.start)
-    finally:
-        server.stop()
+    server = ZooKeeperServer(data_dir=str(tmp_path / "zk")).start()
+    await a_hub_started_in_an_outage_waits_and_serves(server, server.address)
 
 
 async def test_a_store_whose_start_gave_up_starts_again(tmp_path: Path) -> None:

@@ -17,7 +17,11 @@ sleep, with a comment saying so.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 async def until(
@@ -52,3 +56,40 @@ async def eventually(
         if loop.time() >= deadline:
             raise AssertionError(f"{what}: not within {timeout} s")
         await asyncio.sleep(interval)
+
+
+async def succeeds(
+    attempt: Callable[[], Awaitable[T]],
+    errors: type[Exception] | tuple[type[Exception], ...],
+    timeout: float = 20.0,
+    interval: float = 0.1,
+    *,
+    what: str = "an attempt",
+) -> T:
+    """What ``await attempt()`` returns once it raises none of ``errors`` (a server coming
+    back, a client reconnecting); fail after ``timeout`` seconds, trying every ``interval``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        try:
+            return await attempt()
+        except errors as exc:
+            if loop.time() >= deadline:
+                raise AssertionError(f"{what}: still {exc!r} after {timeout} s") from exc
+        await asyncio.sleep(interval)
+
+
+def poll(
+    condition: Callable[[], object],
+    timeout: float = 20.0,
+    *,
+    what: str = "the condition",
+    interval: float = 0.2,
+) -> None:
+    """``until`` for a test without an event loop (one that drives processes, the CLI): the
+    thread sleeps between looks."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"{what}: not within {timeout} s")
+        time.sleep(interval)

@@ -20,7 +20,7 @@ from hedwig.devcluster.security import DevSecurity
 from hedwig.errors import MetadataUnavailableError
 from tests.operator.fakes import World, pool_body
 from tests.secured_etcd import access_files, change_password, secured_etcd
-from tests.waiting import eventually
+from tests.waiting import succeeds
 
 
 @pytest.mark.integration
@@ -132,16 +132,8 @@ async def test_an_open_pool_store_waits_out_a_wrong_or_deleted_secret_and_an_etc
 
         # As the operator's reconcile does: again until etcd answers (gRPC reconnects within
         # two seconds; its default waits grow to two minutes).
-        async def answered() -> bool:
-            try:
-                await store.topics.ensure_topic("after")
-            except MetadataUnavailableError:
-                return False
-            return True
-
-        # within 15 s of the outage's end
-        left = 15 - (time.monotonic() - down)
-        await eventually(answered, left, 0.2, what="the store back with etcd")
+        left = 15 - (time.monotonic() - down)  # within 15 s of the outage's end
+        await succeeds(lambda: store.topics.ensure_topic("after"), MetadataUnavailableError, left)
         assert await store.topics.list_topics() == ["after", "before", "during"]
         assert await connections.get(server.url, "pool", AccessSecret("ns", "s", "pool")) is store
     finally:
