@@ -14,11 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from hedwig.client import HedwigClient, RetryPolicy
-from hedwig.clock import Clock
+from hedwig.clock import Clock, SystemClock
 from hedwig.hub import Hub, HubConfig
 from hedwig.ledger.remote import RemoteStorage
+from hedwig.metadata import PlanMode, TopicPlan
 from hedwig.metadata.memory import MemoryBackend, MemoryMetadataStore
 from hedwig.net import MemoryNetwork
+from hedwig.placement.plans import set_topic_mode
 
 SCRATCH = "/dev/shm" if Path("/dev/shm").is_dir() else None
 FAST_RETRY = RetryPolicy(initial_delay_s=0.005, max_delay_s=0.05, deadline_s=10)
@@ -30,6 +32,12 @@ class Region:
     backend: MemoryBackend
     hubs: list[Hub] = field(default_factory=list)
     dirs: list[str] = field(default_factory=list)
+
+    async def set_mode(self, topic: str, mode: PlanMode, hubs: int = 2) -> TopicPlan:
+        """``topic``'s plan changed as ``hedwig topic mode`` does, through the first hub's
+        store."""
+        store = self.hubs[0].store
+        return await set_topic_mode(store, topic, mode, hubs=hubs, clock=SystemClock())
 
     async def add_hub(
         self, replication: str = "2/2/2", *, clock: Clock | None = None, **settings: Any
