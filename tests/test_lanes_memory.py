@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 
@@ -17,6 +17,7 @@ from hedwig.clock import SystemClock
 from hedwig.errors import InvalidTopicError, UseLaneError
 from hedwig.metadata import PlanMode, TopicPlan
 from hedwig.metadata.plans import Lane, publisher_base
+from hedwig.net.connection import HubConnection
 from hedwig.protocol import (
     DeliveredMessage,
     EncodedMessages,
@@ -189,37 +190,48 @@ async def test_a_new_subscriber_reads_every_lane(region: Region) -> None:
         reader.task.cancel()
 
 
+async def stored_then_sent_to_lane_one(
+    region: Region, admin: HedwigClient, topic: str
+) -> tuple[str, HubConnection, Callable[[int], PublishFrame], Published, TopicPlan]:
+    """``topic`` published to, a batch of a publisher that two lanes would send to lane 1
+    stored on it (by hand, on ``admin``'s connection to the owner), then the topic given two
+    lanes and the owner seeing so. The publisher, the connection, its batches by sequence,
+    the stored one's answer, the plan."""
+    two = TopicPlan(PlanMode.INGEST, lanes=(Lane(0), Lane(1)))
+    pid = next(p for p in (f"x{i}" for i in range(100)) if two.lane_for(p) == 1)
+    await admin.publish(topic, b"first")
+    owner = region.owner(topic)
+    conn = await admin.connection(owner.address)
+
+    def frame(pseq: int) -> PublishFrame:
+        return PublishFrame(
+            request_id=conn.next_id(),
+            topic=topic,
+            publisher_id=pid,
+            publisher_seq=pseq,
+            messages=EncodedMessages.of_values([b"a", b"b"]),
+        )
+
+    stored = await conn.request(frame(1), 5)
+    assert isinstance(stored, Published) and not stored.duplicate
+    plan = await region.set_mode(topic, PlanMode.INGEST, hubs=2)
+
+    def seen() -> bool:
+        known, current = owner.plans.peek(topic)
+        return known and current is not None and current.mode is PlanMode.INGEST
+
+    await until(seen)
+    return pid, conn, frame, stored, plan
+
+
 async def test_a_resent_batch_is_a_duplicate_even_if_its_publisher_belongs_elsewhere_now(
     region: Region,
 ) -> None:
     """The lane check comes after the duplicate check: a batch stored on lane 0 before the
     topic had lanes, re-sent after, is answered as stored, not sent to another lane."""
-    two = TopicPlan(PlanMode.INGEST, lanes=(Lane(0), Lane(1)))
-    pid = next(p for p in (f"x{i}" for i in range(100)) if two.lane_for(p) == 1)
     async with region.client() as admin:
-        await admin.publish("dups", b"first")
-        owner = region.owner("dups")
-        conn = await admin.connection(owner.address)
-
-        def frame(pseq: int) -> PublishFrame:
-            return PublishFrame(
-                request_id=conn.next_id(),
-                topic="dups",
-                publisher_id=pid,
-                publisher_seq=pseq,
-                messages=EncodedMessages.of_values([b"a", b"b"]),
-            )
-
-        stored = await conn.request(frame(1), 5)
-        assert isinstance(stored, Published) and not stored.duplicate
-        plan = await region.set_mode("dups", PlanMode.INGEST, hubs=2)
+        pid, conn, frame, stored, plan = await stored_then_sent_to_lane_one(region, admin, "dups")
         assert plan.open_lanes == (0, 1)
-
-        def seen() -> bool:
-            known, current = owner.plans.peek("dups")
-            return known and current is not None and current.mode is PlanMode.INGEST
-
-        await until(seen)
         again = await conn.request(frame(1), 5)
         assert isinstance(again, Published) and again.duplicate
         assert (again.first_seq, again.last_seq) == (stored.first_seq, stored.last_seq)
@@ -235,31 +247,8 @@ async def test_a_batch_after_one_sent_to_another_lane_is_sent_there_too(region: 
     USE_LANE as well, not OUT_OF_ORDER: an earlier batch that will never be stored here is
     nothing to wait for, and the publisher, holding the lane change until every batch has
     settled, used to retry it until its deadline (its lane took nothing meanwhile)."""
-    two = TopicPlan(PlanMode.INGEST, lanes=(Lane(0), Lane(1)))
-    pid = next(p for p in (f"x{i}" for i in range(100)) if two.lane_for(p) == 1)
     async with region.client() as admin:
-        await admin.publish("gap", b"first")
-        owner = region.owner("gap")
-        conn = await admin.connection(owner.address)
-
-        def frame(pseq: int) -> PublishFrame:
-            return PublishFrame(
-                request_id=conn.next_id(),
-                topic="gap",
-                publisher_id=pid,
-                publisher_seq=pseq,
-                messages=EncodedMessages.of_values([b"a", b"b"]),
-            )
-
-        stored = await conn.request(frame(1), 5)
-        assert isinstance(stored, Published) and not stored.duplicate
-        await region.set_mode("gap", PlanMode.INGEST, hubs=2)
-
-        def seen() -> bool:
-            known, current = owner.plans.peek("gap")
-            return known and current is not None and current.mode is PlanMode.INGEST
-
-        await until(seen)
+        _, conn, frame, _, _ = await stored_then_sent_to_lane_one(region, admin, "gap")
         for pseq in (3, 5):  # 5 after 3, which was not stored
             with pytest.raises(UseLaneError) as refused:
                 await conn.request(frame(pseq), 5)
