@@ -64,7 +64,7 @@ async def test_skewed_topics_spread_out_and_a_new_hub_gets_its_share() -> None:
                     except Exception:  # a failed publish is simply not acknowledged
                         history.failed += 1
                     n += 1
-                    await asyncio.sleep(1 / RATES[topic])
+                    await asyncio.sleep(1 / RATES[topic])  # the test: each topic's rate
 
             tasks = [asyncio.create_task(publish(t)) for t in TOPICS]
             sub = await client.subscribe(TOPICS[0], "order-check", message_window=0)
