@@ -21,9 +21,16 @@ from hedwig.metadata import PlanMode, TopicPlan
 from hedwig.metadata.memory import MemoryBackend, MemoryMetadataStore
 from hedwig.net import MemoryNetwork
 from hedwig.placement.plans import set_topic_mode
+from hedwig.protocol import Message
 
 SCRATCH = "/dev/shm" if Path("/dev/shm").is_dir() else None
 FAST_RETRY = RetryPolicy(initial_delay_s=0.005, max_delay_s=0.05, deadline_s=10)
+
+
+async def stored(client: HedwigClient, topic: str) -> list[Message]:
+    """Every message ``topic`` holds, read back from its first."""
+    answer = await client.read(topic, 1, max_messages=100_000)
+    return [m.message for b in answer.batches for m in b.delivered()]
 
 
 @dataclass

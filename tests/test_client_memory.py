@@ -47,7 +47,7 @@ from hedwig.protocol import (
     Unsubscribe,
 )
 from tests.cycle_garbage import frames_left_for_the_collector
-from tests.memory_region import FAST_RETRY, Region, ToldOrder, memory_region
+from tests.memory_region import FAST_RETRY, Region, ToldOrder, memory_region, stored
 from tests.waiting import until
 
 P = TypeVar("P", bound=asyncio.Protocol)
@@ -60,8 +60,7 @@ async def region() -> AsyncIterator[Region]:
 
 
 async def stored_values(client: HedwigClient, topic: str) -> list[bytes]:
-    answer = await client.read(topic, 1, max_messages=100_000)
-    return [m.value for b in answer.batches for m in b.delivered()]
+    return [m.value for m in await stored(client, topic)]
 
 
 async def publish_around(
