@@ -210,7 +210,7 @@ async def freeze_a_delivery_hub(cluster: DevCluster) -> None:
             victim = cluster.hub_at(plans[0].hubs[0])
             victim.freeze()
             try:
-                await asyncio.sleep(SESSION + 3)
+                await asyncio.sleep(SESSION + 3)  # the test: frozen past its session
             finally:
                 victim.thaw()
 

@@ -230,7 +230,7 @@ async def published_once_come_back(
         victim = cluster.hub_at(owner)
         if not freeze:
             victim.kill()
-            await asyncio.sleep(SESSION + 1)
+            await asyncio.sleep(SESSION + 1)  # the test: down past its session
             victim.start()
             return
         victim.freeze()
@@ -307,7 +307,7 @@ async def test_zookeeper_down_in_the_middle_of_a_claim(cluster: DevCluster) -> N
         finally:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(store.close(), 5)
-        await asyncio.sleep(SESSION * 2)
+        await asyncio.sleep(SESSION * 2)  # the test: ZooKeeper down two sessions
         await loop.run_in_executor(None, zk.start)
 
     await run(cluster, fault, after=SESSION + 5)
@@ -335,7 +335,7 @@ async def test_two_of_three_hubs_down_then_one_back(cluster: DevCluster) -> None
     finally:
         await reader.close()
     await asyncio.get_running_loop().run_in_executor(None, victims[0].start)
-    await asyncio.sleep(SESSION + 4)
+    await asyncio.sleep(SESSION + 4)  # load with the hub back
     history = await work.finish()
     assert history.acked_count > stalled_at, "publishing did not resume when a hub came back"
     check(history)
@@ -381,7 +381,7 @@ async def publishing_goes_on_through_a_zookeeper_outage(
     try:
         down_at = work.history.acked_count
         before = down_at - up_at
-        await asyncio.sleep(SESSION * 4)
+        await asyncio.sleep(SESSION * 4)  # the test: load through the outage
         during = work.history.acked_count - down_at
     finally:
         await loop.run_in_executor(None, zk.start)
@@ -392,7 +392,7 @@ async def publishing_goes_on_through_a_zookeeper_outage(
     for topic in fresh:  # each claimed once ZooKeeper is back
         await asyncio.wait_for(claimer.publish(topic, b"after"), timeout=30)
     await claimer.close()
-    await asyncio.sleep(SESSION + 2)
+    await asyncio.sleep(SESSION + 2)  # load on after it, writes settle
     history = await work.finish()
     check(history)
 
@@ -554,7 +554,7 @@ async def test_a_hub_back_on_another_address_keeps_its_replicas(tmp_path: Path, 
             old = hub.address
             ids[old] = (Path(hub.data_dir) / "hub-id").read_text().strip()
             hub.kill()
-            await asyncio.sleep(SESSION + 1)
+            await asyncio.sleep(SESSION + 1)  # the test: down past its session
             hub.port, hub.metrics_port, hub.internal_port = free_port(), free_port(), free_port()
             await loop.run_in_executor(None, hub.start)
             assert hub.address != old
@@ -648,7 +648,7 @@ async def test_replica_killed_or_frozen_while_entry_logs_are_compacted(
                 replica.kill()
                 await asyncio.sleep(0.5)  # the test: killed, down a moment
                 await asyncio.to_thread(replica.start)
-                await asyncio.sleep(SESSION + 3)
+                await asyncio.sleep(SESSION + 3)  # load on the restarted hub
                 # The restarted hub compacts too (its counter began again at its start).
                 await eventually(compacted, timeout=60)
             else:
