@@ -12,7 +12,6 @@ import asyncio
 import copy
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -28,6 +27,7 @@ import yaml
 
 from controlplane import cluster
 from hedwig.client import HedwigClient
+from hedwig.devcluster import processes
 from hedwig.metadata import HubInfo, TopicConfig, open_store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -193,13 +193,7 @@ class OperatorProcess:
         return "\n".join(text.splitlines()[-lines:])
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        processes.end(self.proc, grace_s=20)
         self.proc = None
 
 
@@ -280,7 +274,7 @@ class Workload:
             readers = [asyncio.create_task(self._read(t, n, s)) for t, n, s in subs]
             writers = [asyncio.create_task(self._write(client, t)) for t in self.topics]
             while not self._stop.is_set():  # noqa: ASYNC110 - set from another thread
-                await asyncio.sleep(0.1)
+                await asyncio.sleep(0.1)  # a look at a flag of another thread, not a wait
             for w in writers:
                 w.cancel()
             await asyncio.gather(*writers, return_exceptions=True)
@@ -288,7 +282,7 @@ class Workload:
             while time.monotonic() < deadline and any(  # noqa: ASYNC110
                 not self.acked[t] <= got for (t, _), got in self.received_by.items()
             ):
-                await asyncio.sleep(0.2)
+                await asyncio.sleep(0.2)  # polled until the deadline above
             for r in readers:
                 r.cancel()
             await asyncio.gather(*readers, return_exceptions=True)

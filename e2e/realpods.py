@@ -14,10 +14,8 @@ import secrets
 import socket
 import struct
 import subprocess
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
@@ -28,8 +26,6 @@ from hedwig.security import ClientSecurity
 
 ROOT = Path(__file__).resolve().parents[1]
 IMAGES_BUILD = ROOT / "images" / "build.sh"
-
-T = TypeVar("T")
 
 
 def _unavailable(message: str) -> None:
@@ -62,19 +58,6 @@ def node_binaries() -> Path:
     except (cluster.ControlPlaneError, NodeError) as exc:
         _unavailable(f"{exc} (make test builds them)")
         raise
-
-
-def wait_for(
-    what: str, check: Callable[[], T | None], timeout: float = 60.0, interval: float = 0.5
-) -> T:
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
 
 
 def pod_ready(pod: dict[str, Any]) -> bool:

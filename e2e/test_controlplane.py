@@ -16,13 +16,13 @@ import importlib.util
 import json
 import os
 import re
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from controlplane import cluster
+from hedwig_e2e import wait_for
 
 HERE = Path(__file__).resolve().parent
 
@@ -47,17 +47,6 @@ def cp() -> Iterator[cluster.ControlPlane]:
         pytest.skip(f"{exc} (about 10 minutes the first time)")
     with cluster.ControlPlane(bins=bins) as plane:
         yield plane
-
-
-def wait_for(what: str, check, timeout: float = 60.0, interval: float = 0.5):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
 
 
 def test_version_is_pinned(cp: cluster.ControlPlane) -> None:

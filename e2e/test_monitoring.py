@@ -210,7 +210,7 @@ class Load:
             tasks = [asyncio.create_task(self._publish(client, t)) for t in self.topics]
             tasks += [asyncio.create_task(self._read(s)) for s in subs]
             while not self.stop_event.is_set():  # noqa: ASYNC110 - set from another thread
-                await asyncio.sleep(0.1)
+                await asyncio.sleep(0.1)  # a look at a flag of another thread, not a wait
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -225,7 +225,7 @@ class Load:
                 raise
             except Exception as exc:
                 self.errors.append(f"{topic}: {exc!r}")
-            await asyncio.sleep(1 / self.rate)
+            await asyncio.sleep(1 / self.rate)  # the test: the publishing rate
 
     async def _read(self, sub: Any) -> None:
         while True:

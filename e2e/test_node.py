@@ -15,7 +15,8 @@ import pytest
 from controlplane import node
 from controlplane.host import HostState
 from controlplane.node import RealCluster
-from realpods import built_images, node_binaries, pod_ready, wait_for
+from hedwig_e2e import wait_for
+from realpods import built_images, node_binaries, pod_ready
 
 if importlib.util.find_spec("pytest_timeout") is not None:
     pytestmark = pytest.mark.timeout(400)

@@ -180,9 +180,9 @@ def _run_workload(rel: Release, topics: list[str], action: Any, rate: float = 10
             retry_deadline_s=120,
         )
         await load.start()
-        await asyncio.sleep(3)
+        await asyncio.sleep(3)  # the test: load before the action
         await asyncio.to_thread(action)
-        await asyncio.sleep(3)
+        await asyncio.sleep(3)  # and after it
         return await load.finish(timeout=90)
 
     history = asyncio.run(go())

@@ -1,25 +1,40 @@
-"""Helpers for tests that run real hubs: wait for conditions, read ZooKeeper, run the CLI."""
+"""Helpers for tests that run real hubs: make one, wait for conditions (``tests.waiting``),
+read the store, run the CLI."""
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 import sys
-import time
-from collections.abc import Awaitable, Callable
+from dataclasses import replace
 
+from hedwig.hub import Hub, HubConfig
 from hedwig.metadata import open_store
+from hedwig.settings import ConnectionSettings, PlacementSettings, StorageSettings
+from tests import scratch
+from tests.waiting import eventually
+
+__all__ = ["eventually", "hedwig", "lone_hub", "owner_of"]
 
 
-async def eventually(
-    check: Callable[[], Awaitable[bool]], timeout: float = 20.0, interval: float = 0.05
-) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if await check():
-            return
-        await asyncio.sleep(interval)
-    raise AssertionError(f"condition not met within {timeout}s")
+def lone_hub(
+    store_url: str,
+    region: str,
+    *,
+    session_timeout_s: float | None = None,
+    placement: PlacementSettings | None = None,
+) -> Hub:
+    """A hub of its own on a store: a free port, a fresh data directory, replication 1/1/1
+    (it needs no other hub), its store session's timeout and its placement settings if given."""
+    connection = ConnectionSettings(metadata_url=store_url, region=region, listen="127.0.0.1:0")
+    if session_timeout_s is not None:
+        connection = replace(connection, metadata_session_timeout_s=session_timeout_s)
+    return Hub(
+        HubConfig(
+            connection=connection,
+            storage=StorageSettings(data_dir=scratch.mkdtemp("hub-"), replication="1/1/1"),
+            placement=placement or PlacementSettings(),
+        )
+    )
 
 
 async def owner_of(zk: str, region: str, topic: str) -> str | None:

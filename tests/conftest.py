@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import TypeVar
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -33,22 +34,25 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.integration)
 
 
-@pytest.fixture(scope="session")
-def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
-    """One real ZooKeeper for the whole run; tests separate themselves by region."""
-    server = ZooKeeperServer(data_dir=str(tmp_path_factory.mktemp("zk")))
+S = TypeVar("S", ZooKeeperServer, EtcdServer)
+
+
+def _running(server: S) -> Iterator[S]:
     server.start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    """One real ZooKeeper for the whole run; tests separate themselves by region."""
+    yield from _running(ZooKeeperServer(data_dir=str(tmp_path_factory.mktemp("zk"))))
 
 
 @pytest.fixture(scope="session")
 def etcd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
     """One real etcd for the whole run (built by ``make etcd``); tests separate by region."""
-    server = EtcdServer(data_dir=str(tmp_path_factory.mktemp("etcd")))
-    server.start()
-    yield server
-    server.stop()
+    yield from _running(EtcdServer(data_dir=str(tmp_path_factory.mktemp("etcd"))))
 
 
 @pytest.fixture(scope="session")

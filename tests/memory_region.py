@@ -14,11 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from hedwig.client import HedwigClient, RetryPolicy
-from hedwig.clock import Clock
+from hedwig.clock import Clock, SystemClock
 from hedwig.hub import Hub, HubConfig
 from hedwig.ledger.remote import RemoteStorage
+from hedwig.metadata import PlanMode, TopicPlan
 from hedwig.metadata.memory import MemoryBackend, MemoryMetadataStore
 from hedwig.net import MemoryNetwork
+from hedwig.placement.plans import set_topic_mode
+from hedwig.protocol import Message
 from hedwig.settings import (
     BalanceSettings,
     ConnectionSettings,
@@ -30,12 +33,24 @@ SCRATCH = "/dev/shm" if Path("/dev/shm").is_dir() else None
 FAST_RETRY = RetryPolicy(initial_delay_s=0.005, max_delay_s=0.05, deadline_s=10)
 
 
+async def stored(client: HedwigClient, topic: str) -> list[Message]:
+    """Every message ``topic`` holds, read back from its first."""
+    answer = await client.read(topic, 1, max_messages=100_000)
+    return [m.message for b in answer.batches for m in b.delivered()]
+
+
 @dataclass
 class Region:
     network: MemoryNetwork
     backend: MemoryBackend
     hubs: list[Hub] = field(default_factory=list)
     dirs: list[str] = field(default_factory=list)
+
+    async def set_mode(self, topic: str, mode: PlanMode, hubs: int = 2) -> TopicPlan:
+        """``topic``'s plan changed as ``hedwig topic mode`` does, through the first hub's
+        store."""
+        store = self.hubs[0].store
+        return await set_topic_mode(store, topic, mode, hubs=hubs, clock=SystemClock())
 
     async def add_hub(
         self,

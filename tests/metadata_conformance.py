@@ -164,7 +164,7 @@ class MetadataConformance:
         v1 = await store.ownership.write_owner_info("wv", HubInfo("h1:1", 1), NEW_VERSION)
         current = asyncio.Event()
         store.ownership.watch_owner("wv", functools.partial(_set_ignoring_topic, current), v1)
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.3)  # the test: no fire in this window
         assert not current.is_set()
         v2 = await other.ownership.write_owner_info("wv", HubInfo("h2:1", 2), v1)
         await asyncio.wait_for(current.wait(), 10)
@@ -173,7 +173,7 @@ class MetadataConformance:
         await asyncio.wait_for(stale.wait(), 10)
         later = asyncio.Event()
         store.ownership.watch_owner("wv", functools.partial(_set_ignoring_topic, later), v2)
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.3)  # the test: no fire in this window
         assert not later.is_set()
         await other.ownership.delete_owner_info("wv", v2)
         await asyncio.wait_for(later.wait(), 10)

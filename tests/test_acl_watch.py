@@ -15,17 +15,12 @@ from hedwig.metadata.acls import AclEntry, AclRule, Operation
 from hedwig.metadata.memory import MemoryBackend, MemoryMetadataStore
 from hedwig.metadata.records import NEW_VERSION, Versioned
 from hedwig.security.acl import AclSet
+from tests.waiting import until
 
 
 def entry(*names: str) -> AclEntry:
     rules = tuple(AclRule("alice", frozenset({Operation.PUBLISH}), name=n) for n in names)
     return AclEntry(rules, source="test")
-
-
-async def until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not condition():
-            await asyncio.sleep(0.005)
 
 
 async def test_a_change_during_a_read_leaves_the_rules_watched(

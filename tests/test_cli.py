@@ -14,11 +14,13 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from hedwig.devcluster.cluster import DevCluster
 from tests import scratch
+from tests.waiting import poll
 
 pytestmark = pytest.mark.integration
 
@@ -60,20 +62,49 @@ def dev() -> Iterator[Cli]:
         env=cli.env,
     )
     try:
-        deadline = time.monotonic() + 90
-        while b"READY" not in Path(log.name).read_bytes():
-            assert up.poll() is None, Path(log.name).read_text()
-            assert time.monotonic() < deadline, "dev up did not become ready"
-            time.sleep(0.2)
+        until_ready(up, Path(log.name), "dev up")
         yield cli
     finally:
-        cli("dev", "down")
-        try:
-            up.wait(60)
-        except subprocess.TimeoutExpired:
-            up.kill()
+        down(cli, up)
         log.close()
         assert not state.exists(), "dev up left its state file behind"
+
+
+def until_ready(up: subprocess.Popen[bytes], log: Path, what: str) -> None:
+    """Wait for ``hedwig dev up`` to say READY in its log; fail if it exits first."""
+
+    def said() -> bool:
+        assert up.poll() is None, log.read_text()
+        return b"READY" in log.read_bytes()
+
+    poll(said, 90, what=f"{what} ready")
+
+
+def down(cli: Cli, up: subprocess.Popen[bytes]) -> None:
+    """``hedwig dev down``, and ``dev up`` gone (killed if it does not end within a minute)."""
+    cli("dev", "down")
+    try:
+        up.wait(60)
+    except subprocess.TimeoutExpired:
+        up.kill()
+
+
+def subscriptions(dev: Cli, topic: str) -> list[dict[str, Any]]:
+    """``hedwig subscriptions TOPIC --json``."""
+    rows: list[dict[str, Any]] = json.loads(dev("subscriptions", topic, "--json").stdout or "[]")
+    return rows
+
+
+def until_attached(dev: Cli, topic: str) -> list[dict[str, Any]]:
+    """Wait until a subscriber is attached to a subscription of ``topic``; its rows."""
+    subs: list[dict[str, Any]] = []
+
+    def seen() -> bool:
+        subs[:] = subscriptions(dev, topic)
+        return any(s["attached"] for s in subs)
+
+    poll(seen, what=f"a subscriber attached to {topic}")
+    return subs
 
 
 def test_the_readme_session_needs_no_addresses(dev: Cli) -> None:
@@ -86,7 +117,7 @@ def test_the_readme_session_needs_no_addresses(dev: Cli) -> None:
         stderr=subprocess.PIPE,
         env=dev.env,
     )
-    time.sleep(1.5)  # the subscription exists once the subscriber is attached
+    until_attached(dev, "greetings")  # the subscription exists once the subscriber is attached
     pub = dev("pub", "greetings", input="hello\nworld\n")
     assert pub.returncode == 0, pub.stderr
     out, err = sub.communicate(timeout=30)
@@ -179,12 +210,7 @@ def test_topic_and_subscription_lifecycle(dev: Cli) -> None:
         env=dev.env,
     )
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            subs = json.loads(dev("subscriptions", "life", "--json").stdout or "[]")
-            if any(s["attached"] for s in subs) or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
+        subs = until_attached(dev, "life")
         assert [(s["subscription"], s["attached"]) for s in subs] == [("watcher", True)]
         described = json.loads(dev("topic", "describe", "life", "--json").stdout)
         assert described["first_seq"] == 1 and described["last_seq"] == 10
@@ -252,12 +278,7 @@ def test_an_attached_subscription_is_taken_over_with_force_attach(dev: Cli) -> N
     assert dev("subscription", "create", "busy", "holder").returncode == 0
     first = background(dev, "sub", "busy", "holder", "--timeout", "60")
     try:
-        deadline = time.monotonic() + 20
-        while not any(
-            s["attached"] for s in json.loads(dev("subscriptions", "busy", "--json").stdout)
-        ):
-            assert time.monotonic() < deadline, "the first subscriber never attached"
-            time.sleep(0.2)
+        until_attached(dev, "busy")
         busy = dev("sub", "busy", "holder", "--timeout", "1")
         assert busy.returncode == 1, busy.stderr
         assert "'hedwig sub TOPIC SUBSCRIBER --force-attach' takes it over" in busy.stderr
@@ -304,9 +325,15 @@ def test_ledgers_say_when_under_replication_is_the_repairs_normal_course(dev: Cl
     repairs it and when (the re-replication delay, the next audit), not just that it is
     short."""
     assert dev("pub", "repaired", input="a\n").returncode == 0
+    gone = json.loads(dev("dev", "status", "--json").stdout)["hubs"][2]["address"]
     assert dev("dev", "kill", "2").returncode == 0
     try:
-        time.sleep(4)  # past the session timeout (3 s): the hub is gone from the registry
+
+        def unregistered() -> bool:  # past the session timeout (3 s)
+            rows = json.loads(dev("hubs", "--json").stdout or "[]")
+            return not any(r["hub"] == gone and r["alive"] for r in rows)
+
+        poll(unregistered, what="the killed hub gone from the registry")
         assert dev("pub", "repaired-short", input="b\n").returncode == 0
         rows = json.loads(dev("ledgers", "--under-replicated", "--json").stdout)
         assert rows and all(r["expected"] for r in rows), rows
@@ -444,7 +471,7 @@ def test_pub_gives_up_at_its_deadline_with_stderr_piped_into_head(dev: Cli) -> N
         stdout=subprocess.PIPE,
         env=dev.env,
     )
-    time.sleep(1.5)  # past the check that a hub answers, before the line comes
+    time.sleep(1.5)  # the test's timeline: past the check that a hub answers, before the line
     try:
         for i in range(3):
             assert dev("dev", "kill", str(i)).returncode == 0
@@ -512,7 +539,11 @@ def test_topic_mode_spreads_subscribers_and_shows_the_plan(dev: Cli) -> None:
     # A subscriber is served by a delivery hub and gets what is published.
     sub = background(dev, "sub", "hotcli", "spread", "--count", "1")
     try:
-        time.sleep(1.5)
+        # Its subscription made (served by a delivery hub, it is not attached at the owner).
+        poll(
+            lambda: "spread" in {s["subscription"] for s in subscriptions(dev, "hotcli")},
+            what="the subscription spread made",
+        )
         assert dev("pub", "hotcli", "-q", input="second\n").returncode == 0
         out, err = sub.communicate(timeout=30)
         assert sub.returncode == 0, err.decode()
@@ -538,7 +569,8 @@ def test_topic_mode_ingest_gives_lanes_and_sub_reads_them(dev: Cli) -> None:
     # created before they publish reads every lane, each message saying its lane.
     sub = background(dev, "sub", "lanescli", "reader", "--count", "30")
     try:
-        time.sleep(1.5)
+        for lane in ("lanescli", "lanescli~lane1", "lanescli~lane2"):
+            until_attached(dev, lane)
         for p in range(6):
             lines = "".join(f"p{p}-{i}\n" for i in range(5))
             assert dev("pub", "lanescli", "-q", input=lines).returncode == 0
@@ -582,11 +614,7 @@ def test_dev_up_secure_prints_its_credentials_and_the_commands_use_them(
             env=cli.env,
         )
         try:
-            deadline = time.monotonic() + 90
-            while b"READY" not in log_path.read_bytes():
-                assert up.poll() is None, log_path.read_text()
-                assert time.monotonic() < deadline, "dev up --secure did not become ready"
-                time.sleep(0.2)
+            until_ready(up, log_path, "dev up --secure")
             (line,) = [x for x in log_path.read_text().splitlines() if x.startswith("SECURE")]
             directory = Path(line.split()[3].rstrip(":"))
             admin: dict[str, str] = {}
@@ -656,11 +684,7 @@ def test_dev_up_secure_prints_its_credentials_and_the_commands_use_them(
             deleted = as_admin("acl", "delete", "x")
             assert deleted.stdout == "deleted ACL entry x (region default)\n"
         finally:
-            cli("dev", "down")
-            try:
-                up.wait(60)
-            except subprocess.TimeoutExpired:
-                up.kill()
+            down(cli, up)
 
 
 def test_dev_up_secure_on_etcd_starts_again_on_its_data_directory(tmp_path: Path) -> None:

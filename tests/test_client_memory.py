@@ -47,7 +47,8 @@ from hedwig.protocol import (
     Unsubscribe,
 )
 from tests.cycle_garbage import frames_left_for_the_collector
-from tests.memory_region import FAST_RETRY, Region, ToldOrder, memory_region
+from tests.memory_region import FAST_RETRY, Region, ToldOrder, memory_region, stored
+from tests.waiting import until
 
 P = TypeVar("P", bound=asyncio.Protocol)
 
@@ -58,15 +59,8 @@ async def region() -> AsyncIterator[Region]:
         yield r
 
 
-async def until(condition: Callable[[], bool], timeout: float = 3.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not condition():
-            await asyncio.sleep(0.001)
-
-
 async def stored_values(client: HedwigClient, topic: str) -> list[bytes]:
-    answer = await client.read(topic, 1, max_messages=100_000)
-    return [m.value for b in answer.batches for m in b.delivered()]
+    return [m.value for m in await stored(client, topic)]
 
 
 async def publish_around(
@@ -241,7 +235,9 @@ async def test_results_come_in_publishing_order_when_a_later_batch_is_answered_f
             answer = await real(self, peer, req, check)
             if req.publisher_seq == 2:
                 delayed.append(answer.first_seq)
-                await asyncio.sleep(0.2)  # stored already; its answer comes after the next
+                await asyncio.sleep(
+                    0.2
+                )  # the test: stored already, its answer comes after the next
             return answer
 
         monkeypatch.setattr(OwnedTopic, "publish", answer_late)
@@ -997,16 +993,18 @@ async def subscriber_follows_a_hand_off(region: Region) -> None:
             return third.address  # the destination's placement would pick the third hub
 
         real = old.requests.moves._ask_to_claim
+        asked = asyncio.Event()
 
         async def slow_ask(destination: str, topic: str) -> None:
-            await asyncio.sleep(0.5)  # the subscriber comes first
+            await asyncio.sleep(0.5)  # the test: a slow ask, the subscriber comes first
             await real(destination, topic)
+            asked.set()
 
         dest.topics.choices.owner_for = elsewhere  # type: ignore[method-assign]
         old.requests.moves._ask_to_claim = slow_ask  # type: ignore[method-assign]
         assert await old.requests.moves.move("handed", dest.address, MoveKind.REQUESTED, "test")
         await until(lambda: region.owner_among("handed", region.hubs) is not None)
-        await asyncio.sleep(0.7)
+        await asyncio.wait_for(asked.wait(), 10)  # the destination asked to claim, and did
         assert region.owner("handed") is dest
         await c.publish("handed", b"y")  # the subscription, re-attached there, goes on
         assert (await sub.next(5)).value == b"y"

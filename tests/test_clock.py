@@ -45,7 +45,7 @@ async def test_a_failed_future_and_other_awaitables() -> None:
         await SystemClock().wait_for(fut, 1)
 
     async def slow() -> int:
-        await asyncio.sleep(5)
+        await asyncio.sleep(5)  # never awaited to its end: the timeout is the test
         return 1
 
     with pytest.raises(TimeoutError):

@@ -6,7 +6,8 @@ change, the stream made again after a back-off on its clock."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Sequence
+import contextlib
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from hedwig.metadata.etcd.connection import Connection
 from hedwig.metadata.etcd.kv import prefix_end
 from hedwig.metadata.etcd.watch_stream import BACKOFF_S, WatchStream
 from hedwig.metadata.etcd.wire import put
+from tests.waiting import succeeds, until
 
 pytestmark = pytest.mark.integration
 
@@ -46,18 +48,17 @@ class Handler:
         self.told.append("ended")
 
 
-async def until(check: Callable[[], bool], timeout: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not check():
-        assert loop.time() < deadline, "not within the time"
-        await asyncio.sleep(0.01)
-
-
-async def on(address: str, clock: Clock) -> tuple[Connection, WatchStream]:
+@contextlib.asynccontextmanager
+async def on(address: str, clock: Clock) -> AsyncIterator[WatchStream]:
+    """A watch stream on a connection of its own to ``address``, both closed after."""
     connection = Connection(address, clock=clock)
     connection.open()
-    return connection, WatchStream(connection, clock=clock)
+    stream = WatchStream(connection, clock=clock)
+    try:
+        yield stream
+    finally:
+        await stream.close()
+        await connection.close()
 
 
 @pytest.fixture
@@ -75,8 +76,7 @@ async def write(client: EtcdClient, key: bytes, value: bytes = b"v") -> int:
 async def test_watches_made_together_are_told_their_own_changes(
     etcd_server: EtcdServer, writer: EtcdClient, region: str
 ) -> None:
-    connection, stream = await on(etcd_server.address, SystemClock())
-    try:
+    async with on(etcd_server.address, SystemClock()) as stream:
         base = f"/ws/{region}/".encode()
         now = await write(writer, base + b"start")
         handlers = {i: Handler() for i in range(50)}
@@ -91,16 +91,12 @@ async def test_watches_made_together_are_told_their_own_changes(
             assert h.changes == [(base + b"%02d" % i, written[i])]
         await until(lambda: len(prefix.changes) == 50)
         assert [rev for _, rev in prefix.changes] == sorted(written.values())
-    finally:
-        await stream.close()
-        await connection.close()
 
 
 async def test_a_watch_done_or_cancelled_hears_nothing_more(
     etcd_server: EtcdServer, writer: EtcdClient, region: str
 ) -> None:
-    connection, stream = await on(etcd_server.address, SystemClock())
-    try:
+    async with on(etcd_server.address, SystemClock()) as stream:
         key = f"/ws/{region}/k".encode()
         now = await write(writer, key)
         once, cancelled, kept = Handler(once=True), Handler(), Handler()
@@ -112,14 +108,11 @@ async def test_a_watch_done_or_cancelled_hears_nothing_more(
         await until(lambda: len(kept.changes) == 1 and len(once.changes) == 1)
         second = await write(writer, key)
         await until(lambda: len(kept.changes) == 2)
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.2)  # the test: nothing more comes in this window
         assert once.changes == [(key, first)]
         assert kept.changes == [(key, first), (key, second)]
         assert cancelled.changes == [] and cancelled.told == []
         assert once.told == ["created"], "a watch that is done is not ended as well"
-    finally:
-        await stream.close()
-        await connection.close()
 
 
 async def test_a_watch_from_a_compacted_revision_ends_at_once(
@@ -127,8 +120,7 @@ async def test_a_watch_from_a_compacted_revision_ends_at_once(
 ) -> None:
     """etcd cancels a watch whose start it has compacted: its holder must read again, and a
     watch made to resume does not resume from there."""
-    connection, stream = await on(etcd_server.address, SystemClock())
-    try:
+    async with on(etcd_server.address, SystemClock()) as stream:
         key = f"/ws/{region}/compacted".encode()
         old = await write(writer, key)
         head = await write(writer, key)
@@ -140,11 +132,8 @@ async def test_a_watch_from_a_compacted_revision_ends_at_once(
         await until(lambda: "ended" in one_shot.told and "ended" in resuming.told)
         assert one_shot.changes == [] and resuming.changes == []
         await write(writer, key)
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.2)  # the test: no resumption in this window
         assert resuming.changes == [] and resuming.told.count("ended") == 1
-    finally:
-        await stream.close()
-        await connection.close()
 
 
 async def test_a_break_ends_one_shot_watches_and_resumes_the_others_after_a_back_off(
@@ -158,66 +147,61 @@ async def test_a_break_ends_one_shot_watches_and_resumes_the_others_after_a_back
     server = EtcdServer(data_dir=str(tmp_path / "etcd"))
     server.start()
     clock = ManualClock()
-    connection, stream = await on(server.address, clock)
     writer = EtcdClient(server.address, ttl_s=30.0)
     try:
-        await writer.start()
-        key = b"/ws/break/k"
-        now = await write(writer, key)
-        one_shot, resuming = Handler(once=True), Handler()
-        stream.watch(key, b"", now + 1, one_shot)
-        stream.watch(key, b"", now + 1, resuming, resume=True)
-        await until(lambda: resuming.told == ["created"] and one_shot.told == ["created"])
-        before = await write(writer, key)
-        await until(lambda: resuming.changes == [(key, before)])
-        # (the one-shot watch was done at that change: a second one-shot watch to end)
-        ending = Handler(once=True)
-        stream.watch(key, b"", before + 1, ending)
-        await until(lambda: ending.told == ["created"])
+        async with on(server.address, clock) as stream:
+            await writer.start()
+            key = b"/ws/break/k"
+            now = await write(writer, key)
+            one_shot, resuming = Handler(once=True), Handler()
+            stream.watch(key, b"", now + 1, one_shot)
+            stream.watch(key, b"", now + 1, resuming, resume=True)
+            await until(lambda: resuming.told == ["created"] and one_shot.told == ["created"])
+            before = await write(writer, key)
+            await until(lambda: resuming.changes == [(key, before)])
+            # (the one-shot watch was done at that change: a second one-shot watch to end)
+            ending = Handler(once=True)
+            stream.watch(key, b"", before + 1, ending)
+            await until(lambda: ending.told == ["created"])
 
-        await asyncio.to_thread(server.kill)
-        await until(lambda: stream.breaks == 1)
-        assert ending.told == ["created", "ended"]
-        assert resuming.told == ["created", "interrupted"]
-        # Made again only as the clock moves: 0.2, 0.4, 0.8, 1.6, 2.0, 2.0 s apart.
-        step = 1 / 32
-        waits = []
-        for _ in range(6):
-            opened, waited = stream.opened, 0.0
-            while stream.opened == opened:
-                await asyncio.sleep(0.02)  # the stream waits for the clock, not for time
-                if stream.opened == opened:
-                    clock.advance(step)
-                    waited += step
-            waits.append(waited)
-            await until(lambda: stream.breaks == stream.opened)  # etcd still gone
-        expected = [0.2, 0.4, 0.8, 1.6, 2.0, 2.0]
-        assert waits == [pytest.approx(w, abs=step) for w in expected]
-        assert (expected[0], expected[-1]) == BACKOFF_S
+            await asyncio.to_thread(server.kill)
+            await until(lambda: stream.breaks == 1)
+            assert ending.told == ["created", "ended"]
+            assert resuming.told == ["created", "interrupted"]
+            # Made again only as the clock moves: 0.2, 0.4, 0.8, 1.6, 2.0, 2.0 s apart.
+            step = 1 / 32
+            waits = []
+            for _ in range(6):
+                opened, waited = stream.opened, 0.0
+                while stream.opened == opened:
+                    await asyncio.sleep(0.02)  # the stream waits for the clock, not for time
+                    if stream.opened == opened:
+                        clock.advance(step)
+                        waited += step
+                waits.append(waited)
+                await until(lambda: stream.breaks == stream.opened)  # etcd still gone
+            expected = [0.2, 0.4, 0.8, 1.6, 2.0, 2.0]
+            assert waits == [pytest.approx(w, abs=step) for w in expected]
+            assert (expected[0], expected[-1]) == BACKOFF_S
 
-        await asyncio.to_thread(server.start)
-        meanwhile = None
-        for _ in range(100):  # the writer reconnects on its own clock
-            try:
-                meanwhile = await write(writer, key, b"meanwhile")
-                break
-            except Exception:
-                await asyncio.sleep(0.1)
-        assert meanwhile is not None
-        assert resuming.changes == [(key, before)], "nothing while the stream is down"
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 20
-        while len(resuming.changes) < 2 and loop.time() < deadline:
-            clock.advance(BACKOFF_S[1])  # (until gRPC has its connection again)
-            await asyncio.sleep(0.1)
-        assert resuming.changes == [(key, before), (key, meanwhile)]
-        assert resuming.told[-1] == "created"
-        after = await write(writer, key)
-        await until(lambda: len(resuming.changes) == 3)
-        assert resuming.changes == [(key, before), (key, meanwhile), (key, after)]
-        assert one_shot.told == ["created"] and ending.changes == []
+            await asyncio.to_thread(server.start)
+            # the writer reconnects on its own clock
+            meanwhile = await succeeds(lambda: write(writer, key, b"meanwhile"), Exception, 10)
+            assert resuming.changes == [(key, before)], "nothing while the stream is down"
+
+            def resumed() -> bool:  # the stream's clock moved on at each look, until gRPC is back
+                if len(resuming.changes) >= 2:
+                    return True
+                clock.advance(BACKOFF_S[1])
+                return False
+
+            await until(resumed, 20, interval=0.1, what="the watch resumed")
+            assert resuming.changes == [(key, before), (key, meanwhile)]
+            assert resuming.told[-1] == "created"
+            after = await write(writer, key)
+            await until(lambda: len(resuming.changes) == 3)
+            assert resuming.changes == [(key, before), (key, meanwhile), (key, after)]
+            assert one_shot.told == ["created"] and ending.changes == []
     finally:
-        await stream.close()
-        await connection.close()
         await writer.close()
         server.stop()

@@ -16,34 +16,27 @@ from hedwig.clock import SystemClock
 from hedwig.errors import HedwigError, NotResponsibleError, TopicInUseError
 from hedwig.hub.serving.topic_subscriptions import HAND_OVER_OVERLAP_S
 from hedwig.hub.spreading.tail import TailLog
-from hedwig.metadata import HubLoad, HubStatus, PlanMode, TopicPlan
+from hedwig.metadata import HubLoad, HubStatus, PlanMode
 from hedwig.metadata.memory import MemoryMetadataStore
 from hedwig.net import MemoryNetwork
 from hedwig.net.transport import Listener
-from hedwig.placement.plans import choose_delivery_hubs, set_topic_mode
+from hedwig.placement.plans import choose_delivery_hubs
 from hedwig.placement.scaling import ScalingConfig
 from hedwig.protocol import MoveKind, Subscribe
 from hedwig.settings import BalanceSettings
 from tests.memory_region import FAST_RETRY, Region, memory_region
+from tests.waiting import until
 
 CLOCK = SystemClock()
 P = TypeVar("P", bound=asyncio.Protocol)
+# Messages acknowledged before a fault of ``publishing`` begins: the fault comes mid-stream.
+UNDER_WAY = 20
 
 
 @pytest.fixture
 async def region() -> AsyncIterator[Region]:
     async for r in memory_region(3, replication="2/2/2"):
         yield r
-
-
-async def until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not condition():
-            await asyncio.sleep(0.002)
-
-
-async def set_mode(region: Region, topic: str, mode: PlanMode, hubs: int = 2) -> TopicPlan:
-    return await set_topic_mode(region.hubs[0].store, topic, mode, hubs=hubs, clock=CLOCK)
 
 
 def serving(region: Region, topic: str) -> dict[str, set[str]]:
@@ -82,16 +75,20 @@ async def readers(client: HedwigClient, topic: str, count: int) -> list[Reader]:
 async def publishing(
     client: HedwigClient, topic: str, count: int, during: Callable[[], Awaitable[None]]
 ) -> int:
-    """Publish ``count`` messages one batch at a time while ``during`` runs; the last seq."""
+    """Publish ``count`` messages one batch at a time while ``during`` runs, from when the
+    first ``UNDER_WAY`` are acknowledged; the last seq."""
     last = 0
+    acked = 0
 
     async def publish() -> None:
-        nonlocal last
+        nonlocal last, acked
         for i in range(count):
             last = (await client.publish(topic, b"m%05d" % i)).seq
+            acked += 1
             await asyncio.sleep(0.001)
 
     task = asyncio.get_running_loop().create_task(publish())
+    await until(lambda: acked >= UNDER_WAY or task.done(), what="publishing under way")
     await during()
     await task
     return last
@@ -122,7 +119,7 @@ async def test_fan_out_spreads_subscribers_over_delivery_hubs(region: Region) ->
     async with region.client() as pub, region.client() as subc:
         await pub.publish("hot", b"first")
         owner = region.owner("hot")
-        plan = await set_mode(region, "hot", PlanMode.FAN_OUT, hubs=2)
+        plan = await region.set_mode("hot", PlanMode.FAN_OUT, hubs=2)
         assert owner.address not in plan.hubs and len(plan.hubs) == 2
         rs = await readers(subc, "hot", 12)
         last = await publishing(pub, "hot", 100, lambda: asyncio.sleep(0))
@@ -180,8 +177,8 @@ async def test_every_reconfiguration_under_load_skips_nothing(region: Region) ->
                 (PlanMode.FAN_OUT, 2),
                 (PlanMode.SINGLE, 0),
             ):
-                await asyncio.sleep(0.1)
-                await set_mode(region, "re", mode, hubs)
+                await asyncio.sleep(0.1)  # publishing goes on a while in each configuration
+                await region.set_mode("re", mode, hubs)
 
         last = await publishing(pub, "re", 300, reconfigure)
         await all_delivered(rs, last)
@@ -195,13 +192,12 @@ async def test_every_reconfiguration_under_load_skips_nothing(region: Region) ->
 async def test_a_lost_delivery_hub_gives_its_subscribers_to_the_others(region: Region) -> None:
     async with region.client() as pub, region.client() as subc:
         await pub.publish("lost", b"first")
-        plan = await set_mode(region, "lost", PlanMode.FAN_OUT, hubs=2)
+        plan = await region.set_mode("lost", PlanMode.FAN_OUT, hubs=2)
         rs = await readers(subc, "lost", 8)
         victim = region.hub_at(plan.hubs[0])
         assert serving(region, "lost")[victim.address]
 
         async def crash() -> None:
-            await asyncio.sleep(0.1)
             # As kill -9 does: its connections drop, it answers nothing, its session ends.
             region.network.sever(victim.address, refuse=True)
             victim.fanout.stop()
@@ -222,7 +218,7 @@ async def test_reset_and_unsubscribe_act_where_the_subscription_is_served(
 ) -> None:
     async with region.client() as pub, region.client() as subc, region.client() as admin:
         await pub.publish("rs", b"first")
-        plan = await set_mode(region, "rs", PlanMode.FAN_OUT, hubs=2)
+        plan = await region.set_mode("rs", PlanMode.FAN_OUT, hubs=2)
         sub = await subc.subscribe("rs", "x", auto_consume=True)
         for i in range(5):
             await pub.publish("rs", b"%d" % i)
@@ -244,17 +240,16 @@ async def test_moving_a_fan_out_topic_keeps_its_delivery_hubs_going(region: Regi
     the owner by redirect and no subscriber misses anything."""
     async with region.client() as pub, region.client() as subc:
         await pub.publish("mv", b"first")
-        plan = await set_mode(region, "mv", PlanMode.FAN_OUT, hubs=2)
+        plan = await region.set_mode("mv", PlanMode.FAN_OUT, hubs=2)
         first_owner = region.owner("mv")
         rs = await readers(subc, "mv", 8)
 
         async def moves() -> None:
-            await asyncio.sleep(0.1)
             for dest in (plan.hubs[0], first_owner.address):
                 source = region.owner("mv")
                 await source.requests.moves.move("mv", dest, MoveKind.REQUESTED, "test")
                 await until(lambda d=dest: "mv" in region.hub_at(d).topics.topics)  # type: ignore[misc]
-                await asyncio.sleep(0.1)
+                await asyncio.sleep(0.1)  # publishing goes on a while at each owner
 
         last = await publishing(pub, "mv", 200, moves)
         await all_delivered(rs, last)
@@ -267,7 +262,7 @@ async def test_deleting_a_fan_out_topic_stops_its_subscribers_at_delivery_hubs(
 ) -> None:
     async with region.client() as pub, region.client() as subc:
         await pub.publish("del", b"first")
-        await set_mode(region, "del", PlanMode.FAN_OUT, hubs=2)
+        await region.set_mode("del", PlanMode.FAN_OUT, hubs=2)
         sub = await subc.subscribe("del", "x")
         await pub.publish("del", b"second")
         assert (await sub.next(5)).value == b"second"
@@ -308,7 +303,7 @@ async def test_a_subscriber_moved_by_the_plan_reads_on_until_attached_there(
             reader = Reader(await subc.subscribe("mbb", "s"))
             await pub.publish("mbb", b"second")
             await until(lambda: reader.seqs == [2])
-            plan = await set_mode(region, "mbb", PlanMode.FAN_OUT, hubs=1)
+            plan = await region.set_mode("mbb", PlanMode.FAN_OUT, hubs=1)
             subs = owner.topics.topics["mbb"].subs
             await until(lambda: "s" in subs.leaving)
             # Moved, and cannot reach its delivery hub yet: it reads on at the owner.
@@ -332,7 +327,7 @@ async def test_a_delete_without_force_sees_subscribers_at_delivery_hubs(region: 
     the subscriber is gone (a delete without force never strands an attached subscriber)."""
     async with region.client() as pub, region.client() as subc:
         await pub.publish("busy", b"first")
-        plan = await set_mode(region, "busy", PlanMode.FAN_OUT, hubs=2)
+        plan = await region.set_mode("busy", PlanMode.FAN_OUT, hubs=2)
         sub = await subc.subscribe("busy", "x")
         await pub.publish("busy", b"second")
         assert (await sub.next(5)).value == b"second"
@@ -470,12 +465,12 @@ async def test_a_topic_without_a_plan_costs_no_plan_read_and_learns_of_a_new_one
     assert reads == []
     assert hub.plans.peek("plain/7") == (True, None)
     assert not any(t.startswith("plain/") for t in hub.plans._plans)
-    ingest = await set_mode(region, "plain/7", PlanMode.INGEST, hubs=2)
+    ingest = await region.set_mode("plain/7", PlanMode.INGEST, hubs=2)
     await until(lambda: hub.plans.peek("plain/7") == (True, ingest))
     assert set(reads) == {"plain/7"}  # its plan alone (again after each change)
     # Back to one hub: the plan's record goes (or stays, naming sealed lanes); either way
     # the hub follows it.
-    single = await set_mode(region, "plain/7", PlanMode.SINGLE)
+    single = await region.set_mode("plain/7", PlanMode.SINGLE)
     await until(lambda: hub.plans.peek("plain/7") in ((True, single), (True, None)))
 
 
@@ -487,7 +482,7 @@ async def test_a_plan_changed_while_it_is_being_read_is_read_again(
     hub served the old plan for good (an owner that never sent publishers to the lanes)."""
     hub = region.hubs[0]
     await hub.store.topics.ensure_topic("racy")
-    await set_mode(region, "racy", PlanMode.FAN_OUT)  # planned: its plan is read
+    await region.set_mode("racy", PlanMode.FAN_OUT)  # planned: its plan is read
     plans = hub.store.plans
     read = plans.read_plan
     answered = asyncio.Event()
@@ -503,10 +498,10 @@ async def test_a_plan_changed_while_it_is_being_read_is_read_again(
     monkeypatch.setattr(plans, "read_plan", slow_answer)
     first = asyncio.get_running_loop().create_task(hub.plans.plan("racy"))
     await reading.wait()
-    ingest = await set_mode(region, "racy", PlanMode.INGEST, hubs=2)
+    ingest = await region.set_mode("racy", PlanMode.INGEST, hubs=2)
     answered.set()
     await first
     await until(lambda: hub.plans.peek("racy") == (True, ingest))
     # And the watch is in place for the next change.
-    single = await set_mode(region, "racy", PlanMode.SINGLE)
+    single = await region.set_mode("racy", PlanMode.SINGLE)
     await until(lambda: hub.plans.peek("racy") == (True, single))

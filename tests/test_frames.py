@@ -140,6 +140,17 @@ def roundtrip(frame: Any) -> Any:
     return out
 
 
+def one_message(first_seq: int, publish_time_ms: int, value: bytes) -> Batch:
+    """A batch of one message, of publisher ``p``'s first."""
+    return Batch(
+        first_seq=first_seq,
+        publish_time_ms=publish_time_ms,
+        publisher_id="p",
+        publisher_seq=0,
+        messages=EncodedMessages.of_values([value]),
+    )
+
+
 @pytest.mark.parametrize("cls", FRAME_TYPES, ids=lambda c: c.__name__)
 def test_every_frame_type_round_trips(cls: type[FrameBase]) -> None:
     @settings(max_examples=60, deadline=None)
@@ -254,13 +265,7 @@ def test_a_lying_batch_is_refused_and_the_connection_stays_open() -> None:
     assert second.count == 1 and second.request_id == 10
     # A hub that sends a lying batch to a client broke the protocol.
     client = Connection(Role.CLIENT)
-    bad = Batch(
-        first_seq=1,
-        publish_time_ms=0,
-        publisher_id="p",
-        publisher_seq=0,
-        messages=EncodedMessages.of_values([b"a"]),
-    ).encode()
+    bad = one_message(1, 0, b"a").encode()
     body = struct.pack(">H", 1) + b"t" + struct.pack(">H", 1) + b"s" + bad[:-3] + b"\x00\x00\x05"
     client.receive_data(HEADER.pack(len(body) + 8, PROTOCOL_VERSION, 0xC0, 0, 0) + body)
     with pytest.raises(ProtocolError):
@@ -268,13 +273,7 @@ def test_a_lying_batch_is_refused_and_the_connection_stays_open() -> None:
 
 
 def test_read_answers_carry_batches_as_stored() -> None:
-    stored = Batch(
-        first_seq=3,
-        publish_time_ms=7,
-        publisher_id="p",
-        publisher_seq=0,
-        messages=EncodedMessages.of_values([b"x"]),
-    ).with_raw()
+    stored = one_message(3, 7, b"x").with_raw()
     assert stored.raw is not None
     assert Batch.from_stored(stored.raw).encode() is stored.raw
 

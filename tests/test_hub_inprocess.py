@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from hedwig.client import HedwigClient, RetryPolicy, SubscribeMode
+from hedwig.client import HedwigClient, RetryPolicy, SubscribeMode, Subscriber
 from hedwig.devcluster.zookeeper import ZooKeeperServer
 from hedwig.errors import (
     DeadlineExceededError,
@@ -111,14 +111,22 @@ async def test_duplicate_publish_is_not_stored_twice(hubs: list[Hub]) -> None:
         assert info.last_seq == 3
 
 
+async def one_consumed(
+    c: HedwigClient, hubs: list[Hub], topic: str, name: str
+) -> tuple[Subscriber, Hub]:
+    """``name`` subscribed to ``topic``, one message published and consumed, the mark
+    synced; the subscriber and the topic's owner."""
+    sub = await c.subscribe(topic, name)
+    await c.publish(topic, b"one")
+    m = await sub.next(5)
+    sub.consume(m.seq)
+    assert await sub.sync()
+    return sub, next(h for h in hubs if topic in h.topics.topics)
+
+
 async def test_session_expiry_drops_topics_and_clients_move(hubs: list[Hub]) -> None:
     async with HedwigClient([h.address for h in hubs], retry=RetryPolicy(deadline_s=20)) as c:
-        sub = await c.subscribe("expiry", "e")
-        await c.publish("expiry", b"one")
-        m = await sub.next(5)
-        sub.consume(m.seq)
-        assert await sub.sync()
-        owner = next(h for h in hubs if "expiry" in h.topics.topics)
+        sub, owner = await one_consumed(c, hubs, "expiry", "e")
         owned = owner.topics.topics["expiry"]
         assert isinstance(owner.store, MemoryMetadataStore)
         owner.store.expire()  # as ZooKeeper does after a partition longer than the session
@@ -140,12 +148,7 @@ async def test_session_expiry_drops_topics_and_clients_move(hubs: list[Hub]) -> 
 
 async def test_owner_record_deleted_from_outside(hubs: list[Hub]) -> None:
     async with HedwigClient([h.address for h in hubs]) as c:
-        sub = await c.subscribe("forced", "f")
-        await c.publish("forced", b"one")
-        m = await sub.next(5)
-        sub.consume(m.seq)
-        assert await sub.sync()
-        owner = next(h for h in hubs if "forced" in h.topics.topics)
+        sub, owner = await one_consumed(c, hubs, "forced", "f")
         got = await owner.store.ownership.read_owner_info("forced")
         assert got is not None
         losses = owner.topics.stats.losses
@@ -248,7 +251,7 @@ async def test_the_collector_reads_a_quiet_topic_once_until_something_changes(
         reads.clear()
         await owner.loops.collect_garbage()
         assert reads == [] and owned._subs is None
-        await asyncio.sleep(1.6)
+        await asyncio.sleep(1.6)  # the test: the ledger ages past its retention (1.5 s)
         await owner.loops.collect_garbage()
         assert reads and owned.log.first_seq == 3, "old enough: collected"
         assert [m.value for b in (await c.read("quiet-gc", 0)).batches for m in b.delivered()] == []

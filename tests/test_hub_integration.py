@@ -36,7 +36,7 @@ from hedwig.protocol import (
 from hedwig.protocol.wire import HEADER
 from hedwig.settings import ConnectionSettings, StorageSettings
 from tests import scratch
-from tests.cluster_helpers import eventually, hedwig, owner_of
+from tests.cluster_helpers import eventually, hedwig, lone_hub, owner_of
 
 pytestmark = pytest.mark.integration
 
@@ -386,14 +386,7 @@ async def test_drain_hands_everything_over(fresh_cluster: DevCluster) -> None:
 
 
 async def test_orphan_ledger_replicas_are_collected(zk_server: ZooKeeperServer) -> None:
-    hub = Hub(
-        HubConfig(
-            connection=ConnectionSettings(
-                metadata_url=zk_server.address, region="orphans", listen="127.0.0.1:0"
-            ),
-            storage=StorageSettings(data_dir=scratch.mkdtemp(), replication="1/1/1"),
-        )
-    )
+    hub = lone_hub(zk_server.address, "orphans")
     await hub.start()
     try:
         async with HedwigClient(hub.address) as client:
@@ -433,17 +426,7 @@ async def test_pipelined_first_publishes_to_new_topics_stay_in_order(cluster: De
 async def test_stop_without_zookeeper_is_bounded(zk_server: ZooKeeperServer) -> None:
     """SIGTERM while ZooKeeper is gone: the hand-off cannot finish, the stop still does."""
     zk = ZooKeeperServer().start()
-    hub = Hub(
-        HubConfig(
-            connection=ConnectionSettings(
-                metadata_url=zk.address,
-                region="nozk",
-                listen="127.0.0.1:0",
-                metadata_session_timeout_s=2.0,
-            ),
-            storage=StorageSettings(data_dir=scratch.mkdtemp(), replication="1/1/1"),
-        )
-    )
+    hub = lone_hub(zk.address, "nozk", session_timeout_s=2.0)
     await hub.start()
     try:
         async with HedwigClient(hub.address) as c:

@@ -17,7 +17,7 @@ from hedwig.clock import SystemClock
 from hedwig.errors import InvalidTopicError, UseLaneError
 from hedwig.metadata import PlanMode, TopicPlan
 from hedwig.metadata.plans import Lane, publisher_base
-from hedwig.placement.plans import set_topic_mode
+from hedwig.net.connection import HubConnection
 from hedwig.protocol import (
     DeliveredMessage,
     EncodedMessages,
@@ -28,6 +28,7 @@ from hedwig.protocol import (
     Publish as PublishFrame,
 )
 from tests.memory_region import Region, ToldOrder, memory_region
+from tests.waiting import until
 
 CLOCK = SystemClock()
 
@@ -36,16 +37,6 @@ CLOCK = SystemClock()
 async def region() -> AsyncIterator[Region]:
     async for r in memory_region(3, replication="2/2/2"):
         yield r
-
-
-async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not condition():
-            await asyncio.sleep(0.002)
-
-
-async def set_mode(region: Region, topic: str, mode: PlanMode, hubs: int = 2) -> TopicPlan:
-    return await set_topic_mode(region.hubs[0].store, topic, mode, hubs=hubs, clock=CLOCK)
 
 
 class Reader:
@@ -128,7 +119,7 @@ async def test_single_to_ingest_to_more_lanes_to_single_under_load(region: Regio
         readers = [Reader(await admin.subscribe("ingest", f"s{i}")) for i in range(3)]
         async with publishers(region, "ingest", 8) as pubs:
             await until(lambda: pubs.total() > 40)
-            plan = await set_mode(region, "ingest", PlanMode.INGEST, hubs=3)
+            plan = await region.set_mode("ingest", PlanMode.INGEST, hubs=3)
             assert plan.open_lanes == (0, 1, 2)
             # Each new lane was meant for a hub that serves no other lane.
             hints = {lane.hub for lane in plan.lanes if lane.index}
@@ -152,14 +143,14 @@ async def test_single_to_ingest_to_more_lanes_to_single_under_load(region: Regio
             switched = sum(c._publishers["ingest"].lane_switches for c in pubs.clients)
             assert switched == sum(1 for i in range(8) if plan.lane_for(f"p{i}") != 0)
             # A fourth lane, then back to two (lanes 2 and 3 sealed), then single.
-            more = await set_mode(region, "ingest", PlanMode.INGEST, hubs=4)
+            more = await region.set_mode("ingest", PlanMode.INGEST, hubs=4)
             assert more.open_lanes == (0, 1, 2, 3)
             await until(lambda: any(m.lane == 3 for m in readers[0].got))
-            fewer = await set_mode(region, "ingest", PlanMode.INGEST, hubs=2)
+            fewer = await region.set_mode("ingest", PlanMode.INGEST, hubs=2)
             assert fewer.open_lanes == (0, 1) and fewer.readable_lanes == (0, 1, 2, 3)
             mark = pubs.total()
             await until(lambda: pubs.total() > mark + 80)
-            back = await set_mode(region, "ingest", PlanMode.SINGLE)
+            back = await region.set_mode("ingest", PlanMode.SINGLE)
             assert back.mode is PlanMode.SINGLE and back.readable_lanes == (0, 1, 2, 3)
             mark = pubs.total()
             await until(lambda: pubs.total() > mark + 80)
@@ -187,7 +178,7 @@ async def test_single_to_ingest_to_more_lanes_to_single_under_load(region: Regio
 async def test_a_new_subscriber_reads_every_lane(region: Region) -> None:
     async with region.client() as admin:
         await admin.publish("wide", b"first:0")
-        await set_mode(region, "wide", PlanMode.INGEST, hubs=3)
+        await region.set_mode("wide", PlanMode.INGEST, hubs=3)
         # A small window: a lane's messages stop coming unless consumes reach its hub.
         sub = await admin.subscribe("wide", "late", message_window=20)
         assert set(sub.lanes) == {1, 2}
@@ -199,37 +190,48 @@ async def test_a_new_subscriber_reads_every_lane(region: Region) -> None:
         reader.task.cancel()
 
 
+async def stored_then_sent_to_lane_one(
+    region: Region, admin: HedwigClient, topic: str
+) -> tuple[str, HubConnection, Callable[[int], PublishFrame], Published, TopicPlan]:
+    """``topic`` published to, a batch of a publisher that two lanes would send to lane 1
+    stored on it (by hand, on ``admin``'s connection to the owner), then the topic given two
+    lanes and the owner seeing so. The publisher, the connection, its batches by sequence,
+    the stored one's answer, the plan."""
+    two = TopicPlan(PlanMode.INGEST, lanes=(Lane(0), Lane(1)))
+    pid = next(p for p in (f"x{i}" for i in range(100)) if two.lane_for(p) == 1)
+    await admin.publish(topic, b"first")
+    owner = region.owner(topic)
+    conn = await admin.connection(owner.address)
+
+    def frame(pseq: int) -> PublishFrame:
+        return PublishFrame(
+            request_id=conn.next_id(),
+            topic=topic,
+            publisher_id=pid,
+            publisher_seq=pseq,
+            messages=EncodedMessages.of_values([b"a", b"b"]),
+        )
+
+    stored = await conn.request(frame(1), 5)
+    assert isinstance(stored, Published) and not stored.duplicate
+    plan = await region.set_mode(topic, PlanMode.INGEST, hubs=2)
+
+    def seen() -> bool:
+        known, current = owner.plans.peek(topic)
+        return known and current is not None and current.mode is PlanMode.INGEST
+
+    await until(seen)
+    return pid, conn, frame, stored, plan
+
+
 async def test_a_resent_batch_is_a_duplicate_even_if_its_publisher_belongs_elsewhere_now(
     region: Region,
 ) -> None:
     """The lane check comes after the duplicate check: a batch stored on lane 0 before the
     topic had lanes, re-sent after, is answered as stored, not sent to another lane."""
-    two = TopicPlan(PlanMode.INGEST, lanes=(Lane(0), Lane(1)))
-    pid = next(p for p in (f"x{i}" for i in range(100)) if two.lane_for(p) == 1)
     async with region.client() as admin:
-        await admin.publish("dups", b"first")
-        owner = region.owner("dups")
-        conn = await admin.connection(owner.address)
-
-        def frame(pseq: int) -> PublishFrame:
-            return PublishFrame(
-                request_id=conn.next_id(),
-                topic="dups",
-                publisher_id=pid,
-                publisher_seq=pseq,
-                messages=EncodedMessages.of_values([b"a", b"b"]),
-            )
-
-        stored = await conn.request(frame(1), 5)
-        assert isinstance(stored, Published) and not stored.duplicate
-        plan = await set_mode(region, "dups", PlanMode.INGEST, hubs=2)
+        pid, conn, frame, stored, plan = await stored_then_sent_to_lane_one(region, admin, "dups")
         assert plan.open_lanes == (0, 1)
-
-        def seen() -> bool:
-            known, current = owner.plans.peek("dups")
-            return known and current is not None and current.mode is PlanMode.INGEST
-
-        await until(seen)
         again = await conn.request(frame(1), 5)
         assert isinstance(again, Published) and again.duplicate
         assert (again.first_seq, again.last_seq) == (stored.first_seq, stored.last_seq)
@@ -245,31 +247,8 @@ async def test_a_batch_after_one_sent_to_another_lane_is_sent_there_too(region: 
     USE_LANE as well, not OUT_OF_ORDER: an earlier batch that will never be stored here is
     nothing to wait for, and the publisher, holding the lane change until every batch has
     settled, used to retry it until its deadline (its lane took nothing meanwhile)."""
-    two = TopicPlan(PlanMode.INGEST, lanes=(Lane(0), Lane(1)))
-    pid = next(p for p in (f"x{i}" for i in range(100)) if two.lane_for(p) == 1)
     async with region.client() as admin:
-        await admin.publish("gap", b"first")
-        owner = region.owner("gap")
-        conn = await admin.connection(owner.address)
-
-        def frame(pseq: int) -> PublishFrame:
-            return PublishFrame(
-                request_id=conn.next_id(),
-                topic="gap",
-                publisher_id=pid,
-                publisher_seq=pseq,
-                messages=EncodedMessages.of_values([b"a", b"b"]),
-            )
-
-        stored = await conn.request(frame(1), 5)
-        assert isinstance(stored, Published) and not stored.duplicate
-        await set_mode(region, "gap", PlanMode.INGEST, hubs=2)
-
-        def seen() -> bool:
-            known, current = owner.plans.peek("gap")
-            return known and current is not None and current.mode is PlanMode.INGEST
-
-        await until(seen)
+        _, conn, frame, _, _ = await stored_then_sent_to_lane_one(region, admin, "gap")
         for pseq in (3, 5):  # 5 after 3, which was not stored
             with pytest.raises(UseLaneError) as refused:
                 await conn.request(frame(pseq), 5)
@@ -295,7 +274,7 @@ async def test_pipelined_results_come_in_publishing_order_across_a_lane_switch(
 
         more(100)
         await futures[9]  # two batches stored in lane 0, the others on their way or queued
-        await set_mode(region, "turn", PlanMode.INGEST, hubs=2)
+        await region.set_mode("turn", PlanMode.INGEST, hubs=2)
         publisher = c._publishers["turn"]
         async with asyncio.timeout(10):
             while not publisher.lane_switches:
@@ -322,7 +301,7 @@ async def test_lane_names_are_served_only_as_lanes(region: Region) -> None:
             await admin.publish(lane_name("named", 1), b"sneaky")
         with pytest.raises(InvalidTopicError, match="no such lane"):
             await admin.subscribe("nothing~lane4", "s")
-        await set_mode(region, "named", PlanMode.INGEST, hubs=2)
+        await region.set_mode("named", PlanMode.INGEST, hubs=2)
         await admin.publish(lane_name("named", 1), b"direct")  # a lane the plan lists
         with pytest.raises(InvalidTopicError, match="a lane has no lanes"):
             await admin.describe_lanes(lane_name("named", 1))
@@ -331,7 +310,7 @@ async def test_lane_names_are_served_only_as_lanes(region: Region) -> None:
 async def test_deleting_a_topic_deletes_its_lanes(region: Region) -> None:
     async with region.client() as admin:
         await admin.publish("gone", b"x")
-        await set_mode(region, "gone", PlanMode.INGEST, hubs=3)
+        await region.set_mode("gone", PlanMode.INGEST, hubs=3)
         for i in (1, 2):
             await admin.publish(lane_name("gone", i), b"y")
         await admin.delete_topic("gone")
@@ -345,11 +324,11 @@ async def test_a_sealed_lane_is_dropped_once_its_readers_have_read_it(region: Re
         await admin.publish("drop", b"first:0")
         await (await admin.subscribe("drop", "behind")).close()  # reads nothing
         reader = Reader(await admin.subscribe("drop", "r"))
-        await set_mode(region, "drop", PlanMode.INGEST, hubs=2)
+        await region.set_mode("drop", PlanMode.INGEST, hubs=2)
         lane = lane_name("drop", 1)
         async with publishers(region, "drop", 6) as pubs:
             await until(lambda: pubs.total() > 60 and any(m.lane == 1 for m in reader.got))
-            await set_mode(region, "drop", PlanMode.SINGLE)  # lane 1 sealed
+            await region.set_mode("drop", PlanMode.SINGLE)  # lane 1 sealed
             mark = pubs.total()
             await until(lambda: pubs.total() > mark + 30)
         acked = {v for vs in pubs.acked.values() for v in vs}
@@ -381,7 +360,7 @@ async def test_ingest_to_fan_out_and_back_to_ingest(region: Region) -> None:
         readers = [Reader(await admin.subscribe("swap", f"s{i}")) for i in range(4)]
         async with publishers(region, "swap", 6) as pubs:
             for mode, hubs in ((PlanMode.INGEST, 3), (PlanMode.FAN_OUT, 2), (PlanMode.INGEST, 2)):
-                plan = await set_mode(region, "swap", mode, hubs)
+                plan = await region.set_mode("swap", mode, hubs)
                 mark = pubs.total()
                 await until(lambda m=mark: pubs.total() > m + 60)  # type: ignore[misc]
             assert plan.open_lanes == (0, 3) and plan.readable_lanes == (0, 1, 2, 3)

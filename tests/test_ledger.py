@@ -44,6 +44,7 @@ from hedwig.metadata.records import (
     LedgerRanges,
     ReplicationConfig,
     Version,
+    Versioned,
 )
 from hedwig.protocol import Batch, EncodedMessages
 
@@ -1079,13 +1080,11 @@ async def test_a_departure_audit_waits_while_this_hub_takes_topics_over_up_to_th
     assert auditor.full_audits == 4, "the delay's end does not wait"
 
 
-async def test_a_read_does_not_wait_for_a_replica_that_hangs(
-    store: MemoryMetadataStore, tmp_path: Path
-) -> None:
-    """The first replica asked for an entry hangs (cut off, not yet known to be): the next one
-    is asked after ``SPECULATIVE_READ_S`` and its answer is taken, instead of waiting out a
-    storage timeout. (A new owner reading a log's end back waited so during partitions.)"""
-    cluster = Cluster(tmp_path, 2)
+async def one_entry_then_a_hanging_replica(
+    store: MemoryMetadataStore, cluster: Cluster
+) -> Versioned[LedgerMetadata]:
+    """A ledger on h:1 and h:2 holding one entry, then h:1 cut off: it hangs (not yet known
+    to be cut off)."""
     writer = TopicLog(
         "t",
         LogContext(store, cluster, "h:1", 1),
@@ -1097,6 +1096,17 @@ async def test_a_read_does_not_wait_for_a_replica_that_hangs(
     md = await store.ledgers.read_ledger(writer.ledger_id)
     assert md is not None
     cluster.cut = {"h:1": Unreachable("h:1", hang=True)}
+    return md
+
+
+async def test_a_read_does_not_wait_for_a_replica_that_hangs(
+    store: MemoryMetadataStore, tmp_path: Path
+) -> None:
+    """The first replica asked for an entry hangs (cut off, not yet known to be): the next one
+    is asked after ``SPECULATIVE_READ_S`` and its answer is taken, instead of waiting out a
+    storage timeout. (A new owner reading a log's end back waited so during partitions.)"""
+    cluster = Cluster(tmp_path, 2)
+    md = await one_entry_then_a_hanging_replica(store, cluster)
     started = asyncio.get_running_loop().time()
     raw = await asyncio.wait_for(read_entry(cluster, md.value, 0), 5)
     assert raw and asyncio.get_running_loop().time() - started < SPECULATIVE_READ_S + 1.0
@@ -1110,17 +1120,7 @@ async def test_a_replica_outrun_by_a_speculative_read_is_tried_last(
     cluster = Cluster(tmp_path, 2)
     suspects: list[str] = []
     cluster.suspect = suspects.append  # type: ignore[method-assign,assignment]
-    writer = TopicLog(
-        "t",
-        LogContext(store, cluster, "h:1", 1),
-        ensemble=["h:1", "h:2"],
-        settings=LogSettings(replication=ReplicationConfig(2, 2, 2)),
-    )
-    await writer.open()
-    await writer.append("p", 1, EncodedMessages.of_values([b"kept"]))
-    md = await store.ledgers.read_ledger(writer.ledger_id)
-    assert md is not None
-    cluster.cut = {"h:1": Unreachable("h:1", hang=True)}
+    md = await one_entry_then_a_hanging_replica(store, cluster)
     await asyncio.wait_for(read_entry(cluster, md.value, 0), 5)
     assert suspects == ["h:1"]
 

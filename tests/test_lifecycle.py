@@ -204,7 +204,7 @@ async def test_a_lone_hub_says_it_needs_more_hubs_at_once() -> None:
             assert loop.time() - t0 < 1  # refused at once, not retried for 30 s
         async with region.client(wait_for_hubs=True) as c:
             waiting = asyncio.ensure_future(c.publish("lonely", b"x"))
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(0.2)  # the test: it waits through this window
             assert not waiting.done()
             await region.add_hub(replication="3/3/2")
             assert (await waiting).seq == 1

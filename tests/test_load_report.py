@@ -26,7 +26,7 @@ from hedwig.metadata.records import HubLoad, HubStatus, TopicLoad
 from hedwig.placement.rebalance import RebalanceConfig, Rebalancer
 from hedwig.settings import ConnectionSettings, PlacementSettings, StorageSettings
 from tests import scratch
-from tests.cluster_helpers import eventually
+from tests.cluster_helpers import eventually, lone_hub
 
 # The longest topic names a report may list.
 LONG = "t" * 200
@@ -231,14 +231,9 @@ async def test_a_hub_with_many_topics_keeps_its_report(
     zk_server: ZooKeeperServer, region: str
 ) -> None:
     """A hub owning 12,000 topics against the real ZooKeeper: every report is written."""
-    config = HubConfig(
-        connection=ConnectionSettings(
-            metadata_url=zk_server.address, region=region, listen="127.0.0.1:0"
-        ),
-        storage=StorageSettings(data_dir=scratch.mkdtemp("hub-"), replication="1/1/1"),
-        placement=PlacementSettings(load_report_interval_s=0.5),
+    hub = lone_hub(
+        zk_server.address, region, placement=PlacementSettings(load_report_interval_s=0.5)
     )
-    hub = Hub(config)
     await hub.start()
     try:
         names = [f"{LONG[:100]}-{i}" for i in range(MANY)]
@@ -255,7 +250,7 @@ async def test_a_hub_with_many_topics_keeps_its_report(
         assert failures(hub) == 0
         status = next(h for h in await hub.store.hubs.list_hubs() if h.address == hub.address)
         assert status.load is not None
-        assert len(status.load.topic_loads) == config.placement.load_report_topics
+        assert len(status.load.topic_loads) == hub.config.placement.load_report_topics
         assert hub.store.session.state.value == "connected"
     finally:
         await hub.stop()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
 from collections.abc import AsyncIterator
@@ -16,38 +15,41 @@ from aetcd import rpc  # type: ignore[import-untyped]
 from hedwig.client import HedwigClient
 from hedwig.devcluster.etcd import EtcdServer
 from hedwig.errors import BadVersionError, MetadataError, MetadataUnavailableError
-from hedwig.hub import Hub, HubConfig
 from hedwig.metadata import HubInfo, HubLoad, MetadataStore, SessionState
 from hedwig.metadata.etcd import EtcdMetadataStore, batches, connection, kv, lease_keeper
 from hedwig.metadata.etcd import ledgers as etcd_ledgers
 from hedwig.metadata.etcd import watches as etcd_watches
 from hedwig.metadata.etcd.wire import put
 from hedwig.metadata.records import NEW_VERSION, LedgerMetadata
-from hedwig.settings import ConnectionSettings, StorageSettings
-from tests import scratch
-from tests.cluster_helpers import hedwig
-from tests.ledger_id_crash import ledger_ids_stay_unique_through_a_crash
+from tests.cluster_helpers import hedwig, lone_hub
 from tests.metadata_conformance import MetadataConformance
+from tests.store_outage import (
+    a_hub_started_in_an_outage_waits_and_serves,
+    ledger_ids_stay_unique_through_a_crash,
+)
+from tests.waiting import eventually, succeeds, until
 
 pytestmark = pytest.mark.integration
 
 LEDGER = LedgerMetadata(0, "t", 1, 1, 1, ((0, ("h:1",)),), owner="h:1", owner_epoch=3)
 
 
-@pytest.fixture
-async def store(etcd_server: EtcdServer, region: str) -> AsyncIterator[MetadataStore]:
-    s = EtcdMetadataStore(etcd_server.address, region, session_timeout=2.0)
-    await s.start()
-    yield s
-    await s.close()
+async def _started(etcd_server: EtcdServer, region: str) -> AsyncIterator[MetadataStore]:
+    async with EtcdMetadataStore(etcd_server.address, region, session_timeout=2.0) as s:
+        yield s
 
 
-@pytest.fixture
-async def other(etcd_server: EtcdServer, region: str) -> AsyncIterator[MetadataStore]:
-    s = EtcdMetadataStore(etcd_server.address, region, session_timeout=2.0)
-    await s.start()
-    yield s
-    await s.close()
+# Two stores of one region: a hub's and another's.
+store = pytest.fixture(_started, name="store")
+other = pytest.fixture(_started, name="other")
+
+
+def own_etcd(tmp_path: Path) -> EtcdServer:
+    """An etcd of the test's own (to kill, freeze or restart), started."""
+    (tmp_path / "etcd").mkdir()
+    server = EtcdServer(data_dir=str(tmp_path / "etcd"))
+    server.start()
+    return server
 
 
 class TestEtcdStore(MetadataConformance):
@@ -68,10 +70,11 @@ class TestEtcdStore(MetadataConformance):
         states: list[SessionState] = []
         store.session.add_listener(states.append)
         await store.etcd.keeper.stop()  # frozen: no more refreshes
-        for _ in range(100):
-            if await other.ownership.read_owner_info("frozen") is None:
-                break
-            await asyncio.sleep(0.1)
+
+        async def gone() -> bool:
+            return await other.ownership.read_owner_info("frozen") is None
+
+        await eventually(gone, timeout=10, interval=0.1, what="the frozen owner's record gone")
         assert await other.ownership.read_owner_info("frozen") is None
         await other.ownership.write_owner_info("frozen", HubInfo("127.0.0.1:8", 2), NEW_VERSION)
         assert not {h.address: h for h in await other.hubs.list_hubs()}["127.0.0.1:7"].alive
@@ -86,13 +89,7 @@ class TestEtcdStore(MetadataConformance):
 async def test_a_hub_and_the_cli_on_etcd(etcd_server: EtcdServer, region: str) -> None:
     """A hub picks etcd from its store URL; publishing, subscribing and ``hedwig topics``
     work as on ZooKeeper."""
-    config = HubConfig(
-        connection=ConnectionSettings(
-            metadata_url=etcd_server.url, region=region, listen="127.0.0.1:0"
-        ),
-        storage=StorageSettings(data_dir=scratch.mkdtemp("hub-"), replication="1/1/1"),
-    )
-    hub = Hub(config)
+    hub = lone_hub(etcd_server.url, region)
     await hub.start()
     try:
         assert isinstance(hub.store, EtcdMetadataStore)
@@ -189,7 +186,7 @@ async def test_an_owner_watch_after_a_compaction_waits_for_a_change(
     )
     fired = asyncio.Event()
     store.ownership.watch_owner("compacted", lambda _t: fired.set(), v)
-    await asyncio.sleep(0.5)
+    await asyncio.sleep(0.5)  # the test: no spurious fire in this window
     assert not fired.is_set()
     await other.ownership.delete_owner_info("compacted", v)
     await asyncio.wait_for(fired.wait(), 10)
@@ -215,7 +212,10 @@ async def test_owner_watches_share_one_watch_of_the_prefix(
     fired = {name: asyncio.Event() for name in ("p3", "p4", "p5")}
     store.ownership.watch_owner("p4", lambda _t: fired["p4"].set(), versions["p4"])
     store.ownership.watch_owner("p5", lambda _t: fired["p5"].set(), versions["p5"])
-    await asyncio.sleep(0.3)
+    await until(
+        lambda: watches._watch is not None and watches._watch.id != -1,
+        what="the owners' prefix watch created",
+    )
     before = (await store.etcd.txn((), ())).revision
     await other.ownership.write_owner_info("p3", HubInfo("127.0.0.1:8", 2), NEW_VERSION)
     await other.ownership.delete_owner_info("p4", versions["p4"])  # after p3's write
@@ -230,15 +230,14 @@ async def test_owner_watches_share_one_watch_of_the_prefix(
     unchanged = asyncio.Event()
     watches.add(store.keys.owner("p5"), before, unchanged.set)
     assert watches.fallbacks == fallbacks
-    await asyncio.sleep(0.3)
+    await asyncio.sleep(0.3)  # the test: no wrong fire in this window
     assert not unchanged.is_set()
     # A window of two keys, past p3's write once three more keys have changed.
     monkeypatch.setattr(etcd_watches, "RECENT_KEYS", 2)
     for name in ("q1", "q2", "q3"):
         await other.topics.ensure_topic(name)
         last = await other.ownership.write_owner_info(name, HubInfo("127.0.0.1:8", 2), NEW_VERSION)
-    while watches._delivered < int(last):
-        await asyncio.sleep(0.01)
+    await until(lambda: watches._delivered >= int(last), what="q3's write delivered")
     p3 = store.keys.owner("p3")[len(store.keys.family("owners")) :]
     assert p3 not in watches._recent and len(watches._recent) == 2
     again = asyncio.Event()
@@ -256,7 +255,7 @@ async def test_owner_watches_share_one_watch_of_the_prefix(
     requests = store.etcd.batcher.requests
     fired6 = asyncio.Event()
     store.ownership.watch_owner("p6", lambda _t: fired6.set(), v6)
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)  # the test: no read sent in this window
     assert store.etcd.batcher.requests == requests
     await other.ownership.delete_owner_info("p6", v6)
     await asyncio.wait_for(fired6.wait(), 10)
@@ -277,7 +276,7 @@ async def test_owner_watches_share_one_watch_of_the_prefix(
     await other.ownership.delete_owner_info("p7", v7)
     await asyncio.wait_for(both.wait(), 10)
     await other.ownership.write_owner_info("p7", HubInfo("127.0.0.1:8", 2), NEW_VERSION)
-    await asyncio.sleep(0.3)
+    await asyncio.sleep(0.3)  # the test: no second fire in this window
     assert sorted(calls) == ["a", "b"]
 
 
@@ -289,9 +288,7 @@ async def test_a_prefix_stream_that_breaks_with_a_full_window_fires_every_watch_
     changed meanwhile is unknown), so no watch is served from it; with etcd back, a watch
     starts a stream of its own revision and sees the next change."""
     monkeypatch.setattr(etcd_watches, "RECENT_KEYS", 4)
-    (tmp_path / "etcd").mkdir()
-    server = EtcdServer(data_dir=str(tmp_path / "etcd"))
-    server.start()
+    server = own_etcd(tmp_path)
     store = EtcdMetadataStore(server.address, "broken", session_timeout=10.0)
     other = EtcdMetadataStore(server.address, "broken", session_timeout=10.0)
     fired: dict[str, int] = {}
@@ -320,31 +317,24 @@ async def test_a_prefix_stream_that_breaks_with_a_full_window_fires_every_watch_
                 f"q{i}", HubInfo("127.0.0.1:8", 2), NEW_VERSION
             )
             last = int(at)
-        while watches._delivered < last:
-            await asyncio.sleep(0.01)
+        await until(lambda: watches._delivered >= last, what="the other topics' writes delivered")
         assert len(watches._recent) == 4 and watches.follows(last - 1)
         assert fired == {}
 
         await asyncio.to_thread(server.kill)
-        for _ in range(200):
-            if len(fired) == len(mine):
-                break
-            await asyncio.sleep(0.05)
+        await until(lambda: len(fired) == len(mine), what="every watch fired at the break")
         assert fired == dict.fromkeys(mine, 1)
         assert watches._recent == {} and not watches.follows(last)
         assert watches._callbacks == {}
 
         await asyncio.to_thread(server.start)  # the same data: the records are there
         again = asyncio.Event()
-        now = None
-        for _ in range(200):
-            with contextlib.suppress(MetadataError):
-                now = await store.ownership.read_owner_info("w0")
-                break
-            await asyncio.sleep(0.1)
+        now = await succeeds(
+            lambda: store.ownership.read_owner_info("w0"), MetadataError, what="a read"
+        )
         assert now is not None
         store.ownership.watch_owner("w0", lambda _t: again.set(), now.version)
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.3)  # the test: no wrong fire in this window
         assert not again.is_set()
         await other.ownership.delete_owner_info("w0", now.version)
         await asyncio.wait_for(again.wait(), 10)
@@ -379,7 +369,7 @@ async def test_owner_records_spread_over_leases_that_live_and_die_with_the_sessi
     leases = await owner_leases()
     assert len(leases) == 4 and store.etcd.lease not in leases
     assert set(store.etcd.leases) == {store.etcd.lease, *leases}
-    await asyncio.sleep(3 * store.etcd.ttl)  # well past the TTL: kept alive
+    await asyncio.sleep(3 * store.etcd.ttl)  # the test: well past the TTL, kept alive
     assert await owner_leases() == leases
     lost = asyncio.Event()
     store.session.add_listener(lambda s: lost.set() if s is SessionState.LOST else None)
@@ -407,8 +397,8 @@ async def test_an_owner_lease_granted_as_the_session_is_lost_is_revoked(
         granted.append(lease)
         lost = etcd.lease
         await etcd.revoke_elsewhere(lost)  # the session's lease goes meanwhile
-        while etcd.lease == lost:  # and the keeper moves on to a new session
-            await asyncio.sleep(0.05)
+        # and the keeper moves on to a new session
+        await until(lambda: etcd.lease != lost, what="a new session's lease")
         return lease
 
     etcd.keeper.grant = grant_then_lose  # type: ignore[method-assign]
@@ -429,19 +419,12 @@ async def test_an_owner_lease_granted_as_the_session_is_lost_is_revoked(
 async def test_ledger_ids_stay_unique_through_an_etcd_crash(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``tests/ledger_id_crash.py`` on etcd (the ``ledger-ids`` key)."""
+    """``tests/store_outage.py``'s ledger ids on etcd (the ``ledger-ids`` key)."""
     monkeypatch.setattr(etcd_ledgers, "LEDGER_ID_BLOCK", 3)
-    (tmp_path / "etcd").mkdir()
-    server = EtcdServer(data_dir=str(tmp_path / "etcd"))
-    server.start()
-    try:
-        await ledger_ids_stay_unique_through_a_crash(
-            [EtcdMetadataStore(server.address, "ids", session_timeout=10.0) for _ in range(2)],
-            server.kill,
-            server.start,
-        )
-    finally:
-        server.stop()
+    server = own_etcd(tmp_path)
+    await ledger_ids_stay_unique_through_a_crash(
+        server, [EtcdMetadataStore(server.address, "ids", session_timeout=10.0) for _ in range(2)]
+    )
 
 
 def test_an_etcd_given_a_memory_budget_runs_its_collector_by_it(tmp_path: Path) -> None:
@@ -503,9 +486,7 @@ async def test_a_store_reaches_etcd_within_seconds_of_its_return_after_a_long_ou
     """gRPC waits longer and longer between attempts to reconnect (up to two minutes by
     default): after etcd was gone for 20 s, a store answered again only 5-10 s after etcd
     was back, and after a longer outage a whole session later. The wait is now 2 s at most."""
-    (tmp_path / "etcd").mkdir()
-    server = EtcdServer(data_dir=str(tmp_path / "etcd"))
-    server.start()
+    server = own_etcd(tmp_path)
     store = EtcdMetadataStore(server.address, "outage", session_timeout=90.0)
     try:
         await store.start()
@@ -513,18 +494,13 @@ async def test_a_store_reaches_etcd_within_seconds_of_its_return_after_a_long_ou
         await asyncio.to_thread(server.kill)
         loop = asyncio.get_running_loop()
         gone = loop.time()
-        while loop.time() - gone < 20:
+        while loop.time() - gone < 20:  # the test: an outage of 20 s, the store asking on
             with pytest.raises(MetadataUnavailableError):
                 await store.topics.list_topics()
             await asyncio.sleep(0.5)
         await asyncio.to_thread(server.start)
         back = loop.time()
-        while True:
-            try:
-                await store.topics.ensure_topic("after")
-                break
-            except MetadataUnavailableError:
-                await asyncio.sleep(0.1)
+        await succeeds(lambda: store.topics.ensure_topic("after"), MetadataUnavailableError, 60)
         assert loop.time() - back < 4.0, f"answered {loop.time() - back:.1f} s after etcd's return"
         assert await store.topics.list_topics() == ["after", "before"]
         assert store.session.state is SessionState.CONNECTED, "its session outlived the outage"
@@ -542,9 +518,7 @@ async def test_a_session_whose_refreshes_go_unanswered_is_lost_when_its_lease_en
     whose owner record was gone, and the other hubs, still seeing it alive for a moment, sent
     a client there; nobody claimed the topic while the cut lasted. The session is now lost
     when the lease ends by this process's clock; thawed, etcd grants a new one."""
-    (tmp_path / "etcd").mkdir()
-    server = EtcdServer(data_dir=str(tmp_path / "etcd"))
-    server.start()
+    server = own_etcd(tmp_path)
     pid = server.pid
     assert pid is not None
     store = EtcdMetadataStore(server.address, "frozen", session_timeout=2.0)
@@ -554,24 +528,21 @@ async def test_a_session_whose_refreshes_go_unanswered_is_lost_when_its_lease_en
     try:
         await store.start()
         store.session.add_listener(lambda s: states.append((s, loop.time())))
-        await asyncio.sleep(store.etcd.ttl)  # refreshed: the session is as it always is
+        await asyncio.sleep(store.etcd.ttl)  # the test: refreshed, the session is as always
         assert store.session.state is SessionState.CONNECTED
         os.kill(pid, signal.SIGSTOP)
         frozen = loop.time()
-        for _ in range(100):
-            if any(s is SessionState.LOST for s, _ in states):
-                break
-            await asyncio.sleep(0.1)
+        await until(
+            lambda: any(s is SessionState.LOST for s, _ in states),
+            what=f"the session lost after etcd froze (still {store.session.state})",
+        )
         lost = [at for s, at in states if s is SessionState.LOST]
         assert lost, f"still {store.session.state} 10 s after etcd froze"
         # The lease ends a TTL after the last answer, which came before the freeze.
         assert lost[0] - frozen <= store.etcd.ttl + 0.5, f"lost after {lost[0] - frozen:.1f} s"
         os.kill(pid, signal.SIGCONT)
         thawed = True
-        for _ in range(100):
-            if store.session.state is SessionState.CONNECTED:
-                break
-            await asyncio.sleep(0.1)
+        await until(lambda: store.session.state is SessionState.CONNECTED, what="connected")
         assert store.session.state is SessionState.CONNECTED
         await store.topics.ensure_topic("after")
     finally:
@@ -590,9 +561,7 @@ async def test_a_frozen_etcd_fails_a_start_with_a_clear_error_in_bounded_time(
     from the grant's sending, so not from before the connection), then says etcd is
     unreachable, and the start gives up at its deadline: a hub starting against a hung etcd
     fails and says why, rather than hanging."""
-    (tmp_path / "etcd").mkdir()
-    server = EtcdServer(data_dir=str(tmp_path / "etcd"))
-    server.start()
+    server = own_etcd(tmp_path)
     pid = server.pid
     assert pid is not None
     store = EtcdMetadataStore(server.address, "frozen-start", session_timeout=2.0)
@@ -644,37 +613,8 @@ async def test_a_hub_started_while_etcd_is_down_waits_for_it_and_serves(tmp_path
     """A hub restarted into an etcd outage (a pod rescheduled while etcd restarts) waits for
     the store at each startup step instead of exiting, registers once etcd is back, and
     serves: as on ZooKeeper (the nemesis found it there)."""
-    (tmp_path / "etcd").mkdir()
-    server = EtcdServer(data_dir=str(tmp_path / "etcd"))
-    server.start()
-    await asyncio.to_thread(server.kill)
-    hub = Hub(
-        HubConfig(
-            connection=ConnectionSettings(
-                metadata_url=server.url,
-                region="startup-outage",
-                listen="127.0.0.1:0",
-                metadata_session_timeout_s=4.0,
-            ),
-            storage=StorageSettings(data_dir=scratch.mkdtemp("hub-"), replication="1/1/1"),
-        )
-    )
-    starting = asyncio.create_task(hub.start())
-    try:
-        await asyncio.sleep(3.0)
-        assert not starting.done(), "the hub gave up (or started) without its store"
-        await asyncio.to_thread(server.start)
-        await asyncio.wait_for(starting, 60)
-        assert hub.readiness() == (True, "ready")
-        async with EtcdMetadataStore(server.address, "startup-outage") as look:
-            assert [h.address for h in await look.hubs.list_hubs() if h.alive] == [hub.address]
-        async with HedwigClient(hub.address) as client:
-            await client.publish("after-the-outage", b"x")
-    finally:
-        if not starting.done():
-            starting.cancel()
-        await hub.stop()
-        server.stop()
+    server = own_etcd(tmp_path)
+    await a_hub_started_in_an_outage_waits_and_serves(server, server.url)
 
 
 async def test_claims_are_tried_the_way_the_last_one_needed(

@@ -31,6 +31,7 @@ from tests.cluster_helpers import hedwig
 from tests.failure.lab.relay import start_relay
 from tests.metadata_conformance import MetadataConformance
 from tests.secured_etcd import access_files, change_password, secured_etcd
+from tests.waiting import succeeds
 
 pytestmark = pytest.mark.integration
 
@@ -53,24 +54,16 @@ def _store(
     return EtcdMetadataStore(address, region, **given)  # type: ignore[arg-type]
 
 
-@pytest.fixture
-async def store(
+async def _started(
     secured_etcd_server: tuple[DevSecurity, EtcdServer], region: str
 ) -> AsyncIterator[MetadataStore]:
-    s = _store(*secured_etcd_server, region)
-    await s.start()
-    yield s
-    await s.close()
+    async with _store(*secured_etcd_server, region) as s:
+        yield s
 
 
-@pytest.fixture
-async def other(
-    secured_etcd_server: tuple[DevSecurity, EtcdServer], region: str
-) -> AsyncIterator[MetadataStore]:
-    s = _store(*secured_etcd_server, region)
-    await s.start()
-    yield s
-    await s.close()
+# Two stores of one region: a hub's and another's.
+store = pytest.fixture(_started, name="store")
+other = pytest.fixture(_started, name="other")
 
 
 class TestSecuredEtcdStore(MetadataConformance):
@@ -158,12 +151,8 @@ async def test_a_restarted_etcd_costs_one_new_token(tmp_path: Path) -> None:
             s.ownership.watch_owner("t", lambda _t: fired.set(), version)
             token = s.etcd.connection.token
             await asyncio.get_running_loop().run_in_executor(None, server.restart)
-            for _ in range(100):  # the channel reconnects first (unavailable meanwhile)
-                try:
-                    await s.topics.ensure_topic("after-0")
-                    break
-                except MetadataUnavailableError:
-                    await asyncio.sleep(0.1)
+            # the channel reconnects first (unavailable meanwhile)
+            await succeeds(lambda: s.topics.ensure_topic("after-0"), MetadataUnavailableError, 10)
             await asyncio.gather(*(s.topics.ensure_topic(f"after-{i}") for i in range(20)))
             assert s.etcd.connection.token != token, "the client kept a token etcd has forgotten"
             assert len(await s.topics.list_topics()) == 21

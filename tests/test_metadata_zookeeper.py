@@ -33,20 +33,14 @@ from tests.metadata_conformance import MetadataConformance
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-async def store(zk_server: ZooKeeperServer, region: str) -> AsyncIterator[MetadataStore]:
-    s = ZkMetadataStore(zk_server.address, region, session_timeout=2.0)
-    await s.start()
-    yield s
-    await s.close()
+async def _started(zk_server: ZooKeeperServer, region: str) -> AsyncIterator[MetadataStore]:
+    async with ZkMetadataStore(zk_server.address, region, session_timeout=2.0) as s:
+        yield s
 
 
-@pytest.fixture
-async def other(zk_server: ZooKeeperServer, region: str) -> AsyncIterator[MetadataStore]:
-    s = ZkMetadataStore(zk_server.address, region, session_timeout=2.0)
-    await s.start()
-    yield s
-    await s.close()
+# Two stores of one region: a hub's and another's.
+store = pytest.fixture(_started, name="store")
+other = pytest.fixture(_started, name="other")
 
 
 async def expire_session(store: ZkMetadataStore) -> None:

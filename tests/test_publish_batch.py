@@ -13,24 +13,19 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from hedwig.client import BatchPublishResult, HedwigClient, PublishResult
+from hedwig.client import BatchPublishResult, PublishResult
 from hedwig.client.publishing.chunks import chunk_messages
 from hedwig.client.retry import RetryPolicy
 from hedwig.errors import HedwigError, MessageTooLargeError, SendFailedError, UsageError
 from hedwig.protocol import Message, MoveKind
 from hedwig.protocol.messages import EncodedMessages
-from tests.memory_region import Region, memory_region
+from tests.memory_region import Region, memory_region, stored
 
 
 @pytest.fixture
 async def region() -> AsyncIterator[Region]:
     async for r in memory_region(2):
         yield r
-
-
-async def stored(client: HedwigClient, topic: str) -> list[Message]:
-    answer = await client.read(topic, 1, max_messages=100_000)
-    return [m.message for b in answer.batches for m in b.delivered()]
 
 
 def values(lo: int, hi: int) -> list[bytes]:

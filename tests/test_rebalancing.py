@@ -64,7 +64,7 @@ async def test_skewed_topics_spread_out_and_a_new_hub_gets_its_share() -> None:
                     except Exception:  # a failed publish is simply not acknowledged
                         history.failed += 1
                     n += 1
-                    await asyncio.sleep(1 / RATES[topic])
+                    await asyncio.sleep(1 / RATES[topic])  # the test: each topic's rate
 
             tasks = [asyncio.create_task(publish(t)) for t in TOPICS]
             sub = await client.subscribe(TOPICS[0], "order-check", message_window=0)
@@ -88,7 +88,7 @@ async def test_skewed_topics_spread_out_and_a_new_hub_gets_its_share() -> None:
                         if last.get(t) not in (None, h):
                             moves[t] += 1
                     last.update(now)
-                    await asyncio.sleep(0.5)
+                    await asyncio.sleep(0.5)  # the test: owners sampled every half second
 
             async def reported() -> bool:  # the only hub's load report shows the traffic
                 hubs = await store.hubs.list_hubs()
@@ -107,7 +107,7 @@ async def test_skewed_topics_spread_out_and_a_new_hub_gets_its_share() -> None:
                 # more than twice) is checked cycle by cycle by the simulator
                 # (tests/test_rebalance.py); here real hubs must get there and stay there.
                 await eventually(lambda: balanced(1.25), timeout=12 * CYCLE)
-                await asyncio.sleep(2 * CYCLE)  # two more cycles: it stays balanced
+                await asyncio.sleep(2 * CYCLE)  # the test: two more cycles, it stays balanced
                 r3 = ratio(last, c.addresses)
                 assert r3 <= 1.3, f"max/mean rate {r3:.2f}: it did not stay balanced"
                 assert max(moves.values()) <= 3, moves.most_common(3)

@@ -30,6 +30,7 @@ from hedwig.protocol import Ok, StorageHello, TailTopic
 from hedwig.settings import ConnectionSettings, StorageSettings
 from tests import scratch
 from tests.memory_region import answered, memory_region
+from tests.waiting import until
 
 
 def memory_store(hub: Hub) -> MemoryMetadataStore:
@@ -102,7 +103,12 @@ async def test_a_hub_cut_off_from_the_store_drops_its_topics_once_another_finds_
             mine = [t for t in owner.topics.topics]
             store = memory_store(owner)
             store.disconnect()
-            await asyncio.sleep(0.6)  # asked at least once: still alive, nothing changes
+
+            def asked(hubs: list[Hub] = region.hubs) -> bool:
+                return sum(answered(h, "hub_alive") for h in hubs) >= 1
+
+            # asked at least once: still alive, nothing changes
+            await until(asked, what="another hub asked whether the owner's session lives")
             assert sorted(owner.topics.topics) == sorted(mine)
             await client.publish("w0", b"while the store is out of reach")
 
@@ -151,7 +157,7 @@ async def test_a_draining_hub_cut_off_from_the_store_is_not_told_its_session_end
             await owner.store.hubs.unregister_hub(owner.address)
             store = memory_store(owner)
             store.disconnect()
-            await asyncio.sleep(1.2)  # two rounds of questions, had it asked
+            await asyncio.sleep(1.2)  # the test: two rounds of questions, had it asked
             assert sum(answered(h, "hub_alive") for h in region.hubs) == 0
             assert sorted(owner.topics.topics) == mine
             await client.publish("d0", b"while draining, cut off")
@@ -215,7 +221,7 @@ async def test_past_its_session_a_cut_off_hub_asks_about_the_ledgers_of_topics_r
             async with asyncio.timeout(10):
                 while "read" in owner.topics.topics or tailed in owner.topics.topics:
                     await asyncio.sleep(0.05)
-            await asyncio.sleep(2.5)  # two more rounds of asking
+            await asyncio.sleep(2.5)  # the test: two more rounds of asking, counted
             asked = read_lacs(others) - before
             # The read topics' ledgers on their replicas, a few times; not 50-odd idle ones.
             assert asked <= 24, f"{asked} READ_LACs for two read topics"
@@ -314,9 +320,8 @@ async def test_hubs_on_etcd_witness_each_others_leases(
         assert await node.hub_alive(other.address, epoch, 2.0) is False
         assert await witnesses(other.address, epoch) is True
 
-        async with asyncio.timeout(15):  # it learns at its next refresh, and registers again
-            while other.topics.epoch in (0, epoch):
-                await asyncio.sleep(0.1)
+        # it learns at its next refresh, and registers again
+        await until(lambda: other.topics.epoch not in (0, epoch), 15, what="registered again")
         renewed = other.topics.epoch
         assert await node.hub_alive(other.address, renewed, 2.0) is True
         assert await node.hub_alive(other.address, epoch, 2.0) is False

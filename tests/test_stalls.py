@@ -11,12 +11,11 @@ import pytest
 
 from hedwig.client import HedwigClient
 from hedwig.devcluster.etcd import EtcdServer
-from hedwig.hub import Hub, HubConfig
 from hedwig.hub.process import stalls
 from hedwig.hub.process.loops import WALK_SLICE, in_turns
 from hedwig.hub.process.stalls import StallWatch
-from hedwig.settings import ConnectionSettings, StorageSettings
-from tests import scratch
+from tests.cluster_helpers import lone_hub
+from tests.waiting import until
 
 
 def _stuck_in_a_long_computation(seconds: float) -> None:
@@ -30,11 +29,11 @@ async def test_a_stalled_loop_is_reported_with_its_stack_and_length(
     watch = StallWatch(threshold_s=0.4, on_stall=ended.append)
     watch.start()
     try:
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(0.5)  # the test: a loop that runs this long is not stalled
         assert not ended, "a loop that runs is not stalled"
         with caplog.at_level(logging.WARNING, logger=stalls.__name__):
             _stuck_in_a_long_computation(1.2)
-            await asyncio.sleep(0.6)  # the loop runs again: the stall ends
+            await until(lambda: ended, what="the stall's end")  # the loop runs again
     finally:
         watch.stop()
     assert len(ended) == 1 and 1.0 <= ended[0] < 3.0, ended
@@ -79,26 +78,18 @@ async def test_a_stall_that_costs_the_session_is_logged_first_with_its_stack(
     where it stood while it stood there, before the hub loses its topic and finds its lease
     gone; then it registers again with a new lease. A million-topic hub lost its session this
     way with nothing in its log."""
-    config = HubConfig(
-        connection=ConnectionSettings(
-            metadata_url=etcd_server.url,
-            region=region,
-            listen="127.0.0.1:0",
-            metadata_session_timeout_s=2.0,
-        ),
-        storage=StorageSettings(data_dir=scratch.mkdtemp("hub-"), replication="1/1/1"),
-    )
-    hub = Hub(config)
+    hub = lone_hub(etcd_server.url, region, session_timeout_s=2.0)
     await hub.start()
     try:
         async with HedwigClient(hub.address) as client:
             await client.publish("stalled", b"before")
         with caplog.at_level(logging.INFO):
             _stuck_in_a_long_computation(5.0)  # past the lease: etcd expires it meanwhile
-            for _ in range(100):
-                if "re-registered after session loss" in caplog.text:
-                    break
-                await asyncio.sleep(0.1)
+            await until(
+                lambda: "re-registered after session loss" in caplog.text,
+                what="re-registered",
+                interval=0.1,
+            )
         text = caplog.text
         assert "connected -> lost" in text, "the hub did not notice its lease was gone"
         assert "re-registered after session loss" in text, "nor come back with a new one"

@@ -18,6 +18,7 @@ from hedwig.metadata.zookeeper.client import connection as connection_module
 from hedwig.metadata.zookeeper.client.codes import OpCode
 from hedwig.metadata.zookeeper.client.records import GetChildrenResponse
 from hedwig.metadata.zookeeper.client.slots import Slots
+from tests.waiting import succeeds
 from tests.zk_wire import WireTap, opcodes
 
 pytestmark = pytest.mark.integration
@@ -107,14 +108,7 @@ async def test_a_slot_given_back_passes_to_the_first_waiting_request() -> None:
 
 
 async def _until_it_works(client: ZkClient, attempt: Any) -> Any:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 15
-    while True:
-        try:
-            return await attempt()
-        except MetadataUnavailableError:
-            assert loop.time() < deadline, "the client never sent again"
-            await asyncio.sleep(0.1)
+    return await succeeds(attempt, MetadataUnavailableError, 15, what="the client sending")
 
 
 async def test_reads_together_when_the_connection_drops_each_end(
@@ -253,7 +247,7 @@ async def test_the_client_runs_no_thread(zk_server: ZooKeeperServer, region: str
     client.watch(f"/threads-{region}", fired.set, 0)
     await client.set(f"/threads-{region}", b"x", 0)
     await asyncio.wait_for(fired.wait(), 10)
-    await asyncio.sleep(2.0)  # pings
+    await asyncio.sleep(2.0)  # the test: pings go for a while, and no thread starts
     assert {t.ident for t in threading.enumerate()} <= before
     await client.close()
 

@@ -11,17 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from hedwig.client import HedwigClient
 from hedwig.devcluster.zookeeper import ZooKeeperServer
 from hedwig.errors import MetadataUnavailableError
-from hedwig.hub import Hub, HubConfig
 from hedwig.metadata import SessionState
 from hedwig.metadata.zookeeper import ZkMetadataStore
 from hedwig.metadata.zookeeper import ledgers as zk_ledgers
 from hedwig.metadata.zookeeper.client.slots import MAX_IN_FLIGHT
-from hedwig.settings import ConnectionSettings, StorageSettings
-from tests import scratch
-from tests.ledger_id_crash import ledger_ids_stay_unique_through_a_crash
+from tests.store_outage import (
+    a_hub_started_in_an_outage_waits_and_serves,
+    ledger_ids_stay_unique_through_a_crash,
+)
+from tests.waiting import eventually, until
 
 pytestmark = pytest.mark.integration
 
@@ -64,7 +64,7 @@ async def test_requests_while_zookeeper_is_gone_never_block_the_event_loop(
         answers = await asyncio.wait_for(asyncio.gather(*cut, return_exceptions=True), 10)
         assert all(a is True or isinstance(a, MetadataUnavailableError) for a in answers)
         assert any(isinstance(a, MetadataUnavailableError) for a in answers)
-        await asyncio.sleep(0.5)
+        await until(lambda: store.session.state is SessionState.SUSPENDED, what="suspended")
         refused = await asyncio.wait_for(asyncio.gather(*reads(), return_exceptions=True), 1)
         assert all(isinstance(a, MetadataUnavailableError) for a in refused)
         # Watches too (each owned topic's owner record has one): set once ZooKeeper is back,
@@ -72,21 +72,20 @@ async def test_requests_while_zookeeper_is_gone_never_block_the_event_loop(
         fired: list[int] = []
         for i in range(3 * MAX_IN_FLIGHT):
             store.zk.watch(f"{store.layout.base}/none/{i}", functools.partial(fired.append, i))
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(1.0)  # the test: none fired in this window, the loop running on
         assert not fired
         assert max(gaps) < 0.5, f"the event loop stood still {max(gaps):.1f} s"
         await asyncio.to_thread(server.start)
-        for _ in range(300):
+
+        async def back() -> bool:
             with contextlib.suppress(MetadataUnavailableError):
-                if await store.topics.topic_exists("here"):
-                    break
-            await asyncio.sleep(0.1)
+                return await store.topics.topic_exists("here")
+            return False
+
+        await eventually(back, timeout=30, interval=0.1, what="an answer once ZooKeeper is back")
         assert all(await asyncio.gather(*reads()))
         assert await store.topics.topic_exists("here")
-        for _ in range(300):
-            if len(fired) == 3 * MAX_IN_FLIGHT:
-                break
-            await asyncio.sleep(0.1)
+        await until(lambda: len(fired) == 3 * MAX_IN_FLIGHT, 30, what="every watch fired")
         assert sorted(fired) == list(range(3 * MAX_IN_FLIGHT))
         stop.set()
         await beat
@@ -99,18 +98,12 @@ async def test_requests_while_zookeeper_is_gone_never_block_the_event_loop(
 async def test_ledger_ids_stay_unique_through_a_zookeeper_crash(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``tests/ledger_id_crash.py`` on ZooKeeper (the ``ledger-ids`` znode)."""
+    """``tests/store_outage.py``'s ledger ids on ZooKeeper (the ``ledger-ids`` znode)."""
     monkeypatch.setattr(zk_ledgers, "LEDGER_ID_BLOCK", 3)
-    server = ZooKeeperServer(data_dir=str(tmp_path / "zk"))
-    server.start()
-    try:
-        await ledger_ids_stay_unique_through_a_crash(
-            [ZkMetadataStore(server.address, "ids", session_timeout=20.0) for _ in range(2)],
-            server.kill,
-            server.start,
-        )
-    finally:
-        server.stop()
+    server = ZooKeeperServer(data_dir=str(tmp_path / "zk")).start()
+    await ledger_ids_stay_unique_through_a_crash(
+        server, [ZkMetadataStore(server.address, "ids", session_timeout=20.0) for _ in range(2)]
+    )
 
 
 async def test_a_hub_started_while_zookeeper_is_down_waits_for_it_and_serves(
@@ -118,36 +111,8 @@ async def test_a_hub_started_while_zookeeper_is_down_waits_for_it_and_serves(
 ) -> None:
     """A hub restarted into a ZooKeeper outage (found by the nemesis) waits for the store at
     each startup step instead of exiting, registers once ZooKeeper is back, and serves."""
-    server = ZooKeeperServer(data_dir=str(tmp_path / "zk"))
-    server.start()
-    await asyncio.to_thread(server.kill)
-    hub = Hub(
-        HubConfig(
-            connection=ConnectionSettings(
-                metadata_url=server.address,
-                region="startup-outage",
-                listen="127.0.0.1:0",
-                metadata_session_timeout_s=4.0,
-            ),
-            storage=StorageSettings(data_dir=scratch.mkdtemp("hub-"), replication="1/1/1"),
-        )
-    )
-    starting = asyncio.create_task(hub.start())
-    try:
-        await asyncio.sleep(3.0)
-        assert not starting.done(), "the hub gave up (or started) without its store"
-        await asyncio.to_thread(server.start)
-        await asyncio.wait_for(starting, 60)
-        assert hub.readiness() == (True, "ready")
-        async with ZkMetadataStore(server.address, "startup-outage") as look:
-            assert [h.address for h in await look.hubs.list_hubs() if h.alive] == [hub.address]
-        async with HedwigClient(hub.address) as client:
-            await client.publish("after-the-outage", b"x")
-    finally:
-        if not starting.done():
-            starting.cancel()
-        await hub.stop()
-        server.stop()
+    server = ZooKeeperServer(data_dir=str(tmp_path / "zk")).start()
+    await a_hub_started_in_an_outage_waits_and_serves(server, server.address)
 
 
 async def test_a_store_whose_start_gave_up_starts_again(tmp_path: Path) -> None:

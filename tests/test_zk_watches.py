@@ -20,6 +20,7 @@ from hedwig.metadata.zookeeper.client.codes import EventType
 from hedwig.metadata.zookeeper.client.connection import Answer
 from hedwig.metadata.zookeeper.client.records import Request, WatcherEvent
 from hedwig.metadata.zookeeper.client.watches import MAX_WATCHES, Kind, OneShot, WatchRecord, fire
+from tests.waiting import until
 
 
 def test_a_path_keeps_each_watcher_once_in_a_slot_or_a_set() -> None:
@@ -85,15 +86,6 @@ def test_an_owner_watch_is_filed_by_its_topic_not_a_path_of_its_own() -> None:
     assert sys.getsizeof("/r/topics/t-0000001/hub") > 70
 
 
-async def _eventually(check: object, seconds: float = 10.0) -> None:
-    assert callable(check)
-    for _ in range(int(seconds / 0.02)):
-        if check():
-            return
-        await asyncio.sleep(0.02)
-    assert check()
-
-
 async def test_watches_fire_once_on_a_change_or_a_deletion_and_outlive_a_lost_connection(
     tmp_path: Path,
 ) -> None:
@@ -122,27 +114,27 @@ async def test_watches_fire_once_on_a_change_or_a_deletion_and_outlive_a_lost_co
             await zk.create(path, b"v", makepath=True)
             zk.watch_with(path, told, topic, 0, key=topic)
         record = zk.watches.record
-        await _eventually(lambda: len(record) == len(paths) + 2)
+        await until(lambda: len(record) == len(paths) + 2)
         assert len(record.watching("/w/twice")) == 2
         assert {"o-changed", "o-kept"} <= set(record.keys())
         await zk.set("/w/changed", b"w", 0)
         await zk.delete("/w/deleted", 0)
         await zk.set("/w/topics/o-changed/hub", b"w", 0)
-        await _eventually(lambda: len(fired) == 3)
+        await until(lambda: len(fired) == 3)
         assert fired == {"/w/changed": 1, "/w/deleted": 1, "o-changed": 1}
         # ZooKeeper goes and comes back: nothing fires for it.
         await asyncio.to_thread(server.kill)
-        await _eventually(lambda: zk.phase is Phase.SUSPENDED)
-        await asyncio.sleep(0.5)
+        await until(lambda: zk.phase is Phase.SUSPENDED)
+        await asyncio.sleep(0.5)  # the test: ZooKeeper away a while
         await asyncio.to_thread(server.start)
-        await _eventually(lambda: zk.phase is Phase.CONNECTED, 30)
-        await asyncio.sleep(0.3)
+        await until(lambda: zk.phase is Phase.CONNECTED, 30)
+        await asyncio.sleep(0.3)  # the test: no fire for the lost connection in this window
         assert sum(fired.values()) == 3 and len(record) == 3
         await zk.set("/w/kept", b"w", 0)
         await zk.set("/w/twice", b"w", 0)
         await zk.delete("/w/topics/o-kept/hub", 0)
-        await _eventually(lambda: len(fired) == 6)
-        await asyncio.sleep(0.3)
+        await until(lambda: len(fired) == 6)
+        await asyncio.sleep(0.3)  # the test: no second fire in this window
         assert fired == {
             "/w/changed": 1,
             "/w/deleted": 1,
@@ -172,14 +164,16 @@ async def test_every_watch_fires_once_when_the_session_expires(
         zk.watch("/expiring", functools.partial(fired.update, ["data"]))
         await zk.exists_watched("/expiring/none", zk.one_shot(lambda: fired.update(["exist"])))
         await zk.children_watched("/expiring", zk.one_shot(lambda: fired.update(["child"])))
-        await asyncio.sleep(0.2)
+        await until(
+            lambda: len(zk.watches.record) == 3 and zk.in_flight == 0, what="the watches set"
+        )
         twin = ZkClient(
             zk_server.address, session_timeout=4.0, session=(zk.session_id, zk.session_password)
         )
         await twin.start(timeout=10)
         await twin.close()
-        await _eventually(lambda: len(fired) == 3, 30)
-        await _eventually(lambda: zk.phase is Phase.CONNECTED, 30)
+        await until(lambda: len(fired) == 3, 30)
+        await until(lambda: zk.phase is Phase.CONNECTED, 30)
         assert fired == {"data": 1, "exist": 1, "child": 1} and len(zk.watches.record) == 0
     finally:
         await zk.close()
@@ -220,8 +214,8 @@ async def test_watches_of_a_turn_go_together_and_a_change_before_them_fires(
         for path in paths:
             zk.watch(path, functools.partial(fired.update, [path]), 0)
         zk.watch("/g/never", functools.partial(fired.update, ["/g/never"]))
-        await _eventually(lambda: len(fired) == 2)
-        await asyncio.sleep(0.2)
+        await until(lambda: len(fired) == 2)
+        await asyncio.sleep(0.2)  # the test: no other fire, no other request in this window
         assert fired == {paths[7]: 1, "/g/never": 1}
         assert sent == {"SetWatchesRequest": 2, "MultiReadRequest": 2}
         record = zk.watches.record
@@ -229,7 +223,7 @@ async def test_watches_of_a_turn_go_together_and_a_change_before_them_fires(
 
         await other.delete(paths[0], 0)
         await other.set(paths[-1], b"w", 0)
-        await _eventually(lambda: len(fired) == 4)
+        await until(lambda: len(fired) == 4)
         assert fired == {paths[7]: 1, "/g/never": 1, paths[0]: 1, paths[-1]: 1}
         assert not record.watching(paths[0]) and not record.watching(paths[-1])
         assert all(record.watching(p) for p in paths[1:-1] if p != paths[7])
@@ -274,17 +268,19 @@ async def test_watches_in_flight_when_the_connection_goes_miss_nothing(
         monkeypatch.setattr(connection, "send", losing)
         for path in paths:
             zk.watch(path, functools.partial(fired.update, [path]), 0)
-        await asyncio.sleep(1.0)
+        await until(
+            lambda: seen[lost_at] == 1 and zk.phase is Phase.SUSPENDED, what="the connection lost"
+        )
         assert seen[lost_at] == 1
         assert not fired
         await asyncio.to_thread(server.start)  # the same port and data: the session lives
-        await _eventually(lambda: zk.phase is Phase.CONNECTED and zk.in_flight == 0, 40)
+        await until(lambda: zk.phase is Phase.CONNECTED and zk.in_flight == 0, 40)
         record = zk.watches.record
-        await _eventually(lambda: all(record.watching(p) for p in paths))
+        await until(lambda: all(record.watching(p) for p in paths))
         assert not fired
         await asyncio.gather(*(zk.set(p, b"w", 0) for p in paths))
-        await _eventually(lambda: len(fired) == len(paths))
-        await asyncio.sleep(0.3)
+        await until(lambda: len(fired) == len(paths))
+        await asyncio.sleep(0.3)  # the test: no second fire in this window
         assert fired == dict.fromkeys(paths, 1)
         assert len(record) == 0 and zk.in_flight == 0
     finally:

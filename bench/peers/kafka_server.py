@@ -21,6 +21,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hedwig.devcluster import processes
 from hedwig.devcluster.zookeeper import free_port
 
 JVM_OPTS = [
@@ -169,13 +170,8 @@ class KafkaCluster:
             if n.proc is not None and n.proc.poll() is None:
                 n.proc.terminate()
         for n in self.members:
-            if n.proc is not None:
-                try:
-                    n.proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    n.proc.kill()
-                    n.proc.wait()
-                n.proc = None
+            processes.end(n.proc, grace_s=10)
+            n.proc = None
 
     def __enter__(self) -> KafkaCluster:
         return self.start()

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tests.cluster_helpers import eventually
 from tests.failure.history import History, check
 from tests.failure.lab.cluster import LabCluster, longest_pause
 from tests.failure.lab.netns import Lab, sweep, unavailable_reason
@@ -51,16 +52,18 @@ async def rounds(lab: Lab, base: Path, fault: str, count: int) -> dict[str, Any]
     with LabCluster(lab, base, session_timeout_s=SESSION) as lc:
         work = lc.workload(TOPICS, rate=100.0)
         await work.start()
-        await asyncio.sleep(2.0)
+        await asyncio.sleep(2.0)  # load before the first round
         windows: list[tuple[float, float, list[str]]] = []
         extra: dict[str, list[tuple[bytes, int]]] = {}
         for n in range(count):
             owners = await lc.owners(TOPICS)
-            for _ in range(100):  # a hand-off by the balancer may be under way: wait it out
-                if owners[TOPICS[0]] is not None:
-                    break
-                await asyncio.sleep(0.1)
+
+            async def owned() -> bool:  # a hand-off by the balancer may be under way
+                nonlocal owners
                 owners = await lc.owners(TOPICS)
+                return owners[TOPICS[0]] is not None
+
+            await eventually(owned, timeout=10, interval=0.1, what=f"{TOPICS[0]} owned")
             victim = owners[TOPICS[0]]
             assert victim is not None, owners
             topics = [t for t in TOPICS if owners[t] == victim]
@@ -77,7 +80,7 @@ async def rounds(lab: Lab, base: Path, fault: str, count: int) -> dict[str, Any]
                 await asyncio.sleep(HOLD)
             lc.heal_all()
             windows.append((start, lc.note("healed"), topics))
-            await asyncio.sleep(2 * SESSION)
+            await asyncio.sleep(2 * SESSION)  # the test: load on, healed, before the next round
         history = await work.finish(timeout=30.0)
         for topic, acks in extra.items():
             history.acked[topic].extend(acks)

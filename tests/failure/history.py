@@ -29,6 +29,7 @@ import contextlib
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from hedwig.client import HedwigClient, PublishResult, RetryPolicy
@@ -368,3 +369,22 @@ def check(history: History) -> None:
                     + (f" (the subscriber gave up: {why})" if why else "")
                 )
     assert not problems, "\n".join(problems[:20])
+
+
+async def under_load(
+    work: Workload, fault: Callable[[], Awaitable[object]], *, before: float, after: float
+) -> History:
+    """The scenarios' run: ``work`` started and kept up for ``before`` seconds, ``fault``
+    (its steps), ``after`` seconds more, then the history read back and checked. Publishing
+    must have gone on after the fault. The two pauses are the load the scenario runs under,
+    not waits for anything."""
+    await work.start()
+    await asyncio.sleep(before)  # load before the fault
+    acked_before = work.history.acked_count
+    assert acked_before > 0
+    await fault()
+    await asyncio.sleep(after)  # load during and after it
+    history = await work.finish()
+    assert history.acked_count > acked_before, "publishing did not resume after the fault"
+    check(history)
+    return history

@@ -189,14 +189,14 @@ async def run_nemesis(lab: Lab, base_dir: Path, duration_s: float, seed: int) ->
             work = lc.workload(TOPICS, rate=100.0, retry_deadline_s=60.0)
             await work.start()
             t0 = time.monotonic()
-            await asyncio.sleep(2.0)
+            await asyncio.sleep(2.0)  # load before the nemesis
             await Nemesis(lc, rng, disk).run(duration_s, report, t0)
             end = lc.note("nemesis over, healing and settling")
             loop = asyncio.get_running_loop()
             await loop.run_in_executor(None, lc.heal_all)
             for hub in lc.dev.hub_procs:  # killed hubs were started without waiting
                 await loop.run_in_executor(None, hub.wait_ready)
-            await asyncio.sleep(2 * SESSION)
+            await asyncio.sleep(2 * SESSION)  # load on, healed, settling: the test's last part
             lc.note("reading the logs back")
             # healthy subscribers catch up within seconds; a stalled one fails the check
             history = await work.finish(timeout=30.0)

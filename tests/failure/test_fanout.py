@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import urllib.request
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -24,14 +23,16 @@ from hedwig.client import HedwigClient
 from hedwig.clock import SystemClock
 from hedwig.devcluster.cluster import DevCluster
 from hedwig.errors import ForbiddenError, TopicInUseError
-from hedwig.metadata import MetadataStore, PlanMode, TopicPlan, open_store
+from hedwig.metadata import MetadataStore, PlanMode, TopicPlan
 from hedwig.placement.plans import set_topic_mode
-from hedwig.security import ClientSecurity
-from tests.failure.history import History, Workload, check
+from tests.cluster_helpers import eventually
+from tests.failure.clusters import SESSION, open_region, security
+from tests.failure.history import History, Workload
+from tests.failure.history import under_load as run_under_load
+from tests.waiting import until
 
 pytestmark = pytest.mark.integration
 
-SESSION = 2.0
 TOPICS = ["fo/a", "fo/b"]
 SUBSCRIBERS = 6
 
@@ -43,45 +44,6 @@ def hubs_log_at_info(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HEDWIG_LOG_LEVEL", "INFO")
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[DevCluster]:
-    with DevCluster(
-        hubs=3,
-        region="fanout",
-        session_timeout_s=SESSION,
-        replication="3/3/2",
-        base_dir=str(tmp_path / "cluster"),
-    ) as c:
-        yield c
-
-
-@pytest.fixture
-def secure_cluster(tmp_path: Path) -> Iterator[DevCluster]:
-    with DevCluster(
-        hubs=3,
-        region="fanout-secure",
-        session_timeout_s=SESSION,
-        replication="3/3/2",
-        secure=True,
-        base_dir=str(tmp_path / "cluster"),
-    ) as c:
-        yield c
-
-
-def security(cluster: DevCluster, user: str = "admin") -> ClientSecurity | None:
-    if cluster.security is None:
-        return None
-    env = cluster.security.client_env(user)
-    return ClientSecurity.build(
-        tls_ca=env["HEDWIG_TLS_CA"], cert=env["HEDWIG_CERT"], key=env["HEDWIG_KEY"]
-    )
-
-
-def open_region(cluster: DevCluster) -> MetadataStore:
-    digest = cluster.security.zk_digest if cluster.security is not None else None
-    return open_store(cluster.zk, region=cluster.region, digest=digest)
-
-
 async def mode(store: MetadataStore, mode: PlanMode, hubs: int = 2) -> list[TopicPlan]:
     return [
         await set_topic_mode(store, t, mode, hubs=hubs, reason="test", clock=SystemClock())
@@ -89,18 +51,11 @@ async def mode(store: MetadataStore, mode: PlanMode, hubs: int = 2) -> list[Topi
     ]
 
 
-async def under_load(cluster: DevCluster, steps: object, *, after: float) -> History:
+async def under_load(
+    cluster: DevCluster, steps: Callable[[], Awaitable[object]], *, after: float
+) -> History:
     work = Workload(cluster.addresses, TOPICS, subscribers=SUBSCRIBERS, security=security(cluster))
-    await work.start()
-    await asyncio.sleep(1.5)
-    acked_before = work.history.acked_count
-    assert acked_before > 0
-    await steps()  # type: ignore[operator]
-    await asyncio.sleep(after)
-    history = await work.finish()
-    assert history.acked_count > acked_before, "publishing did not resume"
-    check(history)
-    return history
+    return await run_under_load(work, steps, before=1.5, after=after)
 
 
 async def test_every_reconfiguration_under_load(cluster: DevCluster) -> None:
@@ -115,7 +70,7 @@ async def test_every_reconfiguration_under_load(cluster: DevCluster) -> None:
                 (PlanMode.SINGLE, 0),  # fan-out -> single
             ):
                 await mode(store, m, hubs)
-                await asyncio.sleep(1.0)
+                await asyncio.sleep(1.0)  # load a while in each configuration
                 if m is PlanMode.FAN_OUT and hubs == 2 and not spread:
                     # While spread (a hub's series for a topic it no longer delivers goes
                     # once the topic leaves its load report: series are bounded).
@@ -156,14 +111,20 @@ async def owners_apart(cluster: DevCluster, store: MetadataStore) -> str:
         a = await store.ownership.read_owner_info(TOPICS[0])
         assert a is not None
         victim = min(h for h in cluster.addresses if h != a.value.address)
-        for _ in range(100):
+        tries = 0
+
+        async def moved() -> bool:
+            nonlocal tries
             b = await store.ownership.read_owner_info(TOPICS[1])
             if b is not None and b.value.address == victim:
-                return victim
-            if b is not None and _ % 20 == 0:
+                return True
+            if b is not None and tries % 20 == 0:
                 await admin.move_topic(TOPICS[1], victim)
-            await asyncio.sleep(0.1)
-    raise AssertionError(f"{TOPICS[1]} did not move to {victim}")
+            tries += 1
+            return False
+
+        await eventually(moved, timeout=10, interval=0.1, what=f"{TOPICS[1]} moved to {victim}")
+    return victim
 
 
 async def kill_a_delivery_hub_mid_change(cluster: DevCluster) -> None:
@@ -172,7 +133,7 @@ async def kill_a_delivery_hub_mid_change(cluster: DevCluster) -> None:
 
         async def steps() -> None:
             plans = await mode(store, PlanMode.FAN_OUT, 2)
-            await asyncio.sleep(1.5)  # subscribers spread over both delivery hubs
+            await asyncio.sleep(1.5)  # load, subscribers spread over both delivery hubs
             victim = plans[0].hubs[0]
             assert victim == meant, (plans, meant)
             # Remove the other delivery hub and kill this one while subscribers move.
@@ -184,12 +145,8 @@ async def kill_a_delivery_hub_mid_change(cluster: DevCluster) -> None:
         await under_load(cluster, steps, after=SESSION + 5)
 
 
-async def test_kill9_delivery_hub_mid_reconfiguration(cluster: DevCluster) -> None:
-    await kill_a_delivery_hub_mid_change(cluster)
-
-
-async def test_secure_kill9_delivery_hub_mid_reconfiguration(secure_cluster: DevCluster) -> None:
-    await kill_a_delivery_hub_mid_change(secure_cluster)
+async def test_kill9_delivery_hub_mid_reconfiguration(plain_or_secure: DevCluster) -> None:
+    await kill_a_delivery_hub_mid_change(plain_or_secure)
 
 
 async def test_secure_delivery_hub_refuses_a_subscriber_without_permission(
@@ -205,10 +162,10 @@ async def test_secure_delivery_hub_refuses_a_subscriber_without_permission(
         assert (await sub.next(10)).value == b"second"
         # The owner may have served it until it saw the plan (its cached copy is replaced when
         # its watch fires): then it hands the subscription over.
-        for _ in range(100):
-            if sub.connection is not None and sub.connection.address == delivery_hub:
-                break
-            await asyncio.sleep(0.1)
+        await until(
+            lambda: sub.connection is not None and sub.connection.address == delivery_hub,
+            what="the subscription handed over to its delivery hub",
+        )
         assert sub.connection is not None and sub.connection.address == delivery_hub
         # Alice (no ACLs) asks the delivery hub itself: refused there, before anything else.
         alice = HedwigClient([delivery_hub], security=security(secure_cluster, "alice"))
@@ -229,7 +186,7 @@ async def test_kill9_owner_of_a_fan_out_topic(cluster: DevCluster) -> None:
 
         async def steps() -> None:
             await mode(store, PlanMode.FAN_OUT, 1)
-            await asyncio.sleep(1.5)
+            await asyncio.sleep(1.5)  # load under the fan-out plan
             owner = await store.ownership.read_owner_info(TOPICS[0])
             assert owner is not None
             cluster.hub_at(owner.value.address).kill()
@@ -237,12 +194,8 @@ async def test_kill9_owner_of_a_fan_out_topic(cluster: DevCluster) -> None:
         await under_load(cluster, steps, after=SESSION + 5)
 
 
-async def test_frozen_delivery_hub_under_load(cluster: DevCluster) -> None:
-    await freeze_a_delivery_hub(cluster)
-
-
-async def test_secure_frozen_delivery_hub_under_load(secure_cluster: DevCluster) -> None:
-    await freeze_a_delivery_hub(secure_cluster)
+async def test_frozen_delivery_hub_under_load(plain_or_secure: DevCluster) -> None:
+    await freeze_a_delivery_hub(plain_or_secure)
 
 
 async def freeze_a_delivery_hub(cluster: DevCluster) -> None:
@@ -253,11 +206,11 @@ async def freeze_a_delivery_hub(cluster: DevCluster) -> None:
 
         async def steps() -> None:
             plans = await mode(store, PlanMode.FAN_OUT, 2)
-            await asyncio.sleep(1.5)  # subscribers spread over both delivery hubs
+            await asyncio.sleep(1.5)  # load, subscribers spread over both delivery hubs
             victim = cluster.hub_at(plans[0].hubs[0])
             victim.freeze()
             try:
-                await asyncio.sleep(SESSION + 3)
+                await asyncio.sleep(SESSION + 3)  # the test: frozen past its session
             finally:
                 victim.thaw()
 

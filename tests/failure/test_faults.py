@@ -26,51 +26,28 @@ from hedwig.metadata import LedgerMetadata, open_store
 from hedwig.metadata.layout import Layout
 from hedwig.security import ClientSecurity
 from tests.cluster_helpers import eventually, owner_of
-from tests.failure.history import History, Workload, check, read_all
+from tests.failure.clusters import SESSION, admin, cluster_332
+from tests.failure.history import History, Workload, check, read_all, under_load
 
 pytestmark = pytest.mark.integration
 
-SESSION = 2.0
 TOPICS = ["f/a", "f/b", "f/c"]
 # ``run`` or ``run_secure``: a fault under load, the history checked.
 Runner = Callable[..., Awaitable[None]]
 
 
-def faults_cluster(tmp_path: Path, region: str, hub_args: Sequence[str] = ()) -> DevCluster:
-    """Three hubs at 3/3/2 with a 2 s session, under pytest's temporary directory (so the
-    hubs' and ZooKeeper's logs of the last runs are there to read after a failure)."""
-    return DevCluster(
-        hubs=3,
-        region=region,
-        session_timeout_s=SESSION,
-        replication="3/3/2",
-        base_dir=str(tmp_path / "cluster"),
-        hub_args=list(hub_args),
-    )
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[DevCluster]:
-    with faults_cluster(tmp_path, "faults") as c:
-        yield c
-
-
 async def run(
-    cluster: DevCluster, fault: object, *, before: float = 2.0, after: float = 4.0
+    cluster: DevCluster,
+    fault: Callable[[], Awaitable[object]],
+    *,
+    before: float = 2.0,
+    after: float = 4.0,
 ) -> None:
     # One client sends (no future per message, flushed every few): its flushed messages are
     # held to the same checks.
     work = Workload(cluster.addresses, TOPICS, senders=1)
-    await work.start()
-    await asyncio.sleep(before)  # load before the fault
-    acked_before = work.history.acked_count
-    assert acked_before > 0
-    await fault()  # type: ignore[operator]
-    await asyncio.sleep(after)  # load during and after it
-    history = await work.finish()
-    assert history.acked_count > acked_before, "publishing did not resume after the fault"
+    history = await under_load(work, fault, before=before, after=after)
     assert history.flushed, "no flush of the sender succeeded"
-    check(history)
 
 
 def test_the_checker_finds_sent_messages_lost_or_out_of_order() -> None:
@@ -154,6 +131,15 @@ async def test_kill9_storage_replica_under_load(cluster: DevCluster) -> None:
 
 
 async def test_owner_frozen_past_session_timeout(cluster: DevCluster) -> None:
+    await owner_frozen_past_its_session(cluster, take_over_s=SESSION * 5, after=3)
+
+
+async def owner_frozen_past_its_session(
+    cluster: DevCluster, *, take_over_s: float, after: float
+) -> None:
+    """The owner frozen until another hub has taken its topic over (within ``take_over_s``),
+    and a second more; thawed, it must notice its session (or lease) is gone, acknowledge
+    nothing more, and step down."""
     frozen: list[str] = []
 
     async def fault() -> None:
@@ -166,11 +152,11 @@ async def test_owner_frozen_past_session_timeout(cluster: DevCluster) -> None:
             now = await owner_of(cluster.zk, cluster.region, TOPICS[0])
             return now is not None and now != owner
 
-        await eventually(taken_over, timeout=SESSION * 5)
-        await asyncio.sleep(1.0)
-        hub.thaw()  # it must notice, acknowledge nothing more, and step down
+        await eventually(taken_over, timeout=take_over_s)
+        await asyncio.sleep(1.0)  # the test: frozen on past the take-over
+        hub.thaw()
 
-    await run(cluster, fault, after=3)
+    await run(cluster, fault, after=after)
     # The old owner stepped down on waking: it counted the topics it lost, and any topic it
     # owns now it claimed afresh (a new epoch), never by carrying on with the old ledger.
     hub = cluster.hub_at(frozen[0])
@@ -204,7 +190,7 @@ async def test_hub_data_lost_and_restarted_empty(cluster: DevCluster) -> None:
         replica = next(h for h in cluster.hub_procs if h.address != owner)
         replica.kill()
         shutil.rmtree(replica.data_dir + "/ledgers", ignore_errors=True)
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(0.5)  # the test: down a moment, its data gone
         replica.start()
 
     await run(cluster, fault, after=SESSION + 3)
@@ -244,7 +230,7 @@ async def published_once_come_back(
         victim = cluster.hub_at(owner)
         if not freeze:
             victim.kill()
-            await asyncio.sleep(SESSION + 1)
+            await asyncio.sleep(SESSION + 1)  # the test: down past its session
             victim.start()
             return
         victim.freeze()
@@ -321,7 +307,7 @@ async def test_zookeeper_down_in_the_middle_of_a_claim(cluster: DevCluster) -> N
         finally:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(store.close(), 5)
-        await asyncio.sleep(SESSION * 2)
+        await asyncio.sleep(SESSION * 2)  # the test: ZooKeeper down two sessions
         await loop.run_in_executor(None, zk.start)
 
     await run(cluster, fault, after=SESSION + 5)
@@ -334,13 +320,13 @@ async def test_two_of_three_hubs_down_then_one_back(cluster: DevCluster) -> None
     acknowledged message is lost."""
     work = Workload(cluster.addresses, TOPICS, retry_deadline_s=90)
     await work.start()
-    await asyncio.sleep(2.0)
+    await asyncio.sleep(2.0)  # load before the fault
     survivor, *victims = cluster.hub_procs
     for hub in victims:
         hub.kill()
     await asyncio.sleep(SESSION + 2)  # the dead hubs' sessions end; writes in flight settle
     stalled_at = work.history.acked_count
-    await asyncio.sleep(3.0)
+    await asyncio.sleep(3.0)  # the test: a window in which nothing may be acked
     assert work.history.acked_count == stalled_at, "acknowledged with one replica of three"
     reader = HedwigClient([survivor.address], retry=RetryPolicy(deadline_s=2))
     try:
@@ -349,7 +335,7 @@ async def test_two_of_three_hubs_down_then_one_back(cluster: DevCluster) -> None
     finally:
         await reader.close()
     await asyncio.get_running_loop().run_in_executor(None, victims[0].start)
-    await asyncio.sleep(SESSION + 4)
+    await asyncio.sleep(SESSION + 4)  # load with the hub back
     history = await work.finish()
     assert history.acked_count > stalled_at, "publishing did not resume when a hub came back"
     check(history)
@@ -377,7 +363,7 @@ async def publishing_goes_on_through_a_zookeeper_outage(
     zk = cluster.zk_server
     work = Workload(cluster.addresses, TOPICS, security=security)
     await work.start()
-    await asyncio.sleep(2.0)
+    await asyncio.sleep(2.0)  # load before the fault
     up_at = work.history.acked_count
     await asyncio.sleep(SESSION * 4)  # the same length with ZooKeeper up, to compare with
     loop = asyncio.get_running_loop()
@@ -395,7 +381,7 @@ async def publishing_goes_on_through_a_zookeeper_outage(
     try:
         down_at = work.history.acked_count
         before = down_at - up_at
-        await asyncio.sleep(SESSION * 4)
+        await asyncio.sleep(SESSION * 4)  # the test: load through the outage
         during = work.history.acked_count - down_at
     finally:
         await loop.run_in_executor(None, zk.start)
@@ -406,29 +392,13 @@ async def publishing_goes_on_through_a_zookeeper_outage(
     for topic in fresh:  # each claimed once ZooKeeper is back
         await asyncio.wait_for(claimer.publish(topic, b"after"), timeout=30)
     await claimer.close()
-    await asyncio.sleep(SESSION + 2)
+    await asyncio.sleep(SESSION + 2)  # load on after it, writes settle
     history = await work.finish()
     check(history)
 
 
 # The same faults on a secured cluster: TLS, ACLs, and every storage write and recovery
 # going over the hubs' internal listeners (mutual TLS), found through their alive records.
-
-
-@pytest.fixture
-def secure_cluster() -> Iterator[DevCluster]:
-    with DevCluster(
-        hubs=3, region="faults-secure", session_timeout_s=SESSION, replication="3/3/2", secure=True
-    ) as c:
-        yield c
-
-
-def admin(cluster: DevCluster) -> ClientSecurity:
-    assert cluster.security is not None
-    env = cluster.security.client_env()
-    return ClientSecurity.build(
-        tls_ca=env["HEDWIG_TLS_CA"], cert=env["HEDWIG_CERT"], key=env["HEDWIG_KEY"]
-    )
 
 
 async def test_secure_publishing_goes_on_through_a_zookeeper_outage_with_claims_waiting(
@@ -446,17 +416,11 @@ async def test_secure_publishing_goes_on_through_a_zookeeper_outage_with_claims_
     )
 
 
-async def run_secure(cluster: DevCluster, fault: object, *, after: float) -> None:
+async def run_secure(
+    cluster: DevCluster, fault: Callable[[], Awaitable[object]], *, after: float
+) -> None:
     work = Workload(cluster.addresses, TOPICS, security=admin(cluster), senders=1)
-    await work.start()
-    await asyncio.sleep(2.0)
-    acked_before = work.history.acked_count
-    assert acked_before > 0
-    await fault()  # type: ignore[operator]
-    await asyncio.sleep(after)
-    history = await work.finish()
-    assert history.acked_count > acked_before, "publishing did not resume after the fault"
-    check(history)
+    await under_load(work, fault, before=2.0, after=after)
 
 
 # Left-over ledgers looked for every 2 s, among ledgers 2 s old, while ledgers roll over
@@ -506,7 +470,7 @@ async def left_over_ledgers_go(cluster: DevCluster, runner: Runner) -> None:
 
 @pytest.fixture
 def sweeping_cluster(tmp_path: Path) -> Iterator[DevCluster]:
-    with faults_cluster(tmp_path, "faults-sweeping", SWEEPING) as c:
+    with cluster_332(tmp_path, "faults-sweeping", hub_args=SWEEPING) as c:
         yield c
 
 
@@ -583,19 +547,19 @@ async def test_a_hub_back_on_another_address_keeps_its_replicas(tmp_path: Path, 
         security = admin(cluster)
         work = Workload(cluster.addresses, TOPICS, security=security)
         await work.start()
-        await asyncio.sleep(2.0)
+        await asyncio.sleep(2.0)  # load before the fault
         loop = asyncio.get_running_loop()
         ids: dict[str, str] = {}
         for hub in cluster.hub_procs[:2]:
             old = hub.address
             ids[old] = (Path(hub.data_dir) / "hub-id").read_text().strip()
             hub.kill()
-            await asyncio.sleep(SESSION + 1)
+            await asyncio.sleep(SESSION + 1)  # the test: down past its session
             hub.port, hub.metrics_port, hub.internal_port = free_port(), free_port(), free_port()
             await loop.run_in_executor(None, hub.start)
             assert hub.address != old
             assert (Path(hub.data_dir) / "hub-id").read_text().strip() == ids[old]
-            await asyncio.sleep(2.0)
+            await asyncio.sleep(2.0)  # load on the moved hub before the next move
         history = await work.finish()
         check(history)
         # Read everything again through a fresh client: some of it lives only on the moved hubs'
@@ -671,7 +635,7 @@ async def test_replica_killed_or_frozen_while_entry_logs_are_compacted(
         try:
             work = Workload(cluster.addresses, TOPICS, security=security)
             await work.start()
-            await asyncio.sleep(2.0)
+            await asyncio.sleep(2.0)  # load before the fault
 
             owner = await victim_owner(cluster)
             replica = next(h for h in cluster.hub_procs if h.address != owner)
@@ -682,9 +646,9 @@ async def test_replica_killed_or_frozen_while_entry_logs_are_compacted(
             await eventually(compacted, timeout=60)
             if fault == "kill9":
                 replica.kill()
-                await asyncio.sleep(0.5)
+                await asyncio.sleep(0.5)  # the test: killed, down a moment
                 await asyncio.to_thread(replica.start)
-                await asyncio.sleep(SESSION + 3)
+                await asyncio.sleep(SESSION + 3)  # load on the restarted hub
                 # The restarted hub compacts too (its counter began again at its start).
                 await eventually(compacted, timeout=60)
             else:

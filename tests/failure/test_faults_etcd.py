@@ -21,17 +21,15 @@ import pytest
 
 from hedwig.client import HedwigClient
 from hedwig.devcluster.cluster import DevCluster
-from tests.cluster_helpers import eventually, owner_of
+from tests.failure.clusters import SESSION, admin, cluster_332
 from tests.failure.test_faults import (
-    SESSION,
     SWEEPING,
-    TOPICS,
-    admin,
     left_over_ledgers_go,
+    owner_frozen_past_its_session,
     published_once_come_back,
     run,
     run_secure,
-    scrape,
+    victim_owner,
 )
 
 pytestmark = pytest.mark.integration
@@ -39,21 +37,8 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[DevCluster]:
-    with DevCluster(
-        hubs=3,
-        region="faults-etcd",
-        session_timeout_s=SESSION,
-        replication="3/3/2",
-        base_dir=str(tmp_path / "cluster"),
-        store="etcd",
-    ) as c:
+    with cluster_332(tmp_path, "faults-etcd", store="etcd") as c:
         yield c
-
-
-async def victim_owner(cluster: DevCluster) -> str:
-    owner = await owner_of(cluster.zk, cluster.region, TOPICS[0])
-    assert owner is not None
-    return owner
 
 
 async def test_kill9_owner_under_load(cluster: DevCluster) -> None:
@@ -66,31 +51,7 @@ async def test_kill9_owner_under_load(cluster: DevCluster) -> None:
 
 
 async def test_owner_frozen_past_its_lease(cluster: DevCluster) -> None:
-    frozen: list[str] = []
-
-    async def fault() -> None:
-        owner = await victim_owner(cluster)
-        hub = cluster.hub_at(owner)
-        hub.freeze()
-        frozen.append(owner)
-
-        async def taken_over() -> bool:
-            now = await owner_of(cluster.zk, cluster.region, TOPICS[0])
-            return now is not None and now != owner
-
-        await eventually(taken_over, timeout=SESSION * 8)
-        await asyncio.sleep(1.0)
-        hub.thaw()  # it must notice its lease is gone, acknowledge nothing more, step down
-
-    await run(cluster, fault, after=4)
-    hub = cluster.hub_at(frozen[0])
-    metrics = await asyncio.get_running_loop().run_in_executor(None, scrape, hub.metrics_url)
-    losses = [
-        float(line.rsplit(" ", 1)[1])
-        for line in metrics.splitlines()
-        if line.startswith("hedwig_topic_losses_total{")
-    ]
-    assert sum(losses) >= 1, "the frozen owner never noticed it lost its topics"
+    await owner_frozen_past_its_session(cluster, take_over_s=SESSION * 8, after=4)
 
 
 async def test_etcd_restarted_under_load(cluster: DevCluster) -> None:
@@ -104,15 +65,13 @@ async def test_etcd_restarted_under_load(cluster: DevCluster) -> None:
 def _secure_cluster(
     path: Path, monkeypatch: pytest.MonkeyPatch, session_s: float, hub_args: Sequence[str] = ()
 ) -> DevCluster:
-    cluster = DevCluster(
-        hubs=3,
-        region="faults-etcd-secure",
-        session_timeout_s=session_s,
-        replication="3/3/2",
-        base_dir=str(path / "cluster"),
-        hub_args=list(hub_args),
-        store="etcd",
+    cluster = cluster_332(
+        path,
+        "faults-etcd-secure",
         secure=True,
+        store="etcd",
+        hub_args=hub_args,
+        session_s=session_s,
     )
     cluster.start()
     assert cluster.security is not None
@@ -122,37 +81,23 @@ def _secure_cluster(
 
 
 @pytest.fixture
-def secure_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[DevCluster]:
-    cluster = _secure_cluster(tmp_path, monkeypatch, SESSION)
-    yield cluster
-    cluster.stop()
-
-
-@pytest.fixture
-def secure_cluster_long_lease(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def secure_cluster(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> Iterator[DevCluster]:
-    """Leases that outlast an etcd restart: the hubs keep their sessions (and topics) through
-    it, so each must get a new token to go on."""
-    cluster = _secure_cluster(tmp_path, monkeypatch, 15.0)
+    """A secured cluster on etcd; a test may ask (``indirect``) for another session and hub
+    arguments: ``(session_s, hub_args)``."""
+    session_s, hub_args = getattr(request, "param", (SESSION, ()))
+    cluster = _secure_cluster(tmp_path, monkeypatch, session_s, hub_args)
     yield cluster
     cluster.stop()
 
 
-@pytest.fixture
-def secure_sweeping_cluster(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[DevCluster]:
-    cluster = _secure_cluster(tmp_path, monkeypatch, SESSION, SWEEPING)
-    yield cluster
-    cluster.stop()
-
-
+@pytest.mark.parametrize("secure_cluster", [(SESSION, SWEEPING)], indirect=True, ids=["sweeping"])
 async def test_secure_left_over_ledgers_go_and_nothing_else_does(
-    secure_sweeping_cluster: DevCluster,
+    secure_cluster: DevCluster,
 ) -> None:
     # This process reads and writes the store with the hubs' credentials (the environment).
-    await left_over_ledgers_go(secure_sweeping_cluster, run_secure)
+    await left_over_ledgers_go(secure_cluster, run_secure)
 
 
 async def test_secure_kill9_owner_under_load(secure_cluster: DevCluster) -> None:
@@ -171,8 +116,11 @@ async def test_secure_topics_published_once_come_back_whole_after_their_owner_fr
     )
 
 
-async def test_secure_etcd_restarted_under_load(secure_cluster_long_lease: DevCluster) -> None:
-    cluster = secure_cluster_long_lease
+# Leases that outlast an etcd restart: the hubs keep their sessions (and topics) through it, so
+# each must get a new token to go on.
+@pytest.mark.parametrize("secure_cluster", [(15.0, ())], indirect=True, ids=["long-lease"])
+async def test_secure_etcd_restarted_under_load(secure_cluster: DevCluster) -> None:
+    cluster = secure_cluster
 
     async def fault() -> None:
         assert cluster.etcd_server is not None

@@ -12,9 +12,8 @@ topic's permissions cover its lanes, and a client without them is refused on a l
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Iterator
-from pathlib import Path
+import contextlib
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -23,54 +22,25 @@ from hedwig.devcluster.cluster import DevCluster
 from hedwig.errors import ForbiddenError
 from hedwig.metadata import MetadataStore, PlanMode
 from hedwig.protocol import lane_name
-from tests.failure.history import History, Workload, check
-from tests.failure.test_fanout import mode, open_region, security
+from tests.cluster_helpers import eventually
+from tests.failure.clusters import SESSION, open_region, security
+from tests.failure.history import History, Workload
+from tests.failure.history import under_load as run_under_load
+from tests.failure.test_fanout import mode
+from tests.waiting import until
 
 pytestmark = pytest.mark.integration
 
-SESSION = 2.0
 TOPICS = ["fo/a", "fo/b"]
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[DevCluster]:
-    with DevCluster(
-        hubs=3,
-        region="lanes",
-        session_timeout_s=SESSION,
-        replication="3/3/2",
-        base_dir=str(tmp_path / "cluster"),
-    ) as c:
-        yield c
-
-
-@pytest.fixture
-def secure_cluster(tmp_path: Path) -> Iterator[DevCluster]:
-    with DevCluster(
-        hubs=3,
-        region="lanes-secure",
-        session_timeout_s=SESSION,
-        replication="3/3/2",
-        secure=True,
-        base_dir=str(tmp_path / "cluster"),
-    ) as c:
-        yield c
-
-
-async def under_load(cluster: DevCluster, steps: object, *, after: float) -> History:
+async def under_load(
+    cluster: DevCluster, steps: Callable[[History], Awaitable[object]], *, after: float
+) -> History:
     work = Workload(
         cluster.addresses, TOPICS, publishers=6, subscribers=3, security=security(cluster)
     )
-    await work.start()
-    await asyncio.sleep(1.5)
-    acked_before = work.history.acked_count
-    assert acked_before > 0
-    await steps(work.history)  # type: ignore[operator]
-    await asyncio.sleep(after)
-    history = await work.finish()
-    assert history.acked_count > acked_before, "publishing did not resume"
-    check(history)
-    return history
+    return await run_under_load(work, lambda: steps(work.history), before=1.5, after=after)
 
 
 async def test_every_lane_reconfiguration_under_load(cluster: DevCluster) -> None:
@@ -96,7 +66,7 @@ async def test_every_lane_reconfiguration_under_load(cluster: DevCluster) -> Non
                 )
                 opened |= new
                 await took_messages(history, new)
-                await asyncio.sleep(1.5)
+                await asyncio.sleep(1.5)  # load a while in each configuration
 
         history = await under_load(cluster, steps, after=2.0)
         for t in TOPICS:
@@ -115,9 +85,8 @@ async def took_messages(history: History, lanes: set[str], timeout: float = 20.0
     lane its publishers (the owner sees the plan, answers USE_LANE; the lane is claimed and its
     ledger made on three replicas) can take longer than a step's pause on a loaded machine:
     a lane opened 1.5 s before it was sealed then took nothing, and the test failed."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and not all(history.acked[n] for n in lanes):
-        await asyncio.sleep(0.05)
+    with contextlib.suppress(AssertionError):  # the test finds it out, and says which lane
+        await until(lambda: all(history.acked[n] for n in lanes), timeout, interval=0.05)
 
 
 async def kill_a_lane_owner_mid_change(cluster: DevCluster) -> None:
@@ -125,7 +94,7 @@ async def kill_a_lane_owner_mid_change(cluster: DevCluster) -> None:
 
         async def steps(history: History) -> None:
             await mode(store, PlanMode.INGEST, 3)
-            await asyncio.sleep(1.5)  # publishers spread over the lanes
+            await asyncio.sleep(1.5)  # load, publishers spread over the lanes
             victim = await lane_owner(store, lane_name(TOPICS[0], 1))
             change = asyncio.get_running_loop().create_task(mode(store, PlanMode.INGEST, 2))
             await asyncio.sleep(0.05)
@@ -136,20 +105,20 @@ async def kill_a_lane_owner_mid_change(cluster: DevCluster) -> None:
 
 
 async def lane_owner(store: MetadataStore, name: str) -> str:
-    for _ in range(100):
+    owner: list[str] = []
+
+    async def claimed() -> bool:
         got = await store.ownership.read_owner_info(name)
         if got is not None:
-            return got.value.address
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{name} was never claimed")
+            owner.append(got.value.address)
+        return bool(owner)
+
+    await eventually(claimed, timeout=10, what=f"{name} claimed")
+    return owner[0]
 
 
-async def test_kill9_lane_owner_mid_reconfiguration(cluster: DevCluster) -> None:
-    await kill_a_lane_owner_mid_change(cluster)
-
-
-async def test_secure_kill9_lane_owner_mid_reconfiguration(secure_cluster: DevCluster) -> None:
-    await kill_a_lane_owner_mid_change(secure_cluster)
+async def test_kill9_lane_owner_mid_reconfiguration(plain_or_secure: DevCluster) -> None:
+    await kill_a_lane_owner_mid_change(plain_or_secure)
 
 
 async def test_secure_lanes_are_covered_by_their_topics_permissions(

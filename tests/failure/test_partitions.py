@@ -98,7 +98,7 @@ async def scenario(
     work = lc.workload(TOPICS, rate=100.0)
     await work.start()
     try:
-        await asyncio.sleep(2.0)
+        await asyncio.sleep(2.0)  # load before the fault
         before = await work.acked_count()
         assert before > 0, "nothing acknowledged before the fault"
         owners = await lc.owners(TOPICS)
@@ -242,7 +242,8 @@ async def test_draining_owner_cut_off_from_zookeeper(drain_lc: LabCluster) -> No
         node = lc.hub_node(victim)
         link = SlowLink(lc.lab, node, lc.zk_node, port, DRAIN_DELAY)
         lc.add_fault(link.start())
-        await asyncio.sleep(2 * DRAIN_DELAY + 1.0)  # reconnected through the relay, session kept
+        # the test: long enough on the slow link to reconnect through it, the session kept
+        await asyncio.sleep(2 * DRAIN_DELAY + 1.0)
         metrics_port = str(lc.hub(victim).metrics_port)
         command = [*node.host.launch, sys.executable, "-m", "hedwig", "drain", "--host",
                    "127.0.0.1", "--metrics-port", metrics_port, "--timeout", "120"]  # fmt: skip
@@ -522,7 +523,7 @@ async def test_slow_disk_on_owner(lab: Lab, lab_dir: Path, slow_disk: SlowDisk) 
             slow_disk.set_delay(300)
             lc.add_fault(ProcessFault(f"hub0 fsync +300 ms ({slow_disk.kind})",
                                       lambda: slow_disk.set_delay(0)))  # fmt: skip
-            await asyncio.sleep(4.0)
+            await asyncio.sleep(4.0)  # the test: a while on a slow disk, then a slower one
             slow_disk.set_delay(3000)
             lc.note("hub0 fsync +3000 ms")
 

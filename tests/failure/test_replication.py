@@ -13,6 +13,7 @@ import pytest
 from hedwig.client import HedwigClient
 from hedwig.devcluster.cluster import DevCluster
 from tests.cluster_helpers import eventually, hedwig, owner_of
+from tests.failure.clusters import cluster_332
 from tests.failure.history import Workload, check, read_all
 from tests.failure.test_faults import TOPICS
 
@@ -46,11 +47,9 @@ def copied(cluster: DevCluster, kind: str) -> float:
 
 
 async def test_lost_replica_is_visible_then_repaired_elsewhere() -> None:
-    with DevCluster(
-        hubs=3,
-        region="rerep",
-        session_timeout_s=2.0,
-        replication="3/3/2",
+    with cluster_332(
+        None,
+        "rerep",
         hub_args=["--audit-interval", "1", "--no-self-balance", "--rereplication-delay", "4"],
     ) as c:
         async with HedwigClient(c.addresses) as client:
@@ -72,7 +71,7 @@ async def test_lost_replica_is_visible_then_repaired_elsewhere() -> None:
             await eventually(listed, timeout=10)
             c.add_hub()  # a fresh hub: the auditors copy the lost replicas there
             # ... once the victim has been gone for the re-replication delay, not before.
-            await asyncio.sleep(1.5)
+            await asyncio.sleep(1.5)  # the test: nothing copied in this window
             assert copied(c, "replace") == 0
 
             async def healthy() -> bool:
@@ -91,13 +90,7 @@ async def test_lost_replica_is_visible_then_repaired_elsewhere() -> None:
 
 
 async def test_restarted_empty_replica_is_caught_up() -> None:
-    with DevCluster(
-        hubs=3,
-        region="catchup",
-        session_timeout_s=2.0,
-        replication="3/3/2",
-        hub_args=["--audit-interval", "1", "--no-self-balance"],
-    ) as c:
+    with cluster_332(None, "catchup", hub_args=["--audit-interval", "1", "--no-self-balance"]) as c:
         async with HedwigClient(c.addresses) as client:
             for i in range(100):
                 await client.publish("catchup", b"%d" % i)
@@ -121,11 +114,10 @@ async def test_restarted_empty_replica_is_caught_up() -> None:
 async def test_a_rolling_restart_copies_no_ledger() -> None:
     """Four hubs at 3/3/2 (so there is always a spare), each restarted in turn: every hub is
     back within the re-replication delay, so no replica is re-created elsewhere."""
-    with DevCluster(
+    with cluster_332(
+        None,
+        "rolling",
         hubs=4,
-        region="rolling",
-        session_timeout_s=2.0,
-        replication="3/3/2",
         hub_args=["--audit-interval", "1", "--no-self-balance", "--rereplication-delay", "60"],
     ) as c:
         async with HedwigClient(c.addresses) as client:
@@ -137,9 +129,10 @@ async def test_a_rolling_restart_copies_no_ledger() -> None:
             loop = asyncio.get_running_loop()
             for hub in list(c.hub_procs):
                 await loop.run_in_executor(None, hub.stop)
-                await asyncio.sleep(3)  # past the session timeout: the hub is gone
+                # the test: down past its session (2 s), seen gone by a few audits
+                await asyncio.sleep(3)
                 await loop.run_in_executor(None, hub.start)
-            await asyncio.sleep(3)  # a few audits with every hub back
+            await asyncio.sleep(3)  # the test: a few audits with every hub back, none copies
             assert copied(c, "replace") == 0
             for topic in topics:
                 log = await read_all(client, topic)
@@ -154,12 +147,10 @@ async def test_a_hub_back_and_another_gone_while_the_auditors_wait_under_load(
     it. Only the second one's replicas are re-created elsewhere (the first one's are kept:
     it is back), every closed ledger ends on three live replicas, and the whole history holds:
     nothing acknowledged lost, nothing twice, each publisher's order kept."""
-    with DevCluster(
+    with cluster_332(
+        tmp_path,
+        "waits",
         hubs=4,
-        region="waits",
-        session_timeout_s=2.0,
-        replication="3/3/2",
-        base_dir=str(tmp_path / "cluster"),
         hub_args=[
             *("--audit-interval", "0.5", "--no-self-balance"),
             *("--rereplication-delay", "6", "--ledger-max-bytes", "4096"),
@@ -168,7 +159,7 @@ async def test_a_hub_back_and_another_gone_while_the_auditors_wait_under_load(
         loop = asyncio.get_running_loop()
         work = Workload(c.addresses, TOPICS, senders=1)
         await work.start()
-        await asyncio.sleep(2.0)
+        await asyncio.sleep(2.0)  # load before the faults
         first, second = c.hub_procs[:2]
         first_id, second_id = (
             Path(h.data_dir, "hub-id").read_text().strip() for h in (first, second)
@@ -179,7 +170,9 @@ async def test_a_hub_back_and_another_gone_while_the_auditors_wait_under_load(
             if r["state"] == "CLOSED" and first_id in str(r["replicas"])
         }
         first.kill()
-        await asyncio.sleep(2.5)  # past its session: the auditors see it gone, and wait
+        # The scenario's timeline (the test): 2.5 s, past the first one's session (the
+        # auditors see it gone, and wait); the second killed; 1.5 s; the first back.
+        await asyncio.sleep(2.5)
         second.kill()
         await asyncio.sleep(1.5)
         await loop.run_in_executor(None, first.start)  # back about 4 s after, within the delay

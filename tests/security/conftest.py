@@ -98,6 +98,20 @@ async def secure(pki: Pki, issuer: TokenIssuer) -> AsyncIterator[SecureRegion]:
         shutil.rmtree(hub.config.storage.data_dir, ignore_errors=True)
 
 
+async def consumed_and_closed(
+    client: HedwigClient, topic: str, subscriber: str, published: int, consumed: int
+) -> None:
+    """``published`` messages on ``topic``, of which ``subscriber`` consumed the first
+    ``consumed``, its subscription then closed (its mark flushed)."""
+    sub = await client.subscribe(topic, subscriber)
+    for i in range(published):
+        await client.publish(topic, b"m%d" % i)
+    for _ in range(consumed):
+        msg = await sub.next(5)
+    sub.consume(msg.seq)
+    await client.close_subscription(topic, subscriber)
+
+
 def files_under(directory: str) -> dict[str, bytes]:
     root = Path(directory)
     return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}

@@ -21,8 +21,9 @@ from hedwig.metadata.acls import AclEntry, AclRule, Operation, PatternType, Reso
 from hedwig.metadata.memory import MemoryBackend
 from hedwig.metadata.records import ANY_VERSION, NEW_VERSION
 from hedwig.security import ClientSecurity
-from tests.security.conftest import SecureRegion, secure_config
+from tests.security.conftest import SecureRegion, consumed_and_closed, secure_config
 from tests.security.fixtures import Pki, TokenIssuer
+from tests.waiting import until
 
 ORDERS = AclRule(
     principal="alice",
@@ -50,6 +51,18 @@ async def settled(region: SecureRegion) -> None:
         await asyncio.sleep(0.01)
 
 
+async def alice_may_create_orders(secure: SecureRegion) -> None:
+    """Alice granted her orders and, besides, creating any topic under ``orders.``; every
+    hub has the rules."""
+    await grant(
+        secure,
+        "alice",
+        ORDERS,
+        AclRule("alice", frozenset({Operation.CREATE}), name="orders.", pattern=PatternType.PREFIX),
+    )
+    await settled(secure)
+
+
 async def test_a_rule_allows_its_operations_on_its_topics_only(secure: SecureRegion) -> None:
     await grant(
         secure,
@@ -71,13 +84,7 @@ async def test_a_rule_allows_its_operations_on_its_topics_only(secure: SecureReg
         # Publishing to a topic that does not exist would create it: that needs create.
         with pytest.raises(ForbiddenError, match="create"):
             await alice.publish("orders.new", b"no")
-    await grant(
-        secure,
-        "alice",
-        ORDERS,
-        AclRule("alice", frozenset({Operation.CREATE}), name="orders.", pattern=PatternType.PREFIX),
-    )
-    await settled(secure)
+    await alice_may_create_orders(secure)
     async with secure.client(security=secure.security(cert="alice")) as alice:
         await alice.publish("orders.new", b"created")
 
@@ -88,13 +95,7 @@ async def test_topic_lifecycle_requests_need_their_operations(secure: SecureRegi
     to publish and subscribe can do none of what it was not given, and nothing is changed by a
     refused request."""
     async with secure.client(security=secure.security(token_for="admin")) as admin:
-        sub = await admin.subscribe("orders.lifecycle", "reader")
-        for i in range(3):
-            await admin.publish("orders.lifecycle", b"m%d" % i)
-        for _ in range(3):
-            msg = await sub.next(5)
-        sub.consume(msg.seq)
-        await admin.close_subscription("orders.lifecycle", "reader")
+        await consumed_and_closed(admin, "orders.lifecycle", "reader", 3, 3)
         await admin.publish("orders.doomed", b"x")
     publisher = AclRule(
         "alice",
@@ -202,13 +203,7 @@ async def test_a_deny_rule_wins_and_patterns_match_principals(secure: SecureRegi
 async def test_revoking_closes_subscriptions_and_refuses_publishes_within_seconds(
     secure: SecureRegion,
 ) -> None:
-    await grant(
-        secure,
-        "alice",
-        ORDERS,
-        AclRule("alice", frozenset({Operation.CREATE}), name="orders.", pattern=PatternType.PREFIX),
-    )
-    await settled(secure)
+    await alice_may_create_orders(secure)
     async with secure.client(security=secure.security(token_for="alice")) as alice:
         sub = await alice.subscribe("orders.live", "reader")
         await alice.publish("orders.live", b"before")
@@ -359,7 +354,11 @@ async def test_clients_re_authenticate_before_their_token_expires(secure: Secure
             x for h in secure.hubs for x in h.front.connections if "renewed" in (x.topics or ())
         ]
         first = conn.principal.expires_ms
-        await asyncio.sleep(4.5)  # re-authenticated at four fifths of the lifetime
+        await until(  # re-authenticated at four fifths of the lifetime
+            lambda: fresh.reads >= 2 and conn.principal.expires_ms > first,
+            10,
+            what="a fresh token taken and given",
+        )
         assert fresh.reads >= 2
         assert conn.principal.expires_ms > first
         await c.publish("renewed", b"second")  # the same connection, still welcome

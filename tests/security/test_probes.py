@@ -63,7 +63,7 @@ from hedwig.protocol.schema import Sender
 from hedwig.protocol.wire import HEADER, PROTOCOL_VERSION
 from hedwig.security import ClientSecurity, StaticToken
 from hedwig.security.tls import client_context
-from tests.security.conftest import SecureRegion, files_under
+from tests.security.conftest import SecureRegion, consumed_and_closed, files_under
 
 Probe = Callable[[int], Request]
 
@@ -127,13 +127,7 @@ def test_the_probes_cover_every_request_type() -> None:
 async def seed(region: SecureRegion) -> int:
     """20 messages on ``probe``, a subscription that consumed 5, marks flushed; the ledger id."""
     async with region.client(security=region.security(token_for="admin")) as admin:
-        sub = await admin.subscribe("probe", "s1")
-        for i in range(20):
-            await admin.publish("probe", b"m%d" % i)
-        for _ in range(5):
-            msg = await sub.next(5)
-        sub.consume(msg.seq)
-        await admin.close_subscription("probe", "s1")
+        await consumed_and_closed(admin, "probe", "s1", 20, 5)
     for hub in region.hubs:
         for owned in hub.topics.topics.values():
             await owned.flush_marks()

@@ -19,6 +19,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hedwig.devcluster import processes
 from hedwig.devcluster.etcd import EtcdServer
 from hedwig.devcluster.hosts import LOOPBACK, Host
 from hedwig.devcluster.security import DevSecurity
@@ -129,10 +130,8 @@ class HubProcess:
 
     def kill(self) -> None:
         """``kill -9``: no hand-off, no flush; the ZooKeeper session expires on its own."""
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait()
-            self.proc = None
+        processes.kill(self.proc)
+        self.proc = None
 
     def freeze(self) -> None:
         self.signal(signal.SIGSTOP)
@@ -142,15 +141,8 @@ class HubProcess:
 
     def stop(self, timeout: float = 20.0) -> int | None:
         """SIGTERM and wait: the hub hands its topics over before it exits."""
-        if self.proc is None:
-            return None
-        self.signal(signal.SIGCONT)
-        self.signal(signal.SIGTERM)
-        try:
-            code = self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            code = self.proc.wait()
+        self.signal(signal.SIGCONT)  # a frozen hub cannot hand anything over
+        code = processes.end(self.proc, grace_s=timeout)
         self.proc = None
         return code
 

@@ -33,6 +33,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hedwig.devcluster import processes
 from hedwig.devcluster.zookeeper import free_port
 from hedwig.errors import HedwigError
 from hedwig.metadata.etcd import PrefixUser, set_up_authentication
@@ -214,20 +215,12 @@ class EtcdServer:
             done.touch()
 
     def stop(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
+        processes.end(self._proc, grace_s=10)
         self._proc = None
 
     def kill(self) -> None:
         """``kill -9``: no chance to flush anything."""
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.kill()
-            self._proc.wait()
+        processes.kill(self._proc)
         self._proc = None
 
     def restart(self) -> None:

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hedwig.devcluster import processes
 from hedwig.errors import HedwigError
 
 DEBIAN_JAR = "/usr/share/java/zookeeper.jar"
@@ -158,23 +159,15 @@ class ZooKeeperServer:
         raise HedwigError(f"ZooKeeper did not start within {timeout}s")
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        processes.end(self.proc, grace_s=10)
         self.proc = None
         if self._tmp:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
 
     def kill(self) -> None:
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait()
-            self.proc = None
+        processes.kill(self.proc)
+        self.proc = None
 
     def restart(self, timeout: float = 30.0) -> None:
         """Stop and start again on the same port and data (for ZooKeeper-restart tests)."""

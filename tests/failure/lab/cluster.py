@@ -186,7 +186,8 @@ class LabCluster:
         self.note(f"victim's owner records gone after {time.monotonic() - fault_at:.2f}s")
         others = [a for a in self.dev.addresses if a != victim]
         if victim_first:
-            await asyncio.sleep(0.5)  # the victim's lease ended by its clock too
+            # the test's timeline: the victim's lease ended by its clock too
+            await asyncio.sleep(0.5)
             others = [victim, *others]
         # A fresh publisher id each time: a client that reused one would restart its sequence
         # numbers and be (rightly) deduplicated against the earlier messages.
