@@ -18,6 +18,8 @@ from hedwig_operator.builders.labels import image_version
 from hedwig_operator.builders.statefulset import rollout_in_progress
 from hedwig_operator.specs import parse_pool
 
+from hedwig.settings import HubConfig
+
 from .fakes import pool_body
 
 SELECTOR = {"app.kubernetes.io/name": "hedwig-hub", "app.kubernetes.io/instance": "pool"}
@@ -137,6 +139,30 @@ def test_configmap_holds_the_hub_settings() -> None:
         "HEDWIG_REPLICATION": "3/3/2",
         "HEDWIG_MAX_MESSAGE_SIZE": "2048",
     }
+
+
+def test_the_hubs_parse_what_the_operator_writes() -> None:
+    """The ConfigMap and the pod's own variables, read as a hub reads them at start."""
+    secured = {"security": {"enabled": True, "superUsers": ["ops:alice"]}}
+    for spec in ({"placement": "least-loaded", "metadata": {"url": "etcd://e:2379"}}, secured):
+        p = pool(**spec)
+        data = build_configmap(p, "system:serviceaccount:hedwig:op")["data"]
+        container = build_statefulset(p)["spec"]["template"]["spec"]["containers"][0]
+        own = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+        config = HubConfig.from_env({**data, **own})
+        assert config.connection.metadata_url == p.metadata_url
+        assert config.connection.region == p.region
+        assert config.connection.metadata_session_timeout_s == p.metadata_session_timeout_s
+        assert config.placement.policy.value == p.placement
+        assert config.balance.self_balance is not p.rebalancing.enabled
+        assert config.storage.hub_id == "$(POD_NAME)" and config.http.metrics_port == 9100
+        assert config.security.authenticate is p.security.enabled
+        if p.security.enabled:
+            assert config.security.super_user_set == {
+                "system:serviceaccount:hedwig:op",
+                "ops:alice",
+            }
+            assert config.security.internal_advertise
 
 
 def test_services_and_pdb() -> None:
