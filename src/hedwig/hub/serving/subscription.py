@@ -86,6 +86,9 @@ class Subscription:
         self.topic = topic
         self.name = name
         self.preferences = data.preferences or SubscriptionPreferences()
+        # Written back whole where the store cannot update a part (the policy is never changed
+        # here, only carried).
+        self._policy = data.policy
         state = data.state or SubscriptionState()
         self.consumed_seq = state.consumed_seq
         self._created_ms = state.created_ms
@@ -201,7 +204,7 @@ class Subscription:
             data = (
                 SubscriptionData(None, state)
                 if subs.is_partial_update_supported()
-                else SubscriptionData(self.preferences, state)
+                else SubscriptionData(self.preferences, state, self._policy)
             )
             try:
                 self.version = await subs.update_subscription_data(
