@@ -20,7 +20,7 @@ Every record is importable from here, as from the single module this package onc
 
 from hedwig.metadata.records.hubs import HubInfo, HubLoad, HubStatus, TopicLoad
 from hedwig.metadata.records.ledgers import LedgerMetadata, LedgerRange, LedgerRanges, LedgerState
-from hedwig.metadata.records.queueing import DeliveryPolicy, SubscriptionType
+from hedwig.metadata.records.queueing import DeliveryPolicy
 from hedwig.metadata.records.subscriptions import (
     SubscriptionData,
     SubscriptionPreferences,
@@ -28,6 +28,7 @@ from hedwig.metadata.records.subscriptions import (
 )
 from hedwig.metadata.records.topics import NO_CONFIG, ReplicationConfig, TopicClaim, TopicConfig
 from hedwig.metadata.records.versions import ANY_VERSION, NEW_VERSION, Version, Versioned
+from hedwig.protocol.kinds import SubscriptionType
 
 __all__ = [
     "ANY_VERSION",

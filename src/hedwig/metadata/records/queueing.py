@@ -2,7 +2,7 @@
 not acknowledged: the subscription's type and delivery policy, chosen when it is created and
 kept in its record (``SubscriptionData.policy``).
 
-Types (``SubscriptionType``), as Pulsar names them:
+Types (``hedwig.protocol.SubscriptionType``, kept by label), as Pulsar names them:
 
 - ``exclusive``: one consumer, cumulative consumes (the default, and every record written
   before types existed reads as one);
@@ -25,9 +25,9 @@ refused where it is made, not found out at the owner.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 
 from hedwig.errors import UsageError
+from hedwig.protocol.kinds import SubscriptionType
 
 # A redelivery ladder longer than this says something other than a backoff.
 MAX_BACKOFF_STEPS = 32
@@ -37,26 +37,6 @@ MAX_ACK_TIMEOUT_MS = 3_600_000
 MAX_DELAY_MS = 7 * 24 * 3_600_000
 # Kafka's share groups allow 2 to 10 deliveries; a dead-letter policy counts up to this.
 MAX_DELIVERIES = 1_000
-
-
-class SubscriptionType(Enum):
-    EXCLUSIVE = "exclusive"
-    FAILOVER = "failover"
-    SHARED = "shared"
-    KEY_SHARED = "key-shared"
-
-    @property
-    def many(self) -> bool:
-        """Several consumers may attach at once."""
-        return self is not SubscriptionType.EXCLUSIVE
-
-    @classmethod
-    def parse(cls, text: str) -> SubscriptionType:
-        try:
-            return cls(text.strip().lower().replace("_", "-"))
-        except ValueError:
-            names = ", ".join(t.value for t in cls)
-            raise UsageError(f"unknown subscription type {text!r} (one of {names})") from None
 
 
 @dataclass(frozen=True, slots=True)

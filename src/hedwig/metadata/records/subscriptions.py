@@ -20,7 +20,8 @@ from typing import Any
 
 from hedwig.errors import MetadataError, UsageError
 from hedwig.metadata.records.encoding import dump_object, load_object
-from hedwig.metadata.records.queueing import DeliveryPolicy, SubscriptionType
+from hedwig.metadata.records.queueing import DeliveryPolicy
+from hedwig.protocol.kinds import SubscriptionType
 
 # Ranges of acknowledged messages (and runs of delivery counts) a record holds at most:
 # about 40 KB of JSON, well inside a znode (1 MB) or an etcd value (1.5 MB).
@@ -92,7 +93,7 @@ class SubscriptionData:
             d["state"] = s
         if self.policy is not None:
             pol = asdict(self.policy)
-            pol["type"] = self.policy.type.value
+            pol["type"] = self.policy.type.label
             d["policy"] = pol
         return dump_object(d)
 
@@ -119,7 +120,7 @@ class SubscriptionData:
             policy = None
             if pol is not None:
                 pol = dict(pol)
-                pol["type"] = SubscriptionType(pol.get("type", "exclusive"))
+                pol["type"] = SubscriptionType.parse(str(pol.get("type", "exclusive")))
                 pol["backoff_ms"] = tuple(int(x) for x in pol.get("backoff_ms", ()))
                 policy = DeliveryPolicy(**pol)
             return cls(prefs, state, policy)
