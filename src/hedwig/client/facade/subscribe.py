@@ -15,7 +15,13 @@ from hedwig.client.facade.admin import Administration
 from hedwig.client.routes import SubscriptionRoute
 from hedwig.client.subscribing import Subscriber
 from hedwig.errors import NoSuchSubscriptionError, NoSuchTopicError, UsageError
-from hedwig.protocol import SubscribeMode, Unsubscribe, lane_name, validate_name
+from hedwig.protocol import (
+    SubscribeMode,
+    SubscriptionType,
+    Unsubscribe,
+    lane_name,
+    validate_name,
+)
 
 
 class Subscribing(Administration):
@@ -34,7 +40,12 @@ class Subscribing(Administration):
         message_bound: int = 0,
         force_attach: bool = False,
         auto_consume: bool = False,
+        type: SubscriptionType = SubscriptionType.EXCLUSIVE,
     ) -> Subscriber:
+        """Attach to ``subscriber`` of ``topic``, creating it as ``mode`` says. An exclusive
+        subscription (the default) has one consumer and consumes cumulatively; with ``type``
+        failover or shared this is one of several consumers, each acknowledging its messages
+        (``Subscriber.ack``, ``nack``), ``message_window`` the most it holds unacknowledged."""
         if self._closed:
             raise UsageError("client is closed")
         validate_name(topic)
@@ -52,6 +63,7 @@ class Subscribing(Administration):
             bound=message_bound,
             auto_consume=auto_consume,
             registry=self._lane_registry,
+            kind=type,
         )
         self._subscribers[key] = sub
         try:

@@ -30,6 +30,7 @@ from hedwig.hub.requests.storage import StorageRequests
 from hedwig.hub.requests.subscriptions import SubscriptionRequests
 from hedwig.hub.requests.topics import TopicRequests
 from hedwig.protocol import (
+    Ack,
     AddEntry,
     CloseSubscription,
     Consume,
@@ -40,6 +41,8 @@ from hedwig.protocol import (
     DescribeTopic,
     FenceLedgers,
     HubAlive,
+    JoinSubscription,
+    Nack,
     Ping,
     Publish,
     Read,
@@ -123,6 +126,9 @@ class HubRequests:
                 route(Unsubscribe, s.unsubscribe),
                 route(CloseSubscription, s.close_subscription),
                 route(ResetSubscription, s.reset_subscription),
+                route(JoinSubscription, s.join),
+                route(Ack, s.ack),
+                route(Nack, s.nack),
                 route(ReleaseTopic, m.release_topic),
             )
         )

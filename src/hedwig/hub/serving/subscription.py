@@ -125,6 +125,11 @@ class Subscription:
         )
 
     @property
+    def peers(self) -> tuple[Peer, ...]:
+        """The connection attached, if any (as a queue's several consumers are listed)."""
+        return () if self.peer is None else (self.peer,)
+
+    @property
     def backlog(self) -> int:
         return max(0, self._log.last_seq - self.consumed_seq)
 
@@ -145,6 +150,11 @@ class Subscription:
             self._task.cancel()
             self._task = None
         self.peer = None
+
+    def close_peer(self, peer: Peer, code: CloseReason, reason: str) -> None:
+        """Close the subscription on ``peer`` if it is the one attached."""
+        if self.peer is peer:
+            self.force_close(code, reason)
 
     def force_close(self, code: CloseReason, reason: str) -> None:
         if self.peer is not None:

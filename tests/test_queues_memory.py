@@ -1,0 +1,189 @@
+"""Subscriptions shared by several consumers (shared, failover), served by real hubs wired in
+memory: messages spread over the consumers, acknowledged one by one, delivered again after a
+nack, an ack timeout or a consumer's leaving, with their delivery counts, and refused where a
+connection acknowledges what it does not hold."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import AsyncIterator
+
+import pytest
+
+from hedwig.client import HedwigClient, SubscriptionType
+from hedwig.client.subscribing import Subscriber
+from hedwig.errors import DeadlineExceededError, InvalidRequestError, UsageError
+from hedwig.metadata.memory import MemoryMetadataStore
+from hedwig.metadata.records import (
+    DeliveryPolicy,
+    SubscriptionData,
+    SubscriptionPreferences,
+    SubscriptionState,
+)
+from hedwig.protocol import DeliveredMessage
+from tests.memory_region import Region, memory_region
+
+SHARED = SubscriptionType.SHARED
+FAILOVER = SubscriptionType.FAILOVER
+
+
+@pytest.fixture
+async def region() -> AsyncIterator[Region]:
+    async for r in memory_region(2):
+        yield r
+
+
+async def _publish(c: HedwigClient, topic: str, n: int, start: int = 0) -> None:
+    for i in range(start, start + n):
+        await c.publish(topic, b"%d" % i)
+
+
+async def _drain(sub: Subscriber, quiet: float = 0.3) -> list[DeliveredMessage]:
+    got = []
+    while True:
+        try:
+            got.append(await sub.next(quiet))
+        except DeadlineExceededError:
+            return got
+
+
+async def _create(region: Region, topic: str, name: str, policy: DeliveryPolicy) -> None:
+    """A subscription made with its policy in the store, as the CLI or operator will."""
+    store = MemoryMetadataStore(region.backend, "mem")
+    async with store:
+        await store.topics.ensure_topic(topic)
+        await store.subscriptions.create_subscription_data(
+            topic,
+            name,
+            SubscriptionData(SubscriptionPreferences(), SubscriptionState(0, 1, 1), policy),
+        )
+
+
+async def test_shared_spreads_over_consumers_and_each_ack_counts_once(region: Region) -> None:
+    async with region.client() as a, region.client() as b, region.client() as c:
+        subs = [
+            await x.subscribe("jobs", "pool", type=SHARED, message_window=20) for x in (a, b, c)
+        ]
+        await _publish(a, "jobs", 300)
+        seen: Counter[int] = Counter()
+        per: list[int] = []
+
+        async def work(sub: Subscriber) -> None:
+            n = 0
+            while True:
+                try:
+                    m = await sub.next(0.5)
+                except DeadlineExceededError:
+                    per.append(n)
+                    return
+                assert m.delivery_count == 1
+                seen[m.seq] += 1
+                sub.ack(m)
+                n += 1
+
+        await asyncio.gather(*(work(s) for s in subs))
+        assert sorted(seen) == list(range(1, 301)) and set(seen.values()) == {1}
+        assert all(n > 0 for n in per), per  # every consumer had a share
+        owner = region.owner("jobs")
+        state = owner.topics.topics["jobs"].subscriptions["pool"]
+        assert state.consumed_seq == 300 and state.backlog == 0
+
+
+async def test_a_nack_delivers_again_with_its_count(region: Region) -> None:
+    async with region.client() as a:
+        sub = await a.subscribe("retry", "w", type=SHARED)
+        await _publish(a, "retry", 3)
+        first = [await sub.next(2) for _ in range(3)]
+        sub.ack(first[0])
+        sub.ack(first[2])
+        sub.nack(first[1])
+        again = await sub.next(2)
+        assert (again.seq, again.delivery_count, again.value) == (2, 2, b"1")
+        sub.nack(again, delay=0.3)
+        with pytest.raises(DeadlineExceededError):
+            await sub.next(0.15)  # held back for its delay
+        third = await sub.next(2)
+        assert (third.seq, third.delivery_count) == (2, 3)
+        sub.ack(third)
+        assert await _drain(sub) == []
+
+
+async def test_an_unacknowledged_message_times_out_to_another_consumer(region: Region) -> None:
+    await _create(region, "slow", "w", DeliveryPolicy(SHARED, ack_timeout_ms=300))
+    async with region.client() as a, region.client() as b:
+        stuck = await a.subscribe("slow", "w", type=SHARED, message_window=1)
+        await _publish(a, "slow", 1)
+        m = await stuck.next(2)  # and never acknowledged
+        other = await b.subscribe("slow", "w", type=SHARED, message_window=5)
+        again = await other.next(3)
+        assert (again.seq, again.delivery_count) == (m.seq, 2)
+        other.ack(again)
+        stuck.ack(m)  # too late: no longer held there
+        await asyncio.sleep(0.1)
+        assert stuck.not_held == 1
+        assert await _drain(stuck, 0.5) == []
+
+
+async def test_what_a_leaving_consumer_held_goes_to_the_others(region: Region) -> None:
+    async with region.client() as a, region.client() as b:
+        leaving = await a.subscribe("churn", "w", type=SHARED, message_window=10)
+        await _publish(a, "churn", 10)
+        held = [await leaving.next(2) for _ in range(10)]
+        stay = await b.subscribe("churn", "w", type=SHARED, message_window=10)
+        with pytest.raises(DeadlineExceededError):
+            await stay.next(0.2)  # everything is held by the first
+        await leaving.close()
+        got = await _drain(stay)
+        assert [m.seq for m in got] == [m.seq for m in held]
+        assert {m.delivery_count for m in got} == {2}
+
+
+async def test_failover_delivers_to_one_and_the_next_takes_over_in_order(region: Region) -> None:
+    async with region.client() as a, region.client() as b:
+        active = await a.subscribe("fo", "w", type=FAILOVER, message_window=100)
+        standby = await b.subscribe("fo", "w", type=FAILOVER, message_window=100)
+        await _publish(a, "fo", 20)
+        got = [await active.next(2) for _ in range(20)]
+        assert [m.seq for m in got] == list(range(1, 21))
+        with pytest.raises(DeadlineExceededError):
+            await standby.next(0.2)
+        for m in got[:12]:
+            active.ack(m)
+        await asyncio.sleep(0.05)
+        await active.close()
+        await _publish(a, "fo", 5, start=20)
+        rest = await _drain(standby)
+        assert [m.seq for m in rest] == list(range(13, 26))  # in order, from the unacked
+
+
+async def test_acknowledgements_survive_a_move(region: Region) -> None:
+    async with region.client() as a:
+        sub = await a.subscribe("moving", "w", type=SHARED, message_window=50)
+        await _publish(a, "moving", 20)
+        got = [await sub.next(2) for _ in range(20)]
+        for m in got:
+            if m.seq % 2:
+                sub.ack(m)  # the odd ones, out of order for the mark
+        await asyncio.sleep(0.05)
+        owner = region.owner("moving")
+        other = next(h for h in region.hubs if h is not owner)
+        await a.move_topic("moving", other.address)
+        again = await _drain(sub, 1.0)
+        assert sorted(m.seq for m in again) == list(range(2, 21, 2))
+        assert {m.delivery_count for m in again} == {2}
+
+
+async def test_the_wrong_kind_of_attach_is_refused(region: Region) -> None:
+    async with region.client() as a, region.client() as b:
+        await a.subscribe("kinds", "q", type=SHARED)
+        with pytest.raises(InvalidRequestError, match="shared"):
+            await b.subscribe("kinds", "q")  # exclusive, cumulative: no
+        with pytest.raises(InvalidRequestError, match="not failover"):
+            await b.subscribe("kinds", "q", type=FAILOVER)
+        plain = await b.subscribe("kinds", "cursor")
+        with pytest.raises(InvalidRequestError, match="exclusive"):
+            await a.subscribe("kinds", "cursor", type=SHARED)
+        with pytest.raises(UsageError, match="acknowledge each message"):
+            (await b.subscribe("kinds", "q2", type=SHARED)).consume(1)
+        await plain.close()
