@@ -13,7 +13,9 @@ import pytest
 
 from hedwig.client import HedwigClient, SubscriptionType
 from hedwig.client.subscribing import Subscriber
+from hedwig.clock import SystemClock
 from hedwig.errors import DeadlineExceededError, InvalidRequestError, UsageError
+from hedwig.metadata import PlanMode
 from hedwig.metadata.memory import MemoryMetadataStore
 from hedwig.metadata.records import (
     DeliveryPolicy,
@@ -21,6 +23,7 @@ from hedwig.metadata.records import (
     SubscriptionPreferences,
     SubscriptionState,
 )
+from hedwig.placement.plans import set_topic_mode
 from hedwig.protocol import DeliveredMessage
 from tests.memory_region import Region, memory_region
 
@@ -187,3 +190,33 @@ async def test_the_wrong_kind_of_attach_is_refused(region: Region) -> None:
         with pytest.raises(UsageError, match="acknowledge each message"):
             (await b.subscribe("kinds", "q2", type=SHARED)).consume(1)
         await plain.close()
+
+
+async def test_a_shared_subscription_over_lanes_spreads_every_lanes_messages(
+    region: Region,
+) -> None:
+    await region.add_hub()
+    async with region.client() as admin:
+        await admin.publish("wide", b"first")
+        a = await admin.subscribe("wide", "pool", type=SHARED, message_window=50)
+        await set_topic_mode(
+            region.hubs[0].store, "wide", PlanMode.INGEST, hubs=3, clock=SystemClock()
+        )
+        async with region.client() as b:
+            other = await b.subscribe("wide", "pool", type=SHARED, message_window=50)
+            clients = [region.client(publisher_id=f"p{i}") for i in range(6)]
+            sent = set()
+            for i, c in enumerate(clients):
+                for j in range(20):
+                    value = b"p%d:%d" % (i, j)
+                    await c.publish("wide", value)
+                    sent.add(value)
+            got: list[DeliveredMessage] = []
+            for sub in (a, other):
+                for m in await _drain(sub, 0.5):
+                    got.append(m)
+                    sub.ack(m)
+            for c in clients:
+                await c.close()
+        assert {m.value for m in got} == sent and len(got) == len(sent)
+        assert len({m.lane for m in got}) > 1  # from more than one lane
