@@ -14,6 +14,9 @@ lane it came from. Rules:
   is someone else's now.
 - ``consume`` (cumulative) is refused: on a queue it would acknowledge other consumers'
   messages.
+- Acknowledgements made in one turn of the event loop (a caller working through a delivered
+  batch acknowledges many before it awaits anything) go as one ACK of their ranges, sent at
+  the end of the turn: one frame and one answer instead of one per message.
 """
 
 from __future__ import annotations
@@ -44,10 +47,50 @@ class Acking:
     _lanes: dict[int, Subscriber]
     _last_consume: asyncio.Future[Reply] | None
     not_held: int
+    # Acknowledgements of this turn, for the connection they go to (``_send_acks``).
+    _acks: list[int]
+    _acks_conn: HubConnection | None
 
     def ack(self, msg: DeliveredMessage) -> None:
         """``msg`` is processed: the hub will not deliver it again."""
-        self._settle(msg, None)
+        if msg.lane != self.lane:
+            self._settle(msg, None)
+            return
+        conn = self._conn
+        if conn is None or conn.closed:
+            return  # the hub took it back when this consumer left: it comes again
+        if self._acks_conn is not conn:
+            self._send_acks()
+            self._acks_conn = conn
+        if not self._acks:
+            asyncio.get_running_loop().call_soon(self._send_acks)
+        self._acks.append(msg.seq)
+
+    def _send_acks(self) -> None:
+        seqs, conn = self._acks, self._acks_conn
+        if not seqs:
+            return
+        self._acks = []
+        if conn is None or conn.closed or conn is not self._conn:
+            return  # detached since: the hub took them back
+        seqs.sort()
+        ranges = []
+        first = last = seqs[0]
+        for seq in seqs[1:]:
+            if seq > last + 1:
+                ranges.append(SeqRange(first, last))
+                first = seq
+            last = seq
+        ranges.append(SeqRange(first, last))
+        self._send(
+            conn,
+            Ack(
+                request_id=conn.next_id(),
+                topic=self.topic,
+                subscriber=self.name,
+                ranges=tuple(ranges),
+            ),
+        )
 
     def nack(self, msg: DeliveredMessage, *, delay: float = 0.0) -> None:
         """``msg`` was not processed: deliver it again after ``delay`` seconds (0: after the
@@ -62,23 +105,24 @@ class Acking:
             if child is not None:
                 child._settle(msg, delay_ms)
             return
+        if delay_ms is None:
+            self.ack(msg)
+            return
         conn = self._conn
         if conn is None or conn.closed:
             return  # the hub took it back when this consumer left: it comes again
-        ranges = (SeqRange(msg.seq, msg.seq),)
-        frame: Ack | Nack
-        if delay_ms is None:
-            frame = Ack(
-                request_id=conn.next_id(), topic=self.topic, subscriber=self.name, ranges=ranges
-            )
-        else:
-            frame = Nack(
+        self._send(
+            conn,
+            Nack(
                 request_id=conn.next_id(),
                 topic=self.topic,
                 subscriber=self.name,
                 delay_ms=delay_ms,
-                ranges=ranges,
-            )
+                ranges=(SeqRange(msg.seq, msg.seq),),
+            ),
+        )
+
+    def _send(self, conn: HubConnection, frame: Ack | Nack) -> None:
         with contextlib.suppress(HedwigError):
             fut = conn.send_nowait(frame)
             fut.add_done_callback(self._answered)

@@ -93,6 +93,8 @@ class Subscriber(LaneFollowing, Reading, Acking):
         self._router = router
         self.kind = kind
         self.not_held = 0
+        self._acks: list[int] = []
+        self._acks_conn: HubConnection | None = None
         self.topic = topic
         self.name = name
         # Which lane of its topic this subscription reads (0: the topic itself), and for
