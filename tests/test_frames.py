@@ -169,6 +169,7 @@ def test_flag_bits_are_named_per_frame() -> None:
         "DescribeTopic": {"redirected": 0},
         "TailTopic": {"redirected": 0},
         "JoinSubscription": {"redirected": 0},
+        "CreateSubscription": {"redirected": 0},
         "AddEntry": {"recovery": 0},
         "ReadLac": {"fence": 0},
         "Lac": {"fenced": 0},

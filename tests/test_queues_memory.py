@@ -14,7 +14,13 @@ import pytest
 from hedwig.client import HedwigClient, SubscriptionType
 from hedwig.client.subscribing import Subscriber
 from hedwig.clock import SystemClock
-from hedwig.errors import DeadlineExceededError, InvalidRequestError, UsageError
+from hedwig.errors import (
+    DeadlineExceededError,
+    InvalidRequestError,
+    SubscriptionExistsError,
+    UsageError,
+)
+from hedwig.hub.serving.queue import QueueSubscription
 from hedwig.metadata import PlanMode
 from hedwig.metadata.memory import MemoryMetadataStore
 from hedwig.metadata.records import (
@@ -220,3 +226,31 @@ async def test_a_shared_subscription_over_lanes_spreads_every_lanes_messages(
                 await c.close()
         assert {m.value for m in got} == sent and len(got) == len(sent)
         assert len({m.lane for m in got}) > 1  # from more than one lane
+
+
+async def test_a_policy_made_with_the_subscription_is_applied_by_the_owner(
+    region: Region,
+) -> None:
+    async with region.client() as a:
+        mark = await a.create_subscription(
+            "policy", "w", type=SHARED, max_deliveries=2, backoff=(0.2,)
+        )
+        assert mark == 0
+        with pytest.raises(SubscriptionExistsError):
+            await a.create_subscription("policy", "w", type=SHARED)
+        sub = await a.subscribe("policy", "w", type=SHARED)
+        await _publish(a, "policy", 2)
+        m1, m2 = await sub.next(2), await sub.next(2)
+        sub.ack(m2)
+        sub.nack(m1)
+        with pytest.raises(DeadlineExceededError):
+            await sub.next(0.1)  # its backoff step
+        again = await sub.next(2)
+        assert (again.seq, again.delivery_count) == (1, 2)
+        sub.nack(again)  # its last delivery: dropped, not delivered a third time
+        assert await _drain(sub, 0.5) == []
+        state = region.owner("policy").topics.topics["policy"].subscriptions["w"]
+        assert state.consumed_seq == 2 and isinstance(state, QueueSubscription)
+        assert state.dropped == 1
+        with pytest.raises(InvalidRequestError, match="max deliveries"):
+            await a.create_subscription("policy", "bad", type=SHARED, max_deliveries=5000)

@@ -41,7 +41,14 @@ from hedwig.protocol.client_frames import (
 )
 from hedwig.protocol.codec import FRAME_TYPES, Event, Frame, Reply, Request
 from hedwig.protocol.connection import Connection, OversizedFrame, RefusedFrame, Role
-from hedwig.protocol.fields import LaneInfo, LedgerEnd, LedgerLac, SeqRange, SubscriptionInfo
+from hedwig.protocol.fields import (
+    BackoffStep,
+    LaneInfo,
+    LedgerEnd,
+    LedgerLac,
+    SeqRange,
+    SubscriptionInfo,
+)
 from hedwig.protocol.kinds import (
     CloseReason,
     MoveKind,
@@ -69,7 +76,13 @@ from hedwig.protocol.plan_frames import (
     SubscriptionMoved,
     TailTopic,
 )
-from hedwig.protocol.queue_frames import Ack, JoinSubscription, Nack, Redeliver
+from hedwig.protocol.queue_frames import (
+    Ack,
+    CreateSubscription,
+    JoinSubscription,
+    Nack,
+    Redeliver,
+)
 from hedwig.protocol.security_frames import Authenticate, Authenticated
 from hedwig.protocol.status import Status, error_from_frame
 from hedwig.protocol.storage_frames import (
@@ -97,11 +110,13 @@ __all__ = [
     "AddEntry",
     "Authenticate",
     "Authenticated",
+    "BackoffStep",
     "Batch",
     "CloseReason",
     "CloseSubscription",
     "Connection",
     "Consume",
+    "CreateSubscription",
     "DeleteLedger",
     "DeleteTopic",
     "Deliver",

@@ -43,7 +43,13 @@ from hedwig.protocol.plan_frames import (
     SubscriptionMoved,
     TailTopic,
 )
-from hedwig.protocol.queue_frames import Ack, JoinSubscription, Nack, Redeliver
+from hedwig.protocol.queue_frames import (
+    Ack,
+    CreateSubscription,
+    JoinSubscription,
+    Nack,
+    Redeliver,
+)
 from hedwig.protocol.schema import FrameBase
 from hedwig.protocol.security_frames import Authenticate, Authenticated
 from hedwig.protocol.storage_frames import (
@@ -91,6 +97,7 @@ Request = (
     | JoinSubscription
     | Ack
     | Nack
+    | CreateSubscription
 )
 # What a hub answers a request with.
 Reply = (
@@ -153,6 +160,7 @@ FRAME_TYPES: tuple[type[FrameBase], ...] = (
     JoinSubscription,
     Ack,
     Nack,
+    CreateSubscription,
     Ok,
     Published,
     Subscribed,

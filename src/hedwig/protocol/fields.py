@@ -350,6 +350,14 @@ class SeqRange:
     last: int
 
 
+@dataclass(frozen=True, slots=True)
+class BackoffStep:
+    """One step of a redelivery backoff: milliseconds to wait before the next delivery."""
+
+    ms: int
+
+
+BACKOFF_STEPS = RecordsCodec(BackoffStep, (("ms", U32_CODEC),), "backoff steps")
 SEQ_RANGES = RecordsCodec(SeqRange, (("first", U64_CODEC), ("last", U64_CODEC)), "ranges")
 LANE_INFOS = RecordsCodec(LaneInfo, (("index", U32_CODEC), ("sealed", BOOL_CODEC)), "lanes")
 LEDGER_LACS = RecordsCodec(
@@ -418,6 +426,7 @@ Batches = Annotated[tuple[Batch, ...], BatchListCodec()]
 Subscriptions = Annotated[tuple[SubscriptionInfo, ...], SubscriptionInfosCodec()]
 LaneInfos = Annotated[tuple[LaneInfo, ...], LANE_INFOS]
 SeqRanges = Annotated[tuple[SeqRange, ...], SEQ_RANGES]
+BackoffSteps = Annotated[tuple[BackoffStep, ...], BACKOFF_STEPS]
 LedgerLacs = Annotated[tuple[LedgerLac, ...], LEDGER_LACS]
 LedgerIds = Annotated[tuple[int, ...], LedgerIdsCodec()]
 LedgerEnds = Annotated[tuple[LedgerEnd, ...], LEDGER_ENDS]

@@ -13,6 +13,10 @@ and key-shared: ``SubscriptionType``, ``docs/architecture.md`` "Queues").
   ``Ok``, or NOT_HELD when a message named is not held by this connection (never delivered
   to it, acknowledged already, or given to another consumer after a timeout): the messages it
   does hold are acknowledged all the same.
+- ``CreateSubscription``: make a subscription of a type with its delivery policy (the ack
+  timeout, the most deliveries, the backoff steps, a dead-letter topic, a delay), which the
+  owner then applies to every consumer alike. Answered by ``Subscribed``; SUBSCRIPTION_EXISTS
+  if it exists (whatever its type), INVALID_REQUEST for a policy that cannot be applied.
 - ``Redeliver``: ``Deliver`` of messages delivered before (``delivery_count`` is how many
   times, this one included, 2 or more). A first delivery is a plain DELIVER, so a consumer
   that never sees a redelivery reads the frames it always read.
@@ -23,7 +27,16 @@ from __future__ import annotations
 from typing import Annotated
 
 from hedwig.protocol.client_frames import Redirected
-from hedwig.protocol.fields import U32, EnumCodec, OneBatch, RequestId, SeqRanges, Str
+from hedwig.protocol.fields import (
+    U32,
+    BackoffSteps,
+    EnumCodec,
+    OneBatch,
+    OptStr,
+    RequestId,
+    SeqRanges,
+    Str,
+)
 from hedwig.protocol.kinds import SubscribeMode, SubscriptionType
 from hedwig.protocol.schema import FrameBase, Sender, frame
 
@@ -67,6 +80,23 @@ class Nack(FrameBase):
     subscriber: Str
     delay_ms: U32
     ranges: SeqRanges
+
+
+@frame(0x43, Sender.CLIENT)
+class CreateSubscription(FrameBase):
+    """Create a subscription of ``type`` with its delivery policy, after the topic's last
+    message. Answered by ``Subscribed``."""
+
+    request_id: RequestId
+    topic: Str
+    subscriber: Str
+    type: Type
+    ack_timeout_ms: U32 = 30_000
+    max_deliveries: U32 = 0
+    delay_ms: U32 = 0
+    backoff: BackoffSteps = ()
+    dead_letter: OptStr = None
+    redirected: Redirected = False
 
 
 @frame(0xA0, Sender.HUB)

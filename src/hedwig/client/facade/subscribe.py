@@ -16,6 +16,9 @@ from hedwig.client.routes import SubscriptionRoute
 from hedwig.client.subscribing import Subscriber
 from hedwig.errors import NoSuchSubscriptionError, NoSuchTopicError, UsageError
 from hedwig.protocol import (
+    BackoffStep,
+    CreateSubscription,
+    Subscribed,
     SubscribeMode,
     SubscriptionType,
     Unsubscribe,
@@ -76,6 +79,43 @@ class Subscribing(Administration):
             await sub.close()
             raise
         return sub
+
+    async def create_subscription(
+        self,
+        topic: str,
+        subscriber: str,
+        *,
+        type: SubscriptionType,
+        ack_timeout: float = 30.0,
+        max_deliveries: int = 0,
+        backoff: tuple[float, ...] = (),
+    ) -> int:
+        """Create a subscription of ``type`` with its delivery policy, which its owner applies
+        to every consumer alike: a message not acknowledged ``ack_timeout`` seconds after its
+        delivery comes again (0: only when its consumer leaves); one nacked or timed out waits
+        its ``backoff`` step (seconds, by delivery, the last repeating); past
+        ``max_deliveries`` (0: no limit) it is dropped and counted. Starts after the topic's
+        last message (``reset_subscription`` moves it); returns the consume mark.
+        ``SubscriptionExistsError`` if it exists."""
+        validate_name(topic)
+        validate_name(subscriber, what="subscriber")
+        steps = tuple(BackoffStep(round(s * 1000)) for s in backoff)
+        answer, _ = await self.router.topic_request(
+            topic,
+            lambda rid, redirected: CreateSubscription(
+                request_id=rid,
+                topic=topic,
+                subscriber=subscriber,
+                type=type,
+                ack_timeout_ms=round(ack_timeout * 1000),
+                max_deliveries=max_deliveries,
+                backoff=steps,
+                redirected=redirected,
+            ),
+            route=SubscriptionRoute(topic, subscriber),
+        )
+        assert isinstance(answer, Subscribed)
+        return answer.consumed_seq
 
     def _lane_registry(self, sub: Subscriber, add: bool) -> None:
         """Lanes' subscriptions get the events of their lane's topic."""

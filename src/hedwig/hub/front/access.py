@@ -48,6 +48,7 @@ from hedwig.protocol import (
     Authenticated,
     CloseSubscription,
     Consume,
+    CreateSubscription,
     DeleteTopic,
     DescribeTopic,
     JoinSubscription,
@@ -84,6 +85,7 @@ _NEEDS: dict[type, Operation] = {
     # was given: subscribing (the hub also refuses acknowledgements of messages the
     # connection does not hold).
     JoinSubscription: Operation.SUBSCRIBE,
+    CreateSubscription: Operation.SUBSCRIBE,
     Ack: Operation.SUBSCRIBE,
     Nack: Operation.SUBSCRIBE,
     Read: Operation.READ,

@@ -46,6 +46,7 @@ from hedwig.protocol import (
     Ack,
     Batch,
     CloseReason,
+    CreateSubscription,
     DescribeTopic,
     JoinSubscription,
     Messages,
@@ -288,6 +289,10 @@ class OwnedTopic:
                 f"topic {self.name!r} is not served here; subscribe again"
             )
         self.subs.consume(peer, subscriber, seq)
+
+    async def create_subscription(self, req: CreateSubscription) -> Subscribed:
+        self._check_open()
+        return await self.subs.create(req)
 
     async def join(self, peer: Peer, req: JoinSubscription) -> Subscribed:
         self._check_open()

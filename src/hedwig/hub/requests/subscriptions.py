@@ -15,6 +15,7 @@ from hedwig.protocol import (
     Ack,
     CloseSubscription,
     Consume,
+    CreateSubscription,
     JoinSubscription,
     Nack,
     Reply,
@@ -45,6 +46,14 @@ class SubscriptionRequests:
             conn, req.topic, req.subscriber, redirected=req.redirected, create=True
         )
         return await table.join(conn, req)
+
+    async def create_subscription(self, conn: ClientConnection, req: CreateSubscription) -> Reply:
+        validate_name(req.subscriber, what="subscriber")
+        await self._lanes.check_name(req.topic)
+        table = await self._places.placed(
+            conn, req.topic, req.subscriber, redirected=req.redirected, create=True
+        )
+        return await table.create_subscription(req)
 
     async def ack(self, conn: ClientConnection, req: Ack) -> None:
         self._places.attached(conn, req.topic, req.subscriber).ack(conn, req)

@@ -30,18 +30,17 @@ from collections.abc import Callable, Iterable
 from hedwig.clock import Clock
 from hedwig.errors import (
     BadVersionError,
-    HedwigError,
     InvalidRequestError,
-    LedgerError,
     MetadataError,
     NoSuchSubscriptionError,
 )
 from hedwig.flag import Flag
 from hedwig.hub.serving.acks import AckRanges
 from hedwig.hub.serving.deliveries import Consumer, Deliveries, Outcome
+from hedwig.hub.serving.giving import Giving
 from hedwig.hub.serving.peer import Peer
 from hedwig.hub.serving.settings import QueueSettings
-from hedwig.hub.serving.subscription import ACTIVITY_WRITE_MS, READ_RETRY_S, DeliveryLog
+from hedwig.hub.serving.subscription import ACTIVITY_WRITE_MS, DeliveryLog
 from hedwig.metadata.managers import MetadataStore
 from hedwig.metadata.records import (
     DeliveryPolicy,
@@ -51,18 +50,12 @@ from hedwig.metadata.records import (
     SubscriptionType,
     Version,
 )
-from hedwig.protocol import Batch, CloseReason, Deliver, Redeliver, SubscriptionForcedClosed
-
-MAX_READ_BYTES = 4 * 1024 * 1024
-# Messages a shared subscription gives one consumer before the next one's turn: a frame
-# carries many (a frame per message would cost more than the message), and consumers still
-# share a stored batch.
-SHARE_TURN = 32
+from hedwig.protocol import CloseReason, SubscriptionForcedClosed, SubscriptionMoved
 
 log = logging.getLogger(__name__)
 
 
-class QueueSubscription:
+class QueueSubscription(Giving):
     def __init__(
         self,
         topic: str,
@@ -306,200 +299,17 @@ class QueueSubscription:
         self._changes += 1
         await self.flush()
 
-    # delivery -----------------------------------------------------------------------------------
-
-    def _pick(self, avoid: Consumer | None = None) -> Consumer | None:
-        """The consumer the next message goes to, if one has room: not ``avoid`` (the one
-        that failed it) while another has room."""
-        consumers = self.consumers
-        if not consumers:
-            return None
-        if self.policy.type is SubscriptionType.FAILOVER:
-            first = consumers[0]
-            return first if first.room > 0 else None
-        n = len(consumers)
-        fallback = None
-        for i in range(n):
-            c = consumers[(self._turn + i) % n]
-            if c.room > 0:
-                if c is avoid:
-                    fallback = c
-                    continue
-                self._turn = (self._turn + i + 1) % n
-                return c
-        return fallback
-
-    def _room(self) -> int:
-        if not self.consumers:
-            return 0
-        if self.policy.type is SubscriptionType.FAILOVER:
-            return max(0, self.consumers[0].room)
-        return sum(max(0, c.room) for c in self.consumers)
-
-    async def _deliver(self) -> None:
-        lg = self._log
-        failing = False
-        try:
-            while self.consumers and not self.lost and lg.broken is None:
-                self._wake.clear()
-                try:
-                    sent = await self._give()
-                except LedgerError as exc:
-                    if not failing:
-                        log.warning("delivery of %r to %r waits: %s", self.topic, self.name, exc)
-                    failing = True
-                    await self._clock.sleep(READ_RETRY_S)
-                    continue
-                failing = False
-                if sent:
-                    for peer in sent:
-                        await peer.writable()
-                    continue
-                await self._idle()
-        except asyncio.CancelledError:
-            raise
-        except HedwigError as exc:
-            log.warning("delivery of %r to %r stopped: %s", self.topic, self.name, exc)
-            for c in list(self.consumers):
-                if not c.peer.closed:
-                    self._send_closed(
-                        c.peer, CloseReason.DELIVERY_FAILED, f"delivery failed: {exc}"
-                    )
-            self.consumers.clear()
-
-    async def _idle(self) -> None:
-        """Wait for room (an acknowledgement, a consumer), a new message, or the next time a
-        message is due again or times out."""
-        d = self.deliveries
-        waits: list[asyncio.Future[object]] = [asyncio.ensure_future(self._wake.wait())]
-        if self._room() and d.unacked < self._settings.max_unacked:
-            waits.append(asyncio.ensure_future(self._log.wait_beyond(d.next_seq - 1)))
-        wakeup = d.next_wakeup()
-        if wakeup is not None:
-            delay = max(0.0, (wakeup - self._clock.wall_ms()) / 1000)
-            waits.append(asyncio.ensure_future(self._clock.sleep(delay)))
-        try:
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for w in waits:
-                w.cancel()
-
-    async def _give(self) -> set[Peer]:
-        """Deliver what is due and what fits; the connections sent to (empty: nothing to do)."""
-        d = self.deliveries
-        now = self._clock.wall_ms()
-        room = min(self._room(), self._batch_messages)
-        sent: set[Peer] = set()
-        due = d.take_due(now, room) if room else []
-        if due:
-            start = 0
-            for i in range(1, len(due) + 1):  # contiguous runs, each read on its own
-                if i == len(due) or due[i] != due[i - 1] + 1:
-                    await self._send_run(due[start], due[i - 1], now, sent, again=True)
-                    start = i
-            return sent
-        room = min(room, self._settings.max_unacked - d.unacked)
-        lg = self._log
-        first = d.acks.next_unacked(max(d.next_seq, lg.first_seq))
-        if room <= 0 or first > lg.last_seq:
-            if first > d.next_seq:
-                d.next_seq = first
-            return sent
-        last = min(lg.last_seq, first + room - 1)
-        d.next_seq = first
-        await self._send_run(first, last, now, sent, again=False)
-        return sent
-
-    async def _send_run(
-        self, first: int, last: int, now: int, sent: set[Peer], *, again: bool
-    ) -> None:
-        """Deliver ``first`` to ``last`` (those still unacknowledged), each to a consumer with
-        room; what no consumer has room for waits (``again``) or stays new."""
-        d = self.deliveries
-        seq = first
-        while seq <= last:
-            found = await self._log.read(seq, last - seq + 1, MAX_READ_BYTES)
-            stuck = not found
-            for batch in found:
-                if batch.last_seq < seq:
-                    continue
-                seq = self._send_batch(batch, max(seq, batch.first_seq), last, now, sent)
-                if seq <= min(last, batch.last_seq):
-                    stuck = True  # no consumer has room
-                    break
-            if stuck:
-                break
-        if again:
-            for rest in range(seq, last + 1):
-                if not d.acks.is_acked(rest):
-                    d.wait(rest, now)
-        else:
-            d.next_seq = max(d.next_seq, seq)
-
-    def _send_batch(self, batch: Batch, start: int, last: int, now: int, sent: set[Peer]) -> int:
-        """Deliver ``start`` to ``last`` of ``batch``; the first sequence id not delivered."""
-        d = self.deliveries
-        end = min(last, batch.last_seq)
-        seq = start
-        run_first = 0
-        run_to: Consumer | None = None
-        run_count = 0
-        while seq <= end:
-            if d.acks.is_acked(seq):
-                self._flush_run(batch, run_first, seq - 1, run_to, run_count, sent)
-                run_to = None
-                seq += 1
-                continue
-            if d.exhausted(seq) and self.policy.dead_letter is None:
-                self._flush_run(batch, run_first, seq - 1, run_to, run_count, sent)
-                run_to = None
-                d.settle(seq)
-                self.dropped += 1
-                self._changes += 1
-                seq += 1
-                continue
-            to = run_to
-            avoid = d.failed_by.get(seq)
-            if (
-                to is None
-                or to.room <= 0
-                or to is avoid
-                or (self.policy.type is SubscriptionType.SHARED and seq - run_first >= SHARE_TURN)
-            ):
-                to = self._pick(avoid)
-            if to is None:
-                break
-            count = d.delivered(to, seq, now)
-            self._changes += 1
-            if to is not run_to or count != run_count:
-                self._flush_run(batch, run_first, seq - 1, run_to, run_count, sent)
-                run_first, run_to, run_count = seq, to, count
-            seq += 1
-        self._flush_run(batch, run_first, seq - 1, run_to, run_count, sent)
-        return seq
-
-    def _flush_run(
-        self,
-        batch: Batch,
-        first: int,
-        last: int,
-        to: Consumer | None,
-        count: int,
-        sent: set[Peer],
-    ) -> None:
-        if to is None or last < first:
-            return
-        part = (
-            batch
-            if (first, last) == (batch.first_seq, batch.last_seq)
-            else batch.slice(first, last)
-        )
-        if count <= 1:
-            to.peer.send(Deliver(topic=self.topic, subscriber=self.name, batch=part))
-        else:
-            to.peer.send(
-                Redeliver(topic=self.topic, subscriber=self.name, delivery_count=count, batch=part)
+    async def hand_over(self, hub: str | None, reason: str) -> bool:
+        """Served elsewhere from now (a fan-out plan changed): break-before-make. Consumers
+        are told where to go and detached; what they held is unacknowledged in the state
+        written here, so the next hub delivers it again. True if any was attached."""
+        peers = [p for p in self.peers if not p.closed]
+        self.consumers.clear()
+        self._cancel()
+        await self.flush()
+        self.lost = True  # writes nothing more: the next hub is the one writer
+        for peer in peers:
+            peer.send(
+                SubscriptionMoved(topic=self.topic, subscriber=self.name, hub=hub, reason=reason)
             )
-        sent.add(to.peer)
-        if self._on_delivered is not None:
-            self._on_delivered(part.count, len(part.payload))
+        return bool(peers)

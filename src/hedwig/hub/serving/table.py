@@ -12,7 +12,15 @@ from __future__ import annotations
 from typing import Protocol
 
 from hedwig.hub.serving.peer import Peer
-from hedwig.protocol import Ack, JoinSubscription, Nack, ResetSubscription, Subscribe, Subscribed
+from hedwig.protocol import (
+    Ack,
+    CreateSubscription,
+    JoinSubscription,
+    Nack,
+    ResetSubscription,
+    Subscribe,
+    Subscribed,
+)
 
 
 class SubscriptionTable(Protocol):
@@ -22,6 +30,10 @@ class SubscriptionTable(Protocol):
 
     def consume(self, peer: Peer, subscriber: str, seq: int) -> None:
         """``peer``'s subscription has consumed everything up to ``seq``."""
+        ...
+
+    async def create_subscription(self, req: CreateSubscription) -> Subscribed:
+        """Create a subscription of a type with its delivery policy."""
         ...
 
     async def join(self, peer: Peer, req: JoinSubscription) -> Subscribed:

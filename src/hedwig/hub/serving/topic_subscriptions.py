@@ -41,6 +41,7 @@ from hedwig.errors import (
 from hedwig.hub.config import TopicSettings
 from hedwig.hub.serving.deliveries import checked_ranges
 from hedwig.hub.serving.peer import Peer
+from hedwig.hub.serving.policies import check_served, policy_of
 from hedwig.hub.serving.queue import QueueSubscription
 from hedwig.hub.serving.retention import keep_from_seq_of as keep_from_seq_of
 from hedwig.hub.serving.settings import QueueSettings
@@ -57,6 +58,7 @@ from hedwig.metadata.records import (
 from hedwig.protocol import (
     Ack,
     CloseReason,
+    CreateSubscription,
     JoinSubscription,
     Nack,
     ResetTo,
@@ -167,17 +169,30 @@ class TopicSubscriptions:
             self._check_open()
             return self.by_name.get(req.subscriber) or self._make(req.subscriber, data, version)
 
+    async def create(self, req: CreateSubscription) -> Subscribed:
+        """Create a subscription of a type and delivery policy, after the topic's end."""
+        policy = policy_of(req)
+        sub = await self._find_or_create(
+            JoinSubscription(
+                request_id=req.request_id,
+                topic=req.topic,
+                subscriber=req.subscriber,
+                type=req.type,
+                mode=SubscribeMode.CREATE,
+            ),
+            policy,
+        )
+        return Subscribed(
+            request_id=req.request_id, consumed_seq=sub.consumed_seq, last_seq=self._log.last_seq
+        )
+
     async def join(self, peer: Peer, req: JoinSubscription) -> Subscribed:
         """Attach ``peer`` as one more consumer of a failover or shared subscription."""
         if not req.type.many:
             raise InvalidRequestError(
                 "an exclusive subscription has one consumer: attach it with SUBSCRIBE"
             )
-        if req.type is SubscriptionType.KEY_SHARED:
-            raise InvalidRequestError(
-                f"subscription {req.subscriber!r}: key-shared subscriptions are not served "
-                "by this hub yet (use shared or failover)"
-            )
+        check_served(req.type)
         leaving = self.leaving.get(req.subscriber)
         if leaving is not None:
             self._left(req.subscriber, leaving)
@@ -272,7 +287,7 @@ class TopicSubscriptions:
         if sub is None:
             return False
         if isinstance(sub, QueueSubscription):
-            return await self._hand_over_queue(sub, name, hub, reason)
+            return await sub.hand_over(hub, reason)
         peer = sub.peer
         if peer is None or peer.closed:
             sub.detach_quietly()
@@ -291,21 +306,6 @@ class TopicSubscriptions:
         _overlaps.add(task)
         task.add_done_callback(_overlaps.discard)
         return True
-
-    async def _hand_over_queue(
-        self, sub: QueueSubscription, name: str, hub: str | None, reason: str
-    ) -> bool:
-        """A queue is handed over break-before-make: its consumers are told where to go and
-        detached, and what they held (unacknowledged, so kept in the state written first) is
-        delivered again by the next hub. Their acknowledgements in between are refused."""
-        peers = [p for p in sub.peers if not p.closed]
-        sub.stop()  # holds nothing more here, writes nothing after the flush below
-        sub.lost = False
-        await sub.flush()
-        sub.lost = True
-        for peer in peers:
-            peer.send(SubscriptionMoved(topic=self.topic, subscriber=name, hub=hub, reason=reason))
-        return bool(peers)
 
     async def _overlap(self, name: str, sub: Served) -> None:
         await self._clock.sleep(HAND_OVER_OVERLAP_S)

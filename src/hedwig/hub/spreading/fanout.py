@@ -42,6 +42,7 @@ from hedwig.metadata.records import TopicConfig
 from hedwig.protocol import (
     Ack,
     CloseReason,
+    CreateSubscription,
     DeliveryStats,
     JoinSubscription,
     LanesChanged,
@@ -80,6 +81,9 @@ class DeliveryTopic:
 
     def consume(self, peer: Peer, subscriber: str, seq: int) -> None:
         self.subs.consume(peer, subscriber, seq)
+
+    async def create_subscription(self, req: CreateSubscription) -> Subscribed:
+        return await self.subs.create(req)
 
     async def join(self, peer: Peer, req: JoinSubscription) -> Subscribed:
         return await self.subs.join(peer, req)
