@@ -114,6 +114,14 @@ async def test_a_nack_delivers_again_with_its_count(region: Region) -> None:
             await sub.next(0.15)  # held back for its delay
         third = await sub.next(2)
         assert (third.seq, third.delivery_count) == (2, 3)
+        owner = region.owner("retry")
+        owner.loops.refresh_gauges()
+        labels = {"topic": "retry", "subscriber": "w"}
+        sample = owner.metrics.registry.get_sample_value
+        assert sample("hedwig_queue_redeliveries", labels) == 2
+        assert sample("hedwig_queue_unacked", labels) == 1
+        assert sample("hedwig_queue_consumers", labels) == 1
+        assert (sample("hedwig_queue_oldest_unacked_seconds", labels) or 0) >= 0.3
         sub.ack(third)
         assert await _drain(sub) == []
 

@@ -105,6 +105,9 @@ class Deliveries:
         # them: another one gets them if it has room.
         self.failed_by: dict[int, Consumer] = {}
         self.redelivered = 0
+        # When each unacknowledged message was first delivered here (ms): the age of the
+        # oldest is what the metrics show.
+        self.first_delivered: dict[int, int] = {}
 
     # what is where ---------------------------------------------------------------------------
 
@@ -143,6 +146,7 @@ class Deliveries:
         n = self.prior_count(seq) + 1
         self.count[seq] = n
         self.failed_by.pop(seq, None)
+        self.first_delivered.setdefault(seq, now_ms)
         self._serial += 1
         self._holder[seq] = (consumer, self._serial)
         consumer.held.add(seq)
@@ -200,6 +204,7 @@ class Deliveries:
         for seq in taken:
             self.acks.add(seq, seq)
             self.count.pop(seq, None)
+            self.first_delivered.pop(seq, None)
         return Outcome(len(taken), refused)
 
     def nack(
@@ -220,6 +225,7 @@ class Deliveries:
         self._waiting.pop(seq, None)
         self.acks.add(seq, seq)
         self.count.pop(seq, None)
+        self.first_delivered.pop(seq, None)
 
     def give_back(self, consumer: Consumer, now_ms: int) -> int:
         """``consumer`` left: everything it holds is due again at once; how many."""
@@ -309,3 +315,4 @@ class Deliveries:
         self._due.clear()
         self._waiting.clear()
         self.failed_by.clear()
+        self.first_delivered.clear()

@@ -35,6 +35,7 @@ from hedwig.errors import (
     NoSuchSubscriptionError,
 )
 from hedwig.flag import Flag
+from hedwig.hub.reporting.queue_stats import QueueStats
 from hedwig.hub.serving.acks import AckRanges
 from hedwig.hub.serving.deliveries import Consumer, Deliveries, Outcome
 from hedwig.hub.serving.giving import Giving
@@ -127,6 +128,20 @@ class QueueSubscription(Giving):
     @property
     def backlog(self) -> int:
         return max(0, self._log.last_seq - self.consumed_seq)
+
+    def stats(self) -> QueueStats:
+        d = self.deliveries
+        first = d.first_delivered.get(d.acks.mark + 1)
+        age = 0.0 if first is None else max(0.0, (self._clock.wall_ms() - first) / 1000)
+        return QueueStats(
+            self.topic,
+            self.name,
+            consumers=len(self.consumers),
+            unacked=d.unacked,
+            redeliveries=d.redelivered,
+            dropped=self.dropped,
+            oldest_unacked_s=age,
+        )
 
     def consumer_of(self, peer: Peer) -> Consumer | None:
         for c in self.consumers:
