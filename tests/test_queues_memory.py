@@ -262,3 +262,88 @@ async def test_a_policy_made_with_the_subscription_is_applied_by_the_owner(
         assert state.dropped == 1
         with pytest.raises(InvalidRequestError, match="max deliveries"):
             await a.create_subscription("policy", "bad", type=SHARED, max_deliveries=5000)
+
+
+KEY_SHARED = SubscriptionType.KEY_SHARED
+
+
+async def _publish_keyed(c: HedwigClient, topic: str, n: int, keys: int, start: int = 0) -> None:
+    for i in range(start, start + n):
+        await c.publish(topic, b"%d" % i, key=b"k%d" % (i % keys))
+
+
+async def test_key_shared_keeps_each_key_on_one_consumer_in_order(region: Region) -> None:
+    async with region.client() as a, region.client() as b, region.client() as c:
+        subs = [
+            await x.subscribe("keyed", "w", type=KEY_SHARED, message_window=30) for x in (a, b, c)
+        ]
+        await _publish_keyed(a, "keyed", 300, keys=12)
+        per_key: dict[bytes | None, list[tuple[int, int]]] = {}
+
+        async def work(i: int, sub: Subscriber) -> None:
+            for m in await _drain(sub, 0.5):
+                per_key.setdefault(m.key, []).append((i, m.seq))
+                sub.ack(m)
+
+        # Drained in turns, acknowledging as they go: each consumer's share.
+        for _ in range(20):
+            await asyncio.gather(*(work(i, s) for i, s in enumerate(subs)))
+            if sum(len(v) for v in per_key.values()) >= 300:
+                break
+        assert sum(len(v) for v in per_key.values()) == 300
+        for key, got in per_key.items():
+            assert len({i for i, _ in got}) == 1, f"{key!r} went to several consumers"
+            seqs = [s for _, s in got]
+            assert seqs == sorted(seqs), f"{key!r} out of order"
+        assert len({got[0][0] for got in per_key.values()}) > 1  # keys spread over consumers
+
+
+async def test_a_joining_consumer_gets_a_key_only_after_its_earlier_messages_settle(
+    region: Region,
+) -> None:
+    async with region.client() as a, region.client() as b:
+        first = await a.subscribe("rekey", "w", type=KEY_SHARED, message_window=200)
+        await _publish_keyed(a, "rekey", 40, keys=8)
+        held = [await first.next(2) for _ in range(40)]  # all of them, none acknowledged yet
+        late = await b.subscribe("rekey", "w", type=KEY_SHARED, message_window=200)
+        await _publish_keyed(a, "rekey", 40, keys=8, start=40)
+        # Every key is pinned to the first consumer while it holds that key's messages: the
+        # new ones go there too, none to the consumer that joined.
+        more = [await first.next(2) for _ in range(40)]
+        with pytest.raises(DeadlineExceededError):
+            await late.next(0.3)
+        for m in held + more:
+            first.ack(m)
+        await asyncio.sleep(0.05)
+        await _publish_keyed(a, "rekey", 80, keys=8, start=80)
+        seen: dict[bytes | None, set[int]] = {}
+        for i, sub in enumerate((first, late)):
+            for m in await _drain(sub, 0.5):
+                seen.setdefault(m.key, set()).add(i)
+                sub.ack(m)
+        assert all(len(v) == 1 for v in seen.values())  # still one consumer per key
+        assert {i for v in seen.values() for i in v} == {0, 1}  # now some keys moved
+
+
+async def test_what_a_leaving_key_consumer_held_goes_to_another_in_key_order(
+    region: Region,
+) -> None:
+    async with region.client() as a, region.client() as b:
+        x = await a.subscribe("keyleave", "w", type=KEY_SHARED, message_window=100)
+        y = await b.subscribe("keyleave", "w", type=KEY_SHARED, message_window=100)
+        await _publish_keyed(a, "keyleave", 60, keys=6)
+        from_x = await _drain(x, 0.3)
+        from_y = await _drain(y, 0.3)
+        for m in from_y:
+            y.ack(m)
+        assert len(from_x) + len(from_y) == 60
+        await x.close()  # leaves with everything it held unacknowledged
+        await _publish_keyed(a, "keyleave", 30, keys=6, start=60)
+        rest = await _drain(y, 0.5)
+        by_key: dict[bytes | None, list[int]] = {}
+        for m in rest:
+            by_key.setdefault(m.key, []).append(m.seq)
+            y.ack(m)
+        assert sorted(m.seq for m in rest) == sorted([m.seq for m in from_x] + list(range(61, 91)))
+        for key, seqs in by_key.items():
+            assert seqs == sorted(seqs), f"{key!r} out of order after the hand-over"

@@ -31,8 +31,9 @@ from dataclasses import dataclass, field
 
 from hedwig.errors import InvalidRequestError, NotHeldError
 from hedwig.hub.serving.acks import AckRanges
+from hedwig.hub.serving.keys import KeyPins
 from hedwig.hub.serving.peer import Peer
-from hedwig.metadata.records import DeliveryPolicy
+from hedwig.metadata.records import DeliveryPolicy, SubscriptionType
 from hedwig.metadata.records.subscriptions import MAX_STORED_RANGES
 from hedwig.protocol import SeqRange
 from hedwig.protocol.queue_frames import MAX_RANGES
@@ -45,6 +46,8 @@ class Consumer:
     peer: Peer
     window: int
     held: set[int] = field(default_factory=set)
+    # What a key-shared subscription ranks consumers by (``hedwig.hub.serving.keys``).
+    token: bytes = b""
 
     @property
     def room(self) -> int:
@@ -88,6 +91,7 @@ class Deliveries:
         prior: Iterable[tuple[int, int, int]] = (),
     ) -> None:
         self.policy = policy
+        self.keys = KeyPins() if policy.type is SubscriptionType.KEY_SHARED else None
         self.acks = acks
         self.next_seq = acks.mark + 1
         self.count: dict[int, int] = {}
@@ -141,8 +145,11 @@ class Deliveries:
 
     # delivering -------------------------------------------------------------------------------
 
-    def delivered(self, consumer: Consumer, seq: int, now_ms: int) -> int:
-        """``seq`` goes to ``consumer`` now; its delivery count, this one included."""
+    def delivered(self, consumer: Consumer, seq: int, now_ms: int, slot: int | None = None) -> int:
+        """``seq`` (of key ``slot``) goes to ``consumer`` now; its delivery count, this one
+        included."""
+        if self.keys is not None and slot is not None:
+            self.keys.held(seq, slot, consumer)
         n = self.prior_count(seq) + 1
         self.count[seq] = n
         self.failed_by.pop(seq, None)
@@ -166,14 +173,20 @@ class Deliveries:
             _, seq = heapq.heappop(due)
             if seq in self._waiting and not self.acks.is_acked(seq):
                 last = self._waiting.pop(seq)
+                if self.keys is not None:
+                    self.keys.stops_waiting(seq)
                 if last is not None:
                     self.failed_by[seq] = last
                 out.append(seq)
         out.sort()
         return out
 
-    def wait(self, seq: int, due_ms: int, last: Consumer | None = None) -> None:
-        """``seq`` is delivered again from ``due_ms``."""
+    def wait(
+        self, seq: int, due_ms: int, last: Consumer | None = None, slot: int | None = None
+    ) -> None:
+        """``seq`` (of key ``slot``, if new) is delivered again from ``due_ms``."""
+        if self.keys is not None and seq not in self._waiting:
+            self.keys.waits(seq, slot)
         self._waiting[seq] = last
         heapq.heappush(self._due, (due_ms, seq))
 
@@ -205,6 +218,8 @@ class Deliveries:
             self.acks.add(seq, seq)
             self.count.pop(seq, None)
             self.first_delivered.pop(seq, None)
+            if self.keys is not None:
+                self.keys.settled(seq)
         return Outcome(len(taken), refused)
 
     def nack(
@@ -222,7 +237,12 @@ class Deliveries:
         got = self._holder.get(seq)
         if got is not None:
             self._release(seq, got[0])
-        self._waiting.pop(seq, None)
+        if seq in self._waiting:
+            del self._waiting[seq]
+            if self.keys is not None:
+                self.keys.stops_waiting(seq)
+        if self.keys is not None:
+            self.keys.settled(seq)
         self.acks.add(seq, seq)
         self.count.pop(seq, None)
         self.first_delivered.pop(seq, None)
@@ -271,10 +291,14 @@ class Deliveries:
             self._release(seq, consumer)
         else:
             self._waiting.pop(seq, None)
+            if self.keys is not None:
+                self.keys.stops_waiting(seq)
 
     def _release(self, seq: int, consumer: Consumer) -> None:
         del self._holder[seq]
         consumer.held.discard(seq)
+        if self.keys is not None:
+            self.keys.released(seq)
 
     # persisting -------------------------------------------------------------------------------
 
@@ -316,3 +340,5 @@ class Deliveries:
         self._waiting.clear()
         self.failed_by.clear()
         self.first_delivered.clear()
+        if self.keys is not None:
+            self.keys.clear()

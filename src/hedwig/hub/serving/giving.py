@@ -19,6 +19,7 @@ from hedwig.clock import Clock
 from hedwig.errors import HedwigError, LedgerError
 from hedwig.flag import Flag
 from hedwig.hub.serving.deliveries import Consumer, Deliveries
+from hedwig.hub.serving.keys import HOLD_BACK_MS, slot_of
 from hedwig.hub.serving.peer import Peer
 from hedwig.hub.serving.settings import QueueSettings
 from hedwig.hub.serving.subscription import READ_RETRY_S, DeliveryLog
@@ -171,7 +172,7 @@ class Giving:
             for batch in found:
                 if batch.last_seq < seq:
                     continue
-                seq = self._send_batch(batch, max(seq, batch.first_seq), last, now, sent)
+                seq = self._send_batch(batch, max(seq, batch.first_seq), last, now, sent, again)
                 if seq <= min(last, batch.last_seq):
                     stuck = True  # no consumer has room
                     break
@@ -184,10 +185,21 @@ class Giving:
         else:
             d.next_seq = max(d.next_seq, seq)
 
-    def _send_batch(self, batch: Batch, start: int, last: int, now: int, sent: set[Peer]) -> int:
+    def _send_batch(
+        self, batch: Batch, start: int, last: int, now: int, sent: set[Peer], again: bool
+    ) -> int:
         """Deliver ``start`` to ``last`` of ``batch``; the first sequence id not delivered."""
         d = self.deliveries
         end = min(last, batch.last_seq)
+        keys = d.keys
+        slots: list[int | None] = []
+        if keys is not None:
+            part = (
+                batch.slice(start, end)
+                if (start, end) != (batch.first_seq, batch.last_seq)
+                else batch
+            )
+            slots = [slot_of(m.key) for m in part.iter_delivered()]
         seq = start
         run_first = 0
         run_to: Consumer | None = None
@@ -206,18 +218,31 @@ class Giving:
                 self._changes += 1
                 seq += 1
                 continue
-            to = run_to
-            avoid = d.failed_by.get(seq)
-            if (
-                to is None
-                or to.room <= 0
-                or to is avoid
-                or (self.policy.type is SubscriptionType.SHARED and seq - run_first >= SHARE_TURN)
-            ):
-                to = self._pick(avoid)
-            if to is None:
-                break
-            count = d.delivered(to, seq, now)
+            slot = slots[seq - start] if keys is not None else None
+            if keys is not None and slot is not None:
+                to = self._keyed(slot, seq)
+                if to is None:  # its consumer is full, or older ones of its key wait
+                    self._flush_run(batch, run_first, seq - 1, run_to, run_count, sent)
+                    run_to = None
+                    d.wait(seq, now + HOLD_BACK_MS, None, slot)
+                    seq += 1
+                    continue
+            else:
+                to = run_to
+                avoid = d.failed_by.get(seq)
+                if (
+                    to is None
+                    or to.room <= 0
+                    or to is avoid
+                    or (
+                        self.policy.type is not SubscriptionType.FAILOVER
+                        and seq - run_first >= SHARE_TURN
+                    )
+                ):
+                    to = self._pick(avoid)
+                if to is None:
+                    break
+            count = d.delivered(to, seq, now, slot)
             self._changes += 1
             if to is not run_to or count != run_count:
                 self._flush_run(batch, run_first, seq - 1, run_to, run_count, sent)
@@ -225,6 +250,17 @@ class Giving:
             seq += 1
         self._flush_run(batch, run_first, seq - 1, run_to, run_count, sent)
         return seq
+
+    def _keyed(self, slot: int, seq: int) -> Consumer | None:
+        """Where a message of key ``slot`` goes now (``hedwig.hub.serving.keys``), or
+        ``None`` if it must wait: its consumer has no room, or older messages of its key wait to
+        be delivered again."""
+        keys = self.deliveries.keys
+        assert keys is not None
+        if keys.blocked(slot, seq):
+            return None
+        to = keys.pinned(slot) or keys.choose(slot, self.consumers)
+        return to if to is not None and to.room > 0 else None
 
     def _flush_run(
         self,

@@ -1,6 +1,6 @@
 """A delivery policy as CREATE_SUBSCRIPTION asks for it, checked where the owner takes it:
 a policy that cannot be applied is INVALID_REQUEST (not retried), and so is what this hub
-does not serve yet (dead-letter topics, delays, key-shared subscriptions), rather than a
+does not serve yet (dead-letter topics, delays), rather than a
 subscription created whose policy would be silently ignored."""
 
 from __future__ import annotations
@@ -11,10 +11,7 @@ from hedwig.protocol import CreateSubscription
 
 
 def check_served(kind: SubscriptionType) -> None:
-    if kind is SubscriptionType.KEY_SHARED:
-        raise InvalidRequestError(
-            "key-shared subscriptions are not served by this hub yet (use shared or failover)"
-        )
+    """Every type is served now; kept as the one place a type a hub cannot serve is refused."""
 
 
 def policy_of(req: CreateSubscription) -> DeliveryPolicy:

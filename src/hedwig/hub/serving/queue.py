@@ -94,6 +94,7 @@ class QueueSubscription(Giving):
         self._on_delivered = on_delivered
         self.consumers: list[Consumer] = []
         self._turn = 0
+        self._joined = 0  # consumers attached so far: each gets a token of its own
         self._task: asyncio.Task[None] | None = None
         self._wake = Flag()
         self._changes = 0  # acknowledgements, nacks and deliveries since the last write
@@ -158,7 +159,9 @@ class QueueSubscription(Giving):
         if got is not None:
             got.window = room
         else:
-            self.consumers.append(Consumer(peer, room))
+            self._joined += 1
+            token = f"{peer.name}#{self._joined}".encode()
+            self.consumers.append(Consumer(peer, room, token=token))
         self.last_active_ms = self._clock.wall_ms()
         self._wake.set()
         if self._task is None or self._task.done():
