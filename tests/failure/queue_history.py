@@ -12,7 +12,11 @@ the history is checked (``check_queue``):
    the same count, except after an owner's crash, which may forget the last attempt (then
    the repeats are counted and reported, not refused);
 4. the redeliveries are counted: a consumer killed mid-message, a hub killed, a nack or a
-   timeout each explain some, and the report says how many.
+   timeout each explain some, and the report says how many;
+5. for key-shared (``per_key``): in the order of the machine's clock, each key's messages
+   were handed out in log order, but for messages handed out again (a delivery of a message
+   below one already handed out for its key is a redelivery, allowed only when that message
+   was delivered before).
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ ROOT = Path(__file__).resolve().parents[2]
 class QueueHistory:
     # (consumer, seq, count, value) in the order each consumer printed them.
     delivered: list[tuple[int, int, int, str]] = field(default_factory=list)
+    # (time, consumer, seq, key) of each delivery of a keyed message.
+    keyed: list[tuple[float, int, int, str]] = field(default_factory=list)
     acked: Counter[int] = field(default_factory=Counter)
     log: list[tuple[int, bytes]] = field(default_factory=list)
     mark: int = 0
@@ -50,7 +56,13 @@ class Consumer:
     """A consumer process and what it printed."""
 
     def __init__(
-        self, index: int, hubs: list[str], topic: str, name: str, kind: SubscriptionType
+        self,
+        index: int,
+        hubs: list[str],
+        topic: str,
+        name: str,
+        kind: SubscriptionType,
+        work_s: float = 0.002,
     ) -> None:
         self.index = index
         self.proc = subprocess.Popen(
@@ -62,6 +74,7 @@ class Consumer:
                 topic,
                 name,
                 kind.label,
+                str(work_s),
             ],
             cwd=ROOT,
             stdout=subprocess.PIPE,
@@ -97,8 +110,10 @@ class Consumer:
         for line in self.lines:
             kind, _, rest = line.partition(" ")
             if kind == "D":
-                seq, count, value = rest.split(" ", 2)
+                seq, count, at, key, value = rest.split(" ", 4)
                 history.delivered.append((self.index, int(seq), int(count), value))
+                if key != "-":
+                    history.keyed.append((float(at), self.index, int(seq), key))
             elif kind == "A":
                 history.acked[int(rest)] += 1
 
@@ -130,7 +145,7 @@ async def settle(
         return out, mark
 
 
-def check_queue(history: QueueHistory, *, owner_crashed: bool) -> list[str]:
+def check_queue(history: QueueHistory, *, owner_crashed: bool, per_key: bool = False) -> list[str]:
     """The problems found (empty: the history holds); raises on any of them but repeated
     counts after an owner's crash, which it returns for the report."""
     problems: list[str] = []
@@ -157,5 +172,20 @@ def check_queue(history: QueueHistory, *, owner_crashed: bool) -> list[str]:
     never = [s for s, _ in history.log if s not in counts]
     if never and history.mark < last:
         problems.append(f"{len(never)} messages never delivered, e.g. {never[:5]}")
+    if per_key:
+        problems += _key_order(history)
     assert not problems, "\n".join(problems)
     return notes
+
+
+def _key_order(history: QueueHistory) -> list[str]:
+    problems: list[str] = []
+    seen: dict[str, int] = {}
+    delivered_before: set[int] = set()
+    for _, consumer, seq, key in sorted(history.keyed):
+        high = seen.get(key, 0)
+        if seq < high and seq not in delivered_before:
+            problems.append(f"key {key}: {seq} handed out after {high}, to consumer {consumer}")
+        seen[key] = max(high, seq)
+        delivered_before.add(seq)
+    return problems[:10]

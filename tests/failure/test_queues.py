@@ -38,12 +38,15 @@ async def run(
     *,
     owner_crashed: bool = False,
     after: float = 4.0,
+    kind: SubscriptionType = SubscriptionType.SHARED,
 ) -> QueueHistory:
     hubs = cluster.addresses
-    consumers = [Consumer(i, hubs, TOPIC, SUB, SubscriptionType.SHARED) for i in range(3)]
+    # The first is slow (50 ms a message): it always holds messages when a fault kills it.
+    consumers = [Consumer(i, hubs, TOPIC, SUB, kind, 0.05 if i == 0 else 0.002) for i in range(3)]
     for c in consumers:
         await c.ready()
-    work = Workload(hubs, [TOPIC], publishers=2, subscribers=0, rate=150)
+    keyed = kind is SubscriptionType.KEY_SHARED
+    work = Workload(hubs, [TOPIC], publishers=2, subscribers=0, rate=150, keys=16 if keyed else 0)
     await work.start()
     await asyncio.sleep(2.0)
     await fault(consumers)
@@ -55,7 +58,7 @@ async def run(
     for c in consumers:
         await c.stop()
         c.record(history)
-    notes = check_queue(history, owner_crashed=owner_crashed)
+    notes = check_queue(history, owner_crashed=owner_crashed, per_key=keyed)
     log.info(
         "%d messages, %d deliveries (%d of a message delivered before), %d counted "
         "redeliveries, %s",
@@ -88,3 +91,17 @@ async def test_the_owner_killed_under_load(cluster: DevCluster) -> None:
         cluster.hub_at(owner).kill()
 
     await run(cluster, fault, owner_crashed=True, after=SESSION + 5)
+
+
+async def test_key_shared_order_through_a_consumer_killed_and_one_joining(
+    cluster: DevCluster,
+) -> None:
+    async def fault(consumers: list[Consumer]) -> None:
+        consumers[0].kill()
+        await asyncio.sleep(1.0)
+        joined = Consumer(3, cluster.addresses, TOPIC, SUB, SubscriptionType.KEY_SHARED)
+        await joined.ready()
+        consumers.append(joined)
+
+    history = await run(cluster, fault, kind=SubscriptionType.KEY_SHARED)
+    assert history.keyed
