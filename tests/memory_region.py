@@ -25,6 +25,7 @@ from hedwig.protocol import Message
 from hedwig.settings import (
     BalanceSettings,
     ConnectionSettings,
+    QueueSettings,
     RetentionSettings,
     StorageSettings,
 )
@@ -60,6 +61,7 @@ class Region:
         ledger_max_bytes: int | None = None,
         retention: RetentionSettings | None = None,
         balance: BalanceSettings | None = None,
+        queues: QueueSettings | None = None,
     ) -> Hub:
         data_dir = tempfile.mkdtemp(prefix="hedwig-mem-", dir=SCRATCH)
         self.dirs.append(data_dir)
@@ -72,6 +74,7 @@ class Region:
             ),
             retention=retention or RetentionSettings(),
             balance=balance or BalanceSettings(self_balance=False),
+            queues=queues or QueueSettings(),
         )
         hub = Hub(
             config,

@@ -26,6 +26,7 @@ from hedwig.errors import (
 from hedwig.metadata import (
     ANY_VERSION,
     NEW_VERSION,
+    DeliveryPolicy,
     HubInfo,
     HubLoad,
     LedgerMetadata,
@@ -39,6 +40,7 @@ from hedwig.metadata import (
     SubscriptionData,
     SubscriptionPreferences,
     SubscriptionState,
+    SubscriptionType,
     TopicConfig,
     TopicLoad,
     TopicPlan,
@@ -249,6 +251,40 @@ class MetadataConformance:
             await store.subscriptions.update_subscription_data("pu", "s", whole, v)
             got = await store.subscriptions.read_subscription_data("pu", "s")
             assert got is not None and got.value == whole
+
+    async def test_subscription_ack_state_and_policy(self, store: MetadataStore) -> None:
+        """A shared subscription's record: its policy, acknowledged ranges above the mark and
+        delivery counts, kept as written, and kept by a state-only update where there is one."""
+        await store.topics.ensure_topic("q")
+        policy = DeliveryPolicy(
+            SubscriptionType.SHARED,
+            ack_timeout_ms=5_000,
+            max_deliveries=3,
+            backoff_ms=(100, 1_000),
+            dead_letter="q-dlq",
+        )
+        state = SubscriptionState(
+            10, 1, 2, acked=((12, 14), (20, 20)), deliveries=((11, 11, 2), (15, 19, 1))
+        )
+        data = SubscriptionData(SubscriptionPreferences(message_window=5), state, policy)
+        v = await store.subscriptions.create_subscription_data("q", "workers", data)
+        got = await store.subscriptions.read_subscription_data("q", "workers")
+        assert got is not None and got.value == data and got.value.type is SubscriptionType.SHARED
+        moved = SubscriptionState(14, 1, 3, acked=((20, 20),), deliveries=((15, 19, 2),))
+        update = (
+            SubscriptionData(None, moved)
+            if store.subscriptions.is_partial_update_supported()
+            else SubscriptionData(data.preferences, moved, policy)
+        )
+        v = await store.subscriptions.update_subscription_data("q", "workers", update, v)
+        got = await store.subscriptions.read_subscription_data("q", "workers")
+        assert got is not None and got.value == SubscriptionData(data.preferences, moved, policy)
+        # A record written before types (no policy) reads as exclusive.
+        await store.subscriptions.create_subscription_data(
+            "q", "old", SubscriptionData(SubscriptionPreferences(), SubscriptionState(0, 1))
+        )
+        old = (await store.subscriptions.read_subscriptions("q"))["old"].value
+        assert old.policy is None and old.type is SubscriptionType.EXCLUSIVE
 
     # ledgers -----------------------------------------------------------------------------
 

@@ -179,6 +179,8 @@ def test_flag_bits_are_named_per_frame() -> None:
         "ResetSubscription": {"redirected": 0},
         "DescribeTopic": {"redirected": 0},
         "TailTopic": {"redirected": 0},
+        "JoinSubscription": {"redirected": 0},
+        "CreateSubscription": {"redirected": 0},
         "AddEntry": {"recovery": 0},
         "ReadLac": {"fence": 0},
         "Lac": {"fenced": 0},

@@ -320,6 +320,17 @@ class MetadataUnavailableError(MetadataError):
     retriable = True
 
 
+class NotHeldError(RequestError):
+    """An acknowledgement (or nack) named messages this connection does not hold: never
+    delivered to it, acknowledged already, or given to another consumer after its ack timeout
+    or a nack. The messages it did hold are acknowledged all the same; ``count`` is how many
+    were not. Not retried: the same request cannot succeed."""
+
+    def __init__(self, message: str, *, count: int = 0) -> None:
+        super().__init__(message)
+        self.count = count
+
+
 # Ledgers -------------------------------------------------------------------------------------
 
 

@@ -80,8 +80,12 @@ class Workload:
         retry_deadline_s: float = 60.0,
         security: ClientSecurity | None = None,
         network: Network | None = None,
+        keys: int = 0,
     ) -> None:
         self.hubs = hubs
+        # Messages carry one of ``keys`` keys (``k<n % keys>``; 0: no key), for key-shared
+        # subscriptions' per-key order.
+        self.keys = keys
         self.security = security
         # None: each client's own (TCP, with TLS when ``security`` asks for it).
         self.network = network
@@ -131,7 +135,8 @@ class Workload:
         while not self._stop.is_set():
             topic = self.topics[n % len(self.topics)]
             value = b"pub%d:%d" % (p, n)
-            fut = client.publish_nowait(topic, value)
+            key = b"k%d" % (n % self.keys) if self.keys else None
+            fut = client.publish_nowait(topic, value, key=key)
             pending.append(asyncio.create_task(self._record(topic, value, fut)))
             n += 1
             await asyncio.sleep(interval)

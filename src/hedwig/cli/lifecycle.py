@@ -18,6 +18,7 @@ from hedwig.cli.common import (
 )
 from hedwig.cli.output import emit
 from hedwig.cli.plans import register_topic_mode
+from hedwig.cli.policy import Policy, add_policy_options, policy_from
 from hedwig.cli.topic_config import register_topic_config
 from hedwig.client import HedwigClient
 from hedwig.errors import HedwigError
@@ -58,6 +59,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="store_true",
         help="start at the first kept message instead (what was published before is delivered)",
     )
+    add_policy_options(c)
     c.set_defaults(func=run_subscription_create)
     d = ssub.add_parser("delete", help="delete a subscription and its consume mark")
     add_hub_options(d)
@@ -134,7 +136,12 @@ def run_topic_delete(args: argparse.Namespace) -> int:
 
 
 async def create_subscription(
-    client: HedwigClient, topic: str, subscriber: str, *, earliest: bool = False
+    client: HedwigClient,
+    topic: str,
+    subscriber: str,
+    *,
+    earliest: bool = False,
+    policy: Policy | None = None,
 ) -> int | None:
     """Create the subscription (``SubscriptionExistsError`` if it exists); with ``earliest``
     move it to the first kept message at once, and return its consume mark then.
@@ -142,8 +149,18 @@ async def create_subscription(
     Two requests (a create, a reset), not one: the protocol's SUBSCRIBE starts a new
     subscription at the end. Between them it is at the end, attached by nobody, so nothing is
     delivered from there, and the reset covers all that is kept by then."""
-    sub = await client.subscribe(topic, subscriber, mode=SubscribeMode.CREATE)
-    await sub.close()
+    if policy is not None:
+        await client.create_subscription(
+            topic,
+            subscriber,
+            type=policy.type,
+            ack_timeout=policy.ack_timeout_s,
+            max_deliveries=policy.max_deliveries,
+            backoff=policy.backoff_s,
+        )
+    else:
+        sub = await client.subscribe(topic, subscriber, mode=SubscribeMode.CREATE)
+        await sub.close()
     if not earliest:
         return None
     return await client.reset_subscription(topic, subscriber, ResetTo.EARLIEST)
@@ -153,10 +170,11 @@ def run_subscription_create(args: argparse.Namespace) -> int:
     async def go() -> int | None:
         async with _client(hubs, args) as client:
             return await create_subscription(
-                client, args.topic, args.subscriber, earliest=args.earliest
+                client, args.topic, args.subscriber, earliest=args.earliest, policy=policy
             )
 
     try:
+        policy = policy_from(args)
         hubs = resolve_hubs(args)
         mark = asyncio.run(go())
     except HedwigError as exc:

@@ -5,7 +5,13 @@ message and consumes it, so the next run goes on where this one stopped. With ``
 reads by sequence id instead (``--from``, default the first kept message): nothing is created or
 consumed. Each message prints as ``SEQ<TAB>VALUE`` (``LANE:SEQ`` for a message of a topic's lane
 other than 0); ``--print`` adds fields before the value
-(``timestamp``, ``publisher``, ``key``, ``headers``), ``--json`` prints a JSON object per line.
+(``timestamp``, ``publisher``, ``key``, ``headers``, ``deliveries``), ``--json`` prints a JSON
+object per line.
+
+With ``--type shared`` (or ``failover``, ``key-shared``) it attaches as one of the
+subscription's consumers: every process run so shares the messages, each message printed is
+acknowledged on its own, and ``--nack`` refuses each one instead (it comes again, to this or
+another consumer, with its delivery count: ``--print deliveries``).
 """
 
 from __future__ import annotations
@@ -20,7 +26,8 @@ from typing import Any
 
 from hedwig.cli.common import add_hub_options, client_security, report, resolve_hubs
 from hedwig.cli.lifecycle import create_subscription
-from hedwig.client import DeliveredMessage, HedwigClient, SubscribeMode
+from hedwig.cli.policy import Policy
+from hedwig.client import DeliveredMessage, HedwigClient, SubscribeMode, SubscriptionType
 from hedwig.errors import (
     DeadlineExceededError,
     ForbiddenError,
@@ -35,7 +42,7 @@ MODES = {
     "attach": SubscribeMode.ATTACH,
     "create-or-attach": SubscribeMode.CREATE_OR_ATTACH,
 }
-FIELDS = ("timestamp", "publisher", "key", "headers")
+FIELDS = ("timestamp", "publisher", "key", "headers", "deliveries")
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -67,6 +74,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="take the subscription over from the process attached to it (that one is closed)",
     )
     p.add_argument("--window", type=int, default=1000, help="message window (flow control)")
+    p.add_argument(
+        "--type",
+        default="exclusive",
+        metavar="TYPE",
+        help="the subscription's type: exclusive (default), failover, shared, key-shared; "
+        "with any but the first, attach as one of several consumers, acknowledging each message",
+    )
+    p.add_argument(
+        "--nack",
+        action="store_true",
+        help="with --type: refuse each message printed (it is delivered again) instead of "
+        "acknowledging it",
+    )
     p.add_argument(
         "--peek",
         action="store_true",
@@ -118,6 +138,7 @@ def _line(msg: DeliveredMessage, topic: str, fields: list[str], as_json: bool) -
             "publisher": msg.publisher_id,
             "key": _json_bytes(m.key),
             "headers": {k: _json_bytes(v) for k, v in m.headers},
+            "deliveries": msg.delivery_count,
         }
         try:
             obj["value"] = m.value.decode("utf-8")
@@ -135,6 +156,8 @@ def _line(msg: DeliveredMessage, topic: str, fields: list[str], as_json: bool) -
             parts.append(_text(m.key) if m.key is not None else "-")
         elif f == "headers":
             parts.append(";".join(f"{k}={_text(v)}" for k, v in m.headers) or "-")
+        elif f == "deliveries":
+            parts.append(str(msg.delivery_count))
     parts.append(_text(m.value))
     return "\t".join(parts)
 
@@ -149,6 +172,14 @@ def _json_bytes(b: bytes | None) -> str | None:
 
 async def _sub(hubs: list[str], args: argparse.Namespace, fields: list[str]) -> int:
     received = 0
+    kind = SubscriptionType.parse(args.type)
+    if args.nack and not kind.many:
+        raise UsageError("--nack needs --type failover, shared or key-shared")
+    if kind.many and args.force_attach:
+        raise UsageError(
+            "--force-attach takes over an exclusive subscription; a queue's "
+            "consumers join it side by side"
+        )
     async with HedwigClient(hubs, security=client_security(args)) as client:
         mode = MODES[args.mode]
         if mode is not SubscribeMode.ATTACH:
@@ -157,7 +188,13 @@ async def _sub(hubs: list[str], args: argparse.Namespace, fields: list[str]) -> 
                 print(f"hedwig sub: {notice}", file=sys.stderr, flush=True)
         if args.earliest and mode is not SubscribeMode.ATTACH:
             try:
-                await create_subscription(client, args.topic, args.subscriber, earliest=True)
+                await create_subscription(
+                    client,
+                    args.topic,
+                    args.subscriber,
+                    earliest=True,
+                    policy=Policy(kind) if kind.many else None,
+                )
             except SubscriptionExistsError:
                 if mode is SubscribeMode.CREATE:
                     raise
@@ -168,6 +205,7 @@ async def _sub(hubs: list[str], args: argparse.Namespace, fields: list[str]) -> 
             mode=mode,
             message_window=args.window,
             force_attach=args.force_attach,
+            type=kind,
         )
         while args.count is None or received < args.count:
             try:
@@ -182,7 +220,12 @@ async def _sub(hubs: list[str], args: argparse.Namespace, fields: list[str]) -> 
                     return 1
                 break
             print(_line(msg, args.topic, fields, args.json), flush=True)
-            sub.consume(msg)
+            if args.nack:
+                sub.nack(msg)
+            elif kind.many:
+                sub.ack(msg)
+            else:
+                sub.consume(msg)
             received += 1
         await sub.sync()
         await sub.close()

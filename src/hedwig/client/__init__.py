@@ -16,7 +16,7 @@ from hedwig.client.publishing import BatchPublishResult, PublishResult
 from hedwig.client.retry import RetryPolicy
 from hedwig.client.subscribing import Subscriber
 from hedwig.client.sync import SyncClient, SyncSubscriber
-from hedwig.protocol import DeliveredMessage, Message, SubscribeMode
+from hedwig.protocol import DeliveredMessage, Message, SubscribeMode, SubscriptionType
 
 __all__ = [
     "BatchPublishResult",
@@ -27,6 +27,7 @@ __all__ = [
     "RetryPolicy",
     "SubscribeMode",
     "Subscriber",
+    "SubscriptionType",
     "SyncClient",
     "SyncSubscriber",
 ]

@@ -23,7 +23,8 @@ from typing import Any, TypeVar
 from hedwig.client.facade import HedwigClient
 from hedwig.client.publishing import BatchPublishResult, PublishResult
 from hedwig.client.subscribing import Subscriber
-from hedwig.errors import DeadlineExceededError
+from hedwig.client.subscribing.acking import MAX_NACK_DELAY_S
+from hedwig.errors import DeadlineExceededError, UsageError
 from hedwig.protocol import (
     DeliveredMessage,
     EncodedMessage,
@@ -148,6 +149,10 @@ class SyncClient:
         sub = self._run(self._client.subscribe(topic, subscriber, mode=mode, **kw))
         return SyncSubscriber(self, sub)
 
+    def create_subscription(self, topic: str, subscriber: str, **kw: Any) -> int:
+        """``HedwigClient.create_subscription``: a subscription of a type and its policy."""
+        return self._run(self._client.create_subscription(topic, subscriber, **kw))
+
     def unsubscribe(self, topic: str, subscriber: str) -> None:
         self._run(self._client.unsubscribe(topic, subscriber))
 
@@ -169,6 +174,16 @@ class SyncSubscriber:
 
     def consume(self, seq: int) -> None:
         self._owner._loop.call_soon_threadsafe(self._sub.consume, seq)
+
+    def ack(self, msg: DeliveredMessage) -> None:
+        """A shared or failover subscription's message is processed (``Subscriber.ack``)."""
+        self._owner._loop.call_soon_threadsafe(self._sub.ack, msg)
+
+    def nack(self, msg: DeliveredMessage, *, delay: float = 0.0) -> None:
+        """It was not: deliver it again (``Subscriber.nack``)."""
+        if not 0 <= delay <= MAX_NACK_DELAY_S:
+            raise UsageError(f"a nack's delay is 0 to {MAX_NACK_DELAY_S:.0f} seconds")
+        self._owner._loop.call_soon_threadsafe(lambda: self._sub.nack(msg, delay=delay))
 
     def close(self) -> None:
         self._owner._run(self._sub.close())

@@ -20,6 +20,7 @@ from hedwig.metadata.plans import PlanMode, TopicPlan
 from hedwig.metadata.records import (
     ANY_VERSION,
     NEW_VERSION,
+    DeliveryPolicy,
     HubInfo,
     HubLoad,
     HubStatus,
@@ -31,6 +32,7 @@ from hedwig.metadata.records import (
     SubscriptionData,
     SubscriptionPreferences,
     SubscriptionState,
+    SubscriptionType,
     TopicConfig,
     TopicLoad,
     Version,
@@ -40,6 +42,7 @@ from hedwig.metadata.records import (
 __all__ = [
     "ANY_VERSION",
     "NEW_VERSION",
+    "DeliveryPolicy",
     "EtcdAccess",
     "HubInfo",
     "HubLoad",
@@ -59,6 +62,7 @@ __all__ = [
     "SubscriptionDataManager",
     "SubscriptionPreferences",
     "SubscriptionState",
+    "SubscriptionType",
     "TopicCatalog",
     "TopicConfig",
     "TopicLoad",

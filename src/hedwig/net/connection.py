@@ -35,6 +35,7 @@ from hedwig.protocol import (
     LanesChanged,
     OversizedFrame,
     Ping,
+    Redeliver,
     RefusedFrame,
     Reply,
     Request,
@@ -258,7 +259,12 @@ class HubConnection(asyncio.Protocol):
         for frame in frames:
             if isinstance(
                 frame,
-                Deliver | TopicMoved | SubscriptionForcedClosed | SubscriptionMoved | LanesChanged,
+                Deliver
+                | Redeliver
+                | TopicMoved
+                | SubscriptionForcedClosed
+                | SubscriptionMoved
+                | LanesChanged,
             ):
                 self._on_event(self, frame)
                 continue

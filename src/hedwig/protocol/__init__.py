@@ -7,8 +7,8 @@ Nothing here touches a socket or an event loop. The hub and the client both wrap
 - ``messages``: messages, batches and their encoding (a package: encoding, checks of
   untrusted bytes, encoded and delivered messages, batches);
 - ``schema``: how a frame is declared once and gets its codec;
-- ``client_frames``, ``storage_frames``, ``security_frames`` and ``plan_frames``: the frames
-  themselves;
+- ``client_frames``, ``storage_frames``, ``security_frames``, ``plan_frames`` and
+  ``queue_frames``: the frames themselves;
 - ``codec``: the registry of frame types, and frames to bytes and back;
 - ``connection``: the per-connection state machine (buffering, direction, oversized frames);
 - ``status``: status codes and the table between them and exceptions;
@@ -41,8 +41,21 @@ from hedwig.protocol.client_frames import (
 )
 from hedwig.protocol.codec import FRAME_TYPES, Event, Frame, Reply, Request
 from hedwig.protocol.connection import Connection, OversizedFrame, RefusedFrame, Role
-from hedwig.protocol.fields import LaneInfo, LedgerEnd, LedgerLac, SubscriptionInfo
-from hedwig.protocol.kinds import CloseReason, MoveKind, ResetTo, SubscribeMode
+from hedwig.protocol.fields import (
+    BackoffStep,
+    LaneInfo,
+    LedgerEnd,
+    LedgerLac,
+    SeqRange,
+    SubscriptionInfo,
+)
+from hedwig.protocol.kinds import (
+    CloseReason,
+    MoveKind,
+    ResetTo,
+    SubscribeMode,
+    SubscriptionType,
+)
 from hedwig.protocol.messages import (
     Batch,
     DeliveredMessage,
@@ -62,6 +75,13 @@ from hedwig.protocol.plan_frames import (
     LanesChanged,
     SubscriptionMoved,
     TailTopic,
+)
+from hedwig.protocol.queue_frames import (
+    Ack,
+    CreateSubscription,
+    JoinSubscription,
+    Nack,
+    Redeliver,
 )
 from hedwig.protocol.security_frames import Authenticate, Authenticated
 from hedwig.protocol.status import Status, error_from_frame
@@ -86,14 +106,17 @@ __all__ = [
     "FRAME_TYPES",
     "MAX_FENCED_LEDGERS",
     "PROTOCOL_VERSION",
+    "Ack",
     "AddEntry",
     "Authenticate",
     "Authenticated",
+    "BackoffStep",
     "Batch",
     "CloseReason",
     "CloseSubscription",
     "Connection",
     "Consume",
+    "CreateSubscription",
     "DeleteLedger",
     "DeleteTopic",
     "Deliver",
@@ -111,6 +134,7 @@ __all__ = [
     "Frame",
     "HubAlive",
     "HubAliveAnswer",
+    "JoinSubscription",
     "Lac",
     "LaneInfo",
     "Lanes",
@@ -120,6 +144,7 @@ __all__ = [
     "Message",
     "Messages",
     "MoveKind",
+    "Nack",
     "Ok",
     "OversizedFrame",
     "Ping",
@@ -128,6 +153,7 @@ __all__ = [
     "Read",
     "ReadEntry",
     "ReadLac",
+    "Redeliver",
     "RefusedFrame",
     "ReleaseTopic",
     "Reply",
@@ -135,6 +161,7 @@ __all__ = [
     "ResetSubscription",
     "ResetTo",
     "Role",
+    "SeqRange",
     "Status",
     "StorageHello",
     "Subscribe",
@@ -143,6 +170,7 @@ __all__ = [
     "SubscriptionForcedClosed",
     "SubscriptionInfo",
     "SubscriptionMoved",
+    "SubscriptionType",
     "TailTopic",
     "TopicDescription",
     "TopicInfo",

@@ -43,6 +43,13 @@ from hedwig.protocol.plan_frames import (
     SubscriptionMoved,
     TailTopic,
 )
+from hedwig.protocol.queue_frames import (
+    Ack,
+    CreateSubscription,
+    JoinSubscription,
+    Nack,
+    Redeliver,
+)
 from hedwig.protocol.schema import FrameBase
 from hedwig.protocol.security_frames import Authenticate, Authenticated
 from hedwig.protocol.storage_frames import (
@@ -87,6 +94,10 @@ Request = (
     | TailTopic
     | DeliveryStats
     | DescribeLanes
+    | JoinSubscription
+    | Ack
+    | Nack
+    | CreateSubscription
 )
 # What a hub answers a request with.
 Reply = (
@@ -105,7 +116,9 @@ Reply = (
     | Lanes
 )
 # What a hub pushes unasked.
-Event = Deliver | TopicMoved | SubscriptionForcedClosed | SubscriptionMoved | LanesChanged
+Event = (
+    Deliver | TopicMoved | SubscriptionForcedClosed | SubscriptionMoved | LanesChanged | Redeliver
+)
 Frame = Request | Reply | Event
 # The storage role's requests: hub to hub only.
 STORAGE_REQUESTS = (
@@ -144,6 +157,10 @@ FRAME_TYPES: tuple[type[FrameBase], ...] = (
     TailTopic,
     DeliveryStats,
     DescribeLanes,
+    JoinSubscription,
+    Ack,
+    Nack,
+    CreateSubscription,
     Ok,
     Published,
     Subscribed,
@@ -162,6 +179,7 @@ FRAME_TYPES: tuple[type[FrameBase], ...] = (
     SubscriptionForcedClosed,
     SubscriptionMoved,
     LanesChanged,
+    Redeliver,
 )
 
 BY_TYPE: dict[int, type[FrameBase]] = {cls.TYPE: cls for cls in FRAME_TYPES}

@@ -342,6 +342,23 @@ class LedgerEnd:
     last_entry_id: int
 
 
+@dataclass(frozen=True, slots=True)
+class SeqRange:
+    """Sequence ids ``first`` to ``last``, inclusive: what ACK and NACK name."""
+
+    first: int
+    last: int
+
+
+@dataclass(frozen=True, slots=True)
+class BackoffStep:
+    """One step of a redelivery backoff: milliseconds to wait before the next delivery."""
+
+    ms: int
+
+
+BACKOFF_STEPS = RecordsCodec(BackoffStep, (("ms", U32_CODEC),), "backoff steps")
+SEQ_RANGES = RecordsCodec(SeqRange, (("first", U64_CODEC), ("last", U64_CODEC)), "ranges")
 LANE_INFOS = RecordsCodec(LaneInfo, (("index", U32_CODEC), ("sealed", BOOL_CODEC)), "lanes")
 LEDGER_LACS = RecordsCodec(
     LedgerLac, (("ledger_id", U64_CODEC), ("lac", ENTRY_CODEC)), "ledger LACs"
@@ -408,6 +425,8 @@ OneBatch = Annotated[Batch, BatchCodec()]
 Batches = Annotated[tuple[Batch, ...], BatchListCodec()]
 Subscriptions = Annotated[tuple[SubscriptionInfo, ...], SubscriptionInfosCodec()]
 LaneInfos = Annotated[tuple[LaneInfo, ...], LANE_INFOS]
+SeqRanges = Annotated[tuple[SeqRange, ...], SEQ_RANGES]
+BackoffSteps = Annotated[tuple[BackoffStep, ...], BACKOFF_STEPS]
 LedgerLacs = Annotated[tuple[LedgerLac, ...], LEDGER_LACS]
 LedgerIds = Annotated[tuple[int, ...], LedgerIdsCodec()]
 LedgerEnds = Annotated[tuple[LedgerEnd, ...], LEDGER_ENDS]

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from enum import IntEnum
 
+from hedwig.errors import UsageError
+
 
 class SubscribeMode(IntEnum):
     CREATE = 0
@@ -63,3 +65,32 @@ class ResetTo(IntEnum):
     SEQ = 0  # just before the given sequence id: delivery restarts at it
     EARLIEST = 1  # before the first message still kept
     LATEST = 2  # after the last message: only new messages are delivered
+
+
+class SubscriptionType(IntEnum):
+    """How a subscription shares its messages among its consumers (chosen when it is
+    created, kept in its record by ``label``): ``docs/architecture.md``, "Queues"."""
+
+    EXCLUSIVE = 0  # one consumer, cumulative consumes
+    FAILOVER = 1  # several attach; the first attached receives, the next takes over
+    SHARED = 2  # each message to whichever consumer has room
+    KEY_SHARED = 3  # one key's messages to one consumer while it is attached, in order
+
+    @property
+    def label(self) -> str:
+        return self.name.lower().replace("_", "-")
+
+    @property
+    def many(self) -> bool:
+        """Several consumers may attach at once."""
+        return self is not SubscriptionType.EXCLUSIVE
+
+    @classmethod
+    def parse(cls, text: str) -> SubscriptionType:
+        """A type by its label (``key-shared``) or name (``KEY_SHARED``)."""
+        wanted = text.strip().lower().replace("_", "-")
+        for t in cls:
+            if t.label == wanted:
+                return t
+        names = ", ".join(t.label for t in cls)
+        raise UsageError(f"unknown subscription type {text!r} (one of {names})")

@@ -39,6 +39,7 @@ from hedwig.errors import (
     NoSuchSubscriptionError,
     NoSuchTopicError,
     NotEnoughHubsError,
+    NotHeldError,
     NotResponsibleError,
     OutOfOrderError,
     RequestError,
@@ -80,6 +81,7 @@ class Status(IntEnum):
     INTERNAL_ONLY = 23
     WRONG_REPLICA = 32
     USE_LANE = 33
+    NOT_HELD = 34
 
     @property
     def label(self) -> str:
@@ -125,6 +127,7 @@ _TABLE: tuple[_Row, ...] = (
     _Row(AuthenticationError, Status.UNAUTHENTICATED),
     _Row(InternalOnlyError, Status.INTERNAL_ONLY),
     _Row(ForbiddenError, Status.FORBIDDEN),
+    _Row(NotHeldError, Status.NOT_HELD, seq="count"),
     # Conditions with no status of their own, answered with what the client should do:
     # a batch whose count lies is refused; an unreachable metadata store, storage replicas
     # short of a quorum, a lost or slow connection to another hub all pass: try again later.

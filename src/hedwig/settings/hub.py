@@ -171,6 +171,33 @@ class DeliverySettings:
 
 
 @dataclass(frozen=True, slots=True)
+class QueueSettings:
+    """Subscriptions whose consumers acknowledge message by message (failover, shared and
+    key-shared; ``hedwig.hub.serving.queue``)."""
+
+    # Enough to keep a worker busy over a round trip, small enough that one slow worker does
+    # not sit on the queue (Pulsar's receiver queue is 1,000).
+    consumer_window: int = setting(
+        1_000, "messages a queue consumer that asks for no window may hold unacknowledged"
+    )
+    # What the owner keeps per message in memory is bounded by it (Pulsar stops dispatch at
+    # 200,000 per subscription).
+    max_unacked: int = setting(
+        200_000,
+        "delivered and unacknowledged messages of one queue subscription, all its consumers "
+        "together, at most",
+    )
+    # A failover redelivers at most what was acknowledged since the last write.
+    flush_acks: int = setting(
+        500, "acknowledgements after which a queue's state is written before the interval"
+    )
+
+    def __post_init__(self) -> None:
+        if self.consumer_window < 1 or self.max_unacked < 1 or self.flush_acks < 1:
+            raise UsageError("queue settings must be positive")
+
+
+@dataclass(frozen=True, slots=True)
 class AuditSettings:
     # Lost replicas are found within half a minute of the hub that held them going.
     audit_interval_s: float = setting(
@@ -250,6 +277,7 @@ class HubConfig:
     storage: StorageSettings = field(default_factory=StorageSettings)
     retention: RetentionSettings = field(default_factory=RetentionSettings)
     delivery: DeliverySettings = field(default_factory=DeliverySettings)
+    queues: QueueSettings = field(default_factory=QueueSettings)
     audit: AuditSettings = field(default_factory=AuditSettings)
     placement: PlacementSettings = field(default_factory=PlacementSettings)
     balance: BalanceSettings = field(default_factory=BalanceSettings)
@@ -261,6 +289,7 @@ class HubConfig:
             max_message_size=config.max_message_size or self.delivery.max_message_size,
             delivery_batch_messages=self.delivery.delivery_batch_messages,
             consume_flush_messages=self.delivery.consume_flush_messages,
+            queues=self.queues,
         )
 
     @classmethod
@@ -292,3 +321,5 @@ class TopicSettings:
     delivery_batch_messages: int
     # A subscription's consume mark is written after this many messages (or on a timer).
     consume_flush_messages: int
+    # Failover, shared and key-shared subscriptions' bounds.
+    queues: QueueSettings = field(default_factory=QueueSettings)

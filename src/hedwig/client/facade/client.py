@@ -36,6 +36,7 @@ from hedwig.protocol import (
     Deliver,
     Event,
     LanesChanged,
+    Redeliver,
     SubscriptionForcedClosed,
     SubscriptionMoved,
     TopicMoved,
@@ -164,7 +165,7 @@ class HedwigClient(Publishing, Subscribing, Administration):
     # what hubs push -------------------------------------------------------------------------
 
     def _on_event(self, conn: HubConnection, event: Event) -> None:
-        if isinstance(event, Deliver):
+        if isinstance(event, Deliver | Redeliver):
             sub = self._subscribers.get(SubscriptionRoute(event.topic, event.subscriber))
             if sub is not None:
                 sub.on_deliver(conn, event)

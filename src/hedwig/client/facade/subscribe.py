@@ -15,7 +15,16 @@ from hedwig.client.facade.admin import Administration
 from hedwig.client.routes import SubscriptionRoute
 from hedwig.client.subscribing import Subscriber
 from hedwig.errors import NoSuchSubscriptionError, NoSuchTopicError, UsageError
-from hedwig.protocol import SubscribeMode, Unsubscribe, lane_name, validate_name
+from hedwig.protocol import (
+    BackoffStep,
+    CreateSubscription,
+    Subscribed,
+    SubscribeMode,
+    SubscriptionType,
+    Unsubscribe,
+    lane_name,
+    validate_name,
+)
 
 
 class Subscribing(Administration):
@@ -34,7 +43,12 @@ class Subscribing(Administration):
         message_bound: int = 0,
         force_attach: bool = False,
         auto_consume: bool = False,
+        type: SubscriptionType = SubscriptionType.EXCLUSIVE,
     ) -> Subscriber:
+        """Attach to ``subscriber`` of ``topic``, creating it as ``mode`` says. An exclusive
+        subscription (the default) has one consumer and consumes cumulatively; with ``type``
+        failover or shared this is one of several consumers, each acknowledging its messages
+        (``Subscriber.ack``, ``nack``), ``message_window`` the most it holds unacknowledged."""
         if self._closed:
             raise UsageError("client is closed")
         validate_name(topic)
@@ -52,6 +66,7 @@ class Subscribing(Administration):
             bound=message_bound,
             auto_consume=auto_consume,
             registry=self._lane_registry,
+            kind=type,
         )
         self._subscribers[key] = sub
         try:
@@ -64,6 +79,43 @@ class Subscribing(Administration):
             await sub.close()
             raise
         return sub
+
+    async def create_subscription(
+        self,
+        topic: str,
+        subscriber: str,
+        *,
+        type: SubscriptionType,
+        ack_timeout: float = 30.0,
+        max_deliveries: int = 0,
+        backoff: tuple[float, ...] = (),
+    ) -> int:
+        """Create a subscription of ``type`` with its delivery policy, which its owner applies
+        to every consumer alike: a message not acknowledged ``ack_timeout`` seconds after its
+        delivery comes again (0: only when its consumer leaves); one nacked or timed out waits
+        its ``backoff`` step (seconds, by delivery, the last repeating); past
+        ``max_deliveries`` (0: no limit) it is dropped and counted. Starts after the topic's
+        last message (``reset_subscription`` moves it); returns the consume mark.
+        ``SubscriptionExistsError`` if it exists."""
+        validate_name(topic)
+        validate_name(subscriber, what="subscriber")
+        steps = tuple(BackoffStep(round(s * 1000)) for s in backoff)
+        answer, _ = await self.router.topic_request(
+            topic,
+            lambda rid, redirected: CreateSubscription(
+                request_id=rid,
+                topic=topic,
+                subscriber=subscriber,
+                type=type,
+                ack_timeout_ms=round(ack_timeout * 1000),
+                max_deliveries=max_deliveries,
+                backoff=steps,
+                redirected=redirected,
+            ),
+            route=SubscriptionRoute(topic, subscriber),
+        )
+        assert isinstance(answer, Subscribed)
+        return answer.consumed_seq
 
     def _lane_registry(self, sub: Subscriber, add: bool) -> None:
         """Lanes' subscriptions get the events of their lane's topic."""

@@ -21,14 +21,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
 from hedwig.client.routing import Router
 from hedwig.client.subscribing.inbox import Inbox
 from hedwig.errors import DeadlineExceededError, HedwigError, UsageError
 from hedwig.net.connection import HubConnection
-from hedwig.protocol import Consume, DeliveredMessage, Error, Reply
+from hedwig.protocol import Consume, DeliveredMessage, Error, Reply, SubscriptionType
 
 if TYPE_CHECKING:
     from hedwig.client.subscribing.subscriber import Subscriber
@@ -49,6 +49,8 @@ class Reading:
     _conn: HubConnection | None
     _lanes: dict[int, Subscriber]
     _last_consume: asyncio.Future[Reply] | None
+    kind: SubscriptionType
+    ack: Callable[[DeliveredMessage], None]  # ``acking``'s
 
     def __aiter__(self) -> AsyncIterator[DeliveredMessage]:
         return self._iterate()
@@ -61,7 +63,7 @@ class Reading:
             for m in item:
                 yield m
                 if self._auto_consume:
-                    self.consume(m.seq, m.lane)
+                    self.consume(m)
                 if inbox.current is not item:
                     break
             else:
@@ -85,8 +87,11 @@ class Reading:
                 inbox.current = None  # used up
             if got:
                 yield got
-                if self._auto_consume:
-                    self.consume(got[-1].seq, got[-1].lane)
+                if self._auto_consume and self.kind.many:
+                    for m in got:
+                        self.ack(m)
+                elif self._auto_consume:
+                    self.consume(got[-1])
 
     async def next(self, timeout: float | None = None) -> DeliveredMessage:
         """The next message; ``DeadlineExceededError`` after ``timeout`` seconds (saying so if
@@ -109,13 +114,21 @@ class Reading:
         if isinstance(item, HedwigError):
             raise item
         if self._auto_consume:
-            self.consume(item.seq, item.lane)
+            self.consume(item)
         return item
 
     def consume(self, seq: int | DeliveredMessage, lane: int = 0) -> None:
         """Cumulatively consume every message up to ``seq`` (of ``lane``, for a topic served
         by lanes: ``DeliveredMessage.lane``), sent without waiting. Given the message itself,
         every message up to it in its lane."""
+        if self.kind.many:
+            if isinstance(seq, DeliveredMessage) and self._auto_consume:
+                self.ack(seq)
+                return
+            raise UsageError(
+                f"subscription {self.name!r} is {self.kind.label}: acknowledge each message "
+                "(ack or nack), a cumulative consume would take other consumers' messages"
+            )
         if not isinstance(seq, int):
             msg = seq
             seq, lane = msg.seq, msg.lane

@@ -20,6 +20,12 @@ and its caller's side (``reading``: ``async for msg in sub`` yields messages in 
 - A topic served by lanes is read lane by lane, each lane a subscription of its own that the
   topic's subscription follows (``lanes``); what the caller is handed, and the consumes it
   sends back, are ``reading``'s.
+- A subscription of a type with several consumers (failover, shared) is joined
+  (JOIN_SUBSCRIPTION) rather than subscribed, and its messages are acknowledged one by one
+  (``acking``). Nothing it is given is dropped by sequence id (a message comes again after a
+  nack or a timeout, below what was handed out); when it loses its attachment the messages
+  queued and not handed out yet are dropped instead, since the hub gives them to the other
+  consumers.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from collections.abc import Callable
 from hedwig.client.retry import Backoff
 from hedwig.client.routes import SubscriptionRoute
 from hedwig.client.routing import Router
+from hedwig.client.subscribing.acking import Acking
 from hedwig.client.subscribing.inbox import Inbox
 from hedwig.client.subscribing.lanes import LaneFollowing
 from hedwig.client.subscribing.reading import Reading, ignore_answer
@@ -49,11 +56,14 @@ from hedwig.protocol import (
     CloseReason,
     CloseSubscription,
     Deliver,
+    JoinSubscription,
+    Redeliver,
     Reply,
     Subscribe,
     Subscribed,
     SubscribeMode,
     SubscriptionForcedClosed,
+    SubscriptionType,
     lane_name,
 )
 
@@ -62,7 +72,7 @@ log = logging.getLogger(__name__)
 CLOSE_TIMEOUT_S = 5.0
 
 
-class Subscriber(LaneFollowing, Reading):
+class Subscriber(LaneFollowing, Reading, Acking):
     """An attached subscription: ``async for msg in sub`` yields messages in order."""
 
     def __init__(
@@ -78,8 +88,13 @@ class Subscriber(LaneFollowing, Reading):
         lane: int = 0,
         inbox: Inbox | None = None,
         registry: Callable[[Subscriber, bool], None] | None = None,
+        kind: SubscriptionType = SubscriptionType.EXCLUSIVE,
     ) -> None:
         self._router = router
+        self.kind = kind
+        self.not_held = 0
+        self._acks: list[int] = []
+        self._acks_conn: HubConnection | None = None
         self.topic = topic
         self.name = name
         # Which lane of its topic this subscription reads (0: the topic itself), and for
@@ -101,7 +116,7 @@ class Subscriber(LaneFollowing, Reading):
         self._consumed = 0
         self._closed = False
         self._reattach: asyncio.Task[None] | None = None
-        self._early: dict[HubConnection, list[Deliver]] = {}
+        self._early: dict[HubConnection, list[Deliver | Redeliver]] = {}
         # A move or loss told on a connection while an attach was waiting for its answer: the
         # answer and the event can arrive in one read, and the event is handled first.
         self._early_loss: dict[HubConnection, str] = {}
@@ -137,14 +152,26 @@ class Subscriber(LaneFollowing, Reading):
             auto_consume=False,
             lane=index,
             inbox=self._inbox,
+            kind=self.kind,
         )
 
     async def attach(self, *, force: bool) -> None:
         mode = self._mode
         self._early_loss = {}  # what was told before this request is about an older attachment
-        answer, conn = await self._router.topic_request(
-            self.topic,
-            lambda rid, redirected: Subscribe(
+        kind = self.kind
+
+        def request(rid: int, redirected: bool) -> Subscribe | JoinSubscription:
+            if kind.many:
+                return JoinSubscription(
+                    request_id=rid,
+                    topic=self.topic,
+                    subscriber=self.name,
+                    type=kind,
+                    mode=mode,
+                    message_window=self._window,
+                    redirected=redirected,
+                )
+            return Subscribe(
                 request_id=rid,
                 topic=self.topic,
                 subscriber=self.name,
@@ -153,8 +180,10 @@ class Subscriber(LaneFollowing, Reading):
                 message_bound=self._bound,
                 redirected=redirected,
                 force_attach=force,
-            ),
-            route=SubscriptionRoute(self.topic, self.name),
+            )
+
+        answer, conn = await self._router.topic_request(
+            self.topic, request, route=SubscriptionRoute(self.topic, self.name)
         )
         assert isinstance(answer, Subscribed)
         first = self._last_seen == 0 and self.resubscriptions == 0 and self._conn is None
@@ -166,7 +195,7 @@ class Subscriber(LaneFollowing, Reading):
             self._last_seen = answer.consumed_seq
             self._consumed = answer.consumed_seq
         self._conn = conn
-        if self._consumed > answer.consumed_seq:
+        if self._consumed > answer.consumed_seq and not kind.many:
             # The hub's mark is behind what this subscriber consumed: the previous owner
             # could not write it (its metadata store was out of reach) before it lost the
             # topic. Say it again. Otherwise the hub redelivers from its mark, this side drops
@@ -195,7 +224,7 @@ class Subscriber(LaneFollowing, Reading):
         while the current one is being replaced (make-before-break)."""
         return self._conn is None or self._moving_from is self._conn
 
-    def on_deliver(self, conn: HubConnection, event: Deliver) -> None:
+    def on_deliver(self, conn: HubConnection, event: Deliver | Redeliver) -> None:
         if self._conn is conn:
             self._take(event)
         elif self._attaching:
@@ -273,10 +302,16 @@ class Subscriber(LaneFollowing, Reading):
     def _drop_queued(self) -> None:
         self._inbox.drop_messages()
 
-    def _take(self, event: Deliver) -> None:
+    def _take(self, event: Deliver | Redeliver) -> None:
         """Queue what this batch holds past the last message handed over (the rest are
-        redeliveries): its sequence ids are consecutive, so that is all from some point on."""
+        redeliveries): its sequence ids are consecutive, so that is all from some point on.
+        A queue's consumer queues all of it: what comes again was given back on purpose."""
         batch = event.batch
+        if self.kind.many:
+            count = event.delivery_count if isinstance(event, Redeliver) else 1
+            self._last_seen = max(self._last_seen, batch.last_seq)
+            self._inbox.put_messages(batch.iter_delivered(self.lane, count))
+            return
         last_seen = self._last_seen
         if batch.last_seq <= last_seen:
             return
@@ -290,6 +325,8 @@ class Subscriber(LaneFollowing, Reading):
         self._conn = None
         if self._closed:
             return
+        if self.kind.many and not self.lane and not self._lanes:
+            self._drop_queued()  # the hub gives them to the other consumers
         if self._reattach is None or self._reattach.done():
             log.info("subscription %r/%r: %s; re-subscribing", self.topic, self.name, reason)
             self._reattach = asyncio.get_running_loop().create_task(self._resubscribe())

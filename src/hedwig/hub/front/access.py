@@ -43,12 +43,16 @@ from hedwig.hub.reporting.denials import DenialReason
 from hedwig.hub.reporting.events import HubEvents
 from hedwig.metadata.acls import Operation
 from hedwig.protocol import (
+    Ack,
     Authenticate,
     Authenticated,
     CloseSubscription,
     Consume,
+    CreateSubscription,
     DeleteTopic,
     DescribeTopic,
+    JoinSubscription,
+    Nack,
     Ping,
     Publish,
     Read,
@@ -77,6 +81,13 @@ _NEEDS: dict[type, Operation] = {
     Consume: Operation.SUBSCRIBE,
     Unsubscribe: Operation.SUBSCRIBE,
     CloseSubscription: Operation.SUBSCRIBE,
+    # Joining a subscription as one of its consumers, and acknowledging or nacking what it
+    # was given: subscribing (the hub also refuses acknowledgements of messages the
+    # connection does not hold).
+    JoinSubscription: Operation.SUBSCRIBE,
+    CreateSubscription: Operation.SUBSCRIBE,
+    Ack: Operation.SUBSCRIBE,
+    Nack: Operation.SUBSCRIBE,
     Read: Operation.READ,
     TopicStats: Operation.DESCRIBE,
     ReleaseTopic: Operation.ADMIN,

@@ -37,16 +37,19 @@ from hedwig.errors import (
 from hedwig.hub.owning.dedup import RECENT, Known, PublisherTable
 from hedwig.hub.reporting.events import HubEvents, LossKind
 from hedwig.hub.serving.peer import Peer
-from hedwig.hub.serving.subscription import Subscription
-from hedwig.hub.serving.topic_subscriptions import TopicSubscriptions, keep_from_seq_of
+from hedwig.hub.serving.topic_subscriptions import Served, TopicSubscriptions, keep_from_seq_of
 from hedwig.ledger.topic_log import TopicLog
 from hedwig.metadata.managers import MetadataStore
 from hedwig.metadata.records import LedgerRange, TopicConfig, Version
 from hedwig.protocol import (
+    Ack,
     Batch,
     CloseReason,
+    CreateSubscription,
     DescribeTopic,
+    JoinSubscription,
     Messages,
+    Nack,
     Publish,
     Published,
     Read,
@@ -63,7 +66,7 @@ log = logging.getLogger(__name__)
 # Told (topic, why, text) when the topic's log fails under it.
 LostCallback = Callable[[str, LossKind, str], None]
 # What ``OwnedTopic.subscriptions`` is before its first subscription (never written to).
-_NONE: Mapping[str, Subscription] = MappingProxyType({})
+_NONE: Mapping[str, Served] = MappingProxyType({})
 
 
 class TopicState(Enum):
@@ -166,7 +169,7 @@ class OwnedTopic:
         return self._publisher_table
 
     @property
-    def subscriptions(self) -> Mapping[str, Subscription]:
+    def subscriptions(self) -> Mapping[str, Served]:
         """The subscriptions this owner has in memory, by name."""
         return _NONE if self._subs is None else self._subs.by_name
 
@@ -287,6 +290,30 @@ class OwnedTopic:
             )
         self.subs.consume(peer, subscriber, seq)
 
+    async def create_subscription(self, req: CreateSubscription) -> Subscribed:
+        self._check_open()
+        return await self.subs.create(req)
+
+    async def join(self, peer: Peer, req: JoinSubscription) -> Subscribed:
+        self._check_open()
+        answer = await self.subs.join(peer, req)
+        self.last_active_ms = self.context.clock.wall_ms()
+        return answer
+
+    def ack(self, peer: Peer, req: Ack) -> None:
+        self._check_serving(req.subscriber)
+        self.subs.ack(peer, req)
+
+    def nack(self, peer: Peer, req: Nack) -> None:
+        self._check_serving(req.subscriber)
+        self.subs.nack(peer, req)
+
+    def _check_serving(self, subscriber: str) -> None:
+        if self.state is not TopicState.OPEN:
+            raise NoSuchSubscriptionError(
+                f"topic {self.name!r} is not served here; join {subscriber!r} again"
+            )
+
     async def close_subscription(self, peer: Peer, subscriber: str) -> None:
         await self.subs.close(peer, subscriber)
 
@@ -385,8 +412,7 @@ class OwnedTopic:
         seen = self.publishers
         peers = set() if seen is None else set(seen) if isinstance(seen, set) else {seen}
         for sub in self.subscriptions.values():
-            if sub.peer is not None:
-                peers.add(sub.peer)
+            peers.update(sub.peers)
         return peers
 
     def _notify_moved(self, reason: str, peers: set[Peer] | None = None) -> None:

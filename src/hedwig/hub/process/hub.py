@@ -473,16 +473,17 @@ class Hub:
         served += [(t.name, t.subs.by_name) for t in self.fanout.delivering.values()]
         for name, subs in served:
             for sub in list(subs.values()):
-                peer = sub.peer
-                if isinstance(peer, ClientConnection) and not self.access.allowed(
-                    peer, Operation.SUBSCRIBE, name
-                ):
-                    sub.force_close(
-                        CloseReason.ACCESS_REVOKED,
-                        f"principal {peer.principal.name} may no longer subscribe to "
-                        f"topic {name!r}",
-                    )
-                    asyncio.get_running_loop().create_task(sub.flush())
+                for peer in sub.peers:  # a queue's consumers may be different principals
+                    if isinstance(peer, ClientConnection) and not self.access.allowed(
+                        peer, Operation.SUBSCRIBE, name
+                    ):
+                        sub.close_peer(
+                            peer,
+                            CloseReason.ACCESS_REVOKED,
+                            f"principal {peer.principal.name} may no longer subscribe to "
+                            f"topic {name!r}",
+                        )
+                        asyncio.get_running_loop().create_task(sub.flush())
 
     def _topics_changed(self) -> None:
         self.loops.topics_changed()

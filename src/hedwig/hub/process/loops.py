@@ -22,6 +22,7 @@ from hedwig.hub.owning.topic import TopicState
 from hedwig.hub.reporting.load import LoadTracker
 from hedwig.hub.reporting.metrics import HubMetrics
 from hedwig.hub.requests.moves import TopicMoves
+from hedwig.hub.serving.queue import QueueSubscription
 from hedwig.hub.spreading.fanout import FanOut
 from hedwig.hub.spreading.lanes import TopicLanes
 from hedwig.ledger.auditor import Auditor, AuditReport
@@ -425,6 +426,15 @@ class HubLoops:
             for sname, sub in d.subs.by_name.items()
         ]
         m.export_backlogs(backlogs, self.config.placement.load_report_topics)
+        served = [t.subscriptions for t in self.ownership.topics.values()]
+        served += [d.subs.by_name for d in fanout.delivering.values()]
+        queues = [
+            sub.stats()
+            for subs in served
+            for sub in subs.values()
+            if isinstance(sub, QueueSubscription)
+        ]
+        m.export_queues(queues, self.config.placement.load_report_topics)
         owned = self.ownership.topics
         listed = [t for t in self._listed if t in owned]
         if not listed and len(owned) <= self.config.placement.load_report_topics:

@@ -27,6 +27,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from hedwig.hub.reporting.denials import DENIAL_SERIES, DenialReason
 from hedwig.hub.reporting.events import LossKind
+from hedwig.hub.reporting.queue_stats import QueueStats
 from hedwig.metadata.managers import SessionState
 from hedwig.metadata.records import HubLoad, TopicLoad
 from hedwig.protocol.kinds import MoveKind
@@ -115,6 +116,38 @@ class HubMetrics:
             "hedwig_subscriber_backlog",
             "Messages published but not yet consumed, per subscription",
             ["topic", "subscriber"],
+            registry=r,
+        )
+        # Queues (subscriptions acknowledged message by message), as the owner serving each
+        # sees them since it took it: ``QueueStats``.
+        queue = ["topic", "subscriber"]
+        self.queue_consumers = Gauge(
+            "hedwig_queue_consumers", "Consumers attached, per queue", queue, registry=r
+        )
+        self.queue_unacked = Gauge(
+            "hedwig_queue_unacked",
+            "Messages delivered and not acknowledged, or waiting to be delivered again",
+            queue,
+            registry=r,
+        )
+        self.queue_redeliveries = Gauge(
+            "hedwig_queue_redeliveries",
+            "Deliveries of a message delivered before (nacked, timed out, given back), "
+            "since this hub serves the queue",
+            queue,
+            registry=r,
+        )
+        self.queue_dropped = Gauge(
+            "hedwig_queue_dropped",
+            "Messages acknowledged unprocessed past their last delivery, since this hub "
+            "serves the queue",
+            queue,
+            registry=r,
+        )
+        self.queue_oldest_unacked = Gauge(
+            "hedwig_queue_oldest_unacked_seconds",
+            "How long ago the oldest unacknowledged message was first delivered",
+            queue,
             registry=r,
         )
         self.topic_mode = Gauge(
@@ -265,6 +298,22 @@ class HubMetrics:
         self.subscriber_backlog.clear()
         for topic, subscriber, backlog in heapq.nlargest(top, backlogs, key=lambda b: b[2]):
             self.subscriber_backlog.labels(topic, subscriber).set(backlog)
+
+    def export_queues(self, queues: Iterable[QueueStats], top: int) -> None:
+        """The queue gauges for the ``top`` queues with most unacknowledged messages."""
+        gauges = (
+            self.queue_consumers,
+            self.queue_unacked,
+            self.queue_redeliveries,
+            self.queue_dropped,
+            self.queue_oldest_unacked,
+        )
+        for g in gauges:
+            g.clear()
+        for q in heapq.nlargest(top, queues, key=lambda q: q.unacked):
+            values = (q.consumers, q.unacked, q.redeliveries, q.dropped, q.oldest_unacked_s)
+            for g, v in zip(gauges, values, strict=True):
+                g.labels(q.topic, q.subscriber).set(v)
 
     # HubEvents ------------------------------------------------------------------------------
 

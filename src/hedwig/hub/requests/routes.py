@@ -30,9 +30,11 @@ from hedwig.hub.requests.storage import StorageRequests
 from hedwig.hub.requests.subscriptions import SubscriptionRequests
 from hedwig.hub.requests.topics import TopicRequests
 from hedwig.protocol import (
+    Ack,
     AddEntry,
     CloseSubscription,
     Consume,
+    CreateSubscription,
     DeleteLedger,
     DeleteTopic,
     DeliveryStats,
@@ -40,6 +42,8 @@ from hedwig.protocol import (
     DescribeTopic,
     FenceLedgers,
     HubAlive,
+    JoinSubscription,
+    Nack,
     Ping,
     Publish,
     Read,
@@ -123,6 +127,10 @@ class HubRequests:
                 route(Unsubscribe, s.unsubscribe),
                 route(CloseSubscription, s.close_subscription),
                 route(ResetSubscription, s.reset_subscription),
+                route(JoinSubscription, s.join),
+                route(CreateSubscription, s.create_subscription),
+                route(Ack, s.ack),
+                route(Nack, s.nack),
                 route(ReleaseTopic, m.release_topic),
             )
         )

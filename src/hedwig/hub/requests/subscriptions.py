@@ -1,4 +1,5 @@
-"""The subscription requests: attach, consume, close, delete and reset a subscription.
+"""The subscription requests: attach, consume, close, delete and reset a subscription; join
+one as one of its consumers and acknowledge or nack its messages one by one.
 
 Each finds the table it acts on through ``SubscriptionPlaces`` (the one seam that says where a
 subscription is served) and hands the request to it. A lane's name is served only as a lane
@@ -11,8 +12,12 @@ from hedwig.hub.front.server import ClientConnection
 from hedwig.hub.requests.places import SubscriptionPlaces
 from hedwig.hub.spreading.lanes import TopicLanes
 from hedwig.protocol import (
+    Ack,
     CloseSubscription,
     Consume,
+    CreateSubscription,
+    JoinSubscription,
+    Nack,
     Reply,
     ResetSubscription,
     Subscribe,
@@ -33,6 +38,28 @@ class SubscriptionRequests:
             conn, req.topic, req.subscriber, redirected=req.redirected, create=True
         )
         return await table.subscribe(conn, req)
+
+    async def join(self, conn: ClientConnection, req: JoinSubscription) -> Reply:
+        validate_name(req.subscriber, what="subscriber")
+        await self._lanes.check_name(req.topic)
+        table = await self._places.placed(
+            conn, req.topic, req.subscriber, redirected=req.redirected, create=True
+        )
+        return await table.join(conn, req)
+
+    async def create_subscription(self, conn: ClientConnection, req: CreateSubscription) -> Reply:
+        validate_name(req.subscriber, what="subscriber")
+        await self._lanes.check_name(req.topic)
+        table = await self._places.placed(
+            conn, req.topic, req.subscriber, redirected=req.redirected, create=True
+        )
+        return await table.create_subscription(req)
+
+    async def ack(self, conn: ClientConnection, req: Ack) -> None:
+        self._places.attached(conn, req.topic, req.subscriber).ack(conn, req)
+
+    async def nack(self, conn: ClientConnection, req: Nack) -> None:
+        self._places.attached(conn, req.topic, req.subscriber).nack(conn, req)
 
     def consume(self, conn: ClientConnection, req: Consume) -> None:
         self._places.attached(conn, req.topic, req.subscriber).consume(

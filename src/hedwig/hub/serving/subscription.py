@@ -86,6 +86,9 @@ class Subscription:
         self.topic = topic
         self.name = name
         self.preferences = data.preferences or SubscriptionPreferences()
+        # Written back whole where the store cannot update a part (the policy is never changed
+        # here, only carried).
+        self._policy = data.policy
         state = data.state or SubscriptionState()
         self.consumed_seq = state.consumed_seq
         self._created_ms = state.created_ms
@@ -122,6 +125,11 @@ class Subscription:
         )
 
     @property
+    def peers(self) -> tuple[Peer, ...]:
+        """The connection attached, if any (as a queue's several consumers are listed)."""
+        return () if self.peer is None else (self.peer,)
+
+    @property
     def backlog(self) -> int:
         return max(0, self._log.last_seq - self.consumed_seq)
 
@@ -142,6 +150,11 @@ class Subscription:
             self._task.cancel()
             self._task = None
         self.peer = None
+
+    def close_peer(self, peer: Peer, code: CloseReason, reason: str) -> None:
+        """Close the subscription on ``peer`` if it is the one attached."""
+        if self.peer is peer:
+            self.force_close(code, reason)
 
     def force_close(self, code: CloseReason, reason: str) -> None:
         if self.peer is not None:
@@ -201,7 +214,7 @@ class Subscription:
             data = (
                 SubscriptionData(None, state)
                 if subs.is_partial_update_supported()
-                else SubscriptionData(self.preferences, state)
+                else SubscriptionData(self.preferences, state, self._policy)
             )
             try:
                 self.version = await subs.update_subscription_data(

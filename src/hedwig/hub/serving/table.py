@@ -12,7 +12,15 @@ from __future__ import annotations
 from typing import Protocol
 
 from hedwig.hub.serving.peer import Peer
-from hedwig.protocol import ResetSubscription, Subscribe, Subscribed
+from hedwig.protocol import (
+    Ack,
+    CreateSubscription,
+    JoinSubscription,
+    Nack,
+    ResetSubscription,
+    Subscribe,
+    Subscribed,
+)
 
 
 class SubscriptionTable(Protocol):
@@ -22,6 +30,23 @@ class SubscriptionTable(Protocol):
 
     def consume(self, peer: Peer, subscriber: str, seq: int) -> None:
         """``peer``'s subscription has consumed everything up to ``seq``."""
+        ...
+
+    async def create_subscription(self, req: CreateSubscription) -> Subscribed:
+        """Create a subscription of a type with its delivery policy."""
+        ...
+
+    async def join(self, peer: Peer, req: JoinSubscription) -> Subscribed:
+        """Find or create a failover or shared subscription, and add ``peer`` as a consumer."""
+        ...
+
+    def ack(self, peer: Peer, req: Ack) -> None:
+        """``peer`` processed these messages of its subscription (``NotHeldError`` for any it
+        does not hold)."""
+        ...
+
+    def nack(self, peer: Peer, req: Nack) -> None:
+        """``peer`` did not process these messages: deliver them again."""
         ...
 
     async def close_subscription(self, peer: Peer, subscriber: str) -> None:

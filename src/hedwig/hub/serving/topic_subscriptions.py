@@ -4,7 +4,11 @@ deleting, describing and expiring them.
 Rules:
 
 - A subscription lives in the metadata store; the owner keeps the ones it has touched in
-  memory (``by_name``) with their consume marks, attached to at most one connection each.
+  memory (``by_name``) with their consume marks. An exclusive one (``Subscription``) is
+  attached to at most one connection; a failover or shared one (``QueueSubscription``) to
+  as many consumers as join it, each acknowledging its messages one by one. SUBSCRIBE
+  attaches only to the first kind, JOIN_SUBSCRIPTION only to the second, of the type it
+  names: a consumer never consumes cumulatively from a queue by mistake.
 - CREATE fails if the subscription exists, ATTACH if it does not, CREATE_OR_ATTACH does either;
   a concurrent create of the same one makes the loser attach to the winner's.
 - A reset moves the mark anywhere between before the first kept message and the end, writes
@@ -24,26 +28,37 @@ Rules:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 from hedwig.clock import Clock
 from hedwig.errors import (
+    InvalidRequestError,
     MetadataError,
     NoSuchSubscriptionError,
     SubscriptionBusyError,
     SubscriptionExistsError,
 )
+from hedwig.hub.serving.deliveries import checked_ranges
 from hedwig.hub.serving.peer import Peer
+from hedwig.hub.serving.policies import check_served, policy_of
+from hedwig.hub.serving.queue import QueueSubscription
+from hedwig.hub.serving.retention import keep_from_seq_of as keep_from_seq_of
 from hedwig.hub.serving.subscription import DeliveryLog, Subscription
 from hedwig.metadata.managers import MetadataStore
 from hedwig.metadata.records import (
+    DeliveryPolicy,
     SubscriptionData,
     SubscriptionPreferences,
     SubscriptionState,
+    SubscriptionType,
     Version,
 )
 from hedwig.protocol import (
+    Ack,
     CloseReason,
+    CreateSubscription,
+    JoinSubscription,
+    Nack,
     ResetTo,
     Subscribe,
     Subscribed,
@@ -55,6 +70,8 @@ from hedwig.settings import TopicSettings
 
 # How long a subscription handed to another hub keeps delivering here at most.
 HAND_OVER_OVERLAP_S = 2.0
+# A subscription served here: one exclusive consumer, or a queue's several.
+Served = Subscription | QueueSubscription
 # Hand-off overlaps under way, of every topic (the event loop keeps only weak references to
 # tasks; one set for all rather than an empty one per topic).
 _overlaps: set[asyncio.Task[None]] = set()
@@ -74,7 +91,7 @@ class TopicSubscriptions:
         on_delivered: Callable[[int, int], None],
     ) -> None:
         self.topic = topic
-        self.by_name: dict[str, Subscription] = {}
+        self.by_name: dict[str, Served] = {}
         self._log = log_
         self._store = store
         self._settings = settings
@@ -85,7 +102,7 @@ class TopicSubscriptions:
         # Other hubs may serve some of this topic's subscriptions (a fan-out plan).
         self.shared = False
         # Handed to another hub, still delivering here while their subscribers attach there.
-        self.leaving: dict[str, Subscription] = {}
+        self.leaving: dict[str, Served] = {}
 
     # attaching --------------------------------------------------------------------------------
 
@@ -95,6 +112,11 @@ class TopicSubscriptions:
         if leaving is not None:
             self._left(req.subscriber, leaving)  # back here before its hand-off was over
         sub = await self._find_or_create(req)
+        if isinstance(sub, QueueSubscription):
+            raise InvalidRequestError(
+                f"subscription {req.subscriber!r} of topic {self.topic!r} is "
+                f"{sub.policy.type.label}: join it as one of its consumers (JOIN_SUBSCRIPTION)"
+            )
         if (
             sub.peer is not None
             and sub.peer is not peer
@@ -111,8 +133,11 @@ class TopicSubscriptions:
         sub.attach(peer, prefs)
         return answer
 
-    async def _find_or_create(self, req: Subscribe) -> Subscription:
-        """The subscription ``req`` names, read from the store or created as its mode says."""
+    async def _find_or_create(
+        self, req: Subscribe | JoinSubscription, policy: DeliveryPolicy | None = None
+    ) -> Served:
+        """The subscription ``req`` names, read from the store or created as its mode says
+        (``policy``: what a new one gets; none, an exclusive one)."""
         while True:
             sub = await self._find(req.subscriber)
             if sub is not None:
@@ -124,9 +149,11 @@ class TopicSubscriptions:
             if req.mode is SubscribeMode.ATTACH:
                 raise self._missing(req.subscriber)
             now = self._clock.wall_ms()
+            bound = req.message_bound if isinstance(req, Subscribe) else 0
             data = SubscriptionData(
-                SubscriptionPreferences(req.message_window, req.message_bound),
+                SubscriptionPreferences(req.message_window, bound),
                 SubscriptionState(self._log.last_seq, now, now),
+                policy,
             )
             try:
                 version = await self._store.subscriptions.create_subscription_data(
@@ -139,7 +166,47 @@ class TopicSubscriptions:
             self._check_open()
             return self.by_name.get(req.subscriber) or self._make(req.subscriber, data, version)
 
-    async def _find(self, name: str) -> Subscription | None:
+    async def create(self, req: CreateSubscription) -> Subscribed:
+        """Create a subscription of a type and delivery policy, after the topic's end."""
+        policy = policy_of(req)
+        sub = await self._find_or_create(
+            JoinSubscription(
+                request_id=req.request_id,
+                topic=req.topic,
+                subscriber=req.subscriber,
+                type=req.type,
+                mode=SubscribeMode.CREATE,
+            ),
+            policy,
+        )
+        return Subscribed(
+            request_id=req.request_id, consumed_seq=sub.consumed_seq, last_seq=self._log.last_seq
+        )
+
+    async def join(self, peer: Peer, req: JoinSubscription) -> Subscribed:
+        """Attach ``peer`` as one more consumer of a failover or shared subscription."""
+        if not req.type.many:
+            raise InvalidRequestError(
+                "an exclusive subscription has one consumer: attach it with SUBSCRIBE"
+            )
+        check_served(req.type)
+        leaving = self.leaving.get(req.subscriber)
+        if leaving is not None:
+            self._left(req.subscriber, leaving)
+        sub = await self._find_or_create(req, DeliveryPolicy(req.type))
+        if not isinstance(sub, QueueSubscription) or sub.policy.type is not req.type:
+            kind = sub.policy.type if isinstance(sub, QueueSubscription) else None
+            raise InvalidRequestError(
+                f"subscription {req.subscriber!r} of topic {self.topic!r} is "
+                f"{(kind or SubscriptionType.EXCLUSIVE).label}, not {req.type.label}"
+            )
+        answer = Subscribed(
+            request_id=req.request_id, consumed_seq=sub.consumed_seq, last_seq=self._log.last_seq
+        )
+        sub.attach(peer, req.message_window)
+        return answer
+
+    async def _find(self, name: str) -> Served | None:
         sub = self.by_name.get(name)
         if sub is not None and not sub.lost:
             return sub
@@ -151,7 +218,24 @@ class TopicSubscriptions:
             sub = self._make(name, got.value, got.version)
         return sub
 
-    def _make(self, name: str, data: SubscriptionData, version: Version) -> Subscription:
+    def _make(self, name: str, data: SubscriptionData, version: Version) -> Served:
+        sub: Served
+        if data.type.many:
+            sub = QueueSubscription(
+                self.topic,
+                name,
+                data,
+                version,
+                log_=self._log,
+                store=self._store,
+                clock=self._clock,
+                settings=self._settings.queues,
+                batch_messages=self._settings.delivery_batch_messages,
+                on_lost=lambda why: self._lost(name, why),
+                on_delivered=self._on_delivered,
+            )
+            self.by_name[name] = sub
+            return sub
         sub = Subscription(
             self.topic,
             name,
@@ -199,6 +283,8 @@ class TopicSubscriptions:
         sub = self.by_name.pop(name, None)
         if sub is None:
             return False
+        if isinstance(sub, QueueSubscription):
+            return await sub.hand_over(hub, reason)
         peer = sub.peer
         if peer is None or peer.closed:
             sub.detach_quietly()
@@ -218,11 +304,11 @@ class TopicSubscriptions:
         task.add_done_callback(_overlaps.discard)
         return True
 
-    async def _overlap(self, name: str, sub: Subscription) -> None:
+    async def _overlap(self, name: str, sub: Served) -> None:
         await self._clock.sleep(HAND_OVER_OVERLAP_S)
         self._left(name, sub)
 
-    def _left(self, name: str, sub: Subscription) -> None:
+    def _left(self, name: str, sub: Served) -> None:
         """The overlap of a hand-off is over: stop delivering here."""
         if self.leaving.get(name) is sub:
             del self.leaving[name]
@@ -231,9 +317,9 @@ class TopicSubscriptions:
     def _missing(self, name: str) -> NoSuchSubscriptionError:
         return NoSuchSubscriptionError(f"no subscription {name!r} on topic {self.topic!r}")
 
-    def _attached(self, peer: Peer, name: str) -> Subscription:
+    def _attached(self, peer: Peer, name: str) -> Served:
         sub = self.by_name.get(name)
-        if sub is None or sub.peer is not peer:
+        if sub is None or peer not in sub.peers:
             raise NoSuchSubscriptionError(
                 f"subscription {name!r} on topic {self.topic!r} is not attached here"
             )
@@ -242,16 +328,17 @@ class TopicSubscriptions:
     def serves(self, peer: Peer, name: str) -> bool:
         """``name`` is attached here on ``peer`` (or still delivering there, handed over)."""
         sub = self.by_name.get(name)
-        if sub is not None and sub.peer is peer:
+        if sub is not None and peer in sub.peers:
             return True
         leaving = self.leaving.get(name)
         return leaving is not None and leaving.peer is peer
 
     def any_attached(self) -> bool:
-        return any(s.peer is not None and not s.peer.closed for s in self.by_name.values())
+        return any(not p.closed for s in self.by_name.values() for p in s.peers)
 
     def attached_count(self) -> int:
-        return sum(1 for s in self.by_name.values() if s.peer is not None and not s.peer.closed)
+        """Attached consumers (a queue counts each of its consumers)."""
+        return sum(1 for s in self.by_name.values() for p in s.peers if not p.closed)
 
     # consuming --------------------------------------------------------------------------------
 
@@ -270,12 +357,39 @@ class TopicSubscriptions:
             self._left(name, leaving)  # its subscriber attached at the next hub
             return
         sub = self._attached(peer, name)
-        sub.detach_quietly()
+        if isinstance(sub, QueueSubscription):
+            sub.detach_peer(peer)  # the others go on; what it held goes to them
+        else:
+            sub.detach_quietly()
         await sub.flush()
+
+    def ack(self, peer: Peer, req: Ack) -> None:
+        """``peer`` processed the messages ``req`` names (``NotHeldError`` for those it did
+        not hold: the others are acknowledged all the same)."""
+        sub = self._queue(peer, req.subscriber)
+        sub.ack(peer, checked_ranges(req.ranges)).check(self.topic, req.subscriber, "acknowledged")
+
+    def nack(self, peer: Peer, req: Nack) -> None:
+        """``peer`` did not process the messages ``req`` names: deliver them again."""
+        sub = self._queue(peer, req.subscriber)
+        outcome = sub.nack(peer, checked_ranges(req.ranges), req.delay_ms)
+        outcome.check(self.topic, req.subscriber, "nacked")
+
+    def _queue(self, peer: Peer, name: str) -> QueueSubscription:
+        sub = self._attached(peer, name)
+        if not isinstance(sub, QueueSubscription):
+            raise InvalidRequestError(
+                f"subscription {name!r} of topic {self.topic!r} is exclusive: it consumes "
+                "cumulatively (CONSUME), not message by message"
+            )
+        return sub
 
     def detach_peer(self, peer: Peer) -> None:
         for sub in self.by_name.values():
-            if sub.peer is peer:
+            if isinstance(sub, QueueSubscription):
+                if sub.detach_peer(peer):
+                    asyncio.get_running_loop().create_task(sub.flush())
+            elif sub.peer is peer:
                 sub.detach_quietly()
                 asyncio.get_running_loop().create_task(sub.flush())
         for name, sub in list(self.leaving.items()):
@@ -313,8 +427,11 @@ class TopicSubscriptions:
         """Delete the subscription (``peer``: the connection asking, which is not closed)."""
         sub = self.by_name.pop(name, None)
         if sub is not None:
-            if sub.peer is not peer:
-                sub.force_close(CloseReason.UNSUBSCRIBED, "unsubscribed by another connection")
+            for other in sub.peers:
+                if other is not peer:
+                    sub.close_peer(
+                        other, CloseReason.UNSUBSCRIBED, "unsubscribed by another connection"
+                    )
             sub.detach_quietly()
             version = sub.version
         else:
@@ -350,7 +467,7 @@ class TopicSubscriptions:
             active = state.last_active_ms or state.created_ms
             infos[name] = SubscriptionInfo(name, state.consumed_seq, False, active)
         for name, sub in self.by_name.items():
-            attached = sub.peer is not None and not sub.peer.closed
+            attached = any(not p.closed for p in sub.peers)
             infos[name] = SubscriptionInfo(name, sub.consumed_seq, attached, sub.last_active_ms)
         return tuple(infos[n] for n in sorted(infos))
 
@@ -375,14 +492,3 @@ class TopicSubscriptions:
             self._log.last_seq,
             (s.consumed_seq for s in self.by_name.values()),
         )
-
-
-async def keep_from_seq_of(
-    store: MetadataStore, topic: str, last_seq: int, attached: Iterable[int] = ()
-) -> int:
-    """The first sequence id some subscriber of ``topic`` still needs: the stored marks and
-    ``attached`` (the marks of subscribers attached here, maybe not stored yet)."""
-    subs = await store.subscriptions.read_subscriptions(topic)
-    marks = [v.value.state.consumed_seq for v in subs.values() if v.value.state is not None]
-    marks += attached
-    return (min(marks) if marks else last_seq) + 1

@@ -39,9 +39,13 @@ from hedwig.metadata.managers import MetadataStore
 from hedwig.metadata.plans import PlanMode, TopicPlan
 from hedwig.metadata.records import TopicConfig
 from hedwig.protocol import (
+    Ack,
     CloseReason,
+    CreateSubscription,
     DeliveryStats,
+    JoinSubscription,
     LanesChanged,
+    Nack,
     ResetSubscription,
     Subscribe,
     Subscribed,
@@ -77,6 +81,18 @@ class DeliveryTopic:
 
     def consume(self, peer: Peer, subscriber: str, seq: int) -> None:
         self.subs.consume(peer, subscriber, seq)
+
+    async def create_subscription(self, req: CreateSubscription) -> Subscribed:
+        return await self.subs.create(req)
+
+    async def join(self, peer: Peer, req: JoinSubscription) -> Subscribed:
+        return await self.subs.join(peer, req)
+
+    def ack(self, peer: Peer, req: Ack) -> None:
+        self.subs.ack(peer, req)
+
+    def nack(self, peer: Peer, req: Nack) -> None:
+        self.subs.nack(peer, req)
 
     async def close_subscription(self, peer: Peer, subscriber: str) -> None:
         await self.subs.close(peer, subscriber)
@@ -246,8 +262,9 @@ class FanOut:
             self._lanes_told.pop(topic, None)
         event = LanesChanged(topic=topic, generation=plan.generation if plan else 0)
         for sub in subs.by_name.values():
-            if sub.peer is not None and not sub.peer.closed:
-                sub.peer.send(event)
+            for peer in sub.peers:
+                if not peer.closed:
+                    peer.send(event)
 
     def _apply_later(self, topic: str, delay_s: float) -> None:
         async def later() -> None:

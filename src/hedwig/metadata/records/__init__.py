@@ -10,7 +10,9 @@ Each record serialises to compact JSON (``to_json``) and back (``from_json``), t
   of it did (``TopicClaim``);
 - ``ledgers``: a topic's ledgers (``LedgerRanges``) and each ledger's metadata
   (``LedgerMetadata``);
-- ``subscriptions``: a subscription's preferences and state (``SubscriptionData``);
+- ``subscriptions``: a subscription's preferences, state and policy (``SubscriptionData``);
+- ``queueing``: a subscription's type and delivery policy (``SubscriptionType``,
+  ``DeliveryPolicy``);
 - ``encoding``: the JSON, read and written by ``msgspec``.
 
 Every record is importable from here, as from the single module this package once was.
@@ -18,6 +20,7 @@ Every record is importable from here, as from the single module this package onc
 
 from hedwig.metadata.records.hubs import HubInfo, HubLoad, HubStatus, TopicLoad
 from hedwig.metadata.records.ledgers import LedgerMetadata, LedgerRange, LedgerRanges, LedgerState
+from hedwig.metadata.records.queueing import DeliveryPolicy
 from hedwig.metadata.records.subscriptions import (
     SubscriptionData,
     SubscriptionPreferences,
@@ -25,11 +28,13 @@ from hedwig.metadata.records.subscriptions import (
 )
 from hedwig.metadata.records.topics import NO_CONFIG, ReplicationConfig, TopicClaim, TopicConfig
 from hedwig.metadata.records.versions import ANY_VERSION, NEW_VERSION, Version, Versioned
+from hedwig.protocol.kinds import SubscriptionType
 
 __all__ = [
     "ANY_VERSION",
     "NEW_VERSION",
     "NO_CONFIG",
+    "DeliveryPolicy",
     "HubInfo",
     "HubLoad",
     "HubStatus",
@@ -41,6 +46,7 @@ __all__ = [
     "SubscriptionData",
     "SubscriptionPreferences",
     "SubscriptionState",
+    "SubscriptionType",
     "TopicClaim",
     "TopicConfig",
     "TopicLoad",

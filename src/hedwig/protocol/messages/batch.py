@@ -121,9 +121,9 @@ class Batch:
             raw=data,
         )
 
-    def iter_delivered(self, lane: int = 0) -> Iterator[DeliveredMessage]:
+    def iter_delivered(self, lane: int = 0, deliveries: int = 1) -> Iterator[DeliveredMessage]:
         """Its messages with their places in the topic (or in ``lane`` of it), made one at a
-        time."""
+        time (``deliveries``: how often the hub has delivered them)."""
         messages = self.messages
         if messages.uniform and messages.largest is not None:
             return iter_uniform(
@@ -133,9 +133,10 @@ class Batch:
                 self.publish_time_ms,
                 self.publisher_id,
                 lane,
+                deliveries,
             )
         return iter_delivered(
-            self.payload, self.first_seq, self.publish_time_ms, self.publisher_id, lane
+            self.payload, self.first_seq, self.publish_time_ms, self.publisher_id, lane, deliveries
         )
 
     def delivered(self) -> list[DeliveredMessage]:

@@ -34,6 +34,9 @@ class DeliveredMessage(NamedTuple):
     # The lane it came from (``hedwig.metadata.plans``): 0 for a topic not served by lanes.
     # ``seq`` is its place in that lane; a subscriber consumes per lane.
     lane: int = 0
+    # How many times the hub has delivered it, this time included: 1 but for a subscription
+    # acknowledged message by message, whose messages come again after a nack or a timeout.
+    delivery_count: int = 1
 
     @property
     def message(self) -> Message:
@@ -44,7 +47,12 @@ _new_tuple = tuple.__new__
 
 
 def iter_delivered(
-    payload: bytes, first_seq: int, publish_time_ms: int, publisher_id: str, lane: int = 0
+    payload: bytes,
+    first_seq: int,
+    publish_time_ms: int,
+    publisher_id: str,
+    lane: int = 0,
+    deliveries: int = 1,
 ) -> Iterator[DeliveredMessage]:
     """A checked batch's messages as delivered, one at a time as they are asked for.
 
@@ -81,12 +89,21 @@ def iter_delivered(
                 found.append((name, payload[pos : pos + hv]))
                 pos += hv
             headers = tuple(found)
-        yield new(DeliveredMessage, (seq, publish_time_ms, publisher_id, value, key, headers, lane))
+        yield new(
+            DeliveredMessage,
+            (seq, publish_time_ms, publisher_id, value, key, headers, lane, deliveries),
+        )
         seq += 1
 
 
 def iter_uniform(
-    payload: bytes, size: int, first_seq: int, publish_time_ms: int, publisher_id: str, lane: int
+    payload: bytes,
+    size: int,
+    first_seq: int,
+    publish_time_ms: int,
+    publisher_id: str,
+    lane: int,
+    deliveries: int = 1,
 ) -> Iterator[DeliveredMessage]:
     """``iter_delivered`` for a batch checked to hold messages of ``size`` bytes without keys
     or headers: each value is a slice at a fixed stride, nothing to read first."""
@@ -96,5 +113,14 @@ def iter_uniform(
     ):
         yield new(
             DeliveredMessage,
-            (seq, publish_time_ms, publisher_id, payload[start : start + size], None, (), lane),
+            (
+                seq,
+                publish_time_ms,
+                publisher_id,
+                payload[start : start + size],
+                None,
+                (),
+                lane,
+                deliveries,
+            ),
         )

@@ -1,0 +1,64 @@
+"""``hedwig subscription create``'s type and delivery policy options: ``--type
+shared|key-shared|failover|exclusive``, ``--ack-timeout 30s``, ``--max-deliveries 5``,
+``--backoff 1s,10s,60s``. An exclusive subscription with none of them is made as before
+(SUBSCRIBE); any other goes through CREATE_SUBSCRIPTION, and the hub checks the policy."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+from hedwig.errors import UsageError
+from hedwig.metadata.records.queueing import parse_duration_ms
+from hedwig.protocol import SubscriptionType
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    type: SubscriptionType
+    ack_timeout_s: float = 30.0
+    max_deliveries: int = 0
+    backoff_s: tuple[float, ...] = ()
+
+
+def add_policy_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--type",
+        default="exclusive",
+        metavar="TYPE",
+        help="exclusive (one consumer, cumulative), failover, shared or key-shared",
+    )
+    p.add_argument(
+        "--ack-timeout",
+        metavar="DURATION",
+        help="a message unacknowledged this long after delivery comes again (default 30s)",
+    )
+    p.add_argument(
+        "--max-deliveries",
+        type=int,
+        metavar="N",
+        help="past N deliveries a message is dropped and counted (default: no limit)",
+    )
+    p.add_argument(
+        "--backoff",
+        metavar="D1,D2,...",
+        help="waits before delivery 2, 3, ... of a nacked or timed-out message (e.g. 1s,10s,60s)",
+    )
+
+
+def policy_from(args: argparse.Namespace) -> Policy | None:
+    """The policy the options ask for; ``None`` for a plain exclusive subscription."""
+    kind = SubscriptionType.parse(args.type)
+    asked = args.ack_timeout is not None or args.max_deliveries is not None or args.backoff
+    if not kind.many:
+        if asked:
+            raise UsageError(
+                "an exclusive subscription consumes cumulatively: --ack-timeout, "
+                "--max-deliveries and --backoff need --type failover, shared or key-shared"
+            )
+        return None
+    timeout = parse_duration_ms(args.ack_timeout) if args.ack_timeout is not None else 30_000
+    steps = (
+        tuple(parse_duration_ms(t) / 1000 for t in args.backoff.split(",")) if args.backoff else ()
+    )
+    return Policy(kind, timeout / 1000, args.max_deliveries or 0, steps)

@@ -1,0 +1,44 @@
+"""One consumer of a shared or failover subscription, as its own process, so a test can kill
+it with SIGKILL in the middle of a message: ``python -m tests.failure.queue_consumer HUBS TOPIC
+SUBSCRIPTION TYPE [WORK_S]`` (``WORK_S``: seconds each message takes, default
+``WORK_S``). It prints one line per delivery (``D seq count time key value``, the
+time ``time.monotonic``'s, which every process on the machine shares) before it works on the
+message, and one per acknowledgement sent (``A seq``), flushed at once: what the
+process saw survives it."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+
+from hedwig.client import HedwigClient, RetryPolicy, SubscriptionType
+
+# What "processing" a message costs: long enough that a kill lands inside one.
+WORK_S = 0.002
+
+
+async def main(
+    hubs: list[str], topic: str, name: str, kind: SubscriptionType, work_s: float
+) -> None:
+    out = sys.stdout
+    async with HedwigClient(hubs, retry=RetryPolicy(deadline_s=60)) as client:
+        sub = await client.subscribe(topic, name, type=kind, message_window=50)
+        out.write("READY\n")
+        out.flush()
+        async for m in sub:
+            key = m.key.decode() if m.key is not None else "-"
+            out.write(
+                f"D {m.seq} {m.delivery_count} {time.monotonic():.6f} {key} {m.value.decode()}\n"
+            )
+            out.flush()
+            await asyncio.sleep(work_s)
+            sub.ack(m)
+            out.write(f"A {m.seq}\n")
+            out.flush()
+
+
+if __name__ == "__main__":
+    hubs_, topic_, name_, kind_ = sys.argv[1:5]
+    work = float(sys.argv[5]) if len(sys.argv) > 5 else WORK_S
+    asyncio.run(main(hubs_.split(","), topic_, name_, SubscriptionType.parse(kind_), work))

@@ -1,0 +1,191 @@
+"""Consumers of a shared subscription as processes, and the checker of what they saw.
+
+Each consumer (``queue_consumer``) prints every delivery with its delivery count and every
+acknowledgement it sent. After the faults the topic's log is read back, the subscription's
+mark is awaited at the log's end (the owner's own word that everything is acknowledged), and
+the history is checked (``check_queue``):
+
+1. nothing is lost: the subscription's mark reaches the end of the log (every message
+   acknowledged; dead letters, once they exist, will count as acknowledged there too);
+2. every delivery is a message of the log, at its sequence id;
+3. a message is given out again only as a redelivery: per message, no two deliveries carry
+   the same count, except after an owner's crash, which may forget the last attempt (then
+   the repeats are counted and reported, not refused);
+4. the redeliveries are counted: a consumer killed mid-message, a hub killed, a nack or a
+   timeout each explain some, and the report says how many;
+5. for key-shared (``per_key``): in the order of the machine's clock, each key's messages
+   were handed out in log order, but for messages handed out again (a delivery of a message
+   below one already handed out for its key is a redelivery, allowed only when that message
+   was delivered before).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hedwig.client import HedwigClient, RetryPolicy
+from hedwig.protocol import SubscriptionType
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class QueueHistory:
+    # (consumer, seq, count, value) in the order each consumer printed them.
+    delivered: list[tuple[int, int, int, str]] = field(default_factory=list)
+    # (time, consumer, seq, key) of each delivery of a keyed message.
+    keyed: list[tuple[float, int, int, str]] = field(default_factory=list)
+    acked: Counter[int] = field(default_factory=Counter)
+    log: list[tuple[int, bytes]] = field(default_factory=list)
+    mark: int = 0
+    killed: int = 0
+
+    @property
+    def redeliveries(self) -> int:
+        return sum(1 for _, _, count, _ in self.delivered if count > 1)
+
+
+class Consumer:
+    """A consumer process and what it printed."""
+
+    def __init__(
+        self,
+        index: int,
+        hubs: list[str],
+        topic: str,
+        name: str,
+        kind: SubscriptionType,
+        work_s: float = 0.002,
+    ) -> None:
+        self.index = index
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.failure.queue_consumer",
+                ",".join(hubs),
+                topic,
+                name,
+                kind.label,
+                str(work_s),
+            ],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        self.lines: list[str] = []
+        self._reader = asyncio.get_running_loop().run_in_executor(None, self._read)
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    async def ready(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while "READY" not in self.lines:
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise AssertionError(f"consumer {self.index} did not start")
+            await asyncio.sleep(0.05)
+
+    def kill(self) -> None:
+        self.proc.kill()
+
+    async def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(10)
+        await self._reader
+
+    def record(self, history: QueueHistory) -> None:
+        for line in self.lines:
+            kind, _, rest = line.partition(" ")
+            if kind == "D":
+                seq, count, at, key, value = rest.split(" ", 4)
+                history.delivered.append((self.index, int(seq), int(count), value))
+                if key != "-":
+                    history.keyed.append((float(at), self.index, int(seq), key))
+            elif kind == "A":
+                history.acked[int(rest)] += 1
+
+
+async def settle(
+    hubs: list[str], topic: str, name: str, timeout: float = 60.0
+) -> tuple[list[tuple[int, bytes]], int]:
+    """The topic's log, and the subscription's mark once it reaches the log's end (or where it
+    stood at ``timeout``)."""
+    async with HedwigClient(hubs, retry=RetryPolicy(deadline_s=60)) as c:
+        info = await c.topic_info(topic)
+        out: list[tuple[int, bytes]] = []
+        seq = 0
+        while not out or out[-1][0] < info.last_seq:
+            msgs = await c.read(topic, seq, max_messages=5000)
+            for batch in msgs.batches:
+                for m in batch.delivered():
+                    if not out or m.seq > out[-1][0]:
+                        out.append((m.seq, m.value))
+            seq = out[-1][0] + 1 if out else 1
+        deadline = time.monotonic() + timeout
+        mark = 0
+        while time.monotonic() < deadline:
+            desc = await c.describe_topic(topic)
+            mark = next((s.consumed_seq for s in desc.subscriptions if s.name == name), 0)
+            if mark >= info.last_seq:
+                break
+            await asyncio.sleep(0.2)
+        return out, mark
+
+
+def check_queue(history: QueueHistory, *, owner_crashed: bool, per_key: bool = False) -> list[str]:
+    """The problems found (empty: the history holds); raises on any of them but repeated
+    counts after an owner's crash, which it returns for the report."""
+    problems: list[str] = []
+    last = history.log[-1][0] if history.log else 0
+    if history.mark < last:
+        problems.append(
+            f"lost: the subscription's mark stopped at {history.mark}, the log ends at {last}"
+        )
+    at = {seq: value.decode() for seq, value in history.log}
+    strangers = [(s, v) for _, s, _, v in history.delivered if at.get(s) != v]
+    if strangers:
+        problems.append(
+            f"{len(strangers)} deliveries are not the log's message there, e.g. {strangers[0]}"
+        )
+    counts: dict[int, list[int]] = defaultdict(list)
+    for _, seq, count, _ in history.delivered:
+        counts[seq].append(count)
+    repeated = {s: c for s, c in counts.items() if len(c) != len(set(c))}
+    notes: list[str] = []
+    if repeated:
+        example = next(iter(repeated.items()))
+        line = f"{len(repeated)} messages delivered twice with one count, e.g. {example}"
+        (notes if owner_crashed else problems).append(line)
+    never = [s for s, _ in history.log if s not in counts]
+    if never and history.mark < last:
+        problems.append(f"{len(never)} messages never delivered, e.g. {never[:5]}")
+    if per_key:
+        problems += _key_order(history)
+    assert not problems, "\n".join(problems)
+    return notes
+
+
+def _key_order(history: QueueHistory) -> list[str]:
+    problems: list[str] = []
+    seen: dict[str, int] = {}
+    delivered_before: set[int] = set()
+    for _, consumer, seq, key in sorted(history.keyed):
+        high = seen.get(key, 0)
+        if seq < high and seq not in delivered_before:
+            problems.append(f"key {key}: {seq} handed out after {high}, to consumer {consumer}")
+        seen[key] = max(high, seq)
+        delivered_before.add(seq)
+    return problems[:10]

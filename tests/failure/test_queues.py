@@ -1,0 +1,100 @@
+"""A shared subscription under faults: three consumer processes share it while publishers
+run, and one consumer, then the topic's owner, is killed with SIGKILL. The history is checked
+by ``queue_history.check_queue`` (nothing lost, nothing given out twice but as a counted
+redelivery) and the publishers' by ``history.check``."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from hedwig.devcluster.cluster import DevCluster
+from hedwig.protocol import SubscriptionType
+from tests.cluster_helpers import owner_of
+from tests.failure.clusters import SESSION
+from tests.failure.history import Workload, check
+from tests.failure.queue_history import Consumer, QueueHistory, check_queue, settle
+
+pytestmark = pytest.mark.integration
+log = logging.getLogger(__name__)
+
+TOPIC = "q/jobs"
+SUB = "workers"
+
+
+async def run(
+    cluster: DevCluster,
+    fault: Callable[[list[Consumer]], Awaitable[None]],
+    *,
+    owner_crashed: bool = False,
+    after: float = 4.0,
+    kind: SubscriptionType = SubscriptionType.SHARED,
+) -> QueueHistory:
+    hubs = cluster.addresses
+    # The first is slow (50 ms a message): it always holds messages when a fault kills it.
+    consumers = [Consumer(i, hubs, TOPIC, SUB, kind, 0.05 if i == 0 else 0.002) for i in range(3)]
+    for c in consumers:
+        await c.ready()
+    keyed = kind is SubscriptionType.KEY_SHARED
+    work = Workload(hubs, [TOPIC], publishers=2, subscribers=0, rate=150, keys=16 if keyed else 0)
+    await work.start()
+    await asyncio.sleep(2.0)
+    await fault(consumers)
+    await asyncio.sleep(after)
+    published = await work.finish()
+    check(published)
+    history = QueueHistory()
+    history.log, history.mark = await settle(hubs, TOPIC, SUB)
+    for c in consumers:
+        await c.stop()
+        c.record(history)
+    notes = check_queue(history, owner_crashed=owner_crashed, per_key=keyed)
+    log.info(
+        "%d messages, %d deliveries (%d of a message delivered before), %d counted "
+        "redeliveries, %s",
+        len(history.log),
+        len(history.delivered),
+        len(history.delivered) - len({seq for _, seq, _, _ in history.delivered}),
+        history.redeliveries,
+        notes or "no repeated counts",
+    )
+    return history
+
+
+async def test_a_consumer_killed_mid_message_and_one_joining(cluster: DevCluster) -> None:
+    async def fault(consumers: list[Consumer]) -> None:
+        consumers[0].kill()
+        await asyncio.sleep(1.0)
+        joined = Consumer(3, cluster.addresses, TOPIC, SUB, SubscriptionType.SHARED)
+        await joined.ready()
+        consumers.append(joined)
+
+    history = await run(cluster, fault)
+    assert history.redeliveries >= 1  # what the killed one held went to the others
+    assert {i for i, _, _, _ in history.delivered} >= {1, 2, 3}
+
+
+async def test_the_owner_killed_under_load(cluster: DevCluster) -> None:
+    async def fault(consumers: list[Consumer]) -> None:
+        owner = await owner_of(cluster.zk, cluster.region, TOPIC)
+        assert owner is not None
+        cluster.hub_at(owner).kill()
+
+    await run(cluster, fault, owner_crashed=True, after=SESSION + 5)
+
+
+async def test_key_shared_order_through_a_consumer_killed_and_one_joining(
+    cluster: DevCluster,
+) -> None:
+    async def fault(consumers: list[Consumer]) -> None:
+        consumers[0].kill()
+        await asyncio.sleep(1.0)
+        joined = Consumer(3, cluster.addresses, TOPIC, SUB, SubscriptionType.KEY_SHARED)
+        await joined.ready()
+        consumers.append(joined)
+
+    history = await run(cluster, fault, kind=SubscriptionType.KEY_SHARED)
+    assert history.keyed

@@ -1,0 +1,117 @@
+"""A queue's consumers on secured hubs: joining one needs ``subscribe``, an acknowledgement is
+refused to a principal without it and to a connection that does not hold the message, and
+revoking one principal's permission closes its consumers only."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from hedwig.client import SubscriptionType
+from hedwig.errors import DeadlineExceededError, ForbiddenError, NotHeldError
+from hedwig.metadata.acls import AclRule, Operation, PatternType
+from hedwig.protocol import Ack, Nack, SeqRange
+from tests.security.conftest import SecureRegion
+from tests.security.test_authorization import grant, revoke, settled
+
+SHARED = SubscriptionType.SHARED
+
+
+def rule(who: str, *ops: Operation) -> AclRule:
+    return AclRule(who, frozenset(ops), name="jobs.", pattern=PatternType.PREFIX)
+
+
+async def test_joining_and_acknowledging_need_subscribe_and_the_message(
+    secure: SecureRegion,
+) -> None:
+    await grant(
+        secure, "admin", AclRule("admin", frozenset(Operation), name="", pattern=PatternType.PREFIX)
+    )
+    await grant(secure, "alice", rule("alice", Operation.SUBSCRIBE))
+    await grant(secure, "carol", rule("carol", Operation.SUBSCRIBE))
+    await grant(secure, "mallory", rule("mallory", Operation.DESCRIBE))
+    await settled(secure)
+    async with (
+        secure.client(security=secure.security(token_for="admin")) as admin,
+        secure.client(security=secure.security(token_for="alice")) as alice,
+        secure.client(security=secure.security(token_for="carol")) as carol,
+        secure.client(security=secure.security(token_for="mallory")) as mallory,
+    ):
+        await admin.publish("jobs.a", b"created")
+        worker = await alice.subscribe("jobs.a", "pool", type=SHARED, message_window=10)
+        with pytest.raises(ForbiddenError, match="mallory may not subscribe"):
+            await mallory.subscribe("jobs.a", "pool", type=SHARED)
+        other = await carol.subscribe("jobs.a", "pool", type=SHARED, message_window=10)
+        await admin.publish("jobs.a", b"work")
+        try:
+            m = await worker.next(3)
+            held_by = worker
+        except DeadlineExceededError:
+            m = await other.next(3)
+            held_by = other
+        thief = carol if held_by is worker else alice
+        owner = (
+            secure.hubs[0].address
+            if secure.hubs[0].topics.topics.get("jobs.a")
+            else secure.hubs[1].address
+        )
+        conn = await thief.connection(owner)
+        for frame in (
+            Ack(
+                request_id=conn.next_id(),
+                topic="jobs.a",
+                subscriber="pool",
+                ranges=(SeqRange(m.seq, m.seq),),
+            ),
+            Nack(
+                request_id=conn.next_id(),
+                topic="jobs.a",
+                subscriber="pool",
+                delay_ms=0,
+                ranges=(SeqRange(m.seq, m.seq),),
+            ),
+        ):
+            with pytest.raises(NotHeldError):
+                await conn.request(frame)
+        mconn = await mallory.connection(owner)
+        with pytest.raises(ForbiddenError, match="mallory may not subscribe"):
+            await mconn.request(
+                Ack(
+                    request_id=mconn.next_id(),
+                    topic="jobs.a",
+                    subscriber="pool",
+                    ranges=(SeqRange(m.seq, m.seq),),
+                )
+            )
+        held_by.ack(m)  # the holder's own acknowledgement still counts
+        await asyncio.sleep(0.1)
+        assert held_by.not_held == 0
+
+
+async def test_revoking_one_principal_closes_its_consumers_only(secure: SecureRegion) -> None:
+    await grant(
+        secure, "admin", AclRule("admin", frozenset(Operation), name="", pattern=PatternType.PREFIX)
+    )
+    await grant(secure, "alice", rule("alice", Operation.SUBSCRIBE))
+    await grant(secure, "carol", rule("carol", Operation.SUBSCRIBE))
+    await settled(secure)
+    async with (
+        secure.client(security=secure.security(token_for="admin")) as admin,
+        secure.client(security=secure.security(token_for="alice")) as alice,
+        secure.client(security=secure.security(token_for="carol")) as carol,
+    ):
+        await admin.publish("jobs.b", b"created")
+        a = await alice.subscribe("jobs.b", "pool", type=SHARED, message_window=1)
+        c = await carol.subscribe("jobs.b", "pool", type=SHARED, message_window=1)
+        await revoke(secure, "alice")
+        with pytest.raises(ForbiddenError, match="no longer subscribe"):
+            await a.next(5)
+        for i in range(3):
+            await admin.publish("jobs.b", b"%d" % i)
+        got = []
+        for _ in range(3):
+            m = await c.next(5)
+            got.append(m.value)
+            c.ack(m)
+        assert got == [b"0", b"1", b"2"]
