@@ -24,6 +24,7 @@ from hedwig.metadata.etcd import watches as etcd_watches
 from hedwig.metadata.etcd.wire import put
 from hedwig.metadata.records import NEW_VERSION, LedgerMetadata
 from tests import scratch
+from tests.bundle_conformance import BundleConformance
 from tests.cluster_helpers import hedwig
 from tests.ledger_id_crash import ledger_ids_stay_unique_through_a_crash
 from tests.metadata_conformance import MetadataConformance
@@ -49,7 +50,7 @@ async def other(etcd_server: EtcdServer, region: str) -> AsyncIterator[MetadataS
     await s.close()
 
 
-class TestEtcdStore(MetadataConformance):
+class TestEtcdStore(MetadataConformance, BundleConformance):
     async def expire(self, store: MetadataStore) -> None:
         """Expire the lease the way an etcd operator would: revoke it from outside."""
         assert isinstance(store, EtcdMetadataStore)
