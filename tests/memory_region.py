@@ -15,7 +15,7 @@ from typing import Any
 
 from hedwig.client import HedwigClient, RetryPolicy
 from hedwig.clock import Clock
-from hedwig.hub import Hub, HubConfig
+from hedwig.hub import BundleSettings, Hub, HubConfig
 from hedwig.ledger.remote import RemoteStorage
 from hedwig.metadata.memory import MemoryBackend, MemoryMetadataStore
 from hedwig.net import MemoryNetwork
@@ -30,6 +30,8 @@ class Region:
     backend: MemoryBackend
     hubs: list[Hub] = field(default_factory=list)
     dirs: list[str] = field(default_factory=list)
+    # Every hub's bundle settings (``None``: topics owned one by one).
+    bundles: BundleSettings | None = None
 
     async def add_hub(
         self, replication: str = "2/2/2", *, clock: Clock | None = None, **settings: Any
@@ -51,6 +53,7 @@ class Region:
             store=MemoryMetadataStore(self.backend, "mem"),
             network=self.network,
             clock=clock,
+            bundles=self.bundles,
         )
         await hub.start()
         self.hubs.append(hub)
@@ -107,9 +110,11 @@ class ToldOrder:
         self.order.append(i)
 
 
-async def memory_region(hubs: int = 2, **settings: Any) -> AsyncIterator[Region]:
+async def memory_region(
+    hubs: int = 2, *, bundles: BundleSettings | None = None, **settings: Any
+) -> AsyncIterator[Region]:
     """A region of ``hubs`` hubs in memory, stopped and cleaned up afterwards."""
-    r = Region(MemoryNetwork(), MemoryBackend())
+    r = Region(MemoryNetwork(), MemoryBackend(), bundles=bundles)
     for _ in range(hubs):
         await r.add_hub(**settings)
     try:

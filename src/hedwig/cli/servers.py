@@ -15,7 +15,7 @@ from dataclasses import fields
 from hedwig.cli.output import Progress
 from hedwig.devcluster.zookeeper import ZooKeeperServer
 from hedwig.errors import HedwigError
-from hedwig.hub import serve
+from hedwig.hub import BundleSettings, serve
 from hedwig.hub.config import HubConfig
 from hedwig.net.loop import install_uvloop
 from hedwig.placement import POLICIES, PlacementPolicy
@@ -79,6 +79,21 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
             p.add_argument(flag, dest=f.name, choices=POLICIES, help=text)
         else:
             p.add_argument(flag, dest=f.name, type=_converter(kind), help=text)
+    # The bundle settings, a group of their own (``hedwig.hub.owning.bundle_settings``).
+    p.add_argument(
+        "--bundles",
+        dest="bundles",
+        action=argparse.BooleanOptionalAction,
+        help="own topics by bundle (hash ranges of topic names), one owner record per bundle; "
+        "every hub of a region alike (env HEDWIG_BUNDLES; default False)",
+    )
+    p.add_argument(
+        "--initial-bundles",
+        dest="initial_bundles",
+        type=int,
+        help="bundles a region's map starts with, a power of two "
+        "(env HEDWIG_INITIAL_BUNDLES; default 32)",
+    )
     p.set_defaults(func=run_hub)
 
 
@@ -166,12 +181,16 @@ def run_hub(args: argparse.Namespace) -> int:
         given = {f.name: getattr(args, f.name, None) for f in fields(HubConfig)}
         given.pop("rebalance", None)
         config = HubConfig.from_env(**given)
+        bundles = BundleSettings.from_env(
+            enabled=getattr(args, "bundles", None),
+            initial_bundles=getattr(args, "initial_bundles", None),
+        )
     except HedwigError as exc:
         print(f"hedwig hub: {exc}", file=sys.stderr)
         return 2
     install_uvloop()
     try:
-        asyncio.run(serve(config))
+        asyncio.run(serve(config, bundles))
     except HedwigError as exc:
         print(f"hedwig hub: {exc}", file=sys.stderr)
         return 1

@@ -23,6 +23,7 @@ below it (``pyproject.toml``'s import-linter layers):
 """
 
 from hedwig.hub.config import HubConfig
+from hedwig.hub.owning.bundle_settings import BundleSettings
 from hedwig.hub.process.hub import Hub, serve
 
-__all__ = ["Hub", "HubConfig", "serve"]
+__all__ = ["BundleSettings", "Hub", "HubConfig", "serve"]

@@ -38,6 +38,7 @@ from hedwig.hub.config import HubConfig
 from hedwig.metadata.managers import MetadataStore
 from hedwig.metadata.records import HubStatus
 from hedwig.placement import PlacementPolicy, choose_hub
+from hedwig.placement.bundles import ring_place
 from hedwig.placement.choice import TOPIC_FLOOR, hub_load
 
 # How long a placement decision for an unowned topic holds (a client follows a redirect in a
@@ -223,6 +224,20 @@ class HubChoices:
         if chosen is not None and chosen != self.address:
             self.assign(topic, chosen)
         return chosen
+
+    async def bundle_place(self, bundle: str) -> str | None:
+        """The hub that should claim unowned ``bundle`` (``hedwig.placement.bundles``): its
+        place on the consistent-hash ring of the alive hubs, drained hubs left out, and hubs
+        this one cannot reach too unless none is left; ``None``: none alive."""
+        hubs = await self._alive(HUBS_FRESH_S)
+        drained = self.drained()
+        alive = [h for h in hubs if h.alive and h.address not in drained]
+        reachable = [
+            h.address
+            for h in alive
+            if h.address == self.address or not self.unreachable(h.storage_id)
+        ]
+        return ring_place(bundle, reachable or [h.address for h in alive])
 
     async def keeps(self, topic: str) -> bool:
         """Whether ``owner_for`` would answer this hub for ``topic`` by the local rule, asked

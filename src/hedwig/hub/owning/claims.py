@@ -18,6 +18,16 @@ The rules (``hedwig.hub.owning.ownership`` holds the topics once claimed):
 A topic this call created has nothing yet (no owner, configuration or ledgers): its claim skips
 reading them. While claims make their topics (a wave of first publishes), each brings the
 topic's first ledger along in its own request.
+
+With bundles on (``hedwig.hub.owning.bundles``) the owner is the topic's bundle's:
+
+1. The bundle owned here: the topic is loaded (created first if publishing or subscribing
+   asks for one that does not exist) and taken over, with no owner record of its own.
+2. Owned by another hub, as known here: redirect there.
+3. Unowned and the request not redirected: the bundle's place on the consistent-hash ring of
+   the alive hubs (``HubChoices.bundle_place``); another hub's place, redirect there.
+4. Unowned and redirected here (or placed here): claim the bundle; lost to another hub,
+   redirect there; won, go on as in 1.
 """
 
 from __future__ import annotations
@@ -32,6 +42,7 @@ from hedwig.errors import (
     NotResponsibleError,
     ServiceUnavailableError,
 )
+from hedwig.hub.owning.bundles import HubBundles
 from hedwig.hub.owning.choices import HubChoices
 from hedwig.hub.owning.takeover import FirstLog
 from hedwig.hub.owning.topic import OwnedTopic
@@ -73,6 +84,7 @@ class ClaimRules:
         me: Callable[[], HubInfo],
         first_log: Callable[[str], Awaitable[FirstLog | None]],
         take_over: Callable[[str, TopicClaim, FirstLog | None], Awaitable[OwnedTopic]],
+        bundles: HubBundles | None = None,
     ) -> None:
         self._store = store
         self._choices = choices
@@ -81,6 +93,7 @@ class ClaimRules:
         self._me = me  # this hub's address and epoch, as they are now
         self._first_log = first_log
         self._take_over = take_over
+        self._bundles = bundles  # owning by bundle (``None``: topic by topic)
         # How often lately a first request here for a topic this hub does not serve found it
         # unowned (an average, newest weighing ``UNOWNED_WEIGHT``): claims go first while
         # most do (``CLAIM_FIRST``).
@@ -90,6 +103,8 @@ class ClaimRules:
         self._claims_create = True
 
     async def resolve(self, topic: str, redirected: bool, create: bool) -> OwnedTopic:
+        if self._bundles is not None:
+            return await self._resolve_by_bundle(self._bundles, topic, redirected, create)
         # A topic this call created has nothing yet (no owner, configuration or ledgers): its
         # claim skips reading them, three store round trips of about nine. It is created
         # together with its owner record (``claim_topic``: one request, not two or three);
@@ -183,6 +198,38 @@ class ClaimRules:
                 continue
             return await self._take_over(topic, TopicClaim(version, new=fresh), None)
         raise ServiceUnavailableError(f"topic {topic!r}: its ownership is changing")
+
+    async def _resolve_by_bundle(
+        self, bundles: HubBundles, topic: str, redirected: bool, create: bool
+    ) -> OwnedTopic:
+        me = self._me().address
+        bundle = (await bundles.current_map()).bundle_of(topic)
+        owner = await bundles.owner_of(bundle)
+        if owner is None:
+            place = None if redirected else await self._choices.bundle_place(bundle.name)
+            if place is not None and place != me:
+                self._redirect(topic)
+                raise NotResponsibleError(
+                    f"topic {topic!r} is in bundle {bundle.name}, placed on {place}", owner=place
+                )
+            owner = await bundles.claim(bundle)
+        if owner is None:
+            raise ServiceUnavailableError(f"bundle {bundle.name}: its ownership is changing")
+        if owner != me:
+            self._redirect(topic)
+            raise NotResponsibleError(
+                f"topic {topic!r} is in bundle {bundle.name}, owned by {owner}", owner=owner
+            )
+        if create:
+            fresh = await self._store.topics.ensure_topic(topic)
+        elif not await self._store.topics.topic_exists(topic):
+            raise NoSuchTopicError(f"topic {topic!r} does not exist")
+        else:
+            fresh = False
+        version = bundles.owned.get(bundle.name)
+        if version is None:  # lost while the topic was looked up
+            raise ServiceUnavailableError(f"bundle {bundle.name}: its ownership is changing")
+        return await self._take_over(topic, TopicClaim(version, new=fresh), None)
 
     def _found_unowned(self, unowned: bool) -> None:
         """One more request for a topic this hub does not serve found it ``unowned`` (or not)."""

@@ -29,6 +29,7 @@ from hedwig.hub.front.acl_watch import AclWatcher, NoAclWatch
 from hedwig.hub.front.admission import OpenDoor
 from hedwig.hub.front.server import ClientConnection, HubFrontEnd
 from hedwig.hub.front.tls import GivenNetwork, HubNetworks, HubTls
+from hedwig.hub.owning.bundle_settings import BundleSettings
 from hedwig.hub.owning.choices import HubChoices
 from hedwig.hub.owning.ownership import TopicOwnership
 from hedwig.hub.owning.peers import HubDialer, PeerDirectory
@@ -81,6 +82,7 @@ class Hub:
         network: Network | None = None,
         clock: Clock | None = None,
         rng: random.Random | None = None,
+        bundles: BundleSettings | None = None,
     ) -> None:
         self.config = config
         self.clock = clock or SystemClock()
@@ -129,6 +131,7 @@ class Hub:
             events=self.metrics,
             choices=self.choices,
             on_change=self._topics_changed,
+            bundles=bundles,
         )
         self.witnesses = SessionWitnesses(
             directory=self.directory,
@@ -480,9 +483,9 @@ class Hub:
         return (config.replication or self.config.replication_config).ensemble
 
 
-async def serve(config: HubConfig) -> None:
+async def serve(config: HubConfig, bundles: BundleSettings | None = None) -> None:
     """Run a hub until SIGTERM or SIGINT, then stop it gracefully."""
-    hub = Hub(config)
+    hub = Hub(config, bundles=bundles)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

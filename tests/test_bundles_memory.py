@@ -1,0 +1,127 @@
+"""Hubs that own topics by bundle (``BundleSettings.enabled``), in memory: one owner record per
+bundle and none per topic, every topic served by its bundle's owner whichever hub a client
+asks, a dead owner's bundles taken over with nothing acknowledged lost, and a stopping hub's
+bundles released after its logs are closed."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+import pytest
+
+from hedwig.client import HedwigClient
+from hedwig.errors import UsageError
+from hedwig.hub import BundleSettings, Hub
+from hedwig.hub.owning.choices import HUBS_CACHE_S
+from hedwig.metadata.bundles import BundleMap
+from hedwig.metadata.memory import MemoryMetadataStore
+from tests.memory_region import FAST_RETRY, Region, memory_region
+
+BUNDLES = BundleSettings(enabled=True, initial_bundles=8)
+TOPICS = [f"b/{i}" for i in range(60)]
+
+
+async def values(client: HedwigClient, topic: str) -> list[bytes]:
+    answer = await client.read(topic, 1, max_messages=1_000)
+    return [m.value for b in answer.batches for m in b.delivered()]
+
+
+async def owners_by_bundle(region: Region) -> dict[str, str]:
+    store = region.hubs[0].store
+    return {n: o.value.address for n, o in (await store.bundles.bundle_owners()).items()}
+
+
+async def the_map(region: Region) -> BundleMap:
+    got = await region.hubs[0].store.bundles.read_bundle_map()
+    assert got is not None
+    return got.value
+
+
+def owner_of(region: Region, topic: str, hubs: list[Hub]) -> Hub:
+    owner = region.owner_among(topic, hubs)
+    assert owner is not None, topic
+    return owner
+
+
+async def test_topics_are_owned_by_their_bundles_owner_with_no_record_of_their_own() -> None:
+    async for region in memory_region(3, bundles=BUNDLES):
+        async with region.client() as c:
+            await asyncio.gather(*(c.publish(t, b"a") for t in TOPICS))
+        store = region.hubs[0].store
+        assert [await store.ownership.read_owner_info(t) for t in TOPICS] == [None] * len(TOPICS)
+        m = await the_map(region)
+        assert len(m) == 8 and m.generation == 0
+        owners = await owners_by_bundle(region)
+        assert set(owners) <= {b.name for b in m.bundles}
+        for t in TOPICS:
+            assert owner_of(region, t, region.hubs).address == owners[m.bundle_of(t).name]
+        # Spread by the ring over the three hubs, not all on the first one asked.
+        assert len(set(owners.values())) >= 2
+        # A client that knows one hub only reaches every topic through its redirects.
+        for hub in region.hubs:
+            async with HedwigClient([hub.address], network=region.network, retry=FAST_RETRY) as c:
+                assert await values(c, TOPICS[7]) == [b"a"]
+
+
+async def test_a_dead_owners_bundles_are_taken_over_with_nothing_lost() -> None:
+    async for region in memory_region(3, bundles=BUNDLES):
+        async with region.client() as c:
+            await asyncio.gather(*(c.publish(t, b"a") for t in TOPICS))
+        owners = await owners_by_bundle(region)
+        victim = region.hub_at(Counter(owners.values()).most_common(1)[0][0])
+        lost = {t for t in TOPICS if t in victim.topics.topics}
+        assert lost
+        # Killed: unreachable, and its session over in the store.
+        store = victim.store
+        assert isinstance(store, MemoryMetadataStore)
+        region.network.freeze(victim.address)
+        store.disconnect()
+        store.expire()
+        await asyncio.sleep(HUBS_CACHE_S + 0.1)  # the others see it gone from the registry
+        rest = [h for h in region.hubs if h is not victim]
+        async with HedwigClient(
+            [h.address for h in rest], network=region.network, retry=FAST_RETRY
+        ) as c:
+            await asyncio.gather(*(c.publish(t, b"b") for t in TOPICS))
+            for t in TOPICS:
+                assert await values(c, t) == [b"a", b"b"], t
+        after = await owners_by_bundle(region)
+        assert victim.address not in after.values()
+        m = await the_map(region)
+        for t in lost:
+            assert owner_of(region, t, rest).address == after[m.bundle_of(t).name]
+        region.network.thaw(victim.address)
+        store.reconnect()
+
+
+async def test_a_stopping_hub_releases_its_bundles_after_closing_its_logs() -> None:
+    async for region in memory_region(3, bundles=BUNDLES):
+        async with region.client() as c:
+            await asyncio.gather(*(c.publish(t, b"a") for t in TOPICS))
+        leaving = region.hubs[1]
+        mine = {n for n, h in (await owners_by_bundle(region)).items() if h == leaving.address}
+        assert mine
+        await leaving.stop()
+        region.hubs.remove(leaving)
+        assert not set(await owners_by_bundle(region)) & mine
+        stay = region.hubs[0]
+        async with HedwigClient([stay.address], network=region.network, retry=FAST_RETRY) as c:
+            for t in TOPICS:
+                await c.publish(t, b"b")
+                assert await values(c, t) == [b"a", b"b"]
+        assert set((await owners_by_bundle(region)).values()) <= {h.address for h in region.hubs}
+
+
+def test_the_settings_come_from_flags_over_variables_and_refuse_bad_values() -> None:
+    assert BundleSettings.from_env({}) == BundleSettings()
+    env = {"HEDWIG_BUNDLES": "yes", "HEDWIG_INITIAL_BUNDLES": "64"}
+    assert BundleSettings.from_env(env) == BundleSettings(enabled=True, initial_bundles=64)
+    assert BundleSettings.from_env(env, enabled=False, initial_bundles=4) == BundleSettings(
+        enabled=False, initial_bundles=4
+    )
+    for bad in ({"HEDWIG_BUNDLES": "maybe"}, {"HEDWIG_INITIAL_BUNDLES": "x"}):
+        with pytest.raises(UsageError):
+            BundleSettings.from_env(bad)
+    with pytest.raises(UsageError):
+        BundleSettings(initial_bundles=12)
