@@ -120,8 +120,42 @@ def test_the_settings_come_from_flags_over_variables_and_refuse_bad_values() -> 
     assert BundleSettings.from_env(env, enabled=False, initial_bundles=4) == BundleSettings(
         enabled=False, initial_bundles=4
     )
-    for bad in ({"HEDWIG_BUNDLES": "maybe"}, {"HEDWIG_INITIAL_BUNDLES": "x"}):
+    assert BundleSettings.from_env({"HEDWIG_UNLOAD_IDLE_S": "2.5"}).unload_idle_s == 2.5
+    for bad in (
+        {"HEDWIG_BUNDLES": "maybe"},
+        {"HEDWIG_INITIAL_BUNDLES": "x"},
+        {"HEDWIG_UNLOAD_IDLE_S": "soon"},
+        {"HEDWIG_UNLOAD_IDLE_S": "0"},
+    ):
         with pytest.raises(UsageError):
             BundleSettings.from_env(bad)
     with pytest.raises(UsageError):
         BundleSettings(initial_bundles=12)
+
+
+async def test_idle_topics_are_unloaded_and_loaded_again_whole_on_their_next_request() -> None:
+    async for region in memory_region(3, bundles=BUNDLES):
+        async with region.client() as c:
+            watched = TOPICS[3]
+            sub = await c.subscribe(watched, "s")
+            await asyncio.gather(*(c.publish(t, b"a") for t in TOPICS))
+            assert (await sub.next(5)).value == b"a"
+            loaded = sum(len(h.topics.topics) for h in region.hubs)
+            assert loaded == len(TOPICS)
+            unloaded = sum([await h.topics.unload_idle(0) for h in region.hubs])
+            # Every topic but the one a subscriber is attached to.
+            assert unloaded == len(TOPICS) - 1
+            assert [t for h in region.hubs for t in h.topics.topics] == [watched]
+            owners = await owners_by_bundle(region)
+            m = await the_map(region)
+            await asyncio.gather(*(c.publish(t, b"b") for t in TOPICS))
+            for t in TOPICS:
+                assert await values(c, t) == [b"a", b"b"], t
+                # Loaded again by its bundle's owner: the bundles stayed where they were.
+                assert owner_of(region, t, region.hubs).address == owners[m.bundle_of(t).name]
+            assert (await sub.next(5)).value == b"b"
+        # Topic by topic, nothing is unloaded.
+    async for region in memory_region(2):
+        async with region.client() as c:
+            await c.publish("one", b"a")
+        assert [await h.topics.unload_idle(0) for h in region.hubs] == [0, 0]

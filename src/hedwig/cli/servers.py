@@ -94,6 +94,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="bundles a region's map starts with, a power of two "
         "(env HEDWIG_INITIAL_BUNDLES; default 32)",
     )
+    p.add_argument(
+        "--unload-idle",
+        dest="unload_idle_s",
+        type=float,
+        help="seconds; by bundle, a topic nobody published to or attached to this long is "
+        "unloaded, and loaded again by its next request (env HEDWIG_UNLOAD_IDLE_S; default 300)",
+    )
     p.set_defaults(func=run_hub)
 
 
@@ -184,6 +191,7 @@ def run_hub(args: argparse.Namespace) -> int:
         bundles = BundleSettings.from_env(
             enabled=getattr(args, "bundles", None),
             initial_bundles=getattr(args, "initial_bundles", None),
+            unload_idle_s=getattr(args, "unload_idle_s", None),
         )
     except HedwigError as exc:
         print(f"hedwig hub: {exc}", file=sys.stderr)

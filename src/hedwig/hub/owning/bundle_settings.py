@@ -17,8 +17,12 @@ from hedwig.errors import UsageError
 from hedwig.metadata.bundles import DEFAULT_BUNDLES, MAX_BUNDLES
 
 # The environment variables of the settings, as the hub's flags' are named
-# (``docs/operations.md``): ``HEDWIG_BUNDLES``, ``HEDWIG_INITIAL_BUNDLES``.
-ENV = {"enabled": "HEDWIG_BUNDLES", "initial_bundles": "HEDWIG_INITIAL_BUNDLES"}
+# (``docs/operations.md``).
+ENV = {
+    "enabled": "HEDWIG_BUNDLES",
+    "initial_bundles": "HEDWIG_INITIAL_BUNDLES",
+    "unload_idle_s": "HEDWIG_UNLOAD_IDLE_S",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,8 +33,16 @@ class BundleSettings:
     # map's equal ranges stay equal when split in halves). 32, Pulsar's 5.0 default: enough
     # for three hubs to share evenly, few enough that each holds many topics.
     initial_bundles: int = DEFAULT_BUNDLES
+    # Seconds a topic of an owned bundle stays loaded with nobody publishing or attached:
+    # then it is let go (its ledger closed, its state dropped) and loaded again by the next
+    # request. Five minutes: a topic used less often pays a take-over (a few milliseconds,
+    # and a new ledger) per use; one used more often stays loaded, so an idle topic costs
+    # memory only while it is in use.
+    unload_idle_s: float = 300.0
 
     def __post_init__(self) -> None:
+        if self.unload_idle_s <= 0:
+            raise UsageError(f"unload idle: seconds above 0, got {self.unload_idle_s}")
         n = self.initial_bundles
         if n < 1 or n > MAX_BUNDLES or n & (n - 1):
             raise UsageError(f"initial bundles: a power of two from 1 to {MAX_BUNDLES}, got {n}")
@@ -42,9 +54,10 @@ class BundleSettings:
         *,
         enabled: bool | None = None,
         initial_bundles: int | None = None,
+        unload_idle_s: float | None = None,
     ) -> BundleSettings:
-        """Defaults, then ``HEDWIG_BUNDLES`` and ``HEDWIG_INITIAL_BUNDLES``, then the
-        arguments given (flags); ``UsageError`` for a value that is not one."""
+        """Defaults, then the variables (``ENV``), then the arguments given (flags);
+        ``UsageError`` for a value that is not one."""
         env = os.environ if environ is None else environ
         if enabled is None and (raw := env.get(ENV["enabled"])) is not None:
             if raw.lower() not in ("1", "true", "yes", "on", "0", "false", "no", "off", ""):
@@ -55,7 +68,16 @@ class BundleSettings:
                 initial_bundles = int(raw)
             except ValueError as exc:
                 raise UsageError(f"{ENV['initial_bundles']}={raw!r}: {exc}") from exc
+        if unload_idle_s is None and (raw := env.get(ENV["unload_idle_s"])):
+            try:
+                unload_idle_s = float(raw)
+            except ValueError as exc:
+                raise UsageError(f"{ENV['unload_idle_s']}={raw!r}: {exc}") from exc
+        defaults = cls()
         return cls(
             enabled=bool(enabled),
-            initial_bundles=DEFAULT_BUNDLES if initial_bundles is None else initial_bundles,
+            initial_bundles=defaults.initial_bundles
+            if initial_bundles is None
+            else initial_bundles,
+            unload_idle_s=defaults.unload_idle_s if unload_idle_s is None else unload_idle_s,
         )

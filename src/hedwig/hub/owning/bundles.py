@@ -65,7 +65,7 @@ class HubBundles:
         on_lost: Callable[[Bundle, str | None], None],
     ) -> None:
         self._store = store
-        self._settings = settings
+        self.settings = settings
         self._me = me  # this hub's address and epoch, as its records name it
         self._on_lost = on_lost  # told (bundle, new owner or None) when one is no longer ours
         self.map: BundleMap | None = None
@@ -101,7 +101,7 @@ class HubBundles:
         changes = self._map_changes
         got = await self._store.bundles.read_bundle_map(watch=self._map_changed)
         if got is None:
-            first = BundleMap.uniform(self._settings.initial_bundles)
+            first = BundleMap.uniform(self.settings.initial_bundles)
             with contextlib.suppress(BadVersionError):  # another hub made it first
                 await self._store.bundles.write_bundle_map(first, NEW_VERSION)
                 log.info("made the region's bundle map: %d bundles", len(first))

@@ -388,6 +388,31 @@ class TopicOwnership:
         self._changed()
         return True
 
+    async def unload_idle(self, idle_ms: int) -> int:
+        """By bundle: let go (``release``, no owner record to delete) every topic nobody
+        published to or attached to for ``idle_ms``, ``RELEASES_AT_ONCE`` at a time: its
+        ledger is closed and its consume marks flushed, and the next request loads it again.
+        How many went. Topic by topic, nothing (a topic let go would be placed afresh)."""
+        if self.bundles is None:
+            return 0
+        names = [
+            name
+            for name, owned in self.topics.items()
+            if owned.state is TopicState.OPEN
+            and (idle := owned.idle_for_ms()) is not None
+            and idle >= idle_ms
+        ]
+        done = 0
+        for i in range(0, len(names), RELEASES_AT_ONCE):
+            group = names[i : i + RELEASES_AT_ONCE]
+            released = await asyncio.gather(
+                *(self.release(n, "idle: unloaded") for n in group), return_exceptions=True
+            )
+            done += sum(1 for r in released if r is True)
+        if done:
+            log.info("unloaded %d idle topics", done)
+        return done
+
     async def delete(self, topic: str, *, force: bool, expired: bool = False) -> None:
         """Delete an owned topic: close it (its subscribers told it is deleted, its publishers
         that it moved), then its ledgers, then its records, owner record last."""

@@ -320,7 +320,11 @@ class HubLoops:
         subscription nobody attached to or consumed from for ``subscription_expiry_ms``; a topic
         with no subscription left that nobody published to or attached to for
         ``inactive_topic_expiry_ms``. Both off unless configured. And a topic nobody published
-        to or attached to for ``CACHE_IDLE_MS`` lets the batches it kept in memory go."""
+        to or attached to for ``CACHE_IDLE_MS`` lets the batches it kept in memory go. By
+        bundle, a topic idle for ``BundleSettings.unload_idle_s`` is unloaded."""
+        bundles = self.ownership.bundles
+        if bundles is not None:
+            await self.ownership.unload_idle(int(bundles.settings.unload_idle_s * 1000))
         async for owned in in_turns(list(self.ownership.topics.values())):
             if owned.state is not TopicState.OPEN:
                 continue
