@@ -19,6 +19,14 @@ other hubs (after the hold too, until it answers again: it is tried last), which
 it the owner until its session ends and a new owner claims the topic. A client cut off from
 a healthy owner therefore waits, visibly, for as long as the partition lasts: the hubs cannot
 hand the topic to another owner while the owner is alive.
+
+**The region's other hubs.** The first hub the client reaches is asked which hubs the region
+has (DESCRIBE_REGION); those it was not given are kept apart (``region_hubs``) and used only
+when every hub it was given is held off as unreachable, so a client given one hub (``hedwig
+pub --hub H``) whose hub dies goes on through the survivors, which redirect it to each topic's
+new owner, while one whose hubs answer routes exactly as before. The list is asked for again
+at the next connection after a hub fails to answer (hubs come and go); a hub of an earlier
+version, which does not know the request, is not asked again.
 """
 
 from __future__ import annotations
@@ -44,7 +52,15 @@ from hedwig.errors import (
 )
 from hedwig.net.connection import HubConnection
 from hedwig.net.transport import Network
-from hedwig.protocol import Event, Reply, Request, SubscriptionMoved, TopicMoved
+from hedwig.protocol import (
+    DescribeRegion,
+    Event,
+    Region,
+    Reply,
+    Request,
+    SubscriptionMoved,
+    TopicMoved,
+)
 from hedwig.security.credentials import Credentials
 
 # Redirects followed for one attempt before backing off (a topic whose owner keeps changing).
@@ -107,6 +123,12 @@ class Router:
         self._unreachable: dict[str, float] = {}
         # Failures in a row per hub (connection lost, gone silent, or not opened).
         self._failures: dict[str, int] = {}
+        # The region's hubs this client was not given, as the last DESCRIBE_REGION named
+        # them: a fallback while every given hub is held off (see the module's docstring).
+        self.region_hubs: list[str] = []
+        self._next_region_hub = 0
+        self._ask_region = True
+        self._asking: asyncio.Task[None] | None = None
 
     # connections ------------------------------------------------------------------------------
 
@@ -142,7 +164,27 @@ class Router:
         self._conns[address] = conn
         self._failures.pop(address, None)
         fut.set_result(conn)
+        if self._ask_region and self._asking is None:
+            self._asking = asyncio.get_running_loop().create_task(self._learn_region(conn))
         return conn
+
+    async def _learn_region(self, conn: HubConnection) -> None:
+        """Ask ``conn``'s hub for the region's hubs (once, until a hub fails to answer)."""
+        try:
+            answer = await conn.request(
+                DescribeRegion(request_id=conn.next_id()), timeout=self.request_timeout_s
+            )
+        except ConnectionLostError:
+            return  # asked again at the next connection
+        except HedwigError:
+            self._ask_region = False  # a hub that does not know the request
+            return
+        finally:
+            self._asking = None
+        self._ask_region = False
+        if isinstance(answer, Region):
+            given = set(self.hubs)
+            self.region_hubs = [h for h in answer.hubs if h and h not in given]
 
     def close(self) -> None:
         for conn in list(self._conns.values()):
@@ -195,6 +237,14 @@ class Router:
             if not self._failures.get(candidate):
                 return candidate
             suspect = suspect or candidate
+        # Every given hub held off: the region's others, if any answers (see the docstring).
+        for _ in range(len(self.region_hubs)):
+            self._next_region_hub = (self._next_region_hub + 1) % len(self.region_hubs)
+            candidate = self.region_hubs[self._next_region_hub]
+            if not self.unreachable(candidate):
+                if not self._failures.get(candidate):
+                    return candidate
+                suspect = suspect or candidate
         if suspect is not None:
             return suspect
         return self.hubs[next(self._next_hub)]  # none is known to answer: try anyway
@@ -214,6 +264,7 @@ class Router:
             return  # one outage: the requests that fail with it do not lengthen the hold
         n = self._failures.get(address, 0) + 1
         self._failures[address] = n
+        self._ask_region = True  # hubs come and go: ask again at the next connection
         hold = min(UNREACHABLE_S * 2 ** (n - 1), UNREACHABLE_MAX_S)
         self._unreachable[address] = self.clock.monotonic() + hold
 

@@ -63,6 +63,7 @@ from hedwig.protocol.plan_frames import (
     SubscriptionMoved,
     TailTopic,
 )
+from hedwig.protocol.region_frames import DescribeRegion, Region
 from hedwig.protocol.security_frames import Authenticate, Authenticated
 from hedwig.protocol.status import Status, error_from_frame
 from hedwig.protocol.storage_frames import (
@@ -100,6 +101,7 @@ __all__ = [
     "DeliveredMessage",
     "DeliveryStats",
     "DescribeLanes",
+    "DescribeRegion",
     "DescribeTopic",
     "EncodedMessage",
     "EncodedMessages",
@@ -129,6 +131,7 @@ __all__ = [
     "ReadEntry",
     "ReadLac",
     "RefusedFrame",
+    "Region",
     "ReleaseTopic",
     "Reply",
     "Request",

@@ -43,6 +43,7 @@ from hedwig.protocol.plan_frames import (
     SubscriptionMoved,
     TailTopic,
 )
+from hedwig.protocol.region_frames import DescribeRegion, Region
 from hedwig.protocol.schema import FrameBase
 from hedwig.protocol.security_frames import Authenticate, Authenticated
 from hedwig.protocol.storage_frames import (
@@ -87,6 +88,7 @@ Request = (
     | TailTopic
     | DeliveryStats
     | DescribeLanes
+    | DescribeRegion
 )
 # What a hub answers a request with.
 Reply = (
@@ -103,6 +105,7 @@ Reply = (
     | HubAliveAnswer
     | Authenticated
     | Lanes
+    | Region
 )
 # What a hub pushes unasked.
 Event = Deliver | TopicMoved | SubscriptionForcedClosed | SubscriptionMoved | LanesChanged
@@ -144,6 +147,7 @@ FRAME_TYPES: tuple[type[FrameBase], ...] = (
     TailTopic,
     DeliveryStats,
     DescribeLanes,
+    DescribeRegion,
     Ok,
     Published,
     Subscribed,
@@ -156,6 +160,7 @@ FRAME_TYPES: tuple[type[FrameBase], ...] = (
     HubAliveAnswer,
     Authenticated,
     Lanes,
+    Region,
     Error,
     Deliver,
     TopicMoved,

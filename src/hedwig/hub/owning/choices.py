@@ -225,6 +225,13 @@ class HubChoices:
             self.assign(topic, chosen)
         return chosen
 
+    async def alive_hubs(self) -> list[str]:
+        """The client addresses of the region's alive hubs (a list at most ``HUBS_CACHE_S``
+        old), this hub first: what DESCRIBE_REGION answers."""
+        hubs = await self._alive()
+        others = sorted(h.address for h in hubs if h.alive and h.address != self.address)
+        return [self.address, *others]
+
     async def bundle_place(self, bundle: str) -> str | None:
         """The hub that should claim unowned ``bundle`` (``hedwig.placement.bundles``): its
         place on the consistent-hash ring of the alive hubs, drained hubs left out, and hubs
