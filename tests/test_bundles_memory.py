@@ -159,3 +159,29 @@ async def test_idle_topics_are_unloaded_and_loaded_again_whole_on_their_next_req
         async with region.client() as c:
             await c.publish("one", b"a")
         assert [await h.topics.unload_idle(0) for h in region.hubs] == [0, 0]
+
+
+async def test_a_joining_hub_takes_its_bundles_from_the_ring_with_every_history_whole() -> None:
+    async for region in memory_region(2, bundles=BundleSettings(enabled=True, initial_bundles=16)):
+        async with region.client() as c:
+            await asyncio.gather(*(c.publish(t, b"a") for t in TOPICS))
+            joined = await region.add_hub()
+            await asyncio.sleep(HUBS_CACHE_S + 0.1)  # every hub sees it in the registry
+            moved = [m for h in region.hubs[:2] for m in await h.loops.balance_bundles_once()]
+            assert moved and {move.destination for move in moved} == {joined.address}
+            owners = await owners_by_bundle(region)
+            # The moved bundles are no longer their sources' (the destination claims each at
+            # its clients' first request).
+            assert all(owners.get(move.bundle) != move.source for move in moved)
+            await asyncio.gather(*(c.publish(t, b"b") for t in TOPICS))
+            for t in TOPICS:
+                assert await values(c, t) == [b"a", b"b"], t
+        owners = await owners_by_bundle(region)
+        bmap = await the_map(region)
+        took = {move.bundle for move in moved}
+        assert took <= {n for n, h in owners.items() if h == joined.address}
+        for t in TOPICS:
+            if bmap.bundle_of(t).name in took:
+                assert owner_of(region, t, region.hubs) is joined
+        # Applied, the policy asks for nothing more.
+        assert [x for h in region.hubs for x in await h.loops.balance_bundles_once()] == []

@@ -25,6 +25,11 @@ The rules kept:
   share one. A record in the way that names this hub with an older epoch is a leftover of its
   previous session: deleted (at its version), then claimed again. One naming this hub and
   this epoch is a claim whose answer was lost: taken as won.
+- **A hand-off** (``hand_off``, then the owner lets the bundle's loaded topics go naming the
+  destination, then deletes the record) holds the bundle for its destination for
+  ``HANDOFF_HOLD_S``: requests for its topics here are sent there, even redirected ones,
+  rather than claimed back (a client redirected here just before would else undo the move).
+  The hold ends early once the listing shows the destination owning it.
 - **Losing the session** (``forget_all``) forgets every owned bundle: their records went with
   the session. **Stopping** (``release_all``) deletes the records, after the topics have been
   let go, so the next owners find every log closed.
@@ -37,6 +42,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 
+from hedwig.clock import Clock
 from hedwig.errors import BadVersionError, HedwigError, MetadataError, NoTopicOwnerInfoError
 from hedwig.hub.owning.bundle_settings import BundleSettings
 from hedwig.metadata.bundles import Bundle, BundleMap
@@ -48,6 +54,9 @@ log = logging.getLogger(__name__)
 # Tries of a bundle's claim when records in the way go meanwhile (a leftover deleted, a
 # holder's record gone between the claim and its read).
 CLAIM_TRIES = 3
+# How long a bundle handed over is kept for its destination (the destination claims it at its
+# clients' first redirected request, within a round trip or two of the release).
+HANDOFF_HOLD_S = 3.0
 
 
 def _retrieved(task: asyncio.Task[None]) -> None:
@@ -63,8 +72,12 @@ class HubBundles:
         settings: BundleSettings,
         me: Callable[[], HubInfo],
         on_lost: Callable[[Bundle, str | None], None],
+        clock: Clock,
     ) -> None:
         self._store = store
+        self._clock = clock
+        # Bundles handed over lately: their destination and until when they are held for it.
+        self.handed: dict[str, tuple[str, float]] = {}
         self.settings = settings
         self._me = me  # this hub's address and epoch, as its records name it
         self._on_lost = on_lost  # told (bundle, new owner or None) when one is no longer ours
@@ -221,6 +234,25 @@ class HubBundles:
         del self.owned[name]
         log.warning("lost bundle %s: its owner record is gone or not ours", name)
         self._on_lost(Bundle.parse(name), None if got is None else got.value.address)
+
+    def hand_off(self, bundle: Bundle, destination: str) -> Version | None:
+        """Stop owning ``bundle`` here for ``destination``: its record's version (for its
+        deletion once its topics are let go), ``None`` if it is not owned here."""
+        version = self.owned.pop(bundle.name, None)
+        if version is not None:
+            self.handed[bundle.name] = (destination, self._clock.monotonic() + HANDOFF_HOLD_S)
+        return version
+
+    def handed_to(self, bundle: Bundle) -> str | None:
+        """The hub ``bundle`` was just handed to, while it is held for it."""
+        held = self.handed.get(bundle.name)
+        if held is None:
+            return None
+        destination, until = held
+        if self._clock.monotonic() >= until or self.others.get(bundle.name) == destination:
+            del self.handed[bundle.name]
+            return None
+        return destination
 
     def forget_all(self) -> None:
         """The session ended: every owned bundle's record went with it."""

@@ -23,7 +23,7 @@ With bundles on (``hedwig.hub.owning.bundles``) the owner is the topic's bundle'
 
 1. The bundle owned here: the topic is loaded (created first if publishing or subscribing
    asks for one that does not exist) and taken over, with no owner record of its own.
-2. Owned by another hub, as known here: redirect there.
+2. Owned by another hub, as known here, or just handed over by this one: redirect there.
 3. Unowned and the request not redirected: the bundle's place on the consistent-hash ring of
    the alive hubs (``HubChoices.bundle_place``); another hub's place, redirect there.
 4. Unowned and redirected here (or placed here): claim the bundle; lost to another hub,
@@ -204,6 +204,13 @@ class ClaimRules:
     ) -> OwnedTopic:
         me = self._me().address
         bundle = (await bundles.current_map()).bundle_of(topic)
+        handed = bundles.handed_to(bundle)
+        if handed is not None:
+            self._redirect(topic)
+            raise NotResponsibleError(
+                f"topic {topic!r} is in bundle {bundle.name}, just handed to {handed}",
+                owner=handed,
+            )
         owner = await bundles.owner_of(bundle)
         if owner is None:
             place = None if redirected else await self._choices.bundle_place(bundle.name)

@@ -134,6 +134,7 @@ class TopicOwnership:
                 settings=bundles,
                 me=lambda: HubInfo(self.address, self.epoch),
                 on_lost=self._bundle_lost,
+                clock=clock,
             )
             if bundles is not None and bundles.enabled
             else None
@@ -386,6 +387,36 @@ class TopicOwnership:
                 log.info("releasing %r: owner record already gone (%s)", topic, exc)
         self.stats.releases += 1
         self._changed()
+        return True
+
+    async def hand_over_bundle(self, bundle: Bundle, destination: str, reason: str) -> bool:
+        """Hand ``bundle`` to ``destination`` (make-before-break, as a topic's hand-off):
+        held for it from now on, every loaded topic of it let go naming it (its ledger closed,
+        its clients told where to go), then its owner record deleted, so the destination
+        claims it at its clients' first request and finds every log closed. False if the
+        bundle is not owned here."""
+        if self.bundles is None:
+            return False
+        version = self.bundles.hand_off(bundle, destination)
+        if version is None:
+            return False
+        names = [t for t in self.topics if bundle.holds(t)]
+        for i in range(0, len(names), RELEASES_AT_ONCE):
+            group = names[i : i + RELEASES_AT_ONCE]
+            await asyncio.gather(
+                *(self.release(t, reason, destination) for t in group), return_exceptions=True
+            )
+        try:
+            await self.store.bundles.release_bundle(bundle.name, version)
+        except HedwigError as exc:
+            log.info("handing bundle %s over: its record: %s", bundle.name, exc)
+        log.info(
+            "handed bundle %s (%d topics loaded) to %s: %s",
+            bundle.name,
+            len(names),
+            destination,
+            reason,
+        )
         return True
 
     async def unload_idle(self, idle_ms: int) -> int:

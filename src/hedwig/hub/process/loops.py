@@ -27,8 +27,10 @@ from hedwig.hub.spreading.fanout import FanOut
 from hedwig.hub.spreading.lanes import TopicLanes
 from hedwig.ledger.auditor import Auditor, AuditReport
 from hedwig.ledger.storage import LocalStorage
+from hedwig.metadata.bundles import Bundle
 from hedwig.metadata.managers import MetadataStore
 from hedwig.metadata.records import HubLoad, TopicLoad
+from hedwig.placement.bundles import BundleMove, joining_moves
 from hedwig.placement.plans import set_topic_mode
 from hedwig.placement.rebalance import Move, Rebalancer
 from hedwig.placement.scaling import ModeChange, ScalingPolicy
@@ -124,7 +126,9 @@ class HubLoops:
         self._every(c.gc_interval_s, self.collect_garbage)
         self._every(c.gc_interval_s, self.expire_idle, "expiring idle topics and subscriptions")
         self._every(c.audit_interval_s, self.audit_once, "ledger audit")
-        if c.self_balance:
+        if c.self_balance and self.ownership.bundles is not None:
+            self._every(c.balance_interval_s, self.balance_bundles_once, "bundle balancing cycle")
+        elif c.self_balance:
             self._every(c.balance_interval_s, self.balance_once, "self-balancing cycle")
         if c.auto_fan_out:
             self._every(c.balance_interval_s, self.scale_once, "scaling cycle")
@@ -380,6 +384,26 @@ class HubLoops:
                 await self.moves.move(m.topic, m.destination, m.kind, m.reason)
             except HedwigError as exc:
                 log.info("moving %r failed: %s", m.topic, exc)
+        return mine
+
+    async def balance_bundles_once(self) -> list[BundleMove]:
+        """By bundle: hubs short of their share of the region's bundles take them from the
+        consistent-hash ring (``hedwig.placement.bundles.joining_moves``, which a joining hub's
+        first cycles are); this hub hands over the bundles the policy moves off it."""
+        owners = {n: o.value.address for n, o in (await self.store.bundles.bundle_owners()).items()}
+        drained = self.rebalancer.drained
+        alive = [h.address for h in await self.store.hubs.list_hubs() if h.alive]
+        me = self.ownership.address
+        moves = joining_moves(owners, [a for a in alive if a not in drained])
+        mine = [m for m in moves if m.source == me]
+        for m in mine:
+            log.info("handing bundle %s to the ring: %s", m.bundle, m.reason)
+            try:
+                await self.ownership.hand_over_bundle(
+                    Bundle.parse(m.bundle), m.destination, m.reason
+                )
+            except HedwigError as exc:
+                log.info("handing bundle %s over failed: %s", m.bundle, exc)
         return mine
 
     async def scale_once(self) -> list[ModeChange]:
