@@ -16,7 +16,7 @@ from hedwig.hub import BundleSettings, Hub
 from hedwig.hub.owning.choices import HUBS_CACHE_S
 from hedwig.metadata.bundles import BundleMap
 from hedwig.metadata.memory import MemoryMetadataStore
-from tests.memory_region import FAST_RETRY, Region, memory_region
+from tests.memory_region import FAST_RETRY, Region, answered, memory_region
 
 BUNDLES = BundleSettings(enabled=True, initial_bundles=8)
 TOPICS = [f"b/{i}" for i in range(60)]
@@ -185,3 +185,20 @@ async def test_a_joining_hub_takes_its_bundles_from_the_ring_with_every_history_
                 assert owner_of(region, t, region.hubs) is joined
         # Applied, the policy asks for nothing more.
         assert [x for h in region.hubs for x in await h.loops.balance_bundles_once()] == []
+
+
+async def test_a_client_sends_new_topics_to_their_bundles_owner_without_a_redirect() -> None:
+    async for region in memory_region(3, bundles=BUNDLES):
+        async with region.client() as c:
+            await asyncio.gather(*(c.publish(t, b"a") for t in TOPICS))  # every bundle owned
+        redirects = sum(answered(h, "publish", "not_responsible_for_topic") for h in region.hubs)
+        async with region.client() as c:
+            await c.publish(TOPICS[0], b"b")  # the first hub reached names the map and owners
+            await asyncio.sleep(0.05)
+            assert c.router.bundle_map is not None and len(c.router.bundle_map) == 8
+            fresh = [f"new/{i}" for i in range(60)]
+            await asyncio.gather(*(c.publish(t, b"x") for t in fresh))
+            for t in fresh:
+                assert await values(c, t) == [b"x"]
+        after = sum(answered(h, "publish", "not_responsible_for_topic") for h in region.hubs)
+        assert after - redirects <= 1  # (the first publish, sent before the map was known)

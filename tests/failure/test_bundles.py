@@ -1,7 +1,7 @@
 """Fault scenarios under load on hubs that own topics by bundle (``--bundles``); each checks
 the full history (``history.py``), as ``test_faults`` does for hubs owning topics one by one:
-the owner of the topics' bundles killed, or frozen past its session, while publishers and
-subscribers run."""
+the owner of the topics' bundles killed, or frozen past its session, and bundles handed to a
+joining hub, while publishers and subscribers run."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 from hedwig.devcluster.cluster import DevCluster
 from hedwig.metadata import open_store
 from tests.cluster_helpers import eventually
+from tests.failure.history import Workload, check
 from tests.failure.test_faults import SESSION, TOPICS, faults_cluster, fences_answered, run, scrape
 
 pytestmark = pytest.mark.integration
@@ -85,3 +86,36 @@ async def test_bundle_owner_frozen_past_its_session(cluster: DevCluster) -> None
         if line.startswith("hedwig_topic_losses_total{")
     ]
     assert sum(losses) >= 1, "the frozen owner never noticed it lost its topics"
+
+
+async def test_a_joining_hub_takes_bundles_under_load(tmp_path: Path) -> None:
+    """Three hubs at 3/3/2 by bundle, publishers and subscribers on a dozen topics; a fourth
+    hub joins and the others hand it its share from the ring (a balancing cycle a second):
+    bundles move under load, every history whole."""
+    topics = [f"j/{i}" for i in range(12)]
+    args = ["--bundles", "--initial-bundles", "16", "--balance-interval", "1"]
+    with faults_cluster(tmp_path, "bundle-join", args) as cluster:
+        work = Workload(cluster.addresses, topics, senders=1)
+        await work.start()
+        await asyncio.sleep(2.0)
+        acked_before = work.history.acked_count
+        assert acked_before > 0
+        joined = cluster.add_hub()  # (with the cluster's hub arguments, --bundles among them)
+
+        async def took_some() -> bool:
+            return joined.address in (await bundle_owners(cluster)).values()
+
+        await eventually(took_some, timeout=20)
+        await asyncio.sleep(3.0)  # load through and after the moves
+        history = await work.finish()
+        assert history.acked_count > acked_before, "publishing did not go on through the moves"
+        check(history)
+
+
+async def bundle_owners(cluster: DevCluster) -> dict[str, str]:
+    store = open_store(cluster.zk, region=cluster.region)
+    await store.start()
+    try:
+        return {n: o.value.address for n, o in (await store.bundles.bundle_owners()).items()}
+    finally:
+        await store.close()

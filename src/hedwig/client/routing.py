@@ -27,6 +27,12 @@ pub --hub H``) whose hub dies goes on through the survivors, which redirect it t
 new owner, while one whose hubs answer routes exactly as before. The list is asked for again
 at the next connection after a hub fails to answer (hubs come and go); a hub of an earlier
 version, which does not know the request, is not asked again.
+
+**Bundles.** A region that owns topics by bundle gives its bundle map with the hubs; the
+client then remembers each bundle's owner (``_bundle_owners``: from the map's answer, each
+answer from a bundle's topic, each redirect and hand-off) and sends a topic it has no owner
+for yet to its bundle's owner instead of a hub that would redirect it. A stale entry costs
+the redirect it would have saved.
 """
 
 from __future__ import annotations
@@ -43,13 +49,16 @@ from hedwig.errors import (
     ConnectionLostError,
     DeadlineExceededError,
     HedwigError,
+    MetadataError,
     NotEnoughHubsError,
     NotResponsibleError,
     OutOfOrderError,
     OwnerUnreachableError,
     TlsClosedError,
     TopicMovingError,
+    UsageError,
 )
+from hedwig.metadata.bundles import BundleMap
 from hedwig.net.connection import HubConnection
 from hedwig.net.transport import Network
 from hedwig.protocol import (
@@ -129,6 +138,9 @@ class Router:
         self._next_region_hub = 0
         self._ask_region = True
         self._asking: asyncio.Task[None] | None = None
+        # By bundle: the region's map and each bundle's owner as last seen (by bundle name).
+        self.bundle_map: BundleMap | None = None
+        self._bundle_owners = Owners()
 
     # connections ------------------------------------------------------------------------------
 
@@ -185,6 +197,22 @@ class Router:
         if isinstance(answer, Region):
             given = set(self.hubs)
             self.region_hubs = [h for h in answer.hubs if h and h not in given]
+            self._learn_bundles(answer)
+
+    def _learn_bundles(self, answer: Region) -> None:
+        if not answer.boundaries:
+            return
+        try:
+            bundles = BundleMap(answer.boundaries)
+        except (MetadataError, UsageError):
+            return  # not a map this version can read: routed as without one
+        self.bundle_map = bundles
+        for bundle, owner in zip(bundles.bundles, answer.owners, strict=False):
+            if owner:
+                self._bundle_owners.set(bundle.name, owner)
+
+    def _bundle_of(self, topic: str) -> str | None:
+        return None if self.bundle_map is None else self.bundle_map.bundle_of(topic).name
 
     def close(self) -> None:
         for conn in list(self._conns.values()):
@@ -196,6 +224,7 @@ class Router:
         if self._conns.get(conn.address) is conn:
             del self._conns[conn.address]
         self._owners.drop_hub(conn.address)
+        self._bundle_owners.drop_hub(conn.address)
         self._on_close(conn)
 
     def _event(self, conn: HubConnection, event: Event) -> None:
@@ -214,6 +243,8 @@ class Router:
                 # so it claims the topic rather than choosing again.
                 self._owners.set(event.topic, event.new_owner)
                 self._claim_hints.add(event.topic)
+                if (bundle := self._bundle_of(event.topic)) is not None:
+                    self._bundle_owners.set(bundle, event.new_owner)  # a bundle's hand-off
         self._on_event(conn, event)
 
     # owners -------------------------------------------------------------------------------------
@@ -224,6 +255,8 @@ class Router:
 
     def _route(self, topic: str, key: RouteKey) -> str:
         owner = self._owners.get(key) or self._owners.get(topic)
+        if owner is None and (bundle := self._bundle_of(topic)) is not None:
+            owner = self._bundle_owners.get(bundle)
         if owner is not None and not self.unreachable(owner):
             return owner
         # Round the hubs, passing over those held off. A hub whose hold ran out but that has
@@ -321,6 +354,8 @@ class Router:
                         on_in_doubt()
                     raise
                 self._owners.set(key, address)
+                if route is None and (bundle := self._bundle_of(topic)) is not None:
+                    self._bundle_owners.set(bundle, address)
                 if route is not None:
                     # Usually the owner (a single-hub topic); a fan-out topic's delivery hub
                     # redirects the topic's other requests to the owner once.
@@ -328,6 +363,11 @@ class Router:
                 return answer, conn
             except NotResponsibleError as exc:
                 self._owners.pop(key)
+                if route is None and (bundle := self._bundle_of(topic)) is not None:
+                    if exc.owner:
+                        self._bundle_owners.set(bundle, exc.owner)
+                    elif self._bundle_owners.get(bundle) == address:
+                        self._bundle_owners.pop(bundle)
                 if exc.owner and self.unreachable(exc.owner):
                     err: HedwigError = OwnerUnreachableError(
                         f"topic {topic!r}: its owner {exc.owner} does not answer this client; "

@@ -13,12 +13,14 @@ anyone; adding a hub changes the place of exactly the bundles it now wins (about
 no virtual nodes to tune, and the spread is even at any number of hubs.
 
 **A joining hub takes bundles from the ring** (``joining_moves``): a hub owning fewer than
-its share of the region's bundles (``floor(bundles / hubs)``) takes, from hubs owning more
-than their share (``ceil``), the bundles whose ring place it is, until it has its share. Only
-under-share hubs pull, and only from over-share ones, so a bundle the load balancer moved
-off its ring place is not pulled back unless its place is short of bundles: the ring is the
-default, and the balancer's moves by load stay where it put them. Moves per cycle are
-capped, as the balancer's are.
+its share of the region's owned bundles (``floor(bundles / hubs)``) takes, from hubs owning
+more than that share, the bundles whose ring place it is, until it has its share (and the
+giver keeps its own). Only hubs short of their share pull, and only from hubs above it, so a
+bundle the load balancer moved off its ring place is not pulled back unless its place is
+short of bundles: the ring is the default, and the balancer's moves by load stay where it
+put them. Every move brings a hub short of its share one closer and leaves its giver at its
+share or above, so moves stop once no hub is short. Moves per cycle are capped, as the
+balancer's are.
 
 **Split and merge** (``split_points``, ``plan_merges``): a bundle splits when it holds more
 topics than ``BundleLimits.max_topics`` or carries more than ``max_msg_rate`` or
@@ -87,11 +89,11 @@ def joining_moves(
         return []
     owned = {b: h for b, h in owners.items() if h in alive}
     count = Counter(owned.values())
-    low, high = len(owned) // len(hubs), -(-len(owned) // len(hubs))
+    low = len(owned) // len(hubs)
     moves: list[BundleMove] = []
     for bundle in sorted(owned):
         source = owned[bundle]
-        if count[source] <= high:
+        if count[source] <= low:
             continue
         place = ring_place(bundle, hubs)
         if place is None or place == source or count[place] >= low:
@@ -104,7 +106,7 @@ def joining_moves(
                 source,
                 place,
                 f"{place} owns {count[place] - 1} bundles, under its share of {low}; "
-                f"{source} owns {count[source] + 1}, over {high}",
+                f"{source} owns {count[source] + 1}, over it",
             )
         )
         if len(moves) >= limit:

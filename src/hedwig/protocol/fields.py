@@ -383,6 +383,18 @@ def decode_ledger_ids(data: bytes, pos: int) -> tuple[tuple[int, ...], int]:
     return struct.unpack_from(f">{n}Q", data, pos), pos + 8 * n
 
 
+class U64sCodec(LedgerIdsCodec):
+    """``u32 n`` then n times ``u64`` (a bundle map's boundaries), coded as ledger ids are."""
+
+    doc = "u32 n, {name}: n x u64"
+
+    def check(self, name: str, value: Any) -> None:
+        if not isinstance(value, tuple) or not all(
+            isinstance(x, int) and 0 <= x < 1 << 64 for x in value
+        ):
+            raise UsageError(f"{name} must be a tuple of u64")
+
+
 class StrsCodec(Codec):
     """``u32 n`` then n strings (a region's hub addresses)."""
 
@@ -444,3 +456,4 @@ LedgerLacs = Annotated[tuple[LedgerLac, ...], LEDGER_LACS]
 LedgerIds = Annotated[tuple[int, ...], LedgerIdsCodec()]
 LedgerEnds = Annotated[tuple[LedgerEnd, ...], LEDGER_ENDS]
 Strs = Annotated[tuple[str, ...], StrsCodec()]
+U64s = Annotated[tuple[int, ...], U64sCodec()]

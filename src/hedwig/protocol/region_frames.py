@@ -6,11 +6,17 @@
   (``hedwig pub --hub H``, and H dies) never leaves it with nowhere to go: the survivors
   redirect it to the topic's new owner. Any client may ask (an authenticated one, with
   authentication on): the list is where every client is sent by redirects anyway.
+
+  A region whose hubs own topics by bundle (``hedwig.metadata.bundles``) also gives its
+  bundle map's ``boundaries`` and each bundle's owner as the hub knows it (``owners``, one per
+  bundle, "" for none known), so the client sends a topic it has not used yet to its
+  bundle's owner instead of a hub that would redirect it (two in three, in a region of three).
+  Without bundles both are empty.
 """
 
 from __future__ import annotations
 
-from hedwig.protocol.fields import RequestId, Str, Strs
+from hedwig.protocol.fields import RequestId, Str, Strs, U64s
 from hedwig.protocol.schema import FrameBase, Sender, frame
 
 
@@ -24,8 +30,11 @@ class DescribeRegion(FrameBase):
 @frame(0xB0, Sender.HUB)
 class Region(FrameBase):
     """The answer to ``DescribeRegion``: the region's name and its alive hubs' client
-    addresses, the answering hub first."""
+    addresses, the answering hub first; by bundle, the map's boundaries and each bundle's
+    owner ("": none known)."""
 
     request_id: RequestId
     region: Str
     hubs: Strs
+    boundaries: U64s = ()
+    owners: Strs = ()

@@ -162,6 +162,14 @@ class HubBundles:
     def _owners_changed(self) -> None:
         self._stale = True
 
+    async def known_owners(self) -> dict[str, str]:
+        """Every owned bundle's owner as known here (the listing read again if stale)."""
+        bundles = await self.current_map()
+        if bundles.bundles:
+            await self.owner_of(bundles.bundles[0])  # (refreshes the listing if stale)
+        me = self._me().address
+        return {**self.others, **dict.fromkeys(self.owned, me)}
+
     async def claim(self, bundle: Bundle) -> str | None:
         """Claim ``bundle``; the address of its owner after: this hub's if it won, the
         holder's if not (``None``: the ownership kept changing)."""
