@@ -16,6 +16,7 @@ from hedwig.hub import BundleSettings, Hub
 from hedwig.hub.owning.choices import HUBS_CACHE_S
 from hedwig.metadata.bundles import BundleMap
 from hedwig.metadata.memory import MemoryMetadataStore
+from hedwig.metadata.records import HubInfo
 from tests.memory_region import FAST_RETRY, Region, answered, memory_region
 
 BUNDLES = BundleSettings(enabled=True, initial_bundles=8)
@@ -202,3 +203,49 @@ async def test_a_client_sends_new_topics_to_their_bundles_owner_without_a_redire
                 assert await values(c, t) == [b"x"]
         after = sum(answered(h, "publish", "not_responsible_for_topic") for h in region.hubs)
         assert after - redirects <= 1  # (the first publish, sent before the map was known)
+
+
+async def test_a_bundle_record_left_by_an_earlier_session_of_the_hub_is_replaced() -> None:
+    async for region in memory_region(3, bundles=BUNDLES):
+        async with region.client() as c:
+            await c.publish(TOPICS[0], b"a")
+        owner = region.owner(TOPICS[0])
+        bmap = await the_map(region)
+        name = bmap.bundle_of(TOPICS[0]).name
+        # The owner's record as an earlier life of it left it: its address, an older epoch,
+        # on another session that is still alive (its own is gone with it in practice).
+        ghost = MemoryMetadataStore(region.backend, "mem")
+        await ghost.start()
+        await owner.topics.release_all("test")  # the owner lets go of everything it owns
+        assert name not in await owners_by_bundle(region)
+        stale = HubInfo(owner.address, owner.topics.epoch - 1)
+        assert (await ghost.bundles.claim_bundle(name, stale)).claimed
+        # Its next claim of the bundle finds its own old record, removes it, claims afresh.
+        bundles = owner.topics.bundles
+        assert bundles is not None
+        assert await bundles.claim(bmap.bundle_of(TOPICS[0])) == owner.address
+        got = await ghost.bundles.read_bundle_owner(name)
+        assert got is not None and got.value == HubInfo(owner.address, owner.topics.epoch)
+        await ghost.close()
+
+
+async def test_a_bundle_whose_record_is_deleted_from_outside_loses_its_topics() -> None:
+    async for region in memory_region(3, bundles=BUNDLES):
+        async with region.client() as c:
+            await asyncio.gather(*(c.publish(t, b"a") for t in TOPICS))
+            owner = region.owner(TOPICS[0])
+            bmap = await the_map(region)
+            bundle = bmap.bundle_of(TOPICS[0])
+            inside = [t for t in TOPICS if bundle.holds(t)]
+            got = await owner.store.bundles.read_bundle_owner(bundle.name)
+            assert got is not None
+            await owner.store.bundles.release_bundle(bundle.name, got.version)
+            async with asyncio.timeout(5):
+                while any(t in owner.topics.topics for t in inside):
+                    await asyncio.sleep(0.01)
+            assert owner.topics.bundles is not None
+            assert bundle.name not in owner.topics.bundles.owned
+            # Its topics come back whole wherever the bundle goes next.
+            await asyncio.gather(*(c.publish(t, b"b") for t in inside))
+            for t in inside:
+                assert await values(c, t) == [b"a", b"b"]
