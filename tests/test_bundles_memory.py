@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 
 from hedwig.client import HedwigClient
-from hedwig.errors import UsageError
+from hedwig.errors import HedwigError, UsageError
 from hedwig.hub import BundleSettings, Hub
 from hedwig.hub.owning.choices import HUBS_CACHE_S
 from hedwig.metadata.bundles import BundleMap
@@ -249,3 +249,27 @@ async def test_a_bundle_whose_record_is_deleted_from_outside_loses_its_topics() 
             await asyncio.gather(*(c.publish(t, b"b") for t in inside))
             for t in inside:
                 assert await values(c, t) == [b"a", b"b"]
+
+
+async def test_no_claim_while_the_region_mixes_hubs_of_both_kinds() -> None:
+    async for region in memory_region(2, bundles=BUNDLES):
+        async with region.client() as c:
+            await c.publish(TOPICS[0], b"a")
+        # A hub owning topics one by one joins: neither kind claims while both are alive.
+        region.bundles = None
+        odd = await region.add_hub()
+        await asyncio.sleep(HUBS_CACHE_S + 0.1)
+        for hub in region.hubs:
+            async with HedwigClient(
+                [hub.address], network=region.network, retry=FAST_RETRY.with_deadline(0.5)
+            ) as c:
+                with pytest.raises(HedwigError, match="mixes the two"):
+                    await c.publish(f"fresh/{hub.address}", b"x")
+        # The topic already owned is still served.
+        async with region.client() as c:
+            assert await values(c, TOPICS[0]) == [b"a"]
+        await odd.stop()
+        region.hubs.remove(odd)
+        await asyncio.sleep(HUBS_CACHE_S + 0.1)
+        async with region.client() as c:
+            await c.publish("fresh/after", b"x")

@@ -33,7 +33,7 @@ import random
 from collections.abc import Awaitable, Callable
 
 from hedwig.clock import Clock
-from hedwig.errors import NotEnoughHubsError, ServiceUnavailableError
+from hedwig.errors import MetadataError, NotEnoughHubsError, ServiceUnavailableError
 from hedwig.hub.config import HubConfig
 from hedwig.metadata.managers import MetadataStore
 from hedwig.metadata.records import HubStatus
@@ -224,6 +224,19 @@ class HubChoices:
         if chosen is not None and chosen != self.address:
             self.assign(topic, chosen)
         return chosen
+
+    async def other_kind(self, bundles: bool) -> str | None:
+        """An alive hub that owns topics the other way (by bundle when this one owns them one
+        by one, or the reverse), as the registry read at most ``HUBS_CACHE_S`` ago has it;
+        ``None``: the region is of one kind. Two kinds at once would each believe they own a
+        topic (``docs/zookeeper-layout.md``, "Switching a region to bundles"). A registry that
+        cannot be read now says nothing (the claim's own store request will tell)."""
+        try:
+            hubs = await self._alive()
+        except MetadataError:
+            return None
+        others = (h for h in hubs if h.alive and h.address != self.address and h.load)
+        return next((h.address for h in others if h.load and h.load.bundles is not bundles), None)
 
     async def alive_hubs(self) -> list[str]:
         """The client addresses of the region's alive hubs (a list at most ``HUBS_CACHE_S``

@@ -19,6 +19,9 @@ A topic this call created has nothing yet (no owner, configuration or ledgers): 
 reading them. While claims make their topics (a wave of first publishes), each brings the
 topic's first ledger along in its own request.
 
+No claim is made while an alive hub of the region owns topics the other way (by bundle, or
+one by one): two such hubs would each believe they own a topic.
+
 With bundles on (``hedwig.hub.owning.bundles``) the owner is the topic's bundle's:
 
 1. The bundle owned here: the topic is loaded (created first if publishing or subscribing
@@ -103,6 +106,14 @@ class ClaimRules:
         self._claims_create = True
 
     async def resolve(self, topic: str, redirected: bool, create: bool) -> OwnedTopic:
+        by_bundle = self._bundles is not None
+        if (other := await self._choices.other_kind(by_bundle)) is not None:
+            raise ServiceUnavailableError(
+                f"topic {topic!r}: hub {other} owns topics "
+                f"{'one by one' if by_bundle else 'by bundle'} and this one "
+                f"{'by bundle' if by_bundle else 'one by one'}: no claim while the region "
+                "mixes the two (run every hub alike, docs/zookeeper-layout.md)"
+            )
         if self._bundles is not None:
             return await self._resolve_by_bundle(self._bundles, topic, redirected, create)
         # A topic this call created has nothing yet (no owner, configuration or ledgers): its

@@ -328,7 +328,10 @@ class Hub:
 
     def _alive_record(self) -> tuple[str, HubLoad]:
         load = HubLoad(
-            timestamp_ms=self.clock.wall_ms(), internal=self.internal_address, hub_id=self.hub_id
+            timestamp_ms=self.clock.wall_ms(),
+            internal=self.internal_address,
+            hub_id=self.hub_id,
+            bundles=self.topics.bundles is not None,
         )
         return self.address, load
 

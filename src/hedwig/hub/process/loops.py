@@ -225,7 +225,12 @@ class HubLoops:
                 topic_loads={t: v for t, v in last.topic_loads.items() if t in owned},
             )
         self._last_report = report
-        report = replace(report, internal=self.internal_address, hub_id=self.hub_id)
+        report = replace(
+            report,
+            internal=self.internal_address,
+            hub_id=self.hub_id,
+            bundles=self.ownership.bundles is not None,
+        )
         try:
             await self.store.hubs.update_load(self.ownership.address, report)
         except Exception as exc:
