@@ -391,6 +391,17 @@ class HubLoops:
                 log.info("moving %r failed: %s", m.topic, exc)
         return mine
 
+    def first_report(self, internal: str, hub_id: str) -> HubLoad:
+        """The alive record a hub registers with, before its first load report: no load yet,
+        its addresses, and whether it owns topics by bundle (hubs of the other kind refuse
+        claims while it is alive)."""
+        return HubLoad(
+            timestamp_ms=self.clock.wall_ms(),
+            internal=internal,
+            hub_id=hub_id,
+            bundles=self.ownership.bundles is not None,
+        )
+
     async def balance_bundles_once(self) -> list[BundleMove]:
         """By bundle: hubs short of their share of the region's bundles take them from the
         consistent-hash ring (``hedwig.placement.bundles.joining_moves``, which a joining hub's
