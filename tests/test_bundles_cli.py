@@ -42,3 +42,29 @@ async def test_bundles_lists_the_map_and_owners(zk_server: ZooKeeperServer, regi
         assert [r["bundle"] for r in json.loads(topic.stdout)] == [m.bundle_of("a/b").name]
         table = await run("bundles", "--zk", zk_server.address, "--region", region)
         assert "h1:1" in table.stdout and "BUNDLE" in table.stdout.upper()
+
+
+async def test_topics_lists_pages_with_each_topics_bundle_owner(
+    zk_server: ZooKeeperServer, region: str
+) -> None:
+    names = [f"p/{i}" for i in range(5)]
+    m = BundleMap.uniform(2)
+    async with open_store(zk_server.address, region=region) as store:
+        for t in names:
+            await store.topics.ensure_topic(t)
+        await store.bundles.write_bundle_map(m, NEW_VERSION)
+        owned = m.bundles[0]
+        # An owner nobody can reach: the listing says so and shows the store's figures.
+        assert (await store.bundles.claim_bundle(owned.name, HubInfo("127.0.0.1:9", 1))).claimed
+        base = ["topics", "--zk", zk_server.address, "--region", region, "--json"]
+        first = await run(*base, "--limit", "2")
+        assert first.returncode == 0, first.stderr
+        page = json.loads(first.stdout)
+        assert [r["topic"] for r in page] == names[:2]
+        rest = json.loads((await run(*base, "--after", names[1])).stdout)
+        assert [r["topic"] for r in rest] == names[2:]
+        for r in page + rest:
+            expected = "127.0.0.1:9" if owned.holds(r["topic"]) else None
+            assert r["owner"] == expected, r
+        bad = await run(*base, "--limit", "0")
+        assert bad.returncode == 2 and "--limit" in bad.stderr
