@@ -24,6 +24,7 @@ from hedwig.placement.plans import set_topic_mode
 from hedwig.protocol import Message
 from hedwig.settings import (
     BalanceSettings,
+    BundleSettings,
     ConnectionSettings,
     QueueSettings,
     RetentionSettings,
@@ -46,6 +47,8 @@ class Region:
     backend: MemoryBackend
     hubs: list[Hub] = field(default_factory=list)
     dirs: list[str] = field(default_factory=list)
+    # Every hub's bundle settings (off by default: topics owned one by one).
+    bundles: BundleSettings = field(default_factory=BundleSettings)
 
     async def set_mode(self, topic: str, mode: PlanMode, hubs: int = 2) -> TopicPlan:
         """``topic``'s plan changed as ``hedwig topic mode`` does, through the first hub's
@@ -75,6 +78,7 @@ class Region:
             retention=retention or RetentionSettings(),
             balance=balance or BalanceSettings(self_balance=False),
             queues=queues or QueueSettings(),
+            bundles=self.bundles,
         )
         hub = Hub(
             config,
@@ -137,9 +141,11 @@ class ToldOrder:
         self.order.append(i)
 
 
-async def memory_region(hubs: int = 2, **settings: Any) -> AsyncIterator[Region]:
+async def memory_region(
+    hubs: int = 2, *, bundles: BundleSettings | None = None, **settings: Any
+) -> AsyncIterator[Region]:
     """A region of ``hubs`` hubs in memory, stopped and cleaned up afterwards."""
-    r = Region(MemoryNetwork(), MemoryBackend())
+    r = Region(MemoryNetwork(), MemoryBackend(), bundles=bundles or BundleSettings())
     for _ in range(hubs):
         await r.add_hub(**settings)
     try:

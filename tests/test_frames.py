@@ -45,6 +45,7 @@ from hedwig.protocol.fields import (
     RecordsCodec,
     RestCodec,
     StrCodec,
+    StrsCodec,
     SubscriptionInfo,
     SubscriptionInfosCodec,
 )
@@ -118,6 +119,8 @@ def strategy_for(codec: Codec) -> st.SearchStrategy[Any]:
         return st.lists(records, max_size=4).map(tuple)
     if isinstance(codec, LedgerIdsCodec):
         return st.lists(st.integers(0, 2**64 - 1), max_size=4).map(tuple)
+    if isinstance(codec, StrsCodec):
+        return st.lists(st.text(max_size=20), max_size=4).map(tuple)
     raise AssertionError(f"no example strategy for {type(codec).__name__}")
 
 

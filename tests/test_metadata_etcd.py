@@ -21,6 +21,7 @@ from hedwig.metadata.etcd import ledgers as etcd_ledgers
 from hedwig.metadata.etcd import watches as etcd_watches
 from hedwig.metadata.etcd.wire import put
 from hedwig.metadata.records import NEW_VERSION, LedgerMetadata
+from tests.bundle_conformance import BundleConformance
 from tests.cluster_helpers import hedwig, lone_hub
 from tests.metadata_conformance import MetadataConformance
 from tests.store_outage import (
@@ -52,7 +53,7 @@ def own_etcd(tmp_path: Path) -> EtcdServer:
     return server
 
 
-class TestEtcdStore(MetadataConformance):
+class TestEtcdStore(MetadataConformance, BundleConformance):
     async def expire(self, store: MetadataStore) -> None:
         """Expire the lease the way an etcd operator would: revoke it from outside."""
         assert isinstance(store, EtcdMetadataStore)

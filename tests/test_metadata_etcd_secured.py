@@ -27,6 +27,7 @@ from hedwig.metadata.etcd import EtcdMetadataStore
 from hedwig.metadata.records import NEW_VERSION
 from hedwig.security import ClientSecurity
 from hedwig.security.ca import CertificateAuthority
+from tests.bundle_conformance import BundleConformance
 from tests.cluster_helpers import hedwig
 from tests.failure.lab.relay import start_relay
 from tests.metadata_conformance import MetadataConformance
@@ -66,7 +67,7 @@ store = pytest.fixture(_started, name="store")
 other = pytest.fixture(_started, name="other")
 
 
-class TestSecuredEtcdStore(MetadataConformance):
+class TestSecuredEtcdStore(MetadataConformance, BundleConformance):
     async def expire(self, store: MetadataStore) -> None:
         assert isinstance(store, EtcdMetadataStore)
         await store.etcd.revoke_elsewhere(store.etcd.lease)

@@ -4,6 +4,7 @@ import pytest
 
 from hedwig.metadata import MetadataStore
 from hedwig.metadata.memory import MemoryBackend, MemoryMetadataStore
+from tests.bundle_conformance import BundleConformance
 from tests.metadata_conformance import MetadataConformance
 
 
@@ -26,7 +27,7 @@ async def other(backend: MemoryBackend) -> MetadataStore:
     return s
 
 
-class TestMemoryStore(MetadataConformance):
+class TestMemoryStore(MetadataConformance, BundleConformance):
     async def expire(self, store: MetadataStore) -> None:
         assert isinstance(store, MemoryMetadataStore)
         store.expire()

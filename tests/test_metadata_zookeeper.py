@@ -27,6 +27,7 @@ from hedwig.metadata.zookeeper.client.multi import MultiReadRequest
 from hedwig.metadata.zookeeper.client.reads import UNIMPLEMENTED
 from hedwig.metadata.zookeeper.client.records import Request
 from hedwig.metadata.zookeeper.znode_acls import digest_id
+from tests.bundle_conformance import BundleConformance
 from tests.cycle_garbage import frames_left_for_the_collector
 from tests.metadata_conformance import MetadataConformance
 
@@ -54,7 +55,7 @@ async def expire_session(store: ZkMetadataStore) -> None:
     await twin.close()
 
 
-class TestZooKeeperStore(MetadataConformance):
+class TestZooKeeperStore(MetadataConformance, BundleConformance):
     claims_read = False
 
     async def expire(self, store: MetadataStore) -> None:

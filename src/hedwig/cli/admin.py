@@ -1,12 +1,15 @@
 """``hedwig topics`` and ``hedwig hubs``: what the metadata store says about the region, and
 for each topic what its owner says of its bounds (asked with the command's TLS and credentials,
 as ``pub`` and ``sub`` ask; where it cannot be asked the listing says so and shows the store's
-figures)."""
+figures). ``hedwig topics`` lists a page with ``--limit`` and ``--after``; in a region owning
+topics by bundle, a topic's owner is its bundle's (one listing of the bundles' owners, no read
+per topic)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
 import sys
 import time
 from collections.abc import Callable, Coroutine
@@ -22,7 +25,7 @@ from hedwig.cli.common import (
 )
 from hedwig.cli.output import Progress, emit
 from hedwig.cli.plans import describe_lanes
-from hedwig.errors import HedwigError
+from hedwig.errors import HedwigError, UsageError
 from hedwig.metadata import PlanMode, open_store
 from hedwig.net.connection import HubConnection
 from hedwig.net.transport import TCP, TcpNetwork
@@ -43,6 +46,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         if name == "topics":
             # The owners are asked for their topics' bounds as pub and sub reach them.
             add_security_options(p)
+            # A page of a large region: at most --limit topics, the first after --after.
+            p.add_argument("--limit", type=int, help="at most this many topics (default: all)")
+            p.add_argument("--after", help="only topics after this one (the last of a page)")
         p.set_defaults(func=func)
 
 
@@ -89,25 +95,43 @@ class _Owners:
 
 
 async def collect_topics(
-    zk: str, region: str, security: ClientSecurity | None = None
+    zk: str,
+    region: str,
+    security: ClientSecurity | None = None,
+    *,
+    limit: int | None = None,
+    after: str | None = None,
 ) -> list[dict[str, Any]]:
-    """One row per topic. Topics are read concurrently (a region holds many; each row is a few
-    metadata reads and a question to the owner), with progress on a terminal. A topic whose
-    owner could not be asked has the store's figures (``source``: ``store``), which lag the
-    owner's by up to a ledger; stderr says so, and why."""
+    """One row per topic, in name order: at most ``limit``, those after ``after`` (a page:
+    the next one starts after the last topic of this one). Topics are read concurrently (a
+    region holds many; each row is a few metadata reads and a question to the owner), with
+    progress on a terminal. A topic whose owner could not be asked has the store's figures
+    (``source``: ``store``), which lag the owner's by up to a ledger; stderr says so, and why.
+    In a region owning topics by bundle, a topic's owner is its bundle's."""
+    if limit is not None and limit < 1:
+        raise UsageError(f"--limit must be at least 1, got {limit}")
     owners = _Owners(security or ClientSecurity())
     store = open_store(zk, region=region)
     await store.start()
     progress = Progress()
     try:
         topics = sorted(await store.topics.list_topics())
-        limit = asyncio.Semaphore(LISTING_CONCURRENCY)
+        if after is not None:
+            topics = topics[bisect.bisect_right(topics, after) :]
+        if limit is not None:
+            topics = topics[:limit]
+        bundles = await store.bundles.read_bundle_map()
+        by_bundle = await store.bundles.bundle_owners() if bundles is not None else {}
+        at_once = asyncio.Semaphore(LISTING_CONCURRENCY)
         done = 0
 
         async def row(topic: str) -> dict[str, Any]:
             nonlocal done
-            async with limit:
-                owner = await store.ownership.read_owner_info(topic)
+            async with at_once:
+                if bundles is not None:
+                    owner = by_bundle.get(bundles.value.bundle_of(topic).name)
+                else:
+                    owner = await store.ownership.read_owner_info(topic)
                 subs = await store.subscriptions.read_subscriptions(topic)
                 ranges = await store.persistence.read_topic_persistence_info(topic)
                 plan = await store.plans.read_plan(topic)
@@ -187,10 +211,13 @@ def _run(args: argparse.Namespace, collect: Collect, columns: list[str]) -> int:
 
 
 def run_topics(args: argparse.Namespace) -> int:
+    async def collect(zk: str, region: str, security: ClientSecurity) -> list[dict[str, Any]]:
+        return await collect_topics(zk, region, security, limit=args.limit, after=args.after)
+
     return _run(
         # MODE last: scripts that split the table by position keep working.
         args,
-        collect_topics,
+        collect,
         ["topic", "owner", "subscribers", "last_seq", "backlog", "mode"],
     )
 

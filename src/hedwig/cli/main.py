@@ -18,6 +18,7 @@ from hedwig.cli import (
     admin,
     balance,
     bench,
+    bundles,
     demo,
     dev,
     ledgers,
@@ -44,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.register(commands)
     lifecycle.register(commands)
     admin.register(commands)
+    bundles.register(commands)
     bench.register(commands)
     demo.register(commands)
     sim.register(commands)

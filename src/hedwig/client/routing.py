@@ -19,6 +19,20 @@ other hubs (after the hold too, until it answers again: it is tried last), which
 it the owner until its session ends and a new owner claims the topic. A client cut off from
 a healthy owner therefore waits, visibly, for as long as the partition lasts: the hubs cannot
 hand the topic to another owner while the owner is alive.
+
+**The region's other hubs.** The first hub the client reaches is asked which hubs the region
+has (DESCRIBE_REGION); those it was not given are kept apart (``region_hubs``) and used only
+when every hub it was given is held off as unreachable, so a client given one hub (``hedwig
+pub --hub H``) whose hub dies goes on through the survivors, which redirect it to each topic's
+new owner, while one whose hubs answer routes exactly as before. The list is asked for again
+at the next connection after a hub fails to answer (hubs come and go); a hub of an earlier
+version, which does not know the request, is not asked again.
+
+**Bundles.** A region that owns topics by bundle gives its bundle map with the hubs; the
+client then remembers each bundle's owner (``_bundle_owners``: from the map's answer, each
+answer from a bundle's topic, each redirect and hand-off) and sends a topic it has no owner
+for yet to its bundle's owner instead of a hub that would redirect it. A stale entry costs
+the redirect it would have saved.
 """
 
 from __future__ import annotations
@@ -35,16 +49,27 @@ from hedwig.errors import (
     ConnectionLostError,
     DeadlineExceededError,
     HedwigError,
+    MetadataError,
     NotEnoughHubsError,
     NotResponsibleError,
     OutOfOrderError,
     OwnerUnreachableError,
     TlsClosedError,
     TopicMovingError,
+    UsageError,
 )
+from hedwig.metadata.bundles import BundleMap
 from hedwig.net.connection import HubConnection
 from hedwig.net.transport import Network
-from hedwig.protocol import Event, Reply, Request, SubscriptionMoved, TopicMoved
+from hedwig.protocol import (
+    DescribeRegion,
+    Event,
+    Region,
+    Reply,
+    Request,
+    SubscriptionMoved,
+    TopicMoved,
+)
 from hedwig.security.credentials import Credentials
 
 # Redirects followed for one attempt before backing off (a topic whose owner keeps changing).
@@ -107,6 +132,15 @@ class Router:
         self._unreachable: dict[str, float] = {}
         # Failures in a row per hub (connection lost, gone silent, or not opened).
         self._failures: dict[str, int] = {}
+        # The region's hubs this client was not given, as the last DESCRIBE_REGION named
+        # them: a fallback while every given hub is held off (see the module's docstring).
+        self.region_hubs: list[str] = []
+        self._next_region_hub = 0
+        self._ask_region = True
+        self._asking: asyncio.Task[None] | None = None
+        # By bundle: the region's map and each bundle's owner as last seen (by bundle name).
+        self.bundle_map: BundleMap | None = None
+        self._bundle_owners = Owners()
 
     # connections ------------------------------------------------------------------------------
 
@@ -142,7 +176,43 @@ class Router:
         self._conns[address] = conn
         self._failures.pop(address, None)
         fut.set_result(conn)
+        if self._ask_region and self._asking is None:
+            self._asking = asyncio.get_running_loop().create_task(self._learn_region(conn))
         return conn
+
+    async def _learn_region(self, conn: HubConnection) -> None:
+        """Ask ``conn``'s hub for the region's hubs (once, until a hub fails to answer)."""
+        try:
+            answer = await conn.request(
+                DescribeRegion(request_id=conn.next_id()), timeout=self.request_timeout_s
+            )
+        except ConnectionLostError:
+            return  # asked again at the next connection
+        except HedwigError:
+            self._ask_region = False  # a hub that does not know the request
+            return
+        finally:
+            self._asking = None
+        self._ask_region = False
+        if isinstance(answer, Region):
+            given = set(self.hubs)
+            self.region_hubs = [h for h in answer.hubs if h and h not in given]
+            self._learn_bundles(answer)
+
+    def _learn_bundles(self, answer: Region) -> None:
+        if not answer.boundaries:
+            return
+        try:
+            bundles = BundleMap(answer.boundaries)
+        except (MetadataError, UsageError):
+            return  # not a map this version can read: routed as without one
+        self.bundle_map = bundles
+        for bundle, owner in zip(bundles.bundles, answer.owners, strict=False):
+            if owner:
+                self._bundle_owners.set(bundle.name, owner)
+
+    def _bundle_of(self, topic: str) -> str | None:
+        return None if self.bundle_map is None else self.bundle_map.bundle_of(topic).name
 
     def close(self) -> None:
         for conn in list(self._conns.values()):
@@ -154,6 +224,7 @@ class Router:
         if self._conns.get(conn.address) is conn:
             del self._conns[conn.address]
         self._owners.drop_hub(conn.address)
+        self._bundle_owners.drop_hub(conn.address)
         self._on_close(conn)
 
     def _event(self, conn: HubConnection, event: Event) -> None:
@@ -172,6 +243,8 @@ class Router:
                 # so it claims the topic rather than choosing again.
                 self._owners.set(event.topic, event.new_owner)
                 self._claim_hints.add(event.topic)
+                if (bundle := self._bundle_of(event.topic)) is not None:
+                    self._bundle_owners.set(bundle, event.new_owner)  # a bundle's hand-off
         self._on_event(conn, event)
 
     # owners -------------------------------------------------------------------------------------
@@ -182,6 +255,8 @@ class Router:
 
     def _route(self, topic: str, key: RouteKey) -> str:
         owner = self._owners.get(key) or self._owners.get(topic)
+        if owner is None and (bundle := self._bundle_of(topic)) is not None:
+            owner = self._bundle_owners.get(bundle)
         if owner is not None and not self.unreachable(owner):
             return owner
         # Round the hubs, passing over those held off. A hub whose hold ran out but that has
@@ -195,6 +270,14 @@ class Router:
             if not self._failures.get(candidate):
                 return candidate
             suspect = suspect or candidate
+        # Every given hub held off: the region's others, if any answers (see the docstring).
+        for _ in range(len(self.region_hubs)):
+            self._next_region_hub = (self._next_region_hub + 1) % len(self.region_hubs)
+            candidate = self.region_hubs[self._next_region_hub]
+            if not self.unreachable(candidate):
+                if not self._failures.get(candidate):
+                    return candidate
+                suspect = suspect or candidate
         if suspect is not None:
             return suspect
         return self.hubs[next(self._next_hub)]  # none is known to answer: try anyway
@@ -214,6 +297,7 @@ class Router:
             return  # one outage: the requests that fail with it do not lengthen the hold
         n = self._failures.get(address, 0) + 1
         self._failures[address] = n
+        self._ask_region = True  # hubs come and go: ask again at the next connection
         hold = min(UNREACHABLE_S * 2 ** (n - 1), UNREACHABLE_MAX_S)
         self._unreachable[address] = self.clock.monotonic() + hold
 
@@ -270,6 +354,8 @@ class Router:
                         on_in_doubt()
                     raise
                 self._owners.set(key, address)
+                if route is None and (bundle := self._bundle_of(topic)) is not None:
+                    self._bundle_owners.set(bundle, address)
                 if route is not None:
                     # Usually the owner (a single-hub topic); a fan-out topic's delivery hub
                     # redirects the topic's other requests to the owner once.
@@ -277,6 +363,11 @@ class Router:
                 return answer, conn
             except NotResponsibleError as exc:
                 self._owners.pop(key)
+                if route is None and (bundle := self._bundle_of(topic)) is not None:
+                    if exc.owner:
+                        self._bundle_owners.set(bundle, exc.owner)
+                    elif self._bundle_owners.get(bundle) == address:
+                        self._bundle_owners.pop(bundle)
                 if exc.owner and self.unreachable(exc.owner):
                     err: HedwigError = OwnerUnreachableError(
                         f"topic {topic!r}: its owner {exc.owner} does not answer this client; "

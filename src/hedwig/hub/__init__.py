@@ -27,4 +27,4 @@ commands and the operator read the same declarations.
 from hedwig.hub.process.hub import Hub, serve
 from hedwig.settings import HubConfig
 
-__all__ = ["Hub", "HubConfig", "serve"]
+__all__ = ["BundleSettings", "Hub", "HubConfig", "serve"]

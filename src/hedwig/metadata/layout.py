@@ -28,6 +28,10 @@ class Layout:
     # watched read which topics are spread, not with a watch per topic.
     planned: str = field(init=False)
     ledger_ids: str = field(init=False)
+    # The region's bundle map (``hedwig.metadata.bundles``), and its bundles' owner records,
+    # a child each: one watched listing says which bundles are owned.
+    bundle_map: str = field(init=False)
+    bundle_owners: str = field(init=False)
 
     def __post_init__(self) -> None:
         base = f"{ROOT}/{encode_name(self.region)}"  # (validates the region's name)
@@ -35,6 +39,12 @@ class Layout:
         for node in ("topics", "hosts", "ledgers", "acls", "defaults", "planned"):
             object.__setattr__(self, node, f"{base}/{node}")
         object.__setattr__(self, "ledger_ids", f"{base}/ledger-ids")
+        object.__setattr__(self, "bundle_map", f"{base}/bundle-map")
+        object.__setattr__(self, "bundle_owners", f"{base}/bundle-owners")
+
+    def bundle_owner(self, bundle: str) -> str:
+        """The owner record of ``bundle`` (a ``Bundle.name``: hex digits and ``_`` alone)."""
+        return f"{self.bundle_owners}/{bundle}"
 
     def acl(self, name: str) -> str:
         return f"{self.acls}/{encode_name(name)}"

@@ -28,6 +28,7 @@ from enum import Enum
 from typing import Protocol
 
 from hedwig.metadata.acls import AclEntry
+from hedwig.metadata.bundles import BundleClaim, BundleMap
 from hedwig.metadata.plans import TopicPlan
 from hedwig.metadata.records import (
     HubInfo,
@@ -290,6 +291,56 @@ class TopicPlanManager(Protocol):
         ...
 
 
+class BundleManager(Protocol):
+    """The region's bundle map (``hedwig.metadata.bundles``) and its bundles' owner records.
+
+    A bundle's owner record is a claim like a topic's: created test-and-set, tied to the
+    claimer's session or lease (gone when it ends), deleted at its version to release. It is
+    only ever created and deleted, never rewritten, so the set of owned bundles changes with
+    every change of any owner (what ``bundle_owners``'s watch follows). Bundles are named as
+    ``Bundle.name`` has it; any other name is refused (``UsageError``) before the store is
+    asked."""
+
+    async def read_bundle_map(
+        self, watch: Callable[[], None] | None = None
+    ) -> Versioned[BundleMap] | None:
+        """The map and its version, or ``None`` (a region that has none yet). With ``watch``,
+        it is called once (on the loop) at the next change after this read."""
+        ...
+
+    async def write_bundle_map(self, bundles: BundleMap, version: Version) -> Version:
+        """Compare-and-set of the whole map (``NEW_VERSION`` creates); ``BadVersionError`` on
+        conflict (another hub's split or merge came first: read again, decide again)."""
+        ...
+
+    async def claim_bundle(self, bundle: str, owner: HubInfo) -> BundleClaim:
+        """Create ``bundle``'s owner record for ``owner`` unless one is there; refused, the
+        claim names the record in the way (read in the same request where the store can)."""
+        ...
+
+    async def read_bundle_owner(self, bundle: str) -> Versioned[HubInfo] | None: ...
+
+    async def release_bundle(self, bundle: str, version: Version) -> None:
+        """Delete the owner record at ``version``; ``BadVersionError`` if it changed,
+        ``NoTopicOwnerInfoError`` (naming the bundle) if it is gone."""
+        ...
+
+    async def bundle_owners(
+        self, watch: Callable[[], None] | None = None
+    ) -> dict[str, Versioned[HubInfo]]:
+        """Every owned bundle's owner record, by bundle name, in as few reads as the store
+        allows (one range read on etcd). With ``watch``, it is called once (on the loop) at
+        the next claim or release of any bundle after this read."""
+        ...
+
+    def watch_bundle_owner(
+        self, bundle: str, callback: Callable[[str], None], version: Version | None = None
+    ) -> None:
+        """Call ``callback(bundle)`` once (on the loop) when the bundle's owner record goes
+        or changes, at once if it is gone already or no longer at ``version``."""
+        ...
+
+
 class SessionState(Enum):
     CONNECTED = "connected"
     SUSPENDED = "suspended"  # connection lost, session may still be alive
@@ -334,6 +385,9 @@ class MetadataStore(Protocol):
 
     @property
     def plans(self) -> TopicPlanManager: ...
+
+    @property
+    def bundles(self) -> BundleManager: ...
 
     @property
     def session(self) -> MetadataSession: ...

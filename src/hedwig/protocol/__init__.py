@@ -83,6 +83,7 @@ from hedwig.protocol.queue_frames import (
     Nack,
     Redeliver,
 )
+from hedwig.protocol.region_frames import DescribeRegion, Region
 from hedwig.protocol.security_frames import Authenticate, Authenticated
 from hedwig.protocol.status import Status, error_from_frame
 from hedwig.protocol.storage_frames import (
@@ -123,6 +124,7 @@ __all__ = [
     "DeliveredMessage",
     "DeliveryStats",
     "DescribeLanes",
+    "DescribeRegion",
     "DescribeTopic",
     "EncodedMessage",
     "EncodedMessages",
@@ -155,6 +157,7 @@ __all__ = [
     "ReadLac",
     "Redeliver",
     "RefusedFrame",
+    "Region",
     "ReleaseTopic",
     "Reply",
     "Request",

@@ -50,6 +50,7 @@ from hedwig.protocol.queue_frames import (
     Nack,
     Redeliver,
 )
+from hedwig.protocol.region_frames import DescribeRegion, Region
 from hedwig.protocol.schema import FrameBase
 from hedwig.protocol.security_frames import Authenticate, Authenticated
 from hedwig.protocol.storage_frames import (
@@ -98,6 +99,7 @@ Request = (
     | Ack
     | Nack
     | CreateSubscription
+    | DescribeRegion
 )
 # What a hub answers a request with.
 Reply = (
@@ -114,6 +116,7 @@ Reply = (
     | HubAliveAnswer
     | Authenticated
     | Lanes
+    | Region
 )
 # What a hub pushes unasked.
 Event = (
@@ -161,6 +164,7 @@ FRAME_TYPES: tuple[type[FrameBase], ...] = (
     Ack,
     Nack,
     CreateSubscription,
+    DescribeRegion,
     Ok,
     Published,
     Subscribed,
@@ -173,6 +177,7 @@ FRAME_TYPES: tuple[type[FrameBase], ...] = (
     HubAliveAnswer,
     Authenticated,
     Lanes,
+    Region,
     Error,
     Deliver,
     TopicMoved,

@@ -400,6 +400,50 @@ def decode_ledger_ids(data: bytes, pos: int) -> tuple[tuple[int, ...], int]:
     return struct.unpack_from(f">{n}Q", data, pos), pos + 8 * n
 
 
+class U64sCodec(LedgerIdsCodec):
+    """``u32 n`` then n times ``u64`` (a bundle map's boundaries), coded as ledger ids are."""
+
+    doc = "u32 n, {name}: n x u64"
+
+    def check(self, name: str, value: Any) -> None:
+        if not isinstance(value, tuple) or not all(
+            isinstance(x, int) and 0 <= x < 1 << 64 for x in value
+        ):
+            raise UsageError(f"{name} must be a tuple of u64")
+
+
+class StrsCodec(Codec):
+    """``u32 n`` then n strings (a region's hub addresses)."""
+
+    doc = "u32 n, {name}: n x str"
+
+    def check(self, name: str, value: Any) -> None:
+        if not isinstance(value, tuple) or not all(isinstance(x, str) for x in value):
+            raise UsageError(f"{name} must be a tuple of str")
+
+    def encode_expr(self, value: str) -> str:
+        return f"encode_strs({value})"
+
+    def decode_lines(self, target: str) -> list[str]:
+        return [f"{target}, pos = decode_strs(data, pos)"]
+
+
+def encode_strs(items: tuple[str, ...]) -> bytes:
+    return wire.U32.pack(len(items)) + b"".join(wire.pack_str(x) for x in items)
+
+
+def decode_strs(data: bytes, pos: int) -> tuple[tuple[str, ...], int]:
+    (n,) = wire.U32.unpack_from(data, pos)
+    pos += 4
+    if n > (len(data) - pos) // 2:
+        raise ValueError(f"{n} strings do not fit in the frame")
+    out = []
+    for _ in range(n):
+        item, pos = wire.read_str(data, pos)
+        out.append(item)
+    return tuple(out), pos
+
+
 @dataclass(frozen=True)
 class Flag:
     """A boolean carried as one bit of the header's flags."""
@@ -430,3 +474,5 @@ BackoffSteps = Annotated[tuple[BackoffStep, ...], BACKOFF_STEPS]
 LedgerLacs = Annotated[tuple[LedgerLac, ...], LEDGER_LACS]
 LedgerIds = Annotated[tuple[int, ...], LedgerIdsCodec()]
 LedgerEnds = Annotated[tuple[LedgerEnd, ...], LEDGER_ENDS]
+Strs = Annotated[tuple[str, ...], StrsCodec()]
+U64s = Annotated[tuple[int, ...], U64sCodec()]

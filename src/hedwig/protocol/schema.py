@@ -43,9 +43,11 @@ from hedwig.protocol.fields import (
     RequestIdMarker,
     decode_batches,
     decode_ledger_ids,
+    decode_strs,
     decode_subscriptions,
     encode_batches,
     encode_ledger_ids,
+    encode_strs,
     encode_subscriptions,
 )
 from hedwig.protocol.messages import Batch, EncodedMessages
@@ -158,6 +160,8 @@ def _namespace(body: list[tuple[str, Codec]]) -> dict[str, Any]:
         "decode_subscriptions": decode_subscriptions,
         "encode_ledger_ids": encode_ledger_ids,
         "decode_ledger_ids": decode_ledger_ids,
+        "encode_strs": encode_strs,
+        "decode_strs": decode_strs,
         "_ProtocolError": ProtocolError,
     }
     for _, codec in body:

@@ -15,6 +15,7 @@ from hedwig.settings.declaration import Declared, Setting, setting
 from hedwig.settings.hub import (
     AuditSettings,
     BalanceSettings,
+    BundleSettings,
     ConnectionSettings,
     DeliverySettings,
     HttpSettings,
@@ -42,6 +43,7 @@ from hedwig.settings.sources import (
 __all__ = [
     "AuditSettings",
     "BalanceSettings",
+    "BundleSettings",
     "ConnectionSettings",
     "Declared",
     "DeliverySettings",

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from hedwig.errors import MetadataError, UsageError
+from hedwig.metadata.bundles import DEFAULT_BUNDLES, MAX_BUNDLES
 from hedwig.metadata.records import ReplicationConfig, TopicConfig
 from hedwig.placement import PlacementPolicy
 from hedwig.placement.rebalance import RebalanceConfig
@@ -171,6 +172,41 @@ class DeliverySettings:
 
 
 @dataclass(frozen=True, slots=True)
+class BundleSettings:
+    """Whether the hub owns topics by bundle, and how a region's map starts
+    (``hedwig.hub.owning.bundles``). Off: a hub owns topics one by one, each with its own
+    owner record. Every hub of a region must run with the same choice (a region of both kinds
+    would have two owners of one topic, one on its topic's record and one on its bundle's)."""
+
+    # Off until bundles are the default: a region switches by stopping every hub first.
+    enabled: bool = setting(
+        False,
+        "own topics by bundle (hash ranges of topic names), one owner record per bundle; "
+        "every hub of a region alike",
+        flag="--bundles",
+        env="HEDWIG_BUNDLES",
+    )
+    # A power of two: the map's equal ranges stay equal when split in halves. 32, Pulsar's
+    # 5.0 default: enough for three hubs to share evenly, few enough that each holds many.
+    initial_bundles: int = setting(
+        DEFAULT_BUNDLES, "bundles a region's map starts with, a power of two"
+    )
+    # A topic used less often pays a take-over (a few milliseconds, and a new ledger) per
+    # use; one used more often stays loaded, so an idle topic costs memory only while in use.
+    unload_idle_s: float = setting(
+        300.0,
+        "seconds a topic of an owned bundle stays loaded with nobody publishing or attached",
+    )
+
+    def __post_init__(self) -> None:
+        if self.unload_idle_s <= 0:
+            raise UsageError(f"unload idle: seconds above 0, got {self.unload_idle_s}")
+        n = self.initial_bundles
+        if n < 1 or n > MAX_BUNDLES or n & (n - 1):
+            raise UsageError(f"initial bundles: a power of two from 1 to {MAX_BUNDLES}, got {n}")
+
+
+@dataclass(frozen=True, slots=True)
 class QueueSettings:
     """Subscriptions whose consumers acknowledge message by message (failover, shared and
     key-shared; ``hedwig.hub.serving.queue``)."""
@@ -278,6 +314,7 @@ class HubConfig:
     retention: RetentionSettings = field(default_factory=RetentionSettings)
     delivery: DeliverySettings = field(default_factory=DeliverySettings)
     queues: QueueSettings = field(default_factory=QueueSettings)
+    bundles: BundleSettings = field(default_factory=BundleSettings)
     audit: AuditSettings = field(default_factory=AuditSettings)
     placement: PlacementSettings = field(default_factory=PlacementSettings)
     balance: BalanceSettings = field(default_factory=BalanceSettings)

@@ -33,10 +33,11 @@ import random
 from collections.abc import Awaitable, Callable
 
 from hedwig.clock import Clock
-from hedwig.errors import NotEnoughHubsError, ServiceUnavailableError
+from hedwig.errors import MetadataError, NotEnoughHubsError, ServiceUnavailableError
 from hedwig.metadata.managers import MetadataStore
 from hedwig.metadata.records import HubStatus
 from hedwig.placement import PlacementPolicy, choose_hub
+from hedwig.placement.bundles import ring_place
 from hedwig.placement.choice import TOPIC_FLOOR, hub_load
 from hedwig.settings import HubConfig
 
@@ -223,6 +224,40 @@ class HubChoices:
         if chosen is not None and chosen != self.address:
             self.assign(topic, chosen)
         return chosen
+
+    async def other_kind(self, bundles: bool) -> str | None:
+        """An alive hub that owns topics the other way (by bundle when this one owns them one
+        by one, or the reverse), as the registry read at most ``HUBS_CACHE_S`` ago has it;
+        ``None``: the region is of one kind. Two kinds at once would each believe they own a
+        topic (``docs/zookeeper-layout.md``, "Switching a region to bundles"). A registry that
+        cannot be read now says nothing (the claim's own store request will tell)."""
+        try:
+            hubs = await self._alive()
+        except MetadataError:
+            return None
+        others = (h for h in hubs if h.alive and h.address != self.address and h.load)
+        return next((h.address for h in others if h.load and h.load.bundles is not bundles), None)
+
+    async def alive_hubs(self) -> list[str]:
+        """The client addresses of the region's alive hubs (a list at most ``HUBS_CACHE_S``
+        old), this hub first: what DESCRIBE_REGION answers."""
+        hubs = await self._alive()
+        others = sorted(h.address for h in hubs if h.alive and h.address != self.address)
+        return [self.address, *others]
+
+    async def bundle_place(self, bundle: str) -> str | None:
+        """The hub that should claim unowned ``bundle`` (``hedwig.placement.bundles``): its
+        place on the consistent-hash ring of the alive hubs, drained hubs left out, and hubs
+        this one cannot reach too unless none is left; ``None``: none alive."""
+        hubs = await self._alive(HUBS_FRESH_S)
+        drained = self.drained()
+        alive = [h for h in hubs if h.alive and h.address not in drained]
+        reachable = [
+            h.address
+            for h in alive
+            if h.address == self.address or not self.unreachable(h.storage_id)
+        ]
+        return ring_place(bundle, reachable or [h.address for h in alive])
 
     async def keeps(self, topic: str) -> bool:
         """Whether ``owner_for`` would answer this hub for ``topic`` by the local rule, asked

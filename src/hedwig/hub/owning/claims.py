@@ -18,10 +18,24 @@ The rules (``hedwig.hub.owning.ownership`` holds the topics once claimed):
 A topic this call created has nothing yet (no owner, configuration or ledgers): its claim skips
 reading them. While claims make their topics (a wave of first publishes), each brings the
 topic's first ledger along in its own request.
+
+No claim is made while an alive hub of the region owns topics the other way (by bundle, or
+one by one): two such hubs would each believe they own a topic.
+
+With bundles on (``hedwig.hub.owning.bundles``) the owner is the topic's bundle's:
+
+1. The bundle owned here: the topic is loaded (created first if publishing or subscribing
+   asks for one that does not exist) and taken over, with no owner record of its own.
+2. Owned by another hub, as known here, or just handed over by this one: redirect there.
+3. Unowned and the request not redirected: the bundle's place on the consistent-hash ring of
+   the alive hubs (``HubChoices.bundle_place``); another hub's place, redirect there.
+4. Unowned and redirected here (or placed here): claim the bundle; lost to another hub,
+   redirect there; won, go on as in 1.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
@@ -32,12 +46,13 @@ from hedwig.errors import (
     NotResponsibleError,
     ServiceUnavailableError,
 )
+from hedwig.hub.owning.bundles import HubBundles
 from hedwig.hub.owning.choices import HubChoices
 from hedwig.hub.owning.takeover import FirstLog
 from hedwig.hub.owning.topic import OwnedTopic
 from hedwig.hub.reporting.events import HubEvents
 from hedwig.metadata.managers import MetadataStore
-from hedwig.metadata.records import NEW_VERSION, HubInfo, TopicClaim, Versioned
+from hedwig.metadata.records import NEW_VERSION, HubInfo, LedgerRanges, TopicClaim, Versioned
 
 # A topic this hub would keep by the local placement rule (``HubChoices.keeps``) is claimed
 # before its owner record is read while at least this share of the requests for topics it did
@@ -73,6 +88,7 @@ class ClaimRules:
         me: Callable[[], HubInfo],
         first_log: Callable[[str], Awaitable[FirstLog | None]],
         take_over: Callable[[str, TopicClaim, FirstLog | None], Awaitable[OwnedTopic]],
+        bundles: HubBundles | None = None,
     ) -> None:
         self._store = store
         self._choices = choices
@@ -81,6 +97,7 @@ class ClaimRules:
         self._me = me  # this hub's address and epoch, as they are now
         self._first_log = first_log
         self._take_over = take_over
+        self._bundles = bundles  # owning by bundle (``None``: topic by topic)
         # How often lately a first request here for a topic this hub does not serve found it
         # unowned (an average, newest weighing ``UNOWNED_WEIGHT``): claims go first while
         # most do (``CLAIM_FIRST``).
@@ -90,6 +107,16 @@ class ClaimRules:
         self._claims_create = True
 
     async def resolve(self, topic: str, redirected: bool, create: bool) -> OwnedTopic:
+        by_bundle = self._bundles is not None
+        if (other := await self._choices.other_kind(by_bundle)) is not None:
+            raise ServiceUnavailableError(
+                f"topic {topic!r}: hub {other} owns topics "
+                f"{'one by one' if by_bundle else 'by bundle'} and this one "
+                f"{'by bundle' if by_bundle else 'one by one'}: no claim while the region "
+                "mixes the two (run every hub alike, docs/zookeeper-layout.md)"
+            )
+        if self._bundles is not None:
+            return await self._resolve_by_bundle(self._bundles, topic, redirected, create)
         # A topic this call created has nothing yet (no owner, configuration or ledgers): its
         # claim skips reading them, three store round trips of about nine. It is created
         # together with its owner record (``claim_topic``: one request, not two or three);
@@ -183,6 +210,65 @@ class ClaimRules:
                 continue
             return await self._take_over(topic, TopicClaim(version, new=fresh), None)
         raise ServiceUnavailableError(f"topic {topic!r}: its ownership is changing")
+
+    async def _resolve_by_bundle(
+        self, bundles: HubBundles, topic: str, redirected: bool, create: bool
+    ) -> OwnedTopic:
+        me = self._me().address
+        bundle = (await bundles.current_map()).bundle_of(topic)
+        handed = bundles.handed_to(bundle)
+        if handed is not None:
+            self._redirect(topic)
+            raise NotResponsibleError(
+                f"topic {topic!r} is in bundle {bundle.name}, just handed to {handed}",
+                owner=handed,
+            )
+        owner = await bundles.owner_of(bundle)
+        if owner is None:
+            place = None if redirected else await self._choices.bundle_place(bundle.name)
+            if place is not None and place != me:
+                self._redirect(topic)
+                raise NotResponsibleError(
+                    f"topic {topic!r} is in bundle {bundle.name}, placed on {place}", owner=place
+                )
+            owner = await bundles.claim(bundle)
+        if owner is None:
+            raise ServiceUnavailableError(f"bundle {bundle.name}: its ownership is changing")
+        if owner != me:
+            self._redirect(topic)
+            raise NotResponsibleError(
+                f"topic {topic!r} is in bundle {bundle.name}, owned by {owner}", owner=owner
+            )
+        claim = await self._load(topic, create)
+        version = bundles.owned.get(bundle.name)
+        if version is None:  # lost while the topic was looked up
+            raise ServiceUnavailableError(f"bundle {bundle.name}: its ownership is changing")
+        return await self._take_over(topic, replace(claim, version=version), None)
+
+    async def _load(self, topic: str, create: bool) -> TopicClaim:
+        """What loading ``topic`` in an owned bundle finds, in as few store requests as loads
+        come in (``TopicClaim``, its version left to the caller): loads come in waves of one
+        kind, as claims do. While they make their topics (first publishes), the topic is
+        created first (``new``: nothing else of it to read). While they find them (a take-over
+        of a dead hub's bundles), its configuration and ledger list are read together (one
+        ``multiRead`` or etcd request), which the take-over then does not read again; a topic
+        found missing is made then, if the request may make one."""
+        if create and self._claims_create:
+            if await self._store.topics.ensure_topic(topic):
+                return TopicClaim(None, new=True)
+            self._claims_create = False
+        config, ranges = await asyncio.gather(
+            self._store.topics.read_topic_config(topic),
+            self._store.persistence.read_topic_persistence_info(topic),
+        )
+        if config is None:
+            if not create:
+                raise NoSuchTopicError(f"topic {topic!r} does not exist")
+            self._claims_create = True
+            return TopicClaim(None, new=await self._store.topics.ensure_topic(topic))
+        return TopicClaim(
+            None, config=config, ranges=ranges or Versioned(LedgerRanges(), NEW_VERSION)
+        )
 
     def _found_unowned(self, unowned: bool) -> None:
         """One more request for a topic this hub does not serve found it ``unowned`` (or not)."""

@@ -24,6 +24,11 @@ every topic, as when the store tells it itself: otherwise its clients would stay
 nobody took its topics over. Past the session timeout another hub may have taken over: the hub
 then asks its open ledgers' replicas whether they were fenced, and drops the topics whose
 ledgers were, so their subscribers move on even when nobody publishes.
+
+With bundles on (``BundleSettings.enabled``) the hub owns topics by bundle
+(``hedwig.hub.owning.bundles``): a topic of an owned bundle has no owner record of its own, so
+nothing of it is watched, given up or deleted on release; the bundle's record is watched
+instead, and its loss loses every topic of it.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from hedwig.errors import (
     ServiceUnavailableError,
     TopicMovingError,
 )
+from hedwig.hub.owning.bundles import HubBundles
 from hedwig.hub.owning.choices import HubChoices
 from hedwig.hub.owning.claims import ClaimRules, OwnershipStats
 from hedwig.hub.owning.owner_watch import OwnerWatch
@@ -50,6 +56,7 @@ from hedwig.hub.owning.topic import OwnedTopic, TopicState
 from hedwig.hub.reporting.events import HubEvents, LossKind
 from hedwig.ledger.replicas import Replicas
 from hedwig.ledger.retention import delete_ledger_everywhere
+from hedwig.metadata.bundles import Bundle
 from hedwig.metadata.managers import MetadataStore, SessionState
 from hedwig.metadata.records import (
     HubInfo,
@@ -118,6 +125,18 @@ class TopicOwnership:
             ),
         )
         self.stats = OwnershipStats()
+        # The bundles owned here, when topics are owned by bundle (``None``: one by one).
+        self.bundles = (
+            HubBundles(
+                store=store,
+                settings=config.bundles,
+                me=lambda: HubInfo(self.address, self.epoch),
+                on_lost=self._bundle_lost,
+                clock=clock,
+            )
+            if config.bundles.enabled
+            else None
+        )
         # Called whenever the set of owned topics changes (the hub reports its load soon after).
         self._on_change = on_change or (lambda: None)
         # Settings, log recovery and read-back of a claimed topic (``takeover``).
@@ -142,6 +161,7 @@ class TopicOwnership:
             me=lambda: HubInfo(self.address, self.epoch),
             first_log=self.takeover.first_log,
             take_over=self._take_over,
+            bundles=self.bundles,
         )
 
     # session ------------------------------------------------------------------------------
@@ -179,6 +199,8 @@ class TopicOwnership:
         return not self.standing.claiming
 
     def drop_all(self, kind: LossKind, reason: str) -> None:
+        if self.bundles is not None:
+            self.bundles.forget_all()
         names = list(self.topics)
         if not names:
             return
@@ -283,7 +305,8 @@ class TopicOwnership:
         self.topics[topic] = owned
         owned.owner_version = version
         self.choices.claimed(topic)
-        self.owners.watch(topic, version)
+        if self.bundles is None:  # (by bundle, the bundle's record is watched instead)
+            self.owners.watch(topic, version)
         # How long the claim took, and of that the log's recovery and the read-back of its
         # end: where a slow failover spent its time.
         log.info(
@@ -325,9 +348,14 @@ class TopicOwnership:
             # Give the owner record up at once, so other hubs stop sending clients here and one
             # of them claims the topic, instead of waiting for this hub's session to end.
             self.choices.cannot_store(topic)
-            if version is not None:
+            if version is not None and self.bundles is None:
                 self.owners.give_up(topic, version)
         self._changed()
+
+    def _bundle_lost(self, bundle: Bundle, new_owner: str | None) -> None:
+        """A bundle's owner record is gone or another's: every topic of it goes."""
+        for topic in [t for t in self.topics if bundle.holds(t)]:
+            self.lose(topic, LossKind.OWNERSHIP_REMOVED, "bundle's owner record removed", new_owner)
 
     def _loss_level(self, kind: LossKind) -> int:
         """One warning per loss, unless many topics go at once (a session ends): then each is
@@ -350,7 +378,7 @@ class TopicOwnership:
             self.choices.handed_over(topic, new_owner)
         self.topics.pop(topic, None)
         version, owned.owner_version = owned.owner_version, None
-        if version is not None:
+        if version is not None and self.bundles is None:
             try:
                 await self.store.ownership.delete_owner_info(topic, version)
             except HedwigError as exc:
@@ -358,6 +386,61 @@ class TopicOwnership:
         self.stats.releases += 1
         self._changed()
         return True
+
+    async def hand_over_bundle(self, bundle: Bundle, destination: str, reason: str) -> bool:
+        """Hand ``bundle`` to ``destination`` (make-before-break, as a topic's hand-off):
+        held for it from now on, every loaded topic of it let go naming it (its ledger closed,
+        its clients told where to go), then its owner record deleted, so the destination
+        claims it at its clients' first request and finds every log closed. False if the
+        bundle is not owned here."""
+        if self.bundles is None:
+            return False
+        version = self.bundles.hand_off(bundle, destination)
+        if version is None:
+            return False
+        names = [t for t in self.topics if bundle.holds(t)]
+        for i in range(0, len(names), RELEASES_AT_ONCE):
+            group = names[i : i + RELEASES_AT_ONCE]
+            await asyncio.gather(
+                *(self.release(t, reason, destination) for t in group), return_exceptions=True
+            )
+        try:
+            await self.store.bundles.release_bundle(bundle.name, version)
+        except HedwigError as exc:
+            log.info("handing bundle %s over: its record: %s", bundle.name, exc)
+        log.info(
+            "handed bundle %s (%d topics loaded) to %s: %s",
+            bundle.name,
+            len(names),
+            destination,
+            reason,
+        )
+        return True
+
+    async def unload_idle(self, idle_ms: int) -> int:
+        """By bundle: let go (``release``, no owner record to delete) every topic nobody
+        published to or attached to for ``idle_ms``, ``RELEASES_AT_ONCE`` at a time: its
+        ledger is closed and its consume marks flushed, and the next request loads it again.
+        How many went. Topic by topic, nothing (a topic let go would be placed afresh)."""
+        if self.bundles is None:
+            return 0
+        names = [
+            name
+            for name, owned in self.topics.items()
+            if owned.state is TopicState.OPEN
+            and (idle := owned.idle_for_ms()) is not None
+            and idle >= idle_ms
+        ]
+        done = 0
+        for i in range(0, len(names), RELEASES_AT_ONCE):
+            group = names[i : i + RELEASES_AT_ONCE]
+            released = await asyncio.gather(
+                *(self.release(n, "idle: unloaded") for n in group), return_exceptions=True
+            )
+            done += sum(1 for r in released if r is True)
+        if done:
+            log.info("unloaded %d idle topics", done)
+        return done
 
     async def delete(self, topic: str, *, force: bool, expired: bool = False) -> None:
         """Delete an owned topic: close it (its subscribers told it is deleted, its publishers
@@ -401,3 +484,5 @@ class TopicOwnership:
 
         workers = min(RELEASES_AT_ONCE, len(self.topics))
         await asyncio.gather(*(one_by_one() for _ in range(workers)))
+        if self.bundles is not None:
+            await self.bundles.release_all()  # every log closed first

@@ -336,10 +336,7 @@ class Hub:
         )
 
     def _alive_record(self) -> tuple[str, HubLoad]:
-        load = HubLoad(
-            timestamp_ms=self.clock.wall_ms(), internal=self.internal_address, hub_id=self.hub_id
-        )
-        return self.address, load
+        return self.address, self.loops.first_report(self.internal_address, self.hub_id)
 
     def _registered(self, epoch: int) -> None:
         self.topics.epoch = epoch

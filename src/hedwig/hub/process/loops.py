@@ -27,8 +27,10 @@ from hedwig.hub.spreading.fanout import FanOut
 from hedwig.hub.spreading.lanes import TopicLanes
 from hedwig.ledger.auditor import Auditor, AuditReport
 from hedwig.ledger.storage import LocalStorage
+from hedwig.metadata.bundles import Bundle
 from hedwig.metadata.managers import MetadataStore
 from hedwig.metadata.records import HubLoad, TopicLoad
+from hedwig.placement.bundles import BundleMove, joining_moves
 from hedwig.placement.plans import set_topic_mode
 from hedwig.placement.rebalance import Move, Rebalancer
 from hedwig.placement.scaling import ModeChange, ScalingPolicy
@@ -127,7 +129,11 @@ class HubLoops:
             c.retention.gc_interval_s, self.expire_idle, "expiring idle topics and subscriptions"
         )
         self._every(c.audit.audit_interval_s, self.audit_once, "ledger audit")
-        if c.balance.self_balance:
+        if c.balance.self_balance and self.ownership.bundles is not None:
+            self._every(
+                c.balance.balance_interval_s, self.balance_bundles_once, "bundle balancing cycle"
+            )
+        elif c.balance.self_balance:
             self._every(c.balance.balance_interval_s, self.balance_once, "self-balancing cycle")
         if c.balance.auto_fan_out:
             self._every(c.balance.balance_interval_s, self.scale_once, "scaling cycle")
@@ -224,7 +230,12 @@ class HubLoops:
                 topic_loads={t: v for t, v in last.topic_loads.items() if t in owned},
             )
         self._last_report = report
-        report = replace(report, internal=self.internal_address, hub_id=self.hub_id)
+        report = replace(
+            report,
+            internal=self.internal_address,
+            hub_id=self.hub_id,
+            bundles=self.ownership.bundles is not None,
+        )
         try:
             await self.store.hubs.update_load(self.ownership.address, report)
         except Exception as exc:
@@ -323,7 +334,11 @@ class HubLoops:
         subscription nobody attached to or consumed from for ``subscription_expiry_ms``; a topic
         with no subscription left that nobody published to or attached to for
         ``inactive_topic_expiry_ms``. Both off unless configured. And a topic nobody published
-        to or attached to for ``CACHE_IDLE_MS`` lets the batches it kept in memory go."""
+        to or attached to for ``CACHE_IDLE_MS`` lets the batches it kept in memory go. By
+        bundle, a topic idle for ``BundleSettings.unload_idle_s`` is unloaded."""
+        bundles = self.ownership.bundles
+        if bundles is not None:
+            await self.ownership.unload_idle(int(bundles.settings.unload_idle_s * 1000))
         async for owned in in_turns(list(self.ownership.topics.values())):
             if owned.state is not TopicState.OPEN:
                 continue
@@ -379,6 +394,37 @@ class HubLoops:
                 await self.moves.move(m.topic, m.destination, m.kind, m.reason)
             except HedwigError as exc:
                 log.info("moving %r failed: %s", m.topic, exc)
+        return mine
+
+    def first_report(self, internal: str, hub_id: str) -> HubLoad:
+        """The alive record a hub registers with, before its first load report: no load yet,
+        its addresses, and whether it owns topics by bundle (hubs of the other kind refuse
+        claims while it is alive)."""
+        return HubLoad(
+            timestamp_ms=self.clock.wall_ms(),
+            internal=internal,
+            hub_id=hub_id,
+            bundles=self.ownership.bundles is not None,
+        )
+
+    async def balance_bundles_once(self) -> list[BundleMove]:
+        """By bundle: hubs short of their share of the region's bundles take them from the
+        consistent-hash ring (``hedwig.placement.bundles.joining_moves``, which a joining hub's
+        first cycles are); this hub hands over the bundles the policy moves off it."""
+        owners = {n: o.value.address for n, o in (await self.store.bundles.bundle_owners()).items()}
+        drained = self.rebalancer.drained
+        alive = [h.address for h in await self.store.hubs.list_hubs() if h.alive]
+        me = self.ownership.address
+        moves = joining_moves(owners, [a for a in alive if a not in drained])
+        mine = [m for m in moves if m.source == me]
+        for m in mine:
+            log.info("handing bundle %s to the ring: %s", m.bundle, m.reason)
+            try:
+                await self.ownership.hand_over_bundle(
+                    Bundle.parse(m.bundle), m.destination, m.reason
+                )
+            except HedwigError as exc:
+                log.info("handing bundle %s over failed: %s", m.bundle, exc)
         return mine
 
     async def scale_once(self) -> list[ModeChange]:

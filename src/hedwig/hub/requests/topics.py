@@ -3,8 +3,9 @@
 Each finds its owned topic through ``OwnedTopics.acquire`` (served here, claimed, or a redirect)
 and hands the request to it. Publishing to a topic served by lanes passes the lane's check
 (``TopicLanes.publish_check``) once it is known not to be a duplicate. DELIVERY_STATS is
-answered by any hub from what it delivers (the owner asks its delivery hubs). Errors are
-raised as they are; ``hedwig.hub.front.server`` turns them into answers.
+answered by any hub from what it delivers (the owner asks its delivery hubs), and
+DESCRIBE_REGION by any hub from its registry of the region's hubs. Errors are raised as they
+are; ``hedwig.hub.front.server`` turns them into answers.
 """
 
 from __future__ import annotations
@@ -20,11 +21,13 @@ from hedwig.protocol import (
     DeleteTopic,
     DeliveryStats,
     DescribeLanes,
+    DescribeRegion,
     DescribeTopic,
     Messages,
     Ping,
     Publish,
     Read,
+    Region,
     Reply,
     TailTopic,
     TopicInfo,
@@ -53,6 +56,25 @@ class TopicRequests:
         answer = await owned.publish(conn, req, check)
         self._events.publish_answered(time.perf_counter() - start)
         return answer
+
+    async def describe_region(self, conn: ClientConnection, req: DescribeRegion) -> Reply:
+        """The region's alive hubs, this one first (a client learns where else to go)."""
+        hubs = await self._ownership.choices.alive_hubs()
+        boundaries: tuple[int, ...] = ()
+        owners: tuple[str, ...] = ()
+        bundles = self._ownership.bundles
+        if bundles is not None:
+            known = await bundles.known_owners()
+            bmap = await bundles.current_map()
+            boundaries = bmap.boundaries
+            owners = tuple(known.get(b.name, "") for b in bmap.bundles)
+        return Region(
+            request_id=req.request_id,
+            region=self._ownership.config.connection.region,
+            hubs=tuple(hubs),
+            boundaries=boundaries,
+            owners=owners,
+        )
 
     async def read(self, conn: ClientConnection, req: Read) -> Reply:
         owned = await self._owned.acquire(conn, req.topic, req.redirected)

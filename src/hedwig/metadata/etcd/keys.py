@@ -64,6 +64,10 @@ class Keys:
         return self._k("plans", encode_name(t))
 
     @property
+    def bundle_map(self) -> bytes:
+        return self._k("bundle-map")
+
+    @property
     def defaults(self) -> bytes:
         return self._k("defaults")
 

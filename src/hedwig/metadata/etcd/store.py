@@ -13,6 +13,8 @@ names encoded as in ZooKeeper (``a/b`` is ``a%2Fb``, so a name never reaches int
     ledger-ids             the first ledger id no hub has taken yet
     acls/<name>            access control entries
     plans/<T>              a spread topic's plan (the prefix lists the planned topics)
+    bundle-map             the region's bundle map (``hedwig.metadata.bundles``)
+    bundle-owners/<B>      an owned bundle's owner record, attached to one of its owner's leases
     defaults               region defaults
 
 Each family has a prefix of its own, so listing topics reads topic keys only (page by page),
@@ -23,7 +25,7 @@ comparison fails, so the caller learns whether it was missing or changed.
 The managers, a module each (or two to a module where they are small): ``ownership``
 (owner records and their watches), ``ledgers`` (ledger metadata and the persistence records
 naming them), ``topics`` (the catalog and subscriptions), ``hubs`` (the registry), ``acls``,
-``plans``; all on one ``client.EtcdClient``, its session the store's.
+``plans``, ``bundles``; all on one ``client.EtcdClient``, its session the store's.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from collections.abc import Callable
 from hedwig.clock import Clock
 from hedwig.errors import MetadataError
 from hedwig.metadata.etcd.acls import EtcdAcls
+from hedwig.metadata.etcd.bundles import EtcdBundles
 from hedwig.metadata.etcd.client import EtcdClient
 from hedwig.metadata.etcd.connection import CredentialsSource
 from hedwig.metadata.etcd.hubs import EtcdHubs
@@ -97,6 +100,7 @@ class EtcdMetadataStore:
         self.hubs = EtcdHubs(self.etcd, self.keys)
         self.acls = EtcdAcls(self.etcd, self.keys)
         self.plans = EtcdPlans(self.etcd, self.keys)
+        self.bundles = EtcdBundles(self.etcd, self.keys)
         self.session = EtcdSession(self.etcd)
 
     async def start(self) -> None:
@@ -105,6 +109,7 @@ class EtcdMetadataStore:
     async def close(self) -> None:
         await self.ownership.watches.close()
         await self.plans.watches.close()
+        await self.bundles.watches.close()
         with contextlib.suppress(MetadataError):
             await self.etcd.close()
 

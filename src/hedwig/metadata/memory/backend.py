@@ -23,6 +23,11 @@ if TYPE_CHECKING:
     from hedwig.metadata.memory.session import MemorySession
 
 
+# The key (after the region) whose watches fire when any bundle is claimed or released, a
+# bundle's owner record going with its session included.
+BUNDLE_OWNERS_CHANGED = "bundle-owners-changed"
+
+
 @dataclass
 class Entry:
     value: Any
@@ -56,6 +61,8 @@ class MemoryBackend:
         for key in [k for k, e in self.data.items() if e.session == session]:
             del self.data[key]
             self.fire(key)
+            if key[1:2] == ("bundle-owner",):
+                self.fire((key[0], BUNDLE_OWNERS_CHANGED))
         store = self.sessions.pop(session, None)
         if store is not None and store.state is SessionState.CONNECTED:
             store.lose_session()

@@ -91,6 +91,10 @@ class HubLoad:
     # Fan-out topics this hub delivers for their owners (their subscribers here): counted in
     # the totals above, not in ``topic_loads`` (the owner lists and moves the topic).
     delivering: dict[str, TopicLoad] = field(default_factory=dict)
+    # Whether the hub owns topics by bundle (``--bundles``): a region's hubs must all do the
+    # same, and a hub refuses claims while one of the other kind is alive. Absent (read as
+    # false) in the reports of earlier versions, which own topics one by one.
+    bundles: bool = False
 
     _FIELDS: ClassVar[frozenset[str]] = frozenset(
         [
@@ -104,6 +108,7 @@ class HubLoad:
             "bytes_out",
             "internal",
             "hub_id",
+            "bundles",
         ]
     )
 
@@ -144,6 +149,8 @@ class HubLoad:
             tl = {k: TopicLoad(**v) for k, v in dict(d.get("topic_loads", {})).items()}
             dl = {k: TopicLoad(**v) for k, v in dict(d.get("delivering", {})).items()}
             known = {k: v for k, v in d.items() if k in cls._FIELDS}
+            if not isinstance(known.get("bundles", False), bool):
+                raise TypeError("bundles is not true or false")
             return cls(topic_loads=tl, delivering=dl, **known)
         except (TypeError, ValueError) as exc:
             raise MetadataError(f"corrupt load record: {exc}") from exc

@@ -4,9 +4,9 @@
 Versions are znode versions, ownership and liveness are ephemeral znodes of the session
 (``docs/zookeeper-layout.md``). Each kind of record has its manager in a module of its own
 (``ownership``, ``persistence``, ``subscriptions``, ``ledgers``, ``topics``, ``hubs``,
-``acl_entries``, ``plans``); this one holds what they share: the client, the session as the
-hub sees it (``ZkSession``: the client's phases as ``SessionState``), and the znode ACLs a
-store given digest credentials writes (``znode_acls``).
+``acl_entries``, ``plans``, ``bundles``); this one holds what they share: the client, the
+session as the hub sees it (``ZkSession``: the client's phases as ``SessionState``), and the
+znode ACLs a store given digest credentials writes (``znode_acls``).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from hedwig.clock import Clock, SystemClock
 from hedwig.metadata.layout import ROOT, Layout
 from hedwig.metadata.managers import SessionState
 from hedwig.metadata.zookeeper.acl_entries import ZkAcls
+from hedwig.metadata.zookeeper.bundles import ZkBundles
 from hedwig.metadata.zookeeper.client import Phase, ZkClient
 from hedwig.metadata.zookeeper.hubs import ZkHubs
 from hedwig.metadata.zookeeper.ledgers import ZkLedgers
@@ -102,6 +103,7 @@ class ZkMetadataStore:
         self.hubs = ZkHubs(self.zk, self.layout)
         self.acls = ZkAcls(self.zk, self.layout)
         self.plans = ZkPlans(self.zk, self.layout)
+        self.bundles = ZkBundles(self.zk, self.layout)
         self.session = ZkSession(self.zk)
 
     async def start(self) -> None:

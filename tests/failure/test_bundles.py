@@ -1,0 +1,122 @@
+"""Fault scenarios under load on hubs that own topics by bundle (``--bundles``); each checks
+the full history (``history.py``), as ``test_faults`` does for hubs owning topics one by one:
+the owner of the topics' bundles killed, or frozen past its session, and bundles handed to a
+joining hub, while publishers and subscribers run."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hedwig.devcluster.cluster import DevCluster
+from hedwig.metadata import open_store
+from tests.cluster_helpers import eventually
+from tests.failure.clusters import SESSION, cluster_332
+from tests.failure.history import Workload, check
+from tests.failure.test_faults import TOPICS, fences_answered, run, scrape
+
+pytestmark = pytest.mark.integration
+
+# Few bundles, so that the workload's topics share one or two of them.
+HUB_ARGS = ["--bundles", "--initial-bundles", "4"]
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[DevCluster]:
+    with cluster_332(tmp_path, "bundle-faults", hub_args=HUB_ARGS) as c:
+        yield c
+
+
+async def bundle_owner(cluster: DevCluster, topic: str) -> str | None:
+    """The owner of ``topic``'s bundle as the store has it (``None``: unowned)."""
+    store = open_store(cluster.zk, region=cluster.region)
+    await store.start()
+    try:
+        bundles = await store.bundles.read_bundle_map()
+        if bundles is None:
+            return None
+        got = await store.bundles.read_bundle_owner(bundles.value.bundle_of(topic).name)
+        return got.value.address if got else None
+    finally:
+        await store.close()
+
+
+async def test_kill9_bundle_owner_under_load(cluster: DevCluster) -> None:
+    victim: list[str] = []
+
+    async def fault() -> None:
+        owner = await bundle_owner(cluster, TOPICS[0])
+        assert owner is not None
+        victim.append(owner)
+        cluster.hub_at(owner).kill()
+
+    await run(cluster, fault, after=SESSION + 4)
+    # The victim's bundles were claimed by the others, and its topics' ledgers fenced there.
+    now = await bundle_owner(cluster, TOPICS[0])
+    assert now is not None and now != victim[0]
+    assert fences_answered([h for h in cluster.hub_procs if h.address != victim[0]]) >= 1
+
+
+async def test_bundle_owner_frozen_past_its_session(cluster: DevCluster) -> None:
+    frozen: list[str] = []
+
+    async def fault() -> None:
+        owner = await bundle_owner(cluster, TOPICS[0])
+        assert owner is not None
+        hub = cluster.hub_at(owner)
+        hub.freeze()
+        frozen.append(owner)
+
+        async def taken_over() -> bool:
+            now = await bundle_owner(cluster, TOPICS[0])
+            return now is not None and now != owner
+
+        await eventually(taken_over, timeout=SESSION * 5)
+        await asyncio.sleep(1.0)
+        hub.thaw()  # it must notice, acknowledge nothing more, and step down
+
+    await run(cluster, fault, after=3)
+    hub = cluster.hub_at(frozen[0])
+    metrics = await asyncio.get_running_loop().run_in_executor(None, scrape, hub.metrics_url)
+    losses = [
+        float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith("hedwig_topic_losses_total{")
+    ]
+    assert sum(losses) >= 1, "the frozen owner never noticed it lost its topics"
+
+
+async def test_a_joining_hub_takes_bundles_under_load(tmp_path: Path) -> None:
+    """Three hubs at 3/3/2 by bundle, publishers and subscribers on a dozen topics; a fourth
+    hub joins and the others hand it its share from the ring (a balancing cycle a second):
+    bundles move under load, every history whole."""
+    topics = [f"j/{i}" for i in range(12)]
+    args = ["--bundles", "--initial-bundles", "16", "--balance-interval", "1"]
+    with cluster_332(tmp_path, "bundle-join", hub_args=args) as cluster:
+        work = Workload(cluster.addresses, topics, senders=1)
+        await work.start()
+        await asyncio.sleep(2.0)
+        acked_before = work.history.acked_count
+        assert acked_before > 0
+        joined = cluster.add_hub()  # (with the cluster's hub arguments, --bundles among them)
+
+        async def took_some() -> bool:
+            return joined.address in (await bundle_owners(cluster)).values()
+
+        await eventually(took_some, timeout=20)
+        await asyncio.sleep(3.0)  # load through and after the moves
+        history = await work.finish()
+        assert history.acked_count > acked_before, "publishing did not go on through the moves"
+        check(history)
+
+
+async def bundle_owners(cluster: DevCluster) -> dict[str, str]:
+    store = open_store(cluster.zk, region=cluster.region)
+    await store.start()
+    try:
+        return {n: o.value.address for n, o in (await store.bundles.bundle_owners()).items()}
+    finally:
+        await store.close()
