@@ -157,9 +157,11 @@ class HubConfig:
         1000, "messages pushed to a subscriber per DELIVER frame at most"
     )
     # Security (docs/security.md). Everything is off for a bare hub (tests, `hedwig dev up`):
-    # plaintext, anonymous, and the storage role on the client port. The chart, the operator
-    # and `hedwig dev up --secure` turn it on. Certificates and keys are PEM files, reloaded
-    # when they change (rotation without a restart).
+    # plaintext, anonymous, every request allowed, and the storage role served on the client
+    # port. The operator (the chart's pools are secured by default) and `hedwig dev up
+    # --secure` turn it on. Certificates and keys are PEM files; each listener's certificate
+    # and key are reloaded when their files change (rotation without a restart); the CAs are
+    # read at start.
     tls_cert: str | None = setting(
         None, "this hub's certificate for the client listener (TLS on when set)"
     )
@@ -167,8 +169,12 @@ class HubConfig:
     tls_client_ca: str | None = setting(
         None, "CA of client certificates, which are then accepted as identities"
     )
-    # Hub-to-hub requests (the storage role, claims) are served there only, to peers with a
-    # certificate from the region's hub CA; required when authentication is on.
+    # Hub-to-hub traffic goes here when it is set: the storage role is served here only
+    # (INTERNAL_ONLY on the client port, as with authentication on), beside a handing-off
+    # hub's claim request (TOPIC_STATS), fan-out tails, DELIVERY_STATS and PING; a client's
+    # redirected request still claims on the client port. With internal_ca/_cert/_key it
+    # requires a certificate from the region's hub CA; without them it is plaintext and takes
+    # whoever connects for a hub. Required when authentication is on (its TLS too).
     internal_listen: str | None = setting(
         None, "HOST:PORT of the hub-to-hub listener (storage role, claims)"
     )
@@ -220,10 +226,13 @@ class HubConfig:
             raise UsageError("internal_ca/_cert/_key are for the internal listener: set it")
         if self.authorize and not self.authenticate:
             raise UsageError("authorization needs authentication (authenticate = true)")
-        if self.authenticate and not self.internal_listen:
+        if self.authenticate and not (self.internal_listen and all(internal_tls)):
+            # A plaintext internal listener takes whoever connects for a hub: it would serve
+            # READ_ENTRY and DELETE_LEDGER to an anonymous client past every ACL.
             raise UsageError(
-                "with authentication on, hub-to-hub requests need the internal listener "
-                "(internal_listen, with internal_ca/_cert/_key)"
+                "with authentication on, hub-to-hub requests need the internal listener with "
+                "its TLS: set internal_listen, internal_ca, internal_cert and internal_key "
+                "(the region's hub CA, and this hub's certificate from it)"
             )
         if self.authenticate and not (self.tls_client_ca or self.token_issuers.strip()):
             raise UsageError(
