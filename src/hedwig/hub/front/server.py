@@ -126,7 +126,10 @@ class ClientConnection(asyncio.Protocol):
             self._conn.receive_data(data)
             frames = self._conn.next_frames()
         except ProtocolError as exc:
-            log.warning("closing connection from %s: %s", self.name, exc)
+            # The reason as text: a log record (kept by a handler that buffers) holding the
+            # exception would hold its traceback, this frame, and so this connection.
+            drop_tracebacks(exc)
+            log.warning("closing connection from %s: %s", self.name, str(exc))
             self.close()
             return
         for frame in frames:
