@@ -199,6 +199,32 @@ class HubConfig:
     cert_reload_interval_s: float = setting(
         30.0, "seconds between checks of the certificate files for rotation"
     )
+    # Before a connection has authenticated (authentication on) it is anyone's: what it may
+    # cost is bounded in size, time and number (hedwig.hub.front.doorway). Thirty anonymous
+    # connections each holding all but the last byte of a 16 MiB frame took a hub from 214 to
+    # 832 MB; 2,000 idle ones stayed open for good. A token is a few KiB (a Kubernetes one
+    # about 1), and a client sends nothing else before its AUTHENTICATE is answered.
+    unauthenticated_frame_bytes: int = setting(
+        64 * 1024,
+        "bytes; the largest frame a connection may send before it has authenticated (larger "
+        "ones are skipped unread and answered MESSAGE_TOO_LARGE)",
+    )
+    # A client authenticates in its first round trip (a certificate in the handshake itself).
+    unauthenticated_timeout_s: float = setting(
+        10.0, "seconds a connection may stay open without authenticating"
+    )
+    incomplete_frame_timeout_s: float = setting(
+        5.0, "seconds a frame begun before authenticating may stay incomplete"
+    )
+    # Each holds at most a frame of unauthenticated_frame_bytes, for at most the timeout.
+    # Clients behind one NAT address share the per-address count, but each is unauthenticated
+    # for a round trip only; an IPv6 peer is counted by its /64.
+    unauthenticated_connections: int = setting(
+        1024, "unauthenticated connections a hub holds at most (more are closed at once)"
+    )
+    unauthenticated_connections_per_ip: int = setting(
+        128, "unauthenticated connections from one peer address at most (more are closed at once)"
+    )
 
     def __post_init__(self) -> None:
         self.replication_config  # noqa: B018 - validates the E/Qw/Qa string
@@ -234,6 +260,17 @@ class HubConfig:
                 "its TLS: set internal_listen, internal_ca, internal_cert and internal_key "
                 "(the region's hub CA, and this hub's certificate from it)"
             )
+        for name in (
+            "unauthenticated_frame_bytes",
+            "unauthenticated_timeout_s",
+            "incomplete_frame_timeout_s",
+            "unauthenticated_connections",
+            "unauthenticated_connections_per_ip",
+        ):
+            if getattr(self, name) <= 0:
+                raise UsageError(f"{name} must be positive")
+        if self.unauthenticated_frame_bytes < 4096:
+            raise UsageError("unauthenticated_frame_bytes must be at least 4096 (a token's frame)")
         if self.authenticate and not (self.tls_client_ca or self.token_issuers.strip()):
             raise UsageError(
                 "authentication needs a way to authenticate: tls_client_ca, token_issuers, or both"

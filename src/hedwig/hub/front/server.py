@@ -12,8 +12,11 @@ Before anything is served, ``hedwig.hub.front.access`` admits the request (authe
 authorization, the closed hub-to-hub plane); a refusal is answered like any other error.
 
 Bad input never takes the hub down: a malformed frame closes that one connection with a logged
-reason; an oversized frame is skipped and answered MESSAGE_TOO_LARGE; a batch whose count lies
-is answered INVALID_REQUEST; the connection stays open for both.
+reason (counted, and summed up past a few a minute: ``hedwig.hub.front.doorway.ClosureLog``);
+an oversized frame is skipped and answered MESSAGE_TOO_LARGE; a batch whose count lies is
+answered INVALID_REQUEST; the connection stays open for both. Until a connection has
+authenticated, on a hub with authentication on, the doorway (``hedwig.hub.front.doorway``)
+bounds its frames, its time and the number of such connections.
 """
 
 from __future__ import annotations
@@ -22,9 +25,12 @@ import asyncio
 import logging
 from typing import Protocol, cast
 
+from hedwig.clock import Clock
 from hedwig.errors import MessageTooLargeError, ProtocolError
 from hedwig.hub.front.access import ListenerRole
 from hedwig.hub.front.admission import Admission
+from hedwig.hub.front.doorway import Door, Sweeper
+from hedwig.hub.reporting.disconnects import Disconnect
 from hedwig.hub.reporting.events import HubEvents
 from hedwig.metadata.acls import Operation
 from hedwig.net.coalescing import TurnWriter
@@ -75,6 +81,13 @@ class ClientConnection(asyncio.Protocol):
         self._writable.set()
         self._closed = False
         self.name = "?"
+        self.peer_host = ""
+        # While unauthenticated (``hedwig.hub.front.doorway``): whether the doorway watches
+        # this connection, when the frame it is in the middle of began, why it was closed.
+        self._door = front.doorway
+        self._watched = False
+        self.incomplete_since: float | None = None
+        self.closed_for: Disconnect | None = None
         # The topics this connection published or subscribed to, for its disconnection to
         # detach it from each; None once there were more than ``TOPICS_KEPT`` (its
         # disconnection looks at every owned topic instead: a client publishing to 100,000
@@ -82,9 +95,23 @@ class ClientConnection(asyncio.Protocol):
         self.topics: set[str] | None = set()
         # Access control (``hedwig.hub.front.access``): which listener, who, and cached decisions.
         self.role = front.role
-        self.principal: Principal = ANONYMOUS
+        self._principal: Principal = ANONYMOUS
         self.decisions: dict[tuple[Operation, str], bool] = {}
         self.acl_generation = -1
+
+    @property
+    def principal(self) -> Principal:
+        return self._principal
+
+    @principal.setter
+    def principal(self, principal: Principal) -> None:
+        """Who the connection is; once it has an identity the doorway's bounds are lifted."""
+        self._principal = principal
+        if self._watched and not principal.anonymous:
+            self._watched = False
+            self.incomplete_since = None
+            self._door.identified(self)
+            self._conn.max_frame_size = self._front.max_frame_size
 
     # asyncio.Protocol ---------------------------------------------------------------------
 
@@ -94,7 +121,14 @@ class ClientConnection(asyncio.Protocol):
         self._writer = TurnWriter(self._transport)
         peer = self._transport.get_extra_info("peername")
         self.name = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.peer_host = str(peer[0]) if peer else ""
         self._identify(self._transport.get_extra_info("peercert"))
+        limit = self._door.frame_limit
+        if limit is not None and self._principal.anonymous:
+            if not self._door.arrived(self):
+                return  # too many unauthenticated connections: closed already
+            self._watched = True
+            self._conn.max_frame_size = min(limit, self._front.max_frame_size)
         self._front.connections.add(self)
 
     def _identify(self, peercert: dict[str, object] | None) -> None:
@@ -112,6 +146,9 @@ class ClientConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
         self._writable.set()
+        if self._watched:
+            self._watched = False
+            self._door.left(self)
         self._front.connections.discard(self)
         self._front.handler.disconnected(self)
 
@@ -129,17 +166,25 @@ class ClientConnection(asyncio.Protocol):
             # The reason as text: a log record (kept by a handler that buffers) holding the
             # exception would hold its traceback, this frame, and so this connection.
             drop_tracebacks(exc)
-            log.warning("closing connection from %s: %s", self.name, str(exc))
+            if self.closed_for is None:
+                self.closed_for = Disconnect.MALFORMED
+                self._door.closures.closed(self, Disconnect.MALFORMED, str(exc))
             self.close()
             return
+        if self._watched:
+            if not self._conn.pending_bytes:
+                self.incomplete_since = None
+            elif self.incomplete_since is None:
+                self.incomplete_since = self._front.clock.monotonic()
         for frame in frames:
             if isinstance(frame, OversizedFrame):
                 limit = self._conn.max_frame_size
+                before = " before authenticating" if self._watched else ""
                 self._front.refuse(
                     self,
                     frame.request_id,
                     MessageTooLargeError(
-                        f"frame of {frame.size} bytes exceeds the limit of {limit}",
+                        f"frame of {frame.size} bytes exceeds the limit of {limit}{before}",
                         size=frame.size,
                         limit=limit,
                     ),
@@ -168,6 +213,10 @@ class ClientConnection(asyncio.Protocol):
             self._writer.flush()
             self._transport.close()
 
+    def abort(self) -> None:
+        if self._transport is not None and not self._closed:
+            self._transport.abort()
+
 
 class HubFrontEnd:
     """Routes requests to the handler and answers them, errors through the status table."""
@@ -179,6 +228,8 @@ class HubFrontEnd:
         max_frame_size: int,
         events: HubEvents,
         admission: Admission,
+        doorway: Door,
+        clock: Clock,
         role: ListenerRole = ListenerRole.CLIENT,
     ) -> None:
         self.handler = handler
@@ -186,7 +237,17 @@ class HubFrontEnd:
         self.connections: set[ClientConnection] = set()
         self._events = events
         self._admission = admission
+        self.doorway = doorway
+        self.clock = clock
         self.role = role
+        self._sweeper = Sweeper(doorway, clock)
+
+    def start_sweeping(self) -> None:
+        """Check the unauthenticated connections' deadlines every second from now on."""
+        self._sweeper.start()
+
+    def stop_sweeping(self) -> None:
+        self._sweeper.stop()
 
     def protocol(self) -> ClientConnection:
         return ClientConnection(self)

@@ -27,6 +27,7 @@ from hedwig.hub.config import HubConfig
 from hedwig.hub.front.access import AccessControl, ListenerRole
 from hedwig.hub.front.acl_watch import AclWatcher, NoAclWatch
 from hedwig.hub.front.admission import OpenDoor
+from hedwig.hub.front.doorway import NoDoorway, doorway_for
 from hedwig.hub.front.server import ClientConnection, HubFrontEnd
 from hedwig.hub.front.tls import GivenNetwork, HubNetworks, HubTls
 from hedwig.hub.owning.choices import HubChoices
@@ -192,17 +193,23 @@ class Hub:
         # Each listener's table of what serves each request.
         self.client_routes = self.requests.client_routes(with_storage=not config.internal_listen)
         self.internal_routes = self.requests.internal_routes()
+        # What an unauthenticated connection may cost (nothing bounded with authentication off).
+        doorway = doorway_for(config, clock=self.clock, events=self.metrics)
         self.front = HubFrontEnd(
             self.client_routes,
             max_frame_size=max_frame,
             events=self.metrics,
             admission=self.access if secured else OpenDoor(),
+            doorway=doorway,
+            clock=self.clock,
         )
         self.internal_front = HubFrontEnd(
             self.internal_routes,
             max_frame_size=max_frame,
             events=self.metrics,
             admission=self.access,
+            doorway=NoDoorway(doorway.closures),
+            clock=self.clock,
             role=ListenerRole.INTERNAL,
         )
         self.acl_watcher: AclWatcher | NoAclWatch = (
@@ -289,6 +296,7 @@ class Hub:
         if not self.config.advertise:
             self._set_address(self._listener.address)
         self.tls.start_reloading(self.config.cert_reload_interval_s)
+        self.front.start_sweeping()
         if self.config.authenticate:
             self._expiry = asyncio.get_running_loop().create_task(self._close_expired())
         if self.config.metrics_port is not None:
@@ -398,6 +406,7 @@ class Hub:
         if self._expiry is not None:
             self._expiry.cancel()
         self.tls.stop_reloading()
+        self.front.stop_sweeping()
         for listener in (self._listener, self._internal_listener):
             if listener is not None:
                 listener.close()
