@@ -74,6 +74,7 @@ class Raw:
     reader: asyncio.StreamReader
     writer: asyncio.StreamWriter
     conn: Connection = field(default_factory=lambda: Connection(Role.CLIENT))
+    frames: list[object] = field(default_factory=list)
 
     @classmethod
     async def open(cls, region: SecureRegion) -> Raw:
@@ -84,9 +85,9 @@ class Raw:
 
     async def answer(self) -> object:
         while True:
-            frames = self.conn.next_frames()
-            if frames:
-                return frames[0]
+            self.frames.extend(self.conn.next_frames())
+            if self.frames:
+                return self.frames.pop(0)
             chunk = await asyncio.wait_for(self.reader.read(65536), 5)
             assert chunk, "closed instead of answering"
             self.conn.receive_data(chunk)

@@ -225,6 +225,10 @@ class HubConfig:
     unauthenticated_connections_per_ip: int = setting(
         128, "unauthenticated connections from one peer address at most (more are closed at once)"
     )
+    # A client that cannot authenticate stops at its first UNAUTHENTICATED (never retried).
+    unauthenticated_refusals: int = setting(
+        3, "refused requests after which an unauthenticated connection is closed"
+    )
 
     def __post_init__(self) -> None:
         self.replication_config  # noqa: B018 - validates the E/Qw/Qa string
@@ -266,6 +270,7 @@ class HubConfig:
             "incomplete_frame_timeout_s",
             "unauthenticated_connections",
             "unauthenticated_connections_per_ip",
+            "unauthenticated_refusals",
         ):
             if getattr(self, name) <= 0:
                 raise UsageError(f"{name} must be positive")

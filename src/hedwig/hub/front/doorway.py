@@ -12,6 +12,9 @@ hold is bounded, in all and per peer, each bound a setting (``HubConfig``):
 - **number**: the hub holds at most ``unauthenticated_connections`` of them, and at most
   ``unauthenticated_connections_per_ip`` from one peer address (an IPv6 peer by its /64, the
   block one host is given); one more is closed as it connects.
+- **refusals**: it is closed once ``unauthenticated_refusals`` (3) of its requests were
+  refused, its answers sent first: a client that cannot authenticate gives up at its first
+  UNAUTHENTICATED, and a scanner has nothing more to learn.
 
 Time is checked by one sweep a second, on the hub's clock, over the unauthenticated
 connections only. Connections closed for time are aborted, not closed gracefully: a peer that
@@ -143,6 +146,7 @@ class DoorLimits:
     incomplete_s: float
     per_hub: int
     per_peer: int
+    refusals: int = 3
 
     @classmethod
     def of(cls, config: HubConfig) -> DoorLimits:
@@ -152,6 +156,7 @@ class DoorLimits:
             incomplete_s=config.incomplete_frame_timeout_s,
             per_hub=config.unauthenticated_connections,
             per_peer=config.unauthenticated_connections_per_ip,
+            refusals=config.unauthenticated_refusals,
         )
 
 
@@ -173,6 +178,10 @@ class Door(Protocol):
 
     def left(self, conn: Visitor) -> None:
         """``conn`` is gone."""
+        ...
+
+    def refused(self, conn: Visitor, refusals: int) -> None:
+        """``conn``, unauthenticated, had ``refusals`` requests refused so far."""
         ...
 
     def sweep(self) -> int:
@@ -227,6 +236,17 @@ class Doorway:
         else:
             self._per_peer.pop(group, None)
 
+    def refused(self, conn: Visitor, refusals: int) -> None:
+        if refusals < self.limits.refusals or conn.closed_for is not None:
+            return
+        conn.closed_for = Disconnect.REFUSALS
+        self.closures.closed(
+            conn, Disconnect.REFUSALS, f"{refusals} requests refused before authenticating"
+        )
+        # Gracefully, so that its answers arrive; still counted (and aborted at its deadline
+        # if it reads nothing) until it is gone.
+        conn.close()
+
     def sweep(self) -> int:
         now = self._clock.monotonic()
         limits = self.limits
@@ -247,7 +267,7 @@ class Doorway:
             if conn.closed_for is None:
                 conn.closed_for = reason
                 self.closures.closed(conn, reason, detail)
-                closed += 1
+            closed += 1
             self.left(conn)
             conn.abort()
         return closed
@@ -270,6 +290,9 @@ class NoDoorway:
         return None
 
     def left(self, conn: Visitor) -> None:
+        return None
+
+    def refused(self, conn: Visitor, refusals: int) -> None:
         return None
 
     def sweep(self) -> int:

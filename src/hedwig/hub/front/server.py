@@ -27,6 +27,7 @@ from typing import Protocol, cast
 
 from hedwig.clock import Clock
 from hedwig.errors import MessageTooLargeError, ProtocolError
+from hedwig.hub.front import audit
 from hedwig.hub.front.access import ListenerRole
 from hedwig.hub.front.admission import Admission
 from hedwig.hub.front.doorway import Door, Sweeper
@@ -88,6 +89,7 @@ class ClientConnection(asyncio.Protocol):
         self._watched = False
         self.incomplete_since: float | None = None
         self.closed_for: Disconnect | None = None
+        self._refusals = 0
         # The topics this connection published or subscribed to, for its disconnection to
         # detach it from each; None once there were more than ``TOPICS_KEPT`` (its
         # disconnection looks at every owned topic instead: a client publishing to 100,000
@@ -98,6 +100,7 @@ class ClientConnection(asyncio.Protocol):
         self._principal: Principal = ANONYMOUS
         self.decisions: dict[tuple[Operation, str], bool] = {}
         self.acl_generation = -1
+        self.audit = audit.AuditBudget(front.clock)
 
     @property
     def principal(self) -> Principal:
@@ -149,6 +152,7 @@ class ClientConnection(asyncio.Protocol):
         if self._watched:
             self._watched = False
             self._door.left(self)
+        audit.closed(self, self._principal.name)
         self._front.connections.discard(self)
         self._front.handler.disconnected(self)
 
@@ -177,6 +181,8 @@ class ClientConnection(asyncio.Protocol):
             elif self.incomplete_since is None:
                 self.incomplete_since = self._front.clock.monotonic()
         for frame in frames:
+            if self.closed_for is not None:
+                break  # closed by the hub: what follows is not served
             if isinstance(frame, OversizedFrame):
                 limit = self._conn.max_frame_size
                 before = " before authenticating" if self._watched else ""
@@ -204,6 +210,13 @@ class ClientConnection(asyncio.Protocol):
         if self._closed or self._transport is None:
             return
         self._writer.write(self._conn.send(frame))
+
+    def refused(self, answer: Error) -> None:
+        """Send the refusal ``answer``; an unauthenticated connection is closed after a few."""
+        self.send(answer)
+        if self._watched:
+            self._refusals += 1
+            self._door.refused(self, self._refusals)
 
     async def writable(self) -> None:
         await self._writable.wait()
@@ -256,14 +269,14 @@ class HubFrontEnd:
         try:
             self._admission.admit(conn, frame, type(frame).LABEL)
         except Exception as exc:
-            conn.send(self._error(frame, exc))
+            conn.refused(self._error(frame, exc))
             return
         if isinstance(frame, Consume):
             # Consumes are frequent and need no I/O before their answer.
             try:
                 self.handler.consume(conn, frame)
             except Exception as exc:
-                conn.send(self._error(frame, exc))
+                conn.refused(self._error(frame, exc))
                 return
             conn.send(Ok(request_id=frame.request_id))
             return
@@ -271,7 +284,7 @@ class HubFrontEnd:
 
     def refuse(self, conn: ClientConnection, request_id: int, exc: Exception) -> None:
         """Answer a request the connection could not even decode (too large, lying batch)."""
-        conn.send(self._error_answer(request_id, "undecoded", exc))
+        conn.refused(self._error_answer(request_id, "undecoded", exc))
 
     async def _run(self, conn: ClientConnection, frame: Request) -> None:
         try:
@@ -280,7 +293,7 @@ class HubFrontEnd:
             else:
                 answer = await self.handler.handle(conn, frame)
         except Exception as exc:
-            conn.send(self._error(frame, exc))
+            conn.refused(self._error(frame, exc))
             return
         conn.send(answer if answer is not None else Ok(request_id=frame.request_id))
         self._events.answered(type(frame).LABEL, "ok")
