@@ -44,6 +44,14 @@ class HubConfig:
         None, "HTTP port of /metrics, /healthz, /readyz and /drain (default: none)"
     )
     metrics_host: str = setting("127.0.0.1", "the HTTP endpoint's listen host")
+    # A peer address proves nothing about who is local: a service mesh's sidecar forwards
+    # callers from anywhere from 127.0.0.6 or 127.0.0.1. A file in the hub's own container
+    # does (hedwig.hub.process.http).
+    drain_socket: str | None = setting(
+        None,
+        "a Unix socket (mode 0600) serving the HTTP endpoint too, where POST /drain needs no "
+        "token: for a preStop hook (`hedwig drain --socket`)",
+    )
     # Failover after a crash takes about this long, so keep it short; too short and a GC
     # pause or a slow disk flaps ownership. (The original Hedwig used 2 s.)
     zk_session_timeout_s: float = setting(

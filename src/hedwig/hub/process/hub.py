@@ -35,7 +35,7 @@ from hedwig.hub.owning.ownership import TopicOwnership
 from hedwig.hub.owning.peers import HubDialer, PeerDirectory
 from hedwig.hub.owning.witnesses import SessionWitnesses
 from hedwig.hub.process import collector
-from hedwig.hub.process.http import HealthServer
+from hedwig.hub.process.http import DrainCaller, HealthServer
 from hedwig.hub.process.identity import load_hub_id
 from hedwig.hub.process.loops import HubLoops
 from hedwig.hub.process.registration import HubRegistration
@@ -299,7 +299,7 @@ class Hub:
         self.front.start_sweeping()
         if self.config.authenticate:
             self._expiry = asyncio.get_running_loop().create_task(self._close_expired())
-        if self.config.metrics_port is not None:
+        if self.config.metrics_port is not None or self.config.drain_socket:
             self._http = HealthServer(
                 self.metrics.registry,
                 self.readiness,
@@ -307,7 +307,10 @@ class Hub:
                 drain=self.drain,
                 drain_allowed=self._drain_allowed,
             )
-            await self._http.start(self.config.metrics_host, self.config.metrics_port)
+            if self.config.metrics_port is not None:
+                await self._http.start(self.config.metrics_host, self.config.metrics_port)
+            if self.config.drain_socket:
+                await self._http.start_unix(self.config.drain_socket)
         await self._while_store_away("registering", self.registration.register)
         try:
             await self.loops.check_hub_count()
@@ -438,15 +441,20 @@ class Hub:
 
     # access control -------------------------------------------------------------------------
 
-    async def _drain_allowed(self, peer_host: str, token: str | None) -> bool:
-        """``POST /drain``: from this machine (a preStop hook), or with a token whose principal
-        may administer the cluster."""
-        if peer_host in ("127.0.0.1", "::1") or peer_host.startswith("127."):
+    async def _drain_allowed(self, caller: DrainCaller) -> bool:
+        """``POST /drain``: through the hub's local socket (a preStop hook), or with a token
+        whose principal may administer the cluster. A hub without authentication also drains
+        for a caller at 127.0.0.1 or ::1, as its client port serves RELEASE_TOPIC to anyone;
+        with authentication no peer address is enough (a mesh's sidecar forwards callers from
+        anywhere from loopback addresses)."""
+        if caller.local_socket:
             return True
-        if token is None or not self.access.verifier:
+        if not self.config.authenticate and caller.peer_host in ("127.0.0.1", "::1"):
+            return True
+        if caller.token is None or not self.access.verifier:
             return False
         try:
-            principal = await self.access.verifier.verify(token)
+            principal = await self.access.verifier.verify(caller.token)
         except Exception:
             return False
         return self.access.cluster_admin(principal)
