@@ -150,6 +150,10 @@ def security_environment(pool: PoolSpec, operator_principal: str) -> dict[str, s
         "HEDWIG_INTERNAL_CA": f"{TLS_DIR}/ca.crt",
         "HEDWIG_INTERNAL_CERT": f"{TLS_DIR}/tls.crt",
         "HEDWIG_INTERNAL_KEY": f"{TLS_DIR}/tls.key",
+        # Every hub of the pool presents the one <pool>-hub-tls: a peer of the internal
+        # listener must hold its key, whoever else the hub CA signs for (a ClusterIssuer signs
+        # for any namespace that may create a Certificate).
+        "HEDWIG_INTERNAL_PEER_KEYS": "own",
         "HEDWIG_AUTHENTICATE": "true",
         "HEDWIG_AUTHORIZE": "true",
         "HEDWIG_SUPER_USERS": ",".join(supers),
@@ -207,7 +211,10 @@ def hub_certificate(pool: PoolSpec) -> dict[str, Any]:
             "renewBefore": f"{pool.security.renew_before_days * 24}h",
             # Hubs present it on both listeners and as clients of each other's internal one.
             "usages": ["digital signature", "key encipherment", "server auth", "client auth"],
-            "privateKey": {"algorithm": "ECDSA", "size": 256, "rotationPolicy": "Always"},
+            # The key stays through renewals: the hubs pin it (HEDWIG_INTERNAL_PEER_KEYS=own),
+            # and with a new key at each renewal, hubs whose files the kubelet had updated
+            # and hubs it had not yet would refuse each other for a minute or two.
+            "privateKey": {"algorithm": "ECDSA", "size": 256, "rotationPolicy": "Never"},
             "issuerRef": {"name": issuer.name, "kind": issuer.kind, "group": issuer.group},
         },
     }

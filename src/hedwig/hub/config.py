@@ -15,6 +15,7 @@ from hedwig.metadata.records import ReplicationConfig, TopicConfig
 from hedwig.placement import PlacementPolicy
 from hedwig.placement.rebalance import RebalanceConfig
 from hedwig.placement.scaling import ScalingConfig
+from hedwig.security.pins import parse_pins
 
 
 def setting(default: Any, doc: str) -> Any:
@@ -196,6 +197,15 @@ class HubConfig:
         None, "this hub's certificate from the hub CA (served, and presented to peers)"
     )
     internal_key: str | None = setting(None, "the internal certificate's private key")
+    # A certificate of the hub CA is a hub's only where that CA signs for hubs alone. A
+    # shared CA (a cert-manager ClusterIssuer) signs for whoever may create a Certificate:
+    # pin the hubs' key then (hedwig.security.pins). The operator's pools pin `own`.
+    internal_peer_keys: str = setting(
+        "",
+        "keys internal peers must hold besides a certificate of the hub CA, comma-separated: "
+        "own (this hub's own internal key, which every hub shares) and sha256/BASE64 pins "
+        "(default: any certificate of the hub CA)",
+    )
     authenticate: bool = setting(
         False, "every connection must prove an identity (a certificate or a token)"
     )
@@ -262,6 +272,13 @@ class HubConfig:
             raise UsageError("the internal listener's TLS needs internal_ca, _cert and _key")
         if any(internal_tls) and not self.internal_listen:
             raise UsageError("internal_ca/_cert/_key are for the internal listener: set it")
+        if self.internal_peer_keys.strip():
+            if not all(internal_tls):
+                raise UsageError(
+                    "internal_peer_keys pins the keys of the internal listener's TLS peers: "
+                    "set internal_ca, internal_cert and internal_key"
+                )
+            parse_pins(self.internal_peer_keys)  # UsageError if malformed
         if self.authorize and not self.authenticate:
             raise UsageError("authorization needs authentication (authenticate = true)")
         if self.authenticate and not (self.internal_listen and all(internal_tls)):

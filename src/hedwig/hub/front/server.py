@@ -31,6 +31,7 @@ from hedwig.hub.front import audit
 from hedwig.hub.front.access import ListenerRole
 from hedwig.hub.front.admission import Admission
 from hedwig.hub.front.doorway import Door, Sweeper
+from hedwig.hub.front.tls import AnyHub, PeerCheck
 from hedwig.hub.reporting.disconnects import Disconnect
 from hedwig.hub.reporting.events import HubEvents
 from hedwig.metadata.acls import Operation
@@ -125,7 +126,8 @@ class ClientConnection(asyncio.Protocol):
         peer = self._transport.get_extra_info("peername")
         self.name = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.peer_host = str(peer[0]) if peer else ""
-        self._identify(self._transport.get_extra_info("peercert"))
+        if not self._identify(self._transport.get_extra_info("peercert")):
+            return
         limit = self._door.frame_limit
         if limit is not None and self._principal.anonymous:
             if not self._door.arrived(self):
@@ -134,17 +136,37 @@ class ClientConnection(asyncio.Protocol):
             self._conn.max_frame_size = min(limit, self._front.max_frame_size)
         self._front.connections.add(self)
 
-    def _identify(self, peercert: dict[str, object] | None) -> None:
-        """A verified certificate names the principal (TLS checked it against the CA)."""
+    def _identify(self, peercert: dict[str, object] | None) -> bool:
+        """A verified certificate names the principal (TLS checked it against the CA); False
+        if the peer was closed instead (on the internal listener, a key not pinned)."""
         if self.role is ListenerRole.INTERNAL:
-            # Only a hub of the region gets past the internal listener's handshake (on an
-            # in-memory network, in tests, every peer is a hub).
+            # Only a hub of the region gets past the internal listener's handshake, and its
+            # key check (on an in-memory network, in tests, every peer is a hub).
+            if not self._front.internal_peers.admits(self._peer_certificate()):
+                self.closed_for = Disconnect.PEER_KEY
+                self._door.closures.closed(
+                    self,
+                    Disconnect.PEER_KEY,
+                    "its certificate is from the hub CA but its key is none this hub pins "
+                    "(internal_peer_keys)",
+                )
+                self.abort()
+                return False
             name = principal_from_certificate(peercert) or "memory"
             self.principal = Principal(f"hub:{name}", PrincipalKind.HUB)
-            return
+            return True
         named = principal_from_certificate(peercert)
         if named is not None:
             self.principal = Principal(named, PrincipalKind.CERTIFICATE)
+        return True
+
+    def _peer_certificate(self) -> bytes | None:
+        assert self._transport is not None
+        tls = self._transport.get_extra_info("ssl_object")
+        if tls is None:
+            return None
+        der: bytes | None = tls.getpeercert(binary_form=True)
+        return der
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
@@ -244,6 +266,7 @@ class HubFrontEnd:
         doorway: Door,
         clock: Clock,
         role: ListenerRole = ListenerRole.CLIENT,
+        internal_peers: PeerCheck | None = None,
     ) -> None:
         self.handler = handler
         self.max_frame_size = max_frame_size
@@ -253,6 +276,8 @@ class HubFrontEnd:
         self.doorway = doorway
         self.clock = clock
         self.role = role
+        # Whether a peer of the internal listener is a hub (``hedwig.hub.front.tls``).
+        self.internal_peers: PeerCheck = internal_peers or AnyHub()
         self._sweeper = Sweeper(doorway, clock)
 
     def start_sweeping(self) -> None:

@@ -211,6 +211,7 @@ class Hub:
             doorway=NoDoorway(doorway.closures),
             clock=self.clock,
             role=ListenerRole.INTERNAL,
+            internal_peers=self.tls.internal_peers,
         )
         self.acl_watcher: AclWatcher | NoAclWatch = (
             AclWatcher(
