@@ -31,6 +31,7 @@ from hedwig.hub.front.doorway import (
     Doorway,
     peer_group,
 )
+from hedwig.hub.front.memory import AFTER_CLOSED, CHECK_S, MemoryRelease
 from hedwig.hub.reporting.disconnects import Disconnect
 from hedwig.hub.reporting.events import NoEvents
 from hedwig.metadata.memory import MemoryBackend
@@ -260,3 +261,18 @@ def test_closures_are_logged_a_few_one_by_one_then_summed_up(
     assert summary.startswith("closed 2000 connections in the last 60 s (5 logged one by one)")
     assert "unauthenticated_timeout 1000" in summary and "peer_limit 1000" in summary
     assert "most from others (1360), 10.0.0.1 (10)" in summary
+
+
+def test_the_memory_of_a_flood_is_given_back_after_it_and_once_more_at_its_end() -> None:
+    clock = ManualClock()
+    trims: list[float] = []
+    release = MemoryRelease(clock, trim=lambda: trims.append(clock.monotonic()))
+    gone = 0
+    for closed in [5, 150, 400, 20, 0, 0, 120, 0]:
+        gone += closed
+        clock.advance(CHECK_S)
+        release.check(gone)
+        assert not release.check(gone), "at most one trim per check period"
+    # The flood's checks (150, 400, 120) and the one after each (20, 0 after 400; 0 after 120).
+    assert len(trims) == 5 and release.trims == 5
+    assert AFTER_CLOSED == 100

@@ -35,11 +35,13 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 from hedwig.clock import Clock
 from hedwig.hub.config import HubConfig
+from hedwig.hub.front.memory import MemoryRelease
 from hedwig.hub.reporting.disconnects import Disconnect
 from hedwig.hub.reporting.events import HubEvents
 
@@ -308,11 +310,16 @@ def doorway_for(config: HubConfig, *, clock: Clock, events: HubEvents) -> Doorwa
 
 
 class Sweeper:
-    """Runs a door's sweep and its closure log's summary every ``SWEEP_S`` on the clock."""
+    """Runs a door's sweep and its closure log's summary every ``SWEEP_S`` on the clock, and
+    gives the memory of a flood of closed connections back (``hedwig.hub.front.memory``)."""
 
-    def __init__(self, door: Door, clock: Clock) -> None:
+    def __init__(
+        self, door: Door, clock: Clock, *, gone: Callable[[], int], release: MemoryRelease
+    ) -> None:
         self._door = door
         self._clock = clock
+        self._gone = gone
+        self._release = release
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -328,5 +335,6 @@ class Sweeper:
             try:
                 self._door.sweep()
                 self._door.closures.tick()
+                self._release.check(self._gone())
             except Exception:  # a bug: the next sweep tries again
                 log.exception("sweeping the unauthenticated connections failed")

@@ -31,6 +31,7 @@ from hedwig.hub.front import audit
 from hedwig.hub.front.access import ListenerRole
 from hedwig.hub.front.admission import Admission
 from hedwig.hub.front.doorway import Door, Sweeper
+from hedwig.hub.front.memory import MemoryRelease
 from hedwig.hub.front.tls import AnyHub, PeerCheck
 from hedwig.hub.reporting.disconnects import Disconnect
 from hedwig.hub.reporting.events import HubEvents
@@ -175,6 +176,7 @@ class ClientConnection(asyncio.Protocol):
             self._watched = False
             self._door.left(self)
         audit.closed(self, self._principal.name)
+        self._front.gone += 1
         self._front.connections.discard(self)
         self._front.handler.disconnected(self)
 
@@ -278,7 +280,11 @@ class HubFrontEnd:
         self.role = role
         # Whether a peer of the internal listener is a hub (``hedwig.hub.front.tls``).
         self.internal_peers: PeerCheck = internal_peers or AnyHub()
-        self._sweeper = Sweeper(doorway, clock)
+        # Connections closed so far, by either end: a flood of them is memory to give back.
+        self.gone = 0
+        self._sweeper = Sweeper(
+            doorway, clock, gone=lambda: self.gone, release=MemoryRelease(clock)
+        )
 
     def start_sweeping(self) -> None:
         """Check the unauthenticated connections' deadlines every second from now on."""
