@@ -72,10 +72,11 @@ bench: deps
 	$(PY) -m hedwig bench --embedded --messages 300000
 	$(PY) -m hedwig bench --embedded --rate 10000 --duration 10
 
-# Hedwig and Kafka side by side on loopback (docs/benchmarks.md, "Side by side with Kafka"):
-# fetches Kafka's jars (Maven Central) and confluent-kafka (PyPI) into ~/.cache/hedwig/peers,
-# runs every workload against each system, alternating, and writes the table into the docs.
-# About 20 minutes with the default 3 rounds; PEERS_ARGS="--rounds 5 --workloads 1 2a" etc.
+# Hedwig and Kafka 4.4.0 side by side on loopback (docs/benchmarks.md, "Side by side with
+# Kafka"): fetches Kafka's jars (Maven Central) and confluent-kafka (PyPI) into
+# ~/.cache/hedwig/peers, runs every workload against each system, alternating, and writes the
+# table into the docs. Under 30 minutes with the default 3 rounds; PEERS_ARGS="--previous"
+# adds Kafka 4.1.1's durable line, PEERS_ARGS="--rounds 5 --workloads 1 7b" etc.
 PEERS_ARGS ?=
 bench-peers: deps
 	$(PY) -m bench.peers $(PEERS_ARGS)

@@ -4,10 +4,11 @@
     PYTHONPATH=/tmp/compiled/src .venv/bin/python -m bench.codec   # another build of hedwig
 
 Each line is one step of a message's way that runs per message in Python: the client's inline
-encoding and batch assembly, the hub's check of an untrusted batch (``_largest``), a subscriber
-window cutting a stored batch (``Batch.slice``), the client's check and decoding of a delivered
-batch. Run it against a compiled build of ``hedwig.protocol`` to see what compiling buys, or
-against an older checkout (``PYTHONPATH=../before/src``) to see what a change bought.
+encoding and batch assembly, the hub's check of an untrusted batch (``largest_message``), a
+subscriber window cutting a stored batch (``Batch.slice``), the client's check and decoding of
+a delivered batch. Run it against a compiled build of ``hedwig.protocol`` to see what compiling
+buys, or against an older checkout (``PYTHONPATH=../before/src``, from the split of
+``hedwig.protocol.messages`` into a package on) to see what a change bought.
 
 The messages are all of one size, as in the benchmarks; the ``(mixed sizes)`` line checks a
 batch whose sizes differ, which takes the message-by-message path.
@@ -20,6 +21,7 @@ import timeit
 from collections.abc import Callable
 
 from hedwig.protocol import messages as m
+from hedwig.protocol.messages import scanning
 from hedwig.protocol.wire import U32
 
 COUNT = 2000
@@ -47,9 +49,11 @@ def steps() -> dict[str, Callable[[], object]]:
         "client: encode many at once (encode_values, publish_batch)": lambda: m.encode_values(
             values
         ),
-        "hub: check an untrusted batch (_largest)": lambda: m._largest(encoded.payload, COUNT),
-        "hub: check an untrusted batch (_largest, mixed sizes)": lambda: m._largest(
-            mixed.payload, COUNT
+        "hub: check an untrusted batch (largest_message)": lambda: scanning.largest_message(
+            encoded.payload, COUNT
+        ),
+        "hub: check an untrusted batch (largest_message, mixed sizes)": lambda: (
+            scanning.largest_message(mixed.payload, COUNT)
         ),
         "hub: cut a batch just read in two (Batch.slice)": lambda: m.Batch.from_stored(raw).slice(
             1, COUNT // 2
@@ -60,8 +64,8 @@ def steps() -> dict[str, Callable[[], object]]:
 
 
 def main() -> None:
-    compiled = m.__file__ is not None and not m.__file__.endswith(".py")
-    out: dict[str, object] = {"module": m.__file__, "compiled": compiled}
+    compiled = scanning.__file__ is not None and not scanning.__file__.endswith(".py")
+    out: dict[str, object] = {"module": scanning.__file__, "compiled": compiled}
     for name, fn in steps().items():
         best = min(timeit.repeat(fn, number=20, repeat=7)) / 20
         out[name] = round(best / COUNT * 1e9, 1)

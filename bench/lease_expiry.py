@@ -11,7 +11,7 @@ longest: etcd applies a lease's expiry, every key of it, as one raft entry and a
 else meanwhile), and the time from the crash until the last key is gone.
 
 A hub put every owner record on its session's one lease; it now spreads them over
-``hedwig.metadata.etcd.client.OWNER_LEASES`` (32). Prints one JSON object.
+``hedwig.metadata.etcd.lease_keeper.OWNER_LEASES`` (32). Prints one JSON object.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import time
 from typing import Any
 
 from hedwig.devcluster.etcd import EtcdServer
-from hedwig.metadata.etcd import client as etcd_client
+from hedwig.metadata.etcd import lease_keeper
 from hedwig.metadata.etcd.client import EtcdClient
 from hedwig.metadata.etcd.wire import put
 
@@ -44,7 +44,7 @@ async def one(keys: int, leases: int, ttl: float) -> dict[str, Any]:
         await hub.start()
         await probe.start()
         # As a hub's owner records: on the session's owner leases, kept alive with it.
-        etcd_client.OWNER_LEASES = leases
+        lease_keeper.OWNER_LEASES = leases
         sem = asyncio.Semaphore(512)
 
         async def put_one(i: int) -> None:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.chart.notes import render_notes
 
 from controlplane import cluster
 from hedwig.devcluster.cluster import HubProcess
@@ -36,6 +37,7 @@ from hedwig_e2e import (
     topic_owner,
     wait_for,
 )
+from notes_commands import dry_run
 
 if importlib.util.find_spec("pytest_timeout") is not None:
     pytestmark = pytest.mark.timeout(300)
@@ -342,3 +344,34 @@ def test_chart_zookeeper_ensemble_comes_up(cp: cluster.ControlPlane, workdir: Pa
     assert pdb["status"]["disruptionsAllowed"] == 1
     names = cp.kubectl("get", "networkpolicy", "-n", ns, "-o", "name").stdout.split()
     assert "networkpolicy.networking.k8s.io/zk-hedwig-zookeeper" in names
+
+
+def test_the_notes_client_pods_are_the_ones_docs_security_md_describes(
+    cp: cluster.ControlPlane,
+) -> None:
+    """The NOTES' ``kubectl run`` commands, as pasted, make pods the API server admits: the
+    ServiceAccount greeter, its token projected for the hubs' audience where the client looks
+    for it, the pool's CA named by HEDWIG_TLS_CA, and the hedwig command the NOTES name
+    (e2e/test_realpods.py runs them on real pods)."""
+    ns = "hedwig-notes"
+    cp.create_namespace(ns)
+    cp.kubectl("create", "serviceaccount", "greeter", "-n", ns)
+    notes = render_notes(["hub.image.repository=hedwig-hub"], namespace=ns)
+    pods = dry_run(notes, cp.env())
+    assert set(pods) == {"hedwig-sub", "hedwig-pub"}
+    for name, pod in pods.items():
+        spec: dict[str, Any] = pod["spec"]  # type: ignore[assignment]
+        assert spec["serviceAccountName"] == "greeter"
+        (container,) = spec["containers"]
+        assert container["name"] == name
+        assert container["image"] == "hedwig-hub:0.1.0"
+        assert container["command"][:3] == ["hedwig", name.removeprefix("hedwig-"), "--hub"]
+        assert container["command"][3] == f"hedwig.{ns}.svc:4080"
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+        token = volumes[mounts["/var/run/secrets/hedwig"]]["projected"]["sources"][0]
+        assert token["serviceAccountToken"]["audience"] == "hedwig"
+        assert token["serviceAccountToken"]["path"] == "token"
+        env = {e["name"]: e["value"] for e in container["env"]}
+        ca = volumes[mounts[env["HEDWIG_TLS_CA"].rpartition("/")[0]]]
+        assert ca["configMap"]["name"] == "hedwig-ca-cert"

@@ -44,6 +44,8 @@ from hedwig.devcluster.zookeeper import ZooKeeperServer, free_port
 from hedwig.errors import AuthenticationError
 from hedwig.security import ClientSecurity
 from hedwig_e2e import topic_owner
+from notes_commands import run_notes
+from notes_commands import values as notes_values
 from realpods import (
     ROOT,
     ClusterDNSNetwork,
@@ -425,6 +427,33 @@ def test_helm_install_runs_the_operator_and_ready_hubs_on_real_pods(release: Rel
     cp.kubectl(
         "delete", "pod", "inside-sub", "inside-pub", "inside-denied", "-n", NS, "--wait=false"
     )
+
+
+def test_the_notes_publish_and_subscribe_as_pasted(release: Release) -> None:
+    """The NOTES' step 2, pasted into two terminals: ``kubectl run`` pods that are the
+    HedwigUser greeter (its projected token, the pool's CA, through --overrides) subscribe
+    and publish on the secured pool."""
+    cp = release.cp
+    notes = cp.helm("get", "notes", "hedwig", "--namespace", NS).stdout
+    try:
+        sub, pub = run_notes(
+            notes, cp.env(), lambda: _pod_phase(cp, "hedwig-sub") == "Running", 180
+        )
+        assert pub.returncode == 0, pub.stdout + pub.stderr
+        assert notes_values(pub.stdout) == ["hello", "world"], pub.stdout + pub.stderr
+        assert sub.returncode == 0, sub.stdout + sub.stderr
+        assert notes_values(sub.stdout) == ["hello", "world"], sub.stdout + sub.stderr
+    finally:
+        cp.kubectl(
+            "delete",
+            "pod",
+            "hedwig-sub",
+            "hedwig-pub",
+            "-n",
+            NS,
+            "--ignore-not-found",
+            "--wait=false",
+        )
 
 
 def topics(test: str) -> list[str]:

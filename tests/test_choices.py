@@ -37,7 +37,11 @@ def test_expired_assignments_do_not_pile_up_after_a_claim_wave() -> None:
 
 
 def _hub(address: str, topics: int, now_ms: int, msg_in: float = 0.0) -> HubStatus:
-    return HubStatus(address, True, load=HubLoad(timestamp_ms=now_ms, topics=topics, msg_in=msg_in))
+    return HubStatus(
+        address,
+        True,
+        load=HubLoad(timestamp_ms=now_ms, topics=topics, msg_in=msg_in, hub_id=address),
+    )
 
 
 def test_a_hub_keeps_an_unowned_topic_while_it_holds_no_more_than_its_share() -> None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
+import socket
 import subprocess
 import sys
 import time
@@ -121,6 +123,22 @@ def test_pub_fast_with_a_summary(dev: Cli) -> None:
     assert peek.stdout.splitlines() == [f"49999\t{49998:099d}", f"50000\t{49999:099d}"]
 
 
+def test_pub_stopping_at_a_line_prints_what_was_stored_before_it(dev: Cli) -> None:
+    """An oversized line stops ``hedwig pub``; the lines before it were stored, and their
+    acknowledgements are printed, so a script re-publishes only from the line it names."""
+    lines = "".join(f"m{i}\n" for i in range(1, 1001)) + "y" * 2_000_000 + "\nafter\n"
+    pub = dev("pub", "stops", input=lines)
+    assert pub.returncode == 1
+    assert pub.stdout.splitlines() == [f"{i}\tm{i}" for i in range(1, 1001)]
+    assert "line 1001 (2,000,000 bytes) was not published" in pub.stderr
+    assert "the 1000 lines before line 1001 were stored" in pub.stderr
+    peek = dev("sub", "stops", "--peek")
+    assert len(peek.stdout.splitlines()) == 1000  # none twice, none after the stop
+    quiet = dev("pub", "stops", "-q", "-K", ":", input="k:v\nno separator\n")
+    assert quiet.returncode == 2 and "line 2 has no key separator" in quiet.stderr
+    assert "the 1 lines before line 2 were stored (not printed: --quiet)" in quiet.stderr
+
+
 def test_keys_headers_and_json(dev: Cli) -> None:
     pub = dev("pub", "keyed", "-K", ":", "-H", "source=cli", input="k1:v1\nk2:v2\n")
     assert pub.returncode == 0, pub.stderr
@@ -193,6 +211,115 @@ def test_topic_and_subscription_lifecycle(dev: Cli) -> None:
     assert again.returncode == 1 and "hedwig subscriptions" in again.stderr
 
 
+def test_sub_says_what_it_creates_and_a_timeout_with_nothing_received_fails(dev: Cli) -> None:
+    """A mistyped topic: ``hedwig sub`` says it creates it; a new subscription says where it
+    starts; ``--timeout`` without ``--count`` and nothing received is a failure (1)."""
+    typo = dev("sub", "greetinsg", "reader", "--timeout", "1")
+    assert typo.returncode == 1, typo.stderr
+    assert "topic 'greetinsg' does not exist: subscribing creates it" in typo.stderr
+    assert "hedwig topic delete greetinsg" in typo.stderr
+    assert "1 s without a message; nothing received" in typo.stderr
+    assert dev("pub", "told", input="a\n").returncode == 0
+    fresh = dev("sub", "told", "late", "--timeout", "1")
+    assert fresh.returncode == 1 and "'late' of 'told' is new" in fresh.stderr
+    assert "--earliest" in fresh.stderr
+    assert dev("pub", "told", input="b\n").returncode == 0
+    again = dev("sub", "told", "late", "--timeout", "2")
+    assert again.returncode == 0 and again.stdout == "2\tb\n"  # idle after some: done
+    assert "new" not in again.stderr and "does not exist" not in again.stderr
+
+
+def test_a_new_subscription_starts_at_the_first_kept_message_in_one_step(dev: Cli) -> None:
+    assert dev("pub", "kept-early", "-q", input="a\nb\nc\n").returncode == 0
+    made = dev("subscription", "create", "kept-early", "first", "--earliest")
+    assert made.returncode == 0, made.stderr
+    assert made.stdout == (
+        "created subscription first of kept-early: delivery starts at 1, the first kept message\n"
+    )
+    got = dev("sub", "kept-early", "first", "--count", "3", "--timeout", "10")
+    assert got.stdout.splitlines() == ["1\ta", "2\tb", "3\tc"], got.stderr
+    got = dev("sub", "kept-early", "other", "--earliest", "--count", "3", "--timeout", "10")
+    assert got.stdout.splitlines() == ["1\ta", "2\tb", "3\tc"], got.stderr
+    # An existing subscription goes on where it is: nothing new, nothing again.
+    again = dev("sub", "kept-early", "other", "--earliest", "--timeout", "1")
+    assert again.returncode == 1 and again.stdout == ""
+    exists = dev("subscription", "create", "kept-early", "first", "--earliest")
+    assert exists.returncode == 1
+
+
+def test_an_attached_subscription_is_taken_over_with_force_attach(dev: Cli) -> None:
+    """The busy subscription's error names ``--force-attach``, which ``hedwig sub`` has."""
+    assert dev("subscription", "create", "busy", "holder").returncode == 0
+    first = background(dev, "sub", "busy", "holder", "--timeout", "60")
+    try:
+        deadline = time.monotonic() + 20
+        while not any(
+            s["attached"] for s in json.loads(dev("subscriptions", "busy", "--json").stdout)
+        ):
+            assert time.monotonic() < deadline, "the first subscriber never attached"
+            time.sleep(0.2)
+        busy = dev("sub", "busy", "holder", "--timeout", "1")
+        assert busy.returncode == 1, busy.stderr
+        assert "'hedwig sub TOPIC SUBSCRIBER --force-attach' takes it over" in busy.stderr
+        taken = background(dev, "sub", "busy", "holder", "--force-attach", "--count", "1")
+        _, err = first.communicate(timeout=30)
+        assert first.returncode == 1, err  # closed: the other took it over
+        assert dev("pub", "busy", input="x\n").returncode == 0
+        out, err = taken.communicate(timeout=30)
+        assert taken.returncode == 0, err
+        assert out.decode() == "1\tx\n"
+    finally:
+        first.kill()
+
+
+def test_topic_create_and_config_set_a_topics_own_settings(dev: Cli) -> None:
+    """A topic made explicitly with settings of its own, changed later, and the owner taking
+    them at its next take-over (``hedwig move``); mistakes exit 2, a missing topic 1."""
+    made = dev("topic", "create", "configured", "--max-message-size", "1000", "--json")
+    assert made.returncode == 0, made.stderr
+    assert json.loads(made.stdout)["max-message-size"] == 1000
+    assert "configured" in dev("topics").stdout  # it exists, with nothing published
+    again = dev("topic", "create", "configured")
+    assert again.returncode == 1 and "'hedwig topic config configured'" in again.stderr
+    big = dev("pub", "configured", input="x" * 2000 + "\n")
+    assert big.returncode == 1 and "exceeds the limit of 1000" in big.stderr
+    changed = dev("topic", "config", "configured", "--unset", "max-message-size", "--json")
+    assert json.loads(changed.stdout)["max-message-size"] is None
+    changed = dev(
+        "topic", "config", "configured", "--retention-ms", "60000", "--replication", "3/3/2"
+    )
+    assert changed.returncode == 0 and "next take-over" in changed.stdout
+    assert dev("move", "configured").returncode == 0
+    assert dev("pub", "configured", input="x" * 2000 + "\n").returncode == 0
+    shown = json.loads(dev("topic", "config", "configured", "--json").stdout)
+    assert (shown["retention-ms"], shown["replication"]) == (60000, "3/3/2")
+    assert dev("topic", "config", "configured", "--replication", "1/2/3").returncode == 2
+    assert dev("topic", "config", "configured", "--retention-ms", "soon").returncode == 2
+    missing = dev("topic", "config", "not-made")
+    assert missing.returncode == 1 and "'hedwig topic create not-made'" in missing.stderr
+
+
+def test_ledgers_say_when_under_replication_is_the_repairs_normal_course(dev: Cli) -> None:
+    """Right after a hub goes, ``ledgers --under-replicated`` lists rows: each says what
+    repairs it and when (the re-replication delay, the next audit), not just that it is
+    short."""
+    assert dev("pub", "repaired", input="a\n").returncode == 0
+    assert dev("dev", "kill", "2").returncode == 0
+    try:
+        time.sleep(4)  # past the session timeout (3 s): the hub is gone from the registry
+        assert dev("pub", "repaired-short", input="b\n").returncode == 0
+        rows = json.loads(dev("ledgers", "--under-replicated", "--json").stdout)
+        assert rows and all(r["expected"] for r in rows), rows
+        told = {r["topic"]: r["expected"] for r in rows}
+        assert "fewer replicas than wanted" in told["repaired-short"]
+        table = dev("ledgers", "--under-replicated")
+        assert "note: " in table.stderr
+        if any(r["dead"] for r in rows):
+            assert "120 s after its hub went (--rereplication-delay)" in table.stderr
+    finally:
+        assert dev("dev", "restart", "2").returncode == 0
+
+
 def on_a_terminal(cli: Cli, *args: str, stdin: Path | None = None) -> tuple[int, str]:
     """Run ``hedwig`` with stderr on a pseudo-terminal; its exit status and what it wrote there."""
     leader, follower = pty.openpty()
@@ -260,7 +387,7 @@ def test_first_mistakes_fail_at_once_and_say_what_to_do() -> None:
     t0 = time.monotonic()
     no_zk = cli("topics", "--zk", "127.0.0.1:9", timeout=60)
     assert no_zk.returncode == 1 and "cannot reach ZooKeeper" in no_zk.stderr
-    assert "Connection refused" not in no_zk.stderr  # kazoo's own retries stay quiet
+    assert "Connection refused" not in no_zk.stderr  # the client's own retries stay quiet
     assert time.monotonic() - t0 < 30
     with DevCluster(hubs=1, replication="3/3/2", session_timeout_s=2) as lone:
         t0 = time.monotonic()
@@ -274,6 +401,76 @@ def test_first_mistakes_fail_at_once_and_say_what_to_do() -> None:
         assert "yyyy" not in big.stderr  # the message is not echoed
         drain = cli("drain", "--metrics-port", str(lone.hub_procs[0].metrics_port))
         assert drain.returncode == 0  # owns nothing: nothing to strand
+
+
+def test_a_mistyped_hub_fails_in_seconds_saying_what_is_there(dev: Cli) -> None:
+    """Nothing listening, a host that does not resolve, a hub's metrics port, ZooKeeper's port:
+    each fails within a few seconds (not the 30 s retry deadline), saying what is there, with
+    exit 1; a list with one hub that answers goes on."""
+    status = json.loads(dev("dev", "status", "--json").stdout)
+    metrics = status["hubs"][0]["metrics"].removeprefix("http://")
+    silent = socket.create_server(("127.0.0.1", 0))  # takes connections, never answers
+    for address, told in (
+        (f"127.0.0.1:{silent.getsockname()[1]}", "never answered"),
+        ("127.0.0.1:9", "nothing listening"),
+        ("no-such-host.invalid:4080", "no such host"),
+        (metrics, "not a Hedwig hub (a metrics"),
+        (status["zk"], "not a Hedwig hub (a metrics or ZooKeeper port?)"),
+    ):
+        for argv in (("pub", "--hub", address, "t"), ("sub", "--hub", address, "t", "r")):
+            t0 = time.monotonic()
+            out = dev(*argv, input="x\n")
+            assert time.monotonic() - t0 < 10, argv
+            assert out.returncode == 1, out.stderr
+            assert f"no Hedwig hub at {address} (" in out.stderr and told in out.stderr, out.stderr
+            assert "WARNING" not in out.stderr
+            assert "check the address (--hub, HEDWIG_HUB)" in out.stderr
+            assert "waiting for topic" not in out.stderr and "retrying" not in out.stderr
+    silent.close()
+    some = f"127.0.0.1:9,{status['hubs'][1]['address']}"
+    assert dev("pub", "--hub", some, "mistyped-one", input="x\n").stdout == "1\tx\n"
+
+
+def test_pub_gives_up_at_its_deadline_with_stderr_piped_into_head(dev: Cli) -> None:
+    """Every hub gone after ``hedwig pub`` started, its stderr a pipe whose reader has exited:
+    it still gives up at its retry deadline, with exit 1."""
+    pipeline = subprocess.Popen(
+        [
+            "bash",
+            "-c",
+            f"(sleep 8; echo x) | {sys.executable} -m hedwig pub headed --retry-deadline 5 "
+            "2>&1 >/dev/null | head -c 10; exit ${PIPESTATUS[1]}",
+        ],
+        stdout=subprocess.PIPE,
+        env=dev.env,
+    )
+    time.sleep(1.5)  # past the check that a hub answers, before the line comes
+    try:
+        for i in range(3):
+            assert dev("dev", "kill", str(i)).returncode == 0
+        assert pipeline.wait(30) == 1
+    finally:
+        pipeline.kill()
+        for i in range(3):
+            dev("dev", "restart", str(i))
+
+
+@pytest.mark.parametrize(
+    "command", [["zk"], ["dev", "up"], ["sim"], ["bench"], ["drain"], ["topic", "config"]]
+)
+def test_every_option_says_what_it_is(command: list[str]) -> None:
+    """``--help`` describes the command and each of its options."""
+    out = Cli(Path(scratch.mkdtemp()) / "none.json")(*command, "--help")
+    assert out.returncode == 0, out.stderr
+    usage, _, body = out.stdout.partition("\n\n")
+    assert body.split("\n\n")[0].strip() and not body.startswith("options:"), out.stdout
+    lines = body.splitlines()
+    for option in sorted(set(re.findall(r"\[(--[a-z-]+)", usage)) - {"--help"}):
+        (i,) = [n for n, line in enumerate(lines) if re.match(rf"\s+{option}\b(?!-)", line)]
+        described = len(lines[i].split("  ", 2)) > 2 or (
+            i + 1 < len(lines) and lines[i + 1].startswith(" " * 10)
+        )
+        assert described, (command, option, lines[i])
 
 
 def test_bench_reports_delivery_rate_and_latency(dev: Cli) -> None:
@@ -418,9 +615,46 @@ def test_dev_up_secure_prints_its_credentials_and_the_commands_use_them(
             (ready,) = [x for x in log_path.read_text().splitlines() if x.startswith("READY")]
             url = ready.rpartition("zk=")[2]
             assert url.startswith("etcd://") == (store == "etcd")
+            # The endpoint line names the store it is.
+            label = "etcd" if store == "etcd" else "zookeeper"
+            assert f"{label:<11} {url}" in log_path.read_text().splitlines()
             listed = as_admin("topics", "--zk", url)
             assert listed.returncode == 0, listed.stderr
             assert "greetings" in listed.stdout
+            # The owners are asked with the same credentials as pub and sub: the owner's
+            # figures, not the store's (which put LAST_SEQ at 0 and the backlog below it).
+            (row,) = json.loads(as_admin("topics", "--json").stdout)
+            assert (row["last_seq"], row["source"], row["backlog"]) == (1, "owner", 0)
+            if store == "zookeeper":
+                anonymous = cli("topics", "--json")
+                assert anonymous.returncode == 0, anonymous.stderr
+                assert "could not ask owner" in anonymous.stderr and "--tls-ca" in anonymous.stderr
+                assert json.loads(anonymous.stdout)[0]["source"] == "store"
+            # ``hedwig acl`` finds the cluster and its region as the others do, says what it
+            # did, lists as JSON, and a wrong operation is a command used wrongly (2).
+            bad = as_admin(
+                "acl", "add", "x", "--principal", "bob", "--topic", "t", "--operations", "pub"
+            )
+            assert bad.returncode == 2 and "not pub" in bad.stderr and "publish" in bad.stderr
+            added = as_admin(
+                "acl", "add", "x", "--principal", "bob", "--topic", "t", "--operations", "read"
+            )
+            assert added.returncode == 0, added.stderr
+            assert added.stdout == "ACL entry x (region default): allow bob read on topic 't'\n"
+            (entry,) = json.loads(as_admin("acl", "list", "--json").stdout)
+            assert entry["entry"] == "x" and entry["rules"][0]["operations"] == ["read"]
+            if store == "zookeeper":
+                no_digest = {k: v for k, v in as_admin.env.items() if k != "HEDWIG_ZK_DIGEST"}
+                refused = subprocess.run(
+                    [sys.executable, "-m", "hedwig", "acl", "delete", "x"],
+                    capture_output=True,
+                    text=True,
+                    env=no_digest,
+                )
+                assert refused.returncode == 1
+                assert "NoAuthError" in refused.stderr and "HEDWIG_ZK_DIGEST" in refused.stderr
+            deleted = as_admin("acl", "delete", "x")
+            assert deleted.stdout == "deleted ACL entry x (region default)\n"
         finally:
             cli("dev", "down")
             try:

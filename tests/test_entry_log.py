@@ -1,22 +1,20 @@
 """The storage role on a real disk: the entry log shared by every ledger stored on a hub, its
-group commit, fences, deletions, compaction, crashes and failed writes, and the per-ledger
-files it replaced."""
+group commit, fences, deletions, compaction, crashes and failed writes."""
 
 from __future__ import annotations
 
 import asyncio
 import os
-import struct
-import zlib
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-import hedwig.ledger.storage as storage_mod
 from hedwig.errors import HedwigError, LedgerFencedError, NoSuchEntryError
 from hedwig.ledger import LocalStorage
-from hedwig.ledger.storage import LEDGER_FILE_RECORD, MAGIC, RECORD
+from hedwig.ledger.storage import entry_log
+from hedwig.ledger.storage.entry_log import FENCE_ENTRY, MAGIC, RECORD, encode_record
+from hedwig.ledger.storage.index import StoredLedger
 
 
 def _logs(tmp_path: Path) -> list[Path]:
@@ -52,7 +50,7 @@ async def _restarted_with(tmp_path: Path, kept: list[int]) -> LocalStorage:
 def syncs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """What the storage syncs, in order: ``data`` for a log, ``dir`` for the directory."""
     done: list[str] = []
-    real_data, real_dir = os.fdatasync, storage_mod._fsync_dir
+    real_data, real_dir = os.fdatasync, entry_log.fsync_dir
 
     def data(fd: int) -> None:
         done.append("data")
@@ -63,7 +61,7 @@ def syncs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         real_dir(path)
 
     monkeypatch.setattr(os, "fdatasync", data)
-    monkeypatch.setattr(storage_mod, "_fsync_dir", directory)
+    monkeypatch.setattr(entry_log, "fsync_dir", directory)
     return done
 
 
@@ -166,52 +164,6 @@ async def test_the_fences_of_a_failover_share_a_sync_and_survive_a_restart(
     await again.close()
 
 
-def _ledger_file_record(entry: int, lac: int, payload: bytes) -> bytes:
-    crc = zlib.crc32(payload, zlib.crc32(struct.pack(">Qq", entry, lac)))
-    return LEDGER_FILE_RECORD.pack(len(payload), crc, entry, lac) + payload
-
-
-async def test_per_ledger_files_from_before_are_copied_into_the_entry_log(
-    tmp_path: Path,
-) -> None:
-    """A hub whose disk holds a file per ledger (and fence marker files), as before the entry
-    log: at start their good records are copied into the log and the files removed; a torn
-    tail of one is left behind as before; a fence, as a marker or as a record, is kept."""
-    d = tmp_path / "ledgers"
-    d.mkdir()
-    (d / "3.log").write_bytes(
-        _ledger_file_record(0, -1, b"a") + _ledger_file_record(1, 0, b"b") + b"\x00\x00\x00"
-    )
-    (d / "4.log").write_bytes(
-        _ledger_file_record(0, -1, b"c") + _ledger_file_record((1 << 64) - 1, -1, b"")
-    )
-    (d / "5.log").touch()
-    (d / "5.fenced").touch()
-    storage = LocalStorage(tmp_path, "h:1")
-    assert storage.ledgers() == [3, 4, 5]
-    assert [await storage.read_entry(3, e) for e in (0, 1)] == [b"a", b"b"]
-    assert await storage.read_lac(3, fence=False) == (0, 1)
-    assert not storage.is_fenced(3) and storage.is_fenced(4) and storage.is_fenced(5)
-    assert sorted(p.name for p in d.iterdir() if not p.name.endswith(".entrylog")) == []
-    await storage.add_entry(3, 2, 1, b"after")
-    await storage.close()
-    again = LocalStorage(tmp_path, "h:1")
-    assert [await again.read_entry(3, e) for e in (0, 1, 2)] == [b"a", b"b", b"after"]
-    assert await again.read_entry(4, 0) == b"c" and again.is_fenced(4) and again.is_fenced(5)
-    await again.close()
-    # Many of them, more than a log holds: copied into as many logs as it takes.
-    many = tmp_path / "many"
-    (many / "ledgers").mkdir(parents=True)
-    for lid in range(10):
-        (many / "ledgers" / f"{lid}.log").write_bytes(_ledger_file_record(0, -1, b"%d" % lid * 500))
-    storage = LocalStorage(many, "h:1", log_bytes=2048)
-    assert len(_logs(many)) >= 3
-    assert [await storage.read_entry(lid, 0) for lid in range(10)] == [
-        b"%d" % lid * 500 for lid in range(10)
-    ]
-    await storage.close()
-
-
 async def test_deleted_ledgers_stay_deleted_and_their_logs_are_compacted(
     tmp_path: Path,
 ) -> None:
@@ -230,7 +182,7 @@ async def test_deleted_ledgers_stay_deleted_and_their_logs_are_compacted(
         if lid not in kept:
             await storage.delete_ledger(lid)
     for _ in range(200):
-        if storage._compactor is None or storage._compactor.done():
+        if not storage.compaction.running:
             break
         await asyncio.sleep(0.01)
     assert storage.compactions >= len(closed) // 2
@@ -264,7 +216,7 @@ async def test_a_delete_record_outlives_no_log_it_shadows(tmp_path: Path) -> Non
     for lid in range(10, 20):
         await storage.delete_ledger(lid)
     for _ in range(200):
-        if storage._compactor is None or storage._compactor.done():
+        if not storage.compaction.running:
             break
         await asyncio.sleep(0.01)
     await storage.close()
@@ -281,16 +233,16 @@ async def test_a_fence_the_disk_refuses_fails_and_leaves_the_ledger_writable(
     needs another replica's answer), not a fence: adds go on, and a later fence works."""
     storage = LocalStorage(tmp_path, "h:1")
     await storage.add_entry(1, 0, -1, b"x")
-    real = storage_mod._append_and_sync
+    real = entry_log.append_and_sync
 
     def full_disk(*args: Any) -> Any:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(storage_mod, "_append_and_sync", full_disk)
+    monkeypatch.setattr(entry_log, "append_and_sync", full_disk)
     with pytest.raises(HedwigError, match="No space left"):
         await storage.read_lac(1, fence=True)
     assert not storage.is_fenced(1)
-    monkeypatch.setattr(storage_mod, "_append_and_sync", real)
+    monkeypatch.setattr(entry_log, "append_and_sync", real)
     await storage.add_entry(1, 1, 0, b"y")
     assert await storage.read_lac(1, fence=True) == (0, 1)
     assert storage.is_fenced(1)
@@ -309,16 +261,16 @@ async def test_entries_after_a_failed_write_are_placed_where_they_land(
     restart finds what was acknowledged and not the failed entry."""
     storage = LocalStorage(tmp_path, "h:1")
     await storage.add_entry(1, 0, -1, b"first")
-    real = storage_mod._append_and_sync
+    real = entry_log.append_and_sync
 
     def torn(fd: int, start: int | None, new_log: str | None, d: str, data: bytes) -> int:
         os.write(fd, data[: len(data) // 2])  # half of the group, then the disk fails
         raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr(storage_mod, "_append_and_sync", torn)
+    monkeypatch.setattr(entry_log, "append_and_sync", torn)
     with pytest.raises(HedwigError, match="Input/output error"):
         await storage.add_entry(1, 1, 0, b"lost in a torn write")
-    monkeypatch.setattr(storage_mod, "_append_and_sync", real)
+    monkeypatch.setattr(entry_log, "append_and_sync", real)
     await storage.add_entry(1, 2, 0, b"after")
     assert len(_logs(tmp_path)) == 2
     assert await storage.read_entry(1, 2) == b"after"
@@ -339,14 +291,14 @@ async def test_a_retried_add_waits_for_the_first_to_be_durable(
     durable, not at once, and is written once."""
     storage = LocalStorage(tmp_path, "h:1")
     release = asyncio.Event()
-    real = storage_mod._append_and_sync
+    real = entry_log.append_and_sync
     loop = asyncio.get_running_loop()
 
     def slow(*args: Any) -> int:
         asyncio.run_coroutine_threadsafe(release.wait(), loop).result(5)
         return real(*args)
 
-    monkeypatch.setattr(storage_mod, "_append_and_sync", slow)
+    monkeypatch.setattr(entry_log, "append_and_sync", slow)
     first = asyncio.ensure_future(storage.add_entry(4, 0, -1, b"once"))
     await asyncio.sleep(0.05)
     retry = asyncio.ensure_future(storage.add_entry(4, 0, -1, b"once"))
@@ -431,7 +383,7 @@ async def test_a_fence_torn_by_a_crash_is_no_fence(tmp_path: Path) -> None:
     await storage.add_entry(3, 0, -1, b"kept")
     await storage.close()
     newest = _logs(tmp_path)[-1]
-    fence = storage_mod._record(3, storage_mod.FENCE_ENTRY, -1)
+    fence = encode_record(3, FENCE_ENTRY, -1)
     with open(newest, "ab") as f:
         f.write(fence[: len(fence) - 5])  # the crash cut it
     storage = LocalStorage(tmp_path, "h:1")
@@ -454,7 +406,7 @@ async def test_a_compaction_whose_copies_the_disk_refuses_keeps_its_log_and_trie
     await _three_entries_each(storage, range(40))
     await storage.read_lac(1, fence=True)
     kept = [lid for lid in range(40) if lid % 10 == 1]
-    real = storage_mod._append_and_sync
+    real = entry_log.append_and_sync
     refused: list[int] = []
 
     def full_for_copies(
@@ -465,13 +417,13 @@ async def test_a_compaction_whose_copies_the_disk_refuses_keeps_its_log_and_trie
             raise OSError(28, "No space left on device")
         return real(fd, start, new_log, d, data)
 
-    monkeypatch.setattr(storage_mod, "_append_and_sync", full_for_copies)
+    monkeypatch.setattr(entry_log, "append_and_sync", full_for_copies)
     before = {p.name for p in _logs(tmp_path)}
     for lid in range(40):
         if lid not in kept and lid != 39:
             await storage.delete_ledger(lid)
     for _ in range(300):
-        if refused and (storage._compactor is None or storage._compactor.done()):
+        if refused and (not storage.compaction.running):
             break
         await asyncio.sleep(0.01)
     assert refused, "a compaction tried to copy"
@@ -482,10 +434,10 @@ async def test_a_compaction_whose_copies_the_disk_refuses_keeps_its_log_and_trie
             _entry(lid, e) for e in range(3)
         ]
     assert storage.is_fenced(1)
-    monkeypatch.setattr(storage_mod, "_append_and_sync", real)
+    monkeypatch.setattr(entry_log, "append_and_sync", real)
     await storage.delete_ledger(39)  # the next deletion: compaction runs again
     for _ in range(300):
-        if storage.compactions and (storage._compactor is None or storage._compactor.done()):
+        if storage.compactions and (not storage.compaction.running):
             break
         await asyncio.sleep(0.01)
     assert storage.compactions >= 1
@@ -515,7 +467,7 @@ async def test_a_ledger_of_entry_0_alone_is_kept_as_an_int_and_behaves_as_any(
     await storage.write_lacs([(1, 0), (2, 0), (3, 5), (99, 0)])
     await storage.write_lacs([(1, -1), (3, 2)])
     assert isinstance(packed[1], int) and await storage.read_lac(1, fence=False) == (0, 0)
-    assert isinstance(packed[3], storage_mod._Ledger), "a LAC past entry 0: not packed"
+    assert isinstance(packed[3], StoredLedger), "a LAC past entry 0: not packed"
     await storage.add_entry(8, 1, 0, _entry(8, 1))
     await storage.write_lacs([(8, 0)])
     await storage.write_lacs([(8, 1)])
@@ -528,7 +480,7 @@ async def test_a_ledger_of_entry_0_alone_is_kept_as_an_int_and_behaves_as_any(
     await storage.add_entry(2, 0, -1, _entry(2, 0))  # a retry: nothing changes
     assert isinstance(packed[2], int)
     await storage.add_entry(2, 1, 0, _entry(2, 1))
-    assert isinstance(packed[2], storage_mod._Ledger)
+    assert isinstance(packed[2], StoredLedger)
     assert [await storage.read_entry(2, e) for e in (0, 1)] == [_entry(2, 0), _entry(2, 1)]
     assert await storage.read_lac(4, fence=True) == (-1, 0)
     assert storage.is_fenced(4) and not storage.is_fenced(5)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from hedwig.client.inbox import EMPTY, Inbox
+from hedwig.client.subscribing.inbox import EMPTY, Inbox
 from hedwig.errors import HedwigError
 from hedwig.protocol import Batch, DeliveredMessage, EncodedMessages
 

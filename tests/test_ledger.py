@@ -23,20 +23,17 @@ from hedwig.ledger import (
     LacNotices,
     LocalFirstReplicas,
     LocalStorage,
+    LogContext,
     LogSettings,
     TopicLog,
     recover_ledger,
 )
-from hedwig.ledger.auditor import DEPARTURE_AUDIT_AFTER_S, TAKE_OVERS_QUIET_S, Auditor, inspect
-from hedwig.ledger.handle import (
-    FENCE_STRAGGLER_S,
-    SPECULATIVE_READ_S,
-    _enough_fenced,
-    read_entry,
-    recovered_end,
-    write_set,
-)
+from hedwig.ledger.auditor import DEPARTURE_AUDIT_AFTER_S, TAKE_OVERS_QUIET_S, Auditor
+from hedwig.ledger.handle import write_set
+from hedwig.ledger.health import inspect
 from hedwig.ledger.log_reader import READ_AHEAD
+from hedwig.ledger.reads import SPECULATIVE_READ_S, read_entry
+from hedwig.ledger.recovery import FENCE_STRAGGLER_S, _enough_fenced, recovered_end
 from hedwig.ledger.storage import StorageNode
 from hedwig.metadata import LedgerState
 from hedwig.metadata.memory import MemoryBackend, MemoryMetadataStore
@@ -61,10 +58,7 @@ async def store() -> MemoryMetadataStore:
 def make_log(store: MemoryMetadataStore, storage: LocalStorage, **kw: int) -> TopicLog:
     return TopicLog(
         "t",
-        store,
-        LocalFirstReplicas(storage),
-        owner="h:1",
-        owner_epoch=1,
+        LogContext(store, LocalFirstReplicas(storage), "h:1", 1),
         ensemble=[storage.address],
         settings=LogSettings(**kw),  # type: ignore[arg-type]
     )
@@ -469,14 +463,16 @@ async def test_two_replicas_failing_at_once_start_one_roll_over(
     suspects: list[int] = []
     log = TopicLog(
         "t",
-        store,
-        cluster,
-        owner="h:1",
-        owner_epoch=1,
+        LogContext(
+            store,
+            cluster,
+            "h:1",
+            1,
+            choose_ensemble=cluster.choose,
+            on_suspect=lambda lid, _fragments: suspects.append(lid),
+        ),
         ensemble=["h:1", "h:2", "h:3"],
-        choose_ensemble=cluster.choose,
         settings=LogSettings(replication=ReplicationConfig(3, 3, 1)),
-        on_suspect=lambda lid, _fragments: suspects.append(lid),
     )
     await log.open()
     await log.append("p", 1, EncodedMessages.of_values([b"before"]))
@@ -505,13 +501,7 @@ async def test_recovery_needs_only_the_replicas_the_quorums_require(
     cluster = Cluster(tmp_path, 3)
     settings = LogSettings(replication=ReplicationConfig(3, 3, 2))
     old = TopicLog(
-        "t",
-        store,
-        cluster,
-        owner="h:1",
-        owner_epoch=1,
-        ensemble=["h:1", "h:2", "h:3"],
-        settings=settings,
+        "t", LogContext(store, cluster, "h:1", 1), ensemble=["h:1", "h:2", "h:3"], settings=settings
     )
     await old.open()
     for i in range(5):
@@ -519,10 +509,7 @@ async def test_recovery_needs_only_the_replicas_the_quorums_require(
     cluster.cut = {"h:1": Unreachable("h:1", hang=True)}  # the old owner's own disk: gone
     new = TopicLog(
         "t",
-        store,
-        cluster,
-        owner="h:2",
-        owner_epoch=1,
+        LogContext(store, cluster, "h:2", 1),
         ensemble=["h:2", "h:3"],
         settings=LogSettings(replication=ReplicationConfig(2, 2, 2)),
     )
@@ -595,13 +582,9 @@ async def test_replicas_told_an_idle_ledgers_lac_spare_its_recovery_the_write_ba
     settings = LogSettings(replication=ReplicationConfig(3, 3, 2))
     old = TopicLog(
         "t",
-        store,
-        cluster,
-        owner="h:1",
-        owner_epoch=1,
+        LogContext(store, cluster, "h:1", 1, on_idle=notices.idle if told else None),
         ensemble=ensemble,
         settings=settings,
-        on_idle=notices.idle if told else None,
     )
     await old.open()
     for i in range(3):
@@ -617,9 +600,7 @@ async def test_replicas_told_an_idle_ledgers_lac_spare_its_recovery_the_write_ba
         # What the adds carried: the LAC before the last entry.
         assert {(await d.read_lac(lid, fence=False))[0] for d in disks} == {1}
     cluster.calls.clear()
-    new = TopicLog(
-        "t", store, cluster, owner="h:2", owner_epoch=1, ensemble=ensemble, settings=settings
-    )
+    new = TopicLog("t", LogContext(store, cluster, "h:2", 1), ensemble=ensemble, settings=settings)
     await new.open()
     assert new.last_seq == 3
     on_old = [c for c in cluster.calls if c[2] == lid]
@@ -644,9 +625,7 @@ async def test_recovery_fences_a_replica_that_failed_lately_only_if_the_others_f
     cluster = Recorded(tmp_path, 3)
     settings = LogSettings(replication=ReplicationConfig(3, 3, 2))
     ensemble = ["h:1", "h:2", "h:3"]
-    old = TopicLog(
-        "t", store, cluster, owner="h:1", owner_epoch=1, ensemble=ensemble, settings=settings
-    )
+    old = TopicLog("t", LogContext(store, cluster, "h:1", 1), ensemble=ensemble, settings=settings)
     await old.open()
     for i in range(3):
         await old.append("p", i + 1, EncodedMessages.of_values([b"m%d" % i]))
@@ -655,9 +634,7 @@ async def test_recovery_fences_a_replica_that_failed_lately_only_if_the_others_f
     if not others_answer:
         cluster.cut = {"h:1": Unreachable("h:1")}
     cluster.calls.clear()
-    new = TopicLog(
-        "t", store, cluster, owner="h:2", owner_epoch=1, ensemble=ensemble, settings=settings
-    )
+    new = TopicLog("t", LogContext(store, cluster, "h:2", 1), ensemble=ensemble, settings=settings)
     await new.open()
     assert new.last_seq == 3
     asked = {c[0] for c in cluster.calls if c[2] == lid and c[1] == "fence"}
@@ -679,13 +656,9 @@ async def test_a_writer_tells_only_what_it_confirmed(
     settings = LogSettings(replication=ReplicationConfig(3, 3, 2))
     log = TopicLog(
         "t",
-        store,
-        cluster,
-        owner="h:1",
-        owner_epoch=1,
+        LogContext(store, cluster, "h:1", 1, on_idle=notices.idle),
         ensemble=["h:1", "h:2", "h:3"],
         settings=settings,
-        on_idle=notices.idle,
     )
     await log.open()
     await log.append("p", 1, EncodedMessages.of_values([b"confirmed"]))
@@ -725,13 +698,9 @@ async def test_a_frozen_replica_holds_back_only_its_own_lac_notices(
     def topic_log(name: str, ensemble: list[str]) -> TopicLog:
         return TopicLog(
             name,
-            store,
-            cluster,
-            owner="h:1",
-            owner_epoch=1,
+            LogContext(store, cluster, "h:1", 1, on_idle=notices.idle),
             ensemble=ensemble,
             settings=LogSettings(replication=ReplicationConfig(len(ensemble), len(ensemble), 2)),
-            on_idle=notices.idle,
         )
 
     first = topic_log("t1", ["h:1", "h:2", "h:3"])
@@ -767,7 +736,7 @@ async def test_recovery_writes_back_on_a_stand_in_when_a_replica_is_gone(
     cluster = Cluster(tmp_path, 3)
     settings = LogSettings(replication=ReplicationConfig(2, 2, 2))
     old = TopicLog(
-        "t", store, cluster, owner="h:1", owner_epoch=1, ensemble=["h:1", "h:2"], settings=settings
+        "t", LogContext(store, cluster, "h:1", 1), ensemble=["h:1", "h:2"], settings=settings
     )
     await old.open()
     await old.append("p", 1, EncodedMessages.of_values([b"acked"]))
@@ -777,12 +746,8 @@ async def test_recovery_writes_back_on_a_stand_in_when_a_replica_is_gone(
     lid = old.ledger_id
     new = TopicLog(
         "t",
-        store,
-        cluster,
-        owner="h:1",
-        owner_epoch=2,
+        LogContext(store, cluster, "h:1", 2, choose_ensemble=cluster.choose),
         ensemble=["h:1", "h:3"],
-        choose_ensemble=cluster.choose,
         settings=settings,
     )
     await new.open()
@@ -806,7 +771,7 @@ async def test_a_striped_ledger_replica_missing_its_entries_is_caught_up(
     cluster = Cluster(tmp_path, 3)
     names = ("h:1", "h:2", "h:3")
     for name in names:
-        await store.hubs.register_hub(name, HubLoad())
+        await store.hubs.register_hub(name, HubLoad(hub_id=name))
     # h:3 was away from entry 3 on
     closed = await closed_ledger(
         store, cluster, names, 6, write_quorum=2, held=lambda n, e: n != "h:3" or e < 3
@@ -939,7 +904,7 @@ async def test_the_auditor_reads_every_ledger_only_when_something_can_have_chang
     cluster = Cluster(tmp_path, 3)
     names = ("h:1", "h:2", "h:3")
     for name in names:
-        await store.hubs.register_hub(name, HubLoad())
+        await store.hubs.register_hub(name, HubLoad(hub_id=name))
     for _ in range(4):
         await closed_ledger(store, cluster, names, 4)
     reads = counted_ledger_reads(store)
@@ -964,7 +929,7 @@ async def test_the_auditor_reads_every_ledger_only_when_something_can_have_chang
     reads.clear()
     await auditor.run_once()
     assert auditor.full_audits == 2 and reads == []
-    await store.hubs.register_hub("h:2", HubLoad())  # h:2 restarted: a new session
+    await store.hubs.register_hub("h:2", HubLoad(hub_id="h:2"))  # h:2 restarted: a new session
     await auditor.run_once()
     assert auditor.full_audits == 3
     await auditor.run_once()
@@ -984,7 +949,7 @@ async def test_ledgers_waiting_for_a_gone_hub_are_read_again_when_its_delay_ends
     cluster = Cluster(tmp_path, 3)
     names = ("h:1", "h:2", "h:3")
     for name in names[:2]:
-        await store.hubs.register_hub(name, HubLoad())  # h:3 is gone
+        await store.hubs.register_hub(name, HubLoad(hub_id=name))  # h:3 is gone
     for _ in range(6):
         await closed_ledger(store, cluster, names, 3, held=lambda n, _e: n != "h:3")
     reads = counted_ledger_reads(store)
@@ -1017,7 +982,7 @@ async def test_a_hub_going_calls_for_a_full_audit_after_the_take_overs_not_at_on
     cluster = Cluster(tmp_path, 4)
     names = ("h:1", "h:2", "h:3", "h:4")
     for name in names:
-        await store.hubs.register_hub(name, HubLoad())
+        await store.hubs.register_hub(name, HubLoad(hub_id=name))
     on_gone = [await closed_ledger(store, cluster, names[:3], 3) for _ in range(4)]
     elsewhere = await closed_ledger(store, cluster, ("h:1", "h:2", "h:4"), 3)
     reads = counted_ledger_reads(store)
@@ -1053,7 +1018,9 @@ async def test_a_hub_going_calls_for_a_full_audit_after_the_take_overs_not_at_on
     assert auditor.full_audits == 3 and report.repaired > 0 and report.hubs_waiting == 0
     assert set(reads) >= {md.ledger_id for md in on_gone if md.ledger_id % 3 == 0}
 
-    await store.hubs.register_hub("h:3", HubLoad())  # back (a new session): audited at once
+    await store.hubs.register_hub(
+        "h:3", HubLoad(hub_id="h:3")
+    )  # back (a new session): audited at once
     clock.advance(1)
     await auditor.run_once()
     assert auditor.full_audits == 4
@@ -1070,7 +1037,7 @@ async def test_a_departure_audit_waits_while_this_hub_takes_topics_over_up_to_th
     cluster = Cluster(tmp_path, 4)
     names = ("h:1", "h:2", "h:3", "h:4")
     for name in names:
-        await store.hubs.register_hub(name, HubLoad())
+        await store.hubs.register_hub(name, HubLoad(hub_id=name))
     for _ in range(3):
         await closed_ledger(store, cluster, names[:3], 3)
     clock = ManualClock()
@@ -1093,7 +1060,9 @@ async def test_a_departure_audit_waits_while_this_hub_takes_topics_over_up_to_th
     report = await auditor.run_once()
     assert auditor.full_audits == 2 and report.waiting > 0 and report.repaired == 0
 
-    await store.hubs.register_hub("h:3", HubLoad())  # back: audited at once, busy or not
+    await store.hubs.register_hub(
+        "h:3", HubLoad(hub_id="h:3")
+    )  # back: audited at once, busy or not
     claimed[0] = clock.monotonic()
     await auditor.run_once()
     assert auditor.full_audits == 3
@@ -1119,10 +1088,7 @@ async def test_a_read_does_not_wait_for_a_replica_that_hangs(
     cluster = Cluster(tmp_path, 2)
     writer = TopicLog(
         "t",
-        store,
-        cluster,
-        owner="h:1",
-        owner_epoch=1,
+        LogContext(store, cluster, "h:1", 1),
         ensemble=["h:1", "h:2"],
         settings=LogSettings(replication=ReplicationConfig(2, 2, 2)),
     )
@@ -1146,10 +1112,7 @@ async def test_a_replica_outrun_by_a_speculative_read_is_tried_last(
     cluster.suspect = suspects.append  # type: ignore[method-assign,assignment]
     writer = TopicLog(
         "t",
-        store,
-        cluster,
-        owner="h:1",
-        owner_epoch=1,
+        LogContext(store, cluster, "h:1", 1),
         ensemble=["h:1", "h:2"],
         settings=LogSettings(replication=ReplicationConfig(2, 2, 2)),
     )
@@ -1311,7 +1274,7 @@ async def test_ledgers_no_log_can_name_are_deleted_at_most_every_full_interval(
     write (its maker's compare-and-set could still succeed), one of a topic without a record,
     and one younger than the full-audit interval, until a later sweep."""
     disk = LocalStorage(tmp_path / "d", "h:1")
-    await store.hubs.register_hub("h:1", HubLoad())
+    await store.hubs.register_hub("h:1", HubLoad(hub_id="h:1"))
     clock = ManualClock()
     auditor = lone_hubs_auditor(store, disk, clock, full_interval_s=60)
     await auditor.run_once()  # the first full audit: no sweep so soon after start
@@ -1346,7 +1309,9 @@ async def test_ledgers_no_log_can_name_are_deleted_at_most_every_full_interval(
         assert await store.ledgers.read_ledger(lid) is not None
     assert await disk.read_entry(tail, 0) == b"named"
 
-    await store.hubs.register_hub("h:1", HubLoad())  # a new session: a full audit, no sweep
+    await store.hubs.register_hub(
+        "h:1", HubLoad(hub_id="h:1")
+    )  # a new session: a full audit, no sweep
     report = await auditor.run_once()
     assert auditor.full_audits == 3 and report.left_over_deleted == []
     clock.advance(61)

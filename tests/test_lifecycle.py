@@ -20,7 +20,7 @@ from hedwig.errors import (
     UsageError,
 )
 from hedwig.ledger import TopicLog
-from hedwig.ledger.log_reader import LogReader
+from hedwig.ledger.log_reader import LogReader, Unread
 from hedwig.ledger.retention import delete_ledger_everywhere
 from hedwig.protocol import ResetTo
 from tests.memory_region import Region, memory_region
@@ -297,10 +297,11 @@ def cached(log: TopicLog) -> int:
 
 async def test_an_idle_topic_of_one_entry_lets_its_reader_go_and_reads_the_same() -> None:
     """A ledger's first entry makes no reader when nobody waits to read it; idle a minute, a
-    topic whose reader holds at most one entry's index per ledger lets the reader go (an int
-    in its place). Reads, appends and a move after that find every message once and in order
-    (the open ledger's first entry is indexed from its range). A topic of several entries
-    keeps its reader (each entry's index would be a read)."""
+    topic whose reader holds at most one entry's index per ledger lets the reader go (what a
+    new one must index of the open ledger, ``Unread``, in its place). Reads, appends and a
+    move after that find every message once and in order (the open ledger's first entry is
+    indexed from its range). A topic of several entries keeps its reader (each entry's index
+    would be a read)."""
     clock = ManualClock()
 
     def idle_a_minute() -> list[Awaitable[None]]:
@@ -318,15 +319,15 @@ async def test_an_idle_topic_of_one_entry_lets_its_reader_go_and_reads_the_same(
                 await c.publish("three", b"t%d" % i)
             one = region.owner("one").topics.topics["one"].log
             three = region.owner("three").topics.topics["three"].log
-            assert isinstance(one._log_reader, int), "one entry, nobody reading: no reader"
+            assert isinstance(one._log_reader, Unread), "one entry, nobody reading: no reader"
             assert isinstance(three._log_reader, LogReader)
             await asyncio.gather(*idle_a_minute())
-            assert isinstance(one._log_reader, int)
+            assert isinstance(one._log_reader, Unread)
             assert isinstance(three._log_reader, LogReader)
             assert await values("one") == [b"a"]
             assert isinstance(one._log_reader, LogReader), "made again by the read"
             await asyncio.gather(*idle_a_minute())
-            assert isinstance(one._log_reader, int)
+            assert isinstance(one._log_reader, Unread)
             await c.publish("one", b"b")
             await c.publish("one", b"c")
             assert await values("one") == [b"a", b"b", b"c"]
@@ -341,11 +342,11 @@ async def test_an_idle_topic_of_one_entry_lets_its_reader_go_and_reads_the_same(
             assert (await c.topic_info("solo")).last_seq == 1  # claimed there
             moved = other.topics.topics["solo"].log
             await asyncio.gather(*idle_a_minute())
-            assert moved._log_reader == moved.ledger_id << 1
+            assert moved._log_reader is Unread.NOTHING
             await c.publish("solo", b"b")
             assert await values("solo") == [b"a", b"b"]
             await asyncio.gather(*idle_a_minute())
-            assert isinstance(moved._log_reader, int)
+            assert isinstance(moved._log_reader, Unread)
             await c.publish("solo", b"c")
             assert await values("solo") == [b"a", b"b", b"c"]
 

@@ -18,9 +18,9 @@ from hedwig.devcluster.etcd import EtcdServer
 from hedwig.errors import BadVersionError, MetadataError, MetadataUnavailableError
 from hedwig.hub import Hub, HubConfig
 from hedwig.metadata import HubInfo, HubLoad, MetadataStore, SessionState
-from hedwig.metadata.etcd import EtcdMetadataStore, batches
-from hedwig.metadata.etcd import client as etcd_client
-from hedwig.metadata.etcd import store as etcd_store
+from hedwig.metadata.etcd import EtcdMetadataStore, batches, connection, kv, lease_keeper
+from hedwig.metadata.etcd import ledgers as etcd_ledgers
+from hedwig.metadata.etcd import watches as etcd_watches
 from hedwig.metadata.etcd.wire import put
 from hedwig.metadata.records import NEW_VERSION, LedgerMetadata
 from tests import scratch
@@ -66,9 +66,7 @@ class TestEtcdStore(MetadataConformance):
         await store.ownership.write_owner_info("frozen", HubInfo("127.0.0.1:7", 1), NEW_VERSION)
         states: list[SessionState] = []
         store.session.add_listener(states.append)
-        keeper = store.etcd._keeper
-        assert keeper is not None
-        keeper.cancel()  # frozen: no more refreshes
+        await store.etcd.keeper.stop()  # frozen: no more refreshes
         for _ in range(100):
             if await other.ownership.read_owner_info("frozen") is None:
                 break
@@ -186,7 +184,9 @@ async def test_an_owner_watch_after_a_compaction_waits_for_a_change(
         await store.topics.ensure_topic(f"compacted-{i}")
     etcd = store.etcd
     head = await etcd.txn((), ())
-    await etcd.call(etcd._kv.Compact, rpc.CompactionRequest(revision=head.revision), "compact")
+    await etcd.call(
+        etcd.connection.kv.Compact, rpc.CompactionRequest(revision=head.revision), "compact"
+    )
     fired = asyncio.Event()
     store.ownership.watch_owner("compacted", lambda _t: fired.set(), v)
     await asyncio.sleep(0.5)
@@ -233,7 +233,7 @@ async def test_owner_watches_share_one_watch_of_the_prefix(
     await asyncio.sleep(0.3)
     assert not unchanged.is_set()
     # A window of two keys, past p3's write once three more keys have changed.
-    monkeypatch.setattr(etcd_client, "RECENT_KEYS", 2)
+    monkeypatch.setattr(etcd_watches, "RECENT_KEYS", 2)
     for name in ("q1", "q2", "q3"):
         await other.topics.ensure_topic(name)
         last = await other.ownership.write_owner_info(name, HubInfo("127.0.0.1:8", 2), NEW_VERSION)
@@ -288,7 +288,7 @@ async def test_a_prefix_stream_that_breaks_with_a_full_window_fires_every_watch_
     watch fires, once (its holder reads again), and the window goes with the stream (what
     changed meanwhile is unknown), so no watch is served from it; with etcd back, a watch
     starts a stream of its own revision and sees the next change."""
-    monkeypatch.setattr(etcd_client, "RECENT_KEYS", 4)
+    monkeypatch.setattr(etcd_watches, "RECENT_KEYS", 4)
     (tmp_path / "etcd").mkdir()
     server = EtcdServer(data_dir=str(tmp_path / "etcd"))
     server.start()
@@ -365,7 +365,7 @@ async def test_owner_records_spread_over_leases_that_live_and_die_with_the_sessi
     All are refreshed together (the records outlive several TTLs); when one of them is gone
     the session is lost, and every record of it is gone by the time the hub hears so."""
     assert isinstance(store, EtcdMetadataStore)
-    monkeypatch.setattr(etcd_client, "OWNER_LEASES", 4)
+    monkeypatch.setattr(lease_keeper, "OWNER_LEASES", 4)
     topics = [f"spread/{i}" for i in range(40)]
     await store.hubs.register_hub("127.0.0.1:8", HubLoad())
     for t in topics:
@@ -400,24 +400,28 @@ async def test_an_owner_lease_granted_as_the_session_is_lost_is_revoked(
     assert isinstance(store, EtcdMetadataStore)
     etcd = store.etcd
     granted: list[int] = []
-    grant = etcd.grant
+    grant = etcd.keeper.grant
 
     async def grant_then_lose() -> int:
         lease = await grant()
         granted.append(lease)
-        await etcd.revoke_elsewhere(etcd.lease)  # the session's lease goes meanwhile
-        etcd.lease = await grant()  # and the keeper has moved on to a new session
+        lost = etcd.lease
+        await etcd.revoke_elsewhere(lost)  # the session's lease goes meanwhile
+        while etcd.lease == lost:  # and the keeper moves on to a new session
+            await asyncio.sleep(0.05)
         return lease
 
-    etcd.grant = grant_then_lose  # type: ignore[method-assign]
+    etcd.keeper.grant = grant_then_lose  # type: ignore[method-assign]
     await store.topics.ensure_topic("raced")
     await store.hubs.register_hub("127.0.0.1:9", HubLoad())
     with pytest.raises(MetadataUnavailableError, match="lost while granting"):
         await store.ownership.write_owner_info("raced", HubInfo("127.0.0.1:9", 1), NEW_VERSION)
-    etcd.grant = grant  # type: ignore[method-assign]
+    etcd.keeper.grant = grant  # type: ignore[method-assign]
     (lease,) = granted
     assert lease not in etcd.leases
-    ttl = await etcd.call(etcd._leases.LeaseTimeToLive, rpc.LeaseTimeToLiveRequest(ID=lease), "ttl")
+    ttl = await etcd.call(
+        etcd.connection.lease_stub.LeaseTimeToLive, rpc.LeaseTimeToLiveRequest(ID=lease), "ttl"
+    )
     assert int(ttl.TTL) == -1, "the lease granted for the lost session is revoked"
     assert await other.ownership.read_owner_info("raced") is None
 
@@ -426,7 +430,7 @@ async def test_ledger_ids_stay_unique_through_an_etcd_crash(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``tests/ledger_id_crash.py`` on etcd (the ``ledger-ids`` key)."""
-    monkeypatch.setattr(etcd_store, "LEDGER_ID_BLOCK", 3)
+    monkeypatch.setattr(etcd_ledgers, "LEDGER_ID_BLOCK", 3)
     (tmp_path / "etcd").mkdir()
     server = EtcdServer(data_dir=str(tmp_path / "etcd"))
     server.start()
@@ -481,7 +485,7 @@ async def test_ledger_ids_come_in_blocks_unique_across_hubs(
     key = store.keys.ledger_ids
     res = await store.etcd.txn((), (put(key, b""),))
     old_scheme_last = res.revision  # the id that scheme's last write gave
-    monkeypatch.setattr(etcd_store, "LEDGER_ID_BLOCK", 8)
+    monkeypatch.setattr(etcd_ledgers, "LEDGER_ID_BLOCK", 8)
     made = await asyncio.gather(
         *(s.ledgers.create_ledger(LEDGER) for _ in range(20) for s in (store, other))
     )
@@ -599,7 +603,7 @@ async def test_a_frozen_etcd_fails_a_start_with_a_clear_error_in_bounded_time(
         with pytest.raises(MetadataUnavailableError, match="no connection for leases"):
             await store.etcd.start(timeout=1.0)
         took = loop.time() - began
-        wait_s = etcd_client.CONNECT_TIMEOUT_MS / 1000
+        wait_s = connection.CONNECT_TIMEOUT_MS / 1000
         assert wait_s - 0.5 <= took <= wait_s + 3, f"gave up after {took:.1f} s"
     finally:
         os.kill(pid, signal.SIGCONT)
@@ -619,7 +623,7 @@ async def test_a_claim_of_a_topic_deleted_between_its_two_requests_is_refused(
     real = etcd.txn
     deleted = False
 
-    async def txn(*args: Any, **kw: Any) -> etcd_client.TxnResult:
+    async def txn(*args: Any, **kw: Any) -> kv.TxnResult:
         nonlocal deleted
         got = await real(*args, **kw)
         if not got.succeeded and not deleted:
@@ -686,7 +690,7 @@ async def test_claims_are_tried_the_way_the_last_one_needed(
     real = etcd.txn
     txns = 0
 
-    async def counted(*args: Any, **kw: Any) -> etcd_client.TxnResult:
+    async def counted(*args: Any, **kw: Any) -> kv.TxnResult:
         nonlocal txns
         txns += 1
         return await real(*args, **kw)

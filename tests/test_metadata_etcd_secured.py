@@ -156,7 +156,7 @@ async def test_a_restarted_etcd_costs_one_new_token(tmp_path: Path) -> None:
             )
             fired = asyncio.Event()
             s.ownership.watch_owner("t", lambda _t: fired.set(), version)
-            token = s.etcd._metadata
+            token = s.etcd.connection.token
             await asyncio.get_running_loop().run_in_executor(None, server.restart)
             for _ in range(100):  # the channel reconnects first (unavailable meanwhile)
                 try:
@@ -165,7 +165,7 @@ async def test_a_restarted_etcd_costs_one_new_token(tmp_path: Path) -> None:
                 except MetadataUnavailableError:
                     await asyncio.sleep(0.1)
             await asyncio.gather(*(s.topics.ensure_topic(f"after-{i}") for i in range(20)))
-            assert s.etcd._metadata != token, "the client kept a token etcd has forgotten"
+            assert s.etcd.connection.token != token, "the client kept a token etcd has forgotten"
             assert len(await s.topics.list_topics()) == 21
             await asyncio.wait_for(fired.wait(), 10)
         finally:

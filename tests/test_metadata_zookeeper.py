@@ -4,42 +4,30 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import random
-import threading
-import time
-from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from kazoo.client import KazooClient
-from kazoo.exceptions import (
-    ConnectionClosedError,
-    ConnectionDropped,
-    ConnectionLoss,
-    UnimplementedError,
-)
-from kazoo.protocol.states import KeeperState
-from kazoo.security import make_digest_acl
 from msgspec.structs import replace
 
 from hedwig.devcluster.zookeeper import ZooKeeperServer
-from hedwig.errors import BadVersionError, MetadataError, MetadataUnavailableError
-from hedwig.metadata import MetadataStore, SessionState
+from hedwig.errors import BadVersionError, MetadataError
+from hedwig.metadata import MetadataStore
 from hedwig.metadata.layout import Layout
 from hedwig.metadata.plans import TopicPlan
 from hedwig.metadata.records import NEW_VERSION, HubInfo, LedgerMetadata
 from hedwig.metadata.topic_logs import first_ranges
 from hedwig.metadata.zookeeper import ZkMetadataStore
-from hedwig.metadata.zookeeper import store as zk_store
-from hedwig.metadata.zookeeper.bridge import MAX_IN_FLIGHT, NodeExists, NoNode, Op, _Slots
-from hedwig.metadata.zookeeper.multiread import MULTI_READ
-from hedwig.metadata.zookeeper.sending import BatchingConnection, call
+from hedwig.metadata.zookeeper import ledgers as zk_ledgers
+from hedwig.metadata.zookeeper.client import Acl, NodeExists, NoNode, Op, Perm, ZkClient
+from hedwig.metadata.zookeeper.client.connection import Answer
+from hedwig.metadata.zookeeper.client.multi import MultiReadRequest
+from hedwig.metadata.zookeeper.client.reads import UNIMPLEMENTED
+from hedwig.metadata.zookeeper.client.records import Request
+from hedwig.metadata.zookeeper.znode_acls import digest_id
 from tests.cycle_garbage import frames_left_for_the_collector
-from tests.ledger_id_crash import ledger_ids_stay_unique_through_a_crash
 from tests.metadata_conformance import MetadataConformance
 
 pytestmark = pytest.mark.integration
@@ -63,16 +51,13 @@ async def other(zk_server: ZooKeeperServer, region: str) -> AsyncIterator[Metada
 
 async def expire_session(store: ZkMetadataStore) -> None:
     """Expire a session the way ZooKeeper's own tests do: a second client with its id closes."""
-    sid, passwd = store.zk._client.client_id
-    loop = asyncio.get_running_loop()
-
-    def kill() -> None:
-        twin = KazooClient(hosts=store.zk.hosts, client_id=(sid, passwd), timeout=2.0)
-        twin.start(timeout=10)
-        twin.stop()
-        twin.close()
-
-    await loop.run_in_executor(None, kill)
+    twin = ZkClient(
+        store.zk.hosts,
+        session_timeout=2.0,
+        session=(store.zk.session_id, store.zk.session_password),
+    )
+    await twin.start(timeout=10)
+    await twin.close()
 
 
 class TestZooKeeperStore(MetadataConformance):
@@ -155,7 +140,7 @@ class TestZooKeeperStore(MetadataConformance):
         of theirs."""
         assert isinstance(store, ZkMetadataStore) and isinstance(other, ZkMetadataStore)
         ledger = LedgerMetadata(0, "t", 1, 1, 1, ((0, ("h:1",)),), owner="h:1", owner_epoch=3)
-        monkeypatch.setattr(zk_store, "LEDGER_ID_BLOCK", 8)
+        monkeypatch.setattr(zk_ledgers, "LEDGER_ID_BLOCK", 8)
         old_path, _ = await store.zk.create(
             f"{store.layout.ledgers}/L", ledger.to_json(), sequence=True
         )
@@ -165,13 +150,13 @@ class TestZooKeeperStore(MetadataConformance):
         )
         ids = [m.value.ledger_id for m in made]
         assert len(set(ids)) == 40 and old not in ids
-        assert min(ids) == zk_store.FIRST_BLOCK_ID > old
+        assert min(ids) == zk_ledgers.FIRST_BLOCK_ID > old
         # 40 ids from blocks of 8: each hub took 3 blocks (24 ids for its 20), 6 in all.
         data, _ = await store.zk.get(store.layout.ledger_ids)
-        assert int(data) == zk_store.FIRST_BLOCK_ID + 6 * 8
+        assert int(data) == zk_ledgers.FIRST_BLOCK_ID + 6 * 8
         assert sorted(await other.ledgers.list_ledgers()) == sorted([old, *ids])
         # A long listing is parsed on a thread (a region's: 1.3 million ledgers), the same way.
-        monkeypatch.setattr(zk_store, "LEDGER_IDS_ON_THREAD", 1)
+        monkeypatch.setattr(zk_ledgers, "LEDGER_IDS_ON_THREAD", 1)
         assert await other.ledgers.list_ledgers() == sorted([old, *ids])
         for m in made:
             got = await other.ledgers.read_ledger(m.value.ledger_id)
@@ -204,11 +189,10 @@ async def test_pools_with_their_own_digests_share_one_ensemble(tmp_path: Path) -
     (as before) is opened up by that pool's next start."""
     with ZooKeeperServer(data_dir=str(tmp_path / "zk")) as zk:
         # As an older version left it: only pool a's digest may create under /hedwig.
-        old = KazooClient(hosts=zk.address, auth_data=[("digest", "hedwig:a")])
-        old.start(timeout=10)
-        old.create("/hedwig", b"", acl=[make_digest_acl("hedwig", "a", all=True)])
-        old.stop()
-        old.close()
+        old = ZkClient(zk.address, session_timeout=2.0, auth=[("digest", b"hedwig:a")])
+        await old.start(timeout=10)
+        await old.create("/hedwig", b"", acl=[Acl(int(Perm.ALL), digest_id("hedwig", "a"))])
+        await old.close()
         a = ZkMetadataStore(zk.address, "pool-a", session_timeout=2.0, digest="hedwig:a")
         b = ZkMetadataStore(zk.address, "pool-b", session_timeout=2.0, digest="hedwig:b")
         await a.start()
@@ -227,126 +211,6 @@ async def test_pools_with_their_own_digests_share_one_ensemble(tmp_path: Path) -
             await a.close()
 
 
-async def test_a_slot_given_back_passes_to_the_first_waiting_request() -> None:
-    """A request takes a free slot without waiting (almost every one does); a slot given back
-    while requests wait passes to the first of them, so a request arriving meanwhile cannot
-    jump the queue; a waiter cancelled after a slot passed to it passes it on; when the
-    connection drops, the waiters are refused."""
-    bridge: Any = SimpleNamespace(state=SessionState.CONNECTED)
-    slots = _Slots(2)
-    assert slots.take_now() and slots.take_now()
-    assert not slots.take_now()
-    waiting = [asyncio.create_task(slots.take(bridge, f"/{i}")) for i in range(4)]
-    await asyncio.sleep(0)
-    slots.give()
-    assert not slots.take_now()  # passed to the first waiter, which has not run yet
-    await asyncio.sleep(0)
-    assert [t.done() for t in waiting] == [True, False, False, False]
-    assert slots.used == 2
-    slots.give()
-    waiting[1].cancel()  # passed a slot, cancelled before it runs: to the next one
-    await asyncio.sleep(0)
-    await asyncio.sleep(0)
-    assert waiting[1].cancelled() and waiting[2].done() and not waiting[3].done()
-    assert slots.used == 2
-    bridge.state = SessionState.SUSPENDED
-    slots.wake_all()
-    with pytest.raises(MetadataUnavailableError):
-        await waiting[3]
-    slots.give()
-    slots.give()
-    assert slots.used == 0 and slots.take_now()
-
-
-async def test_requests_while_zookeeper_is_gone_never_block_the_event_loop(
-    tmp_path: Path,
-) -> None:
-    """kazoo wakes its connection thread with a byte per request on a socket pair that holds
-    278 of them; while ZooKeeper is unreachable nothing reads them, and the next request's
-    send blocked the event loop for as long as the outage lasted (a 100,000-topic region whose
-    ZooKeeper died had every hub stuck so). Now requests in flight when the connection drops
-    are refused as unavailable, as before; later ones are refused at once while it is down
-    (never handed to kazoo); watches wait here, unfired, and are set once it is back; the
-    loop runs on throughout."""
-    server = ZooKeeperServer(data_dir=str(tmp_path / "zk"))
-    server.start()
-    store = ZkMetadataStore(server.address, "gone", session_timeout=30.0)
-    gaps: list[float] = []
-    stop = asyncio.Event()
-
-    async def heartbeat() -> None:
-        loop = asyncio.get_running_loop()
-        last = loop.time()
-        while not stop.is_set():
-            await asyncio.sleep(0.01)
-            now = loop.time()
-            gaps.append(now - last)
-            last = now
-
-    def reads() -> list[asyncio.Task[bool]]:
-        return [
-            asyncio.create_task(store.topics.topic_exists("here")) for _ in range(3 * MAX_IN_FLIGHT)
-        ]
-
-    try:
-        await store.start()
-        await store.topics.ensure_topic("here")
-        beat = asyncio.create_task(heartbeat())
-        cut = reads()  # some answered, some in flight when it goes, some waiting for a slot
-        await asyncio.sleep(0)
-        await asyncio.to_thread(server.kill)
-        answers = await asyncio.wait_for(asyncio.gather(*cut, return_exceptions=True), 10)
-        assert all(a is True or isinstance(a, MetadataUnavailableError) for a in answers)
-        assert any(isinstance(a, MetadataUnavailableError) for a in answers)
-        await asyncio.sleep(0.5)
-        refused = await asyncio.wait_for(asyncio.gather(*reads(), return_exceptions=True), 1)
-        assert all(isinstance(a, MetadataUnavailableError) for a in refused)
-        # Watches too (each owned topic's owner record has one): set once ZooKeeper is back,
-        # not fired meanwhile; these records do not exist, so each fires once it is set.
-        fired: list[int] = []
-        for i in range(3 * MAX_IN_FLIGHT):
-            store.zk.watch(f"{store.layout.base}/none/{i}", functools.partial(fired.append, i))
-        await asyncio.sleep(1.0)
-        assert not fired
-        assert max(gaps) < 0.5, f"the event loop stood still {max(gaps):.1f} s"
-        await asyncio.to_thread(server.start)
-        for _ in range(300):
-            with contextlib.suppress(MetadataUnavailableError):
-                if await store.topics.topic_exists("here"):
-                    break
-            await asyncio.sleep(0.1)
-        assert all(await asyncio.gather(*reads()))
-        assert await store.topics.topic_exists("here")
-        for _ in range(300):
-            if len(fired) == 3 * MAX_IN_FLIGHT:
-                break
-            await asyncio.sleep(0.1)
-        assert sorted(fired) == list(range(3 * MAX_IN_FLIGHT))
-        stop.set()
-        await beat
-    finally:
-        stop.set()
-        await store.close()
-        server.stop()
-
-
-async def test_ledger_ids_stay_unique_through_a_zookeeper_crash(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """``tests/ledger_id_crash.py`` on ZooKeeper (the ``ledger-ids`` znode)."""
-    monkeypatch.setattr(zk_store, "LEDGER_ID_BLOCK", 3)
-    server = ZooKeeperServer(data_dir=str(tmp_path / "zk"))
-    server.start()
-    try:
-        await ledger_ids_stay_unique_through_a_crash(
-            [ZkMetadataStore(server.address, "ids", session_timeout=20.0) for _ in range(2)],
-            server.kill,
-            server.start,
-        )
-    finally:
-        server.stop()
-
-
 async def test_claims_are_tried_the_way_the_last_one_needed(
     store: MetadataStore, other: MetadataStore
 ) -> None:
@@ -360,7 +224,7 @@ async def test_claims_are_tried_the_way_the_last_one_needed(
     multis: list[int] = []
     real = store.zk.transaction
 
-    async def counted(ops: Sequence[Op]) -> list[BaseException | None]:
+    async def counted(ops: Sequence[Op]) -> list[MetadataError | None]:
         multis.append(len(ops))
         return await real(ops)
 
@@ -408,41 +272,6 @@ async def test_a_claim_whose_first_ledger_id_is_taken_claims_alone(store: Metada
     assert owned is not None and owned.value == owner
 
 
-async def _existence_asked_at_once(store: MetadataStore, prefix: str, counted: str) -> int:
-    """Asks whether 150 topics exist, all at once (every other one made first), checks each
-    answer, and says how many times the connection's method ``counted`` ran meanwhile."""
-    assert isinstance(store, ZkMetadataStore)
-    names = [f"{prefix}-{i}" for i in range(150)]
-    for name in names[1::2]:
-        await store.topics.ensure_topic(name)
-    connection = store.zk._client._connection
-    real = getattr(connection, counted)
-    calls = 0
-
-    def counting(*args: Any) -> Any:
-        nonlocal calls
-        calls += 1
-        return real(*args)
-
-    setattr(connection, counted, counting)
-    try:
-        got = await asyncio.gather(*(store.topics.topic_exists(n) for n in names))
-    finally:
-        delattr(connection, counted)
-    assert got == [i % 2 == 1 for i in range(len(names))]
-    return calls
-
-
-async def test_answers_that_arrive_together_are_read_together(store: MetadataStore) -> None:
-    """Answers to requests made at once are read from the socket as they arrive, several to
-    a ``recv``, not two ``recv`` calls each (kazoo read each answer's length, then its body,
-    each after a ``poll``), and each request still gets its own answer."""
-    receives = await _existence_asked_at_once(store, "read-together", "_receive")
-    # ZooKeeper answers as it goes, so how many arrive together varies (64 reads here on a
-    # quiet machine); kazoo read each answer in two.
-    assert receives < 150, f"{receives} reads for 150 answers"
-
-
 async def _owners_read_at_once(
     store: ZkMetadataStore, prefix: str, count: int
 ) -> tuple[list[Any], int]:
@@ -452,12 +281,11 @@ async def _owners_read_at_once(
     for name in names[1::2]:
         await store.topics.ensure_topic(name)
         await store.ownership.write_owner_info(name, HubInfo(f"h:{name}", 1), NEW_VERSION)
-    connection = store.zk._client._connection
-    before = connection._xid
+    before = store.zk.requests
     got = await asyncio.gather(
         *(store.ownership.read_owner_info(n) for n in names), return_exceptions=True
     )
-    requests = connection._xid - before
+    requests = store.zk.requests - before
     for i, (name, read) in enumerate(zip(names, got, strict=True)):
         if isinstance(read, BaseException):
             continue
@@ -471,16 +299,15 @@ async def _owners_read_at_once(
 async def test_reads_made_together_go_to_zookeeper_in_one_request(store: MetadataStore) -> None:
     """Records read in one turn of the loop (a survivor of a failover reads three for each of
     hundreds of topics at once) are read with one ``multiRead`` per 64, not a request each
-    (``hedwig.metadata.zookeeper.multiread``); a record that does not exist is ``None`` and
-    the others are still read; a read alone is one request too."""
+    (``hedwig.metadata.zookeeper.client.reads``); a record that does not exist is ``None``
+    and the others are still read; a read alone is one request too."""
     assert isinstance(store, ZkMetadataStore)
     got, requests = await _owners_read_at_once(store, "together-read", 150)
     assert not any(isinstance(r, BaseException) for r in got)
     assert requests == 3  # 64 + 64 + 22
-    connection = store.zk._client._connection
-    before = connection._xid
+    before = store.zk.requests
     assert await store.ownership.read_owner_info("together-read-1") is not None
-    assert connection._xid - before == 1
+    assert store.zk.requests - before == 1
 
 
 async def test_a_record_read_missing_leaves_nothing_for_the_cycle_collector(
@@ -500,238 +327,45 @@ async def test_a_record_read_missing_leaves_nothing_for_the_cycle_collector(
 
 
 async def test_reads_go_one_by_one_to_a_zookeeper_that_cannot_read_together(
-    store: MetadataStore,
+    store: MetadataStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A ZooKeeper older than 3.6 refuses a ``multiRead`` as unimplemented: the reads it held
     are sent again one by one, and so is every later one (the refusal is played here on the
-    client's side: the server under test knows ``multiRead``)."""
+    client's side, where the connection would send it: the server under test knows
+    ``multiRead``)."""
     assert isinstance(store, ZkMetadataStore)
-    client = store.zk._client
-    real = client._call
+    connection = store.zk.connection
+    assert connection is not None
+    real = connection.send
     refused = 0
 
-    def old_server(request: Any, answer: Any) -> Any:
+    def old_server(request: Request, answer: Answer, *, flush: bool = True) -> None:
         nonlocal refused
-        if request.type == MULTI_READ:
-            refused += 1
-            answer.set_exception(UnimplementedError())
-            return None
-        return real(request, answer)
+        if isinstance(request, MultiReadRequest):
+            refused += 1  # answered as a server would: later, not while it is sent
+            asyncio.get_running_loop().call_soon(answer, UNIMPLEMENTED, None)
+            return
+        real(request, answer, flush=flush)
 
-    client._call = old_server  # type: ignore[method-assign,assignment]
-    try:
-        got, requests = await _owners_read_at_once(store, "old-server", 100)
-        assert requests == 100  # one by one (the refused two never reached the connection)
-        assert not any(isinstance(r, BaseException) for r in got)
-        assert refused == 2  # 64 and 36, both sent before the first refusal came back
-        got, requests = await _owners_read_at_once(store, "old-server-later", 20)
-        assert requests == 20
-        assert not any(isinstance(r, BaseException) for r in got)
-        assert refused == 2
-    finally:
-        del client._call
-
-
-async def test_reads_together_when_the_connection_drops_each_end(
-    zk_server: ZooKeeperServer, region: str
-) -> None:
-    """The connection drops while reads sent together are in flight: each ends, read or
-    unavailable; none waits for good, and reads together work on the next connection."""
-    store = ZkMetadataStore(zk_server.address, region, session_timeout=10.0)
-    await store.start()
-    connection = store.zk._client._connection
-    real = connection._write
-    dropped = threading.Event()
-
-    def failing(msg: bytes, timeout: float) -> None:
-        if not dropped.is_set() and msg[8:12] == MULTI_READ.to_bytes(4, "big"):
-            dropped.set()
-            raise ConnectionDropped("dropped by the test")
-        real(msg, timeout)
-
-    try:
-        for i in range(1, 80, 2):
-            await store.topics.ensure_topic(f"drop-{i}")
-        connection._write = failing
-        names = [f"drop-{i}" for i in range(80)]
-        got = await asyncio.wait_for(
-            asyncio.gather(
-                *(store.ownership.read_owner_info(n) for n in names), return_exceptions=True
-            ),
-            20,
-        )
-        assert dropped.is_set()
-        assert all(r is None or isinstance(r, MetadataUnavailableError) for r in got), got
-        assert any(isinstance(r, MetadataUnavailableError) for r in got)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 10
-        while True:
-            try:
-                got, _ = await _owners_read_at_once(store, "drop-again", 80)
-                if not any(isinstance(r, BaseException) for r in got):
-                    break
-            except MetadataUnavailableError:
-                pass
-            assert loop.time() < deadline, "the client never read again"
-            await asyncio.sleep(0.1)
-    finally:
-        with contextlib.suppress(AttributeError):
-            del connection._write
-        await store.close()
-
-
-def test_an_answer_is_cut_from_what_arrived_whatever_the_pieces() -> None:
-    """Bytes arrive as the network splits them: an answer spread over several reads is put
-    together, several in one read are handed out one by one, and a whole answer is known to
-    be there before the socket is waited on again."""
-    frames = [b"a" * 7, b"", b"b" * 300, b"c"]
-    wire = b"".join(len(f).to_bytes(4, "big") + f for f in frames)
-    pieces = [wire[:3], wire[3:9], wire[9:200], wire[200:]]
-
-    class Socket:
-        def recv(self, n: int) -> bytes:
-            return pieces.pop(0)
-
-    class Handler:
-        def select(
-            self, r: list[object], w: object, x: object, timeout: float
-        ) -> tuple[list[object], list[object], list[object]]:
-            return r, [], []
-
-    connection = object.__new__(BatchingConnection)
-    connection._socket = Socket()
-    connection.handler = Handler()
-    got = []
-    for _ in frames:
-        length = int.from_bytes(connection._read(4, 1.0), "big")
-        got.append(connection._read(length, 1.0))
-        if pieces == [] and len(got) < len(frames):
-            assert connection._whole_answer_read()
-    assert got == frames and not pieces
-    assert not connection._whole_answer_read()
-    pieces.append(b"\0\0\0\2xy")
-    assert connection._read(4, 1.0) == b"\0\0\0\2"  # "xy" left unread: the connection drops
-    connection._socket = Socket()  # a new one: nothing of the old one is handed out
-    pieces.append(b"\0\0\0\1z")
-    assert connection._read(4, 1.0) == b"\0\0\0\1" and connection._read(1, 1.0) == b"z"
-
-
-async def test_a_wake_up_that_finds_the_client_closing_answers_its_request_once() -> None:
-    """The byte that wakes kazoo's thread is written once the turn that queued a request
-    ends; by then the client may be closing. The request is failed there only if it is still
-    queued: kazoo fails what is queued as a connection closes, and a request answered twice
-    gave its ZooKeeper slot back twice. (The race with kazoo's closing thread cannot be
-    timed against a server; the client's queue and socket pair stand in here.)"""
-
-    class Closed:
-        def send(self, data: bytes) -> int:
-            raise OSError("closed")
-
-    class Answers:
-        def __init__(self) -> None:
-            self.errors: list[BaseException] = []
-
-        def set_exception(self, exc: BaseException) -> None:
-            self.errors.append(exc)
-
-    def client() -> Any:
-        connection = SimpleNamespace(armed=True, _write_sock=Closed())
-        return SimpleNamespace(_state=KeeperState.CONNECTED, _queue=deque(), _connection=connection)
-
-    def closing(c: Any) -> None:  # what kazoo does to what is queued when a connection closes
-        while c._queue:
-            _, answer = c._queue.popleft()
-            answer.set_exception(ConnectionLoss())
-
-    # Still queued when the wake-up fails: failed there, taken out of the queue.
-    c, first, second = client(), Answers(), Answers()
-    call(c, "first", first)
-    call(c, "second", second)  # the same turn: no wake-up of its own
-    await asyncio.sleep(0)
-    closing(c)
-    assert [type(e) for e in first.errors] == [ConnectionClosedError]
-    assert [type(e) for e in second.errors] == [ConnectionLoss]
-    assert c._connection.armed  # the next request tries to wake the thread again
-    # Failed by kazoo before the wake-up ran: not answered again.
-    c, only = client(), Answers()
-    call(c, "only", only)
-    closing(c)
-    await asyncio.sleep(0)
-    assert [type(e) for e in only.errors] == [ConnectionLoss]
-
-
-async def test_requests_made_together_go_to_zookeeper_together(store: MetadataStore) -> None:
-    """Requests the event loop makes at once reach ZooKeeper in a few writes, not one each
-    (``hedwig.metadata.zookeeper.sending``), and each gets its own answer."""
-    writes = await _existence_asked_at_once(store, "together", "_write")
-    assert writes <= 150 // 3, f"{writes} writes for 150 requests"
-
-
-async def test_a_connection_lost_while_a_batch_is_written_leaves_the_client_sending(
-    zk_server: ZooKeeperServer, region: str
-) -> None:
-    """The connection drops while kazoo's thread writes a batch of requests, and more are
-    queued meanwhile, writing no wake-up byte (``hedwig.metadata.zookeeper.sending``). Every
-    request of both waves ends (answered, or unavailable: kazoo fails what is pending or
-    queued when a connection is lost), none waits for good, and on the next connection
-    requests made at once are sent and answered: the thread is not left unarmed. The
-    session lives on."""
-    store = ZkMetadataStore(zk_server.address, region, session_timeout=10.0)
-    await store.start()
-    try:
-        for i in range(0, 60, 2):
-            await store.topics.ensure_topic(f"w/{i}")
-        connection = store.zk._client._connection
-        real = connection._write
-        dropped = threading.Event()
-
-        def failing(msg: bytes, timeout: float) -> None:
-            if not dropped.is_set() and len(msg) > 500:  # the first batch of many
-                dropped.set()
-                time.sleep(0.3)  # the event loop queues the second wave meanwhile
-                raise ConnectionDropped("dropped by the test")
-            real(msg, timeout)
-
-        connection._write = failing
-        names = [f"w/{i}" for i in range(60)]
-        expected = [i % 2 == 0 for i in range(60)]
-        first = asyncio.gather(
-            *(store.topics.topic_exists(n) for n in names[:40]), return_exceptions=True
-        )
-        await asyncio.to_thread(dropped.wait, 5)
-        second = asyncio.gather(
-            *(store.topics.topic_exists(n) for n in names[40:]), return_exceptions=True
-        )
-        got = [*await asyncio.wait_for(first, 20), *await asyncio.wait_for(second, 20)]
-        assert dropped.is_set()
-        assert any(isinstance(r, MetadataUnavailableError) for r in got)
-        for i, r in enumerate(got):
-            assert isinstance(r, MetadataUnavailableError) or r == expected[i], (i, r)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 10
-        while True:
-            try:
-                again = await asyncio.gather(*(store.topics.topic_exists(n) for n in names))
-                break
-            except MetadataUnavailableError:
-                assert loop.time() < deadline, "the client never sent again"
-                await asyncio.sleep(0.1)
-        assert again == expected
-        assert store.session.state is SessionState.CONNECTED
-    finally:
-        with contextlib.suppress(AttributeError):
-            del store.zk._client._connection._write
-        await store.close()
+    monkeypatch.setattr(connection, "send", old_server)
+    got, requests = await _owners_read_at_once(store, "old-server", 100)
+    assert requests == 100  # one by one (the refused two never reached the connection)
+    assert not any(isinstance(r, BaseException) for r in got)
+    assert refused == 2  # 64 and 36, both sent before the first refusal came back
+    assert not store.zk.reads_together
+    got, requests = await _owners_read_at_once(store, "old-server-later", 20)
+    assert requests == 20
+    assert not any(isinstance(r, BaseException) for r in got)
+    assert refused == 2
 
 
 async def _transactions_at_once(
-    bridge: Any, transactions: Sequence[Sequence[Op]]
-) -> tuple[list[list[BaseException | None]], int]:
+    client: ZkClient, transactions: Sequence[Sequence[Op]]
+) -> tuple[list[list[MetadataError | None]], int]:
     """Makes every transaction in one turn; their outcomes and the requests they took."""
-    connection = bridge._client._connection
-    before = connection._xid
-    got = await asyncio.gather(*(bridge.transaction(ops) for ops in transactions))
-    return list(got), connection._xid - before
+    before = client.requests
+    got = await asyncio.gather(*(client.transaction(ops) for ops in transactions))
+    return list(got), client.requests - before
 
 
 async def test_transactions_made_together_go_to_zookeeper_together(
@@ -739,7 +373,7 @@ async def test_transactions_made_together_go_to_zookeeper_together(
 ) -> None:
     """Transactions made in one turn of the loop (a wave of claims or take-overs) go as one
     ``multi`` per 128 operations, not a request each
-    (``hedwig.metadata.zookeeper.multiwrite``); each takes effect; one alone goes alone."""
+    (``hedwig.metadata.zookeeper.client.writes``); each takes effect; one alone goes alone."""
     assert isinstance(store, ZkMetadataStore)
     base = f"/writes-together-{region}"
     await store.zk.ensure_path(base)
@@ -797,54 +431,3 @@ async def test_a_transaction_that_fails_among_others_fails_alone(
     assert (await store.zk.get(f"{base}/taken"))[0] == b"old"
     assert (await store.zk.get(f"{base}/versioned"))[0] == b"v0"
     assert (await store.zk.get(f"{base}/raced"))[0] == (b"first" if won == [15] else b"second")
-
-
-async def test_transactions_together_when_the_connection_drops_each_end(
-    zk_server: ZooKeeperServer, region: str
-) -> None:
-    """The connection drops while transactions sent together are in flight: each ends,
-    made or unavailable (its outcome unknown, as any request's in flight); none waits for
-    good, and transactions go together again on the next connection."""
-    store = ZkMetadataStore(zk_server.address, region, session_timeout=10.0)
-    await store.start()
-    base = f"/writes-dropped-{region}"
-    await store.zk.ensure_path(base)
-    connection = store.zk._client._connection
-    real = connection._write
-    dropped = threading.Event()
-
-    def failing(msg: bytes, timeout: float) -> None:
-        if not dropped.is_set() and msg[8:12] == (14).to_bytes(4, "big"):  # multi
-            dropped.set()
-            raise ConnectionDropped("dropped by the test")
-        real(msg, timeout)
-
-    try:
-        connection._write = failing
-        transactions = [[Op("create", f"{base}/d{i}", value=b"x")] for i in range(40)]
-        got = await asyncio.wait_for(
-            asyncio.gather(
-                *(store.zk.transaction(t) for t in transactions), return_exceptions=True
-            ),
-            20,
-        )
-        assert dropped.is_set()
-        assert all(isinstance(r, MetadataUnavailableError) for r in got), got
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 10
-        attempt = 0
-        while True:
-            attempt += 1  # names of its own: a failed attempt may have made some
-            try:
-                again = [[Op("create", f"{base}/a{attempt}-{i}", value=b"x")] for i in range(40)]
-                made, requests = await _transactions_at_once(store.zk, again)
-                break
-            except MetadataUnavailableError:
-                pass
-            assert loop.time() < deadline, "the client never wrote again"
-            await asyncio.sleep(0.1)
-        assert made == [[None]] * 40 and requests == 1
-    finally:
-        with contextlib.suppress(AttributeError):
-            del connection._write
-        await store.close()

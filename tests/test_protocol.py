@@ -10,7 +10,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import hedwig.protocol.messages as messages_module
 from hedwig.errors import InvalidTopicError, MalformedBatchError, ProtocolError
 from hedwig.protocol import (
     AddEntry,
@@ -44,7 +43,7 @@ from hedwig.protocol import (
     encode_name,
     validate_name,
 )
-from hedwig.protocol.messages import encode_message, encode_values, scan_messages
+from hedwig.protocol.messages import encode_message, encode_values, scan_messages, scanning
 from hedwig.protocol.wire import HEADER, PROTOCOL_VERSION
 
 MESSAGES = st.lists(
@@ -415,7 +414,7 @@ def test_slices_of_a_stored_batch_hold_exactly_their_messages(
 
 def _check_or_error(payload: bytes, count: int) -> int | str:
     try:
-        return messages_module._largest(payload, count)
+        return scanning.largest_message(payload, count)
     except MalformedBatchError:
         return "malformed"
 
@@ -445,12 +444,12 @@ def test_batches_of_equal_messages_are_checked_as_message_by_message(
             bytearray(encode_message(Message(value=b"v" * size, key=b"k"))) + payload[10 + size :]
         )
     fast = _check_or_error(bytes(payload), count)
-    old = messages_module._UNIFORM_FROM
-    messages_module._UNIFORM_FROM = 10**9
+    old = scanning.UNIFORM_FROM
+    scanning.UNIFORM_FROM = 10**9
     try:
         slow = _check_or_error(bytes(payload), count)
     finally:
-        messages_module._UNIFORM_FROM = old
+        scanning.UNIFORM_FROM = old
     assert fast == slow
     if damage == "none":
         assert fast == size

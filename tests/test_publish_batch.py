@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from hedwig.client import BatchPublishResult, HedwigClient, PublishResult
-from hedwig.client.chunks import chunk_messages
+from hedwig.client.publishing.chunks import chunk_messages
 from hedwig.client.retry import RetryPolicy
 from hedwig.errors import HedwigError, MessageTooLargeError, SendFailedError, UsageError
 from hedwig.protocol import Message, MoveKind

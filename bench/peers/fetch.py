@@ -25,10 +25,13 @@ import os
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-KAFKA_VERSION = "4.1.1"
+# The peer: the newest Kafka Maven Central serves. The one before it in the table (4.1.1) is
+# fetched only when its line is asked for (``--previous``), so the change of peer stays visible.
+KAFKA_VERSION = "4.4.0"
+PREVIOUS_KAFKA_VERSION = "4.1.1"
 LOG4J_VERSION = "2.24.3"
 # Kafka's poms ask for slf4j 1.7 at run time; log4j's binding for slf4j 2 needs the 2.x API.
 SLF4J_VERSION = "2.0.16"
@@ -71,25 +74,39 @@ def cache_root() -> Path:
     return Path(base) / "peers"
 
 
+def classpath_of(jars: Path) -> str:
+    return os.pathsep.join(str(p) for p in sorted(jars.glob("*.jar")))
+
+
 @dataclass(frozen=True)
 class PeerTools:
-    """Where the fetched peers are: the broker's class path and the Python client's path."""
+    """Where the fetched peers are: the broker's class path and the Python client's path;
+    ``others`` the jars of other Kafka versions fetched on request, by version."""
 
     kafka_jars: Path
     python_path: Path
+    others: dict[str, Path] = field(default_factory=dict)
 
     @property
     def classpath(self) -> str:
-        return os.pathsep.join(str(p) for p in sorted(self.kafka_jars.glob("*.jar")))
+        return classpath_of(self.kafka_jars)
+
+    @property
+    def classpaths(self) -> dict[str, str]:
+        """Every fetched version's class path, the peer's included."""
+        return {
+            KAFKA_VERSION: self.classpath,
+            **{v: classpath_of(j) for v, j in self.others.items()},
+        }
 
 
-def _pom() -> str:
-    return _POM.format(kafka=KAFKA_VERSION, log4j=LOG4J_VERSION, slf4j=SLF4J_VERSION)
+def _pom(version: str = KAFKA_VERSION) -> str:
+    return _POM.format(kafka=version, log4j=LOG4J_VERSION, slf4j=SLF4J_VERSION)
 
 
-def kafka_dir() -> Path:
-    digest = hashlib.sha256(_pom().encode()).hexdigest()[:10]
-    return cache_root() / f"kafka-{KAFKA_VERSION}-{digest}"
+def kafka_dir(version: str = KAFKA_VERSION) -> Path:
+    digest = hashlib.sha256(_pom(version).encode()).hexdigest()[:10]
+    return cache_root() / f"kafka-{version}-{digest}"
 
 
 def python_dir() -> Path:
@@ -119,15 +136,15 @@ def _ensure_debian(command: str, packages: list[str]) -> None:
     )
 
 
-def fetch_kafka() -> Path:
-    d = kafka_dir()
+def fetch_kafka(version: str = KAFKA_VERSION) -> Path:
+    d = kafka_dir(version)
     if (d / ".complete").exists():
         return d / "jars"
     _ensure_debian("java", ["default-jre-headless"])
     _ensure_debian("mvn", ["maven"])
     d.mkdir(parents=True, exist_ok=True)
-    (d / "pom.xml").write_text(_pom())
-    print(f"fetching Kafka {KAFKA_VERSION} from Maven Central into {d}...", file=sys.stderr)
+    (d / "pom.xml").write_text(_pom(version))
+    print(f"fetching Kafka {version} from Maven Central into {d}...", file=sys.stderr)
     subprocess.run(
         [
             "mvn",
@@ -171,13 +188,20 @@ def fetch_python() -> Path:
     return d
 
 
-def fetch() -> PeerTools:
-    return PeerTools(kafka_jars=fetch_kafka(), python_path=fetch_python())
+def fetch(others: tuple[str, ...] = ()) -> PeerTools:
+    """The peer and the Python tools, fetched if not cached; ``others``: more Kafka versions."""
+    return PeerTools(
+        kafka_jars=fetch_kafka(),
+        python_path=fetch_python(),
+        others={v: fetch_kafka(v) for v in others if v != KAFKA_VERSION},
+    )
 
 
 def main() -> None:
-    tools = fetch()
+    tools = fetch((PREVIOUS_KAFKA_VERSION,) if "--previous" in sys.argv[1:] else ())
     print(tools.kafka_jars)
+    for jars in tools.others.values():
+        print(jars)
     print(tools.python_path)
 
 

@@ -3,7 +3,10 @@
 Mirrors ``hedwig_driver.py`` step for step. librdkafka runs its network threads in C; the
 Python thread serves delivery callbacks in ``poll``, as asyncio serves Hedwig's futures, so a
 fixed-rate producer publishes what is due and then polls for at most a millisecond, and an
-as-fast-as-possible producer polls whenever its queue is full. Topics are created by whichever
+as-fast-as-possible producer polls every 1,000 messages and whenever its queue is full. With
+``each`` every message carries a delivery callback that reads its outcome (the count is
+checked against the messages published, ``bench.peers.merge.problem``); with ``none`` only
+every 100th does, to be timed. Topics are created by whichever
 role starts first (one partition each, the workload's replication and ``min.insync.replicas``);
 consumers are assigned their partitions from the beginning (no group rebalance to wait for),
 take each message as soon as it is there (then whatever else is queued, up to 1,000) and
@@ -16,6 +19,7 @@ it under the cache and the harness puts it on ``PYTHONPATH`` for this driver onl
 from __future__ import annotations
 
 import gc
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -36,97 +40,127 @@ from confluent_kafka.admin import (
 from bench.peers.measure import (
     MEASURED,
     WARMUP,
-    delivery_result,
+    delivery_report,
+    histogram,
     now_ns,
     payload,
-    percentiles,
     read_stamp,
 )
-from bench.peers.workloads import ConsumeSpec, ProduceSpec
+from bench.peers.workloads import EACH, ConsumeSpec, ProduceSpec
 
 SAMPLE_EVERY = 100
+CREATE_AT_ONCE = 1000
 Emit = Callable[[dict[str, Any]], None]
 
 
 def ensure_topics(bootstrap: str, topics: list[str], replication: int, min_insync: int) -> None:
+    """Create those of ``topics`` that do not exist (1,000 to a request: workload 7c has
+    10,000) and wait until the metadata lists each with a leader, so the first produce or
+    fetch does not race the creation."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    new = [
-        NewTopic(
-            t,
-            num_partitions=1,
-            replication_factor=replication,
-            config={"min.insync.replicas": str(min_insync)},
-        )
-        for t in topics
-    ]
-    for future in admin.create_topics(new, operation_timeout=30).values():
-        try:
-            future.result()
-        except KafkaException as exc:
-            if "TOPIC_ALREADY_EXISTS" not in str(exc):
-                raise
-    # Wait until the metadata lists every topic with a leader, so the first produce or fetch
-    # does not race the creation.
-    deadline = time.monotonic() + 30
+    existing = admin.list_topics(timeout=30).topics
+    missing = [t for t in topics if t not in existing]
+    for lo in range(0, len(missing), CREATE_AT_ONCE):
+        new = [
+            NewTopic(
+                t,
+                num_partitions=1,
+                replication_factor=replication,
+                config={"min.insync.replicas": str(min_insync)},
+            )
+            for t in missing[lo : lo + CREATE_AT_ONCE]
+        ]
+        for future in admin.create_topics(new, operation_timeout=60).values():
+            try:
+                future.result()
+            except KafkaException as exc:
+                if "TOPIC_ALREADY_EXISTS" not in str(exc):
+                    raise
+    # A broker here makes 100-200 partitions a second: 10,000 take it a minute or two.
+    deadline = time.monotonic() + 120 + 0.03 * len(topics)
+    pause = 0.05 if len(topics) <= 1000 else 0.5
     while time.monotonic() < deadline:
-        meta = admin.list_topics(timeout=10).topics
+        meta = admin.list_topics(timeout=30).topics
         if all(
             t in meta and meta[t].partitions and meta[t].partitions[0].leader >= 0 for t in topics
         ):
             return
-        time.sleep(0.05)
+        time.sleep(pause)
     raise RuntimeError(f"topics not ready: {topics[:3]}...")
 
 
+class _Outcomes:
+    """The delivery reports the producer has been handed (in ``poll`` and ``flush``)."""
+
+    def __init__(self) -> None:
+        self.ok = 0
+        self.failed = 0
+
+    def read(self, err: Any, _msg: Any) -> None:
+        if err is None:
+            self.ok += 1
+        else:
+            self.failed += 1
+
+
 def _as_fast_as_possible(producer: Any, spec: ProduceSpec, n: int, flag: int) -> dict[str, Any]:
-    topics, k, size = spec.topics, len(spec.topics), spec.size
+    topics, k, size, off = spec.topics, len(spec.topics), spec.size, spec.offset
     lat: list[float] = []
-    errors = [0]
+    outcomes = _Outcomes()
+    read = outcomes.read
+    each = spec.kind == EACH
     clock = time.perf_counter
 
-    def sampled(err: Any, _msg: Any, t: float) -> None:
-        if err is not None:
-            errors[0] += 1
+    def sampled(err: Any, msg: Any, t: float) -> None:
+        read(err, msg)
         lat.append(clock() - t)
 
     cpu0 = time.process_time()
-    start = clock()
+    start_ns = now_ns()
     for i in range(n):
         value = payload(now_ns(), flag, size)
-        topic = topics[i % k]
+        topic = topics[(i + off) % k]
         while True:
             try:
                 if i % SAMPLE_EVERY == 0:
                     t = clock()
                     producer.produce(topic, value, on_delivery=lambda e, m, t=t: sampled(e, m, t))
+                elif each:
+                    producer.produce(topic, value, on_delivery=read)
                 else:
                     producer.produce(topic, value)
                 break
             except BufferError:
+                # librdkafka's queue (100,000 messages) is the window: wait for room, serving
+                # the delivery callbacks meanwhile.
                 producer.poll(0.001)
         if i % 1000 == 0:
             producer.poll(0)
-    producer.flush(120)
-    elapsed = clock() - start
+    left = producer.flush(120)
+    end_ns = now_ns()
     return {
+        "kind": spec.kind,
         "messages": n,
-        "seconds": round(elapsed, 3),
-        "msgs_per_s": round(n / elapsed),
-        "client_cpu_us_per_msg": round((time.process_time() - cpu0) / n * 1e6, 2),
+        "start_ns": start_ns,
+        "end_ns": end_ns,
+        "cpu_s": time.process_time() - cpu0,
         # Sampled, from send to acknowledgement, under saturation (queueing included).
-        "publish": percentiles(lat),
-        "errors": errors[0],
+        "publish_histogram": histogram(lat),
+        "outcomes": outcomes.ok + outcomes.failed,
+        "failed": outcomes.failed + left,
     }
 
 
 def _fixed_rate(producer: Any, spec: ProduceSpec) -> dict[str, Any]:
-    topics, k, size, rate = spec.topics, len(spec.topics), spec.size, spec.rate
-    total = int(rate * spec.duration_s)
+    topics, k, size, rate, off = spec.topics, len(spec.topics), spec.size, spec.rate, spec.offset
+    total = spec.measured
     lat: list[float] = []
-    errors = [0]
+    outcomes = _Outcomes()
+    read = outcomes.read
     sent = 0
     gc.collect()
     gc.freeze()
+    cpu0 = time.process_time()
     start = now_ns()
     step = 1e9 / rate
     while sent < total:
@@ -134,29 +168,32 @@ def _fixed_rate(producer: Any, spec: ProduceSpec) -> dict[str, Any]:
         while sent < due:
             t_due = start + int(sent * step)
 
-            def acked(err: Any, _msg: Any, t: int = t_due) -> None:
-                if err is not None:
-                    errors[0] += 1
+            def acked(err: Any, msg: Any, t: int = t_due) -> None:
+                read(err, msg)
                 lat.append((now_ns() - t) / 1e9)
 
             value = payload(t_due, MEASURED, size)
             while True:
                 try:
-                    producer.produce(topics[sent % k], value, on_delivery=acked)
+                    producer.produce(topics[(sent + off) % k], value, on_delivery=acked)
                     break
                 except BufferError:
                     producer.poll(0.001)
             sent += 1
         producer.poll(0.001)
-    producer.flush(120)
+    left = producer.flush(120)
+    end = now_ns()
     gc.unfreeze()
-    elapsed = (now_ns() - start) / 1e9
     return {
+        "kind": spec.kind,
+        "fixed_rate": True,
         "messages": total,
-        "seconds": round(elapsed, 3),
-        "achieved_rate": round(total / elapsed),
-        "publish": percentiles(lat),
-        "errors": errors[0],
+        "start_ns": start,
+        "end_ns": end,
+        "cpu_s": time.process_time() - cpu0,
+        "publish_histogram": histogram(lat),
+        "outcomes": outcomes.ok + outcomes.failed,
+        "failed": outcomes.failed + left,
     }
 
 
@@ -167,6 +204,10 @@ def produce(
     producer = Producer({"bootstrap.servers": bootstrap, **config})
     if spec.warmup:
         _as_fast_as_possible(producer, spec, spec.warmup, WARMUP)
+    if spec.barrier:
+        # With other producers: say the warm-up is done and wait for the harness's word.
+        emit({"event": "warm"})
+        sys.stdin.readline()
     emit({"event": "measuring"})
     if spec.rate:
         return _fixed_rate(producer, spec)
@@ -188,7 +229,8 @@ def consume(bootstrap: str, spec: ConsumeSpec, emit: Emit) -> dict[str, Any]:
         c = Consumer(
             {
                 "bootstrap.servers": bootstrap,
-                "group.id": f"{spec.topics[0]}-{name}",
+                # One group per subscription, whichever share of its topics this process reads.
+                "group.id": f"{spec.topics[0].rsplit('-', 1)[0]}-{name}",
                 "auto.offset.reset": "earliest",
             }
         )
@@ -231,6 +273,9 @@ def consume(bootstrap: str, spec: ConsumeSpec, emit: Emit) -> dict[str, Any]:
     ]
     for th in threads:
         th.start()
+    # The budget runs from when the producers are done (the harness's word on standard
+    # input): a slow system's producers may take longer than any fixed budget.
+    sys.stdin.readline()
     deadline = time.monotonic() + spec.timeout_s
     for th in threads:
         th.join(max(0.0, deadline - time.monotonic()))
@@ -240,7 +285,7 @@ def consume(bootstrap: str, spec: ConsumeSpec, emit: Emit) -> dict[str, Any]:
     gc.unfreeze()
     for c in consumers:
         c.close()
-    return delivery_result(
+    return delivery_report(
         spec.expected, counts, lat, t0, first[0], last[0], time.process_time() - cpu0
     )
 

@@ -163,13 +163,15 @@ class KafkaCluster:
         return self
 
     def stop(self) -> None:
+        """Stop every node: a controlled shutdown, cut short after 10 s (a broker of 10,000
+        partitions takes longer, and its data is thrown away)."""
         for n in self.members:
             if n.proc is not None and n.proc.poll() is None:
                 n.proc.terminate()
         for n in self.members:
             if n.proc is not None:
                 try:
-                    n.proc.wait(30)
+                    n.proc.wait(10)
                 except subprocess.TimeoutExpired:
                     n.proc.kill()
                     n.proc.wait()

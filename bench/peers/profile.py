@@ -2,6 +2,8 @@
 
     python -m bench.peers.profile                      # every path, markdown on stdout
     python -m bench.peers.profile publish --keep DIR   # one path, keep the raw stacks
+    python -m bench.peers.profile publish --kind each --window 16000   # another kind, window
+    python -m bench.peers.profile topics --wall        # every thread's wall clock, idle too
 
 A one-hub cluster runs a workload of the peer benchmark while py-spy samples the hub and the
 driver process (Python frames, 250 per second, without pausing them, only while a thread holds
@@ -12,6 +14,13 @@ charged to the innermost frame that belongs to Hedwig, by module (so the time ``
 the benchmark driver or the rest. The processes' CPU time divided by the messages gives the
 cost per message, and each share of the samples a share of that cost (an estimate: CPU spent
 outside the interpreter lock, in system calls, is spread over the shares).
+
+Where the time a message waits goes, which a CPU profile cannot show, comes from the hub's own
+metrics read before and after the measured part (``hub_account``): publish requests answered
+and the group commit's syncs (so messages a request and requests a sync), the hub's publish
+latency from a request's arrival to its durable acknowledgement (its histogram's buckets), and
+the cycle collector's pauses. A message's publish latency less the hub's is the time it spent
+in the client (queued, in a batch not yet cut or not yet sent) and on the wire.
 
 Paths:
 - ``publish``: workload 1 (as fast as acknowledgements come): the client's publish path and
@@ -33,14 +42,16 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+import urllib.request
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
-from bench.peers import fetch
+from bench.peers import fetch, merge
 from bench.peers.measure import cpu_seconds
 from bench.peers.rounds import ROOT
 from bench.peers.systems import RunningHedwig
-from bench.peers.workloads import Workload, by_key, to_json
+from bench.peers.workloads import EACH, NONE, Workload, by_key, to_json
 
 PATHS: dict[str, str] = {"publish": "1", "topics": "3", "catchup": "5", "fanout": "6"}
 RATE = 250
@@ -53,6 +64,7 @@ STAGES: list[tuple[str, str]] = [
     ("hedwig/hub/", "hub (server, requests, topic, subscription)"),
     ("hedwig/client/", "client (publisher, subscriber, routing)"),
     ("hedwig/net/", "connection (hedwig.net)"),
+    ("hedwig/metadata/zookeeper/client/", "ZooKeeper client (hedwig.metadata.zookeeper.client)"),
     ("hedwig/", "other Hedwig"),
     ("bench/peers/", "benchmark driver"),
 ]
@@ -78,8 +90,6 @@ def stage_of(frames: list[str]) -> str:
     # frame that runs the loop.
     if any(m in leaf for m in EVENT_LOOP):
         return "event loop (uvloop, sockets)"
-    if any("kazoo/" in f for f in frames):
-        return "ZooKeeper client (kazoo)"
     for frame in reversed(frames):
         for marker, stage in STAGES:
             if marker in frame:
@@ -118,6 +128,23 @@ def _leaf(frames: list[str]) -> str:
     return leaf
 
 
+def wall_report(sampled: Sampled, top: int = 6) -> str:
+    """Per thread, the share of its wall-clock samples in each innermost frame."""
+    threads: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    for stack, n in sampled.stacks.items():
+        thread, _, rest = stack.partition(";")
+        if rest:
+            threads[thread][_leaf(rest.split(";"))] += n
+    out = [f"**{sampled.name}, wall clock** (every thread at every tick)", ""]
+    for thread, leaves in sorted(threads.items(), key=lambda kv: -sum(kv[1].values())):
+        total = sum(leaves.values())
+        parts = ", ".join(
+            f"`{leaf}` {100 * n / total:.0f} %" for leaf, n in leaves.most_common(top)
+        )
+        out.append(f"- {thread} ({total:,} samples): {parts}")
+    return "\n".join(out) + "\n"
+
+
 def report(sampled: Sampled, messages: int, top: int = 12) -> str:
     total = sampled.total or 1
     per_msg_us = sampled.cpu_s / messages * 1e6 if messages else 0.0
@@ -142,12 +169,78 @@ def report(sampled: Sampled, messages: int, top: int = 12) -> str:
     return "\n".join(out) + "\n"
 
 
+def _scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def _bucket_quantile(buckets: list[tuple[float, float]], q: float) -> float:
+    """The upper bound of the histogram bucket holding quantile ``q`` (cumulative counts)."""
+    total = buckets[-1][1] if buckets else 0.0
+    for bound, count in buckets:
+        if total and count >= q * total:
+            return bound
+    return float("nan")
+
+
+def hub_account(
+    before: dict[tuple[str, tuple[tuple[str, str], ...]], float],
+    after: dict[tuple[str, tuple[tuple[str, str], ...]], float],
+    messages: int,
+) -> str:
+    def delta(name: str, **labels: str) -> float:
+        key = (name, tuple(sorted(labels.items())))
+        return after.get(key, 0.0) - before.get(key, 0.0)
+
+    # Every publish request answered is one sample of the hub's publish latency.
+    publishes = delta("hedwig_publish_latency_seconds_count")
+    syncs = delta("hedwig_storage_syncs_total")
+    buckets = sorted(
+        (float(dict(k[1])["le"]), v - before.get(k, 0.0))
+        for k, v in after.items()
+        if k[0] == "hedwig_publish_latency_seconds_bucket"
+    )
+    gcs = {
+        dict(k[1])["generation"]: (v - before.get(k, 0.0))
+        for k, v in after.items()
+        if k[0] == "hedwig_gc_pause_seconds_count"
+    }
+    gc_s = {
+        dict(k[1])["generation"]: (v - before.get(k, 0.0))
+        for k, v in after.items()
+        if k[0] == "hedwig_gc_pause_seconds_sum"
+    }
+    p50, p99 = (_bucket_quantile(buckets, q) * 1000 for q in (0.5, 0.99))
+    lat_sum = delta("hedwig_publish_latency_seconds_sum")
+    pauses = ", ".join(
+        f"gen {g}: {gcs[g]:.0f} ({gc_s.get(g, 0.0) * 1000:.0f} ms)" for g in sorted(gcs)
+    )
+    return (
+        f"**hub account**: {publishes:,.0f} publish requests ({messages / max(1, publishes):,.1f}"
+        f" messages each), {syncs:,.0f} syncs ({publishes / max(1, syncs):,.1f} requests and"
+        f" {messages / max(1, syncs):,.1f} messages a sync); hub publish latency (arrival to"
+        f" durable ack) mean {lat_sum / max(1, publishes) * 1000:.2f} ms, p50 ≤ {p50:g} ms, p99 ≤"
+        f" {p99:g} ms (bucket bounds); collector pauses {pauses or 'none'}\n"
+    )
+
+
 class Sampler:
     """py-spy attached to a running process until stopped; its CPU time is read meanwhile
     (the last reading before the process ends)."""
 
-    def __init__(self, py_spy: Path, pid: int, out: Path, name: str) -> None:
+    def __init__(self, py_spy: Path, pid: int, out: Path, name: str, wall: bool = False) -> None:
         self.name, self.pid, self.out = name, pid, out
+        # Only samples holding the interpreter lock: Python's own work, not a thread blocked
+        # in fdatasync or a socket; or, with ``wall``, every thread at every tick, idle or not,
+        # each stack under its thread, to see where the time goes while nothing computes.
+        which = ["--idle", "--threads"] if wall else ["--gil"]
         self.proc = subprocess.Popen(
             [
                 str(py_spy),
@@ -158,9 +251,7 @@ class Sampler:
                 "raw",
                 "--nolineno",
                 "--nonblocking",
-                # Only samples holding the interpreter lock: Python's own work, not a thread
-                # blocked in fdatasync or a socket.
-                "--gil",
+                *which,
                 "--rate",
                 str(RATE),
                 "-o",
@@ -207,9 +298,17 @@ def _driver(role: str, bootstrap: list[str], spec: dict[str, object]) -> subproc
             json.dumps(spec),
         ],
         stdout=subprocess.PIPE,
+        stdin=subprocess.PIPE,
         text=True,
         cwd=ROOT,
     )
+
+
+def _done(proc: subprocess.Popen[str]) -> None:
+    """Tell a consumer the producer is done (its time budget runs from then)."""
+    assert proc.stdin is not None
+    proc.stdin.write("done\n")
+    proc.stdin.flush()
 
 
 def _wait(proc: subprocess.Popen[str], event: str) -> dict[str, object]:
@@ -221,24 +320,38 @@ def _wait(proc: subprocess.Popen[str], event: str) -> dict[str, object]:
     raise RuntimeError(f"driver exited before {event!r}")
 
 
-def profile_path(path: str, py_spy: Path, keep: Path) -> str:
+def profile_path(
+    path: str,
+    py_spy: Path,
+    keep: Path,
+    kind: str | None = None,
+    window: int | None = None,
+    wall: bool = False,
+) -> str:
     w: Workload = by_key([PATHS[path]])[0]
     running = RunningHedwig(1)
     try:
         hub_pid = running.server_pids[0]
         run_id = f"prof{int(time.time())}"
-        produce, consume = w.produce_spec(run_id), w.consume_spec(run_id)
+        produce = w.produce_spec(run_id, kind if kind in w.kinds else None)
+        if window:
+            produce = replace(produce, window=window)
+        consume = w.consume_spec(run_id)
         samplers: list[Sampler] = []
         consumer = None
         if consume is not None and not w.backlog:
             consumer = _driver("consume", running.bootstrap, to_json(consume))
             _wait(consumer, "ready")
         producer = _driver("produce", running.bootstrap, to_json(produce))
+        metrics_url = running.cluster.hub_procs[0].metrics_url
         if path in ("publish", "topics"):
             _wait(producer, "measuring")
-            samplers.append(Sampler(py_spy, hub_pid, keep / f"{path}-hub.txt", "hub"))
+            before = _scrape(metrics_url)
+            samplers.append(Sampler(py_spy, hub_pid, keep / f"{path}-hub.txt", "hub", wall))
             samplers.append(
-                Sampler(py_spy, producer.pid, keep / f"{path}-client.txt", "client (producer)")
+                Sampler(
+                    py_spy, producer.pid, keep / f"{path}-client.txt", "client (producer)", wall
+                )
             )
         if path == "fanout":
             samplers.append(Sampler(py_spy, hub_pid, keep / "fanout-hub.txt", "hub"))
@@ -246,7 +359,10 @@ def profile_path(path: str, py_spy: Path, keep: Path) -> str:
             samplers.append(
                 Sampler(py_spy, consumer.pid, keep / "fanout-client.txt", "client (16 subscribers)")
             )
-        _wait(producer, "result")
+        published = merge.productions([_wait(producer, "result")])
+        account = ""
+        if path in ("publish", "topics"):
+            account = hub_account(before, _scrape(metrics_url), produce.measured)
         producer.wait()
         if w.backlog:
             consumer = _driver("consume", running.bootstrap, to_json(consume))  # type: ignore[arg-type]
@@ -255,9 +371,10 @@ def profile_path(path: str, py_spy: Path, keep: Path) -> str:
             samplers.append(
                 Sampler(py_spy, consumer.pid, keep / "catchup-client.txt", "client (consumer)")
             )
-        result: dict[str, object] = {}
+        result: dict[str, Any] = {}
         if consumer is not None:
-            result = _wait(consumer, "result")
+            _done(consumer)
+            result = merge.deliveries([_wait(consumer, "result")])
             consumer.wait()
         sampled = [s.stop() for s in samplers]
     finally:
@@ -268,14 +385,24 @@ def profile_path(path: str, py_spy: Path, keep: Path) -> str:
         messages = produce.total - produce.warmup
     else:
         messages = produce.total * max(1, w.subscribers)
-    text = [f"### {path}: workload {w.key}, {w.title}", ""]
+    text = [f"### {path}: workload {w.key}, {w.title}, {produce.kind}", ""]
+    if published:
+        p = published.get("publish", {})
+        text += [
+            f"Published {published.get('msgs_per_s') or published.get('achieved_rate')} msg/s;"
+            f" publish p50 {p.get('p50_ms')} ms, p99 {p.get('p99_ms')} ms"
+            f" (window {produce.window:,} messages).",
+            "",
+        ]
     if result:
         text += [
             f"Delivered {result.get('received')} at {result.get('delivered_per_s')} msg/s.",
             "",
         ]
+    if account:
+        text.append(account)
     for s in sampled:
-        text.append(report(s, messages))
+        text.append(wall_report(s) if wall else report(s, messages))
     return "\n".join(text)
 
 
@@ -283,6 +410,11 @@ def main() -> None:
     p = argparse.ArgumentParser(prog="python -m bench.peers.profile")
     p.add_argument("paths", nargs="*", help=f"of {sorted(PATHS)} (default: all)")
     p.add_argument("--keep", type=Path, help="keep py-spy's raw stacks in this directory")
+    p.add_argument("--kind", choices=[EACH, NONE], help="publishing kind (default: the first)")
+    p.add_argument("--window", type=int, help="Hedwig's window of unacknowledged messages")
+    p.add_argument(
+        "--wall", action="store_true", help="sample every thread, idle or not (publish, topics)"
+    )
     args = p.parse_args()
     unknown = [x for x in args.paths if x not in PATHS]
     if unknown:
@@ -293,7 +425,7 @@ def main() -> None:
         keep = args.keep or Path(tmp)
         keep.mkdir(parents=True, exist_ok=True)
         for path in args.paths or list(PATHS):
-            print(profile_path(path, py_spy, keep), flush=True)
+            print(profile_path(path, py_spy, keep, args.kind, args.window, args.wall), flush=True)
 
 
 if __name__ == "__main__":

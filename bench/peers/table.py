@@ -1,10 +1,12 @@
 """The table: medians and spread of every figure, per line, from a results file.
 
-Each row is one figure of one workload; each cell the median over the rounds with the lowest
-and highest value beside it; the last columns give Hedwig's median as a ratio of the durable
-Kafka line's and the issue's target for that ratio where there is one. A run that failed or
-whose consumer did not receive everything is left out of that figure (the cell says how many
-runs it rests on when that is fewer than the rounds).
+Each row is one figure of one workload (of one publishing kind, for a workload run with both:
+an outcome per message, or none; ``workloads.py``); each cell the median over the rounds with
+the lowest and highest value beside it; the last columns give Hedwig's median as a ratio of
+the durable Kafka line's and the target for that ratio where there is one. A run that failed
+(a producer that read fewer outcomes than it published with one counts as failed) or whose
+consumers did not receive everything is left out of that figure (the cell says how many runs
+it rests on when that is fewer than the rounds).
 
 ``write_docs`` replaces what stands between the two markers in ``docs/benchmarks.md``.
 """
@@ -19,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.peers.systems import LINES
-from bench.peers.workloads import WORKLOADS
+from bench.peers.workloads import EACH, NONE, WORKLOADS
 
 BEGIN = "<!-- peers:begin (written by `python -m bench.peers`) -->"
 END = "<!-- peers:end -->"
@@ -50,41 +52,90 @@ class Row:
     get: Get
     throughput: bool  # higher is better (else a latency or a cost: lower is better)
     target: str = ""
+    # The publishing kind whose runs it shows (``None``: the workload's only one).
+    kind: str | None = None
+
+    def takes(self, result: dict[str, Any]) -> bool:
+        if result["workload"] != self.workload:
+            return False
+        return self.kind is None or result.get("kind", NONE) == self.kind
 
 
-def _latency_rows(w: str, targets: bool) -> list[Row]:
+PUBLISH = {q: _path("produce", "publish", f"{q}_ms") for q in ("p50", "p99", "p999")}
+E2E = {q: _path("consume", "e2e", f"{q}_ms", needs_complete=True) for q in ("p50", "p99", "p999")}
+NAMES = {"p50": "p50", "p99": "p99", "p999": "p99.9"}
+SHORT = {EACH: "an outcome per message", NONE: "no outcome per message"}
+SERVER_CPU = _path("server_cpu_pct")
+
+
+def _latency_rows(w: str, quantiles: tuple[str, ...], targets: bool = True) -> list[Row]:
     rows = []
-    for kind, label in (("publish", "publish"), ("e2e", "publish-to-delivery")):
-        for q, name in (
-            ("p50_ms", "p50"),
-            ("p99_ms", "p99"),
-            ("p999_ms", "p99.9"),
-            ("max_ms", "max"),
-        ):
-            get = (
-                _path("produce", "publish", q)
-                if kind == "publish"
-                else _path("consume", "e2e", q, needs_complete=True)
-            )
-            target = "≤ 1.0" if targets and name == "p99" else ""
-            rows.append(Row(w, f"{label} {name}, ms", get, False, target))
+    for label, gets in (("publish", PUBLISH), ("publish-to-delivery", E2E)):
+        for q in quantiles:
+            target = "≤ 1.0" if targets and q == "p99" else ""
+            rows.append(Row(w, f"{label} {NAMES[q]}, ms", gets[q], False, target))
+    return rows
+
+
+def _saturation_rows(w: str, delivery: bool, cpu: bool) -> list[Row]:
+    """A workload as fast as acks come, for both kinds: throughput, the latency under
+    saturation, and where asked, the consumers' latency and the servers' CPU."""
+    rows = []
+    for kind in (EACH, NONE):
+        k = SHORT[kind]
+        rows += [
+            Row(w, f"acknowledged msg/s, {k}", _path("produce", "msgs_per_s"), True, "≥ 1.0", kind),
+            Row(
+                w, f"publish p99 at saturation (sampled), ms, {k}", PUBLISH["p99"], False, "", kind
+            ),
+        ]
+        if delivery:
+            rows.append(Row(w, f"publish-to-delivery p99, ms, {k}", E2E["p99"], False, "", kind))
+        if cpu:
+            rows += [
+                Row(
+                    w,
+                    f"producer CPU, µs per message, {k}",
+                    _path("produce", "client_cpu_us_per_msg"),
+                    False,
+                    "",
+                    kind,
+                ),
+                Row(w, f"server CPU, % of one core, {k}", SERVER_CPU, False, "", kind),
+            ]
     return rows
 
 
 ROWS: list[Row] = [
-    Row("1", "acknowledged msg/s", _path("produce", "msgs_per_s"), True, "≥ 1.0"),
+    *_saturation_rows("1", delivery=False, cpu=True),
+    *_latency_rows("2a", ("p50", "p99", "p999")),
+    *_latency_rows("2b", ("p50", "p99")),
+    *_latency_rows("3", ("p50", "p99")),
+    Row("3", "server CPU, % of one core", SERVER_CPU, False),
+    *_latency_rows("7a", ("p50", "p99")),
+    Row("7a", "server CPU, % of one core", SERVER_CPU, False),
+    *_saturation_rows("7b", delivery=True, cpu=False),
+    *_latency_rows("7c", ("p50", "p99")),
     Row(
-        "1", "publish p99 at saturation (sampled), ms", _path("produce", "publish", "p99_ms"), False
+        "7c",
+        "server memory the run added, MB (Hedwig: hub and ZooKeeper)",
+        _path("server_rss_added_mb"),
+        False,
     ),
-    Row("1", "producer CPU, µs per message", _path("produce", "client_cpu_us_per_msg"), False),
-    Row("1", "server CPU, % of one core", _path("server_cpu_pct"), False),
-    *_latency_rows("2a", True),
-    *_latency_rows("2b", True),
-    *_latency_rows("3", True),
-    Row("3", "server CPU, % of one core", _path("server_cpu_pct"), False),
-    Row("4", "acknowledged msg/s", _path("produce", "msgs_per_s"), True, "≥ 1.0"),
+    Row("7c", "server RSS after the run, MB", _path("server_rss_mb"), False),
+    Row("7c", "server CPU, % of one core", SERVER_CPU, False),
     Row(
-        "4", "publish p99 at saturation (sampled), ms", _path("produce", "publish", "p99_ms"), False
+        "6",
+        "delivered msg/s, all 16 subscribers",
+        _path("consume", "delivered_per_s", needs_complete=True),
+        True,
+        "≥ 1.0",
+    ),
+    Row(
+        "6",
+        "consumer CPU, µs per delivered message",
+        _path("consume", "client_cpu_us_per_msg", needs_complete=True),
+        False,
     ),
     Row(
         "5",
@@ -99,19 +150,10 @@ ROWS: list[Row] = [
         _path("consume", "client_cpu_us_per_msg", needs_complete=True),
         False,
     ),
-    Row(
-        "6",
-        "delivered msg/s, all 16 subscribers",
-        _path("consume", "delivered_per_s", needs_complete=True),
-        True,
-        "≥ 1.0",
-    ),
-    Row(
-        "6",
-        "consumer CPU, µs per delivered message",
-        _path("consume", "client_cpu_us_per_msg", needs_complete=True),
-        False,
-    ),
+    *_saturation_rows("4", delivery=False, cpu=False),
+    *_latency_rows("8a", ("p50", "p99")),
+    Row("8a", "server CPU, % of one core", SERVER_CPU, False),
+    *_saturation_rows("8b", delivery=True, cpu=False),
 ]
 
 
@@ -138,6 +180,12 @@ def _fmt(v: float, throughput: bool) -> str:
     return f"{v:.2f}"
 
 
+def _ratio(r: float) -> str:
+    """Two decimals, or two significant digits below 0.1 (a latency hundreds of times
+    lower is not 0.00)."""
+    return f"{r:.2f}" if r >= 0.1 else f"{r:.2g}"
+
+
 def _cell(values: list[float], throughput: bool, rounds: int) -> str:
     if not values:
         return "-"
@@ -155,6 +203,7 @@ def render(paths: list[Path], note: str = "") -> str:
     lines = [ln for ln in LINES if any(r["line"] == ln.key for r in results)]
     rounds = max((r["round"] for r in results), default=0) + 1
     titles = {w.key: w.title for w in WORKLOADS}
+    caps = {w.key: w.max_rounds for w in WORKLOADS if w.max_rounds}
     head = ["workload", "figure", *(ln.label for ln in lines)]
     compare = any(ln.key == "hedwig" for ln in lines) and any(
         ln.key == "kafka-durable" for ln in lines
@@ -167,7 +216,7 @@ def render(paths: list[Path], note: str = "") -> str:
             ln.key: [
                 v
                 for r in results
-                if r["workload"] == row.workload and r["line"] == ln.key
+                if row.takes(r) and r["line"] == ln.key
                 for v in [row.get(r)]
                 if v is not None
             ]
@@ -176,7 +225,8 @@ def render(paths: list[Path], note: str = "") -> str:
         if not any(per_line.values()):
             continue
         cells = [f"{row.workload}: {titles[row.workload]}", row.figure]
-        cells += [_cell(per_line[ln.key], row.throughput, rounds) for ln in lines]
+        expected = min(rounds, caps.get(row.workload, rounds))
+        cells += [_cell(per_line[ln.key], row.throughput, expected) for ln in lines]
         if compare:
             h, k = per_line["hedwig"], per_line["kafka-durable"]
             ratio = (
@@ -184,7 +234,7 @@ def render(paths: list[Path], note: str = "") -> str:
                 if h and k and statistics.median(k)
                 else None
             )
-            cells.append(f"{ratio:.2f}" if ratio is not None else "-")
+            cells.append(_ratio(ratio) if ratio is not None else "-")
             cells.append(row.target)
         out.append("| " + " | ".join(cells) + " |")
     names = ", ".join(f"`{p.name}`" for p in paths)

@@ -10,7 +10,8 @@ Layout (each module opens with why it is built the way it is):
   patches, events) behind a Protocol, and its aiohttp implementation.
 - ``metadata``: connections to each pool's ZooKeeper region (hedwig.metadata, never the hub).
 - ``topics``, ``pools``, ``rebalancing``: the reconcilers, plain async functions of their
-  inputs, so tests call them with fakes.
+  inputs, so tests call them with fakes (``topics``: claims, reconcile, snapshot, status,
+  deletion).
 - ``workers``: one asyncio task per HubPool that refreshes status and runs rebalancing.
 - ``handlers``: the kopf registrations, thin; ``__main__`` runs them.
 """

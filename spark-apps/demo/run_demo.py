@@ -185,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         log.info("starting ZooKeeper and %d hubs in %s", args.hubs, data)
         cluster.start()
+        # Hubs numbered as 'hedwig dev' and the demo's log number them: by start order, from 0.
+        state.hub_order.extend(cluster.addresses)
         if cluster.security is not None:
             # Every client of the demo (and the Spark job it starts) reads HEDWIG_TLS_CA,
             # HEDWIG_CERT and HEDWIG_KEY: they act as the cluster's super-user.

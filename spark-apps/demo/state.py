@@ -93,9 +93,7 @@ class DemoState:
                             "qy": qy,
                             "topic": topic,
                             "owner": owner,
-                            "hub": self.hub_order.index(owner) + 1
-                            if owner in self.hub_order
-                            else None,
+                            "hub": self.hub_order.index(owner) if owner in self.hub_order else None,
                         }
                     )
             return {
@@ -114,7 +112,7 @@ class DemoState:
                 "quadrants": quadrants,
                 "hubs": [
                     {
-                        "index": self.hub_order.index(h.address) + 1,
+                        "index": self.hub_order.index(h.address),
                         "address": h.address,
                         "alive": h.alive,
                         "msg_in": round(h.msg_in, 1),

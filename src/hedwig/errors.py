@@ -11,7 +11,7 @@ Classes are grouped by where the condition arises, because callers react differe
 - ``RequestError`` and its subclasses: conditions of a hub's request handling that have no
   other home (the topic is owned elsewhere, it is moving, the hub cannot serve now).
 - ``MetadataError``: the metadata store refused or failed an operation (bad version, missing
-  record). Library exceptions (kazoo's) never leak past the module that wraps the library; they
+  record). Library exceptions (gRPC's) never leak past the module that wraps the library; they
   are re-raised as these with ``from exc``.
 - ``LedgerError``: the storage layer refused an operation (fenced, closed, entry missing).
 

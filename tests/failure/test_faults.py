@@ -362,11 +362,11 @@ async def test_publishing_goes_on_through_a_zookeeper_outage(cluster: DevCluster
     everything catches up when it is back.
 
     Meanwhile another client publishes to 600 new topics, over and over: each publish is a
-    claim, a ZooKeeper request that can only wait. Past 278 waiting, kazoo's wake-up socket
-    pair blocked each hub's event loop until ZooKeeper was back (owned topics included); now
-    the claims are refused as unavailable and retried, and the new topics are claimed once it
-    is back. (An outage without the claims was a test of its own, of nothing this one does
-    not check.)"""
+    claim, a ZooKeeper request that can only wait. Past 278 waiting, the ZooKeeper client of
+    then (kazoo, on its wake-up socket pair) blocked each hub's event loop until ZooKeeper was
+    back (owned topics included); now the claims are refused as unavailable and retried, and
+    the new topics are claimed once it is back. (An outage without the claims was a test of
+    its own, of nothing this one does not check.)"""
     await publishing_goes_on_through_a_zookeeper_outage(cluster, 600)
 
 
@@ -437,8 +437,8 @@ async def test_secure_publishing_goes_on_through_a_zookeeper_outage_with_claims_
     """The ZooKeeper outage with claims waiting, on a secured cluster (TLS, client
     certificates, ACLs, ZooKeeper digest authentication): its session comes back as the same
     authenticated user, the waiting claims are refused as unavailable meanwhile, and claimed
-    once it is back, and nothing acknowledged is lost. 300 new topics, not 600: more than
-    kazoo's socket pair held, and more than the requests the bridge lets kazoo hold, but each
+    once it is back, and nothing acknowledged is lost. 300 new topics, not 600: more than the
+    requests the ZooKeeper client lets out at once (``slots.MAX_IN_FLIGHT``), but each
     refused claim is retried within half a second over TLS, from the process that also runs
     the checked publishers (600 took a third of their rate away)."""
     await publishing_goes_on_through_a_zookeeper_outage(

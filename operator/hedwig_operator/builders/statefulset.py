@@ -7,7 +7,7 @@ Why each choice:
   under the same address with the same data directory", docs/operations.md).
 - ``HEDWIG_ADVERTISE`` is built from the pod's name through the headless Service, so the
   address a hub writes into ZooKeeper resolves inside the cluster. ``HEDWIG_HUB_ID`` is the
-  pod's name: ledgers name the hub's replicas by it (``hedwig.hub.identity``), it matches
+  pod's name: ledgers name the hub's replicas by it (``hedwig.hub.process.identity``), it matches
   the id kept on the pod's volume, and ``hedwig ledgers`` reads as the pods are named.
 - ``podManagementPolicy: Parallel``: hubs do not depend on each other to start, and scaling
   by several hubs should not wait for each in turn. Rolling updates still go one pod at a

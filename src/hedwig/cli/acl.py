@@ -1,13 +1,22 @@
 """``hedwig acl``: the region's ACL entries, by hand (the operator writes them from
-``HedwigUser`` resources). Writing needs the ZooKeeper digest credentials when the tree is
-protected (``HEDWIG_ZK_DIGEST`` or ``zk://USER:PASSWORD@HOST:PORT``)."""
+``HedwigUser`` resources).
+
+It finds the metadata store and the region as every other command does (``--zk``, else the
+cluster ``hedwig dev up`` runs; region ``default``), so an entry added by hand lands where the
+hubs read it. Writing needs the ZooKeeper digest credentials when the tree is protected
+(``HEDWIG_ZK_DIGEST``, which the env file of ``hedwig dev up --secure`` sets, or
+``zk://USER:PASSWORD@HOST:PORT``). ``add`` and ``delete`` say what they did; ``list`` takes
+``--json``. A malformed rule (an unknown operation) is a command used wrongly: exit 2.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
+import json
+from typing import Any
 
+from hedwig.cli.common import add_json_option, add_zk_options, report, resolve_zk
 from hedwig.errors import HedwigError, UsageError
 from hedwig.metadata import open_store
 from hedwig.metadata.acls import (
@@ -29,14 +38,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         ("add", "add a rule to an entry (created if new)"),
         ("delete", "delete an entry and its rules"),
     ):
-        a = asub.add_parser(name, help=help_)
-        a.add_argument(
-            "--zk",
-            required=True,
-            help="metadata store: ZooKeeper HOST:PORT, zk://... or etcd://...",
-        )
-        a.add_argument("--region", default="dev")
-        if name != "list":
+        a = asub.add_parser(name, help=help_, description=__doc__)
+        add_zk_options(a)
+        if name == "list":
+            add_json_option(a)
+        else:
             a.add_argument("entry", help="the entry's name (e.g. NAMESPACE/USER)")
         if name == "add":
             a.add_argument("--principal", required=True, help="a principal, or a prefix and *")
@@ -55,18 +61,23 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def run_acl(args: argparse.Namespace) -> int:
     try:
-        asyncio.run(_acl(args))
+        rule = _rule(args) if args.acl_command == "add" else None
+        zk = resolve_zk(args)
+        told = asyncio.run(_acl(args, zk, rule))
     except HedwigError as exc:
-        print(f"hedwig acl: {exc}", file=sys.stderr)
-        return 1
+        return report(f"acl {args.acl_command}", exc)
+    print(told)
     return 0
 
 
 def _rule(args: argparse.Namespace) -> AclRule:
-    try:
-        ops = frozenset(Operation(o.strip()) for o in args.operations.split(",") if o.strip())
-    except ValueError as exc:
-        raise UsageError(f"--operations: {exc}") from exc
+    names = [o.strip() for o in args.operations.split(",") if o.strip()]
+    known = {o.value for o in Operation}
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        raise UsageError(
+            f"--operations takes {', '.join(sorted(known))}; not {', '.join(unknown) or 'nothing'}"
+        )
     if args.cluster:
         resource, name, pattern = ResourceType.CLUSTER, "", PatternType.LITERAL
     elif args.topic is not None:
@@ -75,7 +86,7 @@ def _rule(args: argparse.Namespace) -> AclRule:
         resource, name, pattern = ResourceType.TOPIC, args.topic_prefix, PatternType.PREFIX
     return AclRule(
         principal=args.principal,
-        operations=ops,
+        operations=frozenset(Operation(n) for n in names),
         resource=resource,
         name=name,
         pattern=pattern,
@@ -83,25 +94,51 @@ def _rule(args: argparse.Namespace) -> AclRule:
     )
 
 
-async def _acl(args: argparse.Namespace) -> None:
-    async with open_store(args.zk, region=args.region) as store:
+def _target(r: AclRule) -> str:
+    if r.resource is ResourceType.CLUSTER:
+        return "cluster"
+    return f"topic {r.name!r}" if r.pattern is PatternType.LITERAL else f"topics {r.name!r}*"
+
+
+def _describe(r: AclRule) -> str:
+    ops = ",".join(sorted(o.value for o in r.operations))
+    return f"{r.effect.value} {r.principal} {ops} on {_target(r)}"
+
+
+def _as_json(r: AclRule) -> dict[str, Any]:
+    return {
+        "effect": r.effect.value,
+        "principal": r.principal,
+        "operations": sorted(o.value for o in r.operations),
+        "resource": r.resource.value,
+        "name": r.name,
+        "pattern": r.pattern.value,
+    }
+
+
+async def _acl(args: argparse.Namespace, zk: str, rule: AclRule | None) -> str:
+    """Do what was asked; what to print."""
+    async with open_store(zk, region=args.region) as store:
         if args.acl_command == "list":
-            for name, entry in sorted((await store.acls.list_acls()).items()):
-                print(f"{name}\t{entry.value.source}")
-                for r in entry.value.rules:
-                    target = (
-                        "cluster"
-                        if r.resource is ResourceType.CLUSTER
-                        else (
-                            f"topic {r.name!r}"
-                            if r.pattern is PatternType.LITERAL
-                            else f"topics {r.name!r}*"
-                        )
-                    )
-                    ops = ",".join(sorted(o.value for o in r.operations))
-                    print(f"\t{r.effect.value} {r.principal} {ops} on {target}")
-        elif args.acl_command == "add":
-            rule = _rule(args)
+            entries = sorted((await store.acls.list_acls()).items())
+            if args.json:
+                return json.dumps(
+                    [
+                        {
+                            "entry": name,
+                            "source": e.value.source,
+                            "rules": [_as_json(r) for r in e.value.rules],
+                        }
+                        for name, e in entries
+                    ],
+                    indent=2,
+                )
+            lines = []
+            for name, entry in entries:
+                lines.append(f"{name}\t{entry.value.source}")
+                lines += [f"\t{_describe(r)}" for r in entry.value.rules]
+            return "\n".join(lines) or f"(no ACL entries in region {args.region!r})"
+        if rule is not None:
             got = await store.acls.read_acl(args.entry)
             if got is None:
                 await store.acls.write_acl(
@@ -110,5 +147,6 @@ async def _acl(args: argparse.Namespace) -> None:
             else:
                 grown = AclEntry((*got.value.rules, rule), source=got.value.source)
                 await store.acls.write_acl(args.entry, grown, got.version)
-        else:
-            await store.acls.delete_acl(args.entry, ANY_VERSION)
+            return f"ACL entry {args.entry} (region {args.region}): {_describe(rule)}"
+        await store.acls.delete_acl(args.entry, ANY_VERSION)
+        return f"deleted ACL entry {args.entry} (region {args.region})"

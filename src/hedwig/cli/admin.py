@@ -1,20 +1,33 @@
-"""``hedwig topics`` and ``hedwig hubs``: what ZooKeeper says about the region."""
+"""``hedwig topics`` and ``hedwig hubs``: what the metadata store says about the region, and
+for each topic what its owner says of its bounds (asked with the command's TLS and credentials,
+as ``pub`` and ``sub`` ask; where it cannot be asked the listing says so and shows the store's
+figures)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from hedwig.cli.common import add_json_option, add_zk_options, report, resolve_zk
+from hedwig.cli.common import (
+    add_json_option,
+    add_security_options,
+    add_zk_options,
+    client_security,
+    report,
+    resolve_zk,
+)
 from hedwig.cli.output import Progress, emit
 from hedwig.cli.plans import describe_lanes
 from hedwig.errors import HedwigError
 from hedwig.metadata import PlanMode, open_store
 from hedwig.net.connection import HubConnection
+from hedwig.net.transport import TCP, TcpNetwork
 from hedwig.protocol import TopicInfo, TopicStats
+from hedwig.security.credentials import ClientSecurity
 
 LISTING_CONCURRENCY = 32
 
@@ -27,31 +40,62 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         p = sub.add_parser(name, help=text)
         add_zk_options(p)
         add_json_option(p)
+        if name == "topics":
+            # The owners are asked for their topics' bounds as pub and sub reach them.
+            add_security_options(p)
         p.set_defaults(func=func)
 
 
-async def _topic_info(owner: str, topic: str) -> TopicInfo | None:
-    """Ask the owner for the topic's bounds, without ever making anyone claim it."""
-    try:
-        conn = await HubConnection.open(owner, timeout=2)
-    except HedwigError:
-        return None
-    try:
-        # Not redirected: a hub that no longer owns the topic redirects instead of claiming,
-        # unless it chooses itself, which is a claim the topic would get on first use anyway.
-        answer = await conn.request(
-            TopicStats(request_id=conn.next_id(), topic=topic, redirected=False), timeout=3
-        )
+class _Owners:
+    """Asks owners for their topics' bounds with the command's TLS and credentials (as
+    ``pub`` and ``sub`` reach them), one connection per owner, and keeps why one could not be
+    asked, so the listing can say whose figures are the store's."""
+
+    def __init__(self, security: ClientSecurity) -> None:
+        self._network = TcpNetwork(client_tls=security.tls) if security.tls is not None else TCP
+        self._credentials = security.credentials
+        self._conns: dict[str, asyncio.Task[HubConnection]] = {}
+        self.failures: dict[str, str] = {}
+
+    async def info(self, owner: str, topic: str) -> TopicInfo | None:
+        """The owner's answer, without ever making anyone claim the topic; None, and the
+        reason kept, if it could not be had."""
+        task = self._conns.get(owner)
+        if task is None:
+            task = self._conns[owner] = asyncio.ensure_future(
+                HubConnection.open(
+                    owner, network=self._network, timeout=2, credentials=self._credentials
+                )
+            )
+        try:
+            conn = await asyncio.shield(task)
+            # Not redirected: a hub that no longer owns the topic redirects instead of
+            # claiming, unless it chooses itself, which is a claim the topic would get on
+            # first use anyway.
+            answer = await conn.request(
+                TopicStats(request_id=conn.next_id(), topic=topic, redirected=False), timeout=3
+            )
+        except HedwigError as exc:
+            self.failures.setdefault(owner, str(exc))
+            return None
         return answer if isinstance(answer, TopicInfo) else None
-    except HedwigError:
-        return None
-    finally:
-        conn.close()
+
+    async def close(self) -> None:
+        for task in self._conns.values():
+            if task.done() and not task.cancelled() and task.exception() is None:
+                task.result().close()
+            else:
+                task.cancel()
 
 
-async def collect_topics(zk: str, region: str) -> list[dict[str, Any]]:
+async def collect_topics(
+    zk: str, region: str, security: ClientSecurity | None = None
+) -> list[dict[str, Any]]:
     """One row per topic. Topics are read concurrently (a region holds many; each row is a few
-    metadata reads and a question to the owner), with progress on a terminal."""
+    metadata reads and a question to the owner), with progress on a terminal. A topic whose
+    owner could not be asked has the store's figures (``source``: ``store``), which lag the
+    owner's by up to a ledger; stderr says so, and why."""
+    owners = _Owners(security or ClientSecurity())
     store = open_store(zk, region=region)
     await store.start()
     progress = Progress()
@@ -67,7 +111,7 @@ async def collect_topics(zk: str, region: str) -> list[dict[str, Any]]:
                 subs = await store.subscriptions.read_subscriptions(topic)
                 ranges = await store.persistence.read_topic_persistence_info(topic)
                 plan = await store.plans.read_plan(topic)
-                info = await _topic_info(owner.value.address, topic) if owner else None
+                info = await owners.info(owner.value.address, topic) if owner else None
             done += 1
             progress.show(f"reading topics: {done}/{len(topics)}")
             marks = [s.value.state.consumed_seq for s in subs.values() if s.value.state]
@@ -84,14 +128,25 @@ async def collect_topics(zk: str, region: str) -> list[dict[str, Any]]:
                 "lanes": describe_lanes(plan.value) if plan else "",
                 "subscribers": len(subs),
                 "last_seq": last,
-                "backlog": max((last - m for m in marks), default=0),
+                # The store's last_seq lags the owner's: a mark past it is no backlog.
+                "backlog": max((max(0, last - m) for m in marks), default=0),
+                "source": "owner" if info is not None else "store",
                 "ledgers": len(ranges.value.ranges) if ranges else 0,
             }
 
-        return list(await asyncio.gather(*(row(t) for t in topics)))
+        rows = list(await asyncio.gather(*(row(t) for t in topics)))
     finally:
         progress.done()
+        await owners.close()
         await store.close()
+    for owner, why in sorted(owners.failures.items()):
+        print(
+            f"hedwig topics: could not ask owner {owner} ({why}); LAST_SEQ and BACKLOG of its "
+            "topics are the metadata store's, which lag (give the credentials pub and sub "
+            "use: --tls-ca, --cert/--cert-key, --token-file or HEDWIG_*)",
+            file=sys.stderr,
+        )
+    return rows
 
 
 async def collect_hubs(zk: str, region: str) -> list[dict[str, Any]]:
@@ -104,8 +159,8 @@ async def collect_hubs(zk: str, region: str) -> list[dict[str, Any]]:
                 "hub": h.address,
                 "alive": h.alive,
                 "topics": h.load.topics if h.load else 0,
-                "msg_in": h.load.msg_in if h.load else 0.0,
-                "msg_out": h.load.msg_out if h.load else 0.0,
+                "msg_in": round(h.load.msg_in, 1) if h.load else 0.0,
+                "msg_out": round(h.load.msg_out, 1) if h.load else 0.0,
                 "connections": h.load.connections if h.load else 0,
                 "report_age_s": round((now - h.load.timestamp_ms) / 1000, 1) if h.load else None,
             }
@@ -115,12 +170,16 @@ async def collect_hubs(zk: str, region: str) -> list[dict[str, Any]]:
         await store.close()
 
 
-Collect = Callable[[str, str], Coroutine[Any, Any, list[dict[str, Any]]]]
+Collect = Callable[[str, str, ClientSecurity], Coroutine[Any, Any, list[dict[str, Any]]]]
+
+
+async def _hubs(zk: str, region: str, _: ClientSecurity) -> list[dict[str, Any]]:
+    return await collect_hubs(zk, region)
 
 
 def _run(args: argparse.Namespace, collect: Collect, columns: list[str]) -> int:
     try:
-        rows = asyncio.run(collect(resolve_zk(args), args.region))
+        rows = asyncio.run(collect(resolve_zk(args), args.region, client_security(args)))
     except HedwigError as exc:
         return report(str(args.command), exc)
     emit(rows, columns, as_json=args.json)
@@ -137,4 +196,4 @@ def run_topics(args: argparse.Namespace) -> int:
 
 
 def run_hubs(args: argparse.Namespace) -> int:
-    return _run(args, collect_hubs, ["hub", "alive", "topics", "msg_in", "msg_out", "connections"])
+    return _run(args, _hubs, ["hub", "alive", "topics", "msg_in", "msg_out", "connections"])

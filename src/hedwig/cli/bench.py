@@ -19,12 +19,11 @@ import contextlib
 import gc
 import json
 import struct
-import sys
 import time
 from collections import deque
 from typing import Any
 
-from hedwig.cli.common import add_hub_options, client_security, resolve_hubs
+from hedwig.cli.common import add_hub_options, client_security, report, resolve_hubs
 from hedwig.client import BatchPublishResult, HedwigClient, PublishResult
 from hedwig.devcluster.cluster import DevCluster
 from hedwig.errors import HedwigError
@@ -32,17 +31,28 @@ from hedwig.net.loop import install_uvloop
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("bench", help="measure publish/subscribe throughput and latency (JSON)")
+    p = sub.add_parser(
+        "bench",
+        help="measure publish/subscribe throughput and latency (JSON)",
+        description="Publish --messages messages of --size bytes to a topic (after --warmup "
+        "more), flat out or at --rate, and print throughput and latency as JSON; "
+        "--subscribe also measures delivery to a subscriber. Against the hubs the other "
+        "commands find, or a cluster of its own (--embedded).",
+    )
     add_hub_options(p)
     p.add_argument("--embedded", action="store_true", help="start ZooKeeper and hubs first")
-    p.add_argument("--hubs", type=int, default=1, help="hubs to start with --embedded")
-    p.add_argument("--messages", type=int, default=200_000)
-    p.add_argument("--size", type=int, default=100, help="message size in bytes")
+    p.add_argument("--hubs", type=int, default=1, help="hubs to start with --embedded (default 1)")
+    p.add_argument(
+        "--messages", type=int, default=200_000, help="messages measured (default 200000)"
+    )
+    p.add_argument("--size", type=int, default=100, help="message size in bytes (default 100)")
     p.add_argument("--topic", default=None, help="default: a fresh topic per run")
     p.add_argument("--rate", type=float, default=0.0, help="messages/s (0: as fast as possible)")
-    p.add_argument("--duration", type=float, default=10.0, help="seconds, with --rate")
-    p.add_argument("--inflight", type=int, default=16, help="batches in flight")
-    p.add_argument("--batch", type=int, default=2000, help="messages per batch at most")
+    p.add_argument("--duration", type=float, default=10.0, help="seconds, with --rate (default 10)")
+    p.add_argument("--inflight", type=int, default=16, help="batches in flight (default 16)")
+    p.add_argument(
+        "--batch", type=int, default=2000, help="messages per batch at most (default 2000)"
+    )
     p.add_argument(
         "--per-call",
         type=int,
@@ -57,7 +67,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "publish_nowait, to time it), as Kafka's produce without a delivery callback",
     )
     p.add_argument("--subscribe", action="store_true", help="also measure delivery to a subscriber")
-    p.add_argument("--warmup", type=int, default=20_000, help="messages before measuring")
+    p.add_argument(
+        "--warmup", type=int, default=20_000, help="messages before measuring (default 20000)"
+    )
     p.add_argument(
         "--secure",
         action="store_true",
@@ -330,8 +342,7 @@ def run_bench(args: argparse.Namespace) -> int:
         install_uvloop()
         result = asyncio.run(_bench(hubs, args))
     except HedwigError as exc:
-        print(f"hedwig bench: {exc}", file=sys.stderr)
-        return 1
+        return report("bench", exc)
     finally:
         if cluster is not None:
             cluster.stop()

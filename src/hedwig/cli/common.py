@@ -19,11 +19,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from hedwig.cli.reach import HubsUnreachableError, check_hubs
 from hedwig.errors import (
     ConnectionLostError,
     DeadlineExceededError,
+    ForbiddenError,
     HedwigError,
     InvalidTopicError,
+    MetadataError,
     MetadataUnavailableError,
     NoSuchSubscriptionError,
     NoSuchTopicError,
@@ -32,6 +35,7 @@ from hedwig.errors import (
     UsageError,
 )
 from hedwig.metadata import open_store
+from hedwig.net.transport import split_address
 from hedwig.security.credentials import POD_TOKEN_FILE, ClientSecurity
 
 # The one region default of every component (hubs, commands, the Spark source, the operator).
@@ -132,6 +136,16 @@ def resolve_zk(args: argparse.Namespace) -> str:
 
 
 def resolve_hubs(args: argparse.Namespace) -> list[str]:
+    """The hubs to talk to, once one of them has answered (``reach``: an address that was
+    never a hub's fails within seconds, saying what is there, not after the retry deadline)."""
+    hubs = _hub_addresses(args)
+    for address in hubs:
+        split_address(address)  # HOST:PORT, or a UsageError before anything is dialled
+    asyncio.run(check_hubs(hubs, client_security(args)))
+    return hubs
+
+
+def _hub_addresses(args: argparse.Namespace) -> list[str]:
     if args.hub:
         return [h.strip() for h in str(args.hub).split(",") if h.strip()]
     if args.zk:
@@ -155,13 +169,27 @@ _HINTS: list[tuple[type[HedwigError], str]] = [
     (NoSuchTopicError, "'hedwig topics' lists the topics; publishing creates one"),
     (NoSuchSubscriptionError, "'hedwig subscriptions TOPIC' lists its subscriptions"),
     (TopicInUseError, "--force closes the attached subscribers"),
-    (SubscriptionBusyError, "another process is attached; --force-attach takes it over"),
+    (
+        SubscriptionBusyError,
+        "another process is attached to it; 'hedwig sub TOPIC SUBSCRIBER --force-attach' takes "
+        "it over (the other is closed), or use another subscriber name",
+    ),
     (InvalidTopicError, "names are 1 to 255 bytes of printable UTF-8"),
+    (
+        ForbiddenError,
+        "an ACL must allow it: 'hedwig acl add ENTRY --principal P --topic T --operations OP' "
+        "(docs/security.md)",
+    ),
     (
         MetadataUnavailableError,
         "is the metadata store running there (and, for a secured etcd, are HEDWIG_ETCD_CA, "
         "_CERT, _KEY and _CREDENTIALS set, as the credentials' env file sets them)? "
         "'hedwig dev up' starts one and hubs on this machine",
+    ),
+    (
+        HubsUnreachableError,
+        "check the address (--hub, HEDWIG_HUB): a hub's client port, 4080 in Kubernetes, "
+        "24001... for 'hedwig dev up'; 'hedwig dev status' or 'hedwig hubs' lists them",
     ),
     (
         ConnectionLostError,
@@ -171,7 +199,20 @@ _HINTS: list[tuple[type[HedwigError], str]] = [
 ]
 
 
+# Refusals the metadata store words its own way (ZooKeeper's NoAuth, etcd's permission
+# denied), told by what they say: the store's errors carry no kind for them.
+_STORE_REFUSALS = ("NoAuthError", "InvalidACLError", "AuthFailedError", "permission denied")
+_STORE_REFUSAL_HINT = (
+    "the metadata store refused this user: its tree is protected. Give the ZooKeeper digest "
+    "as HEDWIG_ZK_DIGEST=USER:PASSWORD (the env file 'hedwig dev up --secure' prints sets it; "
+    "under the operator it is in the Secret <pool>-zookeeper) or zk://USER:PASSWORD@HOST:PORT, "
+    "or etcd's HEDWIG_ETCD_CREDENTIALS"
+)
+
+
 def hint_for(exc: BaseException) -> str | None:
+    if isinstance(exc, MetadataError) and any(w in str(exc) for w in _STORE_REFUSALS):
+        return _STORE_REFUSAL_HINT
     for cls, hint in _HINTS:
         if isinstance(exc, cls):
             return hint

@@ -37,19 +37,36 @@ DETACH_WAIT_S = 120.0
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("dev", help="development cluster on this machine")
     dsub = p.add_subparsers(dest="dev_command", required=True, metavar="ACTION")
-    up = dsub.add_parser("up", help="start the metadata store and hubs; keep them until Ctrl-C")
-    up.add_argument("--hubs", type=int, default=3)
-    up.add_argument("--region", default=DEFAULT_REGION)
-    up.add_argument(
-        "--data-dir", default=None, help="keep data (and ports) here (default: temporary)"
+    up = dsub.add_parser(
+        "up",
+        help="start the metadata store and hubs; keep them until Ctrl-C",
+        description="Start ZooKeeper (or etcd) and hubs on this machine, print every endpoint "
+        "and READY hubs=... zk=..., and keep them until Ctrl-C or 'hedwig dev down'. The other "
+        "commands find the cluster by themselves. Ports: 24000 for the store, 24001... for "
+        "hubs and 24101... for their metrics, when free.",
     )
-    up.add_argument("--zk-session-timeout", type=float, default=6.0)
+    up.add_argument("--hubs", type=int, default=3, help="hub processes (default 3)")
+    up.add_argument(
+        "--region", default=DEFAULT_REGION, help=f"the hubs' region (default {DEFAULT_REGION})"
+    )
+    up.add_argument(
+        "--data-dir",
+        default=None,
+        help="keep data, ports and credentials here, for the next start (default: temporary)",
+    )
+    up.add_argument(
+        "--zk-session-timeout",
+        type=float,
+        default=6.0,
+        help="seconds before a crashed hub's topics move (default 6)",
+    )
     up.add_argument(
         "--store",
         choices=("zookeeper", "etcd"),
         default="zookeeper",
-        help="the metadata store (etcd: built by 'make etcd'; with --secure, TLS with client "
-        "certificates and etcd's authentication, Hedwig's user confined to its prefix)",
+        help="the metadata store (default zookeeper; etcd: built by 'make etcd'; with "
+        "--secure, TLS with client certificates and etcd's authentication, Hedwig's user "
+        "confined to its prefix)",
     )
     up.add_argument(
         "--secure",
@@ -231,13 +248,18 @@ def _detach(args: argparse.Namespace) -> int:
 def _print_endpoints(cluster: DevCluster, state_path: Path) -> None:
     lines = [
         f"region      {cluster.region}  (replication {cluster.replication_setting})",
-        f"zookeeper   {cluster.zk}",
+        f"{_store_label(cluster.zk):<11} {cluster.zk}",
     ]
     for i, h in enumerate(cluster.hub_procs):
         lines.append(f"hub {i:<7} {h.address}  metrics {h.metrics_url}/metrics")
     lines.append(f"data        {cluster.base_dir}")
     lines.append(f"state       {state_path}  (other hedwig commands find the cluster here)")
     print("\n".join(lines), flush=True)
+
+
+def _store_label(url: str) -> str:
+    """What the metadata store at ``url`` is, for the endpoint lines."""
+    return "etcd" if url.startswith("etcd://") else "zookeeper"
 
 
 def run_status(args: argparse.Namespace) -> int:
@@ -248,7 +270,8 @@ def run_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(state, indent=2))
         return 0
-    print(f"region {state['region']}, zookeeper {state['zk']}, data {state['data_dir']}")
+    store = _store_label(str(state["zk"]))
+    print(f"region {state['region']}, {store} {state['zk']}, data {state['data_dir']}")
     emit(state["hubs"], ["index", "address", "running", "metrics", "pid"], as_json=False)
     return 0
 

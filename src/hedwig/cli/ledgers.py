@@ -6,20 +6,26 @@ import argparse
 import asyncio
 import os
 import ssl
+import sys
 from typing import Any
 
 from hedwig.cli.common import add_json_option, add_zk_options, report, resolve_zk
 from hedwig.cli.output import emit
 from hedwig.clock import SystemClock
 from hedwig.errors import HedwigError
-from hedwig.hub.config import parse_replication
+from hedwig.hub.config import HubConfig, parse_replication
 from hedwig.hub.owning.peers import PeerDirectory
-from hedwig.ledger.auditor import inspect
+from hedwig.ledger.health import inspect
 from hedwig.ledger.replicas import RemoteReplicas
 from hedwig.metadata import open_store
 from hedwig.metadata.records import LedgerState
 from hedwig.net.transport import TCP, TcpNetwork
 from hedwig.security.tls import client_context
+
+# The hubs' defaults, which the notes on rows quote (a region may run with others).
+_DEFAULTS = HubConfig()
+REREPLICATION_DELAY_S = _DEFAULTS.rereplication_delay_s
+AUDIT_INTERVAL_S = _DEFAULTS.audit_interval_s
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -81,6 +87,7 @@ async def collect(
                 continue
             md = got.value
             cfg = await store.topics.read_topic_config(md.topic)
+            owner = await store.ownership.read_owner_info(md.topic)
             rep = (cfg.value.replication if cfg else None) or region_defaults.replication
             wanted = rep.ensemble if rep else default_size
             row: dict[str, Any] = {
@@ -91,6 +98,7 @@ async def collect(
                 "quorums": f"{md.ensemble_size}/{md.write_quorum}/{md.ack_quorum}",
                 "entries": md.last_entry_id + 1 if md.state is LedgerState.CLOSED else None,
                 "bytes": md.length,
+                "owner": owner.value.address if owner else None,
             }
             if md.state is LedgerState.CLOSED:
                 health = await inspect(md, replicas, alive, wanted)
@@ -119,6 +127,8 @@ def run_ledgers(args: argparse.Namespace) -> int:
         return report("ledgers", exc)
     if args.under_replicated:
         rows = [r for r in rows if r["under_replicated"]]
+    for r in rows:
+        r["expected"] = _expected(r) if r["under_replicated"] else None
     if not args.json:
         for r in rows:
             problems = [f"dead: {r['dead']}"] if r["dead"] else []
@@ -129,7 +139,40 @@ def run_ledgers(args: argparse.Namespace) -> int:
             r["size"] = _size(r["bytes"])
     cols = ["ledger", "topic", "state", "quorums", "entries", "size", "replicas", "health"]
     emit(rows, cols, as_json=args.json)
+    if not args.json:
+        # Right after a hub went or came back most rows are the repair's normal course: say
+        # which, and when it ends, rather than leave them looking like data at risk.
+        for told in sorted({r["expected"] for r in rows if r["expected"]}):
+            print(f"note: {told}", file=sys.stderr)
     return 0
+
+
+def _expected(row: dict[str, Any]) -> str | None:
+    """What repairs ``row`` without anyone's help, and when (with the hubs' default
+    settings); None if nothing will."""
+    if row["dead"]:
+        return (
+            "a replica on a hub that is not alive: it is re-created on another hub "
+            f"{REREPLICATION_DELAY_S:.0f} s after its hub went (--rereplication-delay), unless "
+            "the hub comes back first and keeps it"
+        )
+    if row["state"] == LedgerState.OPEN.value and row["owner"] is None:
+        return (
+            "an open ledger of a topic nobody owns now (its owner went): the next hub to take "
+            "the topic over, when a client next uses it, closes it and starts a full one"
+        )
+    if row["state"] == LedgerState.OPEN.value:
+        return (
+            "an open ledger made with fewer replicas than wanted, while a hub was down: its "
+            f"owner rolls it over to a full ensemble at its next audit (every "
+            f"{AUDIT_INTERVAL_S:.0f} s, --audit-interval) once enough hubs are alive"
+        )
+    if row["lagging"]:
+        return (
+            "a replica missed entries while its hub was away: the auditors copy them at their "
+            f"next audit (every {AUDIT_INTERVAL_S:.0f} s once a hub is back)"
+        )
+    return None
 
 
 def _size(n: int | None) -> str:

@@ -18,13 +18,14 @@ from hedwig.cli.common import (
 )
 from hedwig.cli.output import emit
 from hedwig.cli.plans import register_topic_mode
+from hedwig.cli.topic_config import register_topic_config
 from hedwig.client import HedwigClient
 from hedwig.errors import HedwigError
 from hedwig.protocol import ResetTo, SubscribeMode
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("topic", help="a topic: describe, delete, mode")
+    p = sub.add_parser("topic", help="a topic: create, config, describe, delete, mode")
     tsub = p.add_subparsers(dest="topic_command", required=True, metavar="ACTION")
     d = tsub.add_parser(
         "describe", help="a topic's owner, kept sequence ids and subscriptions (creates nothing)"
@@ -41,6 +42,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     d.set_defaults(func=run_topic_delete)
     register_topic_mode(tsub)
+    register_topic_config(tsub)
 
     p = sub.add_parser("subscription", help="a subscription: create, delete, reset")
     ssub = p.add_subparsers(dest="subscription_command", required=True, metavar="ACTION")
@@ -51,6 +53,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_hub_options(c)
     c.add_argument("topic")
     c.add_argument("subscriber")
+    c.add_argument(
+        "--earliest",
+        action="store_true",
+        help="start at the first kept message instead (what was published before is delivered)",
+    )
     c.set_defaults(func=run_subscription_create)
     d = ssub.add_parser("delete", help="delete a subscription and its consume mark")
     add_hub_options(d)
@@ -79,13 +86,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=run_subscriptions)
 
 
-def _client(args: argparse.Namespace) -> HedwigClient:
-    return HedwigClient(resolve_hubs(args), security=client_security(args))
+def _client(hubs: list[str], args: argparse.Namespace) -> HedwigClient:
+    return HedwigClient(hubs, security=client_security(args))
 
 
 def run_topic_describe(args: argparse.Namespace) -> int:
     async def go() -> dict[str, object]:
-        async with _client(args) as client:
+        async with _client(hubs, args) as client:
             d = await client.describe_topic(args.topic)
             owner = client.router.owner_of(args.topic)
         return {
@@ -99,6 +106,7 @@ def run_topic_describe(args: argparse.Namespace) -> int:
         }
 
     try:
+        hubs = resolve_hubs(args)
         row = asyncio.run(go())
     except HedwigError as exc:
         return report("topic describe", exc)
@@ -113,10 +121,11 @@ def run_topic_describe(args: argparse.Namespace) -> int:
 
 def run_topic_delete(args: argparse.Namespace) -> int:
     async def go() -> None:
-        async with _client(args) as client:
+        async with _client(hubs, args) as client:
             await client.delete_topic(args.topic, force=args.force)
 
     try:
+        hubs = resolve_hubs(args)
         asyncio.run(go())
     except HedwigError as exc:
         return report("topic delete", exc)
@@ -124,26 +133,46 @@ def run_topic_delete(args: argparse.Namespace) -> int:
     return 0
 
 
+async def create_subscription(
+    client: HedwigClient, topic: str, subscriber: str, *, earliest: bool = False
+) -> int | None:
+    """Create the subscription (``SubscriptionExistsError`` if it exists); with ``earliest``
+    move it to the first kept message at once, and return its consume mark then.
+
+    Two requests (a create, a reset), not one: the protocol's SUBSCRIBE starts a new
+    subscription at the end. Between them it is at the end, attached by nobody, so nothing is
+    delivered from there, and the reset covers all that is kept by then."""
+    sub = await client.subscribe(topic, subscriber, mode=SubscribeMode.CREATE)
+    await sub.close()
+    if not earliest:
+        return None
+    return await client.reset_subscription(topic, subscriber, ResetTo.EARLIEST)
+
+
 def run_subscription_create(args: argparse.Namespace) -> int:
-    async def go() -> None:
-        async with _client(args) as client:
-            sub = await client.subscribe(args.topic, args.subscriber, mode=SubscribeMode.CREATE)
-            await sub.close()
+    async def go() -> int | None:
+        async with _client(hubs, args) as client:
+            return await create_subscription(
+                client, args.topic, args.subscriber, earliest=args.earliest
+            )
 
     try:
-        asyncio.run(go())
+        hubs = resolve_hubs(args)
+        mark = asyncio.run(go())
     except HedwigError as exc:
         return report("subscription create", exc)
-    print(f"created subscription {args.subscriber} of {args.topic}")
+    told = f": delivery starts at {mark + 1}, the first kept message" if mark is not None else ""
+    print(f"created subscription {args.subscriber} of {args.topic}{told}")
     return 0
 
 
 def run_subscription_delete(args: argparse.Namespace) -> int:
     async def go() -> None:
-        async with _client(args) as client:
+        async with _client(hubs, args) as client:
             await client.unsubscribe(args.topic, args.subscriber)
 
     try:
+        hubs = resolve_hubs(args)
         asyncio.run(go())
     except HedwigError as exc:
         return report("subscription delete", exc)
@@ -157,10 +186,11 @@ def run_subscription_reset(args: argparse.Namespace) -> int:
     )
 
     async def go() -> int:
-        async with _client(args) as client:
+        async with _client(hubs, args) as client:
             return await client.reset_subscription(args.topic, args.subscriber, to)
 
     try:
+        hubs = resolve_hubs(args)
         mark = asyncio.run(go())
     except HedwigError as exc:
         return report("subscription reset", exc)
@@ -170,7 +200,7 @@ def run_subscription_reset(args: argparse.Namespace) -> int:
 
 def run_subscriptions(args: argparse.Namespace) -> int:
     async def go() -> list[dict[str, object]]:
-        async with _client(args) as client:
+        async with _client(hubs, args) as client:
             d = await client.describe_topic(args.topic)
         now = time.time() * 1000
         return [
@@ -185,6 +215,7 @@ def run_subscriptions(args: argparse.Namespace) -> int:
         ]
 
     try:
+        hubs = resolve_hubs(args)
         rows = asyncio.run(go())
     except HedwigError as exc:
         return report("subscriptions", exc)

@@ -81,9 +81,17 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,
     )
     if numeric > logging.DEBUG:
-        # kazoo logs every failed connection attempt; the commands say it once, with a hint.
-        logging.getLogger("kazoo").setLevel(logging.CRITICAL)
+        # The ZooKeeper client logs every failed connection attempt; the commands say it
+        # once, with a hint.
+        logging.getLogger("hedwig.metadata.zookeeper.client").setLevel(logging.CRITICAL)
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader of stdout or stderr went away (``| head``): stop, quietly, as a failure;
+        # what is still buffered goes nowhere instead of into a second error at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.dup2(devnull, sys.stderr.fileno())
+        return 1

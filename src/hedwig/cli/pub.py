@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import concurrent.futures
+import contextlib
 import json
 import sys
 import threading
@@ -145,10 +146,15 @@ class Publisher:
         if now - self._last_wait >= 2.0:
             self._last_wait = now
             self.progress.done()
-            print(
-                f"hedwig pub: waiting for topic {topic!r} ({seconds:.0f} s so far): {error}",
-                file=sys.stderr,
-            )
+            # stderr may be gone (piped into ``head``, which exited): the retries then go on
+            # to their deadline untold, rather than this failing inside the client.
+            with contextlib.suppress(OSError):
+                print(
+                    f"hedwig pub: retrying topic {topic!r} ({seconds:.0f} s of "
+                    f"{self.args.retry_deadline:g} so far): {error}",
+                    file=sys.stderr,
+                    flush=True,
+                )
 
     async def run(self) -> int:
         args = self.args
@@ -166,8 +172,18 @@ class Publisher:
                 await self._settle(block=True, room=0)
         except _Stop as stop:
             self.progress.done()
+            resume = self._print_stored(stop.line)
             self._abandon()
-            return report("pub", stop.error, stop.where) if stop.error else 1
+            code = report("pub", stop.error, stop.where) if stop.error else 1
+            if resume > 1:
+                # What a script needs to publish the rest once, without duplicates.
+                print(
+                    f"hedwig pub: the {resume - 1} lines before line {resume} were stored "
+                    f"({'acknowledged above' if not args.quiet else 'not printed: --quiet'}); "
+                    f"line {resume} and those after it were not",
+                    file=sys.stderr,
+                )
+            return code
         except HedwigError as exc:
             self.progress.done()
             return report("pub", exc)
@@ -207,7 +223,10 @@ class Publisher:
                 elif sep is not None:
                     k, found, rest = line.partition(sep)
                     if not found:
-                        raise _Stop(UsageError(f"line {line_no} has no key separator {sep!r}"))
+                        raise _Stop(
+                            UsageError(f"line {line_no} has no key separator {sep!r}"),
+                            line=line_no,
+                        )
                     value = rest
                 try:
                     fut = publish(topic, value, key=k, headers=h)
@@ -258,6 +277,27 @@ class Publisher:
                 lines.append(b"%d\t%s\n" % (result.seq, value))
         self._flush(lines)
 
+    def _print_stored(self, stopped_at: int) -> int:
+        """Stopping at line ``stopped_at``: print the acknowledgements of the lines before it
+        that were stored meanwhile (closing the client waited for them), in order, up to the
+        first that was not; the first line not stored (0: not known)."""
+        if not stopped_at:
+            return 0
+        lines: list[bytes] = []
+        first_missing = stopped_at
+        for line_no, value, fut in self.pending:
+            if line_no >= stopped_at:
+                break
+            if not fut.done() or fut.cancelled() or fut.exception() is not None:
+                first_missing = line_no
+                break
+            result = fut.result()
+            self.acked += 1
+            if not self.args.quiet:
+                lines.append(b"%d\t%s\n" % (result.seq, value))
+        self._flush(lines)
+        return first_missing
+
     def _abandon(self) -> None:
         """Stopping early: what is still pending is given up (and its errors, already told
         once, are not reported again by asyncio)."""
@@ -276,16 +316,18 @@ class Publisher:
 
 
 class _Stop(Exception):
-    def __init__(self, error: BaseException | None, where: str = "") -> None:
+    def __init__(self, error: BaseException | None, where: str = "", line: int = 0) -> None:
         super().__init__(str(error))
         self.error = error
         self.where = where
+        # The line it stopped at: those before it were sent (0: not a line's fault).
+        self.line = line
 
 
 def _refused(line_no: int, value: bytes, exc: BaseException) -> _Stop:
     """Stop for a message that was refused, naming its line and size, never echoing it."""
     error = exc if isinstance(exc, HedwigError) else HedwigError(repr(exc))
-    return _Stop(error, f"line {line_no} ({len(value):,} bytes) was not published")
+    return _Stop(error, f"line {line_no} ({len(value):,} bytes) was not published", line_no)
 
 
 def _from_json(
@@ -300,6 +342,7 @@ def _from_json(
         raise _Stop(
             UsageError(
                 f'line {line_no} is not {{"value": ..., "key": ..., "headers": {{}}}}: {exc}'
-            )
+            ),
+            line=line_no,
         ) from None
     return value, (str(key).encode() if key is not None else None), (defaults + headers)

@@ -24,10 +24,17 @@ from hedwig.placement import POLICIES, PlacementPolicy
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("zk", help="run a standalone ZooKeeper for development")
-    p.add_argument("--port", type=int, default=2181)
-    p.add_argument("--data-dir", default=None, help="default: a temporary directory")
-    p.add_argument("--host", default="127.0.0.1")
+    p = sub.add_parser(
+        "zk",
+        help="run a standalone ZooKeeper for development",
+        description="Run Debian's ZooKeeper server (make zookeeper installs it) on one port "
+        "until Ctrl-C; hubs and commands take it as --zk HOST:PORT.",
+    )
+    p.add_argument("--port", type=int, default=2181, help="client port (default 2181)")
+    p.add_argument(
+        "--data-dir", default=None, help="where it keeps its data (default: a temporary directory)"
+    )
+    p.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
     p.set_defaults(func=run_zk)
 
     p = sub.add_parser(
@@ -38,14 +45,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "when it is done. A secured hub drains through its socket, or for a cluster admin's "
         "token (sent in the clear: the metrics port is plain HTTP).",
     )
-    p.add_argument("--metrics-port", type=int, default=9100)
-    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument(
+        "--metrics-port", type=int, default=9100, help="the hub's metrics port (default 9100)"
+    )
+    p.add_argument("--host", default="127.0.0.1", help="the hub's host (default 127.0.0.1)")
     p.add_argument(
         "--socket",
         help="the hub's drain socket (its drain_socket setting), instead of --host and "
         "--metrics-port: needs no token",
     )
-    p.add_argument("--timeout", type=float, default=60.0)
+    p.add_argument(
+        "--timeout", type=float, default=60.0, help="seconds to wait for the hand-off (default 60)"
+    )
     p.add_argument(
         "--force",
         action="store_true",

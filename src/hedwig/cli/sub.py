@@ -19,8 +19,16 @@ import sys
 from typing import Any
 
 from hedwig.cli.common import add_hub_options, client_security, report, resolve_hubs
+from hedwig.cli.lifecycle import create_subscription
 from hedwig.client import DeliveredMessage, HedwigClient, SubscribeMode
-from hedwig.errors import DeadlineExceededError, HedwigError, UsageError
+from hedwig.errors import (
+    DeadlineExceededError,
+    ForbiddenError,
+    HedwigError,
+    NoSuchTopicError,
+    SubscriptionExistsError,
+    UsageError,
+)
 
 MODES = {
     "create": SubscribeMode.CREATE,
@@ -46,6 +54,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         type=float,
         default=None,
         help="exit after this many seconds without a message (default: wait for ever)",
+    )
+    p.add_argument(
+        "--earliest",
+        action="store_true",
+        help="a subscription this creates starts at the first kept message, not at the end "
+        "(an existing one goes on where it is)",
+    )
+    p.add_argument(
+        "--force-attach",
+        action="store_true",
+        help="take the subscription over from the process attached to it (that one is closed)",
     )
     p.add_argument("--window", type=int, default=1000, help="message window (flow control)")
     p.add_argument(
@@ -131,17 +150,33 @@ def _json_bytes(b: bytes | None) -> str | None:
 async def _sub(hubs: list[str], args: argparse.Namespace, fields: list[str]) -> int:
     received = 0
     async with HedwigClient(hubs, security=client_security(args)) as client:
+        mode = MODES[args.mode]
+        if mode is not SubscribeMode.ATTACH:
+            notice = await _what_is_new(client, args.topic, args.subscriber, args.earliest)
+            if notice:
+                print(f"hedwig sub: {notice}", file=sys.stderr, flush=True)
+        if args.earliest and mode is not SubscribeMode.ATTACH:
+            try:
+                await create_subscription(client, args.topic, args.subscriber, earliest=True)
+            except SubscriptionExistsError:
+                if mode is SubscribeMode.CREATE:
+                    raise
+            mode = SubscribeMode.ATTACH
         sub = await client.subscribe(
-            args.topic, args.subscriber, mode=MODES[args.mode], message_window=args.window
+            args.topic,
+            args.subscriber,
+            mode=mode,
+            message_window=args.window,
+            force_attach=args.force_attach,
         )
         while args.count is None or received < args.count:
             try:
                 msg = await sub.next(args.timeout)
             except DeadlineExceededError:
-                if args.count is not None:
+                if args.count is not None or not received:
+                    got = f"{received} of {args.count}" if args.count is not None else "nothing"
                     print(
-                        f"hedwig sub: {args.timeout} s without a message; {received} of "
-                        f"{args.count} received",
+                        f"hedwig sub: {args.timeout:g} s without a message; {got} received",
                         file=sys.stderr,
                     )
                     return 1
@@ -152,6 +187,30 @@ async def _sub(hubs: list[str], args: argparse.Namespace, fields: list[str]) -> 
         await sub.sync()
         await sub.close()
     return 0
+
+
+async def _what_is_new(
+    client: HedwigClient, topic: str, subscriber: str, earliest: bool
+) -> str | None:
+    """What subscribing is about to create, told rather than done silently: a topic that did
+    not exist (a typo makes one), a subscription that starts at the end. Nothing is created
+    by asking; a caller who may not describe the topic is told nothing."""
+    try:
+        described = await client.describe_topic(topic)
+    except NoSuchTopicError:
+        return (
+            f"topic {topic!r} does not exist: subscribing creates it, with subscription "
+            f"{subscriber!r} ('hedwig topics' lists the topics; 'hedwig topic delete "
+            f"{topic}' removes a mistyped one)"
+        )
+    except ForbiddenError:
+        return None
+    if any(s.name == subscriber for s in described.subscriptions) or earliest:
+        return None
+    return (
+        f"subscription {subscriber!r} of {topic!r} is new: it receives what is published "
+        f"from now on (--earliest: from the first kept message, {described.first_available})"
+    )
 
 
 async def _peek(hubs: list[str], args: argparse.Namespace, fields: list[str]) -> int:

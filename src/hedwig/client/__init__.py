@@ -1,14 +1,20 @@
 """The Hedwig client library: ``HedwigClient`` (asyncio) and ``SyncClient`` (threads).
 
-``client`` is the facade; ``routing`` (connections, owners, redirects, retries),
-``publisher`` (ordered batched publishing) and ``subscriber`` (one subscription) do the work;
-``retry`` holds the backoff policy and ``sync`` the thread-based facade.
+Where things are, by folder and module:
+
+- ``facade``: ``HedwigClient`` itself, its options and what hubs push (``facade.client``) and
+  its calls by what they do (``publish``, ``subscribe``, ``admin``);
+- ``routing``: connections, which hub owns which topic, redirects and retries; ``owners``
+  the index of owners it keeps, ``routes`` the keys it keeps them under;
+- ``publishing``: one topic's ordered, batched, pipelined publisher (queue, gate, results);
+- ``subscribing``: one subscription, attached again by itself after failures and moves;
+- ``retry``: the backoff policy; ``sync``: the thread-based facade.
 """
 
-from hedwig.client.client import HedwigClient
-from hedwig.client.publisher import BatchPublishResult, PublishResult
+from hedwig.client.facade import HedwigClient
+from hedwig.client.publishing import BatchPublishResult, PublishResult
 from hedwig.client.retry import RetryPolicy
-from hedwig.client.subscriber import Subscriber
+from hedwig.client.subscribing import Subscriber
 from hedwig.client.sync import SyncClient, SyncSubscriber
 from hedwig.protocol import DeliveredMessage, Message, SubscribeMode
 

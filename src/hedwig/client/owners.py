@@ -10,28 +10,28 @@ by hub, and subscription routes by their topic: forgetting costs what is forgott
 
 from __future__ import annotations
 
-# A subscription's routing key is its topic, NUL, its subscriber (``routing.subscription_route``).
-_SEP = "\0"
+from hedwig.client.routes import RouteKey, SubscriptionRoute
 
 
 class Owners:
-    """A mapping of routing key to hub address, indexed the other way round too."""
+    """A mapping of routing key (``routes.RouteKey``) to hub address, indexed the other way
+    round too."""
 
     __slots__ = ("_by_hub", "_hub_of", "_routes_of")
 
     def __init__(self) -> None:
-        self._hub_of: dict[str, str] = {}
-        self._by_hub: dict[str, set[str]] = {}
-        # topic -> the subscription routing keys of that topic that have an entry
-        self._routes_of: dict[str, set[str]] = {}
+        self._hub_of: dict[RouteKey, str] = {}
+        self._by_hub: dict[str, set[RouteKey]] = {}
+        # topic -> the subscription routes of that topic that have an entry
+        self._routes_of: dict[str, set[SubscriptionRoute]] = {}
 
     def __len__(self) -> int:
         return len(self._hub_of)
 
-    def get(self, key: str) -> str | None:
+    def get(self, key: RouteKey) -> str | None:
         return self._hub_of.get(key)
 
-    def set(self, key: str, hub: str) -> None:
+    def set(self, key: RouteKey, hub: str) -> None:
         old = self._hub_of.get(key)
         if old == hub:
             return
@@ -39,24 +39,22 @@ class Owners:
             self._unindex(key, old)
         self._hub_of[key] = hub
         self._by_hub.setdefault(hub, set()).add(key)
-        topic, sep, _ = key.partition(_SEP)
-        if sep:
-            self._routes_of.setdefault(topic, set()).add(key)
+        if isinstance(key, SubscriptionRoute):
+            self._routes_of.setdefault(key.topic, set()).add(key)
 
-    def setdefault(self, key: str, hub: str) -> None:
+    def setdefault(self, key: RouteKey, hub: str) -> None:
         if key not in self._hub_of:
             self.set(key, hub)
 
-    def pop(self, key: str) -> str | None:
+    def pop(self, key: RouteKey) -> str | None:
         hub = self._hub_of.pop(key, None)
         if hub is not None:
             self._unindex(key, hub)
-            topic, sep, _ = key.partition(_SEP)
-            if sep:
-                routes = self._routes_of[topic]
+            if isinstance(key, SubscriptionRoute):
+                routes = self._routes_of[key.topic]
                 routes.discard(key)
                 if not routes:
-                    del self._routes_of[topic]
+                    del self._routes_of[key.topic]
         return hub
 
     def drop_hub(self, hub: str) -> None:
@@ -70,7 +68,7 @@ class Owners:
             if self._hub_of.get(key) == hub:
                 self.pop(key)
 
-    def _unindex(self, key: str, hub: str) -> None:
+    def _unindex(self, key: RouteKey, hub: str) -> None:
         keys = self._by_hub[hub]
         keys.discard(key)
         if not keys:

@@ -8,8 +8,8 @@ after a short pause. Other retriable failures (SERVICE_UNAVAILABLE, a lost conne
 retried with jittered backoff until the retry deadline, which is how a client rides through a
 hub failure or a topic move. Everything waits on the injected clock.
 
-A fan-out topic's subscriptions are routed on their own (``subscription_route``): each to the
-delivery hub its redirect or SUBSCRIPTION_MOVED named, falling back to the topic's owner, so
+A fan-out topic's subscriptions are routed on their own (``routes.SubscriptionRoute``): each to
+the delivery hub its redirect or SUBSCRIPTION_MOVED named, falling back to the topic's owner, so
 the topic's publishers keep going to the owner while its subscribers spread over the hubs.
 
 A hub this client just failed to reach (the connection could not be opened, or was dropped
@@ -29,6 +29,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from hedwig.client.owners import Owners
 from hedwig.client.retry import Backoff, RetryPolicy
+from hedwig.client.routes import RouteKey, SubscriptionRoute
 from hedwig.clock import Clock
 from hedwig.errors import (
     ConnectionLostError,
@@ -68,11 +69,6 @@ TLS_RECHECK_PAUSE_S = 0.2
 RequestMaker = Callable[[int, bool], Request]
 
 
-def subscription_route(topic: str, subscriber: str) -> str:
-    """The routing key of one subscription (no topic name holds a NUL)."""
-    return f"{topic}\0{subscriber}"
-
-
 class Router:
     def __init__(
         self,
@@ -106,7 +102,7 @@ class Router:
         self._conns: dict[str, HubConnection] = {}
         self._connecting: dict[str, asyncio.Future[HubConnection]] = {}
         self._owners = Owners()
-        self._claim_hints: set[str] = set()
+        self._claim_hints: set[RouteKey] = set()
         self._next_hub = itertools.cycle(range(len(self.hubs)))
         self._unreachable: dict[str, float] = {}
         # Failures in a row per hub (connection lost, gone silent, or not opened).
@@ -162,7 +158,7 @@ class Router:
 
     def _event(self, conn: HubConnection, event: Event) -> None:
         if isinstance(event, SubscriptionMoved):
-            key = subscription_route(event.topic, event.subscriber)
+            key = SubscriptionRoute(event.topic, event.subscriber)
             self._owners.pop(key)
             if event.hub:
                 self._owners.set(key, event.hub)
@@ -184,7 +180,7 @@ class Router:
         """The hub this client last saw owning ``topic``."""
         return self._owners.get(topic)
 
-    def _route(self, topic: str, key: str) -> str:
+    def _route(self, topic: str, key: RouteKey) -> str:
         owner = self._owners.get(key) or self._owners.get(topic)
         if owner is not None and not self.unreachable(owner):
             return owner
@@ -231,7 +227,7 @@ class Router:
         deadline_s: float | None = None,
         before_retry: Callable[[], Awaitable[None]] | None = None,
         before_send: Callable[[], Awaitable[None] | None] | None = None,
-        route: str | None = None,
+        route: SubscriptionRoute | None = None,
         on_in_doubt: Callable[[], None] | None = None,
     ) -> tuple[Reply, HubConnection]:
         """Send a topic request to its owner, following redirects and retrying transient errors.
@@ -241,19 +237,19 @@ class Router:
         before every attempt, once its connection is made, just before the request goes out,
         and what it returns awaited (``None``: nothing to wait for, the usual case, which then
         costs no coroutine).
-        ``route``: the key under which the hub that answered is remembered
-        (``subscription_route``; default the topic).
+        ``route``: the subscription under which the hub that answered is remembered (default:
+        the topic).
         ``on_in_doubt`` is called when an attempt went out and its answer was lost (the
         connection went, or the hub stopped answering): the hub may have done it.
         """
-        key = route or topic
+        key: RouteKey = topic if route is None else route
         policy = self.retry if deadline_s is None else self.retry.with_deadline(deadline_s)
         backoff = Backoff(policy, self.clock)
         # A subscription's request carries the topic's hint too (TOPIC_MOVED names the new
         # owner for the topic): sent there unredirected, the destination chose an owner by
         # placement and could send it to a third hub, which claimed the topic before the
         # hand-off's own claim (the hint stays for the topic's publisher).
-        redirected = key in self._claim_hints or (key != topic and topic in self._claim_hints)
+        redirected = key in self._claim_hints or (route is not None and topic in self._claim_hints)
         self._claim_hints.discard(key)
         redirects = 0
         hand_off_waits = 0
@@ -274,7 +270,7 @@ class Router:
                         on_in_doubt()
                     raise
                 self._owners.set(key, address)
-                if key != topic:
+                if route is not None:
                     # Usually the owner (a single-hub topic); a fan-out topic's delivery hub
                     # redirects the topic's other requests to the owner once.
                     self._owners.setdefault(topic, address)

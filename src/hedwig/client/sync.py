@@ -12,9 +12,9 @@ import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from hedwig.client.client import HedwigClient
-from hedwig.client.publisher import PublishResult
-from hedwig.client.subscriber import Subscriber
+from hedwig.client.facade import HedwigClient
+from hedwig.client.publishing import PublishResult
+from hedwig.client.subscribing import Subscriber
 from hedwig.errors import DeadlineExceededError
 from hedwig.protocol import DeliveredMessage, Messages, SubscribeMode, TopicInfo
 

@@ -33,12 +33,9 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import grpc  # type: ignore[import-untyped]
-from aetcd import rpc  # type: ignore[import-untyped]
-
 from hedwig.devcluster.zookeeper import free_port
 from hedwig.errors import HedwigError
-from hedwig.metadata.etcd.client import prefix_end
+from hedwig.metadata.etcd import PrefixUser, set_up_authentication
 
 COMPACTION_RETENTION = "5m"
 QUOTA_BYTES = 8 * 1024**3
@@ -207,35 +204,14 @@ class EtcdServer:
         done = Path(self.data_dir) / "authentication-on"
         if done.exists():
             return
-        creds = grpc.ssl_channel_credentials(
-            Path(sec.ca).read_bytes(),
-            Path(sec.client_key).read_bytes(),
-            Path(sec.client_cert).read_bytes(),
-        )
-        with grpc.secure_channel(self.address, creds) as channel:
-            auth = rpc.AuthStub(channel)
-            if auth.AuthStatus(rpc.AuthStatusRequest(), timeout=10).enabled:
-                return
-            role = "hedwig"
-            perm = rpc.Permission(
-                permType=rpc.Permission.READWRITE,
-                key=sec.prefix.encode(),
-                range_end=prefix_end(sec.prefix.encode()),
-            )
-            for call, request in (
-                (auth.UserAdd, rpc.AuthUserAddRequest(name="root", password=sec.root_password)),
-                (auth.UserGrantRole, rpc.AuthUserGrantRoleRequest(user="root", role="root")),
-                (auth.RoleAdd, rpc.AuthRoleAddRequest(name=role)),
-                (
-                    auth.RoleGrantPermission,
-                    rpc.AuthRoleGrantPermissionRequest(name=role, perm=perm),
-                ),
-                (auth.UserAdd, rpc.AuthUserAddRequest(name=sec.user, password=sec.password)),
-                (auth.UserGrantRole, rpc.AuthUserGrantRoleRequest(user=sec.user, role=role)),
-                (auth.AuthEnable, rpc.AuthEnableRequest()),
-            ):
-                call(request, timeout=10)
-        done.touch()
+        if set_up_authentication(
+            self.address,
+            ca=Path(sec.ca).read_bytes(),
+            cert=Path(sec.client_cert).read_bytes(),
+            key=Path(sec.client_key).read_bytes(),
+            account=PrefixUser(sec.user, sec.password, sec.root_password, sec.prefix),
+        ):
+            done.touch()
 
     def stop(self) -> None:
         if self._proc is not None and self._proc.poll() is None:

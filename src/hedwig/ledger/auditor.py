@@ -1,20 +1,10 @@
-"""Finding and repairing under-replicated ledgers.
+"""Finding and repairing under-replicated ledgers: when, and which (BookKeeper's auditor).
 
-A closed ledger is under-replicated when one of its replicas is on a hub that is no longer
-alive, when a live replica is missing entries (its hub was down during the writes, or came back
-with an empty disk; on a striped ledger, entries of its own write sets), or when it was written
-with a smaller ensemble than its topic wants (ledgers created while hubs were down).
-
-A hub that is not alive is given ``delay_s`` (BookKeeper's lost-bookie recovery delay) before
-its replicas are re-created elsewhere: a hub restarting, as in every rolling restart, comes back
-with its disk, and copying its ledgers meanwhile would be work for nothing. Until then its
-ledgers are reported as waiting. Repairs:
-
-- a dead replica is replaced: its entries are copied from the surviving replicas to an alive
-  hub outside the ensemble, then the fragment's ensemble is changed with a compare-and-set;
-- a live replica missing entries is caught up by copying them to it;
-- a small ensemble (every replica holding every entry) grows by copying all entries to a new
-  replica and recording it with a compare-and-set.
+What is wrong with a closed ledger is ``hedwig.ledger.health``'s to find, its repair
+``hedwig.ledger.repair``'s. A hub that is not alive is given ``delay_s`` (BookKeeper's
+lost-bookie recovery delay) before its replicas are re-created elsewhere: a hub restarting, as
+in every rolling restart, comes back with its disk, and copying its ledgers meanwhile would be
+work for nothing. Until then its ledgers are reported as waiting.
 
 The auditor also collects orphans: replicas on this hub's disk whose ledger metadata is gone
 (the topic was deleted, or a collection's delete did not reach this hub). And, at most every
@@ -25,11 +15,10 @@ them. One goes once the store proves it can never be named (``left_over``: the t
 does not name it and was written after it was made, so its maker's compare-and-set can only
 fail); a ledger younger than ``full_interval_s`` is not asked about.
 
-Copies use the storage role's recovery adds, so they work on fenced ledgers too. Open ledgers
-belong to their writer (or to the recovery of the next owner) and are left alone. The work is
-split between hubs without coordination: each alive hub audits the ledgers whose id modulo the
-number of alive hubs is its position among them; overlaps after membership changes are
-harmless because every metadata change is a compare-and-set.
+Open ledgers belong to their writer (or to the recovery of the next owner) and are left
+alone. The work is split between hubs without coordination: each alive hub audits the ledgers
+whose id modulo the number of alive hubs is its position among them; overlaps after
+membership changes are harmless because every metadata change is a compare-and-set.
 
 Reading every ledger of its share is a full audit, and it is not made every round: at 100,000
 topics that was thousands of metadata reads and replica questions a second, for ledgers that
@@ -53,14 +42,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from msgspec.structs import replace
-
 from hedwig.clock import Clock, SystemClock
-from hedwig.errors import BadVersionError, HedwigError
-from hedwig.ledger.handle import Fragments, read_entry, write_set
+from hedwig.errors import HedwigError
+from hedwig.ledger.handle import Fragments
+from hedwig.ledger.health import LedgerHealth, inspect
+from hedwig.ledger.repair import Repairs
 from hedwig.ledger.replicas import Replicas
 from hedwig.ledger.retention import delete_ledger_everywhere
 from hedwig.ledger.storage import LocalStorage
@@ -86,25 +75,6 @@ READ_AHEAD = 64
 
 
 @dataclass
-class LedgerHealth:
-    ledger_id: int
-    topic: str
-    ensemble: tuple[str, ...]
-    dead: list[str] = field(default_factory=list)
-    lagging: dict[str, int] = field(default_factory=dict)  # replica -> entries missing
-    wanted: int = 0
-    waiting: list[str] = field(default_factory=list)  # not alive, still within the delay
-
-    @property
-    def under_replicated(self) -> bool:
-        return bool(self.dead or self.lagging or self.waiting) or len(self.ensemble) < self.wanted
-
-    @property
-    def repairable(self) -> bool:
-        return bool(self.dead or self.lagging) or len(self.ensemble) < self.wanted
-
-
-@dataclass
 class AuditReport:
     checked: int = 0
     under_replicated: list[LedgerHealth] = field(default_factory=list)
@@ -117,57 +87,6 @@ class AuditReport:
     hubs_waiting: int = 0
     orphans_deleted: list[int] = field(default_factory=list)
     left_over_deleted: list[int] = field(default_factory=list)
-
-
-def _fragments(md: LedgerMetadata) -> list[tuple[int, int, tuple[str, ...]]]:
-    """``(first_entry, last_entry, ensemble)`` of each non-empty fragment of a closed ledger."""
-    out = []
-    frags = list(md.fragments)
-    for i, (first, ensemble) in enumerate(frags):
-        last = frags[i + 1][0] - 1 if i + 1 < len(frags) else md.last_entry_id
-        if last >= first:
-            out.append((first, last, ensemble))
-    return out
-
-
-def _entries_of(md: LedgerMetadata, address: str, first: int, last: int) -> list[int]:
-    """The entries of ``first..last`` whose write set includes ``address`` (all of them on a
-    ledger whose every entry goes to every replica; every few on a striped one)."""
-    return [e for e in range(first, last + 1) if address in write_set(md, e)]
-
-
-async def inspect(
-    md: LedgerMetadata,
-    replicas: Replicas,
-    alive: set[str],
-    wanted: int,
-    waiting: Collection[str] = (),
-) -> LedgerHealth:
-    """What is wrong with a closed ledger (asks live replicas for their last entry).
-
-    Replicas write their entries in order, so one that missed writes (its hub was down, or
-    restarted empty) ends before the last entry of its own write sets.
-    """
-    current = md.fragments[-1][1] if md.fragments else ()
-    health = LedgerHealth(md.ledger_id, md.topic, tuple(current), wanted=wanted)
-    for first, last, ensemble in _fragments(md):
-        for address in ensemble:
-            if address not in alive:
-                listed = health.waiting if address in waiting else health.dead
-                if address not in listed:
-                    listed.append(address)
-                continue
-            mine = _entries_of(md, address, first, last)
-            if not mine:
-                continue
-            try:
-                _, stored = await replicas.node(address).read_lac(md.ledger_id, fence=False)
-            except HedwigError:
-                continue
-            missing = sum(1 for e in mine if e > stored)
-            if missing:
-                health.lagging[address] = health.lagging.get(address, 0) + missing
-    return health
 
 
 class Auditor:
@@ -193,7 +112,6 @@ class Auditor:
         self.local = local
         self.replicas = replicas
         self.wanted_size = wanted_size
-        self.rng = rng or random.Random()
         self.delay_s = delay_s
         self.full_interval_s = full_interval_s
         self.clock = clock or SystemClock()
@@ -227,8 +145,12 @@ class Auditor:
         # for the whole delay, from the moment they leave (their ledgers are counted from
         # the full audit ``DEPARTURE_AUDIT_AFTER_S`` later on).
         self._departed: dict[str, float] = {}
-        # Bytes written to replicas by repairs, by kind (replace, catch-up, grow).
-        self.copied_bytes: dict[str, int] = {"replace": 0, "catch-up": 0, "grow": 0}
+        self._repairs = Repairs(store.ledgers, replicas, rng or random.Random())
+
+    @property
+    def copied_bytes(self) -> dict[str, int]:
+        """Bytes written to replicas by repairs, by kind (replace, catch-up, grow)."""
+        return self._repairs.copied_bytes
 
     def _gone(self, left: frozenset[tuple[str, str, int]], alive: set[str], now: float) -> None:
         """Hubs that ``left`` the region, none having come: nothing of theirs may be
@@ -239,10 +161,9 @@ class Auditor:
         the share while the survivors took the gone hub's topics over, a tenth of their
         work. The audit then sets the next one for the delay's end, as any that finds
         ledgers waiting."""
-        for storage_id, address, _ in left:
-            for name in (storage_id, address):
-                if name not in alive:
-                    self._missing_since.setdefault(name, now)
+        for storage_id, _, _ in left:
+            if storage_id not in alive:
+                self._missing_since.setdefault(storage_id, now)
         end = now + min(self.delay_s, DEPARTURE_AUDIT_AFTER_S)
         self._due = end if self._due is None else min(self._due, end)
         by = now + self.delay_s
@@ -307,11 +228,10 @@ class Auditor:
 
     async def run_once(self) -> AuditReport:
         report = AuditReport()
-        hubs = [h for h in await self.store.hubs.list_hubs() if h.alive]
-        # Ensembles name replicas by hub id; a ledger from before ids names them by address.
-        ids = {h.storage_id for h in hubs}
-        alive = ids | {h.address for h in hubs}
-        order = sorted(ids)
+        hubs = [h for h in await self.store.hubs.list_hubs() if h.alive and h.storage_id]
+        # Ensembles name replicas by hub id.
+        alive = {h.storage_id for h in hubs}
+        order = sorted(alive)
         if self.hub_id not in order:
             return report
         membership = frozenset((h.storage_id, h.address, h.epoch) for h in hubs)
@@ -389,7 +309,7 @@ class Auditor:
                 report.waiting += 1
                 continue
             try:
-                await self.repair(md, version, health, alive, spares=ids)
+                await self._repairs.repair(md, version, health, alive)
                 report.repaired += 1
             except HedwigError as exc:
                 report.failed += 1
@@ -476,85 +396,3 @@ class Auditor:
         if gone:
             log.info("deleted %d left-over ledgers: %s", len(gone), gone[:10])
         return gone
-
-    async def _copy(
-        self, md: LedgerMetadata, entries: list[int], to: str, sources: set[str], kind: str
-    ) -> None:
-        target = self.replicas.node(to)
-        for entry in entries:
-            payload = await read_entry(self.replicas, md, entry, among=sources)
-            await target.add_entry(md.ledger_id, entry, md.last_entry_id, payload, recovery=True)
-            self.copied_bytes[kind] += len(payload)
-
-    async def repair(
-        self,
-        md: LedgerMetadata,
-        version: Version,
-        health: LedgerHealth,
-        alive: set[str],
-        spares: set[str] | None = None,
-    ) -> None:
-        """``alive``: every name of an alive hub (its id and its address); ``spares``: the
-        names new replicas are given (alive hubs' ids; default ``alive``)."""
-        everyone = {a for _, e in md.fragments for a in e}
-        names = alive if spares is None else spares
-        healthy = alive - set(health.dead)
-        # 1. replace dead replicas, fragment by fragment
-        fragments = list(md.fragments)
-        for first, last, ensemble in _fragments(md):
-            for dead in [a for a in ensemble if a in health.dead]:
-                spare = sorted(names - everyone)
-                if not spare:
-                    raise HedwigError(f"no spare hub to replace {dead}")
-                new = self.rng.choice(spare)
-                entries = [e for e in range(first, last + 1) if dead in write_set(md, e)]
-                await self._copy(md, entries, new, healthy & set(ensemble), "replace")
-                everyone.add(new)
-                idx = next(j for j, (f, _) in enumerate(fragments) if f == first)
-                fragments[idx] = (first, tuple(new if a == dead else a for a in fragments[idx][1]))
-                log.info(
-                    "ledger %d: replica %s replaced by %s (%d entries)",
-                    md.ledger_id,
-                    dead,
-                    new,
-                    len(entries),
-                )
-        # 2. catch up lagging live replicas
-        for address, _missing in health.lagging.items():
-            for first, last, ensemble in _fragments(md):
-                if address not in ensemble:
-                    continue
-                _, stored = await self.replicas.node(address).read_lac(md.ledger_id, fence=False)
-                entries = [e for e in _entries_of(md, address, first, last) if e > stored]
-                await self._copy(
-                    md, entries, address, healthy & set(ensemble) - {address}, "catch-up"
-                )
-                log.info(
-                    "ledger %d: caught %s up by %d entries", md.ledger_id, address, len(entries)
-                )
-        # 3. grow a full-copy ledger that was written with too few replicas
-        grown = md
-        current = fragments[-1][1] if fragments else ()
-        if (
-            len(fragments) == 1
-            and md.ensemble_size == md.write_quorum
-            and len(current) < health.wanted
-        ):
-            spare = sorted(names - set(current) - set(health.dead))
-            extra = spare[: health.wanted - len(current)]
-            for new in extra:
-                await self._copy(
-                    md, list(range(md.last_entry_id + 1)), new, healthy & set(current), "grow"
-                )
-            if extra:
-                current = (*current, *extra)
-                fragments[0] = (fragments[0][0], current)
-                grown = replace(md, ensemble_size=len(current), write_quorum=len(current))
-        changed = replace(grown, fragments=tuple(fragments))
-        if changed != md:
-            try:
-                await self.store.ledgers.write_ledger(changed, version)
-            except BadVersionError as exc:
-                raise HedwigError(
-                    f"ledger {md.ledger_id} changed during repair; next round"
-                ) from exc

@@ -26,9 +26,10 @@ import asyncio
 import bisect
 import struct
 from dataclasses import dataclass, field
+from enum import Enum
 
 from hedwig.errors import LedgerGoneError
-from hedwig.ledger.handle import read_entry
+from hedwig.ledger.reads import read_entry
 from hedwig.ledger.replicas import Replicas
 from hedwig.metadata.managers import LedgerMetadataManager
 from hedwig.metadata.records import LedgerMetadata, LedgerRange, LedgerState
@@ -47,6 +48,17 @@ class LedgerIndex:
 
     metadata: LedgerMetadata
     first_seqs: list[int] = field(default_factory=list)
+
+
+class Unread(Enum):
+    """A log without a reader, and what a reader made now must index of the ledger being
+    written (the rest it reads back from the ledgers' replicas, or knows from their ranges)."""
+
+    NOTHING = "nothing"  # none of its entries (none confirmed, or all indexed before)
+    # Its first entry, confirmed with no reader (or indexed before the reader went): it
+    # starts where the ledger's range starts. Entries confirmed since are indexed as the
+    # appends that made them go on, in order, as always.
+    FIRST_ENTRY = "first entry"
 
 
 class LogReader:

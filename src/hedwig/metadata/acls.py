@@ -16,7 +16,7 @@ from enum import Enum
 from typing import Any
 
 from hedwig.errors import MetadataError
-from hedwig.metadata.records import _dump, _load
+from hedwig.metadata.records.encoding import dump_object, load_object
 
 
 class Operation(str, Enum):
@@ -105,11 +105,11 @@ class AclEntry:
     source: str = ""
 
     def to_json(self) -> bytes:
-        return _dump({"rules": [r.to_dict() for r in self.rules], "source": self.source})
+        return dump_object({"rules": [r.to_dict() for r in self.rules], "source": self.source})
 
     @classmethod
     def from_json(cls, raw: bytes) -> AclEntry:
-        d = _load(raw, "acl")
+        d = load_object(raw, "acl")
         rules = d.get("rules", [])
         if not isinstance(rules, list):
             raise MetadataError("corrupt acl record: rules is not a list")

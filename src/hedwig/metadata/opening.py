@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from hedwig.clock import Clock, SystemClock
 from hedwig.errors import UsageError
 from hedwig.metadata.managers import MetadataStore
 from hedwig.metadata.memory import MemoryBackend, MemoryMetadataStore
@@ -130,6 +131,7 @@ def open_store(
     session_timeout_s: float = DEFAULT_SESSION_TIMEOUT_S,
     digest: str | None = None,
     etcd_access: EtcdAccess | None = None,
+    clock: Clock = SystemClock(),  # noqa: B008 (stateless)
 ) -> MetadataStore:
     """The store ``url`` names, for ``region``; ``UsageError`` if the URL is not understood.
 
@@ -140,12 +142,14 @@ def open_store(
     that user only, readable by all) come from ``digest``, else the URL
     (``zk://USER:PASSWORD@HOST:PORT``), else the file named by ``HEDWIG_ZK_DIGEST_FILE``, else
     ``HEDWIG_ZK_DIGEST``: hubs, the operator and every command share them without a flag.
+
+    ``clock`` times the store's session (ZooKeeper's pings and timeouts).
     """
     if not url or not url.strip():
         raise UsageError("the metadata store URL is empty (e.g. zk://127.0.0.1:2181)")
     url = url.strip()
     if "://" not in url:
-        return _zookeeper(url, region, session_timeout_s, digest or _digest_from_env())
+        return _zookeeper(url, region, session_timeout_s, digest or _digest_from_env(), clock)
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     if scheme in ("zk", "zookeeper"):
@@ -155,10 +159,11 @@ def open_store(
             raise UsageError(f"{url!r}: ZooKeeper URLs take no path; the region is separate")
         hosts = parts.netloc.rpartition("@")[2]
         given = parts.netloc.rpartition("@")[0] or None
-        return _zookeeper(hosts, region, session_timeout_s, digest or given or _digest_from_env())
+        digest = digest or given or _digest_from_env()
+        return _zookeeper(hosts, region, session_timeout_s, digest, clock)
     if scheme == "etcd":
         access = etcd_access if etcd_access is not None else EtcdAccess.from_env()
-        return _etcd(parts.netloc, parts.path, region, session_timeout_s, url, access)
+        return _etcd(parts.netloc, parts.path, region, session_timeout_s, url, access, clock)
     if scheme == "memory":
         name = parts.netloc or parts.path.strip("/") or "default"
         return MemoryMetadataStore(memory_backend(name), region)
@@ -178,20 +183,28 @@ def _digest_from_env() -> str | None:
 
 
 def _zookeeper(
-    hosts: str, region: str, session_timeout_s: float, digest: str | None
+    hosts: str, region: str, session_timeout_s: float, digest: str | None, clock: Clock
 ) -> MetadataStore:
     for host in hosts.split(","):
         name, _, port = host.rpartition(":")
         if not name or not port.isdigit():
             raise UsageError(f"ZooKeeper address {host!r} must be HOST:PORT")
-    # Imported here: kazoo starts threads only when a ZooKeeper store is actually used.
+    # Imported here, as etcd's is: a process loads the client of the store it uses only.
     from hedwig.metadata.zookeeper import ZkMetadataStore
 
-    return ZkMetadataStore(hosts, region, session_timeout=session_timeout_s, digest=digest)
+    return ZkMetadataStore(
+        hosts, region, session_timeout=session_timeout_s, digest=digest, clock=clock
+    )
 
 
 def _etcd(
-    netloc: str, path: str, region: str, session_timeout_s: float, url: str, access: EtcdAccess
+    netloc: str,
+    path: str,
+    region: str,
+    session_timeout_s: float,
+    url: str,
+    access: EtcdAccess,
+    clock: Clock,
 ) -> MetadataStore:
     """etcd with the same security approach as ZooKeeper: credentials (``USER:PASSWORD``, for
     etcd's own authentication) from the URL, else ``access``; TLS when ``access`` has the CA
@@ -240,6 +253,7 @@ def _etcd(
         cert=cert,
         key=key,
         credentials_source=None if given else access.credentials_source,
+        clock=clock,
     )
 
 

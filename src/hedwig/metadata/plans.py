@@ -36,8 +36,11 @@ from dataclasses import dataclass
 from enum import Enum
 
 from hedwig.errors import MetadataError
-from hedwig.metadata.records import _dump, _load
+from hedwig.metadata.records.encoding import dump_object, load_object
 from hedwig.protocol.names import MAX_LANE
+
+# Lanes are chosen by a publisher's id without its epoch suffix (declared with the suffix).
+from hedwig.protocol.names import publisher_base as publisher_base
 
 # More delivery hubs than this is a mistake, not a plan (each one tails the whole topic).
 MAX_PLAN_HUBS = 64
@@ -167,11 +170,11 @@ class TopicPlan:
             record["lanes"] = [
                 {"index": lane.index, "hub": lane.hub, "sealed": lane.sealed} for lane in self.lanes
             ]
-        return _dump(record)
+        return dump_object(record)
 
     @classmethod
     def from_json(cls, raw: bytes) -> TopicPlan:
-        d = _load(raw, "plan")
+        d = load_object(raw, "plan")
         try:
             hubs = d.get("hubs", [])
             lanes = d.get("lanes", [])
@@ -190,14 +193,6 @@ class TopicPlan:
             )
         except (TypeError, ValueError, KeyError) as exc:
             raise MetadataError(f"corrupt plan record: {exc}") from exc
-
-
-def publisher_base(publisher: str) -> str:
-    """The publisher id a client was given, without the ``~N`` epoch suffix it adds when it
-    starts a fresh identity (after a failure, or on changing lanes): every identity of one
-    publisher belongs to the same lane."""
-    head, sep, tail = publisher.rpartition("~")
-    return head if sep and head and tail.isdigit() and tail.isascii() else publisher
 
 
 def _score(hub: str, subscriber: str) -> bytes:

@@ -32,13 +32,17 @@ It answers the complaints users have about Pulsar's and Hedwig's balancers
   it meanwhile move off again. One hub is drained at a time (the next once it has been
   removed, so no topic moves twice for one drop in load), never leaving fewer than
   ``min_hubs`` serving hubs.
+- Retiring hubs (named by the caller: the pool's scaling policy, ``hedwig.placement.pool_scaling``,
+  is removing them) are emptied first, at most ``max_moves_per_cycle`` topics a cycle, hottest
+  first, each to the least loaded serving hub, whatever its cooldown (the hub is going away);
+  they are neither destinations nor counted in the mean, so nothing pulls load back onto them.
 
 Every move carries a reason string saying which rule produced it and with which numbers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from hedwig.clock import Clock, SystemClock
@@ -185,24 +189,39 @@ class Rebalancer:
         self._drained &= present  # removed (scaled down) or gone: nothing left to hold
         return views
 
-    def plan(self, hubs: Sequence[HubStatus], *, drain_first: Sequence[str] = ()) -> list[Move]:
+    def plan(
+        self,
+        hubs: Sequence[HubStatus],
+        *,
+        drain_first: Sequence[str] = (),
+        retiring: Collection[str] = (),
+    ) -> list[Move]:
         """Moves for this cycle (possibly none). Call once per cycle: it counts confirmations.
 
         ``drain_first`` orders the hubs a low-load drain should empty (the first one present
-        and serving is chosen); without it the least loaded hub is.
+        and serving is chosen); without it the least loaded hub is. ``retiring`` names hubs
+        being removed (the pool's scaling policy, ``hedwig.placement.pool_scaling``): neither
+        destinations nor counted in the mean, their topics moved to the least loaded serving
+        hubs before anything else, whatever their cooldown (the hub is going away).
         """
         all_views = self._views(hubs)
         cfg = self.config
-        total = sum(v.load for v in all_views)
-        views = [v for v in all_views if v.address not in self._drained]
+        leaving = [v for v in all_views if v.address in retiring]
+        staying = [v for v in all_views if v.address not in retiring]
+        total = sum(v.load for v in staying)
+        views = [v for v in staying if v.address not in self._drained]
         if self._drained and (
             not cfg.low_load_drain or total >= cfg.drain_target * cfg.hub_capacity * len(views)
         ):
             self._drained.clear()  # the load came back: every hub serves again
-            views = all_views
+            views = staying
+        if leaving:
+            moves = self._evacuate(leaving, views, leaving=True)
+            if moves:
+                return self._commit(moves)
         if len(views) < 2 and not self._drained:
             return []
-        moves = self._evacuate([v for v in all_views if v.address in self._drained], views)
+        moves = self._evacuate([v for v in staying if v.address in self._drained], views)
         if moves:
             return self._commit(moves)
         if len(views) < 2:
@@ -332,19 +351,28 @@ class Rebalancer:
         return self._evacuate([victim], others, why)
 
     def _evacuate(
-        self, drained: list[_HubView], serving: list[_HubView], why: str | None = None
+        self,
+        drained: list[_HubView],
+        serving: list[_HubView],
+        why: str | None = None,
+        leaving: bool = False,
     ) -> list[Move]:
-        """Move the topics of drained hubs to the least loaded serving hubs."""
+        """Move the topics of drained (or, ``leaving``, retiring) hubs to the least loaded
+        serving hubs."""
         cfg = self.config
         moves: list[Move] = []
         if not serving:
             return moves
         for victim in drained:
-            reason = why or f"{victim.address} is drained (low load)"
+            reason = why or (
+                f"{victim.address} is retiring (the pool scales in)"
+                if leaving
+                else f"{victim.address} is drained (low load)"
+            )
             for topic, rate in sorted(victim.topics.items(), key=lambda kv: -kv[1]):
                 if len(moves) >= cfg.max_moves_per_cycle:
                     return moves
-                if self.in_cooldown(topic):
+                if self.in_cooldown(topic) and not leaving:
                     continue
                 dst = min(serving, key=lambda v: v.load)
                 dst.load += rate

@@ -9,7 +9,9 @@ reports), the policy plans moves, and the moves are applied. Scenarios:
 - ``hot``: a balanced region; one topic turns hot (20x the others) after a few cycles.
 
 The report gives imbalance (max/mean hub load) per cycle, the number of moves, and how many
-topics moved more than once, which is what ``hedwig sim`` prints and the tests check.
+topics moved more than once, which is what ``hedwig sim`` prints and the tests check. The hub
+pool's autoscaling scenarios (``hour``, ``step``: hubs coming and going under a changing load)
+are ``hedwig.placement.pool_simulator``'s.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ Nothing here touches a socket or an event loop. The hub and the client both wrap
 ``Connection``; ``docs/protocol.md`` is the byte-level specification. Where things are:
 
 - ``wire``: the header, integers and strings;
-- ``messages``: messages, batches and their encoding;
+- ``messages``: messages, batches and their encoding (a package: encoding, checks of
+  untrusted bytes, encoded and delivered messages, batches);
 - ``schema``: how a frame is declared once and gets its codec;
 - ``client_frames``, ``storage_frames``, ``security_frames`` and ``plan_frames``: the frames
   themselves;

@@ -1,4 +1,5 @@
-"""Topic and subscriber names, and how they become znode names.
+"""Names on the wire: topics and subscribers (and how they become znode names), lanes, and a
+publisher's identities.
 
 Rules:
 - A name is 1 to 255 UTF-8 bytes of printable characters (``str.isprintable``: no control
@@ -56,7 +57,7 @@ def encode_name(name: str) -> str:
     if encoded in (".", ".."):
         return encoded.replace(".", "%2E")
     # The name itself when unchanged: a hub keeps it anyway, and a record filed by the znode
-    # name (kazoo's of owner watches) then shares it.
+    # name (the ZooKeeper client's of owner watches) then shares it.
     return name if encoded == name else encoded
 
 
@@ -89,3 +90,23 @@ def lane_of(name: str) -> tuple[str, int]:
         if index <= MAX_LANE:
             return head, index
     return name, 0
+
+
+# A publisher's identities (``hedwig.client.publishing``): the id it was given, then that id with
+# an epoch suffix, ``~1``, ``~2``..., each time it starts afresh (after a batch failed for good,
+# or on changing lanes). Lanes are chosen by the id without the suffix, so every identity of one
+# publisher belongs to the same lane (``hedwig.metadata.plans``).
+EPOCH_SEPARATOR = "~"
+
+
+def publisher_identity(base: str, epoch: int) -> str:
+    """The id a publisher given ``base`` goes by in its ``epoch`` (0: ``base`` itself)."""
+    return f"{base}{EPOCH_SEPARATOR}{epoch}" if epoch else base
+
+
+def publisher_base(publisher: str) -> str:
+    """The publisher id a client was given, without the epoch suffix it adds when it starts a
+    fresh identity (after a failure, or on changing lanes): every identity of one publisher
+    belongs to the same lane."""
+    head, sep, tail = publisher.rpartition(EPOCH_SEPARATOR)
+    return head if sep and head and tail.isdigit() and tail.isascii() else publisher

@@ -75,11 +75,11 @@ class DeleteLedger(FrameBase):
 
 @frame(0x14, CLIENT)
 class StorageHello(FrameBase):
-    """Sent first on every storage connection: the replica the sender means to reach (a hub
-    id, or the address of a hub from before ids). Answered by ``Ok``, or WRONG_REPLICA by a hub
-    that is not it. A hub that came up where another one listened (its address reused, with
-    another data directory) must not be taken for it: its empty disk would answer a recovery
-    as a replica holding nothing, and acknowledged entries could be judged never written."""
+    """Sent first on every storage connection: the replica the sender means to reach (a hub id).
+    Answered by ``Ok``, or WRONG_REPLICA by a hub that is not it. A hub that came up where
+    another one listened (its address reused, with another data directory) must not be taken for
+    it: its empty disk would answer a recovery as a replica holding nothing, and acknowledged
+    entries could be judged never written."""
 
     request_id: RequestId
     replica: Str

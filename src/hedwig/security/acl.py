@@ -4,7 +4,7 @@
 when the rules change (rarely) so that a decision (often) looks at only the rules that can
 apply: those naming the principal exactly, and the few patterns. Rules: super-users may do
 everything; a matching deny wins; else a matching allow; else the answer is no (default deny).
-Connections cache decisions per topic (``hedwig.hub.access``), so even this runs once per
+Connections cache decisions per topic (``hedwig.hub.front.access``), so even this runs once per
 connection, topic and operation until the rules change.
 """
 

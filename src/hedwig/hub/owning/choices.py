@@ -333,7 +333,7 @@ class HubChoices:
         if size <= 1 and me not in exclude:
             return [me]
         registered = await self._alive(HUBS_FRESH_S)
-        hubs = [h.storage_id for h in registered if h.alive]
+        hubs = [h.storage_id for h in registered if h.alive and h.storage_id]
         others = [a for a in hubs if a != me and a not in exclude]
         self._rng.shuffle(others)
         mine = [] if me in exclude else [me]

@@ -29,8 +29,8 @@ class PeerDirectory:
         self._store = store
         self._clock = clock
         self._internal: dict[str, str] = {}
-        # Ensemble member (a hub id, or the address of a hub from before ids) -> where its
-        # storage role listens: the internal listener, or (security off) the client address.
+        # Ensemble member (a hub id) -> where its storage role listens: the internal
+        # listener, or (security off) the client address.
         self._storage: dict[str, str] = {}
         self._refreshed_at = float("-inf")
         # The registry read under way: concurrent lookups wait for it instead of missing.
@@ -53,8 +53,7 @@ class PeerDirectory:
     async def storage_address(self, member: str) -> str:
         """Where to send storage requests for the replica an ensemble names ``member``.
 
-        A hub id not in the registry is a hub that is not alive (``ConnectionLostError``); an
-        address not in it (a ledger from before ids, whose hub is down) is tried as it is.
+        A hub id not in the registry is a hub that is not alive (``ConnectionLostError``).
         """
         got = self._storage.get(member)
         if got is not None:
@@ -63,8 +62,6 @@ class PeerDirectory:
         got = self._storage.get(member)
         if got is not None:
             return got
-        if ":" in member:
-            return member
         raise ConnectionLostError(f"hub {member} is not alive (not in the hub registry)")
 
     async def _refresh_soon(self) -> None:
@@ -89,20 +86,13 @@ class PeerDirectory:
             (h.address, h.load.internal) for h in alive if h.load is not None and h.load.internal
         )
         for h in alive:
-            target = self._internal.get(h.address, h.address)
-            self._storage[h.address] = target
-            self._storage[h.storage_id] = target
+            if h.storage_id:
+                self._storage[h.storage_id] = self._internal.get(h.address, h.address)
 
     def members(self, *, besides: Collection[str]) -> list[str]:
-        """One name (its id where known) for each hub the last registry reads found alive,
-        but for those named in ``besides``."""
-        by_target: dict[str, str] = {}
-        for member, target in self._storage.items():
-            # Its id over its address (an id has no colon), whichever was entered last: an
-            # address forgotten and read again comes after the id.
-            if target not in by_target or ":" not in member:
-                by_target[target] = member
-        return [m for t, m in by_target.items() if m not in besides and t not in besides]
+        """The id of each hub the last registry reads found alive, but for those named in
+        ``besides`` (by id or by where they listen)."""
+        return [m for m, t in self._storage.items() if m not in besides and t not in besides]
 
     def forget(self, member: str) -> None:
         """A connection to ``member`` (an address or a hub id) failed: look it up again next

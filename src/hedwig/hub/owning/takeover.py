@@ -37,8 +37,9 @@ from hedwig.hub.owning.topic import OwnedTopic, TopicContext
 from hedwig.hub.reporting.events import HubEvents, LossKind
 from hedwig.ledger.handle import Fragments
 from hedwig.ledger.lac_notices import LacNotices
+from hedwig.ledger.log_context import LogContext, LogSettings
 from hedwig.ledger.replicas import Replicas
-from hedwig.ledger.topic_log import LogSettings, TopicLog, new_ledger_metadata
+from hedwig.ledger.topic_log import TopicLog
 from hedwig.metadata.managers import MetadataStore
 from hedwig.metadata.records import (
     HubInfo,
@@ -114,9 +115,29 @@ class TakeOver:
         self._ensemble_cb = choices.ensemble
         self._suspect_one: Callable[[int, Fragments], None] = self._suspect_cb
         self._shared: dict[TopicConfig, tuple[TopicConfig, TopicSettings, LogSettings]] = {}
+        self._log_ctx: LogContext | None = None  # ``_log_context``
 
     def _suspect_cb(self, ledger_id: int, fragments: Fragments) -> None:
         self.suspect(ledger_id, fragments)
+
+    def _log_context(self) -> LogContext:
+        """What every topic log of this hub shares, made again when this hub's address or
+        epoch changes (they name the owner of new ledgers)."""
+        me = self._me()
+        ctx = self._log_ctx
+        if ctx is None or ctx.epoch != me.epoch or ctx.owner != me.address:
+            ctx = self._log_ctx = LogContext(
+                self.store,
+                self.replicas,
+                me.address,
+                me.epoch,
+                self.clock,
+                choose_ensemble=self._ensemble_cb,
+                on_rolled_over=self._rolled_over if self.config.release_on_rollover else None,
+                on_suspect=self._suspect_one,
+                on_idle=self._lac_idle,
+            )
+        return ctx
 
     async def first_log(self, topic: str) -> FirstLog | None:
         """What a new topic's log starts with, as its take-over would choose it (``None``
@@ -125,10 +146,7 @@ class TakeOver:
             shared, ensemble = await self._log_plan(topic, fresh=True)
         except HedwigError:
             return None
-        me = self._me()
-        ledger = new_ledger_metadata(
-            topic, shared[2], ensemble, me.address, me.epoch, self.clock.wall_ms()
-        )
+        ledger = self._log_context().new_ledger_metadata(topic, shared[2], ensemble)
         return FirstLog(shared, ensemble, ledger)
 
     async def _log_plan(
@@ -183,7 +201,6 @@ class TakeOver:
         (the rest was reading back)."""
         version, fresh, known, ranges = claim.version, claim.new, claim.config, claim.ranges
         assert version is not None
-        me = self._me()
         try:
             if first is not None:
                 (config, settings, log_settings), ensemble = first.settings, first.ensemble
@@ -191,22 +208,7 @@ class TakeOver:
                 (config, settings, log_settings), ensemble = await self._log_plan(
                     topic, fresh=fresh, known=known
                 )
-            tlog = TopicLog(
-                topic,
-                self.store,
-                self.replicas,
-                owner=me.address,
-                owner_epoch=me.epoch,
-                ensemble=ensemble,
-                choose_ensemble=self._ensemble_cb,
-                on_rolled_over=(
-                    (lambda: self._rolled_over(topic)) if self.config.release_on_rollover else None
-                ),
-                on_suspect=self._suspect_one,
-                on_idle=self._lac_idle,
-                settings=log_settings,
-                clock=self.clock,
-            )
+            tlog = TopicLog(topic, self._log_context(), ensemble=ensemble, settings=log_settings)
             await tlog.open(fresh=fresh, started=first.started if first else None, known=ranges)
             opened = self.clock.monotonic()
         except HedwigError as exc:

@@ -93,7 +93,10 @@ class Hub:
         self.network: Network = self.tls.client_network
         self.internal_network: Network = self.tls.internal_network
         self.store: MetadataStore = store or open_store(
-            config.zk, region=config.region, session_timeout_s=config.zk_session_timeout_s
+            config.zk,
+            region=config.region,
+            session_timeout_s=config.zk_session_timeout_s,
+            clock=self.clock,
         )
         self.metrics = HubMetrics(series_limit=config.load_report_topics)
         self.address = config.advertise or config.listen

@@ -22,8 +22,8 @@ from pathlib import Path
 from hedwig.errors import UsageError
 
 ID_FILE = "hub-id"
-# Never a HOST:PORT (no colon): ensembles written before ids name hubs by address, and the
-# two must not be mistaken for one another.
+# Never a HOST:PORT (no colon): an id is never mistaken for a hub's address, in the registry,
+# the logs or a command's arguments.
 _VALID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 
 

@@ -55,13 +55,12 @@ class StorageRequests:
         self._store_reachable = store_reachable
 
     async def storage_hello(self, conn: ClientConnection, req: StorageHello) -> Reply:
-        """The sender means to reach replica ``req.replica``: this hub's id, or (ledgers from
-        before ids) its address; anything else is another hub that listened here before."""
-        address = self._address()
-        if req.replica not in (self._storage.address, address):
+        """The sender means to reach replica ``req.replica``, this hub's id; anything else is
+        another hub that listened here before."""
+        if req.replica != self._storage.address:
             raise WrongReplicaError(
                 f"replica {req.replica} is not here: this is hub {self._storage.address} at "
-                f"{address} (the address was reused)"
+                f"{self._address()} (the address was reused)"
             )
         return Ok(request_id=req.request_id, fences_batched=True, answers_hub_alive=True)
 

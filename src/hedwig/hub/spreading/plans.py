@@ -197,18 +197,6 @@ class TopicPlans:
             refresh.add_done_callback(lambda t: t.cancelled() or t.exception())
         return out
 
-    def known_plan(self, topic: str) -> tuple[str, int]:
-        """The topic's mode and serving hubs as far as known without waiting (for gauges);
-        a plan not read yet is read in the background for the next time."""
-        known, plan = self.peek(topic)
-        stale = self._clock.monotonic() - self._alive_at >= ALIVE_REFRESH_S
-        if (not known and topic not in self._loading) or (plan and stale):
-            task = asyncio.get_running_loop().create_task(self._load_for_gauges(topic))
-            task.add_done_callback(lambda t: t.cancelled() or t.exception())
-        if plan is None:
-            return (PlanMode.SINGLE.value, 1)
-        return (plan.mode.value, self._serving(plan))
-
     def _serving(self, plan: TopicPlan) -> int:
         if plan.mode is PlanMode.FAN_OUT:
             return len([h for h in plan.hubs if h in self._alive]) or 1

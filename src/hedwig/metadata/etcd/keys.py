@@ -9,7 +9,8 @@ the comparison fails: the caller learns whether the record changed or is gone.
 from __future__ import annotations
 
 from hedwig.errors import BadVersionError
-from hedwig.metadata.etcd.client import EtcdClient, delete
+from hedwig.metadata.etcd.client import EtcdClient
+from hedwig.metadata.etcd.kv import delete
 from hedwig.metadata.etcd.wire import exists, get, missing, modified_at, put
 from hedwig.metadata.layout import ROOT
 from hedwig.metadata.records import ANY_VERSION, NEW_VERSION, Version

@@ -11,7 +11,7 @@ values and revisions, and etcd runs them in every etcd test), each part knowing 
 writes so the batcher (``batches``) need not parse anything back.
 
 Answers are still parsed by protobuf (in C, cheaply); only reading them field by field costs,
-which ``client.EtcdClient.txn`` keeps to the operations that read.
+which ``kv.KeyValues.txn`` keeps to the operations that read.
 
 The fields written (etcd's ``api/etcdserverpb/rpc.proto``), each a protobuf key (field number
 << 3 | wire type) and, for bytes and messages, a length:

@@ -1,4 +1,5 @@
-"""The ZooKeeper metadata store (kazoo), the default and reference implementation."""
+"""The ZooKeeper metadata store, the default and reference implementation, on Hedwig's own
+ZooKeeper client (``hedwig.metadata.zookeeper.client``)."""
 
 from hedwig.metadata.zookeeper.store import ZkMetadataStore
 
