@@ -54,7 +54,12 @@ class OversizedFrame:
 
 @dataclass(frozen=True, slots=True)
 class RefusedFrame:
-    """A request with intact framing but invalid content (a batch whose count lies)."""
+    """A request with intact framing but invalid content (a batch whose count lies).
+
+    ``error`` is made for it, never raised: the exception that was raised holds its traceback,
+    whose frames hold the list this frame is in and the connections up the stack, a cycle
+    that only the cycle collector frees (a hub closing a connection after a few refusals
+    left the rest of its refused frames, and the connection, to it)."""
 
     frame_type: int
     request_id: int
@@ -132,7 +137,7 @@ class Connection:
                 except MalformedBatchError as exc:
                     if self.role is not Role.HUB:
                         raise
-                    out.append(RefusedFrame(ftype, rid, exc))
+                    out.append(RefusedFrame(ftype, rid, MalformedBatchError(str(exc))))
         except ProtocolError as exc:
             self._broken = str(exc)
             buf.clear()
