@@ -107,7 +107,8 @@ async def _open_lanes(store: MetadataStore, topic: str, lanes: Sequence[Lane], n
                 name, config.value, existing.version if existing is not None else NEW_VERSION
             )
         for sub, got in subs.items():
-            data = SubscriptionData(got.value.preferences, SubscriptionState(0, now_ms, now_ms))
+            state = SubscriptionState(0, now_ms, now_ms)
+            data = SubscriptionData(got.value.preferences, state, got.value.owner)
             with contextlib.suppress(SubscriptionExistsError):
                 await store.subscriptions.create_subscription_data(name, sub, data)
 

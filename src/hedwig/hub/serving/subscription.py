@@ -86,6 +86,7 @@ class Subscription:
         self.topic = topic
         self.name = name
         self.preferences = data.preferences or SubscriptionPreferences()
+        self.owner = data.owner  # written with the mark: ZooKeeper and etcd store it whole
         state = data.state or SubscriptionState()
         self.consumed_seq = state.consumed_seq
         self._created_ms = state.created_ms
@@ -201,7 +202,7 @@ class Subscription:
             data = (
                 SubscriptionData(None, state)
                 if subs.is_partial_update_supported()
-                else SubscriptionData(self.preferences, state)
+                else SubscriptionData(self.preferences, state, self.owner)
             )
             try:
                 self.version = await subs.update_subscription_data(

@@ -37,6 +37,9 @@ class SubscriptionData:
 
     preferences: SubscriptionPreferences | None = None
     state: SubscriptionState | None = None
+    # The principal that created it, whose it is (``hedwig.hub.front.owners``); None: none
+    # recorded (anyone's with ``subscribe``), and in a partial update, left as stored.
+    owner: str | None = None
 
     def to_json(self) -> bytes:
         d: dict[str, Any] = {}
@@ -46,6 +49,8 @@ class SubscriptionData:
             d["preferences"] = p
         if self.state is not None:
             d["state"] = asdict(self.state)
+        if self.owner is not None:
+            d["owner"] = self.owner
         return dump_object(d)
 
     @classmethod
@@ -59,7 +64,10 @@ class SubscriptionData:
                 p = dict(p)
                 p["options"] = tuple(sorted(dict(p.get("options", {})).items()))
                 prefs = SubscriptionPreferences(**p)
-            return cls(prefs, SubscriptionState(**s) if s is not None else None)
+            owner = d.get("owner")
+            if owner is not None and not isinstance(owner, str):
+                raise ValueError(f"owner {owner!r} is not a name")
+            return cls(prefs, SubscriptionState(**s) if s is not None else None, owner)
         except (TypeError, ValueError) as exc:
             raise MetadataError(f"corrupt subscription: {exc}") from exc
 
@@ -68,4 +76,5 @@ class SubscriptionData:
         return SubscriptionData(
             self.preferences if self.preferences is not None else stored.preferences,
             self.state if self.state is not None else stored.state,
+            self.owner if self.owner is not None else stored.owner,
         )
