@@ -344,6 +344,11 @@ class AccessControl:
 
     # refusals ----------------------------------------------------------------------------------
 
+    def refuse(self, conn: Caller, op: str, exc: ForbiddenError, *, topic: str = "") -> None:
+        """Raise ``exc``, a refusal decided elsewhere (``hedwig.hub.front.owners``), counted
+        and audited as this module's own are."""
+        self._deny(conn, op, DenialReason.FORBIDDEN, exc, topic=topic)
+
     def _forbidden(self, conn: Caller, op: Operation, topic: str) -> ForbiddenError:
         return ForbiddenError(
             f"principal {cut(conn.principal.name)} may not {op.value} topic {cut(topic)!r}",
