@@ -114,8 +114,12 @@ async def test_topic_lifecycle_requests_need_their_operations(secure: SecureRegi
             await alice.describe_topic("orders.lifecycle")
         with pytest.raises(ForbiddenError, match="alice may not admin topic"):
             await alice.move_topic("orders.lifecycle")
-        # Resetting needs subscribe only, as consuming does: alice may rewind the reader.
-        assert await alice.reset_subscription("orders.lifecycle", "reader") == 0
+        # Resetting needs subscribe, as consuming does, on a subscription of one's own
+        # (``hedwig.hub.front.owners``): alice may rewind hers, not the admin's reader.
+        with pytest.raises(ForbiddenError, match="belongs to another principal"):
+            await alice.reset_subscription("orders.lifecycle", "reader")
+        await (await alice.subscribe("orders.lifecycle", "alices")).close()
+        assert await alice.reset_subscription("orders.lifecycle", "alices") == 0
     await grant(
         secure,
         "alice",

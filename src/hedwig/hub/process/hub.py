@@ -28,6 +28,7 @@ from hedwig.hub.front.access import AccessControl, ListenerRole
 from hedwig.hub.front.acl_watch import AclWatcher, NoAclWatch
 from hedwig.hub.front.admission import OpenDoor
 from hedwig.hub.front.doorway import NoDoorway, doorway_for
+from hedwig.hub.front.owners import SubscriptionOwners
 from hedwig.hub.front.server import ClientConnection, HubFrontEnd
 from hedwig.hub.front.tls import GivenNetwork, HubNetworks, HubTls
 from hedwig.hub.owning.choices import HubChoices
@@ -171,14 +172,21 @@ class Hub:
         owned = OwnedTopics(
             ownership=self.topics, fanout=self.fanout, access=self.access, store=self.store
         )
+        # Whose each subscription is, and who may attach to, reset, delete and list it.
+        owners = SubscriptionOwners(access=self.access, store=self.store)
         self.requests = HubRequests(
             owned=owned,
             topics=TopicRequests(
-                owned=owned, fanout=self.fanout, lanes=self.lanes, events=self.metrics
+                owned=owned,
+                fanout=self.fanout,
+                lanes=self.lanes,
+                events=self.metrics,
+                owners=owners,
             ),
             subscriptions=SubscriptionRequests(
                 places=SubscriptionPlaces(owned=owned, fanout=self.fanout, plans=self.plans),
                 lanes=self.lanes,
+                owners=owners,
             ),
             moves=TopicMoves(
                 ownership=self.topics, store=self.store, dialer=self.dialer, events=self.metrics

@@ -34,6 +34,7 @@ from hedwig.errors import (
     SubscriptionExistsError,
 )
 from hedwig.hub.config import TopicSettings
+from hedwig.hub.front.owners import owner_of
 from hedwig.hub.serving.peer import Peer
 from hedwig.hub.serving.subscription import DeliveryLog, Subscription
 from hedwig.metadata.managers import MetadataStore
@@ -94,7 +95,7 @@ class TopicSubscriptions:
         leaving = self.leaving.get(req.subscriber)
         if leaving is not None:
             self._left(req.subscriber, leaving)  # back here before its hand-off was over
-        sub = await self._find_or_create(req)
+        sub = await self._find_or_create(req, owner_of(peer.principal))
         if (
             sub.peer is not None
             and sub.peer is not peer
@@ -111,7 +112,7 @@ class TopicSubscriptions:
         sub.attach(peer, prefs)
         return answer
 
-    async def _find_or_create(self, req: Subscribe) -> Subscription:
+    async def _find_or_create(self, req: Subscribe, owner: str | None) -> Subscription:
         """The subscription ``req`` names, read from the store or created as its mode says."""
         while True:
             sub = await self._find(req.subscriber)
@@ -127,6 +128,7 @@ class TopicSubscriptions:
             data = SubscriptionData(
                 SubscriptionPreferences(req.message_window, req.message_bound),
                 SubscriptionState(self._log.last_seq, now, now),
+                owner,
             )
             try:
                 version = await self._store.subscriptions.create_subscription_data(
