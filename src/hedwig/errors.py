@@ -308,6 +308,17 @@ class NoSuchSubscriptionError(MetadataError):
     """The subscription does not exist (or is not attached where it is used)."""
 
 
+class RegionNotProtectedError(MetadataError):
+    """A secured store found its region's znodes writable by someone else (made before it by
+    another client, or before the region had digest credentials): it refuses the region
+    rather than obey what others may have written there. Not retriable."""
+
+    def __init__(self, message: str, *, path: str = "", acl: str = "") -> None:
+        super().__init__(message)
+        self.path = path
+        self.acl = acl
+
+
 class MetadataUnavailableError(MetadataError):
     """The store cannot be reached now (disconnected, session lost); retrying later may work."""
 
