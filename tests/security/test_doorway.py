@@ -276,3 +276,18 @@ def test_the_memory_of_a_flood_is_given_back_after_it_and_once_more_at_its_end()
     # The flood's checks (150, 400, 120) and the one after each (20, 0 after 400; 0 after 120).
     assert len(trims) == 5 and release.trims == 5
     assert AFTER_CLOSED == 100
+
+
+def test_a_flood_closed_slowly_is_given_back_too() -> None:
+    """A hub short of CPU closes a flood's connections over minutes, fewer than AFTER_CLOSED
+    each check: they are counted from the last trim, so they are given back all the same."""
+    clock = ManualClock()
+    trims: list[int] = []
+    gone = 0
+    release = MemoryRelease(clock, trim=lambda: trims.append(gone))
+    for _ in range(12):
+        gone += AFTER_CLOSED // 3
+        clock.advance(CHECK_S)
+        release.check(gone)
+    assert len(trims) >= 3, trims  # counted by check: none at all
+    assert gone - trims[-1] < AFTER_CLOSED

@@ -176,7 +176,6 @@ class ClientConnection(asyncio.Protocol):
             self._watched = False
             self._door.left(self)
         audit.closed(self, self._principal.name)
-        self._front.gone += 1
         self._front.connections.discard(self)
         self._front.handler.disconnected(self)
 
@@ -280,10 +279,16 @@ class HubFrontEnd:
         self.role = role
         # Whether a peer of the internal listener is a hub (``hedwig.hub.front.tls``).
         self.internal_peers: PeerCheck = internal_peers or AnyHub()
-        # Connections closed so far, by either end: a flood of them is memory to give back.
-        self.gone = 0
+        # Connections begun (the listener's calls of ``protocol``, before their TLS handshake).
+        # Those no longer open are gone, a handshake that failed included (it never opened):
+        # a flood of them is memory to give back. Handshakes that failed were most of a flood
+        # on a loaded machine, and counted by ``connection_lost`` alone they never made one.
+        self.begun = 0
         self._sweeper = Sweeper(
-            doorway, clock, gone=lambda: self.gone, release=MemoryRelease(clock)
+            doorway,
+            clock,
+            gone=lambda: self.begun - len(self.connections),
+            release=MemoryRelease(clock),
         )
 
     def start_sweeping(self) -> None:
@@ -294,6 +299,7 @@ class HubFrontEnd:
         self._sweeper.stop()
 
     def protocol(self) -> ClientConnection:
+        self.begun += 1
         return ClientConnection(self)
 
     def dispatch(self, conn: ClientConnection, frame: Request) -> None:
