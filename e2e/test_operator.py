@@ -241,7 +241,7 @@ def test_hubpool_becomes_statefulset_services_pdb_and_status(bed: Bed, alpha: st
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["HEDWIG_ADVERTISE"] == f"$(POD_NAME).{alpha}-headless.{NS}.svc:4080"
     assert container["lifecycle"]["preStop"]["exec"]["command"][-1].endswith(
-        "hedwig drain --metrics-port 9100"
+        "hedwig drain --socket /tmp/hedwig-drain.sock"
     )
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     headless = bed.get("service", f"{alpha}-headless")

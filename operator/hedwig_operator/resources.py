@@ -45,6 +45,10 @@ ZK_DIGEST_DIR: Final = "/etc/hedwig/zookeeper"
 # A secured etcd's access Secret (spec.metadata.secretName), read through HEDWIG_ETCD_DIR.
 ETCD_ACCESS_DIR: Final = "/etc/hedwig/etcd"
 DATA_DIR: Final = "/var/lib/hedwig"
+# The hub's drain socket (HEDWIG_DRAIN_SOCKET), in the pod's /tmp emptyDir, which no other
+# container mounts: the preStop hook drains through it, with no token (a peer address on the
+# metrics port proves nothing behind a service mesh's sidecar).
+DRAIN_SOCKET: Final = "/tmp/hedwig-drain.sock"
 # A tls HedwigUser's Secret is named <user> + this: a suffix no pool Secret's name has
 # (builders/security.py), so a user's name never makes it one of its pool's Secrets.
 USER_SECRET_SUFFIX: Final = "-user-tls"

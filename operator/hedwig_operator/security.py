@@ -5,7 +5,9 @@ For a HubPool with ``spec.security.enabled`` the operator keeps (``builders.secu
 - the pool's hub CA and clients CA, made once and kept (their keys never leave their Secrets);
 - the hubs' certificate, issued by the hub CA for every name a hub is dialled by, and issued
   again when less than ``renewBeforeDays`` of it is left: the hubs reload the mounted files,
-  so renewal restarts nothing;
+  so renewal restarts nothing. A renewal keeps the key: the hubs pin it on their internal
+  listener (``HEDWIG_INTERNAL_PEER_KEYS=own``: a peer must hold the key they all share), and
+  hubs whose Secret files are updated a minute apart must still know each other;
 - a ZooKeeper digest the hubs and the operator create znodes with.
 
 It also remembers, for its own requests to the pool, the hub CA (``PoolTrust``): the operator
@@ -35,6 +37,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from hedwig.errors import HedwigError, MetadataError
 from hedwig.metadata import ANY_VERSION
@@ -192,6 +196,7 @@ async def _ensure_pool_security(
             server=True,
             client=True,
             days=pool.security.certificate_days,
+            key_pem=_reusable_key(current.get("tls.key")),
         )
         await kube.apply(
             secret_manifest(
@@ -208,6 +213,18 @@ async def _ensure_pool_security(
         log.info("issued the hubs' certificate of pool %s/%s", pool.namespace, pool.name)
     digest = await _zk_digest(kube, pool)
     trust.register(pool, hub_ca.cert_pem.decode(), digest)
+
+
+def _reusable_key(key_pem: bytes | None) -> bytes | None:
+    """The hubs' key, kept through renewals (they pin it), unless there is none or it is not
+    one the CA can certify (then a new one is made, and the hubs' pins follow it)."""
+    if not key_pem:
+        return None
+    try:
+        key = serialization.load_pem_private_key(key_pem, password=None)
+    except (ValueError, TypeError):
+        return None
+    return key_pem if isinstance(key, ec.EllipticCurvePrivateKey) else None
 
 
 async def _zk_digest(kube: KubeApi, pool: PoolSpec) -> str:

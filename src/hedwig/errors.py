@@ -314,6 +314,17 @@ class MetadataRefusedError(MetadataError):
     denied). Not retried: the same credentials are refused again."""
 
 
+class RegionNotProtectedError(MetadataError):
+    """A secured store found its region's znodes writable by someone else (made before it by
+    another client, or before the region had digest credentials): it refuses the region
+    rather than obey what others may have written there. Not retriable."""
+
+    def __init__(self, message: str, *, path: str = "", acl: str = "") -> None:
+        super().__init__(message)
+        self.path = path
+        self.acl = acl
+
+
 class MetadataUnavailableError(MetadataError):
     """The store cannot be reached now (disconnected, session lost); retrying later may work."""
 

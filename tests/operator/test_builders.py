@@ -82,8 +82,9 @@ def test_statefulset_shape() -> None:
     assert c["lifecycle"]["preStop"]["exec"]["command"] == [
         "sh",
         "-c",
-        "sleep 5; exec hedwig drain --metrics-port 9100",
+        "sleep 5; exec hedwig drain --socket /tmp/hedwig-drain.sock",
     ]
+    assert env["HEDWIG_DRAIN_SOCKET"]["value"] == "/tmp/hedwig-drain.sock"
     assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"hub": 4080, "metrics": 9100}
     assert c["volumeMounts"][0] == {"name": "data", "mountPath": resources.DATA_DIR}
     (claim,) = spec["volumeClaimTemplates"]

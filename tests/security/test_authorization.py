@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import shutil
 import socket
 import time
@@ -16,11 +17,14 @@ from pathlib import Path
 import pytest
 
 from hedwig.errors import AuthenticationError, ForbiddenError, NoSuchTopicError, TlsError
-from hedwig.hub import Hub
+from hedwig.hub import Hub, HubConfig
+from hedwig.hub.process.http import DrainCaller
 from hedwig.metadata.acls import AclEntry, AclRule, Operation, PatternType, ResourceType
-from hedwig.metadata.memory import MemoryBackend
+from hedwig.metadata.memory import MemoryBackend, MemoryMetadataStore
 from hedwig.metadata.records import ANY_VERSION, NEW_VERSION
 from hedwig.security import ClientSecurity
+from hedwig.settings import ConnectionSettings, StorageSettings
+from tests.cluster_helpers import hedwig
 from tests.security.conftest import SecureRegion, consumed_and_closed, secure_config
 from tests.security.fixtures import Pki, TokenIssuer
 from tests.waiting import until
@@ -112,8 +116,12 @@ async def test_topic_lifecycle_requests_need_their_operations(secure: SecureRegi
             await alice.describe_topic("orders.lifecycle")
         with pytest.raises(ForbiddenError, match="alice may not admin topic"):
             await alice.move_topic("orders.lifecycle")
-        # Resetting needs subscribe only, as consuming does: alice may rewind the reader.
-        assert await alice.reset_subscription("orders.lifecycle", "reader") == 0
+        # Resetting needs subscribe, as consuming does, on a subscription of one's own
+        # (``hedwig.hub.front.owners``): alice may rewind hers, not the admin's reader.
+        with pytest.raises(ForbiddenError, match="belongs to another principal"):
+            await alice.reset_subscription("orders.lifecycle", "reader")
+        await (await alice.subscribe("orders.lifecycle", "alices")).close()
+        assert await alice.reset_subscription("orders.lifecycle", "alices") == 0
     await grant(
         secure,
         "alice",
@@ -244,17 +252,53 @@ async def test_bad_credentials_fail_at_once_with_a_clear_error(secure: SecureReg
             await plaintext.publish("orders.x", b"no")
 
 
-async def test_drain_needs_loopback_or_a_cluster_admin(secure: SecureRegion) -> None:
+async def test_drain_needs_the_local_socket_or_a_cluster_admin(secure: SecureRegion) -> None:
+    """No peer address is enough: a service mesh's sidecar forwards callers from anywhere to
+    the hub from 127.0.0.6 (Istio) or 127.0.0.1 (proxies that dial the app on localhost)."""
     hub = secure.hubs[0]
-    assert await hub._drain_allowed("127.0.0.1", None)
-    assert not await hub._drain_allowed("10.1.2.3", None)
-    assert await hub._drain_allowed("10.1.2.3", secure.issuer.token("admin"))
-    assert not await hub._drain_allowed("10.1.2.3", secure.issuer.token("alice"))
+    assert await hub._drain_allowed(DrainCaller(local_socket=True))
+    for host in ("127.0.0.6", "127.0.0.1", "::1", "10.1.2.3"):
+        assert not await hub._drain_allowed(DrainCaller(False, host)), host
+    assert await hub._drain_allowed(DrainCaller(False, "10.1.2.3", secure.issuer.token("admin")))
+    assert await hub._drain_allowed(DrainCaller(False, "127.0.0.6", secure.issuer.token("admin")))
+    alice = secure.issuer.token("alice")
+    assert not await hub._drain_allowed(DrainCaller(False, "10.1.2.3", alice))
     await grant(
         secure, "ops", AclRule("alice", frozenset({Operation.ADMIN}), resource=ResourceType.CLUSTER)
     )
     await settled(secure)
-    assert await hub._drain_allowed("10.1.2.3", secure.issuer.token("alice"))
+    assert await hub._drain_allowed(DrainCaller(False, "10.1.2.3", alice))
+    # The token's principal is its issuer's name for it: an issuer the hubs trust with its
+    # default prefix cannot name the super-user ``admin``.
+    prefixed = TokenIssuer()
+    try:
+        config = secure_config(
+            secure.pki, prefixed, token_issuers=prefixed.issuers_json(prefix=None)
+        )
+        other = Hub(config, store=secure.store())
+        assert not await other._drain_allowed(
+            DrainCaller(False, "10.1.2.3", prefixed.token("admin"))
+        )
+    finally:
+        prefixed.close()
+        shutil.rmtree(config.storage.data_dir, ignore_errors=True)
+
+
+async def test_a_bare_hub_drains_for_loopback_alone(tmp_path: Path) -> None:
+    """Security off, the client port serves RELEASE_TOPIC to anyone: /drain stays open to
+    127.0.0.1 and ::1 exactly (``hedwig drain`` by default), not to the rest of 127/8."""
+    store = MemoryMetadataStore(MemoryBackend(), "mem")
+    hub = Hub(
+        HubConfig(
+            connection=ConnectionSettings(listen="127.0.0.1:0"),
+            storage=StorageSettings(data_dir=str(tmp_path)),
+        ),
+        store=store,
+    )
+    assert await hub._drain_allowed(DrainCaller(False, "127.0.0.1"))
+    assert await hub._drain_allowed(DrainCaller(False, "::1"))
+    assert not await hub._drain_allowed(DrainCaller(False, "127.0.0.6"))
+    assert not await hub._drain_allowed(DrainCaller(False, "10.1.2.3"))
 
 
 def _outward_address() -> str | None:
@@ -279,17 +323,25 @@ def _http(url: str, *, post: bool = False, token: str | None = None) -> tuple[in
 
 
 async def test_http_drain_from_another_machine_needs_a_cluster_admin_token(
-    pki: Pki, issuer: TokenIssuer
+    pki: Pki, issuer: TokenIssuer, tmp_path: Path
 ) -> None:
     """The HTTP port listening on every interface: from this machine's outward address,
     ``POST /drain`` is 403 without a token and with a token that may not administer the
     cluster, and drains with a cluster admin's; ``/metrics`` and ``/healthz`` stay open;
-    from loopback (a preStop hook) draining needs nothing."""
+    from loopback with no token it is 403 too (what a mesh's sidecar forwards comes from
+    there), and through the hub's socket (a preStop hook's ``hedwig drain --socket``) draining
+    needs nothing."""
     outward = _outward_address()
     if outward is None:
         pytest.skip("no address but loopback")
     region = SecureRegion(pki, issuer, MemoryBackend())
-    configs = [secure_config(pki, issuer, metrics_host="0.0.0.0", metrics_port=0), None]
+    drain_socket = str(tmp_path / "drain.sock")
+    configs = [
+        secure_config(
+            pki, issuer, metrics_host="0.0.0.0", metrics_port=0, drain_socket=drain_socket
+        ),
+        None,
+    ]
     try:
         for config in configs:
             hub = Hub(config or secure_config(pki, issuer), store=region.store())
@@ -308,17 +360,21 @@ async def test_http_drain_from_another_machine_needs_a_cluster_admin_token(
                 _http(remote + "/drain", post=True, token=issuer.token("alice")),
                 _http(remote + "/metrics"),
                 _http(remote + "/healthz"),
-                _http(remote + "/drain", post=True, token=issuer.token("admin")),
                 _http(local + "/drain", post=True),
+                _http(remote + "/drain", post=True, token=issuer.token("admin")),
             ]
 
-        anonymous, alice, metrics, health, admin_drain, loopback = await asyncio.to_thread(calls)
+        anonymous, alice, metrics, health, loopback, admin_drain = await asyncio.to_thread(calls)
         assert anonymous == (403, "draining needs a local caller or an admin\n")
         assert alice[0] == 403
         assert metrics[0] == 200 and "hedwig_auth_denied_total" in metrics[1]
         assert health == (200, "ok\n")
+        assert loopback[0] == 403, loopback
         assert admin_drain[0] == 200 and admin_drain[1].startswith("released"), admin_drain
-        assert loopback[0] == 200, loopback
+        # The socket is this user's alone, and drains with nothing more.
+        assert os.stat(drain_socket).st_mode & 0o777 == 0o600
+        done = await asyncio.to_thread(hedwig, "drain", "--socket", drain_socket)
+        assert done.returncode == 0 and done.stdout.startswith("released"), done.stderr
     finally:
         for hub in region.hubs:
             await hub.stop()

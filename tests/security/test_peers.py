@@ -46,6 +46,7 @@ def test_connections_whose_credentials_expired_are_closed() -> None:
     from dataclasses import dataclass, field
 
     from hedwig.hub.front.access import AccessControl, ListenerRole
+    from hedwig.hub.front.audit import AuditBudget
     from hedwig.hub.reporting.events import NoEvents
     from hedwig.metadata.acls import Operation
     from hedwig.security.principal import Principal, PrincipalKind
@@ -60,6 +61,7 @@ def test_connections_whose_credentials_expired_are_closed() -> None:
         role: ListenerRole = ListenerRole.CLIENT
         decisions: dict[tuple[Operation, str], bool] = field(default_factory=dict)
         acl_generation: int = 0
+        audit: AuditBudget = field(default_factory=lambda: AuditBudget(clock))
 
     access = AccessControl(
         authenticate=True,

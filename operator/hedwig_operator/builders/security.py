@@ -151,6 +151,10 @@ def security_settings(pool: PoolSpec, operator_principal: str) -> dict[str, obje
         "internal_ca": f"{TLS_DIR}/ca.crt",
         "internal_cert": f"{TLS_DIR}/tls.crt",
         "internal_key": f"{TLS_DIR}/tls.key",
+        # Every hub of the pool presents the one <pool>-hub-tls: a peer of the internal
+        # listener must hold its key, whoever else the hub CA signs for (a ClusterIssuer signs
+        # for any namespace that may create a Certificate).
+        "internal_peer_keys": "own",
         "authenticate": True,
         "authorize": True,
         "super_users": ",".join(supers),
@@ -215,7 +219,10 @@ def hub_certificate(pool: PoolSpec) -> dict[str, Any]:
             "renewBefore": f"{pool.security.renew_before_days * 24}h",
             # Hubs present it on both listeners and as clients of each other's internal one.
             "usages": ["digital signature", "key encipherment", "server auth", "client auth"],
-            "privateKey": {"algorithm": "ECDSA", "size": 256, "rotationPolicy": "Always"},
+            # The key stays through renewals: the hubs pin it (HEDWIG_INTERNAL_PEER_KEYS=own),
+            # and with a new key at each renewal, hubs whose files the kubelet had updated
+            # and hubs it had not yet would refuse each other for a minute or two.
+            "privateKey": {"algorithm": "ECDSA", "size": 256, "rotationPolicy": "Never"},
             "issuerRef": {"name": issuer.name, "kind": issuer.kind, "group": issuer.group},
         },
     }

@@ -16,8 +16,9 @@ Why each choice:
   its ``/healthz`` (the event loop answers), with a startup probe so a hub recovering long
   ledgers is not killed while it starts.
 - ``preStop`` sleeps briefly so endpoints stop routing new clients to the hub, then runs
-  ``hedwig drain``, which returns once the hub has handed every topic over; the SIGTERM that
-  follows finds nothing left to move.
+  ``hedwig drain`` through the hub's drain socket (in the pod's own ``/tmp``), which returns
+  once the hub has handed every topic over; the SIGTERM that follows finds nothing left to
+  move. The socket needs no token, and no service mesh's sidecar can forward to it.
 - Pods run as a non-root user with a read-only root filesystem; ``fsGroup`` makes the
   volume writable by that user.
 """
@@ -40,6 +41,7 @@ from hedwig_operator.builders.security import security_mounts, security_volumes
 from hedwig_operator.resources import (
     ANNOTATION_CONFIG_HASH,
     DATA_DIR,
+    DRAIN_SOCKET,
     ETCD_ACCESS_DIR,
     HUB_PORT,
     INTERNAL_PORT,
@@ -62,7 +64,7 @@ def _container(pool: PoolSpec) -> dict[str, Any]:
         "envFrom": [{"configMapRef": {"name": configmap_name(pool)}}],
         "env": [
             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-            *_env(advertise=advertise, hub_id="$(POD_NAME)"),
+            *_env(advertise=advertise, hub_id="$(POD_NAME)", drain_socket=DRAIN_SOCKET),
         ],
         "ports": [
             {"name": "hub", "containerPort": HUB_PORT, "protocol": "TCP"},
@@ -90,8 +92,7 @@ def _container(pool: PoolSpec) -> dict[str, Any]:
                     "command": [
                         "sh",
                         "-c",
-                        f"sleep {pool.pre_stop_sleep_s}; "
-                        f"exec hedwig drain --metrics-port {METRICS_PORT}",
+                        f"sleep {pool.pre_stop_sleep_s}; exec hedwig drain --socket {DRAIN_SOCKET}",
                     ]
                 }
             }

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import http.client
 import signal
+import socket
 import sys
 import threading
 import time
@@ -36,13 +38,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "drain",
         help="hand over every topic of a running hub (for a preStop hook)",
-        description="POST /drain on a hub's metrics port: the hub stops taking topics, hands "
-        "every topic it owns over to other hubs, and answers when it is done.",
+        description="POST /drain on a hub's metrics port, or its local socket (--socket): the "
+        "hub stops taking topics, hands every topic it owns over to other hubs, and answers "
+        "when it is done. A secured hub drains through its socket, or for a cluster admin's "
+        "token (sent in the clear: the metrics port is plain HTTP).",
     )
     p.add_argument(
         "--metrics-port", type=int, default=9100, help="the hub's metrics port (default 9100)"
     )
     p.add_argument("--host", default="127.0.0.1", help="the hub's host (default 127.0.0.1)")
+    p.add_argument(
+        "--socket",
+        help="the hub's drain socket (its drain_socket setting), instead of --host and "
+        "--metrics-port: needs no token",
+    )
     p.add_argument(
         "--timeout", type=float, default=60.0, help="seconds to wait for the hand-off (default 60)"
     )
@@ -67,18 +76,55 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=run_hub)
 
 
+class _UnixHTTPConnection(http.client.HTTPConnection):
+    """HTTP over a Unix socket: the standard client, connected to a file instead of a port."""
+
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self._path)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+def _unix_request(path: str, method: str, target: str, timeout: float) -> tuple[int, str]:
+    conn = _UnixHTTPConnection(path, timeout)
+    try:
+        conn.request(method, target)
+        response = conn.getresponse()
+        return response.status, response.read().decode().strip()
+    finally:
+        conn.close()
+
+
 def run_drain(args: argparse.Namespace) -> int:
     base = f"http://{args.host}:{args.metrics_port}"
-    url = f"{base}/drain" + ("?force=1" if args.force else "")
+    query = "?force=1" if args.force else ""
+    url = f"{base}/drain{query}"
     headers = {}
     if args.token_file:
-        # From another machine a hub drains only for a cluster admin's token.
+        # Not through the socket, a secured hub drains only for a cluster admin's token.
         with open(args.token_file) as f:
             headers["Authorization"] = f"Bearer {f.read().strip()}"
     answer: list[str] = []
     failure: list[str] = []
 
     def drain() -> None:
+        if args.socket:
+            try:
+                status, text = _unix_request(args.socket, "POST", f"/drain{query}", args.timeout)
+            except (OSError, http.client.HTTPException) as exc:
+                failure.append(f"{args.socket}: {exc}")
+                return
+            (answer if status == 200 else failure).append(text or f"HTTP {status}")
+            return
         try:
             with urllib.request.urlopen(
                 urllib.request.Request(url, method="POST", headers=headers), timeout=args.timeout
@@ -93,12 +139,13 @@ def run_drain(args: argparse.Namespace) -> int:
     worker.start()
     progress = Progress()
     start = time.monotonic()
+    where = args.socket or f"{args.host}:{args.metrics_port}"
     while worker.is_alive():
         worker.join(0.5)
         if worker.is_alive() and progress.enabled:
-            left = _owned_topics(base)
+            left = _owned_topics(base, args.socket)
             progress.show(
-                f"draining {args.host}:{args.metrics_port}: "
+                f"draining {where}: "
                 f"{'?' if left is None else left} topics left, {time.monotonic() - start:.0f} s"
             )
     progress.done()
@@ -109,14 +156,18 @@ def run_drain(args: argparse.Namespace) -> int:
     return 0
 
 
-def _owned_topics(base: str) -> int | None:
+def _owned_topics(base: str, socket_path: str | None = None) -> int | None:
     """The hub's ``hedwig_topics_owned`` gauge, for drain progress (None if unreadable)."""
     try:
-        with urllib.request.urlopen(f"{base}/metrics", timeout=1) as r:
-            for line in r.read().decode().splitlines():
-                if line.startswith("hedwig_topics_owned "):
-                    return int(float(line.split()[1]))
-    except (OSError, ValueError):
+        if socket_path:
+            text = _unix_request(socket_path, "GET", "/metrics", 1)[1]
+        else:
+            with urllib.request.urlopen(f"{base}/metrics", timeout=1) as r:
+                text = r.read().decode()
+        for line in text.splitlines():
+            if line.startswith("hedwig_topics_owned "):
+                return int(float(line.split()[1]))
+    except (OSError, ValueError, http.client.HTTPException):
         pass
     return None
 

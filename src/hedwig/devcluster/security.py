@@ -133,6 +133,8 @@ class DevSecurity:
             "HEDWIG_INTERNAL_CA": self.path("hub-ca.crt"),
             "HEDWIG_INTERNAL_CERT": self.path("hub.crt"),
             "HEDWIG_INTERNAL_KEY": self.path("hub.key"),
+            # The hubs share hub.crt: a peer of the internal listener must hold its key.
+            "HEDWIG_INTERNAL_PEER_KEYS": "own",
             "HEDWIG_AUTHENTICATE": "true",
             "HEDWIG_AUTHORIZE": "true",
             "HEDWIG_SUPER_USERS": SUPER_USER,

@@ -107,10 +107,9 @@ async def _open_lanes(store: MetadataStore, topic: str, lanes: Sequence[Lane], n
                 name, config.value, existing.version if existing is not None else NEW_VERSION
             )
         for sub, got in subs.items():
-            # A lane's subscription is its topic's: the same type and delivery policy.
-            data = SubscriptionData(
-                got.value.preferences, SubscriptionState(0, now_ms, now_ms), got.value.policy
-            )
+            # A lane's subscription is its topic's: the same type, delivery policy and owner.
+            state = SubscriptionState(0, now_ms, now_ms)
+            data = SubscriptionData(got.value.preferences, state, got.value.policy, got.value.owner)
             with contextlib.suppress(SubscriptionExistsError):
                 await store.subscriptions.create_subscription_data(name, sub, data)
 

@@ -59,6 +59,13 @@ def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     )
 
 
+def _load_key(key_pem: bytes) -> ec.EllipticCurvePrivateKey:
+    key = serialization.load_pem_private_key(key_pem, password=None)
+    if not isinstance(key, ec.EllipticCurvePrivateKey):
+        raise ValueError("a Hedwig certificate's key is an EC key")
+    return key
+
+
 def _name(common_name: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 
@@ -102,10 +109,7 @@ class CertificateAuthority:
 
     @classmethod
     def load(cls, cert_pem: bytes, key_pem: bytes) -> CertificateAuthority:
-        key = serialization.load_pem_private_key(key_pem, password=None)
-        if not isinstance(key, ec.EllipticCurvePrivateKey):
-            raise ValueError("a Hedwig CA key is an EC key")
-        return cls(x509.load_pem_x509_certificate(cert_pem), key)
+        return cls(x509.load_pem_x509_certificate(cert_pem), _load_key(key_pem))
 
     @property
     def cert_pem(self) -> bytes:
@@ -125,12 +129,14 @@ class CertificateAuthority:
         client: bool = False,
         days: int = 90,
         not_after: datetime.datetime | None = None,
+        key_pem: bytes | None = None,
     ) -> IssuedCertificate:
         """A certificate for ``common_name``, usable as a server's (with ``dns_names`` and
-        ``ip_addresses`` as its names), a client's, or both."""
+        ``ip_addresses`` as its names), a client's, or both; for the key ``key_pem`` (an EC
+        key, PEM: a renewal that keeps a pinned key, ``hedwig.security.pins``), else a new one."""
         if not (server or client):
             raise ValueError("a certificate is for a server, a client, or both")
-        key = _key()
+        key = _key() if key_pem is None else _load_key(key_pem)
         now = datetime.datetime.now(datetime.UTC)
         usages = ([ExtendedKeyUsageOID.SERVER_AUTH] if server else []) + (
             [ExtendedKeyUsageOID.CLIENT_AUTH] if client else []

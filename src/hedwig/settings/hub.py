@@ -74,6 +74,14 @@ class HttpSettings:
     )
     # Loopback by default: /drain hands topics over; in a pod the kubelet needs the pod's IP.
     metrics_host: str = setting("127.0.0.1", "the HTTP endpoint's listen host")
+    # A peer address proves nothing about who is local: a service mesh's sidecar forwards
+    # callers from anywhere from 127.0.0.6 or 127.0.0.1. A file in the hub's own container
+    # does (hedwig.hub.process.http).
+    drain_socket: str | None = setting(
+        None,
+        "a Unix socket (mode 0600) serving the HTTP endpoint too, where POST /drain needs no "
+        "token: for a preStop hook (`hedwig drain --socket`)",
+    )
 
 
 @dataclass(frozen=True, slots=True)

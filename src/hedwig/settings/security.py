@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hedwig.errors import UsageError
+from hedwig.security.pins import parse_pins
 from hedwig.settings.declaration import setting
 
 
@@ -53,6 +54,46 @@ class SecuritySettings:
         30.0, "seconds between checks of the certificate files for rotation"
     )
 
+    # A certificate of the hub CA is a hub's only where that CA signs for hubs alone. A
+    # shared CA (a cert-manager ClusterIssuer) signs for whoever may create a Certificate:
+    # pin the hubs' key then (hedwig.security.pins). The operator's pools pin `own`.
+    internal_peer_keys: str = setting(
+        "",
+        "keys internal peers must hold besides a certificate of the hub CA, comma-separated: "
+        "own (this hub's own internal key, which every hub shares) and sha256/BASE64 pins "
+        "(default: any certificate of the hub CA)",
+    )
+    # Before a connection has authenticated (authentication on) it is anyone's: what it may
+    # cost is bounded in size, time and number (hedwig.hub.front.doorway). Thirty anonymous
+    # connections each holding all but the last byte of a 16 MiB frame took a hub from 214 to
+    # 832 MB; 2,000 idle ones stayed open for good. A token is a few KiB (a Kubernetes one
+    # about 1), and a client sends nothing else before its AUTHENTICATE is answered.
+    unauthenticated_frame_bytes: int = setting(
+        64 * 1024,
+        "bytes; the largest frame a connection may send before it has authenticated (larger "
+        "ones are skipped unread and answered MESSAGE_TOO_LARGE)",
+    )
+    # A client authenticates in its first round trip (a certificate in the handshake itself).
+    unauthenticated_timeout_s: float = setting(
+        10.0, "seconds a connection may stay open without authenticating"
+    )
+    incomplete_frame_timeout_s: float = setting(
+        5.0, "seconds a frame begun before authenticating may stay incomplete"
+    )
+    # Each holds at most a frame of unauthenticated_frame_bytes, for at most the timeout.
+    # Clients behind one NAT address share the per-address count, but each is unauthenticated
+    # for a round trip only; an IPv6 peer is counted by its /64.
+    unauthenticated_connections: int = setting(
+        1024, "unauthenticated connections a hub holds at most (more are closed at once)"
+    )
+    unauthenticated_connections_per_ip: int = setting(
+        128, "unauthenticated connections from one peer address at most (more are closed at once)"
+    )
+    # A client that cannot authenticate stops at its first UNAUTHENTICATED (never retried).
+    unauthenticated_refusals: int = setting(
+        3, "refused requests after which an unauthenticated connection is closed"
+    )
+
     def __post_init__(self) -> None:
         if bool(self.tls_cert) != bool(self.tls_key):
             raise UsageError("TLS needs both tls_cert and tls_key")
@@ -63,11 +104,33 @@ class SecuritySettings:
             raise UsageError("internal_ca/_cert/_key are for the internal listener: set it")
         if self.authorize and not self.authenticate:
             raise UsageError("authorization needs authentication (authenticate = true)")
-        if self.authenticate and not self.internal_listen:
+        if self.internal_peer_keys.strip():
+            if not all(internal_tls):
+                raise UsageError(
+                    "internal_peer_keys pins the keys of the internal listener's TLS peers: "
+                    "set internal_ca, internal_cert and internal_key"
+                )
+            parse_pins(self.internal_peer_keys)  # UsageError if malformed
+        if self.authenticate and not (self.internal_listen and all(internal_tls)):
+            # A plaintext internal listener takes whoever connects for a hub: it would serve
+            # READ_ENTRY and DELETE_LEDGER to an anonymous client past every ACL.
             raise UsageError(
-                "with authentication on, hub-to-hub requests need the internal listener "
-                "(internal_listen, with internal_ca/_cert/_key)"
+                "with authentication on, hub-to-hub requests need the internal listener with "
+                "its TLS: set internal_listen, internal_ca, internal_cert and internal_key "
+                "(the region's hub CA, and this hub's certificate from it)"
             )
+        for name in (
+            "unauthenticated_frame_bytes",
+            "unauthenticated_timeout_s",
+            "incomplete_frame_timeout_s",
+            "unauthenticated_connections",
+            "unauthenticated_connections_per_ip",
+            "unauthenticated_refusals",
+        ):
+            if getattr(self, name) <= 0:
+                raise UsageError(f"{name} must be positive")
+        if self.unauthenticated_frame_bytes < 4096:
+            raise UsageError("unauthenticated_frame_bytes must be at least 4096 (a token's frame)")
         if self.authenticate and not (self.tls_client_ca or self.token_issuers.strip()):
             raise UsageError(
                 "authentication needs a way to authenticate: tls_client_ca, token_issuers, or both"

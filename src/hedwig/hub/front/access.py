@@ -21,12 +21,18 @@ these rules, in order:
 
 Every refusal is counted (``hedwig_auth_denied_total{op,reason}``) and written as one JSON
 line to the ``hedwig.audit`` logger, naming the principal, the operation, the topic, the peer
-and the listener.
+and the listener, each cut short if long and at a bounded rate per connection
+(``hedwig.hub.front.audit``).
+
+A client's redirected request (any request with the redirected flag) makes the hub claim an
+unowned topic, on the client listener as well: that is what a redirect is for (the hub that
+chose this one sent the client here), and it needs the permission its frame needs, no more
+(``describe`` for TOPIC_STATS, as for READ ``read``). What only hubs send is the claim request
+of a handing-off hub, which goes to the destination's internal listener (rule 1).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from enum import Enum
@@ -39,6 +45,8 @@ from hedwig.errors import (
     HedwigError,
     InternalOnlyError,
 )
+from hedwig.hub.front import audit
+from hedwig.hub.front.audit import MESSAGE_CHARS, AuditBudget, cut
 from hedwig.hub.reporting.denials import DenialReason
 from hedwig.hub.reporting.events import HubEvents
 from hedwig.metadata.acls import Operation
@@ -71,8 +79,6 @@ from hedwig.protocol.security_frames import TOKEN
 from hedwig.security.acl import AclSet
 from hedwig.security.principal import ANONYMOUS, Principal
 from hedwig.security.tokens import LEEWAY_S, TokenVerifier
-
-audit = logging.getLogger("hedwig.audit")
 
 # What each request needs on the client listener: its operation on the topic it names.
 _NEEDS: dict[type, Operation] = {
@@ -125,6 +131,7 @@ class Caller(Protocol):
     principal: Principal
     decisions: dict[tuple[Operation, str], bool]
     acl_generation: int
+    audit: AuditBudget
 
 
 class AccessControl:
@@ -267,16 +274,15 @@ class AccessControl:
         for conn in list(connections):
             if self.expired(conn):
                 self._events.denied("connect", DenialReason.EXPIRED)
-                audit.warning(
-                    json.dumps(
-                        {
-                            "event": "closed",
-                            "reason": "expired",
-                            "principal": conn.principal.name,
-                            "peer": conn.name,
-                        },
-                        sort_keys=True,
-                    )
+                audit.write(
+                    conn,
+                    logging.WARNING,
+                    {
+                        "event": "closed",
+                        "reason": "expired",
+                        "principal": cut(conn.principal.name),
+                        "peer": conn.name,
+                    },
                 )
                 close(conn)
                 closed += 1
@@ -329,11 +335,10 @@ class AccessControl:
             )
         conn.principal = principal
         conn.decisions.clear()
-        audit.info(
-            json.dumps(
-                {"event": "authenticated", "principal": principal.name, "peer": conn.name},
-                sort_keys=True,
-            )
+        audit.write(
+            conn,
+            logging.INFO,
+            {"event": "authenticated", "principal": cut(principal.name), "peer": conn.name},
         )
         return Authenticated(
             request_id=frame.request_id,
@@ -350,9 +355,14 @@ class AccessControl:
 
     # refusals ----------------------------------------------------------------------------------
 
+    def refuse(self, conn: Caller, op: str, exc: ForbiddenError, *, topic: str = "") -> None:
+        """Raise ``exc``, a refusal decided elsewhere (``hedwig.hub.front.owners``), counted
+        and audited as this module's own are."""
+        self._deny(conn, op, DenialReason.FORBIDDEN, exc, topic=topic)
+
     def _forbidden(self, conn: Caller, op: Operation, topic: str) -> ForbiddenError:
         return ForbiddenError(
-            f"principal {conn.principal.name} may not {op.value} topic {topic!r}",
+            f"principal {cut(conn.principal.name)} may not {op.value} topic {cut(topic)!r}",
             principal=conn.principal.name,
             operation=op.value,
             topic=topic,
@@ -362,19 +372,18 @@ class AccessControl:
         self, conn: Caller, op: str, reason: DenialReason, exc: HedwigError, *, topic: str = ""
     ) -> None:
         self._events.denied(op, reason)
-        audit.warning(
-            json.dumps(
-                {
-                    "event": "denied",
-                    "op": op,
-                    "reason": reason.value,
-                    "principal": conn.principal.name,
-                    "topic": topic,
-                    "peer": conn.name,
-                    "listener": conn.role.value,
-                    "message": str(exc),
-                },
-                sort_keys=True,
-            )
+        audit.write(
+            conn,
+            logging.WARNING,
+            {
+                "event": "denied",
+                "op": op,
+                "reason": reason.value,
+                "principal": cut(conn.principal.name),
+                "topic": cut(topic),
+                "peer": conn.name,
+                "listener": conn.role.value,
+                "message": cut(str(exc), MESSAGE_CHARS),
+            },
         )
         raise exc

@@ -12,8 +12,11 @@ Before anything is served, ``hedwig.hub.front.access`` admits the request (authe
 authorization, the closed hub-to-hub plane); a refusal is answered like any other error.
 
 Bad input never takes the hub down: a malformed frame closes that one connection with a logged
-reason; an oversized frame is skipped and answered MESSAGE_TOO_LARGE; a batch whose count lies
-is answered INVALID_REQUEST; the connection stays open for both.
+reason (counted, and summed up past a few a minute: ``hedwig.hub.front.doorway.ClosureLog``);
+an oversized frame is skipped and answered MESSAGE_TOO_LARGE; a batch whose count lies is
+answered INVALID_REQUEST; the connection stays open for both. Until a connection has
+authenticated, on a hub with authentication on, the doorway (``hedwig.hub.front.doorway``)
+bounds its frames, its time and the number of such connections.
 """
 
 from __future__ import annotations
@@ -22,9 +25,15 @@ import asyncio
 import logging
 from typing import Protocol, cast
 
+from hedwig.clock import Clock
 from hedwig.errors import MessageTooLargeError, ProtocolError
+from hedwig.hub.front import audit
 from hedwig.hub.front.access import ListenerRole
 from hedwig.hub.front.admission import Admission
+from hedwig.hub.front.doorway import Door, Sweeper
+from hedwig.hub.front.memory import MemoryRelease
+from hedwig.hub.front.tls import AnyHub, PeerCheck
+from hedwig.hub.reporting.disconnects import Disconnect
 from hedwig.hub.reporting.events import HubEvents
 from hedwig.metadata.acls import Operation
 from hedwig.net.coalescing import TurnWriter
@@ -75,6 +84,14 @@ class ClientConnection(asyncio.Protocol):
         self._writable.set()
         self._closed = False
         self.name = "?"
+        self.peer_host = ""
+        # While unauthenticated (``hedwig.hub.front.doorway``): whether the doorway watches
+        # this connection, when the frame it is in the middle of began, why it was closed.
+        self._door = front.doorway
+        self._watched = False
+        self.incomplete_since: float | None = None
+        self.closed_for: Disconnect | None = None
+        self._refusals = 0
         # The topics this connection published or subscribed to, for its disconnection to
         # detach it from each; None once there were more than ``TOPICS_KEPT`` (its
         # disconnection looks at every owned topic instead: a client publishing to 100,000
@@ -82,9 +99,24 @@ class ClientConnection(asyncio.Protocol):
         self.topics: set[str] | None = set()
         # Access control (``hedwig.hub.front.access``): which listener, who, and cached decisions.
         self.role = front.role
-        self.principal: Principal = ANONYMOUS
+        self._principal: Principal = ANONYMOUS
         self.decisions: dict[tuple[Operation, str], bool] = {}
         self.acl_generation = -1
+        self.audit = audit.AuditBudget(front.clock)
+
+    @property
+    def principal(self) -> Principal:
+        return self._principal
+
+    @principal.setter
+    def principal(self, principal: Principal) -> None:
+        """Who the connection is; once it has an identity the doorway's bounds are lifted."""
+        self._principal = principal
+        if self._watched and not principal.anonymous:
+            self._watched = False
+            self.incomplete_since = None
+            self._door.identified(self)
+            self._conn.max_frame_size = self._front.max_frame_size
 
     # asyncio.Protocol ---------------------------------------------------------------------
 
@@ -94,24 +126,56 @@ class ClientConnection(asyncio.Protocol):
         self._writer = TurnWriter(self._transport)
         peer = self._transport.get_extra_info("peername")
         self.name = f"{peer[0]}:{peer[1]}" if peer else "?"
-        self._identify(self._transport.get_extra_info("peercert"))
+        self.peer_host = str(peer[0]) if peer else ""
+        if not self._identify(self._transport.get_extra_info("peercert")):
+            return
+        limit = self._door.frame_limit
+        if limit is not None and self._principal.anonymous:
+            if not self._door.arrived(self):
+                return  # too many unauthenticated connections: closed already
+            self._watched = True
+            self._conn.max_frame_size = min(limit, self._front.max_frame_size)
         self._front.connections.add(self)
 
-    def _identify(self, peercert: dict[str, object] | None) -> None:
-        """A verified certificate names the principal (TLS checked it against the CA)."""
+    def _identify(self, peercert: dict[str, object] | None) -> bool:
+        """A verified certificate names the principal (TLS checked it against the CA); False
+        if the peer was closed instead (on the internal listener, a key not pinned)."""
         if self.role is ListenerRole.INTERNAL:
-            # Only a hub of the region gets past the internal listener's handshake (on an
-            # in-memory network, in tests, every peer is a hub).
+            # Only a hub of the region gets past the internal listener's handshake, and its
+            # key check (on an in-memory network, in tests, every peer is a hub).
+            if not self._front.internal_peers.admits(self._peer_certificate()):
+                self.closed_for = Disconnect.PEER_KEY
+                self._door.closures.closed(
+                    self,
+                    Disconnect.PEER_KEY,
+                    "its certificate is from the hub CA but its key is none this hub pins "
+                    "(internal_peer_keys)",
+                )
+                self.abort()
+                return False
             name = principal_from_certificate(peercert) or "memory"
             self.principal = Principal(f"hub:{name}", PrincipalKind.HUB)
-            return
+            return True
         named = principal_from_certificate(peercert)
         if named is not None:
             self.principal = Principal(named, PrincipalKind.CERTIFICATE)
+        return True
+
+    def _peer_certificate(self) -> bytes | None:
+        assert self._transport is not None
+        tls = self._transport.get_extra_info("ssl_object")
+        if tls is None:
+            return None
+        der: bytes | None = tls.getpeercert(binary_form=True)
+        return der
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
         self._writable.set()
+        if self._watched:
+            self._watched = False
+            self._door.left(self)
+        audit.closed(self, self._principal.name)
         self._front.connections.discard(self)
         self._front.handler.disconnected(self)
 
@@ -126,17 +190,30 @@ class ClientConnection(asyncio.Protocol):
             self._conn.receive_data(data)
             frames = self._conn.next_frames()
         except ProtocolError as exc:
-            log.warning("closing connection from %s: %s", self.name, exc)
+            # The reason as text: a log record (kept by a handler that buffers) holding the
+            # exception would hold its traceback, this frame, and so this connection.
+            drop_tracebacks(exc)
+            if self.closed_for is None:
+                self.closed_for = Disconnect.MALFORMED
+                self._door.closures.closed(self, Disconnect.MALFORMED, str(exc))
             self.close()
             return
+        if self._watched:
+            if not self._conn.pending_bytes:
+                self.incomplete_since = None
+            elif self.incomplete_since is None:
+                self.incomplete_since = self._front.clock.monotonic()
         for frame in frames:
+            if self.closed_for is not None:
+                break  # closed by the hub: what follows is not served
             if isinstance(frame, OversizedFrame):
                 limit = self._conn.max_frame_size
+                before = " before authenticating" if self._watched else ""
                 self._front.refuse(
                     self,
                     frame.request_id,
                     MessageTooLargeError(
-                        f"frame of {frame.size} bytes exceeds the limit of {limit}",
+                        f"frame of {frame.size} bytes exceeds the limit of {limit}{before}",
                         size=frame.size,
                         limit=limit,
                     ),
@@ -157,6 +234,13 @@ class ClientConnection(asyncio.Protocol):
             return
         self._writer.write(self._conn.send(frame))
 
+    def refused(self, answer: Error) -> None:
+        """Send the refusal ``answer``; an unauthenticated connection is closed after a few."""
+        self.send(answer)
+        if self._watched:
+            self._refusals += 1
+            self._door.refused(self, self._refusals)
+
     async def writable(self) -> None:
         await self._writable.wait()
 
@@ -164,6 +248,10 @@ class ClientConnection(asyncio.Protocol):
         if self._transport is not None and not self._closed:
             self._writer.flush()
             self._transport.close()
+
+    def abort(self) -> None:
+        if self._transport is not None and not self._closed:
+            self._transport.abort()
 
 
 class HubFrontEnd:
@@ -176,30 +264,56 @@ class HubFrontEnd:
         max_frame_size: int,
         events: HubEvents,
         admission: Admission,
+        doorway: Door,
+        clock: Clock,
         role: ListenerRole = ListenerRole.CLIENT,
+        internal_peers: PeerCheck | None = None,
     ) -> None:
         self.handler = handler
         self.max_frame_size = max_frame_size
         self.connections: set[ClientConnection] = set()
         self._events = events
         self._admission = admission
+        self.doorway = doorway
+        self.clock = clock
         self.role = role
+        # Whether a peer of the internal listener is a hub (``hedwig.hub.front.tls``).
+        self.internal_peers: PeerCheck = internal_peers or AnyHub()
+        # Connections begun (the listener's calls of ``protocol``, before their TLS handshake).
+        # Those no longer open are gone, a handshake that failed included (it never opened):
+        # a flood of them is memory to give back. Handshakes that failed were most of a flood
+        # on a loaded machine, and counted by ``connection_lost`` alone they never made one.
+        self.begun = 0
+        self._sweeper = Sweeper(
+            doorway,
+            clock,
+            gone=lambda: self.begun - len(self.connections),
+            release=MemoryRelease(clock),
+        )
+
+    def start_sweeping(self) -> None:
+        """Check the unauthenticated connections' deadlines every second from now on."""
+        self._sweeper.start()
+
+    def stop_sweeping(self) -> None:
+        self._sweeper.stop()
 
     def protocol(self) -> ClientConnection:
+        self.begun += 1
         return ClientConnection(self)
 
     def dispatch(self, conn: ClientConnection, frame: Request) -> None:
         try:
             self._admission.admit(conn, frame, type(frame).LABEL)
         except Exception as exc:
-            conn.send(self._error(frame, exc))
+            conn.refused(self._error(frame, exc))
             return
         if isinstance(frame, Consume):
             # Consumes are frequent and need no I/O before their answer.
             try:
                 self.handler.consume(conn, frame)
             except Exception as exc:
-                conn.send(self._error(frame, exc))
+                conn.refused(self._error(frame, exc))
                 return
             conn.send(Ok(request_id=frame.request_id))
             return
@@ -207,7 +321,7 @@ class HubFrontEnd:
 
     def refuse(self, conn: ClientConnection, request_id: int, exc: Exception) -> None:
         """Answer a request the connection could not even decode (too large, lying batch)."""
-        conn.send(self._error_answer(request_id, "undecoded", exc))
+        conn.refused(self._error_answer(request_id, "undecoded", exc))
 
     async def _run(self, conn: ClientConnection, frame: Request) -> None:
         try:
@@ -216,7 +330,7 @@ class HubFrontEnd:
             else:
                 answer = await self.handler.handle(conn, frame)
         except Exception as exc:
-            conn.send(self._error(frame, exc))
+            conn.refused(self._error(frame, exc))
             return
         conn.send(answer if answer is not None else Ok(request_id=frame.request_id))
         self._events.answered(type(frame).LABEL, "ok")

@@ -7,6 +7,12 @@ certificate reloading that makes rotation need no restart.
   ``internal_ca``, the region's hub CA; the connections this hub opens to other hubs present
   the same certificate and check theirs against the same CA. Without those it is plaintext
   (a hub with security off).
+- With ``internal_peer_keys``, a peer of the internal listener must also hold a pinned key
+  (``hedwig.security.pins``: ``own``, the key of this hub's own internal certificate, which
+  every hub of an operator's pool shares, and listed ``sha256/`` pins); a certificate of the
+  hub CA with any other key is closed after its handshake (``internal_peers``). Without it,
+  any certificate of the hub CA is a hub's (``AnyHub``), as it must be where the CA signs for
+  hubs alone.
 
 A hub given a network of its own (in memory, in tests) uses it as it is for both listeners and
 every connection (``GivenNetwork``): no TLS, nothing to reload.
@@ -21,8 +27,31 @@ from typing import Protocol
 from hedwig.clock import Clock
 from hedwig.errors import UsageError
 from hedwig.net.transport import Network, TcpNetwork
+from hedwig.security.pins import KeyPins, parse_pins
 from hedwig.security.tls import ReloadingCertificate, client_context, server_context
 from hedwig.settings import HubConfig
+
+
+class PeerCheck(Protocol):
+    """Whether a peer that passed the internal listener's handshake is a hub."""
+
+    def admits(self, certificate: bytes | None) -> bool:
+        """``certificate``: the peer's, DER (None: none, or no TLS)."""
+        ...
+
+    def refresh(self) -> None:
+        """Read this hub's own certificate again if it changed."""
+        ...
+
+
+class AnyHub:
+    """Every peer that passed the handshake is a hub (no pins, or no TLS in tests)."""
+
+    def admits(self, certificate: bytes | None) -> bool:
+        return True
+
+    def refresh(self) -> None:
+        return None
 
 
 class HubNetworks(Protocol):
@@ -30,6 +59,7 @@ class HubNetworks(Protocol):
 
     client_network: Network
     internal_network: Network
+    internal_peers: PeerCheck
 
     def reload(self) -> int: ...
 
@@ -76,10 +106,18 @@ class HubTls:
         self.internal_network: Network = TcpNetwork(
             client_tls=internal_client, server_tls=internal_server
         )
+        self.internal_peers: PeerCheck = AnyHub()
+        if config.security.internal_peer_keys.strip():
+            pins, own = parse_pins(config.security.internal_peer_keys)
+            self.internal_peers = KeyPins(
+                pins, own_cert=config.security.internal_cert if own else None, clock=clock
+            )
 
     def reload(self) -> int:
         """Reload every certificate whose files changed; how many were."""
-        return sum(r.reload_if_changed() for r in self._reloading)
+        reloaded = sum(r.reload_if_changed() for r in self._reloading)
+        self.internal_peers.refresh()
+        return reloaded
 
     def start_reloading(self, interval_s: float) -> None:
         if self._reloading:
@@ -103,6 +141,7 @@ class GivenNetwork:
         if config.security.tls_cert or config.security.internal_cert:
             raise UsageError("TLS settings need the hub's own TCP network (network=None)")
         self.client_network = self.internal_network = network
+        self.internal_peers: PeerCheck = AnyHub()
 
     def reload(self) -> int:
         return 0

@@ -290,9 +290,9 @@ class OwnedTopic:
             )
         self.subs.consume(peer, subscriber, seq)
 
-    async def create_subscription(self, req: CreateSubscription) -> Subscribed:
+    async def create_subscription(self, req: CreateSubscription, owner: str | None) -> Subscribed:
         self._check_open()
-        return await self.subs.create(req)
+        return await self.subs.create(req, owner)
 
     async def join(self, peer: Peer, req: JoinSubscription) -> Subscribed:
         self._check_open()

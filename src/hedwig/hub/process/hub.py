@@ -26,6 +26,8 @@ from hedwig.errors import MetadataUnavailableError, UsageError
 from hedwig.hub.front.access import AccessControl, ListenerRole
 from hedwig.hub.front.acl_watch import AclWatcher, NoAclWatch
 from hedwig.hub.front.admission import OpenDoor
+from hedwig.hub.front.doorway import NoDoorway, doorway_for
+from hedwig.hub.front.owners import SubscriptionOwners
 from hedwig.hub.front.server import ClientConnection, HubFrontEnd
 from hedwig.hub.front.tls import GivenNetwork, HubNetworks, HubTls
 from hedwig.hub.owning.choices import HubChoices
@@ -33,7 +35,7 @@ from hedwig.hub.owning.ownership import TopicOwnership
 from hedwig.hub.owning.peers import HubDialer, PeerDirectory
 from hedwig.hub.owning.witnesses import SessionWitnesses
 from hedwig.hub.process import collector
-from hedwig.hub.process.http import HealthServer
+from hedwig.hub.process.http import DrainCaller, HealthServer
 from hedwig.hub.process.identity import load_hub_id
 from hedwig.hub.process.loops import HubLoops
 from hedwig.hub.process.registration import HubRegistration
@@ -174,14 +176,21 @@ class Hub:
         owned = OwnedTopics(
             ownership=self.topics, fanout=self.fanout, access=self.access, store=self.store
         )
+        # Whose each subscription is, and who may attach to, reset, delete and list it.
+        owners = SubscriptionOwners(access=self.access, store=self.store)
         self.requests = HubRequests(
             owned=owned,
             topics=TopicRequests(
-                owned=owned, fanout=self.fanout, lanes=self.lanes, events=self.metrics
+                owned=owned,
+                fanout=self.fanout,
+                lanes=self.lanes,
+                events=self.metrics,
+                owners=owners,
             ),
             subscriptions=SubscriptionRequests(
                 places=SubscriptionPlaces(owned=owned, fanout=self.fanout, plans=self.plans),
                 lanes=self.lanes,
+                owners=owners,
             ),
             moves=TopicMoves(
                 ownership=self.topics, store=self.store, dialer=self.dialer, events=self.metrics
@@ -205,18 +214,25 @@ class Hub:
             with_storage=not config.security.internal_listen
         )
         self.internal_routes = self.requests.internal_routes()
+        # What an unauthenticated connection may cost (nothing bounded with authentication off).
+        doorway = doorway_for(config, clock=self.clock, events=self.metrics)
         self.front = HubFrontEnd(
             self.client_routes,
             max_frame_size=max_frame,
             events=self.metrics,
             admission=self.access if secured else OpenDoor(),
+            doorway=doorway,
+            clock=self.clock,
         )
         self.internal_front = HubFrontEnd(
             self.internal_routes,
             max_frame_size=max_frame,
             events=self.metrics,
             admission=self.access,
+            doorway=NoDoorway(doorway.closures),
+            clock=self.clock,
             role=ListenerRole.INTERNAL,
+            internal_peers=self.tls.internal_peers,
         )
         self.acl_watcher: AclWatcher | NoAclWatch = (
             AclWatcher(
@@ -304,9 +320,10 @@ class Hub:
         if not self.config.connection.advertise:
             self._set_address(self._listener.address)
         self.tls.start_reloading(self.config.security.cert_reload_interval_s)
+        self.front.start_sweeping()
         if self.config.security.authenticate:
             self._expiry = asyncio.get_running_loop().create_task(self._close_expired())
-        if self.config.http.metrics_port is not None:
+        if self.config.http.metrics_port is not None or self.config.http.drain_socket:
             self._http = HealthServer(
                 self.metrics.registry,
                 self.readiness,
@@ -314,7 +331,10 @@ class Hub:
                 drain=self.drain,
                 drain_allowed=self._drain_allowed,
             )
-            await self._http.start(self.config.http.metrics_host, self.config.http.metrics_port)
+            if self.config.http.metrics_port is not None:
+                await self._http.start(self.config.http.metrics_host, self.config.http.metrics_port)
+            if self.config.http.drain_socket:
+                await self._http.start_unix(self.config.http.drain_socket)
         await self._while_store_away("registering", self.registration.register)
         try:
             await self.loops.check_hub_count()
@@ -410,6 +430,7 @@ class Hub:
         if self._expiry is not None:
             self._expiry.cancel()
         self.tls.stop_reloading()
+        self.front.stop_sweeping()
         for listener in (self._listener, self._internal_listener):
             if listener is not None:
                 listener.close()
@@ -441,15 +462,20 @@ class Hub:
 
     # access control -------------------------------------------------------------------------
 
-    async def _drain_allowed(self, peer_host: str, token: str | None) -> bool:
-        """``POST /drain``: from this machine (a preStop hook), or with a token whose principal
-        may administer the cluster."""
-        if peer_host in ("127.0.0.1", "::1") or peer_host.startswith("127."):
+    async def _drain_allowed(self, caller: DrainCaller) -> bool:
+        """``POST /drain``: through the hub's local socket (a preStop hook), or with a token
+        whose principal may administer the cluster. A hub without authentication also drains
+        for a caller at 127.0.0.1 or ::1, as its client port serves RELEASE_TOPIC to anyone;
+        with authentication no peer address is enough (a mesh's sidecar forwards callers from
+        anywhere from loopback addresses)."""
+        if caller.local_socket:
             return True
-        if token is None or not self.access.verifier:
+        if not self.config.security.authenticate and caller.peer_host in ("127.0.0.1", "::1"):
+            return True
+        if caller.token is None or not self.access.verifier:
             return False
         try:
-            principal = await self.access.verifier.verify(token)
+            principal = await self.access.verifier.verify(caller.token)
         except Exception:
             return False
         return self.access.cluster_admin(principal)

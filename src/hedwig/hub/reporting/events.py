@@ -13,6 +13,7 @@ from enum import Enum
 from typing import Protocol
 
 from hedwig.hub.reporting.denials import DenialReason
+from hedwig.hub.reporting.disconnects import Disconnect
 from hedwig.metadata.managers import SessionState
 from hedwig.protocol.kinds import MoveKind
 
@@ -86,6 +87,10 @@ class HubEvents(Protocol):
         ``reason`` is a bounded category (``hedwig.hub.reporting.denials.DenialReason``)."""
         ...
 
+    def disconnected(self, reason: Disconnect) -> None:
+        """The hub closed a connection itself, for ``reason``."""
+        ...
+
 
 class NoEvents:
     """Events nobody listens to (a hub part used on its own, in a test or a tool)."""
@@ -127,4 +132,7 @@ class NoEvents:
         return None
 
     def denied(self, op: str, reason: DenialReason) -> None:
+        return None
+
+    def disconnected(self, reason: Disconnect) -> None:
         return None

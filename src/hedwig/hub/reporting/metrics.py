@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from hedwig.hub.reporting.denials import DENIAL_SERIES, DenialReason
+from hedwig.hub.reporting.disconnects import Disconnect
 from hedwig.hub.reporting.events import LossKind
 from hedwig.hub.reporting.queue_stats import QueueStats
 from hedwig.metadata.managers import SessionState
@@ -104,6 +105,13 @@ class HubMetrics:
             "hedwig_auth_denied",
             "Requests refused by authentication or authorization, by operation and reason",
             ["op", "reason"],
+            registry=r,
+        )
+        self.connections_closed = Counter(
+            "hedwig_connections_closed",
+            "Connections the hub closed itself, by reason (not authenticated in time, a frame "
+            "left incomplete, too many unauthenticated, malformed input, expired credentials)",
+            ["reason"],
             registry=r,
         )
         self.zk_session = Gauge(
@@ -279,6 +287,8 @@ class HubMetrics:
             self.losses.labels(loss.value)
         for op, reason in DENIAL_SERIES:
             self.auth_denied.labels(op, reason.value)
+        for closed in Disconnect:
+            self.connections_closed.labels(closed.value)
         # The labelled series of the per-request counters, looked up once each: ``labels()``
         # takes a lock and builds a key every time, a measurable share of a one-message
         # publish. Keyed by series (a topic's own, or "" for the unlisted rest).
@@ -404,6 +414,9 @@ class HubMetrics:
 
     def denied(self, op: str, reason: DenialReason) -> None:
         self.auth_denied.labels(op, reason.value).inc()
+
+    def disconnected(self, reason: Disconnect) -> None:
+        self.connections_closed.labels(reason.value).inc()
 
     def metadata_write_failed(self, record: str) -> None:
         self.metadata_write_failures.labels(record).inc()

@@ -3,11 +3,13 @@ one as one of its consumers and acknowledge or nack its messages one by one.
 
 Each finds the table it acts on through ``SubscriptionPlaces`` (the one seam that says where a
 subscription is served) and hands the request to it. A lane's name is served only as a lane
-its topic's plan lists (``TopicLanes.check_name``).
+its topic's plan lists (``TopicLanes.check_name``). Attaching, resetting and deleting a
+subscription that exists need its owner (``SubscriptionOwners``).
 """
 
 from __future__ import annotations
 
+from hedwig.hub.front.owners import SubscriptionOwners, owner_of
 from hedwig.hub.front.server import ClientConnection
 from hedwig.hub.requests.places import SubscriptionPlaces
 from hedwig.hub.spreading.lanes import TopicLanes
@@ -27,9 +29,12 @@ from hedwig.protocol import (
 
 
 class SubscriptionRequests:
-    def __init__(self, *, places: SubscriptionPlaces, lanes: TopicLanes) -> None:
+    def __init__(
+        self, *, places: SubscriptionPlaces, lanes: TopicLanes, owners: SubscriptionOwners
+    ) -> None:
         self._places = places
         self._lanes = lanes
+        self._owners = owners
 
     async def subscribe(self, conn: ClientConnection, req: Subscribe) -> Reply:
         validate_name(req.subscriber, what="subscriber")
@@ -37,7 +42,16 @@ class SubscriptionRequests:
         table = await self._places.placed(
             conn, req.topic, req.subscriber, redirected=req.redirected, create=True
         )
-        return await table.subscribe(conn, req)
+        existed = await self._owners.check(conn, "subscribe", req.topic, req.subscriber)
+        answer = await table.subscribe(conn, req)
+        if not existed:  # made now, or a moment ago by someone else: which, the record says
+            await self._owners.check_attached(
+                conn,
+                req.topic,
+                req.subscriber,
+                lambda: table.close_subscription(conn, req.subscriber),
+            )
+        return answer
 
     async def join(self, conn: ClientConnection, req: JoinSubscription) -> Reply:
         validate_name(req.subscriber, what="subscriber")
@@ -45,7 +59,16 @@ class SubscriptionRequests:
         table = await self._places.placed(
             conn, req.topic, req.subscriber, redirected=req.redirected, create=True
         )
-        return await table.join(conn, req)
+        existed = await self._owners.check(conn, "join", req.topic, req.subscriber)
+        answer = await table.join(conn, req)
+        if not existed:  # as for SUBSCRIBE: made now, or a moment ago by someone else
+            await self._owners.check_attached(
+                conn,
+                req.topic,
+                req.subscriber,
+                lambda: table.close_subscription(conn, req.subscriber),
+            )
+        return answer
 
     async def create_subscription(self, conn: ClientConnection, req: CreateSubscription) -> Reply:
         validate_name(req.subscriber, what="subscriber")
@@ -53,7 +76,7 @@ class SubscriptionRequests:
         table = await self._places.placed(
             conn, req.topic, req.subscriber, redirected=req.redirected, create=True
         )
-        return await table.create_subscription(req)
+        return await table.create_subscription(req, owner_of(conn.principal))
 
     async def ack(self, conn: ClientConnection, req: Ack) -> None:
         self._places.attached(conn, req.topic, req.subscriber).ack(conn, req)
@@ -72,6 +95,7 @@ class SubscriptionRequests:
 
     async def unsubscribe(self, conn: ClientConnection, req: Unsubscribe) -> None:
         table = await self._places.holding(conn, req.topic, req.subscriber)
+        await self._owners.check(conn, "unsubscribe", req.topic, req.subscriber)
         await table.unsubscribe(conn, req.subscriber)
 
     async def reset_subscription(self, conn: ClientConnection, req: ResetSubscription) -> Reply:
@@ -79,4 +103,5 @@ class SubscriptionRequests:
         table = await self._places.placed(
             conn, req.topic, req.subscriber, redirected=req.redirected
         )
+        await self._owners.check(conn, "reset_subscription", req.topic, req.subscriber)
         return await table.reset_subscription(req)

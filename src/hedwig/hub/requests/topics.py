@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 
+from hedwig.hub.front.owners import SubscriptionOwners
 from hedwig.hub.front.server import ClientConnection
 from hedwig.hub.reporting.events import HubEvents
 from hedwig.hub.requests.owned import OwnedTopics
@@ -41,9 +42,16 @@ MAX_TAIL_WAIT_MS = 30_000
 
 class TopicRequests:
     def __init__(
-        self, *, owned: OwnedTopics, fanout: FanOut, lanes: TopicLanes, events: HubEvents
+        self,
+        *,
+        owned: OwnedTopics,
+        fanout: FanOut,
+        lanes: TopicLanes,
+        events: HubEvents,
+        owners: SubscriptionOwners,
     ) -> None:
         self._owned = owned
+        self._owners = owners
         self._ownership = owned.ownership
         self._fanout = fanout
         self._lanes = lanes
@@ -130,7 +138,7 @@ class TopicRequests:
 
     async def describe_topic(self, conn: ClientConnection, req: DescribeTopic) -> Reply:
         owned = await self._owned.acquire(conn, req.topic, req.redirected)
-        return await owned.describe(req)
+        return await self._owners.visible(conn, req.topic, await owned.describe(req))
 
     async def ping(self, conn: ClientConnection, req: Ping) -> None:
         return None

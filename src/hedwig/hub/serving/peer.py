@@ -5,10 +5,13 @@ from __future__ import annotations
 from typing import Protocol
 
 from hedwig.protocol import Frame
+from hedwig.security.principal import Principal
 
 
 class Peer(Protocol):
     name: str
+    # Who it is: a subscription it creates is that principal's (``hedwig.hub.front.owners``).
+    principal: Principal
 
     @property
     def closed(self) -> bool: ...

@@ -89,6 +89,7 @@ class Subscription:
         # Written back whole where the store cannot update a part (the policy is never changed
         # here, only carried).
         self._policy = data.policy
+        self.owner = data.owner  # written with the mark: ZooKeeper and etcd store it whole
         state = data.state or SubscriptionState()
         self.consumed_seq = state.consumed_seq
         self._created_ms = state.created_ms
@@ -214,7 +215,7 @@ class Subscription:
             data = (
                 SubscriptionData(None, state)
                 if subs.is_partial_update_supported()
-                else SubscriptionData(self.preferences, state, self._policy)
+                else SubscriptionData(self.preferences, state, self._policy, self.owner)
             )
             try:
                 self.version = await subs.update_subscription_data(

@@ -32,8 +32,9 @@ class SubscriptionTable(Protocol):
         """``peer``'s subscription has consumed everything up to ``seq``."""
         ...
 
-    async def create_subscription(self, req: CreateSubscription) -> Subscribed:
-        """Create a subscription of a type with its delivery policy."""
+    async def create_subscription(self, req: CreateSubscription, owner: str | None) -> Subscribed:
+        """Create a subscription of a type with its delivery policy, ``owner``'s
+        (``hedwig.hub.front.owners``)."""
         ...
 
     async def join(self, peer: Peer, req: JoinSubscription) -> Subscribed:

@@ -38,6 +38,7 @@ from hedwig.errors import (
     SubscriptionBusyError,
     SubscriptionExistsError,
 )
+from hedwig.hub.front.owners import owner_of
 from hedwig.hub.serving.deliveries import checked_ranges
 from hedwig.hub.serving.peer import Peer
 from hedwig.hub.serving.policies import check_served, policy_of
@@ -111,7 +112,7 @@ class TopicSubscriptions:
         leaving = self.leaving.get(req.subscriber)
         if leaving is not None:
             self._left(req.subscriber, leaving)  # back here before its hand-off was over
-        sub = await self._find_or_create(req)
+        sub = await self._find_or_create(req, owner_of(peer.principal))
         if isinstance(sub, QueueSubscription):
             raise InvalidRequestError(
                 f"subscription {req.subscriber!r} of topic {self.topic!r} is "
@@ -134,10 +135,14 @@ class TopicSubscriptions:
         return answer
 
     async def _find_or_create(
-        self, req: Subscribe | JoinSubscription, policy: DeliveryPolicy | None = None
+        self,
+        req: Subscribe | JoinSubscription,
+        owner: str | None,
+        policy: DeliveryPolicy | None = None,
     ) -> Served:
         """The subscription ``req`` names, read from the store or created as its mode says
-        (``policy``: what a new one gets; none, an exclusive one)."""
+        (``owner``: the principal it is made for; ``policy``: what a new one gets; none, an
+        exclusive one)."""
         while True:
             sub = await self._find(req.subscriber)
             if sub is not None:
@@ -154,6 +159,7 @@ class TopicSubscriptions:
                 SubscriptionPreferences(req.message_window, bound),
                 SubscriptionState(self._log.last_seq, now, now),
                 policy,
+                owner,
             )
             try:
                 version = await self._store.subscriptions.create_subscription_data(
@@ -166,8 +172,9 @@ class TopicSubscriptions:
             self._check_open()
             return self.by_name.get(req.subscriber) or self._make(req.subscriber, data, version)
 
-    async def create(self, req: CreateSubscription) -> Subscribed:
-        """Create a subscription of a type and delivery policy, after the topic's end."""
+    async def create(self, req: CreateSubscription, owner: str | None) -> Subscribed:
+        """Create a subscription of a type and delivery policy, after the topic's end,
+        ``owner``'s."""
         policy = policy_of(req)
         sub = await self._find_or_create(
             JoinSubscription(
@@ -177,6 +184,7 @@ class TopicSubscriptions:
                 type=req.type,
                 mode=SubscribeMode.CREATE,
             ),
+            owner,
             policy,
         )
         return Subscribed(
@@ -193,7 +201,7 @@ class TopicSubscriptions:
         leaving = self.leaving.get(req.subscriber)
         if leaving is not None:
             self._left(req.subscriber, leaving)
-        sub = await self._find_or_create(req, DeliveryPolicy(req.type))
+        sub = await self._find_or_create(req, owner_of(peer.principal), DeliveryPolicy(req.type))
         if not isinstance(sub, QueueSubscription) or sub.policy.type is not req.type:
             kind = sub.policy.type if isinstance(sub, QueueSubscription) else None
             raise InvalidRequestError(

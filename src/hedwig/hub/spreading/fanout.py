@@ -82,8 +82,8 @@ class DeliveryTopic:
     def consume(self, peer: Peer, subscriber: str, seq: int) -> None:
         self.subs.consume(peer, subscriber, seq)
 
-    async def create_subscription(self, req: CreateSubscription) -> Subscribed:
-        return await self.subs.create(req)
+    async def create_subscription(self, req: CreateSubscription, owner: str | None) -> Subscribed:
+        return await self.subs.create(req, owner)
 
     async def join(self, peer: Peer, req: JoinSubscription) -> Subscribed:
         return await self.subs.join(peer, req)

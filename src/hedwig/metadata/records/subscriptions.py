@@ -74,6 +74,9 @@ class SubscriptionData:
     preferences: SubscriptionPreferences | None = None
     state: SubscriptionState | None = None
     policy: DeliveryPolicy | None = None
+    # The principal that created it, whose it is (``hedwig.hub.front.owners``); None: none
+    # recorded (anyone's with ``subscribe``), and in a partial update, left as stored.
+    owner: str | None = None
 
     @property
     def type(self) -> SubscriptionType:
@@ -95,6 +98,8 @@ class SubscriptionData:
             pol = asdict(self.policy)
             pol["type"] = self.policy.type.label
             d["policy"] = pol
+        if self.owner is not None:
+            d["owner"] = self.owner
         return dump_object(d)
 
     @classmethod
@@ -123,7 +128,10 @@ class SubscriptionData:
                 pol["type"] = SubscriptionType.parse(str(pol.get("type", "exclusive")))
                 pol["backoff_ms"] = tuple(int(x) for x in pol.get("backoff_ms", ()))
                 policy = DeliveryPolicy(**pol)
-            return cls(prefs, state, policy)
+            owner = d.get("owner")
+            if owner is not None and not isinstance(owner, str):
+                raise ValueError(f"owner {owner!r} is not a name")
+            return cls(prefs, state, policy, owner)
         except (TypeError, ValueError) as exc:
             raise MetadataError(f"corrupt subscription: {exc}") from exc
 
@@ -133,4 +141,5 @@ class SubscriptionData:
             self.preferences if self.preferences is not None else stored.preferences,
             self.state if self.state is not None else stored.state,
             self.policy if self.policy is not None else stored.policy,
+            self.owner if self.owner is not None else stored.owner,
         )

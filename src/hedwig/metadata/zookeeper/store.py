@@ -110,6 +110,8 @@ class ZkMetadataStore:
         await self.zk.start()
         # Several pools (regions, each with its own digest) share one ensemble under ROOT.
         await self.znode_acls.ensure_shared(self.zk, ROOT)
+        # The region's own node made with the digest's ACL, and checked with its children.
+        await self.znode_acls.ensure_region(self.zk, self.layout.base)
         for path in (
             self.layout.topics,
             self.layout.hosts,
