@@ -1,6 +1,7 @@
-"""A queue's consumers on secured hubs: joining one needs ``subscribe``, an acknowledgement is
-refused to a principal without it and to a connection that does not hold the message, and
-revoking one principal's permission closes its consumers only."""
+"""A queue's consumers on secured hubs: joining one needs ``subscribe`` and, for a queue
+another principal made, ``admin`` on the topic (``hedwig.hub.front.owners``); an
+acknowledgement is refused to a principal without ``subscribe`` and to a connection that does
+not hold the message, and revoking one principal's permission closes its consumers only."""
 
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ async def test_joining_and_acknowledging_need_subscribe_and_the_message(
     async with (
         secure.client(security=secure.security(token_for="admin")) as admin,
         secure.client(security=secure.security(token_for="alice")) as alice,
+        secure.client(security=secure.security(token_for="alice")) as alice2,
         secure.client(security=secure.security(token_for="carol")) as carol,
         secure.client(security=secure.security(token_for="mallory")) as mallory,
     ):
@@ -42,7 +44,9 @@ async def test_joining_and_acknowledging_need_subscribe_and_the_message(
         worker = await alice.subscribe("jobs.a", "pool", type=SHARED, message_window=10)
         with pytest.raises(ForbiddenError, match="mallory may not subscribe"):
             await mallory.subscribe("jobs.a", "pool", type=SHARED)
-        other = await carol.subscribe("jobs.a", "pool", type=SHARED, message_window=10)
+        with pytest.raises(ForbiddenError, match="belongs to another principal"):
+            await carol.subscribe("jobs.a", "pool", type=SHARED, message_window=10)
+        other = await alice2.subscribe("jobs.a", "pool", type=SHARED, message_window=10)
         await admin.publish("jobs.a", b"work")
         try:
             m = await worker.next(3)
@@ -50,7 +54,7 @@ async def test_joining_and_acknowledging_need_subscribe_and_the_message(
         except DeadlineExceededError:
             m = await other.next(3)
             held_by = other
-        thief = carol if held_by is worker else alice
+        thief = alice2 if held_by is worker else alice
         owner = (
             secure.hubs[0].address
             if secure.hubs[0].topics.topics.get("jobs.a")
@@ -94,7 +98,8 @@ async def test_revoking_one_principal_closes_its_consumers_only(secure: SecureRe
         secure, "admin", AclRule("admin", frozenset(Operation), name="", pattern=PatternType.PREFIX)
     )
     await grant(secure, "alice", rule("alice", Operation.SUBSCRIBE))
-    await grant(secure, "carol", rule("carol", Operation.SUBSCRIBE))
+    # carol may join alice's queue: ``admin`` on its topic overrides its owner.
+    await grant(secure, "carol", rule("carol", Operation.SUBSCRIBE, Operation.ADMIN))
     await settled(secure)
     async with (
         secure.client(security=secure.security(token_for="admin")) as admin,
