@@ -13,6 +13,7 @@ from hedwig_operator import metrics
 from hedwig_operator.builders.labels import hub_address
 from hedwig_operator.rebalancing import RebalanceState, rebalance_cycle
 from hedwig_operator.specs import AutoscalingSpec, PoolSpec, SpecError, parse_pool
+from hedwig_operator.workers import PoolWorker
 
 from hedwig.clock import ManualClock
 from hedwig.metadata import NEW_VERSION, HubInfo, HubLoad, PlanMode, TopicLoad, TopicPlan
@@ -306,3 +307,24 @@ def test_autoscaling_spec_defaults_are_the_crds_and_the_policys() -> None:
 def test_autoscaling_spec_refused(autoscaling: dict[str, Any], problem: str) -> None:
     with pytest.raises(SpecError, match=problem):
         parse_pool(pool_body(spec={"autoscaling": autoscaling}))
+
+
+async def test_the_pools_worker_writes_status_autoscaling_and_removes_it_when_off() -> None:
+    r = await region()
+    for k in range(3):
+        await r.own(f"t-{k}", k, 100.0)
+    body = r.w.kube.objects[("HubPool", "ns", "pool")]
+    worker = PoolWorker(r.w.ctx, body, lambda key: [])
+    worker.rebalance = r.state
+    r.clock.advance(INTERVAL)
+    await r.report()
+    await worker.rebalance_once(r.pool)
+    written = r.w.kube.objects[("HubPool", "ns", "pool")]["status"]["autoscaling"]
+    assert written["state"] == "steady"
+    assert written["desiredReplicas"] == 3
+    assert written["loadMessagesPerSecond"] == 300.0
+    assert "300 msg/s, 10% of 3 hubs (target 60%)" in written["lastDecision"]["reason"]
+    worker.body = r.w.kube.objects[("HubPool", "ns", "pool")]
+    body["spec"]["autoscaling"]["enabled"] = False
+    await worker.rebalance_once(r.pool)
+    assert "autoscaling" not in r.w.kube.objects[("HubPool", "ns", "pool")]["status"]
