@@ -259,6 +259,15 @@ async def test_a_pool_pinned_at_its_maximum_is_a_warning_and_a_metric() -> None:
     assert "needs 6 hubs" in pinned["message"]
     assert sample("pool", "hedwig_pool_autoscaling_pinned") == 1
     assert sample("pool", "hedwig_pool_autoscaling_replicas", kind="needed") == 6
+    # A hold (a rollout) reads no load: the flag and the figures stand, no second Warning.
+    r.w.kube.put(settled_statefulset(3) | {"status": {"readyReplicas": 2}})
+    status = await r.cycle()
+    assert status["lastDecision"]["action"] == "ScalingHeld"
+    assert status["pinned"] is True and status["neededHubs"] == 6
+    r.w.kube.put(settled_statefulset(3))
+    await r.cycle()
+    assert r.reasons().count("ScalingPinned") == 1
+    assert sample("pool", "hedwig_pool_autoscaling_pinned") == 1
 
 
 async def test_paused_rebalancing_holds_the_autoscaler_and_off_clears_it() -> None:

@@ -159,6 +159,7 @@ async def autoscale(
             "fromReplicas": before,
             "toReplicas": decision.replicas,
         }
+    held = decision.action is ScaleAction.HOLD
     if decision.pinned and not state.pinned:
         message = (
             f"the load needs {decision.needed} hubs and the pool is at its maximum of "
@@ -168,29 +169,35 @@ async def autoscale(
     if decision.stalled and not state.stalled:
         message = f"the change in progress ({decision.state.value}) is overdue: {decision.reason}"
         await record_event(ctx.kube, target, "ScalingStalled", message, warning=True)
-    state.pinned, state.stalled = decision.pinned, decision.stalled
+    if not held:  # a hold knows no load: the flags stay as the last decision left them
+        state.pinned, state.stalled = decision.pinned, decision.stalled
     if decision.hand_off_rest and decision.drain and store is not None:
         await hand_off_rest(ctx, pool, store, hubs, decision.drain)
-    metrics.observe(
-        pool.namespace, pool.name, decision, min_hubs=config.min_hubs, max_hubs=config.max_hubs
-    )
-    state.status = _status(decision, state)
+    if not held:
+        metrics.observe(
+            pool.namespace, pool.name, decision, min_hubs=config.min_hubs, max_hubs=config.max_hubs
+        )
+    state.status = _status(decision, state, held=held)
     return decision
 
 
-def _status(decision: PoolDecision, state: AutoscaleState) -> dict[str, Any]:
+def _status(decision: PoolDecision, state: AutoscaleState, *, held: bool) -> dict[str, Any]:
     status: dict[str, Any] = {
         "state": decision.state.value,
         "desiredReplicas": decision.replicas,
         "drainingHub": decision.drain,
-        "loadMessagesPerSecond": round(decision.load, 1),
-        "utilisation": round(decision.utilisation, 3),
-        "neededHubs": decision.needed,
-        "pinned": decision.pinned,
-        "stalled": decision.stalled,
         "scaleChanges": state.scaler.changes if state.scaler else 0,
         "lastDecision": {"action": decision.action.value, "reason": decision.reason},
     }
+    if held and state.status:  # a hold reads no load: the last figures stand
+        return {**state.status, **status}
+    status.update(
+        loadMessagesPerSecond=round(decision.load, 1),
+        utilisation=round(decision.utilisation, 3),
+        neededHubs=decision.needed,
+        pinned=decision.pinned,
+        stalled=decision.stalled,
+    )
     if state.last_change is not None:
         status["lastChange"] = state.last_change
     return status
