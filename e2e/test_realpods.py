@@ -9,7 +9,8 @@ Service and resolving the hubs' names through cluster DNS) and inside it (pods r
 pub``/``hedwig sub``), and every test where messages flow checks the whole history with the
 failure harness (tests/failure/history.py): nothing acknowledged lost, no duplicates,
 per-publisher order kept. The tests share one release and run in order: install, rolling update
-of the hub image, a forced pod deletion and a killed container, scaling up and down.
+of the hub image, a forced pod deletion and a killed container, scaling up and down by
+hand, then by the pool's autoscaler (``spec.autoscaling``) under a load step.
 
 Measured figures are printed (``-s``) and collected in ``FIGURES``.
 """
@@ -26,7 +27,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -616,6 +617,170 @@ def test_scaling_up_and_down_keeps_volumes_as_the_retention_policy_says(release:
     assert (_claim(rel, 3) or {})["spec"]["volumeName"] == volume_of_3, "hub 3 got its volume back"
     cp.kubectl("scale", "hubpool", POOL, "-n", NS, "--replicas=3")
     wait_for("three hubs again", lambda: len(rel.hub_pods()) == 3 and rel.ready_hubs(3), 240, 1)
+
+
+# The autoscaler's test settings: a hub carries 150 msg/s (in plus out), so three hubs' target
+# (60 %) is 270 msg/s. The checked workload alone (60 in, 120 out) stays under the line for one
+# hub fewer (230); the step (300 in more) needs more hubs than the maximum of four.
+AUTOSCALED = {
+    "autoscaling": {
+        "enabled": True,
+        "minReplicas": 3,
+        "maxReplicas": 4,
+        "scaleOutWindowSeconds": 20,
+        "scaleInWindowSeconds": 30,
+        "cooldownSeconds": 20,
+        "reconfigurationSeconds": 10,
+    },
+    # The fan-out policy stays out of it: its plan changes would make hubs busy.
+    "rebalancing": {
+        "intervalSeconds": 5,
+        "hubCapacity": 150,
+        "maxMovesPerCycle": 4,
+        "fanOut": {"enabled": False},
+    },
+}
+
+
+def _autoscaling(rel: Release) -> dict[str, Any]:
+    return (rel.hubpool().get("status") or {}).get("autoscaling") or {}
+
+
+def _last_change(autoscaling: dict[str, Any]) -> str:
+    return str((autoscaling.get("lastChange") or {}).get("action", ""))
+
+
+def _scale_events(rel: Release) -> list[tuple[str, str]]:
+    got = rel.cp.kubectl_json(
+        "get", "events", "-n", NS, "--field-selector", f"involvedObject.name={POOL}"
+    )
+    items = sorted(got["items"], key=lambda e: e.get("lastTimestamp") or "")
+    wanted = ("ScalingOut", "ScaleCompleted", "DrainStarted", "DrainCancelled", "ScalingIn")
+    return [(e["reason"], e["message"]) for e in items if e["reason"] in wanted]
+
+
+def _pause_within(history: History, start: float, end: float) -> float:
+    """The longest time a topic went without an acknowledged publish, of the gaps that
+    overlap ``[start, end]``."""
+    return max(
+        (
+            b - a
+            for times in history.topic_ack_times.values()
+            for a, b in itertools.pairwise(sorted(times))
+            if b >= start and a <= end
+        ),
+        default=0.0,
+    )
+
+
+def test_autoscaling_scales_a_load_step_out_and_back_in_losing_nothing(release: Release) -> None:
+    """spec.autoscaling on the secured pool: a load step makes the operator add a hub (its
+    load above the target for the window), the end of the step makes it drain the new hub
+    (hand-offs to named hubs) and remove it, with the checked workload running throughout:
+    nothing acknowledged lost, and the longest publish pause of the scale-in measured."""
+    rel, cp = release, release.cp
+    assert rel.hubpool()["spec"]["replicas"] == 3
+    patch = json.dumps({"spec": AUTOSCALED})
+    cp.kubectl("patch", "hubpool", POOL, "-n", NS, "--type=merge", "-p", patch)
+    marks: dict[str, float] = {}
+
+    def wait_state(what: str, ok: Callable[[dict[str, Any]], bool], timeout: float) -> None:
+        wait_for(what, lambda: ok(_autoscaling(rel)), timeout, 1)
+
+    async def go() -> tuple[History, History]:
+        checked = Workload(
+            rel.bootstrap(),
+            topics("autoscaled"),
+            rate=20,
+            network=rel.network(),
+            security=rel.security,
+            retry_deadline_s=120,
+        )
+        step = Workload(
+            rel.bootstrap(),
+            topics("step"),
+            publishers=2,
+            subscribers=0,
+            rate=150,
+            network=rel.network(),
+            security=rel.security,
+            retry_deadline_s=120,
+        )
+        await checked.start()
+        await asyncio.sleep(3)
+        started = time.monotonic()
+        await step.start()
+        await asyncio.to_thread(
+            wait_state, "the operator scaling out", lambda a: a.get("desiredReplicas") == 4, 240
+        )
+        marks["scale_out_decided_s"] = time.monotonic() - started
+        await asyncio.to_thread(wait_for, "four hubs Ready", lambda: rel.ready_hubs(4), 240, 1)
+        await asyncio.to_thread(
+            wait_state, "the scale-out complete", lambda a: _last_change(a) == "ScaleCompleted", 120
+        )
+        marks["scale_out_complete_s"] = time.monotonic() - started
+        step_history = await step.finish(timeout=90)
+        ended = time.monotonic()
+        await asyncio.to_thread(
+            wait_state,
+            "a hub draining",
+            lambda a: _last_change(a) in ("DrainStarted", "ScalingIn"),
+            240,
+        )
+        marks["drain_start"] = time.monotonic()
+        marks["drain_after_step_s"] = marks["drain_start"] - ended
+        await asyncio.to_thread(
+            wait_for,
+            "the drained hub removed",
+            lambda: len(rel.hub_pods()) == 3 and rel.ready_hubs(3),
+            240,
+            1,
+        )
+        await asyncio.to_thread(
+            wait_state,
+            "the scale-in complete",
+            lambda a: a.get("state") == "steady" and a.get("desiredReplicas") == 3,
+            120,
+        )
+        marks["scale_in_end"] = time.monotonic()
+        await asyncio.sleep(3)
+        return await checked.finish(timeout=90), step_history
+
+    try:
+        history, step_history = asyncio.run(go())
+    finally:
+        off = {"autoscaling": {"enabled": False}, "rebalancing": None}
+        cp.kubectl(
+            "patch", "hubpool", POOL, "-n", NS, "--type=merge", "-p", json.dumps({"spec": off})
+        )
+    _check(history)
+    _check(step_history)
+    assert rel.hubpool()["spec"]["replicas"] == 3
+    reasons = [r for r, _ in _scale_events(rel)]
+    assert reasons == [
+        "ScalingOut",
+        "ScaleCompleted",
+        "DrainStarted",
+        "ScalingIn",
+        "ScaleCompleted",
+    ]
+    why = dict(_scale_events(rel)[:3])
+    assert "for 20 s" in why["ScalingOut"]
+    assert "scaling out to 4 hubs" in why["ScalingOut"]
+    assert f"draining {POOL}-3.{POOL}-headless.{NS}.svc:4080" in why["DrainStarted"]
+    pause = _pause_within(history, marks["drain_start"] - 5, marks["scale_in_end"])
+    FIGURES["autoscale_out_decided_s"] = marks["scale_out_decided_s"]
+    FIGURES["autoscale_out_complete_s"] = marks["scale_out_complete_s"]
+    FIGURES["autoscale_drain_after_step_s"] = marks["drain_after_step_s"]
+    FIGURES["autoscale_in_longest_pause_s"] = pause
+    print(
+        f"autoscaled 3 -> 4 -> 3: out decided {marks['scale_out_decided_s']:.0f} s after the "
+        f"step, complete at {marks['scale_out_complete_s']:.0f} s; drain "
+        f"{marks['drain_after_step_s']:.0f} s after it ended; {history.acked_count} + "
+        f"{step_history.acked_count} acknowledged, 0 lost; longest publish pause of the "
+        f"scale-in {pause * 1000:.0f} ms"
+    )
+    assert pause < 1.0, f"a publish paused {pause:.2f} s during the scale-in"
 
 
 BASE_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z, a multiple of every window size used

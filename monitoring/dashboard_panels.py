@@ -337,6 +337,55 @@ ROWS: tuple[tuple[str, tuple[Panel, ...]], ...] = (
             ),
         ),
     ),
+    (
+        "Autoscaling",
+        (
+            Panel(
+                "Hubs: desired, needed and bounds",
+                "The pool autoscaler's view (HubPool spec.autoscaling; the operator's metrics): "
+                "the hubs it wants now, the hubs the load needs at the target utilisation, and "
+                "minReplicas and maxReplicas. Needed above max for long is a pinned pool (the "
+                "HedwigPoolPinnedAtMaximum alert). 0: the pool is not autoscaled.",
+                (
+                    q(
+                        or_zero(f"max by (pool, kind) (hedwig_pool_autoscaling_replicas{{{SEL}}})"),
+                        "{{pool}} {{kind}}",
+                    ),
+                ),
+                width=8,
+                decimals=0,
+            ),
+            Panel(
+                "Pool utilisation",
+                "The region's load (messages/s in plus out) as a share of its serving hubs' "
+                "capacity (spec.rebalancing.hubCapacity each): the autoscaler adds hubs while "
+                "it stays above the target, drains one while one hub fewer would fit.",
+                (
+                    q(
+                        or_zero(f"max by (pool) (hedwig_pool_autoscaling_utilisation{{{SEL}}})"),
+                        "{{pool}}",
+                    ),
+                ),
+                unit="percentunit",
+                width=8,
+                thresholds=((1.0, "red"),),
+            ),
+            Panel(
+                "Scale decisions by action",
+                f"What the autoscaler did per {EVENT_WINDOW}, by action (the Event reasons: "
+                "ScalingOut, DrainStarted, DrainCancelled, ScalingIn, ScaleCompleted); the "
+                "pool's Events say why each happened.",
+                (
+                    q(
+                        or_zero(event_increase("hedwig_pool_autoscaling_decisions", "action")),
+                        "{{action}}",
+                    ),
+                ),
+                width=8,
+                decimals=0,
+            ),
+        ),
+    ),
 )
 
 

@@ -152,6 +152,23 @@ def test_scale_in_drains_the_cheapest_hub_then_removes_it() -> None:
     assert cycle.policy.changes == 1
 
 
+def test_the_longest_window_is_reached_by_cycles_that_are_not_its_multiples() -> None:
+    """A real cycle takes time: 60 s apart plus its own work. The load must still be seen to
+    hold for the scale-in window, the longest one (the samples' horizon): the newest sample
+    before the horizon is kept."""
+    clock = ManualClock()
+    policy = PoolScaler(CONFIG, clock)
+    hubs = even(4, 400)  # 400 msg/s: one hub fewer is far under the line
+    for _ in range(11):
+        d = policy.decide(region(clock, hubs), replicas=4)
+        if d.action is ScaleAction.DRAIN:
+            break
+        assert "one hub fewer would do" in d.reason
+        clock.advance(61.3)
+    assert d.action is ScaleAction.DRAIN
+    assert "for 600 s" in d.reason
+
+
 def test_no_scale_in_during_the_cooldown_after_a_scale_out() -> None:
     cycle = Cycles(dataclasses.replace(CONFIG, scale_in_window_s=60, cooldown_s=300))
     for _ in range(3):

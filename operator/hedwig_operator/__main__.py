@@ -29,8 +29,19 @@ def main(argv: Sequence[str] | None = None) -> None:
         default=os.environ.get("HEDWIG_OPERATOR_LIVENESS"),
         help="e.g. http://0.0.0.0:8080/healthz",
     )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=int(os.environ.get("HEDWIG_OPERATOR_METRICS_PORT") or 0),
+        help="serve the operator's Prometheus metrics (hedwig_operator.metrics) on this port; "
+        "0: not served",
+    )
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
+    if args.metrics_port:
+        from hedwig_operator.metrics import serve
+
+        serve(args.metrics_port)
 
     import hedwig_operator.handlers  # noqa: F401 - registers the handlers
 

@@ -6,7 +6,8 @@ users of other operators report, load-balancing notes, complaint 9). Instead the
 watches pools with an event handler (which needs no finalizer) and keeps a task per pool here;
 the task refreshes the pool's status and the status of the pool's Topics every
 ``status_interval_s`` (the Topics within a budget per second: ``refresh_topics``) and runs a
-rebalancing cycle every ``spec.rebalancing.intervalSeconds``.
+rebalancing cycle every ``spec.rebalancing.intervalSeconds`` (with ``spec.autoscaling``, the
+pool's autoscaler runs in it: ``hedwig_operator.rebalancing.autoscale``).
 Topics thus need a finalizer only when their data must be deleted with them.
 
 A change of the pool (a new watch event) wakes the task at once, so a new spec is acted on
@@ -27,6 +28,7 @@ from typing import Any
 
 from hedwig.errors import MetadataError
 from hedwig.metadata import HubStatus
+from hedwig_operator import metrics
 from hedwig_operator.conditions import changed, find
 from hedwig_operator.context import Context
 from hedwig_operator.kube import KubeError, ObjectRef
@@ -267,12 +269,16 @@ class PoolWorker:
             status["lastMoves"] = {"time": summary["time"], "moves": summary["moves"]}
         status["totalMoves"] = self.rebalance.total_moves
         previous = self.body.get("status") or {}
+        autoscaling = self.rebalance.autoscaling.status or None
+        if autoscaling is not None or previous.get("autoscaling") is not None:
+            status["autoscaling"] = autoscaling  # None removes it (autoscaling switched off)
         # A quiet cycle that repeats the previous result is not worth a write.
         last = previous.get("lastRebalance") or {}
         if (
             summary["moves"]
             or last.get("result") != summary["result"]
             or (last.get("message") != summary["message"])
+            or previous.get("autoscaling") != autoscaling
         ):
             await self.ctx.kube.patch_status(self.pool_ref(pool), status)
 
@@ -313,6 +319,7 @@ class Workers:
     async def pool_deleted(self, key: PoolKey) -> None:
         """Stop the pool's task and tell its Topics their pool is gone (their data stays)."""
         await self.stop(key)
+        metrics.forget(*key)
         entries = list(self.topics_of(key))
         claims = [e.claim for e in entries]
         for entry in entries:

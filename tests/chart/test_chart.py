@@ -364,6 +364,9 @@ def test_schema_rebalancing_is_the_crds() -> None:
         return node
 
     assert strip(ours) == strip(copy.deepcopy(_crd_spec_schema()["properties"]["rebalancing"]))
+    # spec.autoscaling likewise (its own strict object: a misspelt field fails at helm time).
+    ours = schema["properties"]["hubPool"]["properties"]["autoscaling"]
+    assert strip(ours) == strip(copy.deepcopy(_crd_spec_schema()["properties"]["autoscaling"]))
 
 
 def test_values_yaml_passes_its_own_schema() -> None:

@@ -38,7 +38,7 @@ def rules_file(tmp_path: Path, sets: list[str] | None = None) -> Path:
 
 def test_promtool_check_rules_passes(tmp_path: Path) -> None:
     out = run([tool_path("promtool"), "check", "rules", rules_file(tmp_path)]).stdout
-    assert "SUCCESS: 6 rules found" in out
+    assert "SUCCESS: 8 rules found" in out
 
 
 def test_the_alerts_the_issue_asks_for(tmp_path: Path) -> None:
@@ -51,6 +51,8 @@ def test_the_alerts_the_issue_asks_for(tmp_path: Path) -> None:
         "HedwigLedgersUnderReplicated",
         "HedwigZooKeeperSessionLost",
         "HedwigZooKeeperDisconnected",
+        "HedwigPoolPinnedAtMaximum",
+        "HedwigPoolScalingStalled",
     ]
     for g in groups:
         for r in g["rules"]:
@@ -230,6 +232,26 @@ CASES: list[tuple[str, list[dict[str, str]], str, list[tuple[dict[str, str], str
         "5m",
         [({**LABELS, "pod": "p-0"}, "0")],
     ),
+    (
+        # The operator's series (honorLabels: the pool's namespace and pool). p is pinned
+        # from 2m on; q only for 5 minutes, less than the rule's 15m.
+        "HedwigPoolPinnedAtMaximum",
+        [
+            _series("hedwig_pool_autoscaling_pinned", "0 0 1x20"),
+            _series("hedwig_pool_autoscaling_pinned", "0 0 1x5 0x15", pool="q"),
+        ],
+        "20m",
+        [(LABELS, "1")],
+    ),
+    (
+        "HedwigPoolScalingStalled",
+        [
+            _series("hedwig_pool_autoscaling_stalled", "0 0 1x10"),
+            _series("hedwig_pool_autoscaling_stalled", "0 0 1 1 0x8", pool="q"),
+        ],
+        "10m",
+        [(LABELS, "1")],
+    ),
 ]
 
 
@@ -282,6 +304,7 @@ def test_promtool_unit_tests_fire_each_alert_only_when_it_should(tmp_path: Path)
     )
     # Every alert is quiet before its condition has lasted its "for".
     tests.append(_unit_test(rules, "HedwigHubImbalance", CASES[2][1], "10m", []))
+    tests.append(_unit_test(rules, "HedwigPoolPinnedAtMaximum", CASES[6][1], "12m", []))
     tests.append(_unit_test(rules, "HedwigHubDown", CASES[0][1], "3m", []))
     spec = tmp_path / "alerts_test.yaml"
     spec.write_text(
@@ -313,6 +336,9 @@ def test_dashboard_panels_cover_what_the_issue_lists() -> None:
         "Subscriber backlog (top 10)",
         "Ledger replication",
         "ZooKeeper session state",
+        "Hubs: desired, needed and bounds",
+        "Pool utilisation",
+        "Scale decisions by action",
     ):
         assert wanted in titles
     model = json.loads(dashboards.OUTPUT.read_text())
@@ -423,3 +449,21 @@ def test_monitors_scrape_the_hubs_with_job_and_pool_labels() -> None:
         ]
         zookeeper = one(objects, kind, "hedwig-zookeeper")["spec"][key]
         assert zookeeper[0]["port"] == "metrics"
+
+
+def test_operator_pod_monitor_scrapes_its_metrics_with_the_pools_labels() -> None:
+    assert not [
+        o
+        for o in render(sets=["metrics.podMonitor.enabled=true"])
+        if o["kind"] == "PodMonitor" and o["metadata"]["name"] == "hedwig-operator"
+    ]
+    objects = render(sets=["metrics.operatorPodMonitor.enabled=true"])
+    monitor = one(objects, "PodMonitor", "hedwig-operator")
+    labels = monitor["spec"]["selector"]["matchLabels"]
+    assert labels["app.kubernetes.io/component"] == "operator"
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    assert endpoint["port"] == "metrics" and endpoint["honorLabels"] is True
+    deployment = one(objects, "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert "--metrics-port=9102" in container["args"]
+    assert {"name": "metrics", "containerPort": 9102, "protocol": "TCP"} in container["ports"]

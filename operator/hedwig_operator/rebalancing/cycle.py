@@ -16,6 +16,11 @@ when scaled down). With ``spec.rebalancing.scaleDown``, once that hub has stayed
 empty for ``emptyForSeconds``, the operator lowers ``spec.replicas`` by one (never below
 ``minReplicas``) and says so in an Event: the drain then frees a server instead of leaving an
 idle hub that the under-load rule would refill.
+
+With ``spec.autoscaling`` the pool's autoscaler (``autoscale``) runs first in every cycle, and
+the older ``scaleDown`` rule does not: it decides on the hubs' load just read (or is held by the
+guard that ended the cycle), and the hub it drains is passed to the rebalancer as retiring, so
+this cycle's moves empty it.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from hedwig_operator.conditions import now_iso
 from hedwig_operator.context import Context
 from hedwig_operator.kube import KubeError, ObjectRef
 from hedwig_operator.pools import statefulset_ref
+from hedwig_operator.rebalancing.autoscale import AutoscaleState, autoscale
 from hedwig_operator.rebalancing.load import PrometheusError, fetch_prometheus_load
 from hedwig_operator.rebalancing.mover import MoveOutcome, perform_move
 from hedwig_operator.recorder import record_event
@@ -80,6 +86,7 @@ class RebalanceState:
     empty_since: tuple[str, float] | None = None
     total_moves: int = 0
     scaling: ScalingState = field(default_factory=ScalingState)
+    autoscaling: AutoscaleState = field(default_factory=AutoscaleState)
     last_result: str = ""
     history: list[dict[str, Any]] = field(default_factory=list)
 
@@ -244,34 +251,44 @@ async def rebalance_cycle(
     """
     stamp = now_iso(now)
     spec = pool.rebalancing
+
+    async def held(result: str, detail: str) -> dict[str, Any]:
+        # A guard holds: the autoscaler decides nothing either, and says why.
+        await autoscale(ctx, pool, state.autoscaling, None, [], hold=detail)
+        return _summary(result, detail, [], stamp)
+
     if not spec.enabled or not ctx.settings.rebalancing_enabled:
-        return _summary("Disabled", "rebalancing is disabled", [], stamp)
+        return await held("Disabled", "rebalancing is disabled")
     if pool.rebalancing_paused:
-        return _summary(
-            "Paused", "rebalancing is paused by the pool's spec or annotation", [], stamp
-        )
+        return await held("Paused", "rebalancing is paused by the pool's spec or annotation")
     try:
         statefulset = await ctx.kube.get(statefulset_ref(pool))
     except KubeError as exc:
-        return _summary("Error", f"cannot read the StatefulSet: {exc}", [], stamp)
+        return await held("Error", f"cannot read the StatefulSet: {exc}")
     rolling = rollout_in_progress(statefulset)
     if rolling is not None:
-        return _summary("RolloutInProgress", f"waiting for the rollout: {rolling}", [], stamp)
+        return await held("RolloutInProgress", f"waiting for the rollout: {rolling}")
     try:
         store = await ctx.metadata.get(pool.metadata_url, pool.region, pool.store_secret)
         hubs: list[HubStatus] = await store.hubs.list_hubs()
         if spec.prometheus is not None:
             hubs = await fetch_prometheus_load(spec.prometheus, pool, hubs, ctx.clock.wall_ms())
     except (MetadataError, PrometheusError) as exc:
-        return _summary("Error", f"cannot read the hubs' load: {exc}", [], stamp)
+        return await held("Error", f"cannot read the hubs' load: {exc}")
 
+    scaled_by_load = await autoscale(ctx, pool, state.autoscaling, store, hubs)
     changed = await _scale_topics(ctx, pool, state.scaling, store, hubs, claims_of)
     ensemble = pool.replication.ensemble if pool.replication else DEFAULT_ENSEMBLE
     policy = state.policy(spec.to_config(min_hubs=ensemble), ctx)
     drain_first = [hub_address(pool, i) for i in reversed(range(pool.replicas))]
-    moves = policy.plan(hubs, drain_first=drain_first)
+    moves = policy.plan(hubs, drain_first=drain_first, retiring=state.autoscaling.retiring)
     if not moves:
-        scaled = await _maybe_scale_down(ctx, pool, state, policy, hubs, drain_first)
+        # spec.autoscaling owns the replicas when on; the older scaleDown rule only when off.
+        scaled = (
+            None
+            if scaled_by_load is not None
+            else await _maybe_scale_down(ctx, pool, state, policy, hubs, drain_first)
+        )
         if scaled is not None:
             return _summary("ScaledDown", scaled, [], stamp)
         if changed:

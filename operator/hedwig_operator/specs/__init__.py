@@ -6,6 +6,7 @@ reconcilers work on objects that did not pass through a server, as in unit tests
 A spec that cannot be parsed raises ``SpecError`` with the field's path in its message.
 """
 
+from hedwig_operator.specs.autoscaling import AutoscalingSpec
 from hedwig_operator.specs.common import SpecError
 from hedwig_operator.specs.pool import (
     AccessSecret,
@@ -23,6 +24,7 @@ from hedwig_operator.specs.user import AuthenticationType, UserSpec, parse_user
 __all__ = [
     "AccessSecret",
     "AuthenticationType",
+    "AutoscalingSpec",
     "DeletionPolicy",
     "PoolSpec",
     "PrometheusSpec",

@@ -17,6 +17,7 @@ from hedwig.placement import POLICIES
 from hedwig.placement.rebalance import RebalanceConfig
 from hedwig.placement.scaling import ScalingConfig
 from hedwig_operator.resources import ANNOTATION_REBALANCE_PAUSED
+from hedwig_operator.specs.autoscaling import AutoscalingSpec, parse_autoscaling
 from hedwig_operator.specs.common import (
     Raw,
     SpecError,
@@ -233,6 +234,7 @@ class PoolSpec:
     termination_grace_period_s: int = DEFAULT_GRACE_PERIOD_S
     pre_stop_sleep_s: int = DEFAULT_PRE_STOP_SLEEP_S
     rebalancing: RebalancingSpec = field(default_factory=RebalancingSpec)
+    autoscaling: AutoscalingSpec = field(default_factory=AutoscalingSpec)
     paused_by_annotation: bool = False
     security: SecuritySpec = field(default_factory=SecuritySpec)
     # A Secret in the pool's namespace with what a secured etcd asks of its clients
@@ -457,6 +459,7 @@ def parse_pool(body: Raw) -> PoolSpec:
             spec, "preStopSleepSeconds", "spec", DEFAULT_PRE_STOP_SLEEP_S, minimum=0
         ),
         rebalancing=rebalancing,
+        autoscaling=parse_autoscaling(spec),
         security=parse_security(section(spec, "security", "spec")),
         metadata_secret=metadata_secret,
         paused_by_annotation=str(annotations.get(ANNOTATION_REBALANCE_PAUSED, "")).lower()

@@ -168,7 +168,11 @@ class PoolScaler:
             self._samples.clear()
         else:
             self._samples.append((facts.now, facts.load))
-            while self._samples and self._samples[0][0] < facts.now - self._horizon():
+            # Keep the newest sample at or before the horizon: cycles are not exact multiples
+            # of the windows (a cycle takes time), and without it the load could never be
+            # seen to hold for the longest window.
+            edge = facts.now - self._horizon()
+            while len(self._samples) > 1 and self._samples[1][0] <= edge:
                 self._samples.popleft()
         for event, after in TRANSITIONS[self.state]:
             if short and self.state in WAITS_FOR_WHOLE and event not in EVEN_WHEN_SHORT:
