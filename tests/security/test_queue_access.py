@@ -74,16 +74,25 @@ async def test_joining_and_acknowledging_need_subscribe_and_the_message(
         ):
             with pytest.raises(NotHeldError):
                 await conn.request(frame)
+        # Mallory (describe only) may neither acknowledge nor nack it, at its owner.
         mconn = await mallory.connection(owner)
-        with pytest.raises(ForbiddenError, match="mallory may not subscribe"):
-            await mconn.request(
-                Ack(
-                    request_id=mconn.next_id(),
-                    topic="jobs.a",
-                    subscriber="pool",
-                    ranges=(SeqRange(m.seq, m.seq),),
-                )
-            )
+        for frame in (
+            Ack(
+                request_id=mconn.next_id(),
+                topic="jobs.a",
+                subscriber="pool",
+                ranges=(SeqRange(m.seq, m.seq),),
+            ),
+            Nack(
+                request_id=mconn.next_id(),
+                topic="jobs.a",
+                subscriber="pool",
+                delay_ms=0,
+                ranges=(SeqRange(m.seq, m.seq),),
+            ),
+        ):
+            with pytest.raises(ForbiddenError, match="mallory may not subscribe"):
+                await mconn.request(frame)
         held_by.ack(m)  # the holder's own acknowledgement still counts
         await asyncio.sleep(0.1)
         assert held_by.not_held == 0
