@@ -1,6 +1,7 @@
-"""A queue's consumers on secured hubs: joining one needs ``subscribe``, an acknowledgement is
-refused to a principal without it and to a connection that does not hold the message, and
-revoking one principal's permission closes its consumers only."""
+"""A queue's consumers on secured hubs: joining one needs ``subscribe``, an acknowledgement or a
+nack is refused to a principal without it and to a connection that does not hold the message,
+describing the queue needs ``describe``, and revoking one principal's permission closes its
+consumers only."""
 
 from __future__ import annotations
 
@@ -93,6 +94,11 @@ async def test_joining_and_acknowledging_need_subscribe_and_the_message(
         ):
             with pytest.raises(ForbiddenError, match="mallory may not subscribe"):
                 await mconn.request(frame)
+        # Describing the queue is describing: mallory may, alice (subscribe alone) may not.
+        (pool,) = await mallory.describe_queues("jobs.a")
+        assert (pool.name, pool.type, pool.consumers, pool.unacked) == ("pool", SHARED, 2, 1)
+        with pytest.raises(ForbiddenError, match="alice may not describe"):
+            await alice.describe_queues("jobs.a")
         held_by.ack(m)  # the holder's own acknowledgement still counts
         await asyncio.sleep(0.1)
         assert held_by.not_held == 0

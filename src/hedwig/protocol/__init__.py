@@ -79,8 +79,11 @@ from hedwig.protocol.plan_frames import (
 from hedwig.protocol.queue_frames import (
     Ack,
     CreateSubscription,
+    DescribeQueues,
     JoinSubscription,
     Nack,
+    QueueDescription,
+    QueueInfo,
     Redeliver,
 )
 from hedwig.protocol.security_frames import Authenticate, Authenticated
@@ -123,6 +126,7 @@ __all__ = [
     "DeliveredMessage",
     "DeliveryStats",
     "DescribeLanes",
+    "DescribeQueues",
     "DescribeTopic",
     "EncodedMessage",
     "EncodedMessages",
@@ -150,6 +154,8 @@ __all__ = [
     "Ping",
     "Publish",
     "Published",
+    "QueueDescription",
+    "QueueInfo",
     "Read",
     "ReadEntry",
     "ReadLac",

@@ -46,8 +46,10 @@ from hedwig.protocol.plan_frames import (
 from hedwig.protocol.queue_frames import (
     Ack,
     CreateSubscription,
+    DescribeQueues,
     JoinSubscription,
     Nack,
+    QueueDescription,
     Redeliver,
 )
 from hedwig.protocol.schema import FrameBase
@@ -98,6 +100,7 @@ Request = (
     | Ack
     | Nack
     | CreateSubscription
+    | DescribeQueues
 )
 # What a hub answers a request with.
 Reply = (
@@ -114,6 +117,7 @@ Reply = (
     | HubAliveAnswer
     | Authenticated
     | Lanes
+    | QueueDescription
 )
 # What a hub pushes unasked.
 Event = (
@@ -161,6 +165,7 @@ FRAME_TYPES: tuple[type[FrameBase], ...] = (
     Ack,
     Nack,
     CreateSubscription,
+    DescribeQueues,
     Ok,
     Published,
     Subscribed,
@@ -173,6 +178,7 @@ FRAME_TYPES: tuple[type[FrameBase], ...] = (
     HubAliveAnswer,
     Authenticated,
     Lanes,
+    QueueDescription,
     Error,
     Deliver,
     TopicMoved,

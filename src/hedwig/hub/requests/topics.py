@@ -1,4 +1,5 @@
-"""The topic requests: publish, read, tail, describe, count and delete a topic.
+"""The topic requests: publish, read, tail, describe, count and delete a topic, and describe
+its subscriptions as queues.
 
 Each finds its owned topic through ``OwnedTopics.acquire`` (served here, claimed, or a redirect)
 and hands the request to it. Publishing to a topic served by lanes passes the lane's check
@@ -20,10 +21,12 @@ from hedwig.protocol import (
     DeleteTopic,
     DeliveryStats,
     DescribeLanes,
+    DescribeQueues,
     DescribeTopic,
     Messages,
     Ping,
     Publish,
+    QueueDescription,
     Read,
     Reply,
     TailTopic,
@@ -109,6 +112,11 @@ class TopicRequests:
     async def describe_topic(self, conn: ClientConnection, req: DescribeTopic) -> Reply:
         owned = await self._owned.acquire(conn, req.topic, req.redirected)
         return await owned.describe(req)
+
+    async def describe_queues(self, conn: ClientConnection, req: DescribeQueues) -> Reply:
+        owned = await self._owned.acquire(conn, req.topic, req.redirected)
+        queues = await owned.subs.describe_queues()
+        return QueueDescription(request_id=req.request_id, queues=queues)
 
     async def ping(self, conn: ClientConnection, req: Ping) -> None:
         return None
