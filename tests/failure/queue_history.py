@@ -83,7 +83,9 @@ class Consumer:
                 str(work_s),
             ],
             cwd=ROOT,
-            env={**os.environ, **(env or {})},
+            # Its security is ``env``'s alone, never the caller's shell's.
+            env={k: v for k, v in os.environ.items() if not k.startswith("HEDWIG_")}
+            | dict(env or {}),
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
