@@ -29,6 +29,7 @@ from hedwig.protocol import (
     RefusedFrame,
     Role,
     Subscribe,
+    SubscriptionType,
     WriteLacs,
     encode_value,
 )
@@ -50,6 +51,7 @@ from hedwig.protocol.fields import (
     SubscriptionInfosCodec,
 )
 from hedwig.protocol.messages import encode_values
+from hedwig.protocol.queue_frames import QueueInfo, QueueInfosCodec
 from hedwig.protocol.schema import FrameBase, Sender
 from hedwig.protocol.status import (
     Status,
@@ -111,6 +113,15 @@ def strategy_for(codec: Codec) -> st.SearchStrategy[Any]:
             st.integers(0, 2**50),
         )
         return st.lists(infos, max_size=4).map(tuple)
+    if isinstance(codec, QueueInfosCodec):
+        queues = st.builds(
+            QueueInfo,
+            st.text(max_size=10),
+            st.sampled_from(list(SubscriptionType)),
+            st.integers(0, 2**32 - 1),
+            *(st.integers(0, 2**64 - 1) for _ in range(4)),
+        )
+        return st.lists(queues, max_size=4).map(tuple)
     if isinstance(codec, BoolCodec):
         return st.booleans()
     if isinstance(codec, RecordsCodec):
@@ -184,6 +195,7 @@ def test_flag_bits_are_named_per_frame() -> None:
         "TailTopic": {"redirected": 0},
         "JoinSubscription": {"redirected": 0},
         "CreateSubscription": {"redirected": 0},
+        "DescribeQueues": {"redirected": 0},
         "AddEntry": {"recovery": 0},
         "ReadLac": {"fence": 0},
         "Lac": {"fenced": 0},

@@ -1,4 +1,6 @@
-"""The README's by-hand session, pasted into a shell as written, does what its comments say."""
+"""The README's examples do what it says: its by-hand session, pasted into a shell as written,
+what its comments say; its Python script and its worker pool (given its imports and a job
+handler), run against ``hedwig dev up``."""
 
 from __future__ import annotations
 
@@ -8,10 +10,12 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests import scratch
+from tests.waiting import poll
 
 pytestmark = pytest.mark.integration
 
@@ -171,6 +175,108 @@ def test_the_python_example_runs_as_a_script() -> None:
         )
         assert peek.stdout.splitlines()[-1] == "5\tfour"  # sent, and flushed before the end
     finally:
+        subprocess.run(
+            [sys.executable, "-m", "hedwig", "dev", "down"], env=env, capture_output=True
+        )
+
+
+# What the README's worker pool is run with: its imports before it, and after it a ``handle``
+# that fails ``job-3`` once across all the workers (the first to take the marker file fails),
+# and the worker started against the hubs given on the command line.
+WORKER_PRELUDE = """\
+import asyncio
+import os
+import sys
+
+from hedwig.client import HedwigClient, SubscriptionType
+"""
+WORKER_MAIN = """
+async def handle(value: bytes) -> None:
+    job = value.decode()
+    if job == "job-3":
+        try:
+            os.close(os.open(sys.argv[3], os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            pass
+        else:
+            print(sys.argv[2], "failed", job, flush=True)
+            raise RuntimeError(job)
+    print(sys.argv[2], "ok", job, flush=True)
+
+
+asyncio.run(work(sys.argv[1].split(",")))
+"""
+
+
+def test_the_worker_pool_shares_its_jobs_and_retries_a_failed_one() -> None:
+    """The README's worker pool, saved as a file, run as three processes against ``hedwig dev
+    up``: the jobs published are spread over the workers, each handled once, and the one that
+    fails is nacked and handled again (by any worker) about five seconds later; the
+    subscription's mark reaches the last job (every one acknowledged)."""
+    tmp = Path(scratch.mkdtemp("workers-doc-"))
+    env, state = _dev_up(tmp)
+    workers: list[subprocess.Popen[str]] = []
+    try:
+        hubs = ",".join(str(h["address"]) for h in state["hubs"])  # type: ignore[attr-defined]
+        script = tmp / "workers.py"
+        pool = block_after("README.md", "A worker pool:", "```python")
+        script.write_text(WORKER_PRELUDE + "\n\n" + pool + "\n" + WORKER_MAIN)
+        outs = [tmp / f"worker-{i}.out" for i in range(3)]
+        for i, out in enumerate(outs):
+            with out.open("w") as sink:
+                workers.append(
+                    subprocess.Popen(
+                        [sys.executable, str(script), hubs, str(i), str(tmp / "failed-once")],
+                        env=env,
+                        stdout=sink,
+                        stderr=subprocess.STDOUT,
+                        text=True,
+                    )
+                )
+
+        def hedwig(*args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [sys.executable, "-m", "hedwig", *args],
+                env=env,
+                input=input,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+
+        def pool_row() -> dict[str, Any] | None:
+            got = hedwig("subscriptions", "jobs", "--json")
+            rows = json.loads(got.stdout) if got.returncode == 0 else []
+            return next((r for r in rows if r["subscription"] == "workers"), None)
+
+        def all_joined() -> bool:
+            assert all(w.poll() is None for w in workers), [o.read_text() for o in outs]
+            row = pool_row()
+            return row is not None and row["consumers"] == 3
+
+        poll(all_joined, 60, what="three workers joined")
+        jobs = [f"job-{i}" for i in range(20)]
+        sent = hedwig("pub", "jobs", "-q", input="".join(f"{j}\n" for j in jobs))
+        assert sent.returncode == 0, sent.stderr
+        lines: list[list[str]] = []
+
+        def handled() -> bool:
+            lines[:] = [line.split() for o in outs for line in o.read_text().splitlines()]
+            return sorted(job for _, what, job in lines if what == "ok") == sorted(jobs)
+
+        poll(handled, 60, what="every job handled")
+        assert [job for _, what, job in lines if what == "failed"] == ["job-3"]
+        assert len({worker for worker, what, _ in lines if what == "ok"}) >= 2, lines
+
+        def all_acknowledged() -> bool:
+            row = pool_row()
+            return row is not None and row["position"] == len(jobs) and row["unacked"] == 0
+
+        poll(all_acknowledged, 30, what="every job acknowledged")
+    finally:
+        for w in workers:
+            w.terminate()
+            w.wait(30)
         subprocess.run(
             [sys.executable, "-m", "hedwig", "dev", "down"], env=env, capture_output=True
         )

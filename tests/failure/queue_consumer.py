@@ -1,10 +1,11 @@
 """One consumer of a shared or failover subscription, as its own process, so a test can kill
 it with SIGKILL in the middle of a message: ``python -m tests.failure.queue_consumer HUBS TOPIC
-SUBSCRIPTION TYPE [WORK_S]`` (``WORK_S``: seconds each message takes, default
-``WORK_S``). It prints one line per delivery (``D seq count time key value``, the
-time ``time.monotonic``'s, which every process on the machine shares) before it works on the
-message, and one per acknowledgement sent (``A seq``), flushed at once: what the
-process saw survives it."""
+SUBSCRIPTION TYPE [WORK_S]`` (``WORK_S``: seconds each message takes, default ``WORK_S``),
+with the client security its environment names (``HEDWIG_TLS_CA``, ``HEDWIG_CERT``,
+``HEDWIG_KEY``: a user's certificate on a secured cluster; none on a plain one). It prints one
+line per delivery (``D seq count time key value``, the time ``time.monotonic``'s, which every
+process on the machine shares) before it works on the message, and one per acknowledgement
+sent (``A seq``), flushed at once: what the process saw survives it."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import sys
 import time
 
 from hedwig.client import HedwigClient, RetryPolicy, SubscriptionType
+from hedwig.security import ClientSecurity
 
 # What "processing" a message costs: long enough that a kill lands inside one.
 WORK_S = 0.002
@@ -22,7 +24,9 @@ async def main(
     hubs: list[str], topic: str, name: str, kind: SubscriptionType, work_s: float
 ) -> None:
     out = sys.stdout
-    async with HedwigClient(hubs, retry=RetryPolicy(deadline_s=60)) as client:
+    security = ClientSecurity.from_env()
+    retry = RetryPolicy(deadline_s=60)
+    async with HedwigClient(hubs, retry=retry, security=security) as client:
         sub = await client.subscribe(topic, name, type=kind, message_window=50)
         out.write("READY\n")
         out.flush()

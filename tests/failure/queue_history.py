@@ -1,6 +1,7 @@
 """Consumers of a shared subscription as processes, and the checker of what they saw.
 
-Each consumer (``queue_consumer``) prints every delivery with its delivery count and every
+Each consumer (``queue_consumer``), on a secured cluster with the certificate of a user granted
+``subscribe`` on the topic and nothing else, prints every delivery with its delivery count and every
 acknowledgement it sent. After the faults the topic's log is read back, the subscription's
 mark is awaited at the log's end (the owner's own word that everything is acknowledged), and
 the history is checked (``check_queue``):
@@ -23,15 +24,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import subprocess
 import sys
 import time
 from collections import Counter, defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from hedwig.client import HedwigClient, RetryPolicy
 from hedwig.protocol import SubscriptionType
+from hedwig.security import ClientSecurity
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -53,7 +57,8 @@ class QueueHistory:
 
 
 class Consumer:
-    """A consumer process and what it printed."""
+    """A consumer process and what it printed; ``env``: the client security variables it
+    connects with (``DevSecurity.client_env``), none on a plain cluster."""
 
     def __init__(
         self,
@@ -63,6 +68,7 @@ class Consumer:
         name: str,
         kind: SubscriptionType,
         work_s: float = 0.002,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.index = index
         self.proc = subprocess.Popen(
@@ -77,6 +83,9 @@ class Consumer:
                 str(work_s),
             ],
             cwd=ROOT,
+            # Its security is ``env``'s alone, never the caller's shell's.
+            env={k: v for k, v in os.environ.items() if not k.startswith("HEDWIG_")}
+            | dict(env or {}),
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
@@ -119,11 +128,17 @@ class Consumer:
 
 
 async def settle(
-    hubs: list[str], topic: str, name: str, timeout: float = 60.0
+    hubs: list[str],
+    topic: str,
+    name: str,
+    timeout: float = 60.0,
+    *,
+    security: ClientSecurity | None = None,
 ) -> tuple[list[tuple[int, bytes]], int]:
     """The topic's log, and the subscription's mark once it reaches the log's end (or where it
-    stood at ``timeout``)."""
-    async with HedwigClient(hubs, retry=RetryPolicy(deadline_s=60)) as c:
+    stood at ``timeout``), read as ``security``'s principal."""
+    retry = RetryPolicy(deadline_s=60)
+    async with HedwigClient(hubs, retry=retry, security=security) as c:
         info = await c.topic_info(topic)
         out: list[tuple[int, bytes]] = []
         seq = 0

@@ -1,7 +1,13 @@
 """A shared subscription under faults: three consumer processes share it while publishers
 run, and one consumer, then the topic's owner, is killed with SIGKILL. The history is checked
 by ``queue_history.check_queue`` (nothing lost, nothing given out twice but as a counted
-redelivery) and the publishers' by ``history.check``."""
+redelivery) and the publishers' by ``history.check``.
+
+Every scenario runs on a plain cluster and on a secured one (TLS, client certificates, ACLs):
+there the administrator makes the topic and publishes, and the consumers are ``alice``,
+granted ``subscribe`` on the topics under ``q/`` and nothing else: she creates the
+subscription, which is hers (``hedwig.hub.front.owners``), and joining, acknowledging and
+being given messages again after a failure need no more."""
 
 from __future__ import annotations
 
@@ -11,18 +17,54 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
+from hedwig.client import HedwigClient
 from hedwig.devcluster.cluster import DevCluster
+from hedwig.errors import ForbiddenError
+from hedwig.metadata import ANY_VERSION
+from hedwig.metadata.acls import AclEntry, AclRule, Operation, PatternType
 from hedwig.protocol import SubscriptionType
 from tests.cluster_helpers import owner_of
-from tests.failure.clusters import SESSION
+from tests.failure.clusters import SESSION, open_region, security
 from tests.failure.history import Workload, check
 from tests.failure.queue_history import Consumer, QueueHistory, check_queue, settle
+from tests.waiting import succeeds
 
 pytestmark = pytest.mark.integration
 log = logging.getLogger(__name__)
 
 TOPIC = "q/jobs"
 SUB = "workers"
+CONSUMER = "alice"  # on a secured cluster
+
+
+def consumer_env(cluster: DevCluster) -> dict[str, str] | None:
+    """What a consumer process connects with: alice's certificate on a secured cluster."""
+    return cluster.security.client_env(CONSUMER) if cluster.security is not None else None
+
+
+async def prepare(cluster: DevCluster, kind: SubscriptionType) -> None:
+    """The subscription made; on a secured cluster by alice, granted ``subscribe`` under
+    ``q/`` and waited for until every hub lets her in, on the topic the administrator made."""
+    if cluster.security is None:
+        async with HedwigClient(cluster.addresses) as anyone:
+            await anyone.create_subscription(TOPIC, SUB, type=kind)
+        return
+    async with open_region(cluster) as store:
+        await store.topics.ensure_topic(TOPIC)
+    rule = AclRule(
+        CONSUMER, frozenset({Operation.SUBSCRIBE}), name="q/", pattern=PatternType.PREFIX
+    )
+    async with open_region(cluster) as store:
+        await store.acls.write_acl(CONSUMER, AclEntry((rule,), source="test"), ANY_VERSION)
+    for hub in cluster.addresses:
+        async with HedwigClient([hub], security=security(cluster, CONSUMER)) as alice:
+            await succeeds(
+                lambda: alice.describe_lanes(TOPIC),
+                ForbiddenError,
+                what=f"alice's grant at {hub}",
+            )
+    async with HedwigClient(cluster.addresses, security=security(cluster, CONSUMER)) as alice:
+        await alice.create_subscription(TOPIC, SUB, type=kind)
 
 
 async def run(
@@ -34,12 +76,24 @@ async def run(
     kind: SubscriptionType = SubscriptionType.SHARED,
 ) -> QueueHistory:
     hubs = cluster.addresses
+    await prepare(cluster, kind)
+    env = consumer_env(cluster)
     # The first is slow (50 ms a message): it always holds messages when a fault kills it.
-    consumers = [Consumer(i, hubs, TOPIC, SUB, kind, 0.05 if i == 0 else 0.002) for i in range(3)]
+    consumers = [
+        Consumer(i, hubs, TOPIC, SUB, kind, 0.05 if i == 0 else 0.002, env=env) for i in range(3)
+    ]
     for c in consumers:
         await c.ready()
     keyed = kind is SubscriptionType.KEY_SHARED
-    work = Workload(hubs, [TOPIC], publishers=2, subscribers=0, rate=150, keys=16 if keyed else 0)
+    work = Workload(
+        hubs,
+        [TOPIC],
+        publishers=2,
+        subscribers=0,
+        rate=150,
+        keys=16 if keyed else 0,
+        security=security(cluster),
+    )
     await work.start()
     await asyncio.sleep(2.0)
     await fault(consumers)
@@ -47,7 +101,7 @@ async def run(
     published = await work.finish()
     check(published)
     history = QueueHistory()
-    history.log, history.mark = await settle(hubs, TOPIC, SUB)
+    history.log, history.mark = await settle(hubs, TOPIC, SUB, security=security(cluster))
     for c in consumers:
         await c.stop()
         c.record(history)
@@ -64,11 +118,14 @@ async def run(
     return history
 
 
-async def test_a_consumer_killed_mid_message_and_one_joining(cluster: DevCluster) -> None:
+async def test_a_consumer_killed_mid_message_and_one_joining(plain_or_secure: DevCluster) -> None:
+    cluster = plain_or_secure
+
     async def fault(consumers: list[Consumer]) -> None:
         consumers[0].kill()
         await asyncio.sleep(1.0)
-        joined = Consumer(3, cluster.addresses, TOPIC, SUB, SubscriptionType.SHARED)
+        kind = SubscriptionType.SHARED
+        joined = Consumer(3, cluster.addresses, TOPIC, SUB, kind, env=consumer_env(cluster))
         await joined.ready()
         consumers.append(joined)
 
@@ -77,7 +134,9 @@ async def test_a_consumer_killed_mid_message_and_one_joining(cluster: DevCluster
     assert {i for i, _, _, _ in history.delivered} >= {1, 2, 3}
 
 
-async def test_the_owner_killed_under_load(cluster: DevCluster) -> None:
+async def test_the_owner_killed_under_load(plain_or_secure: DevCluster) -> None:
+    cluster = plain_or_secure
+
     async def fault(consumers: list[Consumer]) -> None:
         owner = await owner_of(cluster.zk, cluster.region, TOPIC)
         assert owner is not None
@@ -87,12 +146,15 @@ async def test_the_owner_killed_under_load(cluster: DevCluster) -> None:
 
 
 async def test_key_shared_order_through_a_consumer_killed_and_one_joining(
-    cluster: DevCluster,
+    plain_or_secure: DevCluster,
 ) -> None:
+    cluster = plain_or_secure
+
     async def fault(consumers: list[Consumer]) -> None:
         consumers[0].kill()
         await asyncio.sleep(1.0)
-        joined = Consumer(3, cluster.addresses, TOPIC, SUB, SubscriptionType.KEY_SHARED)
+        kind = SubscriptionType.KEY_SHARED
+        joined = Consumer(3, cluster.addresses, TOPIC, SUB, kind, env=consumer_env(cluster))
         await joined.ready()
         consumers.append(joined)
 

@@ -1,7 +1,8 @@
 """A queue's consumers on secured hubs: joining one needs ``subscribe`` and, for a queue
 another principal made, ``admin`` on the topic (``hedwig.hub.front.owners``); an
-acknowledgement is refused to a principal without ``subscribe`` and to a connection that does
-not hold the message, and revoking one principal's permission closes its consumers only."""
+acknowledgement or a nack is refused to a principal without ``subscribe`` and to a connection
+that does not hold the message, describing the queue needs ``describe``, and revoking one
+principal's permission closes its consumers only."""
 
 from __future__ import annotations
 
@@ -78,16 +79,30 @@ async def test_joining_and_acknowledging_need_subscribe_and_the_message(
         ):
             with pytest.raises(NotHeldError):
                 await conn.request(frame)
+        # Mallory (describe only) may neither acknowledge nor nack it, at its owner.
         mconn = await mallory.connection(owner)
-        with pytest.raises(ForbiddenError, match="mallory may not subscribe"):
-            await mconn.request(
-                Ack(
-                    request_id=mconn.next_id(),
-                    topic="jobs.a",
-                    subscriber="pool",
-                    ranges=(SeqRange(m.seq, m.seq),),
-                )
-            )
+        for frame in (
+            Ack(
+                request_id=mconn.next_id(),
+                topic="jobs.a",
+                subscriber="pool",
+                ranges=(SeqRange(m.seq, m.seq),),
+            ),
+            Nack(
+                request_id=mconn.next_id(),
+                topic="jobs.a",
+                subscriber="pool",
+                delay_ms=0,
+                ranges=(SeqRange(m.seq, m.seq),),
+            ),
+        ):
+            with pytest.raises(ForbiddenError, match="mallory may not subscribe"):
+                await mconn.request(frame)
+        # Describing the queue is describing: mallory may, alice (subscribe alone) may not.
+        (pool,) = await mallory.describe_queues("jobs.a")
+        assert (pool.name, pool.type, pool.consumers, pool.unacked) == ("pool", SHARED, 2, 1)
+        with pytest.raises(ForbiddenError, match="alice may not describe"):
+            await alice.describe_queues("jobs.a")
         held_by.ack(m)  # the holder's own acknowledgement still counts
         await asyncio.sleep(0.1)
         assert held_by.not_held == 0

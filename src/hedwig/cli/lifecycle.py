@@ -80,7 +80,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     r.set_defaults(func=run_subscription_reset)
 
     p = sub.add_parser(
-        "subscriptions", help="a topic's subscriptions: position, backlog, attached, last used"
+        "subscriptions",
+        help="a topic's subscriptions: type, position, backlog, consumers, unacknowledged, "
+        "redelivered, oldest unacknowledged, last used",
     )
     add_hub_options(p)
     add_json_option(p)
@@ -216,26 +218,53 @@ def run_subscription_reset(args: argparse.Namespace) -> int:
     return 0
 
 
+# ``hedwig subscriptions``' columns: the position (TOPIC_DESCRIPTION), then the queue's state
+# as its owner serves it (DESCRIBE_QUEUES: 0 for a subscription nobody attached to there).
+SUBSCRIPTION_COLUMNS = [
+    "subscription",
+    "type",
+    "position",
+    "backlog",
+    "attached",
+    "consumers",
+    "unacked",
+    "redelivered",
+    "dropped",
+    "oldest_unacked_s",
+    "idle_s",
+]
+
+
 def run_subscriptions(args: argparse.Namespace) -> int:
     async def go() -> list[dict[str, object]]:
         async with _client(hubs, args) as client:
             d = await client.describe_topic(args.topic)
+            queues = {q.name: q for q in await client.describe_queues(args.topic)}
         now = time.time() * 1000
-        return [
-            {
-                "subscription": s.name,
-                "position": s.consumed_seq,
-                "backlog": max(0, d.last_seq - s.consumed_seq),
-                "attached": s.attached,
-                "idle_s": round((now - s.last_active_ms) / 1000) if s.last_active_ms else None,
-            }
-            for s in d.subscriptions
-        ]
+        rows: list[dict[str, object]] = []
+        for s in d.subscriptions:
+            q = queues.get(s.name)
+            rows.append(
+                {
+                    "subscription": s.name,
+                    "type": q.type.label if q else None,
+                    "position": s.consumed_seq,
+                    "backlog": max(0, d.last_seq - s.consumed_seq),
+                    "attached": s.attached,
+                    "consumers": q.consumers if q else None,
+                    "unacked": q.unacked if q else None,
+                    "redelivered": q.redelivered if q else None,
+                    "dropped": q.dropped if q else None,
+                    "oldest_unacked_s": round(q.oldest_unacked_ms / 1000, 1) if q else None,
+                    "idle_s": round((now - s.last_active_ms) / 1000) if s.last_active_ms else None,
+                }
+            )
+        return rows
 
     try:
         hubs = resolve_hubs(args)
         rows = asyncio.run(go())
     except HedwigError as exc:
         return report("subscriptions", exc)
-    emit(rows, ["subscription", "position", "backlog", "attached", "idle_s"], as_json=args.json)
+    emit(rows, SUBSCRIPTION_COLUMNS, as_json=args.json)
     return 0

@@ -79,8 +79,11 @@ from hedwig.protocol.plan_frames import (
 from hedwig.protocol.queue_frames import (
     Ack,
     CreateSubscription,
+    DescribeQueues,
     JoinSubscription,
     Nack,
+    QueueDescription,
+    QueueInfo,
     Redeliver,
 )
 from hedwig.protocol.region_frames import DescribeRegion, Region
@@ -124,6 +127,7 @@ __all__ = [
     "DeliveredMessage",
     "DeliveryStats",
     "DescribeLanes",
+    "DescribeQueues",
     "DescribeRegion",
     "DescribeTopic",
     "EncodedMessage",
@@ -152,6 +156,8 @@ __all__ = [
     "Ping",
     "Publish",
     "Published",
+    "QueueDescription",
+    "QueueInfo",
     "Read",
     "ReadEntry",
     "ReadLac",

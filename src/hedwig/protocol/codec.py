@@ -46,8 +46,10 @@ from hedwig.protocol.plan_frames import (
 from hedwig.protocol.queue_frames import (
     Ack,
     CreateSubscription,
+    DescribeQueues,
     JoinSubscription,
     Nack,
+    QueueDescription,
     Redeliver,
 )
 from hedwig.protocol.region_frames import DescribeRegion, Region
@@ -100,6 +102,7 @@ Request = (
     | Nack
     | CreateSubscription
     | DescribeRegion
+    | DescribeQueues
 )
 # What a hub answers a request with.
 Reply = (
@@ -117,6 +120,7 @@ Reply = (
     | Authenticated
     | Lanes
     | Region
+    | QueueDescription
 )
 # What a hub pushes unasked.
 Event = (
@@ -165,6 +169,7 @@ FRAME_TYPES: tuple[type[FrameBase], ...] = (
     Nack,
     CreateSubscription,
     DescribeRegion,
+    DescribeQueues,
     Ok,
     Published,
     Subscribed,
@@ -178,6 +183,7 @@ FRAME_TYPES: tuple[type[FrameBase], ...] = (
     Authenticated,
     Lanes,
     Region,
+    QueueDescription,
     Error,
     Deliver,
     TopicMoved,

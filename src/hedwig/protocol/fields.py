@@ -26,6 +26,9 @@ class Codec:
     doc: str = "?"
     fmt: str | None = None
     takes_rest = False
+    # The name the generated code calls this codec by (``{ref}.encode``), for a codec that
+    # encodes and decodes itself; None for the others.
+    ref: str | None = None
 
     def check(self, name: str, value: Any) -> None:
         """Raise ``UsageError`` if ``value`` cannot travel in this field."""

@@ -39,7 +39,6 @@ from hedwig.protocol.fields import (
     Codec,
     EnumCodec,
     Flag,
-    RecordsCodec,
     RequestIdMarker,
     decode_batches,
     decode_ledger_ids,
@@ -167,7 +166,7 @@ def _namespace(body: list[tuple[str, Codec]]) -> dict[str, Any]:
     for _, codec in body:
         if isinstance(codec, EnumCodec):
             ns[f"_enum_{codec.enum.__name__}"] = codec.enum
-        elif isinstance(codec, RecordsCodec):
+        elif codec.ref is not None:
             ns[codec.ref] = codec
     for i, run in enumerate(_fixed_runs(body)):
         if run[0][1].fmt is not None:

@@ -17,10 +17,13 @@ from hedwig.errors import ForbiddenError, HedwigError, NoSuchTopicError
 from hedwig.protocol import (
     DeleteTopic,
     DescribeLanes,
+    DescribeQueues,
     DescribeTopic,
     Lanes,
     Messages,
     MoveKind,
+    QueueDescription,
+    QueueInfo,
     Read,
     ReleaseTopic,
     ResetSubscription,
@@ -76,6 +79,20 @@ class Administration:
         )
         assert isinstance(answer, TopicDescription)
         return answer
+
+    async def describe_queues(self, topic: str) -> tuple[QueueInfo, ...]:
+        """Each of the topic's subscriptions as a queue, by name: its type, consumers,
+        unacknowledged and redelivered counts and the oldest unacknowledged message's age, as
+        its owner serves it (``NoSuchTopicError`` if the topic does not exist)."""
+        validate_name(topic)
+        answer, _ = await self.router.topic_request(
+            topic,
+            lambda rid, redirected: DescribeQueues(
+                request_id=rid, topic=topic, redirected=redirected
+            ),
+        )
+        assert isinstance(answer, QueueDescription)
+        return answer.queues
 
     async def describe_lanes(self, topic: str) -> Lanes:
         """The lanes of ``topic`` (lane 0 alone for a topic not served by lanes)."""

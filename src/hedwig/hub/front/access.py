@@ -58,6 +58,7 @@ from hedwig.protocol import (
     Consume,
     CreateSubscription,
     DeleteTopic,
+    DescribeQueues,
     DescribeTopic,
     JoinSubscription,
     Nack,
@@ -102,6 +103,8 @@ _NEEDS: dict[type, Operation] = {
     DeleteTopic: Operation.ADMIN,
     ResetSubscription: Operation.SUBSCRIBE,
     DescribeTopic: Operation.DESCRIBE,
+    # Describing its subscriptions as queues (consumers, unacknowledged counts): describing.
+    DescribeQueues: Operation.DESCRIBE,
     # A delivery hub's tail of the owner's log, sent by a client: reading.
     TailTopic: Operation.READ,
     # How many subscribers a delivery hub serves: describing.

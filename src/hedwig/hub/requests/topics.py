@@ -1,4 +1,5 @@
-"""The topic requests: publish, read, tail, describe, count and delete a topic.
+"""The topic requests: publish, read, tail, describe, count and delete a topic, and describe
+its subscriptions as queues.
 
 Each finds its owned topic through ``OwnedTopics.acquire`` (served here, claimed, or a redirect)
 and hands the request to it. Publishing to a topic served by lanes passes the lane's check
@@ -22,11 +23,13 @@ from hedwig.protocol import (
     DeleteTopic,
     DeliveryStats,
     DescribeLanes,
+    DescribeQueues,
     DescribeRegion,
     DescribeTopic,
     Messages,
     Ping,
     Publish,
+    QueueDescription,
     Read,
     Region,
     Reply,
@@ -139,6 +142,11 @@ class TopicRequests:
     async def describe_topic(self, conn: ClientConnection, req: DescribeTopic) -> Reply:
         owned = await self._owned.acquire(conn, req.topic, req.redirected)
         return await self._owners.visible(conn, req.topic, await owned.describe(req))
+
+    async def describe_queues(self, conn: ClientConnection, req: DescribeQueues) -> Reply:
+        owned = await self._owned.acquire(conn, req.topic, req.redirected)
+        queues = await owned.subs.describe_queues()
+        return QueueDescription(request_id=req.request_id, queues=queues)
 
     async def ping(self, conn: ClientConnection, req: Ping) -> None:
         return None

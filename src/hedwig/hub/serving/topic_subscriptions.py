@@ -1,5 +1,5 @@
 """The subscriptions of one owned topic: finding or creating, attaching, consuming, resetting,
-deleting, describing and expiring them.
+deleting, describing (``queue_description`` for DESCRIBE_QUEUES) and expiring them.
 
 Rules:
 
@@ -43,6 +43,7 @@ from hedwig.hub.serving.deliveries import checked_ranges
 from hedwig.hub.serving.peer import Peer
 from hedwig.hub.serving.policies import check_served, policy_of
 from hedwig.hub.serving.queue import QueueSubscription
+from hedwig.hub.serving.queue_description import queue_infos
 from hedwig.hub.serving.retention import keep_from_seq_of as keep_from_seq_of
 from hedwig.hub.serving.subscription import DeliveryLog, Subscription
 from hedwig.metadata.managers import MetadataStore
@@ -60,6 +61,7 @@ from hedwig.protocol import (
     CreateSubscription,
     JoinSubscription,
     Nack,
+    QueueInfo,
     ResetTo,
     Subscribe,
     Subscribed,
@@ -478,6 +480,9 @@ class TopicSubscriptions:
             attached = any(not p.closed for p in sub.peers)
             infos[name] = SubscriptionInfo(name, sub.consumed_seq, attached, sub.last_active_ms)
         return tuple(infos[n] for n in sorted(infos))
+
+    async def describe_queues(self) -> tuple[QueueInfo, ...]:
+        return await queue_infos(self._store, self.topic, self.by_name)
 
     async def expire(self, expiry_ms: int) -> list[str]:
         """Delete subscriptions idle for ``expiry_ms`` and not attached; their names."""
