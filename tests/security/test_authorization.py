@@ -256,18 +256,22 @@ async def test_drain_needs_the_local_socket_or_a_cluster_admin(secure: SecureReg
     """No peer address is enough: a service mesh's sidecar forwards callers from anywhere to
     the hub from 127.0.0.6 (Istio) or 127.0.0.1 (proxies that dial the app on localhost)."""
     hub = secure.hubs[0]
-    assert await hub._drain_allowed(DrainCaller(local_socket=True))
+    assert await hub.guard.drain_allowed(DrainCaller(local_socket=True))
     for host in ("127.0.0.6", "127.0.0.1", "::1", "10.1.2.3"):
-        assert not await hub._drain_allowed(DrainCaller(False, host)), host
-    assert await hub._drain_allowed(DrainCaller(False, "10.1.2.3", secure.issuer.token("admin")))
-    assert await hub._drain_allowed(DrainCaller(False, "127.0.0.6", secure.issuer.token("admin")))
+        assert not await hub.guard.drain_allowed(DrainCaller(False, host)), host
+    assert await hub.guard.drain_allowed(
+        DrainCaller(False, "10.1.2.3", secure.issuer.token("admin"))
+    )
+    assert await hub.guard.drain_allowed(
+        DrainCaller(False, "127.0.0.6", secure.issuer.token("admin"))
+    )
     alice = secure.issuer.token("alice")
-    assert not await hub._drain_allowed(DrainCaller(False, "10.1.2.3", alice))
+    assert not await hub.guard.drain_allowed(DrainCaller(False, "10.1.2.3", alice))
     await grant(
         secure, "ops", AclRule("alice", frozenset({Operation.ADMIN}), resource=ResourceType.CLUSTER)
     )
     await settled(secure)
-    assert await hub._drain_allowed(DrainCaller(False, "10.1.2.3", alice))
+    assert await hub.guard.drain_allowed(DrainCaller(False, "10.1.2.3", alice))
     # The token's principal is its issuer's name for it: an issuer the hubs trust with its
     # default prefix cannot name the super-user ``admin``.
     prefixed = TokenIssuer()
@@ -276,7 +280,7 @@ async def test_drain_needs_the_local_socket_or_a_cluster_admin(secure: SecureReg
             secure.pki, prefixed, token_issuers=prefixed.issuers_json(prefix=None)
         )
         other = Hub(config, store=secure.store())
-        assert not await other._drain_allowed(
+        assert not await other.guard.drain_allowed(
             DrainCaller(False, "10.1.2.3", prefixed.token("admin"))
         )
     finally:
@@ -295,10 +299,10 @@ async def test_a_bare_hub_drains_for_loopback_alone(tmp_path: Path) -> None:
         ),
         store=store,
     )
-    assert await hub._drain_allowed(DrainCaller(False, "127.0.0.1"))
-    assert await hub._drain_allowed(DrainCaller(False, "::1"))
-    assert not await hub._drain_allowed(DrainCaller(False, "127.0.0.6"))
-    assert not await hub._drain_allowed(DrainCaller(False, "10.1.2.3"))
+    assert await hub.guard.drain_allowed(DrainCaller(False, "127.0.0.1"))
+    assert await hub.guard.drain_allowed(DrainCaller(False, "::1"))
+    assert not await hub.guard.drain_allowed(DrainCaller(False, "127.0.0.6"))
+    assert not await hub.guard.drain_allowed(DrainCaller(False, "10.1.2.3"))
 
 
 def _outward_address() -> str | None:

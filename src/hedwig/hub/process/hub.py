@@ -28,14 +28,15 @@ from hedwig.hub.front.acl_watch import AclWatcher, NoAclWatch
 from hedwig.hub.front.admission import OpenDoor
 from hedwig.hub.front.doorway import NoDoorway, doorway_for
 from hedwig.hub.front.owners import SubscriptionOwners
-from hedwig.hub.front.server import ClientConnection, HubFrontEnd
+from hedwig.hub.front.server import HubFrontEnd
 from hedwig.hub.front.tls import GivenNetwork, HubNetworks, HubTls
 from hedwig.hub.owning.choices import HubChoices
 from hedwig.hub.owning.ownership import TopicOwnership
 from hedwig.hub.owning.peers import HubDialer, PeerDirectory
 from hedwig.hub.owning.witnesses import SessionWitnesses
 from hedwig.hub.process import collector
-from hedwig.hub.process.http import DrainCaller, HealthServer
+from hedwig.hub.process.guard import HubGuard
+from hedwig.hub.process.http import HealthServer
 from hedwig.hub.process.identity import load_hub_id
 from hedwig.hub.process.loops import HubLoops
 from hedwig.hub.process.registration import HubRegistration
@@ -56,22 +57,17 @@ from hedwig.ledger.auditor import Auditor
 from hedwig.ledger.replicas import LocalFirstReplicas
 from hedwig.ledger.storage import LocalStorage
 from hedwig.metadata import open_store
-from hedwig.metadata.acls import Operation
 from hedwig.metadata.managers import MetadataStore, SessionState
 from hedwig.metadata.records import HubLoad
 from hedwig.net.transport import Listener, Network
-from hedwig.protocol import CloseReason, MoveKind
+from hedwig.protocol import MoveKind
 from hedwig.protocol.connection import DEFAULT_MAX_FRAME_SIZE
-from hedwig.security.acl import AclSet
 from hedwig.security.tokens import TokenVerifier, parse_issuers
 from hedwig.settings import HubConfig
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-# How often connections whose credentials expired are looked for (and closed).
-EXPIRY_CHECK_S = 5.0
 
 
 class Hub:
@@ -234,11 +230,22 @@ class Hub:
             role=ListenerRole.INTERNAL,
             internal_peers=self.tls.internal_peers,
         )
+        # Access taken back over time: /drain's callers, expired credentials, revoked rules.
+        self.guard = HubGuard(
+            access=self.access,
+            authenticate=config.security.authenticate,
+            clock=self.clock,
+            connections=lambda: self.front.connections,
+            served=lambda: [
+                *((t.name, t.subscriptions) for t in self.topics.topics.values()),
+                *((t.name, t.subs.by_name) for t in self.fanout.delivering.values()),
+            ],
+        )
         self.acl_watcher: AclWatcher | NoAclWatch = (
             AclWatcher(
                 self.store,
                 super_users=config.security.super_user_set,
-                on_rules=self._rules_changed,
+                on_rules=self.guard.rules_changed,
                 clock=self.clock,
             )
             if config.security.authorize
@@ -322,14 +329,14 @@ class Hub:
         self.tls.start_reloading(self.config.security.cert_reload_interval_s)
         self.front.start_sweeping()
         if self.config.security.authenticate:
-            self._expiry = asyncio.get_running_loop().create_task(self._close_expired())
+            self._expiry = asyncio.get_running_loop().create_task(self.guard.close_expired())
         if self.config.http.metrics_port is not None or self.config.http.drain_socket:
             self._http = HealthServer(
                 self.metrics.registry,
                 self.readiness,
                 before_scrape=self.loops.refresh_gauges,
                 drain=self.drain,
-                drain_allowed=self._drain_allowed,
+                drain_allowed=self.guard.drain_allowed,
             )
             if self.config.http.metrics_port is not None:
                 await self._http.start(self.config.http.metrics_host, self.config.http.metrics_port)
@@ -459,54 +466,6 @@ class Hub:
         self.metrics.session_changed(state)
         self.topics.on_session(state)
         self.registration.on_session(state)
-
-    # access control -------------------------------------------------------------------------
-
-    async def _drain_allowed(self, caller: DrainCaller) -> bool:
-        """``POST /drain``: through the hub's local socket (a preStop hook), or with a token
-        whose principal may administer the cluster. A hub without authentication also drains
-        for a caller at 127.0.0.1 or ::1, as its client port serves RELEASE_TOPIC to anyone;
-        with authentication no peer address is enough (a mesh's sidecar forwards callers from
-        anywhere from loopback addresses)."""
-        if caller.local_socket:
-            return True
-        if not self.config.security.authenticate and caller.peer_host in ("127.0.0.1", "::1"):
-            return True
-        if caller.token is None or not self.access.verifier:
-            return False
-        try:
-            principal = await self.access.verifier.verify(caller.token)
-        except Exception:
-            return False
-        return self.access.cluster_admin(principal)
-
-    async def _close_expired(self) -> None:
-        while True:
-            await self.clock.sleep(EXPIRY_CHECK_S)
-            self.access.close_expired(
-                self.front.connections,
-                lambda conn: conn.close(),  # type: ignore[attr-defined]
-            )
-
-    def _rules_changed(self, acls: AclSet) -> None:
-        """New ACL rules: forget cached decisions, and close the subscriptions whose
-        connections may no longer subscribe (later publishes are refused by admission)."""
-        self.access.set_acls(acls)
-        served = [(t.name, t.subscriptions) for t in self.topics.topics.values()]
-        served += [(t.name, t.subs.by_name) for t in self.fanout.delivering.values()]
-        for name, subs in served:
-            for sub in list(subs.values()):
-                for peer in sub.peers:  # a queue's consumers may be different principals
-                    if isinstance(peer, ClientConnection) and not self.access.allowed(
-                        peer, Operation.SUBSCRIBE, name
-                    ):
-                        sub.close_peer(
-                            peer,
-                            CloseReason.ACCESS_REVOKED,
-                            f"principal {peer.principal.name} may no longer subscribe to "
-                            f"topic {name!r}",
-                        )
-                        asyncio.get_running_loop().create_task(sub.flush())
 
     def _topics_changed(self) -> None:
         self.loops.topics_changed()
