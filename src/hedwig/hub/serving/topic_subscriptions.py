@@ -1,5 +1,5 @@
 """The subscriptions of one owned topic: finding or creating, attaching, consuming, resetting,
-deleting, describing (``queue_description`` for DESCRIBE_QUEUES) and expiring them.
+deleting, describing (``descriptions`` for DESCRIBE_QUEUES) and expiring them.
 
 Rules:
 
@@ -40,10 +40,10 @@ from hedwig.errors import (
 )
 from hedwig.hub.front.owners import owner_of
 from hedwig.hub.serving.deliveries import checked_ranges
+from hedwig.hub.serving.descriptions import queue_infos, subscription_infos
 from hedwig.hub.serving.peer import Peer
 from hedwig.hub.serving.policies import check_served, policy_of
 from hedwig.hub.serving.queue import QueueSubscription
-from hedwig.hub.serving.queue_description import queue_infos
 from hedwig.hub.serving.retention import keep_from_seq_of as keep_from_seq_of
 from hedwig.hub.serving.subscription import DeliveryLog, Subscription
 from hedwig.metadata.managers import MetadataStore
@@ -470,16 +470,7 @@ class TopicSubscriptions:
     # describing and expiring --------------------------------------------------------------------
 
     async def describe(self) -> tuple[SubscriptionInfo, ...]:
-        stored = await self._store.subscriptions.read_subscriptions(self.topic)
-        infos: dict[str, SubscriptionInfo] = {}
-        for name, got in stored.items():
-            state = got.value.state or SubscriptionState()
-            active = state.last_active_ms or state.created_ms
-            infos[name] = SubscriptionInfo(name, state.consumed_seq, False, active)
-        for name, sub in self.by_name.items():
-            attached = any(not p.closed for p in sub.peers)
-            infos[name] = SubscriptionInfo(name, sub.consumed_seq, attached, sub.last_active_ms)
-        return tuple(infos[n] for n in sorted(infos))
+        return await subscription_infos(self._store, self.topic, self.by_name)
 
     async def describe_queues(self) -> tuple[QueueInfo, ...]:
         return await queue_infos(self._store, self.topic, self.by_name)

@@ -1,7 +1,9 @@
-"""What DESCRIBE_QUEUES answers of a topic's subscriptions: each one's type and, for the ones
-this owner serves, what its consumers hold.
+"""What DESCRIBE_TOPIC and DESCRIBE_QUEUES answer of a topic's subscriptions.
 
-Rules:
+DESCRIBE_TOPIC (``subscription_infos``): every subscription in the store with its mark and
+when it was last active, and the ones served here as they stand now (attached or not, their
+live mark). DESCRIBE_QUEUES (``queue_infos``): each one's type and, for the ones this owner
+serves, what its consumers hold. Rules of the second:
 
 - Every subscription in the metadata store is listed, by name, with the type its record
   keeps (a record without a policy is exclusive).
@@ -23,8 +25,24 @@ from collections.abc import Mapping
 from hedwig.hub.serving.queue import QueueSubscription
 from hedwig.hub.serving.subscription import Subscription
 from hedwig.metadata.managers import MetadataStore
-from hedwig.metadata.records import SubscriptionType
-from hedwig.protocol import QueueInfo
+from hedwig.metadata.records import SubscriptionState, SubscriptionType
+from hedwig.protocol import QueueInfo, SubscriptionInfo
+
+
+async def subscription_infos(
+    store: MetadataStore, topic: str, served: Mapping[str, Subscription | QueueSubscription]
+) -> tuple[SubscriptionInfo, ...]:
+    """The subscriptions of ``topic`` in ``store``, those ``served`` here as they are now."""
+    stored = await store.subscriptions.read_subscriptions(topic)
+    infos: dict[str, SubscriptionInfo] = {}
+    for name, got in stored.items():
+        state = got.value.state or SubscriptionState()
+        active = state.last_active_ms or state.created_ms
+        infos[name] = SubscriptionInfo(name, state.consumed_seq, False, active)
+    for name, sub in served.items():
+        attached = any(not p.closed for p in sub.peers)
+        infos[name] = SubscriptionInfo(name, sub.consumed_seq, attached, sub.last_active_ms)
+    return tuple(infos[n] for n in sorted(infos))
 
 
 async def queue_infos(
