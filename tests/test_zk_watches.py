@@ -236,6 +236,44 @@ async def test_watches_of_a_turn_go_together_and_a_change_before_them_fires(
             server.stop()
 
 
+async def test_a_watch_from_a_version_waits_once_its_session_has_seen_that_version(
+    tmp_path: Path,
+) -> None:
+    """A ``SetWatches`` gives the latest zxid this session's answers carried. A version
+    another session wrote after it fires the watch at once (the server: changed since), even
+    though the record is at that version; once this session has read the record, a watch
+    from the same version waits for the next change. (The conformance suite's watch from a
+    version another store wrote reads it through its own store first for this reason.)"""
+    server = ZooKeeperServer(data_dir=str(tmp_path / "zk")).start()
+    zk = ZkClient(server.address, session_timeout=30.0)
+    other = ZkClient(server.address, session_timeout=30.0)
+    try:
+        await zk.start()
+        await other.start()
+        await zk.create("/w", b"a")
+        written = await other.set("/w", b"b", 0)
+        assert zk.last_zxid < written.mzxid  # not seen here
+        early = asyncio.Event()
+        zk.watch("/w", early.set, written.version)
+        await asyncio.wait_for(early.wait(), 10)
+
+        _, seen = await zk.get("/w")
+        assert seen.version == written.version and zk.last_zxid >= seen.mzxid
+        later = asyncio.Event()
+        zk.watch("/w", later.set, seen.version)
+        await asyncio.sleep(0.3)  # the test: no fire in this window
+        assert not later.is_set()
+        await other.set("/w", b"c", seen.version)
+        await asyncio.wait_for(later.wait(), 10)
+        assert zk.phase is Phase.CONNECTED
+    finally:
+        try:
+            await zk.close()
+            await other.close()
+        finally:
+            server.stop()
+
+
 @pytest.mark.parametrize("lost_at", ["SetWatchesRequest", "MultiReadRequest"])
 async def test_watches_in_flight_when_the_connection_goes_miss_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lost_at: str

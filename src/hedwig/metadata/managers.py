@@ -86,8 +86,10 @@ class TopicOwnershipManager(Protocol):
         a watch costs only the store's record of it: a hub watches every topic it owns.
 
         Also called at once if the record is already gone when the watch is set. ``version``:
-        the record's version as the caller last saw it (written or read); a store may watch
-        from there without reading the record again, and a change since fires at once.
+        the record's version as the caller last saw it (written or read) through this store;
+        a store may watch from there without reading the record again, and a change since
+        fires at once. A version learned elsewhere (another store's write) may be one this
+        store has not seen yet, and may fire at once too (ZooKeeper's sessions are apart).
         """
         ...
 

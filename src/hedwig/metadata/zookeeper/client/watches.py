@@ -21,6 +21,11 @@ Rules:
 - A change between a caller's read of a record and that zxid would not be notified, so a
   watch that expects a version (the one its holder wrote or read) is read back once set, in
   one ``multiRead`` for the request's: a record gone or at another version fires its watcher.
+- That zxid is the latest an answer to this session carried (a notification carries none
+  before ZooKeeper 3.9), so a version the holder wrote or read through the session is never
+  past it, and its watch waits for the next change. A version another session wrote, that
+  this one has not yet seen answered, may be past it: the server fires that watch at once
+  ("look again"; in an ensemble this session's server may not have the write yet either).
 - Watches outlive connections: while the session is suspended a watch set is kept in the
   record, unfired, and every watch of the record is set again on the session's next
   connection, before any request, in ``SetWatches`` of up to 128 KiB of paths (as
