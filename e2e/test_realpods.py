@@ -44,7 +44,7 @@ from hedwig.client import HedwigClient, SyncClient
 from hedwig.devcluster.zookeeper import ZooKeeperServer, free_port
 from hedwig.errors import AuthenticationError
 from hedwig.security import ClientSecurity
-from hedwig_e2e import topic_owner
+from hedwig_e2e import topic_owner, wait_for
 from notes_commands import run_notes
 from notes_commands import values as notes_values
 from realpods import (
@@ -55,7 +55,6 @@ from realpods import (
     pod_ready,
     pods,
     storage_class,
-    wait_for,
 )
 from traffic.grid import Grid
 from traffic.positions import Position

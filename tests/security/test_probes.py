@@ -28,19 +28,25 @@ from hedwig.errors import (
 from hedwig.net.connection import HubConnection
 from hedwig.net.transport import TCP, TcpNetwork
 from hedwig.protocol import (
+    Ack,
     AddEntry,
     Authenticate,
     CloseSubscription,
     Consume,
+    CreateSubscription,
     DeleteLedger,
     DeleteTopic,
     DeliveryStats,
     DescribeLanes,
+    DescribeQueues,
+    DescribeRegion,
     DescribeTopic,
     EncodedMessages,
     FenceLedgers,
     HubAlive,
+    JoinSubscription,
     LedgerLac,
+    Nack,
     Ping,
     Publish,
     Read,
@@ -50,8 +56,10 @@ from hedwig.protocol import (
     Request,
     ResetSubscription,
     ResetTo,
+    SeqRange,
     StorageHello,
     Subscribe,
+    SubscriptionType,
     TailTopic,
     TopicStats,
     Unsubscribe,
@@ -115,6 +123,18 @@ def probes(ledger_id: int) -> list[Probe]:
         lambda r: DeliveryStats(request_id=r, topic="probe"),
         lambda r: DescribeLanes(request_id=r, topic="probe"),
         lambda r: Ping(request_id=r),
+        lambda r: DescribeRegion(request_id=r),
+        lambda r: JoinSubscription(
+            request_id=r, topic="probe", subscriber="q1", type=SubscriptionType.SHARED
+        ),
+        lambda r: CreateSubscription(
+            request_id=r, topic="probe", subscriber="q2", type=SubscriptionType.SHARED
+        ),
+        lambda r: Ack(request_id=r, topic="probe", subscriber="s1", ranges=(SeqRange(1, 20),)),
+        lambda r: Nack(
+            request_id=r, topic="probe", subscriber="s1", delay_ms=0, ranges=(SeqRange(1, 20),)
+        ),
+        lambda r: DescribeQueues(request_id=r, topic="probe"),
         lambda r: Authenticate(request_id=r, mechanism="token", credentials="not-a-token"),
     ]
 
@@ -227,8 +247,10 @@ async def test_every_frame_from_everyone_refused_and_nothing_changes(
                     await expect_refused(conn, probe, InternalOnlyError)
                 elif kind is Authenticate or who == "anonymous":
                     await expect_refused(conn, probe, AuthenticationError)
-                elif kind is Ping:
-                    await conn.request(probe(conn.next_id()), timeout=5)  # harmless: allowed
+                elif kind in (Ping, DescribeRegion):
+                    # Harmless, allowed to any identity: DESCRIBE_REGION names the region's
+                    # hubs, which every client is redirected to anyway.
+                    await conn.request(probe(conn.next_id()), timeout=5)
                 else:
                     await expect_refused(conn, probe, ForbiddenError)
             conn.close()
