@@ -26,7 +26,7 @@ from dataclasses import replace
 from hedwig.errors import HedwigError, MetadataUnavailableError
 from hedwig.metadata import EtcdAccess, MetadataStore, open_store
 from hedwig_operator.ownership import SecretRefusedError
-from hedwig_operator.specs import AccessSecret
+from hedwig_operator.specs import AccessSecret, PoolSpec
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +66,20 @@ class MetadataConnections:
         self._connect_timeout_s = connect_timeout_s
         self._stores: dict[tuple[str, str], MetadataStore] = {}
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+
+    async def for_pool(self, pool: PoolSpec) -> MetadataStore:
+        """The store of ``pool``'s region. A secured pool on ZooKeeper is opened with its
+        digest only: opened without it, the store would make the region's znodes open to
+        anyone, and the pool's hubs refuse a region others may write to
+        (``RegionNotProtectedError``). Until the pool's reconciliation has read its digest
+        this is ``MetadataUnavailableError``, and the caller tries again later."""
+        key = (pool.metadata_url, pool.region)
+        if pool.zookeeper_digest_required and key not in self._digests:
+            raise MetadataUnavailableError(
+                f"the ZooKeeper digest of pool {pool.name} is not known yet (its Secret "
+                f"{pool.name}-zookeeper): its region is opened with it alone"
+            )
+        return await self.get(pool.metadata_url, pool.region, pool.store_secret)
 
     async def get(self, zk: str, region: str, secret: AccessSecret | None = None) -> MetadataStore:
         """The store of ``region`` on ``zk``, opened with the etcd access Secret ``secret`` if

@@ -316,7 +316,7 @@ async def reconcile_user(
     extra: dict[str, Any] = {"principal": user.principal, "observedGeneration": user.generation}
     try:
         await ensure_pool_security(kube, pool, trust, now)
-        store = await metadata.get(pool.metadata_url, pool.region, pool.store_secret)
+        store = await metadata.for_pool(pool)
         await store.acls.write_acl(user.acl_name, user.acl_entry, ANY_VERSION)
     except SecretRefusedError as exc:
         # One of the pool's Secrets is someone else's: the pool's condition says which.
@@ -399,7 +399,7 @@ async def delete_user(
     if pool is None:
         return  # the pool (and with it, the region's ACLs) is gone
     await ensure_pool_security(kube, pool, trust)
-    store = await metadata.get(pool.metadata_url, pool.region, pool.store_secret)
+    store = await metadata.for_pool(pool)
     try:
         await store.acls.delete_acl(user.acl_name, ANY_VERSION)
     except MetadataError as exc:

@@ -160,7 +160,7 @@ class PoolWorker:
         hubs: list[HubStatus] | None = None
         zk_error = None
         try:
-            store = await ctx.metadata.get(pool.metadata_url, pool.region, pool.store_secret)
+            store = await ctx.metadata.for_pool(pool)
             hubs = await store.hubs.list_hubs()
             ctx.trust.note_hubs(pool, [h.address for h in hubs])
         except MetadataError as exc:

@@ -9,6 +9,7 @@ from typing import Any
 from hedwig_operator.context import Context
 from hedwig_operator.kube import KubeError, ObjectRef
 from hedwig_operator.metadata import MetadataConnections
+from hedwig_operator.security import PoolTrust
 from hedwig_operator.settings import OperatorSettings
 
 from hedwig.errors import MetadataUnavailableError
@@ -142,12 +143,17 @@ class World:
         self.hub_store = MemoryMetadataStore(self.backend, region)
         self.kube = FakeKube()
         self.hubs = FakeHubs(self.hub_store, graceful=graceful)
-        self.connections = MetadataConnections(lambda zk, r: self.operator_store)
+        # As the operator runs: the connections share the pools' digests with its trust.
+        self.trust = PoolTrust()
+        self.connections = MetadataConnections(
+            lambda zk, r: self.operator_store, digests=self.trust.digests
+        )
         self.ctx = Context(
             kube=self.kube,
             metadata=self.connections,
             hubs=self.hubs,
             settings=OperatorSettings(activate_timeout_s=1, graceful_move_timeout_s=1),
+            trust=self.trust,
         )
 
     async def start(self) -> World:
@@ -162,7 +168,9 @@ class World:
             async def start(self) -> None:
                 raise MetadataUnavailableError("connection refused")
 
-        self.connections = MetadataConnections(lambda zk, r: Down(self.backend, r))
+        self.connections = MetadataConnections(
+            lambda zk, r: Down(self.backend, r), digests=self.trust.digests
+        )
         self.ctx.metadata = self.connections
 
     async def register(self, address: str, rates: Mapping[str, float] | None = None) -> None:

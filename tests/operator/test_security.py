@@ -21,6 +21,7 @@ from hedwig_operator.security import (
 from hedwig_operator.specs import SpecError, parse_pool, parse_user
 
 from hedwig.metadata.acls import Operation, PatternType
+from hedwig.metadata.memory import MemoryMetadataStore
 
 from .fakes import World, pool_body
 
@@ -97,7 +98,7 @@ def test_a_secured_pool_runs_hubs_with_tls_tokens_acls_and_an_internal_listener(
 async def test_pool_secrets_are_made_once_and_the_hub_certificate_renewed() -> None:
     w = await World().start()
     pool = parse_pool(pool_body(spec=SECURE))
-    trust = PoolTrust()
+    trust = w.trust
     await ensure_pool_security(w.kube, pool, trust)
     names = {k[2] for k in w.kube.objects if k[0] == "Secret"}
     assert names == {"pool-ca", "pool-clients-ca", "pool-hub-tls", "pool-zookeeper"}
@@ -122,7 +123,7 @@ async def test_pool_secrets_are_made_once_and_the_hub_certificate_renewed() -> N
 async def test_a_user_becomes_an_acl_entry_and_goes_with_its_resource() -> None:
     w = await World().start()
     w.kube.put(pool_body(spec=SECURE))
-    trust = PoolTrust()
+    trust = w.trust
     outcome = await reconcile_user(w.kube, w.connections, trust, SA_USER)
     (cond,) = outcome.status["conditions"]
     assert (cond["status"], cond["reason"]) == ("True", "Ready")
@@ -138,7 +139,7 @@ async def test_a_tls_user_gets_a_certificate_from_the_clients_ca() -> None:
     w = await World().start()
     w.kube.put(pool_body(spec=SECURE))
     body = user_body("bob", authentication={"type": "tls"})
-    outcome = await reconcile_user(w.kube, w.connections, PoolTrust(), body)
+    outcome = await reconcile_user(w.kube, w.connections, w.trust, body)
     assert outcome.status["secret"] == "bob-user-tls"
     issued = secret(w, "bob-user-tls")
     cert = x509.load_pem_x509_certificate(issued["tls.crt"])
@@ -153,13 +154,13 @@ async def test_a_tls_user_gets_a_certificate_from_the_clients_ca() -> None:
 
 async def test_users_of_missing_or_unsecured_pools_say_so() -> None:
     w = await World().start()
-    outcome = await reconcile_user(w.kube, w.connections, PoolTrust(), SA_USER)
+    outcome = await reconcile_user(w.kube, w.connections, w.trust, SA_USER)
     assert outcome.retry and outcome.status["conditions"][0]["reason"] == "PoolNotFound"
     w.kube.put(pool_body(spec={"region": "r1"}))
-    outcome = await reconcile_user(w.kube, w.connections, PoolTrust(), SA_USER)
+    outcome = await reconcile_user(w.kube, w.connections, w.trust, SA_USER)
     assert outcome.status["conditions"][0]["reason"] == "NotEnforced"
     tls = await reconcile_user(
-        w.kube, w.connections, PoolTrust(), user_body("bob", authentication={"type": "tls"})
+        w.kube, w.connections, w.trust, user_body("bob", authentication={"type": "tls"})
     )
     assert tls.status["conditions"][0]["reason"] == "PoolNotSecured"
 
@@ -203,7 +204,7 @@ async def test_with_cert_manager_the_hubs_certificate_is_a_certificate_resource(
     wrote once the Secret exists; the pods mount that Secret with the clients' CA beside it."""
     w = await World().start()
     pool = parse_pool(pool_body(spec=CERT_MANAGER))
-    trust = PoolTrust()
+    trust = w.trust
     await ensure_pool_security(w.kube, pool, trust)
     cert = w.kube.objects[("Certificate", "ns", "pool-hub-tls")]
     assert cert["apiVersion"] == "cert-manager.io/v1"
@@ -294,7 +295,7 @@ async def test_a_user_named_like_a_pool_secret_never_writes_it(name: str) -> Non
     w = await World().start()
     w.kube.put(pool_body(spec=SECURE))
     pool = parse_pool(pool_body(spec=SECURE))
-    trust = PoolTrust()
+    trust = w.trust
     await ensure_pool_security(w.kube, pool, trust)
     before = {n: secret(w, n) for n in pool_secret_names(pool)}
     outcome = await reconcile_user(
@@ -335,7 +336,7 @@ async def test_a_users_secret_held_by_someone_else_is_refused_and_left_alone() -
     theirs = foreign_secret("bob-user-tls", {"password": b"app secret"})
     w.kube.put(theirs)
     body = user_body("bob", authentication={"type": "tls"})
-    outcome = await reconcile_user(w.kube, w.connections, PoolTrust(), body)
+    outcome = await reconcile_user(w.kube, w.connections, w.trust, body)
     (cond,) = outcome.status["conditions"]
     assert (cond["status"], cond["reason"]) == ("False", "SecretConflict")
     assert "ns/bob-user-tls" in cond["message"] and "not made by the operator" in cond["message"]
@@ -345,7 +346,7 @@ async def test_a_users_secret_held_by_someone_else_is_refused_and_left_alone() -
     assert (event["type"], event["reason"]) == ("Warning", "SecretConflict")
     # The same refusal again posts no second Event.
     again = {**body, "status": outcome.status}
-    await reconcile_user(w.kube, w.connections, PoolTrust(), again)
+    await reconcile_user(w.kube, w.connections, w.trust, again)
     assert len(w.kube.events_for("HedwigUser", "bob")) == 1
     # Another user's Secret (a HedwigUser of the same name, deleted and made again) is not
     # this one's either.
@@ -364,7 +365,7 @@ async def test_a_users_secret_held_by_someone_else_is_refused_and_left_alone() -
             ],
         )
     )
-    outcome = await reconcile_user(w.kube, w.connections, PoolTrust(), body)
+    outcome = await reconcile_user(w.kube, w.connections, w.trust, body)
     assert outcome.status["conditions"][0]["reason"] == "SecretConflict"
     assert "controlled by HedwigUser bob" in outcome.status["conditions"][0]["message"]
 
@@ -387,7 +388,7 @@ async def test_a_pool_secret_the_operator_did_not_make_is_never_used() -> None:
     w.kube.put(body)
     pool = parse_pool(body)
     with pytest.raises(SecretRefusedError, match="ns/pool-ca exists"):
-        await apply_children(w.kube, pool, PoolTrust())
+        await apply_children(w.kube, pool, w.trust)
     assert not w.kube.applied
     worker = PoolWorker(w.ctx, body, lambda key: [])
     await worker.refresh(pool)
@@ -399,7 +400,7 @@ async def test_a_pool_secret_the_operator_did_not_make_is_never_used() -> None:
     assert ("Secret", "ns", "pool-hub-tls") not in w.kube.objects
     # A user of the pool is told why it is not served.
     outcome = await reconcile_user(
-        w.kube, w.connections, PoolTrust(), user_body("bob", authentication={"type": "tls"})
+        w.kube, w.connections, w.trust, user_body("bob", authentication={"type": "tls"})
     )
     assert outcome.status["conditions"][0]["reason"] == "SecretConflict"
     assert ("Secret", "ns", "bob-user-tls") not in w.kube.objects
@@ -448,7 +449,7 @@ async def test_the_operator_touches_only_the_secrets_of_its_pools_and_users() ->
     body = pool_body(spec=SECURE)
     kube.put(body)
     kube.put(foreign_secret("unrelated", {"password": b"x"}))
-    trust = PoolTrust()
+    trust = w.trust
     w.ctx.trust = trust
     await reconcile_user(kube, w.connections, trust, SA_USER)
     await reconcile_user(
@@ -462,3 +463,29 @@ async def test_the_operator_touches_only_the_secrets_of_its_pools_and_users() ->
     await read_access(kube, store_pool.store_secret)
     pool = parse_pool(body)
     assert kube.touched == {*pool_secret_names(pool), user_secret_name("bob"), "acc"}
+
+
+async def test_a_secured_pools_region_is_never_opened_without_its_digest() -> None:
+    """Opened without the digest, the store would make the region's znodes open to anyone,
+    and the pool's hubs then refuse the region (``RegionNotProtectedError``): until the
+    pool's reconciliation has read its digest, its store is unavailable, not opened."""
+    from hedwig_operator.metadata import MetadataConnections
+
+    from hedwig.errors import MetadataUnavailableError
+
+    w = await World().start()
+    w.kube.put(pool_body(spec=SECURE))
+    pool = parse_pool(pool_body(spec=SECURE))
+    opened: list[str] = []
+
+    def opener(url: str, region: str) -> MemoryMetadataStore:
+        opened.append(region)
+        return w.operator_store
+
+    connections = MetadataConnections(opener, digests=w.trust.digests)
+    with pytest.raises(MetadataUnavailableError, match="digest of pool pool is not known"):
+        await connections.for_pool(pool)
+    assert opened == []
+    await ensure_pool_security(w.kube, pool, w.trust)
+    assert await connections.for_pool(pool) is w.operator_store
+    assert opened == [pool.region]

@@ -269,7 +269,7 @@ async def rebalance_cycle(
     if rolling is not None:
         return await held("RolloutInProgress", f"waiting for the rollout: {rolling}")
     try:
-        store = await ctx.metadata.get(pool.metadata_url, pool.region, pool.store_secret)
+        store = await ctx.metadata.for_pool(pool)
         hubs: list[HubStatus] = await store.hubs.list_hubs()
         if spec.prometheus is not None:
             hubs = await fetch_prometheus_load(spec.prometheus, pool, hubs, ctx.clock.wall_ms())

@@ -246,6 +246,12 @@ class PoolSpec:
         return self.region_override or self.name
 
     @property
+    def zookeeper_digest_required(self) -> bool:
+        """Whether the pool's region is opened with its ZooKeeper digest alone (a secured
+        pool on ZooKeeper; etcd's credentials come from ``store_secret``)."""
+        return self.security.enabled and not self.metadata_url.startswith("etcd://")
+
+    @property
     def store_secret(self) -> AccessSecret | None:
         """The metadata store's access Secret, if it has one."""
         if self.metadata_secret is None:

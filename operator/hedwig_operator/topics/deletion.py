@@ -59,7 +59,7 @@ async def delete_topic_data(
         return f"data kept: HubPool {spec.pool} is gone, so its ZooKeeper is unknown"
     pool: PoolSpec = parse_pool(pool_body)
     try:
-        store = await ctx.metadata.get(pool.metadata_url, pool.region, pool.store_secret)
+        store = await ctx.metadata.for_pool(pool)
         if not await store.topics.topic_exists(topic):
             return f"topic {topic!r} did not exist in region {pool.region!r}"
         plan = await store.plans.read_plan(topic)

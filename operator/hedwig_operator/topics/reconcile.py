@@ -166,7 +166,7 @@ async def reconcile_topic(
     except SpecError as exc:
         return result(False, "PoolInvalid", f"HubPool {spec.pool} is invalid: {exc}", topic=topic)
     try:
-        store = await ctx.metadata.get(pool.metadata_url, pool.region, pool.store_secret)
+        store = await ctx.metadata.for_pool(pool)
         await _ensure_config(store, spec)
         if hubs is None:
             hubs = await store.hubs.list_hubs()
