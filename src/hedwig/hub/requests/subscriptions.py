@@ -9,9 +9,13 @@ subscription that exists need its owner (``SubscriptionOwners``).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from typing import Any
+
 from hedwig.hub.front.owners import SubscriptionOwners, owner_of
 from hedwig.hub.front.server import ClientConnection
 from hedwig.hub.requests.places import SubscriptionPlaces
+from hedwig.hub.serving.table import SubscriptionTable
 from hedwig.hub.spreading.lanes import TopicLanes
 from hedwig.protocol import (
     Ack,
@@ -37,13 +41,35 @@ class SubscriptionRequests:
         self._owners = owners
 
     async def subscribe(self, conn: ClientConnection, req: Subscribe) -> Reply:
+        table = await self._placed(conn, req)
+        return await self._owned_attach(conn, "subscribe", req, table, table.subscribe)
+
+    async def join(self, conn: ClientConnection, req: JoinSubscription) -> Reply:
+        table = await self._placed(conn, req)
+        return await self._owned_attach(conn, "join", req, table, table.join)
+
+    async def _placed(
+        self, conn: ClientConnection, req: Subscribe | JoinSubscription | CreateSubscription
+    ) -> SubscriptionTable:
+        """The table that serves ``req``'s subscription here, its names checked first."""
         validate_name(req.subscriber, what="subscriber")
         await self._lanes.check_name(req.topic)
-        table = await self._places.placed(
+        return await self._places.placed(
             conn, req.topic, req.subscriber, redirected=req.redirected, create=True
         )
-        existed = await self._owners.check(conn, "subscribe", req.topic, req.subscriber)
-        answer = await table.subscribe(conn, req)
+
+    async def _owned_attach(
+        self,
+        conn: ClientConnection,
+        op: str,
+        req: Subscribe | JoinSubscription,
+        table: SubscriptionTable,
+        attach: Callable[[ClientConnection, Any], Awaitable[Reply]],
+    ) -> Reply:
+        """Attach ``conn`` as ``op`` does if the subscription is its principal's (or new);
+        one found made a moment ago by someone else is detached again and refused."""
+        existed = await self._owners.check(conn, op, req.topic, req.subscriber)
+        answer = await attach(conn, req)
         if not existed:  # made now, or a moment ago by someone else: which, the record says
             await self._owners.check_attached(
                 conn,
@@ -53,29 +79,8 @@ class SubscriptionRequests:
             )
         return answer
 
-    async def join(self, conn: ClientConnection, req: JoinSubscription) -> Reply:
-        validate_name(req.subscriber, what="subscriber")
-        await self._lanes.check_name(req.topic)
-        table = await self._places.placed(
-            conn, req.topic, req.subscriber, redirected=req.redirected, create=True
-        )
-        existed = await self._owners.check(conn, "join", req.topic, req.subscriber)
-        answer = await table.join(conn, req)
-        if not existed:  # as for SUBSCRIBE: made now, or a moment ago by someone else
-            await self._owners.check_attached(
-                conn,
-                req.topic,
-                req.subscriber,
-                lambda: table.close_subscription(conn, req.subscriber),
-            )
-        return answer
-
     async def create_subscription(self, conn: ClientConnection, req: CreateSubscription) -> Reply:
-        validate_name(req.subscriber, what="subscriber")
-        await self._lanes.check_name(req.topic)
-        table = await self._places.placed(
-            conn, req.topic, req.subscriber, redirected=req.redirected, create=True
-        )
+        table = await self._placed(conn, req)
         return await table.create_subscription(req, owner_of(conn.principal))
 
     async def ack(self, conn: ClientConnection, req: Ack) -> None:
