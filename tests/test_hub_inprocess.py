@@ -19,12 +19,14 @@ from hedwig.errors import (
     DeadlineExceededError,
     MessagesUnavailableError,
     ServiceUnavailableError,
+    TopicMovingError,
 )
 from hedwig.hub import Hub, HubConfig
 from hedwig.hub.owning.topic import TopicState
 from hedwig.metadata.memory import MemoryBackend, MemoryMetadataStore
 from hedwig.metadata.records import HubLoad
-from hedwig.protocol import EncodedMessages, Publish, Published
+from hedwig.protocol import EncodedMessages, Publish, Published, Subscribe
+from hedwig.security.principal import ANONYMOUS
 from hedwig.settings import ConnectionSettings, StorageSettings
 from tests import scratch
 from tests.cluster_helpers import eventually
@@ -340,3 +342,33 @@ async def test_zookeeper_session_expiry(zk_hub: Hub) -> None:
         assert zk_hub.topics.epoch != epoch
         hubs = await zk_hub.store.hubs.list_hubs()
         assert [h.alive for h in hubs if h.address == zk_hub.address] == [True]
+
+
+class _Peer:
+    """A connection as a subscription table sees it, for attaching without a socket."""
+
+    name = "late"
+    principal = ANONYMOUS
+    closed = False
+
+    def send(self, frame: object) -> None:
+        pass
+
+    async def writable(self) -> None:
+        pass
+
+
+async def test_nobody_attaches_to_a_topic_after_it_was_handed_off(hubs: list[Hub]) -> None:
+    """A SUBSCRIBE that waited on the store (the subscription's owner read, under a slow
+    store) while its topic was handed off finds the subscription in memory, needing no read:
+    it is refused as moving, not attached to a topic its hub no longer serves, where it would
+    wait for ever."""
+    async with HedwigClient([h.address for h in hubs]) as c:
+        _, owner = await one_consumed(c, hubs, "handed", "h")
+        owned = owner.topics.topics["handed"]
+        await owned.release("handed off by the test")
+        assert owned.state is TopicState.CLOSED
+        request = Subscribe(request_id=1, topic="handed", subscriber="h", force_attach=True)
+        with pytest.raises(TopicMovingError):
+            await owned.subs.subscribe(_Peer(), request)
+        assert not owned.subs.any_attached()

@@ -9,6 +9,10 @@ Rules:
   as many consumers as join it, each acknowledging its messages one by one. SUBSCRIBE
   attaches only to the first kind, JOIN_SUBSCRIPTION only to the second, of the type it
   names: a consumer never consumes cumulatively from a queue by mistake.
+- Nobody is attached to a topic that is no longer open (moving, handed off, lost): the check
+  comes last, just before the attach, since a subscription found in memory needs no read and
+  the request's caller may have waited on the store in the meantime (a slow store once let a
+  subscriber attach to a topic its hub had just handed off, where it waited for ever).
 - CREATE fails if the subscription exists, ATTACH if it does not, CREATE_OR_ATTACH does either;
   a concurrent create of the same one makes the loser attach to the winner's.
 - A reset moves the mark anywhere between before the first kept message and the end, writes
@@ -133,6 +137,7 @@ class TopicSubscriptions:
         answer = Subscribed(
             request_id=req.request_id, consumed_seq=sub.consumed_seq, last_seq=self._log.last_seq
         )
+        self._check_open()  # a subscription found in memory: the caller may have waited
         sub.attach(peer, prefs)
         return answer
 
@@ -213,6 +218,7 @@ class TopicSubscriptions:
         answer = Subscribed(
             request_id=req.request_id, consumed_seq=sub.consumed_seq, last_seq=self._log.last_seq
         )
+        self._check_open()
         sub.attach(peer, req.message_window)
         return answer
 
