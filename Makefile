@@ -37,8 +37,8 @@ browser:
 	@spark-apps/scripts/ensure-chromium.sh
 
 lint: venv
-	$(VENV)/bin/ruff check src tests bench spark-apps
-	$(VENV)/bin/ruff format --check src tests bench spark-apps
+	$(VENV)/bin/ruff check src tests bench spark-apps conftest.py
+	$(VENV)/bin/ruff format --check src tests bench spark-apps conftest.py
 
 # The core and spark-apps/ (pyproject.toml's [tool.mypy] files); the operator separately below.
 typecheck: venv
@@ -54,8 +54,15 @@ imports-spark: venv
 	PYTHONPATH=spark-apps $(VENV)/bin/lint-imports --config spark-apps/importlinter.ini
 
 # Every test: static checks, unit and integration tests (real ZooKeeper, real hub processes).
+# TEST_WORKERS pytest-xdist workers run the suite (conftest.py: a file per unit, the tests
+# that own the machine on one worker), then the tests marked "alone" run by themselves;
+# both parts always run, and the target fails if either did.
+TEST_WORKERS ?= 2
 test: deps etcd browser lint typecheck imports imports-spark
-	$(PY) -m pytest -q $(PYTEST_ARGS) tests e2e
+	status=0; \
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not alone" $(PYTEST_ARGS) tests e2e || status=$$?; \
+	$(PY) -m pytest -q -m alone $(PYTEST_ARGS) tests e2e || status=$$?; \
+	exit $$status
 
 unit: venv
 	$(PY) -m pytest -q -m "not integration" tests

@@ -430,6 +430,7 @@ def test_first_mistakes_fail_at_once_and_say_what_to_do() -> None:
         assert drain.returncode == 0  # owns nothing: nothing to strand
 
 
+@pytest.mark.alone  # a time bound on whole commands
 def test_a_mistyped_hub_fails_in_seconds_saying_what_is_there(dev: Cli) -> None:
     """Nothing listening, a host that does not resolve, a hub's metrics port, ZooKeeper's port:
     each fails within a few seconds (not the 30 s retry deadline), saying what is there, with
@@ -458,6 +459,7 @@ def test_a_mistyped_hub_fails_in_seconds_saying_what_is_there(dev: Cli) -> None:
     assert dev("pub", "--hub", some, "mistyped-one", input="x\n").stdout == "1\tx\n"
 
 
+@pytest.mark.alone  # a timeline of whole commands
 def test_pub_gives_up_at_its_deadline_with_stderr_piped_into_head(dev: Cli) -> None:
     """Every hub gone after ``hedwig pub`` started, its stderr a pipe whose reader has exited:
     it still gives up at its retry deadline, with exit 1."""

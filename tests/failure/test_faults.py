@@ -341,6 +341,7 @@ async def test_two_of_three_hubs_down_then_one_back(cluster: DevCluster) -> None
     check(history)
 
 
+@pytest.mark.alone  # compares the rate during the outage with the rate before
 async def test_publishing_goes_on_through_a_zookeeper_outage(cluster: DevCluster) -> None:
     """ZooKeeper down for four session timeouts under load: owners keep acknowledging on their
     open ledgers the whole time (no owner could have been replaced: nobody reaches ZooKeeper,
@@ -401,6 +402,7 @@ async def publishing_goes_on_through_a_zookeeper_outage(
 # going over the hubs' internal listeners (mutual TLS), found through their alive records.
 
 
+@pytest.mark.alone  # compares the rate during the outage with the rate before
 async def test_secure_publishing_goes_on_through_a_zookeeper_outage_with_claims_waiting(
     secure_cluster: DevCluster,
 ) -> None:
