@@ -181,7 +181,6 @@ async def ensure_pool_security(
         return
     async with trust.lock(pool):
         await _ensure_pool_security(kube, pool, trust, now or dt.datetime.now(dt.UTC))
-        await trust.regions.ensure(pool, trust.digests.get((pool.metadata_url, pool.region)))
 
 
 async def _ensure_pool_security(
@@ -223,7 +222,14 @@ async def _ensure_pool_security(
         )
         log.info("issued the hubs' certificate of pool %s/%s", pool.namespace, pool.name)
     digest = await _zk_digest(kube, pool)
-    trust.register(pool, hub_ca.cert_pem.decode(), digest)
+    await _register(pool, trust, hub_ca.cert_pem.decode(), digest)
+
+
+async def _register(pool: PoolSpec, trust: PoolTrust, ca_pem: str, digest: str) -> None:
+    """The pool's region made (``regions``) before its digest is known to the operator's
+    stores: one opened first, on an ensemble without ``/hedwig``, would make it the pool's."""
+    await trust.regions.ensure(pool, digest)
+    trust.register(pool, ca_pem, digest)
 
 
 def _reusable_key(key_pem: bytes | None) -> bytes | None:
@@ -269,7 +275,7 @@ async def _ensure_cert_manager(kube: KubeApi, pool: PoolSpec, trust: PoolTrust) 
         )
         return
     await kube.apply(ca_cert_configmap(pool, ca_pem))
-    trust.register(pool, ca_pem.decode(), digest)
+    await _register(pool, trust, ca_pem.decode(), digest)
 
 
 # ------------------------------------------------------------------------------ users

@@ -37,9 +37,20 @@ def pool_digest(w: World) -> str:
 async def test_a_secured_pools_region_is_made_with_its_digest_before_its_hubs() -> None:
     w = await World().start()
     zk = with_admin(w)
+    known_then: list[dict[tuple[str, str], str]] = []
+    make = zk.make
+
+    async def noting(url: str, region: str, admin: str, digest: str) -> bool:
+        known_then.append(dict(w.trust.digests))
+        return await make(url, region, admin, digest)
+
+    w.trust.regions.maker = noting
     pool = parse_pool(pool_body(spec=SECURE))
     await apply_children(w.kube, pool, w.trust)
     assert zk.calls == [("zk:2181", "r1", ADMIN)]
+    # Before the operator's own stores could open the region with the pool's digest (one
+    # opened first, on an ensemble without /hedwig, would make /hedwig the pool's).
+    assert known_then == [{}] and ("zk:2181", "r1") in w.trust.digests
     assert zk.regions == {"r1": pool_digest(w)}
     # Made before the hubs: the pool's digest Secret existed, its StatefulSet did not yet.
     assert "Secret" in zk.kinds_then["r1"] and "StatefulSet" not in zk.kinds_then["r1"]
