@@ -140,11 +140,21 @@ ORDERS_ACL = [
 ]
 
 
+ZK_ADMIN = "hedwig-admin:e2e-adm1n"
+
+
 @pytest.fixture(scope="module")
 def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBed]:
     bins = control_plane_bins()
     workdir = tmp_path_factory.mktemp("e2e-security")
-    with cluster.ControlPlane(bins=bins) as cp, ZooKeeperServer() as zk:
+    # Two secured pools share the ensemble: /hedwig is closed to creation by their digests, and
+    # the operator makes their regions with the admin digest, as the chart's ZooKeeper has it.
+    admin_digest = workdir / "zookeeper-admin"
+    admin_digest.write_text(ZK_ADMIN)
+    with (
+        cluster.ControlPlane(bins=bins) as cp,
+        ZooKeeperServer(super_digest=ZK_ADMIN) as zk,
+    ):
         cp.create_namespace(NS)
         kubeconfig = install_operator_access(cp, NS)
         cp.apply(PUBLIC_DISCOVERY)
@@ -164,6 +174,7 @@ def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBed]:
                 "HEDWIG_OPERATOR_RETRY_DELAY_S": "1",
                 "HEDWIG_OPERATOR_PRINCIPAL": OPERATOR,
                 "HEDWIG_TOKEN_FILE": str(token),
+                "HEDWIG_ZK_ADMIN_DIGEST_FILE": str(admin_digest),
             },
         )
         bed = SecureBed(cp, zk.address, workdir, operator)

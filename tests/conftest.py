@@ -6,10 +6,12 @@ from typing import TypeVar
 
 import pytest
 from hypothesis import HealthCheck, settings
+from kazoo.client import KazooClient
 
 from hedwig.devcluster.etcd import EtcdServer
 from hedwig.devcluster.security import DevSecurity
 from hedwig.devcluster.zookeeper import ZooKeeperServer
+from hedwig.metadata.layout import ROOT
 from tests import scratch
 from tests.secured_etcd import secured_etcd
 
@@ -45,8 +47,18 @@ def _running(server: S) -> Iterator[S]:
 
 @pytest.fixture(scope="session")
 def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
-    """One real ZooKeeper for the whole run; tests separate themselves by region."""
-    yield from _running(ZooKeeperServer(data_dir=str(tmp_path_factory.mktemp("zk"))))
+    """One real ZooKeeper for the whole run; tests separate themselves by region. Secured and
+    open regions share it, so ``/hedwig`` is made open first (a secured store that made it
+    would close it to every other digest, and to stores without one)."""
+    for server in _running(ZooKeeperServer(data_dir=str(tmp_path_factory.mktemp("zk")))):
+        zk = KazooClient(hosts=server.address, timeout=10)
+        zk.start(timeout=10)
+        try:
+            zk.ensure_path(ROOT)
+        finally:
+            zk.stop()
+            zk.close()
+        yield server
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ import pytest
 from msgspec.structs import replace
 
 from hedwig.devcluster.zookeeper import ZooKeeperServer
-from hedwig.errors import BadVersionError, MetadataError
+from hedwig.errors import BadVersionError, MetadataError, MetadataRefusedError
 from hedwig.metadata import MetadataStore
 from hedwig.metadata.layout import Layout
 from hedwig.metadata.plans import TopicPlan
@@ -21,12 +21,12 @@ from hedwig.metadata.records import NEW_VERSION, HubInfo, LedgerMetadata
 from hedwig.metadata.topic_logs import first_ranges
 from hedwig.metadata.zookeeper import ZkMetadataStore
 from hedwig.metadata.zookeeper import ledgers as zk_ledgers
-from hedwig.metadata.zookeeper.client import Acl, NodeExists, NoNode, Op, Perm, ZkClient
+from hedwig.metadata.zookeeper.client import NodeExists, NoNode, Op, ZkClient
 from hedwig.metadata.zookeeper.client.connection import Answer
 from hedwig.metadata.zookeeper.client.multi import MultiReadRequest
 from hedwig.metadata.zookeeper.client.reads import UNIMPLEMENTED
 from hedwig.metadata.zookeeper.client.records import Request
-from hedwig.metadata.zookeeper.znode_acls import digest_id
+from hedwig.metadata.zookeeper.regions import make_region
 from tests.bundle_conformance import BundleConformance
 from tests.cycle_garbage import frames_left_for_the_collector
 from tests.metadata_conformance import MetadataConformance
@@ -178,21 +178,25 @@ class TestZooKeeperStore(MetadataConformance, BundleConformance):
 
 
 async def test_pools_with_their_own_digests_share_one_ensemble(tmp_path: Path) -> None:
-    """Two secured pools (regions, each with its own ZooKeeper digest) on one ensemble: the
-    first to start makes ``/hedwig`` so that the second may create its region beside it, and
-    neither can change the other's tree. A ``/hedwig`` made only for the first pool's digest
-    (as before) is opened up by that pool's next start."""
-    with ZooKeeperServer(data_dir=str(tmp_path / "zk")) as zk:
-        # As an older version left it: only pool a's digest may create under /hedwig.
-        old = ZkClient(zk.address, session_timeout=2.0, auth=[("digest", b"hedwig:a")])
-        await old.start(timeout=10)
-        await old.create("/hedwig", b"", acl=[Acl(int(Perm.ALL), digest_id("hedwig", "a"))])
-        await old.close()
+    """Two secured pools (regions, each with its own ZooKeeper digest) on one ensemble:
+    ``/hedwig`` is closed to creation by others (the first pool's store makes it its own), so
+    the second pool's store may not make its region there; the ensemble's admin digest
+    (ZooKeeper's super-user, the operator's) makes it with that pool's digest, and neither
+    pool can change the other's tree."""
+    admin = "hedwig-admin:adm1n"
+    with ZooKeeperServer(data_dir=str(tmp_path / "zk"), super_digest=admin) as zk:
         a = ZkMetadataStore(zk.address, "pool-a", session_timeout=2.0, digest="hedwig:a")
-        b = ZkMetadataStore(zk.address, "pool-b", session_timeout=2.0, digest="hedwig:b")
         await a.start()
         try:
-            await b.start()  # refused (NoAuth at /hedwig/pool-b) before the root was opened
+            refused = ZkMetadataStore(zk.address, "pool-b", session_timeout=2.0, digest="hedwig:b")
+            with pytest.raises(MetadataRefusedError, match="closed to its digest"):
+                await refused.start()
+            await refused.close()
+            assert await make_region(
+                zk.address, "pool-b", admin_digest=admin, region_digest="hedwig:b"
+            )
+            b = ZkMetadataStore(zk.address, "pool-b", session_timeout=2.0, digest="hedwig:b")
+            await b.start()
             try:
                 await b.topics.ensure_topic("b-topic")
                 assert await b.topics.topic_exists("b-topic")

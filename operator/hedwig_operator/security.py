@@ -8,7 +8,8 @@ For a HubPool with ``spec.security.enabled`` the operator keeps (``builders.secu
   so renewal restarts nothing. A renewal keeps the key: the hubs pin it on their internal
   listener (``HEDWIG_INTERNAL_PEER_KEYS=own``: a peer must hold the key they all share), and
   hubs whose Secret files are updated a minute apart must still know each other;
-- a ZooKeeper digest the hubs and the operator create znodes with.
+- a ZooKeeper digest the hubs and the operator create znodes with, and, on ZooKeeper with the
+  operator's admin digest, the pool's region made with it before the hubs start (``regions``).
 
 It also remembers, for its own requests to the pool, the hub CA (``PoolTrust``): the operator
 reaches secured hubs with TLS and its projected ServiceAccount token, and opens their region
@@ -62,6 +63,7 @@ from hedwig_operator.conditions import condition, find
 from hedwig_operator.kube import KubeApi, ObjectRef
 from hedwig_operator.ownership import Owner, SecretRefusedError, read_owned
 from hedwig_operator.recorder import record_event
+from hedwig_operator.regions import PoolRegions
 from hedwig_operator.resources import API_VERSION, POOL_KIND, USER_KIND
 from hedwig_operator.specs import PoolSpec, SpecError, UserSpec, parse_pool, parse_user
 from hedwig_operator.specs.user import AuthenticationType
@@ -87,6 +89,8 @@ class PoolTrust:
     credentials: Credentials | None = None
     domains: dict[str, str] = field(default_factory=dict)  # ".<headless>.<ns>.svc" -> CA PEM
     digests: dict[tuple[str, str], str] = field(default_factory=dict)
+    # The admin digest that makes secured pools' regions under a closed /hedwig (``regions``).
+    regions: PoolRegions = field(default_factory=PoolRegions)
     _contexts: dict[str, ssl.SSLContext] = field(default_factory=dict)
     _by_address: dict[str, str] = field(default_factory=dict)
     # One reconciler at a time makes a pool's CAs and certificates: the pool's handler, its
@@ -100,10 +104,14 @@ class PoolTrust:
     @classmethod
     def from_pod(cls, environ: Mapping[str, str] | None = None) -> PoolTrust:
         """The operator's token: ``HEDWIG_TOKEN_FILE``, else its pod's projected token (the
-        chart mounts one with the audience ``hedwig``)."""
+        chart mounts one with the audience ``hedwig``); its ZooKeeper admin digest
+        (``regions``)."""
         env = os.environ if environ is None else environ
         path = env.get("HEDWIG_TOKEN_FILE") or POD_TOKEN_FILE
-        return cls(credentials=TokenFile(path) if os.path.isfile(path) else None)
+        return cls(
+            credentials=TokenFile(path) if os.path.isfile(path) else None,
+            regions=PoolRegions.from_env(env),
+        )
 
     @staticmethod
     def _domain(pool: PoolSpec) -> str:
@@ -166,7 +174,9 @@ async def _ca(kube: KubeApi, pool: PoolSpec, name: str, title: str) -> Certifica
 async def ensure_pool_security(
     kube: KubeApi, pool: PoolSpec, trust: PoolTrust, now: dt.datetime | None = None
 ) -> None:
-    """The pool's CAs, hub certificate and ZooKeeper digest exist and are current."""
+    """The pool's CAs, hub certificate and ZooKeeper digest exist and are current, and its
+    region is made with that digest if the operator has ZooKeeper's admin digest
+    (``regions``)."""
     if not pool.security.enabled:
         return
     async with trust.lock(pool):
@@ -212,7 +222,14 @@ async def _ensure_pool_security(
         )
         log.info("issued the hubs' certificate of pool %s/%s", pool.namespace, pool.name)
     digest = await _zk_digest(kube, pool)
-    trust.register(pool, hub_ca.cert_pem.decode(), digest)
+    await _register(pool, trust, hub_ca.cert_pem.decode(), digest)
+
+
+async def _register(pool: PoolSpec, trust: PoolTrust, ca_pem: str, digest: str) -> None:
+    """The pool's region made (``regions``) before its digest is known to the operator's
+    stores: one opened first, on an ensemble without ``/hedwig``, would make it the pool's."""
+    await trust.regions.ensure(pool, digest)
+    trust.register(pool, ca_pem, digest)
 
 
 def _reusable_key(key_pem: bytes | None) -> bytes | None:
@@ -258,7 +275,7 @@ async def _ensure_cert_manager(kube: KubeApi, pool: PoolSpec, trust: PoolTrust) 
         )
         return
     await kube.apply(ca_cert_configmap(pool, ca_pem))
-    trust.register(pool, ca_pem.decode(), digest)
+    await _register(pool, trust, ca_pem.decode(), digest)
 
 
 # ------------------------------------------------------------------------------ users

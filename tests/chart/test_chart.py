@@ -81,6 +81,7 @@ def test_default_release_installs_operator_zookeeper_and_a_pool() -> None:
         "NetworkPolicy",
         "PodDisruptionBudget",
         "RoleBinding",
+        "Secret",
         "Service",
         "ServiceAccount",
         "StatefulSet",
@@ -241,7 +242,7 @@ def test_security_is_on_by_default_and_the_operator_can_prove_who_it_is() -> Non
     operator = one(objects, "Deployment", "hedwig-operator")["spec"]["template"]["spec"]
     env = {e["name"]: e.get("value") for e in operator["containers"][0]["env"]}
     assert env["HEDWIG_OPERATOR_PRINCIPAL"] == "system:serviceaccount:hw:hedwig-operator"
-    (volume,) = operator["volumes"]
+    (volume,) = [v for v in operator["volumes"] if v["name"] == "hedwig-token"]
     (source,) = volume["projected"]["sources"]
     assert source["serviceAccountToken"]["audience"] == "hedwig"
     mount = operator["containers"][0]["volumeMounts"][0]

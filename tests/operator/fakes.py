@@ -133,6 +133,29 @@ class FakeHubs:
         return None
 
 
+class FakeRegions:
+    """ZooKeeper's ``/hedwig`` as the operator's admin digest sees it, in memory: the regions
+    made under it (region -> the digest its node's ACL names), what the Kubernetes fake held
+    when each was made, and ``down`` for an unreachable ensemble."""
+
+    def __init__(self, kube: FakeKube) -> None:
+        self.kube = kube
+        self.regions: dict[str, str] = {}
+        self.calls: list[tuple[str, str, str]] = []  # (url, region, admin digest)
+        self.kinds_then: dict[str, set[str]] = {}
+        self.down = False
+
+    async def make(self, url: str, region: str, admin_digest: str, region_digest: str) -> bool:
+        self.calls.append((url, region, admin_digest))
+        if self.down:
+            raise MetadataUnavailableError("connection refused")
+        if region in self.regions:
+            return False
+        self.regions[region] = region_digest
+        self.kinds_then[region] = {kind for kind, _, _ in self.kube.objects}
+        return True
+
+
 class World:
     """A region in memory: the operator's store, a hub's store, fakes, and a Context."""
 

@@ -29,13 +29,13 @@ from hedwig.hub.front.doorway import (
     ClosureLog,
     DoorLimits,
     Doorway,
-    peer_group,
 )
 from hedwig.hub.front.memory import AFTER_CLOSED, CHECK_S, MemoryRelease
 from hedwig.hub.reporting.disconnects import Disconnect
 from hedwig.hub.reporting.events import NoEvents
 from hedwig.metadata.memory import MemoryBackend
 from hedwig.net.connection import HubConnection
+from hedwig.net.peers import peer_group
 from hedwig.net.transport import TcpNetwork
 from hedwig.protocol import Authenticate, Connection, Error, Role, error_from_frame
 from hedwig.protocol.codec import encode_frame
@@ -177,6 +177,26 @@ async def test_one_connection_over_the_counts_is_closed_as_it_connects(
     assert not await again.closed_within(0.3)
     for raw in (first, again, *held):
         raw.close()
+
+
+async def test_connections_before_their_tls_handshake_are_counted_too(
+    guarded: SecureRegion,
+) -> None:
+    """A connection that never starts its TLS handshake is past no door yet: 2,000 of them
+    from one address were all held for 30 s (enough take every file descriptor of the hub).
+    The listener holds the door's per-peer count of them, and closes one more as it comes."""
+    host, port = guarded.hubs[0].address.rsplit(":", 1)
+    silent = [await asyncio.open_connection(host, int(port)) for _ in range(4)]
+    extra_reader, extra_writer = await asyncio.open_connection(host, int(port))
+    async with asyncio.timeout(2):
+        assert await extra_reader.read(1) == b"", "one over the count was held"
+    extra_writer.close()
+    for _, writer in silent:
+        writer.close()
+    # Gone, they no longer count: a client gets in (its handshake counted, then released).
+    security = guarded.security(token_for="admin")
+    async with guarded.client(security=security) as admin:
+        await admin.publish("after", b"x")
 
 
 # The rules on a manual clock ------------------------------------------------------------

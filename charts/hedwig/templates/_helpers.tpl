@@ -123,3 +123,7 @@ from:
 {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end -}}
+
+{{- define "hedwig.zookeeper.admin" -}}
+{{- printf "%s-zookeeper-admin" (include "hedwig.fullname" .) -}}
+{{- end -}}

@@ -7,7 +7,9 @@ port. ``HEDWIG_ZOOKEEPER_CLASSPATH`` overrides the search.
 
 from __future__ import annotations
 
+import base64
 import glob
+import hashlib
 import os
 import random
 import shutil
@@ -97,6 +99,10 @@ class ZooKeeperServer:
     # The JVM's heap: enough for tests and the development cluster; a region with 100,000
     # topics (half a million znodes) needs a couple of gigabytes (bench/scale.py).
     heap: str = "256m"
+    # ``USER:PASSWORD`` of ZooKeeper's super-user (its digest-scheme identity may do anything,
+    # whatever a znode's ACL), as the chart's ZooKeeper has one for the operator's admin
+    # digest; empty: none.
+    super_digest: str = ""
     proc: subprocess.Popen[bytes] | None = field(default=None, init=False)
     _tmp: str | None = field(default=None, init=False)
 
@@ -136,6 +142,7 @@ class ZooKeeperServer:
                 java,
                 f"-Xmx{self.heap}",
                 "-Dzookeeper.jmx.log4j.disable=true",
+                *self._super_flags(),
                 "-cp",
                 find_classpath(),
                 "org.apache.zookeeper.server.ZooKeeperServerMain",
@@ -157,6 +164,13 @@ class ZooKeeperServer:
             time.sleep(0.1)
         self.stop()
         raise HedwigError(f"ZooKeeper did not start within {timeout}s")
+
+    def _super_flags(self) -> list[str]:
+        if not self.super_digest:
+            return []
+        user, _, password = self.super_digest.partition(":")
+        hashed = base64.b64encode(hashlib.sha1(f"{user}:{password}".encode()).digest()).decode()
+        return [f"-Dzookeeper.DigestAuthenticationProvider.superDigest={user}:{hashed}"]
 
     def stop(self) -> None:
         processes.end(self.proc, grace_s=10)

@@ -18,7 +18,7 @@ from typing import Protocol, TypeVar
 
 from hedwig.clock import Clock, SystemClock
 from hedwig.errors import ConnectionLostError, TlsClosedError, TlsError, UsageError
-from hedwig.net.tls_listener import TlsListener
+from hedwig.net.tls_listener import HandshakeLimits, TlsListener
 
 P = TypeVar("P", bound=asyncio.Protocol)
 
@@ -79,8 +79,11 @@ class TcpNetwork:
         client_tls: ssl.SSLContext | None = None,
         server_tls: ssl.SSLContext | None = None,
         before_connect: Callable[[], object] | None = None,
+        handshake_limits: HandshakeLimits | None = None,
     ) -> None:
         self._clock = clock or SystemClock()
+        # How many connections its TLS listeners hold before their handshakes are done.
+        self.handshake_limits = handshake_limits
         self.client_tls = client_tls
         self.server_tls = server_tls
         # Called before each connection is opened (reloading a renewed client certificate).
@@ -126,7 +129,9 @@ class TcpNetwork:
     async def listen(self, address: str, factory: Callable[[], asyncio.Protocol]) -> Listener:
         host, port = split_address(address)
         if self.server_tls is not None:
-            return await TlsListener.start(host, port, factory, self.server_tls)
+            return await TlsListener.start(
+                host, port, factory, self.server_tls, self.handshake_limits
+            )
         server = await asyncio.get_running_loop().create_server(factory, host, port)
         return _TcpListener(server, host)
 

@@ -22,7 +22,8 @@ reads nothing would otherwise keep its unsent answers, and itself, forever. A co
 authenticates (a client certificate in its TLS handshake, or AUTHENTICATE) leaves the doorway:
 none of this applies to it. With authentication off every connection is anonymous and nothing
 is bounded (``NoDoorway``). The TLS handshake before all this has deadlines of its own (30 s
-for the first bytes, 10 s for the handshake: ``hedwig.net.tls_listener``).
+for the first bytes, 10 s for the handshake) and the same counts, in all and per peer
+(``hedwig.net.tls_listener``).
 
 Every connection the hub closes itself, here or for malformed input, is counted in
 ``hedwig_connections_closed_total{reason}`` and reported by ``ClosureLog``: the first few of
@@ -33,7 +34,6 @@ and the peers that caused most, so a flood of connections costs a few log lines,
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -43,6 +43,7 @@ from hedwig.clock import Clock
 from hedwig.hub.front.memory import MemoryRelease
 from hedwig.hub.reporting.disconnects import Disconnect
 from hedwig.hub.reporting.events import HubEvents
+from hedwig.net.peers import peer_group
 from hedwig.settings import HubConfig
 
 log = logging.getLogger(__name__)
@@ -73,19 +74,6 @@ class Visitor(Protocol):
     def abort(self) -> None:
         """Close now, dropping what is unsent."""
         ...
-
-
-def peer_group(host: str) -> str:
-    """The peer address connections are counted by: an IPv4 address, an IPv6 /64."""
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return host
-    if isinstance(address, ipaddress.IPv6Address):
-        if address.ipv4_mapped is not None:
-            return str(address.ipv4_mapped)
-        return str(ipaddress.IPv6Network((address, 64), strict=False))
-    return host
 
 
 class ClosureLog:

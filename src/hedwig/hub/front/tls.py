@@ -26,6 +26,7 @@ from typing import Protocol
 
 from hedwig.clock import Clock
 from hedwig.errors import UsageError
+from hedwig.net.tls_listener import HandshakeLimits
 from hedwig.net.transport import Network, TcpNetwork
 from hedwig.security.pins import KeyPins, parse_pins
 from hedwig.security.tls import ReloadingCertificate, client_context, server_context
@@ -83,7 +84,12 @@ class HubTls:
             self._reloading.append(
                 ReloadingCertificate(server, config.security.tls_cert, config.security.tls_key)
             )
-        self.client_network: Network = TcpNetwork(server_tls=server)
+        # Before its TLS handshake a connection is anyone's: the door's counts hold there too.
+        handshakes = HandshakeLimits(
+            connections=config.security.unauthenticated_connections,
+            per_peer=config.security.unauthenticated_connections_per_ip,
+        )
+        self.client_network: Network = TcpNetwork(server_tls=server, handshake_limits=handshakes)
         internal_server = internal_client = None
         if config.security.internal_cert:
             internal_server = server_context(
@@ -104,7 +110,7 @@ class HubTls:
                     )
                 )
         self.internal_network: Network = TcpNetwork(
-            client_tls=internal_client, server_tls=internal_server
+            client_tls=internal_client, server_tls=internal_server, handshake_limits=handshakes
         )
         self.internal_peers: PeerCheck = AnyHub()
         if config.security.internal_peer_keys.strip():

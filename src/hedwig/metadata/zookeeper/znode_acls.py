@@ -3,9 +3,18 @@
 With ``USER:PASSWORD`` the session authenticates by ZooKeeper's digest scheme on every
 connection, and every znode it creates gets "everything for that user, read for anyone"
 (Kafka's ``zookeeper.set.acl``): another client can read the tree, not change or delete it.
-The node shared by the regions (``/hedwig``) lets anyone create under it as well, so pools
-with their own digests share one ensemble, each region a protected subtree. Without
-credentials, znodes are open (ZooKeeper's ``OPEN_ACL_UNSAFE``).
+Without credentials, znodes are open (ZooKeeper's ``OPEN_ACL_UNSAFE``).
+
+The node the regions live under (``/hedwig``) is closed to creation as well: a secured store
+that finds it missing makes it with its own ACL, so nobody else may make a region, or any
+znode, there. A ``/hedwig`` that anyone may create under once let a client that reached
+ZooKeeper take a region's name before its pool's first hub, and make znodes without limit.
+Several pools with their own digests share an ensemble through an admin digest that knows
+them all (``regions``: the operator makes each pool's region node before its hubs start); a
+store finds its region made so, and never opens ``/hedwig`` up. One that finds ``/hedwig``
+open (made by an older version, or without credentials) leaves it so and logs a warning:
+closing it is for whoever made it, or the ensemble's super-user. A region it may not create
+(``/hedwig`` closed to its digest) is ``MetadataRefusedError``, naming who may.
 
 A region is protected only if its znodes were made so. Someone who reached ZooKeeper before a
 pool's first hub could make the region's node, or its ``acls`` node, writable by anyone, and
@@ -24,18 +33,22 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
+import logging
 from collections.abc import Sequence
 
-from hedwig.errors import MetadataError, RegionNotProtectedError
+from hedwig.errors import MetadataError, MetadataRefusedError, RegionNotProtectedError
 from hedwig.metadata.zookeeper.client import (
     OPEN_ACL_UNSAFE,
     Acl,
     Id,
+    NoAuth,
     NodeExists,
     NoNode,
     Perm,
     ZkClient,
 )
+
+log = logging.getLogger(__name__)
 
 READ_ACL_UNSAFE = (Acl(int(Perm.READ), Id("world", "anyone")),)
 
@@ -47,7 +60,8 @@ def digest_id(user: str, password: str) -> Id:
     return Id("digest", f"{user}:{base64.b64encode(hashed).decode()}")
 
 
-def _written(acl: Sequence[Acl]) -> str:
+def acl_text(acl: Sequence[Acl]) -> str:
+    """An ACL as ZooKeeper's CLI writes it: ``scheme:id:rwcda, ...``."""
     return ", ".join(f"{a.id.scheme}:{a.id.id}:{_perms(a.perms)}" for a in acl) or "(none)"
 
 
@@ -64,7 +78,6 @@ class ZnodeAcls:
     def __init__(self, digest: str | None) -> None:
         self.auth: tuple[tuple[str, bytes], ...] = ()
         self.default: tuple[Acl, ...] = OPEN_ACL_UNSAFE
-        self.shared: tuple[Acl, ...] | None = None
         self.mine: Id | None = None
         if not digest:
             return
@@ -75,28 +88,27 @@ class ZnodeAcls:
         mine = Acl(int(Perm.ALL), self.mine)
         self.auth = (("digest", digest.encode()),)
         self.default = (mine, *READ_ACL_UNSAFE)
-        # A node several regions live under: this user may do everything, anyone may read
-        # it and create under it (each region its own, protected, subtree).
-        self.shared = (mine, Acl(int(Perm.READ | Perm.CREATE), Id("world", "anyone")))
 
     async def ensure_shared(self, zk: ZkClient, path: str) -> None:
-        """A node several regions live under (``/hedwig``): anyone may create a child (another
-        pool's region, with its own digest); only its creator may change or delete it. One made
-        before by a single region's digest, where no other pool could create its region, is
-        opened up by that region's hubs, which hold ADMIN on it."""
-        acl = self.shared
-        if acl is None:
+        """The node the regions live under (``/hedwig``): with credentials, made with this
+        store's ACL if missing (closed to creation by others), left as it is if found; a
+        warning if anyone may create under it (see the module docstring)."""
+        if self.mine is None:
             await zk.ensure_path(path)
             return
         if await zk.exists(path) is None:
             with contextlib.suppress(NodeExists):
-                await zk.create(path, b"", acl=acl, makepath=True)
+                await zk.create(path, b"", acl=self.default, makepath=True)
             return
         current, _ = await zk.get_acls(path)
         if any(a.id.scheme == "world" and a.perms & Perm.CREATE for a in current):
-            return
-        with contextlib.suppress(MetadataError):  # not ours to change: its owner opens it
-            await zk.set_acls(path, [*current, acl[1]])
+            log.warning(
+                "%s lets anyone create under it (%s): anyone who reaches ZooKeeper may take "
+                "a region's name there; its maker or ZooKeeper's super-user should close it "
+                "(docs/security.md)",
+                path,
+                acl_text(current),
+            )
 
     async def ensure_region(self, zk: ZkClient, base: str) -> None:
         """The region's node ``base``, made with this store's ACL if missing; with
@@ -106,8 +118,19 @@ class ZnodeAcls:
             await zk.ensure_path(base)
             return
         if await zk.exists(base) is None:
-            with contextlib.suppress(NodeExists):
+            try:
                 await zk.create(base, b"", acl=self.default)
+            except NodeExists:
+                pass
+            except NoAuth as exc:
+                parent = base.rpartition("/")[0]
+                acl, _ = await zk.get_acls(parent)
+                raise MetadataRefusedError(
+                    f"the region's node {base} does not exist and this store may not make it: "
+                    f"{parent} is closed to its digest ({acl_text(acl)}). On an ensemble "
+                    "shared by pools, regions are made by the admin digest (the operator "
+                    "makes a pool's before its hubs start)"
+                ) from exc
         await self._check(zk, base)
         for child in sorted(await zk.children(base)):
             await self._check(zk, f"{base}/{child}")
@@ -120,7 +143,7 @@ class ZnodeAcls:
         others = [a for a in acl if a.id != self.mine and a.perms & ~int(Perm.READ)]
         if not others:
             return
-        written = _written(acl)
+        written = acl_text(acl)
         raise RegionNotProtectedError(
             f"the region's znode {path} may be changed by others ({written}): it was made "
             "before this region's hubs, by another ZooKeeper client or without digest "
