@@ -6,7 +6,9 @@ to the room the consumers have and ``QueueSettings.max_unacked``, and hands each
 consumer: the first one attached (failover), or the next in turn with room, ``SHARE_TURN``
 messages at a time (shared), never back to the consumer that just failed it while another has
 room. Consecutive messages for one consumer with one delivery count go as one frame, a slice
-of the stored batch: DELIVER the first time, REDELIVER after.
+of the stored batch: DELIVER the first time, REDELIVER after. A message delivered as often as
+the policy allows is dropped, or parked for its dead-letter topic
+(``hedwig.hub.serving.dead_letters``).
 """
 
 from __future__ import annotations
@@ -55,6 +57,9 @@ class Giving:
     _on_delivered: Callable[[int, int], None] | None
 
     def _send_closed(self, peer: Peer, code: CloseReason, reason: str) -> None:
+        raise NotImplementedError
+
+    def _park(self, batch: Batch, seq: int, slot: int | None) -> None:
         raise NotImplementedError
 
     def _pick(self, avoid: Consumer | None = None) -> Consumer | None:
@@ -210,15 +215,18 @@ class Giving:
                 run_to = None
                 seq += 1
                 continue
-            if d.exhausted(seq) and self.policy.dead_letter is None:
+            slot = slots[seq - start] if keys is not None else None
+            if d.exhausted(seq):
                 self._flush_run(batch, run_first, seq - 1, run_to, run_count, sent)
                 run_to = None
-                d.settle(seq)
-                self.dropped += 1
-                self._changes += 1
+                if self.policy.dead_letter is None:
+                    d.settle(seq)
+                    self.dropped += 1
+                    self._changes += 1
+                else:
+                    self._park(batch, seq, slot)
                 seq += 1
                 continue
-            slot = slots[seq - start] if keys is not None else None
             if keys is not None and slot is not None:
                 to = self._keyed(slot, seq)
                 if to is None:  # its consumer is full, or older ones of its key wait
