@@ -89,12 +89,15 @@ class Subscribing(Administration):
         ack_timeout: float = 30.0,
         max_deliveries: int = 0,
         backoff: tuple[float, ...] = (),
+        dead_letter: str | None = None,
     ) -> int:
         """Create a subscription of ``type`` with its delivery policy, which its owner applies
         to every consumer alike: a message not acknowledged ``ack_timeout`` seconds after its
         delivery comes again (0: only when its consumer leaves); one nacked or timed out waits
         its ``backoff`` step (seconds, by delivery, the last repeating); past
-        ``max_deliveries`` (0: no limit) it is dropped and counted. Starts after the topic's
+        ``max_deliveries`` (0: no limit) it is published to the ``dead_letter`` topic (which
+        must exist; its creator needs ``publish`` there) and acknowledged, or without one
+        dropped and counted. Starts after the topic's
         last message (``reset_subscription`` moves it); returns the consume mark.
         ``SubscriptionExistsError`` if it exists."""
         validate_name(topic)
@@ -110,6 +113,7 @@ class Subscribing(Administration):
                 ack_timeout_ms=round(ack_timeout * 1000),
                 max_deliveries=max_deliveries,
                 backoff=steps,
+                dead_letter=dead_letter,
                 redirected=redirected,
             ),
             route=SubscriptionRoute(topic, subscriber),
