@@ -285,7 +285,7 @@ class QueueSubscription(DeadLettering, Giving):
             data = (
                 SubscriptionData(None, state)
                 if subs.is_partial_update_supported()
-                else SubscriptionData(self.preferences, state, self.policy)
+                else SubscriptionData(self.preferences, state, self.policy, self.owner)
             )
             try:
                 self.version = await subs.update_subscription_data(
