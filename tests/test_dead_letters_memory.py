@@ -1,8 +1,9 @@
 """Dead letters held by the hub, on real hubs wired in memory: a message delivered
 ``max_deliveries`` times is published to the dead-letter topic (wherever that is owned) with
 its origin in headers, and then acknowledged; a letter published twice is stored once; one
-that cannot be published waits, unacknowledged, until it can; bad dead-letter topics are
-refused at creation."""
+that cannot be published waits, unacknowledged, until it can; one whose subscription's creator
+may no longer publish there is refused before it is sent; bad dead-letter topics are refused
+at creation."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 
 from hedwig.client import HedwigClient, SubscriptionType
 from hedwig.client.subscribing import Subscriber
-from hedwig.errors import DeadlineExceededError, InvalidRequestError
+from hedwig.errors import DeadlineExceededError, ForbiddenError, InvalidRequestError
 from hedwig.hub import Hub
 from hedwig.hub.serving.dead_letters import (
     HEADER_DELIVERIES,
@@ -24,6 +25,8 @@ from hedwig.hub.serving.dead_letters import (
 )
 from hedwig.hub.serving.deliveries import Reason
 from hedwig.hub.serving.queue import QueueSubscription
+from hedwig.hub.spreading.dead_letters import DeadLetterPublisher
+from hedwig.metadata.acls import Operation
 from hedwig.protocol import DeliveredMessage, Message
 from tests.memory_region import Region, memory_region
 from tests.waiting import eventually, until
@@ -109,9 +112,7 @@ async def test_a_letter_published_twice_is_stored_once(region: Region) -> None:
     async with region.client() as a:
         await a.publish("twice.dlq", b"first")
         hub: Hub = region.hubs[0]
-        letter = DeadLetter(
-            "twice", "w", 7, 3, Reason.ACK_TIMEOUT, 1, Message(value=b"poison", headers=())
-        )
+        letter = DeadLetter("twice", "w", 7, 3, Reason.ACK_TIMEOUT, 1, Message(value=b"poison"))
         # The owner crashed after publishing, before its acknowledgement was written: the
         # next owner publishes the same letter again, from whichever hub it is.
         await hub.dead_letters.publish("twice.dlq", None, [letter])
@@ -162,3 +163,27 @@ async def test_bad_dead_letter_topics_are_refused_at_creation(region: Region) ->
                 )
         with pytest.raises(InvalidRequestError, match="needs max deliveries"):
             await a.create_subscription("bad", "w", type=SHARED, dead_letter="exists")
+
+
+async def test_a_letter_its_creator_may_no_longer_publish_is_refused(region: Region) -> None:
+    async with region.client() as a:
+        await a.publish("revoked.dlq", b"first")
+        hub = region.hubs[0]
+        asked: list[tuple[str | None, Operation, str]] = []
+
+        def permits(principal: str | None, op: Operation, topic: str) -> bool:
+            asked.append((principal, op, topic))
+            return False  # the creator's rule revoked since the subscription was made
+
+        publisher = DeadLetterPublisher(
+            address=lambda: hub.address,
+            store=hub.store,
+            dialer=hub.dialer,
+            clock=hub.clock,
+            permits=permits,
+        )
+        letter = DeadLetter("revoked", "w", 1, 2, Reason.NACKED, 1, Message(value=b"no"))
+        with pytest.raises(ForbiddenError, match="alice may not publish"):
+            await publisher.publish("revoked.dlq", "alice", [letter])
+        assert asked == [("alice", Operation.PUBLISH, "revoked.dlq")]
+        assert [m.value for m in await _dead_letters(a, "revoked.dlq")] == [b"first"]
