@@ -160,6 +160,7 @@ async def create_subscription(
             max_deliveries=policy.max_deliveries,
             backoff=policy.backoff_s,
             dead_letter=policy.dead_letter,
+            delay=policy.delay_s,
         )
     else:
         sub = await client.subscribe(topic, subscriber, mode=SubscribeMode.CREATE)

@@ -1,7 +1,7 @@
 """A delivery policy as CREATE_SUBSCRIPTION asks for it, checked where the owner takes it:
-a policy that cannot be applied is INVALID_REQUEST (not retried), and so is what this hub
-does not serve yet (delays), rather than a subscription created whose policy would be
-silently ignored.
+a policy that cannot be applied is INVALID_REQUEST (not retried), rather than a subscription
+created whose policy would be silently ignored (a delay of more than a week is refused where
+the policy is built: ``DeliveryPolicy``).
 
 A dead-letter topic is a normal topic that exists when the subscription is made (a name
 mistyped would otherwise create a topic nobody reads), is not the subscription's own topic
@@ -38,8 +38,6 @@ def check_dead_letter(topic: str, dead_letter: str) -> None:
 
 async def policy_of(req: CreateSubscription, store: MetadataStore) -> DeliveryPolicy:
     check_served(req.type)
-    if req.delay_ms:
-        raise InvalidRequestError("delayed delivery is not served by this hub yet")
     if req.dead_letter is not None:
         check_dead_letter(req.topic, req.dead_letter)
         if not await store.topics.topic_exists(req.dead_letter):
@@ -54,6 +52,7 @@ async def policy_of(req: CreateSubscription, store: MetadataStore) -> DeliveryPo
             max_deliveries=req.max_deliveries,
             backoff_ms=tuple(step.ms for step in req.backoff),
             dead_letter=req.dead_letter,
+            delay_ms=req.delay_ms,
         )
     except UsageError as exc:
         raise InvalidRequestError(f"subscription {req.subscriber!r}: {exc}") from exc

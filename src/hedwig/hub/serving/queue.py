@@ -98,6 +98,7 @@ class QueueSubscription(DeadLettering, Giving):
         self._on_delivered = on_delivered
         self.consumers: list[Consumer] = []
         self._turn = 0
+        self._held_until: int | None = None
         self._joined = 0  # consumers attached so far: each gets a token of its own
         self._task: asyncio.Task[None] | None = None
         self._wake = Flag()
