@@ -748,3 +748,8 @@ def test_a_shared_subscription_from_the_command_line(dev: Cli) -> None:
     assert cumulative.returncode != 0 and "consumes cumulatively" in cumulative.stderr
     keyed = dev("subscription", "create", "jobs", "by-key", "--type", "key-shared")
     assert keyed.returncode == 0, keyed.stderr
+    itself = dev(
+        "subscription", "create", "jobs", "dl", "--type", "shared", "--max-deliveries", "2",
+        "--dead-letter", "jobs",
+    )  # fmt: skip
+    assert itself.returncode != 0 and "must be another topic" in itself.stderr

@@ -1,11 +1,12 @@
 """One consumer of a shared or failover subscription, as its own process, so a test can kill
 it with SIGKILL in the middle of a message: ``python -m tests.failure.queue_consumer HUBS TOPIC
-SUBSCRIPTION TYPE [WORK_S]`` (``WORK_S``: seconds each message takes, default ``WORK_S``),
+SUBSCRIPTION TYPE [WORK_S [POISON]]`` (``WORK_S``: seconds each message takes, default
+``WORK_S``; ``POISON``: 1 to nack every message ``poison`` names, each time it comes),
 with the client security its environment names (``HEDWIG_TLS_CA``, ``HEDWIG_CERT``,
 ``HEDWIG_KEY``: a user's certificate on a secured cluster; none on a plain one). It prints one
 line per delivery (``D seq count time key value``, the time ``time.monotonic``'s, which every
 process on the machine shares) before it works on the message, and one per acknowledgement
-sent (``A seq``), flushed at once: what the process saw survives it."""
+sent (``A seq``) or nack (``N seq``), flushed at once: what the process saw survives it."""
 
 from __future__ import annotations
 
@@ -20,8 +21,19 @@ from hedwig.security import ClientSecurity
 WORK_S = 0.002
 
 
+def poison(value: bytes) -> bool:
+    """A message whose processing always fails: a tenth of a publisher's (``pubP:N``, N
+    ending in 7), so they are spread over the run."""
+    return value.endswith(b"7")
+
+
 async def main(
-    hubs: list[str], topic: str, name: str, kind: SubscriptionType, work_s: float
+    hubs: list[str],
+    topic: str,
+    name: str,
+    kind: SubscriptionType,
+    work_s: float,
+    nack_poison: bool = False,
 ) -> None:
     out = sys.stdout
     security = ClientSecurity.from_env()
@@ -37,12 +49,17 @@ async def main(
             )
             out.flush()
             await asyncio.sleep(work_s)
-            sub.ack(m)
-            out.write(f"A {m.seq}\n")
+            if nack_poison and poison(m.value):
+                sub.nack(m)
+                out.write(f"N {m.seq}\n")
+            else:
+                sub.ack(m)
+                out.write(f"A {m.seq}\n")
             out.flush()
 
 
 if __name__ == "__main__":
     hubs_, topic_, name_, kind_ = sys.argv[1:5]
     work = float(sys.argv[5]) if len(sys.argv) > 5 else WORK_S
-    asyncio.run(main(hubs_.split(","), topic_, name_, SubscriptionType.parse(kind_), work))
+    nacks = len(sys.argv) > 6 and sys.argv[6] == "1"
+    asyncio.run(main(hubs_.split(","), topic_, name_, SubscriptionType.parse(kind_), work, nacks))

@@ -6,8 +6,12 @@ acknowledgement it sent. After the faults the topic's log is read back, the subs
 mark is awaited at the log's end (the owner's own word that everything is acknowledged), and
 the history is checked (``check_queue``):
 
-1. nothing is lost: the subscription's mark reaches the end of the log (every message
-   acknowledged; dead letters, once they exist, will count as acknowledged there too);
+1. nothing is lost: the subscription's mark reaches the end of the log, and every message of
+   the log was acknowledged by some consumer or is in the subscription's dead-letter topic
+   (``dead_letter``: read back by its origin headers, each letter the log's message at its
+   origin sequence id); every message the consumers always nack is dead-lettered, and a
+   letter stored twice (an owner killed between publishing and writing its acknowledgement,
+   whose duplicate the dead-letter topic no longer remembered) is counted and reported;
 2. every delivery is a message of the log, at its sequence id;
 3. a message is given out again only as a redelivery: per message, no two deliveries carry
    the same count, except after an owner's crash, which may forget the last attempt (then
@@ -34,8 +38,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hedwig.client import HedwigClient, RetryPolicy
+from hedwig.hub.serving.dead_letters import HEADER_SEQ, HEADER_TOPIC
 from hedwig.protocol import SubscriptionType
 from hedwig.security import ClientSecurity
+from tests.failure.queue_consumer import poison
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -47,6 +53,10 @@ class QueueHistory:
     # (time, consumer, seq, key) of each delivery of a keyed message.
     keyed: list[tuple[float, int, int, str]] = field(default_factory=list)
     acked: Counter[int] = field(default_factory=Counter)
+    nacked: Counter[int] = field(default_factory=Counter)
+    # Letters in the dead-letter topic, by origin sequence id (None: the subscription has
+    # no dead-letter topic), and their values.
+    dead_letters: dict[int, list[bytes]] | None = None
     log: list[tuple[int, bytes]] = field(default_factory=list)
     mark: int = 0
     killed: int = 0
@@ -69,6 +79,8 @@ class Consumer:
         kind: SubscriptionType,
         work_s: float = 0.002,
         env: Mapping[str, str] | None = None,
+        *,
+        nack_poison: bool = False,
     ) -> None:
         self.index = index
         self.proc = subprocess.Popen(
@@ -81,6 +93,7 @@ class Consumer:
                 name,
                 kind.label,
                 str(work_s),
+                "1" if nack_poison else "0",
             ],
             cwd=ROOT,
             # Its security is ``env``'s alone, never the caller's shell's.
@@ -125,6 +138,27 @@ class Consumer:
                     history.keyed.append((float(at), self.index, int(seq), key))
             elif kind == "A":
                 history.acked[int(rest)] += 1
+            elif kind == "N":
+                history.nacked[int(rest)] += 1
+
+
+async def read_dead_letters(
+    hubs: list[str], topic: str, dead_letter: str, *, security: ClientSecurity | None = None
+) -> dict[int, list[bytes]]:
+    """The letters ``dead_letter`` holds from ``topic``, by origin sequence id."""
+    out: dict[int, list[bytes]] = defaultdict(list)
+    async with HedwigClient(hubs, retry=RetryPolicy(deadline_s=60), security=security) as c:
+        last = (await c.topic_info(dead_letter)).last_seq
+        seq = 1
+        while seq <= last:
+            msgs = await c.read(dead_letter, seq, max_messages=5000)
+            for batch in msgs.batches:
+                for m in batch.delivered():
+                    seq = max(seq, m.seq + 1)
+                    headers = dict(m.headers)
+                    if headers.get(HEADER_TOPIC) == topic.encode():
+                        out[int(headers[HEADER_SEQ])].append(m.value)
+    return dict(out)
 
 
 async def settle(
@@ -184,12 +218,38 @@ def check_queue(history: QueueHistory, *, owner_crashed: bool, per_key: bool = F
         example = next(iter(repeated.items()))
         line = f"{len(repeated)} messages delivered twice with one count, e.g. {example}"
         (notes if owner_crashed else problems).append(line)
+    notes += _dead_letters(history, problems)
     never = [s for s, _ in history.log if s not in counts]
     if never and history.mark < last:
         problems.append(f"{len(never)} messages never delivered, e.g. {never[:5]}")
     if per_key:
         problems += _key_order(history)
     assert not problems, "\n".join(problems)
+    return notes
+
+
+def _dead_letters(history: QueueHistory, problems: list[str]) -> list[str]:
+    """Acknowledged by a consumer or dead-lettered, never neither (appended to ``problems``);
+    the notes for the report."""
+    letters = history.dead_letters
+    if letters is None:
+        return []
+    at = dict(history.log)
+    strangers = [s for s, vs in letters.items() if any(v != at.get(s) for v in vs)]
+    if strangers:
+        problems.append(f"{len(strangers)} dead letters are not their origin, e.g. {strangers[:5]}")
+    neither = [s for s, _ in history.log if s not in history.acked and s not in letters]
+    if neither:
+        problems.append(
+            f"{len(neither)} messages neither acknowledged nor dead-lettered, e.g. {neither[:5]}"
+        )
+    kept = [s for s, v in history.log if poison(v) and s not in letters]
+    if kept:
+        problems.append(f"{len(kept)} always-nacked messages not dead-lettered, e.g. {kept[:5]}")
+    notes = [f"{len(letters)} messages dead-lettered"]
+    twice = sum(1 for vs in letters.values() if len(vs) > 1)
+    if twice:
+        notes.append(f"{twice} dead letters stored twice")
     return notes
 
 

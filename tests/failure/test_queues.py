@@ -7,7 +7,10 @@ Every scenario runs on a plain cluster and on a secured one (TLS, client certifi
 there the administrator makes the topic and publishes, and the consumers are ``alice``,
 granted ``subscribe`` on the topics under ``q/`` and nothing else: she creates the
 subscription, which is hers (``hedwig.hub.front.owners``), and joining, acknowledging and
-being given messages again after a failure need no more."""
+being given messages again after a failure need no more. With a dead-letter topic (the owner
+killed while a tenth of the messages are always nacked and dead-lettered) she needs
+``publish`` on it too: refused without it, made once granted; the owner publishes the letters
+for her, to the dead-letter topic's owner over the hubs' internal listener."""
 
 from __future__ import annotations
 
@@ -26,13 +29,20 @@ from hedwig.protocol import SubscriptionType
 from tests.cluster_helpers import owner_of
 from tests.failure.clusters import SESSION, open_region, security
 from tests.failure.history import Workload, check
-from tests.failure.queue_history import Consumer, QueueHistory, check_queue, settle
+from tests.failure.queue_history import (
+    Consumer,
+    QueueHistory,
+    check_queue,
+    read_dead_letters,
+    settle,
+)
 from tests.waiting import succeeds
 
 pytestmark = pytest.mark.integration
 log = logging.getLogger(__name__)
 
 TOPIC = "q/jobs"
+DEAD_LETTER = "q/jobs.dead"
 SUB = "workers"
 CONSUMER = "alice"  # on a secured cluster
 
@@ -42,20 +52,52 @@ def consumer_env(cluster: DevCluster) -> dict[str, str] | None:
     return cluster.security.client_env(CONSUMER) if cluster.security is not None else None
 
 
-async def prepare(cluster: DevCluster, kind: SubscriptionType) -> None:
-    """The subscription made; on a secured cluster by alice, granted ``subscribe`` under
-    ``q/`` and waited for until every hub lets her in, on the topic the administrator made."""
+async def prepare(cluster: DevCluster, kind: SubscriptionType, dead_letter: bool) -> None:
+    """The subscription made (with ``dead_letter``, two deliveries, then the dead-letter
+    topic); on a secured cluster by alice, granted ``subscribe`` under ``q/`` and waited for
+    until every hub lets her in, on the topics the administrator made."""
     if cluster.security is None:
         async with HedwigClient(cluster.addresses) as anyone:
-            await anyone.create_subscription(TOPIC, SUB, type=kind)
+            if dead_letter:
+                await anyone.publish(DEAD_LETTER, b"first")
+            await create(anyone, kind, dead_letter)
         return
     async with open_region(cluster) as store:
         await store.topics.ensure_topic(TOPIC)
-    rule = AclRule(
+        await store.topics.ensure_topic(DEAD_LETTER)
+    subscribe = AclRule(
         CONSUMER, frozenset({Operation.SUBSCRIBE}), name="q/", pattern=PatternType.PREFIX
     )
+    await grant(cluster, subscribe)
+    async with HedwigClient(cluster.addresses, security=security(cluster, CONSUMER)) as alice:
+        if dead_letter:
+            with pytest.raises(ForbiddenError, match="may not publish"):
+                await create(alice, kind, dead_letter)
+            publish = AclRule(CONSUMER, frozenset({Operation.PUBLISH}), name=DEAD_LETTER)
+            await grant(cluster, subscribe, publish)
+            await succeeds(
+                lambda: create(alice, kind, dead_letter),
+                ForbiddenError,
+                what="alice's publish grant",
+            )
+        else:
+            await create(alice, kind, dead_letter)
+
+
+async def create(client: HedwigClient, kind: SubscriptionType, dead_letter: bool) -> None:
+    await client.create_subscription(
+        TOPIC,
+        SUB,
+        type=kind,
+        max_deliveries=2 if dead_letter else 0,
+        dead_letter=DEAD_LETTER if dead_letter else None,
+    )
+
+
+async def grant(cluster: DevCluster, *rules: AclRule) -> None:
+    """Alice's rules, waited for until every hub lets her in."""
     async with open_region(cluster) as store:
-        await store.acls.write_acl(CONSUMER, AclEntry((rule,), source="test"), ANY_VERSION)
+        await store.acls.write_acl(CONSUMER, AclEntry(rules, source="test"), ANY_VERSION)
     for hub in cluster.addresses:
         async with HedwigClient([hub], security=security(cluster, CONSUMER)) as alice:
             await succeeds(
@@ -63,8 +105,6 @@ async def prepare(cluster: DevCluster, kind: SubscriptionType) -> None:
                 ForbiddenError,
                 what=f"alice's grant at {hub}",
             )
-    async with HedwigClient(cluster.addresses, security=security(cluster, CONSUMER)) as alice:
-        await alice.create_subscription(TOPIC, SUB, type=kind)
 
 
 async def run(
@@ -74,13 +114,17 @@ async def run(
     owner_crashed: bool = False,
     after: float = 4.0,
     kind: SubscriptionType = SubscriptionType.SHARED,
+    dead_letter: bool = False,
 ) -> QueueHistory:
     hubs = cluster.addresses
-    await prepare(cluster, kind)
+    await prepare(cluster, kind, dead_letter)
     env = consumer_env(cluster)
     # The first is slow (50 ms a message): it always holds messages when a fault kills it.
     consumers = [
-        Consumer(i, hubs, TOPIC, SUB, kind, 0.05 if i == 0 else 0.002, env=env) for i in range(3)
+        Consumer(
+            i, hubs, TOPIC, SUB, kind, 0.05 if i == 0 else 0.002, env=env, nack_poison=dead_letter
+        )
+        for i in range(3)
     ]
     for c in consumers:
         await c.ready()
@@ -102,6 +146,10 @@ async def run(
     check(published)
     history = QueueHistory()
     history.log, history.mark = await settle(hubs, TOPIC, SUB, security=security(cluster))
+    if dead_letter:
+        history.dead_letters = await read_dead_letters(
+            hubs, TOPIC, DEAD_LETTER, security=security(cluster)
+        )
     for c in consumers:
         await c.stop()
         c.record(history)
@@ -135,6 +183,7 @@ async def test_a_consumer_killed_mid_message_and_one_joining(plain_or_secure: De
 
 
 async def test_the_owner_killed_under_load(plain_or_secure: DevCluster) -> None:
+    """While a tenth of the messages are always nacked and dead-lettered."""
     cluster = plain_or_secure
 
     async def fault(consumers: list[Consumer]) -> None:
@@ -142,7 +191,8 @@ async def test_the_owner_killed_under_load(plain_or_secure: DevCluster) -> None:
         assert owner is not None
         cluster.hub_at(owner).kill()
 
-    await run(cluster, fault, owner_crashed=True, after=SESSION + 5)
+    history = await run(cluster, fault, owner_crashed=True, after=SESSION + 5, dead_letter=True)
+    assert history.dead_letters and history.nacked
 
 
 async def test_key_shared_order_through_a_consumer_killed_and_one_joining(

@@ -159,6 +159,8 @@ async def create_subscription(
             ack_timeout=policy.ack_timeout_s,
             max_deliveries=policy.max_deliveries,
             backoff=policy.backoff_s,
+            dead_letter=policy.dead_letter,
+            delay=policy.delay_s,
         )
     else:
         sub = await client.subscribe(topic, subscriber, mode=SubscribeMode.CREATE)

@@ -89,12 +89,17 @@ class Subscribing(Administration):
         ack_timeout: float = 30.0,
         max_deliveries: int = 0,
         backoff: tuple[float, ...] = (),
+        dead_letter: str | None = None,
+        delay: float = 0.0,
     ) -> int:
         """Create a subscription of ``type`` with its delivery policy, which its owner applies
         to every consumer alike: a message not acknowledged ``ack_timeout`` seconds after its
         delivery comes again (0: only when its consumer leaves); one nacked or timed out waits
         its ``backoff`` step (seconds, by delivery, the last repeating); past
-        ``max_deliveries`` (0: no limit) it is dropped and counted. Starts after the topic's
+        ``max_deliveries`` (0: no limit) it is published to the ``dead_letter`` topic (which
+        must exist; its creator needs ``publish`` there) and acknowledged, or without one
+        dropped and counted; every message is delivered no earlier than ``delay`` seconds
+        after it was published (a retry subscription; at most a week). Starts after the topic's
         last message (``reset_subscription`` moves it); returns the consume mark.
         ``SubscriptionExistsError`` if it exists."""
         validate_name(topic)
@@ -110,6 +115,8 @@ class Subscribing(Administration):
                 ack_timeout_ms=round(ack_timeout * 1000),
                 max_deliveries=max_deliveries,
                 backoff=steps,
+                dead_letter=dead_letter,
+                delay_ms=round(delay * 1000),
                 redirected=redirected,
             ),
             route=SubscriptionRoute(topic, subscriber),

@@ -6,8 +6,9 @@ these rules, in order:
 1. The **internal listener** serves hubs of the region only: its TLS handshake already required
    a certificate from the region's hub CA, so every connection there is a hub. It serves the
    storage role (ADD_ENTRY, READ_ENTRY, READ_LAC, DELETE_LEDGER), claim requests (TOPIC_STATS
-   with the redirected flag), delivery hubs' tails of a fan-out topic (TAIL_TOPIC) and PING;
-   anything else is FORBIDDEN there.
+   with the redirected flag), delivery hubs' tails of a fan-out topic (TAIL_TOPIC), a queue
+   owner's dead letters (PUBLISH, checked for the subscription's creator by the hub that
+   sends them) and PING; anything else is FORBIDDEN there.
 2. On the **client listener** the storage frames are INTERNAL_ONLY whenever the hub has an
    internal listener: no client can add entries, fence or delete a ledger.
 3. With authentication on, a connection that has not proved an identity (a verified client
@@ -115,8 +116,11 @@ _NEEDS: dict[type, Operation] = {
 _NEEDS_ANY: dict[type, tuple[Operation, ...]] = {
     DescribeLanes: (Operation.SUBSCRIBE, Operation.READ, Operation.DESCRIBE, Operation.ADMIN),
 }
-# Hub to hub only.
-INTERNAL_SERVES = frozenset((*STORAGE_REQUESTS, TopicStats, Ping, TailTopic, DeliveryStats))
+# Hub to hub only (PUBLISH: a queue's owner publishing its dead letters, whose permission it
+# checked itself: ``hedwig.hub.spreading.dead_letters``).
+INTERNAL_SERVES = frozenset(
+    (*STORAGE_REQUESTS, TopicStats, Ping, TailTopic, DeliveryStats, Publish)
+)
 # A connection's cached decisions are dropped past this many (a client touching many topics).
 DECISION_CACHE_SIZE = 4096
 
@@ -248,6 +252,13 @@ class AccessControl:
             # A lane is its topic's: the topic's rules cover it (``hedwig.metadata.plans``).
             got = conn.decisions[key] = self.acls.allows(conn.principal.name, op, lane_of(topic)[0])
         return got
+
+    def permits(self, principal: str | None, op: Operation, topic: str) -> bool:
+        """Whether ``principal`` may do ``op`` on ``topic`` by the rules now, for a hub acting
+        on its behalf (a queue's dead letters for its creator; None: nobody, refused)."""
+        if not self.authorize:
+            return True
+        return principal is not None and self.acls.allows(principal, op, lane_of(topic)[0])
 
     async def check_create(
         self, conn: Caller, topic: str, exists: Callable[[], Awaitable[bool]]

@@ -13,6 +13,7 @@ authorization on:
 - consuming and closing act on the connection's own attachment (``TopicSubscriptions``
   serves them only to the connection attached), which only the rule above lets one have;
 - DESCRIBE_TOPIC lists the caller's own subscriptions only, and all of them with ``admin``;
+- a subscription with a dead-letter topic needs its creator's ``publish`` on that topic;
 - a subscription with no owner recorded (made before owners were, or by an anonymous
   connection with security off) stays what it was: anyone's with ``subscribe``.
 
@@ -88,6 +89,25 @@ class SubscriptionOwners:
         if not self.may_use(conn, topic, owner):
             await detach()
             self.refuse_unless_owner(conn, "subscribe", topic, subscriber, owner)
+
+    def check_dead_letter(self, conn: Caller, topic: str, dead_letter: str) -> None:
+        """Refuse a subscription of ``topic`` whose dead letters would go to a topic ``conn``
+        may not publish to: the owner publishes them for its creator (checked again per
+        letter against the rules then, ``hedwig.hub.spreading.dead_letters``)."""
+        if self._access.allowed(conn, Operation.PUBLISH, dead_letter):
+            return
+        self._access.refuse(
+            conn,
+            "create_subscription",
+            ForbiddenError(
+                f"principal {conn.principal.name} may not publish to {dead_letter!r}, so may not "
+                f"make it the dead-letter topic of a subscription of {topic!r}",
+                principal=conn.principal.name,
+                operation=Operation.PUBLISH.value,
+                topic=dead_letter,
+            ),
+            topic=dead_letter,
+        )
 
     def may_use(self, conn: Caller, topic: str, owner: str | None) -> bool:
         if not self._access.authorize or owner is None or owner == conn.principal.name:

@@ -54,6 +54,7 @@ from hedwig.hub.owning.standing import HubStanding
 from hedwig.hub.owning.takeover import FirstLog, TakeOver
 from hedwig.hub.owning.topic import OwnedTopic, TopicState
 from hedwig.hub.reporting.events import HubEvents, LossKind
+from hedwig.hub.serving.dead_letters import DeadLetterSink
 from hedwig.ledger.replicas import Replicas
 from hedwig.ledger.retention import delete_ledger_everywhere
 from hedwig.metadata.bundles import Bundle
@@ -89,6 +90,7 @@ class TopicOwnership:
         events: HubEvents,
         choices: HubChoices,
         on_change: Callable[[], None] | None = None,
+        dead_letters: DeadLetterSink | None = None,
     ) -> None:
         self.address = address
         self.config = config
@@ -151,6 +153,7 @@ class TopicOwnership:
             on_lost=self.lose,
             on_subscriptions=self._subscribed,
             on_rolled_over=self._give_up,
+            dead_letters=dead_letters,
         )
         # Redirect or claim, for a request on a topic this hub does not serve (``claims``).
         self.claims = ClaimRules(

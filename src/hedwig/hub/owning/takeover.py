@@ -34,6 +34,7 @@ from hedwig.errors import (
 from hedwig.hub.owning.choices import HubChoices
 from hedwig.hub.owning.topic import OwnedTopic, TopicContext
 from hedwig.hub.reporting.events import HubEvents, LossKind
+from hedwig.hub.serving.dead_letters import DeadLetterSink
 from hedwig.ledger.handle import Fragments
 from hedwig.ledger.lac_notices import LacNotices
 from hedwig.ledger.log_context import LogContext, LogSettings
@@ -90,6 +91,7 @@ class TakeOver:
         on_lost: Callable[[str, LossKind, str], None],
         on_subscriptions: Callable[[OwnedTopic], None],
         on_rolled_over: Callable[[str], None],
+        dead_letters: DeadLetterSink | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -110,7 +112,7 @@ class TakeOver:
         self.suspect: Callable[[int, Fragments], None] = _no_suspects
         # Callbacks and settings every owned topic holds, made once and shared (a bound
         # method is 64 bytes, a topic's merged configuration and settings about 400).
-        self._context = TopicContext(store, clock, events, on_lost, on_subscriptions)
+        self._context = TopicContext(store, clock, events, on_lost, on_subscriptions, dead_letters)
         self._rolled_over = on_rolled_over
         self._ensemble_cb = choices.ensemble
         self._suspect_one: Callable[[int, Fragments], None] = self._suspect_cb

@@ -36,6 +36,7 @@ from hedwig.errors import (
 )
 from hedwig.hub.owning.dedup import RECENT, Known, PublisherTable
 from hedwig.hub.reporting.events import HubEvents, LossKind
+from hedwig.hub.serving.dead_letters import DeadLetterSink
 from hedwig.hub.serving.peer import Peer
 from hedwig.hub.serving.topic_subscriptions import Served, TopicSubscriptions, keep_from_seq_of
 from hedwig.ledger.topic_log import TopicLog
@@ -87,6 +88,8 @@ class TopicContext:
     on_lost: LostCallback
     # Told when a topic makes its subscriptions table.
     on_subscriptions: Callable[[OwnedTopic], None]
+    # Where its queues publish their dead letters (None: nowhere; they wait).
+    dead_letters: DeadLetterSink | None = None
 
 
 class OwnedTopic:
@@ -158,6 +161,7 @@ class OwnedTopic:
                 check_open=self._check_open,
                 on_lost=self._ledger_lost,
                 on_delivered=self._delivered,
+                dead_letters=self.context.dead_letters,
             )
             self.context.on_subscriptions(self)
         return self._subs

@@ -50,6 +50,7 @@ from hedwig.hub.requests.routes import HubRequests
 from hedwig.hub.requests.storage import StorageRequests
 from hedwig.hub.requests.subscriptions import SubscriptionRequests
 from hedwig.hub.requests.topics import TopicRequests
+from hedwig.hub.spreading.dead_letters import DeadLetterPublisher
 from hedwig.hub.spreading.fanout import FanOut
 from hedwig.hub.spreading.lanes import TopicLanes
 from hedwig.hub.spreading.plans import TopicPlans
@@ -82,8 +83,7 @@ class Hub:
     ) -> None:
         self.config = config
         self.clock = clock or SystemClock()
-        # TLS contexts from the configuration; an explicit network (in memory, in tests) is
-        # used as it is for every listener and connection.
+        # TLS contexts from the configuration, or a network given (in memory) used as it is.
         self.tls: HubNetworks = (
             HubTls(config, self.clock) if network is None else GivenNetwork(network, config)
         )
@@ -100,10 +100,32 @@ class Hub:
         self.internal_address = (
             config.security.internal_advertise or config.security.internal_listen or ""
         )
-        # Ledgers name this hub's replicas by its id, which stays with its data directory
-        # when its address changes.
+        # Ledgers name this hub's replicas by its id, kept with its data when its address moves.
         self.hub_id = load_hub_id(config.storage.data_dir, config.storage.hub_id)
         self.directory = PeerDirectory(self.store, self.clock)
+        self.dialer = HubDialer(
+            directory=self.directory,
+            internal=bool(config.security.internal_listen),
+            network=self.internal_network,
+            clock=self.clock,
+        )
+        self.access = AccessControl(
+            authenticate=config.security.authenticate,
+            authorize=config.security.authorize,
+            internal_plane=bool(config.security.internal_listen),
+            verifier=TokenVerifier(parse_issuers(config.security.token_issuers)),
+            super_users=config.security.super_user_set,
+            events=self.metrics,
+            clock=self.clock,
+        )
+        # A queue's dead letters, published for its creator as the region's rules allow.
+        self.dead_letters = DeadLetterPublisher(
+            address=lambda: self.address,
+            store=self.store,
+            dialer=self.dialer,
+            clock=self.clock,
+            permits=self.access.permits,
+        )
         self.storage = LocalStorage(
             config.storage.data_dir, self.hub_id, log_bytes=config.storage.entry_log_bytes
         )
@@ -131,6 +153,7 @@ class Hub:
             events=self.metrics,
             choices=self.choices,
             on_change=self._topics_changed,
+            dead_letters=self.dead_letters,
         )
         self.witnesses = SessionWitnesses(
             directory=self.directory,
@@ -140,21 +163,6 @@ class Hub:
         )
         self.topics.standing.session_over = lambda: self.witnesses.session_over(
             self.address, self.topics.epoch
-        )
-        self.access = AccessControl(
-            authenticate=config.security.authenticate,
-            authorize=config.security.authorize,
-            internal_plane=bool(config.security.internal_listen),
-            verifier=TokenVerifier(parse_issuers(config.security.token_issuers)),
-            super_users=config.security.super_user_set,
-            events=self.metrics,
-            clock=self.clock,
-        )
-        self.dialer = HubDialer(
-            directory=self.directory,
-            internal=bool(config.security.internal_listen),
-            network=self.internal_network,
-            clock=self.clock,
         )
         self.plans = TopicPlans(store=self.store, clock=self.clock)
         self.fanout = FanOut(
@@ -166,6 +174,7 @@ class Hub:
             dialer=self.dialer,
             clock=self.clock,
             events=self.metrics,
+            dead_letters=self.dead_letters,
         )
         self.lanes = TopicLanes(plans=self.plans, store=self.store)
         self.choices.lane_hint = self.lanes.hub_hint
@@ -200,11 +209,8 @@ class Hub:
         )
         max_frame = max(DEFAULT_MAX_FRAME_SIZE, 2 * config.delivery.max_message_size + 65536)
         # With security entirely off there is nothing to check: the open door admits all.
-        secured = bool(
-            config.security.authenticate
-            or config.security.internal_listen
-            or config.security.token_issuers
-        )
+        sec = config.security
+        secured = bool(sec.authenticate or sec.internal_listen or sec.token_issuers)
         # Each listener's table of what serves each request.
         self.client_routes = self.requests.client_routes(
             with_storage=not config.security.internal_listen
@@ -417,9 +423,8 @@ class Hub:
         self._ready = False
         self.topics.accepting = False
         log.info("hub %s stopping: releasing %d topics", self.address, len(self.topics.topics))
-        # Without ZooKeeper a hand-off cannot complete (kazoo queues the requests until it
-        # reconnects): bound the graceful part, then stop anyway. The ledgers' fencing keeps
-        # an unfinished hand-off safe; the next owner recovers.
+        # Without the store a hand-off cannot complete: bound the graceful part, then stop
+        # anyway. The ledgers' fencing keeps an unfinished hand-off safe; the next owner recovers.
         budget = max(5.0, self.config.connection.metadata_session_timeout_s)
         with contextlib.suppress(Exception):
             await self.clock.wait_for(self.store.hubs.unregister_hub(self.address), budget / 2)
@@ -432,6 +437,7 @@ class Hub:
             self.topics.drop_all(LossKind.STOPPED, "hub stopped")
         self.loops.stop()
         self.fanout.stop()
+        self.dead_letters.close()
         self._stall_watch.stop()
         self.acl_watcher.stop()
         if self._expiry is not None:

@@ -152,6 +152,13 @@ class HubMetrics:
             queue,
             registry=r,
         )
+        self.queue_dead_lettered = Gauge(
+            "hedwig_queue_dead_lettered",
+            "Messages published to the queue's dead-letter topic past their last delivery, "
+            "and acknowledged, since this hub serves the queue",
+            queue,
+            registry=r,
+        )
         self.queue_oldest_unacked = Gauge(
             "hedwig_queue_oldest_unacked_seconds",
             "How long ago the oldest unacknowledged message was first delivered",
@@ -316,12 +323,20 @@ class HubMetrics:
             self.queue_unacked,
             self.queue_redeliveries,
             self.queue_dropped,
+            self.queue_dead_lettered,
             self.queue_oldest_unacked,
         )
         for g in gauges:
             g.clear()
         for q in heapq.nlargest(top, queues, key=lambda q: q.unacked):
-            values = (q.consumers, q.unacked, q.redeliveries, q.dropped, q.oldest_unacked_s)
+            values = (
+                q.consumers,
+                q.unacked,
+                q.redeliveries,
+                q.dropped,
+                q.dead_lettered,
+                q.oldest_unacked_s,
+            )
             for g, v in zip(gauges, values, strict=True):
                 g.labels(q.topic, q.subscriber).set(v)
 

@@ -18,6 +18,8 @@ class QueueStats:
     # acknowledged unprocessed past their last delivery.
     redeliveries: int
     dropped: int
+    # Published to the dead-letter topic and acknowledged here, since this hub serves it.
+    dead_lettered: int
     # Since the oldest unacknowledged message (the one after the mark) was first delivered
     # here (0: it has not been).
     oldest_unacked_s: float

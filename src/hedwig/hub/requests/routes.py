@@ -151,6 +151,8 @@ class HubRequests:
                 route(TailTopic, t.tail_topic),
                 route(DeliveryStats, t.delivery_stats),
                 route(Ping, t.ping),
+                # A queue owner's dead letters (``hedwig.hub.spreading.dead_letters``).
+                route(Publish, t.publish),
             )
         )
         table.update(self._storage_routes())

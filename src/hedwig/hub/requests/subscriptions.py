@@ -15,6 +15,7 @@ from typing import Any
 from hedwig.hub.front.owners import SubscriptionOwners, owner_of
 from hedwig.hub.front.server import ClientConnection
 from hedwig.hub.requests.places import SubscriptionPlaces
+from hedwig.hub.serving.policies import check_dead_letter
 from hedwig.hub.serving.table import SubscriptionTable
 from hedwig.hub.spreading.lanes import TopicLanes
 from hedwig.protocol import (
@@ -80,6 +81,9 @@ class SubscriptionRequests:
         return answer
 
     async def create_subscription(self, conn: ClientConnection, req: CreateSubscription) -> Reply:
+        if req.dead_letter is not None:  # named well, then its creator's to publish to
+            check_dead_letter(req.topic, req.dead_letter)
+            self._owners.check_dead_letter(conn, req.topic, req.dead_letter)
         table = await self._placed(conn, req)
         return await table.create_subscription(req, owner_of(conn.principal))
 

@@ -4,10 +4,13 @@ when each unacknowledged message is due again: the sans-IO state of a queue's de
 
 Rules:
 
-- A message is in one of four states: *new* (at or after ``next_seq``, never delivered by
+- A message is in one of five states: *new* (at or after ``next_seq``, never delivered by
   this owner), *held* by one consumer (delivered, not acknowledged), *waiting* to be delivered
-  again (nacked, timed out, or given back by a consumer that left) or *acknowledged*
-  (``acks``). Nothing else: a message is never held by two consumers at once.
+  again (nacked, timed out, or given back by a consumer that left), *parked* (delivered as
+  often as allowed, being published to the dead-letter topic:
+  ``hedwig.hub.serving.dead_letters``) or *acknowledged* (``acks``). Nothing else: a message
+  is never held by two consumers at once. Why each unacknowledged one was last taken back
+  (``reason``) is kept for its dead letter.
 - Each delivery counts (``count``): on delivery, not on failure, so a consumer killed in the
   middle of a message has used an attempt. Counts persisted by an earlier owner
   (``prior``) carry on.
@@ -28,6 +31,7 @@ from bisect import bisect_right
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from enum import Enum
 
 from hedwig.errors import InvalidRequestError, NotHeldError
 from hedwig.hub.serving.acks import AckRanges
@@ -37,6 +41,16 @@ from hedwig.metadata.records import DeliveryPolicy, SubscriptionType
 from hedwig.metadata.records.subscriptions import MAX_STORED_RANGES
 from hedwig.protocol import SeqRange
 from hedwig.protocol.queue_frames import MAX_RANGES
+
+
+class Reason(Enum):
+    """Why a message was last taken back from a consumer."""
+
+    NACKED = "nacked"
+    ACK_TIMEOUT = "ack-timeout"
+    CONSUMER_LEFT = "consumer-left"
+    # Delivered by an earlier owner as often as allowed: why, that owner knew.
+    EARLIER_OWNER = "earlier-owner"
 
 
 @dataclass(eq=False, slots=True)
@@ -109,6 +123,10 @@ class Deliveries:
         # them: another one gets them if it has room.
         self.failed_by: dict[int, Consumer] = {}
         self.redelivered = 0
+        # Being published to the dead-letter topic, and why each unacknowledged message was
+        # last taken back.
+        self.parked: set[int] = set()
+        self.reason: dict[int, Reason] = {}
         # When each unacknowledged message was first delivered here (ms): the age of the
         # oldest is what the metrics show.
         self.first_delivered: dict[int, int] = {}
@@ -117,8 +135,8 @@ class Deliveries:
 
     @property
     def unacked(self) -> int:
-        """Held and waiting messages."""
-        return len(self._holder) + len(self._waiting)
+        """Held, waiting and parked messages."""
+        return len(self._holder) + len(self._waiting) + len(self.parked)
 
     def holder(self, seq: int) -> Consumer | None:
         got = self._holder.get(seq)
@@ -207,6 +225,7 @@ class Deliveries:
             consumer = got[0]
             self._release(seq, consumer)
             self.wait(seq, now_ms + self.policy.backoff_for(self.count.get(seq, 1)), consumer)
+            self.reason[seq] = Reason.ACK_TIMEOUT
             n += 1
         return n
 
@@ -218,6 +237,7 @@ class Deliveries:
             self.acks.add(seq, seq)
             self.count.pop(seq, None)
             self.first_delivered.pop(seq, None)
+            self.reason.pop(seq, None)
             if self.keys is not None:
                 self.keys.settled(seq)
         return Outcome(len(taken), refused)
@@ -229,6 +249,7 @@ class Deliveries:
         for seq in taken:
             wait = delay_ms or self.policy.backoff_for(self.count.get(seq, 1))
             self.wait(seq, now_ms + wait, consumer)
+            self.reason[seq] = Reason.NACKED
         return Outcome(len(taken), refused)
 
     def settle(self, seq: int) -> None:
@@ -241,11 +262,24 @@ class Deliveries:
             del self._waiting[seq]
             if self.keys is not None:
                 self.keys.stops_waiting(seq)
+        self.parked.discard(seq)
         if self.keys is not None:
             self.keys.settled(seq)
         self.acks.add(seq, seq)
         self.count.pop(seq, None)
         self.first_delivered.pop(seq, None)
+        self.reason.pop(seq, None)
+
+    def park(self, seq: int) -> None:
+        """``seq`` (new, or taken from waiting) is being dead-lettered."""
+        self.failed_by.pop(seq, None)
+        self.parked.add(seq)
+
+    def unpark(self, seq: int, due_ms: int, slot: int | None = None) -> None:
+        """``seq``'s dead letter could not be published: it waits until ``due_ms``."""
+        if seq in self.parked:
+            self.parked.discard(seq)
+            self.wait(seq, due_ms, None, slot)
 
     def give_back(self, consumer: Consumer, now_ms: int) -> int:
         """``consumer`` left: everything it holds is due again at once; how many."""
@@ -253,6 +287,7 @@ class Deliveries:
         for seq in held:
             self._release(seq, consumer)
             self.wait(seq, now_ms, None)
+            self.reason[seq] = Reason.CONSUMER_LEFT
         return len(held)
 
     def _claim(
@@ -340,5 +375,7 @@ class Deliveries:
         self._waiting.clear()
         self.failed_by.clear()
         self.first_delivered.clear()
+        self.parked.clear()
+        self.reason.clear()
         if self.keys is not None:
             self.keys.clear()

@@ -6,7 +6,16 @@ to the room the consumers have and ``QueueSettings.max_unacked``, and hands each
 consumer: the first one attached (failover), or the next in turn with room, ``SHARE_TURN``
 messages at a time (shared), never back to the consumer that just failed it while another has
 room. Consecutive messages for one consumer with one delivery count go as one frame, a slice
-of the stored batch: DELIVER the first time, REDELIVER after.
+of the stored batch: DELIVER the first time, REDELIVER after. A message delivered as often as
+the policy allows is dropped, or parked for its dead-letter topic
+(``hedwig.hub.serving.dead_letters``).
+
+A subscription's delay (``DeliveryPolicy.delay_ms``, a retry subscription's) holds each new
+message back until that long after its publish time. The log is in publish order, so what is
+held back is always a suffix of the log: the first batch not yet due stops the round and is
+the one wakeup to wait for, and nothing is kept per delayed message (no index, whatever the
+backlog). The publish time is the owner's clock when it stored the batch, so a later owner
+(a failover, a move) holds the same messages back until the same moment.
 """
 
 from __future__ import annotations
@@ -53,8 +62,14 @@ class Giving:
     _settings: QueueSettings
     _batch_messages: int
     _on_delivered: Callable[[int, int], None] | None
+    # When the first new message held back by the subscription's delay is due (ms; None:
+    # none held back).
+    _held_until: int | None
 
     def _send_closed(self, peer: Peer, code: CloseReason, reason: str) -> None:
+        raise NotImplementedError
+
+    def _park(self, batch: Batch, seq: int, slot: int | None) -> None:
         raise NotImplementedError
 
     def _pick(self, avoid: Consumer | None = None) -> Consumer | None:
@@ -121,9 +136,12 @@ class Giving:
         message is due again or times out."""
         d = self.deliveries
         waits: list[asyncio.Future[object]] = [asyncio.ensure_future(self._wake.wait())]
-        if self._room() and d.unacked < self._settings.max_unacked:
+        held = self._held_until
+        if self._room() and d.unacked < self._settings.max_unacked and held is None:
             waits.append(asyncio.ensure_future(self._log.wait_beyond(d.next_seq - 1)))
         wakeup = d.next_wakeup()
+        if held is not None:
+            wakeup = held if wakeup is None else min(wakeup, held)
         if wakeup is not None:
             delay = max(0.0, (wakeup - self._clock.wall_ms()) / 1000)
             waits.append(asyncio.ensure_future(self._clock.sleep(delay)))
@@ -139,6 +157,7 @@ class Giving:
         now = self._clock.wall_ms()
         room = min(self._room(), self._batch_messages)
         sent: set[Peer] = set()
+        self._held_until = None
         due = d.take_due(now, room) if room else []
         if due:
             start = 0
@@ -172,6 +191,9 @@ class Giving:
             for batch in found:
                 if batch.last_seq < seq:
                     continue
+                if not again and self._held_back(batch, now):
+                    stuck = True
+                    break
                 seq = self._send_batch(batch, max(seq, batch.first_seq), last, now, sent, again)
                 if seq <= min(last, batch.last_seq):
                     stuck = True  # no consumer has room
@@ -184,6 +206,15 @@ class Giving:
                     d.wait(rest, now)
         else:
             d.next_seq = max(d.next_seq, seq)
+
+    def _held_back(self, batch: Batch, now: int) -> bool:
+        """``batch``'s messages are new and the subscription's delay has not passed since
+        they were published: they and everything after wait (``_held_until``)."""
+        delay = self.policy.delay_ms
+        if not delay or batch.publish_time_ms + delay <= now:
+            return False
+        self._held_until = batch.publish_time_ms + delay
+        return True
 
     def _send_batch(
         self, batch: Batch, start: int, last: int, now: int, sent: set[Peer], again: bool
@@ -210,15 +241,18 @@ class Giving:
                 run_to = None
                 seq += 1
                 continue
-            if d.exhausted(seq) and self.policy.dead_letter is None:
+            slot = slots[seq - start] if keys is not None else None
+            if d.exhausted(seq):
                 self._flush_run(batch, run_first, seq - 1, run_to, run_count, sent)
                 run_to = None
-                d.settle(seq)
-                self.dropped += 1
-                self._changes += 1
+                if self.policy.dead_letter is None:
+                    d.settle(seq)
+                    self.dropped += 1
+                    self._changes += 1
+                else:
+                    self._park(batch, seq, slot)
                 seq += 1
                 continue
-            slot = slots[seq - start] if keys is not None else None
             if keys is not None and slot is not None:
                 to = self._keyed(slot, seq)
                 if to is None:  # its consumer is full, or older ones of its key wait

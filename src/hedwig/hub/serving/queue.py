@@ -12,7 +12,8 @@ Rules:
   already. It stops at ``QueueSettings.max_unacked`` held and waiting messages, so what the
   owner keeps per message is bounded whatever the backlog.
 - First deliveries go as DELIVER, later ones as REDELIVER with their count. A message
-  delivered ``max_deliveries`` times (without a dead-letter topic) is acknowledged instead of
+  delivered ``max_deliveries`` times is published to the dead-letter topic and then
+  acknowledged (``hedwig.hub.serving.dead_letters``), or without one acknowledged instead of
   being delivered again, and counted as dropped.
 - The state (mark, acknowledged ranges, delivery counts: ``hedwig.hub.serving.acks``,
   ``deliveries``) is written as an exclusive subscription's mark is: by compare-and-set,
@@ -37,6 +38,7 @@ from hedwig.errors import (
 from hedwig.flag import Flag
 from hedwig.hub.reporting.queue_stats import QueueStats
 from hedwig.hub.serving.acks import AckRanges
+from hedwig.hub.serving.dead_letters import DeadLetter, DeadLettering, DeadLetterSink
 from hedwig.hub.serving.deliveries import Consumer, Deliveries, Outcome
 from hedwig.hub.serving.giving import Giving
 from hedwig.hub.serving.peer import Peer
@@ -56,7 +58,7 @@ from hedwig.settings import QueueSettings
 log = logging.getLogger(__name__)
 
 
-class QueueSubscription(Giving):
+class QueueSubscription(DeadLettering, Giving):
     def __init__(
         self,
         topic: str,
@@ -71,8 +73,10 @@ class QueueSubscription(Giving):
         batch_messages: int,
         on_lost: Callable[[str], None],
         on_delivered: Callable[[int, int], None] | None = None,
+        dead_letters: DeadLetterSink | None = None,
     ) -> None:
         self.topic = topic
+        self.owner = data.owner
         self.name = name
         self.policy = data.policy or DeliveryPolicy(SubscriptionType.SHARED)
         self.preferences = data.preferences or SubscriptionPreferences()
@@ -94,6 +98,7 @@ class QueueSubscription(Giving):
         self._on_delivered = on_delivered
         self.consumers: list[Consumer] = []
         self._turn = 0
+        self._held_until: int | None = None
         self._joined = 0  # consumers attached so far: each gets a token of its own
         self._task: asyncio.Task[None] | None = None
         self._wake = Flag()
@@ -103,6 +108,12 @@ class QueueSubscription(Giving):
         self._flush_failing = False
         self.lost = False
         self.dropped = 0
+        self.dead_lettered = 0
+        self._sink = dead_letters
+        self._letters: list[tuple[DeadLetter, int | None]] = []
+        self._letters_task: asyncio.Task[None] | None = None
+        self._letters_epoch = 0
+        self._letters_failing = False
 
     # what the topic's table reads --------------------------------------------------------------
 
@@ -141,6 +152,7 @@ class QueueSubscription(Giving):
             unacked=d.unacked,
             redeliveries=d.redelivered,
             dropped=self.dropped,
+            dead_lettered=self.dead_lettered,
             oldest_unacked_s=age,
         )
 
@@ -200,6 +212,7 @@ class QueueSubscription(Giving):
         self.lost = True
         self.consumers.clear()
         self._cancel()
+        self._stop_letters()
 
     def _cancel(self) -> None:
         if self._task is not None:
@@ -273,7 +286,7 @@ class QueueSubscription(Giving):
             data = (
                 SubscriptionData(None, state)
                 if subs.is_partial_update_supported()
-                else SubscriptionData(self.preferences, state, self.policy)
+                else SubscriptionData(self.preferences, state, self.policy, self.owner)
             )
             try:
                 self.version = await subs.update_subscription_data(
@@ -312,6 +325,7 @@ class QueueSubscription(Giving):
         """Everything up to ``mark`` acknowledged and nothing above; consumers are closed with
         RESET (they attach again and delivery restarts after ``mark``)."""
         self.force_close(CloseReason.RESET, f"subscription reset to after {mark}")
+        self._drop_letters()
         self.deliveries.reset(mark)
         self.last_active_ms = self._clock.wall_ms()
         self._changes += 1

@@ -43,6 +43,7 @@ from hedwig.errors import (
     SubscriptionExistsError,
 )
 from hedwig.hub.front.owners import owner_of
+from hedwig.hub.serving.dead_letters import DeadLetterSink
 from hedwig.hub.serving.deliveries import checked_ranges
 from hedwig.hub.serving.descriptions import queue_infos, subscription_infos
 from hedwig.hub.serving.peer import Peer
@@ -96,8 +97,10 @@ class TopicSubscriptions:
         check_open: Callable[[], None],
         on_lost: Callable[[str], None],
         on_delivered: Callable[[int, int], None],
+        dead_letters: DeadLetterSink | None = None,
     ) -> None:
         self.topic = topic
+        self._dead_letters = dead_letters
         self.by_name: dict[str, Served] = {}
         self._log = log_
         self._store = store
@@ -182,7 +185,7 @@ class TopicSubscriptions:
     async def create(self, req: CreateSubscription, owner: str | None) -> Subscribed:
         """Create a subscription of a type and delivery policy, after the topic's end,
         ``owner``'s."""
-        policy = policy_of(req)
+        policy = await policy_of(req, self._store)
         sub = await self._find_or_create(
             JoinSubscription(
                 request_id=req.request_id,
@@ -249,6 +252,7 @@ class TopicSubscriptions:
                 batch_messages=self._settings.delivery_batch_messages,
                 on_lost=lambda why: self._lost(name, why),
                 on_delivered=self._on_delivered,
+                dead_letters=self._dead_letters,
             )
             self.by_name[name] = sub
             return sub
@@ -272,8 +276,7 @@ class TopicSubscriptions:
         if self.shared:
             self._forget(name)
             return
-        # The plan may have become fan-out a moment ago (this hub's watch has not fired yet,
-        # a delivery hub already serves the subscription): look before stepping down.
+        # The plan may have become fan-out a moment ago (not watched yet here): look first.
         asyncio.get_running_loop().create_task(self._lost_unless_shared(name, why))
 
     async def _lost_unless_shared(self, name: str, why: str) -> None:
@@ -307,8 +310,7 @@ class TopicSubscriptions:
             await sub.flush()
             return False
         await sub.flush()  # the mark the next hub starts from
-        # Consumes no longer reach it (it is out of ``by_name``), and it writes nothing more: the
-        # next hub is the subscription's one writer from here.
+        # Out of ``by_name`` (consumes no longer reach it), writing nothing: the next hub writes.
         sub.lost = True
         if sub.peer is not peer or peer.closed:
             sub.detach_quietly()
@@ -460,12 +462,9 @@ class TopicSubscriptions:
     async def reset(self, req_id: int, name: str, to: ResetTo, seq: int) -> Subscribed:
         """Move the subscription's consume mark and write it at once."""
         first, last = self._log.first_seq, self._log.last_seq
-        if to is ResetTo.EARLIEST:
-            mark = first - 1
-        elif to is ResetTo.LATEST:
-            mark = last
-        else:
-            mark = min(max(seq - 1, first - 1), last)
+        earliest = to is ResetTo.EARLIEST
+        mark = first - 1 if earliest else last if to is ResetTo.LATEST else seq - 1
+        mark = min(max(mark, first - 1), last)
         sub = await self._find(name)
         if sub is None:
             raise self._missing(name)

@@ -31,6 +31,7 @@ from hedwig.errors import HedwigError, MetadataError, TopicInUseError
 from hedwig.hub.owning.ownership import TopicOwnership
 from hedwig.hub.owning.peers import HubDialer
 from hedwig.hub.reporting.events import HubEvents
+from hedwig.hub.serving.dead_letters import DeadLetterSink
 from hedwig.hub.serving.peer import Peer
 from hedwig.hub.serving.topic_subscriptions import HAND_OVER_OVERLAP_S, TopicSubscriptions
 from hedwig.hub.spreading.plans import ALIVE_REFRESH_S, TopicPlans
@@ -120,8 +121,10 @@ class FanOut:
         dialer: HubDialer,
         clock: Clock,
         events: HubEvents,
+        dead_letters: DeadLetterSink | None = None,
     ) -> None:
         self.address = address
+        self._dead_letters = dead_letters
         self._config = config
         self._store = store
         self._ownership = ownership
@@ -187,6 +190,7 @@ class FanOut:
             check_open=lambda: None,
             on_lost=lambda why: None,
             on_delivered=delivered,
+            dead_letters=self._dead_letters,
         )
         subs.shared = True
         delivery = DeliveryTopic(topic, tail, subs)
