@@ -84,6 +84,19 @@ def test_node_ports_give_each_hub_a_service_and_an_address_on_its_node() -> None
     assert config.connection.external_address("pool-1") == "10.0.0.7:31001"
 
 
+def test_an_autoscaled_pool_lists_every_hub_it_may_grow_to() -> None:
+    p = pool(
+        NODE_PORT, replicas=2, autoscaling={"enabled": True, "minReplicas": 2, "maxReplicas": 4}
+    )
+    listed = env_of(p)["HEDWIG_EXTERNAL_ADVERTISE"].split(",")
+    assert listed[-1] == "pool-3=$(HOST_IP):31003"
+    grown = pool(
+        NODE_PORT, replicas=3, autoscaling={"enabled": True, "minReplicas": 2, "maxReplicas": 4}
+    )
+    # Scaling out changes no hub's settings: the pods are not rolled for it.
+    assert container(grown)["env"] == container(p)["env"]
+
+
 def test_overrides_per_hub_and_a_pool_without_external_access() -> None:
     p = pool(
         {

@@ -70,13 +70,18 @@ def external_settings(pool: PoolSpec) -> dict[str, object]:
 
 
 def advertised(pool: PoolSpec) -> dict[str, str]:
-    """Every hub's external address known, by hub id (its pod's name)."""
+    """Every hub's external address known, by hub id (its pod's name): up to the autoscaler's
+    maximum, if it sizes the pool, so that a scale-out does not change the pod template (and
+    roll every hub) where the addresses are known before the hubs are (NodePort)."""
     external = pool.external
     if external is None:
         return {}
+    hubs = pool.replicas
+    if pool.autoscaling.enabled:
+        hubs = max(hubs, pool.autoscaling.max_replicas)
     found = {
         f"{statefulset_name(pool)}-{i}": external.advertised(i, external.balancers.get(i))
-        for i in range(pool.replicas)
+        for i in range(hubs)
     }
     return {hub: address for hub, address in found.items() if address}
 
