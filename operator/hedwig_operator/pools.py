@@ -6,6 +6,12 @@ fields it does not set (another controller's annotations) are left alone. Re-app
 unchanged object is a no-op on the server, so the pool's worker re-applies on every refresh
 to repair drift (a deleted Service comes back).
 
+A pool with external access (``spec.external``) of type LoadBalancer is built with what the
+cloud gave each hub's Service (``with_balancers``): the hubs advertise those addresses, and
+the hubs' certificate names them. ``status.external`` lists every hub's external address (the
+one it published, else the one it will publish; "" while none is known) and ``bootstrap``,
+what an external client is given.
+
 Status combines two views that can disagree, and shows both: the StatefulSet's (pods
 scheduled and ready) and ZooKeeper's (hubs registered alive in the region, with their load).
 A Secret the pool needs that is not the operator's to use (``ownership``: someone else's
@@ -15,12 +21,13 @@ the reconciliation before anything is applied, and is the Ready condition's reas
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hedwig.metadata import HubStatus
-from hedwig_operator.builders import build_pool_children, selector_labels
+from hedwig_operator.builders import build_pool_children, external_service_name, selector_labels
 from hedwig_operator.builders.labels import statefulset_name
 from hedwig_operator.conditions import condition
 from hedwig_operator.kube import KubeApi, ObjectRef
@@ -36,10 +43,12 @@ def statefulset_ref(pool: PoolSpec) -> ObjectRef:
     return ObjectRef("apps/v1", "StatefulSet", pool.namespace, statefulset_name(pool))
 
 
-async def apply_children(kube: KubeApi, pool: PoolSpec, trust: PoolTrust | None = None) -> None:
+async def apply_children(kube: KubeApi, pool: PoolSpec, trust: PoolTrust | None = None) -> PoolSpec:
     """Apply every child (a secured pool's Secrets first); ``KubeError`` propagates (the
     caller retries), and ``SecretRefusedError`` if a Secret the pool needs is someone else's,
-    or its access Secret is missing or not bound to it (nothing is applied then)."""
+    or its access Secret is missing or not bound to it (nothing is applied then). The pool
+    as built: with its load balancers' addresses."""
+    pool = await with_balancers(kube, pool)
     if pool.store_secret is not None:
         # Before anything mounts it into the hubs: the Secret's owner bound it to this pool.
         await read_access(kube, pool.store_secret)
@@ -47,6 +56,41 @@ async def apply_children(kube: KubeApi, pool: PoolSpec, trust: PoolTrust | None 
         await ensure_pool_security(kube, pool, trust)
     for manifest in build_pool_children(pool, operator_principal()):
         await kube.apply(manifest)
+    return pool
+
+
+async def with_balancers(kube: KubeApi, pool: PoolSpec) -> PoolSpec:
+    """``pool`` with the address of each hub's load balancer that has one (LoadBalancer)."""
+    external = pool.external
+    if external is None or external.type != "LoadBalancer":
+        return pool
+    found: dict[int, str] = {}
+    for ordinal in range(pool.replicas):
+        ref = ObjectRef("v1", "Service", pool.namespace, external_service_name(pool, ordinal))
+        service = await kube.get(ref) or {}
+        ingress = ((service.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
+        address = next((i.get("ip") or i.get("hostname") for i in ingress if i), None)
+        if address:
+            found[ordinal] = str(address)
+    return dataclasses.replace(pool, external=dataclasses.replace(external, balancers=found))
+
+
+def external_status(pool: PoolSpec, hubs: Sequence[HubStatus] | None) -> dict[str, Any]:
+    """``status.external``: each hub's external address, and the bootstrap list."""
+    external = pool.external
+    assert external is not None
+    published = {h.load.hub_id: h.load.external for h in hubs or () if h.alive and h.load}
+    entries = []
+    for ordinal in range(pool.replicas):
+        name = f"{statefulset_name(pool)}-{ordinal}"
+        planned = external.advertised(ordinal, external.balancers.get(ordinal)) or ""
+        address = published.get(name) or ("" if "$(" in planned else planned)
+        entries.append({"name": name, "address": address})
+    return {
+        "type": external.type,
+        "hubs": entries,
+        "bootstrap": ",".join(e["address"] for e in entries if e["address"]),
+    }
 
 
 def selector_string(pool: PoolSpec) -> str:
@@ -67,6 +111,8 @@ def hub_entry(hub: HubStatus, now_ms: int) -> dict[str, Any]:
             bytesOutPerSecond=load.bytes_out,
             reportStale=now_ms - load.timestamp_ms > STALE_REPORT_MS,
         )
+        if load.external:
+            entry["externalAddress"] = load.external
     return entry
 
 
@@ -110,4 +156,6 @@ def build_pool_status(
     }
     if hubs is not None:
         status["hubs"] = [hub_entry(h, now_ms) for h in hubs]
+    if pool.external is not None:
+        status["external"] = external_status(pool, hubs)
     return status

@@ -38,6 +38,7 @@ KOPF_PREFIX: Final = f"operator.{GROUP}"
 # The hub's ports inside a pod. Fixed: the hub image, probes and Services all agree on them.
 HUB_PORT: Final = 4080
 INTERNAL_PORT: Final = 4081  # hub-to-hub (mutual TLS), with spec.security
+EXTERNAL_PORT: Final = 4082  # clients outside the cluster, with spec.external
 METRICS_PORT: Final = 9100
 # Where a secured hub's certificates are mounted (the <pool>-hub-tls Secret).
 TLS_DIR: Final = "/etc/hedwig/tls"

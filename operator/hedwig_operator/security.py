@@ -53,6 +53,7 @@ from hedwig_operator.builders.security import (
     clients_ca_secret_name,
     hub_certificate,
     hub_dns_names,
+    hub_ip_addresses,
     hub_tls_secret_name,
     secret_data,
     secret_manifest,
@@ -154,6 +155,21 @@ def _not_after(cert_pem: bytes) -> dt.datetime | None:
         return None
 
 
+def names_changed(cert_pem: bytes | None, dns_names: list[str], ip_addresses: list[str]) -> bool:
+    """Whether the certificate names other hosts than these (an external address came, went
+    or changed: ``spec.external``)."""
+    if not cert_pem:
+        return True
+    try:
+        cert = x509.load_pem_x509_certificate(cert_pem)
+        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except (ValueError, x509.ExtensionNotFound):
+        return True
+    named = {str(n) for n in sans.get_values_for_type(x509.DNSName)}
+    at = {str(a) for a in sans.get_values_for_type(x509.IPAddress)}
+    return named != set(dns_names) or at != set(ip_addresses)
+
+
 def needs_renewal(cert_pem: bytes | None, renew_before_days: int, now: dt.datetime) -> bool:
     if not cert_pem:
         return True
@@ -198,11 +214,12 @@ async def _ensure_pool_security(
         needs_renewal(current.get("tls.crt"), pool.security.renew_before_days, now)
         or current.get("ca.crt") != hub_ca.cert_pem
         or current.get("client-ca.crt") != clients_ca.cert_pem
+        or names_changed(current.get("tls.crt"), hub_dns_names(pool), hub_ip_addresses(pool))
     ):
         issued = hub_ca.issue(
             f"hub.{pool.name}.{pool.namespace}",
             dns_names=hub_dns_names(pool),
-            ip_addresses=["127.0.0.1"],
+            ip_addresses=hub_ip_addresses(pool),
             server=True,
             client=True,
             days=pool.security.certificate_days,

@@ -149,7 +149,7 @@ class PoolWorker:
         applied = True
         refused: SecretRefusedError | None = None
         try:
-            await apply_children(ctx.kube, pool, ctx.trust)
+            pool = await apply_children(ctx.kube, pool, ctx.trust)
         except KubeError as exc:
             applied = False
             log.warning("pool %s: applying children failed: %s", pool.name, exc)

@@ -513,3 +513,72 @@ def test_zookeeper_runs_on_a_read_only_root_without_a_token() -> None:
         assert name == "data" or "emptyDir" in volumes[name], name
     # The image's logback.xml and the rest of its /conf, copied before the entrypoint runs.
     assert c["args"][0].startswith('cp /conf/* "$ZOO_CONF_DIR"/ && ')
+
+
+# ------------------------------------------------------------------------ external access
+
+EXTERNAL = CHART / "ci" / "external-access-values.yaml"
+
+
+def test_the_pool_can_be_exposed_outside_the_cluster() -> None:
+    import jsonschema
+
+    objects = render([EXTERNAL])
+    spec = one(objects, "HubPool")["spec"]
+    assert spec["external"] == {
+        "type": "NodePort",
+        "nodePortBase": 31000,
+        "advertisedHost": "nodes.example.com",
+    }
+    jsonschema.validate(spec, _openapi_to_jsonschema(_crd_spec_schema()))
+    hubs = one(objects, "NetworkPolicy", "hedwig-hubs")["spec"]
+    (external,) = [r for r in hubs["ingress"] if {"port": 4082, "protocol": "TCP"} in r["ports"]]
+    assert external["from"] == [{"ipBlock": {"cidr": "0.0.0.0/0"}}]
+    # Without external access the port stays closed.
+    plain = one(render(), "NetworkPolicy", "hedwig-hubs")["spec"]
+    assert all({"port": 4082, "protocol": "TCP"} not in r["ports"] for r in plain["ingress"])
+
+
+@pytest.mark.parametrize(
+    ("sets", "expected"),
+    [
+        (["hubPool.external.type=Ingress"], "'/hubPool/external/type': value must be one of"),
+        (["hubPool.external.type=NodePort"], "needs hubPool.external.nodePortBase"),
+        (["hubPool.external.port=4082"], "hubPool.external needs a type"),
+        (
+            ["hubPool.external.type=NodePort", "hubPool.external.nodePortBase=31000"],
+            "needs hubPool.external.advertisedHost",
+        ),
+        (
+            ["hubPool.external.type=LoadBalancer", "hubPool.external.nodPort=1"],
+            "additional properties 'nodPort' not allowed",
+        ),
+    ],
+)
+def test_invalid_external_access_is_refused_with_a_clear_message(
+    sets: list[str], expected: str
+) -> None:
+    assert expected in render_error(sets=sets)
+
+
+def test_schema_external_is_the_crds() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    ours = copy.deepcopy(schema["properties"]["hubPool"]["properties"]["external"])
+    theirs = copy.deepcopy(_crd_spec_schema()["properties"]["external"])
+
+    def strip(node: Any) -> Any:
+        if isinstance(node, dict):
+            return {
+                k: strip(v)
+                for k, v in node.items()
+                if k not in ("default", "description", "additionalProperties")
+                and not k.startswith("x-kubernetes")
+            }
+        if isinstance(node, list):
+            return [strip(v) for v in node]
+        return node
+
+    # Required by the CRD; the chart's default is {} (no external access), and a type
+    # missing from a non-empty one is refused by the template.
+    assert theirs.pop("required") == ["type"]
+    assert strip(ours) == strip(theirs)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from hedwig_operator.builders.configmap import build_configmap, hub_environment
+from hedwig_operator.builders.external import build_external_services, external_service_name
 from hedwig_operator.builders.labels import (
     client_service_name,
     configmap_name,
@@ -33,6 +34,7 @@ def build_pool_children(pool: PoolSpec, operator_principal: str = "") -> list[di
         build_configmap(pool, operator_principal),
         build_headless_service(pool),
         build_client_service(pool),
+        *build_external_services(pool),
         build_statefulset(pool, operator_principal),
         build_pdb(pool),
     ]
@@ -41,12 +43,14 @@ def build_pool_children(pool: PoolSpec, operator_principal: str = "") -> list[di
 __all__ = [
     "build_client_service",
     "build_configmap",
+    "build_external_services",
     "build_headless_service",
     "build_pdb",
     "build_pool_children",
     "build_statefulset",
     "client_service_name",
     "configmap_name",
+    "external_service_name",
     "headless_service_name",
     "hub_address",
     "hub_environment",

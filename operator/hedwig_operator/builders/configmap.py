@@ -15,6 +15,7 @@ from typing import Any
 
 from hedwig.placement import PlacementPolicy
 from hedwig.settings import HubConfig, environment
+from hedwig_operator.builders.external import external_settings
 from hedwig_operator.builders.labels import child_metadata, configmap_name
 from hedwig_operator.builders.security import security_settings, store_environment
 from hedwig_operator.resources import DATA_DIR, HUB_PORT, METRICS_PORT
@@ -45,6 +46,7 @@ def hub_environment(pool: PoolSpec, operator_principal: str = "") -> dict[str, s
     if pool.max_message_size is not None:
         settings["max_message_size"] = pool.max_message_size
     settings.update(security_settings(pool, operator_principal))
+    settings.update(external_settings(pool))
     env = environment(HubConfig, **settings)
     env.update(store_environment(pool))
     return env

@@ -30,6 +30,7 @@ from hedwig_operator.builders.labels import (
 )
 from hedwig_operator.resources import INTERNAL_PORT, TLS_DIR, USER_SECRET_SUFFIX, ZK_DIGEST_DIR
 from hedwig_operator.specs import PoolSpec
+from hedwig_operator.specs.external import split_hosts
 
 TLS_VOLUME = "hub-tls"
 # What cert-manager writes into a Certificate's Secret (ca.crt: the issuing CA).
@@ -84,9 +85,28 @@ def ca_cert_configmap(pool: PoolSpec, ca_pem: bytes) -> dict[str, Any]:
 
 
 def hub_dns_names(pool: PoolSpec) -> list[str]:
-    """Every name a client or another hub may dial a hub of the pool by."""
+    """Every name a client or another hub may dial a hub of the pool by (external clients
+    too: ``spec.external``'s hosts that are names)."""
     headless, client = headless_service_name(pool), client_service_name(pool)
     ns = pool.namespace
+    return [
+        *_in_cluster_names(headless, client, ns),
+        *split_hosts(_external_hosts(pool))[0],
+    ]
+
+
+def hub_ip_addresses(pool: PoolSpec) -> list[str]:
+    """Every IP address a client may dial a hub of the pool at: loopback, and
+    ``spec.external``'s hosts that are addresses (a node's, a load balancer's)."""
+    return ["127.0.0.1", *split_hosts(_external_hosts(pool))[1]]
+
+
+def _external_hosts(pool: PoolSpec) -> list[str]:
+    external = pool.external
+    return [] if external is None else external.hosts(pool.replicas, external.balancers)
+
+
+def _in_cluster_names(headless: str, client: str, ns: str) -> list[str]:
     return [
         f"*.{headless}.{ns}.svc",
         f"*.{headless}.{ns}.svc.cluster.local",
@@ -214,7 +234,7 @@ def hub_certificate(pool: PoolSpec) -> dict[str, Any]:
             "secretName": hub_tls_secret_name(pool),
             "commonName": f"hub.{pool.name}.{pool.namespace}",
             "dnsNames": hub_dns_names(pool),
-            "ipAddresses": ["127.0.0.1"],
+            "ipAddresses": hub_ip_addresses(pool),
             "duration": f"{pool.security.certificate_days * 24}h",
             "renewBefore": f"{pool.security.renew_before_days * 24}h",
             # Hubs present it on both listeners and as clients of each other's internal one.

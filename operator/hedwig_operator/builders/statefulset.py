@@ -29,6 +29,7 @@ from typing import Any
 
 from hedwig.settings import HubConfig, environment
 from hedwig_operator.builders.configmap import build_configmap, config_hash
+from hedwig_operator.builders.external import external_env, external_port
 from hedwig_operator.builders.labels import (
     child_metadata,
     configmap_name,
@@ -65,10 +66,12 @@ def _container(pool: PoolSpec) -> dict[str, Any]:
         "env": [
             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
             *_env(advertise=advertise, hub_id="$(POD_NAME)", drain_socket=DRAIN_SOCKET),
+            *external_env(pool),
         ],
         "ports": [
             {"name": "hub", "containerPort": HUB_PORT, "protocol": "TCP"},
             {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
+            *external_port(pool),
         ],
         "readinessProbe": {
             "httpGet": {"path": "/readyz", "port": "metrics"},

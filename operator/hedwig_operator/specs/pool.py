@@ -30,6 +30,7 @@ from hedwig_operator.specs.common import (
     req_str,
     section,
 )
+from hedwig_operator.specs.external import ExternalSpec, parse_external
 
 RETENTION_POLICIES = ("Retain", "Delete")
 
@@ -240,6 +241,8 @@ class PoolSpec:
     # A Secret in the pool's namespace with what a secured etcd asks of its clients
     # (``hedwig.metadata.EtcdAccess``: credentials, ca.crt, tls.crt, tls.key).
     metadata_secret: str | None = None
+    # The hubs' external addresses (``spec.external``), if the pool has them.
+    external: ExternalSpec | None = None
 
     @property
     def region(self) -> str:
@@ -441,6 +444,7 @@ def parse_pool(body: Raw) -> PoolSpec:
     if placement not in POLICIES:
         raise SpecError("spec.placement", f"must be one of {', '.join(POLICIES)}")
     rebalancing = parse_rebalancing(section(spec, "rebalancing", "spec"))
+    security = parse_security(section(spec, "security", "spec"))
     return PoolSpec(
         namespace=req_str(meta, "namespace", "metadata"),
         name=req_str(meta, "name", "metadata"),
@@ -466,8 +470,9 @@ def parse_pool(body: Raw) -> PoolSpec:
         ),
         rebalancing=rebalancing,
         autoscaling=parse_autoscaling(spec),
-        security=parse_security(section(spec, "security", "spec")),
+        security=security,
         metadata_secret=metadata_secret,
+        external=parse_external(spec, secured=security.enabled),
         paused_by_annotation=str(annotations.get(ANNOTATION_REBALANCE_PAUSED, "")).lower()
         == "true",
     )

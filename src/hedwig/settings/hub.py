@@ -48,6 +48,22 @@ class ConnectionSettings:
     advertise: str | None = setting(
         None, "the address other hubs send clients to (default: the listen address)"
     )
+    # Clients outside the network the hubs share (another VPC, a laptop, off-cluster
+    # services) reach a hub at another address than its neighbours do, through a NodePort or a
+    # load balancer. They connect to a second client listener, and every address the hub
+    # names on it (redirects, moves, DESCRIBE_REGION) is the named hub's external one
+    # (hedwig.hub.front.outward): the port a connection came to says where its client is.
+    external_listen: str | None = setting(
+        None,
+        "HOST:PORT of the external client listener, for clients outside the hubs' network "
+        "(default: none)",
+    )
+    # A pool's hubs share their settings, so one value can list every hub by its id.
+    external_advertise: str | None = setting(
+        None,
+        "the address external clients reach this hub at, HOST:PORT, or ID=HOST:PORT,... by "
+        "hub id (storage.hub_id); needed with external_listen",
+    )
     # Failover after a crash takes about this long, so keep it short; too short and a GC
     # pause or a slow disk flaps ownership. (The original Hedwig used 2 s.)
     metadata_session_timeout_s: float = setting(
@@ -61,9 +77,46 @@ class ConnectionSettings:
     def __post_init__(self) -> None:
         if self.metadata_session_timeout_s <= 0:
             raise UsageError("metadata_session_timeout_s must be positive")
-        host, _, port = self.listen.rpartition(":")
-        if not host or not port.isdigit():
-            raise UsageError(f"listen must be HOST:PORT, got {self.listen!r}")
+        _check_address("listen", self.listen)
+        if self.external_listen is not None:
+            _check_address("external_listen", self.external_listen)
+            if not self.external_advertise:
+                raise UsageError(
+                    "external_listen needs external_advertise: the address external clients "
+                    "reach this hub at (a NodePort on its node, a load balancer)"
+                )
+        elif self.external_advertise:
+            raise UsageError("external_advertise is for the external listener: set external_listen")
+        for entry in external_entries(self.external_advertise or ""):
+            _check_address("external_advertise", entry[1])
+
+    def external_address(self, hub_id: str) -> str:
+        """The address this hub advertises to external clients, by its id (``""``: none)."""
+        entries = external_entries(self.external_advertise or "")
+        if len(entries) == 1 and entries[0][0] is None:
+            return entries[0][1]
+        return next((address for name, address in entries if name == hub_id), "")
+
+
+def external_entries(text: str) -> list[tuple[str | None, str]]:
+    """``HOST:PORT`` as ``[(None, HOST:PORT)]``; ``ID=HOST:PORT,...`` as ``(ID, HOST:PORT)``s."""
+    entries: list[tuple[str | None, str]] = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        name, sep, address = part.rpartition("=")
+        if sep and not name:
+            raise UsageError(f"external_advertise: {part!r} names no hub id before '='")
+        entries.append((name if sep else None, address))
+    if len(entries) > 1 and any(name is None for name, _ in entries):
+        raise UsageError(
+            "external_advertise lists several addresses: give each as ID=HOST:PORT (by hub id)"
+        )
+    return entries
+
+
+def _check_address(name: str, address: str) -> None:
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise UsageError(f"{name} must be HOST:PORT, got {address!r}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,10 @@ This is the only place where a failed request becomes an ERROR answer: the excep
 through the table in ``hedwig.protocol.status``; one that no row covers is a bug, logged here
 with its cause and answered INTERNAL_ERROR, which clients do not retry.
 
+A front end serves one listener. The external client listener's front rewrites what it sends
+so that every hub is named by the address an external client reaches it at
+(``hedwig.hub.front.outward``); the others send frames as they are.
+
 Before anything is served, ``hedwig.hub.front.access`` admits the request (authentication,
 authorization, the closed hub-to-hub plane); a refusal is answered like any other error.
 
@@ -73,6 +77,16 @@ class RequestHandler(Protocol):
     def disconnected(self, conn: ClientConnection) -> None: ...
 
 
+class Outward(Protocol):
+    """What frames become on their way out of a listener (``hedwig.hub.front.outward``)."""
+
+    async def prepare(self, frame: Frame) -> None:
+        """Get ready to rewrite ``frame`` (an answer: it may wait)."""
+        ...
+
+    def rewrite(self, frame: Frame) -> Frame: ...
+
+
 class ClientConnection(asyncio.Protocol):
     """One connection to the hub; also the ``Peer`` that owned topics push frames to."""
 
@@ -103,6 +117,7 @@ class ClientConnection(asyncio.Protocol):
         self.decisions: dict[tuple[Operation, str], bool] = {}
         self.acl_generation = -1
         self.audit = audit.AuditBudget(front.clock)
+        self._outward = front.outward
 
     @property
     def principal(self) -> Principal:
@@ -232,6 +247,8 @@ class ClientConnection(asyncio.Protocol):
     def send(self, frame: Frame) -> None:
         if self._closed or self._transport is None:
             return
+        if self._outward is not None:
+            frame = self._outward.rewrite(frame)
         self._writer.write(self._conn.send(frame))
 
     def refused(self, answer: Error) -> None:
@@ -268,6 +285,7 @@ class HubFrontEnd:
         clock: Clock,
         role: ListenerRole = ListenerRole.CLIENT,
         internal_peers: PeerCheck | None = None,
+        outward: Outward | None = None,
     ) -> None:
         self.handler = handler
         self.max_frame_size = max_frame_size
@@ -279,6 +297,8 @@ class HubFrontEnd:
         self.role = role
         # Whether a peer of the internal listener is a hub (``hedwig.hub.front.tls``).
         self.internal_peers: PeerCheck = internal_peers or AnyHub()
+        # What a frame becomes on its way out (the external listener's names), if anything.
+        self.outward = outward
         # Connections begun (the listener's calls of ``protocol``, before their TLS handshake).
         # Those no longer open are gone, a handshake that failed included (it never opened):
         # a flood of them is memory to give back. Handshakes that failed were most of a flood
@@ -289,6 +309,20 @@ class HubFrontEnd:
             clock,
             gone=lambda: self.begun - len(self.connections),
             release=MemoryRelease(clock),
+        )
+
+    def twin(self, outward: Outward) -> HubFrontEnd:
+        """A front end for another listener of the same requests, admission and doorway
+        (swept by this one), whose frames become ``outward``'s on their way out."""
+        return HubFrontEnd(
+            self.handler,
+            max_frame_size=self.max_frame_size,
+            events=self._events,
+            admission=self._admission,
+            doorway=self.doorway,
+            clock=self.clock,
+            role=self.role,
+            outward=outward,
         )
 
     def start_sweeping(self) -> None:
@@ -330,8 +364,13 @@ class HubFrontEnd:
             else:
                 answer = await self.handler.handle(conn, frame)
         except Exception as exc:
-            conn.refused(self._error(frame, exc))
+            refusal = self._error(frame, exc)
+            if self.outward is not None:
+                await self.outward.prepare(refusal)
+            conn.refused(refusal)
             return
+        if self.outward is not None and answer is not None:
+            await self.outward.prepare(answer)
         conn.send(answer if answer is not None else Ok(request_id=frame.request_id))
         self._events.answered(type(frame).LABEL, "ok")
 

@@ -5,10 +5,10 @@ owns), ``HubRequests`` (what each request does), ``HubFrontEnd`` (connections, a
 error boundary), ``HubLoops`` (periodic work), ``HubMetrics`` (the events every part reports).
 
 Startup order matters: storage first (so recovered ledgers are readable), then the metadata
-session and the ACL rules, then the internal and client ports, and only then the ``alive``
-record, so no hub redirects a client here before we can answer. Shutdown runs it backwards and
-hands every topic over first, so clients move on at once instead of waiting for a session to
-expire.
+session and the ACL rules, then the internal and client ports (the external one too:
+``hedwig.hub.process.external``), and only then the ``alive`` record, so no hub redirects a
+client here before we can answer. Shutdown runs it backwards and hands every topic over
+first, so clients move on at once instead of waiting for a session to expire.
 """
 
 from __future__ import annotations
@@ -28,13 +28,14 @@ from hedwig.hub.front.acl_watch import AclWatcher, NoAclWatch
 from hedwig.hub.front.admission import OpenDoor
 from hedwig.hub.front.doorway import NoDoorway, doorway_for
 from hedwig.hub.front.owners import SubscriptionOwners
-from hedwig.hub.front.server import HubFrontEnd
+from hedwig.hub.front.server import ClientConnection, HubFrontEnd
 from hedwig.hub.front.tls import GivenNetwork, HubNetworks, HubTls
 from hedwig.hub.owning.choices import HubChoices
 from hedwig.hub.owning.ownership import TopicOwnership
 from hedwig.hub.owning.peers import HubDialer, PeerDirectory
 from hedwig.hub.owning.witnesses import SessionWitnesses
 from hedwig.hub.process import collector
+from hedwig.hub.process.external import ExternalClients
 from hedwig.hub.process.guard import HubGuard
 from hedwig.hub.process.http import HealthServer
 from hedwig.hub.process.identity import load_hub_id
@@ -226,6 +227,7 @@ class Hub:
             doorway=doorway,
             clock=self.clock,
         )
+        self.external = ExternalClients(self.front, self.store, config.connection, self.hub_id)
         self.internal_front = HubFrontEnd(
             self.internal_routes,
             max_frame_size=max_frame,
@@ -241,7 +243,7 @@ class Hub:
             access=self.access,
             authenticate=config.security.authenticate,
             clock=self.clock,
-            connections=lambda: self.front.connections,
+            connections=self._client_connections,
             served=lambda: [
                 *((t.name, t.subscriptions) for t in self.topics.topics.values()),
                 *((t.name, t.subs.by_name) for t in self.fanout.delivering.values()),
@@ -281,7 +283,7 @@ class Hub:
             storage=self.storage,
             metrics=self.metrics,
             clock=self.clock,
-            connections=lambda: len(self.front.connections),
+            connections=lambda: len(self._client_connections()),
         )
         # New topics are not placed on hubs a low-load drain is emptying.
         self.choices.drained = lambda: self.loops.rebalancer.drained
@@ -332,6 +334,7 @@ class Hub:
         )
         if not self.config.connection.advertise:
             self._set_address(self._listener.address)
+        self.loops.external_address = await self.external.start(self.network, self.address)
         self.tls.start_reloading(self.config.security.cert_reload_interval_s)
         self.front.start_sweeping()
         if self.config.security.authenticate:
@@ -370,6 +373,9 @@ class Hub:
 
     def _alive_record(self) -> tuple[str, HubLoad]:
         return self.address, self.loops.first_report(self.internal_address, self.hub_id)
+
+    def _client_connections(self) -> list[ClientConnection]:
+        return [*self.front.connections, *self.external.connections]
 
     def _registered(self, epoch: int) -> None:
         self.topics.epoch = epoch
@@ -444,10 +450,10 @@ class Hub:
             self._expiry.cancel()
         self.tls.stop_reloading()
         self.front.stop_sweeping()
-        for listener in (self._listener, self._internal_listener):
+        for listener in (self._listener, self._internal_listener, self.external.listener):
             if listener is not None:
                 listener.close()
-        for conn in [*self.front.connections, *self.internal_front.connections]:
+        for conn in [*self._client_connections(), *self.internal_front.connections]:
             conn.close()
         if self._http is not None:
             await self._http.close()

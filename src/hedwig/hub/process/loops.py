@@ -93,6 +93,7 @@ class HubLoops:
         # (``hedwig.hub.owning.peers``).
         self.internal_address = ""
         self.hub_id = ""
+        self.external_address = ""  # where external clients reach it, if anywhere
         self._connections = connections
         self.rebalancer = Rebalancer(config.balance.rebalance, clock)
         self.scaler = ScalingPolicy(config.balance.scaling, clock)
@@ -235,6 +236,7 @@ class HubLoops:
             internal=self.internal_address,
             hub_id=self.hub_id,
             bundles=self.ownership.bundles is not None,
+            external=self.external_address,
         )
         try:
             await self.store.hubs.update_load(self.ownership.address, report)
@@ -405,6 +407,7 @@ class HubLoops:
             internal=internal,
             hub_id=hub_id,
             bundles=self.ownership.bundles is not None,
+            external=self.external_address,
         )
 
     async def balance_bundles_once(self) -> list[BundleMove]:

@@ -88,6 +88,10 @@ class HubLoad:
     # The hub's stable id (``hedwig.hub.process.identity``): what ledger ensembles name its replicas
     # by, so they stay reachable when the hub comes back on another address.
     hub_id: str = ""
+    # The hub's external client listener's advertised address, if it has one: what the hubs
+    # name this hub as to clients that came in through their own external listeners
+    # (``hedwig.hub.front.outward``). Absent (read as none) in earlier versions' reports.
+    external: str = ""
     # Fan-out topics this hub delivers for their owners (their subscribers here): counted in
     # the totals above, not in ``topic_loads`` (the owner lists and moves the topic).
     delivering: dict[str, TopicLoad] = field(default_factory=dict)
@@ -109,6 +113,7 @@ class HubLoad:
             "internal",
             "hub_id",
             "bundles",
+            "external",
         ]
     )
 
