@@ -197,13 +197,20 @@ class Visitor:
         self.aborted = True
 
 
-def test_the_doorway_bounds_numbers_per_hub_and_per_peer() -> None:
-    clock = ManualClock()
-    door = Doorway(
-        DoorLimits(frame_bytes=65536, timeout_s=10, incomplete_s=5, per_hub=4, per_peer=2),
+def _doorway(clock: ManualClock, *, per_hub: int, per_peer: int) -> Doorway:
+    """A doorway on ``clock`` with 10 s to identify, 5 s for a frame begun, and these counts."""
+    return Doorway(
+        DoorLimits(
+            frame_bytes=65536, timeout_s=10, incomplete_s=5, per_hub=per_hub, per_peer=per_peer
+        ),
         clock=clock,
         closures=ClosureLog(clock=clock, events=NoEvents()),
     )
+
+
+def test_the_doorway_bounds_numbers_per_hub_and_per_peer() -> None:
+    clock = ManualClock()
+    door = _doorway(clock, per_hub=4, per_peer=2)
     a = [Visitor(f"10.0.0.1:{i}", "10.0.0.1") for i in range(3)]
     assert [door.arrived(v) for v in a] == [True, True, False]
     assert a[2].closed_for is Disconnect.PEER_LIMIT and a[2].aborted
@@ -218,11 +225,7 @@ def test_the_doorway_bounds_numbers_per_hub_and_per_peer() -> None:
 
 def test_the_doorway_closes_on_deadlines_once_each() -> None:
     clock = ManualClock()
-    door = Doorway(
-        DoorLimits(frame_bytes=65536, timeout_s=10, incomplete_s=5, per_hub=10, per_peer=10),
-        clock=clock,
-        closures=ClosureLog(clock=clock, events=NoEvents()),
-    )
+    door = _doorway(clock, per_hub=10, per_peer=10)
     idle, slow, done = (Visitor(f"h:{i}", "10.0.0.1") for i in range(3))
     for v in (idle, slow, done):
         door.arrived(v)
