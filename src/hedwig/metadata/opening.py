@@ -259,6 +259,18 @@ def _etcd(
     )
 
 
+async def read_topic_owner(url: str, region: str, topic: str) -> str | None:
+    """The address of the hub that owns ``topic`` in ``region`` of the store at ``url`` (None:
+    no hub does), read once through a store opened for it (tests, benchmarks, tools)."""
+    store = open_store(url, region=region)
+    await store.start()
+    try:
+        got = await store.ownership.read_owner_info(topic)
+        return got.value.address if got else None
+    finally:
+        await store.close()
+
+
 def _secret(name: str) -> str | None:
     path = os.environ.get(name + "_FILE")
     if path:
