@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import shutil
 import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -22,7 +21,6 @@ import pytest
 
 from hedwig.clock import ManualClock
 from hedwig.errors import MessageTooLargeError
-from hedwig.hub import Hub
 from hedwig.hub.front.doorway import (
     DETAILED_PER_INTERVAL,
     SUMMARY_INTERVAL_S,
@@ -41,7 +39,7 @@ from hedwig.protocol import Authenticate, Connection, Error, Role, error_from_fr
 from hedwig.protocol.codec import encode_frame
 from hedwig.protocol.wire import HEADER, PROTOCOL_VERSION
 from hedwig.security import StaticToken
-from tests.security.conftest import SecureRegion, secure_config
+from tests.security.conftest import SecureRegion, running_hubs, secure_config
 from tests.security.fixtures import Pki, TokenIssuer
 
 PUBLISH = 0x01
@@ -60,12 +58,8 @@ async def guarded(pki: Pki, issuer: TokenIssuer) -> AsyncIterator[SecureRegion]:
         unauthenticated_connections=8,
         unauthenticated_connections_per_ip=4,
     )
-    hub = Hub(config, store=region.store())
-    await hub.start()
-    region.hubs.append(hub)
-    yield region
-    await hub.stop()
-    shutil.rmtree(hub.config.storage.data_dir, ignore_errors=True)
+    async with running_hubs(region.hubs, [config], region.store):
+        yield region
 
 
 @dataclass
