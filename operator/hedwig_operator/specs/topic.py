@@ -8,10 +8,10 @@ of its rules, so the operator and the hubs can never disagree.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 
-from hedwig.metadata import ReplicationConfig, TopicConfig
+from hedwig.metadata import TopicConfig
 from hedwig_operator.specs.common import (
     Raw,
     SpecError,
@@ -57,12 +57,9 @@ class TopicSpec:
     uid: str = ""
     generation: int = 0
     creation_timestamp: str = ""
-    replication: ReplicationConfig | None = None
-    retention_ms: int | None = None
-    retention_bytes: int | None = None
-    max_message_size: int | None = None
-    inactive_topic_expiry_ms: int | None = None
-    subscription_expiry_ms: int | None = None
+    # The record the topic's znode must hold (replication, retention, message size, expiry);
+    # unset fields take the region default.
+    topic_config: TopicConfig = field(default_factory=TopicConfig)
     deletion_policy: DeletionPolicy = DeletionPolicy.KEEP
     scaling_mode: ScalingMode = ScalingMode.AUTO
     # At most this many delivery hubs (fan-out); None: DEFAULT_FAN_OUT_HUBS.
@@ -70,14 +67,7 @@ class TopicSpec:
 
     def config(self) -> TopicConfig:
         """The record the topic's znode must hold; unset fields take the region default."""
-        return TopicConfig(
-            replication=self.replication,
-            retention_ms=self.retention_ms,
-            retention_bytes=self.retention_bytes,
-            max_message_size=self.max_message_size,
-            inactive_topic_expiry_ms=self.inactive_topic_expiry_ms,
-            subscription_expiry_ms=self.subscription_expiry_ms,
-        )
+        return self.topic_config
 
 
 def parse_topic(body: Raw) -> TopicSpec:
@@ -106,13 +96,17 @@ def parse_topic(body: Raw) -> TopicSpec:
         creation_timestamp=opt_str(meta, "creationTimestamp", "metadata") or "",
         pool=req_str(spec, "pool", "spec"),
         topic_name=opt_str(spec, "topicName", "spec") or name,
-        replication=replication(spec, "replication", "spec"),
-        retention_ms=opt_int(retention, "timeMs", "spec.retention", minimum=0),
-        retention_bytes=opt_int(retention, "sizeBytes", "spec.retention", minimum=0),
-        max_message_size=opt_int(spec, "maxMessageSizeBytes", "spec", minimum=1),
-        inactive_topic_expiry_ms=opt_int(expiry, "topicInactiveMs", "spec.expiry", minimum=1000),
-        subscription_expiry_ms=opt_int(
-            expiry, "subscriptionInactiveMs", "spec.expiry", minimum=1000
+        topic_config=TopicConfig(
+            replication=replication(spec, "replication", "spec"),
+            retention_ms=opt_int(retention, "timeMs", "spec.retention", minimum=0),
+            retention_bytes=opt_int(retention, "sizeBytes", "spec.retention", minimum=0),
+            max_message_size=opt_int(spec, "maxMessageSizeBytes", "spec", minimum=1),
+            inactive_topic_expiry_ms=opt_int(
+                expiry, "topicInactiveMs", "spec.expiry", minimum=1000
+            ),
+            subscription_expiry_ms=opt_int(
+                expiry, "subscriptionInactiveMs", "spec.expiry", minimum=1000
+            ),
         ),
         deletion_policy=deletion_policy,
         scaling_mode=scaling_mode,
