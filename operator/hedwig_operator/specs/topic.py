@@ -14,7 +14,7 @@ from enum import Enum
 from hedwig.metadata import TopicConfig
 from hedwig_operator.specs.common import (
     Raw,
-    SpecError,
+    enum_or,
     int_or,
     opt_int,
     opt_str,
@@ -77,17 +77,13 @@ def parse_topic(body: Raw) -> TopicSpec:
     retention = section(spec, "retention", "spec")
     expiry = section(spec, "expiry", "spec")
     name = req_str(meta, "name", "metadata")
-    policy = opt_str(spec, "deletionPolicy", "spec") or DeletionPolicy.KEEP.value
-    try:
-        deletion_policy = DeletionPolicy(policy)
-    except ValueError as exc:
-        raise SpecError("spec.deletionPolicy", "must be Keep or Delete") from exc
+    deletion_policy = enum_or(
+        spec, "deletionPolicy", "spec", DeletionPolicy.KEEP, "must be Keep or Delete"
+    )
     scaling = section(spec, "scaling", "spec")
-    mode = opt_str(scaling, "mode", "spec.scaling") or ScalingMode.AUTO.value
-    try:
-        scaling_mode = ScalingMode(mode)
-    except ValueError as exc:
-        raise SpecError("spec.scaling.mode", "must be auto, single, fanOut or ingest") from exc
+    scaling_mode = enum_or(
+        scaling, "mode", "spec.scaling", ScalingMode.AUTO, "must be auto, single, fanOut or ingest"
+    )
     return TopicSpec(
         namespace=req_str(meta, "namespace", "metadata"),
         name=name,
