@@ -39,7 +39,7 @@ from typing import Any
 
 from hedwig.client import HedwigClient, RetryPolicy
 from hedwig.devcluster.cluster import DevCluster
-from hedwig.metadata import open_store
+from hedwig.metadata import read_topic_owner
 
 
 def pct(samples: list[float]) -> dict[str, float]:
@@ -57,16 +57,6 @@ def pct(samples: list[float]) -> dict[str, float]:
         "p99_ms": at(0.99),
         "max_ms": round(s[-1] * 1000, 1),
     }
-
-
-async def owner(zk: str, region: str, topic: str) -> str | None:
-    store = open_store(zk, region=region)
-    await store.start()
-    try:
-        got = await store.ownership.read_owner_info(topic)
-        return got.value.address if got else None
-    finally:
-        await store.close()
 
 
 class Publisher:
@@ -110,7 +100,7 @@ async def bench_move(moves: int, rate: float) -> dict[str, Any]:
             gaps = []
             worst = []
             for i in range(moves):
-                current = await owner(c.zk, c.region, "moving")
+                current = await read_topic_owner(c.zk, c.region, "moving")
                 dest = next(a for a in c.addresses if a != current)
                 t0 = time.monotonic()
                 await client.move_topic("moving", dest)
@@ -142,7 +132,7 @@ async def bench_failover(rounds: int, session: float, rate: float, fault: str) -
                 pub = Publisher(client, "failing", rate)
                 task = asyncio.create_task(pub.run())
                 await asyncio.sleep(1.5)
-                victim = await owner(c.zk, c.region, "failing")
+                victim = await read_topic_owner(c.zk, c.region, "failing")
                 assert victim is not None
                 hub = c.hub_at(victim)
                 t0 = time.monotonic()

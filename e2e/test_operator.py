@@ -15,7 +15,7 @@ from __future__ import annotations
 import base64
 import importlib.util
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,6 +82,17 @@ class Bed:
             if c["type"] == "Ready":
                 return dict(c)
         return {}
+
+    def topic_condition(
+        self, what: str, name: str, holds: Callable[[dict[str, Any]], bool], timeout: float
+    ) -> dict[str, Any]:
+        """Topic ``name``'s Ready condition, waited for until it ``holds``."""
+
+        def check() -> dict[str, Any] | None:
+            cond = self.ready("topic", name)
+            return cond if holds(cond) else None
+
+        return wait_for(what, check, timeout)
 
     def apply(self, manifest: dict[str, Any], check: bool = True) -> Any:
         return self.cp.apply(manifest, namespace=NS, check=check)
@@ -328,13 +339,8 @@ def test_a_pool_on_a_secured_etcd(
         assert mount["readOnly"]
 
         bed.apply(topic_manifest("sec-orders", "sec", topicName="orders/secured"))
-        cond = wait_for(
-            "Topic sec-orders Ready",
-            lambda: (
-                bed.ready("topic", "sec-orders").get("status") == "True"
-                and bed.ready("topic", "sec-orders")
-            ),
-            60,
+        cond = bed.topic_condition(
+            "Topic sec-orders Ready", "sec-orders", lambda c: c.get("status") == "True", 60
         )
         assert cond["reason"] == "Owned"
         assert bed.status("topic", "sec-orders")["owner"] == hub.address
@@ -350,12 +356,10 @@ def test_a_pool_on_a_secured_etcd(
             pool_manifest("sec-wrong", 0, metadata={"url": server.url, "secretName": "etcd-wrong"})
         )
         bed.apply(topic_manifest("sec-refused", "sec-wrong"))
-        refused = wait_for(
+        refused = bed.topic_condition(
             "Topic sec-refused refused by etcd",
-            lambda: (
-                "refused user" in bed.ready("topic", "sec-refused").get("message", "")
-                and bed.ready("topic", "sec-refused")
-            ),
+            "sec-refused",
+            lambda c: "refused user" in c.get("message", ""),
             60,
         )
         assert refused["status"] == "False"
@@ -382,10 +386,8 @@ def test_topics_get_their_znodes_and_an_owner(bed: Bed, alpha: str) -> None:
     bed.apply(topic_manifest("payments", alpha))
     hubs = {h.address for h in bed.hubs if h.region == alpha}
     for name, topic in (("orders", "orders/eu"), ("payments", "payments")):
-        cond = wait_for(
-            f"Topic {name} Ready",
-            lambda n=name: bed.ready("topic", n).get("status") == "True" and bed.ready("topic", n),
-            60,
+        cond = bed.topic_condition(
+            f"Topic {name} Ready", name, lambda c: c.get("status") == "True", 60
         )
         assert cond["reason"] == "Owned"
         status = bed.status("topic", name)
@@ -721,13 +723,8 @@ def test_deleting_the_pool_removes_its_children(bed: Bed, alpha: str) -> None:
         wait_for(
             f"{kind} {name} garbage-collected", lambda k=kind, n=name: bed.get(k, n) is None, 60
         )
-    cond = wait_for(
-        "orders to notice",
-        lambda: (
-            bed.ready("topic", "orders").get("reason") == "PoolNotFound"
-            and bed.ready("topic", "orders")
-        ),
-        30,
+    cond = bed.topic_condition(
+        "orders to notice", "orders", lambda c: c.get("reason") == "PoolNotFound", 30
     )
     assert cond["status"] == "False"
     # The topic's data stays: deleting a pool deletes no topic.

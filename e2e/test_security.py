@@ -189,6 +189,22 @@ def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBed]:
             print(f"operator log {operator.log_path}:\n{operator.tail(80)}")
 
 
+def cluster_issuers(bed: SecureBed) -> list[dict[str, str]]:
+    """The hubs' token issuers: the cluster's ServiceAccount issuer, for audience hedwig."""
+    return [
+        {
+            "issuer": cluster.SERVICE_ACCOUNT_ISSUER,
+            "audience": "hedwig",
+            # The API server's own discovery document names its JWKS.
+            "discovery_url": f"{bed.cp.server}/.well-known/openid-configuration",
+            "ca_file": str(bed.cp.ca_file),
+            # As the operator trusts the cluster's issuer: its ServiceAccounts are principals
+            # by their own names (hedwig.security.tokens).
+            "principal_prefix": "",
+        }
+    ]
+
+
 def _secure_pool(bed: SecureBed) -> None:
     """The pool (the operator makes its Secrets) and two hubs that run with them."""
     bed.apply(
@@ -206,18 +222,7 @@ def _secure_pool(bed: SecureBed) -> None:
     )
     tls = bed.write_secret(f"{POOL}-hub-tls")
     digest = bed.write_secret(f"{POOL}-zookeeper") / "digest"
-    issuers = [
-        {
-            "issuer": cluster.SERVICE_ACCOUNT_ISSUER,
-            "audience": "hedwig",
-            # The API server's own discovery document names its JWKS.
-            "discovery_url": f"{bed.cp.server}/.well-known/openid-configuration",
-            "ca_file": str(bed.cp.ca_file),
-            # As the operator trusts the cluster's issuer: its ServiceAccounts are principals
-            # by their own names (hedwig.security.tokens).
-            "principal_prefix": "",
-        }
-    ]
+    issuers = cluster_issuers(bed)
     env = {
         "HEDWIG_TLS_CERT": str(tls / "tls.crt"),
         "HEDWIG_TLS_KEY": str(tls / "tls.key"),
@@ -435,17 +440,7 @@ def test_cert_manager_issues_the_hubs_certificate(bed: SecureBed) -> None:
     tls = bed.write_secret(f"{pool}-hub-tls")
     clients_ca = bed.write_secret(f"{pool}-clients-ca") / "tls.crt"
     digest = bed.write_secret(f"{pool}-zookeeper") / "digest"
-    issuers = [
-        {
-            "issuer": cluster.SERVICE_ACCOUNT_ISSUER,
-            "audience": "hedwig",
-            "discovery_url": f"{bed.cp.server}/.well-known/openid-configuration",
-            "ca_file": str(bed.cp.ca_file),
-            # As the operator trusts the cluster's issuer: its ServiceAccounts are principals
-            # by their own names (hedwig.security.tokens).
-            "principal_prefix": "",
-        }
-    ]
+    issuers = cluster_issuers(bed)
     hub = HubProcess(
         bed.zk,
         pool,

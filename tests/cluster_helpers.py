@@ -8,7 +8,7 @@ import sys
 from dataclasses import replace
 
 from hedwig.hub import Hub, HubConfig
-from hedwig.metadata import open_store
+from hedwig.metadata import read_topic_owner
 from hedwig.settings import ConnectionSettings, PlacementSettings, StorageSettings
 from tests import scratch
 from tests.waiting import eventually
@@ -37,14 +37,8 @@ def lone_hub(
     )
 
 
-async def owner_of(zk: str, region: str, topic: str) -> str | None:
-    store = open_store(zk, region=region)
-    await store.start()
-    try:
-        got = await store.ownership.read_owner_info(topic)
-        return got.value.address if got else None
-    finally:
-        await store.close()
+# The owner of a topic, read through a store of its own.
+owner_of = read_topic_owner
 
 
 def hedwig(

@@ -21,7 +21,7 @@ from hedwig.metadata import PlanMode, TopicPlan
 from hedwig.metadata.memory import MemoryBackend, MemoryMetadataStore
 from hedwig.net import MemoryNetwork
 from hedwig.placement.plans import set_topic_mode
-from hedwig.protocol import Message
+from hedwig.protocol import Message, MoveKind
 from hedwig.settings import (
     BalanceSettings,
     BundleSettings,
@@ -98,6 +98,13 @@ class Region:
 
     def owner_among(self, topic: str, hubs: list[Hub]) -> Hub | None:
         return next((h for h in hubs if topic in h.topics.topics), None)
+
+    async def move_away(self, topic: str) -> Hub:
+        """``topic`` moved (a requested move) from its owner to another hub, which it returns."""
+        source = self.owner(topic)
+        dest = next(h for h in self.hubs if h is not source)
+        await source.requests.moves.move(topic, dest.address, MoveKind.REQUESTED, "test")
+        return dest
 
     def storage_client(self, hub: Hub) -> RemoteStorage:
         """A client of ``hub``'s storage role, as another hub's replica connection is."""

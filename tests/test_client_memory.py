@@ -282,9 +282,7 @@ async def test_subscriber_follows_a_move(region: Region) -> None:
         sub = await c.subscribe("follow", "s", auto_consume=True)
         await c.publish("follow", b"before")
         assert (await sub.next(2)).value == b"before"
-        source = region.owner("follow")
-        dest = next(h for h in region.hubs if h is not source)
-        await source.requests.moves.move("follow", dest.address, MoveKind.REQUESTED, "test")
+        dest = await region.move_away("follow")
         await c.publish("follow", b"after")
         assert (await sub.next(2)).value == b"after"
         assert region.owner("follow") is dest
@@ -540,9 +538,7 @@ async def test_a_pure_subscriber_follows_a_graceful_move(region: Region) -> None
         sub = await reader.subscribe("handed", "r")
         await writer.publish("handed", b"before")
         assert (await sub.next(5)).value == b"before"
-        owner = region.owner("handed")
-        dest = next(h for h in region.hubs if h is not owner)
-        await owner.requests.moves.move("handed", dest.address, MoveKind.REQUESTED, "test")
+        dest = await region.move_away("handed")
         await writer.publish("handed", b"after")
         assert region.owner("handed") is dest
         assert (await sub.next(5)).value == b"after"

@@ -21,7 +21,6 @@ from hedwig.protocol import (
     Lac,
     LaneInfo,
     LedgerLac,
-    Message,
     Ok,
     Publish,
     Published,
@@ -61,18 +60,11 @@ from hedwig.protocol.status import (
     status_of,
 )
 from hedwig.protocol.wire import HEADER, PROTOCOL_VERSION
+from tests.test_protocol import message_lists
 
-MESSAGES = st.lists(
-    st.builds(
-        Message,
-        value=st.binary(max_size=32),
-        key=st.none() | st.binary(max_size=8),
-        headers=st.lists(st.tuples(st.text(max_size=6), st.binary(max_size=6)), max_size=2).map(
-            tuple
-        ),
-    ),
-    max_size=5,
-).map(EncodedMessages.of_messages)
+MESSAGES = message_lists(value=32, key=8, header=6, headers=2, max_size=5).map(
+    EncodedMessages.of_messages
+)
 
 BATCHES = st.builds(
     lambda first, t, pid, pseq, msgs: Batch(

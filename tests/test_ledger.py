@@ -34,6 +34,7 @@ from hedwig.ledger.health import inspect
 from hedwig.ledger.log_reader import READ_AHEAD
 from hedwig.ledger.reads import SPECULATIVE_READ_S, read_entry
 from hedwig.ledger.recovery import FENCE_STRAGGLER_S, _enough_fenced, recovered_end
+from hedwig.ledger.replicas import Unsuspecting
 from hedwig.ledger.storage import StorageNode
 from hedwig.metadata import LedgerState
 from hedwig.metadata.memory import MemoryBackend, MemoryMetadataStore
@@ -433,7 +434,7 @@ class Unreachable:
         await self._fail()
 
 
-class Cluster:
+class Cluster(Unsuspecting):
     """Storage replicas on disk by address, some of which can be cut off."""
 
     def __init__(self, root: Path, count: int) -> None:
@@ -442,15 +443,6 @@ class Cluster:
 
     def node(self, address: str) -> StorageNode:
         return self.cut.get(address) or self.disks[address]
-
-    def preferred(self, addresses: Sequence[str]) -> list[str]:
-        return list(addresses)
-
-    def suspect(self, address: str) -> None:
-        return None
-
-    def suspected(self, address: str) -> bool:
-        return False
 
     async def choose(self, size: int, minimum: int, avoid: frozenset[str]) -> list[str]:
         healthy = [a for a in self.disks if a not in avoid and a not in self.cut]

@@ -23,7 +23,7 @@ from hedwig.devcluster.security import DevSecurity
 from hedwig.devcluster.zookeeper import free_port
 from hedwig.errors import MetadataError, MetadataUnavailableError
 from hedwig.metadata import HubInfo, HubLoad, MetadataStore, SessionState, open_store
-from hedwig.metadata.etcd import EtcdMetadataStore
+from hedwig.metadata.etcd import EtcdCredentials, EtcdMetadataStore
 from hedwig.metadata.records import NEW_VERSION
 from hedwig.security import ClientSecurity
 from hedwig.security.ca import CertificateAuthority
@@ -52,7 +52,10 @@ def _store(
     }
     given.update(changes)
     address = str(given.pop("address", server.address))
-    return EtcdMetadataStore(address, region, **given)  # type: ignore[arg-type]
+    credentials = EtcdCredentials(
+        **{name: given.pop(name) for name in ("username", "password", "ca", "cert", "key")}  # type: ignore[arg-type]
+    )
+    return EtcdMetadataStore(address, region, credentials=credentials, **given)  # type: ignore[arg-type]
 
 
 async def _started(

@@ -46,18 +46,27 @@ from hedwig.protocol import (
 from hedwig.protocol.messages import encode_message, encode_values, scan_messages, scanning
 from hedwig.protocol.wire import HEADER, PROTOCOL_VERSION
 
-MESSAGES = st.lists(
-    st.builds(
-        Message,
-        value=st.binary(max_size=64),
-        key=st.none() | st.binary(max_size=16),
-        headers=st.lists(st.tuples(st.text(max_size=8), st.binary(max_size=8)), max_size=3).map(
-            tuple
+
+def message_lists(
+    *, value: int, key: int, header: int, headers: int, min_size: int = 0, max_size: int
+) -> st.SearchStrategy[list[Message]]:
+    """Lists of messages with values, keys (or none), header names and values of at most these
+    sizes, and at most ``headers`` headers each."""
+    return st.lists(
+        st.builds(
+            Message,
+            value=st.binary(max_size=value),
+            key=st.none() | st.binary(max_size=key),
+            headers=st.lists(
+                st.tuples(st.text(max_size=header), st.binary(max_size=header)), max_size=headers
+            ).map(tuple),
         ),
-    ),
-    min_size=1,
-    max_size=8,
-)
+        min_size=min_size,
+        max_size=max_size,
+    )
+
+
+MESSAGES = message_lists(value=64, key=16, header=8, headers=3, min_size=1, max_size=8)
 
 
 def roundtrip(frame: object, sender: Role) -> object:

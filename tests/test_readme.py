@@ -4,6 +4,7 @@ handler), run against ``hedwig dev up``."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests import scratch
+from tests.cluster_helpers import hedwig as cli
 from tests.waiting import poll
 
 pytestmark = pytest.mark.integration
@@ -234,15 +236,7 @@ def test_the_worker_pool_shares_its_jobs_and_retries_a_failed_one() -> None:
                     )
                 )
 
-        def hedwig(*args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
-            return subprocess.run(
-                [sys.executable, "-m", "hedwig", *args],
-                env=env,
-                input=input,
-                capture_output=True,
-                text=True,
-                timeout=60,
-            )
+        hedwig = functools.partial(cli, env=env)
 
         def pool_row() -> dict[str, Any] | None:
             got = hedwig("subscriptions", "jobs", "--json")

@@ -7,9 +7,11 @@ session expires."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import sys
 from collections import Counter
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -179,6 +181,25 @@ async def test_every_watch_fires_once_when_the_session_expires(
         await zk.close()
 
 
+@contextlib.asynccontextmanager
+async def two_sessions(tmp_path: Path) -> AsyncIterator[tuple[ZkClient, ZkClient]]:
+    """A ZooKeeper server of its own and two sessions on it (a store's, another's); after the
+    body, both closed and the server stopped (even if closing failed)."""
+    server = ZooKeeperServer(data_dir=str(tmp_path / "zk")).start()
+    zk = ZkClient(server.address, session_timeout=30.0)
+    other = ZkClient(server.address, session_timeout=30.0)
+    try:
+        await zk.start()
+        await other.start()
+        yield zk, other
+    finally:
+        try:
+            await zk.close()
+            await other.close()
+        finally:
+            server.stop()
+
+
 async def test_watches_of_a_turn_go_together_and_a_change_before_them_fires(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -186,14 +207,9 @@ async def test_watches_of_a_turn_go_together_and_a_change_before_them_fires(
     ``MAX_WATCHES``, with no ``exists`` per path; those that expect a version are read back,
     so a change the server cannot tell (made before the latest zxid this client had seen)
     fires its watcher at once, and only that one; later changes fire as they come."""
-    server = ZooKeeperServer(data_dir=str(tmp_path / "zk")).start()
-    zk = ZkClient(server.address, session_timeout=30.0)
-    other = ZkClient(server.address, session_timeout=30.0)
     fired: Counter[str] = Counter()
     sent: Counter[str] = Counter()
-    try:
-        await zk.start()
-        await other.start()
+    async with two_sessions(tmp_path) as (zk, other):
         count = MAX_WATCHES + 88
         paths = [f"/g/n{i}" for i in range(count)]
         await zk.create("/g", b"")
@@ -228,12 +244,6 @@ async def test_watches_of_a_turn_go_together_and_a_change_before_them_fires(
         assert not record.watching(paths[0]) and not record.watching(paths[-1])
         assert all(record.watching(p) for p in paths[1:-1] if p != paths[7])
         assert zk.phase is Phase.CONNECTED
-    finally:
-        try:
-            await zk.close()
-            await other.close()
-        finally:
-            server.stop()
 
 
 async def test_a_watch_from_a_version_waits_once_its_session_has_seen_that_version(
@@ -244,12 +254,7 @@ async def test_a_watch_from_a_version_waits_once_its_session_has_seen_that_versi
     though the record is at that version; once this session has read the record, a watch
     from the same version waits for the next change. (The conformance suite's watch from a
     version another store wrote reads it through its own store first for this reason.)"""
-    server = ZooKeeperServer(data_dir=str(tmp_path / "zk")).start()
-    zk = ZkClient(server.address, session_timeout=30.0)
-    other = ZkClient(server.address, session_timeout=30.0)
-    try:
-        await zk.start()
-        await other.start()
+    async with two_sessions(tmp_path) as (zk, other):
         await zk.create("/w", b"a")
         written = await other.set("/w", b"b", 0)
         assert zk.last_zxid < written.mzxid  # not seen here
@@ -266,12 +271,6 @@ async def test_a_watch_from_a_version_waits_once_its_session_has_seen_that_versi
         await other.set("/w", b"c", seen.version)
         await asyncio.wait_for(later.wait(), 10)
         assert zk.phase is Phase.CONNECTED
-    finally:
-        try:
-            await zk.close()
-            await other.close()
-        finally:
-            server.stop()
 
 
 @pytest.mark.parametrize("lost_at", ["SetWatchesRequest", "MultiReadRequest"])

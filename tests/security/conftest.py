@@ -1,7 +1,8 @@
 from __future__ import annotations
 
+import contextlib
 import shutil
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 
 from hedwig.client import HedwigClient, RetryPolicy
 from hedwig.hub import Hub, HubConfig
+from hedwig.metadata import MetadataStore
 from hedwig.metadata.memory import MemoryBackend, MemoryMetadataStore
 from hedwig.security import ClientSecurity
 from hedwig.settings import (
@@ -85,17 +87,32 @@ class SecureRegion:
         return MemoryMetadataStore(self.backend, "mem")
 
 
+@contextlib.asynccontextmanager
+async def running_hubs(
+    hubs: list[Hub], configs: Iterable[HubConfig], store: Callable[[], MetadataStore]
+) -> AsyncIterator[list[Hub]]:
+    """A hub started for each of ``configs``, each on a store of its own (``store()``) and
+    added to ``hubs`` as it starts; after the body, every hub of ``hubs`` stopped and its data
+    deleted."""
+    for config in configs:
+        hub = Hub(config, store=store())
+        await hub.start()
+        hubs.append(hub)
+    try:
+        yield hubs
+    finally:
+        for hub in hubs:
+            await hub.stop()
+            shutil.rmtree(hub.config.storage.data_dir, ignore_errors=True)
+
+
 @pytest.fixture
 async def secure(pki: Pki, issuer: TokenIssuer) -> AsyncIterator[SecureRegion]:
     region = SecureRegion(pki, issuer, MemoryBackend())
-    for _ in range(2):
-        hub = Hub(secure_config(pki, issuer), store=region.store())
-        await hub.start()
-        region.hubs.append(hub)
-    yield region
-    for hub in region.hubs:
-        await hub.stop()
-        shutil.rmtree(hub.config.storage.data_dir, ignore_errors=True)
+    async with running_hubs(
+        region.hubs, (secure_config(pki, issuer) for _ in range(2)), region.store
+    ):
+        yield region
 
 
 async def consumed_and_closed(

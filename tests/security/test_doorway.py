@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import shutil
 import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -22,7 +21,6 @@ import pytest
 
 from hedwig.clock import ManualClock
 from hedwig.errors import MessageTooLargeError
-from hedwig.hub import Hub
 from hedwig.hub.front.doorway import (
     DETAILED_PER_INTERVAL,
     SUMMARY_INTERVAL_S,
@@ -41,7 +39,7 @@ from hedwig.protocol import Authenticate, Connection, Error, Role, error_from_fr
 from hedwig.protocol.codec import encode_frame
 from hedwig.protocol.wire import HEADER, PROTOCOL_VERSION
 from hedwig.security import StaticToken
-from tests.security.conftest import SecureRegion, secure_config
+from tests.security.conftest import SecureRegion, running_hubs, secure_config
 from tests.security.fixtures import Pki, TokenIssuer
 
 PUBLISH = 0x01
@@ -60,12 +58,8 @@ async def guarded(pki: Pki, issuer: TokenIssuer) -> AsyncIterator[SecureRegion]:
         unauthenticated_connections=8,
         unauthenticated_connections_per_ip=4,
     )
-    hub = Hub(config, store=region.store())
-    await hub.start()
-    region.hubs.append(hub)
-    yield region
-    await hub.stop()
-    shutil.rmtree(hub.config.storage.data_dir, ignore_errors=True)
+    async with running_hubs(region.hubs, [config], region.store):
+        yield region
 
 
 @dataclass
@@ -217,13 +211,20 @@ class Visitor:
         self.aborted = True
 
 
-def test_the_doorway_bounds_numbers_per_hub_and_per_peer() -> None:
-    clock = ManualClock()
-    door = Doorway(
-        DoorLimits(frame_bytes=65536, timeout_s=10, incomplete_s=5, per_hub=4, per_peer=2),
+def _doorway(clock: ManualClock, *, per_hub: int, per_peer: int) -> Doorway:
+    """A doorway on ``clock`` with 10 s to identify, 5 s for a frame begun, and these counts."""
+    return Doorway(
+        DoorLimits(
+            frame_bytes=65536, timeout_s=10, incomplete_s=5, per_hub=per_hub, per_peer=per_peer
+        ),
         clock=clock,
         closures=ClosureLog(clock=clock, events=NoEvents()),
     )
+
+
+def test_the_doorway_bounds_numbers_per_hub_and_per_peer() -> None:
+    clock = ManualClock()
+    door = _doorway(clock, per_hub=4, per_peer=2)
     a = [Visitor(f"10.0.0.1:{i}", "10.0.0.1") for i in range(3)]
     assert [door.arrived(v) for v in a] == [True, True, False]
     assert a[2].closed_for is Disconnect.PEER_LIMIT and a[2].aborted
@@ -238,11 +239,7 @@ def test_the_doorway_bounds_numbers_per_hub_and_per_peer() -> None:
 
 def test_the_doorway_closes_on_deadlines_once_each() -> None:
     clock = ManualClock()
-    door = Doorway(
-        DoorLimits(frame_bytes=65536, timeout_s=10, incomplete_s=5, per_hub=10, per_peer=10),
-        clock=clock,
-        closures=ClosureLog(clock=clock, events=NoEvents()),
-    )
+    door = _doorway(clock, per_hub=10, per_peer=10)
     idle, slow, done = (Visitor(f"h:{i}", "10.0.0.1") for i in range(3))
     for v in (idle, slow, done):
         door.arrived(v)

@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -22,7 +21,6 @@ from cryptography.hazmat.primitives.serialization import Encoding
 
 from hedwig.clock import ManualClock
 from hedwig.errors import TlsClosedError, UsageError
-from hedwig.hub import Hub
 from hedwig.hub.reporting.disconnects import Disconnect
 from hedwig.metadata.memory import MemoryBackend
 from hedwig.net.connection import HubConnection
@@ -32,7 +30,7 @@ from hedwig.security import ClientSecurity
 from hedwig.security.ca import CertificateAuthority, IssuedCertificate
 from hedwig.security.pins import PREVIOUS_KEY_S, KeyPins, parse_pins, spki_pin
 from hedwig.settings import SecuritySettings
-from tests.security.conftest import SecureRegion, secure_config
+from tests.security.conftest import SecureRegion, running_hubs, secure_config
 from tests.security.fixtures import Pki, TokenIssuer
 from tests.security.test_probes import seed
 
@@ -71,14 +69,9 @@ def test_authentication_needs_the_internal_listener_with_its_tls(
 async def pinned(pki: Pki, issuer: TokenIssuer) -> AsyncIterator[SecureRegion]:
     """Two secured hubs sharing one certificate, as an operator's pool does, pinning its key."""
     region = SecureRegion(pki, issuer, MemoryBackend())
-    for _ in range(2):
-        hub = Hub(secure_config(pki, issuer, internal_peer_keys="own"), store=region.store())
-        await hub.start()
-        region.hubs.append(hub)
-    yield region
-    for hub in region.hubs:
-        await hub.stop()
-        shutil.rmtree(hub.config.storage.data_dir, ignore_errors=True)
+    configs = (secure_config(pki, issuer, internal_peer_keys="own") for _ in range(2))
+    async with running_hubs(region.hubs, configs, region.store):
+        yield region
 
 
 def another_workloads_certificate(pki: Pki, tmp_path: Path) -> ClientSecurity:

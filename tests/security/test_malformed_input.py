@@ -13,6 +13,7 @@ import asyncio
 import gc
 import ssl
 import weakref
+from collections.abc import Awaitable, Callable
 from typing import cast
 
 import pytest
@@ -102,9 +103,12 @@ async def _hub_side(secure: SecureRegion, port: int) -> ClientConnection:
             await asyncio.sleep(0.01)
 
 
-async def test_a_connection_closed_for_malformed_input_is_freed_without_the_collector(
+async def _freed_without_the_collector(
     secure: SecureRegion,
+    send: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
 ) -> None:
+    """Five connections, each given ``send`` (which ends when the hub has hung up), are freed
+    by reference counting alone once the hub has let go of them, the cycle collector off."""
     host, port = secure.hubs[0].address.rsplit(":", 1)
     tls = ssl.create_default_context(cafile=secure.pki.path("hub-ca.crt"))
     refs: list[weakref.ref[ClientConnection]] = []
@@ -115,8 +119,7 @@ async def test_a_connection_closed_for_malformed_input_is_freed_without_the_coll
             reader, writer = await asyncio.open_connection(host, int(port), ssl=tls)
             local_port = writer.get_extra_info("sockname")[1]
             refs.append(weakref.ref(await _hub_side(secure, local_port)))
-            writer.write(b"\x00" * 4096 + MALFORMED)  # a frame begun, then garbage
-            assert await asyncio.wait_for(reader.read(), 5) == b""  # the hub hung up
+            await send(reader, writer)
             writer.close()
         # The hub's side is told its connection is lost on the next turns of the loop.
         async with asyncio.timeout(5):
@@ -130,32 +133,26 @@ async def test_a_connection_closed_for_malformed_input_is_freed_without_the_coll
         gc.enable()
 
 
+async def test_a_connection_closed_for_malformed_input_is_freed_without_the_collector(
+    secure: SecureRegion,
+) -> None:
+    async def malformed(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"\x00" * 4096 + MALFORMED)  # a frame begun, then garbage
+        assert await asyncio.wait_for(reader.read(), 5) == b""  # the hub hung up
+
+    await _freed_without_the_collector(secure, malformed)
+
+
 async def test_a_connection_closed_after_refused_batches_is_freed_without_the_collector(
     secure: SecureRegion,
 ) -> None:
     """Anonymous, so closed after three refusals: the refused frames after those are never
     answered (the exception of each answered one is let go of as it is answered)."""
-    host, port = secure.hubs[0].address.rsplit(":", 1)
-    tls = ssl.create_default_context(cafile=secure.pki.path("hub-ca.crt"))
-    refs: list[weakref.ref[ClientConnection]] = []
-    gc.collect()
-    gc.disable()
-    try:
-        for _ in range(5):
-            reader, writer = await asyncio.open_connection(host, int(port), ssl=tls)
-            local_port = writer.get_extra_info("sockname")[1]
-            refs.append(weakref.ref(await _hub_side(secure, local_port)))
-            writer.write(lying_batch() * 8)
-            async with asyncio.timeout(5):
-                while await reader.read(1 << 16):
-                    pass  # its answers, then the hub hangs up
-            writer.close()
+
+    async def refused(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(lying_batch() * 8)
         async with asyncio.timeout(5):
-            while any(r() is not None for r in refs):
-                await asyncio.sleep(0.05)
-                if all(r() not in secure.hubs[0].front.connections for r in refs):
-                    await asyncio.sleep(0.2)
-                    break
-        assert [r() for r in refs] == [None] * len(refs), "kept in a reference cycle"
-    finally:
-        gc.enable()
+            while await reader.read(1 << 16):
+                pass  # its answers, then the hub hangs up
+
+    await _freed_without_the_collector(secure, refused)

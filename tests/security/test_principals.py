@@ -5,20 +5,18 @@ names a token's principal (``hedwig.security.principal``)."""
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import AsyncIterator
 
 import pytest
 
 from hedwig.errors import AuthenticationError, ForbiddenError, UsageError
-from hedwig.hub import Hub
 from hedwig.metadata.memory import MemoryBackend
 from hedwig.security import ClientSecurity
 from hedwig.security.principal import certificate_may_name
 from hedwig.security.tls import principal_from_certificate
 from hedwig.security.tokens import TokenIssuer as Issuer
 from hedwig.security.tokens import TokenVerifier, parse_issuers
-from tests.security.conftest import SecureRegion, secure_config
+from tests.security.conftest import SecureRegion, running_hubs, secure_config
 from tests.security.fixtures import Pki, TokenIssuer
 
 OPERATOR = "system:serviceaccount:hedwig:hedwig-operator"
@@ -37,12 +35,8 @@ async def by_default(pki: Pki, issuer: TokenIssuer) -> AsyncIterator[SecureRegio
         token_issuers=issuer.issuers_json(prefix=None),
         super_users=f"admin,{issuer.url}#admin,{OPERATOR}",
     )
-    hub = Hub(config, store=region.store())
-    await hub.start()
-    region.hubs.append(hub)
-    yield region
-    await hub.stop()
-    shutil.rmtree(hub.config.storage.data_dir, ignore_errors=True)
+    async with running_hubs(region.hubs, [config], region.store):
+        yield region
 
 
 async def test_a_tokens_subject_is_not_a_certificates_principal(by_default: SecureRegion) -> None:
@@ -72,16 +66,12 @@ async def test_the_super_user_admin_is_no_tokens(pki: Pki, issuer: TokenIssuer) 
         pki, issuer, replication="1/1/1", token_issuers=issuer.issuers_json(prefix=None)
     )
     assert config.security.super_user_set == {"admin"}
-    hub = Hub(config, store=region.store())
-    await hub.start()
-    region.hubs.append(hub)
-    try:
-        async with region.client(security=region.security(token_for="admin")) as admin:
-            with pytest.raises(ForbiddenError, match=f"principal {issuer.url}#admin may not"):
-                await admin.publish("payments", b"no")
-    finally:
-        await hub.stop()
-        shutil.rmtree(hub.config.storage.data_dir, ignore_errors=True)
+    async with (
+        running_hubs(region.hubs, [config], region.store),
+        region.client(security=region.security(token_for="admin")) as admin,
+    ):
+        with pytest.raises(ForbiddenError, match=f"principal {issuer.url}#admin may not"):
+            await admin.publish("payments", b"no")
 
 
 @pytest.mark.parametrize("named", ["issuer#admin", OPERATOR])

@@ -76,23 +76,22 @@ from tests.security.conftest import SecureRegion, consumed_and_closed, files_und
 Probe = Callable[[int], Request]
 
 
+def _evil_publish(topic: str) -> Probe:
+    """A PUBLISH of one message to ``topic`` (a topic with data, or a new one)."""
+    return lambda r: Publish(
+        request_id=r,
+        topic=topic,
+        publisher_id="evil",
+        publisher_seq=0,
+        messages=EncodedMessages(count=1, payload=encode_values([b"evil"])),
+    )
+
+
 def probes(ledger_id: int) -> list[Probe]:
     """One or more requests of every type a client can send, aimed at real data."""
     return [
-        lambda r: Publish(
-            request_id=r,
-            topic="probe",
-            publisher_id="evil",
-            publisher_seq=0,
-            messages=EncodedMessages(count=1, payload=encode_values([b"evil"])),
-        ),
-        lambda r: Publish(
-            request_id=r,
-            topic="brand-new",
-            publisher_id="evil",
-            publisher_seq=0,
-            messages=EncodedMessages(count=1, payload=encode_values([b"evil"])),
-        ),
+        _evil_publish("probe"),
+        _evil_publish("brand-new"),
         lambda r: Subscribe(request_id=r, topic="probe", subscriber="s1", force_attach=True),
         lambda r: Consume(request_id=r, topic="probe", subscriber="s1", seq=20),
         lambda r: Unsubscribe(request_id=r, topic="probe", subscriber="s1"),

@@ -7,6 +7,7 @@ principal's permission closes its consumers only."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import pytest
 
@@ -16,6 +17,16 @@ from hedwig.metadata.acls import AclRule, Operation, PatternType
 from hedwig.protocol import Ack, Nack, SeqRange
 from tests.security.conftest import SecureRegion
 from tests.security.test_authorization import grant, revoke, settled
+
+
+def _ack_and_nack(next_id: Callable[[], int], seq: int) -> tuple[Ack, Nack]:
+    """An ACK and a NACK (for now) of message ``seq`` of ``jobs.a``'s queue ``pool``."""
+    ranges = (SeqRange(seq, seq),)
+    return (
+        Ack(request_id=next_id(), topic="jobs.a", subscriber="pool", ranges=ranges),
+        Nack(request_id=next_id(), topic="jobs.a", subscriber="pool", delay_ms=0, ranges=ranges),
+    )
+
 
 SHARED = SubscriptionType.SHARED
 
@@ -62,40 +73,12 @@ async def test_joining_and_acknowledging_need_subscribe_and_the_message(
             else secure.hubs[1].address
         )
         conn = await thief.connection(owner)
-        for frame in (
-            Ack(
-                request_id=conn.next_id(),
-                topic="jobs.a",
-                subscriber="pool",
-                ranges=(SeqRange(m.seq, m.seq),),
-            ),
-            Nack(
-                request_id=conn.next_id(),
-                topic="jobs.a",
-                subscriber="pool",
-                delay_ms=0,
-                ranges=(SeqRange(m.seq, m.seq),),
-            ),
-        ):
+        for frame in _ack_and_nack(conn.next_id, m.seq):
             with pytest.raises(NotHeldError):
                 await conn.request(frame)
         # Mallory (describe only) may neither acknowledge nor nack it, at its owner.
         mconn = await mallory.connection(owner)
-        for frame in (
-            Ack(
-                request_id=mconn.next_id(),
-                topic="jobs.a",
-                subscriber="pool",
-                ranges=(SeqRange(m.seq, m.seq),),
-            ),
-            Nack(
-                request_id=mconn.next_id(),
-                topic="jobs.a",
-                subscriber="pool",
-                delay_ms=0,
-                ranges=(SeqRange(m.seq, m.seq),),
-            ),
-        ):
+        for frame in _ack_and_nack(mconn.next_id, m.seq):
             with pytest.raises(ForbiddenError, match="mallory may not subscribe"):
                 await mconn.request(frame)
         # Describing the queue is describing: mallory may, alice (subscribe alone) may not.

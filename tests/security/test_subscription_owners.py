@@ -11,7 +11,6 @@ principal with ``admin`` on the topic may do them all.
 from __future__ import annotations
 
 import asyncio
-import shutil
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
@@ -28,7 +27,7 @@ from hedwig.metadata.records import ANY_VERSION, SubscriptionData, SubscriptionS
 from hedwig.metadata.zookeeper import ZkMetadataStore
 from hedwig.protocol import Consume, ResetTo
 from hedwig.security import ClientSecurity
-from tests.security.conftest import FAST_RETRY, secure_config
+from tests.security.conftest import FAST_RETRY, running_hubs, secure_config
 from tests.security.fixtures import Pki, TokenIssuer
 from tests.security.test_probes import connect
 
@@ -87,14 +86,8 @@ async def region(
     await admin.start()
     await admin.acls.write_acl("test", AclEntry((USERS, OPERATOR), source="test"), ANY_VERSION)
     await admin.close()
-    for _ in range(2):
-        hub = Hub(secure_config(pki, issuer), store=store())
-        await hub.start()
-        cluster.hubs.append(hub)
-    yield cluster
-    for hub in cluster.hubs:
-        await hub.stop()
-        shutil.rmtree(hub.config.storage.data_dir, ignore_errors=True)
+    async with running_hubs(cluster.hubs, (secure_config(pki, issuer) for _ in range(2)), store):
+        yield cluster
 
 
 async def test_another_principal_cannot_take_use_reset_delete_or_see_a_subscription(

@@ -33,28 +33,31 @@ def _ports(*, metrics: bool) -> list[dict[str, Any]]:
     return ports
 
 
-def build_headless_service(pool: PoolSpec) -> dict[str, Any]:
+def _service(pool: PoolSpec, name: str, spec: dict[str, Any]) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": child_metadata(pool, headless_service_name(pool)),
-        "spec": {
+        "metadata": child_metadata(pool, name),
+        "spec": spec,
+    }
+
+
+def build_headless_service(pool: PoolSpec) -> dict[str, Any]:
+    return _service(
+        pool,
+        headless_service_name(pool),
+        {
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
             "selector": selector_labels(pool),
             "ports": _ports(metrics=True),
         },
-    }
+    )
 
 
 def build_client_service(pool: PoolSpec) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": child_metadata(pool, client_service_name(pool)),
-        "spec": {
-            "type": "ClusterIP",
-            "selector": selector_labels(pool),
-            "ports": _ports(metrics=False),
-        },
-    }
+    return _service(
+        pool,
+        client_service_name(pool),
+        {"type": "ClusterIP", "selector": selector_labels(pool), "ports": _ports(metrics=False)},
+    )

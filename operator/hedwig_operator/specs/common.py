@@ -7,7 +7,8 @@ objects that did not pass through it and so that mypy knows what each field hold
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from enum import Enum
+from typing import Any, TypeVar
 
 from hedwig.errors import MetadataError
 from hedwig.metadata import ReplicationConfig
@@ -23,6 +24,7 @@ class SpecError(ValueError):
 
 
 Raw = Mapping[str, Any]
+E = TypeVar("E", bound=Enum)
 
 
 def section(raw: Raw, key: str, path: str) -> Raw:
@@ -75,6 +77,16 @@ def float_or(raw: Raw, key: str, path: str, default: float, *, minimum: float = 
     if value < minimum:
         raise SpecError(f"{path}.{key}", f"must be at least {minimum}, got {value}")
     return float(value)
+
+
+def enum_or(raw: Raw, key: str, path: str, default: E, problem: str) -> E:
+    """The member of ``default``'s enumeration whose value ``key`` holds (``default`` if it is
+    absent or empty); ``problem`` says what else it may hold."""
+    value = opt_str(raw, key, path) or default.value
+    try:
+        return type(default)(value)
+    except ValueError as exc:
+        raise SpecError(f"{path}.{key}", problem) from exc
 
 
 def bool_or(raw: Raw, key: str, path: str, default: bool) -> bool:

@@ -8,13 +8,13 @@ of its rules, so the operator and the hubs can never disagree.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 
-from hedwig.metadata import ReplicationConfig, TopicConfig
+from hedwig.metadata import TopicConfig
 from hedwig_operator.specs.common import (
     Raw,
-    SpecError,
+    enum_or,
     int_or,
     opt_int,
     opt_str,
@@ -57,12 +57,9 @@ class TopicSpec:
     uid: str = ""
     generation: int = 0
     creation_timestamp: str = ""
-    replication: ReplicationConfig | None = None
-    retention_ms: int | None = None
-    retention_bytes: int | None = None
-    max_message_size: int | None = None
-    inactive_topic_expiry_ms: int | None = None
-    subscription_expiry_ms: int | None = None
+    # The record the topic's znode must hold (replication, retention, message size, expiry);
+    # unset fields take the region default.
+    topic_config: TopicConfig = field(default_factory=TopicConfig)
     deletion_policy: DeletionPolicy = DeletionPolicy.KEEP
     scaling_mode: ScalingMode = ScalingMode.AUTO
     # At most this many delivery hubs (fan-out); None: DEFAULT_FAN_OUT_HUBS.
@@ -70,14 +67,7 @@ class TopicSpec:
 
     def config(self) -> TopicConfig:
         """The record the topic's znode must hold; unset fields take the region default."""
-        return TopicConfig(
-            replication=self.replication,
-            retention_ms=self.retention_ms,
-            retention_bytes=self.retention_bytes,
-            max_message_size=self.max_message_size,
-            inactive_topic_expiry_ms=self.inactive_topic_expiry_ms,
-            subscription_expiry_ms=self.subscription_expiry_ms,
-        )
+        return self.topic_config
 
 
 def parse_topic(body: Raw) -> TopicSpec:
@@ -87,17 +77,13 @@ def parse_topic(body: Raw) -> TopicSpec:
     retention = section(spec, "retention", "spec")
     expiry = section(spec, "expiry", "spec")
     name = req_str(meta, "name", "metadata")
-    policy = opt_str(spec, "deletionPolicy", "spec") or DeletionPolicy.KEEP.value
-    try:
-        deletion_policy = DeletionPolicy(policy)
-    except ValueError as exc:
-        raise SpecError("spec.deletionPolicy", "must be Keep or Delete") from exc
+    deletion_policy = enum_or(
+        spec, "deletionPolicy", "spec", DeletionPolicy.KEEP, "must be Keep or Delete"
+    )
     scaling = section(spec, "scaling", "spec")
-    mode = opt_str(scaling, "mode", "spec.scaling") or ScalingMode.AUTO.value
-    try:
-        scaling_mode = ScalingMode(mode)
-    except ValueError as exc:
-        raise SpecError("spec.scaling.mode", "must be auto, single, fanOut or ingest") from exc
+    scaling_mode = enum_or(
+        scaling, "mode", "spec.scaling", ScalingMode.AUTO, "must be auto, single, fanOut or ingest"
+    )
     return TopicSpec(
         namespace=req_str(meta, "namespace", "metadata"),
         name=name,
@@ -106,13 +92,17 @@ def parse_topic(body: Raw) -> TopicSpec:
         creation_timestamp=opt_str(meta, "creationTimestamp", "metadata") or "",
         pool=req_str(spec, "pool", "spec"),
         topic_name=opt_str(spec, "topicName", "spec") or name,
-        replication=replication(spec, "replication", "spec"),
-        retention_ms=opt_int(retention, "timeMs", "spec.retention", minimum=0),
-        retention_bytes=opt_int(retention, "sizeBytes", "spec.retention", minimum=0),
-        max_message_size=opt_int(spec, "maxMessageSizeBytes", "spec", minimum=1),
-        inactive_topic_expiry_ms=opt_int(expiry, "topicInactiveMs", "spec.expiry", minimum=1000),
-        subscription_expiry_ms=opt_int(
-            expiry, "subscriptionInactiveMs", "spec.expiry", minimum=1000
+        topic_config=TopicConfig(
+            replication=replication(spec, "replication", "spec"),
+            retention_ms=opt_int(retention, "timeMs", "spec.retention", minimum=0),
+            retention_bytes=opt_int(retention, "sizeBytes", "spec.retention", minimum=0),
+            max_message_size=opt_int(spec, "maxMessageSizeBytes", "spec", minimum=1),
+            inactive_topic_expiry_ms=opt_int(
+                expiry, "topicInactiveMs", "spec.expiry", minimum=1000
+            ),
+            subscription_expiry_ms=opt_int(
+                expiry, "subscriptionInactiveMs", "spec.expiry", minimum=1000
+            ),
         ),
         deletion_policy=deletion_policy,
         scaling_mode=scaling_mode,

@@ -165,6 +165,19 @@ async def reconcile_topic(
         pool = parse_pool(pool_body)
     except SpecError as exc:
         return result(False, "PoolInvalid", f"HubPool {spec.pool} is invalid: {exc}", topic=topic)
+
+    def store_unavailable(
+        exc: Exception, snapshot: TopicSnapshot | None = None
+    ) -> tuple[dict[str, Any], bool]:
+        return result(
+            False,
+            "ZooKeeperUnavailable",
+            f"ZooKeeper of pool {pool.name} ({pool.metadata_url}): {exc}",
+            topic=topic,
+            snapshot=snapshot,
+            retry=True,
+        )
+
     try:
         store = await ctx.metadata.for_pool(pool)
         await _ensure_config(store, spec)
@@ -196,13 +209,7 @@ async def reconcile_topic(
                 )
             snapshot = await read_snapshot(store, topic)
     except (MetadataError, TransientError) as exc:
-        return result(
-            False,
-            "ZooKeeperUnavailable",
-            f"ZooKeeper of pool {pool.name} ({pool.metadata_url}): {exc}",
-            topic=topic,
-            retry=True,
-        )
+        return store_unavailable(exc)
     if snapshot.owner is None:
         return result(
             False,
@@ -215,14 +222,7 @@ async def reconcile_topic(
     try:
         changed = await _ensure_scaling(store, spec, ctx.clock)
     except (MetadataError, TransientError) as exc:
-        return result(
-            False,
-            "ZooKeeperUnavailable",
-            f"ZooKeeper of pool {pool.name} ({pool.metadata_url}): {exc}",
-            topic=topic,
-            snapshot=snapshot,
-            retry=True,
-        )
+        return store_unavailable(exc, snapshot)
     except HedwigError as exc:  # no hub alive to deliver, and the like
         return result(False, "ScalingFailed", str(exc), topic=topic, snapshot=snapshot, retry=True)
     if changed is not None:

@@ -149,9 +149,17 @@ async def _throughput(
     for t_sent, fut in pending:
         await fut
         lat.append(clock() - t_sent)
-    elapsed = clock() - start
+    return _throughput_row(n, size, clock() - start, lat)
+
+
+def _throughput_row(
+    n: int, size: int, elapsed: float, lat: list[float], **given: int
+) -> dict[str, Any]:
+    """What a throughput run of ``n`` messages of ``size`` bytes reports (``given``: how it
+    published, after the count)."""
     return {
         "messages": n,
+        **given,
         "seconds": round(elapsed, 3),
         "msgs_per_s": round(n / elapsed),
         "mb_per_s": round(n * size / elapsed / 1e6, 2),
@@ -192,15 +200,7 @@ async def _throughput_batched(
     for t_sent, _, fut in pending:
         await fut
         lat.append(clock() - t_sent)
-    elapsed = clock() - start
-    return {
-        "messages": n,
-        "per_call": per_call,
-        "seconds": round(elapsed, 3),
-        "msgs_per_s": round(n / elapsed),
-        "mb_per_s": round(n * size / elapsed / 1e6, 2),
-        "saturated_latency": percentiles(lat),
-    }
+    return _throughput_row(n, size, clock() - start, lat, per_call=per_call)
 
 
 async def _fixed_rate(

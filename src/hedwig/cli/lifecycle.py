@@ -8,6 +8,8 @@ import argparse
 import asyncio
 import json
 import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from hedwig.cli.common import (
     add_hub_options,
@@ -23,6 +25,8 @@ from hedwig.cli.topic_config import register_topic_config
 from hedwig.client import HedwigClient
 from hedwig.errors import HedwigError
 from hedwig.protocol import ResetTo, SubscribeMode
+
+T = TypeVar("T")
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -47,13 +51,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     p = sub.add_parser("subscription", help="a subscription: create, delete, reset")
     ssub = p.add_subparsers(dest="subscription_command", required=True, metavar="ACTION")
-    c = ssub.add_parser(
-        "create",
-        help="create a subscription now: it receives what is published from here on",
+    c = _subscription_action(
+        ssub, "create", "create a subscription now: it receives what is published from here on"
     )
-    add_hub_options(c)
-    c.add_argument("topic")
-    c.add_argument("subscriber")
     c.add_argument(
         "--earliest",
         action="store_true",
@@ -61,18 +61,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     add_policy_options(c)
     c.set_defaults(func=run_subscription_create)
-    d = ssub.add_parser("delete", help="delete a subscription and its consume mark")
-    add_hub_options(d)
-    d.add_argument("topic")
-    d.add_argument("subscriber")
+    d = _subscription_action(ssub, "delete", "delete a subscription and its consume mark")
     d.set_defaults(func=run_subscription_delete)
-    r = ssub.add_parser(
+    r = _subscription_action(
+        ssub,
         "reset",
-        help="move a subscription: delivery restarts at a sequence id, the earliest or the end",
+        "move a subscription: delivery restarts at a sequence id, the earliest or the end",
     )
-    add_hub_options(r)
-    r.add_argument("topic")
-    r.add_argument("subscriber")
     where = r.add_mutually_exclusive_group(required=True)
     where.add_argument("--to", type=int, metavar="SEQ", help="delivery restarts at SEQ")
     where.add_argument("--earliest", action="store_true", help="at the first kept message")
@@ -90,8 +85,30 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=run_subscriptions)
 
 
+def _subscription_action(
+    ssub: argparse._SubParsersAction[argparse.ArgumentParser], name: str, help_: str
+) -> argparse.ArgumentParser:
+    """``hedwig subscription NAME``, with the hub options and the subscription it acts on."""
+    p = ssub.add_parser(name, help=help_)
+    add_hub_options(p)
+    p.add_argument("topic")
+    p.add_argument("subscriber")
+    return p
+
+
 def _client(hubs: list[str], args: argparse.Namespace) -> HedwigClient:
     return HedwigClient(hubs, security=client_security(args))
+
+
+def _on_client(args: argparse.Namespace, act: Callable[[HedwigClient], Awaitable[T]]) -> T:
+    """``act`` done with a client of the hubs ``args`` name (``HedwigError`` as it comes)."""
+    hubs = resolve_hubs(args)
+
+    async def go() -> T:
+        async with _client(hubs, args) as client:
+            return await act(client)
+
+    return asyncio.run(go())
 
 
 def run_topic_describe(args: argparse.Namespace) -> int:
@@ -124,13 +141,8 @@ def run_topic_describe(args: argparse.Namespace) -> int:
 
 
 def run_topic_delete(args: argparse.Namespace) -> int:
-    async def go() -> None:
-        async with _client(hubs, args) as client:
-            await client.delete_topic(args.topic, force=args.force)
-
     try:
-        hubs = resolve_hubs(args)
-        asyncio.run(go())
+        _on_client(args, lambda client: client.delete_topic(args.topic, force=args.force))
     except HedwigError as exc:
         return report("topic delete", exc)
     print(f"deleted topic {args.topic}")
@@ -171,16 +183,14 @@ async def create_subscription(
 
 
 def run_subscription_create(args: argparse.Namespace) -> int:
-    async def go() -> int | None:
-        async with _client(hubs, args) as client:
-            return await create_subscription(
-                client, args.topic, args.subscriber, earliest=args.earliest, policy=policy
-            )
-
     try:
         policy = policy_from(args)
-        hubs = resolve_hubs(args)
-        mark = asyncio.run(go())
+        mark = _on_client(
+            args,
+            lambda client: create_subscription(
+                client, args.topic, args.subscriber, earliest=args.earliest, policy=policy
+            ),
+        )
     except HedwigError as exc:
         return report("subscription create", exc)
     told = f": delivery starts at {mark + 1}, the first kept message" if mark is not None else ""
@@ -189,13 +199,8 @@ def run_subscription_create(args: argparse.Namespace) -> int:
 
 
 def run_subscription_delete(args: argparse.Namespace) -> int:
-    async def go() -> None:
-        async with _client(hubs, args) as client:
-            await client.unsubscribe(args.topic, args.subscriber)
-
     try:
-        hubs = resolve_hubs(args)
-        asyncio.run(go())
+        _on_client(args, lambda client: client.unsubscribe(args.topic, args.subscriber))
     except HedwigError as exc:
         return report("subscription delete", exc)
     print(f"deleted subscription {args.subscriber} of {args.topic}")
@@ -206,14 +211,10 @@ def run_subscription_reset(args: argparse.Namespace) -> int:
     to: ResetTo | int = (
         ResetTo.EARLIEST if args.earliest else ResetTo.LATEST if args.latest else args.to
     )
-
-    async def go() -> int:
-        async with _client(hubs, args) as client:
-            return await client.reset_subscription(args.topic, args.subscriber, to)
-
     try:
-        hubs = resolve_hubs(args)
-        mark = asyncio.run(go())
+        mark = _on_client(
+            args, lambda client: client.reset_subscription(args.topic, args.subscriber, to)
+        )
     except HedwigError as exc:
         return report("subscription reset", exc)
     print(f"subscription {args.subscriber} of {args.topic}: delivery restarts at {mark + 1}")

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hedwig.devcluster.etcd import EtcdSecurity
-from hedwig.security.ca import CertificateAuthority
+from hedwig.security.ca import CertificateAuthority, IssuedCertificate
 
 SUPER_USER = "admin"
 # The files ``create`` makes; a directory missing any is made again (keeping its digest and
@@ -86,34 +86,26 @@ class DevSecurity:
         hub_ca.write(d, "hub-ca")
         client_ca.write(d, "client-ca")
         store_ca.write(d, "store-ca")
-        hub_ca.issue(
-            "hub",
-            ip_addresses=list(ip_addresses),
-            dns_names=["localhost"],
-            server=True,
-            client=True,
-            days=30,
-        ).write(d, "hub")
+
+        def served_here(ca: CertificateAuthority, name: str, *, client: bool) -> IssuedCertificate:
+            """A server's certificate for this machine's addresses (and a client's too)."""
+            return ca.issue(
+                name,
+                ip_addresses=list(ip_addresses),
+                dns_names=["localhost"],
+                server=True,
+                client=client,
+                days=30,
+            )
+
+        served_here(hub_ca, "hub", client=True).write(d, "hub")
         for user in (SUPER_USER, "alice"):
             client_ca.issue(user, client=True, days=30).write(d, user)
-        store_ca.issue(
-            "hedwig-store",
-            ip_addresses=list(ip_addresses),
-            dns_names=["localhost"],
-            server=True,
-            days=30,
-        ).write(d, "store-server")
+        served_here(store_ca, "hedwig-store", client=False).write(d, "store-server")
         store_ca.issue("hedwig-store-client", client=True, days=30).write(d, "store")
         peer_ca = CertificateAuthority.create("hedwig dev metadata store peers", days=30)
         peer_ca.write(d, "store-peer-ca")
-        peer_ca.issue(
-            "hedwig-store-peer",
-            ip_addresses=list(ip_addresses),
-            dns_names=["localhost"],
-            server=True,
-            client=True,
-            days=30,
-        ).write(d, "store-peer")
+        served_here(peer_ca, "hedwig-store-peer", client=True).write(d, "store-peer")
         if not (d / "etcd-root").is_file():  # etcd's data directory knows it already
             (d / "etcd-root").write_text(secrets.token_urlsafe(18))
         (d / "etcd-root").chmod(0o600)

@@ -101,7 +101,21 @@ class LocalFirstReplicas:
         self._remote.clear()
 
 
-class RemoteReplicas:
+class Unsuspecting:
+    """The half of ``Replicas`` for a directory that keeps no suspicion: reads try the
+    replicas in the order given, and none is ever suspected."""
+
+    def preferred(self, addresses: Sequence[str]) -> list[str]:
+        return list(addresses)
+
+    def suspect(self, address: str) -> None:
+        return None
+
+    def suspected(self, address: str) -> bool:
+        return False
+
+
+class RemoteReplicas(Unsuspecting):
     """Every replica over the wire: for tools that run outside a hub (``hedwig ledgers``)."""
 
     def __init__(self, *, network: Network = TCP, resolve: Resolve | None = None) -> None:
@@ -116,15 +130,6 @@ class RemoteReplicas:
                 address, timeout_s=3.0, network=self._network, resolve=self._resolve
             )
         return node
-
-    def preferred(self, addresses: Sequence[str]) -> list[str]:
-        return list(addresses)
-
-    def suspect(self, address: str) -> None:
-        return None
-
-    def suspected(self, address: str) -> bool:
-        return False
 
     def close(self) -> None:
         for node in self._remote.values():

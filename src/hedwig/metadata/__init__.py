@@ -15,7 +15,7 @@ from hedwig.metadata.managers import (
     TopicPersistenceManager,
     TopicPlanManager,
 )
-from hedwig.metadata.opening import EtcdAccess, open_store
+from hedwig.metadata.opening import EtcdAccess, open_store, read_topic_owner
 from hedwig.metadata.plans import PlanMode, TopicPlan
 from hedwig.metadata.records import (
     ANY_VERSION,
@@ -73,4 +73,5 @@ __all__ = [
     "Version",
     "Versioned",
     "open_store",
+    "read_topic_owner",
 ]

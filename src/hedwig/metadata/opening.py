@@ -227,7 +227,7 @@ def _etcd(
         raise UsageError("an etcd client certificate and its key go together (tls.crt, tls.key)")
     if cert is not None and ca is None:
         raise UsageError("an etcd client certificate needs the CA of etcd's (ca.crt) for TLS")
-    from hedwig.metadata.etcd import EtcdMetadataStore
+    from hedwig.metadata.etcd import EtcdCredentials, EtcdMetadataStore
 
     # gRPC balances over several addresses itself, given as IPv4 addresses ("ipv4:" takes a
     # list); a DNS name (a Kubernetes Service) resolves to every member on its own.
@@ -247,14 +247,28 @@ def _etcd(
         region,
         prefix=path.rstrip("/") or "/hedwig",
         session_timeout=session_timeout_s,
-        username=username,
-        password=password,
-        ca=ca,
-        cert=cert,
-        key=key,
-        credentials_source=None if given else access.credentials_source,
+        credentials=EtcdCredentials(
+            username=username,
+            password=password,
+            ca=ca,
+            cert=cert,
+            key=key,
+            source=None if given else access.credentials_source,
+        ),
         clock=clock,
     )
+
+
+async def read_topic_owner(url: str, region: str, topic: str) -> str | None:
+    """The address of the hub that owns ``topic`` in ``region`` of the store at ``url`` (None:
+    no hub does), read once through a store opened for it (tests, benchmarks, tools)."""
+    store = open_store(url, region=region)
+    await store.start()
+    try:
+        got = await store.ownership.read_owner_info(topic)
+        return got.value.address if got else None
+    finally:
+        await store.close()
 
 
 def _secret(name: str) -> str | None:

@@ -60,24 +60,24 @@ class Inbox:
                 if m is not None:
                     return m
                 self.current = None
-            if not self._items:
-                return EMPTY
-            item = self._items.popleft()
-            if item is None or isinstance(item, HedwigError):
+            item = self._take()
+            if item is None or isinstance(item, HedwigError | _Empty):
                 return item
-            self.current = item
 
     def next_batch(self) -> Iterator[DeliveredMessage] | HedwigError | _Empty | None:
         """The messages of the next batch (or the rest of the current one), or the next
         error or end, or ``EMPTY``; the iterator stays ``current`` until it is used up."""
         if self.current is not None:
             return self.current
+        return self._take()
+
+    def _take(self) -> Iterator[DeliveredMessage] | HedwigError | _Empty | None:
+        """The next item queued (a batch's messages become ``current``), or ``EMPTY``."""
         if not self._items:
             return EMPTY
         item = self._items.popleft()
-        if item is None or isinstance(item, HedwigError):
-            return item
-        self.current = item
+        if item is not None and not isinstance(item, HedwigError):
+            self.current = item
         return item
 
     async def messages(self) -> Iterator[DeliveredMessage] | None:

@@ -7,6 +7,7 @@ secured etcd's users up for Hedwig. Only this package talks to etcd, and only it
 """
 
 from hedwig.metadata.etcd.admin import PrefixUser, set_up_authentication
+from hedwig.metadata.etcd.connection import EtcdCredentials
 from hedwig.metadata.etcd.store import EtcdMetadataStore
 
-__all__ = ["EtcdMetadataStore", "PrefixUser", "set_up_authentication"]
+__all__ = ["EtcdCredentials", "EtcdMetadataStore", "PrefixUser", "set_up_authentication"]

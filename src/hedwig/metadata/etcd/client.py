@@ -24,7 +24,12 @@ from collections.abc import Callable
 from hedwig.clock import Clock, SystemClock
 from hedwig.errors import MetadataError
 from hedwig.metadata.etcd.batches import TxnBatcher
-from hedwig.metadata.etcd.connection import CALL_TIMEOUT_S, Connection, CredentialsSource
+from hedwig.metadata.etcd.connection import (
+    CALL_TIMEOUT_S,
+    NO_CREDENTIALS,
+    Connection,
+    EtcdCredentials,
+)
 from hedwig.metadata.etcd.kv import KeyValues, prefix_end
 from hedwig.metadata.etcd.lease_keeper import LeaseKeeper
 from hedwig.metadata.etcd.watch_stream import Once, WatchStream
@@ -42,25 +47,11 @@ class EtcdClient:
         target: str,
         *,
         ttl_s: float,
-        username: str | None = None,
-        password: str | None = None,
-        ca: bytes | None = None,
-        cert: bytes | None = None,
-        key: bytes | None = None,
-        credentials_source: CredentialsSource | None = None,
+        credentials: EtcdCredentials = NO_CREDENTIALS,
         clock: Clock | None = None,
     ) -> None:
         self.clock = clock or SystemClock()
-        self.connection = Connection(
-            target,
-            clock=self.clock,
-            username=username,
-            password=password,
-            ca=ca,
-            cert=cert,
-            key=key,
-            credentials_source=credentials_source,
-        )
+        self.connection = Connection(target, clock=self.clock, credentials=credentials)
         self.keeper = LeaseKeeper(
             self.connection, ttl_s=ttl_s, clock=self.clock, call_timeout_s=CALL_TIMEOUT_S
         )

@@ -24,7 +24,7 @@ tokens when it restarts (and a JWT token expires, and a token from before a chan
 roles is refused as old): a call refused for its token makes the connection authenticate
 again, once for every caller waiting, and the call is sent again. A wrong password or a missing
 permission is a ``MetadataError`` at once, never retried. Credentials with a source
-(``credentials_source``: a mounted Secret's file, the operator's Secret through the API) are
+(``EtcdCredentials.source``: a mounted Secret's file, the operator's Secret through the API) are
 read again at each authentication, so a rotated password is picked up when etcd refuses the old
 token (changing a user's password makes etcd refuse the tokens issued before); a refusal then
 is retriable (the file may not show the new password yet), not the hard error it is at start.
@@ -39,6 +39,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import grpc  # type: ignore[import-untyped]
@@ -65,6 +66,26 @@ CONNECT_TIMEOUT_MS = 5_000
 CredentialsSource = Callable[[], Awaitable[str | None]]
 # The token sent with every call, as gRPC metadata (None: etcd's authentication is off).
 Token = tuple[tuple[str, str], ...] | None
+
+
+@dataclass(frozen=True, slots=True)
+class EtcdCredentials:
+    """What this client shows a secured etcd, handed as one from the store down to here: a user
+    (``username``/``password``, for etcd's own authentication; None: authentication is off),
+    the CA of etcd's certificate (``ca``: TLS is on when it is given) and a client certificate
+    (``cert``/``key``) if etcd asks for one, and where the password is read again at each
+    authentication (``source``; None: keep the last one)."""
+
+    username: str | None = None
+    password: str | None = None
+    ca: bytes | None = None
+    cert: bytes | None = None
+    key: bytes | None = None
+    source: CredentialsSource | None = None
+
+
+# An etcd with its authentication and TLS off (a development one).
+NO_CREDENTIALS = EtcdCredentials()
 
 # A refusal of this client's credentials or rights: the same call is refused again.
 _REFUSED = {grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED}
@@ -103,18 +124,17 @@ class Connection:
         target: str,
         *,
         clock: Clock,
-        username: str | None = None,
-        password: str | None = None,
-        ca: bytes | None = None,
-        cert: bytes | None = None,
-        key: bytes | None = None,
-        credentials_source: CredentialsSource | None = None,
+        credentials: EtcdCredentials = NO_CREDENTIALS,
     ) -> None:
         self.target = target
         self._clock = clock
-        self._username, self._password = username, password
-        self._credentials_source = credentials_source
-        self._tls = (ca, cert, key) if ca is not None else None
+        self._username, self._password = credentials.username, credentials.password
+        self._credentials_source = credentials.source
+        self._tls = (
+            (credentials.ca, credentials.cert, credentials.key)
+            if credentials.ca is not None
+            else None
+        )
         self._channel: Any = None
         self._lease_channel: Any = None
         # The generated stubs (``aetcd.rpc``), for the calls this module has no method for

@@ -8,7 +8,7 @@ the comparison fails: the caller learns whether the record changed or is gone.
 
 from __future__ import annotations
 
-from hedwig.errors import BadVersionError
+from hedwig.errors import BadVersionError, MetadataError
 from hedwig.metadata.etcd.client import EtcdClient
 from hedwig.metadata.etcd.kv import delete
 from hedwig.metadata.etcd.wire import exists, get, missing, modified_at, put
@@ -82,6 +82,27 @@ async def create_key(etcd: EtcdClient, key: bytes, value: bytes, lease: int = 0)
     if not res.succeeded:
         raise BadVersionError.at(key.decode(), NEW_VERSION)
     return Version(res.revision)
+
+
+async def put_beside_topic(
+    etcd: EtcdClient,
+    topic: str,
+    topic_key: bytes,
+    key: bytes,
+    value: bytes,
+    version: Version,
+    lease: int = 0,
+) -> Version:
+    """Write ``key``, a record of ``topic`` (whose own record is ``topic_key``), only while the
+    topic exists: created (``NEW_VERSION``; ``BadVersionError`` if it exists) or written
+    whatever is there (``ANY_VERSION``); ``MetadataError`` if the topic does not exist."""
+    guards = [exists(topic_key)] if version == ANY_VERSION else [exists(topic_key), missing(key)]
+    res = await etcd.txn(guards, [put(key, value, lease)], [get(topic_key)])
+    if res.succeeded:
+        return Version(res.revision)
+    if res.reads[0] is None:
+        raise MetadataError(f"topic {topic!r} does not exist")
+    raise BadVersionError.at(key.decode(), version)
 
 
 async def set_key(

@@ -23,9 +23,9 @@ from collections.abc import Callable
 
 from msgspec.structs import replace
 
-from hedwig.errors import BadVersionError, MetadataError, NoTopicOwnerInfoError
+from hedwig.errors import MetadataError, NoTopicOwnerInfoError
 from hedwig.metadata.etcd.client import EtcdClient
-from hedwig.metadata.etcd.keys import Keys, delete_key, set_key
+from hedwig.metadata.etcd.keys import Keys, delete_key, put_beside_topic, set_key
 from hedwig.metadata.etcd.kv import Item
 from hedwig.metadata.etcd.ledgers import EtcdLedgers
 from hedwig.metadata.etcd.topics import config_of
@@ -69,16 +69,9 @@ class EtcdOwnership:
         key, topic_key = self._keys.owner(topic), self._keys.topic(topic)
         lease = await self._etcd.owner_lease(key)
         if version == NEW_VERSION:
-            res = await self._etcd.txn(
-                [exists(topic_key), missing(key)],
-                [put(key, owner.to_json(), lease)],
-                [get(topic_key)],
+            return await put_beside_topic(
+                self._etcd, topic, topic_key, key, owner.to_json(), version, lease
             )
-            if res.succeeded:
-                return Version(res.revision)
-            if res.reads[0] is None:
-                raise MetadataError(f"topic {topic!r} does not exist")
-            raise BadVersionError.at(key.decode(), version)
         try:
             return await set_key(self._etcd, key, owner.to_json(), version, lease)
         except LookupError as exc:

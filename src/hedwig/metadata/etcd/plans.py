@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from hedwig.errors import BadVersionError, MetadataError
+from hedwig.errors import MetadataError
 from hedwig.metadata.etcd.client import EtcdClient
-from hedwig.metadata.etcd.keys import Keys, delete_key, set_key
+from hedwig.metadata.etcd.keys import Keys, delete_key, put_beside_topic, set_key
 from hedwig.metadata.etcd.watches import PrefixWatch
-from hedwig.metadata.etcd.wire import exists, get, missing, put
+from hedwig.metadata.etcd.wire import get
 from hedwig.metadata.plans import TopicPlan
 from hedwig.metadata.records import ANY_VERSION, NEW_VERSION, Version, Versioned
 
@@ -58,16 +58,9 @@ class EtcdPlans:
     async def write_plan(self, topic: str, plan: TopicPlan, version: Version) -> Version:
         key = self._keys.plan(topic)
         if version in (NEW_VERSION, ANY_VERSION):
-            topic_key = self._keys.topic(topic)
-            guards = (
-                [exists(topic_key)] if version == ANY_VERSION else [exists(topic_key), missing(key)]
+            return await put_beside_topic(
+                self._etcd, topic, self._keys.topic(topic), key, plan.to_json(), version
             )
-            res = await self._etcd.txn(guards, [put(key, plan.to_json())], [get(topic_key)])
-            if res.succeeded:
-                return Version(res.revision)
-            if res.reads[0] is None:
-                raise MetadataError(f"topic {topic!r} does not exist")
-            raise BadVersionError.at(key.decode(), version)
         try:
             return await set_key(self._etcd, key, plan.to_json(), version)
         except LookupError as exc:

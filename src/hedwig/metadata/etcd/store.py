@@ -38,7 +38,7 @@ from hedwig.errors import MetadataError
 from hedwig.metadata.etcd.acls import EtcdAcls
 from hedwig.metadata.etcd.bundles import EtcdBundles
 from hedwig.metadata.etcd.client import EtcdClient
-from hedwig.metadata.etcd.connection import CredentialsSource
+from hedwig.metadata.etcd.connection import NO_CREDENTIALS, EtcdCredentials
 from hedwig.metadata.etcd.hubs import EtcdHubs
 from hedwig.metadata.etcd.keys import Keys
 from hedwig.metadata.etcd.ledgers import EtcdLedgers, EtcdPersistence
@@ -71,27 +71,12 @@ class EtcdMetadataStore:
         *,
         prefix: str = ROOT,
         session_timeout: float = 6.0,
-        username: str | None = None,
-        password: str | None = None,
-        ca: bytes | None = None,
-        cert: bytes | None = None,
-        key: bytes | None = None,
-        credentials_source: CredentialsSource | None = None,
+        credentials: EtcdCredentials = NO_CREDENTIALS,
         clock: Clock | None = None,
     ) -> None:
         self.region = region
         self.keys = Keys(region, prefix)
-        self.etcd = EtcdClient(
-            target,
-            ttl_s=session_timeout,
-            username=username,
-            password=password,
-            ca=ca,
-            cert=cert,
-            key=key,
-            credentials_source=credentials_source,
-            clock=clock,
-        )
+        self.etcd = EtcdClient(target, ttl_s=session_timeout, credentials=credentials, clock=clock)
         self.ledgers = EtcdLedgers(self.etcd, self.keys)
         self.ownership = EtcdOwnership(self.etcd, self.keys, self.ledgers)
         self.persistence = EtcdPersistence(self.etcd, self.keys, self.ledgers)
