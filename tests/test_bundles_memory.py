@@ -13,6 +13,7 @@ import pytest
 from hedwig.client import HedwigClient
 from hedwig.errors import HedwigError, UsageError
 from hedwig.hub import Hub
+from hedwig.hub.owning.bundle_claims import BundleClaims
 from hedwig.hub.owning.choices import HUBS_CACHE_S
 from hedwig.metadata.bundles import BundleMap
 from hedwig.metadata.memory import MemoryMetadataStore
@@ -225,8 +226,9 @@ async def test_a_bundle_record_left_by_an_earlier_session_of_the_hub_is_replaced
         stale = HubInfo(owner.address, owner.topics.epoch - 1)
         assert (await ghost.bundles.claim_bundle(name, stale)).claimed
         # Its next claim of the bundle finds its own old record, removes it, claims afresh.
-        bundles = owner.topics.bundles
-        assert bundles is not None
+        by_bundle = owner.topics.claims
+        assert isinstance(by_bundle, BundleClaims)
+        bundles = by_bundle.bundles
         assert await bundles.claim(bmap.bundle_of(TOPICS[0])) == owner.address
         got = await ghost.bundles.read_bundle_owner(name)
         assert got is not None and got.value == HubInfo(owner.address, owner.topics.epoch)
@@ -247,8 +249,9 @@ async def test_a_bundle_whose_record_is_deleted_from_outside_loses_its_topics() 
             async with asyncio.timeout(5):
                 while any(t in owner.topics.topics for t in inside):
                     await asyncio.sleep(0.01)
-            assert owner.topics.bundles is not None
-            assert bundle.name not in owner.topics.bundles.owned
+            claims = owner.topics.claims
+            assert isinstance(claims, BundleClaims)
+            assert bundle.name not in claims.bundles.owned
             # Its topics come back whole wherever the bundle goes next.
             await asyncio.gather(*(c.publish(t, b"b") for t in inside))
             for t in inside:
