@@ -20,6 +20,7 @@ from hedwig.metadata.memory import MemoryMetadataStore
 from hedwig.metadata.records import HubInfo
 from hedwig.settings import BundleSettings, HubConfig
 from tests.memory_region import FAST_RETRY, Region, answered, memory_region
+from tests.waiting import until
 
 BUNDLES = BundleSettings(enabled=True, initial_bundles=8)
 TOPICS = [f"b/{i}" for i in range(60)]
@@ -94,6 +95,52 @@ async def test_a_dead_owners_bundles_are_taken_over_with_nothing_lost() -> None:
         m = await the_map(region)
         for t in lost:
             assert owner_of(region, t, rest).address == after[m.bundle_of(t).name]
+        region.network.thaw(victim.address)
+        store.reconnect()
+
+
+async def test_a_won_bundles_topics_a_dead_owner_left_open_are_recovered_at_once() -> None:
+    async for region in memory_region(3, bundles=BUNDLES):
+        async with region.client() as c:
+            await asyncio.gather(*(c.publish(t, b"a") for t in TOPICS))
+            owners = await owners_by_bundle(region)
+            victim = region.hub_at(Counter(owners.values()).most_common(1)[0][0])
+            theirs = sorted(victim.topics.topics)
+            # Some of its topics let go cleanly (their ledgers closed), the rest in use.
+            await victim.topics.unload_idle(0)
+            idle = set(theirs[::4])
+            await asyncio.gather(*(c.publish(t, b"b") for t in theirs if t not in idle))
+        assert set(victim.topics.topics) == set(theirs) - idle
+        store = victim.store
+        assert isinstance(store, MemoryMetadataStore)
+        region.network.freeze(victim.address)
+        store.disconnect()
+        store.expire()
+        rest = [h for h in region.hubs if h is not victim]
+        m = await the_map(region)
+        first = next(t for t in theirs if t not in idle)
+        bundle = m.bundle_of(first)
+        async with HedwigClient(
+            [h.address for h in rest], network=region.network, retry=FAST_RETRY
+        ) as c:
+            await c.publish(first, b"c")  # the one request: it wins the bundle
+            heir = owner_of(region, first, rest)
+            left_open = {t for t in theirs if bundle.holds(t) and t not in idle}
+            assert len(left_open) > 1
+
+            def recovered(hub: Hub = heir, topics: set[str] = left_open) -> bool:
+                return topics <= set(hub.topics.topics)
+
+            await until(
+                recovered,
+                what="the bundle's open topics taken over without a request",
+            )
+            # Those let go cleanly wait for their first request.
+            assert not {t for t in idle if bundle.holds(t)} & set(heir.topics.topics)
+            await asyncio.gather(*(c.publish(t, b"d") for t in theirs))
+            for t in theirs:
+                want = [b"a", b"d"] if t in idle else [b"a", b"b", b"d"]
+                assert await values(c, t) == [*want[:-1], *([b"c"] if t == first else []), b"d"]
         region.network.thaw(victim.address)
         store.reconnect()
 

@@ -30,6 +30,7 @@ from hedwig.errors import (
     NotResponsibleError,
     ServiceUnavailableError,
 )
+from hedwig.hub.owning.bundle_recovery import BundleRecovery
 from hedwig.hub.owning.bundles import HubBundles
 from hedwig.hub.owning.claims import RELEASES_AT_ONCE, ClaimParts
 from hedwig.hub.owning.topic import OwnedTopic
@@ -54,7 +55,16 @@ class BundleClaims:
             settings=parts.settings,
             me=parts.me,
             on_lost=self._bundle_lost,
+            on_won=lambda bundle: self.recovery.won(bundle),
             clock=parts.clock,
+        )
+        # A won bundle's topics that the previous owner left open, taken over at once.
+        self.recovery = BundleRecovery(
+            store=parts.store,
+            clock=parts.clock,
+            events=parts.events,
+            loaded=parts.held,
+            recover=parts.recover,
         )
         # Whether this hub's last load made its topic: loads come in waves of one kind
         # (``_load``).
@@ -72,9 +82,11 @@ class BundleClaims:
         return None  # no record of the topic's to delete
 
     def session_ended(self) -> None:
+        self.recovery.stop()
         self.bundles.forget_all()
 
     async def stopped(self) -> None:
+        self.recovery.stop()
         await self.bundles.release_all()  # every log closed first
 
     async def hand_over(self, bundle: Bundle, destination: str, reason: str) -> bool:
@@ -164,6 +176,9 @@ class BundleClaims:
         of a dead hub's bundles), its configuration and ledger list are read together (one
         ``multiRead`` or etcd request), which the take-over then does not read again; a topic
         found missing is made then, if the request may make one."""
+        preloaded = self.recovery.take(topic)
+        if preloaded is not None:  # read by the recovery of the bundle's wave
+            return preloaded
         topics = self._store.topics
         if create and self._loads_create:
             if await topics.ensure_topic(topic):

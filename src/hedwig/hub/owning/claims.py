@@ -97,6 +97,8 @@ class ClaimParts:
     loaded: Callable[[], Iterable[str]]  # the topics owned here now
     lose: Callable[[str, LossKind, str, str | None], None]  # stop serving one at once
     release: Callable[[str, str, str | None], Awaitable[bool]]  # hand one over
+    held: Callable[[str], bool]  # whether a topic is owned or being claimed here
+    recover: Callable[[str], Awaitable[object]]  # take one of an owned bundle over now
 
     def redirected(self, topic: str) -> None:
         self.stats.redirects += 1

@@ -143,6 +143,8 @@ class TopicOwnership:
                 loaded=lambda: list(self.topics),
                 lose=lambda topic, kind, why, to: self.lose(topic, kind, why, to),
                 release=lambda topic, why, to: self.release(topic, why, to),
+                held=lambda topic: topic in self.topics or topic in self._claims,
+                recover=lambda topic: self.acquire(topic, redirected=True, create=False),
             )
         )
 
