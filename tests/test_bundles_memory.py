@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Callable
 
 import pytest
 
@@ -42,6 +43,27 @@ async def the_map(region: Region) -> BundleMap:
     return got.value
 
 
+def busiest(region: Region, owners: dict[str, str]) -> Hub:
+    """The hub owning the most bundles."""
+    return region.hub_at(Counter(owners.values()).most_common(1)[0][0])
+
+
+def kill(region: Region, hub: Hub) -> Callable[[], None]:
+    """``hub`` killed: unreachable, and its session over in the store; what brings it back
+    (for the region's teardown)."""
+    store = hub.store
+    assert isinstance(store, MemoryMetadataStore)
+    region.network.freeze(hub.address)
+    store.disconnect()
+    store.expire()
+
+    def back() -> None:
+        region.network.thaw(hub.address)
+        store.reconnect()
+
+    return back
+
+
 def owner_of(region: Region, topic: str, hubs: list[Hub]) -> Hub:
     owner = region.owner_among(topic, hubs)
     assert owner is not None, topic
@@ -72,16 +94,10 @@ async def test_a_dead_owners_bundles_are_taken_over_with_nothing_lost() -> None:
     async for region in memory_region(3, bundles=BUNDLES):
         async with region.client() as c:
             await asyncio.gather(*(c.publish(t, b"a") for t in TOPICS))
-        owners = await owners_by_bundle(region)
-        victim = region.hub_at(Counter(owners.values()).most_common(1)[0][0])
+        victim = busiest(region, await owners_by_bundle(region))
         lost = {t for t in TOPICS if t in victim.topics.topics}
         assert lost
-        # Killed: unreachable, and its session over in the store.
-        store = victim.store
-        assert isinstance(store, MemoryMetadataStore)
-        region.network.freeze(victim.address)
-        store.disconnect()
-        store.expire()
+        back = kill(region, victim)
         await asyncio.sleep(HUBS_CACHE_S + 0.1)  # the others see it gone from the registry
         rest = [h for h in region.hubs if h is not victim]
         async with HedwigClient(
@@ -95,27 +111,21 @@ async def test_a_dead_owners_bundles_are_taken_over_with_nothing_lost() -> None:
         m = await the_map(region)
         for t in lost:
             assert owner_of(region, t, rest).address == after[m.bundle_of(t).name]
-        region.network.thaw(victim.address)
-        store.reconnect()
+        back()
 
 
 async def test_a_won_bundles_topics_a_dead_owner_left_open_are_recovered_at_once() -> None:
     async for region in memory_region(3, bundles=BUNDLES):
         async with region.client() as c:
             await asyncio.gather(*(c.publish(t, b"a") for t in TOPICS))
-            owners = await owners_by_bundle(region)
-            victim = region.hub_at(Counter(owners.values()).most_common(1)[0][0])
+            victim = busiest(region, await owners_by_bundle(region))
             theirs = sorted(victim.topics.topics)
             # Some of its topics let go cleanly (their ledgers closed), the rest in use.
             await victim.topics.unload_idle(0)
             idle = set(theirs[::4])
             await asyncio.gather(*(c.publish(t, b"b") for t in theirs if t not in idle))
         assert set(victim.topics.topics) == set(theirs) - idle
-        store = victim.store
-        assert isinstance(store, MemoryMetadataStore)
-        region.network.freeze(victim.address)
-        store.disconnect()
-        store.expire()
+        back = kill(region, victim)
         rest = [h for h in region.hubs if h is not victim]
         m = await the_map(region)
         first = next(t for t in theirs if t not in idle)
@@ -141,8 +151,7 @@ async def test_a_won_bundles_topics_a_dead_owner_left_open_are_recovered_at_once
             for t in theirs:
                 want = [b"a", b"d"] if t in idle else [b"a", b"b", b"d"]
                 assert await values(c, t) == [*want[:-1], *([b"c"] if t == first else []), b"d"]
-        region.network.thaw(victim.address)
-        store.reconnect()
+        back()
 
 
 async def test_a_stopping_hub_releases_its_bundles_after_closing_its_logs() -> None:
