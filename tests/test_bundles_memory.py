@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -152,6 +153,39 @@ async def test_a_won_bundles_topics_a_dead_owner_left_open_are_recovered_at_once
                 want = [b"a", b"d"] if t in idle else [b"a", b"b", b"d"]
                 assert await values(c, t) == [*want[:-1], *([b"c"] if t == first else []), b"d"]
         back()
+
+
+async def test_a_new_topic_of_an_owned_bundle_costs_one_store_request() -> None:
+    """Its first publish makes the topic with its first ledger and the record naming it in
+    one request (``create_topic_with_log``): no owner record, no separate creation, no read."""
+    async for region in memory_region(2, bundles=BUNDLES):
+        async with region.client() as c:
+            await asyncio.gather(*(c.publish(t, b"a") for t in TOPICS))  # every bundle owned
+            calls: Counter[str] = Counter()
+            for hub in region.hubs:
+                for manager, name in (
+                    (hub.store.topics, "ensure_topic"),
+                    (hub.store.topics, "read_topic_config"),
+                    (hub.store.persistence, "read_topic_persistence_info"),
+                    (hub.store.persistence, "start_topic_log"),
+                    (hub.store.persistence, "create_topic_with_log"),
+                    (hub.store.ownership, "claim_topic"),
+                ):
+                    real = getattr(manager, name)
+
+                    async def counted(
+                        *args: Any, _real: Any = real, _name: str = name, _calls: Any = calls
+                    ) -> Any:
+                        _calls[_name] += 1
+                        return await _real(*args)
+
+                    setattr(manager, name, counted)
+            fresh = [f"fresh/{i}" for i in range(40)]
+            for t in fresh:
+                await c.publish(t, b"x")
+            assert calls == Counter({"create_topic_with_log": len(fresh)})
+            for t in fresh:
+                assert await values(c, t) == [b"x"]
 
 
 async def test_a_stopping_hub_releases_its_bundles_after_closing_its_logs() -> None:

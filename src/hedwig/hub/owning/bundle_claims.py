@@ -33,6 +33,7 @@ from hedwig.errors import (
 from hedwig.hub.owning.bundle_recovery import BundleRecovery
 from hedwig.hub.owning.bundles import HubBundles
 from hedwig.hub.owning.claims import RELEASES_AT_ONCE, ClaimParts
+from hedwig.hub.owning.takeover import FirstLog
 from hedwig.hub.owning.topic import OwnedTopic
 from hedwig.hub.reporting.events import LossKind
 from hedwig.metadata.bundles import Bundle
@@ -162,37 +163,54 @@ class BundleClaims:
             raise NotResponsibleError(
                 f"topic {topic!r} is in bundle {bundle.name}, owned by {owner}", owner=owner
             )
-        claim = await self._load(topic, create)
+        claim, first = await self._load(topic, create)
         version = bundles.owned.get(bundle.name)
         if version is None:  # lost while the topic was looked up
             raise ServiceUnavailableError(f"bundle {bundle.name}: its ownership is changing")
-        return await parts.take_over(topic, replace(claim, version=version), None)
+        return await parts.take_over(topic, replace(claim, version=version), first)
 
-    async def _load(self, topic: str, create: bool) -> TopicClaim:
+    async def _load(self, topic: str, create: bool) -> tuple[TopicClaim, FirstLog | None]:
         """What loading ``topic`` in an owned bundle finds, in as few store requests as loads
-        come in (``TopicClaim``, its version left to the caller): loads come in waves of one
-        kind, as claims do. While they make their topics (first publishes), the topic is
-        created first (``new``: nothing else of it to read). While they find them (a take-over
-        of a dead hub's bundles), its configuration and ledger list are read together (one
-        ``multiRead`` or etcd request), which the take-over then does not read again; a topic
-        found missing is made then, if the request may make one."""
+        come in (``TopicClaim``, its version left to the caller; and a new topic's first log,
+        made with it): loads come in waves of one kind, as claims do. While they make their
+        topics (first publishes), the topic is made first, with its log, in one request
+        (``_make``: nothing else of it to read, no owner record of its own). While they find
+        them (a take-over of a dead hub's bundles), its configuration and ledger list are read
+        together (one ``multiRead`` or etcd request, or by the bundle's recovery), which the
+        take-over then does not read again; a topic found missing is made then, if the
+        request may make one."""
         preloaded = self.recovery.take(topic)
         if preloaded is not None:  # read by the recovery of the bundle's wave
-            return preloaded
-        topics = self._store.topics
+            return preloaded, None
         if create and self._loads_create:
-            if await topics.ensure_topic(topic):
-                return TopicClaim(None, new=True)
+            if (made := await self._make(topic)) is not None:
+                return made
             self._loads_create = False
         config, ranges = await asyncio.gather(
-            topics.read_topic_config(topic),
+            self._store.topics.read_topic_config(topic),
             self._store.persistence.read_topic_persistence_info(topic),
         )
         if config is None:
             if not create:
                 raise NoSuchTopicError(f"topic {topic!r} does not exist")
             self._loads_create = True
-            return TopicClaim(None, new=await topics.ensure_topic(topic))
-        return TopicClaim(
+            # Gone meanwhile, or made by another request now: a take-over reads what it finds.
+            made = await self._make(topic)
+            return made if made is not None else (TopicClaim(None), None)
+        found = TopicClaim(
             None, config=config, ranges=ranges or Versioned(LedgerRanges(), NEW_VERSION)
         )
+        return found, None
+
+    async def _make(self, topic: str) -> tuple[TopicClaim, FirstLog | None] | None:
+        """``topic`` made with its first ledger and the record naming it, one store request
+        (``create_topic_with_log``; the topic alone if its log cannot be planned now: its
+        take-over starts it); ``None`` if it exists."""
+        first = await self._parts.first_log(topic)
+        if first is None:
+            made = await self._store.topics.ensure_topic(topic)
+            return (TopicClaim(None, new=True), None) if made else None
+        started = await self._store.persistence.create_topic_with_log(topic, first.ledger)
+        if started is None:
+            return None
+        return TopicClaim(None, new=True), replace(first, started=started)
