@@ -29,13 +29,14 @@ the retries happened to arrive. Here they are recovered as soon as the bundle is
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
 from collections.abc import Awaitable, Callable
 
 from hedwig.clock import Clock
 from hedwig.errors import HedwigError
 from hedwig.hub.reporting.events import HubEvents
-from hedwig.metadata.bundles import Bundle
+from hedwig.metadata.bundles import Bundle, topic_hash
 from hedwig.metadata.managers import MetadataStore
 from hedwig.metadata.records import TopicClaim
 
@@ -47,6 +48,8 @@ READS_AT_ONCE = 1024
 # Take-overs of recovered topics under way at once (as ``RELEASES_AT_ONCE``: enough for the
 # fences and writes of a turn to fill their batched requests).
 TAKE_OVERS_AT_ONCE = 256
+# Listed names sorted into the wave's bundles in one turn of the event loop.
+FILTERED_PER_TURN = 4096
 
 
 class BundleRecovery:
@@ -97,7 +100,7 @@ class BundleRecovery:
                 self._waiting.clear()
                 return
             wave, self._waiting = self._waiting, []  # every bundle won until the listing came
-            mine = [t for t in names if any(b.holds(t) for b in wave) and not self._loaded(t)]
+            mine = await self._of(wave, names)
             recovered = 0
             for i in range(0, len(mine), READS_AT_ONCE):
                 recovered += await self._recover_some(mine[i : i + READS_AT_ONCE])
@@ -109,6 +112,23 @@ class BundleRecovery:
                 len(wave),
                 self._clock.monotonic() - began,
             )
+
+    async def _of(self, wave: list[Bundle], names: list[str]) -> list[str]:
+        """The topics of ``names`` in ``wave``'s bundles not loaded here: each name hashed
+        once and its bundle found by bisection, ``FILTERED_PER_TURN`` names a turn (a test of
+        every name against every bundle of a wave stalled a loaded hub's loop for seconds, and
+        its lease with it)."""
+        spans = sorted((b.start, b.end) for b in wave)
+        starts = [start for start, _ in spans]
+        mine = []
+        for i in range(0, len(names), FILTERED_PER_TURN):
+            for topic in names[i : i + FILTERED_PER_TURN]:
+                point = topic_hash(topic)
+                at = bisect.bisect_right(starts, point) - 1
+                if at >= 0 and point < spans[at][1] and not self._loaded(topic):
+                    mine.append(topic)
+            await asyncio.sleep(0)  # the loop's other work between turns
+        return mine
 
     async def _recover_some(self, topics: list[str]) -> int:
         """Read ``topics``' records in one turn, take over those whose log ends open."""
