@@ -72,7 +72,7 @@ from hedwig.hub import Hub, HubConfig
 from hedwig.hub.process import collector
 from hedwig.metadata import open_store
 from hedwig.net.loop import install_uvloop
-from hedwig.settings import ConnectionSettings, StorageSettings
+from hedwig.settings import BundleSettings, ConnectionSettings, StorageSettings
 
 
 def rss_bytes() -> int:
@@ -126,12 +126,15 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     zk: ZooKeeperServer | None = None
     etcd: EtcdServer | None = None
     store_url = args.store
+    store_dir: str | None = None  # the store's data, when started here (its disk measured)
     if store_url == "zookeeper":
-        zk = ZooKeeperServer(data_dir=_scratch("hedwig-scale-zk-"), heap="2g")
+        store_dir = _scratch("hedwig-scale-zk-")
+        zk = ZooKeeperServer(data_dir=store_dir, heap="2g")
         zk.start()
         store_url = f"zk://{zk.address}"
     elif store_url == "etcd":
-        etcd = EtcdServer(data_dir=_scratch("hedwig-scale-etcd-"), memory_limit="2GiB")
+        store_dir = _scratch("hedwig-scale-etcd-")
+        etcd = EtcdServer(data_dir=store_dir, memory_limit="2GiB")
         etcd.start()
         store_url = etcd.url
     region = f"scale-{os.getpid()}"
@@ -143,15 +146,21 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             metadata_session_timeout_s=args.session_timeout,
         ),
         storage=StorageSettings(data_dir=_scratch("hedwig-scale-hub-"), replication="1/1/1"),
+        bundles=BundleSettings(enabled=args.bundles),
     )
     hub = Hub(config)
     gc.callbacks.append(_gc_timer)
-    out: dict[str, Any] = {"store": store_url.split("://")[0], "topics": args.topics}
+    out: dict[str, Any] = {
+        "store": store_url.split("://")[0],
+        "topics": args.topics,
+        "bundles": args.bundles,
+    }
     try:
         await hub.start()
         collector.settle()  # as a hub process runs it (``hedwig.hub.serve``)
         names = [f"scale/{i:07d}" for i in range(args.topics)]
         rss0 = rss_bytes()
+        disk0 = _du(store_dir) if store_dir else 0
         t0 = time.monotonic()
         for start in range(0, len(names), args.concurrency):
             chunk = names[start : start + args.concurrency]
@@ -164,6 +173,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         out["claim_retries"] = RETRIES[0]
         out["max_gc_pause_s"] = round(GC_PAUSE[0], 2)
         await asyncio.sleep(2)
+        if store_dir:
+            out["store_disk_bytes_per_topic"] = round((_du(store_dir) - disk0) / args.topics)
         out["hub_bytes_per_topic_after_claims"] = round((rss_bytes() - rss0) / args.topics)
         c0, w0 = cpu_s(), time.monotonic()
         await asyncio.sleep(args.idle)
@@ -201,7 +212,7 @@ async def failover(args: argparse.Namespace, out: dict[str, Any]) -> dict[str, A
     half an hour in) still prints what it measured."""
     store = "etcd" if args.store == "etcd" else "zookeeper"
     names = [f"fo/{i:07d}" for i in range(args.topics)]
-    out.update({"store": store, "topics": args.topics, "mode": "failover"})
+    out.update({"store": store, "topics": args.topics, "mode": "failover", "bundles": args.bundles})
     # ZooKeeper's default heap (256 MB) runs out at about 100,000 topics (half a million
     # znodes): the server dies, as it did in a 200,000-topic run. It holds about 5 KB a
     # topic (resident, 200,000 topics): 4 GB up to about 500,000 topics, then 8 KB a topic.
@@ -215,6 +226,7 @@ async def failover(args: argparse.Namespace, out: dict[str, Any]) -> dict[str, A
         store=store,
         zk_heap=f"{heap_mb}m",
         etcd_memory=f"{heap_mb}MiB",
+        hub_args=["--bundles"] if args.bundles else [],
     ) as cluster:
         try:
             await _region(cluster, names, args, out)
@@ -642,6 +654,7 @@ def main() -> None:
     p.add_argument("--idle", type=float, default=30.0, help="seconds of idle CPU measured")
     p.add_argument("--session-timeout", type=float, default=6.0)
     p.add_argument("--progress", action="store_true")
+    p.add_argument("--bundles", action="store_true", help="hubs own topics by bundle")
     p.add_argument("--failover", action="store_true", help="measure a failover instead")
     p.add_argument(
         "--active", type=float, default=0.0, help="then every topic active: messages/s in all"

@@ -57,6 +57,25 @@ def _set_ignoring_topic(event: asyncio.Event, _topic: str) -> None:
     event.set()
 
 
+async def log_started(
+    other: MetadataStore,
+    topic: str,
+    md: LedgerMetadata,
+    created: Versioned[LedgerMetadata],
+    version: Version,
+) -> tuple[int, Versioned[LedgerRanges]]:
+    """A log started with ``md`` as another store reads it: the ledger (its id given by the
+    store) and the record naming it from sequence 1, at the versions told; its id and record."""
+    lid = created.value.ledger_id
+    assert created.value == replace(md, ledger_id=lid)
+    got = await other.ledgers.read_ledger(lid)
+    assert got is not None and got.value == created.value and got.version == created.version
+    ranges = await other.persistence.read_topic_persistence_info(topic)
+    assert ranges is not None and ranges.version == version
+    assert ranges.value == LedgerRanges((LedgerRange(lid, 1),))
+    return lid, ranges
+
+
 class MetadataConformance:
     # Whether a claim reads what it can in its own request (a transaction's branches: etcd,
     # and memory as it); a ZooKeeper ``multi`` cannot read.
@@ -322,13 +341,7 @@ class MetadataConformance:
         await store.topics.ensure_topic("s")
         md = LedgerMetadata(0, "s", 1, 1, 1, ((0, ("h:1",)),), owner="h:1", owner_epoch=3)
         created, version = await store.persistence.start_topic_log("s", md)
-        lid = created.value.ledger_id
-        assert created.value == replace(md, ledger_id=lid)
-        got = await other.ledgers.read_ledger(lid)
-        assert got is not None and got.value == created.value and got.version == created.version
-        ranges = await other.persistence.read_topic_persistence_info("s")
-        assert ranges is not None and ranges.version == version
-        assert ranges.value == LedgerRanges((LedgerRange(lid, 1),))
+        lid, ranges = await log_started(other, "s", md, created, version)
         before = set(await store.ledgers.list_ledgers())
         with pytest.raises(BadVersionError):
             await other.persistence.start_topic_log("s", md)
@@ -336,6 +349,26 @@ class MetadataConformance:
         # The record is an ordinary one: appended to by compare-and-set from its version.
         wider = ranges.value.with_tail(lid + 1000, 5)
         await store.persistence.write_topic_persistence_info("s", wider, version)
+
+    async def test_a_topic_made_with_its_log_in_one_request(
+        self, store: MetadataStore, other: MetadataStore
+    ) -> None:
+        """``create_topic_with_log``: a topic that does not exist is made with its first
+        ledger and the record naming it, as ``ensure_topic`` and ``start_topic_log`` make
+        them; one that exists gets nothing (``None``) and no ledger is left behind."""
+        md = LedgerMetadata(0, "w", 1, 1, 1, ((0, ("h:1",)),), owner="h:1", owner_epoch=3)
+        started = await store.persistence.create_topic_with_log("w", md)
+        assert started is not None
+        await log_started(other, "w", md, *started)
+        assert await other.topics.topic_exists("w")
+        assert "w" in await other.topics.list_topics()
+        assert await other.subscriptions.read_subscriptions("w") == {}
+        before = set(await store.ledgers.list_ledgers())
+        assert await other.persistence.create_topic_with_log("w", md) is None
+        await store.topics.ensure_topic("x")
+        assert await other.persistence.create_topic_with_log("x", md) is None
+        assert set(await store.ledgers.list_ledgers()) == before
+        assert await other.persistence.read_topic_persistence_info("x") is None
 
     async def test_a_claim_that_creates_its_topic_starts_its_log_too(
         self, store: MetadataStore, other: MetadataStore

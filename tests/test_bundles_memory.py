@@ -7,18 +7,22 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 from hedwig.client import HedwigClient
 from hedwig.errors import HedwigError, UsageError
 from hedwig.hub import Hub
+from hedwig.hub.owning.bundle_claims import BundleClaims
 from hedwig.hub.owning.choices import HUBS_CACHE_S
 from hedwig.metadata.bundles import BundleMap
 from hedwig.metadata.memory import MemoryMetadataStore
 from hedwig.metadata.records import HubInfo
 from hedwig.settings import BundleSettings, HubConfig
 from tests.memory_region import FAST_RETRY, Region, answered, memory_region
+from tests.waiting import until
 
 BUNDLES = BundleSettings(enabled=True, initial_bundles=8)
 TOPICS = [f"b/{i}" for i in range(60)]
@@ -38,6 +42,27 @@ async def the_map(region: Region) -> BundleMap:
     got = await region.hubs[0].store.bundles.read_bundle_map()
     assert got is not None
     return got.value
+
+
+def busiest(region: Region, owners: dict[str, str]) -> Hub:
+    """The hub owning the most bundles."""
+    return region.hub_at(Counter(owners.values()).most_common(1)[0][0])
+
+
+def kill(region: Region, hub: Hub) -> Callable[[], None]:
+    """``hub`` killed: unreachable, and its session over in the store; what brings it back
+    (for the region's teardown)."""
+    store = hub.store
+    assert isinstance(store, MemoryMetadataStore)
+    region.network.freeze(hub.address)
+    store.disconnect()
+    store.expire()
+
+    def back() -> None:
+        region.network.thaw(hub.address)
+        store.reconnect()
+
+    return back
 
 
 def owner_of(region: Region, topic: str, hubs: list[Hub]) -> Hub:
@@ -70,16 +95,10 @@ async def test_a_dead_owners_bundles_are_taken_over_with_nothing_lost() -> None:
     async for region in memory_region(3, bundles=BUNDLES):
         async with region.client() as c:
             await asyncio.gather(*(c.publish(t, b"a") for t in TOPICS))
-        owners = await owners_by_bundle(region)
-        victim = region.hub_at(Counter(owners.values()).most_common(1)[0][0])
+        victim = busiest(region, await owners_by_bundle(region))
         lost = {t for t in TOPICS if t in victim.topics.topics}
         assert lost
-        # Killed: unreachable, and its session over in the store.
-        store = victim.store
-        assert isinstance(store, MemoryMetadataStore)
-        region.network.freeze(victim.address)
-        store.disconnect()
-        store.expire()
+        back = kill(region, victim)
         await asyncio.sleep(HUBS_CACHE_S + 0.1)  # the others see it gone from the registry
         rest = [h for h in region.hubs if h is not victim]
         async with HedwigClient(
@@ -93,8 +112,80 @@ async def test_a_dead_owners_bundles_are_taken_over_with_nothing_lost() -> None:
         m = await the_map(region)
         for t in lost:
             assert owner_of(region, t, rest).address == after[m.bundle_of(t).name]
-        region.network.thaw(victim.address)
-        store.reconnect()
+        back()
+
+
+async def test_a_won_bundles_topics_a_dead_owner_left_open_are_recovered_at_once() -> None:
+    async for region in memory_region(3, bundles=BUNDLES):
+        async with region.client() as c:
+            await asyncio.gather(*(c.publish(t, b"a") for t in TOPICS))
+            victim = busiest(region, await owners_by_bundle(region))
+            theirs = sorted(victim.topics.topics)
+            # Some of its topics let go cleanly (their ledgers closed), the rest in use.
+            await victim.topics.unload_idle(0)
+            idle = set(theirs[::4])
+            await asyncio.gather(*(c.publish(t, b"b") for t in theirs if t not in idle))
+        assert set(victim.topics.topics) == set(theirs) - idle
+        back = kill(region, victim)
+        rest = [h for h in region.hubs if h is not victim]
+        m = await the_map(region)
+        first = next(t for t in theirs if t not in idle)
+        bundle = m.bundle_of(first)
+        async with HedwigClient(
+            [h.address for h in rest], network=region.network, retry=FAST_RETRY
+        ) as c:
+            await c.publish(first, b"c")  # the one request: it wins the bundle
+            heir = owner_of(region, first, rest)
+            left_open = {t for t in theirs if bundle.holds(t) and t not in idle}
+            assert len(left_open) > 1
+
+            def recovered(hub: Hub = heir, topics: set[str] = left_open) -> bool:
+                return topics <= set(hub.topics.topics)
+
+            await until(
+                recovered,
+                what="the bundle's open topics taken over without a request",
+            )
+            # Those let go cleanly wait for their first request.
+            assert not {t for t in idle if bundle.holds(t)} & set(heir.topics.topics)
+            await asyncio.gather(*(c.publish(t, b"d") for t in theirs))
+            for t in theirs:
+                want = [b"a", b"d"] if t in idle else [b"a", b"b", b"d"]
+                assert await values(c, t) == [*want[:-1], *([b"c"] if t == first else []), b"d"]
+        back()
+
+
+async def test_a_new_topic_of_an_owned_bundle_costs_one_store_request() -> None:
+    """Its first publish makes the topic with its first ledger and the record naming it in
+    one request (``create_topic_with_log``): no owner record, no separate creation, no read."""
+    async for region in memory_region(2, bundles=BUNDLES):
+        async with region.client() as c:
+            await asyncio.gather(*(c.publish(t, b"a") for t in TOPICS))  # every bundle owned
+            calls: Counter[str] = Counter()
+            for hub in region.hubs:
+                for manager, name in (
+                    (hub.store.topics, "ensure_topic"),
+                    (hub.store.topics, "read_topic_config"),
+                    (hub.store.persistence, "read_topic_persistence_info"),
+                    (hub.store.persistence, "start_topic_log"),
+                    (hub.store.persistence, "create_topic_with_log"),
+                    (hub.store.ownership, "claim_topic"),
+                ):
+                    real = getattr(manager, name)
+
+                    async def counted(
+                        *args: Any, _real: Any = real, _name: str = name, _calls: Any = calls
+                    ) -> Any:
+                        _calls[_name] += 1
+                        return await _real(*args)
+
+                    setattr(manager, name, counted)
+            fresh = [f"fresh/{i}" for i in range(40)]
+            for t in fresh:
+                await c.publish(t, b"x")
+            assert calls == Counter({"create_topic_with_log": len(fresh)})
+            for t in fresh:
+                assert await values(c, t) == [b"x"]
 
 
 async def test_a_stopping_hub_releases_its_bundles_after_closing_its_logs() -> None:
@@ -225,8 +316,9 @@ async def test_a_bundle_record_left_by_an_earlier_session_of_the_hub_is_replaced
         stale = HubInfo(owner.address, owner.topics.epoch - 1)
         assert (await ghost.bundles.claim_bundle(name, stale)).claimed
         # Its next claim of the bundle finds its own old record, removes it, claims afresh.
-        bundles = owner.topics.bundles
-        assert bundles is not None
+        by_bundle = owner.topics.claims
+        assert isinstance(by_bundle, BundleClaims)
+        bundles = by_bundle.bundles
         assert await bundles.claim(bmap.bundle_of(TOPICS[0])) == owner.address
         got = await ghost.bundles.read_bundle_owner(name)
         assert got is not None and got.value == HubInfo(owner.address, owner.topics.epoch)
@@ -247,8 +339,9 @@ async def test_a_bundle_whose_record_is_deleted_from_outside_loses_its_topics() 
             async with asyncio.timeout(5):
                 while any(t in owner.topics.topics for t in inside):
                     await asyncio.sleep(0.01)
-            assert owner.topics.bundles is not None
-            assert bundle.name not in owner.topics.bundles.owned
+            claims = owner.topics.claims
+            assert isinstance(claims, BundleClaims)
+            assert bundle.name not in claims.bundles.owned
             # Its topics come back whole wherever the bundle goes next.
             await asyncio.gather(*(c.publish(t, b"b") for t in inside))
             for t in inside:

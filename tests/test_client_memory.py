@@ -30,7 +30,7 @@ from hedwig.errors import (
     TlsClosedError,
     UsageError,
 )
-from hedwig.hub.owning import claims, owner_watch, ownership, takeover
+from hedwig.hub.owning import claims, owner_watch, takeover
 from hedwig.hub.owning.choices import HUBS_CACHE_S, HUBS_FRESH_S
 from hedwig.hub.owning.topic import OwnedTopic
 from hedwig.hub.reporting.events import LossKind
@@ -924,10 +924,12 @@ async def test_every_owner_watch_firing_at_once_is_checked_a_bounded_number_at_a
 
     a.store.ownership.read_owner_info = counted  # type: ignore[method-assign]
     tasks = len(asyncio.all_tasks())
+    by_topic = a.topics.claims
+    assert isinstance(by_topic, claims.TopicClaims)
     for name in names:
-        a.topics.owners.fired(name)
+        by_topic.owners.fired(name)
     assert len(asyncio.all_tasks()) <= tasks + 1
-    await until(lambda: reading == 0 and not a.topics.owners.to_check)
+    await until(lambda: reading == 0 and not by_topic.owners.to_check)
     assert 1 < most <= owner_watch.OWNER_CHECKS_AT_ONCE
     assert set(names) <= set(a.topics.topics) and a.topics.stats.losses == 0
     # Watched again: the record of one removed, the hub lets the topic go.
@@ -963,7 +965,7 @@ async def test_a_hub_stopping_hands_its_topics_over_a_bounded_number_at_a_time(
     a.topics.release = counted  # type: ignore[method-assign]
     await a.topics.release_all("test")
     assert not a.topics.topics
-    assert 1 < most <= ownership.RELEASES_AT_ONCE
+    assert 1 < most <= claims.RELEASES_AT_ONCE
     for name in names[:3]:
         assert await a.store.ownership.read_owner_info(name) is None
 
@@ -1075,7 +1077,9 @@ async def test_a_hub_claims_first_while_topics_asked_of_it_are_unowned_and_reads
         async with HedwigClient(first.address, network=region.network, retry=FAST_RETRY) as c:
             for topic in elsewhere:  # each asked of the first hub, owned by another
                 await c.publish(topic, b"y")
-            assert first.topics.claims._unowned_lately < claims.CLAIM_FIRST
+            by_topic = first.topics.claims
+            assert isinstance(by_topic, claims.TopicClaims)
+            assert by_topic._unowned_lately < claims.CLAIM_FIRST
             reads.clear()
             await c.publish("wave/late", b"z")
         assert "wave/late" in first.topics.topics

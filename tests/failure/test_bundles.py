@@ -6,17 +6,19 @@ joining hub, while publishers and subscribers run."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from hedwig.client import HedwigClient
 from hedwig.devcluster.cluster import DevCluster
 from hedwig.metadata import open_store
 from tests.cluster_helpers import eventually
 from tests.failure.clusters import SESSION, cluster_332
 from tests.failure.history import Workload, check
-from tests.failure.test_faults import TOPICS, fences_answered, run, scrape
+from tests.failure.test_faults import TOPICS, fences_answered, run, scrape, summed
 
 pytestmark = pytest.mark.integration
 
@@ -44,13 +46,33 @@ async def bundle_owner(cluster: DevCluster, topic: str) -> str | None:
         await store.close()
 
 
+async def beside(cluster: DevCluster, topic: str, n: int) -> list[str]:
+    """``n`` topic names of ``topic``'s bundle, not the workload's."""
+    store = open_store(cluster.zk, region=cluster.region)
+    await store.start()
+    try:
+        got = await store.bundles.read_bundle_map()
+        assert got is not None
+        bundle = got.value.bundle_of(topic)
+    finally:
+        await store.close()
+    names = (f"f/beside/{i}" for i in range(100_000))
+    return list(itertools.islice((t for t in names if bundle.holds(t)), n))
+
+
 async def test_kill9_bundle_owner_under_load(cluster: DevCluster) -> None:
     victim: list[str] = []
+    # Topics of the workload's bundle in use on its owner when it dies, asked for by nobody
+    # after: taken over in bulk by the bundle's next owner (``bundle_recovery``).
+    quiet: list[str] = []
 
     async def fault() -> None:
         owner = await bundle_owner(cluster, TOPICS[0])
         assert owner is not None
         victim.append(owner)
+        quiet.extend(await beside(cluster, TOPICS[0], 20))
+        async with HedwigClient(cluster.addresses) as c:
+            await asyncio.gather(*(c.publish(t, t.encode()) for t in quiet))
         cluster.hub_at(owner).kill()
 
     await run(cluster, fault, after=SESSION + 4)
@@ -58,6 +80,13 @@ async def test_kill9_bundle_owner_under_load(cluster: DevCluster) -> None:
     now = await bundle_owner(cluster, TOPICS[0])
     assert now is not None and now != victim[0]
     assert fences_answered([h for h in cluster.hub_procs if h.address != victim[0]]) >= 1
+    # Every quiet topic was taken over as the bundle was won, before any request for it.
+    heir = [cluster.hub_at(now)]
+    assert summed(heir, "hedwig_bundle_topics_recovered_total") >= len(quiet)
+    async with HedwigClient([now]) as c:
+        for t in quiet:
+            answer = await c.read(t, 1, max_messages=10)
+            assert [m.value for b in answer.batches for m in b.delivered()] == [t.encode()]
 
 
 async def test_bundle_owner_frozen_past_its_session(cluster: DevCluster) -> None:

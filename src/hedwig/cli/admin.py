@@ -12,7 +12,7 @@ import asyncio
 import bisect
 import sys
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from hedwig.cli.common import (
@@ -27,6 +27,8 @@ from hedwig.cli.output import Progress, emit
 from hedwig.cli.plans import describe_lanes
 from hedwig.errors import HedwigError, UsageError
 from hedwig.metadata import PlanMode, open_store
+from hedwig.metadata.managers import MetadataStore
+from hedwig.metadata.records import HubInfo, Versioned
 from hedwig.net.connection import HubConnection
 from hedwig.net.transport import TCP, TcpNetwork
 from hedwig.protocol import TopicInfo, TopicStats
@@ -94,6 +96,22 @@ class _Owners:
                 task.cancel()
 
 
+async def _owner_lookup(
+    store: MetadataStore,
+) -> Callable[[str], Awaitable[Versioned[HubInfo] | None]]:
+    """How a topic's owner record is found: its bundle's, from one listing, in a region with
+    a bundle map; its own, read for each topic, in one without."""
+    found = await store.bundles.read_bundle_map()
+    if found is None:
+        return store.ownership.read_owner_info
+    bundles, by_bundle = found.value, await store.bundles.bundle_owners()
+
+    async def of_bundle(topic: str) -> Versioned[HubInfo] | None:
+        return by_bundle.get(bundles.bundle_of(topic).name)
+
+    return of_bundle
+
+
 async def collect_topics(
     zk: str,
     region: str,
@@ -120,18 +138,14 @@ async def collect_topics(
             topics = topics[bisect.bisect_right(topics, after) :]
         if limit is not None:
             topics = topics[:limit]
-        bundles = await store.bundles.read_bundle_map()
-        by_bundle = await store.bundles.bundle_owners() if bundles is not None else {}
+        owner_of = await _owner_lookup(store)
         at_once = asyncio.Semaphore(LISTING_CONCURRENCY)
         done = 0
 
         async def row(topic: str) -> dict[str, Any]:
             nonlocal done
             async with at_once:
-                if bundles is not None:
-                    owner = by_bundle.get(bundles.value.bundle_of(topic).name)
-                else:
-                    owner = await store.ownership.read_owner_info(topic)
+                owner = await owner_of(topic)
                 subs = await store.subscriptions.read_subscriptions(topic)
                 ranges = await store.persistence.read_topic_persistence_info(topic)
                 plan = await store.plans.read_plan(topic)

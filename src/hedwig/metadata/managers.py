@@ -115,6 +115,15 @@ class TopicPersistenceManager(Protocol):
         (``hedwig.metadata.topic_logs``)."""
         ...
 
+    async def create_topic_with_log(
+        self, topic: str, first: LedgerMetadata
+    ) -> tuple[Versioned[LedgerMetadata], Version] | None:
+        """The topic made (as ``TopicCatalog.ensure_topic``) with its log started (as
+        ``start_topic_log``), in one request where the store allows: what a hub owning by
+        bundle writes for a new topic of a bundle it owns (no owner record of its own).
+        ``None`` if the topic exists (nothing of it is written then)."""
+        ...
+
     async def continue_topic_log(
         self,
         topic: str,

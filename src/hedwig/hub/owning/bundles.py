@@ -5,8 +5,9 @@ bundles``): one owner record per bundle, claimed test-and-set on the hub's sessi
 a topic's was, and no owner record per topic. A topic of an owned bundle is loaded when a
 request first asks for it (``hedwig.hub.owning.claims``: its log taken over, fenced and
 recovered, as before), so a bundle's claim costs one record however many topics it holds, and
-a take-over of a dead hub's bundles costs one claim each, the recovery of each topic's log
-only when the topic is used.
+a take-over of a dead hub's bundles costs one claim each; the topics their old owner left open
+are then recovered in bulk (``on_won``: ``hedwig.hub.owning.bundle_recovery``), the others
+only when used.
 
 The rules kept:
 
@@ -72,6 +73,7 @@ class HubBundles:
         settings: BundleSettings,
         me: Callable[[], HubInfo],
         on_lost: Callable[[Bundle, str | None], None],
+        on_won: Callable[[Bundle], None],
         clock: Clock,
     ) -> None:
         self._store = store
@@ -81,6 +83,7 @@ class HubBundles:
         self.settings = settings
         self._me = me  # this hub's address and epoch, as its records name it
         self._on_lost = on_lost  # told (bundle, new owner or None) when one is no longer ours
+        self._on_won = on_won  # told of a bundle whose claim this hub won
         self.map: BundleMap | None = None
         self._reading_map: asyncio.Task[None] | None = None
         self._map_changes = 0  # the map's watch fired this often (a read under way is stale)
@@ -217,6 +220,7 @@ class HubBundles:
         self.others.pop(name, None)
         self._store.bundles.watch_bundle_owner(name, self._fired, version)
         log.info("claimed bundle %s", name)
+        self._on_won(Bundle.parse(name))
 
     def _fired(self, name: str) -> None:
         if name not in self.owned:

@@ -20,39 +20,39 @@ reading them. While claims make their topics (a wave of first publishes), each b
 topic's first ledger along in its own request.
 
 No claim is made while an alive hub of the region owns topics the other way (by bundle, or
-one by one): two such hubs would each believe they own a topic.
+one by one): two such hubs would each believe they own a topic (``refuse_mixed``).
 
-With bundles on (``hedwig.hub.owning.bundles``) the owner is the topic's bundle's:
-
-1. The bundle owned here: the topic is loaded (created first if publishing or subscribing
-   asks for one that does not exist) and taken over, with no owner record of its own.
-2. Owned by another hub, as known here, or just handed over by this one: redirect there.
-3. Unowned and the request not redirected: the bundle's place on the consistent-hash ring of
-   the alive hubs (``HubChoices.bundle_place``); another hub's place, redirect there.
-4. Unowned and redirected here (or placed here): claim the bundle; lost to another hub,
-   redirect there; won, go on as in 1.
+These rules are ``TopicClaims``, one of the two claim policies (``hedwig.hub.owning.policy``);
+the other, by bundle, is ``hedwig.hub.owning.bundle_claims``. What both are made of
+(``ClaimParts``) and share (the stats, a redirect counted, the mixed-region refusal) is here.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
+import logging
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, replace
 
+from hedwig.clock import Clock
 from hedwig.errors import (
     BadVersionError,
+    HedwigError,
     NoSuchTopicError,
     NoTopicOwnerInfoError,
     NotResponsibleError,
     ServiceUnavailableError,
 )
-from hedwig.hub.owning.bundles import HubBundles
 from hedwig.hub.owning.choices import HubChoices
+from hedwig.hub.owning.owner_watch import OwnerWatch
 from hedwig.hub.owning.takeover import FirstLog
 from hedwig.hub.owning.topic import OwnedTopic
-from hedwig.hub.reporting.events import HubEvents
+from hedwig.hub.reporting.events import HubEvents, LossKind
+from hedwig.metadata.bundles import Bundle
 from hedwig.metadata.managers import MetadataStore
-from hedwig.metadata.records import NEW_VERSION, HubInfo, LedgerRanges, TopicClaim, Versioned
+from hedwig.metadata.records import NEW_VERSION, HubInfo, TopicClaim, Version, Versioned
+from hedwig.settings import BundleSettings
+
+log = logging.getLogger(__name__)
 
 # A topic this hub would keep by the local placement rule (``HubChoices.keeps``) is claimed
 # before its owner record is read while at least this share of the requests for topics it did
@@ -63,6 +63,8 @@ from hedwig.metadata.records import NEW_VERSION, HubInfo, LedgerRanges, TopicCla
 # read): where most topics asked about are owned, the read goes first as before.
 CLAIM_FIRST = 0.5
 UNOWNED_WEIGHT = 1 / 16
+# Topics handed over at once (a hub draining or stopping, a bundle handed over).
+RELEASES_AT_ONCE = 256
 
 
 @dataclass
@@ -77,27 +79,65 @@ class OwnershipStats:
     losses: int = 0
 
 
-class ClaimRules:
-    def __init__(
-        self,
-        *,
-        store: MetadataStore,
-        choices: HubChoices,
-        stats: OwnershipStats,
-        events: HubEvents,
-        me: Callable[[], HubInfo],
-        first_log: Callable[[str], Awaitable[FirstLog | None]],
-        take_over: Callable[[str, TopicClaim, FirstLog | None], Awaitable[OwnedTopic]],
-        bundles: HubBundles | None = None,
-    ) -> None:
-        self._store = store
-        self._choices = choices
-        self._stats = stats
-        self._events = events
-        self._me = me  # this hub's address and epoch, as they are now
-        self._first_log = first_log
-        self._take_over = take_over
-        self._bundles = bundles  # owning by bundle (``None``: topic by topic)
+@dataclass(frozen=True, slots=True)
+class ClaimParts:
+    """What a claim policy is made of: the hub's store, placement and counters, and the
+    ownership's callbacks (``hedwig.hub.owning.ownership`` holds the topics once claimed)."""
+
+    store: MetadataStore
+    choices: HubChoices
+    stats: OwnershipStats
+    events: HubEvents
+    settings: BundleSettings
+    clock: Clock
+    me: Callable[[], HubInfo]  # this hub's address and epoch, as they are now
+    first_log: Callable[[str], Awaitable[FirstLog | None]]
+    take_over: Callable[[str, TopicClaim, FirstLog | None], Awaitable[OwnedTopic]]
+    serving: Callable[[str], bool]  # whether a topic is owned here and open
+    loaded: Callable[[], Iterable[str]]  # the topics owned here now
+    lose: Callable[[str, LossKind, str, str | None], None]  # stop serving one at once
+    release: Callable[[str, str, str | None], Awaitable[bool]]  # hand one over
+    held: Callable[[str], bool]  # whether a topic is owned or being claimed here
+    recover: Callable[[str], Awaitable[object]]  # take one of an owned bundle over now
+
+    def redirected(self, topic: str) -> None:
+        self.stats.redirects += 1
+        self.events.redirected(topic)
+
+    async def refuse_mixed(self, topic: str, by_bundle: bool) -> None:
+        """Refuse a claim while an alive hub of the region owns topics the other way."""
+        if (other := await self.choices.other_kind(by_bundle)) is not None:
+            raise ServiceUnavailableError(
+                f"topic {topic!r}: hub {other} owns topics "
+                f"{'one by one' if by_bundle else 'by bundle'} and this one "
+                f"{'by bundle' if by_bundle else 'one by one'}: no claim while the region "
+                "mixes the two (run every hub alike, docs/zookeeper-layout.md)"
+            )
+
+
+class TopicClaims:
+    """Topic by topic: an owner record per topic, claimed, watched and given up on its own."""
+
+    by_bundle = False  # (what its alive record says)
+    unloads_idle = False  # a topic let go would be placed afresh, not loaded again here
+
+    def __init__(self, parts: ClaimParts) -> None:
+        self._parts = parts
+        self._store = parts.store
+        self._choices = parts.choices
+        self._stats = parts.stats
+        self._me = parts.me
+        self._first_log = parts.first_log
+        self._take_over = parts.take_over
+        # The owner records of the topics it owns, watched (``owner_watch``).
+        self.owners = OwnerWatch(
+            parts.store,
+            serving=parts.serving,
+            me=parts.me,
+            lost=lambda topic, new_owner: parts.lose(
+                topic, LossKind.OWNERSHIP_REMOVED, "ownership record removed", new_owner
+            ),
+        )
         # How often lately a first request here for a topic this hub does not serve found it
         # unowned (an average, newest weighing ``UNOWNED_WEIGHT``): claims go first while
         # most do (``CLAIM_FIRST``).
@@ -106,17 +146,39 @@ class ClaimRules:
         # while they make their topics, each brings the topic's first ledger along (``_claim``).
         self._claims_create = True
 
+    # what the ownership tells it ---------------------------------------------------------
+
+    def claimed(self, topic: str, version: Version) -> None:
+        self.owners.watch(topic, version)
+
+    def cannot_store(self, topic: str, version: Version | None) -> None:
+        if version is not None:
+            self.owners.give_up(topic, version)
+
+    async def released(self, topic: str, version: Version | None) -> None:
+        if version is None:
+            return
+        try:
+            await self._store.ownership.delete_owner_info(topic, version)
+        except HedwigError as exc:
+            log.info("releasing %r: owner record already gone (%s)", topic, exc)
+
+    def session_ended(self) -> None:
+        return None  # the owner records went with the session
+
+    async def stopped(self) -> None:
+        return None  # each record was deleted as its topic was released
+
+    async def hand_over(self, bundle: Bundle, destination: str, reason: str) -> bool:
+        return False  # no bundle is owned here
+
+    async def region_map(self) -> tuple[tuple[int, ...], tuple[str, ...]]:
+        return (), ()  # clients route topic by topic
+
+    # resolving ----------------------------------------------------------------------------
+
     async def resolve(self, topic: str, redirected: bool, create: bool) -> OwnedTopic:
-        by_bundle = self._bundles is not None
-        if (other := await self._choices.other_kind(by_bundle)) is not None:
-            raise ServiceUnavailableError(
-                f"topic {topic!r}: hub {other} owns topics "
-                f"{'one by one' if by_bundle else 'by bundle'} and this one "
-                f"{'by bundle' if by_bundle else 'one by one'}: no claim while the region "
-                "mixes the two (run every hub alike, docs/zookeeper-layout.md)"
-            )
-        if self._bundles is not None:
-            return await self._resolve_by_bundle(self._bundles, topic, redirected, create)
+        await self._parts.refuse_mixed(topic, by_bundle=False)
         # A topic this call created has nothing yet (no owner, configuration or ledgers): its
         # claim skips reading them, three store round trips of about nine. It is created
         # together with its owner record (``claim_topic``: one request, not two or three);
@@ -211,65 +273,6 @@ class ClaimRules:
             return await self._take_over(topic, TopicClaim(version, new=fresh), None)
         raise ServiceUnavailableError(f"topic {topic!r}: its ownership is changing")
 
-    async def _resolve_by_bundle(
-        self, bundles: HubBundles, topic: str, redirected: bool, create: bool
-    ) -> OwnedTopic:
-        me = self._me().address
-        bundle = (await bundles.current_map()).bundle_of(topic)
-        handed = bundles.handed_to(bundle)
-        if handed is not None:
-            self._redirect(topic)
-            raise NotResponsibleError(
-                f"topic {topic!r} is in bundle {bundle.name}, just handed to {handed}",
-                owner=handed,
-            )
-        owner = await bundles.owner_of(bundle)
-        if owner is None:
-            place = None if redirected else await self._choices.bundle_place(bundle.name)
-            if place is not None and place != me:
-                self._redirect(topic)
-                raise NotResponsibleError(
-                    f"topic {topic!r} is in bundle {bundle.name}, placed on {place}", owner=place
-                )
-            owner = await bundles.claim(bundle)
-        if owner is None:
-            raise ServiceUnavailableError(f"bundle {bundle.name}: its ownership is changing")
-        if owner != me:
-            self._redirect(topic)
-            raise NotResponsibleError(
-                f"topic {topic!r} is in bundle {bundle.name}, owned by {owner}", owner=owner
-            )
-        claim = await self._load(topic, create)
-        version = bundles.owned.get(bundle.name)
-        if version is None:  # lost while the topic was looked up
-            raise ServiceUnavailableError(f"bundle {bundle.name}: its ownership is changing")
-        return await self._take_over(topic, replace(claim, version=version), None)
-
-    async def _load(self, topic: str, create: bool) -> TopicClaim:
-        """What loading ``topic`` in an owned bundle finds, in as few store requests as loads
-        come in (``TopicClaim``, its version left to the caller): loads come in waves of one
-        kind, as claims do. While they make their topics (first publishes), the topic is
-        created first (``new``: nothing else of it to read). While they find them (a take-over
-        of a dead hub's bundles), its configuration and ledger list are read together (one
-        ``multiRead`` or etcd request), which the take-over then does not read again; a topic
-        found missing is made then, if the request may make one."""
-        if create and self._claims_create:
-            if await self._store.topics.ensure_topic(topic):
-                return TopicClaim(None, new=True)
-            self._claims_create = False
-        config, ranges = await asyncio.gather(
-            self._store.topics.read_topic_config(topic),
-            self._store.persistence.read_topic_persistence_info(topic),
-        )
-        if config is None:
-            if not create:
-                raise NoSuchTopicError(f"topic {topic!r} does not exist")
-            self._claims_create = True
-            return TopicClaim(None, new=await self._store.topics.ensure_topic(topic))
-        return TopicClaim(
-            None, config=config, ranges=ranges or Versioned(LedgerRanges(), NEW_VERSION)
-        )
-
     def _found_unowned(self, unowned: bool) -> None:
         """One more request for a topic this hub does not serve found it ``unowned`` (or not)."""
         self._unowned_lately += UNOWNED_WEIGHT * (unowned - self._unowned_lately)
@@ -288,5 +291,4 @@ class ClaimRules:
         return claim, replace(first, started=claim.log)
 
     def _redirect(self, topic: str) -> None:
-        self._stats.redirects += 1
-        self._events.redirected(topic)
+        self._parts.redirected(topic)

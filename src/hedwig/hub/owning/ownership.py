@@ -25,10 +25,9 @@ nobody took its topics over. Past the session timeout another hub may have taken
 then asks its open ledgers' replicas whether they were fenced, and drops the topics whose
 ledgers were, so their subscribers move on even when nobody publishes.
 
-With bundles on (``BundleSettings.enabled``) the hub owns topics by bundle
-(``hedwig.hub.owning.bundles``): a topic of an owned bundle has no owner record of its own, so
-nothing of it is watched, given up or deleted on release; the bundle's record is watched
-instead, and its loss loses every topic of it.
+How claims are made and what is kept of them is the hub's claim policy
+(``hedwig.hub.owning.policy``: topic by topic, or by bundle), chosen once when the hub is
+built; this module tells it what happens to the topics and never asks which it is.
 """
 
 from __future__ import annotations
@@ -40,16 +39,14 @@ from collections.abc import Callable
 
 from hedwig.clock import Clock
 from hedwig.errors import (
-    HedwigError,
     NoSuchTopicError,
     NotResponsibleError,
     ServiceUnavailableError,
     TopicMovingError,
 )
-from hedwig.hub.owning.bundles import HubBundles
 from hedwig.hub.owning.choices import HubChoices
-from hedwig.hub.owning.claims import ClaimRules, OwnershipStats
-from hedwig.hub.owning.owner_watch import OwnerWatch
+from hedwig.hub.owning.claims import RELEASES_AT_ONCE, ClaimParts, OwnershipStats
+from hedwig.hub.owning.policy import claim_policy
 from hedwig.hub.owning.standing import HubStanding
 from hedwig.hub.owning.takeover import FirstLog, TakeOver
 from hedwig.hub.owning.topic import OwnedTopic, TopicState
@@ -72,8 +69,6 @@ log = logging.getLogger(__name__)
 
 # Topics whose ledgers are asked about at once, while suspended (``_drop_fenced``).
 FENCED_CHECKS_AT_ONCE = 256
-# Topics handed over at once when the hub drains or stops.
-RELEASES_AT_ONCE = 256
 
 
 class TopicOwnership:
@@ -117,28 +112,7 @@ class TopicOwnership:
             topics=lambda: len(self.topics),
         )
         self._dropping = False
-        # The owner records of the topics it owns, watched (``owner_watch``).
-        self.owners = OwnerWatch(
-            store,
-            serving=self._serving,
-            me=lambda: HubInfo(self.address, self.epoch),
-            lost=lambda topic, new_owner: self.lose(
-                topic, LossKind.OWNERSHIP_REMOVED, "ownership record removed", new_owner
-            ),
-        )
         self.stats = OwnershipStats()
-        # The bundles owned here, when topics are owned by bundle (``None``: one by one).
-        self.bundles = (
-            HubBundles(
-                store=store,
-                settings=config.bundles,
-                me=lambda: HubInfo(self.address, self.epoch),
-                on_lost=self._bundle_lost,
-                clock=clock,
-            )
-            if config.bundles.enabled
-            else None
-        )
         # Called whenever the set of owned topics changes (the hub reports its load soon after).
         self._on_change = on_change or (lambda: None)
         # Settings, log recovery and read-back of a claimed topic (``takeover``).
@@ -155,16 +129,26 @@ class TopicOwnership:
             on_rolled_over=self._give_up,
             dead_letters=dead_letters,
         )
-        # Redirect or claim, for a request on a topic this hub does not serve (``claims``).
-        self.claims = ClaimRules(
-            store=store,
-            choices=choices,
-            stats=self.stats,
-            events=events,
-            me=lambda: HubInfo(self.address, self.epoch),
-            first_log=self.takeover.first_log,
-            take_over=self._take_over,
-            bundles=self.bundles,
+        # Redirect or claim, for a request on a topic this hub does not serve, and what is
+        # kept of a claim: topic by topic or by bundle (``policy``), chosen once, here.
+        self.claims = claim_policy(
+            ClaimParts(
+                store=store,
+                choices=choices,
+                stats=self.stats,
+                events=events,
+                settings=config.bundles,
+                clock=clock,
+                me=lambda: HubInfo(self.address, self.epoch),
+                first_log=self.takeover.first_log,
+                take_over=self._take_over,
+                serving=self._serving,
+                loaded=lambda: list(self.topics),
+                lose=lambda topic, kind, why, to: self.lose(topic, kind, why, to),
+                release=lambda topic, why, to: self.release(topic, why, to),
+                held=lambda topic: topic in self.topics or topic in self._claims,
+                recover=lambda topic: self.acquire(topic, redirected=True, create=False),
+            )
         )
 
     # session ------------------------------------------------------------------------------
@@ -202,8 +186,7 @@ class TopicOwnership:
         return not self.standing.claiming
 
     def drop_all(self, kind: LossKind, reason: str) -> None:
-        if self.bundles is not None:
-            self.bundles.forget_all()
+        self.claims.session_ended()
         names = list(self.topics)
         if not names:
             return
@@ -308,8 +291,7 @@ class TopicOwnership:
         self.topics[topic] = owned
         owned.owner_version = version
         self.choices.claimed(topic)
-        if self.bundles is None:  # (by bundle, the bundle's record is watched instead)
-            self.owners.watch(topic, version)
+        self.claims.claimed(topic, version)
         # How long the claim took, and of that the log's recovery and the read-back of its
         # end: where a slow failover spent its time.
         log.info(
@@ -351,14 +333,8 @@ class TopicOwnership:
             # Give the owner record up at once, so other hubs stop sending clients here and one
             # of them claims the topic, instead of waiting for this hub's session to end.
             self.choices.cannot_store(topic)
-            if version is not None and self.bundles is None:
-                self.owners.give_up(topic, version)
+            self.claims.cannot_store(topic, version)
         self._changed()
-
-    def _bundle_lost(self, bundle: Bundle, new_owner: str | None) -> None:
-        """A bundle's owner record is gone or another's: every topic of it goes."""
-        for topic in [t for t in self.topics if bundle.holds(t)]:
-            self.lose(topic, LossKind.OWNERSHIP_REMOVED, "bundle's owner record removed", new_owner)
 
     def _loss_level(self, kind: LossKind) -> int:
         """One warning per loss, unless many topics go at once (a session ends): then each is
@@ -381,51 +357,22 @@ class TopicOwnership:
             self.choices.handed_over(topic, new_owner)
         self.topics.pop(topic, None)
         version, owned.owner_version = owned.owner_version, None
-        if version is not None and self.bundles is None:
-            try:
-                await self.store.ownership.delete_owner_info(topic, version)
-            except HedwigError as exc:
-                log.info("releasing %r: owner record already gone (%s)", topic, exc)
+        await self.claims.released(topic, version)
         self.stats.releases += 1
         self._changed()
         return True
 
     async def hand_over_bundle(self, bundle: Bundle, destination: str, reason: str) -> bool:
-        """Hand ``bundle`` to ``destination`` (make-before-break, as a topic's hand-off):
-        held for it from now on, every loaded topic of it let go naming it (its ledger closed,
-        its clients told where to go), then its owner record deleted, so the destination
-        claims it at its clients' first request and finds every log closed. False if the
-        bundle is not owned here."""
-        if self.bundles is None:
-            return False
-        version = self.bundles.hand_off(bundle, destination)
-        if version is None:
-            return False
-        names = [t for t in self.topics if bundle.holds(t)]
-        for i in range(0, len(names), RELEASES_AT_ONCE):
-            group = names[i : i + RELEASES_AT_ONCE]
-            await asyncio.gather(
-                *(self.release(t, reason, destination) for t in group), return_exceptions=True
-            )
-        try:
-            await self.store.bundles.release_bundle(bundle.name, version)
-        except HedwigError as exc:
-            log.info("handing bundle %s over: its record: %s", bundle.name, exc)
-        log.info(
-            "handed bundle %s (%d topics loaded) to %s: %s",
-            bundle.name,
-            len(names),
-            destination,
-            reason,
-        )
-        return True
+        """Hand ``bundle`` to ``destination`` (``ClaimPolicy.hand_over``); False if the bundle
+        is not owned here."""
+        return await self.claims.hand_over(bundle, destination, reason)
 
     async def unload_idle(self, idle_ms: int) -> int:
         """By bundle: let go (``release``, no owner record to delete) every topic nobody
         published to or attached to for ``idle_ms``, ``RELEASES_AT_ONCE`` at a time: its
         ledger is closed and its consume marks flushed, and the next request loads it again.
         How many went. Topic by topic, nothing (a topic let go would be placed afresh)."""
-        if self.bundles is None:
+        if not self.claims.unloads_idle:
             return 0
         names = [
             name
@@ -487,5 +434,4 @@ class TopicOwnership:
 
         workers = min(RELEASES_AT_ONCE, len(self.topics))
         await asyncio.gather(*(one_by_one() for _ in range(workers)))
-        if self.bundles is not None:
-            await self.bundles.release_all()  # every log closed first
+        await self.claims.stopped()

@@ -130,12 +130,13 @@ class HubLoops:
             c.retention.gc_interval_s, self.expire_idle, "expiring idle topics and subscriptions"
         )
         self._every(c.audit.audit_interval_s, self.audit_once, "ledger audit")
-        if c.balance.self_balance and self.ownership.bundles is not None:
-            self._every(
-                c.balance.balance_interval_s, self.balance_bundles_once, "bundle balancing cycle"
-            )
-        elif c.balance.self_balance:
-            self._every(c.balance.balance_interval_s, self.balance_once, "self-balancing cycle")
+        if c.balance.self_balance:
+            # The cycle that moves what this hub owns: bundles, or topics.
+            cycle, what = {
+                True: (self.balance_bundles_once, "bundle balancing cycle"),
+                False: (self.balance_once, "self-balancing cycle"),
+            }[self.ownership.claims.by_bundle]
+            self._every(c.balance.balance_interval_s, cycle, what)
         if c.balance.auto_fan_out:
             self._every(c.balance.balance_interval_s, self.scale_once, "scaling cycle")
 
@@ -235,7 +236,7 @@ class HubLoops:
             report,
             internal=self.internal_address,
             hub_id=self.hub_id,
-            bundles=self.ownership.bundles is not None,
+            bundles=self.ownership.claims.by_bundle,
             external=self.external_address,
         )
         try:
@@ -338,9 +339,7 @@ class HubLoops:
         ``inactive_topic_expiry_ms``. Both off unless configured. And a topic nobody published
         to or attached to for ``CACHE_IDLE_MS`` lets the batches it kept in memory go. By
         bundle, a topic idle for ``BundleSettings.unload_idle_s`` is unloaded."""
-        bundles = self.ownership.bundles
-        if bundles is not None:
-            await self.ownership.unload_idle(int(bundles.settings.unload_idle_s * 1000))
+        await self.ownership.unload_idle(int(self.config.bundles.unload_idle_s * 1000))
         async for owned in in_turns(list(self.ownership.topics.values())):
             if owned.state is not TopicState.OPEN:
                 continue
@@ -406,7 +405,7 @@ class HubLoops:
             timestamp_ms=self.clock.wall_ms(),
             internal=internal,
             hub_id=hub_id,
-            bundles=self.ownership.bundles is not None,
+            bundles=self.ownership.claims.by_bundle,
             external=self.external_address,
         )
 

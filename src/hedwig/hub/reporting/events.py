@@ -54,6 +54,11 @@ class HubEvents(Protocol):
         """This hub handed the topic over gracefully."""
         ...
 
+    def recovered_in_bulk(self, topics: int) -> None:
+        """``topics`` a won bundle's old owner left open were taken over in bulk, before any
+        request asked for them (``hedwig.hub.owning.bundle_recovery``)."""
+        ...
+
     def lost(self, topic: str, kind: LossKind) -> None:
         """This hub stopped serving the topic without a hand-off."""
         ...
@@ -108,6 +113,9 @@ class NoEvents:
         return None
 
     def released(self, topic: str, kind: MoveKind) -> None:
+        return None
+
+    def recovered_in_bulk(self, topics: int) -> None:
         return None
 
     def lost(self, topic: str, kind: LossKind) -> None:

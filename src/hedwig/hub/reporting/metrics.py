@@ -82,6 +82,9 @@ class HubMetrics:
         self.topics_owned = Gauge("hedwig_topics_owned", "Topics this hub owns", registry=r)
         self.connections = Gauge("hedwig_connections", "Open client connections", registry=r)
         self.claims = Counter("hedwig_topic_claims", "Topics claimed", registry=r)
+        self.recovered = Counter(
+            "hedwig_bundle_topics_recovered", "Topics taken over as bundles were won", registry=r
+        )
         self.losses = Counter(
             "hedwig_topic_losses", "Topics lost without a hand-off", ["reason"], registry=r
         )
@@ -411,6 +414,9 @@ class HubMetrics:
 
     def released(self, topic: str, kind: MoveKind) -> None:
         self.releases.labels(kind.label).inc()
+
+    def recovered_in_bulk(self, topics: int) -> None:
+        self.recovered.inc(topics)
 
     def lost(self, topic: str, kind: LossKind) -> None:
         self.losses.labels(kind.value).inc()

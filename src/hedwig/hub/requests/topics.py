@@ -71,14 +71,7 @@ class TopicRequests:
     async def describe_region(self, conn: ClientConnection, req: DescribeRegion) -> Reply:
         """The region's alive hubs, this one first (a client learns where else to go)."""
         hubs = await self._ownership.choices.alive_hubs()
-        boundaries: tuple[int, ...] = ()
-        owners: tuple[str, ...] = ()
-        bundles = self._ownership.bundles
-        if bundles is not None:
-            known = await bundles.known_owners()
-            bmap = await bundles.current_map()
-            boundaries = bmap.boundaries
-            owners = tuple(known.get(b.name, "") for b in bmap.bundles)
+        boundaries, owners = await self._ownership.claims.region_map()
         return Region(
             request_id=req.request_id,
             region=self._ownership.config.connection.region,

@@ -46,6 +46,35 @@ class EtcdPersistence:
             raise BadVersionError.at(key.decode(), NEW_VERSION)
         return Versioned(md, Version(res.revision)), Version(res.revision)
 
+    async def create_topic_with_log(
+        self, topic: str, first: LedgerMetadata
+    ) -> tuple[Versioned[LedgerMetadata], Version] | None:
+        """One transaction: the topic's key (as ``EtcdTopics.ensure_topic``), its first ledger
+        and the record naming it; on failure, whether the topic was in the way, read in it."""
+        lid = await self._ledgers.new_id()
+        md = replace(first, ledger_id=lid)
+        topic_key, key = self._keys.topic(topic), self._keys.persistence(topic)
+        ledger_key = self._keys.ledger(lid)
+        res = await self._etcd.txn(
+            [missing(topic_key), missing(key), missing(ledger_key)],
+            [
+                put(topic_key, b""),
+                put(ledger_key, md.to_json()),
+                put(key, first_ranges(lid).to_json()),
+            ],
+            [get(topic_key)],
+        )
+        if res.succeeded:
+            return Versioned(md, Version(res.revision)), Version(res.revision)
+        if res.reads[0] is not None:
+            return None
+        # Only the log's records were in the way (a record left by a deletion cut short):
+        # the topic alone, then its log, which says whether the record is still there.
+        made = await self._etcd.txn([missing(topic_key)], [put(topic_key, b"")])
+        if not made.succeeded:
+            return None
+        return await self.start_topic_log(topic, first)
+
     async def continue_topic_log(
         self,
         topic: str,

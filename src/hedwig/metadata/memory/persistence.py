@@ -11,7 +11,14 @@ from collections.abc import Sequence
 
 from hedwig.errors import BadVersionError, NoTopicPersistenceInfoError
 from hedwig.metadata.memory.ledgers import MemoryLedgers
-from hedwig.metadata.records import NEW_VERSION, LedgerMetadata, LedgerRanges, Version, Versioned
+from hedwig.metadata.records import (
+    NEW_VERSION,
+    LedgerMetadata,
+    LedgerRanges,
+    TopicConfig,
+    Version,
+    Versioned,
+)
 from hedwig.metadata.topic_logs import next_ranges, start_in_steps
 
 
@@ -34,6 +41,14 @@ class MemoryPersistence(MemoryLedgers):
     async def start_topic_log(
         self, topic: str, first: LedgerMetadata
     ) -> tuple[Versioned[LedgerMetadata], Version]:
+        return await start_in_steps(self, self, topic, first)
+
+    async def create_topic_with_log(
+        self, topic: str, first: LedgerMetadata
+    ) -> tuple[Versioned[LedgerMetadata], Version] | None:
+        if self._get(self._k("topic", topic)) is not None:
+            return None
+        self._create(self._k("topic", topic), TopicConfig())
         return await start_in_steps(self, self, topic, first)
 
     async def continue_topic_log(

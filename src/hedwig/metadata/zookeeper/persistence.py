@@ -56,6 +56,40 @@ class ZkPersistence:
         # ids were given twice): as before, in two steps, which make the path if need be.
         return await start_in_steps(self._ledgers, self, topic, first)
 
+    async def create_topic_with_log(
+        self, topic: str, first: LedgerMetadata
+    ) -> tuple[Versioned[LedgerMetadata], Version] | None:
+        """One ``multi``: the topic's znodes (as ``ZkTopics.ensure_topic``), its first ledger
+        and the record naming it. A new topic of an owned bundle made three requests."""
+        lid = await self._ledgers.new_id()
+        md = replace(first, ledger_id=lid)
+        layout = self._layout
+        made, _, made_ledger, made_record = await self._zk.transaction(
+            [
+                Op("create", layout.topic(topic)),
+                Op("create", layout.subscribers(topic)),
+                Op("create", layout.ledger(lid), value=md.to_json()),
+                Op("create", layout.persistence(topic), value=first_ranges(lid).to_json()),
+            ]
+        )
+        if made is None and made_ledger is None and made_record is None:
+            return Versioned(md, Version(0)), Version(0)  # new znodes' versions
+        if isinstance(made, NodeExists):
+            return None
+        # The region's tree is not there yet, or only the log's records were in the way (a
+        # record left by a deletion cut short, an id given twice): in steps, which make the
+        # path if need be and settle each race on its own.
+        created = False
+        for path in (layout.topic(topic), layout.subscribers(topic)):
+            try:
+                await self._zk.create(path, b"", makepath=True)
+                created = True
+            except NodeExists:
+                pass
+        if not created:
+            return None
+        return await start_in_steps(self._ledgers, self, topic, first)
+
     async def continue_topic_log(
         self,
         topic: str,
