@@ -24,7 +24,8 @@ Its settings (``HubConfig``, grouped) live below it, in ``hedwig.settings``, whe
 commands and the operator read the same declarations.
 """
 
-from hedwig.hub.process.hub import Hub, serve
+from hedwig.hub.process.hub import Hub
+from hedwig.hub.process.serve import serve
 from hedwig.settings import HubConfig
 
 __all__ = ["BundleSettings", "Hub", "HubConfig", "serve"]

@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import logging
 import random
-import signal
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -34,7 +33,6 @@ from hedwig.hub.owning.choices import HubChoices
 from hedwig.hub.owning.ownership import TopicOwnership
 from hedwig.hub.owning.peers import HubDialer, PeerDirectory
 from hedwig.hub.owning.witnesses import SessionWitnesses
-from hedwig.hub.process import collector
 from hedwig.hub.process.external import ExternalClients
 from hedwig.hub.process.guard import HubGuard
 from hedwig.hub.process.http import HealthServer
@@ -485,21 +483,3 @@ class Hub:
     async def _wanted_size(self, topic: str) -> int:
         config = await self.topics.takeover.topic_config(topic)
         return (config.replication or self.config.storage.replication_config).ensemble
-
-
-async def serve(config: HubConfig) -> None:
-    """Run a hub until SIGTERM or SIGINT, then stop it gracefully."""
-    hub = Hub(config)
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await hub.start()
-    collector.settle()
-    print(
-        f"HUB {hub.address} id={hub.hub_id} region={config.connection.region} "
-        f"store={config.connection.metadata_url}",
-        flush=True,
-    )
-    await stop.wait()
-    await hub.stop()

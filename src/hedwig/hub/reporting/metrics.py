@@ -20,17 +20,17 @@ from __future__ import annotations
 
 import contextlib
 import heapq
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
 
 from hedwig.hub.reporting.denials import DENIAL_SERIES, DenialReason
 from hedwig.hub.reporting.disconnects import Disconnect
 from hedwig.hub.reporting.events import LossKind
 from hedwig.hub.reporting.queue_stats import QueueStats
+from hedwig.hub.reporting.rates import TopicRates
 from hedwig.metadata.managers import SessionState
-from hedwig.metadata.records import HubLoad, TopicLoad
+from hedwig.metadata.records import HubLoad
 from hedwig.protocol.kinds import MoveKind
 
 LATENCY_BUCKETS = (
@@ -482,30 +482,3 @@ class HubMetrics:
         self.hub_rate.labels("in", "bytes").set(report.bytes_in)
         self.hub_rate.labels("out", "bytes").set(report.bytes_out)
         self.hub_cpu.set(report.cpu)
-
-
-class TopicRates:
-    """``hedwig_topic_rate``, made when Prometheus scrapes from the last load report's topics.
-
-    A gauge with four children per listed topic, set at every report, cost more than the
-    report itself while topics were being claimed (the list changes at each one, five a
-    second); a scrape comes every few seconds."""
-
-    NAME = "hedwig_topic_rate"
-    HELP = "EWMA rate per topic as in the hub's load report (messages or bytes per second)"
-    LABELS = ("topic", "direction", "unit")
-
-    def __init__(self) -> None:
-        self.loads: Mapping[str, TopicLoad] = {}
-
-    def describe(self) -> Iterator[Metric]:
-        yield GaugeMetricFamily(self.NAME, self.HELP, labels=self.LABELS)
-
-    def collect(self) -> Iterator[Metric]:
-        family = GaugeMetricFamily(self.NAME, self.HELP, labels=self.LABELS)
-        for topic, tl in self.loads.items():
-            family.add_metric((topic, "in", "messages"), tl.msg_in)
-            family.add_metric((topic, "out", "messages"), tl.msg_out)
-            family.add_metric((topic, "in", "bytes"), tl.bytes_in)
-            family.add_metric((topic, "out", "bytes"), tl.bytes_out)
-        yield family

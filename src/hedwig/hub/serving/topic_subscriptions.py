@@ -9,10 +9,7 @@ Rules:
   as many consumers as join it, each acknowledging its messages one by one. SUBSCRIBE
   attaches only to the first kind, JOIN_SUBSCRIPTION only to the second, of the type it
   names: a consumer never consumes cumulatively from a queue by mistake.
-- Nobody is attached to a topic that is no longer open (moving, handed off, lost): the check
-  comes last, just before the attach, since a subscription found in memory needs no read and
-  the request's caller may have waited on the store in the meantime (a slow store once let a
-  subscriber attach to a topic its hub had just handed off, where it waited for ever).
+- Nobody attaches to a topic no longer open: that check is the last step before an attach.
 - CREATE fails if the subscription exists, ATTACH if it does not, CREATE_OR_ATTACH does either;
   a concurrent create of the same one makes the loser attach to the winner's.
 - A reset moves the mark anywhere between before the first kept message and the end, writes
@@ -137,9 +134,7 @@ class TopicSubscriptions:
                 f"subscription {req.subscriber!r} is attached to another connection "
                 "(subscribe with force-attach to take it over)"
             )
-        answer = Subscribed(
-            request_id=req.request_id, consumed_seq=sub.consumed_seq, last_seq=self._log.last_seq
-        )
+        answer = self._subscribed(req.request_id, sub)
         self._check_open()  # a subscription found in memory: the caller may have waited
         sub.attach(peer, prefs)
         return answer
@@ -197,9 +192,7 @@ class TopicSubscriptions:
             owner,
             policy,
         )
-        return Subscribed(
-            request_id=req.request_id, consumed_seq=sub.consumed_seq, last_seq=self._log.last_seq
-        )
+        return self._subscribed(req.request_id, sub)
 
     async def join(self, peer: Peer, req: JoinSubscription) -> Subscribed:
         """Attach ``peer`` as one more consumer of a failover or shared subscription."""
@@ -218,9 +211,7 @@ class TopicSubscriptions:
                 f"subscription {req.subscriber!r} of topic {self.topic!r} is "
                 f"{(kind or SubscriptionType.EXCLUSIVE).label}, not {req.type.label}"
             )
-        answer = Subscribed(
-            request_id=req.request_id, consumed_seq=sub.consumed_seq, last_seq=self._log.last_seq
-        )
+        answer = self._subscribed(req.request_id, sub)
         self._check_open()
         sub.attach(peer, req.message_window)
         return answer
@@ -331,6 +322,11 @@ class TopicSubscriptions:
         if self.leaving.get(name) is sub:
             del self.leaving[name]
         sub.detach_quietly()
+
+    def _subscribed(self, request_id: int, sub: Served) -> Subscribed:
+        return Subscribed(
+            request_id=request_id, consumed_seq=sub.consumed_seq, last_seq=self._log.last_seq
+        )
 
     def _missing(self, name: str) -> NoSuchSubscriptionError:
         return NoSuchSubscriptionError(f"no subscription {name!r} on topic {self.topic!r}")
