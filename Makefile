@@ -37,8 +37,8 @@ browser:
 	@spark-apps/scripts/ensure-chromium.sh
 
 lint: venv
-	$(VENV)/bin/ruff check src tests bench spark-apps conftest.py
-	$(VENV)/bin/ruff format --check src tests bench spark-apps conftest.py
+	$(VENV)/bin/ruff check src tests bench spark-apps
+	$(VENV)/bin/ruff format --check src tests bench spark-apps
 
 # The core and spark-apps/ (pyproject.toml's [tool.mypy] files); the operator separately below.
 typecheck: venv
@@ -54,15 +54,11 @@ imports-spark: venv
 	PYTHONPATH=spark-apps $(VENV)/bin/lint-imports --config spark-apps/importlinter.ini
 
 # Every test: static checks, unit and integration tests (real ZooKeeper, real hub processes).
-# TEST_WORKERS pytest-xdist workers run the suite (conftest.py: a file per unit, the tests
-# that own the machine on one worker), then the tests marked "alone" run by themselves;
-# both parts always run, and the target fails if either did.
-TEST_WORKERS ?= 2
+# scripts/run-tests.sh: the tests that own the machine (e2e/, the network lab, the image
+# builds) and the rest of tests/ as two pytest processes at once, then the tests marked
+# "alone" by themselves; every part runs, and the target fails if any did.
 test: deps etcd browser lint typecheck imports imports-spark
-	status=0; \
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not alone" $(PYTEST_ARGS) tests e2e || status=$$?; \
-	$(PY) -m pytest -q -m alone $(PYTEST_ARGS) tests e2e || status=$$?; \
-	exit $$status
+	scripts/run-tests.sh $(PY) $(PYTEST_ARGS)
 
 unit: venv
 	$(PY) -m pytest -q -m "not integration" tests

@@ -14,7 +14,7 @@ import pytest
 
 from bench.door_memory import TOLERANCE, run
 
-# Resident memory before and after: another worker's load would move it.
+# Resident memory before and after: the other half of make test's load would move it.
 pytestmark = [pytest.mark.integration, pytest.mark.alone]
 
 
