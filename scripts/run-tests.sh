@@ -10,6 +10,8 @@
 #   (tests/failure/lab: it sweeps the namespaces and links of runs it does not know, so two
 #   labs at once would tear each other down) and the image builds (they share
 #   images/build.sh's cache with the real node's images);
+#   with it, to even the two halves out (about 27 minutes each here), the Spark tests (a JVM
+#   per session, the demo in a browser) and the images' install steps;
 # - the rest of tests/, at the same time;
 # - then, by themselves, the tests marked "alone": they compare timings or resident memory
 #   within one test, which the other part's load would move.
@@ -25,6 +27,7 @@ machine=(
 	e2e
 	tests/failure/test_lab.py tests/failure/test_partitions.py tests/failure/test_nemesis.py
 	tests/chart/test_skaffold.py tests/chart/test_built_images.py
+	tests/spark tests/chart/test_images.py
 )
 ignores=()
 for path in "${machine[@]}"; do
@@ -43,7 +46,7 @@ wait "$rest_pid" || status=$?
 echo "=== the rest of tests/ (beside the machine's part)"
 cat "$logs/rest.log"
 wait "$machine_pid" || { s=$?; [[ $status -ne 0 ]] || status=$s; }
-echo "=== the machine's part: e2e/, the network lab, the image builds"
+echo "=== the machine's part: e2e/, the network lab, the images, Spark"
 cat "$logs/machine.log"
 echo "=== by themselves: the tests marked alone"
 "$py" -m pytest -q -m alone "$@" tests e2e || { s=$?; [[ $status -ne 0 ]] || status=$s; }
