@@ -167,8 +167,16 @@ def test_operator_deployment_keeps_the_reference_deployments_choices() -> None:
     assert c["livenessProbe"]["httpGet"] == ref_c["livenessProbe"]["httpGet"]
     assert "--liveness=http://0.0.0.0:8080/healthz" in c["args"]
     assert c["image"] == "hedwig-operator:0.1.0"  # appVersion by default
-    env = {e["name"]: e["value"] for e in c["env"]}
+    env = {e["name"]: e["value"] for e in c["env"] if "value" in e}
+    ref_env = {e["name"]: e["value"] for e in ref_c["env"] if "value" in e}
     assert env["HEDWIG_OPERATOR_STATUS_INTERVAL_S"] == "15"
+    # Both read ZooKeeper's admin digest from the same place (the operator makes secured
+    # pools' regions with it), mounted from the ZooKeeper admin Secret.
+    digest = "HEDWIG_ZK_ADMIN_DIGEST_FILE"
+    assert env[digest] == ref_env[digest] == "/var/run/secrets/hedwig-zookeeper-admin/digest"
+    mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+    ref_mounts = {m["name"]: m["mountPath"] for m in ref_c["volumeMounts"]}
+    assert mounts["zookeeper-admin"] == ref_mounts["zookeeper-admin"]
 
 
 def test_image_digest_wins_over_the_tag() -> None:
