@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from controlplane import cluster
-from controlplane.node import NodeError, node_dir
+from controlplane.node import NODE_NAME, NodeError, node_dir
 from hedwig.net.transport import TcpNetwork
 from hedwig.security import ClientSecurity
 
@@ -117,6 +117,38 @@ def storage_class(name: str) -> dict[str, Any]:
         "volumeBindingMode": "WaitForFirstConsumer",
         "reclaimPolicy": "Retain",
     }
+
+
+def prepare_bed(
+    cp: cluster.ControlPlane, namespace: str, storage: str, volumes: dict[str, Path]
+) -> None:
+    """A namespace, a StorageClass for pre-created local volumes and one local volume per
+    name (the hubs run as uid 10001 with fsGroup 10001; a local volume keeps its owner)."""
+    cp.create_namespace(namespace)
+    cp.apply(storage_class(storage))
+    for name, path in volumes.items():
+        cp.apply(local_volume(name, path, "1Gi", storage, NODE_NAME))
+
+
+def chart_sets(zookeeper: str, storage: str, **more: str) -> list[str]:
+    """``helm install`` arguments for a secured pool of three hubs on ``zookeeper`` (outside
+    the chart) with the local volumes of ``storage``, timed for tests: a 4 s metadata session,
+    a 40 s grace period, the operator's status every 2 s; ``more`` adds or overrides values
+    (dotted names, as ``--set`` takes them)."""
+    values = {
+        "zookeeper.enabled": "false",
+        "zookeeper.external.connect": zookeeper,
+        "hubPool.replicas": "3",
+        "hubPool.storage.storageClassName": storage,
+        "hubPool.storage.size": "1Gi",
+        "hubPool.metadata.sessionTimeoutSeconds": "4",
+        "hubPool.terminationGracePeriodSeconds": "40",
+        "hubPool.preStopSleepSeconds": "1",
+        "operator.settings.statusIntervalSeconds": "2",
+        "operator.settings.retryDelaySeconds": "2",
+        **more,
+    }
+    return [a for k, v in values.items() for a in ("--set", f"{k}={v}")]
 
 
 # --------------------------------------------------------------- clients outside the cluster

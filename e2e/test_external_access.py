@@ -26,13 +26,13 @@ import pytest
 from tests.failure.history import Workload, check
 
 from controlplane import cluster
-from controlplane.node import NODE_IP, NODE_NAME, RealCluster
+from controlplane.node import NODE_IP, RealCluster
 from hedwig.client import HedwigClient
 from hedwig.devcluster.zookeeper import ZooKeeperServer
 from hedwig.security import ClientSecurity
 from hedwig_e2e import topic_owner, wait_for
 from outside import Outside
-from realpods import ROOT, local_volume, pod_ready, pods, storage_class
+from realpods import ROOT, chart_sets, pod_ready, pods, prepare_bed
 
 if importlib.util.find_spec("pytest_timeout") is not None:
     pytestmark = pytest.mark.timeout(600)
@@ -76,34 +76,18 @@ def pool(real_cluster: RealCluster, tmp_path_factory: pytest.TempPathFactory) ->
     assert cp is not None
     work = tmp_path_factory.mktemp("external")
     with ZooKeeperServer(host=NODE_IP, data_dir=str(work / "zk")) as zk:
-        cp.create_namespace(NS)
-        cp.apply(storage_class(STORAGE_CLASS))
-        for i in range(HUBS):
-            cp.apply(
-                local_volume(
-                    f"e2e-ext-hub-{i}",
-                    work / "volumes" / f"hub-{i}",
-                    "1Gi",
-                    STORAGE_CLASS,
-                    NODE_NAME,
-                )
-            )
-        sets = {
-            "zookeeper.enabled": "false",
-            "zookeeper.external.connect": zk.address,
-            "hubPool.replicas": str(HUBS),
-            "hubPool.storage.storageClassName": STORAGE_CLASS,
-            "hubPool.storage.size": "1Gi",
-            "hubPool.metadata.sessionTimeoutSeconds": "4",
-            "hubPool.terminationGracePeriodSeconds": "40",
-            "hubPool.preStopSleepSeconds": "1",
-            "hubPool.external.type": "NodePort",
-            "hubPool.external.nodePortBase": str(NODE_PORT_BASE),
-            "hubPool.external.advertisedHost": NODE_IP,
-            "operator.settings.statusIntervalSeconds": "2",
-            "operator.settings.retryDelaySeconds": "2",
-        }
-        args = [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
+        volumes = {f"e2e-ext-hub-{i}": work / "volumes" / f"hub-{i}" for i in range(HUBS)}
+        prepare_bed(cp, NS, STORAGE_CLASS, volumes)
+        args = chart_sets(
+            zk.address,
+            STORAGE_CLASS,
+            **{
+                "hubPool.replicas": str(HUBS),
+                "hubPool.external.type": "NodePort",
+                "hubPool.external.nodePortBase": str(NODE_PORT_BASE),
+                "hubPool.external.advertisedHost": NODE_IP,
+            },
+        )
         cp.helm("install", POOL, str(CHART), "--namespace", NS, *args, "--wait", "--timeout=180s")
         try:
             yield Pool(cp, zk.address, work)

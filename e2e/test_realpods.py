@@ -51,10 +51,10 @@ from realpods import (
     ROOT,
     ClusterDNSNetwork,
     built_images,
-    local_volume,
+    chart_sets,
     pod_ready,
     pods,
-    storage_class,
+    prepare_bed,
 )
 from traffic.grid import Grid
 from traffic.positions import Position
@@ -123,47 +123,16 @@ def release(
     assert cp is not None
     work = tmp_path_factory.mktemp("realpods")
     with ZooKeeperServer(host=NODE_IP, data_dir=str(work / "zk")) as zk:
-        cp.create_namespace(NS)
-        cp.apply(storage_class(STORAGE_CLASS))
         volumes = work / "volumes"
-        for i in range(5):
-            # The hubs run as uid 10001 with fsGroup 10001; a local volume keeps its owner.
-            cp.apply(
-                local_volume(f"e2e-hub-{i}", volumes / f"hub-{i}", "1Gi", STORAGE_CLASS, NODE_NAME)
-            )
+        prepare_bed(cp, NS, STORAGE_CLASS, {f"e2e-hub-{i}": volumes / f"hub-{i}" for i in range(5)})
         yield Release(real_cluster, cp, zk.address, volumes)
         cp.kubectl("delete", "namespace", NS, "--wait=false", check=False)
 
 
 def _helm_install(rel: Release) -> str:
+    args = chart_sets(rel.zk, STORAGE_CLASS)
     return rel.cp.helm(
-        "install",
-        "hedwig",
-        str(CHART),
-        "--namespace",
-        NS,
-        "--set",
-        "zookeeper.enabled=false",
-        "--set",
-        f"zookeeper.external.connect={rel.zk}",
-        "--set",
-        "hubPool.replicas=3",
-        "--set",
-        f"hubPool.storage.storageClassName={STORAGE_CLASS}",
-        "--set",
-        "hubPool.storage.size=1Gi",
-        "--set",
-        "hubPool.metadata.sessionTimeoutSeconds=4",
-        "--set",
-        "hubPool.terminationGracePeriodSeconds=40",
-        "--set",
-        "hubPool.preStopSleepSeconds=1",
-        "--set",
-        "operator.settings.statusIntervalSeconds=2",
-        "--set",
-        "operator.settings.retryDelaySeconds=2",
-        "--wait",
-        "--timeout=180s",
+        "install", "hedwig", str(CHART), "--namespace", NS, *args, "--wait", "--timeout=180s"
     ).stdout
 
 
