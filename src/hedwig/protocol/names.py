@@ -110,3 +110,34 @@ def publisher_base(publisher: str) -> str:
     belongs to the same lane."""
     head, sep, tail = publisher.rpartition(EPOCH_SEPARATOR)
     return head if sep and head and tail.isdigit() and tail.isascii() else publisher
+
+
+# Tenants and namespaces: a topic named ``tenant/namespace/rest`` belongs to namespace
+# ``namespace`` of tenant ``tenant`` when both are 1 to 63 characters of ``[A-Za-z0-9._-]``
+# (neither ``.`` nor ``..``) and ``rest`` is not empty. Any other name (no slash, one slash as in
+# ``region/cell-12``, or segments outside that alphabet) belongs to ``DEFAULT_TENANT`` /
+# ``DEFAULT_NAMESPACE``, so every name valid before stays valid and means what it meant. The
+# name itself is unchanged on the wire and in the stores (``encode_name`` encodes it whole:
+# ``acme/web/clicks`` is the znode or key ``acme%2Fweb%2Fclicks``), so no layout changes.
+DEFAULT_TENANT = "public"
+DEFAULT_NAMESPACE = "default"
+_SEGMENT = re.compile(r"(?!\.\.?\Z)[A-Za-z0-9._-]{1,63}")
+
+
+def namespace_of(topic: str) -> tuple[str, str]:
+    """``(tenant, namespace)`` of a topic name (the defaults for a name without the prefix)."""
+    parts = topic.split("/", 2)
+    if len(parts) == 3 and parts[2] and all(_SEGMENT.fullmatch(p) for p in parts[:2]):
+        return parts[0], parts[1]
+    return DEFAULT_TENANT, DEFAULT_NAMESPACE
+
+
+def namespace_name(tenant: str, namespace: str) -> str:
+    """``tenant/namespace``, both checked as ``namespace_of`` reads them (``InvalidTopicError``
+    otherwise): the name a namespace's records are kept under."""
+    for what, part in (("tenant", tenant), ("namespace", namespace)):
+        if not isinstance(part, str) or not _SEGMENT.fullmatch(part):
+            raise InvalidTopicError.for_name(
+                repr(part), f"{what} name must be 1 to 63 of [A-Za-z0-9._-], not . or .."
+            )
+    return f"{tenant}/{namespace}"
