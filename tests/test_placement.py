@@ -129,6 +129,23 @@ def test_a_joining_hub_takes_its_share_from_the_ring_and_nothing_else_moves() ->
     assert len(joining_moves(owners, HUBS, limit=3)) == 3
 
 
+def test_a_joining_hub_the_ring_gives_nothing_takes_its_share_from_the_fullest() -> None:
+    """Few bundles owned (a dozen topics in use): the ring can place none of them on the
+    joining hub; it still takes its share, from the hubs over it, and then nothing moves."""
+    names = [b.name for b in BundleMap.uniform(16).bundles]
+    hubs = [*HUBS, "h4:1"]
+    # Eight owned bundles, none of whose ring place among the four hubs is the fourth.
+    owned = [n for n in names if ring_place(n, hubs) != "h4:1"][:8]
+    owners = {n: HUBS[i % 3] for i, n in enumerate(owned)}  # 3/3/2
+    moves = joining_moves(owners, hubs, limit=100)
+    assert [m.destination for m in moves] == ["h4:1", "h4:1"]
+    assert sorted(m.source for m in moves) == ["h1:1", "h2:1"]  # the two over their share
+    after = owners | {m.bundle: m.destination for m in moves}
+    assert Counter(after.values()) == Counter({h: 2 for h in hubs})
+    assert joining_moves(after, hubs, limit=100) == []
+    assert len(joining_moves(owners, hubs, limit=1)) == 1
+
+
 def test_a_bundle_moved_off_its_place_by_load_is_not_pulled_back_by_a_full_hub() -> None:
     names = [b.name for b in BundleMap.uniform(32).bundles]
     owners = {n: ring_place(n, HUBS) or "" for n in names}

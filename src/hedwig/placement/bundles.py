@@ -18,9 +18,12 @@ more than that share, the bundles whose ring place it is, until it has its share
 giver keeps its own). Only hubs short of their share pull, and only from hubs above it, so a
 bundle the load balancer moved off its ring place is not pulled back unless its place is
 short of bundles: the ring is the default, and the balancer's moves by load stay where it
-put them. Every move brings a hub short of its share one closer and leaves its giver at its
-share or above, so moves stop once no hub is short. Moves per cycle are capped, as the
-balancer's are.
+put them. A hub that owns *no* bundle (one that has just joined) takes the rest of its share
+from the fullest hubs when the ring places too few of the owned bundles on it: with few bundles
+owned the ring can leave it nothing at all (8 owned bundles over 4 hubs: about one time in
+six), and a hub owning none holds nothing the balancer put anywhere. Every move brings a hub
+short of its share one closer and leaves its giver at its share or above, so moves stop once
+no hub is short. Moves per cycle are capped, as the balancer's are.
 
 **Split and merge** (``split_points``, ``plan_merges``): a bundle splits when it holds more
 topics than ``BundleLimits.max_topics`` or carries more than ``max_msg_rate`` or
@@ -89,15 +92,12 @@ def joining_moves(
         return []
     owned = {b: h for b, h in owners.items() if h in alive}
     count = Counter(owned.values())
+    empty = [h for h in hubs if count[h] == 0]
     low = len(owned) // len(hubs)
     moves: list[BundleMove] = []
-    for bundle in sorted(owned):
-        source = owned[bundle]
-        if count[source] <= low:
-            continue
-        place = ring_place(bundle, hubs)
-        if place is None or place == source or count[place] >= low:
-            continue
+
+    def move(bundle: str, source: str, place: str) -> None:
+        owned[bundle] = place
         count[source] -= 1
         count[place] += 1
         moves.append(
@@ -109,8 +109,26 @@ def joining_moves(
                 f"{source} owns {count[source] + 1}, over it",
             )
         )
+
+    for bundle in sorted(owned):
         if len(moves) >= limit:
-            break
+            return moves
+        source = owned[bundle]
+        if count[source] <= low:
+            continue
+        place = ring_place(bundle, hubs)
+        if place is None or place == source or count[place] >= low:
+            continue
+        move(bundle, source, place)
+    # An empty hub the ring gave less than its share: from the fullest hubs, each giving the
+    # bundle that scores highest for the taker (deterministic: every hub decides alike).
+    for hub in empty:
+        while count[hub] < low and len(moves) < limit:
+            source = max(hubs, key=lambda h: (count[h], h))
+            if count[source] <= low:
+                break
+            bundle = max((b for b, h in owned.items() if h == source), key=lambda b: _score(hub, b))
+            move(bundle, source, hub)
     return moves
 
 
