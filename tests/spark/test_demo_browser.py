@@ -10,6 +10,7 @@ The screenshot goes to the test's temporary directory, or to ``$HEDWIG_DEMO_SCRE
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -20,6 +21,7 @@ import sys
 import tempfile
 import threading
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -69,66 +71,15 @@ def get_state(url: str) -> dict[str, object]:
         return state
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (make test installs it)")
-def test_demo_page_shows_heat_and_owner_hubs(tmp_path: Path) -> None:
+@contextlib.contextmanager
+def running_demo(
+    tmp_path: Path, *flags: str, ready_within: float
+) -> Iterator[tuple[str, list[str]]]:
+    """The demo (``python -m demo.run_demo`` in ``spark-apps/``, as ``make demo`` runs it) until
+    its page shows a heat map with every quadrant owned; yields the page's URL and the lines
+    the demo printed. On the way out it is stopped with Ctrl-C and must exit 0."""
     demo = subprocess.Popen(
-        [sys.executable, "-m", "demo.run_demo", "--duration", "300"],
-        cwd=ROOT / "spark-apps",
-        stdout=subprocess.PIPE,
-        stderr=open(tmp_path / "demo.log", "wb"),  # noqa: SIM115
-        text=True,
-    )
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(demo.stdout or []), daemon=True)
-    reader.start()
-    try:
-        wait_for(lambda: bool(lines) or demo.poll() is not None, timeout=90, what="DEMO line")
-        assert lines, (tmp_path / "demo.log").read_text()[-3000:]
-        m = re.fullmatch(r"DEMO (http://127\.0\.0\.1:\d+/)\n", lines[0])
-        assert m, lines[0]
-        url = m.group(1)
-
-        def ready() -> bool:
-            assert demo.poll() is None, (tmp_path / "demo.log").read_text()[-3000:]
-            s = get_state(url)
-            cells = s["cells"]
-            quadrants = s["quadrants"]
-            assert isinstance(cells, list) and isinstance(quadrants, list)
-            return len(cells) >= 10 and all(q["owner"] for q in quadrants)
-
-        wait_for(ready, timeout=180, what="heat map with owners")
-
-        dom = chromium("--dump-dom", url)
-        hot = re.findall(r'class="cell hot"[^>]*data-reports="(\d+)"', dom)
-        assert len(hot) >= 10 and all(int(n) > 0 for n in hot), dom[:3000]
-        owners = re.findall(r'id="quadrant-\d-\d"[^>]*data-owner="(127\.0\.0\.1:\d+)"', dom)
-        assert len(owners) == 4, dom[:3000]
-        assert len(re.findall(r'class="hub-\d">hub \d<', dom)) >= 4
-        assert "live · updated" in dom
-
-        shot = Path(os.environ.get("HEDWIG_DEMO_SCREENSHOT") or tmp_path / "spark-demo.png")
-        chromium(f"--screenshot={shot}", url)
-        assert shot.stat().st_size > 10_000
-    finally:
-        if demo.poll() is None:
-            demo.send_signal(signal.SIGINT)
-        try:
-            demo.wait(90)
-        except subprocess.TimeoutExpired:
-            demo.kill()
-            raise
-    reader.join(5)
-    assert demo.returncode == 0, (tmp_path / "demo.log").read_text()[-3000:]
-    assert len(lines) == 1, lines  # exactly one line on stdout
-
-
-def test_the_secured_demo_runs_as_the_super_user(tmp_path: Path) -> None:
-    """``--secure``: the hubs are TLS and ACLs (``hedwig dev up --secure``); the simulator, the
-    watchers and the Spark job connect as the super-user, and the heat map fills with the
-    quadrants owned, as in the open demo (its page is the open demo's: the state it shows is
-    checked here)."""
-    demo = subprocess.Popen(
-        [sys.executable, "-m", "demo.run_demo", "--duration", "300", "--secure"],
+        [sys.executable, "-m", "demo.run_demo", "--duration", "300", *flags],
         cwd=ROOT / "spark-apps",
         stdout=subprocess.PIPE,
         stderr=open(tmp_path / "demo.log", "wb"),  # noqa: SIM115
@@ -151,15 +102,8 @@ def test_the_secured_demo_runs_as_the_super_user(tmp_path: Path) -> None:
             assert isinstance(cells, list) and isinstance(quadrants, list)
             return len(cells) >= 10 and all(q["owner"] for q in quadrants)
 
-        wait_for(ready, timeout=240, what="heat map with owners")
-        quadrants = get_state(url)["quadrants"]
-        assert isinstance(quadrants, list)
-        plaintext = SyncClient([quadrants[0]["owner"]])
-        try:  # the hubs the demo works with are secured
-            with pytest.raises(AuthenticationError, match="TLS connections only"):
-                plaintext.publish("not-allowed", b"x")
-        finally:
-            plaintext.close()
+        wait_for(ready, timeout=ready_within, what="heat map with owners")
+        yield url, lines
     finally:
         if demo.poll() is None:
             demo.send_signal(signal.SIGINT)
@@ -170,3 +114,36 @@ def test_the_secured_demo_runs_as_the_super_user(tmp_path: Path) -> None:
             raise
     reader.join(5)
     assert demo.returncode == 0, (tmp_path / "demo.log").read_text()[-3000:]
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (make test installs it)")
+def test_demo_page_shows_heat_and_owner_hubs(tmp_path: Path) -> None:
+    with running_demo(tmp_path, ready_within=180) as (url, lines):
+        dom = chromium("--dump-dom", url)
+        hot = re.findall(r'class="cell hot"[^>]*data-reports="(\d+)"', dom)
+        assert len(hot) >= 10 and all(int(n) > 0 for n in hot), dom[:3000]
+        owners = re.findall(r'id="quadrant-\d-\d"[^>]*data-owner="(127\.0\.0\.1:\d+)"', dom)
+        assert len(owners) == 4, dom[:3000]
+        assert len(re.findall(r'class="hub-\d">hub \d<', dom)) >= 4
+        assert "live · updated" in dom
+
+        shot = Path(os.environ.get("HEDWIG_DEMO_SCREENSHOT") or tmp_path / "spark-demo.png")
+        chromium(f"--screenshot={shot}", url)
+        assert shot.stat().st_size > 10_000
+    assert len(lines) == 1, lines  # exactly one line on stdout
+
+
+def test_the_secured_demo_runs_as_the_super_user(tmp_path: Path) -> None:
+    """``--secure``: the hubs are TLS and ACLs (``hedwig dev up --secure``); the simulator, the
+    watchers and the Spark job connect as the super-user, and the heat map fills with the
+    quadrants owned, as in the open demo (its page is the open demo's: the state it shows is
+    checked here)."""
+    with running_demo(tmp_path, "--secure", ready_within=240) as (url, _):
+        quadrants = get_state(url)["quadrants"]
+        assert isinstance(quadrants, list)
+        plaintext = SyncClient([quadrants[0]["owner"]])
+        try:  # the hubs the demo works with are secured
+            with pytest.raises(AuthenticationError, match="TLS connections only"):
+                plaintext.publish("not-allowed", b"x")
+        finally:
+            plaintext.close()

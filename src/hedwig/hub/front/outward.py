@@ -7,7 +7,8 @@ outside that network on a second port, and publishes where they reach it
 (``external_advertise``: a NodePort on its node, a load balancer) in its alive record
 (``HubLoad.external``). The listener a connection came in on says where its client is, so
 what is sent on an external connection names hubs by their external addresses, rewritten on
-the way out in one place (``ClientConnection.send``), not by every request handler:
+the way out in one place (``RewritingConnection.send``: the external listener's connections),
+not by every request handler:
 
 - ``Error.address`` of NOT_RESPONSIBLE_FOR_TOPIC and TOPIC_MOVING (the owner, the
   destination); USE_LANE's is a topic, left alone;

@@ -87,6 +87,19 @@ class Outward(Protocol):
     def rewrite(self, frame: Frame) -> Frame: ...
 
 
+class AsAddressed:
+    """The ``Outward`` of a listener inside the hubs' network: frames go as they are."""
+
+    async def prepare(self, frame: Frame) -> None:
+        return None
+
+    def rewrite(self, frame: Frame) -> Frame:
+        return frame
+
+
+AS_ADDRESSED = AsAddressed()
+
+
 class ClientConnection(asyncio.Protocol):
     """One connection to the hub; also the ``Peer`` that owned topics push frames to."""
 
@@ -117,7 +130,6 @@ class ClientConnection(asyncio.Protocol):
         self.decisions: dict[tuple[Operation, str], bool] = {}
         self.acl_generation = -1
         self.audit = audit.AuditBudget(front.clock)
-        self._outward = front.outward
 
     @property
     def principal(self) -> Principal:
@@ -247,8 +259,6 @@ class ClientConnection(asyncio.Protocol):
     def send(self, frame: Frame) -> None:
         if self._closed or self._transport is None:
             return
-        if self._outward is not None:
-            frame = self._outward.rewrite(frame)
         self._writer.write(self._conn.send(frame))
 
     def refused(self, answer: Error) -> None:
@@ -269,6 +279,15 @@ class ClientConnection(asyncio.Protocol):
     def abort(self) -> None:
         if self._transport is not None and not self._closed:
             self._transport.abort()
+
+
+class RewritingConnection(ClientConnection):
+    """A connection of a listener whose clients are outside the hubs' network: every frame it
+    sends names hubs as its front end's ``Outward`` rewrites them
+    (``hedwig.hub.front.outward``)."""
+
+    def send(self, frame: Frame) -> None:
+        super().send(self._front.outward.rewrite(frame))
 
 
 class HubFrontEnd:
@@ -297,8 +316,13 @@ class HubFrontEnd:
         self.role = role
         # Whether a peer of the internal listener is a hub (``hedwig.hub.front.tls``).
         self.internal_peers: PeerCheck = internal_peers or AnyHub()
-        # What a frame becomes on its way out (the external listener's names), if anything.
-        self.outward = outward
+        # What a frame becomes on its way out (the external listener's names): answers are
+        # prepared by it, and the listener's connections rewrite every frame they send (the
+        # choice made here, once, so that an internal connection's send costs nothing more).
+        self.outward: Outward = outward or AS_ADDRESSED
+        self._connection: type[ClientConnection] = (
+            ClientConnection if outward is None else RewritingConnection
+        )
         # Connections begun (the listener's calls of ``protocol``, before their TLS handshake).
         # Those no longer open are gone, a handshake that failed included (it never opened):
         # a flood of them is memory to give back. Handshakes that failed were most of a flood
@@ -334,7 +358,7 @@ class HubFrontEnd:
 
     def protocol(self) -> ClientConnection:
         self.begun += 1
-        return ClientConnection(self)
+        return self._connection(self)
 
     def dispatch(self, conn: ClientConnection, frame: Request) -> None:
         try:
@@ -365,11 +389,10 @@ class HubFrontEnd:
                 answer = await self.handler.handle(conn, frame)
         except Exception as exc:
             refusal = self._error(frame, exc)
-            if self.outward is not None:
-                await self.outward.prepare(refusal)
+            await self.outward.prepare(refusal)
             conn.refused(refusal)
             return
-        if self.outward is not None and answer is not None:
+        if answer is not None:
             await self.outward.prepare(answer)
         conn.send(answer if answer is not None else Ok(request_id=frame.request_id))
         self._events.answered(type(frame).LABEL, "ok")

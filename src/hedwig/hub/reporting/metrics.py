@@ -356,22 +356,34 @@ class HubMetrics:
             return topic
         return ""
 
-    def published(self, topic: str, messages: int, size: int) -> None:
+    def _count(
+        self,
+        topic: str,
+        messages: int,
+        size: int,
+        children_of: dict[str, tuple[Counter, Counter]],
+        counters: tuple[Counter, Counter],
+        at: int,
+    ) -> None:
+        """Count traffic in (``at`` 0) or out (2): the topic's series (its labelled children
+        cached in ``children_of``) and the per-topic totals ``take_traffic`` hands over."""
         series = self._series(topic)
-        children = self._in.get(series)
+        children = children_of.get(series)
         if children is None:
-            children = self._in[series] = (
-                self.messages_in.labels(series),
-                self.bytes_in.labels(series),
+            children = children_of[series] = (
+                counters[0].labels(series),
+                counters[1].labels(series),
             )
         children[0].inc(messages)
         children[1].inc(size)
         t = self._traffic.get(topic)
         if t is None:
-            self._traffic[topic] = [messages, size, 0, 0]
-        else:
-            t[0] += messages
-            t[1] += size
+            t = self._traffic[topic] = [0, 0, 0, 0]
+        t[at] += messages
+        t[at + 1] += size
+
+    def published(self, topic: str, messages: int, size: int) -> None:
+        self._count(topic, messages, size, self._in, (self.messages_in, self.bytes_in), 0)
 
     def publish_answered(self, seconds: float) -> None:
         self.publish_latency.observe(seconds)
@@ -386,21 +398,7 @@ class HubMetrics:
         self.topics_delivering.set(delivering)
 
     def delivered(self, topic: str, messages: int, size: int) -> None:
-        series = self._series(topic)
-        children = self._out.get(series)
-        if children is None:
-            children = self._out[series] = (
-                self.messages_out.labels(series),
-                self.bytes_out.labels(series),
-            )
-        children[0].inc(messages)
-        children[1].inc(size)
-        t = self._traffic.get(topic)
-        if t is None:
-            self._traffic[topic] = [0, 0, messages, size]
-        else:
-            t[2] += messages
-            t[3] += size
+        self._count(topic, messages, size, self._out, (self.messages_out, self.bytes_out), 2)
 
     def take_traffic(self) -> dict[str, tuple[int, int, int, int]]:
         """Messages and bytes in and out per topic since the last call (topics with any)."""
