@@ -68,3 +68,16 @@ async def test_topics_lists_pages_with_each_topics_bundle_owner(
             assert r["owner"] == expected, r
         bad = await run(*base, "--limit", "0")
         assert bad.returncode == 2 and "--limit" in bad.stderr
+
+
+async def test_move_names_a_topic_or_a_bundle_and_a_bundle_goes_to_a_named_hub(
+    zk_server: ZooKeeperServer, region: str
+) -> None:
+    """Used wrongly, ``hedwig move`` says how and exits 2, before reaching anything."""
+    common = ["--zk", zk_server.address, "--region", region]
+    neither = await run("move", *common)
+    assert neither.returncode == 2 and "name a topic, or a bundle" in neither.stderr
+    nowhere = await run("move", "--bundle", "00000000_ffffffff", *common)
+    assert nowhere.returncode == 2 and "--bundle B --to H" in nowhere.stderr
+    both = await run("move", "t", "--bundle", "00000000_ffffffff", "--to", "h:1", *common)
+    assert both.returncode == 2 and "--bundle B --to H" in both.stderr

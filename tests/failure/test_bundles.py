@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,9 +16,10 @@ import pytest
 
 from hedwig.client import HedwigClient
 from hedwig.devcluster.cluster import DevCluster
+from hedwig.errors import ForbiddenError
 from hedwig.metadata import open_store
-from tests.cluster_helpers import eventually
-from tests.failure.clusters import SESSION, cluster_332
+from tests.cluster_helpers import eventually, hedwig
+from tests.failure.clusters import SESSION, cluster_332, security
 from tests.failure.history import Workload, check
 from tests.failure.test_faults import TOPICS, fences_answered, run, scrape, summed
 
@@ -149,3 +152,46 @@ async def bundle_owners(cluster: DevCluster) -> dict[str, str]:
         return {n: o.value.address for n, o in (await store.bundles.bundle_owners()).items()}
     finally:
         await store.close()
+
+
+async def test_a_bundle_moved_by_hand_under_load_on_a_secured_region(tmp_path: Path) -> None:
+    """``hedwig move --bundle B --to H`` on a secured region, while publishers and subscribers
+    run: refused to a principal that is not a super-user (whatever its ACLs) and for a name
+    that is not a bundle; done for the super-user, the bundle claimed by the hub named, every
+    history whole."""
+    topics = [f"m/{i}" for i in range(6)]
+    args = ["--bundles", "--initial-bundles", "8"]
+    with cluster_332(tmp_path, "bundle-move", hub_args=args, secure=True) as cluster:
+        assert cluster.security is not None
+        admin = security(cluster)
+        work = Workload(cluster.addresses, topics, senders=1, security=admin)
+        await work.start()
+        await asyncio.sleep(2.0)
+        owners = await bundle_owners(cluster)
+        bundle, source = next(iter(sorted(owners.items())))
+        destination = next(a for a in cluster.addresses if a != source)
+
+        async with HedwigClient([source], security=security(cluster, "alice")) as alice:
+            with pytest.raises(ForbiddenError, match="super-users"):
+                await alice.move_bundle(bundle, destination, owner=source)
+
+        def move(name: str) -> subprocess.CompletedProcess[str]:
+            env = {**os.environ, **cluster.security.client_env()}  # type: ignore[union-attr]
+            common = ["--metadata", cluster.zk, "--region", cluster.region]
+            return hedwig("move", "--bundle", name, "--to", destination, *common, env=env)
+
+        odd = await asyncio.to_thread(move, "00000000_00000001")
+        assert odd.returncode != 0 and "not a bundle of this region's map" in odd.stderr
+        moved = await asyncio.to_thread(move, bundle)
+        assert moved.returncode == 0, moved.stderr
+        assert f"handed bundle {bundle} from {source} to {destination}" in moved.stdout
+
+        async def claimed_there() -> bool:
+            return (await bundle_owners(cluster)).get(bundle) == destination
+
+        await eventually(claimed_there, timeout=20)
+        acked = work.history.acked_count
+        await asyncio.sleep(2.0)  # load through and after the move
+        history = await work.finish()
+        assert history.acked_count > acked, "publishing did not go on after the move"
+        check(history)

@@ -52,6 +52,7 @@ from hedwig.protocol import (
     Read,
     ReadEntry,
     ReadLac,
+    ReleaseBundle,
     ReleaseTopic,
     Request,
     ResetSubscription,
@@ -101,6 +102,8 @@ def probes(ledger_id: int) -> list[Probe]:
         ),
         lambda r: TopicStats(request_id=r, topic="probe", redirected=True),
         lambda r: ReleaseTopic(request_id=r, topic="probe"),
+        # (for the region's super-users only, whatever the ACLs grant)
+        lambda r: ReleaseBundle(request_id=r, bundle="00000000_ffffffff", destination="h:1"),
         lambda r: DeleteTopic(request_id=r, topic="probe", force=True),
         lambda r: ResetSubscription(
             request_id=r, topic="probe", subscriber="s1", to=ResetTo.EARLIEST

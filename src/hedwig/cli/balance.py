@@ -1,4 +1,5 @@
-"""``hedwig move`` and ``hedwig rebalance``: move topics by hand or by the shared policy."""
+"""``hedwig move`` and ``hedwig rebalance``: move topics (or, in a region owning topics by
+bundle, bundles) by hand, or topics by the shared policy."""
 
 from __future__ import annotations
 
@@ -20,17 +21,25 @@ from hedwig.cli.common import (
 )
 from hedwig.cli.output import Progress
 from hedwig.client import HedwigClient
-from hedwig.errors import HedwigError
+from hedwig.errors import HedwigError, ServiceUnavailableError, UsageError
 from hedwig.metadata import open_store
 from hedwig.placement.rebalance import Move, RebalanceConfig, Rebalancer
 from hedwig.security import ClientSecurity
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("move", help="hand a topic over gracefully (to --to, or wherever placed)")
+    p = sub.add_parser(
+        "move",
+        help="hand a topic over gracefully (to --to, or wherever placed), or a bundle (--bundle)",
+    )
     add_hub_options(p)
-    p.add_argument("topic")
-    p.add_argument("--to", default=None, help="destination hub HOST:PORT")
+    p.add_argument("topic", nargs="?", help="the topic (not with --bundle)")
+    p.add_argument("--to", default=None, help="destination hub HOST:PORT (needed with --bundle)")
+    p.add_argument(
+        "--bundle",
+        help="hand this bundle (a name `hedwig bundles` lists, e.g. 00000000_0fffffff) with "
+        "every topic of it to --to, in a region owning topics by bundle (super-users only)",
+    )
     p.set_defaults(func=run_move)
 
     p = sub.add_parser("rebalance", help="propose (--dry-run) or apply topic moves by the policy")
@@ -45,6 +54,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run_move(args: argparse.Namespace) -> int:
+    if args.bundle is not None:
+        return run_move_bundle(args)
+    if args.topic is None:
+        return report("move", UsageError("name a topic, or a bundle with --bundle"))
     try:
         hubs = resolve_hubs(args)
 
@@ -56,6 +69,34 @@ def run_move(args: argparse.Namespace) -> int:
     except HedwigError as exc:
         return report("move", exc)
     print(f"handed {args.topic} over" + (f" to {args.to}" if args.to else ""))
+    return 0
+
+
+def run_move_bundle(args: argparse.Namespace) -> int:
+    """``hedwig move --bundle B --to H``: sent to B's owner as the store names it."""
+    if args.topic is not None or not args.to:
+        return report(
+            "move", UsageError("--bundle moves a bundle to a named hub: --bundle B --to H")
+        )
+
+    async def go() -> str:
+        async with open_store(resolve_metadata(args), region=args.region) as store:
+            owner = (await store.bundles.bundle_owners()).get(args.bundle)
+            alive = [h.address for h in await store.hubs.list_hubs() if h.alive]
+        # Its owner, as the store says; owned by nobody, any hub, which says why (not a
+        # bundle of the map, or placed at its topics' next request).
+        address = owner.value.address if owner is not None else next(iter(alive), None)
+        if address is None:
+            raise ServiceUnavailableError(f"no hub of region {args.region!r} is alive")
+        async with HedwigClient([address], security=client_security(args)) as client:
+            await client.move_bundle(args.bundle, args.to, owner=address, reason="moved by hand")
+        return address
+
+    try:
+        source = asyncio.run(go())
+    except HedwigError as exc:
+        return report("move", exc)
+    print(f"handed bundle {args.bundle} from {source} to {args.to}")
     return 0
 
 

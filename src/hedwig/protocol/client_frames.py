@@ -173,6 +173,27 @@ class ReleaseTopic(FrameBase):
             raise UsageError("a release reason is at most 1024 characters")
 
 
+@frame(0x0D, CLIENT)
+class ReleaseBundle(FrameBase):
+    """Ask a bundle's owner to hand the bundle (every topic of its hash range, in use or not)
+    to ``destination``, make-before-break, as its own balancer hands bundles over: the
+    bundle's topics in use are released, their clients told where they went, and the
+    destination claims the bundle. Only in a region owning topics by bundle, and only for the
+    region's super-users (a bundle holds every tenant's topics of its range). Answered OK once
+    handed over; NOT_RESPONSIBLE naming the owner from a hub that does not own it;
+    INVALID_REQUEST for a name that is not a bundle of the region's map, or a destination that
+    is not an alive hub."""
+
+    request_id: RequestId
+    bundle: Str
+    destination: Str
+    reason: Str = "move requested"
+
+    def validate(self) -> None:
+        if len(self.reason) > 1024:
+            raise UsageError("a release reason is at most 1024 characters")
+
+
 @frame(0x0A, CLIENT)
 class DeleteTopic(FrameBase):
     """Delete a topic: its messages, ledgers, subscriptions and owner record. Answered by

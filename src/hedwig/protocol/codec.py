@@ -24,6 +24,7 @@ from hedwig.protocol.client_frames import (
     Publish,
     Published,
     Read,
+    ReleaseBundle,
     ReleaseTopic,
     ResetSubscription,
     Subscribe,
@@ -82,6 +83,7 @@ Request = (
     | Read
     | TopicStats
     | ReleaseTopic
+    | ReleaseBundle
     | DeleteTopic
     | ResetSubscription
     | DescribeTopic
@@ -149,6 +151,7 @@ FRAME_TYPES: tuple[type[FrameBase], ...] = (
     Read,
     TopicStats,
     ReleaseTopic,
+    ReleaseBundle,
     DeleteTopic,
     ResetSubscription,
     DescribeTopic,

@@ -13,7 +13,7 @@ import contextlib
 
 from hedwig.client.routes import SubscriptionRoute
 from hedwig.client.routing import RequestMaker, Router
-from hedwig.errors import ForbiddenError, HedwigError, NoSuchTopicError
+from hedwig.errors import ForbiddenError, HedwigError, NoSuchTopicError, NotResponsibleError
 from hedwig.protocol import (
     DeleteTopic,
     DescribeLanes,
@@ -25,6 +25,7 @@ from hedwig.protocol import (
     QueueDescription,
     QueueInfo,
     Read,
+    ReleaseBundle,
     ReleaseTopic,
     ResetSubscription,
     ResetTo,
@@ -36,6 +37,9 @@ from hedwig.protocol import (
     lane_of,
     validate_name,
 )
+
+# How many hubs a bundle's move is sent to, following the owners they name.
+BUNDLE_REDIRECTS = 3
 
 
 class Administration:
@@ -175,6 +179,28 @@ class Administration:
                 request_id=rid, topic=topic, destination=to, reason=reason[:1024], kind=kind
             ),
         )
+
+    async def move_bundle(
+        self, bundle: str, to: str, *, owner: str, reason: str = "move requested"
+    ) -> None:
+        """Ask ``owner`` (where the bundle's owner record says it is: ``hedwig bundles``) to
+        hand the bundle named ``bundle`` to the hub ``to`` (``ReleaseBundle``). A hub that
+        does not own it names its owner, which is asked instead, up to ``BUNDLE_REDIRECTS``
+        times (a bundle moving meanwhile)."""
+        address = owner
+        for _ in range(BUNDLE_REDIRECTS):
+            conn = await self.router.connection(address)
+            request = ReleaseBundle(
+                request_id=conn.next_id(), bundle=bundle, destination=to, reason=reason[:1024]
+            )
+            try:
+                await conn.request(request)
+                return
+            except NotResponsibleError as exc:
+                if not exc.owner or exc.owner == address:
+                    raise
+                address = exc.owner
+        raise NotResponsibleError(f"bundle {bundle} kept moving: ask again", owner=address)
 
     async def _request_once(
         self,

@@ -66,6 +66,7 @@ from hedwig.protocol import (
     Ping,
     Publish,
     Read,
+    ReleaseBundle,
     ReleaseTopic,
     Request,
     ResetSubscription,
@@ -116,6 +117,8 @@ _NEEDS: dict[type, Operation] = {
 _NEEDS_ANY: dict[type, tuple[Operation, ...]] = {
     DescribeLanes: (Operation.SUBSCRIBE, Operation.READ, Operation.DESCRIBE, Operation.ADMIN),
 }
+# Requests about no one topic but many tenants' at once: the region's super-users only.
+SUPER_USERS_ONLY = frozenset((ReleaseBundle,))
 # Hub to hub only (PUBLISH: a queue's owner publishing its dead letters, whose permission it
 # checked itself: ``hedwig.hub.spreading.dead_letters``).
 INTERNAL_SERVES = frozenset(
@@ -215,6 +218,20 @@ class AccessControl:
                 ),
             )
         if not self.authorize:
+            return
+        if ftype in SUPER_USERS_ONLY:
+            if principal.name not in self.super_users:
+                self._deny(
+                    conn,
+                    op,
+                    DenialReason.FORBIDDEN,
+                    ForbiddenError(
+                        f"principal {cut(principal.name)} may not {op}: it moves every tenant's "
+                        "topics of a bundle, which only the region's super-users may",
+                        principal=principal.name,
+                        operation=op,
+                    ),
+                )
             return
         need = _NEEDS.get(ftype)
         if need is None:

@@ -51,6 +51,7 @@ from hedwig.protocol import (
     Read,
     ReadEntry,
     ReadLac,
+    ReleaseBundle,
     ReleaseTopic,
     Reply,
     Request,
@@ -136,6 +137,7 @@ class HubRequests:
                 route(Ack, s.ack),
                 route(Nack, s.nack),
                 route(ReleaseTopic, m.release_topic),
+                route(ReleaseBundle, m.release_bundle),
             )
         )
         if with_storage:
