@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -753,3 +754,26 @@ def test_a_shared_subscription_from_the_command_line(dev: Cli) -> None:
         "--dead-letter", "jobs",
     )  # fmt: skip
     assert itself.returncode != 0 and "must be another topic" in itself.stderr
+
+
+def test_a_subscription_starts_at_a_publish_time(dev: Cli) -> None:
+    """``--time`` and ``--since`` on ``subscription create`` and ``reset``: delivery starts at
+    the first message the owner stored at or after the time (its clock is this machine's)."""
+    assert dev("pub", "timed", "-q", input="a\nb\nc\n").returncode == 0
+    time.sleep(0.5)
+    between = datetime.now(UTC)
+    time.sleep(0.5)
+    assert dev("pub", "timed", "-q", input="d\ne\n").returncode == 0
+    made = dev("subscription", "create", "timed", "late", "--time", between.isoformat())
+    assert made.returncode == 0 and "delivery starts at 4" in made.stdout, made.stderr
+    got = dev("sub", "timed", "late", "--count", "2", "--timeout", "20")
+    assert got.stdout.splitlines() == ["4\td", "5\te"], got.stderr
+    back = dev("subscription", "reset", "timed", "late", "--since", "1h")
+    assert back.returncode == 0 and "restarts at 1" in back.stdout, back.stderr
+    utc = between.replace(tzinfo=None).isoformat()  # no zone: UTC
+    again = dev("subscription", "reset", "timed", "late", "--time", utc)
+    assert again.returncode == 0 and "restarts at 4" in again.stdout, again.stderr
+    bad = dev("subscription", "reset", "timed", "late", "--time", "yesterday")
+    assert bad.returncode == 2 and "ISO-8601" in bad.stderr
+    both = dev("subscription", "create", "timed", "other", "--since", "1h", "--earliest")
+    assert both.returncode == 2 and "not allowed with" in both.stderr

@@ -9,6 +9,7 @@ import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
 from hedwig.cli.common import (
@@ -23,7 +24,8 @@ from hedwig.cli.plans import register_topic_mode
 from hedwig.cli.policy import Policy, add_policy_options, policy_from
 from hedwig.cli.topic_config import register_topic_config
 from hedwig.client import HedwigClient
-from hedwig.errors import HedwigError
+from hedwig.errors import HedwigError, UsageError
+from hedwig.metadata.records.queueing import parse_duration_ms
 from hedwig.protocol import ResetTo, SubscribeMode
 
 T = TypeVar("T")
@@ -54,11 +56,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     c = _subscription_action(
         ssub, "create", "create a subscription now: it receives what is published from here on"
     )
-    c.add_argument(
+    start = c.add_mutually_exclusive_group()
+    start.add_argument(
         "--earliest",
         action="store_true",
         help="start at the first kept message instead (what was published before is delivered)",
     )
+    add_time_options(start, "start at")
     add_policy_options(c)
     c.set_defaults(func=run_subscription_create)
     d = _subscription_action(ssub, "delete", "delete a subscription and its consume mark")
@@ -72,6 +76,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     where.add_argument("--to", type=int, metavar="SEQ", help="delivery restarts at SEQ")
     where.add_argument("--earliest", action="store_true", help="at the first kept message")
     where.add_argument("--latest", action="store_true", help="after the last message")
+    add_time_options(where, "at")
     r.set_defaults(func=run_subscription_reset)
 
     p = sub.add_parser(
@@ -83,6 +88,40 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_json_option(p)
     p.add_argument("topic")
     p.set_defaults(func=run_subscriptions)
+
+
+def add_time_options(group: argparse._MutuallyExclusiveGroup, at: str) -> None:
+    """``--time`` and ``--since``: a position by publish time."""
+    group.add_argument(
+        "--time",
+        metavar="ISO-8601",
+        help=f"{at} the first message published at this time or later (e.g. "
+        "2026-12-02T10:00:00Z; a time without a zone is UTC)",
+    )
+    group.add_argument(
+        "--since",
+        metavar="DURATION",
+        help=f"{at} the first message published this long ago or later (e.g. 10m, 2h)",
+    )
+
+
+def start_position(args: argparse.Namespace) -> ResetTo | int | datetime | None:
+    """Where ``--earliest``, ``--latest``, ``--to``, ``--time`` or ``--since`` put delivery
+    (``None``: none was given)."""
+    if args.time is not None:
+        try:
+            when = datetime.fromisoformat(args.time)
+        except ValueError as exc:
+            raise UsageError(f"--time {args.time!r} is not an ISO-8601 time: {exc}") from None
+        return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+    if args.since is not None:
+        return datetime.now(UTC) - timedelta(milliseconds=parse_duration_ms(args.since))
+    if args.earliest:
+        return ResetTo.EARLIEST
+    if getattr(args, "latest", False):
+        return ResetTo.LATEST
+    to: int | None = getattr(args, "to", None)
+    return to
 
 
 def _subscription_action(
@@ -155,10 +194,12 @@ async def create_subscription(
     subscriber: str,
     *,
     earliest: bool = False,
+    start: ResetTo | int | datetime | None = None,
     policy: Policy | None = None,
 ) -> int | None:
     """Create the subscription (``SubscriptionExistsError`` if it exists); with ``earliest``
-    move it to the first kept message at once, and return its consume mark then.
+    (or a ``start``: a position, a publish time) move it there at once, and return its consume
+    mark then.
 
     Two requests (a create, a reset), not one: the protocol's SUBSCRIBE starts a new
     subscription at the end. Between them it is at the end, attached by nobody, so nothing is
@@ -177,9 +218,11 @@ async def create_subscription(
     else:
         sub = await client.subscribe(topic, subscriber, mode=SubscribeMode.CREATE)
         await sub.close()
-    if not earliest:
+    if earliest:
+        start = ResetTo.EARLIEST
+    if start is None:
         return None
-    return await client.reset_subscription(topic, subscriber, ResetTo.EARLIEST)
+    return await client.reset_subscription(topic, subscriber, start)
 
 
 def run_subscription_create(args: argparse.Namespace) -> int:
@@ -188,12 +231,13 @@ def run_subscription_create(args: argparse.Namespace) -> int:
         mark = _on_client(
             args,
             lambda client: create_subscription(
-                client, args.topic, args.subscriber, earliest=args.earliest, policy=policy
+                client, args.topic, args.subscriber, start=start_position(args), policy=policy
             ),
         )
     except HedwigError as exc:
         return report("subscription create", exc)
-    told = f": delivery starts at {mark + 1}, the first kept message" if mark is not None else ""
+    first = ", the first kept message" if args.earliest else ""
+    told = f": delivery starts at {mark + 1}{first}" if mark is not None else ""
     print(f"created subscription {args.subscriber} of {args.topic}{told}")
     return 0
 
@@ -208,10 +252,9 @@ def run_subscription_delete(args: argparse.Namespace) -> int:
 
 
 def run_subscription_reset(args: argparse.Namespace) -> int:
-    to: ResetTo | int = (
-        ResetTo.EARLIEST if args.earliest else ResetTo.LATEST if args.latest else args.to
-    )
     try:
+        to = start_position(args)
+        assert to is not None  # (argparse: one of them is required)
         mark = _on_client(
             args, lambda client: client.reset_subscription(args.topic, args.subscriber, to)
         )

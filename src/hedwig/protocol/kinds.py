@@ -65,6 +65,7 @@ class ResetTo(IntEnum):
     SEQ = 0  # just before the given sequence id: delivery restarts at it
     EARLIEST = 1  # before the first message still kept
     LATEST = 2  # after the last message: only new messages are delivered
+    TIME = 3  # before the first message published at or after ``seq``, a time (epoch ms)
 
 
 class SubscriptionType(IntEnum):

@@ -10,10 +10,17 @@ by lanes is removed with its lanes, lane 0 first.
 from __future__ import annotations
 
 import contextlib
+from datetime import datetime
 
 from hedwig.client.routes import SubscriptionRoute
 from hedwig.client.routing import RequestMaker, Router
-from hedwig.errors import ForbiddenError, HedwigError, NoSuchTopicError, NotResponsibleError
+from hedwig.errors import (
+    ForbiddenError,
+    HedwigError,
+    NoSuchTopicError,
+    NotResponsibleError,
+    UsageError,
+)
 from hedwig.protocol import (
     DeleteTopic,
     DescribeLanes,
@@ -37,6 +44,23 @@ from hedwig.protocol import (
     lane_of,
     validate_name,
 )
+
+
+def reset_position(to: ResetTo | int | datetime) -> tuple[ResetTo, int]:
+    """RESET_SUBSCRIPTION's ``to`` and ``seq`` for a position."""
+    if isinstance(to, datetime):
+        if to.tzinfo is None:
+            raise UsageError("a reset to a time needs a time zone (an aware datetime)")
+        ms = int(to.timestamp() * 1000)
+        if ms < 0:
+            raise UsageError(f"a reset to a time before 1970: {to.isoformat()}")
+        return ResetTo.TIME, ms
+    if isinstance(to, ResetTo):
+        if to is ResetTo.TIME:
+            raise UsageError("a reset to a time takes the time: pass a datetime")
+        return to, 0
+    return ResetTo.SEQ, to
+
 
 # How many hubs a bundle's move is sent to, following the owners they name.
 BUNDLE_REDIRECTS = 3
@@ -141,13 +165,14 @@ class Administration:
         )
 
     async def reset_subscription(
-        self, topic: str, subscriber: str, to: ResetTo | int = ResetTo.EARLIEST
+        self, topic: str, subscriber: str, to: ResetTo | int | datetime = ResetTo.EARLIEST
     ) -> int:
         """Move a subscription to a sequence id (delivery restarts at it), to the earliest kept
-        message, or to the end; returns the new consume mark. An attached subscriber is closed
-        and attaches again at the new position."""
+        message, to the end, or to a time (an aware ``datetime``: delivery restarts at the
+        first message published then or later); returns the new consume mark. An attached
+        subscriber is closed and attaches again at the new position."""
         validate_name(subscriber, what="subscriber")
-        kind, seq = (ResetTo.SEQ, to) if not isinstance(to, ResetTo) else (to, 0)
+        kind, seq = reset_position(to)
         answer, _ = await self.router.topic_request(
             topic,
             lambda rid, redirected: ResetSubscription(
