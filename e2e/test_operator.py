@@ -150,6 +150,8 @@ class Bed:
 
 
 def pool_manifest(name: str, replicas: int = 2, **spec: Any) -> dict[str, Any]:
+    """A HubPool whose hubs are local open processes (``spec.security`` off, said explicitly:
+    a pool without it is secured; e2e/test_security.py runs secured ones)."""
     return {
         "apiVersion": GROUP_VERSION,
         "kind": "HubPool",
@@ -159,6 +161,7 @@ def pool_manifest(name: str, replicas: int = 2, **spec: Any) -> dict[str, Any]:
             "image": "hedwig/hub:e2e",
             "region": name,
             "storage": {"size": "1Gi", "storageClassName": STORAGE_CLASS},
+            "security": {"enabled": False},
             **spec,
         },
     }

@@ -123,7 +123,9 @@ def test_topic_crd_defaults_and_rules() -> None:
 
 
 def test_parse_pool_defaults() -> None:
-    p = parse_pool(pool_body())
+    # Without spec.security: secured (SecuritySpec's default).
+    p = parse_pool(pool_body(security=None))
+    assert p.security.enabled
     assert p == PoolSpec(
         namespace="ns",
         name="pool",
