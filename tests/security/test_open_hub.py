@@ -14,7 +14,8 @@ import sys
 import urllib.request
 from pathlib import Path
 
-from hedwig.devcluster.cluster import HubProcess
+from hedwig.devcluster.cluster import DevCluster, HubProcess
+from hedwig.devcluster.hosts import Host
 from hedwig.devcluster.zookeeper import ZooKeeperServer, free_port
 
 
@@ -96,5 +97,26 @@ def test_a_loopback_hub_is_not_reported_open(zk_server: ZooKeeperServer, tmp_pat
             assert r.read().decode().strip() == "ready"
         with urllib.request.urlopen(hub.metrics_url + "/metrics", timeout=5) as r:
             assert "hedwig_hub_insecure 0.0" in r.read().decode().splitlines()
+    finally:
+        hub.stop()
+
+
+def test_the_dev_cluster_tells_an_open_hub_off_loopback_it_is(
+    zk_server: ZooKeeperServer, tmp_path: Path
+) -> None:
+    """As the failure lab's hubs in network namespaces: a host off loopback, security off."""
+    cluster = DevCluster(
+        hubs=0,
+        region=f"dev-open-{os.getpid()}",
+        base_dir=str(tmp_path),
+        replication="1/1/1",
+        hub_hosts=[Host(address="0.0.0.0")],
+    )
+    cluster.zk_server = zk_server  # the session's, instead of one of its own
+    hub = cluster.add_hub()
+    try:
+        assert "--insecure" in hub.extra_args
+        with urllib.request.urlopen(hub.metrics_url + "/metrics", timeout=5) as r:
+            assert "hedwig_hub_insecure 1.0" in r.read().decode().splitlines()
     finally:
         hub.stop()
