@@ -408,6 +408,8 @@ class Bench:
                     "image": "hedwig/hub:bench",
                     "region": POOL,
                     "storage": {"size": "1Gi", "storageClassName": STORAGE_CLASS},
+                    # Its hubs are the local open processes above (a pool without it is secured).
+                    "security": {"enabled": False},
                     **self.store.pool_spec(),
                 },
             },

@@ -150,6 +150,8 @@ class Bed:
 
 
 def pool_manifest(name: str, replicas: int = 2, **spec: Any) -> dict[str, Any]:
+    """A HubPool whose hubs are local open processes (``spec.security`` off, said explicitly:
+    a pool without it is secured; e2e/test_security.py runs secured ones)."""
     return {
         "apiVersion": GROUP_VERSION,
         "kind": "HubPool",
@@ -159,6 +161,7 @@ def pool_manifest(name: str, replicas: int = 2, **spec: Any) -> dict[str, Any]:
             "image": "hedwig/hub:e2e",
             "region": name,
             "storage": {"size": "1Gi", "storageClassName": STORAGE_CLASS},
+            "security": {"enabled": False},
             **spec,
         },
     }
@@ -278,6 +281,39 @@ def test_hubpool_becomes_statefulset_services_pdb_and_status(bed: Bed, alpha: st
     table = bed.kubectl("get", "hp", alpha).stdout
     assert "READY HUBS" in table
     assert alpha in table
+    # Open, as its manifest says (security.enabled false): its hubs are told so, and its
+    # status says so.
+    assert config["data"]["HEDWIG_INSECURE"] == "true"
+    (secured,) = [c for c in status["conditions"] if c["type"] == "Secured"]
+    assert (secured["status"], secured["reason"]) == ("False", "Insecure")
+    assert "SECURED" in table
+
+
+def test_a_pool_without_spec_security_is_stored_secured(bed: Bed) -> None:
+    """The API server fills in ``security.enabled: true`` where a HubPool has no
+    ``spec.security`` (the CRD's defaults), as the operator reads it; so a NodePort pool
+    without it needs the advertised host a secured one does."""
+
+    def dry_run(manifest: dict[str, Any], check: bool = True) -> Any:
+        return bed.cp.kubectl(
+            "apply", "--dry-run=server", "-n", NS, "-o", "json", "-f", "-",
+            input=json.dumps(manifest), check=check,
+        )  # fmt: skip
+
+    bare = pool_manifest("bare", 0, metadata={"url": bed.zk})
+    del bare["spec"]["security"]
+    stored = json.loads(dry_run(bare).stdout)
+    assert stored["spec"]["security"]["enabled"] is True
+    assert stored["spec"]["security"]["audience"] == "hedwig"
+    bare["spec"]["external"] = {"type": "NodePort", "nodePortBase": 31900}
+    refused = dry_run(bare, check=False)
+    assert refused.returncode != 0
+    assert "needs external.advertisedHost" in refused.stderr
+    open_ = pool_manifest(
+        "bare", 0, metadata={"url": bed.zk}, external={"type": "NodePort", "nodePortBase": 31900}
+    )
+    assert json.loads(dry_run(open_).stdout)["spec"]["security"]["enabled"] is False
+    assert bed.get("hubpool", "bare") is None  # a dry run creates nothing
 
 
 def _etcd_access_secret(name: str, files: dict[str, bytes], pool: str) -> dict[str, Any]:

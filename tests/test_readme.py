@@ -67,6 +67,8 @@ def test_the_by_hand_session_works_when_pasted() -> None:
     assert out.returncode == 0, out.stdout + out.stderr
     lines = out.stdout.splitlines()
     assert any(line.startswith("READY hubs=") for line in lines)
+    # Without --secure it says it is open (on loopback only).
+    assert any(line.startswith("OPEN no TLS, no authentication") for line in lines)
     # What the comments promise: two acknowledgements, then the subscriber prints both.
     assert lines.count("1\thello") == 2 and lines.count("2\tworld") == 2
     assert "3\tagain" in lines
@@ -83,6 +85,7 @@ def test_the_security_by_hand_steps_work_when_pasted() -> None:
     assert out.returncode == 0, out.stdout + out.stderr
     lines = out.stdout.splitlines()
     assert any(line.startswith("SECURE credentials in ") for line in lines)
+    assert not any(line.startswith("OPEN ") for line in lines)
     assert lines.count("1\thi") == 1 and lines.count("2\thi") == 1
     assert "refused" in lines
     assert "principal alice may not publish topic 'orders.eu'" in out.stderr

@@ -8,7 +8,8 @@ to repair drift (a deleted Service comes back).
 
 A pool with external access (``spec.external``) of type LoadBalancer is built with what the
 cloud gave each hub's Service (``with_balancers``): the hubs advertise those addresses, and
-the hubs' certificate names them. ``status.external`` lists every hub's external address (the
+the hubs' certificate names them. A pool whose security is turned off says so in its Secured
+condition (False, reason Insecure). ``status.external`` lists every hub's external address (the
 one it published, else the one it will publish; "" while none is known) and ``bootstrap``,
 what an external client is given.
 
@@ -116,6 +117,30 @@ def hub_entry(hub: HubStatus, now_ms: int) -> dict[str, Any]:
     return entry
 
 
+def secured_condition(
+    pool: PoolSpec, previous: Sequence[Mapping[str, Any]] | None, now: dt.datetime | None
+) -> dict[str, Any]:
+    """``Secured``: False for a pool whose hubs run open (``spec.security.enabled: false``)."""
+    if pool.security.enabled:
+        return condition(
+            "Secured",
+            True,
+            "SecurityEnabled",
+            "TLS on both listeners, authentication and ACLs (spec.security)",
+            previous,
+            now,
+        )
+    return condition(
+        "Secured",
+        False,
+        "Insecure",
+        "spec.security.enabled is false: the hubs run --insecure, so anyone who can reach "
+        "their ports can publish, read and delete topics and ledgers, with no identity",
+        previous,
+        now,
+    )
+
+
 def build_pool_status(
     pool: PoolSpec,
     *,
@@ -152,7 +177,10 @@ def build_pool_status(
         "aliveHubs": alive,
         "selector": selector_string(pool),
         "region": pool.region,
-        "conditions": [condition("Ready", ok, reason, message, previous.get("conditions"), now)],
+        "conditions": [
+            condition("Ready", ok, reason, message, previous.get("conditions"), now),
+            secured_condition(pool, previous.get("conditions"), now),
+        ],
     }
     if hubs is not None:
         status["hubs"] = [hub_entry(h, now_ms) for h in hubs]

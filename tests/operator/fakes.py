@@ -6,6 +6,7 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from hedwig_operator.conditions import find
 from hedwig_operator.context import Context
 from hedwig_operator.kube import KubeError, ObjectRef
 from hedwig_operator.metadata import MetadataConnections
@@ -208,15 +209,37 @@ class World:
         await self.hub_store.hubs.register_hub(address, load)
 
 
+# Most reconcilers' tests need no certificates: they run an open pool, said explicitly (a pool
+# without spec.security is secured).
+OPEN: Mapping[str, Any] = {"enabled": False}
+
+
 def pool_body(
-    name: str = "pool", namespace: str = "ns", *, spec: Mapping[str, Any] | None = None
+    name: str = "pool",
+    namespace: str = "ns",
+    *,
+    spec: Mapping[str, Any] | None = None,
+    security: Mapping[str, Any] | None = OPEN,
 ) -> dict[str, Any]:
+    """A HubPool as the API server stores it; ``security`` None: without spec.security (then
+    secured), and a ``security`` in ``spec`` wins."""
+    body_spec: dict[str, Any] = {"image": "hedwig/hub:1.2", "metadata": {"url": "zk:2181"}}
+    if security is not None:
+        body_spec["security"] = dict(security)
+    body_spec.update(spec or {})
     return {
         "apiVersion": "hedwig.io/v1alpha1",
         "kind": "HubPool",
         "metadata": {"name": name, "namespace": namespace, "uid": "pool-uid", "generation": 1},
-        "spec": {"image": "hedwig/hub:1.2", "metadata": {"url": "zk:2181"}, **(spec or {})},
+        "spec": body_spec,
     }
+
+
+def ready_condition(body: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A resource's Ready condition (a pool's status holds Secured too)."""
+    found = find((body.get("status") or {}).get("conditions"), "Ready")
+    assert found is not None, body.get("status")
+    return found
 
 
 def topic_body(

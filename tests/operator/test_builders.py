@@ -139,6 +139,8 @@ def test_configmap_holds_the_hub_settings() -> None:
         "HEDWIG_SELF_BALANCE": "false",
         "HEDWIG_REPLICATION": "3/3/2",
         "HEDWIG_MAX_MESSAGE_SIZE": "2048",
+        # The pool is open (spec.security.enabled false): its hubs are told so.
+        "HEDWIG_INSECURE": "true",
     }
 
 

@@ -23,7 +23,7 @@ from hedwig_operator.specs import SpecError, parse_pool, parse_user
 from hedwig.metadata.acls import Operation, PatternType
 from hedwig.metadata.memory import MemoryMetadataStore
 
-from .fakes import World, pool_body
+from .fakes import World, pool_body, ready_condition
 
 SECURE = {"region": "r1", "security": {"enabled": True, "superUsers": ["ops:alice"]}}
 
@@ -392,7 +392,7 @@ async def test_a_pool_secret_the_operator_did_not_make_is_never_used() -> None:
     assert not w.kube.applied
     worker = PoolWorker(w.ctx, body, lambda key: [])
     await worker.refresh(pool)
-    (cond,) = w.kube.objects[("HubPool", "ns", "pool")]["status"]["conditions"]
+    cond = ready_condition(w.kube.objects[("HubPool", "ns", "pool")])
     assert (cond["status"], cond["reason"]) == ("False", "SecretConflict")
     (event,) = w.kube.events_for("HubPool", "pool")
     assert (event["type"], event["reason"]) == ("Warning", "SecretConflict")

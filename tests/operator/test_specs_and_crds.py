@@ -13,6 +13,7 @@ from hedwig_operator.specs import (
     DeletionPolicy,
     PoolSpec,
     RebalancingSpec,
+    SecuritySpec,
     SpecError,
     StorageSpec,
     parse_pool,
@@ -112,6 +113,26 @@ def test_pool_crd_defaults_are_the_specs_defaults() -> None:
     assert st["whenScaled"]["default"] == StorageSpec().when_scaled
 
 
+def test_a_pool_without_security_is_secured_by_the_crd_as_by_the_operator() -> None:
+    """The API server fills in ``security: {enabled: true}`` where a HubPool has none (an
+    object's default, then its fields'), as the operator reads a HubPool without it."""
+    (version,) = crd("hubpools")["spec"]["versions"]
+    root = version["schema"]["openAPIV3Schema"]
+    sec = root["properties"]["spec"]["properties"]["security"]
+    assert sec["default"] == {}
+    assert sec["properties"]["enabled"]["default"] is True is SecuritySpec().enabled
+    assert (
+        parse_pool(pool_body(security=None)).security
+        == parse_pool(pool_body(security={"enabled": True})).security
+    )
+    # The NodePort rule holds a pool open only when it says so (enabled: false).
+    (nodeport,) = [r for r in root["x-kubernetes-validations"] if "NodePort" in r["rule"]]
+    assert "!self.spec.security.enabled" in nodeport["rule"]
+    assert "!has(self.spec.security)" not in nodeport["rule"]
+    columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
+    assert columns["Secured"] == '.status.conditions[?(@.type=="Secured")].status'
+
+
 def test_topic_crd_defaults_and_rules() -> None:
     spec = schema("topics")["properties"]["spec"]
     assert spec["properties"]["deletionPolicy"]["default"] == DeletionPolicy.KEEP.value
@@ -123,7 +144,9 @@ def test_topic_crd_defaults_and_rules() -> None:
 
 
 def test_parse_pool_defaults() -> None:
-    p = parse_pool(pool_body())
+    # Without spec.security: secured (SecuritySpec's default).
+    p = parse_pool(pool_body(security=None))
+    assert p.security.enabled
     assert p == PoolSpec(
         namespace="ns",
         name="pool",

@@ -18,7 +18,7 @@ from hedwig_operator.workers import PoolWorker
 from hedwig.devcluster.etcd import EtcdServer
 from hedwig.devcluster.security import DevSecurity
 from hedwig.errors import MetadataUnavailableError
-from tests.operator.fakes import World, pool_body
+from tests.operator.fakes import World, pool_body, ready_condition
 from tests.secured_etcd import access_files, change_password, secured_etcd
 from tests.waiting import succeeds
 
@@ -217,7 +217,7 @@ async def test_a_pool_cannot_name_a_secret_its_owner_did_not_bind_to_it(
     w.ctx.metadata = connections
     worker = PoolWorker(w.ctx, body, lambda key: [])
     await worker.refresh(pool)
-    (cond,) = w.kube.objects[("HubPool", "ns", "pool")]["status"]["conditions"]
+    cond = ready_condition(w.kube.objects[("HubPool", "ns", "pool")])
     assert (cond["status"], cond["reason"]) == ("False", "SecretNotBound")
     (event,) = w.kube.events_for("HubPool", "pool")
     assert (event["type"], event["reason"]) == ("Warning", "SecretNotBound")

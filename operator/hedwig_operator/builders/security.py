@@ -154,10 +154,11 @@ def token_issuers(pool: PoolSpec) -> str:
 
 
 def security_settings(pool: PoolSpec, operator_principal: str) -> dict[str, object]:
-    """The hubs' security settings (``hedwig.settings.SecuritySettings``, by name), empty when
-    the pool is not secured."""
+    """The hubs' security settings (``hedwig.settings.SecuritySettings``, by name); for a pool
+    not secured, ``insecure`` alone: its hubs listen on the pod's address, open to whoever
+    reaches it, which a hub does only when told so (``hedwig.settings.exposure``)."""
     if not pool.security.enabled:
-        return {}
+        return {"insecure": True}
     supers = (
         [operator_principal, *pool.security.super_users]
         if operator_principal

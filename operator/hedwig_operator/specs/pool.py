@@ -167,7 +167,9 @@ class SecuritySpec:
     ``<pool>-zookeeper``; ``docs/security.md`` describes what each protects.
     """
 
-    enabled: bool = False
+    # On unless turned off (``enabled: false``), as in the chart: an open pool's hubs run
+    # ``--insecure`` and its status says so (the Secured condition).
+    enabled: bool = True
     # The audience a ServiceAccount token must be for, and the cluster's issuer (what the
     # API server's --service-account-issuer says).
     audience: str = "hedwig"

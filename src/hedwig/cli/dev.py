@@ -171,7 +171,15 @@ def run_up(args: argparse.Namespace) -> int:
         write_state(state_path, describe(cluster))
         control.start()
         _print_endpoints(cluster, state_path)
-        if cluster.security is not None:
+        if cluster.security is None:
+            # Loopback only (hedwig.settings.exposure): open to this machine's users alone.
+            print(
+                "OPEN no TLS, no authentication: anyone on this machine can publish, read and "
+                "delete topics and ledgers (the hubs listen on loopback only); --secure turns "
+                "security on",
+                flush=True,
+            )
+        else:
             d = cluster.security.directory
             print(
                 f"SECURE credentials in {d}: '. {d}/env' makes hedwig commands act as the "

@@ -19,6 +19,7 @@ from hedwig.errors import HedwigError
 from hedwig.hub import serve
 from hedwig.net.loop import install_uvloop
 from hedwig.settings import HubConfig, add_flags, given_flags
+from hedwig.settings.exposure import check_exposure
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -196,6 +197,8 @@ def run_zk(args: argparse.Namespace) -> int:
 def run_hub(args: argparse.Namespace) -> int:
     try:
         config = HubConfig.from_env(**given_flags(args, HubConfig))
+        # Open to the network only when told so (hedwig.settings.exposure).
+        check_exposure(config)
     except HedwigError as exc:
         print(f"hedwig hub: {exc}", file=sys.stderr)
         return 2

@@ -26,6 +26,7 @@ from hedwig.devcluster.security import DevSecurity
 from hedwig.devcluster.zookeeper import ZooKeeperServer, free_port
 from hedwig.errors import HedwigError
 from hedwig.settings import HubConfig, command_line
+from hedwig.settings.exposure import is_loopback
 
 
 @dataclass
@@ -262,6 +263,8 @@ class DevCluster:
             extra_args=[
                 "--replication",
                 self.replication_setting,
+                # Off loopback (a network namespace's address) an open hub is told it is.
+                *([] if self.security or is_loopback(host.address) else ["--insecure"]),
                 *self.hub_args,
                 *(extra_args or []),
             ],

@@ -1,11 +1,12 @@
 """The hub's security settings (``docs/security.md``): TLS, the internal listener, identities.
 
 Everything is off for a bare hub (tests, ``hedwig dev up``): plaintext, anonymous, and the
-storage role on the client port. The chart, the operator and ``hedwig dev up --secure`` turn
-it on. Certificates and keys are PEM files, reloaded when they change (rotation without a
-restart). The group refuses combinations that cannot work (a certificate without its key,
-authorization without authentication, authentication with no way to prove an identity, or
-with hub-to-hub requests left on the client port).
+storage role on the client port; such a hub listens on loopback, or starts only when told
+``insecure`` (``hedwig.settings.exposure``). The chart, the operator and ``hedwig dev up
+--secure`` turn it on. Certificates and keys are PEM files, reloaded when they change
+(rotation without a restart). The group refuses combinations that cannot work (a certificate
+without its key, authorization without authentication, authentication with no way to prove an
+identity, or with hub-to-hub requests left on the client port).
 """
 
 from __future__ import annotations
@@ -62,6 +63,15 @@ class SecuritySettings:
         "keys internal peers must hold besides a certificate of the hub CA, comma-separated: "
         "own (this hub's own internal key, which every hub shares) and sha256/BASE64 pins "
         "(default: any certificate of the hub CA)",
+    )
+    # Off: a hub open to the network (a listener off loopback without TLS and authentication,
+    # hedwig.settings.exposure) refuses to start. Anonymous clients could then delete ledgers.
+    insecure: bool = setting(
+        False,
+        "start even with a listener off loopback open to anyone who reaches it (no TLS or no "
+        "authentication): they can publish, read and delete topics and ledgers",
+        flag="--insecure",
+        env="HEDWIG_INSECURE",
     )
     # Before a connection has authenticated (authentication on) it is anyone's: what it may
     # cost is bounded in size, time and number (hedwig.hub.front.doorway). Thirty anonymous

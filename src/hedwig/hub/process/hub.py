@@ -64,6 +64,7 @@ from hedwig.protocol import MoveKind
 from hedwig.protocol.connection import DEFAULT_MAX_FRAME_SIZE
 from hedwig.security.tokens import TokenVerifier, parse_issuers
 from hedwig.settings import HubConfig
+from hedwig.settings.exposure import exposed_listeners, warning
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +88,9 @@ class Hub:
             HubTls(config, self.clock) if network is None else GivenNetwork(network, config)
         )
         self.network: Network = self.tls.client_network
+        # Listeners open to the network (allowed by `insecure`; a network given in memory is
+        # this process's alone), said in the log, on /readyz and in hedwig_hub_insecure.
+        self.exposed = exposed_listeners(config) if network is None else []
         self.internal_network: Network = self.tls.internal_network
         self.store: MetadataStore = store or open_store(
             config.connection.metadata_url,
@@ -95,6 +99,7 @@ class Hub:
             clock=self.clock,
         )
         self.metrics = HubMetrics(series_limit=config.placement.load_report_topics)
+        self.metrics.insecure.set(1 if self.exposed else 0)
         self.address = config.connection.advertise or config.connection.listen
         self.internal_address = (
             config.security.internal_advertise or config.security.internal_listen or ""
@@ -349,6 +354,8 @@ class Hub:
                 await self._http.start(self.config.http.metrics_host, self.config.http.metrics_port)
             if self.config.http.drain_socket:
                 await self._http.start_unix(self.config.http.drain_socket)
+        if self.exposed:
+            log.warning("%s", warning(self.exposed))
         await self._while_store_away("registering", self.registration.register)
         try:
             await self.loops.check_hub_count()
@@ -463,6 +470,11 @@ class Hub:
         self.stopped.set()
 
     def readiness(self) -> tuple[bool, str]:
+        ready, why = self._readiness()
+        # Whether ready or not, an open hub says so (the status is readiness alone).
+        return ready, f"{why}\n{warning(self.exposed)}" if self.exposed else why
+
+    def _readiness(self) -> tuple[bool, str]:
         if not self._ready:
             return False, "starting or stopping"
         if self.topics.suspended:

@@ -81,6 +81,11 @@ class HubMetrics:
         )
         self.topics_owned = Gauge("hedwig_topics_owned", "Topics this hub owns", registry=r)
         self.connections = Gauge("hedwig_connections", "Open client connections", registry=r)
+        self.insecure = Gauge(
+            "hedwig_hub_insecure",
+            "1 while a listener off loopback serves anyone, without TLS and authentication",
+            registry=r,
+        )
         self.claims = Counter("hedwig_topic_claims", "Topics claimed", registry=r)
         self.recovered = Counter(
             "hedwig_bundle_topics_recovered", "Topics taken over as bundles were won", registry=r
