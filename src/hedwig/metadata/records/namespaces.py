@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 from hedwig.errors import MetadataError
 from hedwig.metadata.records.encoding import dump_object, load_object
 from hedwig.metadata.records.topics import NO_CONFIG, TopicConfig
+from hedwig.protocol.names import namespace_name
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +77,13 @@ class NamespacePolicy:
             )
         except (TypeError, ValueError) as exc:
             raise MetadataError(f"corrupt namespace policy: {exc}") from exc
+
+
+def checked_namespace(name: str) -> str:
+    """``name`` if it names a namespace (``tenant/namespace``, as ``namespace_name`` checks
+    it); ``InvalidTopicError`` if not. What every store checks before it files a record."""
+    tenant, _, namespace = name.partition("/") if isinstance(name, str) else ("", "", "")
+    return namespace_name(tenant, namespace)
 
 
 # A namespace without a record: nothing of its own, the region's defaults throughout.
