@@ -32,23 +32,13 @@ import logging
 from hedwig.clock import Clock
 from hedwig.errors import HedwigError, NoSuchTopicError, QuotaExceededError
 from hedwig.metadata.managers import MetadataStore, SessionState
-from hedwig.metadata.records.namespaces import NamespacePolicy
-from hedwig.protocol.names import DEFAULT_NAMESPACE, DEFAULT_TENANT, lane_of, namespace_of
+from hedwig.metadata.records.namespaces import NamespacePolicy, counted_namespace
+from hedwig.protocol.names import lane_of, namespace_of
 
 log = logging.getLogger(__name__)
 
 POLL_S = 10.0
 RETRY_S = 1.0
-UNCOUNTED = f"{DEFAULT_TENANT}/{DEFAULT_NAMESPACE}"
-
-
-def counted_namespace(topic: str) -> str | None:
-    """The namespace ``topic`` is counted in; ``None``: not counted (``public/default``, a
-    lane)."""
-    if lane_of(topic)[1]:
-        return None
-    name = "/".join(namespace_of(topic))
-    return None if name == UNCOUNTED else name
 
 
 class NamespaceWatcher:

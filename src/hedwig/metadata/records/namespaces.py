@@ -23,7 +23,13 @@ from typing import Any, ClassVar
 from hedwig.errors import MetadataError
 from hedwig.metadata.records.encoding import dump_object, load_object
 from hedwig.metadata.records.topics import NO_CONFIG, TopicConfig
-from hedwig.protocol.names import namespace_name
+from hedwig.protocol.names import (
+    DEFAULT_NAMESPACE,
+    DEFAULT_TENANT,
+    lane_of,
+    namespace_name,
+    namespace_of,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +90,19 @@ def checked_namespace(name: str) -> str:
     it); ``InvalidTopicError`` if not. What every store checks before it files a record."""
     tenant, _, namespace = name.partition("/") if isinstance(name, str) else ("", "", "")
     return namespace_name(tenant, namespace)
+
+
+UNCOUNTED = f"{DEFAULT_TENANT}/{DEFAULT_NAMESPACE}"
+
+
+def counted_namespace(topic: str) -> str | None:
+    """The namespace whose count of topics ``topic`` is in; ``None``: none (a topic of
+    ``public/default``, where every name without a prefix is and which has no topic quota; a
+    lane, which belongs to its topic)."""
+    if lane_of(topic)[1]:
+        return None
+    name = "/".join(namespace_of(topic))
+    return None if name == UNCOUNTED else name
 
 
 # A namespace without a record: nothing of its own, the region's defaults throughout.
