@@ -12,9 +12,9 @@ The owner reads a topic's settings when it takes the topic over: a change to an 
 applies at its next take-over (``hedwig move TOPIC`` makes one now), except replication, which
 its next ledger takes.
 
-There is no switch for auto-creation: publishing to or subscribing to a topic that does not
-exist creates it, whatever the region says (a setting for it needs a field of the region's
-defaults record, which the hubs would check when a request creates a topic).
+Publishing to or subscribing to a topic that does not exist creates it, unless its namespace's
+policy turns ``auto_create`` off (``hedwig namespaces``); a topic made here counts against its
+namespace's ``max_topics`` as one a publish makes.
 """
 
 from __future__ import annotations
