@@ -356,12 +356,13 @@ class QuotaExceededError(RequestError):
         self.limit = limit
 
     @classmethod
-    def of(cls, namespace: str, quota: str, limit: int, what: str) -> QuotaExceededError:
-        """Namespace ``namespace`` holds ``limit`` of ``what`` (its ``quota``) already."""
+    def of(cls, namespace: str, quota: str, limit: int, held: str) -> QuotaExceededError:
+        """Namespace ``namespace``'s ``quota`` is reached: ``held`` says what holds ``limit``
+        already ("it holds 10 topics")."""
         flag = quota.replace("_", "-")
         return cls(
-            f"quota {quota} of namespace {namespace!r} reached: it holds {limit} {what}, its "
-            f"limit (raise it with `hedwig namespaces set {namespace} --{flag} N`)",
+            f"quota {quota} of namespace {namespace!r} reached: {held}, its limit (raise it "
+            f"with `hedwig namespaces set {namespace} --{flag} N`)",
             scope=f"{quota}:{namespace}",
             limit=limit,
         )

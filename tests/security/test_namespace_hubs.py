@@ -152,3 +152,31 @@ async def test_a_namespace_without_auto_create_refuses_new_topics(region_hubs: R
             await client.publish("acme/fixed/new", b"m")
         await client.publish("acme/fixed/made", b"m")
     assert not await r.admin.topics.topic_exists("acme/fixed/new")
+
+
+async def test_the_subscription_quota_holds_at_the_owner(region_hubs: Region) -> None:
+    r = region_hubs
+    limit = 3
+    policy = NamespacePolicy(max_subscriptions=limit)
+    await r.admin.namespaces.write_namespace("acme/s", policy, NEW_VERSION)
+    await eventually(lambda: _all_read(r, "acme/s", policy))
+    first, second = r.client(r.hubs[0]), r.client(r.hubs[1])
+    async with first, second:
+        await first.publish("acme/s/t", b"m")
+
+        async def subscribe(client: HedwigClient, i: int) -> QuotaExceededError | None:
+            try:
+                await client.subscribe("acme/s/t", f"s{i}")
+            except QuotaExceededError as exc:
+                return exc
+            return None
+
+        got = await asyncio.gather(*(subscribe((first, second)[i % 2], i) for i in range(8)))
+        refused = [e for e in got if e is not None]
+        assert len(got) - len(refused) == limit
+        assert len(await r.admin.subscriptions.read_subscriptions("acme/s/t")) == limit
+        err = refused[0]
+        assert (err.namespace, err.quota, err.limit) == ("acme/s", "max_subscriptions", limit)
+        assert "topic 'acme/s/t' holds 3 subscriptions" in str(err) and not err.retriable
+        # Another topic of the namespace has its own three.
+        await second.subscribe("acme/s/u", "s0")

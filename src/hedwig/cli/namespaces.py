@@ -4,7 +4,7 @@
 new, else changed by compare-and-set, read again when someone else wrote in between): the
 defaults of its topics (the flags of ``hedwig topic config``: replication, retention, maximum
 message size, expiry; a topic's own settings win over them, they win over the region's) and its
-own settings: ``--max-topics``, ``--max-subscriptions`` (per topic; stored, not enforced yet),
+own settings: ``--max-topics``, ``--max-subscriptions`` (per topic, held by its owner),
 ``--auto-create on|off``. A setting left out keeps its value; ``--unset NAME`` takes it away.
 ``get`` shows one namespace, ``list`` every one that has a policy, each with its topics
 counted against ``max_topics`` (every topic of a namespace but ``public/default`` is
@@ -53,7 +53,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
             for flag, (_, meaning) in SETTINGS.items():
                 a.add_argument(f"--{flag}", help=f"its topics' default: {meaning}")
             a.add_argument("--max-topics", help="topics the namespace may hold")
-            a.add_argument("--max-subscriptions", help="subscriptions per topic (not enforced yet)")
+            a.add_argument("--max-subscriptions", help="subscriptions each topic may hold")
             a.add_argument(
                 f"--{SWITCH}",
                 choices=["on", "off"],

@@ -19,6 +19,11 @@ excepted: a lane belongs to its topic), before a claim that may create it:
 - refused with ``NoSuchTopicError`` when the namespace's ``auto_create`` is false and it does not
   exist (made first by an administrator's request: ``hedwig namespaces`` then lists it).
 
+Subscriptions (``create_subscription``): a topic's owner makes them within its namespace's
+``max_subscriptions``, counted from the store's records of them, one at a time per topic while
+a limit is in force (this hub alone makes the topic's subscriptions, so the limit is exact). A
+fan-out topic's delivery hubs make subscriptions too and are not held by it yet.
+
 ``forget`` uncounts a deleted topic. A hub that dies between counting a topic and creating it
 leaves it counted, never the reverse; creating the same topic later does not count it again.
 """
@@ -32,6 +37,7 @@ import logging
 from hedwig.clock import Clock
 from hedwig.errors import HedwigError, NoSuchTopicError, QuotaExceededError
 from hedwig.metadata.managers import MetadataStore, SessionState
+from hedwig.metadata.records import SubscriptionData, Version
 from hedwig.metadata.records.namespaces import NamespacePolicy, counted_namespace
 from hedwig.protocol.names import lane_of, namespace_of
 
@@ -50,6 +56,8 @@ class NamespaceWatcher:
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._watching = False
+        # Subscriptions being made, by topic: its lock, and how many wait on it or hold it.
+        self._creating: dict[str, tuple[asyncio.Lock, int]] = {}
         store.session.add_listener(self._on_session)
 
     def policy_of(self, topic: str) -> NamespacePolicy | None:
@@ -86,6 +94,40 @@ class NamespaceWatcher:
         except QuotaExceededError:
             if not await self._store.topics.topic_exists(topic):
                 raise
+
+    async def create_subscription(
+        self, topic: str, subscriber: str, data: SubscriptionData
+    ) -> Version:
+        """Make a subscription of ``topic`` (owned here) in the store, within its namespace's
+        ``max_subscriptions``: counted from the store's records of the topic's subscriptions,
+        one creation at a time per topic while a limit is in force, so this hub, the only
+        one making the topic's subscriptions, stops exactly at the limit.
+        ``QuotaExceededError`` past it; ``SubscriptionExistsError`` as the store says."""
+        create = self._store.subscriptions.create_subscription_data
+        policy = self.policy_of(topic)
+        limit = None if policy is None else policy.max_subscriptions
+        if limit is None:
+            return await create(topic, subscriber, data)
+        lock, waiting = self._creating.get(topic, (asyncio.Lock(), 0))
+        self._creating[topic] = (lock, waiting + 1)
+        try:
+            async with lock:
+                held = await self._store.subscriptions.read_subscriptions(topic)
+                if subscriber not in held and len(held) >= limit:
+                    name = "/".join(namespace_of(lane_of(topic)[0]))
+                    raise QuotaExceededError.of(
+                        name,
+                        "max_subscriptions",
+                        limit,
+                        f"topic {topic!r} holds {len(held)} subscriptions",
+                    )
+                return await create(topic, subscriber, data)
+        finally:
+            lock, waiting = self._creating[topic]
+            if waiting > 1:
+                self._creating[topic] = (lock, waiting - 1)
+            else:
+                del self._creating[topic]
 
     async def forget(self, topic: str) -> None:
         """``topic`` was deleted: uncounted."""

@@ -120,7 +120,7 @@ class TopicOwnership:
         self.namespaces = NamespaceWatcher(store, clock=clock)
         # Settings, log recovery and read-back of a claimed topic (``takeover``).
         self.takeover = TakeOver(
-            policy_of=self.namespaces.policy_of,
+            namespaces=self.namespaces,
             config=config,
             store=store,
             replicas=replicas,

@@ -33,6 +33,7 @@ from hedwig.errors import (
     ServiceUnavailableError,
 )
 from hedwig.hub.owning.choices import HubChoices
+from hedwig.hub.owning.namespaces import NamespaceWatcher
 from hedwig.hub.owning.topic import OwnedTopic, TopicContext
 from hedwig.hub.reporting.events import HubEvents, LossKind
 from hedwig.hub.serving.dead_letters import DeadLetterSink
@@ -50,7 +51,7 @@ from hedwig.metadata.records import (
     Version,
     Versioned,
 )
-from hedwig.metadata.records.namespaces import NamespacePolicy, effective_config
+from hedwig.metadata.records.namespaces import effective_config
 from hedwig.settings import HubConfig, TopicSettings
 
 log = logging.getLogger(__name__)
@@ -93,11 +94,11 @@ class TakeOver:
         on_lost: Callable[[str, LossKind, str], None],
         on_subscriptions: Callable[[OwnedTopic], None],
         on_rolled_over: Callable[[str], None],
-        policy_of: Callable[[str], NamespacePolicy | None],
+        namespaces: NamespaceWatcher,
         dead_letters: DeadLetterSink | None = None,
     ) -> None:
         self.config = config
-        self._policy_of = policy_of
+        self._policy_of = namespaces.policy_of
         self.store = store
         self.replicas = replicas
         self.clock = clock
@@ -116,7 +117,15 @@ class TakeOver:
         self.suspect: Callable[[int, Fragments], None] = _no_suspects
         # Callbacks and settings every owned topic holds, made once and shared (a bound
         # method is 64 bytes, a topic's merged configuration and settings about 400).
-        self._context = TopicContext(store, clock, events, on_lost, on_subscriptions, dead_letters)
+        self._context = TopicContext(
+            store,
+            clock,
+            events,
+            on_lost,
+            on_subscriptions,
+            namespaces.create_subscription,
+            dead_letters,
+        )
         self._rolled_over = on_rolled_over
         self._ensemble_cb = choices.ensemble
         self._suspect_one: Callable[[int, Fragments], None] = self._suspect_cb

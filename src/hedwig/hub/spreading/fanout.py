@@ -190,6 +190,9 @@ class FanOut:
             check_open=lambda: None,
             on_lost=lambda why: None,
             on_delivered=delivered,
+            # (A delivery hub's: not held by the namespace's max_subscriptions, which its
+            # owner checks.)
+            create=self._store.subscriptions.create_subscription_data,
             dead_letters=self._dead_letters,
         )
         subs.shared = True

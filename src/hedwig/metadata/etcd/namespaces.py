@@ -90,7 +90,7 @@ class EtcdNamespaces:
             if counted is not None:
                 return count
             if limit is not None and count >= limit:
-                raise QuotaExceededError.of(name, "max_topics", limit, "topics")
+                raise QuotaExceededError.of(name, "max_topics", limit, f"it holds {limit} topics")
             guard = missing(count_key) if got is None else modified_at(count_key, got.mod)
             res = await self._etcd.txn(
                 [guard, missing(marker)],

@@ -64,7 +64,7 @@ class MemoryNamespaces(MemorySession):
         if self._get(marker) is not None:
             return count
         if limit is not None and count >= limit:
-            raise QuotaExceededError.of(name, "max_topics", limit, "topics")
+            raise QuotaExceededError.of(name, "max_topics", limit, f"it holds {limit} topics")
         self._put_count(name, count + 1)
         self._create(marker, b"")
         return count + 1

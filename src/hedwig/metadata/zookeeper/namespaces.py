@@ -112,7 +112,7 @@ class ZkNamespaces:
             if version is not None and await self._zk.exists(marker) is not None:
                 return count
             if limit is not None and count >= limit:
-                raise QuotaExceededError.of(name, "max_topics", limit, "topics")
+                raise QuotaExceededError.of(name, "max_topics", limit, f"it holds {limit} topics")
             value = str(count + 1).encode()
             first = (
                 Op("create", path, value=value)
