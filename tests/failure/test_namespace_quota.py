@@ -1,7 +1,8 @@
-"""The topic count quota of a namespace through a hub killed with -9 while two clients create
-topics on three secured hub processes: the count stops at the limit, and every topic that
-exists (and every topic whose creation was acknowledged) is counted, so the limit holds
-through the kill; a claim cut short leaves its topic counted, never uncounted."""
+"""The topic count quota of a namespace through a hub killed with -9, or frozen past its
+session, while two clients create topics on three secured hub processes: the count stops at
+the limit, and every topic that exists (and every one whose creation was acknowledged) is
+counted, so the limit holds through the fault; a claim cut short leaves its topic counted,
+never uncounted."""
 
 from __future__ import annotations
 
@@ -21,8 +22,9 @@ pytestmark = pytest.mark.integration
 NS, LIMIT, PER_CLIENT = "acme/k", 12, 15
 
 
-async def test_the_topic_count_holds_through_a_hub_killed_mid_creation(
-    secure_cluster: DevCluster,
+@pytest.mark.parametrize("fault", ["kill", "freeze"])
+async def test_the_topic_count_holds_through_a_hub_lost_mid_creation(
+    secure_cluster: DevCluster, fault: str
 ) -> None:
     cluster = secure_cluster
     async with open_region(cluster) as store:
@@ -35,7 +37,9 @@ async def test_the_topic_count_holds_through_a_hub_killed_mid_creation(
         started = asyncio.Event()
 
         async def creator(i: int, hubs: list[str]) -> None:
-            async with HedwigClient(hubs, security=admin(cluster), retry=retry) as client:
+            async with HedwigClient(
+                hubs, security=admin(cluster), retry=retry, request_timeout_s=SESSION
+            ) as client:
                 for n in range(PER_CLIENT):
                     topic = f"{NS}/c{i}-{n}"
                     try:
@@ -54,7 +58,13 @@ async def test_the_topic_count_holds_through_a_hub_killed_mid_creation(
             asyncio.create_task(creator(1, addresses[2:] + addresses[:1])),
         ]
         await started.wait()
-        cluster.hub_procs[1].kill()  # -9, mid-creations: claims of it are cut short
+        victim = cluster.hub_procs[1]
+        if fault == "kill":
+            victim.kill()  # -9, mid-creations: claims of it are cut short
+        else:
+            victim.freeze()  # past its session: others take its topics, it drops them
+            await asyncio.sleep(SESSION * 3)
+            victim.thaw()
         await asyncio.gather(*work)
 
         assert len(acked) + len(refused) + len(failed) == 2 * PER_CLIENT

@@ -1,22 +1,25 @@
-"""Namespaces on real hubs, secured (TLS, tokens, ACLs), on a real ZooKeeper: a namespace's
-policy applies to its new topics (a topic's own configuration over it), a change applies to
-topics claimed after it without restarting a hub, and the topic count quota stops creations
-from two clients on two hubs exactly at the limit, with a clear refusal that is not retried."""
+"""Namespaces on real hubs, secured (TLS, tokens, ACLs), on a real ZooKeeper and a real etcd:
+a namespace's policy applies to its new topics (a topic's own configuration over it), a change
+applies to topics claimed after it without restarting a hub, the topic count quota stops
+creations from two clients on two hubs exactly at the limit, with a clear refusal that is not
+retried, and the owner holds a topic's subscriptions to their quota."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 import pytest
 
 from hedwig.client import HedwigClient
+from hedwig.devcluster.etcd import EtcdServer
 from hedwig.devcluster.zookeeper import ZooKeeperServer
 from hedwig.errors import MessageTooLargeError, NoSuchTopicError, QuotaExceededError
 from hedwig.hub import Hub
 from hedwig.metadata import NEW_VERSION, MetadataStore, TopicConfig
 from hedwig.metadata.acls import AclEntry, AclRule, Operation, PatternType
+from hedwig.metadata.etcd import EtcdMetadataStore
 from hedwig.metadata.records.namespaces import NamespacePolicy
 from hedwig.metadata.zookeeper import ZkMetadataStore
 from hedwig.security import ClientSecurity
@@ -33,7 +36,6 @@ ALL = frozenset(Operation)
 class Region:
     pki: Pki
     issuer: TokenIssuer
-    zk: ZooKeeperServer
     name: str
     hubs: list[Hub]
     admin: MetadataStore
@@ -47,20 +49,28 @@ class Region:
         )
 
 
-@pytest.fixture
+def _store_of(request: pytest.FixtureRequest, region: str) -> Callable[[], MetadataStore]:
+    """Stores of ``region`` on the real ZooKeeper or etcd the test is run on."""
+    if request.param == "etcd":
+        etcd: EtcdServer = request.getfixturevalue("etcd_server")
+        return lambda: EtcdMetadataStore(etcd.address, region, session_timeout=2.0)
+    zk: ZooKeeperServer = request.getfixturevalue("zk_server")
+    return lambda: ZkMetadataStore(zk.address, region, session_timeout=2.0)
+
+
+@pytest.fixture(params=["zookeeper", "etcd"])
 async def region_hubs(
-    pki: Pki, issuer: TokenIssuer, zk_server: ZooKeeperServer, region: str
+    pki: Pki, issuer: TokenIssuer, region: str, request: pytest.FixtureRequest
 ) -> AsyncIterator[Region]:
-    async with ZkMetadataStore(zk_server.address, region) as admin:
+    store = _store_of(request, region)
+    async with store() as admin:
         # alice may use the topics of tenant acme, and no other.
         rule = AclRule("alice", ALL, name="acme/", pattern=PatternType.PREFIX)
         await admin.acls.write_acl("alice", AclEntry((rule,), source="test"), NEW_VERSION)
         hubs: list[Hub] = []
         configs = (secure_config(pki, issuer) for _ in range(2))
-        async with running_hubs(
-            hubs, configs, lambda: ZkMetadataStore(zk_server.address, region, session_timeout=2.0)
-        ):
-            yield Region(pki, issuer, zk_server, region, hubs, admin)
+        async with running_hubs(hubs, configs, store):
+            yield Region(pki, issuer, region, hubs, admin)
 
 
 def owned(region: Region, topic: str) -> TopicConfig:
