@@ -21,8 +21,9 @@ excepted: a lane belongs to its topic), before a claim that may create it:
 
 Subscriptions (``create_subscription``): a topic's owner makes them within its namespace's
 ``max_subscriptions``, counted from the store's records of them, one at a time per topic while
-a limit is in force (this hub alone makes the topic's subscriptions, so the limit is exact). A
-fan-out topic's delivery hubs make subscriptions too and are not held by it yet.
+a limit is in force (the owner alone makes a topic's subscriptions, so the limit is exact). A
+fan-out topic's delivery hubs make them the same way, each one at a time: creations at once on
+several of its hubs may pass the limit by one per hub at most.
 
 ``forget`` uncounts a deleted topic. A hub that dies between counting a topic and creating it
 leaves it counted, never the reverse; creating the same topic later does not count it again.
@@ -100,8 +101,8 @@ class NamespaceWatcher:
     ) -> Version:
         """Make a subscription of ``topic`` (owned here) in the store, within its namespace's
         ``max_subscriptions``: counted from the store's records of the topic's subscriptions,
-        one creation at a time per topic while a limit is in force, so this hub, the only
-        one making the topic's subscriptions, stops exactly at the limit.
+        one creation at a time per topic while a limit is in force, so a topic whose
+        subscriptions only this hub makes stops exactly at the limit.
         ``QuotaExceededError`` past it; ``SubscriptionExistsError`` as the store says."""
         create = self._store.subscriptions.create_subscription_data
         policy = self.policy_of(topic)
