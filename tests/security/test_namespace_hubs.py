@@ -139,6 +139,19 @@ async def test_the_topic_quota_holds_across_hubs(region_hubs: Region) -> None:
         err = refused[0]
         assert (err.namespace, err.quota, err.limit) == ("acme/q", "max_topics", limit)
         assert not err.retriable and "max_topics" in str(err) and "acme/q" in str(err)
+        # A refusal harms nothing: publishes and subscriptions past the limit, odd names
+        # among them, leave the store's topics and the count as they were.
+        before = (
+            await r.admin.topics.list_topics(),
+            await r.admin.namespaces.topic_count("acme/q"),
+        )
+        for name in ("acme/q/x", "acme/q/../y", "acme/q/ü z", "acme/q/" + "z" * 240):
+            with pytest.raises(QuotaExceededError):
+                await first.publish(name, b"m")
+            with pytest.raises(QuotaExceededError):
+                await second.subscribe(name, "s")
+        after = (await r.admin.topics.list_topics(), await r.admin.namespaces.topic_count("acme/q"))
+        assert after == before
         # Topics that exist are served at the limit; a deleted one frees its place.
         kept = made[0]
         await first.publish(kept, b"again")
