@@ -24,6 +24,7 @@ from hedwig.metadata.records import NEW_VERSION, LedgerMetadata
 from tests.bundle_conformance import BundleConformance
 from tests.cluster_helpers import hedwig, lone_hub
 from tests.metadata_conformance import MetadataConformance
+from tests.namespace_conformance import NamespaceConformance
 from tests.store_outage import (
     a_hub_started_in_an_outage_waits_and_serves,
     ledger_ids_stay_unique_through_a_crash,
@@ -53,7 +54,7 @@ def own_etcd(tmp_path: Path) -> EtcdServer:
     return server
 
 
-class TestEtcdStore(MetadataConformance, BundleConformance):
+class TestEtcdStore(MetadataConformance, BundleConformance, NamespaceConformance):
     async def expire(self, store: MetadataStore) -> None:
         """Expire the lease the way an etcd operator would: revoke it from outside."""
         assert isinstance(store, EtcdMetadataStore)

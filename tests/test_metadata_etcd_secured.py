@@ -31,6 +31,7 @@ from tests.bundle_conformance import BundleConformance
 from tests.cluster_helpers import hedwig
 from tests.failure.lab.relay import start_relay
 from tests.metadata_conformance import MetadataConformance
+from tests.namespace_conformance import NamespaceConformance
 from tests.secured_etcd import access_files, change_password, secured_etcd
 from tests.waiting import succeeds
 
@@ -70,7 +71,7 @@ store = pytest.fixture(_started, name="store")
 other = pytest.fixture(_started, name="other")
 
 
-class TestSecuredEtcdStore(MetadataConformance, BundleConformance):
+class TestSecuredEtcdStore(MetadataConformance, BundleConformance, NamespaceConformance):
     async def expire(self, store: MetadataStore) -> None:
         assert isinstance(store, EtcdMetadataStore)
         await store.etcd.revoke_elsewhere(store.etcd.lease)

@@ -6,6 +6,7 @@ from hedwig.metadata import MetadataStore
 from hedwig.metadata.memory import MemoryBackend, MemoryMetadataStore
 from tests.bundle_conformance import BundleConformance
 from tests.metadata_conformance import MetadataConformance
+from tests.namespace_conformance import NamespaceConformance
 
 
 @pytest.fixture
@@ -27,7 +28,7 @@ async def other(backend: MemoryBackend) -> MetadataStore:
     return s
 
 
-class TestMemoryStore(MetadataConformance, BundleConformance):
+class TestMemoryStore(MetadataConformance, BundleConformance, NamespaceConformance):
     async def expire(self, store: MetadataStore) -> None:
         assert isinstance(store, MemoryMetadataStore)
         store.expire()

@@ -30,6 +30,7 @@ from hedwig.metadata.zookeeper.regions import make_region
 from tests.bundle_conformance import BundleConformance
 from tests.cycle_garbage import frames_left_for_the_collector
 from tests.metadata_conformance import MetadataConformance
+from tests.namespace_conformance import NamespaceConformance
 
 pytestmark = pytest.mark.integration
 
@@ -55,7 +56,7 @@ async def expire_session(store: ZkMetadataStore) -> None:
     await twin.close()
 
 
-class TestZooKeeperStore(MetadataConformance, BundleConformance):
+class TestZooKeeperStore(MetadataConformance, BundleConformance, NamespaceConformance):
     claims_read = False
 
     async def expire(self, store: MetadataStore) -> None:

@@ -53,9 +53,9 @@ def test_namespace_name_checks_its_parts() -> None:
 
 def test_policy_round_trips_through_json() -> None:
     policy = NamespacePolicy(
-        replication=ReplicationConfig(3, 2, 2),
-        retention_ms=60_000,
-        max_message_size=1024,
+        topics=TopicConfig(
+            replication=ReplicationConfig(3, 2, 2), retention_ms=60_000, max_message_size=1024
+        ),
         auto_create=False,
         max_topics=10,
         max_subscriptions=2,
@@ -67,7 +67,12 @@ def test_policy_round_trips_through_json() -> None:
 
 @pytest.mark.parametrize(
     "bad",
-    [{"max_topics": -1}, {"max_subscriptions": True}, {"auto_create": "yes"}],
+    [
+        {"max_topics": -1},
+        {"max_subscriptions": True},
+        {"auto_create": "yes"},
+        {"topics": {"retention_ms": 1}},
+    ],
 )
 def test_policy_refuses_bad_values(bad: dict[str, object]) -> None:
     with pytest.raises(MetadataError):
@@ -79,13 +84,19 @@ def test_policy_refuses_a_corrupt_record() -> None:
         NamespacePolicy.from_json(b'{"max_topics": "ten"}')
     with pytest.raises(MetadataError):
         NamespacePolicy.from_json(b"[1]")
+    with pytest.raises(MetadataError):
+        NamespacePolicy.from_json(b'{"topics": [1]}')
+    with pytest.raises(MetadataError):
+        NamespacePolicy.from_json(b'{"topics": {"retention_ms": "long"}}')
 
 
 def test_effective_config_topic_over_namespace_over_region() -> None:
     region = TopicConfig(
         replication=ReplicationConfig(1, 1, 1), retention_ms=1, max_message_size=100
     )
-    namespace = NamespacePolicy(retention_ms=2, max_message_size=200, max_topics=5)
+    namespace = NamespacePolicy(
+        topics=TopicConfig(retention_ms=2, max_message_size=200), max_topics=5
+    )
     own = TopicConfig(retention_ms=3)
     got = effective_config(own, namespace, region)
     assert got.retention_ms == 3  # the topic's own

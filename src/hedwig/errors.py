@@ -342,6 +342,40 @@ class NotHeldError(RequestError):
         self.count = count
 
 
+class QuotaExceededError(RequestError):
+    """A count quota of a namespace is reached (``quota``: ``max_topics``, its topics;
+    ``max_subscriptions``, a topic's subscriptions): nothing was made. Not retried: the same
+    request fails until the namespace's limit is raised or something of it is deleted.
+
+    ``scope`` (what travels on the wire): ``<quota>:<tenant>/<namespace>``; ``limit``: the
+    limit in force."""
+
+    def __init__(self, message: str, *, scope: str | None = None, limit: int = 0) -> None:
+        super().__init__(message)
+        self.scope = scope
+        self.limit = limit
+
+    @classmethod
+    def of(cls, namespace: str, quota: str, limit: int, held: str) -> QuotaExceededError:
+        """Namespace ``namespace``'s ``quota`` is reached: ``held`` says what holds ``limit``
+        already ("it holds 10 topics")."""
+        flag = quota.replace("_", "-")
+        return cls(
+            f"quota {quota} of namespace {namespace!r} reached: {held}, its limit (raise it "
+            f"with `hedwig namespaces set {namespace} --{flag} N`)",
+            scope=f"{quota}:{namespace}",
+            limit=limit,
+        )
+
+    @property
+    def quota(self) -> str:
+        return (self.scope or "").partition(":")[0]
+
+    @property
+    def namespace(self) -> str:
+        return (self.scope or "").partition(":")[2]
+
+
 # Ledgers -------------------------------------------------------------------------------------
 
 

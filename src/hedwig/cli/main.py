@@ -23,6 +23,7 @@ from hedwig.cli import (
     dev,
     ledgers,
     lifecycle,
+    namespaces,
     pub,
     servers,
     sim,
@@ -52,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     balance.register(commands)
     ledgers.register(commands)
     acl.register(commands)
+    namespaces.register(commands)
     return parser
 
 

@@ -12,9 +12,9 @@ The owner reads a topic's settings when it takes the topic over: a change to an 
 applies at its next take-over (``hedwig move TOPIC`` makes one now), except replication, which
 its next ledger takes.
 
-There is no switch for auto-creation: publishing to or subscribing to a topic that does not
-exist creates it, whatever the region says (a setting for it needs a field of the region's
-defaults record, which the hubs would check when a request creates a topic).
+Publishing to or subscribing to a topic that does not exist creates it, unless its namespace's
+policy turns ``auto_create`` off (``hedwig namespaces``); a topic made here counts against its
+namespace's ``max_topics`` as one a publish makes.
 """
 
 from __future__ import annotations
@@ -28,7 +28,9 @@ from typing import Any
 from hedwig.cli.common import add_json_option, add_metadata_options, report, resolve_metadata
 from hedwig.errors import BadVersionError, HedwigError, NoSuchTopicError, UsageError
 from hedwig.metadata import open_store
+from hedwig.metadata.managers import MetadataStore
 from hedwig.metadata.records import NEW_VERSION, TopicConfig
+from hedwig.metadata.records.namespaces import counted_namespace
 from hedwig.protocol import validate_name
 from hedwig.settings import parse_replication
 
@@ -72,7 +74,7 @@ def register_topic_config(tsub: argparse._SubParsersAction[argparse.ArgumentPars
         p.set_defaults(func=run_topic_config, config_command=name)
 
 
-def _changes(args: argparse.Namespace) -> dict[str, Any]:
+def topic_changes(args: argparse.Namespace) -> dict[str, Any]:
     """The record's fields to set (None: back to the region's), from the flags."""
     out: dict[str, Any] = {}
     for flag, (field, _) in SETTINGS.items():
@@ -117,6 +119,7 @@ async def _apply(args: argparse.Namespace, zk: str, changes: dict[str, Any]) -> 
                     "its settings"
                 )
             config = dataclasses.replace(TopicConfig(), **changes)
+            await _count(store, args.topic)
             try:
                 await store.topics.write_topic_config(args.topic, config, NEW_VERSION)
             except BadVersionError:
@@ -141,6 +144,15 @@ async def _apply(args: argparse.Namespace, zk: str, changes: dict[str, Any]) -> 
         raise HedwigError(f"the settings of topic {args.topic!r} kept changing under us")
 
 
+async def _count(store: MetadataStore, topic: str) -> None:
+    """A topic made here counts against its namespace's ``max_topics`` as one a publish makes
+    (``QuotaExceededError`` at the limit)."""
+    name = counted_namespace(topic)
+    if name is not None:
+        got = await store.namespaces.read_namespace(name)
+        await store.namespaces.count_topic(name, topic, got.value.max_topics if got else None)
+
+
 def _told(args: argparse.Namespace, head: str, config: TopicConfig) -> str:
     settings = describe(config)
     if args.json:
@@ -156,7 +168,7 @@ def run_topic_config(args: argparse.Namespace) -> int:
     command = f"topic {args.config_command}"
     try:
         validate_name(args.topic)
-        changes = _changes(args)
+        changes = topic_changes(args)
         told = asyncio.run(_apply(args, resolve_metadata(args), changes))
     except HedwigError as exc:
         return report(command, exc)

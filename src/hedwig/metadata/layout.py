@@ -32,6 +32,10 @@ class Layout:
     # a child each: one watched listing says which bundles are owned.
     bundle_map: str = field(init=False)
     bundle_owners: str = field(init=False)
+    # Namespaces' policies, a child each, and their counts of topics: a child per namespace
+    # whose data is the count, with a marker child per topic counted.
+    namespaces: str = field(init=False)
+    namespace_topics: str = field(init=False)
 
     def __post_init__(self) -> None:
         base = f"{ROOT}/{encode_name(self.region)}"  # (validates the region's name)
@@ -41,6 +45,18 @@ class Layout:
         object.__setattr__(self, "ledger_ids", f"{base}/ledger-ids")
         object.__setattr__(self, "bundle_map", f"{base}/bundle-map")
         object.__setattr__(self, "bundle_owners", f"{base}/bundle-owners")
+        object.__setattr__(self, "namespaces", f"{base}/namespaces")
+        object.__setattr__(self, "namespace_topics", f"{base}/namespace-topics")
+
+    def namespace(self, name: str) -> str:
+        """Namespace ``name``'s policy (``tenant/namespace`` is ``tenant%2Fnamespace``)."""
+        return f"{self.namespaces}/{encode_name(name)}"
+
+    def namespace_count(self, name: str) -> str:
+        return f"{self.namespace_topics}/{encode_name(name)}"
+
+    def namespace_marker(self, name: str, topic: str) -> str:
+        return f"{self.namespace_count(name)}/{encode_name(topic)}"
 
     def bundle_owner(self, bundle: str) -> str:
         """The owner record of ``bundle`` (a ``Bundle.name``: hex digits and ``_`` alone)."""

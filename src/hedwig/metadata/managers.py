@@ -42,6 +42,7 @@ from hedwig.metadata.records import (
     Version,
     Versioned,
 )
+from hedwig.metadata.records.namespaces import NamespacePolicy
 
 
 class TopicOwnershipManager(Protocol):
@@ -274,6 +275,47 @@ class AclManager(Protocol):
         ...
 
 
+class NamespaceManager(Protocol):
+    """Namespaces' policies (``NamespacePolicy``), by ``tenant/namespace``
+    (``hedwig.protocol.names.namespace_name``; any other name is refused), and the count of
+    each namespace's topics: a marker per topic counted and the count, written together in
+    one transaction, so hubs creating topics of one namespace at once count each exactly."""
+
+    async def list_namespaces(
+        self, watch: Callable[[], None] | None = None
+    ) -> dict[str, Versioned[NamespacePolicy]]:
+        """Every policy. With ``watch``, it is called once (on the loop) at the first change
+        after this read: a policy written, created or deleted."""
+        ...
+
+    async def read_namespace(self, name: str) -> Versioned[NamespacePolicy] | None: ...
+
+    async def write_namespace(
+        self, name: str, policy: NamespacePolicy, version: Version
+    ) -> Version:
+        """Create (``NEW_VERSION``), overwrite (``ANY_VERSION``) or compare-and-set."""
+        ...
+
+    async def delete_namespace(self, name: str, version: Version) -> None:
+        """The policy (not the count); ``MetadataError`` if there is none."""
+        ...
+
+    async def topic_count(self, name: str) -> int:
+        """Topics counted in the namespace."""
+        ...
+
+    async def count_topic(self, name: str, topic: str, limit: int | None) -> int:
+        """Count ``topic`` in namespace ``name`` (its marker made and the count raised by one,
+        in one transaction), unless it is counted already; the count after. Refused with
+        ``QuotaExceededError`` (nothing written) if it is not and the count is at ``limit``."""
+        ...
+
+    async def uncount_topic(self, name: str, topic: str) -> None:
+        """``topic``'s marker gone and the count lowered by one, in one transaction; nothing
+        if it was not counted."""
+        ...
+
+
 class TopicPlanManager(Protocol):
     """Topics' plans (``hedwig.metadata.plans``); no record means ``single``."""
 
@@ -396,6 +438,9 @@ class MetadataStore(Protocol):
 
     @property
     def plans(self) -> TopicPlanManager: ...
+
+    @property
+    def namespaces(self) -> NamespaceManager: ...
 
     @property
     def bundles(self) -> BundleManager: ...

@@ -42,6 +42,7 @@ from hedwig.errors import (
     NotHeldError,
     NotResponsibleError,
     OutOfOrderError,
+    QuotaExceededError,
     RequestError,
     ServiceUnavailableError,
     SubscriptionBusyError,
@@ -82,6 +83,7 @@ class Status(IntEnum):
     WRONG_REPLICA = 32
     USE_LANE = 33
     NOT_HELD = 34
+    QUOTA_EXCEEDED = 40
 
     @property
     def label(self) -> str:
@@ -128,6 +130,7 @@ _TABLE: tuple[_Row, ...] = (
     _Row(InternalOnlyError, Status.INTERNAL_ONLY),
     _Row(ForbiddenError, Status.FORBIDDEN),
     _Row(NotHeldError, Status.NOT_HELD, seq="count"),
+    _Row(QuotaExceededError, Status.QUOTA_EXCEEDED, address="scope", seq="limit"),
     # Conditions with no status of their own, answered with what the client should do:
     # a batch whose count lies is refused; an unreachable metadata store, storage replicas
     # short of a quorum, a lost or slow connection to another hub all pass: try again later.

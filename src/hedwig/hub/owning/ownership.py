@@ -46,6 +46,7 @@ from hedwig.errors import (
 )
 from hedwig.hub.owning.choices import HubChoices
 from hedwig.hub.owning.claims import RELEASES_AT_ONCE, ClaimParts, OwnershipStats
+from hedwig.hub.owning.namespaces import NamespaceWatcher
 from hedwig.hub.owning.policy import claim_policy
 from hedwig.hub.owning.standing import HubStanding
 from hedwig.hub.owning.takeover import FirstLog, TakeOver
@@ -115,8 +116,11 @@ class TopicOwnership:
         self.stats = OwnershipStats()
         # Called whenever the set of owned topics changes (the hub reports its load soon after).
         self._on_change = on_change or (lambda: None)
+        # Namespaces' policies, kept current, and their count quota (``namespaces``).
+        self.namespaces = NamespaceWatcher(store, clock=clock)
         # Settings, log recovery and read-back of a claimed topic (``takeover``).
         self.takeover = TakeOver(
+            namespaces=self.namespaces,
             config=config,
             store=store,
             replicas=replicas,
@@ -259,6 +263,8 @@ class TopicOwnership:
         fut: asyncio.Future[OwnedTopic] = asyncio.get_running_loop().create_future()
         self._claims[topic] = fut
         try:
+            if create:
+                await self.namespaces.admit(topic)
             owned = await self.claims.resolve(topic, redirected, create)
         except BaseException as exc:
             self._claims.pop(topic, None)
@@ -406,6 +412,7 @@ class TopicOwnership:
         for r in ranges:
             await delete_ledger_everywhere(self.store.ledgers, self.replicas, r.ledger_id)
         await self.store.topics.delete_topic(topic)
+        await self.namespaces.forget(topic)
         owned.notify_deleted()
         log.info("deleted topic %r (%d ledgers)", topic, len(ranges))
         self.events.deleted(topic, expired=expired)

@@ -3,9 +3,10 @@
 A hub that has written a topic's owner record (``hedwig.hub.owning.ownership``) takes the topic
 over here before serving it:
 
-1. Its configuration: its own over the region's defaults over this hub's (merged once for
-   each set of region defaults, not for every claim), and the settings made of it, one shared
-   object for every topic configured alike (nearly all are).
+1. Its configuration: its own over its namespace's policy (``namespaces``) over the region's
+   defaults over this hub's (those two merged once for each set of region defaults, not for
+   every claim), and the settings made of it, one shared object for every topic configured
+   alike (nearly all are).
 2. The ensemble its next ledger goes to (placement's choice of replicas), and its log: the
    previous owner's last ledger recovered (fenced, its end found, closed), a new one opened.
    A claim that creates the topic brings its first ledger along (``first_log``).
@@ -32,6 +33,7 @@ from hedwig.errors import (
     ServiceUnavailableError,
 )
 from hedwig.hub.owning.choices import HubChoices
+from hedwig.hub.owning.namespaces import NamespaceWatcher
 from hedwig.hub.owning.topic import OwnedTopic, TopicContext
 from hedwig.hub.reporting.events import HubEvents, LossKind
 from hedwig.hub.serving.dead_letters import DeadLetterSink
@@ -49,6 +51,7 @@ from hedwig.metadata.records import (
     Version,
     Versioned,
 )
+from hedwig.metadata.records.namespaces import effective_config
 from hedwig.settings import HubConfig, TopicSettings
 
 log = logging.getLogger(__name__)
@@ -91,9 +94,11 @@ class TakeOver:
         on_lost: Callable[[str, LossKind, str], None],
         on_subscriptions: Callable[[OwnedTopic], None],
         on_rolled_over: Callable[[str], None],
+        namespaces: NamespaceWatcher,
         dead_letters: DeadLetterSink | None = None,
     ) -> None:
         self.config = config
+        self._policy_of = namespaces.policy_of
         self.store = store
         self.replicas = replicas
         self.clock = clock
@@ -112,7 +117,15 @@ class TakeOver:
         self.suspect: Callable[[int, Fragments], None] = _no_suspects
         # Callbacks and settings every owned topic holds, made once and shared (a bound
         # method is 64 bytes, a topic's merged configuration and settings about 400).
-        self._context = TopicContext(store, clock, events, on_lost, on_subscriptions, dead_letters)
+        self._context = TopicContext(
+            store,
+            clock,
+            events,
+            on_lost,
+            on_subscriptions,
+            namespaces.create_subscription,
+            dead_letters,
+        )
         self._rolled_over = on_rolled_over
         self._ensemble_cb = choices.ensemble
         self._suspect_one: Callable[[int, Fragments], None] = self._suspect_cb
@@ -165,16 +178,16 @@ class TakeOver:
     async def topic_config(
         self, topic: str, *, fresh: bool = False, known: Versioned[TopicConfig] | None = None
     ) -> TopicConfig:
-        """The topic's configuration over the region's defaults over this hub's (``fresh``:
-        a topic just created, which has none of its own; ``known``: its own as read with the
-        claim)."""
+        """The topic's configuration over its namespace's policy over the region's defaults
+        over this hub's (``fresh``: a topic just created, which has none of its own;
+        ``known``: its own as read with the claim)."""
         got = (
             known
             if known is not None or fresh
             else await self.store.topics.read_topic_config(topic)
         )
-        base = self._defaults_merged()
-        return got.value.merged(base) if got else base
+        own = got.value if got else None
+        return effective_config(own, self._policy_of(topic), self._defaults_merged())
 
     def _defaults_merged(self) -> TopicConfig:
         """The region's defaults over this hub's: merged once for each the region sets, not

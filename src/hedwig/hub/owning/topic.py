@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from types import MappingProxyType
@@ -41,7 +41,7 @@ from hedwig.hub.serving.peer import Peer
 from hedwig.hub.serving.topic_subscriptions import Served, TopicSubscriptions, keep_from_seq_of
 from hedwig.ledger.topic_log import TopicLog
 from hedwig.metadata.managers import MetadataStore
-from hedwig.metadata.records import LedgerRange, TopicConfig, Version
+from hedwig.metadata.records import LedgerRange, SubscriptionData, TopicConfig, Version
 from hedwig.protocol import (
     Ack,
     Batch,
@@ -88,6 +88,8 @@ class TopicContext:
     on_lost: LostCallback
     # Told when a topic makes its subscriptions table.
     on_subscriptions: Callable[[OwnedTopic], None]
+    # How its subscriptions are made (within their namespace's quota).
+    create_subscription: Callable[[str, str, SubscriptionData], Awaitable[Version]]
     # Where its queues publish their dead letters (None: nowhere; they wait).
     dead_letters: DeadLetterSink | None = None
 
@@ -161,6 +163,7 @@ class OwnedTopic:
                 check_open=self._check_open,
                 on_lost=self._ledger_lost,
                 on_delivered=self._delivered,
+                create=self.context.create_subscription,
                 dead_letters=self.context.dead_letters,
             )
             self.context.on_subscriptions(self)

@@ -324,6 +324,7 @@ class Hub:
             "reading the region's defaults", self.store.topics.read_region_defaults
         )
         await self._while_store_away("reading the access rules", self.acl_watcher.start)
+        await self._while_store_away("reading the namespaces", self.topics.namespaces.start)
         if self.config.security.internal_listen:
             self._internal_listener = await self.internal_network.listen(
                 self.config.security.internal_listen, self.internal_front.protocol
@@ -451,6 +452,7 @@ class Hub:
         self.dead_letters.close()
         self._stall_watch.stop()
         self.acl_watcher.stop()
+        self.topics.namespaces.stop()
         if self._expiry is not None:
             self._expiry.cancel()
         self.tls.stop_reloading()

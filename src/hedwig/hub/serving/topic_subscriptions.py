@@ -29,7 +29,7 @@ Rules:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from hedwig.clock import Clock
 from hedwig.errors import (
@@ -95,9 +95,11 @@ class TopicSubscriptions:
         check_open: Callable[[], None],
         on_lost: Callable[[str], None],
         on_delivered: Callable[[int, int], None],
+        create: Callable[[str, str, SubscriptionData], Awaitable[Version]],
         dead_letters: DeadLetterSink | None = None,
     ) -> None:
         self.topic = topic
+        self._create = create  # a subscription made in the store (within its quota)
         self._dead_letters = dead_letters
         self.by_name: dict[str, Served] = {}
         self._log = log_
@@ -168,9 +170,7 @@ class TopicSubscriptions:
                 owner,
             )
             try:
-                version = await self._store.subscriptions.create_subscription_data(
-                    self.topic, req.subscriber, data
-                )
+                version = await self._create(self.topic, req.subscriber, data)
             except SubscriptionExistsError:
                 if req.mode is SubscribeMode.CREATE:
                     raise

@@ -190,6 +190,8 @@ class FanOut:
             check_open=lambda: None,
             on_lost=lambda why: None,
             on_delivered=delivered,
+            # Within the namespace's max_subscriptions, as the owner makes them.
+            create=self._ownership.namespaces.create_subscription,
             dead_letters=self._dead_letters,
         )
         subs.shared = True

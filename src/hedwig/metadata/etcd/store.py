@@ -16,6 +16,9 @@ names encoded as in ZooKeeper (``a/b`` is ``a%2Fb``, so a name never reaches int
     bundle-map             the region's bundle map (``hedwig.metadata.bundles``)
     bundle-owners/<B>      an owned bundle's owner record, attached to one of its owner's leases
     defaults               region defaults
+    namespaces/<N>         a namespace's policy (``N``: ``tenant%2Fnamespace``)
+    namespace-counts/<N>   how many of its topics are counted
+    namespace-topics/<N>/<T>  a marker per topic counted
 
 Each family has a prefix of its own, so listing topics reads topic keys only (page by page),
 and a topic's subscriptions are one range. Every conditional write is one transaction that
@@ -25,7 +28,7 @@ comparison fails, so the caller learns whether it was missing or changed.
 The managers, a module each (or two to a module where they are small): ``ownership``
 (owner records and their watches), ``ledgers`` (ledger metadata and the persistence records
 naming them), ``topics`` (the catalog and subscriptions), ``hubs`` (the registry), ``acls``,
-``plans``, ``bundles``; all on one ``client.EtcdClient``, its session the store's.
+``plans``, ``bundles``, ``namespaces``; all on one ``client.EtcdClient``, its session the store's.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from hedwig.metadata.etcd.connection import NO_CREDENTIALS, EtcdCredentials
 from hedwig.metadata.etcd.hubs import EtcdHubs
 from hedwig.metadata.etcd.keys import Keys
 from hedwig.metadata.etcd.ledgers import EtcdLedgers, EtcdPersistence
+from hedwig.metadata.etcd.namespaces import EtcdNamespaces
 from hedwig.metadata.etcd.ownership import EtcdOwnership
 from hedwig.metadata.etcd.plans import EtcdPlans
 from hedwig.metadata.etcd.topics import EtcdSubscriptions, EtcdTopics
@@ -85,6 +89,7 @@ class EtcdMetadataStore:
         self.hubs = EtcdHubs(self.etcd, self.keys)
         self.acls = EtcdAcls(self.etcd, self.keys)
         self.plans = EtcdPlans(self.etcd, self.keys)
+        self.namespaces = EtcdNamespaces(self.etcd, self.keys)
         self.bundles = EtcdBundles(self.etcd, self.keys)
         self.session = EtcdSession(self.etcd)
 

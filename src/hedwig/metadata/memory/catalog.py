@@ -1,10 +1,11 @@
 """The memory store's topic catalog (``TopicCatalog``): which topics exist, their
 configuration, the region's defaults, and deleting a topic with every record filed under it
-(its ledgers' metadata and the ACLs excepted, as in the real stores)."""
+(its ledgers' metadata, the ACLs and the namespaces' records excepted, as in the real stores)."""
 
 from __future__ import annotations
 
 from hedwig.errors import MetadataError
+from hedwig.metadata.memory.namespaces import KINDS as NAMESPACE_KINDS
 from hedwig.metadata.memory.plans import PLANNED_CHANGED
 from hedwig.metadata.memory.session import MemorySession
 from hedwig.metadata.records import ANY_VERSION, NEW_VERSION, TopicConfig, Version, Versioned
@@ -43,7 +44,7 @@ class MemoryCatalog(MemorySession):
             if (
                 key[0] == self.region
                 and len(key) >= 3
-                and key[1] not in ("ledger", "acl")
+                and key[1] not in ("ledger", "acl", *NAMESPACE_KINDS)
                 and key[2] == topic
             ):
                 del self._b.data[key]

@@ -92,19 +92,29 @@ class TopicConfig:
                 raise MetadataError(f"{name} must not be negative, got {v}")
 
     def to_json(self) -> bytes:
+        return dump_object(self.to_object())
+
+    def to_object(self) -> dict[str, Any]:
+        """The settings made, as a plain object (a namespace's policy holds one)."""
         d: dict[str, Any] = {}
         if self.replication is not None:
             d["replication"] = asdict(self.replication)
         for name in self._NUMBERS:
             if getattr(self, name) is not None:
                 d[name] = getattr(self, name)
-        return dump_object(d)
+        return d
 
     @classmethod
     def from_json(cls, raw: bytes) -> TopicConfig:
         if not raw or raw == b"{}":
             return NO_CONFIG  # most topics: one record for all, nothing built per read
-        d = load_object(raw, "topic config")
+        return cls.from_object(load_object(raw, "topic config"))
+
+    @classmethod
+    def from_object(cls, d: dict[str, Any]) -> TopicConfig:
+        """Read back what ``to_object`` made (``MetadataError`` if it is not that)."""
+        if not d:
+            return NO_CONFIG
         try:
             rep = d.get("replication")
             return cls(

@@ -4,9 +4,9 @@
 Versions are znode versions, ownership and liveness are ephemeral znodes of the session
 (``docs/zookeeper-layout.md``). Each kind of record has its manager in a module of its own
 (``ownership``, ``persistence``, ``subscriptions``, ``ledgers``, ``topics``, ``hubs``,
-``acl_entries``, ``plans``, ``bundles``); this one holds what they share: the client, the
-session as the hub sees it (``ZkSession``: the client's phases as ``SessionState``), and the
-znode ACLs a store given digest credentials writes (``znode_acls``).
+``acl_entries``, ``plans``, ``bundles``, ``namespaces``); this one holds what they share: the
+client, the session as the hub sees it (``ZkSession``: the client's phases as
+``SessionState``), and the znode ACLs a store given digest credentials writes (``znode_acls``).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from hedwig.metadata.zookeeper.bundles import ZkBundles
 from hedwig.metadata.zookeeper.client import Phase, ZkClient
 from hedwig.metadata.zookeeper.hubs import ZkHubs
 from hedwig.metadata.zookeeper.ledgers import ZkLedgers
+from hedwig.metadata.zookeeper.namespaces import ZkNamespaces
 from hedwig.metadata.zookeeper.ownership import ZkOwnership
 from hedwig.metadata.zookeeper.persistence import ZkPersistence
 from hedwig.metadata.zookeeper.plans import ZkPlans
@@ -103,6 +104,7 @@ class ZkMetadataStore:
         self.hubs = ZkHubs(self.zk, self.layout)
         self.acls = ZkAcls(self.zk, self.layout)
         self.plans = ZkPlans(self.zk, self.layout)
+        self.namespaces = ZkNamespaces(self.zk, self.layout)
         self.bundles = ZkBundles(self.zk, self.layout)
         self.session = ZkSession(self.zk)
 
