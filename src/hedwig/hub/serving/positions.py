@@ -1,4 +1,5 @@
-"""Where a subscription reset to a publish time starts (RESET_SUBSCRIPTION ``to`` TIME).
+"""Where a subscription reset starts (RESET_SUBSCRIPTION): a sequence id, the earliest kept
+message, the end, or a publish time (``to`` TIME), always within what the log keeps.
 
 Every batch a topic stores carries the time its owner appended it (``Batch.publish_time_ms``,
 from the owner's clock), so publish times grow along the log: the first message published at
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from hedwig.protocol import Batch
+from hedwig.protocol import Batch, ResetTo
 
 
 class TimedLog(Protocol):
@@ -48,3 +49,13 @@ async def first_published_at(log: TimedLog, time_ms: int) -> int:
         else:
             lo = max(mid + 1, batch.first_seq + batch.count)
     return lo
+
+
+async def reset_mark(log: TimedLog, to: ResetTo, seq: int) -> int:
+    """The consume mark a reset ``to`` (with its ``seq``: a sequence id, or a time) sets:
+    delivery restarts after it."""
+    if to is ResetTo.TIME:
+        seq, to = await first_published_at(log, seq), ResetTo.SEQ
+    first, last = log.first_seq, log.last_seq
+    mark = {ResetTo.EARLIEST: first - 1, ResetTo.LATEST: last}.get(to, seq - 1)
+    return min(max(mark, first - 1), last)

@@ -45,7 +45,7 @@ from hedwig.hub.serving.deliveries import checked_ranges
 from hedwig.hub.serving.descriptions import queue_infos, subscription_infos
 from hedwig.hub.serving.peer import Peer
 from hedwig.hub.serving.policies import check_served, policy_of
-from hedwig.hub.serving.positions import first_published_at
+from hedwig.hub.serving.positions import reset_mark
 from hedwig.hub.serving.queue import QueueSubscription
 from hedwig.hub.serving.retention import keep_from_seq_of as keep_from_seq_of
 from hedwig.hub.serving.subscription import DeliveryLog, Subscription
@@ -458,18 +458,13 @@ class TopicSubscriptions:
 
     async def reset(self, req_id: int, name: str, to: ResetTo, seq: int) -> Subscribed:
         """Move the subscription's consume mark and write it at once."""
-        if to is ResetTo.TIME:  # (``seq`` is a time: ``hedwig.hub.serving.positions``)
-            seq, to = await first_published_at(self._log, seq), ResetTo.SEQ
-        first, last = self._log.first_seq, self._log.last_seq
-        earliest = to is ResetTo.EARLIEST
-        mark = first - 1 if earliest else last if to is ResetTo.LATEST else seq - 1
-        mark = min(max(mark, first - 1), last)
+        mark = await reset_mark(self._log, to, seq)
         sub = await self._find(name)
         if sub is None:
             raise self._missing(name)
         await sub.reset(mark)
         # (not sub.consumed_seq: an attached subscriber may already be consuming again)
-        return Subscribed(request_id=req_id, consumed_seq=mark, last_seq=last)
+        return Subscribed(request_id=req_id, consumed_seq=mark, last_seq=self._log.last_seq)
 
     # describing and expiring --------------------------------------------------------------------
 
