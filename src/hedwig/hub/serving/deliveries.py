@@ -142,6 +142,15 @@ class Deliveries:
         got = self._holder.get(seq)
         return None if got is None else got[0]
 
+    def tracked(self, seq: int) -> bool:
+        """``seq`` is acknowledged, held, waiting or parked: delivery knows where it is."""
+        return (
+            seq in self._holder
+            or seq in self._waiting
+            or seq in self.parked
+            or self.acks.is_acked(seq)
+        )
+
     def prior_count(self, seq: int) -> int:
         """How often ``seq`` was delivered before this owner took it (0: never)."""
         got = self.count.get(seq)
