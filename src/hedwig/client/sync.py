@@ -90,6 +90,8 @@ class SyncClient:
         self._loop.close()
 
     def publish(self, topic: str, value: bytes, **kw: Any) -> PublishResult:
+        """``HedwigClient.publish``, the same keywords (``key``, ``headers``,
+        ``deliver_after``, ``deliver_at``); returns when the message is durable."""
         return self._run(self._client.publish(topic, value, **kw))
 
     def publish_batch(self, topic: str, messages: Iterable[bytes | Message]) -> BatchPublishResult:
