@@ -34,7 +34,7 @@ async def region() -> AsyncIterator[Region]:
 async def _drain(sub: Subscriber, quiet: float) -> list[DeliveredMessage]:
     """Every message until none comes for ``quiet`` seconds, each acknowledged and checked
     not to have come before its delivery time."""
-    got = []
+    got: list[DeliveredMessage] = []
     while True:
         try:
             m = await sub.next(quiet)
