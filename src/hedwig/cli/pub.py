@@ -100,9 +100,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def run_pub(args: argparse.Namespace) -> int:
     try:
-        hubs = resolve_hubs(args)
-        headers = _headers(args.header)
         args.delay = _delay(args.deliver_after, args.deliver_at)
+        headers = _headers(args.header)
+        hubs = resolve_hubs(args)
     except HedwigError as exc:
         return report("pub", exc)
     return asyncio.run(Publisher(args, hubs, headers).run())
@@ -111,7 +111,10 @@ def run_pub(args: argparse.Namespace) -> int:
 def _delay(after: str | None, at: str | None) -> dict[str, float | datetime]:
     """``publish``'s delivery-time arguments for ``--deliver-after`` / ``--deliver-at``."""
     if after is not None:
-        return {"deliver_after": parse_duration_ms(after) / 1000}
+        try:
+            return {"deliver_after": parse_duration_ms(after) / 1000}
+        except UsageError as exc:
+            raise UsageError(f"--deliver-after: {exc}") from exc
     if at is None:
         return {}
     try:
