@@ -9,6 +9,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hedwig.client.publishing.deliver_at import delivery_header
 from hedwig.errors import InvalidRequestError, UsageError
@@ -187,3 +189,44 @@ def test_a_publishers_delay_becomes_the_header() -> None:
         kw = {"deliver_after": None, "deliver_at": None, **bad}
         with pytest.raises(UsageError):
             delivery_header(now_ms=NOW, **kw)  # type: ignore[arg-type]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    capacity=st.integers(1, 6),
+    dues=st.lists(st.integers(0, 50), min_size=1, max_size=40),
+    steps=st.lists(st.integers(0, 3), min_size=1, max_size=80),
+    room=st.integers(1, 5),
+)
+def test_every_delayed_message_comes_out_once_and_never_early(
+    capacity: int, dues: list[int], steps: list[int], room: int
+) -> None:
+    """Delivery as ``hedwig.hub.serving.giving`` drives the index, on a log of delayed
+    messages (seq i+1 due at NOW + dues[i]), the clock moving by the steps: each round a pass
+    reads a chunk, what is due comes out (``room`` at most), and the front reads one more
+    message. Whatever the bound, every message comes out exactly once, never before its time,
+    and all do."""
+    index = DelayIndex(capacity=capacity)
+    log = {i + 1: NOW + due for i, due in enumerate(dues)}
+    out: dict[int, int] = {}
+    now = NOW
+    next_seq = 1
+    rounds = 0
+    while len(out) < len(log):
+        rounds += 1
+        assert rounds < 10_000, "delivery never finished"
+        now += steps[rounds % len(steps)] + (rounds % 7 == 0)  # time passes, if slowly
+        span = index.rescan(now, next_seq)
+        if span is not None:
+            first, last = span
+            through = min(last, first + 2)
+            index.scanned(through, [(s, log[s]) for s in range(first, through + 1) if s not in out])
+        for seq in index.take_due(now, room):
+            assert seq not in out, f"{seq} came out twice"
+            assert now >= log[seq], f"{seq} came out early"
+            out[seq] = now
+        if next_seq <= len(log):
+            index.add(next_seq, log[next_seq])
+            next_seq += 1
+        assert len(index) <= capacity
+    assert set(out) == set(log) and len(index) == 0
