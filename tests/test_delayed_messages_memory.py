@@ -94,6 +94,12 @@ async def test_a_delayed_backlog_beyond_the_index_is_found_again_in_the_log() ->
             assert q.delays.spilled > 0 and q.delays.passes > 0
             assert len(q.delays) == 0 and not q.delays.spilling
             assert q.consumed_seq == 24
+            owner = region.owner("many")
+            owner.loops.refresh_gauges()
+            labels = {"topic": "many", "subscriber": "pool"}
+            sample = owner.metrics.registry.get_sample_value
+            assert sample("hedwig_queue_delays_spilled", labels) == q.delays.spilled
+            assert sample("hedwig_queue_delayed", labels) == 0
 
 
 async def test_delayed_messages_stay_delayed_through_a_move(region: Region) -> None:

@@ -159,6 +159,8 @@ class QueueSubscription(DeadLettering, Giving):
             dropped=self.dropped,
             dead_lettered=self.dead_lettered,
             oldest_unacked_s=age,
+            delayed=len(self.delays),
+            delays_spilled=self.delays.spilled,
         )
 
     def consumer_of(self, peer: Peer) -> Consumer | None:
