@@ -161,12 +161,14 @@ class Deliveries:
             return self._prior[i][2]
         return 0
 
-    def next_wakeup(self) -> int | None:
-        """When the next held message times out or waiting one is due (ms), if ever."""
+    def next_wakeup(self, *, room: bool = True) -> int | None:
+        """When the next held message times out or, if a consumer has ``room``, a waiting one
+        is due (ms), if ever (without room a due message could not go anyway: waking for it
+        would only spin)."""
         times = []
         if self._deadlines:
             times.append(self._deadlines[0][0])
-        if self._due:
+        if room and self._due:
             times.append(self._due[0][0])
         return min(times) if times else None
 

@@ -149,7 +149,7 @@ class Giving:
         held = self._held_until
         if self._room() and d.unacked < self._settings.max_unacked and held is None:
             waits.append(asyncio.ensure_future(self._log.wait_beyond(d.next_seq - 1)))
-        wakeup = d.next_wakeup()
+        wakeup = d.next_wakeup(room=self._room() > 0)
         if held is not None:
             wakeup = held if wakeup is None else min(wakeup, held)
         if self._room() and d.unacked < self._settings.max_unacked:
@@ -169,6 +169,8 @@ class Giving:
         """Deliver what is due and what fits; the connections sent to (empty: nothing to do)."""
         d = self.deliveries
         now = self._clock.wall_ms()
+        if d.expire(now):  # timed out: taken back, which makes room where windows were full
+            self._changes += 1
         room = min(self._room(), self._batch_messages)
         sent: set[Peer] = set()
         self._held_until = None
