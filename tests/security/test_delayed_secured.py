@@ -1,8 +1,8 @@
 """Delayed messages on secured hubs (TLS, authentication, authorization): a ``SyncClient``
-publishes with ``deliver_after`` and ``deliver_at`` from a plain thread, an authenticated
-shared consumer gets each no earlier than its time and the plain message behind them first;
-a principal without ``publish`` is refused whether its message is delayed or not, and a
-delivery time further ahead than the hub allows is refused without a retry."""
+publishes (and sends) with ``deliver_after`` and ``deliver_at`` from a plain thread, an
+authenticated shared consumer gets each no earlier than its time and the plain message behind
+them first; a principal without ``publish`` is refused whether its message is delayed or not,
+and a delivery time further ahead than the hub allows is refused without a retry."""
 
 from __future__ import annotations
 
@@ -44,17 +44,18 @@ async def test_delayed_messages_from_a_sync_client_on_secured_hubs(secure: Secur
             def publish() -> None:
                 sync.publish("later.jobs", b"after", deliver_after=0.5)
                 sync.publish("later.jobs", b"at", deliver_at=time.time() + 0.7)
+                sync.send("later.jobs", b"sent", deliver_after=0.9)
                 sync.publish("later.jobs", b"now")
 
             await asyncio.to_thread(publish)
             got = []
-            for _ in range(3):
+            for _ in range(4):
                 m = await sub.next(5)
                 at = deliver_at_of(m.headers)
                 assert at is None or time.time() * 1000 >= at
                 sub.ack(m)
                 got.append(m.value)
-            assert got == [b"now", b"after", b"at"]
+            assert got == [b"now", b"after", b"at", b"sent"]
             with pytest.raises(ForbiddenError):
                 await mallory.publish("later.jobs", b"x", deliver_after=1)
 

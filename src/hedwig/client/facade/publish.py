@@ -111,6 +111,8 @@ class Publishing:
         *,
         key: bytes | None = None,
         headers: Iterable[tuple[str, bytes]] = (),
+        deliver_after: float | None = None,
+        deliver_at: float | datetime | None = None,
     ) -> None:
         """Queue one message and wait for nothing, as Kafka's ``produce`` without a delivery
         callback: the same ordering, batching and retries as ``publish_nowait``, without the
@@ -118,15 +120,25 @@ class Publishing:
         the futures in flight). ``flush`` waits until the messages are durable, and raises
         ``SendFailedError`` if any failed for good; mix with ``publish_nowait`` for the few
         whose outcome you want one by one."""
+        if deliver_after is not None or deliver_at is not None:
+            headers = self._delayed(headers, deliver_after, deliver_at)
         raw = self._encoded(value, key, headers)
         (self._publishers.get(topic) or self._publisher(topic)).send(raw)
 
     def encode(
-        self, value: bytes, *, key: bytes | None = None, headers: Iterable[tuple[str, bytes]] = ()
+        self,
+        value: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Iterable[tuple[str, bytes]] = (),
+        deliver_after: float | None = None,
+        deliver_at: float | datetime | None = None,
     ) -> EncodedMessage:
         """One message checked and encoded as ``send`` does it, without queueing it: for a
         caller on another thread (``SyncClient.send``) that must see a bad message refused at
         once and hands the encoded message to the loop later (``send_encoded``)."""
+        if deliver_after is not None or deliver_at is not None:
+            headers = self._delayed(headers, deliver_after, deliver_at)
         return self._encoded(value, key, headers)
 
     def send_encoded(self, topic: str, raw: EncodedMessage) -> None:
