@@ -1,6 +1,7 @@
 """Messages published to be delivered later (``deliver_after``/``deliver_at``), on real hubs
 wired in memory: a shared subscription gives each no earlier than its time while the messages
-behind it go at once; the owner wakes for it with nothing else happening; an index smaller
+behind it go at once; the owner wakes for it with nothing else happening, on its own (injected)
+clock; an index smaller
 than the delayed backlog spills and finds the rest again in the log; a move of the topic
 keeps them delayed; key-shared and failover hold them too; an exclusive subscription gets them
 in log order at once; and a bad delivery time is refused where it is made."""
@@ -15,6 +16,7 @@ import pytest
 
 from hedwig.client import SubscriptionType
 from hedwig.client.subscribing import Subscriber
+from hedwig.clock import ManualClock
 from hedwig.errors import DeadlineExceededError, InvalidRequestError, UsageError
 from hedwig.hub.serving.queue import QueueSubscription
 from hedwig.protocol import DeliveredMessage
@@ -161,3 +163,29 @@ async def test_bad_delivery_times_are_refused(region: Region) -> None:
             await a.publish("bad", b"x", headers=[(DELIVER_AT, b"soon")])
         # The topic still works.
         assert (await a.publish("bad", b"fine")).seq >= 1
+
+
+async def test_the_owner_wakes_for_a_delayed_message_on_its_own_clock() -> None:
+    """The hubs run on a manual clock: a message due a minute from the hubs' now comes when
+    that clock passes its time, and not a moment of it before, however long one waits."""
+    clock = ManualClock()
+    async for region in memory_region(2, clock=clock):
+        async with region.client() as a:
+            # No ack timeout: the minute the clock jumps must not take "now" back before
+            # its acknowledgement arrives.
+            await a.create_subscription("clocked", "pool", type=SHARED, ack_timeout=0)
+            sub = await a.subscribe("clocked", "pool", type=SHARED)
+            due_ms = clock.wall_ms() + 60_000
+            await a.publish("clocked", b"late", deliver_at=due_ms / 1000)
+            await a.publish("clocked", b"now")
+            m = await sub.next(5)
+            assert m.value == b"now"
+            sub.ack(m)
+            clock.advance(59)
+            with pytest.raises(DeadlineExceededError):
+                await sub.next(0.3)  # real time passes; the hubs' clock does not
+            clock.advance(2)
+            late = await sub.next(5)
+            assert late.value == b"late" and deliver_at_of(late.headers) == due_ms
+            assert clock.wall_ms() >= due_ms
+            sub.ack(late)
