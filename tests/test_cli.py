@@ -196,6 +196,21 @@ def test_keys_headers_and_json(dev: Cli) -> None:
     assert bad.returncode == 2 and "colour" in bad.stderr
 
 
+def test_pub_with_a_delivery_time(dev: Cli) -> None:
+    pub = dev("pub", "later", "--deliver-after", "1h", input="v1\n")
+    assert pub.returncode == 0, pub.stderr
+    pub = dev("pub", "later", "--deliver-at", "2026-12-02T15:00:00+00:00", input="v2\n")
+    assert pub.returncode == 0, pub.stderr
+    rows = [json.loads(x) for x in dev("sub", "later", "--peek", "--json").stdout.splitlines()]
+    assert [r["value"] for r in rows] == ["v1", "v2"]  # a reader sees them at once
+    assert all("hedwig-deliver-at" in r["headers"] for r in rows)
+    for args in (("--deliver-after=-5s",), ("--deliver-at", "2026-12-02T15:00:00")):
+        bad = dev("pub", "later", *args, input="v\n")
+        assert bad.returncode != 0 and "deliver" in bad.stderr, bad.stderr
+    far = dev("pub", "later", "--deliver-after", "200h", input="v\n")
+    assert far.returncode == 1 and "ahead is allowed" in far.stderr, far.stderr
+
+
 def test_peeking_creates_nothing(dev: Cli) -> None:
     peek = dev("sub", "never-created", "--peek")
     assert peek.returncode == 1 and "does not exist" in peek.stderr

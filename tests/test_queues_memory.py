@@ -363,3 +363,17 @@ async def test_the_hubs_queue_settings_bound_what_a_subscription_holds() -> None
                 sub.ack(m)
             second = await _drain(sub)
             assert len(second) == 5 and {m.seq for m in second}.isdisjoint(m.seq for m in first)
+
+
+async def test_an_ack_timeout_takes_a_message_back_from_a_full_window(region: Region) -> None:
+    """The consumer's window is full and it never acknowledges: the timeout still takes the
+    message back (and the owner sleeps until it, rather than looking again and again for
+    room), so it comes again."""
+    async with region.client() as a:
+        await a.create_subscription("full", "w", type=SHARED, ack_timeout=0.3)
+        sub = await a.subscribe("full", "w", type=SHARED, message_window=1)
+        await _publish(a, "full", 2)
+        m = await sub.next(5)
+        assert (m.seq, m.delivery_count) == (1, 1)
+        again = await sub.next(5)
+        assert (again.seq, again.delivery_count) == (1, 2)

@@ -81,8 +81,14 @@ class Workload:
         security: ClientSecurity | None = None,
         network: Network | None = None,
         keys: int = 0,
+        delay_every: int = 0,
+        delay_s: float = 0.0,
     ) -> None:
         self.hubs = hubs
+        # Every ``delay_every``-th message of a publisher (0: none) asks to be delivered
+        # ``delay_s`` after its publish (``deliver_after``).
+        self.delay_every = delay_every
+        self.delay_s = delay_s
         # Messages carry one of ``keys`` keys (``k<n % keys>``; 0: no key), for key-shared
         # subscriptions' per-key order.
         self.keys = keys
@@ -136,7 +142,10 @@ class Workload:
             topic = self.topics[n % len(self.topics)]
             value = b"pub%d:%d" % (p, n)
             key = b"k%d" % (n % self.keys) if self.keys else None
-            fut = client.publish_nowait(topic, value, key=key)
+            if self.delay_every and n % self.delay_every == 0:
+                fut = client.publish_nowait(topic, value, key=key, deliver_after=self.delay_s)
+            else:
+                fut = client.publish_nowait(topic, value, key=key)
             pending.append(asyncio.create_task(self._record(topic, value, fut)))
             n += 1
             await asyncio.sleep(interval)

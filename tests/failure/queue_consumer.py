@@ -6,7 +6,9 @@ with the client security its environment names (``HEDWIG_TLS_CA``, ``HEDWIG_CERT
 ``HEDWIG_KEY``: a user's certificate on a secured cluster; none on a plain one). It prints one
 line per delivery (``D seq count time key value``, the time ``time.monotonic``'s, which every
 process on the machine shares) before it works on the message, and one per acknowledgement
-sent (``A seq``) or nack (``N seq``), flushed at once: what the process saw survives it."""
+sent (``A seq``) or nack (``N seq``), flushed at once: what the process saw survives it. A
+message with a delivery time (``hedwig-deliver-at``) gets a line more after its ``D`` line,
+``W seq wall_ms deliver_at_ms``: when it arrived by the machine's wall clock, and its time."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import sys
 import time
 
 from hedwig.client import HedwigClient, RetryPolicy, SubscriptionType
+from hedwig.protocol.messages import deliver_at_of
 from hedwig.security import ClientSecurity
 
 # What "processing" a message costs: long enough that a kill lands inside one.
@@ -47,6 +50,9 @@ async def main(
             out.write(
                 f"D {m.seq} {m.delivery_count} {time.monotonic():.6f} {key} {m.value.decode()}\n"
             )
+            at = deliver_at_of(m.headers)
+            if at is not None:
+                out.write(f"W {m.seq} {time.time() * 1000:.0f} {at}\n")
             out.flush()
             await asyncio.sleep(work_s)
             if nack_poison and poison(m.value):

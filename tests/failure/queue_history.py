@@ -21,7 +21,9 @@ the history is checked (``check_queue``):
 5. for key-shared (``per_key``): in the order of the machine's clock, each key's messages
    were handed out in log order, but for messages handed out again (a delivery of a message
    below one already handed out for its key is a redelivery, allowed only when that message
-   was delivered before).
+   was delivered before);
+6. delayed messages (``deliver_after``) are delivered no earlier than their delivery time, by
+   the wall clock every process on the machine shares (``W`` lines).
 """
 
 from __future__ import annotations
@@ -60,6 +62,8 @@ class QueueHistory:
     log: list[tuple[int, bytes]] = field(default_factory=list)
     mark: int = 0
     killed: int = 0
+    # (seq, wall ms when it arrived, its delivery time) of each delivery of a delayed message.
+    delayed: list[tuple[int, int, int]] = field(default_factory=list)
 
     @property
     def redeliveries(self) -> int:
@@ -140,6 +144,9 @@ class Consumer:
                 history.acked[int(rest)] += 1
             elif kind == "N":
                 history.nacked[int(rest)] += 1
+            elif kind == "W":
+                seq, arrived, due = rest.split(" ")
+                history.delayed.append((int(seq), int(arrived), int(due)))
 
 
 async def read_dead_letters(
@@ -224,6 +231,13 @@ def check_queue(history: QueueHistory, *, owner_crashed: bool, per_key: bool = F
         problems.append(f"{len(never)} messages never delivered, e.g. {never[:5]}")
     if per_key:
         problems += _key_order(history)
+    early = [(s, due - arrived) for s, arrived, due in history.delayed if arrived < due]
+    if early:
+        problems.append(
+            f"{len(early)} delayed messages delivered early, e.g. {early[:5]} (seq, ms early)"
+        )
+    if history.delayed:
+        notes.append(f"{len({s for s, _, _ in history.delayed})} delayed messages, none early")
     assert not problems, "\n".join(problems)
     return notes
 

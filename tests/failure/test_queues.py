@@ -10,7 +10,9 @@ subscription, which is hers (``hedwig.hub.front.owners``), and joining, acknowle
 being given messages again after a failure need no more. With a dead-letter topic (the owner
 killed while a tenth of the messages are always nacked and dead-lettered) she needs
 ``publish`` on it too: refused without it, made once granted; the owner publishes the letters
-for her, to the dead-letter topic's owner over the hubs' internal listener."""
+for her, to the dead-letter topic's owner over the hubs' internal listener. With a fifth of the
+messages delayed (``deliver_after``), the owner killed while some wait in its index: the next
+owner finds them in the log, and none is delivered before its time."""
 
 from __future__ import annotations
 
@@ -115,6 +117,8 @@ async def run(
     after: float = 4.0,
     kind: SubscriptionType = SubscriptionType.SHARED,
     dead_letter: bool = False,
+    delay_every: int = 0,
+    delay_s: float = 0.0,
 ) -> QueueHistory:
     hubs = cluster.addresses
     await prepare(cluster, kind, dead_letter)
@@ -137,6 +141,8 @@ async def run(
         rate=150,
         keys=16 if keyed else 0,
         security=security(cluster),
+        delay_every=delay_every,
+        delay_s=delay_s,
     )
     await work.start()
     await asyncio.sleep(2.0)
@@ -210,3 +216,19 @@ async def test_key_shared_order_through_a_consumer_killed_and_one_joining(
 
     history = await run(cluster, fault, kind=SubscriptionType.KEY_SHARED)
     assert history.keyed
+
+
+async def test_delayed_messages_through_the_owner_killed(plain_or_secure: DevCluster) -> None:
+    """A fifth of the messages delayed 3 s, the owner killed while some are due and others
+    wait: the next owner finds them again in the log, none is lost and none comes early."""
+    cluster = plain_or_secure
+
+    async def fault(consumers: list[Consumer]) -> None:
+        owner = await owner_of(cluster.zk, cluster.region, TOPIC)
+        assert owner is not None
+        cluster.hub_at(owner).kill()
+
+    history = await run(
+        cluster, fault, owner_crashed=True, after=SESSION + 5, delay_every=5, delay_s=3.0
+    )
+    assert len({seq for seq, _, _ in history.delayed}) >= 100

@@ -15,17 +15,20 @@ import argparse
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import json
 import sys
 import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator
+from datetime import datetime
 
 from hedwig.cli.common import add_hub_options, client_security, report, resolve_hubs
 from hedwig.cli.output import Progress, rate
 from hedwig.client import HedwigClient, PublishResult, RetryPolicy
 from hedwig.errors import HedwigError, UsageError
+from hedwig.metadata.records.queueing import parse_duration_ms
 
 CHUNK = 1 << 20
 
@@ -59,6 +62,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default="lines",
         help='json: each line is {"value": ..., "key": ..., "headers": {...}} (UTF-8 text)',
     )
+    delay = p.add_mutually_exclusive_group()
+    delay.add_argument(
+        "--deliver-after",
+        metavar="DURATION",
+        help="hold each message back this long from its publish (10s, 5m, 1h) from the "
+        "consumers of failover, shared and key-shared subscriptions",
+    )
+    delay.add_argument(
+        "--deliver-at",
+        metavar="TIME",
+        help="hold every message back until TIME: ISO 8601 with a zone "
+        "(2026-12-02T15:00:00Z) or epoch seconds",
+    )
     p.add_argument("--rate", type=float, default=0.0, help="messages per second (0: flat out)")
     p.add_argument("-q", "--quiet", action="store_true", help="print no acknowledgements")
     p.add_argument(
@@ -84,11 +100,36 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def run_pub(args: argparse.Namespace) -> int:
     try:
-        hubs = resolve_hubs(args)
+        args.delay = _delay(args.deliver_after, args.deliver_at)
         headers = _headers(args.header)
+        hubs = resolve_hubs(args)
     except HedwigError as exc:
         return report("pub", exc)
     return asyncio.run(Publisher(args, hubs, headers).run())
+
+
+def _delay(after: str | None, at: str | None) -> dict[str, float | datetime]:
+    """``publish``'s delivery-time arguments for ``--deliver-after`` / ``--deliver-at``."""
+    if after is not None:
+        try:
+            return {"deliver_after": parse_duration_ms(after) / 1000}
+        except UsageError as exc:
+            raise UsageError(f"--deliver-after: {exc}") from exc
+    if at is None:
+        return {}
+    try:
+        return {"deliver_at": float(at)}
+    except ValueError:
+        pass
+    try:
+        when = datetime.fromisoformat(at)
+    except ValueError as exc:
+        raise UsageError(
+            f"--deliver-at is ISO 8601 with a zone or epoch seconds, not {at!r}"
+        ) from exc
+    if when.tzinfo is None:
+        raise UsageError(f"--deliver-at needs a zone (say {at}Z or {at}+01:00)")
+    return {"deliver_at": when}
 
 
 def _headers(specs: list[str]) -> tuple[tuple[str, bytes], ...]:
@@ -208,6 +249,8 @@ class Publisher:
         key, sep, headers = self.key, self.sep, self.headers
         as_json = args.input == "json"
         publish = client.publish_nowait
+        if args.delay:
+            publish = functools.partial(publish, **args.delay)
         pending = self.pending
         pace = args.rate
         async for chunk in _chunks():

@@ -18,6 +18,7 @@ import asyncio
 import concurrent.futures
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Sequence
+from datetime import datetime
 from typing import Any, TypeVar
 
 from hedwig.client.facade import HedwigClient
@@ -90,6 +91,8 @@ class SyncClient:
         self._loop.close()
 
     def publish(self, topic: str, value: bytes, **kw: Any) -> PublishResult:
+        """``HedwigClient.publish``, the same keywords (``key``, ``headers``,
+        ``deliver_after``, ``deliver_at``); returns when the message is durable."""
         return self._run(self._client.publish(topic, value, **kw))
 
     def publish_batch(self, topic: str, messages: Iterable[bytes | Message]) -> BatchPublishResult:
@@ -104,6 +107,8 @@ class SyncClient:
         *,
         key: bytes | None = None,
         headers: Iterable[tuple[str, bytes]] = (),
+        deliver_after: float | None = None,
+        deliver_at: float | datetime | None = None,
     ) -> None:
         """Queue one message and wait for nothing (``HedwigClient.send``): a message the
         client refuses (not bytes, too large, the client closed) raises here; ``flush``
@@ -111,7 +116,9 @@ class SyncClient:
         if topic not in self._named:
             validate_name(topic)  # here, not on the loop, where it would stop the hand-over
             self._named.add(topic)
-        raw = self._client.encode(value, key=key, headers=headers)
+        raw = self._client.encode(
+            value, key=key, headers=headers, deliver_after=deliver_after, deliver_at=deliver_at
+        )
         with self._outbox_lock:
             self._outbox.append((topic, raw))
             if self._outbox_due:

@@ -289,8 +289,25 @@ class QueueSettings:
         500, "acknowledgements after which a queue's state is written before the interval"
     )
 
+    # A due time is 16 bytes and a few dozen of Python's; 50,000 of them are a few megabytes
+    # a subscription (Pulsar's bucketed tracker seals a bucket at 50,000 indexes). The rest
+    # are found again by reading the log (``hedwig.hub.serving.delays``).
+    max_delayed: int = setting(
+        50_000,
+        "delayed messages of one queue subscription whose due times the owner keeps in "
+        "memory; beyond it they are found again by reading the log",
+    )
+    # A week, as a subscription's delay (``DeliveryPolicy``): further than that is a
+    # scheduler's job, and the log keeps every message until it is delivered.
+    max_deliver_delay_s: float = setting(
+        7 * 24 * 3600.0,
+        "seconds; a message whose hedwig-deliver-at is further ahead than this is refused",
+    )
+
     def __post_init__(self) -> None:
         if self.consumer_window < 1 or self.max_unacked < 1 or self.flush_acks < 1:
+            raise UsageError("queue settings must be positive")
+        if self.max_delayed < 1 or not self.max_deliver_delay_s > 0:
             raise UsageError("queue settings must be positive")
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 
 from hedwig.client.publishing import (
     BatchPublishResult,
@@ -22,11 +23,12 @@ from hedwig.client.publishing import (
     TopicPublisher,
     chunk_messages,
 )
+from hedwig.client.publishing.deliver_at import delivery_header
 from hedwig.client.routing import Router
 from hedwig.clock import Clock
 from hedwig.errors import MessageTooLargeError, SendFailedError, UsageError
 from hedwig.protocol import EncodedMessage, Message, encode_message, validate_name
-from hedwig.protocol.messages import NO_HEADERS, NO_KEY_BYTES
+from hedwig.protocol.messages import DELIVER_AT, NO_HEADERS, NO_KEY_BYTES
 from hedwig.protocol.wire import U32 as _U32
 
 # What a message value may be. A tuple made once: ``bytes | bytearray | memoryview`` written
@@ -68,9 +70,23 @@ class Publishing:
         *,
         key: bytes | None = None,
         headers: Iterable[tuple[str, bytes]] = (),
+        deliver_after: float | None = None,
+        deliver_at: float | datetime | None = None,
     ) -> PublishResult:
-        """Publish one message; returns once it is durable. Batched with concurrent publishes."""
-        return await self.publish_nowait(topic, value, key=key, headers=headers)
+        """Publish one message; returns once it is durable. Batched with concurrent publishes.
+
+        ``deliver_after`` (seconds from now) or ``deliver_at`` (epoch seconds, or an aware
+        ``datetime``) hold it back from the consumers of failover, shared and key-shared
+        subscriptions until then (``hedwig.client.publishing.deliver_at``); the messages
+        behind it are not held."""
+        return await self.publish_nowait(
+            topic,
+            value,
+            key=key,
+            headers=headers,
+            deliver_after=deliver_after,
+            deliver_at=deliver_at,
+        )
 
     def publish_nowait(
         self,
@@ -79,8 +95,12 @@ class Publishing:
         *,
         key: bytes | None = None,
         headers: Iterable[tuple[str, bytes]] = (),
+        deliver_after: float | None = None,
+        deliver_at: float | datetime | None = None,
     ) -> asyncio.Future[PublishResult]:
         """Queue one message; the future resolves when it is durable (for pipelined callers)."""
+        if deliver_after is not None or deliver_at is not None:
+            headers = self._delayed(headers, deliver_after, deliver_at)
         raw = self._encoded(value, key, headers)
         return (self._publishers.get(topic) or self._publisher(topic)).add(raw)
 
@@ -91,6 +111,8 @@ class Publishing:
         *,
         key: bytes | None = None,
         headers: Iterable[tuple[str, bytes]] = (),
+        deliver_after: float | None = None,
+        deliver_at: float | datetime | None = None,
     ) -> None:
         """Queue one message and wait for nothing, as Kafka's ``produce`` without a delivery
         callback: the same ordering, batching and retries as ``publish_nowait``, without the
@@ -98,20 +120,42 @@ class Publishing:
         the futures in flight). ``flush`` waits until the messages are durable, and raises
         ``SendFailedError`` if any failed for good; mix with ``publish_nowait`` for the few
         whose outcome you want one by one."""
+        if deliver_after is not None or deliver_at is not None:
+            headers = self._delayed(headers, deliver_after, deliver_at)
         raw = self._encoded(value, key, headers)
         (self._publishers.get(topic) or self._publisher(topic)).send(raw)
 
     def encode(
-        self, value: bytes, *, key: bytes | None = None, headers: Iterable[tuple[str, bytes]] = ()
+        self,
+        value: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Iterable[tuple[str, bytes]] = (),
+        deliver_after: float | None = None,
+        deliver_at: float | datetime | None = None,
     ) -> EncodedMessage:
         """One message checked and encoded as ``send`` does it, without queueing it: for a
         caller on another thread (``SyncClient.send``) that must see a bad message refused at
         once and hands the encoded message to the loop later (``send_encoded``)."""
+        if deliver_after is not None or deliver_at is not None:
+            headers = self._delayed(headers, deliver_after, deliver_at)
         return self._encoded(value, key, headers)
 
     def send_encoded(self, topic: str, raw: EncodedMessage) -> None:
         """``send`` of a message ``encode`` checked and encoded."""
         (self._publishers.get(topic) or self._publisher(topic)).send(raw)
+
+    def _delayed(
+        self,
+        headers: Iterable[tuple[str, bytes]],
+        deliver_after: float | None,
+        deliver_at: float | datetime | None,
+    ) -> tuple[tuple[str, bytes], ...]:
+        """``headers`` with the delivery time asked for (any given one replaced)."""
+        header = delivery_header(
+            deliver_after=deliver_after, deliver_at=deliver_at, now_ms=self.clock.wall_ms()
+        )
+        return (*((k, v) for k, v in headers if k != DELIVER_AT), header)
 
     def _encoded(
         self, value: bytes, key: bytes | None, headers: Iterable[tuple[str, bytes]]

@@ -37,6 +37,7 @@ from hedwig.errors import (
 from hedwig.hub.owning.dedup import RECENT, Known, PublisherTable
 from hedwig.hub.reporting.events import HubEvents, LossKind
 from hedwig.hub.serving.dead_letters import DeadLetterSink
+from hedwig.hub.serving.delays import check_published
 from hedwig.hub.serving.peer import Peer
 from hedwig.hub.serving.topic_subscriptions import Served, TopicSubscriptions, keep_from_seq_of
 from hedwig.ledger.topic_log import TopicLog
@@ -60,6 +61,7 @@ from hedwig.protocol import (
     TopicDescription,
     TopicMoved,
 )
+from hedwig.protocol.messages.delivery_time import may_hold
 from hedwig.settings import TopicSettings
 
 log = logging.getLogger(__name__)
@@ -209,6 +211,8 @@ class OwnedTopic:
                 size=messages.largest,
                 limit=limit,
             )
+        if may_hold(messages.payload):  # a hedwig-deliver-at header, checked before storing
+            check_published(messages.payload, self.context.clock.wall_ms(), self.settings.queues)
         seen = self.publishers
         if seen is None:
             self.publishers = peer

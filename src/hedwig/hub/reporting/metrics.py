@@ -173,6 +173,15 @@ class HubMetrics:
             queue,
             registry=r,
         )
+        self.queue_delayed = Gauge(
+            "hedwig_queue_delayed", "Delayed messages in the owner's index", queue, registry=r
+        )
+        self.queue_delays_spilled = Gauge(
+            "hedwig_queue_delays_spilled",
+            "Delayed messages left to the log past the index's bound, since this hub serves it",
+            queue,
+            registry=r,
+        )
         self.topic_mode = Gauge(
             "hedwig_topic_mode",
             "How each topic this hub owns is served (1 for its current mode: single, fan-out)",
@@ -333,6 +342,8 @@ class HubMetrics:
             self.queue_dropped,
             self.queue_dead_lettered,
             self.queue_oldest_unacked,
+            self.queue_delayed,
+            self.queue_delays_spilled,
         )
         for g in gauges:
             g.clear()
@@ -344,6 +355,8 @@ class HubMetrics:
                 q.dropped,
                 q.dead_lettered,
                 q.oldest_unacked_s,
+                q.delayed,
+                q.delays_spilled,
             )
             for g, v in zip(gauges, values, strict=True):
                 g.labels(q.topic, q.subscriber).set(v)

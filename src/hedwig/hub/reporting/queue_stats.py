@@ -23,3 +23,7 @@ class QueueStats:
     # Since the oldest unacknowledged message (the one after the mark) was first delivered
     # here (0: it has not been).
     oldest_unacked_s: float
+    # Delayed messages in the owner's index (``hedwig.hub.serving.delays``), and how often
+    # one was spilled to be found again in the log (the index's bound reached).
+    delayed: int = 0
+    delays_spilled: int = 0

@@ -142,6 +142,15 @@ class Deliveries:
         got = self._holder.get(seq)
         return None if got is None else got[0]
 
+    def tracked(self, seq: int) -> bool:
+        """``seq`` is acknowledged, held, waiting or parked: delivery knows where it is."""
+        return (
+            seq in self._holder
+            or seq in self._waiting
+            or seq in self.parked
+            or self.acks.is_acked(seq)
+        )
+
     def prior_count(self, seq: int) -> int:
         """How often ``seq`` was delivered before this owner took it (0: never)."""
         got = self.count.get(seq)
@@ -152,12 +161,14 @@ class Deliveries:
             return self._prior[i][2]
         return 0
 
-    def next_wakeup(self) -> int | None:
-        """When the next held message times out or waiting one is due (ms), if ever."""
+    def next_wakeup(self, *, room: bool = True) -> int | None:
+        """When the next held message times out or, if a consumer has ``room``, a waiting one
+        is due (ms), if ever (without room a due message could not go anyway: waking for it
+        would only spin)."""
         times = []
         if self._deadlines:
             times.append(self._deadlines[0][0])
-        if self._due:
+        if room and self._due:
             times.append(self._due[0][0])
         return min(times) if times else None
 

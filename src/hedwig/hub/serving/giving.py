@@ -16,6 +16,13 @@ held back is always a suffix of the log: the first batch not yet due stops the r
 the one wakeup to wait for, and nothing is kept per delayed message (no index, whatever the
 backlog). The publish time is the owner's clock when it stored the batch, so a later owner
 (a failover, a move) holds the same messages back until the same moment.
+
+A message's own delivery time (``hedwig-deliver-at``) holds back that message alone: a new
+one not yet due goes into the subscription's ``DelayIndex`` (``hedwig.hub.serving.delays``)
+and the round goes on with the messages behind it. What the index finds due joins the
+messages due again, each round first; when the index has spilled, the round first reads a
+chunk of the log to find spilled messages again. The delivery task also sleeps until the
+index's soonest due time (only while a consumer has room: without room nothing could go).
 """
 
 from __future__ import annotations
@@ -27,12 +34,14 @@ from collections.abc import Callable
 from hedwig.clock import Clock
 from hedwig.errors import HedwigError, LedgerError
 from hedwig.flag import Flag
+from hedwig.hub.serving.delays import DelayIndex
 from hedwig.hub.serving.deliveries import Consumer, Deliveries
 from hedwig.hub.serving.keys import HOLD_BACK_MS, slot_of
 from hedwig.hub.serving.peer import Peer
 from hedwig.hub.serving.subscription import READ_RETRY_S, DeliveryLog
 from hedwig.metadata.records import DeliveryPolicy, SubscriptionType
 from hedwig.protocol import Batch, CloseReason, Deliver, Redeliver
+from hedwig.protocol.messages.delivery_time import deliver_times, may_hold
 from hedwig.settings import QueueSettings
 
 MAX_READ_BYTES = 4 * 1024 * 1024
@@ -51,6 +60,7 @@ class Giving:
     name: str
     policy: DeliveryPolicy
     deliveries: Deliveries
+    delays: DelayIndex
     consumers: list[Consumer]
     lost: bool
     dropped: int
@@ -139,9 +149,13 @@ class Giving:
         held = self._held_until
         if self._room() and d.unacked < self._settings.max_unacked and held is None:
             waits.append(asyncio.ensure_future(self._log.wait_beyond(d.next_seq - 1)))
-        wakeup = d.next_wakeup()
+        wakeup = d.next_wakeup(room=self._room() > 0)
         if held is not None:
             wakeup = held if wakeup is None else min(wakeup, held)
+        if self._room() and d.unacked < self._settings.max_unacked:
+            later = self.delays.next_due(self._clock.wall_ms())
+            if later is not None:
+                wakeup = later if wakeup is None else min(wakeup, later)
         if wakeup is not None:
             delay = max(0.0, (wakeup - self._clock.wall_ms()) / 1000)
             waits.append(asyncio.ensure_future(self._clock.sleep(delay)))
@@ -155,10 +169,17 @@ class Giving:
         """Deliver what is due and what fits; the connections sent to (empty: nothing to do)."""
         d = self.deliveries
         now = self._clock.wall_ms()
+        if d.expire(now):  # timed out: taken back, which makes room where windows were full
+            self._changes += 1
         room = min(self._room(), self._batch_messages)
         sent: set[Peer] = set()
         self._held_until = None
+        if room and self.delays.spilling:
+            await self._find_spilled(now)
         due = d.take_due(now, room) if room else []
+        ripe = min(room - len(due), self._settings.max_unacked - d.unacked)
+        if ripe > 0 and len(self.delays):
+            due = sorted({*due, *self.delays.take_due(now, ripe)})
         if due:
             start = 0
             for i in range(1, len(due) + 1):  # contiguous runs, each read on its own
@@ -207,6 +228,27 @@ class Giving:
         else:
             d.next_seq = max(d.next_seq, seq)
 
+    async def _find_spilled(self, now: int) -> None:
+        """Read the next chunk of a pass over the log for spilled delayed messages
+        (``DelayIndex.rescan``) and index again those delivery does not know of."""
+        d = self.deliveries
+        span = self.delays.rescan(now, d.next_seq)
+        if span is None:
+            return
+        first, last = span
+        first = max(first, self._log.first_seq)
+        through = last  # nothing left to read there: the pass is over
+        again: list[tuple[int, int]] = []
+        if first <= last:
+            found = await self._log.read(first, last - first + 1, MAX_READ_BYTES)
+            if found:
+                through = min(last, found[-1].last_seq)
+            for batch in found:
+                for seq, at in deliver_times(batch.payload, batch.first_seq):
+                    if first <= seq <= through and not d.tracked(seq):
+                        again.append((seq, at))
+        self.delays.scanned(through, again)
+
     def _held_back(self, batch: Batch, now: int) -> bool:
         """``batch``'s messages are new and the subscription's delay has not passed since
         they were published: they and everything after wait (``_held_until``)."""
@@ -223,6 +265,13 @@ class Giving:
         d = self.deliveries
         end = min(last, batch.last_seq)
         keys = d.keys
+        # Delivery times of the batch's messages, if it may hold any (new messages only:
+        # one due again has waited already).
+        later = (
+            dict(deliver_times(batch.payload, batch.first_seq))
+            if not again and may_hold(batch.payload)
+            else None
+        )
         slots: list[int | None] = []
         if keys is not None:
             part = (
@@ -251,6 +300,12 @@ class Giving:
                     self._changes += 1
                 else:
                     self._park(batch, seq, slot)
+                seq += 1
+                continue
+            if later is not None and later.get(seq, 0) > now:
+                self._flush_run(batch, run_first, seq - 1, run_to, run_count, sent)
+                run_to = None
+                self.delays.add(seq, later[seq])  # delivered when due; the rest go on
                 seq += 1
                 continue
             if keys is not None and slot is not None:

@@ -11,6 +11,9 @@ Rules:
   (nacked, timed out, given back), oldest first, then new ones, skipping those acknowledged
   already. It stops at ``QueueSettings.max_unacked`` held and waiting messages, so what the
   owner keeps per message is bounded whatever the backlog.
+- A new message whose delivery time (``hedwig-deliver-at``) is ahead is not given but
+  indexed (``hedwig.hub.serving.delays``), and the messages behind it go on; when it is due
+  it is given as the messages due again are, as a first delivery.
 - First deliveries go as DELIVER, later ones as REDELIVER with their count. A message
   delivered ``max_deliveries`` times is published to the dead-letter topic and then
   acknowledged (``hedwig.hub.serving.dead_letters``), or without one acknowledged instead of
@@ -39,6 +42,7 @@ from hedwig.flag import Flag
 from hedwig.hub.reporting.queue_stats import QueueStats
 from hedwig.hub.serving.acks import AckRanges
 from hedwig.hub.serving.dead_letters import DeadLetter, DeadLettering, DeadLetterSink
+from hedwig.hub.serving.delays import DelayIndex
 from hedwig.hub.serving.deliveries import Consumer, Deliveries, Outcome
 from hedwig.hub.serving.giving import Giving
 from hedwig.hub.serving.peer import Peer
@@ -99,6 +103,7 @@ class QueueSubscription(DeadLettering, Giving):
         self.consumers: list[Consumer] = []
         self._turn = 0
         self._held_until: int | None = None
+        self.delays = DelayIndex(capacity=settings.max_delayed)
         self._joined = 0  # consumers attached so far: each gets a token of its own
         self._task: asyncio.Task[None] | None = None
         self._wake = Flag()
@@ -154,6 +159,8 @@ class QueueSubscription(DeadLettering, Giving):
             dropped=self.dropped,
             dead_lettered=self.dead_lettered,
             oldest_unacked_s=age,
+            delayed=len(self.delays),
+            delays_spilled=self.delays.spilled,
         )
 
     def consumer_of(self, peer: Peer) -> Consumer | None:
@@ -327,6 +334,7 @@ class QueueSubscription(DeadLettering, Giving):
         self.force_close(CloseReason.RESET, f"subscription reset to after {mark}")
         self._drop_letters()
         self.deliveries.reset(mark)
+        self.delays.clear()
         self.last_active_ms = self._clock.wall_ms()
         self._changes += 1
         await self.flush()

@@ -11,11 +11,18 @@ no check, untrusted bytes are scanned. One module each:
 - ``scanning``: the checks of untrusted bytes (equal messages checked at once);
 - ``encoded``: ``EncodedMessages``, encoded messages and their count;
 - ``delivered``: ``DeliveredMessage``, a message with its place, made as it is handed out;
-- ``batch``: ``Batch``, the unit sent, stored and delivered, and its encoding.
+- ``batch``: ``Batch``, the unit sent, stored and delivered, and its encoding;
+- ``delivery_time``: the ``hedwig-deliver-at`` header (a message delivered later).
 """
 
 from hedwig.protocol.messages.batch import Batch
 from hedwig.protocol.messages.delivered import DeliveredMessage, iter_delivered
+from hedwig.protocol.messages.delivery_time import (
+    DELIVER_AT,
+    DeliveryTimeError,
+    deliver_at_header,
+    deliver_at_of,
+)
 from hedwig.protocol.messages.encoded import EncodedMessages
 from hedwig.protocol.messages.encoding import (
     MESSAGE_OVERHEAD,
@@ -32,15 +39,19 @@ from hedwig.protocol.messages.encoding import (
 from hedwig.protocol.messages.scanning import scan_messages
 
 __all__ = [
+    "DELIVER_AT",
     "MESSAGE_OVERHEAD",
     "NO_HEADERS",
     "NO_KEY_BYTES",
     "Batch",
     "DeliveredMessage",
+    "DeliveryTimeError",
     "EncodedMessage",
     "EncodedMessages",
     "Message",
     "decode_messages",
+    "deliver_at_header",
+    "deliver_at_of",
     "encode_message",
     "encode_messages",
     "encode_value",
