@@ -2,7 +2,8 @@
 
 The front-proxy CA comes from ``--requestheader-client-ca-file`` (the chart mounts nothing for
 it: read it from ``kube-system/extension-apiserver-authentication``, key
-``requestheader-client-ca-file``, when the flag is not given).
+``requestheader-client-ca-file``, when the flag is not given). The API server is reached with
+the pod's ServiceAccount (else ``$KUBECONFIG``) for that and for the SubjectAccessReviews.
 """
 
 from __future__ import annotations
@@ -15,21 +16,17 @@ from collections.abc import Sequence
 
 from aiohttp import web
 
+from hedwig_operator.kube.api import ObjectRef
+from hedwig_operator.kube.http import HttpKubeApi
+from hedwig_operator.metricsapi.authz import SubjectAccessReviewer
 from hedwig_operator.metricsapi.lookup import HubLookup
 from hedwig_operator.metricsapi.server import make_app, server_ssl
 
 
-async def _front_proxy_ca() -> str:
-    from hedwig_operator.kube.api import ObjectRef
-    from hedwig_operator.kube.http import HttpKubeApi
-
-    api = HttpKubeApi.from_environment()
-    try:
-        cm = await api.get(
-            ObjectRef("v1", "ConfigMap", "kube-system", "extension-apiserver-authentication")
-        )
-    finally:
-        await api.close()
+async def _front_proxy_ca(api: HttpKubeApi) -> str:
+    cm = await api.get(
+        ObjectRef("v1", "ConfigMap", "kube-system", "extension-apiserver-authentication")
+    )
     pem = ((cm or {}).get("data") or {}).get("requestheader-client-ca-file", "")
     if not pem:
         raise SystemExit("no requestheader-client-ca-file in extension-apiserver-authentication")
@@ -39,9 +36,13 @@ async def _front_proxy_ca() -> str:
 
 
 async def _serve(args: argparse.Namespace) -> None:
-    ca = args.requestheader_client_ca_file or await _front_proxy_ca()
+    api = HttpKubeApi.from_environment()
+    ca = args.requestheader_client_ca_file or await _front_proxy_ca(api)
     lookup = HubLookup(args.hubs.split(","), timeout_s=args.timeout)
-    runner = web.AppRunner(make_app(lookup, allowed_names=args.allowed_name))
+    app = make_app(
+        lookup, authorizer=SubjectAccessReviewer(poster=api), allowed_names=args.allowed_name
+    )
+    runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(
         runner, args.host, args.port, ssl_context=server_ssl(args.tls_cert, args.tls_key, ca)
@@ -52,6 +53,7 @@ async def _serve(args: argparse.Namespace) -> None:
     finally:
         await runner.cleanup()
         await lookup.close()
+        await api.close()
 
 
 def main(argv: Sequence[str] | None = None) -> None:
