@@ -144,6 +144,8 @@ async def reviews() -> AsyncIterator[tuple[HttpKubeApi, list[dict[str, Any]]]]:
         body = await request.json()
         seen.append(body)
         spec = body["spec"]
+        if spec["user"] == "while-the-api-server-fails":
+            return web.json_response({"kind": "Status", "code": 500}, status=500)
         res = spec.get("resourceAttributes")
         allowed = spec["user"] == HPA_USER and (
             (res or {}).items()
@@ -194,7 +196,12 @@ async def test_the_api_over_tls_through_the_front_proxy(
         return c
 
     url = f"https://127.0.0.1:{port}"
-    user = {"X-Remote-User": HPA_USER, "X-Remote-Group": "system:serviceaccounts"}
+    user = {
+        "X-Remote-User": HPA_USER,
+        "X-Remote-Group": "system:serviceaccounts",
+        "X-Remote-Extra-Authentication.kubernetes.io%2fcredential-id": "JTI=1",
+    }
+    extra = {"authentication.kubernetes.io/credential-id": ["JTI=1"]}
     sel = f"topic={TOPIC}-tls,subscription=workers"
     try:
         async with HedwigClient(cluster.addresses) as client:
@@ -244,11 +251,21 @@ async def test_the_api_over_tls_through_the_front_proxy(
                     body = await r.json()
                     assert (body["reason"], body["code"]) == ("Forbidden", 403)
                     assert who in body["message"]
+            # The API server failing to review: unavailable, neither allowed nor denied.
+            async with http.get(
+                f"{url}{BASE}/namespaces/apps/{BACKLOG}",
+                params={"labelSelector": sel},
+                ssl=proxy,
+                headers={"X-Remote-User": "while-the-api-server-fails"},
+            ) as r:
+                assert r.status == 503
+                assert (await r.json())["reason"] == "ServiceUnavailable"
             # The reviews named the request and the front proxy's groups and extras.
             asked = [r["spec"] for r in seen]
             assert {
                 "user": HPA_USER,
                 "groups": ["system:serviceaccounts"],
+                "extra": extra,
                 "resourceAttributes": {
                     "verb": "get",
                     "group": "external.metrics.k8s.io",
@@ -260,6 +277,7 @@ async def test_the_api_over_tls_through_the_front_proxy(
             assert {
                 "user": HPA_USER,
                 "groups": ["system:serviceaccounts"],
+                "extra": extra,
                 "nonResourceAttributes": {"verb": "get", "path": BASE},
             } in asked
             # The same request again within the cache's lifetime asks no new review.

@@ -2,7 +2,8 @@
 
 The front-proxy CA comes from ``--requestheader-client-ca-file`` (the chart mounts nothing for
 it: read it from ``kube-system/extension-apiserver-authentication``, key
-``requestheader-client-ca-file``, when the flag is not given). The API server is reached with
+``requestheader-client-ca-file``, when the flag is not given, with the front proxy's names from
+``requestheader-allowed-names`` unless ``--allowed-name`` is given). The API server is reached with
 the pod's ServiceAccount (else ``$KUBECONFIG``) for that and for the SubjectAccessReviews.
 """
 
@@ -10,12 +11,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import tempfile
 from collections.abc import Sequence
 
 from aiohttp import web
 
+from hedwig.security import ClientSecurity
 from hedwig_operator.kube.api import ObjectRef
 from hedwig_operator.kube.http import HttpKubeApi
 from hedwig_operator.metricsapi.authz import SubjectAccessReviewer
@@ -23,25 +26,41 @@ from hedwig_operator.metricsapi.lookup import HubLookup
 from hedwig_operator.metricsapi.server import make_app, server_ssl
 
 
-async def _front_proxy_ca(api: HttpKubeApi) -> str:
+async def _front_proxy(api: HttpKubeApi) -> tuple[str, list[str]]:
+    """The front proxy's CA (written to a file) and its allowed names, as the API server
+    publishes them."""
     cm = await api.get(
         ObjectRef("v1", "ConfigMap", "kube-system", "extension-apiserver-authentication")
     )
-    pem = ((cm or {}).get("data") or {}).get("requestheader-client-ca-file", "")
+    data = (cm or {}).get("data") or {}
+    pem = data.get("requestheader-client-ca-file", "")
     if not pem:
         raise SystemExit("no requestheader-client-ca-file in extension-apiserver-authentication")
     with tempfile.NamedTemporaryFile("w", suffix=".crt", delete=False) as f:
         f.write(pem)
-    return f.name
+    names = json.loads(data.get("requestheader-allowed-names") or "[]")
+    return f.name, [str(n) for n in names]
 
 
 async def _serve(args: argparse.Namespace) -> None:
     api = HttpKubeApi.from_environment()
-    ca = args.requestheader_client_ca_file or await _front_proxy_ca(api)
-    lookup = HubLookup(args.hubs.split(","), timeout_s=args.timeout)
-    app = make_app(
-        lookup, authorizer=SubjectAccessReviewer(poster=api), allowed_names=args.allowed_name
-    )
+    ca, names = args.requestheader_client_ca_file, args.allowed_name
+    if not ca:
+        # An empty published list: the API server takes any certificate of the CA; so do we.
+        ca, published = await _front_proxy(api)
+        names = names or published
+    elif names is None:
+        names = ["front-proxy-client"]  # kubeadm's name
+    security = None
+    if args.hub_ca_file or args.hub_token_file or args.hub_cert:
+        security = ClientSecurity.build(
+            tls_ca=args.hub_ca_file,
+            token_file=args.hub_token_file,
+            cert=args.hub_cert,
+            key=args.hub_key,
+        )
+    lookup = HubLookup(args.hubs.split(","), security=security, timeout_s=args.timeout)
+    app = make_app(lookup, authorizer=SubjectAccessReviewer(poster=api), allowed_names=names)
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(
@@ -72,11 +91,19 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--allowed-name",
         action="append",
         default=None,
-        help="front-proxy client certificate common name (repeatable); default front-proxy-client",
+        help="front-proxy client certificate common name (repeatable); default: the API "
+        "server's requestheader-allowed-names (front-proxy-client with "
+        "--requestheader-client-ca-file)",
     )
+    p.add_argument("--hub-ca-file", help="a secured pool's CA (TLS to the hubs)")
+    p.add_argument(
+        "--hub-token-file",
+        help="a ServiceAccount token for a secured pool (its audience), re-read as it rotates",
+    )
+    p.add_argument("--hub-cert", help="a client certificate for a secured pool (a tls user)")
+    p.add_argument("--hub-key", help="the key of --hub-cert")
     p.add_argument("--timeout", type=float, default=5.0, help="seconds per hub request")
     args = p.parse_args(argv)
-    args.allowed_name = args.allowed_name or ["front-proxy-client"]
     asyncio.run(_serve(args))
 
 
