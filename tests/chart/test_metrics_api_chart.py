@@ -140,7 +140,7 @@ def test_rbac_of_an_aggregated_api_and_for_the_autoscaler() -> None:
     ]
 
 
-def test_its_identity_on_a_secured_pool_may_describe_only() -> None:
+def test_its_identity_on_a_secured_pool_may_describe_by_default() -> None:
     user = one(render(sets=ON), "HedwigUser", NAME)
     assert user["spec"]["pool"] == "hedwig"
     assert user["spec"]["authentication"] == {"type": "serviceAccount", "serviceAccount": NAME}
@@ -150,6 +150,12 @@ def test_its_identity_on_a_secured_pool_may_describe_only() -> None:
             "operations": ["describe"],
         }
     ]
+    # A hub lists other principals' subscriptions to admin only: opted into, never the default.
+    broader = render(sets=[*ON, "metricsApi.hubOperations={describe,admin}"])
+    (rule,) = one(broader, "HedwigUser", NAME)["spec"]["authorization"]["acls"]
+    assert rule["operations"] == ["describe", "admin"]
+    error = render_error(sets=[*ON, "metricsApi.hubOperations={publish}"])
+    assert "hubOperations" in error
     plain = render(sets=[*ON, "hubPool.security.enabled=false"])
     assert not find(plain, "HedwigUser")
     (container,) = one(plain, "Deployment", NAME)["spec"]["template"]["spec"]["containers"]
