@@ -17,7 +17,9 @@ caller's own subscriptions).
   when it is asked directly with the front proxy's certificate.
 - kube-controller-manager's HorizontalPodAutoscaler controller (as
   ``system:serviceaccount:kube-system:horizontal-pod-autoscaler``, bound by the chart) scales a
-  Deployment on the backlog: out while it is high, back in once the messages are acknowledged.
+  Deployment on the backlog: out while it is high, back in once the messages are acknowledged;
+  with the HPAScaleToZero gate (this module's control plane has it), an idle one to zero and
+  back out from zero when messages arrive.
 """
 
 from __future__ import annotations
@@ -59,6 +61,16 @@ HPA_TOPIC = "scaled-jobs"
 SUB = "workers"
 GROUP_PATH = "/apis/external.metrics.k8s.io/v1beta1"
 HPA_USER = "system:serviceaccount:kube-system:horizontal-pod-autoscaler"
+ZERO_TOPIC = "idle-jobs"
+# minReplicas 0 is the alpha HPAScaleToZero gate, on the API server (validation) and in the
+# controller; the autoscaler syncs every 5 s instead of 15 s, to keep the test short.
+CONTROL_PLANE_FLAGS = {
+    "kube-apiserver": ["--feature-gates=HPAScaleToZero=true"],
+    "kube-controller-manager": [
+        "--feature-gates=HPAScaleToZero=true",
+        "--horizontal-pod-autoscaler-sync-period=5s",
+    ],
+}
 
 
 @dataclass
@@ -67,6 +79,13 @@ class Bed:
     hubs: DevCluster
     port: int
     admin: ClientSecurity
+    readable: bool = False
+
+    def let_read_every_subscription(self) -> None:
+        """``admin`` on every topic for the API's hub user (once)."""
+        if not self.readable:
+            _grant(self.hubs, "alice", "describe,admin")
+            self.readable = True
 
     def backlog_path(self, namespace: str = NS, topic: str = TOPIC, sub: str = SUB) -> str:
         selector = urllib.parse.quote(f"topic={topic},subscription={sub}")
@@ -142,7 +161,7 @@ def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bed]:
     bins = control_plane_bins()
     work = tmp_path_factory.mktemp("metrics-api")
     with (
-        cluster.ControlPlane(bins=bins) as cp,
+        cluster.ControlPlane(bins=bins, extra_args=CONTROL_PLANE_FLAGS) as cp,
         DevCluster(hubs=1, region="metrics-api", secure=True, session_timeout_s=3.0) as hubs,
     ):
         assert hubs.security is not None
@@ -242,7 +261,7 @@ def test_the_backlog_through_the_api_server(bed: Bed) -> None:
     code, body = _get_raw(bed, bed.backlog_path())
     assert code != 0, body
     assert "no subscription 'workers'" in body["stderr"], body
-    _grant(bed.hubs, "alice", "describe,admin")
+    bed.let_read_every_subscription()
     wait_for("the backlog with admin", lambda: _get_raw(bed, bed.backlog_path())[0] == 0)
     code, body = _get_raw(bed, bed.backlog_path())
     assert code == 0, body
@@ -285,12 +304,12 @@ def test_the_metrics_api_asks_the_api_server_who_may_read(bed: Bed) -> None:
     assert "mallory" in body["message"]
 
 
-def _workers(replicas: int) -> dict[str, Any]:
-    labels = {"app": "workers"}
+def _workers(replicas: int, name: str = "workers") -> dict[str, Any]:
+    labels = {"app": name}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {"name": "workers", "namespace": NS},
+        "metadata": {"name": name, "namespace": NS},
         "spec": {
             "replicas": replicas,
             "selector": {"matchLabels": labels},
@@ -311,14 +330,14 @@ def _workers(replicas: int) -> dict[str, Any]:
     }
 
 
-def _hpa() -> dict[str, Any]:
+def _hpa(name: str = "workers", topic: str = HPA_TOPIC, min_replicas: int = 1) -> dict[str, Any]:
     return {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",
-        "metadata": {"name": "workers", "namespace": NS},
+        "metadata": {"name": name, "namespace": NS},
         "spec": {
-            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "workers"},
-            "minReplicas": 1,
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+            "minReplicas": min_replicas,
             "maxReplicas": 6,
             "metrics": [
                 {
@@ -326,7 +345,7 @@ def _hpa() -> dict[str, Any]:
                     "external": {
                         "metric": {
                             "name": "hedwig_subscription_backlog",
-                            "selector": {"matchLabels": {"topic": HPA_TOPIC, "subscription": SUB}},
+                            "selector": {"matchLabels": {"topic": topic, "subscription": SUB}},
                         },
                         "target": {"type": "AverageValue", "averageValue": "4"},
                     },
@@ -338,20 +357,30 @@ def _hpa() -> dict[str, Any]:
     }
 
 
-def _replicas(bed: Bed) -> int:
-    got = bed.cp.kubectl_json("get", "deployment", "workers", "-n", NS)
+def _replicas(bed: Bed, name: str = "workers") -> int:
+    got = bed.cp.kubectl_json("get", "deployment", name, "-n", NS)
     return int(got["spec"]["replicas"])
 
 
+def _wait_replicas(bed: Bed, name: str, replicas: int, what: str) -> None:
+    """Until the autoscaler has set ``replicas``; else fail with what it says of itself."""
+    try:
+        wait_for(what, lambda: _replicas(bed, name) == replicas, timeout=90, interval=1)
+    except AssertionError as e:
+        hpa = bed.cp.kubectl_json("get", "hpa", name, "-n", NS)
+        raise AssertionError(f"{e}: {json.dumps(hpa.get('status'))}") from e
+
+
 def test_an_hpa_scales_a_deployment_on_the_backlog(bed: Bed) -> None:
+    bed.let_read_every_subscription()
     with bed.client() as client:
         client.create_subscription(HPA_TOPIC, SUB, type=SubscriptionType.SHARED)
         for i in range(12):
             client.publish(HPA_TOPIC, b"h%d" % i)
         assert _value(bed, HPA_TOPIC) == "12"
         bed.cp.apply([_workers(1), _hpa()])
-        # 12 waiting at 4 a replica: 3 replicas (the controller syncs every 15 s).
-        wait_for("the HPA to scale out to 3", lambda: _replicas(bed) == 3, timeout=120, interval=2)
+        # 12 waiting at 4 a replica: 3 replicas.
+        _wait_replicas(bed, "workers", 3, "scale-out to 3")
         hpa = bed.cp.kubectl_json("get", "hpa", "workers", "-n", NS)
         (current,) = hpa["status"]["currentMetrics"]
         assert current["external"]["metric"]["name"] == "hedwig_subscription_backlog"
@@ -360,7 +389,7 @@ def test_an_hpa_scales_a_deployment_on_the_backlog(bed: Bed) -> None:
             worker.ack(worker.next(10))
         worker.close()
         wait_for("the backlog to drain", lambda: _value(bed, HPA_TOPIC) == "0", timeout=30)
-        wait_for("the HPA to scale in to 1", lambda: _replicas(bed) == 1, timeout=120, interval=2)
+        _wait_replicas(bed, "workers", 1, "scale-in to 1")
     events = bed.cp.kubectl_json("get", "events", "-n", NS)["items"]
     rescales = [
         e["message"]
@@ -369,6 +398,24 @@ def test_an_hpa_scales_a_deployment_on_the_backlog(bed: Bed) -> None:
         and e["reason"] == "SuccessfulRescale"
     ]
     assert len(rescales) >= 2, rescales
+
+
+def test_to_zero_when_idle_and_back_from_zero_on_new_messages(bed: Bed) -> None:
+    bed.let_read_every_subscription()
+    with bed.client() as client:
+        client.create_subscription(ZERO_TOPIC, SUB, type=SubscriptionType.SHARED)
+        wait_for("the idle backlog", lambda: _value(bed, ZERO_TOPIC) == "0", timeout=30)
+        bed.cp.apply([_workers(1, "idle"), _hpa("idle", ZERO_TOPIC, min_replicas=0)])
+        _wait_replicas(bed, "idle", 0, "scale-in to zero")
+        for i in range(6):
+            client.publish(ZERO_TOPIC, b"z%d" % i)
+        # 6 waiting at 4 a replica: 2, from none.
+        _wait_replicas(bed, "idle", 2, "scale-out from zero")
+        worker = client.subscribe(ZERO_TOPIC, SUB, type=SubscriptionType.SHARED)
+        for _ in range(6):
+            worker.ack(worker.next(10))
+        worker.close()
+        _wait_replicas(bed, "idle", 0, "back to zero")
 
 
 def test_an_unreadable_subscription_is_not_found(bed: Bed) -> None:
