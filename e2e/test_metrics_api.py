@@ -47,7 +47,7 @@ from hedwig.client.sync import SyncClient
 from hedwig.devcluster.cluster import DevCluster
 from hedwig.devcluster.zookeeper import free_port
 from hedwig.security import ClientSecurity
-from hedwig_e2e import ROOT, control_plane_bins, wait_for
+from hedwig_e2e import ROOT, control_plane_bins, crd_manifests, wait_for
 
 if importlib.util.find_spec("pytest_timeout") is not None:
     pytestmark = pytest.mark.timeout(300)
@@ -98,7 +98,20 @@ class Bed:
         return SyncClient(self.hubs.addresses, security=self.admin)
 
 
-def _chart_objects() -> list[dict[str, Any]]:
+def _chart_objects(
+    kinds: tuple[str, ...] = (
+        "ServiceAccount",
+        "Secret",
+        "APIService",
+        "Service",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "RoleBinding",
+    ),
+    *,
+    secured: bool = False,
+) -> list[dict[str, Any]]:
+    """The chart's metrics-API objects of ``kinds``, rendered for namespace NS."""
     helm = control_plane_bins() / "helm"
     out = subprocess.run(
         [
@@ -111,7 +124,7 @@ def _chart_objects() -> list[dict[str, Any]]:
             "--set",
             "metricsApi.enabled=true",
             "--set",
-            "hubPool.security.enabled=false",
+            f"hubPool.security.enabled={str(secured).lower()}",
         ],
         capture_output=True,
         text=True,
@@ -123,7 +136,7 @@ def _chart_objects() -> list[dict[str, Any]]:
         for d in yaml.safe_load_all(out)
         if d
         and d["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "metrics-api"
-        and d["kind"] not in ("Deployment", "NetworkPolicy")
+        and d["kind"] in kinds
     ]
 
 
@@ -416,6 +429,25 @@ def test_to_zero_when_idle_and_back_from_zero_on_new_messages(bed: Bed) -> None:
             worker.ack(worker.next(10))
         worker.close()
         _wait_replicas(bed, "idle", 0, "back to zero")
+
+
+def test_the_charts_other_metrics_api_objects_pass_a_server_side_dry_run(bed: Bed) -> None:
+    """What the module does not apply for real (its Deployment, NetworkPolicy and, secured as
+    by default, its HedwigUser), as the chart renders them."""
+    crds = crd_manifests()
+    bed.cp.apply(crds)
+    names = [f"crd/{c['metadata']['name']}" for c in crds]
+    bed.cp.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
+    rest = _chart_objects(kinds=("Deployment", "NetworkPolicy", "HedwigUser"), secured=True)
+    assert sorted(o["kind"] for o in rest) == ["Deployment", "HedwigUser", "NetworkPolicy"]
+    out = bed.cp.kubectl(
+        "apply",
+        "--dry-run=server",
+        "-f",
+        "-",
+        input=json.dumps({"kind": "List", "apiVersion": "v1", "items": rest}),
+    )
+    assert out.stdout.count("(server dry run)") == 3, out.stdout
 
 
 def test_an_unreadable_subscription_is_not_found(bed: Bed) -> None:
