@@ -95,7 +95,7 @@ bench-spark: deps
 .PHONY: controlplane node images lint-operator typecheck-operator imports-operator e2e
 OPERATOR_LINTED := operator e2e/test_operator.py e2e/test_security.py e2e/hedwig_e2e.py \
 	e2e/controlplane e2e/realpods.py e2e/conftest.py e2e/test_node.py e2e/test_realpods.py \
-	e2e/scrape.py e2e/outside.py e2e/test_external_access.py
+	e2e/scrape.py e2e/outside.py e2e/test_external_access.py e2e/test_metrics_api.py
 
 controlplane:
 	e2e/controlplane/build.sh

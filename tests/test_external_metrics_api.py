@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-import subprocess
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
+from hedwig_operator.kube.http import HttpKubeApi
+from hedwig_operator.metricsapi.authz import REVIEW_PATH, SubjectAccessReviewer
 from hedwig_operator.metricsapi.lookup import (
     BACKLOG,
     OLDEST_UNACKED,
@@ -28,6 +30,7 @@ from hedwig_operator.metricsapi.server import BASE, make_app, server_ssl
 from hedwig.client import HedwigClient, SubscriptionType
 from hedwig.devcluster.cluster import DevCluster
 from hedwig.devcluster.zookeeper import free_port
+from hedwig.security.ca import CertificateAuthority
 
 pytestmark = pytest.mark.integration
 
@@ -104,7 +107,11 @@ async def test_backlog_and_oldest_age_from_the_owner(
 async def test_requests_without_the_front_proxy_certificate_are_refused(
     lookup: HubLookup,
 ) -> None:
-    async with TestClient(TestServer(make_app(lookup))) as http:
+    # Nothing reaches the authorizer unauthenticated: it is a server nobody listens on.
+    nowhere = SubjectAccessReviewer(
+        poster=HttpKubeApi(f"http://127.0.0.1:{free_port()}", ssl_context=False)
+    )
+    async with TestClient(TestServer(make_app(lookup, authorizer=nowhere))) as http:
         assert (await http.get("/healthz")).status == 200
         for path in (BASE, f"{BASE}/namespaces/default/{BACKLOG}?labelSelector=topic=a"):
             resp = await http.get(path, headers={"X-Remote-User": "mallory"})
@@ -115,71 +122,66 @@ async def test_requests_without_the_front_proxy_certificate_are_refused(
 
 def _pki(d: Path) -> None:
     """A CA; the server's certificate; front-proxy-client and someone-else signed by it."""
+    ca = CertificateAuthority.create("test-ca", days=1)
+    ca.write(d)
+    ca.issue("server", ip_addresses=["127.0.0.1"], server=True, days=1).write(d, "server")
+    for name in ("front-proxy-client", "someone-else"):
+        ca.issue(name, client=True, days=1).write(d, name)
 
-    def run(*args: str) -> None:
-        subprocess.run(["openssl", *args], cwd=d, check=True, capture_output=True)
 
-    run(
-        "req",
-        "-x509",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-nodes",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.crt",
-        "-subj",
-        "/CN=test-ca",
-        "-days",
-        "1",
-    )
-    for name, ext in (
-        ("server", "subjectAltName=IP:127.0.0.1"),
-        ("front-proxy-client", "extendedKeyUsage=clientAuth"),
-        ("someone-else", "extendedKeyUsage=clientAuth"),
-    ):
-        run(
-            "req",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-            "-keyout",
-            f"{name}.key",
-            "-out",
-            f"{name}.csr",
-            "-subj",
-            f"/CN={name}",
+HPA_USER = "system:serviceaccount:kube-system:horizontal-pod-autoscaler"
+
+
+@pytest.fixture
+async def reviews() -> AsyncIterator[tuple[HttpKubeApi, list[dict[str, Any]]]]:
+    """A real HTTP server standing in for the API server's SubjectAccessReview endpoint
+    only (the whole path through a real kube-apiserver is e2e/test_metrics_api.py): it allows
+    the autoscaler's user `get` on external metrics in namespace apps, and the discovery path,
+    and keeps every review it is sent."""
+    seen: list[dict[str, Any]] = []
+
+    async def review(request: web.Request) -> web.Response:
+        body = await request.json()
+        seen.append(body)
+        spec = body["spec"]
+        if spec["user"] == "while-the-api-server-fails":
+            return web.json_response({"kind": "Status", "code": 500}, status=500)
+        res = spec.get("resourceAttributes")
+        allowed = spec["user"] == HPA_USER and (
+            (res or {}).items()
+            >= {
+                "verb": "get",
+                "group": "external.metrics.k8s.io",
+                "version": "v1beta1",
+                "namespace": "apps",
+            }.items()
+            or spec.get("nonResourceAttributes") == {"verb": "get", "path": BASE}
         )
-        (d / f"{name}.ext").write_text(ext + "\n")
-        run(
-            "x509",
-            "-req",
-            "-in",
-            f"{name}.csr",
-            "-CA",
-            "ca.crt",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            f"{name}.crt",
-            "-days",
-            "1",
-            "-extfile",
-            f"{name}.ext",
-        )
+        return web.json_response({**body, "status": {"allowed": allowed}}, status=201)
+
+    app = web.Application()
+    app.router.add_post(REVIEW_PATH, review)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    api = HttpKubeApi(f"http://127.0.0.1:{port}", ssl_context=False)
+    try:
+        yield api, seen
+    finally:
+        await api.close()
+        await runner.cleanup()
 
 
 async def test_the_api_over_tls_through_the_front_proxy(
-    cluster: DevCluster, lookup: HubLookup, tmp_path: Path
+    cluster: DevCluster,
+    lookup: HubLookup,
+    tmp_path: Path,
+    reviews: tuple[HttpKubeApi, list[dict[str, Any]]],
 ) -> None:
+    api, seen = reviews
     _pki(tmp_path)
-    runner = web.AppRunner(make_app(lookup))
+    runner = web.AppRunner(make_app(lookup, authorizer=SubjectAccessReviewer(poster=api)))
     await runner.setup()
     port = free_port()
     ctx = server_ssl(
@@ -194,7 +196,12 @@ async def test_the_api_over_tls_through_the_front_proxy(
         return c
 
     url = f"https://127.0.0.1:{port}"
-    user = {"X-Remote-User": "system:serviceaccount:kube-system:horizontal-pod-autoscaler"}
+    user = {
+        "X-Remote-User": HPA_USER,
+        "X-Remote-Group": "system:serviceaccounts",
+        "X-Remote-Extra-Authentication.kubernetes.io%2fcredential-id": "JTI=1",
+    }
+    extra = {"authentication.kubernetes.io/credential-id": ["JTI=1"]}
     sel = f"topic={TOPIC}-tls,subscription=workers"
     try:
         async with HedwigClient(cluster.addresses) as client:
@@ -232,6 +239,57 @@ async def test_the_api_over_tls_through_the_front_proxy(
                 ) as r:
                     assert r.status == code
                     assert (await r.json())["code"] == code
+            # Vouched for by the front proxy, but not allowed by the API server.
+            for who, ns in ((HPA_USER, "other"), ("mallory", "apps")):
+                async with http.get(
+                    f"{url}{BASE}/namespaces/{ns}/{BACKLOG}",
+                    params={"labelSelector": sel},
+                    ssl=proxy,
+                    headers={"X-Remote-User": who},
+                ) as r:
+                    assert r.status == 403
+                    body = await r.json()
+                    assert (body["reason"], body["code"]) == ("Forbidden", 403)
+                    assert who in body["message"]
+            # The API server failing to review: unavailable, neither allowed nor denied.
+            async with http.get(
+                f"{url}{BASE}/namespaces/apps/{BACKLOG}",
+                params={"labelSelector": sel},
+                ssl=proxy,
+                headers={"X-Remote-User": "while-the-api-server-fails"},
+            ) as r:
+                assert r.status == 503
+                assert (await r.json())["reason"] == "ServiceUnavailable"
+            # The reviews named the request and the front proxy's groups and extras.
+            asked = [r["spec"] for r in seen]
+            assert {
+                "user": HPA_USER,
+                "groups": ["system:serviceaccounts"],
+                "extra": extra,
+                "resourceAttributes": {
+                    "verb": "get",
+                    "group": "external.metrics.k8s.io",
+                    "version": "v1beta1",
+                    "namespace": "apps",
+                    "resource": BACKLOG,
+                },
+            } in asked
+            assert {
+                "user": HPA_USER,
+                "groups": ["system:serviceaccounts"],
+                "extra": extra,
+                "nonResourceAttributes": {"verb": "get", "path": BASE},
+            } in asked
+            # The same request again within the cache's lifetime asks no new review.
+            before = len(seen)
+            async with http.get(
+                f"{url}{BASE}/namespaces/apps/{BACKLOG}",
+                params={"labelSelector": sel},
+                ssl=proxy,
+                headers=user,
+            ) as r:
+                assert r.status == 200
+            assert len(seen) == before
             # A certificate from the right CA but not the front proxy's, no user, no certificate.
             for ctx_, headers in (
                 (client_ctx("someone-else"), user),

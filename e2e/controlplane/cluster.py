@@ -198,6 +198,7 @@ class ControlPlane:
         nodes: int = 1,
         address: str = "127.0.0.1",
         taint_fake_nodes: bool = False,
+        extra_args: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         self.bin_dir = Path(bins) if bins else bin_dir()
         self._own_workdir = workdir is None
@@ -209,6 +210,8 @@ class ControlPlane:
         self.address = address
         # With a real node beside them, the fake nodes take only pods that tolerate them.
         self.taint_fake_nodes = taint_fake_nodes
+        # More flags for a component, by name, e.g. {"kube-apiserver": ["--feature-gates=..."]}.
+        self.extra_args = {k: list(v) for k, v in (extra_args or {}).items()}
         self.versions = versions(self.bin_dir)
         self.version: str = self.versions.get("kubernetes", "")
         self.stage_dir = self.bin_dir.parent / "stages"
@@ -316,6 +319,7 @@ class ControlPlane:
                 "--allow-privileged=true",
                 "--profiling=false",
                 "--v=1",
+                *self.extra_args.get("kube-apiserver", ()),
             ],
         )
         self._wait("kube-apiserver /readyz", lambda: self._api_ok("/readyz"), "kube-apiserver")
@@ -341,6 +345,7 @@ class ControlPlane:
                 "--leader-elect=false",
                 "--profiling=false",
                 "--v=1",
+                *self.extra_args.get("kube-controller-manager", ()),
             ],
         )
         self._spawn(

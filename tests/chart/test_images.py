@@ -237,4 +237,15 @@ def test_operator_image_install_steps_work(tmp_path: Path) -> None:
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
+    # The chart's metricsApi runs the external metrics API from this image.
+    proc = subprocess.run(
+        ["python", "-m", "hedwig_operator.metricsapi", "--help"],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "--requestheader-client-ca-file" in proc.stdout
     assert os.path.realpath(env["PATH"].split(":")[0]) == os.path.realpath(venv / "bin")

@@ -127,3 +127,41 @@ from:
 {{- define "hedwig.zookeeper.admin" -}}
 {{- printf "%s-zookeeper-admin" (include "hedwig.fullname" .) -}}
 {{- end -}}
+
+{{/* The external metrics API ---------------------------------------------------------------- */}}
+
+{{- define "hedwig.metricsApi.fullname" -}}
+{{- printf "%s-metrics-api" (include "hedwig.fullname" .) -}}
+{{- end -}}
+
+{{- define "hedwig.metricsApi.serviceAccountName" -}}
+{{- if .Values.metricsApi.serviceAccount.create -}}
+{{- default (include "hedwig.metricsApi.fullname" .) .Values.metricsApi.serviceAccount.name -}}
+{{- else -}}
+{{- required "metricsApi.serviceAccount.name is required when metricsApi.serviceAccount.create is false" .Values.metricsApi.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Cluster-wide names: the namespace keeps two releases of one name apart. */}}
+{{- define "hedwig.metricsApi.clusterName" -}}
+{{- printf "%s-%s" .Release.Namespace (include "hedwig.metricsApi.fullname" .) -}}
+{{- end -}}
+
+{{- define "hedwig.metricsApi.pool" -}}
+{{- default (include "hedwig.hubPool.name" .) .Values.metricsApi.pool -}}
+{{- end -}}
+
+{{- define "hedwig.metricsApi.hubs" -}}
+{{- if .Values.metricsApi.hubs -}}
+{{- .Values.metricsApi.hubs -}}
+{{- else if .Values.hubPool.enabled -}}
+{{- printf "%s.%s.svc:4080" (include "hedwig.hubPool.name" .) .Release.Namespace -}}
+{{- else -}}
+{{- fail "metricsApi.hubs is required when hubPool.enabled is false" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Whether the hubs it reads are secured (the chart's pool's setting). */}}
+{{- define "hedwig.metricsApi.secured" -}}
+{{- if .Values.hubPool.security.enabled -}}true{{- end -}}
+{{- end -}}

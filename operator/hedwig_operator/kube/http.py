@@ -150,6 +150,10 @@ class HttpKubeApi:
         path = object_path(str(manifest["apiVersion"]), str(manifest["kind"]), meta["namespace"])
         await self._request("POST", path, body=manifest)
 
+    async def post(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """POST ``body`` to ``path`` and return the answer (a review's status, say)."""
+        return await self._request("POST", path, body=body) or {}
+
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()

@@ -11,8 +11,11 @@ Rules:
 - ``hedwig_subscription_oldest_unacked_seconds`` is the age the owner reports since the oldest
   unacknowledged message was first delivered (0 when none is, or when the owner does not
   serve the subscription at the moment): the hub does not keep publish times per message.
-- An unknown topic or subscription is ``NotFoundError``; the hubs out of reach is
-  ``UnavailableError``: the API answers 404 and 503, and the autoscaler keeps its replicas.
+- An unknown topic or subscription is ``NotFoundError``, and so is, on a secured pool, a
+  subscription another principal made when the API's user has ``describe`` but not ``admin``
+  on the topic (the hub lists it only to its creator and to admins); the hubs out of reach
+  is ``UnavailableError``: the API answers 404 and 503, and the autoscaler keeps its
+  replicas.
 """
 
 from __future__ import annotations
@@ -118,7 +121,11 @@ class HubLookup:
         for sub in described.subscriptions:
             if sub.name == selection.subscription:
                 return float(max(0, described.last_seq - sub.consumed_seq))
-        raise NotFoundError(f"no subscription {selection.subscription!r} on {selection.topic!r}")
+        # A secured hub lists to ``describe`` alone only the caller's own subscriptions.
+        raise NotFoundError(
+            f"no subscription {selection.subscription!r} on {selection.topic!r} (on a secured "
+            "pool: or not one this API's user made, without admin on the topic)"
+        )
 
     async def _oldest(self, client: HedwigClient, selection: Selection) -> float:
         for queue in await client.describe_queues(selection.topic):

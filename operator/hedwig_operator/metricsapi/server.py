@@ -10,7 +10,12 @@ Rules:
   certificate signed by the front-proxy CA (the ``requestheader-client-ca-file`` the API
   server publishes in ``kube-system/extension-apiserver-authentication``; the SSL context
   verifies it), whose common name is one of the allowed names, and the requester in
-  ``X-Remote-User``. Anything else is 401, with a ``Status`` body as the API server writes.
+  ``X-Remote-User`` (groups in ``X-Remote-Group``, extra attributes in
+  ``X-Remote-Extra-KEY``). Anything else is 401, with a ``Status`` body as the API server
+  writes.
+- The requester must then be allowed the request by the API server (``authz``: a
+  SubjectAccessReview of ``get`` on the metric in the namespace, or of the discovery path):
+  403 if not, 503 if the API server cannot be asked.
 - Discovery (``/apis/external.metrics.k8s.io/v1beta1``) lists the metrics; a metric request
   answers an ``ExternalMetricValueList`` with one item, labelled with the selection.
 - A bad selector is 400, an unknown metric, topic or subscription 404, hubs out of reach 503.
@@ -20,11 +25,13 @@ from __future__ import annotations
 
 import datetime
 import ssl
+import urllib.parse
 from collections.abc import Awaitable, Callable, Collection
 from typing import Any, Protocol
 
 from aiohttp import web
 
+from hedwig_operator.metricsapi.authz import Attributes, Authorizer, ReviewError
 from hedwig_operator.metricsapi.lookup import (
     METRICS,
     NotFoundError,
@@ -38,6 +45,8 @@ GROUP = "external.metrics.k8s.io"
 VERSION = "v1beta1"
 BASE = f"/apis/{GROUP}/{VERSION}"
 USER_HEADER = "X-Remote-User"
+GROUP_HEADER = "X-Remote-Group"
+EXTRA_PREFIX = "x-remote-extra-"
 
 
 class Lookup(Protocol):
@@ -78,8 +87,34 @@ def requester(request: web.Request, allowed_names: Collection[str]) -> str | Non
     return request.headers.get(USER_HEADER) or None
 
 
+def attributes(request: web.Request, user: str) -> Attributes:
+    """What the request asks, for the API server to authorize (``authz.Attributes``)."""
+    groups = tuple(request.headers.getall(GROUP_HEADER, ()))
+    extra: dict[str, list[str]] = {}
+    for key, value in request.headers.items():
+        if key.lower().startswith(EXTRA_PREFIX):
+            name = urllib.parse.unquote(key[len(EXTRA_PREFIX) :]).lower()
+            extra.setdefault(name, []).append(value)
+    extras = tuple(sorted((k, tuple(v)) for k, v in extra.items()))
+    metric = request.match_info.get("metric")
+    if metric is not None:
+        return Attributes(
+            user=user,
+            groups=groups,
+            extra=extras,
+            group=GROUP,
+            version=VERSION,
+            namespace=request.match_info["namespace"],
+            resource=metric,
+        )
+    return Attributes(user=user, groups=groups, extra=extras, path=request.path)
+
+
 def make_app(
-    lookup: Lookup, *, allowed_names: Collection[str] = ("front-proxy-client",)
+    lookup: Lookup,
+    *,
+    authorizer: Authorizer,
+    allowed_names: Collection[str] = ("front-proxy-client",),
 ) -> web.Application:
     @web.middleware
     async def authenticate(
@@ -87,8 +122,22 @@ def make_app(
     ) -> web.StreamResponse:
         if request.path == "/healthz":
             return await handler(request)
-        if requester(request, allowed_names) is None:
+        user = requester(request, allowed_names)
+        if user is None:
             return _status(401, "Unauthorized", "requests must come through the API server")
+        asked = attributes(request, user)
+        try:
+            decision = await authorizer.authorize(asked)
+        except ReviewError as e:
+            return _status(503, "ServiceUnavailable", str(e))
+        if not decision.allowed:
+            what = (
+                f"get {asked.resource} in namespace {asked.namespace}"
+                if asked.resource
+                else f"get {asked.path}"
+            )
+            why = f": {decision.reason}" if decision.reason else ""
+            return _status(403, "Forbidden", f"user {user!r} may not {what}{why}")
         return await handler(request)
 
     async def healthz(_: web.Request) -> web.Response:
