@@ -81,8 +81,11 @@ async def test_joining_and_acknowledging_need_subscribe_and_the_message(
         for frame in _ack_and_nack(mconn.next_id, m.seq):
             with pytest.raises(ForbiddenError, match="mallory may not subscribe"):
                 await mconn.request(frame)
-        # Describing the queue is describing: mallory may, alice (subscribe alone) may not.
-        (pool,) = await mallory.describe_queues("jobs.a")
+        # Describing the queue is describing: mallory may, alice (subscribe alone) may not;
+        # and mallory is shown only the subscriptions it may use, as by DESCRIBE_TOPIC (none:
+        # the pool is alice's), an admin every one.
+        assert await mallory.describe_queues("jobs.a") == ()
+        (pool,) = await admin.describe_queues("jobs.a")
         assert (pool.name, pool.type, pool.consumers, pool.unacked) == ("pool", SHARED, 2, 1)
         with pytest.raises(ForbiddenError, match="alice may not describe"):
             await alice.describe_queues("jobs.a")

@@ -33,7 +33,7 @@ from hedwig.errors import ForbiddenError
 from hedwig.hub.front.access import AccessControl, Caller
 from hedwig.metadata.acls import Operation
 from hedwig.metadata.managers import MetadataStore
-from hedwig.protocol import TopicDescription
+from hedwig.protocol import QueueInfo, TopicDescription
 from hedwig.security.principal import Principal
 
 
@@ -116,13 +116,25 @@ class SubscriptionOwners:
 
     async def visible(self, conn: Caller, topic: str, answer: TopicDescription) -> TopicDescription:
         """``answer`` with only the subscriptions ``conn`` may use listed."""
-        if not self._access.authorize or self._access.allowed(conn, Operation.ADMIN, topic):
+        usable = await self._usable(conn, topic)
+        if usable is None:
             return answer
+        kept = tuple(info for info in answer.subscriptions if info.name in usable)
+        return replace(answer, subscriptions=kept)
+
+    async def visible_queues(
+        self, conn: Caller, topic: str, queues: tuple[QueueInfo, ...]
+    ) -> tuple[QueueInfo, ...]:
+        """``queues`` (DESCRIBE_QUEUES) with only the subscriptions ``conn`` may use listed,
+        as DESCRIBE_TOPIC lists them: names are what an attack on a subscription aims at."""
+        usable = await self._usable(conn, topic)
+        return queues if usable is None else tuple(q for q in queues if q.name in usable)
+
+    async def _usable(self, conn: Caller, topic: str) -> frozenset[str] | None:
+        """The subscriptions of ``topic`` that ``conn`` may use (its own, and those with no
+        owner recorded); ``None``: all of them (no authorization, or ``admin`` on it)."""
+        if not self._access.authorize or self._access.allowed(conn, Operation.ADMIN, topic):
+            return None
         stored = await self._store.subscriptions.read_subscriptions(topic)
         mine = conn.principal.name
-        kept = tuple(
-            info
-            for info in answer.subscriptions
-            if info.name in stored and stored[info.name].value.owner in (None, mine)
-        )
-        return replace(answer, subscriptions=kept)
+        return frozenset(n for n, s in stored.items() if s.value.owner in (None, mine))

@@ -139,6 +139,7 @@ class TopicRequests:
     async def describe_queues(self, conn: ClientConnection, req: DescribeQueues) -> Reply:
         owned = await self._owned.acquire(conn, req.topic, req.redirected)
         queues = await owned.subs.describe_queues()
+        queues = await self._owners.visible_queues(conn, req.topic, queues)
         return QueueDescription(request_id=req.request_id, queues=queues)
 
     async def ping(self, conn: ClientConnection, req: Ping) -> None:
