@@ -219,6 +219,10 @@ def test_operator_rbac_is_least_privilege(bed: Bed) -> None:
     assert can("create", "statefulsets.apps", "-n", NS)
     assert can("create", "events", "-n", NS)
     assert not can("delete", "statefulsets.apps", "-n", NS)
+    # A hub's external Service, deleted once its hub is gone (hedwig_operator/pruning.py).
+    assert can("list", "services", "-n", NS)
+    assert can("delete", "services", "-n", NS)
+    assert not can("delete", "configmaps", "-n", NS)
     assert can("patch", "hedwigusers.hedwig.io", "--subresource=status", "-n", NS)
     assert can("get", "secrets", "-n", NS)  # a secured pool's CAs and certificates
     assert not can("list", "secrets", "-n", NS)
@@ -562,6 +566,58 @@ def test_scaling_the_pool(bed: Bed, alpha: str) -> None:
         90,
     )
     wait_for("status replicas 1", lambda: bed.status("hubpool", alpha).get("replicas") == 1)
+
+
+def test_external_services_follow_the_pools_size(bed: Bed) -> None:
+    """Scaled in, a pool loses the external Service of the hub that went, once its pod is
+    gone; without spec.external, all of them."""
+    pool = "ext"
+    bed.add_volumes(3)
+    external = {"type": "NodePort", "nodePortBase": 31910}
+    bed.apply(pool_manifest(pool, 3, metadata={"url": bed.zk}, external=external))
+
+    def pods() -> set[str]:
+        listed = bed.kubectl(
+            "get", "pods", "-l", f"app.kubernetes.io/instance={pool}", "-o", "json"
+        )
+        return {p["metadata"]["name"] for p in json.loads(listed.stdout)["items"]}
+
+    def external_services() -> list[str]:
+        listed = json.loads(
+            bed.kubectl("get", "services", "-l", f"hedwig.io/pool={pool}", "-o", "json").stdout
+        )["items"]
+        return sorted(
+            s["metadata"]["name"] for s in listed if s["metadata"]["name"].endswith("-external")
+        )
+
+    names = [f"{pool}-{i}-external" for i in range(3)]
+    wait_for("3 external Services", lambda: external_services() == names, 60)
+    third = bed.get("service", names[2])
+    assert third is not None
+    assert third["spec"]["ports"][0]["nodePort"] == 31912
+    wait_for("3 pods", lambda: pods() == {f"{pool}-{i}" for i in range(3)}, 90)
+
+    def deleted() -> bool:
+        services = external_services()
+        if names[2] in services:
+            return False
+        # Read after the Services: a pod seen now was there when its Service was gone.
+        assert f"{pool}-2" not in pods(), "the hub's Service went before its pod"
+        return services == names[:2]
+
+    bed.kubectl("scale", "hubpool", pool, "--replicas=2")
+    wait_for("ext-2-external deleted", deleted, 90, interval=0.2)
+    (event,) = bed.events(pool, "ExternalServicesRemoved")
+    assert names[2] in event["message"]
+    # The pool's other Services stay.
+    assert bed.get("service", pool) is not None
+    assert bed.get("service", f"{pool}-headless") is not None
+
+    bed.kubectl(
+        "patch", "hubpool", pool, "--type=json", "-p", '[{"op":"remove","path":"/spec/external"}]'
+    )
+    wait_for("every external Service deleted", lambda: external_services() == [], 60)
+    assert bed.get("service", pool) is not None
 
 
 def test_image_change_rolls_the_statefulset(bed: Bed, alpha: str) -> None:

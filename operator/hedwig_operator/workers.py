@@ -4,10 +4,12 @@ Why not kopf timers or daemons: kopf puts a finalizer on every object that has o
 Topic and pool would be stuck in Terminating whenever the operator is not running (a pain
 users of other operators report, load-balancing notes, complaint 9). Instead the operator
 watches pools with an event handler (which needs no finalizer) and keeps a task per pool here;
-the task refreshes the pool's status and the status of the pool's Topics every
-``status_interval_s`` (the Topics within a budget per second: ``refresh_topics``) and runs a
-rebalancing cycle every ``spec.rebalancing.intervalSeconds`` (with ``spec.autoscaling``, the
-pool's autoscaler runs in it: ``hedwig_operator.rebalancing.autoscale``).
+the task re-applies the pool's children, deletes the external Services of hubs that are gone
+(``hedwig_operator.pruning``: after their pods are), refreshes the pool's status and the
+status of the pool's Topics every ``status_interval_s`` (the Topics within a budget per
+second: ``refresh_topics``) and runs a rebalancing cycle every
+``spec.rebalancing.intervalSeconds`` (with ``spec.autoscaling``, the pool's autoscaler runs in
+it: ``hedwig_operator.rebalancing.autoscale``).
 Topics thus need a finalizer only when their data must be deleted with them.
 
 A change of the pool (a new watch event) wakes the task at once, so a new spec is acted on
@@ -34,6 +36,7 @@ from hedwig_operator.context import Context
 from hedwig_operator.kube import KubeError, ObjectRef
 from hedwig_operator.ownership import SecretRefusedError
 from hedwig_operator.pools import apply_children, build_pool_status, statefulset_ref
+from hedwig_operator.pruning import remove_retired_services
 from hedwig_operator.rebalancing import RebalanceState, rebalance_cycle
 from hedwig_operator.recorder import record_event
 from hedwig_operator.resources import API_VERSION, POOL_KIND, TOPIC_KIND
@@ -144,7 +147,8 @@ class PoolWorker:
         return ObjectRef(API_VERSION, POOL_KIND, pool.namespace, pool.name, pool.uid)
 
     async def refresh(self, pool: PoolSpec) -> None:
-        """Repair the children, then refresh the pool's and its Topics' status."""
+        """Repair the children (and remove the external Services of hubs that are gone),
+        then refresh the pool's and its Topics' status."""
         ctx = self.ctx
         applied = True
         refused: SecretRefusedError | None = None
@@ -165,6 +169,8 @@ class PoolWorker:
             ctx.trust.note_hubs(pool, [h.address for h in hubs])
         except MetadataError as exc:
             zk_error = f"ZooKeeper {pool.metadata_url}: {exc}"
+        if applied:
+            await self.remove_retired(pool, statefulset, hubs)
         previous = self.body.get("status") or {}
         status = build_pool_status(
             pool,
@@ -184,6 +190,22 @@ class PoolWorker:
             await ctx.kube.patch_status(self.pool_ref(pool), status)
         if hubs is not None:
             await self.refresh_topics(pool, hubs)
+
+    async def remove_retired(
+        self, pool: PoolSpec, statefulset: Mapping[str, Any] | None, hubs: list[HubStatus] | None
+    ) -> None:
+        """Delete the external Services of the hubs the pool no longer has, once they are
+        gone (``hedwig_operator.pruning``), with an Event on the pool."""
+        alive = None if hubs is None else {h.address for h in hubs if h.alive}
+        try:
+            removed = await remove_retired_services(self.ctx.kube, pool, statefulset, alive)
+        except KubeError as exc:
+            log.warning("pool %s: removing external Services failed: %s", pool.name, exc)
+            return
+        if removed:
+            why = "spec.external was removed" if pool.external is None else "their hubs are gone"
+            message = f"deleted {', '.join(removed)}: {why}"
+            await record_event(self.ctx.kube, self.body, "ExternalServicesRemoved", message)
 
     async def refresh_topics(self, pool: PoolSpec, hubs: list[HubStatus]) -> None:
         """Refresh the status of the pool's Topics, within ``topic_refreshes_per_s``.

@@ -8,7 +8,7 @@ from typing import Any
 
 from hedwig_operator.conditions import find
 from hedwig_operator.context import Context
-from hedwig_operator.kube import KubeError, ObjectRef
+from hedwig_operator.kube import KubeError, ObjectRef, Objects
 from hedwig_operator.metadata import MetadataConnections
 from hedwig_operator.security import PoolTrust
 from hedwig_operator.settings import OperatorSettings
@@ -32,7 +32,8 @@ def _merge(target: dict[str, Any], patch: Mapping[str, Any]) -> None:
 
 
 class FakeKube:
-    """Objects by (kind, namespace, name); records applies, status patches and events."""
+    """Objects by (kind, namespace, name); records applies, status patches, deletions and
+    events."""
 
     def __init__(self) -> None:
         self.objects: dict[Key, dict[str, Any]] = {}
@@ -40,6 +41,7 @@ class FakeKube:
         self.status_patches: list[tuple[ObjectRef, dict[str, Any]]] = []
         self.patches: list[tuple[ObjectRef, dict[str, Any]]] = []
         self.events: list[dict[str, Any]] = []
+        self.deleted: list[ObjectRef] = []
         self.fail_apply: KubeError | None = None
 
     def put(self, body: Mapping[str, Any]) -> None:
@@ -86,6 +88,28 @@ class FakeKube:
             for e in self.events
             if e["involvedObject"]["kind"] == kind and e["involvedObject"]["name"] == name
         ]
+
+    # Last in the class: below them, ``list`` in an annotation would name the method.
+    async def list(
+        self, api_version: str, kind: str, namespace: str, label_selector: Mapping[str, str]
+    ) -> Objects:
+        found: Objects = []
+        for (k, ns, _), body in sorted(self.objects.items()):
+            labels = (body.get("metadata") or {}).get("labels") or {}
+            if k == kind and ns == namespace and label_selector.items() <= labels.items():
+                found.append(copy.deepcopy(body))
+        return found
+
+    async def delete(self, ref: ObjectRef) -> None:
+        key = (ref.kind, ref.namespace, ref.name)
+        stored = self.objects.get(key)
+        if stored is None:
+            return
+        uid = (stored.get("metadata") or {}).get("uid")
+        if ref.uid and uid and uid != ref.uid:
+            raise KubeError(409, "Conflict", f"{ref.kind} {ref.name}: uid is {uid}")
+        self.deleted.append(ref)
+        del self.objects[key]
 
 
 class FakeHubs:

@@ -37,6 +37,13 @@ async def server() -> AsyncIterator[tuple[HttpKubeApi, list[dict[str, Any]]]]:
             return web.json_response(
                 {"kind": "Status", "reason": "NotFound", "message": "not here"}, status=404
             )
+        if request.path.endswith("/services") and request.method == "GET":
+            # Two pages: the second one after the first's continue token.
+            if request.query.get("continue") == "page-2":
+                return web.json_response({"items": [{"metadata": {"name": "b"}}], "metadata": {}})
+            return web.json_response(
+                {"items": [{"metadata": {"name": "a"}}], "metadata": {"continue": "page-2"}}
+            )
         if request.path.endswith("/forbidden"):
             return web.json_response(
                 {"kind": "Status", "reason": "Forbidden", "message": "no"}, status=403
@@ -86,6 +93,33 @@ async def test_get_status_patch_and_create(server) -> None:  # type: ignore[no-u
     await api.create(build_event(STS, reason="R", message="m"))
     assert seen[-1]["method"] == "POST"
     assert seen[-1]["path"] == "/api/v1/namespaces/ns/events"
+
+
+async def test_list_follows_pages_and_delete_ignores_what_is_gone(server) -> None:  # type: ignore[no-untyped-def]
+    api, seen = server
+    found = await api.list("v1", "Service", "ns", {"b": "2", "a": "1"})
+    assert found == [
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "a"}},
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "b"}},
+    ]
+    assert [r["query"] for r in seen] == [
+        {"labelSelector": "a=1,b=2", "limit": "500"},
+        {"labelSelector": "a=1,b=2", "limit": "500", "continue": "page-2"},
+    ]
+    assert {r["path"] for r in seen} == {"/api/v1/namespaces/ns/services"}
+    await api.delete(ObjectRef("v1", "Service", "ns", "pool-3-external", "uid-3"))
+    assert seen[-1]["method"] == "DELETE"
+    assert seen[-1]["path"] == "/api/v1/namespaces/ns/services/pool-3-external"
+    assert seen[-1]["body"] == {
+        "apiVersion": "v1",
+        "kind": "DeleteOptions",
+        "preconditions": {"uid": "uid-3"},
+    }
+    await api.delete(ObjectRef("v1", "Service", "ns", "missing"))  # 404: already gone
+    assert seen[-1]["body"] == {"apiVersion": "v1", "kind": "DeleteOptions"}
+    with pytest.raises(KubeError) as err:
+        await api.delete(ObjectRef("v1", "Service", "ns", "forbidden"))
+    assert err.value.status == 403
 
 
 async def test_unreachable_server_is_a_kube_error() -> None:

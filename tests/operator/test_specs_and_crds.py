@@ -253,9 +253,14 @@ def test_shipped_rbac_covers_what_the_operator_writes() -> None:
     # A secured pool's CAs and certificates are Secrets it makes and reads back.
     for verb in ("get", "create", "patch"):
         assert allowed("", "secrets", verb)
-    # Nothing the operator does not need: no deletes, no listing secrets, no wildcards.
+    # A hub's external Service, found by the pool's labels and deleted once its hub is gone
+    # (hedwig_operator/pruning.py).
+    for verb in ("list", "delete"):
+        assert allowed("", "services", verb)
+    # Nothing the operator does not need: no other deletes, no listing secrets, no wildcards.
     for rule in role["rules"]:
-        assert "delete" not in rule["verbs"]
+        if "delete" in rule["verbs"]:
+            assert rule["apiGroups"] == [""] and rule["resources"] == ["services"], rule
         assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"]
         if "secrets" in rule["resources"]:
             # By name, never enumerated or deleted: the operator checks each one it touches

@@ -6,7 +6,24 @@ kopf watches the operator's own resources and patches them from handlers; everyt
 real implementation (``HttpKubeApi``, aiohttp) is exercised by the end-to-end tests.
 """
 
-from hedwig_operator.kube.api import KubeApi, KubeError, ObjectRef, object_path, ref_of
+from hedwig_operator.kube.api import (
+    KubeApi,
+    KubeError,
+    ObjectRef,
+    Objects,
+    object_path,
+    ref_of,
+    selector_of,
+)
 from hedwig_operator.kube.events import build_event
 
-__all__ = ["KubeApi", "KubeError", "ObjectRef", "build_event", "object_path", "ref_of"]
+__all__ = [
+    "KubeApi",
+    "KubeError",
+    "ObjectRef",
+    "Objects",
+    "build_event",
+    "object_path",
+    "ref_of",
+    "selector_of",
+]

@@ -68,6 +68,16 @@ def object_path(api_version: str, kind: str, namespace: str, name: str | None = 
     return f"{path}/{name}" if name is not None else path
 
 
+# Objects as a list call returns them (each with its apiVersion and kind filled in). An alias:
+# in a class body below a method named ``list``, ``list[...]`` would name the method.
+Objects = list[dict[str, Any]]
+
+
+def selector_of(labels: Mapping[str, str]) -> str:
+    """A label selector requiring every one of ``labels`` (``k=v,...``, sorted)."""
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+
+
 class KubeApi(Protocol):
     async def apply(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
         """Server-side apply as the operator's field manager, forcing conflicts (the operator
@@ -88,6 +98,17 @@ class KubeApi(Protocol):
 
     async def create(self, manifest: Mapping[str, Any]) -> None:
         """Create an object (used for Events)."""
+        ...
+
+    async def list(
+        self, api_version: str, kind: str, namespace: str, label_selector: Mapping[str, str]
+    ) -> Objects:
+        """The namespace's objects of ``kind`` carrying every label of ``label_selector``."""
+        ...
+
+    async def delete(self, ref: ObjectRef) -> None:
+        """Delete the object (only if its uid is still ``ref.uid``, when given); one already
+        gone is no error."""
         ...
 
     async def close(self) -> None: ...

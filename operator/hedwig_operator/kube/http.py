@@ -16,10 +16,12 @@ from typing import Any
 
 import aiohttp
 
-from hedwig_operator.kube.api import KubeError, ObjectRef, object_path
+from hedwig_operator.kube.api import KubeError, ObjectRef, Objects, object_path, selector_of
 from hedwig_operator.resources import FIELD_MANAGER
 
 TIMEOUT_S = 30.0
+# Objects per page of a list call (the API server's chunking; ``continue`` fetches the next).
+LIST_PAGE = 500
 
 
 class HttpKubeApi:
@@ -153,6 +155,33 @@ class HttpKubeApi:
     async def post(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """POST ``body`` to ``path`` and return the answer (a review's status, say)."""
         return await self._request("POST", path, body=body) or {}
+
+    async def list(
+        self, api_version: str, kind: str, namespace: str, label_selector: Mapping[str, str]
+    ) -> Objects:
+        path = object_path(api_version, kind, namespace)
+        params = {"labelSelector": selector_of(label_selector), "limit": str(LIST_PAGE)}
+        found: Objects = []
+        while True:
+            page = await self._request("GET", path, params=params) or {}
+            for item in page.get("items") or []:
+                # A list's items carry neither: they are the collection's.
+                found.append({"apiVersion": api_version, "kind": kind, **item})
+            more = (page.get("metadata") or {}).get("continue")
+            if not more:
+                return found
+            params = {**params, "continue": str(more)}
+
+    async def delete(self, ref: ObjectRef) -> None:
+        path = object_path(ref.api_version, ref.kind, ref.namespace, ref.name)
+        body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if ref.uid:
+            body["preconditions"] = {"uid": ref.uid}
+        try:
+            await self._request("DELETE", path, body=body)
+        except KubeError as exc:
+            if not exc.not_found:
+                raise
 
     async def close(self) -> None:
         if self._session is not None:
