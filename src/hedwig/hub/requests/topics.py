@@ -38,6 +38,7 @@ from hedwig.protocol import (
     TopicStats,
     validate_name,
 )
+from hedwig.protocol.names import check_client_publisher_id
 
 # The longest a TAIL_TOPIC waits for a message.
 MAX_TAIL_WAIT_MS = 30_000
@@ -62,6 +63,7 @@ class TopicRequests:
 
     async def publish(self, conn: ClientConnection, req: Publish) -> Reply:
         start = time.perf_counter()
+        check_client_publisher_id(req.publisher_id)
         check = await self._lanes.publish_check(req.topic)
         owned = await self._owned.acquire(conn, req.topic, req.redirected, create=True)
         answer = await owned.publish(conn, req, check)
