@@ -22,6 +22,7 @@ from hedwig.hub.replicating.links import (
     parse_links,
 )
 from hedwig.protocol.messages.delivered import DeliveredMessage
+from hedwig.settings import HubConfig
 
 
 class Region:
@@ -141,3 +142,17 @@ def test_links_and_policy() -> None:
             parse_links(bad, local_region="a")
     assert origin_of("plain") is None
     assert origin_of(origin_publisher_id("b", "p/1")) == ("b", "p/1")
+
+
+def test_links_are_a_hub_setting() -> None:
+    config = HubConfig.from_env(
+        {"HEDWIG_REGION": "a", "HEDWIG_REGION_LINKS": "b=h1:4080,h2:4080;c=h3:1"}
+    )
+    assert [link.region for link in config.replication.links("a")] == ["b", "c"]
+    assert HubConfig.from_env({}, region_links="").replication.links("default") == ()
+    with pytest.raises(UsageError, match="itself"):
+        HubConfig.from_env({"HEDWIG_REGION": "a"}, region_links="a=h:1")
+    with pytest.raises(UsageError, match="bad endpoint"):
+        HubConfig.from_env({}, region_links="b=nohost")
+    with pytest.raises(UsageError, match="bad region name"):
+        HubConfig.from_env({}, region_links="@b=h:1")
