@@ -40,6 +40,7 @@ from hedwig.hub.process.identity import load_hub_id
 from hedwig.hub.process.loops import HubLoops
 from hedwig.hub.process.registration import HubRegistration
 from hedwig.hub.process.stalls import StallWatch
+from hedwig.hub.replicating.replicator import RegionReplicator
 from hedwig.hub.reporting.events import LossKind
 from hedwig.hub.reporting.metrics import HubMetrics
 from hedwig.hub.requests.moves import TopicMoves
@@ -153,6 +154,14 @@ class Hub:
             choices=self.choices,
             on_change=self._topics_changed,
             dead_letters=self.dead_letters,
+        )
+        # Every owned topic replicated from each linked region (no links: nothing runs).
+        self.replicator = RegionReplicator(
+            config=config,
+            ownership=self.topics,
+            registry=self.metrics.registry,
+            clock=self.clock,
+            network=network,
         )
         self.witnesses = SessionWitnesses(
             directory=self.directory,
@@ -358,6 +367,7 @@ class Hub:
             log.warning("%s", self.loops.short_of_hubs)
         self.loops.start()
         self.fanout.start()
+        self.replicator.start()
         self._ready = True
         self.registration.started()
         self._stall_watch.start()
@@ -432,6 +442,7 @@ class Hub:
         budget = max(5.0, self.config.connection.metadata_session_timeout_s)
         with contextlib.suppress(Exception):
             await self.clock.wait_for(self.store.hubs.unregister_hub(self.address), budget / 2)
+        await self.replicator.stop()
         try:
             await self.clock.wait_for(
                 self._release_all(MoveKind.SHUTDOWN, "hub shutting down"), budget
@@ -479,6 +490,7 @@ class Hub:
 
     def _topics_changed(self) -> None:
         self.loops.topics_changed()
+        self.replicator.topics_changed()
 
     async def _wanted_size(self, topic: str) -> int:
         config = await self.topics.takeover.topic_config(topic)
