@@ -156,3 +156,28 @@ def test_links_are_a_hub_setting() -> None:
         HubConfig.from_env({}, region_links="b=nohost")
     with pytest.raises(UsageError, match="bad region name"):
         HubConfig.from_env({}, region_links="@b=h:1")
+
+
+def test_the_cross_region_checker_finds_loops_losses_doubles_and_disorder() -> None:
+    from tests.failure.history import History
+    from tests.failure.regions import problems_across
+
+    a = [(1, "pa", b"pa0:0"), (2, "pa", b"pa0:1"), (3, "@b/pb0", b"pb0:0")]
+    b = [(1, "pb0", b"pb0:0"), (2, "@a/pa", b"pa0:0"), (3, "@a/pa", b"pa0:1")]
+    acked = {"a": History(), "b": History()}
+    acked["a"].acked["t"] = [(b"pa0:0", 1), (b"pa0:1", 2)]
+    assert problems_across({"a": {"t": a}, "b": {"t": b}}, acked) == []
+    looped = [*a, (4, "@a/pa", b"pa0:1")]
+    assert any(
+        "came back" in p for p in problems_across({"a": {"t": looped}, "b": {"t": b}}, acked)
+    )
+    doubled = [*b, (4, "@a/pa", b"pa0:1")]
+    assert any(
+        "more than once" in p for p in problems_across({"a": {"t": a}, "b": {"t": doubled}}, acked)
+    )
+    lost = b[:2]
+    found = problems_across({"a": {"t": a}, "b": {"t": lost}}, acked)
+    assert any("missing" in p for p in found)
+    swapped = [b[0], b[2], b[1]]
+    found = problems_across({"a": {"t": a}, "b": {"t": swapped}}, acked)
+    assert any("order" in p for p in found)

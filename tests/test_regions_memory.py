@@ -124,6 +124,12 @@ async def test_both_ways_exactly_once_and_nothing_loops(regions: LinkedRegions) 
         names_a = {s.name for s in (await ca.describe_topic("orders")).subscriptions}
         names_b = {s.name for s in (await cb.describe_topic("orders")).subscriptions}
         assert subscription_name("b") in names_a and subscription_name("a") in names_b
+        # What each region's owner appended from the other, in its metrics.
+        owner_b = next(h for h in regions.hubs["b"] if "orders" in h.topics.topics)
+        replicated = owner_b.metrics.registry.get_sample_value(
+            "hedwig_replicated_messages_total", {"region": "a"}
+        )
+        assert replicated == len(sent_a)
 
 
 async def test_moves_on_either_side_lose_and_repeat_nothing(regions: LinkedRegions) -> None:
