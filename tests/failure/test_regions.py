@@ -1,7 +1,8 @@
 """Two linked regions of real processes, each with its own ZooKeeper: region ``a`` of one hub
 (1/1/1), region ``b`` of three (3/3/2), linked both ways (``--region-links``). A workload runs in
 each (its own publishers and subscribers, ``history.Workload``); under it the hub of ``b``
-that owns, and so replicates, the first topic is killed with ``kill -9`` and started again.
+that owns, and so replicates, the first topic is killed with ``kill -9`` and started again;
+then the whole of ``a`` is killed the same way and started again.
 Each region's history is checked as every fault scenario's is (``history.check``), and the
 two together across regions (``regions.problems_across``): everything acknowledged in one
 region is in the other's log exactly once, in its origin's order per publisher, and nothing
@@ -155,6 +156,13 @@ async def test_kill9_of_the_replicating_owner_loses_and_repeats_nothing(
     await asyncio.sleep(SESSION + 3)  # load while b's topics are taken over
     victim.start()
     await asyncio.sleep(3.0)  # load after the restart
+    # The whole of region a (its one hub) killed and started again: b's replicators from a
+    # and a's from b both start over, from what a's log says.
+    whole_a = linked["a"].hub_procs[0]
+    whole_a.kill()
+    await asyncio.sleep(2.0)  # region a down, under load in b
+    whole_a.start()
+    await asyncio.sleep(3.0)  # load after a is back
     for w in works.values():
         await w.stop_publishing()
     acked = sum(w.history.acked_count for w in works.values())
