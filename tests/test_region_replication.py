@@ -181,3 +181,17 @@ def test_the_cross_region_checker_finds_loops_losses_doubles_and_disorder() -> N
     swapped = [b[0], b[2], b[1]]
     found = problems_across({"a": {"t": a}, "b": {"t": swapped}}, acked)
     assert any("order" in p for p in found)
+
+
+def test_a_topics_regions_in_its_record() -> None:
+    from hedwig.errors import MetadataError
+    from hedwig.metadata.records import TopicConfig
+
+    own = TopicConfig(regions=("b", "c"))
+    assert TopicConfig.from_json(own.to_json()) == own
+    assert TopicConfig.from_json(TopicConfig(regions=()).to_json()).regions == ()
+    assert TopicConfig.from_json(TopicConfig(retention_ms=1).to_json()).regions is None
+    assert TopicConfig(retention_ms=1).merged(own).regions == ("b", "c")
+    assert TopicConfig(regions=()).merged(own).regions == ()
+    with pytest.raises(MetadataError):
+        TopicConfig(regions=("b/c",))

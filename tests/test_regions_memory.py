@@ -17,6 +17,7 @@ from hedwig.hub import Hub, HubConfig
 from hedwig.hub.replicating.applying import origin_of
 from hedwig.hub.replicating.topic_replication import subscription_name
 from hedwig.metadata.memory import MemoryBackend, MemoryMetadataStore
+from hedwig.metadata.records import NEW_VERSION, TopicConfig
 from hedwig.net import MemoryNetwork
 from hedwig.protocol import MoveKind
 from hedwig.settings import BalanceSettings, ConnectionSettings, StorageSettings
@@ -169,3 +170,29 @@ async def test_moves_on_either_side_lose_and_repeat_nothing(regions: LinkedRegio
         for region in ("a", "b"):
             running = [k for h in regions.hubs[region] for k in h.replicator.running]
             assert running == [("moving", "b" if region == "a" else "a")]
+
+
+async def test_a_topic_replicated_from_the_regions_its_record_names(
+    regions: LinkedRegions,
+) -> None:
+    """In b the topic's record names no region: b pulls nothing of it, a still pulls b's."""
+    store_b = regions.hubs["b"][0].store
+    await store_b.topics.write_topic_config("island", TopicConfig(regions=()), NEW_VERSION)
+    async with (
+        regions.client("a", publisher_id="pa") as ca,
+        regions.client("b", publisher_id="pb") as cb,
+    ):
+        await ca.subscribe("island", "reader")
+        await cb.subscribe("island", "reader")
+        await ca.publish("island", b"stays in a")
+        await cb.publish("island", b"goes to a")
+
+        async def a_has_both() -> bool:
+            return by_origin(await log_of(ca, "island")) == {
+                "pa": [b"stays in a"],
+                "pb": [b"goes to a"],
+            }
+
+        await eventually(a_has_both, what="b's message in a")
+        assert by_origin(await log_of(cb, "island")) == {"pb": [b"goes to a"]}
+        assert not any(k[0] == "island" for h in regions.hubs["b"] for k in h.replicator.running)

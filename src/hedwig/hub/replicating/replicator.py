@@ -10,8 +10,9 @@ Rules:
   new ``OwnedTopic`` after a loss and a claim: its replication starts again from its log).
   So a replication starts with a topic's claim and take-over, and stops with its release,
   its loss, its move or its deletion, on whichever path that happens.
-- The policy is region-wide for now: every owned topic is carried by every linked region
-  (``ReplicationPolicy()``, the default). A per-topic policy in the topic's record is to come.
+- A topic is replicated from the linked regions its configuration names (``regions``, the
+  topic's own or the region's defaults, as read at its take-over), from every linked region
+  when it names none (``ReplicationPolicy``). A region it names that is not linked is ignored.
 - One client per linked region, shared by every topic replicated from it (connections to
   the remote hubs pooled, redirects followed to each topic's owner there), presenting this
   hub's identity for linked regions (``ReplicationSettings``: a certificate or a token, and
@@ -112,11 +113,18 @@ class RegionReplicator:
 
     async def _reconcile(self) -> None:
         wanted = {}
-        carried = carrying_regions(self.links, ReplicationPolicy())
+        every = carrying_regions(self.links, ReplicationPolicy())
         for name, owned in self._ownership.topics.items():
-            if owned.state is TopicState.OPEN:
-                for link in carried:
-                    wanted[(name, link.region)] = owned
+            if owned.state is not TopicState.OPEN:
+                continue
+            regions = owned.config.regions
+            carried = (
+                every
+                if regions is None
+                else carrying_regions(self.links, ReplicationPolicy(regions=frozenset(regions)))
+            )
+            for link in carried:
+                wanted[(name, link.region)] = owned
         gone = [k for k, r in self.running.items() if wanted.get(k) is not r.owned]
         stopping = [self.running.pop(k) for k in gone]
         await asyncio.gather(*(r.stop() for r in stopping))
