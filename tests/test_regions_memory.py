@@ -15,7 +15,7 @@ import pytest
 from hedwig.client import HedwigClient
 from hedwig.hub import Hub, HubConfig
 from hedwig.hub.replicating.applying import origin_of
-from hedwig.hub.replicating.topic_replication import subscription_name
+from hedwig.hub.replicating.topic_replication import APPEND_BYTES, subscription_name
 from hedwig.metadata.memory import MemoryBackend, MemoryMetadataStore
 from hedwig.metadata.records import NEW_VERSION, TopicConfig
 from hedwig.net import MemoryNetwork
@@ -196,3 +196,21 @@ async def test_a_topic_replicated_from_the_regions_its_record_names(
         await eventually(a_has_both, what="b's message in a")
         assert by_origin(await log_of(cb, "island")) == {"pb": [b"goes to a"]}
         assert not any(k[0] == "island" for h in regions.hubs["b"] for k in h.replicator.running)
+
+
+async def test_large_messages_are_appended_in_bounded_batches(regions: LinkedRegions) -> None:
+    async with regions.client("a", publisher_id="pa") as ca, regions.client("b") as cb:
+        await cb.subscribe("big", "reader")
+        values = [bytes([i]) * 400_000 for i in range(6)]
+        await ca.publish_batch("big", values)
+
+        async def all_in_b() -> bool:
+            return by_origin(await log_of(cb, "big")).get("pa") == values
+
+        await eventually(all_in_b, what="a's large messages in b, once, in order")
+        answer = await cb.read("big", 1, max_messages=100)
+        for batch in answer.batches:
+            assert batch.publisher_id == "@a/pa"
+            assert len(batch.payload) <= APPEND_BYTES + 1024
+            # Each stored batch starts at its first message's sequence id in a.
+            assert batch.publisher_seq == batch.first_seq

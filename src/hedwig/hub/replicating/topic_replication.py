@@ -40,6 +40,7 @@ from hedwig.hub.replicating.applying import RemoteApplier, Run, learn_applied
 from hedwig.hub.replicating.metrics import ReplicationMetrics
 from hedwig.ledger.topic_log import TopicLog
 from hedwig.protocol import (
+    EncodedMessage,
     EncodedMessages,
     Frame,
     Publish,
@@ -58,6 +59,8 @@ LAG_INTERVAL_S = 5.0
 SCAN_MESSAGES = 10_000
 SCAN_BYTES = 8 * 1024 * 1024
 FIRST_RETRY_S = 0.1
+# A run is appended in batches of at most this many bytes, as a client's publish would be.
+APPEND_BYTES = 1024 * 1024
 
 
 def subscription_name(local_region: str) -> str:
@@ -201,16 +204,33 @@ class TopicReplication:
             await sub.close()
 
     async def _append(self, run: Run) -> None:
-        """``run`` stored durably here, under its origin publisher id and sequence."""
-        messages = EncodedMessages.of([encode_message(m) for m in run.messages])
+        """``run`` stored durably here, under its origin publisher id and sequence, in
+        batches of at most ``APPEND_BYTES`` (a delivery may hold more than a publish would)."""
+        parts: list[EncodedMessage] = []
+        size = 0
+        first = run.origin_seq
+        for m in run.messages:
+            encoded = encode_message(m)
+            if parts and size + len(encoded) > APPEND_BYTES:
+                await self._publish(run.publisher_id, first, parts)
+                first += len(parts)
+                parts, size = [], 0
+            parts.append(encoded)
+            size += len(encoded)
+        if parts:
+            await self._publish(run.publisher_id, first, parts)
+
+    async def _publish(
+        self, publisher_id: str, origin_seq: int, parts: list[EncodedMessage]
+    ) -> None:
         await self.owned.publish(
             self._peer,
             Publish(
                 request_id=0,
                 topic=self.owned.name,
-                publisher_id=run.publisher_id,
-                publisher_seq=run.origin_seq,
-                messages=messages,
+                publisher_id=publisher_id,
+                publisher_seq=origin_seq,
+                messages=EncodedMessages.of(parts),
             ),
         )
 
