@@ -20,9 +20,9 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def two_regions() -> Iterator[dict[str, str]]:
-    """``dev up --regions 2 --hubs 1`` running; each region's hubs, by name, from its READY
-    line."""
+def two_regions() -> Iterator[tuple[Cli, dict[str, str]]]:
+    """``dev up --regions 2 --hubs 1`` running: the commands that find it, and each region's
+    hubs, by name, from its READY line."""
     state = Path(scratch.mkdtemp("cli-regions-")) / "dev.json"
     cli = Cli(state)
     log_path = state.parent / "up.log"
@@ -40,17 +40,30 @@ def two_regions() -> Iterator[dict[str, str]]:
                 return log_path.read_text().count("READY region=") == 2
 
             poll(both_ready, 90, what="both regions ready")
-            yield dict(re.findall(r"READY region=(\w+) hubs=(\S+)", log_path.read_text()))
+            yield cli, dict(re.findall(r"READY region=(\w+) hubs=(\S+)", log_path.read_text()))
         finally:
             down(cli, up)
     assert not state.exists(), "dev up left its state file behind"
 
 
-async def test_two_linked_regions_deliver_across(two_regions: dict[str, str]) -> None:
-    assert set(two_regions) == {"a", "b"}
+def test_the_commands_take_the_region(two_regions: tuple[Cli, dict[str, str]]) -> None:
+    """``hedwig pub --region b`` publishes in b; ``hedwig sub --region a`` reads it in a."""
+    cli, _ = two_regions
+    published = cli("pub", "--region", "b", "dev/cli", input="hello from b\n")
+    assert published.returncode == 0, published.stderr
+    got = cli("sub", "--region", "a", "dev/cli", "r", "--earliest", "--count", "1")
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.split("\t")[-1].strip() == "hello from b"
+
+
+async def test_two_linked_regions_deliver_across(
+    two_regions: tuple[Cli, dict[str, str]],
+) -> None:
+    _, hubs = two_regions
+    assert set(hubs) == {"a", "b"}
     async with (
-        HedwigClient(two_regions["a"], publisher_id="pa") as ca,
-        HedwigClient(two_regions["b"], publisher_id="pb") as cb,
+        HedwigClient(hubs["a"], publisher_id="pa") as ca,
+        HedwigClient(hubs["b"], publisher_id="pb") as cb,
     ):
         sub = await cb.subscribe("dev/t", "reader")
         await ca.publish("dev/t", b"from a")

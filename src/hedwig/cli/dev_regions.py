@@ -5,9 +5,10 @@ The regions are named ``a``, ``b``, ``c``...; region i takes the ports of a sing
 shifted by 200 * i (ZooKeeper 24000, 24200...; hubs 24001..., 24201...; metrics 24101...,
 24301...) when free, else any: every port is chosen before any process starts, since each
 region's links name the others' hubs. Each region prints its endpoints and then
-``READY region=NAME hubs=H1,H2,... zk=...`` once its hubs answer. The state file (and so ``dev
-status``, ``dev kill`` and the other commands without ``--hub``) names the first region; the
-others are reached with ``--hub``. Plaintext only for now (``--secure`` is refused).
+``READY region=NAME hubs=H1,H2,... zk=...`` once its hubs answer. The state file names every
+region: the client commands reach the one ``--region`` names (``hedwig pub --region b ...``),
+the first without it; ``dev status``, ``dev kill`` and the other ``dev`` commands act on the
+first. Plaintext only for now (``--secure`` is refused).
 """
 
 from __future__ import annotations
@@ -98,13 +99,18 @@ def run_regions(args: argparse.Namespace, socket_path: Path) -> int:
                 print(f"  hub {i}  {h.address}  metrics {h.metrics_url}/metrics", flush=True)
             print(f"READY region={c.region} hubs={','.join(c.addresses)} zk={c.zk}", flush=True)
         first = clusters[0]
-        control = ControlServer(
-            first, socket_path, lambda: write_state(state_path, describe(first))
-        )
-        write_state(state_path, describe(first))
+
+        def save() -> None:
+            write_state(
+                state_path,
+                {**describe(first), "regions": {c.region: describe(c) for c in clusters}},
+            )
+
+        control = ControlServer(first, socket_path, save)
+        save()
         control.start()
         print(
-            f"state       {state_path}  (region {first.region}; the others with --hub)",
+            f"state       {state_path}  (client commands: --region NAME; default {first.region})",
             flush=True,
         )
         while not done.wait(0.5) and not control.shutdown_requested.is_set():
