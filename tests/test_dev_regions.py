@@ -3,6 +3,7 @@ message published in one is read in the other, each once, and ``dev down`` stops
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -54,6 +55,12 @@ def test_the_commands_take_the_region(two_regions: tuple[Cli, dict[str, str]]) -
     got = cli("sub", "--region", "a", "dev/cli", "r", "--earliest", "--count", "1")
     assert got.returncode == 0, got.stderr
     assert got.stdout.split("\t")[-1].strip() == "hello from b"
+    # a's hub replicates dev/cli from b, and says so.
+    listed = cli("links", "--region", "a", "--json")
+    assert listed.returncode == 0, listed.stderr
+    rows = json.loads(listed.stdout)
+    assert [(r["region"], r["linked"]) for r in rows] == [("a", "b")]
+    assert rows[0]["topics"] >= 1 and rows[0]["replicated"] >= 1
 
 
 async def test_two_linked_regions_deliver_across(

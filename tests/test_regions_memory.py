@@ -131,6 +131,14 @@ async def test_both_ways_exactly_once_and_nothing_loops(regions: LinkedRegions) 
             "hedwig_replicated_messages_total", {"region": "a"}
         )
         assert replicated == len(sent_a)
+        # DESCRIBE_LINKS: each hub's links, and the owner's replication from a.
+        links = await cb.describe_links(owner_b.address)
+        assert links.region == "b" and links.regions == ("a",)
+        assert links.endpoints == ("a1:1,a2:1",)
+        assert links.topics == (1,) and links.replicated == (len(sent_a),)
+        other_b = next(h for h in regions.hubs["b"] if h is not owner_b)
+        idle = await cb.describe_links(other_b.address)
+        assert idle.regions == ("a",) and idle.topics == (0,) and idle.replicated == (0,)
 
 
 async def test_moves_on_either_side_lose_and_repeat_nothing(regions: LinkedRegions) -> None:

@@ -23,6 +23,7 @@ from hedwig.cli import (
     dev,
     ledgers,
     lifecycle,
+    links,
     pub,
     servers,
     sim,
@@ -52,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     balance.register(commands)
     ledgers.register(commands)
     acl.register(commands)
+    links.register(commands)
     return parser
 
 

@@ -52,7 +52,7 @@ from hedwig.protocol.queue_frames import (
     QueueDescription,
     Redeliver,
 )
-from hedwig.protocol.region_frames import DescribeRegion, Region
+from hedwig.protocol.region_frames import DescribeLinks, DescribeRegion, Links, Region
 from hedwig.protocol.schema import FrameBase
 from hedwig.protocol.security_frames import Authenticate, Authenticated
 from hedwig.protocol.storage_frames import (
@@ -102,6 +102,7 @@ Request = (
     | Nack
     | CreateSubscription
     | DescribeRegion
+    | DescribeLinks
     | DescribeQueues
 )
 # What a hub answers a request with.
@@ -120,6 +121,7 @@ Reply = (
     | Authenticated
     | Lanes
     | Region
+    | Links
     | QueueDescription
 )
 # What a hub pushes unasked.
@@ -162,6 +164,7 @@ FRAME_TYPES: tuple[type[FrameBase], ...] = (
     Nack,
     CreateSubscription,
     DescribeRegion,
+    DescribeLinks,
     DescribeQueues,
     Ok,
     Published,
@@ -176,6 +179,7 @@ FRAME_TYPES: tuple[type[FrameBase], ...] = (
     Authenticated,
     Lanes,
     Region,
+    Links,
     QueueDescription,
     Error,
     Deliver,

@@ -199,6 +199,7 @@ class Hub:
                 lanes=self.lanes,
                 events=self.metrics,
                 owners=owners,
+                links=self.replicator.describe,
             ),
             subscriptions=SubscriptionRequests(
                 places=SubscriptionPlaces(owned=owned, fanout=self.fanout, plans=self.plans),

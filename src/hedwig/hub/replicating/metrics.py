@@ -19,6 +19,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 class ReplicationMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
+        # Messages appended from each region since the hub started (``Links.replicated``).
+        self.totals: dict[str, int] = {}
         r = registry
         self.lag_messages = Gauge(
             "hedwig_replication_lag_messages",
@@ -50,3 +52,7 @@ class ReplicationMetrics:
             ["region"],
             registry=r,
         )
+
+    def appended(self, region: str, messages: int) -> None:
+        self.replicated.labels(region).inc(messages)
+        self.totals[region] = self.totals.get(region, 0) + messages

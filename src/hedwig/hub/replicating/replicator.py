@@ -38,6 +38,7 @@ from hedwig.hub.replicating.links import ReplicationPolicy, carrying_regions
 from hedwig.hub.replicating.metrics import ReplicationMetrics
 from hedwig.hub.replicating.topic_replication import TopicReplication
 from hedwig.net.transport import Network
+from hedwig.protocol import Links
 from hedwig.security.credentials import ClientSecurity
 from hedwig.settings import HubConfig
 
@@ -141,6 +142,34 @@ class RegionReplicator:
                 )
                 rep.start()
                 self.running[key] = rep
+
+    def describe(self, request_id: int) -> Links:
+        """Each link and how this hub's replication from it stands (``DescribeLinks``)."""
+        now = self._clock.wall_ms()
+        rows = []
+        for link in self.links:
+            reps = [r for r in self.running.values() if r.region == link.region]
+            oldest = min((r.pending_since_ms for r in reps if r.pending_since_ms), default=0)
+            rows.append(
+                (
+                    link.region,
+                    ",".join(link.endpoints),
+                    len(reps),
+                    sum(r.lag for r in reps),
+                    max(0, now - oldest) if oldest else 0,
+                    self.metrics.totals.get(link.region, 0),
+                )
+            )
+        return Links(
+            request_id=request_id,
+            region=self._local,
+            regions=tuple(r[0] for r in rows),
+            endpoints=tuple(r[1] for r in rows),
+            topics=tuple(r[2] for r in rows),
+            lag_messages=tuple(r[3] for r in rows),
+            lag_ms=tuple(r[4] for r in rows),
+            replicated=tuple(r[5] for r in rows),
+        )
 
     def _refresh_gauges(self) -> None:
         now = self._clock.wall_ms()

@@ -194,7 +194,7 @@ class TopicReplication:
                 for run in plan.runs:
                     await self._append(run)
                     applier.applied_run(run)
-                    self._metrics.replicated.labels(self.region).inc(len(run.messages))
+                    self._metrics.appended(self.region, len(run.messages))
                 if plan.ack:
                     sub.consume(plan.ack)
                 applier.done(plan)
