@@ -14,8 +14,8 @@
   Without bundles both are empty.
 - ``DescribeLinks`` / ``Links``: the asked hub's links to other regions (``--region-links``)
   and how its replication from each stands: topics, lag in messages and in age, messages
-  applied (``hedwig links``). Any authenticated client may ask, as for ``DescribeRegion``:
-  the links name other regions' client endpoints, which their own clients are given anyway.
+  applied (``hedwig links``). With authorization on it needs ``describe`` or ``admin`` on
+  the cluster (``hedwig.hub.front.access``): the links name other regions' endpoints.
 """
 
 from __future__ import annotations
