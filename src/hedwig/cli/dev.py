@@ -52,7 +52,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--regions",
         type=int,
         default=1,
-        help="linked regions a, b, ... each with its own store and --hubs hubs (default 1)",
+        help="linked regions a, b, ..., each with a store and hubs of its own (default 1)",
     )
     up.add_argument(
         "--region", default=DEFAULT_REGION, help=f"the hubs' region (default {DEFAULT_REGION})"
