@@ -338,6 +338,67 @@ ROWS: tuple[tuple[str, tuple[Panel, ...]], ...] = (
         ),
     ),
     (
+        "Regions",
+        (
+            Panel(
+                "Replication lag by linked region",
+                "Messages of each linked region not yet applied in this one, summed over the "
+                "topics a hub replicates from it (hedwig_replication_lag_messages; measured "
+                "every 5 s per topic). It rises while a region is out of reach and falls back "
+                "to 0 once replication catches up by itself. 0: no links, or nothing behind.",
+                (
+                    q(
+                        or_zero(
+                            f"sum by (pool, region) (hedwig_replication_lag_messages{{{SEL}}})"
+                        ),
+                        "{{pool}} from {{region}}",
+                    ),
+                ),
+                width=8,
+                decimals=0,
+            ),
+            Panel(
+                "Replication lag (age)",
+                "How old the oldest message delivered from each linked region and not yet "
+                "applied here is (hedwig_replication_lag_seconds, the worst hub).",
+                (
+                    q(
+                        or_zero(
+                            f"max by (pool, region) (hedwig_replication_lag_seconds{{{SEL}}})"
+                        ),
+                        "{{pool}} from {{region}}",
+                    ),
+                ),
+                unit="s",
+                width=8,
+            ),
+            Panel(
+                "Replicated messages/s",
+                "Messages appended here from each linked region (hedwig_replicated_messages), "
+                "and how often a topic's replication failed and started again "
+                "(hedwig_replication_errors: the region out of reach, a topic moving).",
+                (
+                    q(
+                        or_zero(
+                            "sum by (pool, region) (rate(hedwig_replicated_messages_total"
+                            f"{{{SEL}}}[$__rate_interval]))"
+                        ),
+                        "{{pool}} from {{region}}",
+                    ),
+                    q(
+                        or_zero(
+                            "sum by (pool, region) (rate(hedwig_replication_errors_total"
+                            f"{{{SEL}}}[$__rate_interval]))"
+                        ),
+                        "{{pool}} restarts from {{region}}",
+                    ),
+                ),
+                unit="ops",
+                width=8,
+            ),
+        ),
+    ),
+    (
         "Autoscaling",
         (
             Panel(

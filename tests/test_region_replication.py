@@ -22,6 +22,7 @@ from hedwig.hub.replicating.links import (
     parse_links,
 )
 from hedwig.protocol.messages.delivered import DeliveredMessage
+from hedwig.settings import HubConfig
 
 
 class Region:
@@ -141,3 +142,56 @@ def test_links_and_policy() -> None:
             parse_links(bad, local_region="a")
     assert origin_of("plain") is None
     assert origin_of(origin_publisher_id("b", "p/1")) == ("b", "p/1")
+
+
+def test_links_are_a_hub_setting() -> None:
+    config = HubConfig.from_env(
+        {"HEDWIG_REGION": "a", "HEDWIG_REGION_LINKS": "b=h1:4080,h2:4080;c=h3:1"}
+    )
+    assert [link.region for link in config.replication.links("a")] == ["b", "c"]
+    assert HubConfig.from_env({}, region_links="").replication.links("default") == ()
+    with pytest.raises(UsageError, match="itself"):
+        HubConfig.from_env({"HEDWIG_REGION": "a"}, region_links="a=h:1")
+    with pytest.raises(UsageError, match="bad endpoint"):
+        HubConfig.from_env({}, region_links="b=nohost")
+    with pytest.raises(UsageError, match="bad region name"):
+        HubConfig.from_env({}, region_links="@b=h:1")
+
+
+def test_the_cross_region_checker_finds_loops_losses_doubles_and_disorder() -> None:
+    from tests.failure.history import History
+    from tests.failure.regions import problems_across
+
+    a = [(1, "pa", b"pa0:0"), (2, "pa", b"pa0:1"), (3, "@b/pb0", b"pb0:0")]
+    b = [(1, "pb0", b"pb0:0"), (2, "@a/pa", b"pa0:0"), (3, "@a/pa", b"pa0:1")]
+    acked = {"a": History(), "b": History()}
+    acked["a"].acked["t"] = [(b"pa0:0", 1), (b"pa0:1", 2)]
+    assert problems_across({"a": {"t": a}, "b": {"t": b}}, acked) == []
+    looped = [*a, (4, "@a/pa", b"pa0:1")]
+    assert any(
+        "came back" in p for p in problems_across({"a": {"t": looped}, "b": {"t": b}}, acked)
+    )
+    doubled = [*b, (4, "@a/pa", b"pa0:1")]
+    assert any(
+        "more than once" in p for p in problems_across({"a": {"t": a}, "b": {"t": doubled}}, acked)
+    )
+    lost = b[:2]
+    found = problems_across({"a": {"t": a}, "b": {"t": lost}}, acked)
+    assert any("missing" in p for p in found)
+    swapped = [b[0], b[2], b[1]]
+    found = problems_across({"a": {"t": a}, "b": {"t": swapped}}, acked)
+    assert any("order" in p for p in found)
+
+
+def test_a_topics_regions_in_its_record() -> None:
+    from hedwig.errors import MetadataError
+    from hedwig.metadata.records import TopicConfig
+
+    own = TopicConfig(regions=("b", "c"))
+    assert TopicConfig.from_json(own.to_json()) == own
+    assert TopicConfig.from_json(TopicConfig(regions=()).to_json()).regions == ()
+    assert TopicConfig.from_json(TopicConfig(retention_ms=1).to_json()).regions is None
+    assert TopicConfig(retention_ms=1).merged(own).regions == ("b", "c")
+    assert TopicConfig(regions=()).merged(own).regions == ()
+    with pytest.raises(MetadataError):
+        TopicConfig(regions=("b/c",))

@@ -83,12 +83,16 @@ class Workload:
         keys: int = 0,
         delay_every: int = 0,
         delay_s: float = 0.0,
+        prefix: str = "pub",
     ) -> None:
         self.hubs = hubs
         # Every ``delay_every``-th message of a publisher (0: none) asks to be delivered
         # ``delay_s`` after its publish (``deliver_after``).
         self.delay_every = delay_every
         self.delay_s = delay_s
+        # Publishers are ``<prefix><n>`` and their messages ``<prefix><n>:<i>``: workloads in
+        # linked regions each keep a prefix of their own (it must start with "pub").
+        self.prefix = prefix
         # Messages carry one of ``keys`` keys (``k<n % keys>``; 0: no key), for key-shared
         # subscriptions' per-key order.
         self.keys = keys
@@ -117,7 +121,7 @@ class Workload:
                 self.history.subscribers[topic].append(f"checker-{s}")
                 self._tasks.append(asyncio.create_task(self._drain(topic, f"checker-{s}", sub)))
         for p in range(self.publishers):
-            client = self._publishing_client(f"pub{p}")
+            client = self._publishing_client(f"{self.prefix}{p}")
             self._tasks.append(asyncio.create_task(self._publish(p, client)))
         for p in range(self.senders):
             client = self._publishing_client(f"send{p}")
@@ -140,7 +144,7 @@ class Workload:
         pending: list[asyncio.Task[None]] = []
         while not self._stop.is_set():
             topic = self.topics[n % len(self.topics)]
-            value = b"pub%d:%d" % (p, n)
+            value = b"%s%d:%d" % (self.prefix.encode(), p, n)
             key = b"k%d" % (n % self.keys) if self.keys else None
             if self.delay_every and n % self.delay_every == 0:
                 fut = client.publish_nowait(topic, value, key=key, deliver_after=self.delay_s)

@@ -38,6 +38,7 @@ from hedwig.protocol import (
     DeleteTopic,
     DeliveryStats,
     DescribeLanes,
+    DescribeLinks,
     DescribeQueues,
     DescribeRegion,
     DescribeTopic,
@@ -126,6 +127,7 @@ def probes(ledger_id: int) -> list[Probe]:
         lambda r: DescribeLanes(request_id=r, topic="probe"),
         lambda r: Ping(request_id=r),
         lambda r: DescribeRegion(request_id=r),
+        lambda r: DescribeLinks(request_id=r),
         lambda r: JoinSubscription(
             request_id=r, topic="probe", subscriber="q1", type=SubscriptionType.SHARED
         ),

@@ -61,6 +61,15 @@ def read_dev_state() -> dict[str, Any] | None:
     return state
 
 
+def dev_region(state: dict[str, Any] | None, args: argparse.Namespace) -> dict[str, Any] | None:
+    """The development cluster's region ``--region`` names when ``hedwig dev up --regions``
+    runs several (``regions`` in its state), else the cluster the state describes."""
+    if state is None:
+        return None
+    picked = (state.get("regions") or {}).get(getattr(args, "region", None))
+    return picked if isinstance(picked, dict) else state
+
+
 def add_hub_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--hub",
@@ -127,7 +136,7 @@ def resolve_metadata(args: argparse.Namespace) -> str:
     """The metadata URL to use: ``--metadata``, else the development cluster's."""
     if args.metadata_url:
         return str(args.metadata_url)
-    state = read_dev_state()
+    state = dev_region(read_dev_state(), args)
     if state and state.get("zk"):
         if args.region == DEFAULT_REGION and state.get("region"):
             args.region = state["region"]
@@ -160,7 +169,7 @@ def _hub_addresses(args: argparse.Namespace) -> list[str]:
                 "'hedwig hubs' lists what ZooKeeper knows)"
             )
         return hubs
-    state = read_dev_state()
+    state = dev_region(read_dev_state(), args)
     if state and state.get("hubs"):
         return [str(h["address"]) for h in state["hubs"]]
     raise UsageError(

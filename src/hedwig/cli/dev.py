@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from hedwig.cli.common import DEFAULT_REGION, add_json_option, dev_state_path, report
+from hedwig.cli.dev_regions import run_regions
 from hedwig.cli.output import emit
 from hedwig.devcluster.cluster import DevCluster
 from hedwig.devcluster.control import ControlServer, describe, request, write_state
@@ -47,6 +48,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "hubs and 24101... for their metrics, when free.",
     )
     up.add_argument("--hubs", type=int, default=3, help="hub processes (default 3)")
+    up.add_argument(
+        "--regions",
+        type=int,
+        default=1,
+        help="linked regions a, b, ..., each with a store and hubs of its own (default 1)",
+    )
     up.add_argument(
         "--region", default=DEFAULT_REGION, help=f"the hubs' region (default {DEFAULT_REGION})"
     )
@@ -135,6 +142,8 @@ def run_up(args: argparse.Namespace) -> int:
         return report("dev up", UsageError("--hubs must be at least 1"))
     if args.detach:
         return _detach(args)
+    if args.regions != 1:
+        return run_regions(args, _socket())
     if _socket().exists():
         try:
             request(_socket(), {"op": "status"}, timeout=2)
@@ -217,6 +226,7 @@ def _detach(args: argparse.Namespace) -> int:
     """Start ``dev up`` again as a background process in its own session (a closed terminal does
     not stop it), wait until it is ready, print its endpoints and return."""
     argv = [sys.executable, "-m", "hedwig", "dev", "up", "--hubs", str(args.hubs)]
+    argv += ["--regions", str(args.regions)]
     argv += ["--region", args.region]
     argv += command_line(HubConfig, metadata_session_timeout_s=args.metadata_session_timeout_s)
     if args.data_dir is not None:
@@ -239,7 +249,7 @@ def _detach(args: argparse.Namespace) -> int:
     deadline = time.monotonic() + DETACH_WAIT_S
     while True:
         text = log_path.read_text(errors="replace")
-        if "READY " in text:
+        if text.count("READY ") >= args.regions:  # each region says it is ready
             print(text, end="", flush=True)
             print(f"running in the background (pid {proc.pid}, log {log_path}); 'hedwig dev down'")
             return 0

@@ -23,6 +23,7 @@ from hedwig.cli import (
     dev,
     ledgers,
     lifecycle,
+    links,
     namespaces,
     pub,
     servers,
@@ -54,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     ledgers.register(commands)
     acl.register(commands)
     namespaces.register(commands)
+    links.register(commands)
     return parser
 
 

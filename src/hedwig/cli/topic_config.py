@@ -1,6 +1,7 @@
 """``hedwig topic create TOPIC [SETTINGS]`` and ``hedwig topic config TOPIC [SETTINGS]``: a
 topic made explicitly, and its own settings (replication, retention, maximum message size,
-expiry), by hand; the operator writes the same from ``Topic.spec``.
+expiry, the linked regions it is replicated from), by hand; the operator writes the same from
+``Topic.spec`` (all but the regions).
 
 Both write the topic's configuration record in the metadata store (``docs/operations.md``: a
 topic's own settings win over the region's defaults, which win over the hubs' flags), as the
@@ -48,6 +49,11 @@ SETTINGS = {
         "subscription_expiry_ms",
         "milliseconds unattached and unconsumed before a subscription is deleted",
     ),
+    "regions": (
+        "regions",
+        "the linked regions this region replicates it from, comma-separated ('' for none; "
+        "unset: every linked region)",
+    ),
 }
 CONFLICT_RETRIES = 5
 
@@ -84,6 +90,9 @@ def topic_changes(args: argparse.Namespace) -> dict[str, Any]:
         if field == "replication":
             out[field] = parse_replication(text)
             continue
+        if field == "regions":
+            out[field] = tuple(r.strip() for r in text.split(",") if r.strip())
+            continue
         try:
             value = int(text)
         except ValueError:
@@ -106,6 +115,8 @@ def describe(config: TopicConfig) -> dict[str, Any]:
         value = getattr(config, field)
         if field == "replication" and value is not None:
             value = f"{value.ensemble}/{value.write_quorum}/{value.ack_quorum}"
+        if field == "regions" and value is not None:
+            value = ",".join(value)
         d[flag] = value
     return d
 

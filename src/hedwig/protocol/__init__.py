@@ -87,7 +87,7 @@ from hedwig.protocol.queue_frames import (
     QueueInfo,
     Redeliver,
 )
-from hedwig.protocol.region_frames import DescribeRegion, Region
+from hedwig.protocol.region_frames import DescribeLinks, DescribeRegion, Links, Region
 from hedwig.protocol.security_frames import Authenticate, Authenticated
 from hedwig.protocol.status import Status, error_from_frame
 from hedwig.protocol.storage_frames import (
@@ -128,6 +128,7 @@ __all__ = [
     "DeliveredMessage",
     "DeliveryStats",
     "DescribeLanes",
+    "DescribeLinks",
     "DescribeQueues",
     "DescribeRegion",
     "DescribeTopic",
@@ -148,6 +149,7 @@ __all__ = [
     "LanesChanged",
     "LedgerEnd",
     "LedgerLac",
+    "Links",
     "Message",
     "Messages",
     "MoveKind",

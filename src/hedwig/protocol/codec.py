@@ -53,7 +53,7 @@ from hedwig.protocol.queue_frames import (
     QueueDescription,
     Redeliver,
 )
-from hedwig.protocol.region_frames import DescribeRegion, Region
+from hedwig.protocol.region_frames import DescribeLinks, DescribeRegion, Links, Region
 from hedwig.protocol.schema import FrameBase
 from hedwig.protocol.security_frames import Authenticate, Authenticated
 from hedwig.protocol.storage_frames import (
@@ -104,6 +104,7 @@ Request = (
     | Nack
     | CreateSubscription
     | DescribeRegion
+    | DescribeLinks
     | DescribeQueues
 )
 # What a hub answers a request with.
@@ -122,6 +123,7 @@ Reply = (
     | Authenticated
     | Lanes
     | Region
+    | Links
     | QueueDescription
 )
 # What a hub pushes unasked.
@@ -165,6 +167,7 @@ FRAME_TYPES: tuple[type[FrameBase], ...] = (
     Nack,
     CreateSubscription,
     DescribeRegion,
+    DescribeLinks,
     DescribeQueues,
     Ok,
     Published,
@@ -179,6 +182,7 @@ FRAME_TYPES: tuple[type[FrameBase], ...] = (
     Authenticated,
     Lanes,
     Region,
+    Links,
     QueueDescription,
     Error,
     Deliver,

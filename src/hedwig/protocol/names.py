@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from urllib.parse import quote, unquote
 
-from hedwig.errors import InvalidTopicError
+from hedwig.errors import InvalidRequestError, InvalidTopicError
 
 MAX_NAME_BYTES = 255
 _SAFE = "._~-"
@@ -90,6 +90,22 @@ def lane_of(name: str) -> tuple[str, int]:
         if index <= MAX_LANE:
             return head, index
     return name, 0
+
+
+# A publisher id starting with this is a message replicated from another region
+# (``hedwig.hub.replicating.applying``: ``@<region>/<origin publisher>``). Only a hub's replicator
+# writes such ids; a client's publish under one is refused, or a client could forge a message
+# as another region's, or make the replicator skip real ones.
+ORIGIN_MARK = "@"
+
+
+def check_client_publisher_id(publisher_id: str) -> None:
+    """``InvalidRequestError`` for a publisher id a client may not publish under."""
+    if publisher_id.startswith(ORIGIN_MARK):
+        raise InvalidRequestError(
+            f"publisher id {publisher_id!r} starts with {ORIGIN_MARK!r}: such ids are kept for "
+            "messages replicated from another region"
+        )
 
 
 # A publisher's identities (``hedwig.client.publishing``): the id it was given, then that id with

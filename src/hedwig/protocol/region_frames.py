@@ -1,4 +1,4 @@
-"""Frames of the region a hub is in: which hubs serve it.
+"""Frames of the region a hub is in: which hubs serve it, and which regions it is linked to.
 
 - ``DescribeRegion`` / ``Region``: every hub of the region alive now, as the asked hub's
   registry has it (client addresses, this hub first). A client asks the first hub it reaches
@@ -12,6 +12,10 @@
   bundle, "" for none known), so the client sends a topic it has not used yet to its
   bundle's owner instead of a hub that would redirect it (two in three, in a region of three).
   Without bundles both are empty.
+- ``DescribeLinks`` / ``Links``: the asked hub's links to other regions (``--region-links``)
+  and how its replication from each stands: topics, lag in messages and in age, messages
+  applied (``hedwig links``). With authorization on it needs ``describe`` or ``admin`` on
+  the cluster (``hedwig.hub.front.access``): the links name other regions' endpoints.
 """
 
 from __future__ import annotations
@@ -38,3 +42,29 @@ class Region(FrameBase):
     hubs: Strs
     boundaries: U64s = ()
     owners: Strs = ()
+
+
+@frame(0x70, Sender.CLIENT)
+class DescribeLinks(FrameBase):
+    """The asked hub's links to other regions and its replication from each. Answered by
+    ``Links``."""
+
+    request_id: RequestId
+
+
+@frame(0xE0, Sender.HUB)
+class Links(FrameBase):
+    """The answer to ``DescribeLinks``, one entry per linked region in each list (the lists
+    are as long as ``regions``): its client endpoints (comma-separated), the topics this hub
+    replicates from it now, their lag in messages, the age in milliseconds of the oldest
+    message delivered from it and not yet applied (0: none), and the messages appended here
+    from it since the hub started."""
+
+    request_id: RequestId
+    region: Str
+    regions: Strs
+    endpoints: Strs = ()
+    topics: U64s = ()
+    lag_messages: U64s = ()
+    lag_ms: U64s = ()
+    replicated: U64s = ()

@@ -27,6 +27,7 @@ from hedwig.settings.hub import (
     TopicSettings,
     parse_replication,
 )
+from hedwig.settings.replication import RegionLink, ReplicationSettings, parse_links
 from hedwig.settings.security import SecuritySettings
 from hedwig.settings.sources import (
     add_flag,
@@ -51,6 +52,8 @@ __all__ = [
     "HubConfig",
     "PlacementSettings",
     "QueueSettings",
+    "RegionLink",
+    "ReplicationSettings",
     "RetentionSettings",
     "SecuritySettings",
     "Setting",
@@ -65,6 +68,7 @@ __all__ = [
     "given_flags",
     "load",
     "lookup",
+    "parse_links",
     "parse_replication",
     "setting",
 ]

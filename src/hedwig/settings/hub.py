@@ -4,8 +4,9 @@
 (``connection``), its HTTP endpoint (``http``), its ledgers on disk (``storage``), how long
 consumed messages and idle topics stay (``retention``), what a subscriber gets
 (``delivery``), the search for lost replicas (``audit``), how topics are placed
-(``placement``) and balanced (``balance``), and TLS, authentication and authorization
-(``security``). Each group checks its own values when built (``UsageError``).
+(``placement``) and balanced (``balance``), TLS, authentication and authorization
+(``security``), and the linked regions (``replication``). Each group checks its own values
+when built (``UsageError``).
 
 Every field made with ``setting`` is a flag (``hedwig hub --help``) and a variable
 ``HEDWIG_<NAME>`` (``hedwig.settings.sources``), flags winning; containers use the variables,
@@ -25,6 +26,7 @@ from hedwig.placement import PlacementPolicy
 from hedwig.placement.rebalance import RebalanceConfig
 from hedwig.placement.scaling import ScalingConfig
 from hedwig.settings.declaration import setting
+from hedwig.settings.replication import ReplicationSettings
 from hedwig.settings.security import SecuritySettings
 from hedwig.settings.sources import load
 
@@ -397,6 +399,10 @@ class HubConfig:
     placement: PlacementSettings = field(default_factory=PlacementSettings)
     balance: BalanceSettings = field(default_factory=BalanceSettings)
     security: SecuritySettings = field(default_factory=SecuritySettings)
+    replication: ReplicationSettings = field(default_factory=ReplicationSettings)
+
+    def __post_init__(self) -> None:
+        self.replication.links(self.connection.region)  # none to this hub's own region
 
     def topic_settings(self, config: TopicConfig) -> TopicSettings:
         """What an owned topic needs: the hub's settings, with the topic's own overrides."""

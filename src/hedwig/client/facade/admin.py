@@ -24,9 +24,11 @@ from hedwig.errors import (
 from hedwig.protocol import (
     DeleteTopic,
     DescribeLanes,
+    DescribeLinks,
     DescribeQueues,
     DescribeTopic,
     Lanes,
+    Links,
     Messages,
     MoveKind,
     QueueDescription,
@@ -87,6 +89,16 @@ class Administration:
             ),
         )
         assert isinstance(answer, Messages)
+        return answer
+
+    async def describe_links(self, hub: str) -> Links:
+        """``hub``'s links to other regions and how its replication from each stands (one
+        hub's part: each hub replicates the topics it owns)."""
+        conn = await self.router.connection(hub)
+        answer = await conn.request(
+            DescribeLinks(request_id=conn.next_id()), timeout=self.router.request_timeout_s
+        )
+        assert isinstance(answer, Links)
         return answer
 
     async def topic_info(self, topic: str) -> TopicInfo:

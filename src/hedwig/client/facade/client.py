@@ -42,6 +42,7 @@ from hedwig.protocol import (
     TopicMoved,
     lane_of,
 )
+from hedwig.protocol.names import ORIGIN_MARK
 from hedwig.security.credentials import ClientSecurity
 
 
@@ -85,6 +86,11 @@ class HedwigClient(Publishing, Subscribing, Administration):
         for address in addresses:
             split_address(address)  # HOST:PORT, or a UsageError now rather than at first use
         self.hubs = addresses
+        if publisher_id is not None and publisher_id.startswith(ORIGIN_MARK):
+            raise UsageError(
+                f"publisher id {publisher_id!r} starts with {ORIGIN_MARK!r}: such ids are kept "
+                "for messages replicated from another region"
+            )
         self.publisher_id = publisher_id or uuid.uuid4().hex
         self.max_batch_messages = max_batch_messages
         self.max_batch_bytes = max_batch_bytes

@@ -18,7 +18,9 @@ these rules, in order:
    by the region's ACLs (``hedwig.security.acl``; super-users may do everything). A request
    that would create a topic also needs ``create`` (``check_create``). Decisions are cached
    per connection, operation and topic, and forgotten when the rules change (``set_acls``),
-   which is how a revoked permission takes effect on open connections.
+   which is how a revoked permission takes effect on open connections. A request about the
+   region rather than a topic (DESCRIBE_LINKS) needs its operation on the cluster
+   (``_NEEDS_CLUSTER``).
 
 Every refusal is counted (``hedwig_auth_denied_total{op,reason}``) and written as one JSON
 line to the ``hedwig.audit`` logger, naming the principal, the operation, the topic, the peer
@@ -59,6 +61,7 @@ from hedwig.protocol import (
     Consume,
     CreateSubscription,
     DeleteTopic,
+    DescribeLinks,
     DescribeQueues,
     DescribeTopic,
     JoinSubscription,
@@ -119,6 +122,11 @@ _NEEDS_ANY: dict[type, tuple[Operation, ...]] = {
 }
 # Requests about no one topic but many tenants' at once: the region's super-users only.
 SUPER_USERS_ONLY = frozenset((ReleaseBundle,))
+# Requests about the region rather than a topic: any of these operations on the cluster. A
+# hub's links name other regions' endpoints and how replication from them stands: operators'.
+_NEEDS_CLUSTER: dict[type, tuple[Operation, ...]] = {
+    DescribeLinks: (Operation.DESCRIBE, Operation.ADMIN),
+}
 # Hub to hub only (PUBLISH: a queue's owner publishing its dead letters, whose permission it
 # checked itself: ``hedwig.hub.spreading.dead_letters``).
 INTERNAL_SERVES = frozenset(
@@ -230,6 +238,22 @@ class AccessControl:
                         "topics of a bundle, which only the region's super-users may",
                         principal=principal.name,
                         operation=op,
+                    ),
+                )
+            return
+        cluster = _NEEDS_CLUSTER.get(ftype)
+        if cluster is not None:
+            if not any(self.acls.allows(principal.name, o, None) for o in cluster):
+                self._deny(
+                    conn,
+                    op,
+                    DenialReason.FORBIDDEN,
+                    ForbiddenError(
+                        f"principal {cut(principal.name)} may not {op}: it needs "
+                        f"{cluster[0].value} or {cluster[1].value} on the cluster",
+                        principal=principal.name,
+                        operation=cluster[0].value,
+                        topic="",
                     ),
                 )
             return

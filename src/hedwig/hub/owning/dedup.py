@@ -15,6 +15,11 @@ a gap (an earlier one was sent to another hub, or is still being retried) is ref
 a client's pipelined batches are scattered by a move, the log holds them in its order. A
 publisher the table does not know (new, or not seen in the part of the log read back after a
 change of owner) is taken at whatever sequence it starts.
+
+A batch replicated from another region (``ORIGIN_MARK``: ``@<region>/<publisher>``, written by
+the hub's replicator alone) is numbered by its origin sequence ids, which have gaps (other
+publishers' messages in between): its order is the origin log's, kept by the replicator, so
+only the duplicate half of these rules applies to it.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import sys
 from dataclasses import dataclass
 
 from hedwig.errors import OutOfOrderError
+from hedwig.protocol.names import ORIGIN_MARK
 
 RECENT = 256
 # Publishers remembered per topic, least recently seen forgotten first: writers that use a new
@@ -111,7 +117,7 @@ class PublisherTable(_Publisher):
         if pub is None or pseq + count - 1 > pub.highest:
             if pub is not None or writing is not None:
                 expected = max(pub.highest if pub else 0, writing[1] if writing else 0) + 1
-                if pseq > expected:
+                if pseq > expected and not publisher.startswith(ORIGIN_MARK):
                     raise OutOfOrderError(
                         f"publisher {publisher} sent sequence {pseq}, the next stored here "
                         f"is {expected}: earlier batches first",

@@ -26,7 +26,6 @@ from hedwig.hub.front.access import AccessControl, ListenerRole
 from hedwig.hub.front.acl_watch import AclWatcher, NoAclWatch
 from hedwig.hub.front.admission import OpenDoor
 from hedwig.hub.front.doorway import NoDoorway, doorway_for
-from hedwig.hub.front.owners import SubscriptionOwners
 from hedwig.hub.front.server import ClientConnection, HubFrontEnd
 from hedwig.hub.front.tls import GivenNetwork, HubNetworks, HubTls
 from hedwig.hub.owning.choices import HubChoices
@@ -40,15 +39,10 @@ from hedwig.hub.process.identity import load_hub_id
 from hedwig.hub.process.loops import HubLoops
 from hedwig.hub.process.registration import HubRegistration
 from hedwig.hub.process.stalls import StallWatch
+from hedwig.hub.process.wiring import hub_requests
+from hedwig.hub.replicating.replicator import RegionReplicator
 from hedwig.hub.reporting.events import LossKind
 from hedwig.hub.reporting.metrics import HubMetrics
-from hedwig.hub.requests.moves import TopicMoves
-from hedwig.hub.requests.owned import OwnedTopics
-from hedwig.hub.requests.places import SubscriptionPlaces
-from hedwig.hub.requests.routes import HubRequests
-from hedwig.hub.requests.storage import StorageRequests
-from hedwig.hub.requests.subscriptions import SubscriptionRequests
-from hedwig.hub.requests.topics import TopicRequests
 from hedwig.hub.spreading.dead_letters import DeadLetterPublisher
 from hedwig.hub.spreading.fanout import FanOut
 from hedwig.hub.spreading.lanes import TopicLanes
@@ -159,6 +153,14 @@ class Hub:
             on_change=self._topics_changed,
             dead_letters=self.dead_letters,
         )
+        # Every owned topic replicated from each linked region (no links: nothing runs).
+        self.replicator = RegionReplicator(
+            config=config,
+            ownership=self.topics,
+            registry=self.metrics.registry,
+            clock=self.clock,
+            network=network,
+        )
         self.witnesses = SessionWitnesses(
             directory=self.directory,
             replicas=self.replicas,
@@ -182,34 +184,18 @@ class Hub:
         )
         self.lanes = TopicLanes(plans=self.plans, store=self.store)
         self.choices.lane_hint = self.lanes.hub_hint
-        owned = OwnedTopics(
-            ownership=self.topics, fanout=self.fanout, access=self.access, store=self.store
-        )
-        # Whose each subscription is, and who may attach to, reset, delete and list it.
-        owners = SubscriptionOwners(access=self.access, store=self.store)
-        self.requests = HubRequests(
-            owned=owned,
-            topics=TopicRequests(
-                owned=owned,
-                fanout=self.fanout,
-                lanes=self.lanes,
-                events=self.metrics,
-                owners=owners,
-            ),
-            subscriptions=SubscriptionRequests(
-                places=SubscriptionPlaces(owned=owned, fanout=self.fanout, plans=self.plans),
-                lanes=self.lanes,
-                owners=owners,
-            ),
-            moves=TopicMoves(
-                ownership=self.topics, store=self.store, dialer=self.dialer, events=self.metrics
-            ),
-            storage=StorageRequests(
-                storage=self.storage,
-                store=self.store,
-                address=lambda: self.address,
-                store_reachable=lambda: not self.topics.suspended,
-            ),
+        self.requests = hub_requests(
+            topics=self.topics,
+            fanout=self.fanout,
+            lanes=self.lanes,
+            plans=self.plans,
+            access=self.access,
+            store=self.store,
+            dialer=self.dialer,
+            metrics=self.metrics,
+            storage=self.storage,
+            replicator=self.replicator,
+            address=lambda: self.address,
         )
         max_frame = max(DEFAULT_MAX_FRAME_SIZE, 2 * config.delivery.max_message_size + 65536)
         # With security entirely off there is nothing to check: the open door admits all.
@@ -366,6 +352,7 @@ class Hub:
             log.warning("%s", self.loops.short_of_hubs)
         self.loops.start()
         self.fanout.start()
+        self.replicator.start()
         self._ready = True
         self.registration.started()
         self._stall_watch.start()
@@ -440,6 +427,7 @@ class Hub:
         budget = max(5.0, self.config.connection.metadata_session_timeout_s)
         with contextlib.suppress(Exception):
             await self.clock.wait_for(self.store.hubs.unregister_hub(self.address), budget / 2)
+        await self.replicator.stop()
         try:
             await self.clock.wait_for(
                 self._release_all(MoveKind.SHUTDOWN, "hub shutting down"), budget
@@ -493,6 +481,7 @@ class Hub:
 
     def _topics_changed(self) -> None:
         self.loops.topics_changed()
+        self.replicator.topics_changed()
 
     async def _wanted_size(self, topic: str) -> int:
         config = await self.topics.takeover.topic_config(topic)

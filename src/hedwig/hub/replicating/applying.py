@@ -29,9 +29,7 @@ from dataclasses import dataclass
 from hedwig.errors import UsageError
 from hedwig.protocol.messages.delivered import DeliveredMessage
 from hedwig.protocol.messages.encoding import Message
-
-# A publisher id that starts with this was replicated; clients cannot publish under it.
-ORIGIN_MARK = "@"
+from hedwig.protocol.names import ORIGIN_MARK
 
 
 def origin_publisher_id(region: str, publisher_id: str) -> str:

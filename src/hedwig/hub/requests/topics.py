@@ -5,13 +5,15 @@ Each finds its owned topic through ``OwnedTopics.acquire`` (served here, claimed
 and hands the request to it. Publishing to a topic served by lanes passes the lane's check
 (``TopicLanes.publish_check``) once it is known not to be a duplicate. DELIVERY_STATS is
 answered by any hub from what it delivers (the owner asks its delivery hubs), and
-DESCRIBE_REGION by any hub from its registry of the region's hubs. Errors are raised as they
+DESCRIBE_REGION by any hub from its registry of the region's hubs, and DESCRIBE_LINKS by any
+hub from its replicator (``hedwig.hub.replicating``). Errors are raised as they
 are; ``hedwig.hub.front.server`` turns them into answers.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from hedwig.hub.front.owners import SubscriptionOwners
 from hedwig.hub.front.server import ClientConnection
@@ -23,9 +25,11 @@ from hedwig.protocol import (
     DeleteTopic,
     DeliveryStats,
     DescribeLanes,
+    DescribeLinks,
     DescribeQueues,
     DescribeRegion,
     DescribeTopic,
+    Links,
     Messages,
     Ping,
     Publish,
@@ -38,6 +42,7 @@ from hedwig.protocol import (
     TopicStats,
     validate_name,
 )
+from hedwig.protocol.names import check_client_publisher_id
 
 # The longest a TAIL_TOPIC waits for a message.
 MAX_TAIL_WAIT_MS = 30_000
@@ -52,8 +57,10 @@ class TopicRequests:
         lanes: TopicLanes,
         events: HubEvents,
         owners: SubscriptionOwners,
+        links: Callable[[int], Links],
     ) -> None:
         self._owned = owned
+        self._links = links
         self._owners = owners
         self._ownership = owned.ownership
         self._fanout = fanout
@@ -62,6 +69,7 @@ class TopicRequests:
 
     async def publish(self, conn: ClientConnection, req: Publish) -> Reply:
         start = time.perf_counter()
+        check_client_publisher_id(req.publisher_id)
         check = await self._lanes.publish_check(req.topic)
         owned = await self._owned.acquire(conn, req.topic, req.redirected, create=True)
         answer = await owned.publish(conn, req, check)
@@ -79,6 +87,10 @@ class TopicRequests:
             boundaries=boundaries,
             owners=owners,
         )
+
+    async def describe_links(self, conn: ClientConnection, req: DescribeLinks) -> Reply:
+        """This hub's links to other regions and its replication from each (its replicator)."""
+        return self._links(req.request_id)
 
     async def read(self, conn: ClientConnection, req: Read) -> Reply:
         owned = await self._owned.acquire(conn, req.topic, req.redirected)

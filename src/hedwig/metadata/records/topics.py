@@ -76,6 +76,7 @@ class TopicConfig:
     max_message_size: int | None = None
     inactive_topic_expiry_ms: int | None = None
     subscription_expiry_ms: int | None = None
+    regions: tuple[str, ...] | None = None
 
     _NUMBERS: ClassVar[tuple[str, ...]] = (
         "retention_ms",
@@ -90,6 +91,10 @@ class TopicConfig:
             v = getattr(self, name)
             if v is not None and v < 0:
                 raise MetadataError(f"{name} must not be negative, got {v}")
+        if self.regions is not None and not all(
+            isinstance(r, str) and r and not any(c in r for c in "=;,/@ ") for r in self.regions
+        ):
+            raise MetadataError(f"regions must be region names, got {self.regions!r}")
 
     def to_json(self) -> bytes:
         return dump_object(self.to_object())
@@ -102,6 +107,8 @@ class TopicConfig:
         for name in self._NUMBERS:
             if getattr(self, name) is not None:
                 d[name] = getattr(self, name)
+        if self.regions is not None:
+            d["regions"] = list(self.regions)
         return d
 
     @classmethod
@@ -117,9 +124,11 @@ class TopicConfig:
             return NO_CONFIG
         try:
             rep = d.get("replication")
+            regions = d.get("regions")
             return cls(
                 replication=ReplicationConfig(**rep) if rep else None,
                 **{name: d.get(name) for name in cls._NUMBERS},
+                regions=tuple(regions) if isinstance(regions, list) else regions,
             )
         except (TypeError, ValueError) as exc:
             raise MetadataError(f"corrupt topic config: {exc}") from exc
@@ -133,7 +142,11 @@ class TopicConfig:
         for name in self._NUMBERS:
             own = getattr(self, name)
             numbers[name] = own if own is not None else getattr(defaults, name)
-        return TopicConfig(replication=self.replication or defaults.replication, **numbers)
+        return TopicConfig(
+            replication=self.replication or defaults.replication,
+            **numbers,
+            regions=self.regions if self.regions is not None else defaults.regions,
+        )
 
 
 # A topic's configuration when it sets nothing: the region's defaults apply throughout.
