@@ -161,9 +161,9 @@ def _claims(
 
 
 def _pool_body(body: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The Topic's pool as its worker last saw it (kept current by the pool's events), so
-    reconciling a Topic does not read the pool from the API server each time; None if the
-    pool has no worker (yet): the reconciler reads it."""
+    """The pool of a Topic (or HedwigNamespace) as its worker last saw it (kept current by the
+    pool's events), so reconciling one does not read the pool from the API server each time;
+    None if the pool has no worker (yet): the reconciler reads it."""
     meta, spec = body.get("metadata") or {}, body.get("spec") or {}
     workers = STATE.workers
     worker = workers.get((str(meta.get("namespace")), str(spec.get("pool")))) if workers else None
@@ -367,7 +367,9 @@ async def namespace_changed(body: kopf.Body, patch: kopf.Patch, **kwargs: Any) -
     ctx = _ctx()
     rivals = _namespace_rivals(kwargs["namespace_claims"], body)
     try:
-        status, _retry = await reconcile_namespace(ctx, _plain(body), rivals)
+        status, _retry = await reconcile_namespace(
+            ctx, _plain(body), rivals, pool_body=_pool_body(body)
+        )
     except KubeError as exc:
         raise kopf.TemporaryError(f"API server: {exc}", delay=ctx.settings.retry_delay_s) from exc
     for key, value in status.items():
@@ -387,7 +389,9 @@ async def namespace_refresh(stopped: kopf.DaemonStopped, body: kopf.Body, **kwar
         current = _plain(body)
         rivals = _namespace_rivals(kwargs["namespace_claims"], current)
         try:
-            status, _retry = await reconcile_namespace(ctx, current, rivals)
+            status, _retry = await reconcile_namespace(
+                ctx, current, rivals, pool_body=_pool_body(current)
+            )
             if status_changed(current.get("status"), status):
                 await ctx.kube.patch_status(ref_of(current), status)
         except KubeError as exc:

@@ -313,3 +313,14 @@ async def test_a_changed_quota_reaches_a_hubs_watcher_without_a_restart() -> Non
             await watcher.admit(f"t2/ns/x{n}")
     finally:
         watcher.stop()
+
+
+async def test_a_pool_its_worker_has_is_not_read_again() -> None:
+    """The pool passed in (its worker's view) is the one used: the API server is not asked."""
+    w = await World().start()
+    status, _ = await reconcile_namespace(
+        w.ctx, namespace_body(), [], pool_body=pool_body(spec={"region": "r1"})
+    )
+    assert ready(status)[:2] == ("True", "Applied")
+    status, _ = await reconcile_namespace(w.ctx, namespace_body(), [])
+    assert ready(status)[:2] == ("False", "PoolNotFound")

@@ -79,9 +79,13 @@ async def reconcile_namespace(
     body: Mapping[str, Any],
     claims: Iterable[NamespaceClaim],
     *,
+    pool_body: Mapping[str, Any] | None = None,
     now: dt.datetime | None = None,
 ) -> tuple[dict[str, Any], bool]:
-    """Reconcile one HedwigNamespace; returns (its new status, whether to retry later)."""
+    """Reconcile one HedwigNamespace; returns (its new status, whether to retry later).
+
+    ``pool_body``: the pool as its worker last saw it, if the caller has it (so a refresh does
+    not read the pool from the API server each time); otherwise it is read here."""
     previous = body.get("status") or {}
     generation = int((body.get("metadata") or {}).get("generation", 0))
 
@@ -121,7 +125,8 @@ async def reconcile_namespace(
             f"namespace {name!r} of pool {spec.pool} is managed by HedwigNamespace {winner.name}",
             name=name,
         )
-    pool_body = await ctx.kube.get(pool_ref(spec.namespace, spec.pool))
+    if pool_body is None:
+        pool_body = await ctx.kube.get(pool_ref(spec.namespace, spec.pool))
     if pool_body is None:
         return result(
             False,
