@@ -29,6 +29,7 @@ from controlplane import cluster
 from hedwig.client import HedwigClient
 from hedwig.devcluster import processes
 from hedwig.metadata import HubInfo, TopicConfig, open_store
+from hedwig.metadata.records.namespaces import NamespacePolicy
 
 ROOT = Path(__file__).resolve().parents[1]
 CRDS = ROOT / "crds"
@@ -223,6 +224,32 @@ def topic_owner(zk: str, region: str, topic: str) -> HubInfo | None:
         return got.value if got is not None else None
 
     return asyncio.run(_with_store(zk, region, read))  # type: ignore[no-any-return]
+
+
+def namespace_policy(zk: str, region: str, name: str) -> NamespacePolicy | None:
+    async def read(store: Any) -> NamespacePolicy | None:
+        got = await store.namespaces.read_namespace(name)
+        return got.value if got is not None else None
+
+    return asyncio.run(_with_store(zk, region, read))  # type: ignore[no-any-return]
+
+
+def publish_each(hubs: list[str], topics: list[str]) -> dict[str, Exception | None]:
+    """Publish one message to each topic (creating it), in order, through ``hubs``: what each
+    publish raised, None if it was acknowledged."""
+
+    async def run() -> dict[str, Exception | None]:
+        out: dict[str, Exception | None] = {}
+        async with HedwigClient(hubs) as client:
+            for topic in topics:
+                try:
+                    await client.publish(topic, b"m")
+                    out[topic] = None
+                except Exception as exc:  # recorded for the test to look at
+                    out[topic] = exc
+        return out
+
+    return asyncio.run(run())
 
 
 def topic_exists(zk: str, region: str, topic: str) -> bool:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import importlib.util
 import json
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ from hedwig.devcluster.cluster import HubProcess
 from hedwig.devcluster.etcd import EtcdServer
 from hedwig.devcluster.security import DevSecurity
 from hedwig.devcluster.zookeeper import ZooKeeperServer, free_port
+from hedwig.errors import QuotaExceededError
 from hedwig.metadata import ReplicationConfig, TopicConfig
 from hedwig_e2e import (
     ROOT,
@@ -37,6 +39,8 @@ from hedwig_e2e import (
     Workload,
     control_plane_bins,
     install_operator_access,
+    namespace_policy,
+    publish_each,
     static_volume,
     topic_config,
     topic_exists,
@@ -224,6 +228,9 @@ def test_operator_rbac_is_least_privilege(bed: Bed) -> None:
     assert can("delete", "services", "-n", NS)
     assert not can("delete", "configmaps", "-n", NS)
     assert can("patch", "hedwigusers.hedwig.io", "--subresource=status", "-n", NS)
+    assert can("watch", "hedwignamespaces.hedwig.io", "-n", NS)
+    assert can("patch", "hedwignamespaces.hedwig.io", "--subresource=status", "-n", NS)
+    assert not can("delete", "hedwignamespaces.hedwig.io", "-n", NS)
     assert can("get", "secrets", "-n", NS)  # a secured pool's CAs and certificates
     assert not can("list", "secrets", "-n", NS)
     assert not can("delete", "secrets", "-n", NS)
@@ -537,6 +544,95 @@ def test_topic_deletion_follows_the_deletion_policy(bed: Bed, alpha: str) -> Non
     )
     bed.kubectl("delete", "topic", "dropped", "--wait=true", "--timeout=30s")
     assert topic_exists(bed.zk, alpha, "dropped")
+
+
+def namespace_manifest(resource: str, pool: str, name: str, **spec: Any) -> dict[str, Any]:
+    """HedwigNamespace ``resource`` declaring namespace ``name`` (tenant/namespace)."""
+    return {
+        "apiVersion": GROUP_VERSION,
+        "kind": "HedwigNamespace",
+        "metadata": {"name": resource, "namespace": NS},
+        "spec": {"pool": pool, "name": name, **spec},
+    }
+
+
+def test_a_hedwig_namespace_holds_its_topics_to_a_quota_changed_live(bed: Bed, alpha: str) -> None:
+    """A HedwigNamespace with maxTopics 3: topics made through a real hub stop at 3 with
+    QUOTA_EXCEEDED (another namespace's are not limited), the status counts 3 of 3; maxTopics
+    patched to 5 admits two more within seconds, with no hub restarted; deleting the resource
+    deletes the policy."""
+    serving = [h for h in bed.hubs if h.region == alpha and h.proc is not None]
+    hubs = [h.address for h in serving]
+    pids = [h.proc.pid for h in serving if h.proc is not None]
+    refused = bed.apply(namespace_manifest("bad-name", alpha, "team/.."), check=False)
+    assert refused.returncode != 0
+    assert "neither the tenant nor the namespace may be . or .." in refused.stderr
+    refused = bed.apply(namespace_manifest("bad-max", alpha, "team/x", maxTopics=-1), check=False)
+    assert refused.returncode != 0
+    assert "spec.maxTopics" in refused.stderr
+
+    bed.apply(
+        namespace_manifest(
+            "team-a",
+            alpha,
+            name="team/a",
+            maxTopics=3,
+            topicDefaults={"retention": {"timeMs": 60000}},
+        )
+    )
+    wait_for(
+        "HedwigNamespace team-a Ready",
+        lambda: bed.ready("hedwignamespace", "team-a").get("status") == "True",
+        30,
+    )
+    policy = namespace_policy(bed.zk, alpha, "team/a")
+    assert policy is not None
+    assert (policy.max_topics, policy.topics.retention_ms) == (3, 60000)
+
+    got = publish_each(hubs, [f"team/a/t{i}" for i in range(4)] + [f"t2/ns/x{i}" for i in range(5)])
+    assert [t for t, e in got.items() if e is not None] == ["team/a/t3"], got
+    quota = got["team/a/t3"]
+    assert isinstance(quota, QuotaExceededError), repr(quota)
+    assert (quota.namespace, quota.quota, quota.limit) == ("team/a", "max_topics", 3)
+    assert topic_config(bed.zk, alpha, "team/a/t3") is None  # nothing made of the refused one
+
+    def usage(topics: int, limit: int) -> dict[str, Any] | None:
+        s = bed.status("hedwignamespace", "team-a")
+        ok = s.get("usage") == {"topics": topics} and (s.get("limits") or {}).get("topics") == limit
+        return s if ok else None
+
+    wait_for("status.usage.topics 3 of 3", lambda: usage(3, 3), 30)
+    table = bed.kubectl("get", "hns", "team-a").stdout
+    assert "MAX TOPICS" in table
+    assert "team/a" in table
+
+    bed.kubectl(
+        "patch", "hedwignamespace", "team-a", "--type=merge", "-p", '{"spec":{"maxTopics":5}}'
+    )
+    patched = time.monotonic()
+
+    def admitted() -> bool:
+        return publish_each(hubs, ["team/a/t3"])["team/a/t3"] is None
+
+    wait_for("team/a/t3 admitted under maxTopics 5", admitted, 15)
+    took = time.monotonic() - patched
+    got = publish_each(hubs, ["team/a/t4", "team/a/t5"])
+    assert got["team/a/t4"] is None
+    assert isinstance(got["team/a/t5"], QuotaExceededError)
+    print(f"maxTopics 3 -> 5 applied by the hubs {took:.1f} s after the patch")
+    assert took < 10
+    # The same hub processes, none restarted: they watch the policies.
+    assert [h.proc.pid for h in serving if h.proc is not None and h.proc.poll() is None] == pids
+    wait_for("status.usage.topics 5 of 5", lambda: usage(5, 5), 30)
+    cond = bed.ready("hedwignamespace", "team-a")
+    assert "5 of 5 topics" in cond["message"]
+    assert bed.status("hedwignamespace", "team-a")["observedGeneration"] == 2
+
+    bed.kubectl("delete", "hedwignamespace", "team-a", "--wait=true", "--timeout=60s")
+    assert namespace_policy(bed.zk, alpha, "team/a") is None
+    assert bed.events("team-a", "NamespacePolicyDeleted")
+    # Without its policy the namespace has no quota: a sixth topic is made.
+    assert publish_each(hubs, ["team/a/t5"])["team/a/t5"] is None
 
 
 def test_scaling_the_pool(bed: Bed, alpha: str) -> None:

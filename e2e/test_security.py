@@ -13,7 +13,9 @@ server's issuer. Then:
   refused outright;
 - deleting the HedwigUser revokes its access within seconds;
 - a ``tls`` HedwigUser gets a certificate from the operator, and it works;
-- the CRD's CEL rules refuse a malformed HedwigUser with their message.
+- the CRD's CEL rules refuse a malformed HedwigUser with their message;
+- a HedwigNamespace of the secured pool has its policy written into the digest-protected
+  region, and holds a ServiceAccount's topics to its quota.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from controlplane import cluster
 from hedwig.client import HedwigClient, RetryPolicy
 from hedwig.devcluster.cluster import HubProcess
 from hedwig.devcluster.zookeeper import ZooKeeperServer, free_port
-from hedwig.errors import AuthenticationError, ForbiddenError
+from hedwig.errors import AuthenticationError, ForbiddenError, QuotaExceededError
 from hedwig.security import ClientSecurity
 from hedwig.security.ca import CertificateAuthority
 from hedwig_e2e import (
@@ -475,3 +477,44 @@ def test_cert_manager_issues_the_hubs_certificate(bed: SecureBed) -> None:
             return (await client.publish("managed.hello", b"issued by cert-manager")).seq
 
     assert asyncio.run(publish_there()) == 1
+
+
+def test_a_hedwig_namespace_holds_a_secured_pools_tenant_to_its_quota(bed: SecureBed) -> None:
+    """The operator writes the namespace's policy into the secured pool's region (opened with
+    its digest), and a ServiceAccount allowed team/b/ is refused its third topic by the secured
+    hubs with QUOTA_EXCEEDED; the status counts 2 of 2; deleting the resource lifts it."""
+    bed.kubectl("create", "serviceaccount", "team-b")
+    acl = [
+        {
+            "resource": {"name": "team/b/", "patternType": "prefix"},
+            "operations": ["create", "publish", "subscribe", "describe"],
+        }
+    ]
+    bed.apply(user_manifest("team-b", {"type": "serviceAccount", "serviceAccount": "team-b"}, acl))
+    bed.apply(
+        {
+            "apiVersion": GROUP_VERSION,
+            "kind": "HedwigNamespace",
+            "metadata": {"name": "team-b", "namespace": NS},
+            "spec": {"pool": POOL, "name": "team/b", "maxTopics": 2},
+        }
+    )
+    for kind in ("hedwigusers", "hedwignamespaces"):
+        wait_for(
+            f"{kind} team-b Ready", lambda k=kind: bed.ready(k, "team-b").get("status") == "True"
+        )
+    team = client_security(bed, token=bed.token("team-b"))
+    asyncio.run(publish(bed, team, "team/b/one"))
+    asyncio.run(publish(bed, team, "team/b/two"))
+    with pytest.raises(QuotaExceededError, match="max_topics of namespace 'team/b'"):
+        asyncio.run(publish(bed, team, "team/b/three"))
+
+    def usage() -> dict[str, Any] | None:
+        proc = bed.kubectl("get", "hedwignamespace", "team-b", "-o", "json")
+        status = json.loads(proc.stdout).get("status") or {}
+        return status if status.get("usage") == {"topics": 2} else None
+
+    status = wait_for("usage 2 of 2", usage, 30)
+    assert status["limits"]["topics"] == 2
+    bed.kubectl("delete", "hedwignamespace", "team-b", "--wait=true", "--timeout=60s")
+    asyncio.run(publish(bed, team, "team/b/three"))  # no policy: no quota

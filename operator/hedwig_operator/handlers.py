@@ -6,6 +6,11 @@
 - HedwigUser: create/update/resume (and an hourly timer) write its ACL entry and, for a
   ``tls`` user, its client certificate (``hedwig_operator.security``); a delete handler (with
   the operator's finalizer) removes the ACL entry.
+- HedwigNamespace: create/update/resume write its namespace's policy record and status; a
+  daemon per resource refreshes its status (usage against limits) every status interval and
+  writes the record again if someone changed it; a delete handler (with the operator's
+  finalizer, unless ``hedwig.io/finalizer: "false"``) deletes the record. An index by
+  (namespace, pool, Hedwig namespace) (``namespace_claims``) says which resource manages it.
 - Topic: create/update/resume reconcile the topic's znode and status; an index of Topics by
   pool (``topic_entries``) tells which Topics a pool's worker refreshes, and one by topic
   name (``topic_claims``) which resource manages which topic name (looked up, not scanned:
@@ -31,9 +36,17 @@ from hedwig.errors import HedwigError
 from hedwig_operator.conditions import condition
 from hedwig_operator.context import Context
 from hedwig_operator.hubs import ClientHubRequests
-from hedwig_operator.kube import KubeError
+from hedwig_operator.kube import KubeError, ref_of
 from hedwig_operator.kube.http import HttpKubeApi
 from hedwig_operator.metadata import MetadataConnections
+from hedwig_operator.namespaces import (
+    NamespaceClaim,
+    delete_namespace_policy,
+    reconcile_namespace,
+    status_changed,
+)
+from hedwig_operator.namespaces import claim_of as namespace_claim_of
+from hedwig_operator.namespaces import wants_finalizer as namespace_wants_finalizer
 from hedwig_operator.ownership import SecretRefusedError, read_access
 from hedwig_operator.pools import apply_children, selector_string
 from hedwig_operator.recorder import record_event
@@ -41,6 +54,7 @@ from hedwig_operator.resources import (
     FINALIZER,
     GROUP,
     KOPF_PREFIX,
+    NAMESPACE_PLURAL,
     POOL_PLURAL,
     TOPIC_PLURAL,
     USER_PLURAL,
@@ -147,9 +161,9 @@ def _claims(
 
 
 def _pool_body(body: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The Topic's pool as its worker last saw it (kept current by the pool's events), so
-    reconciling a Topic does not read the pool from the API server each time; None if the
-    pool has no worker (yet): the reconciler reads it."""
+    """The pool of a Topic (or HedwigNamespace) as its worker last saw it (kept current by the
+    pool's events), so reconciling one does not read the pool from the API server each time;
+    None if the pool has no worker (yet): the reconciler reads it."""
     meta, spec = body.get("metadata") or {}, body.get("spec") or {}
     workers = STATE.workers
     worker = workers.get((str(meta.get("namespace")), str(spec.get("pool")))) if workers else None
@@ -326,3 +340,76 @@ async def user_deleted(body: kopf.Body, **_: Any) -> None:
         await delete_user(ctx.kube, ctx.metadata, ctx.trust, _plain(body))
     except (KubeError, HedwigError) as exc:
         raise kopf.TemporaryError(str(exc), delay=ctx.settings.retry_delay_s) from exc
+
+
+# ------------------------------------------------------------------------- HedwigNamespaces
+
+
+@kopf.index(GROUP, VERSION, NAMESPACE_PLURAL)
+def namespace_claims(body: kopf.Body, **_: Any) -> dict[tuple[str, str, str], NamespaceClaim]:
+    claim = namespace_claim_of(body)
+    return {} if claim is None else {claim.key: claim}
+
+
+def _namespace_rivals(
+    index: kopf.Index[tuple[str, str, str], NamespaceClaim], body: Mapping[str, Any]
+) -> list[NamespaceClaim]:
+    claim = namespace_claim_of(body)
+    if claim is None or claim.key not in index:
+        return []
+    return list(index[claim.key])
+
+
+@kopf.on.resume(GROUP, VERSION, NAMESPACE_PLURAL)
+@kopf.on.create(GROUP, VERSION, NAMESPACE_PLURAL)
+@kopf.on.update(GROUP, VERSION, NAMESPACE_PLURAL)
+async def namespace_changed(body: kopf.Body, patch: kopf.Patch, **kwargs: Any) -> None:
+    ctx = _ctx()
+    rivals = _namespace_rivals(kwargs["namespace_claims"], body)
+    try:
+        status, _retry = await reconcile_namespace(
+            ctx, _plain(body), rivals, pool_body=_pool_body(body)
+        )
+    except KubeError as exc:
+        raise kopf.TemporaryError(f"API server: {exc}", delay=ctx.settings.retry_delay_s) from exc
+    for key, value in status.items():
+        patch.status[key] = value
+
+
+@kopf.daemon(GROUP, VERSION, NAMESPACE_PLURAL, cancellation_timeout=5)
+async def namespace_refresh(stopped: kopf.DaemonStopped, body: kopf.Body, **kwargs: Any) -> None:
+    """Every status interval: the usage (topics counted) into the status, and the record made
+    what the spec says again if someone changed or deleted it. A status is patched only when
+    it changed."""
+    ctx = _ctx()
+    while not stopped:
+        await stopped.wait(ctx.settings.status_interval_s)
+        if stopped:
+            return
+        current = _plain(body)
+        rivals = _namespace_rivals(kwargs["namespace_claims"], current)
+        try:
+            status, _retry = await reconcile_namespace(
+                ctx, current, rivals, pool_body=_pool_body(current)
+            )
+            if status_changed(current.get("status"), status):
+                await ctx.kube.patch_status(ref_of(current), status)
+        except KubeError as exc:
+            log.warning("HedwigNamespace %s: refreshing its status: %s", ref_of(current), exc)
+
+
+@kopf.on.delete(
+    GROUP,
+    VERSION,
+    NAMESPACE_PLURAL,
+    when=lambda body, **_: namespace_wants_finalizer(body),
+    timeout=900,
+)
+async def namespace_deleted(body: kopf.Body, **kwargs: Any) -> None:
+    ctx = _ctx()
+    rivals = _namespace_rivals(kwargs["namespace_claims"], body)
+    try:
+        outcome = await delete_namespace_policy(ctx, _plain(body), rivals)
+    except (TransientError, KubeError) as exc:
+        raise kopf.TemporaryError(str(exc), delay=ctx.settings.retry_delay_s) from exc
+    await record_event(ctx.kube, body, "NamespacePolicyDeleted", outcome)

@@ -19,6 +19,8 @@ TOPIC_KIND: Final = "Topic"
 TOPIC_PLURAL: Final = "topics"
 USER_KIND: Final = "HedwigUser"
 USER_PLURAL: Final = "hedwigusers"
+NAMESPACE_KIND: Final = "HedwigNamespace"
+NAMESPACE_PLURAL: Final = "hedwignamespaces"
 
 # Server-side apply field manager: every field the operator sets on a child is owned by it.
 FIELD_MANAGER: Final = "hedwig-operator"
@@ -28,7 +30,7 @@ FINALIZER: Final = f"{GROUP}/topic-data"
 
 # Annotations users set.
 ANNOTATION_REBALANCE_PAUSED: Final = f"{GROUP}/rebalance-paused"  # "true" pauses rebalancing
-ANNOTATION_FINALIZER: Final = f"{GROUP}/finalizer"  # "false": never hold a Topic's deletion
+ANNOTATION_FINALIZER: Final = f"{GROUP}/finalizer"  # "false": never hold a deletion
 # Annotations the operator sets on the pod template.
 ANNOTATION_CONFIG_HASH: Final = f"{GROUP}/config-hash"
 

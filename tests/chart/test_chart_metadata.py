@@ -15,4 +15,4 @@ def test_the_crds_annotation_names_every_crd_the_chart_installs() -> None:
         yaml.safe_load(p.read_text())["metadata"]["name"] for p in (CHART / "crds").glob("*.yaml")
     )
     assert sorted(named) == shipped
-    assert len(shipped) == 3
+    assert len(shipped) == 4

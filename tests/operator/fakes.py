@@ -290,3 +290,27 @@ def topic_body(
     if status is not None:
         body["status"] = dict(status)
     return body
+
+
+def namespace_body(
+    name: str = "web",
+    namespace: str = "ns",
+    *,
+    pool: str = "pool",
+    spec: Mapping[str, Any] | None = None,
+    created: str = "2026-01-01T00:00:00Z",
+    generation: int = 1,
+) -> dict[str, Any]:
+    """A HedwigNamespace as the API server stores it (``spec.name`` acme/web unless given)."""
+    return {
+        "apiVersion": "hedwig.io/v1alpha1",
+        "kind": "HedwigNamespace",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": f"uid-{name}",
+            "generation": generation,
+            "creationTimestamp": created,
+        },
+        "spec": {"pool": pool, "name": "acme/web", **(spec or {})},
+    }

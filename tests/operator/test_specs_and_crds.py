@@ -42,6 +42,8 @@ def test_crds_match_the_operators_names() -> None:
     for plural, kind in (
         (resources.POOL_PLURAL, resources.POOL_KIND),
         (resources.TOPIC_PLURAL, resources.TOPIC_KIND),
+        (resources.USER_PLURAL, resources.USER_KIND),
+        (resources.NAMESPACE_PLURAL, resources.NAMESPACE_KIND),
     ):
         c = crd(plural)
         assert c["metadata"]["name"] == f"{plural}.{resources.GROUP}"

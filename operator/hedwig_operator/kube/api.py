@@ -17,6 +17,7 @@ PLURALS: dict[str, str] = {
     "HubPool": "hubpools",
     "Topic": "topics",
     "HedwigUser": "hedwigusers",
+    "HedwigNamespace": "hedwignamespaces",
     "Secret": "secrets",
     "Certificate": "certificates",
 }

@@ -8,6 +8,7 @@ A spec that cannot be parsed raises ``SpecError`` with the field's path in its m
 
 from hedwig_operator.specs.autoscaling import AutoscalingSpec
 from hedwig_operator.specs.common import SpecError
+from hedwig_operator.specs.namespace import NamespaceSpec, parse_namespace
 from hedwig_operator.specs.pool import (
     AccessSecret,
     PoolSpec,
@@ -26,6 +27,7 @@ __all__ = [
     "AuthenticationType",
     "AutoscalingSpec",
     "DeletionPolicy",
+    "NamespaceSpec",
     "PoolSpec",
     "PrometheusSpec",
     "RebalancingSpec",
@@ -36,6 +38,7 @@ __all__ = [
     "StorageSpec",
     "TopicSpec",
     "UserSpec",
+    "parse_namespace",
     "parse_pool",
     "parse_topic",
     "parse_user",

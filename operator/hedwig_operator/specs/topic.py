@@ -70,12 +70,27 @@ class TopicSpec:
         return self.topic_config
 
 
+def parse_topic_config(raw: Raw, path: str) -> TopicConfig:
+    """A topic's configuration as a Topic's spec (or a HedwigNamespace's ``topicDefaults``)
+    holds it: replication, retention, maximum message size, expiry; unset fields are None."""
+    retention = section(raw, "retention", path)
+    expiry = section(raw, "expiry", path)
+    return TopicConfig(
+        replication=replication(raw, "replication", path),
+        retention_ms=opt_int(retention, "timeMs", f"{path}.retention", minimum=0),
+        retention_bytes=opt_int(retention, "sizeBytes", f"{path}.retention", minimum=0),
+        max_message_size=opt_int(raw, "maxMessageSizeBytes", path, minimum=1),
+        inactive_topic_expiry_ms=opt_int(expiry, "topicInactiveMs", f"{path}.expiry", minimum=1000),
+        subscription_expiry_ms=opt_int(
+            expiry, "subscriptionInactiveMs", f"{path}.expiry", minimum=1000
+        ),
+    )
+
+
 def parse_topic(body: Raw) -> TopicSpec:
     """A Topic object (as the API server returns it) to a ``TopicSpec``."""
     meta = section(body, "metadata", "")
     spec = section(body, "spec", "")
-    retention = section(spec, "retention", "spec")
-    expiry = section(spec, "expiry", "spec")
     name = req_str(meta, "name", "metadata")
     deletion_policy = enum_or(
         spec, "deletionPolicy", "spec", DeletionPolicy.KEEP, "must be Keep or Delete"
@@ -92,18 +107,7 @@ def parse_topic(body: Raw) -> TopicSpec:
         creation_timestamp=opt_str(meta, "creationTimestamp", "metadata") or "",
         pool=req_str(spec, "pool", "spec"),
         topic_name=opt_str(spec, "topicName", "spec") or name,
-        topic_config=TopicConfig(
-            replication=replication(spec, "replication", "spec"),
-            retention_ms=opt_int(retention, "timeMs", "spec.retention", minimum=0),
-            retention_bytes=opt_int(retention, "sizeBytes", "spec.retention", minimum=0),
-            max_message_size=opt_int(spec, "maxMessageSizeBytes", "spec", minimum=1),
-            inactive_topic_expiry_ms=opt_int(
-                expiry, "topicInactiveMs", "spec.expiry", minimum=1000
-            ),
-            subscription_expiry_ms=opt_int(
-                expiry, "subscriptionInactiveMs", "spec.expiry", minimum=1000
-            ),
-        ),
+        topic_config=parse_topic_config(spec, "spec"),
         deletion_policy=deletion_policy,
         scaling_mode=scaling_mode,
         max_hubs=opt_int(scaling, "maxHubs", "spec.scaling", minimum=1),
