@@ -1,4 +1,5 @@
-"""The doorway: what a connection may cost a hub before it has proved who it is.
+"""The doorway: what a connection may cost a hub before it has proved who it is (and, after,
+what its unfinished frames may hold: ``hedwig.hub.front.unfinished``).
 
 With authentication on, a connection that has not authenticated is anyone's, so what it may
 hold is bounded, in all and per peer, each bound a setting (``HubConfig``):
@@ -41,6 +42,7 @@ from typing import Protocol
 
 from hedwig.clock import Clock
 from hedwig.hub.front.memory import MemoryRelease
+from hedwig.hub.front.unfinished import UnfinishedFrames, UnfinishedLimits
 from hedwig.hub.reporting.disconnects import Disconnect
 from hedwig.hub.reporting.events import HubEvents
 from hedwig.net.peers import peer_group
@@ -174,16 +176,38 @@ class Door(Protocol):
         """``conn``, unauthenticated, had ``refusals`` requests refused so far."""
         ...
 
+    def holding(self, conn: Visitor, principal: str, size: int, fresh: bool) -> None:
+        """``conn``, authenticated as ``principal``, holds ``size`` bytes of an unfinished
+        frame now, begun in this read if ``fresh`` (``hedwig.hub.front.unfinished``): closed
+        if that is too much."""
+        ...
+
+    def released(self, conn: Visitor) -> None:
+        """``conn``, which held an unfinished frame, is gone."""
+        ...
+
     def sweep(self) -> int:
         """Close the connections past a deadline; how many."""
         ...
 
 
 class Doorway:
-    def __init__(self, limits: DoorLimits, *, clock: Clock, closures: ClosureLog) -> None:
+    def __init__(
+        self,
+        limits: DoorLimits,
+        *,
+        clock: Clock,
+        closures: ClosureLog,
+        unfinished: UnfinishedLimits | None = None,
+    ) -> None:
         self.limits = limits
         self.closures = closures
         self._clock = clock
+        # What authenticated connections hold in unfinished frames (bounded here too: the
+        # doorway is what a connection may cost; unbounded by default only in unit tests).
+        self.unfinished: UnfinishedFrames[Visitor] = UnfinishedFrames(
+            unfinished or UnfinishedLimits(1 << 62, 1 << 62, float("inf")), clock=clock
+        )
         # Unauthenticated connections, by when they connected (in that order).
         self._waiting: dict[Visitor, float] = {}
         self._per_peer: dict[str, int] = {}
@@ -237,10 +261,31 @@ class Doorway:
         # if it reads nothing) until it is gone.
         conn.close()
 
+    def holding(self, conn: Visitor, principal: str, size: int, fresh: bool) -> None:
+        why = self.unfinished.hold(conn, principal, size, fresh=fresh)
+        if why is not None:
+            self._close_holder(conn, Disconnect.UNFINISHED_BYTES, why)
+
+    def released(self, conn: Visitor) -> None:
+        self.unfinished.release(conn)
+
+    def _close_holder(self, conn: Visitor, reason: Disconnect, why: str) -> None:
+        self.unfinished.release(conn)
+        if conn.closed_for is None:
+            conn.closed_for = reason
+            self.closures.closed(conn, reason, why)
+        conn.abort()
+
     def sweep(self) -> int:
         now = self._clock.monotonic()
         limits = self.limits
         closed = 0
+        for conn in self.unfinished.overdue():
+            timeout = self.unfinished.limits.timeout_s
+            self._close_holder(
+                conn, Disconnect.UNFINISHED_TIMEOUT, f"a frame left unfinished for {timeout:g} s"
+            )
+            closed += 1
         for conn, since in list(self._waiting.items()):
             reason = None
             if now - since >= limits.timeout_s:
@@ -285,6 +330,12 @@ class NoDoorway:
     def refused(self, conn: Visitor, refusals: int) -> None:
         return None
 
+    def holding(self, conn: Visitor, principal: str, size: int, fresh: bool) -> None:
+        return None
+
+    def released(self, conn: Visitor) -> None:
+        return None
+
     def sweep(self) -> int:
         return 0
 
@@ -294,7 +345,12 @@ def doorway_for(config: HubConfig, *, clock: Clock, events: HubEvents) -> Doorwa
     closures = ClosureLog(clock=clock, events=events)
     if not config.security.authenticate:
         return NoDoorway(closures)
-    return Doorway(DoorLimits.of(config), clock=clock, closures=closures)
+    return Doorway(
+        DoorLimits.of(config),
+        clock=clock,
+        closures=closures,
+        unfinished=UnfinishedLimits.of(config),
+    )
 
 
 class Sweeper:

@@ -119,6 +119,8 @@ class ClientConnection(asyncio.Protocol):
         self.incomplete_since: float | None = None
         self.closed_for: Disconnect | None = None
         self._refusals = 0
+        # Bytes of an unfinished frame, once authenticated (the doorway bounds them).
+        self._holding = 0
         # The topics this connection published or subscribed to, for its disconnection to
         # detach it from each; None once there were more than ``TOPICS_KEPT`` (its
         # disconnection looks at every owned topic instead: a client publishing to 100,000
@@ -202,6 +204,8 @@ class ClientConnection(asyncio.Protocol):
         if self._watched:
             self._watched = False
             self._door.left(self)
+        if self._holding:
+            self._door.released(self)
         audit.closed(self, self._principal.name)
         self._front.connections.discard(self)
         self._front.handler.disconnected(self)
@@ -230,6 +234,9 @@ class ClientConnection(asyncio.Protocol):
                 self.incomplete_since = None
             elif self.incomplete_since is None:
                 self.incomplete_since = self._front.clock.monotonic()
+        elif self._holding or self._conn.pending_bytes:
+            self._holding = self._conn.pending_bytes
+            self._door.holding(self, self._principal.name, self._holding, bool(frames))
         for frame in frames:
             if self.closed_for is not None:
                 break  # closed by the hub: what follows is not served

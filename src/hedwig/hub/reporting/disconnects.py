@@ -23,6 +23,11 @@ class Disconnect(str, Enum):
     PEER_LIMIT = "peer_limit"
     # ``unauthenticated_refusals`` requests refused before authenticating.
     REFUSALS = "refusals"
+    # An authenticated connection's unfinished frame took its principal, or the hub, past what
+    # unfinished frames may hold (``hedwig.hub.front.unfinished``).
+    UNFINISHED_BYTES = "unfinished_bytes"
+    # A frame begun after authenticating stayed unfinished ``unfinished_frame_timeout_s``.
+    UNFINISHED_TIMEOUT = "unfinished_timeout"
     # Malformed input (``hedwig.protocol.connection``: BROKEN).
     MALFORMED = "malformed"
     # Its credentials expired and were not renewed.
