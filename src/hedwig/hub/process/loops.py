@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from hedwig.clock import Clock
 from hedwig.errors import HedwigError
+from hedwig.hub.front.quotas import PublishQuotas
 from hedwig.hub.owning.ownership import TopicOwnership
 from hedwig.hub.owning.topic import TopicState
 from hedwig.hub.reporting.load import LoadTracker
@@ -77,8 +78,12 @@ class HubLoops:
         metrics: HubMetrics,
         clock: Clock,
         connections: Callable[[], int],
+        quotas: PublishQuotas,
     ) -> None:
         self.config = config
+        # Publish rate quotas: what this hub admitted per namespace goes in its reports, and
+        # the other hubs' reports say how many share each namespace's quota.
+        self.quotas = quotas
         self.store = store
         self.ownership = ownership
         self.fanout = fanout
@@ -219,7 +224,10 @@ class HubLoops:
             return  # shutting down: the alive record is gone already, placement ignores us
         last = self._last_report
         if resample or last is None:
-            report = self.load_report()
+            report = replace(
+                self.load_report(),
+                namespaces=self.quotas.take_usage(self.config.placement.load_report_topics),
+            )
             self._listed = list(report.topic_loads)
             self.metrics.export_load(report)
         else:
@@ -248,14 +256,19 @@ class HubLoops:
         if not count_hubs:
             return
         try:
-            await self.check_hub_count()
+            hubs = await self.store.hubs.list_hubs()
         except Exception as exc:
             log.info("cannot count the region's hubs: %s", exc)
+            return
+        # Reports older than three intervals are a hub's that stopped reporting.
+        max_age_ms = int(3000 * self.config.placement.load_report_interval_s)
+        self.quotas.observe(hubs, self.ownership.address, self.clock.wall_ms(), max_age_ms)
+        self.check_hub_count(len(hubs))
 
-    async def check_hub_count(self) -> None:
-        """Note whether the region has ever had enough hubs for the default replication."""
+    def check_hub_count(self, registered: int) -> None:
+        """Note whether the region has ever had enough hubs for the default replication, from
+        the ``registered`` hubs."""
         needed = self.config.storage.replication_config.ack_quorum
-        registered = len(await self.store.hubs.list_hubs())
         if registered >= needed:
             self.short_of_hubs = None
             return

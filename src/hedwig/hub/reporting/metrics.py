@@ -51,6 +51,26 @@ LATENCY_BUCKETS = (
 )
 
 
+class NamespaceSeries:
+    """A counter per namespace, bounded: the first ``limit`` namespaces counted get a series of
+    their own, every other one is counted in the series without a label (``""``), so the sum
+    is still the hub's total."""
+
+    def __init__(self, counter: Counter, limit: int) -> None:
+        self._counter = counter
+        self._limit = limit
+        self._children: dict[str, Counter] = {"": counter.labels("")}
+
+    def __call__(self, namespace: str, amount: float) -> None:
+        child = self._children.get(namespace)
+        if child is None:
+            if len(self._children) > self._limit:
+                child = self._children[""]
+            else:
+                child = self._children[namespace] = self._counter.labels(namespace)
+        child.inc(amount)
+
+
 class HubMetrics:
     def __init__(self, *, series_limit: int = 100) -> None:
         # Topics with traffic series of their own at most (``HubConfig.load_report_topics``).
@@ -190,6 +210,16 @@ class HubMetrics:
             "hedwig_topics_delivering",
             "Fan-out topics this hub delivers for another owner (tailing its log)",
             registry=r,
+        )
+        self.namespace_throttled = NamespaceSeries(
+            Counter(
+                "hedwig_namespace_throttled_seconds",
+                "Time publishes waited for their namespace's publish rate quota, for the "
+                "namespaces throttled first (series_limit of them); the rest unlabelled",
+                ["namespace"],
+                registry=r,
+            ),
+            series_limit,
         )
         self.storage_bytes = Counter(
             "hedwig_storage_bytes_written", "Bytes written to ledger storage", registry=r
