@@ -37,17 +37,19 @@ async def limit(hub: Hub, rate: int) -> None:
 
 
 async def flat_out(
-    client: HedwigClient, topic: str, seconds: float, sent: list[bytes]
+    client: HedwigClient, topic: str, seconds: float, sent: list[bytes], *, warm_s: float = 0.0
 ) -> tuple[int, list[asyncio.Future[PublishResult]]]:
-    """Publish to ``topic`` as fast as the hub acknowledges (400 in flight) for ``seconds``:
-    the messages acknowledged in that time, and every publish made (``sent``: their values)."""
+    """Publish to ``topic`` as fast as the hub acknowledges (400 in flight) for ``warm_s`` and
+    then ``seconds``: the messages acknowledged in those ``seconds``, and every publish made
+    (``sent``: their values)."""
     futures: list[asyncio.Future[PublishResult]] = []
     acked = 0
-    end = time.monotonic() + seconds
+    begin = time.monotonic() + warm_s
+    end = begin + seconds
 
     def told(f: asyncio.Future[PublishResult]) -> None:
         nonlocal acked
-        if not f.cancelled() and f.exception() is None and time.monotonic() <= end:
+        if not f.cancelled() and f.exception() is None and begin < time.monotonic() <= end:
             acked += 1
 
     while time.monotonic() < end:
