@@ -1,7 +1,7 @@
 """Publish rate quotas on two secured hubs (TLS, tokens, ACLs) on a real ZooKeeper: a
-namespace's quota holds over both hubs together, its topics published to flat out from two
-clients, one topic on each hub, get the namespace's rate acknowledged (within 10 %, past the first load reports), and
-every acknowledged message reads back."""
+namespace's quota holds over both hubs together. Its topics, one on each hub, published to flat
+out from two clients, get the namespace's rate acknowledged (within 10 %, past the first load
+reports), and every acknowledged message reads back."""
 
 from __future__ import annotations
 
