@@ -163,8 +163,8 @@ class PublishQuotas:
             ns = self._namespaces[name] = _Namespace()
         clock = self._clock
         if ns.lock.locked() or clock.monotonic() < ns.held_until:
+            started = clock.monotonic()  # (the wait for the lock is part of the hold)
             async with ns.lock:
-                started = clock.monotonic()
                 while (now := clock.monotonic()) < ns.held_until:
                     await clock.sleep(ns.held_until - now)
                 self._count(topic, name, ns, msgs, size, now)
