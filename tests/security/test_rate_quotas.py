@@ -78,20 +78,20 @@ async def test_a_namespace_quota_holds_across_two_secured_hubs(region_hubs: Regi
         if a_owner is b_owner:
             sent[topics[1]].append(b"moved")
         # Two seconds to learn who shares the namespace, then five measured.
-        runs = await asyncio.gather(
-            *(
-                flat_out(c, t, 5.0, sent[t], warm_s=2.0)
-                for c, t in zip(clients, topics, strict=True)
-            )
-        )
-        acked = sum(a for a, _ in runs)
+        runs = [
+            asyncio.create_task(flat_out(c, t, 5.0, sent[t], warm_s=2.0))
+            for c, t in zip(clients, topics, strict=True)
+        ]
+        await asyncio.sleep(4.0)
+        # Each hub sees the other serving the namespace, and holds it to half the quota.
+        assert [h.quotas.sharing.get("acme/rate") for h in r.hubs] == [1, 1]
+        await asyncio.gather(*runs)
+        acked = sum(run.result()[0] for run in runs)
         assert 0.9 * RATE * 5 <= acked <= 1.1 * RATE * 5, acked
-        for _, futures in runs:
-            await asyncio.gather(*futures)
+        for run in runs:
+            await asyncio.gather(*run.result()[1])
         for topic in topics:
             assert [m.value for m in await stored(clients[0], topic)] == sent[topic]
-        # Each hub saw the other serving the namespace, and held it to half the quota.
         assert {h.address for h in r.hubs for t in topics if t in h.topics.topics} == {
             h.address for h in r.hubs
         }
-        assert all(h.quotas.sharing.get("acme/rate") == 1 for h in r.hubs)
