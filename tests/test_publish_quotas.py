@@ -14,7 +14,7 @@ from hedwig.cli.namespaces import parse_bytes
 from hedwig.clock import ManualClock
 from hedwig.errors import MetadataError, UsageError
 from hedwig.hub.front.quotas import PublishQuotas, RateMeter
-from hedwig.hub.reporting.metrics import NamespaceSeries
+from hedwig.hub.reporting.series import NamespaceSeries
 from hedwig.metadata.records import HubLoad, HubStatus
 from hedwig.metadata.records.namespaces import NamespacePolicy
 from hedwig.protocol.names import lane_of, namespace_of

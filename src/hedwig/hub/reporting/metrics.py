@@ -29,6 +29,7 @@ from hedwig.hub.reporting.disconnects import Disconnect
 from hedwig.hub.reporting.events import LossKind
 from hedwig.hub.reporting.queue_stats import QueueStats
 from hedwig.hub.reporting.rates import TopicRates
+from hedwig.hub.reporting.series import NamespaceSeries
 from hedwig.metadata.managers import SessionState
 from hedwig.metadata.records import HubLoad
 from hedwig.protocol.kinds import MoveKind
@@ -49,26 +50,6 @@ LATENCY_BUCKETS = (
     1.0,
     2.5,
 )
-
-
-class NamespaceSeries:
-    """A counter per namespace, bounded: the first ``limit`` namespaces counted get a series of
-    their own, every other one is counted in the series without a label (``""``), so the sum
-    is still the hub's total."""
-
-    def __init__(self, counter: Counter, limit: int) -> None:
-        self._counter = counter
-        self._limit = limit
-        self._children: dict[str, Counter] = {"": counter.labels("")}
-
-    def __call__(self, namespace: str, amount: float) -> None:
-        child = self._children.get(namespace)
-        if child is None:
-            if len(self._children) > self._limit:
-                child = self._children[""]
-            else:
-                child = self._children[namespace] = self._counter.labels(namespace)
-        child.inc(amount)
 
 
 class HubMetrics:
