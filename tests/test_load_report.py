@@ -70,15 +70,20 @@ def test_a_report_is_written_with_every_field_of_its_records() -> None:
         internal="10.0.0.1:4081",
         hub_id="hub-0",
         delivering={"fan": TopicLoad(msg_out=3.0, bytes_out=30.0, subscribers=2)},
+        namespaces={"acme/web": (12.5, 1250.0)},
     )
-    assert json.loads(report.to_json()) == asdict(report)
+    written = asdict(report)
+    written["namespaces"] = {n: list(r) for n, r in report.namespaces.items()}  # JSON arrays
+    assert json.loads(report.to_json()) == written
     assert HubLoad.from_json(report.to_json()) == report
     # One report compared with itself: its CPU share is sampled from this process, so two
     # reports built one after the other may differ in it.
     small = report_for(3)
     plain = json.loads(small.to_json())
     assert "delivering" not in plain  # as hubs before fan-out wrote it
-    assert plain == {k: v for k, v in asdict(small).items() if k != "delivering"}
+    assert "namespaces" not in plain  # as hubs before publish rate quotas wrote it
+    left_out = ("delivering", "namespaces")
+    assert plain == {k: v for k, v in asdict(small).items() if k not in left_out}
 
 
 def test_idle_topics_fill_the_list_in_claim_order() -> None:

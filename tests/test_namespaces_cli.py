@@ -1,7 +1,7 @@
 """``hedwig namespaces`` against a secured development cluster (``hedwig dev up --secure``, two
 hubs on ZooKeeper): a policy set, shown and listed with its usage against its limit, the topic
 quota refusing a publish and ``topic create`` clearly, a raised limit applied without restarts,
-bad input refused with the right exit status."""
+publish rate quotas set with units and shown, bad input refused with the right exit status."""
 
 from __future__ import annotations
 
@@ -77,6 +77,22 @@ def test_namespaces_set_get_list_delete_and_the_quota(admin: Cli) -> None:
     assert json.loads(admin("namespaces", "get", "acme/web", "--json").stdout)["topics"] == 2
     unset = admin("namespaces", "set", "acme/web", "--unset", "max-topics")
     assert unset.returncode == 0 and "topics             2 (no limit)" in unset.stdout
+    # Publish rate quotas: set with units, shown, taken away; bad values refused.
+    rated = admin(
+        "namespaces", "set", "acme/web", "--max-publish-rate", "500", "--max-publish-bytes", "10MiB"
+    )
+    assert rated.returncode == 0, rated.stderr
+    assert "max-publish-rate   500 msg/s" in rated.stdout
+    assert "max-publish-bytes  10485760 B/s" in rated.stdout
+    shown = json.loads(admin("namespaces", "get", "acme/web", "--json").stdout)
+    assert (shown["max_publish_msgs_per_s"], shown["max_publish_bytes_per_s"]) == (500, 10 << 20)
+    assert admin("pub", "acme/web/b", input="m\n").returncode == 0  # held at most, not refused
+    assert (
+        admin("namespaces", "set", "acme/web", "--max-publish-bytes", "10 parsecs").returncode == 2
+    )
+    assert admin("namespaces", "set", "acme/web", "--max-publish-rate", "-5").returncode == 2
+    unrated = admin("namespaces", "set", "acme/web", "--unset", "max-publish-rate", "--json")
+    assert json.loads(unrated.stdout)["max_publish_msgs_per_s"] is None
     # Bad input: the command used wrongly (2), a bad name or a missing policy (1).
     assert admin("namespaces", "set", "acme/web", "--max-topics", "-1").returncode == 2
     assert admin("namespaces", "set", "acme/web", "--max-topics", "ten").returncode == 2

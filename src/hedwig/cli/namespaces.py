@@ -5,7 +5,10 @@ new, else changed by compare-and-set, read again when someone else wrote in betw
 defaults of its topics (the flags of ``hedwig topic config``: replication, retention, maximum
 message size, expiry; a topic's own settings win over them, they win over the region's) and its
 own settings: ``--max-topics``, ``--max-subscriptions`` (per topic, held by its owner),
-``--auto-create on|off``. A setting left out keeps its value; ``--unset NAME`` takes it away.
+``--auto-create on|off``, and its publish rate quotas over all hubs: ``--max-publish-rate``
+(messages a second) and ``--max-publish-bytes`` (payload bytes a second, with a unit if you
+like: ``10MiB``, ``500KB``; 0: no limit), which slow publishers down past them (nothing is
+refused or dropped). A setting left out keeps its value; ``--unset NAME`` takes it away.
 ``get`` shows one namespace, ``list`` every one that has a policy, each with its topics
 counted against ``max_topics`` (every topic of a namespace but ``public/default`` is
 counted); ``delete`` deletes a policy (its topics stay, counted). Every hub watches the
@@ -30,7 +33,23 @@ from hedwig.metadata.records import ANY_VERSION, NEW_VERSION
 from hedwig.metadata.records.namespaces import NO_POLICY, NamespacePolicy, checked_namespace
 
 # The namespace's own settings: flag (without --) to field.
-OWN = {"max-topics": "max_topics", "max-subscriptions": "max_subscriptions"}
+OWN = {
+    "max-topics": "max_topics",
+    "max-subscriptions": "max_subscriptions",
+    "max-publish-rate": "max_publish_msgs_per_s",
+    "max-publish-bytes": "max_publish_bytes_per_s",
+}
+# Byte counts may carry a unit.
+UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 1000,
+    "mb": 1000**2,
+    "gb": 1000**3,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+}
 SWITCH = "auto-create"
 CONFLICT_RETRIES = 5
 
@@ -54,6 +73,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                 a.add_argument(f"--{flag}", help=f"its topics' default: {meaning}")
             a.add_argument("--max-topics", help="topics the namespace may hold")
             a.add_argument("--max-subscriptions", help="subscriptions each topic may hold")
+            a.add_argument(
+                "--max-publish-rate",
+                dest="max_publish_msgs_per_s",
+                metavar="N",
+                help="messages a second published to its topics over all hubs (0: no limit)",
+            )
+            a.add_argument(
+                "--max-publish-bytes",
+                dest="max_publish_bytes_per_s",
+                metavar="B",
+                help="payload bytes a second published over all hubs, e.g. 10MiB (0: no limit)",
+            )
             a.add_argument(
                 f"--{SWITCH}",
                 choices=["on", "off"],
@@ -83,10 +114,7 @@ def _changes(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
         text = getattr(args, field)
         if text is None:
             continue
-        try:
-            value = int(text)
-        except ValueError:
-            raise UsageError(f"--{flag} takes a whole number, got {text!r}") from None
+        value = parse_bytes(text, flag) if flag == "max-publish-bytes" else _whole(text, flag)
         if value < 0:
             raise UsageError(f"--{flag} must not be negative, got {value}")
         own[field] = value
@@ -102,12 +130,37 @@ def _changes(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
     return topics, own
 
 
+def _whole(text: str, flag: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise UsageError(f"--{flag} takes a whole number, got {text!r}") from None
+
+
+def parse_bytes(text: str, flag: str) -> int:
+    """A byte count, with a unit if given (``10MiB``, ``500kb``, ``4096``)."""
+    digits = text.strip()
+    number = digits.rstrip("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ ")
+    unit = digits[len(number) :].strip().lower()
+    if unit not in UNITS or not number:
+        raise UsageError(f"--{flag} takes a byte count, e.g. 1048576, 10MiB or 500KB; got {text!r}")
+    try:
+        value = float(number)
+    except ValueError:
+        raise UsageError(f"--{flag} takes a byte count, got {text!r}") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise UsageError(f"--{flag} takes a byte count, got {text!r}")
+    return int(value * UNITS[unit])
+
+
 def _shown(name: str, policy: NamespacePolicy, count: int) -> dict[str, Any]:
     return {
         "namespace": name,
         "topics": count,
         "max_topics": policy.max_topics,
         "max_subscriptions": policy.max_subscriptions,
+        "max_publish_msgs_per_s": policy.max_publish_msgs_per_s or None,
+        "max_publish_bytes_per_s": policy.max_publish_bytes_per_s or None,
         "auto_create": policy.auto_create,
         "topic_defaults": describe(policy.topics),
     }
@@ -118,10 +171,13 @@ def _text(row: dict[str, Any]) -> str:
     usage = f"{row['topics']}/{limit}" if limit is not None else f"{row['topics']} (no limit)"
     auto = {None: "on (region default)", True: "on", False: "off"}[row["auto_create"]]
     subs = row["max_subscriptions"]
+    rate, size = row["max_publish_msgs_per_s"], row["max_publish_bytes_per_s"]
     lines = [
         row["namespace"],
         f"  topics             {usage}",
         f"  max-subscriptions  {'no limit' if subs is None else subs}",
+        f"  max-publish-rate   {'no limit' if rate is None else f'{rate} msg/s'}",
+        f"  max-publish-bytes  {'no limit' if size is None else f'{size} B/s'}",
         f"  auto-create        {auto}",
     ]
     lines += [

@@ -26,6 +26,7 @@ from hedwig.hub.front.access import AccessControl, ListenerRole
 from hedwig.hub.front.acl_watch import AclWatcher, NoAclWatch
 from hedwig.hub.front.admission import OpenDoor
 from hedwig.hub.front.doorway import NoDoorway, doorway_for
+from hedwig.hub.front.quotas import PublishQuotas
 from hedwig.hub.front.server import ClientConnection, HubFrontEnd
 from hedwig.hub.front.tls import GivenNetwork, HubNetworks, HubTls
 from hedwig.hub.owning.choices import HubChoices
@@ -183,6 +184,12 @@ class Hub:
             dead_letters=self.dead_letters,
         )
         self.lanes = TopicLanes(plans=self.plans, store=self.store)
+        # Publish rate quotas per namespace, from the policies the hub watches.
+        self.quotas = PublishQuotas(
+            policy_of=self.topics.namespaces.policy_of,
+            clock=self.clock,
+            throttled=self.metrics.namespace_throttled,
+        )
         self.choices.lane_hint = self.lanes.hub_hint
         self.requests = hub_requests(
             topics=self.topics,
@@ -195,6 +202,7 @@ class Hub:
             metrics=self.metrics,
             storage=self.storage,
             replicator=self.replicator,
+            quotas=self.quotas,
             address=lambda: self.address,
         )
         max_frame = max(DEFAULT_MAX_FRAME_SIZE, 2 * config.delivery.max_message_size + 65536)
@@ -273,6 +281,7 @@ class Hub:
             metrics=self.metrics,
             clock=self.clock,
             connections=lambda: len(self._client_connections()),
+            quotas=self.quotas,
         )
         # New topics are not placed on hubs a low-load drain is emptying.
         self.choices.drained = lambda: self.loops.rebalancer.drained
@@ -345,7 +354,7 @@ class Hub:
             log.warning("%s", warning(self.exposed))
         await self._while_store_away("registering", self.registration.register)
         try:
-            await self.loops.check_hub_count()
+            self.loops.check_hub_count(len(await self.store.hubs.list_hubs()))
         except MetadataUnavailableError as exc:  # counted again at every load report
             log.info("cannot count the region's hubs yet: %s", exc)
         if self.loops.short_of_hubs is not None:

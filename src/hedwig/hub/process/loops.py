@@ -17,8 +17,10 @@ from typing import Any, TypeVar
 
 from hedwig.clock import Clock
 from hedwig.errors import HedwigError
+from hedwig.hub.front.quotas import PublishQuotas
 from hedwig.hub.owning.ownership import TopicOwnership
 from hedwig.hub.owning.topic import TopicState
+from hedwig.hub.process.balancing import HubBalancing
 from hedwig.hub.reporting.load import LoadTracker
 from hedwig.hub.reporting.metrics import HubMetrics
 from hedwig.hub.requests.moves import TopicMoves
@@ -27,11 +29,9 @@ from hedwig.hub.spreading.fanout import FanOut
 from hedwig.hub.spreading.lanes import TopicLanes
 from hedwig.ledger.auditor import Auditor, AuditReport
 from hedwig.ledger.storage import LocalStorage
-from hedwig.metadata.bundles import Bundle
 from hedwig.metadata.managers import MetadataStore
 from hedwig.metadata.records import HubLoad, TopicLoad
-from hedwig.placement.bundles import BundleMove, joining_moves
-from hedwig.placement.plans import set_topic_mode
+from hedwig.placement.bundles import BundleMove
 from hedwig.placement.rebalance import Move, Rebalancer
 from hedwig.placement.scaling import ModeChange, ScalingPolicy
 from hedwig.protocol.names import lane_of
@@ -77,8 +77,12 @@ class HubLoops:
         metrics: HubMetrics,
         clock: Clock,
         connections: Callable[[], int],
+        quotas: PublishQuotas,
     ) -> None:
         self.config = config
+        # Publish rate quotas: what this hub admitted per namespace goes in its reports, and
+        # the other hubs' reports say how many share each namespace's quota.
+        self.quotas = quotas
         self.store = store
         self.ownership = ownership
         self.fanout = fanout
@@ -97,6 +101,15 @@ class HubLoops:
         self._connections = connections
         self.rebalancer = Rebalancer(config.balance.rebalance, clock)
         self.scaler = ScalingPolicy(config.balance.scaling, clock)
+        self.balancing = HubBalancing(
+            store=store,
+            ownership=ownership,
+            moves=moves,
+            fanout=fanout,
+            rebalancer=self.rebalancer,
+            scaler=self.scaler,
+            clock=clock,
+        )
         self._load = LoadTracker()
         # Fan-out topics this hub delivers for other owners: their rates, apart from its own.
         self._delivering = LoadTracker()
@@ -219,7 +232,10 @@ class HubLoops:
             return  # shutting down: the alive record is gone already, placement ignores us
         last = self._last_report
         if resample or last is None:
-            report = self.load_report()
+            report = replace(
+                self.load_report(),
+                namespaces=self.quotas.take_usage(self.config.placement.load_report_topics),
+            )
             self._listed = list(report.topic_loads)
             self.metrics.export_load(report)
         else:
@@ -248,14 +264,19 @@ class HubLoops:
         if not count_hubs:
             return
         try:
-            await self.check_hub_count()
+            hubs = await self.store.hubs.list_hubs()
         except Exception as exc:
             log.info("cannot count the region's hubs: %s", exc)
+            return
+        # Reports older than three intervals are a hub's that stopped reporting.
+        max_age_ms = int(3000 * self.config.placement.load_report_interval_s)
+        self.quotas.observe(hubs, self.ownership.address, self.clock.wall_ms(), max_age_ms)
+        self.check_hub_count(len(hubs))
 
-    async def check_hub_count(self) -> None:
-        """Note whether the region has ever had enough hubs for the default replication."""
+    def check_hub_count(self, registered: int) -> None:
+        """Note whether the region has ever had enough hubs for the default replication, from
+        the ``registered`` hubs."""
         needed = self.config.storage.replication_config.ack_quorum
-        registered = len(await self.store.hubs.list_hubs())
         if registered >= needed:
             self.short_of_hubs = None
             return
@@ -384,18 +405,13 @@ class HubLoops:
     # self-balancing ------------------------------------------------------------------------
 
     async def balance_once(self) -> list[Move]:
-        """The shared rebalancing policy, run on the region's load reports; this hub hands
-        over the topics the policy moves off it. Off when an operator balances the pool
-        (``--no-self-balance``)."""
-        hubs = await self.store.hubs.list_hubs()
-        mine = [m for m in self.rebalancer.plan(hubs) if m.source == self.ownership.address]
-        for m in mine:
-            log.info("shedding: %s", m.reason)
-            try:
-                await self.moves.move(m.topic, m.destination, m.kind, m.reason)
-            except HedwigError as exc:
-                log.info("moving %r failed: %s", m.topic, exc)
-        return mine
+        return await self.balancing.balance_once()
+
+    async def balance_bundles_once(self) -> list[BundleMove]:
+        return await self.balancing.balance_bundles_once()
+
+    async def scale_once(self) -> list[ModeChange]:
+        return await self.balancing.scale_once()
 
     def first_report(self, internal: str, hub_id: str) -> HubLoad:
         """The alive record a hub registers with, before its first load report: no load yet,
@@ -408,51 +424,6 @@ class HubLoops:
             bundles=self.ownership.claims.by_bundle,
             external=self.external_address,
         )
-
-    async def balance_bundles_once(self) -> list[BundleMove]:
-        """By bundle: hubs short of their share of the region's bundles take them from the
-        consistent-hash ring (``hedwig.placement.bundles.joining_moves``, which a joining hub's
-        first cycles are); this hub hands over the bundles the policy moves off it."""
-        owners = {n: o.value.address for n, o in (await self.store.bundles.bundle_owners()).items()}
-        drained = self.rebalancer.drained
-        alive = [h.address for h in await self.store.hubs.list_hubs() if h.alive]
-        me = self.ownership.address
-        moves = joining_moves(owners, [a for a in alive if a not in drained])
-        mine = [m for m in moves if m.source == me]
-        for m in mine:
-            log.info("handing bundle %s to the ring: %s", m.bundle, m.reason)
-            try:
-                await self.ownership.hand_over_bundle(
-                    Bundle.parse(m.bundle), m.destination, m.reason
-                )
-            except HedwigError as exc:
-                log.info("handing bundle %s over failed: %s", m.bundle, exc)
-        return mine
-
-    async def scale_once(self) -> list[ModeChange]:
-        """The shared scaling policy on the region's load reports; this hub changes the plans
-        of the topics it owns (``--auto-fan-out``)."""
-        hubs = await self.store.hubs.list_hubs()
-        plans = {}
-        for topic in list(self.ownership.topics):
-            plan = await self.fanout.plans.plan(topic)
-            if plan is not None:
-                plans[topic] = plan
-        mine = [c for c in self.scaler.plan(hubs, plans) if c.owner == self.ownership.address]
-        for change in mine:
-            log.info("scaling: %s", change.reason)
-            try:
-                await set_topic_mode(
-                    self.store,
-                    change.topic,
-                    change.mode,
-                    hubs=max(1, change.hubs),
-                    reason=change.reason,
-                    clock=self.clock,
-                )
-            except HedwigError as exc:
-                log.info("changing the plan of %r failed: %s", change.topic, exc)
-        return mine
 
     # gauges --------------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from hedwig.hub.front.access import AccessControl
 from hedwig.hub.front.owners import SubscriptionOwners
+from hedwig.hub.front.quotas import PublishQuotas
 from hedwig.hub.owning.ownership import TopicOwnership
 from hedwig.hub.owning.peers import HubDialer
 from hedwig.hub.replicating.replicator import RegionReplicator
@@ -37,6 +38,7 @@ def hub_requests(
     metrics: HubMetrics,
     storage: LocalStorage,
     replicator: RegionReplicator,
+    quotas: PublishQuotas,
     address: Callable[[], str],
 ) -> HubRequests:
     owned = OwnedTopics(ownership=topics, fanout=fanout, access=access, store=store)
@@ -51,6 +53,7 @@ def hub_requests(
             events=metrics,
             owners=owners,
             links=replicator.describe,
+            quotas=quotas,
         ),
         subscriptions=SubscriptionRequests(
             places=SubscriptionPlaces(owned=owned, fanout=fanout, plans=plans),

@@ -27,8 +27,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from hedwig.hub.reporting.denials import DENIAL_SERIES, DenialReason
 from hedwig.hub.reporting.disconnects import Disconnect
 from hedwig.hub.reporting.events import LossKind
+from hedwig.hub.reporting.queue_metrics import QueueGauges
 from hedwig.hub.reporting.queue_stats import QueueStats
 from hedwig.hub.reporting.rates import TopicRates
+from hedwig.hub.reporting.series import NamespaceSeries
 from hedwig.metadata.managers import SessionState
 from hedwig.metadata.records import HubLoad
 from hedwig.protocol.kinds import MoveKind
@@ -134,54 +136,8 @@ class HubMetrics:
             ["topic", "subscriber"],
             registry=r,
         )
-        # Queues (subscriptions acknowledged message by message), as the owner serving each
-        # sees them since it took it: ``QueueStats``.
-        queue = ["topic", "subscriber"]
-        self.queue_consumers = Gauge(
-            "hedwig_queue_consumers", "Consumers attached, per queue", queue, registry=r
-        )
-        self.queue_unacked = Gauge(
-            "hedwig_queue_unacked",
-            "Messages delivered and not acknowledged, or waiting to be delivered again",
-            queue,
-            registry=r,
-        )
-        self.queue_redeliveries = Gauge(
-            "hedwig_queue_redeliveries",
-            "Deliveries of a message delivered before (nacked, timed out, given back), "
-            "since this hub serves the queue",
-            queue,
-            registry=r,
-        )
-        self.queue_dropped = Gauge(
-            "hedwig_queue_dropped",
-            "Messages acknowledged unprocessed past their last delivery, since this hub "
-            "serves the queue",
-            queue,
-            registry=r,
-        )
-        self.queue_dead_lettered = Gauge(
-            "hedwig_queue_dead_lettered",
-            "Messages published to the queue's dead-letter topic past their last delivery, "
-            "and acknowledged, since this hub serves the queue",
-            queue,
-            registry=r,
-        )
-        self.queue_oldest_unacked = Gauge(
-            "hedwig_queue_oldest_unacked_seconds",
-            "How long ago the oldest unacknowledged message was first delivered",
-            queue,
-            registry=r,
-        )
-        self.queue_delayed = Gauge(
-            "hedwig_queue_delayed", "Delayed messages in the owner's index", queue, registry=r
-        )
-        self.queue_delays_spilled = Gauge(
-            "hedwig_queue_delays_spilled",
-            "Delayed messages left to the log past the index's bound, since this hub serves it",
-            queue,
-            registry=r,
-        )
+        # Queues (subscriptions acknowledged message by message), as their owner sees them.
+        self.queues = QueueGauges(r)
         self.topic_mode = Gauge(
             "hedwig_topic_mode",
             "How each topic this hub owns is served (1 for its current mode: single, fan-out)",
@@ -199,6 +155,16 @@ class HubMetrics:
             "hedwig_topics_delivering",
             "Fan-out topics this hub delivers for another owner (tailing its log)",
             registry=r,
+        )
+        self.namespace_throttled = NamespaceSeries(
+            Counter(
+                "hedwig_namespace_throttled_seconds",
+                "Time publishes waited for their namespace's publish rate quota, for the "
+                "namespaces throttled first (series_limit of them); the rest unlabelled",
+                ["namespace"],
+                registry=r,
+            ),
+            series_limit,
         )
         self.storage_bytes = Counter(
             "hedwig_storage_bytes_written", "Bytes written to ledger storage", registry=r
@@ -335,31 +301,7 @@ class HubMetrics:
 
     def export_queues(self, queues: Iterable[QueueStats], top: int) -> None:
         """The queue gauges for the ``top`` queues with most unacknowledged messages."""
-        gauges = (
-            self.queue_consumers,
-            self.queue_unacked,
-            self.queue_redeliveries,
-            self.queue_dropped,
-            self.queue_dead_lettered,
-            self.queue_oldest_unacked,
-            self.queue_delayed,
-            self.queue_delays_spilled,
-        )
-        for g in gauges:
-            g.clear()
-        for q in heapq.nlargest(top, queues, key=lambda q: q.unacked):
-            values = (
-                q.consumers,
-                q.unacked,
-                q.redeliveries,
-                q.dropped,
-                q.dead_lettered,
-                q.oldest_unacked_s,
-                q.delayed,
-                q.delays_spilled,
-            )
-            for g, v in zip(gauges, values, strict=True):
-                g.labels(q.topic, q.subscriber).set(v)
+        self.queues.export(queues, top)
 
     # HubEvents ------------------------------------------------------------------------------
 

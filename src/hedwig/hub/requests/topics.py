@@ -3,7 +3,8 @@ its subscriptions as queues.
 
 Each finds its owned topic through ``OwnedTopics.acquire`` (served here, claimed, or a redirect)
 and hands the request to it. Publishing to a topic served by lanes passes the lane's check
-(``TopicLanes.publish_check``) once it is known not to be a duplicate. DELIVERY_STATS is
+(``TopicLanes.publish_check``) once it is known not to be a duplicate. A publish to a namespace
+over its publish rate quota waits its turn first (``hedwig.hub.front.quotas``). DELIVERY_STATS is
 answered by any hub from what it delivers (the owner asks its delivery hubs), and
 DESCRIBE_REGION by any hub from its registry of the region's hubs, and DESCRIBE_LINKS by any
 hub from its replicator (``hedwig.hub.replicating``). Errors are raised as they
@@ -16,6 +17,7 @@ import time
 from collections.abc import Callable
 
 from hedwig.hub.front.owners import SubscriptionOwners
+from hedwig.hub.front.quotas import PublishQuotas
 from hedwig.hub.front.server import ClientConnection
 from hedwig.hub.reporting.events import HubEvents
 from hedwig.hub.requests.owned import OwnedTopics
@@ -58,7 +60,9 @@ class TopicRequests:
         events: HubEvents,
         owners: SubscriptionOwners,
         links: Callable[[int], Links],
+        quotas: PublishQuotas,
     ) -> None:
+        self._quotas = quotas
         self._owned = owned
         self._links = links
         self._owners = owners
@@ -72,6 +76,9 @@ class TopicRequests:
         check_client_publisher_id(req.publisher_id)
         check = await self._lanes.publish_check(req.topic)
         owned = await self._owned.acquire(conn, req.topic, req.redirected, create=True)
+        # Held while its namespace is over its publish rate quota (back-pressure, never a
+        # refusal); counted against it once it passes.
+        await self._quotas.admit(req.topic, req.count, len(req.payload))
         answer = await owned.publish(conn, req, check)
         self._events.publish_answered(time.perf_counter() - start)
         return answer

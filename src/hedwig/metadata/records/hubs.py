@@ -99,6 +99,11 @@ class HubLoad:
     # same, and a hub refuses claims while one of the other kind is alive. Absent (read as
     # false) in the reports of earlier versions, which own topics one by one.
     bundles: bool = False
+    # Messages and bytes a second this hub admitted per namespace with a publish rate quota,
+    # for the busiest (``HubConfig.load_report_topics``) of them: how the hubs serving a
+    # namespace divide its quota (``hedwig.hub.front.quotas``). Absent (none) in earlier
+    # versions' reports and when empty.
+    namespaces: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     _FIELDS: ClassVar[frozenset[str]] = frozenset(
         [
@@ -135,6 +140,8 @@ class HubLoad:
         d["topic_loads"] = {t: _topic_load_dict(v) for t, v in self.topic_loads.items()}
         if self.delivering:  # absent when empty, as hubs before fan-out wrote it
             d["delivering"] = {t: _topic_load_dict(v) for t, v in self.delivering.items()}
+        if self.namespaces:
+            d["namespaces"] = {n: list(r) for n, r in self.namespaces.items()}
         return dump_object(d)
 
     @classmethod
@@ -153,12 +160,23 @@ class HubLoad:
         try:
             tl = {k: TopicLoad(**v) for k, v in dict(d.get("topic_loads", {})).items()}
             dl = {k: TopicLoad(**v) for k, v in dict(d.get("delivering", {})).items()}
+            ns = {n: _rate_pair(r) for n, r in dict(d.get("namespaces", {})).items()}
             known = {k: v for k, v in d.items() if k in cls._FIELDS}
             if not isinstance(known.get("bundles", False), bool):
                 raise TypeError("bundles is not true or false")
-            return cls(topic_loads=tl, delivering=dl, **known)
+            return cls(topic_loads=tl, delivering=dl, namespaces=ns, **known)
         except (TypeError, ValueError) as exc:
             raise MetadataError(f"corrupt load record: {exc}") from exc
+
+
+def _rate_pair(raw: Any) -> tuple[float, float]:
+    if (
+        not isinstance(raw, list)
+        or len(raw) != 2
+        or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in raw)
+    ):
+        raise TypeError(f"a namespace's rates are not [messages, bytes]: {raw!r}")
+    return (float(raw[0]), float(raw[1]))
 
 
 def _topic_load_dict(load: TopicLoad) -> dict[str, Any]:

@@ -3,9 +3,11 @@
 A namespace (``tenant/namespace``, ``hedwig.protocol.names.namespace_of``) holds the policies of
 its topics: a ``TopicConfig`` (``topics``: the defaults of its topics: replication, retention,
 expiry, maximum message size), and the namespace's own: whether a publish may create a topic
-(``auto_create``), and its count quotas (``max_topics`` in the namespace,
-``max_subscriptions`` per topic). Every field is optional: ``None`` takes the region's default
-(for the quotas: no limit).
+(``auto_create``), its count quotas (``max_topics`` in the namespace, ``max_subscriptions`` per
+topic) and its publish rate quotas (``max_publish_msgs_per_s``, ``max_publish_bytes_per_s``:
+over every hub that serves its topics, enforced by slowing publishes down,
+``hedwig.hub.front.quotas``; 0 is no limit, as ``None`` is). Every field is optional: ``None``
+takes the region's default (for the quotas: no limit).
 
 Resolution is one rule, applied in one place (``effective_config``): a topic's own setting,
 else its namespace's, else the region's. A namespace without a record is one whose policies are
@@ -45,13 +47,18 @@ class NamespacePolicy:
     auto_create: bool | None = None
     max_topics: int | None = None
     max_subscriptions: int | None = None
+    max_publish_msgs_per_s: int | None = None
+    max_publish_bytes_per_s: int | None = None
 
     QUOTAS: ClassVar[tuple[str, ...]] = ("max_topics", "max_subscriptions")
+    # Rate quotas: messages and payload bytes a second published to the namespace's topics,
+    # over all hubs; 0 or ``None``: no limit.
+    RATES: ClassVar[tuple[str, ...]] = ("max_publish_msgs_per_s", "max_publish_bytes_per_s")
 
     def __post_init__(self) -> None:
         if not isinstance(self.topics, TopicConfig):
             raise MetadataError(f"topics must be a topic configuration, got {self.topics!r}")
-        for name in self.QUOTAS:
+        for name in (*self.QUOTAS, *self.RATES):
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
                 raise MetadataError(f"{name} must be a whole number, not negative, got {v!r}")
@@ -62,7 +69,7 @@ class NamespacePolicy:
         d: dict[str, Any] = {}
         if self.topics != NO_CONFIG:
             d["topics"] = self.topics.to_object()
-        for name in (*self.QUOTAS, "auto_create"):
+        for name in (*self.QUOTAS, *self.RATES, "auto_create"):
             if getattr(self, name) is not None:
                 d[name] = getattr(self, name)
         return dump_object(d)
@@ -79,10 +86,15 @@ class NamespacePolicy:
             return cls(
                 topics=TopicConfig.from_object(topics),
                 auto_create=d.get("auto_create"),
-                **{name: d.get(name) for name in cls.QUOTAS},
+                **{name: d.get(name) for name in (*cls.QUOTAS, *cls.RATES)},
             )
         except (TypeError, ValueError) as exc:
             raise MetadataError(f"corrupt namespace policy: {exc}") from exc
+
+    @property
+    def publish_limits(self) -> tuple[int, int]:
+        """Messages and bytes a second the namespace may publish over all hubs (0: no limit)."""
+        return (self.max_publish_msgs_per_s or 0, self.max_publish_bytes_per_s or 0)
 
 
 def checked_namespace(name: str) -> str:
