@@ -363,9 +363,7 @@ ROWS: tuple[tuple[str, tuple[Panel, ...]], ...] = (
                 "applied here is (hedwig_replication_lag_seconds, the worst hub).",
                 (
                     q(
-                        or_zero(
-                            f"max by (pool, region) (hedwig_replication_lag_seconds{{{SEL}}})"
-                        ),
+                        or_zero(f"max by (pool, region) (hedwig_replication_lag_seconds{{{SEL}}})"),
                         "{{pool}} from {{region}}",
                     ),
                 ),
