@@ -37,11 +37,17 @@ async def limit(hub: Hub, rate: int) -> None:
 
 
 async def flat_out(
-    client: HedwigClient, topic: str, seconds: float, sent: list[bytes], *, warm_s: float = 0.0
+    client: HedwigClient,
+    topic: str,
+    seconds: float,
+    sent: list[bytes],
+    *,
+    warm_s: float = 0.0,
+    started: asyncio.Event | None = None,
 ) -> tuple[int, list[asyncio.Future[PublishResult]]]:
-    """Publish to ``topic`` as fast as the hub acknowledges (400 in flight) for ``warm_s`` and
-    then ``seconds``: the messages acknowledged in those ``seconds``, and every publish made
-    (``sent``: their values)."""
+    """Publish to ``topic`` as fast as the hub acknowledges (400 in flight) for ``warm_s`` (and
+    until ``started`` is set, if given) and then ``seconds``: the messages acknowledged in
+    those ``seconds``, and every publish made (``sent``: their values)."""
     futures: list[asyncio.Future[PublishResult]] = []
     acked = 0
     begin = time.monotonic() + warm_s
@@ -53,6 +59,9 @@ async def flat_out(
             acked += 1
 
     while time.monotonic() < end:
+        if started is not None and not started.is_set():
+            begin = max(begin, time.monotonic())
+            end = begin + seconds
         while sum(1 for f in futures[-400:] if not f.done()) < 400:
             value = f"{topic}-{len(sent)}".encode()
             sent.append(value)

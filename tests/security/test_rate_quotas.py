@@ -42,8 +42,9 @@ async def region_hubs(
         rule = AclRule("alice", frozenset(Operation), name="acme/", pattern=PatternType.PREFIX)
         await admin.acls.write_acl("alice", AclEntry((rule,), source="test"), NEW_VERSION)
         hubs: list[Hub] = []
-        # Load reports every half second: the hubs learn soon who shares a namespace.
-        configs = (secure_config(pki, issuer, load_report_interval_s=0.5) for _ in range(2))
+        # Load reports every second: the hubs learn soon who shares a namespace (and a report
+        # counts for three intervals: on a loaded machine, half a second's went stale).
+        configs = (secure_config(pki, issuer, load_report_interval_s=1.0) for _ in range(2))
         async with running_hubs(hubs, configs, store):
             yield Region(pki, issuer, region, hubs, admin)
 
@@ -77,14 +78,19 @@ async def test_a_namespace_quota_holds_across_two_secured_hubs(region_hubs: Regi
         sent: dict[str, list[bytes]] = {t: [b"first"] for t in topics}
         if a_owner is b_owner:
             sent[topics[1]].append(b"moved")
-        # Two seconds to learn who shares the namespace, then five measured.
+        # Published to until each hub sees the other serving the namespace (from their load
+        # reports), and holds it to half the quota; then five seconds measured.
+        learned = asyncio.Event()
         runs = [
-            asyncio.create_task(flat_out(c, t, 5.0, sent[t], warm_s=2.0))
+            asyncio.create_task(flat_out(c, t, 5.0, sent[t], warm_s=1.0, started=learned))
             for c, t in zip(clients, topics, strict=True)
         ]
-        await asyncio.sleep(4.0)
-        # Each hub sees the other serving the namespace, and holds it to half the quota.
-        assert [h.quotas.sharing.get("acme/rate") for h in r.hubs] == [1, 1]
+
+        async def both_share() -> bool:
+            return [h.quotas.sharing.get("acme/rate") for h in r.hubs] == [1, 1]
+
+        await eventually(both_share, timeout=30)
+        learned.set()
         await asyncio.gather(*runs)
         acked = sum(run.result()[0] for run in runs)
         assert 0.9 * RATE * 5 <= acked <= 1.1 * RATE * 5, acked
